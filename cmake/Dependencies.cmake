@@ -1,0 +1,14 @@
+# Every dependency comes from a Debian package (tools/bootstrap.sh installs
+# them); nothing is fetched at configure time.
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(HWLOC REQUIRED IMPORTED_TARGET hwloc>=2.4)  # 2.4: CPU kinds
+find_package(tomlplusplus 3 REQUIRED)
+find_package(CLI11 2 REQUIRED)
+find_package(OpenMP REQUIRED COMPONENTS CXX)
+find_package(Threads REQUIRED)
+if(COLI_BUILD_TESTS)
+  find_package(GTest REQUIRED)
+endif()
+if(COLI_BUILD_BENCHMARKS)
+  find_package(benchmark REQUIRED)
+endif()

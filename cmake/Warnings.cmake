@@ -1,0 +1,10 @@
+# coli_warnings(target): the project's warning set, errors with COLI_WERROR.
+function(coli_warnings target)
+  target_compile_options(${target} PRIVATE -Wall -Wextra -Wpedantic -Wshadow -Wno-missing-field-initializers)
+  if(COLI_WERROR)
+    target_compile_options(${target} PRIVATE -Werror)
+  endif()
+  if(COLI_NATIVE)
+    target_compile_options(${target} PRIVATE -march=native)
+  endif()
+endfunction()

@@ -1,0 +1,25 @@
+// Small parsing helpers for /proc, /sys and sysctl text. All are strict: a
+// number with trailing junk is not a number.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace coli {
+
+std::string_view trim(std::string_view text);
+std::vector<std::string_view> split(std::string_view text, char separator);
+std::vector<std::string_view> split_lines(std::string_view text);
+bool starts_with(std::string_view text, std::string_view prefix);
+
+std::optional<std::int64_t> parse_int(std::string_view text);
+std::optional<std::uint64_t> parse_uint(std::string_view text);
+std::optional<double> parse_double(std::string_view text);
+
+// "12.3 GiB" style, for humans (binary units).
+std::string format_bytes(std::uint64_t bytes);
+
+}  // namespace coli

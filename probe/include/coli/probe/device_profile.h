@@ -1,0 +1,201 @@
+// The device profile: what a machine *is* (facts) and what it *does*
+// (measurements), plus the thread set recommended from them. Plain, copyable
+// data with no handles inside (design.md #1); the TOML file is this struct
+// serialised (profile_io.h). Every number that came from somewhere names its
+// source, so a planner decision can be traced back to a file or a measurement.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "coli/base/cpu_set.h"
+
+namespace coli {
+
+// Bump when a field is added, removed or changes meaning. Readers refuse
+// newer versions (the file may mean something this build cannot know).
+inline constexpr int kDeviceProfileSchemaVersion = 1;
+
+// ---------------------------------------------------------------- CPU facts
+
+// One kind of core (hwloc "cpukind", Apple "perflevel"). Kinds are ranked by
+// performance: rank 0 is the lowest-performance, most power-efficient kind
+// (hwloc efficiency 0, Apple's last perflevel, ARM LITTLE cores). On a CPU
+// with a single kind there is exactly one kind, rank 0.
+struct CpuKind {
+  int rank = 0;
+  int hwloc_efficiency = -1;     // as hwloc reported it; -1 when unknown
+  std::string core_type;         // "IntelCore", "IntelAtom", Apple perflevel name, "" when unknown
+  int frequency_max_mhz = 0;     // 0 when unknown
+  int linux_capacity = 0;        // /sys/.../cpu_capacity, 0 when unknown
+  CpuSet pus;                    // logical CPUs of this kind (OS indices)
+  int cores = 0;                 // physical cores of this kind
+  bool operator==(const CpuKind&) const = default;
+};
+
+// One cache level as seen from one core of one kind ("per kind, not object 0").
+struct CacheInfo {
+  int level = 0;                 // 1, 2, 3, 4
+  std::string type;              // "data", "instruction", "unified"
+  int kind_rank = 0;             // which CpuKind's cores this describes
+  std::uint64_t size_bytes = 0;
+  int line_bytes = 0;
+  int cores_sharing = 0;         // physical cores sharing one instance
+  int instances = 0;             // how many instances serve this kind
+  bool operator==(const CacheInfo&) const = default;
+};
+
+struct NumaNode {
+  int os_index = 0;
+  CpuSet pus;
+  std::uint64_t memory_bytes = 0;  // as the topology source claims it (see MemoryFacts for belief)
+  bool operator==(const NumaNode&) const = default;
+};
+
+// The CPUs this process may actually use, and why.
+struct UsableCpus {
+  CpuSet pus;                          // what compute may run on: affinity ∩ cgroup cpuset ∩ online
+  CpuSet affinity;                     // sched_getaffinity / Cpus_allowed_list
+  std::optional<CpuSet> cgroup_cpuset; // cpuset.cpus.effective (v2) or cpuset.cpus (v1)
+  std::optional<double> quota_cpus;    // cpu.max (v2) or cfs_quota/period (v1); nullopt = unlimited
+  bool operator==(const UsableCpus&) const = default;
+};
+
+struct CpuFacts {
+  std::string arch;                 // "x86_64", "aarch64", "arm64"
+  std::string vendor;               // "GenuineIntel", "AuthenticAMD", "Apple", "ARM" ...
+  std::string model;                // marketing name as reported
+  int packages = 0;
+  int cores = 0;                    // physical cores in the machine
+  int pus = 0;                      // logical CPUs (hardware threads)
+  std::vector<CpuKind> kinds;       // ordered by rank, ascending
+  std::vector<CacheInfo> caches;
+  std::vector<NumaNode> numa_nodes;
+  std::vector<std::string> isa;     // normalised flags, sorted: "avx2", "avx512f", "amx_int8", "neon", ...
+  UsableCpus usable;
+  std::string topology_source;      // "hwloc:live", "hwloc-xml:<file>", "sysctl:live", "sysctl:<file>"
+  std::string isa_source;           // "/proc/cpuinfo (live)", "<root>/proc/cpuinfo", "sysctl ..."
+  bool smt() const { return pus > cores; }
+  bool operator==(const CpuFacts&) const = default;
+};
+
+// ------------------------------------------------------------- memory facts
+
+// One reading of "how much memory may we use", with where it came from and
+// whether the probe believed it (sources are cross-checked; see docs/probe.md).
+struct MemorySource {
+  std::string name;        // "MemAvailable", "cgroup v2 memory.max headroom", "hwloc NUMA total", ...
+  std::uint64_t bytes = 0;
+  std::string origin;      // file path or API the number was read from
+  bool believed = true;
+  std::string note;        // why it was (not) believed
+  bool operator==(const MemorySource&) const = default;
+};
+
+struct MemoryFacts {
+  std::uint64_t total_bytes = 0;       // MemTotal
+  std::uint64_t available_bytes = 0;   // MemAvailable
+  std::uint64_t swap_total_bytes = 0;
+  std::uint64_t swap_free_bytes = 0;
+  std::optional<std::uint64_t> cgroup_limit_bytes;    // tightest limit of this group and its ancestors
+  std::optional<std::uint64_t> cgroup_usage_bytes;    // usage in the group that sets that limit
+  std::optional<std::uint64_t> cgroup_reclaimable_bytes;  // its inactive_file
+  std::uint64_t headroom_bytes = 0;    // what the planner may use: the smallest believed source
+  std::string headroom_source;         // name of the MemorySource that set it
+  std::vector<MemorySource> sources;
+  bool operator==(const MemoryFacts&) const = default;
+};
+
+// ------------------------------------------------------------- measurements
+
+// Summary of repeated timings of one configuration (design.md #5).
+struct SampleStats {
+  int samples = 0;
+  double median = 0;
+  double best = 0;      // the most favourable sample (highest bandwidth)
+  double worst = 0;
+  double spread = 0;    // (best - worst) / median; 0 with one sample
+  bool operator==(const SampleStats&) const = default;
+};
+
+struct MemoryBandwidthPoint {
+  std::string kernel;      // "read" (sum of a stream) or "triad" (a = b + s*c, STREAM counting)
+  int kind_rank = -1;      // -1: threads spread over all usable kinds; else pinned to that kind
+  int threads = 0;
+  CpuSet pus;              // where the threads were pinned
+  SampleStats gb_per_s;    // 1 GB = 1e9 bytes
+  bool operator==(const MemoryBandwidthPoint&) const = default;
+};
+
+struct MemoryBandwidth {
+  std::uint64_t buffer_bytes = 0;  // per array; chosen larger than the last-level cache
+  std::vector<MemoryBandwidthPoint> points;
+  bool operator==(const MemoryBandwidth&) const = default;
+};
+
+struct DiskBandwidthPoint {
+  std::string pattern;             // "sequential" or "random"
+  std::uint64_t block_bytes = 0;   // one read, sized like an expert (1-20 MB)
+  int queue_depth = 1;             // reads in flight at once
+  SampleStats gb_per_s;
+  bool operator==(const DiskBandwidthPoint&) const = default;
+};
+
+struct DiskBandwidth {
+  std::string directory;           // where the test file lived (the model's filesystem)
+  std::string filesystem;          // "ext4", "xfs", "tmpfs", ...
+  bool direct_io = false;          // O_DIRECT used (page cache bypassed)
+  std::string note;                // e.g. why O_DIRECT was not possible and what the figures then mean
+  std::uint64_t file_bytes = 0;
+  std::vector<DiskBandwidthPoint> points;
+  bool operator==(const DiskBandwidth&) const = default;
+};
+
+struct Measurements {
+  std::optional<MemoryBandwidth> memory;
+  std::optional<DiskBandwidth> disk;
+  bool operator==(const Measurements&) const = default;
+};
+
+// --------------------------------------------------------- recommendations
+
+struct ThreadRecommendation {
+  int decode_threads = 0;
+  int prefill_threads = 0;
+  CpuSet decode_pus;       // one PU per chosen physical core (SMT siblings left out)
+  CpuSet prefill_pus;
+  std::string rule;        // machine-readable name of what decided, e.g. "single-kind-physical-cores"
+  std::string reason;      // one sentence for humans
+  bool operator==(const ThreadRecommendation&) const = default;
+};
+
+// ---------------------------------------------------------------- profile
+
+struct Provenance {
+  std::string probe_version;       // coli version that wrote the profile
+  std::string build;               // compiler, build type, git revision
+  std::string created_utc;         // ISO 8601
+  std::string host;                // host name (host-private: fleet export drops it)
+  std::string mode;                // "quick" (facts only) or "full" (facts + measurements)
+  double probe_seconds = 0;        // wall time the probe took
+  std::vector<std::string> sources;  // every input read: "hwloc:live", "procfs:live", "replay:<dir>" ...
+  bool operator==(const Provenance&) const = default;
+};
+
+struct DeviceProfile {
+  int schema_version = kDeviceProfileSchemaVersion;
+  // Stable hardware identity: CPU model and kinds, core counts, RAM total
+  // (rounded), GPU identities later. Not free memory, not dates.
+  std::string fingerprint;          // "fnv1a64:<16 hex>"
+  std::string fingerprint_basis;    // the canonical text that was hashed, for humans and diffs
+  Provenance provenance;
+  CpuFacts cpu;
+  MemoryFacts memory;
+  Measurements measurements;
+  ThreadRecommendation threads;
+  bool operator==(const DeviceProfile&) const = default;
+};
+
+}  // namespace coli

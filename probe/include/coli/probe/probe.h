@@ -1,0 +1,38 @@
+// coli-probe's engine: gathers facts (quick) and measurements (full) into a
+// DeviceProfile. Every source is replayable (design.md #2).
+#pragma once
+
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <string_view>
+
+#include "coli/base/files.h"
+#include "coli/base/result.h"
+#include "coli/probe/device_profile.h"
+
+namespace coli {
+
+struct ProbeOptions {
+  bool quick = false;                                  // facts only, no measurements
+  SystemRoot root;                                     // /proc and /sys (live: "/")
+  std::optional<std::filesystem::path> hwloc_xml;      // replay a topology instead of the live one
+  std::optional<std::filesystem::path> sysctl_file;    // replay macOS sysctl values (no hwloc then)
+  std::filesystem::path disk_dir = ".";                // filesystem whose read bandwidth is measured
+  double budget_seconds = 25;                          // upper bound for all measurements
+  std::function<void(std::string_view)> progress;      // one line per step; may be empty
+};
+
+// True when any replay source is set: such a profile describes a recorded
+// machine, so measurements (which would time *this* machine) are skipped.
+bool is_replay(const ProbeOptions& options);
+
+Result<DeviceProfile> run_probe(const ProbeOptions& options);
+
+// Sets fingerprint and fingerprint_basis from the profile's hardware identity.
+void assign_fingerprint(DeviceProfile& profile);
+
+// $XDG_CONFIG_HOME/coli/device-profile.toml, else ~/.config/coli/device-profile.toml.
+std::filesystem::path default_profile_path();
+
+}  // namespace coli

@@ -1,0 +1,23 @@
+// DeviceProfile <-> TOML (and JSON for --json). Parsing validates every
+// field; an error names the file, the line and the field and says what to do.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <string_view>
+
+#include "coli/base/result.h"
+#include "coli/probe/device_profile.h"
+
+namespace coli {
+
+std::string profile_to_toml(const DeviceProfile& profile);
+std::string profile_to_json(const DeviceProfile& profile);
+
+// `source_name` (usually the file path) prefixes every error message.
+Result<DeviceProfile> parse_profile(std::string_view toml_text, const std::string& source_name);
+
+Result<DeviceProfile> load_profile(const std::filesystem::path& path);
+Status save_profile(const std::filesystem::path& path, const DeviceProfile& profile);  // atomic
+
+}  // namespace coli

@@ -1,0 +1,25 @@
+// Disk read bandwidth on the filesystem of a directory (where the model
+// lives): sequential and random reads of expert-sized blocks (1-20 MB) at
+// queue depths 1..8, O_DIRECT where the filesystem allows it.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+
+#include "coli/base/result.h"
+#include "coli/probe/device_profile.h"
+#include "measure/memory_bandwidth.h"
+
+namespace coli::probe {
+
+struct DiskBandwidthOptions {
+  double budget_seconds = 10;
+  std::uint64_t file_bytes = 0;  // 0 = derive from free space and budget
+};
+
+// Creates (and always removes) a temporary file in `directory`. Errors name
+// the directory and say what to do (e.g. choose another with --disk-dir).
+Result<DiskBandwidth> measure_disk_bandwidth(const std::filesystem::path& directory,
+                                             const DiskBandwidthOptions& options, const ProgressFn& progress);
+
+}  // namespace coli::probe
