@@ -1,1 +1,157 @@
-int main() { return 0; }
+// coli-probe: measure this machine once and write its device profile.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <map>
+
+#include <CLI/CLI.hpp>
+
+#include "coli/base/text.h"
+#include "coli/probe/probe.h"
+#include "coli/probe/profile_io.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using coli::DeviceProfile;
+
+// --replay-machine DIR: the layout of tests/fixtures/machines/<name>/.
+void apply_replay_machine(const fs::path& dir, coli::ProbeOptions& options) {
+  if (fs::exists(dir / "topology.xml")) options.hwloc_xml = dir / "topology.xml";
+  if (fs::exists(dir / "sysctl.txt")) options.sysctl_file = dir / "sysctl.txt";
+  if (fs::exists(dir / "root")) options.root = coli::SystemRoot(dir / "root");
+}
+
+std::string kinds_line(const coli::CpuFacts& cpu) {
+  std::string line;
+  for (const auto& kind : cpu.kinds) {
+    if (!line.empty()) line += "; ";
+    line += "rank " + std::to_string(kind.rank) + (kind.core_type.empty() ? "" : " " + kind.core_type) + ": " +
+            std::to_string(kind.cores) + " cores, PUs " + kind.pus.to_list();
+    if (kind.frequency_max_mhz > 0) line += ", " + std::to_string(kind.frequency_max_mhz) + " MHz";
+  }
+  return line;
+}
+
+void print_bandwidth(const coli::MemoryBandwidth& bandwidth) {
+  std::map<std::pair<std::string, int>, std::string> rows;  // (kernel, kind) -> "1t 38.1, 2t 71.0"
+  for (const auto& point : bandwidth.points) {
+    char cell[48];
+    std::snprintf(cell, sizeof cell, "%dt %.1f", point.threads, point.gb_per_s.median);
+    auto& row = rows[{point.kernel, point.kind_rank}];
+    row += (row.empty() ? "" : ", ") + std::string(cell);
+  }
+  for (const auto& [key, row] : rows) {
+    const std::string where = key.second < 0 ? "all kinds" : "kind " + std::to_string(key.second);
+    std::printf("  %-6s %-10s GB/s: %s\n", key.first.c_str(), where.c_str(), row.c_str());
+  }
+}
+
+void print_disk(const coli::DiskBandwidth& disk) {
+  std::printf("  disk at %s (%s, %s%s)\n", disk.directory.c_str(), disk.filesystem.c_str(),
+              disk.direct_io ? "O_DIRECT" : "buffered", disk.note.empty() ? "" : ("; " + disk.note).c_str());
+  std::map<std::pair<std::string, std::uint64_t>, std::string> rows;
+  for (const auto& point : disk.points) {
+    char cell[48];
+    std::snprintf(cell, sizeof cell, "qd%d %.2f", point.queue_depth, point.gb_per_s.median);
+    auto& row = rows[{point.pattern, point.block_bytes}];
+    row += (row.empty() ? "" : ", ") + std::string(cell);
+  }
+  for (const auto& [key, row] : rows) {
+    std::printf("  %-10s %8s GB/s: %s\n", key.first.c_str(), coli::format_bytes(key.second).c_str(), row.c_str());
+  }
+}
+
+void print_summary(const DeviceProfile& p, const std::string& written_to) {
+  const auto& cpu = p.cpu;
+  const auto& memory = p.memory;
+  std::printf("coli-probe %s: %s profile in %.2f s -> %s\n", p.provenance.probe_version.c_str(),
+              p.provenance.mode.c_str(), p.provenance.probe_seconds, written_to.c_str());
+  std::printf("CPU       %s (%s), %d package(s), %d cores, %d PUs%s\n", cpu.model.c_str(), cpu.arch.c_str(),
+              cpu.packages, cpu.cores, cpu.pus, cpu.smt() ? " (SMT)" : "");
+  std::printf("kinds     %s\n", kinds_line(cpu).c_str());
+  std::string isa;
+  for (const auto& flag : cpu.isa) isa += flag + " ";
+  std::printf("ISA       %s\n", isa.empty() ? "(unknown)" : isa.c_str());
+  std::printf("usable    PUs %s (affinity %s; cgroup cpuset %s; quota %s)\n", cpu.usable.pus.to_list().c_str(),
+              cpu.usable.affinity.to_list().c_str(),
+              cpu.usable.cgroup_cpuset ? cpu.usable.cgroup_cpuset->to_list().c_str() : "none",
+              cpu.usable.quota_cpus ? std::to_string(*cpu.usable.quota_cpus).c_str() : "none");
+  std::printf("memory    total %s, available %s, headroom %s (from %s)\n", coli::format_bytes(memory.total_bytes).c_str(),
+              coli::format_bytes(memory.available_bytes).c_str(), coli::format_bytes(memory.headroom_bytes).c_str(),
+              memory.headroom_source.c_str());
+  for (const auto& source : memory.sources) {
+    std::printf("  %s %-34s %10s  %s\n", source.believed ? "[used]" : "[dist]", source.name.c_str(),
+                coli::format_bytes(source.bytes).c_str(), source.note.c_str());
+  }
+  std::printf("threads   decode %d on PUs %s, prefill %d on PUs %s\n", p.threads.decode_threads,
+              p.threads.decode_pus.to_list().c_str(), p.threads.prefill_threads,
+              p.threads.prefill_pus.to_list().c_str());
+  std::printf("  rule %s: %s\n", p.threads.rule.c_str(), p.threads.reason.c_str());
+  if (p.measurements.memory) {
+    std::printf("bandwidth buffers of %s per array\n", coli::format_bytes(p.measurements.memory->buffer_bytes).c_str());
+    print_bandwidth(*p.measurements.memory);
+  }
+  if (p.measurements.disk) print_disk(*p.measurements.disk);
+  std::printf("fingerprint %s\n", p.fingerprint.c_str());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"coli-probe: measure this machine and write its device profile (TOML)"};
+  coli::ProbeOptions options;
+  std::string out = coli::default_profile_path().string();
+  bool json = false;
+  std::string replay_root, replay_xml, replay_sysctl, replay_machine;
+  app.add_option("--out", out, "Where to write the profile ('-' = TOML on stdout)")->capture_default_str();
+  app.add_flag("--quick", options.quick, "Facts only: skip the bandwidth measurements");
+  app.add_flag("--json", json, "Print the profile as JSON on stdout instead of the summary");
+  app.add_option("--disk-dir", options.disk_dir, "Directory on the filesystem that holds your models")
+      ->check(CLI::ExistingDirectory)
+      ->capture_default_str();
+  app.add_option("--budget", options.budget_seconds, "Upper bound for all measurements, in seconds")
+      ->check(CLI::Range(2.0, 3600.0))
+      ->capture_default_str();
+  app.add_option("--replay-root", replay_root, "Read /proc and /sys below this recorded tree")
+      ->check(CLI::ExistingDirectory);
+  app.add_option("--replay-hwloc-xml", replay_xml, "Read the CPU topology from this hwloc XML file")
+      ->check(CLI::ExistingFile);
+  app.add_option("--replay-sysctl", replay_sysctl, "Read a recorded macOS sysctl listing instead of hwloc")
+      ->check(CLI::ExistingFile);
+  app.add_option("--replay-machine", replay_machine,
+                 "A recorded machine directory (topology.xml, sysctl.txt, root/), e.g. tests/fixtures/machines/*")
+      ->check(CLI::ExistingDirectory);
+  CLI11_PARSE(app, argc, argv);
+
+  if (!replay_machine.empty()) apply_replay_machine(replay_machine, options);
+  if (!replay_root.empty()) options.root = coli::SystemRoot(replay_root);
+  if (!replay_xml.empty()) options.hwloc_xml = replay_xml;
+  if (!replay_sysctl.empty()) options.sysctl_file = replay_sysctl;
+  if (::isatty(STDERR_FILENO)) {
+    options.progress = [](std::string_view line) { std::cerr << "coli-probe: " << line << "\n"; };
+  }
+
+  auto profile = coli::run_probe(options);
+  if (!profile) {
+    std::fprintf(stderr, "coli-probe: %s\n", profile.error().message.c_str());
+    return 1;
+  }
+  if (out == "-") {
+    std::fputs(coli::profile_to_toml(*profile).c_str(), stdout);
+    return 0;
+  }
+  if (auto saved = coli::save_profile(out, *profile); !saved) {
+    std::fprintf(stderr, "coli-probe: %s (choose another place with --out)\n", saved.error().message.c_str());
+    return 1;
+  }
+  if (json) {
+    std::fputs(coli::profile_to_json(*profile).c_str(), stdout);
+  } else {
+    print_summary(*profile, out);
+  }
+  return 0;
+}

@@ -1,0 +1,48 @@
+// The hardware fingerprint: a hash of what makes two machines the same for
+// tuning purposes. Only stable identity goes in (CPU model, kinds, counts,
+// ISA, RAM total rounded to GiB), never free memory, dates or host names.
+#include <cstdio>
+#include <string>
+
+#include "coli/probe/profile_io.h"
+
+namespace coli {
+namespace {
+
+std::uint64_t fnv1a64(std::string_view text) {
+  std::uint64_t hash = 0xcbf29ce484222325ull;
+  for (unsigned char c : text) {
+    hash ^= c;
+    hash *= 0x100000001b3ull;
+  }
+  return hash;
+}
+
+std::string fingerprint_basis(const DeviceProfile& profile) {
+  const CpuFacts& cpu = profile.cpu;
+  std::string basis = "arch=" + cpu.arch + ";vendor=" + cpu.vendor + ";model=" + cpu.model +
+                      ";packages=" + std::to_string(cpu.packages) + ";cores=" + std::to_string(cpu.cores) +
+                      ";pus=" + std::to_string(cpu.pus) + ";kinds=";
+  for (const CpuKind& kind : cpu.kinds) {
+    basis += "[" + std::to_string(kind.rank) + ":" + kind.core_type + ":" + std::to_string(kind.cores) + "c:" +
+             kind.pus.to_list() + "]";
+  }
+  basis += ";isa=";
+  for (const std::string& flag : cpu.isa) basis += flag + ",";
+  // Kernels reserve slightly different amounts; a GiB is coarse enough to be
+  // stable across boots and fine enough to tell a 24 GiB box from a 32 GiB one.
+  const std::uint64_t gib = (profile.memory.total_bytes + (1ull << 29)) >> 30;
+  basis += ";ram_gib=" + std::to_string(gib);
+  return basis;
+}
+
+}  // namespace
+
+void assign_fingerprint(DeviceProfile& profile) {
+  profile.fingerprint_basis = fingerprint_basis(profile);
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(fnv1a64(profile.fingerprint_basis)));
+  profile.fingerprint = std::string("fnv1a64:") + hex;
+}
+
+}  // namespace coli

@@ -1,0 +1,151 @@
+// run_probe: facts from replayable sources, then (full mode) measurements,
+// then the thread recommendation, provenance and fingerprint.
+#include "coli/probe/probe.h"
+#include "coli/probe/profile_io.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <ctime>
+
+#include "cpu/apple_perflevels.h"
+#include "cpu/hwloc_topology.h"
+#include "cpu/isa_flags.h"
+#include "cpu/thread_rule.h"
+#include "cpu/usable_cpus.h"
+#include "measure/disk_bandwidth.h"
+#include "measure/memory_bandwidth.h"
+#include "memory/memory_facts.h"
+
+namespace coli {
+namespace {
+
+void report(const ProbeOptions& options, std::string_view line) {
+  if (options.progress) options.progress(line);
+}
+
+std::string utc_now() {
+  const std::time_t now = std::time(nullptr);
+  std::tm parts{};
+  gmtime_r(&now, &parts);
+  char buffer[32];
+  std::strftime(buffer, sizeof buffer, "%Y-%m-%dT%H:%M:%SZ", &parts);
+  return buffer;
+}
+
+std::string host_name() {
+  char buffer[256] = {};
+  return ::gethostname(buffer, sizeof buffer - 1) == 0 ? buffer : "";
+}
+
+// CPU facts and memory facts from sysctl text (macOS, live or recorded).
+Status read_sysctl_machine(const std::string& text, const std::string& source, DeviceProfile& profile) {
+  auto cpu = probe::cpu_facts_from_sysctl(text, source);
+  if (!cpu) return cpu.error();
+  profile.cpu = std::move(*cpu);
+  const auto memsize = probe::memsize_from_sysctl(text);
+  if (!memsize) return make_error(source + ": hw.memsize is missing; record it with `sysctl hw.memsize`");
+  profile.memory = probe::memory_facts_from_total(*memsize, source + " hw.memsize");
+  return Ok{};
+}
+
+// CPU facts through hwloc plus /proc and /sys (Linux, live or recorded).
+Status read_linux_machine(const ProbeOptions& options, DeviceProfile& profile) {
+  auto cpu = probe::read_hwloc_topology(options.hwloc_xml);
+  if (!cpu) return cpu.error();
+  profile.cpu = std::move(*cpu);
+  if (const auto cpuinfo = options.root.read("/proc/cpuinfo")) {
+    profile.cpu.isa = probe::isa_from_cpuinfo(*cpuinfo);
+    profile.cpu.isa_source = options.root.map("/proc/cpuinfo").string();
+  } else {
+    profile.cpu.isa_source = "none (" + options.root.map("/proc/cpuinfo").string() + " unreadable)";
+  }
+  CpuSet machine_pus;
+  for (const CpuKind& kind : profile.cpu.kinds) machine_pus = machine_pus.unite(kind.pus);
+  profile.cpu.usable = probe::read_usable_cpus(options.root, machine_pus);
+
+  std::uint64_t numa_total = 0;
+  for (const NumaNode& node : profile.cpu.numa_nodes) numa_total += node.memory_bytes;
+  auto memory = probe::read_memory_facts(
+      options.root, numa_total > 0 ? std::optional<std::uint64_t>(numa_total) : std::nullopt);
+  if (!memory) return memory.error();
+  profile.memory = std::move(*memory);
+  return Ok{};
+}
+
+void measure(const ProbeOptions& options, DeviceProfile& profile) {
+  // The memory pass gets a little more than half of the budget: it has more points.
+  const probe::MemoryBandwidthOptions memory_options{options.budget_seconds * 0.55, 0};
+  auto memory = probe::measure_memory_bandwidth(profile.cpu, profile.memory, memory_options, options.progress);
+  if (memory) {
+    profile.measurements.memory = std::move(*memory);
+  } else {
+    report(options, "memory bandwidth not measured: " + memory.error().message);
+  }
+  const probe::DiskBandwidthOptions disk_options{options.budget_seconds * 0.4, 0};
+  auto disk = probe::measure_disk_bandwidth(options.disk_dir, disk_options, options.progress);
+  if (disk) {
+    profile.measurements.disk = std::move(*disk);
+  } else {
+    report(options, "disk bandwidth not measured: " + disk.error().message);
+  }
+}
+
+}  // namespace
+
+bool is_replay(const ProbeOptions& options) {
+  return options.hwloc_xml.has_value() || options.sysctl_file.has_value() || !options.root.is_live();
+}
+
+Result<DeviceProfile> run_probe(const ProbeOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  DeviceProfile profile;
+  Provenance& provenance = profile.provenance;
+
+  report(options, "reading CPU and memory facts");
+  if (options.sysctl_file) {
+    auto text = read_text_file(*options.sysctl_file);
+    if (!text) return text.error();
+    if (auto status = read_sysctl_machine(*text, "sysctl:" + options.sysctl_file->string(), profile); !status) {
+      return status.error();
+    }
+    provenance.sources = {"sysctl:" + options.sysctl_file->string()};
+  } else {
+#if defined(__APPLE__)
+    auto text = probe::read_live_sysctl_text();
+    if (!text) return text.error();
+    if (auto status = read_sysctl_machine(*text, "sysctl:live", profile); !status) return status.error();
+    provenance.sources = {"sysctl:live"};
+#else
+    if (auto status = read_linux_machine(options, profile); !status) return status.error();
+    provenance.sources = {profile.cpu.topology_source, "procfs+sysfs:" + options.root.describe()};
+#endif
+  }
+
+  const bool measured = !options.quick && !is_replay(options);
+  if (measured) measure(options, profile);
+  if (!options.quick && is_replay(options)) {
+    report(options, "replaying a recorded machine: measurements skipped (they would time this machine)");
+  }
+  profile.threads = probe::recommend_threads(profile.cpu);
+
+  provenance.probe_version = COLI_VERSION;
+  provenance.build = COLI_BUILD_INFO;
+  provenance.created_utc = utc_now();
+  provenance.host = is_replay(options) ? "replay" : host_name();
+  provenance.mode = measured ? "full" : "quick";
+  provenance.probe_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  assign_fingerprint(profile);
+  return profile;
+}
+
+std::filesystem::path default_profile_path() {
+  if (const char* xdg = std::getenv("XDG_CONFIG_HOME"); xdg && *xdg) {
+    return std::filesystem::path(xdg) / "coli" / "device-profile.toml";
+  }
+  const char* home = std::getenv("HOME");
+  return std::filesystem::path(home && *home ? home : ".") / ".config" / "coli" / "device-profile.toml";
+}
+
+}  // namespace coli

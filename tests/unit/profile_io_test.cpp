@@ -1,0 +1,172 @@
+// Device profile files: exact round trip, and a table of broken files that
+// must each be refused with the field (and line) named, never a crash.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "coli/base/files.h"
+#include "coli/base/text.h"
+#include "coli/probe/profile_io.h"
+#include "coli/probe/profile_io.h"
+
+namespace coli {
+namespace {
+
+SampleStats stats(double worst, double median, double best, int samples) {
+  return SampleStats{samples, median, best, worst, (best - worst) / median};
+}
+
+// A made-up two-kind machine with every optional part present.
+DeviceProfile sample_profile() {
+  DeviceProfile p;
+  p.provenance = {"0.1.0", "GNU 12.2.0 Release", "2026-11-29T18:00:00Z", "box", "full", 12.625, {"hwloc:live", "x"}};
+  CpuFacts& cpu = p.cpu;
+  cpu.arch = "x86_64";
+  cpu.vendor = "GenuineIntel";
+  cpu.model = "Made-up Core i9 \"quoted\"";
+  cpu.packages = 1;
+  cpu.cores = 6;
+  cpu.pus = 8;
+  cpu.kinds = {CpuKind{0, 0, "IntelAtom", 3000, 0, CpuSet({4, 5, 6, 7}), 4},
+               CpuKind{1, 1, "IntelCore", 5500, 0, CpuSet({0, 1, 2, 3}), 2}};
+  cpu.caches = {CacheInfo{2, "unified", 1, 2u << 20, 64, 1, 2}, CacheInfo{3, "unified", 0, 36u << 20, 64, 6, 1}};
+  cpu.numa_nodes = {NumaNode{0, CpuSet({0, 1, 2, 3, 4, 5, 6, 7}), 32ull << 30}};
+  cpu.isa = {"avx2", "fma"};
+  cpu.usable = UsableCpus{CpuSet({0, 1, 2, 3, 4, 5}), CpuSet({0, 1, 2, 3, 4, 5, 6, 7}), CpuSet({0, 1, 2, 3, 4, 5}), 5.5};
+  cpu.topology_source = "hwloc:live";
+  cpu.isa_source = "/proc/cpuinfo";
+  MemoryFacts& m = p.memory;
+  m.total_bytes = 32ull << 30;
+  m.available_bytes = 30ull << 30;
+  m.swap_total_bytes = 0;
+  m.swap_free_bytes = 0;
+  m.cgroup_limit_bytes = 8ull << 30;
+  m.cgroup_usage_bytes = 1ull << 30;
+  m.cgroup_reclaimable_bytes = 1ull << 28;
+  m.headroom_bytes = (7ull << 30) + (1ull << 28);
+  m.headroom_source = "cgroup headroom";
+  m.sources = {MemorySource{"MemAvailable", 30ull << 30, "/proc/meminfo", true, ""},
+               MemorySource{"cgroup headroom", m.headroom_bytes, "/sys/fs/cgroup/memory.max", true, "tightest"}};
+  p.measurements.memory = MemoryBandwidth{1ull << 30,
+                                          {MemoryBandwidthPoint{"read", -1, 1, CpuSet({0}), stats(30.5, 31.25, 33.0, 5)},
+                                           MemoryBandwidthPoint{"triad", 1, 2, CpuSet({0, 2}), stats(60, 61.1, 62.3, 4)}}};
+  p.measurements.disk = DiskBandwidth{"/data", "ext4", true, "", 512ull << 20,
+                                      {DiskBandwidthPoint{"random", 4u << 20, 8, stats(1.0, 1.1, 1.2, 3)}}};
+  p.threads = ThreadRecommendation{2, 2, CpuSet({0, 2}), CpuSet({0, 2}), "all-but-efficiency-kind", "because"};
+  assign_fingerprint(p);
+  return p;
+}
+
+TEST(ProfileIo, RoundTripsExactly) {
+  const DeviceProfile original = sample_profile();
+  const std::string text = profile_to_toml(original);
+  auto parsed = parse_profile(text, "sample.toml");
+  ASSERT_TRUE(parsed.ok()) << parsed.error().message << "\n" << text;
+  EXPECT_EQ(*parsed, original);
+  EXPECT_EQ(profile_to_toml(*parsed), text);
+}
+
+TEST(ProfileIo, RoundTripsThroughAnAtomicallyWrittenFile) {
+  const auto path = std::filesystem::temp_directory_path() / ("coli_profile_" + std::to_string(::getpid())) / "p.toml";
+  const DeviceProfile original = sample_profile();
+  ASSERT_TRUE(save_profile(path, original).ok());
+  auto loaded = load_profile(path);
+  ASSERT_TRUE(loaded.ok()) << loaded.error().message;
+  EXPECT_EQ(*loaded, original);
+  std::filesystem::remove_all(path.parent_path());
+}
+
+TEST(ProfileIo, JsonCarriesTheSameFields) {
+  const std::string json = profile_to_json(sample_profile());
+  EXPECT_EQ(json.front(), '{');
+  EXPECT_NE(json.find("\"schema_version\" : 1"), std::string::npos) << json.substr(0, 400);
+  EXPECT_NE(json.find("\"decode_threads\" : 2"), std::string::npos);
+}
+
+TEST(ProfileIo, FingerprintIgnoresFreeMemoryAndDatesButNotHardware) {
+  DeviceProfile a = sample_profile();
+  DeviceProfile b = a;
+  b.memory.available_bytes /= 2;
+  b.memory.headroom_bytes /= 2;
+  b.provenance.created_utc = "2027-01-01T00:00:00Z";
+  b.provenance.host = "other";
+  assign_fingerprint(b);
+  EXPECT_EQ(a.fingerprint, b.fingerprint);
+  b.cpu.kinds[1].cores = 3;
+  assign_fingerprint(b);
+  EXPECT_NE(a.fingerprint, b.fingerprint);
+}
+
+// Replaces `key = ...` in the first table named `header` ("[threads]").
+std::string with_field(std::string text, std::string_view header, std::string_view key, std::string_view value,
+                       int* line_number = nullptr) {
+  size_t pos = header.empty() ? 0 : text.find("\n" + std::string(header) + "\n");
+  EXPECT_NE(pos, std::string::npos) << header;
+  pos = text.find("\n" + std::string(key) + " = ", pos);
+  EXPECT_NE(pos, std::string::npos) << key;
+  if (pos == std::string::npos) return text;
+  const size_t start = pos + 1;
+  const size_t end = text.find('\n', start);
+  if (line_number) *line_number = 1 + static_cast<int>(std::count(text.begin(), text.begin() + start, '\n'));
+  return text.replace(start, end - start, value.empty() ? "" : std::string(key) + " = " + std::string(value));
+}
+
+struct BadProfile {
+  const char* name;
+  std::string text;
+  std::string expected;  // substring of the error
+  int line = 0;          // expected line in the message, 0 = not checked
+};
+
+std::vector<BadProfile> bad_profiles() {
+  const std::string good = profile_to_toml(sample_profile());
+  std::vector<BadProfile> cases;
+  auto add = [&](const char* name, std::string_view header, std::string_view key, std::string_view value,
+                 std::string expected, bool check_line = true) {
+    int line = 0;
+    std::string text = with_field(good, header, key, value, &line);
+    cases.push_back({name, std::move(text), std::move(expected), check_line ? line : 0});
+  };
+  add("absurd thread count", "[threads]", "decode_threads", "100000", "'threads.decode_threads' = 100000 is out of range");
+  add("negative size", "[memory]", "total_bytes", "-5", "'memory.total_bytes' = -5 is out of range");
+  add("future schema", "", "schema_version", "2", "newer than this build understands");
+  add("zero schema", "", "schema_version", "0", "'schema_version' = 0 is out of range");
+  add("string for a number", "[cpu]", "cores", "\"six\"", "'cpu.cores' must be an integer");
+  add("bad CPU list", "[cpu.usable]", "pus", "\"3-1\"", "'cpu.usable.pus' is not a CPU list");
+  add("NaN bandwidth", "[[measurements.memory_bandwidth.points]]", "median_gb_per_s", "nan", "must be a finite number");
+  add("absurd bandwidth", "[[measurements.disk.points]]", "best_gb_per_s", "1e12", "is out of range");
+  add("missing field", "[memory]", "headroom_bytes", "", "'memory.headroom_bytes' is missing", false);
+  add("headroom above total", "[memory]", "headroom_bytes", std::to_string(64ull << 30), "exceeds total_bytes", false);
+  add("unknown headroom source", "[memory]", "headroom_source", "\"guess\"", "names no entry of memory.sources", false);
+  add("PU outside the machine", "[cpu.usable]", "pus", "\"0-9\"", "subset of the machine's PUs", false);
+  add("kinds not covering cores", "[cpu]", "cores", "7", "must cover exactly the machine's 7 cores", false);
+  add("threads on forbidden PUs", "[threads]", "decode_pus", "\"6-7\"", "PUs 6-7 this process may not use", false);
+  add("pus list size mismatch", "[threads]", "prefill_pus", "\"0\"", "one PU per prefill thread", false);
+  add("bad mode", "[provenance]", "mode", "\"fast\"", "'provenance.mode' must be", false);
+  cases.push_back({"truncated", good.substr(0, good.size() / 2) + "\"unterminated", "not valid TOML", 0});
+  cases.push_back({"empty", "", "'schema_version' is missing", 0});
+  cases.push_back({"binary junk", std::string("\x7f" "ELF\x02\x01\x01\0\0\0", 10), "not valid TOML", 0});
+  return cases;
+}
+
+TEST(ProfileIo, RefusesEachBadProfileWithTheFieldNamed) {
+  for (const BadProfile& bad : bad_profiles()) {
+    SCOPED_TRACE(bad.name);
+    auto parsed = parse_profile(bad.text, "bad.toml");
+    ASSERT_FALSE(parsed.ok());
+    const std::string& message = parsed.error().message;
+    EXPECT_NE(message.find("bad.toml:"), std::string::npos) << message;
+    EXPECT_NE(message.find(bad.expected), std::string::npos) << message;
+    if (bad.line > 0) EXPECT_NE(message.find("bad.toml:" + std::to_string(bad.line) + ":"), std::string::npos) << message;
+  }
+}
+
+TEST(ProfileIo, MissingFileSaysHowToCreateOne) {
+  auto loaded = load_profile("/nonexistent/coli/device-profile.toml");
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_NE(loaded.error().message.find("/nonexistent/coli/device-profile.toml"), std::string::npos);
+  EXPECT_NE(loaded.error().message.find("coli-probe"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace coli

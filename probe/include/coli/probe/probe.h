@@ -29,9 +29,6 @@ bool is_replay(const ProbeOptions& options);
 
 Result<DeviceProfile> run_probe(const ProbeOptions& options);
 
-// Sets fingerprint and fingerprint_basis from the profile's hardware identity.
-void assign_fingerprint(DeviceProfile& profile);
-
 // $XDG_CONFIG_HOME/coli/device-profile.toml, else ~/.config/coli/device-profile.toml.
 std::filesystem::path default_profile_path();
 

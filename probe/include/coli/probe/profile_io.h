@@ -18,6 +18,9 @@ std::string profile_to_json(const DeviceProfile& profile);
 Result<DeviceProfile> parse_profile(std::string_view toml_text, const std::string& source_name);
 
 Result<DeviceProfile> load_profile(const std::filesystem::path& path);
+// Sets fingerprint and fingerprint_basis from the profile's hardware identity.
+void assign_fingerprint(DeviceProfile& profile);
+
 Status save_profile(const std::filesystem::path& path, const DeviceProfile& profile);  // atomic
 
 }  // namespace coli

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The README's two set-up commands. On a fresh Debian 12 machine:
+#   tools/bootstrap.sh demo   install what is missing, build, run the main job end to end
+#   tools/bootstrap.sh test   install what is missing, build, run every test
+# Environment: COLI_BUILD_DIR (default build), COLI_JOBS (default nproc).
+set -euo pipefail
+
+mode="${1:-}"
+if [[ "$mode" != demo && "$mode" != test ]]; then
+  echo "usage: $0 demo|test" >&2
+  exit 2
+fi
+cd "$(dirname "$0")/.."
+build_dir="${COLI_BUILD_DIR:-build}"
+jobs="${COLI_JOBS:-$(nproc)}"
+
+# Every build and test dependency, from Debian's own packages.
+packages=(
+  build-essential cmake ninja-build pkg-config git
+  libhwloc-dev hwloc libtomlplusplus-dev libcli11-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+)
+
+install_missing() {
+  local missing=()
+  for package in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
+  done
+  [[ ${#missing[@]} -eq 0 ]] && return 0
+  local sudo=()
+  [[ $(id -u) -ne 0 ]] && sudo=(sudo)
+  echo "bootstrap: installing ${missing[*]}" >&2
+  "${sudo[@]}" apt-get update -q
+  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
+}
+
+build() {
+  cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCOLI_WERROR=ON
+  cmake --build "$build_dir" -j "$jobs"
+}
+
+install_missing
+build
+case "$mode" in
+  test)
+    ctest --test-dir "$build_dir" --output-on-failure -j "$jobs"
+    ;;
+  demo)
+    # The main job, end to end: measure this machine and write its profile.
+    out="$build_dir/demo"
+    mkdir -p "$out"
+    "$build_dir/tools/coli-probe" --out "$out/device-profile.toml" --disk-dir "$out"
+    echo "bootstrap: device profile written to $out/device-profile.toml"
+    ;;
+esac
