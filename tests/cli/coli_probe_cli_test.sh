@@ -1,2 +1,74 @@
-#!/bin/sh
-exit 0
+#!/usr/bin/env bash
+# coli-probe as a user runs it: exit codes, files written, errors printed.
+# usage: coli_probe_cli_test.sh PATH/TO/coli-probe PATH/TO/tests/fixtures
+set -u
+probe="$1"
+fixtures="$2"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+passed=0
+failed=0
+
+check() {  # check NAME CONDITION-COMMAND...
+  local name="$1"
+  shift
+  if "$@"; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1))
+    echo "FAIL: $name" >&2
+  fi
+}
+contains() { grep -q -- "$2" "$1"; }
+
+# Quick probe of this machine writes a versioned, fingerprinted profile.
+"$probe" --quick --out "$work/quick.toml" >"$work/quick.out" 2>"$work/quick.err"
+check "quick probe exits 0" test $? -eq 0
+check "quick profile written" test -s "$work/quick.toml"
+check "profile has schema_version" contains "$work/quick.toml" "^schema_version = 1"
+check "profile has fingerprint" contains "$work/quick.toml" "^fingerprint = 'fnv1a64:"
+check "quick mode recorded" contains "$work/quick.toml" "^mode = 'quick'"
+check "summary names the thread rule" contains "$work/quick.out" "rule "
+
+# Writing again replaces the file atomically and leaves no temporary behind.
+"$probe" --quick --out "$work/quick.toml" >/dev/null 2>&1
+check "no temporary files left" test "$(ls "$work" | grep -c '\.tmp\.')" -eq 0
+
+# --out - prints the TOML; --json prints JSON.
+"$probe" --quick --out - >"$work/stdout.toml" 2>/dev/null
+check "--out - prints TOML" contains "$work/stdout.toml" "^schema_version = 1"
+"$probe" --quick --json --out "$work/j.toml" >"$work/j.json" 2>/dev/null
+check "--json prints JSON" contains "$work/j.json" '"schema_version" : 1'
+
+# Replays: the 3-tier Apple CPU gets 6 threads, the 8 GiB container its cgroup headroom.
+"$probe" --replay-machine "$fixtures/machines/apple-m-3tier" --out - >"$work/m.toml" 2>/dev/null
+check "3-tier replay: 6 decode threads" contains "$work/m.toml" "^decode_threads = 6$"
+"$probe" --replay-machine "$fixtures/machines/container-cgroup-8g" --out - >"$work/c.toml" 2>/dev/null
+check "container replay: headroom from the cgroup" contains "$work/c.toml" "^headroom_source = 'cgroup"
+
+# A short full probe measures memory and disk bandwidth within its budget.
+"$probe" --budget 4 --disk-dir "$work" --out "$work/full.toml" >"$work/full.out" 2>&1
+check "full probe exits 0" test $? -eq 0
+check "full mode recorded" contains "$work/full.toml" "^mode = 'full'"
+check "memory bandwidth measured" contains "$work/full.toml" "^\[measurements.memory_bandwidth\]"
+check "disk bandwidth measured" contains "$work/full.toml" "^\[measurements.disk\]"
+check "disk test file removed" test "$(ls "$work" | grep -vc -E '\.(toml|out|err|json)$')" -eq 0
+
+# Bad input: clear errors, non-zero exit, never a crash.
+"$probe" --quick --out /proc/coli-nope/p.toml >/dev/null 2>"$work/e1"
+rc=$?
+check "unwritable --out fails with 1" test $rc -eq 1
+check "unwritable --out names the path" contains "$work/e1" "/proc/coli-nope"
+"$probe" --replay-hwloc-xml "$fixtures/machines/dev-vm-2core/root/proc/meminfo" --out - >/dev/null 2>"$work/e2"
+rc=$?
+check "non-XML topology fails with 1" test $rc -eq 1
+check "non-XML topology names the file" contains "$work/e2" "meminfo"
+"$probe" --replay-machine "$work/does-not-exist" >/dev/null 2>"$work/e3"
+rc=$?
+check "missing replay dir is a usage error, not a crash" test $rc -ne 0 -a $rc -lt 128
+check "missing replay dir is named" contains "$work/e3" "does-not-exist"
+"$probe" --budget 100000 >/dev/null 2>&1
+check "absurd budget refused" test $? -ne 0
+
+echo "$passed passed, $failed failed"
+test "$failed" -eq 0
