@@ -179,6 +179,17 @@ CpuFacts read_cpu(const Reader& r) {
     kind.linux_capacity = k.small_int("linux_capacity", 0, 1000000);
     kind.pus = k.cpus("pus");
     kind.cores = k.small_int("cores", 1, kind.pus.size());
+    CpuSet covered;
+    for (const std::string& core : k.strings("core_pus")) {
+      auto set = CpuSet::parse(core);
+      if (!set || set->empty()) k.fail(nullptr, "core_pus", "holds '" + core + "', which is not a CPU list");
+      covered = covered.unite(*set);
+      kind.core_pus.push_back(*set);
+    }
+    if (static_cast<int>(kind.core_pus.size()) != kind.cores || covered != kind.pus) {
+      k.fail(nullptr, "core_pus", "must list the PUs of each of the kind's " + std::to_string(kind.cores) +
+                                      " cores, covering exactly " + kind.pus.to_list());
+    }
     all_pus = all_pus.unite(kind.pus);
     all_cores += kind.cores;
     cpu.kinds.push_back(std::move(kind));
@@ -267,8 +278,13 @@ ThreadRecommendation read_threads(const Reader& r, const CpuFacts& cpu) {
   t.prefill_pus = r.cpus("prefill_pus");
   t.rule = r.text("rule");
   t.reason = r.text("reason");
-  if (t.decode_pus.size() != t.decode_threads) r.fail(nullptr, "decode_pus", "must name one PU per decode thread");
-  if (t.prefill_pus.size() != t.prefill_threads) r.fail(nullptr, "prefill_pus", "must name one PU per prefill thread");
+  // An empty PU list means unpinned threads; otherwise one PU per thread.
+  if (!t.decode_pus.empty() && t.decode_pus.size() != t.decode_threads) {
+    r.fail(nullptr, "decode_pus", "must name one PU per decode thread");
+  }
+  if (!t.prefill_pus.empty() && t.prefill_pus.size() != t.prefill_threads) {
+    r.fail(nullptr, "prefill_pus", "must name one PU per prefill thread");
+  }
   const CpuSet outside = t.decode_pus.unite(t.prefill_pus).minus(cpu.usable.pus);
   if (!outside.empty()) r.fail(nullptr, "decode_pus", "uses PUs " + outside.to_list() + " this process may not use");
   return t;

@@ -36,13 +36,16 @@ toml::table cpu_table(const CpuFacts& cpu) {
 
   toml::array kinds;
   for (const CpuKind& kind : cpu.kinds) {
+    toml::array core_pus;
+    for (const CpuSet& core : kind.core_pus) core_pus.push_back(core.to_list());
     kinds.push_back(toml::table{{"rank", kind.rank},
                                 {"hwloc_efficiency", kind.hwloc_efficiency},
                                 {"core_type", kind.core_type},
                                 {"frequency_max_mhz", kind.frequency_max_mhz},
                                 {"linux_capacity", kind.linux_capacity},
                                 {"pus", kind.pus.to_list()},
-                                {"cores", kind.cores}});
+                                {"cores", kind.cores},
+                                {"core_pus", std::move(core_pus)}});
   }
   toml::array caches;
   for (const CacheInfo& cache : cpu.caches) {

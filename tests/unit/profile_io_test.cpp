@@ -27,8 +27,9 @@ DeviceProfile sample_profile() {
   cpu.packages = 1;
   cpu.cores = 6;
   cpu.pus = 8;
-  cpu.kinds = {CpuKind{0, 0, "IntelAtom", 3000, 0, CpuSet({4, 5, 6, 7}), 4},
-               CpuKind{1, 1, "IntelCore", 5500, 0, CpuSet({0, 1, 2, 3}), 2}};
+  cpu.kinds = {CpuKind{0, 0, "IntelAtom", 3000, 0, CpuSet({4, 5, 6, 7}), 4,
+                       {CpuSet({4}), CpuSet({5}), CpuSet({6}), CpuSet({7})}},
+               CpuKind{1, 1, "IntelCore", 5500, 0, CpuSet({0, 1, 2, 3}), 2, {CpuSet({0, 2}), CpuSet({1, 3})}}};
   cpu.caches = {CacheInfo{2, "unified", 1, 2u << 20, 64, 1, 2}, CacheInfo{3, "unified", 0, 36u << 20, 64, 6, 1}};
   cpu.numa_nodes = {NumaNode{0, CpuSet({0, 1, 2, 3, 4, 5, 6, 7}), 32ull << 30}};
   cpu.isa = {"avx2", "fma"};
@@ -142,6 +143,7 @@ std::vector<BadProfile> bad_profiles() {
   add("kinds not covering cores", "[cpu]", "cores", "7", "must cover exactly the machine's 7 cores", false);
   add("threads on forbidden PUs", "[threads]", "decode_pus", "\"6-7\"", "PUs 6-7 this process may not use", false);
   add("pus list size mismatch", "[threads]", "prefill_pus", "\"0\"", "one PU per prefill thread", false);
+  add("core map not covering the kind", "[[cpu.kinds]]", "core_pus", "[ '4', '5', '6', '6' ]", "'cpu.kinds[0].core_pus' must list");
   add("bad mode", "[provenance]", "mode", "\"fast\"", "'provenance.mode' must be", false);
   cases.push_back({"truncated", good.substr(0, good.size() / 2) + "\"unterminated", "not valid TOML", 0});
   cases.push_back({"empty", "", "'schema_version' is missing", 0});
@@ -157,7 +159,9 @@ TEST(ProfileIo, RefusesEachBadProfileWithTheFieldNamed) {
     const std::string& message = parsed.error().message;
     EXPECT_NE(message.find("bad.toml:"), std::string::npos) << message;
     EXPECT_NE(message.find(bad.expected), std::string::npos) << message;
-    if (bad.line > 0) EXPECT_NE(message.find("bad.toml:" + std::to_string(bad.line) + ":"), std::string::npos) << message;
+    if (bad.line > 0) {
+      EXPECT_NE(message.find("bad.toml:" + std::to_string(bad.line) + ":"), std::string::npos) << message;
+    }
   }
 }
 

@@ -32,6 +32,10 @@ struct CpuKind {
   int linux_capacity = 0;        // /sys/.../cpu_capacity, 0 when unknown
   CpuSet pus;                    // logical CPUs of this kind (OS indices)
   int cores = 0;                 // physical cores of this kind
+  // The PUs of each physical core, SMT siblings together, in core order. Kept
+  // explicitly because sibling numbering differs: adjacent (0,1) on client
+  // parts, N apart (0,128) on many servers.
+  std::vector<CpuSet> core_pus;
   bool operator==(const CpuKind&) const = default;
 };
 
