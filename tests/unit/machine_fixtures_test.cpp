@@ -1,0 +1,120 @@
+// Every recorded machine in tests/fixtures/machines, replayed through the
+// whole probe exactly as `coli-probe --replay-machine DIR --quick` does, with
+// its tiers, memory headroom and thread recommendation asserted. Each
+// fixture's SOURCE.md says where it came from.
+#include <gtest/gtest.h>
+
+#include <cctype>
+#include <filesystem>
+#include <set>
+
+#include "coli/probe/probe.h"
+#include "coli/probe/profile_io.h"
+
+namespace coli {
+namespace {
+
+namespace fs = std::filesystem;
+constexpr std::uint64_t kKiB = 1024;
+constexpr std::uint64_t kGiB = 1ull << 30;
+
+struct MachineCase {
+  const char* name;
+  std::vector<int> cores_per_kind;  // rank 0 (efficiency) first
+  int pus;
+  int numa_nodes;
+  int decode_threads;
+  const char* decode_pus;
+  const char* rule;
+  std::uint64_t headroom_bytes;
+  const char* headroom_source_prefix;
+};
+
+void PrintTo(const MachineCase& machine, std::ostream* out) { *out << machine.name; }
+
+// Headroom figures come from each fixture's own files: MemAvailable in
+// root/proc/meminfo (kB), or the cgroup's max - current + inactive_file.
+const MachineCase kMachines[] = {
+    {"apple-m-3tier", {6, 4, 2}, 12, 1, 6, "6-11", "all-but-efficiency-kind", 32 * kGiB, "available"},
+    {"apple-m4-pro", {4, 10}, 14, 1, 10, "4-13", "all-but-efficiency-kind", 24 * kGiB, "available"},
+    {"intel-i9-13900k", {16, 8}, 32, 1, 8, "0,2,4,6,8,10,12,14", "all-but-efficiency-kind", 30104872 * kKiB,
+     "MemAvailable"},
+    {"intel-core-ultra-7-265k", {12, 8}, 20, 1, 8, "0-7", "all-but-efficiency-kind", 61990112 * kKiB, "MemAvailable"},
+    {"rockchip-rk3588", {4, 4}, 8, 1, 4, "4-7", "all-but-efficiency-kind", 15402116 * kKiB, "MemAvailable"},
+    {"amd-epyc-2s", {128}, 256, 2, 128, "0-127", "single-kind-physical-cores", 521917084 * kKiB, "MemAvailable"},
+    {"dev-vm-2core", {2}, 2, 1, 2, "0-1", "single-kind-physical-cores", 24349340 * kKiB, "MemAvailable"},
+    {"container-cgroup-8g", {8}, 8, 1, 8, "0-7", "single-kind-physical-cores", 8 * kGiB - 1536 * kGiB / 1024 + kGiB / 2,
+     "cgroup"},
+};
+
+ProbeOptions replay_options(const fs::path& dir) {
+  ProbeOptions options;
+  options.quick = true;
+  if (fs::exists(dir / "topology.xml")) options.hwloc_xml = dir / "topology.xml";
+  if (fs::exists(dir / "sysctl.txt")) options.sysctl_file = dir / "sysctl.txt";
+  if (fs::exists(dir / "root")) options.root = SystemRoot(dir / "root");
+  return options;
+}
+
+class MachineFixture : public testing::TestWithParam<MachineCase> {};
+
+TEST_P(MachineFixture, ReplaysTiersHeadroomAndThreads) {
+  const MachineCase& expected = GetParam();
+  const fs::path dir = fs::path(COLI_FIXTURES_DIR) / "machines" / expected.name;
+  ASSERT_TRUE(fs::exists(dir / "SOURCE.md")) << "every fixture names its source: " << dir;
+
+  auto profile = run_probe(replay_options(dir));
+  ASSERT_TRUE(profile.ok()) << profile.error().message;
+  const CpuFacts& cpu = profile->cpu;
+
+  std::vector<int> cores_per_kind;
+  for (const CpuKind& kind : cpu.kinds) cores_per_kind.push_back(kind.cores);
+  EXPECT_EQ(cores_per_kind, expected.cores_per_kind);
+  EXPECT_EQ(cpu.pus, expected.pus);
+  EXPECT_EQ(static_cast<int>(cpu.numa_nodes.size()), expected.numa_nodes);
+
+  EXPECT_EQ(profile->memory.headroom_bytes, expected.headroom_bytes);
+  EXPECT_EQ(profile->memory.headroom_source.rfind(expected.headroom_source_prefix, 0), 0u)
+      << profile->memory.headroom_source;
+
+  EXPECT_EQ(profile->threads.decode_threads, expected.decode_threads) << profile->threads.reason;
+  EXPECT_EQ(profile->threads.decode_pus.to_list(), expected.decode_pus);
+  EXPECT_EQ(profile->threads.rule, expected.rule);
+
+  // Replays never measure (that would time this machine) and say so.
+  EXPECT_EQ(profile->provenance.mode, "quick");
+  EXPECT_FALSE(profile->measurements.memory.has_value());
+
+  // What the probe writes, the profile reader accepts unchanged.
+  auto reread = parse_profile(profile_to_toml(*profile), expected.name);
+  ASSERT_TRUE(reread.ok()) << reread.error().message;
+  EXPECT_EQ(*reread, *profile);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllRecordedMachines, MachineFixture, testing::ValuesIn(kMachines),
+                         [](const testing::TestParamInfo<MachineCase>& param) {
+                           std::string name = param.param.name;
+                           for (char& c : name) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+                           return name;
+                         });
+
+TEST(MachineFixtures, EveryFixtureDirectoryIsCovered) {
+  std::set<std::string> tested;
+  for (const MachineCase& machine : kMachines) tested.insert(machine.name);
+  for (const auto& entry : fs::directory_iterator(fs::path(COLI_FIXTURES_DIR) / "machines")) {
+    EXPECT_TRUE(tested.count(entry.path().filename().string())) << "untested fixture " << entry.path();
+  }
+}
+
+TEST(MachineFixtures, FingerprintsTellMachinesApart) {
+  std::set<std::string> fingerprints;
+  for (const MachineCase& machine : kMachines) {
+    auto profile = run_probe(replay_options(fs::path(COLI_FIXTURES_DIR) / "machines" / machine.name));
+    ASSERT_TRUE(profile.ok()) << profile.error().message;
+    fingerprints.insert(profile->fingerprint);
+  }
+  EXPECT_EQ(fingerprints.size(), std::size(kMachines));
+}
+
+}  // namespace
+}  // namespace coli
