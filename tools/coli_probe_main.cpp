@@ -84,7 +84,7 @@ void print_summary(const DeviceProfile& p, const std::string& written_to) {
               coli::format_bytes(memory.available_bytes).c_str(), coli::format_bytes(memory.headroom_bytes).c_str(),
               memory.headroom_source.c_str());
   for (const auto& source : memory.sources) {
-    std::printf("  %s %-34s %10s  %s\n", source.believed ? "[used]" : "[dist]", source.name.c_str(),
+    std::printf("  %-12s %-32s %10s  %s\n", source.believed ? "believed" : "NOT believed", source.name.c_str(),
                 coli::format_bytes(source.bytes).c_str(), source.note.c_str());
   }
   std::printf("threads   decode %d on PUs %s, prefill %d on PUs %s\n", p.threads.decode_threads,
