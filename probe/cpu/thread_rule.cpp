@@ -1,5 +1,7 @@
 #include "cpu/thread_rule.h"
 
+#include "cpu/core_map.h"
+
 #include <algorithm>
 #include <cmath>
 #include <sstream>
@@ -14,32 +16,6 @@ int smt_width(const CpuKind& kind) {
   const int pus = kind.pus.size();
   if (kind.cores <= 0 || pus <= kind.cores) return 1;
   return (pus + kind.cores - 1) / kind.cores;
-}
-
-// The PUs of each core: the topology's own map when it has one; for facts
-// without it (hand-written), `smt_width` consecutive PUs, i.e. siblings taken
-// to have adjacent numbers.
-std::vector<CpuSet> cores_of(const CpuKind& kind) {
-  if (!kind.core_pus.empty()) return kind.core_pus;
-  std::vector<CpuSet> cores;
-  const auto& pus = kind.pus.cpus();
-  const size_t width = static_cast<size_t>(smt_width(kind));
-  for (size_t start = 0; start < pus.size(); start += width) {
-    const size_t end = std::min(start + width, pus.size());
-    cores.emplace_back(std::vector<int>(pus.begin() + static_cast<std::ptrdiff_t>(start),
-                                        pus.begin() + static_cast<std::ptrdiff_t>(end)));
-  }
-  return cores;
-}
-
-// The first usable PU of every core of `kind` that has one.
-std::vector<int> first_usable_pu_per_core(const CpuKind& kind, const CpuSet& usable) {
-  std::vector<int> chosen;
-  for (const CpuSet& core : cores_of(kind)) {
-    const CpuSet allowed = core.intersect(usable);
-    if (!allowed.empty()) chosen.push_back(allowed.cpus().front());
-  }
-  return chosen;
 }
 
 // What one kind contributes: one PU per usable physical core.

@@ -1,0 +1,320 @@
+#include "measure/disk_bandwidth.h"
+
+#include <fcntl.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+#if defined(__linux__)
+#include <sys/vfs.h>
+#endif
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstdio>
+#include <cstring>
+#include <latch>
+#include <memory>
+#include <random>
+#include <string>
+#include <system_error>
+#include <utility>
+#include <thread>
+#include <vector>
+
+#include "coli/base/text.h"
+#include "measure/stats.h"
+
+namespace coli::probe {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr std::uint64_t kMiB = 1ull << 20;
+constexpr std::array<std::uint64_t, 3> kBlockBytes{1 * kMiB, 4 * kMiB, 16 * kMiB};  // expert-sized reads
+constexpr std::array<int, 4> kQueueDepths{1, 2, 4, 8};
+constexpr std::uint64_t kLargestBlock = 16 * kMiB;
+constexpr std::uint64_t kMinFileBytes = 2 * kLargestBlock;
+constexpr std::uint64_t kMinDerivedFileBytes = 256 * kMiB;
+constexpr std::uint64_t kMaxDerivedFileBytes = 1024 * kMiB;
+constexpr std::uint64_t kDerivedFileBytesPerSecond = 128 * kMiB;  // of budget
+constexpr double kWriteShareOfBudget = 0.3;  // stop writing early on a slow disk
+constexpr std::size_t kAlignment = 4096;     // O_DIRECT wants buffers and offsets aligned to the block size
+
+std::string where(const std::filesystem::path& directory) {
+  return " (directory " + directory.string() + "); choose another with --disk-dir";
+}
+
+Error os_error(const std::string& what, const std::filesystem::path& directory, int error_number) {
+  return make_error("disk bandwidth: " + what + ": " + std::strerror(error_number) + where(directory));
+}
+
+std::string filesystem_name(const std::filesystem::path& directory) {
+#if defined(__linux__)
+  struct statfs info {};
+  if (statfs(directory.c_str(), &info) != 0) return "unknown";
+  static constexpr std::pair<std::uint32_t, const char*> kMagics[] = {  // from linux/magic.h
+      {0xEF53, "ext4"} /* ext2/3/4 share it */, {0x58465342, "xfs"}, {0x9123683E, "btrfs"}, {0x01021994, "tmpfs"},
+      {0x858458F6, "ramfs"}, {0x794C7630, "overlay"}, {0x2FC12FC1, "zfs"}, {0xF2F52010, "f2fs"}, {0x6969, "nfs"},
+      {0xFF534D42, "cifs"}, {0xFE534D42, "smb2"}, {0x65735546, "fuse"}, {0x01021997, "9p"}, {0x4D44, "vfat"},
+      {0x2011BAB0, "exfat"}, {0x5346544E, "ntfs"}, {0x73717368, "squashfs"}};
+  for (const auto& [magic, name] : kMagics)
+    if (static_cast<std::uint32_t>(info.f_type) == magic) return name;
+  char hex[32];
+  std::snprintf(hex, sizeof(hex), "unknown (0x%lx)", static_cast<unsigned long>(info.f_type));
+  return hex;
+#else
+  (void)directory;
+  return "unknown";
+#endif
+}
+
+struct FreeDeleter {
+  void operator()(void* pointer) const { std::free(pointer); }
+};
+using AlignedBuffer = std::unique_ptr<std::byte, FreeDeleter>;
+
+AlignedBuffer aligned_buffer(std::size_t bytes) {
+  void* pointer = nullptr;
+  if (posix_memalign(&pointer, kAlignment, bytes) != 0) return nullptr;
+  return AlignedBuffer(static_cast<std::byte*>(pointer));
+}
+
+// A temporary file that never outlives the measurement: it is unlinked as
+// soon as the reader is open (so even a killed process leaves nothing), and
+// the destructor covers the error paths before that.
+class TempFile {
+ public:
+  TempFile() = default;
+  TempFile(const TempFile&) = delete;
+  TempFile& operator=(const TempFile&) = delete;
+  ~TempFile() {
+    unlink_now();
+    if (writer_ >= 0) close(writer_);
+    if (reader_ >= 0) close(reader_);
+  }
+
+  Status open(const std::filesystem::path& directory, bool try_direct) {
+    std::string name = (directory / ".coli-disk-probe-XXXXXX").string();
+    writer_ = mkstemp(name.data());
+    if (writer_ < 0) return os_error("cannot create a test file", directory, errno);
+    path_ = name;
+#ifdef O_DIRECT
+    if (try_direct) reader_ = ::open(path_.c_str(), O_RDONLY | O_DIRECT);
+    direct_ = reader_ >= 0;
+#endif
+    if (reader_ < 0) reader_ = ::open(path_.c_str(), O_RDONLY);  // tmpfs before Linux 6.6 refuses O_DIRECT
+    if (reader_ < 0) return os_error("cannot reopen the test file", directory, errno);
+    unlink_now();
+    return Ok{};
+  }
+
+  // Some filesystems accept O_DIRECT at open and refuse it at read time.
+  void drop_direct() {
+#ifdef O_DIRECT
+    fcntl(reader_, F_SETFL, fcntl(reader_, F_GETFL) & ~O_DIRECT);
+#endif
+    direct_ = false;
+  }
+  void close_writer() { close(writer_), writer_ = -1; }
+
+  int writer() const { return writer_; }
+  int reader() const { return reader_; }
+  bool direct() const { return direct_; }
+
+ private:
+  void unlink_now() {
+    if (!path_.empty()) ::unlink(path_.c_str());
+    path_.clear();
+  }
+  std::string path_;
+  int writer_ = -1, reader_ = -1;
+  bool direct_ = false;
+};
+
+// Non-zero, incompressible data so compressing filesystems store (and read) it all.
+void fill_random(std::byte* data, std::size_t bytes, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  for (std::size_t i = 0; i + 8 <= bytes; i += 8) {
+    const std::uint64_t value = rng() | 1;
+    std::memcpy(data + i, &value, 8);
+  }
+}
+
+// Writes up to `bytes` (whole largest blocks), stopping early once the write
+// share of the budget is spent; returns the bytes written.
+Result<std::uint64_t> write_test_file(TempFile& file, std::uint64_t bytes, double seconds,
+                                      const std::filesystem::path& directory) {
+  AlignedBuffer chunk = aligned_buffer(kLargestBlock);
+  if (!chunk) return make_error("disk bandwidth: out of memory for the write buffer");
+  fill_random(chunk.get(), kLargestBlock, 1);
+  const auto start = Clock::now();
+  std::uint64_t written = 0;
+  for (std::uint64_t index = 0; written < bytes; ++index) {
+    std::memcpy(chunk.get(), &index, sizeof(index));  // no two chunks alike (deduplication)
+    for (std::uint64_t done = 0; done < kLargestBlock;) {
+      const ssize_t n = pwrite(file.writer(), chunk.get() + done, kLargestBlock - done, static_cast<off_t>(written + done));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return os_error("writing the test file failed", directory, n < 0 ? errno : ENOSPC);
+      done += static_cast<std::uint64_t>(n);
+    }
+    written += kLargestBlock;
+    const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+    if (written >= kMinFileBytes && elapsed > seconds) break;
+  }
+  if (fsync(file.writer()) != 0) return os_error("fsync of the test file failed", directory, errno);
+#ifdef POSIX_FADV_DONTNEED
+  posix_fadvise(file.writer(), 0, 0, POSIX_FADV_DONTNEED);  // clean pages can go: buffered reads start colder
+#endif
+  file.close_writer();
+  return written;
+}
+
+// Reads `offsets` with `queue_depth` threads pulling from one queue, each
+// with its own aligned buffer; returns seconds, or the errno of a failed read.
+struct ReadRun {
+  double seconds = 0;
+  int error_number = 0;
+};
+
+ReadRun timed_reads(int fd, std::uint64_t block, const std::vector<std::uint64_t>& offsets,
+                    std::vector<AlignedBuffer>& buffers) {
+  std::atomic<std::size_t> next{0};
+  std::atomic<int> failure{0};
+  std::latch go(1);
+  std::vector<std::jthread> threads;
+  try {
+    for (auto& buffer : buffers) threads.emplace_back([&, data = buffer.get()] {
+      go.wait();
+      for (std::size_t i; (i = next.fetch_add(1)) < offsets.size() && failure.load() == 0;) {
+        for (std::uint64_t done = 0; done < block;) {
+          const ssize_t n = pread(fd, data + done, block - done, static_cast<off_t>(offsets[i] + done));
+          if (n < 0 && errno == EINTR) continue;
+          if (n <= 0) { failure = n < 0 ? errno : EIO; break; }
+          done += static_cast<std::uint64_t>(n);
+        }
+      }
+    });
+  } catch (const std::system_error&) {
+    failure = EAGAIN;  // out of threads: the started ones see the failure and stop at once
+  }
+  const auto start = Clock::now();
+  go.count_down();
+  for (auto& thread : threads) thread.join();
+  return {std::chrono::duration<double>(Clock::now() - start).count(), failure.load()};
+}
+
+struct PointSetup {
+  bool random = false;
+  std::uint64_t block = 0;
+  int queue_depth = 1;
+};
+
+// One configuration: rounds of reads sized to take about a quarter of the
+// point's time at the expected speed, repeated under the budget.
+Result<SampleStats> measure_point(int fd, std::uint64_t file_bytes, const PointSetup& setup, double seconds,
+                                  double expected_gb_per_s) {
+  std::vector<AlignedBuffer> buffers;
+  for (int i = 0; i < setup.queue_depth; ++i) {
+    buffers.push_back(aligned_buffer(setup.block));
+    if (!buffers.back()) return make_error("disk bandwidth: out of memory for read buffers");
+  }
+  const auto depth = static_cast<std::uint64_t>(setup.queue_depth);
+  const auto target_reads = static_cast<std::uint64_t>(expected_gb_per_s * 1e9 * seconds / 4 / static_cast<double>(setup.block));
+  const std::uint64_t reads = std::max<std::uint64_t>(1, target_reads / depth) * depth;  // whole reads per thread
+  const std::uint64_t blocks_in_file = file_bytes / setup.block;
+  std::mt19937_64 rng(0xC011 + setup.block + depth);  // fixed seed: the same offsets on every run
+  std::uint64_t cursor = 0;
+  int error_number = 0;
+  auto run_once = [&] {
+    std::vector<std::uint64_t> offsets(reads);
+    for (auto& offset : offsets) offset = (setup.random ? rng() % blocks_in_file : cursor++ % blocks_in_file) * setup.block;
+    const ReadRun run = timed_reads(fd, setup.block, offsets, buffers);
+    if (run.error_number != 0) error_number = run.error_number;
+    return static_cast<double>(reads * setup.block) / run.seconds / 1e9;
+  };
+  RepeatPolicy policy;
+  policy.warmup_runs = 0;  // nothing to warm: O_DIRECT skips the cache, and buffered data is cached already
+  policy.min_total = std::chrono::duration<double>(0);
+  policy.max_total = std::chrono::duration<double>(seconds);
+  const SampleStats stats = measure_repeatedly(run_once, policy);
+  if (error_number != 0) return make_error(std::string("read failed: ") + std::strerror(error_number));
+  return stats;
+}
+
+std::uint64_t choose_file_bytes(const DiskBandwidthOptions& options, std::uint64_t free_bytes) {
+  const auto derived = static_cast<std::uint64_t>(options.budget_seconds * static_cast<double>(kDerivedFileBytesPerSecond));
+  std::uint64_t bytes = options.file_bytes > 0 ? options.file_bytes
+                                               : std::clamp(derived, kMinDerivedFileBytes, kMaxDerivedFileBytes);
+  bytes = std::min(bytes, free_bytes / 4);  // never crowd the user's disk
+  return bytes - bytes % kLargestBlock;     // whole blocks of every size
+}
+
+}  // namespace
+
+Result<DiskBandwidth> measure_disk_bandwidth(const std::filesystem::path& directory,
+                                             const DiskBandwidthOptions& options, const ProgressFn& progress) {
+  const auto deadline = Clock::now() + std::chrono::duration<double>(options.budget_seconds);
+  std::error_code error;
+  if (!std::filesystem::is_directory(directory, error))
+    return make_error("disk bandwidth: directory " + directory.string() + " does not exist or is not a directory" +
+                      "; choose another with --disk-dir");
+  struct statvfs space {};
+  if (statvfs(directory.c_str(), &space) != 0) return os_error("cannot read free space", directory, errno);
+  const std::uint64_t free_bytes = static_cast<std::uint64_t>(space.f_bavail) * space.f_frsize;
+  const std::uint64_t file_bytes = choose_file_bytes(options, free_bytes);
+  if (file_bytes < kMinFileBytes)
+    return make_error("disk bandwidth: only " + format_bytes(free_bytes) + " free; the test needs a file of " +
+                      format_bytes(kMinFileBytes) + " and uses at most a quarter of free space" + where(directory));
+
+  DiskBandwidth result;
+  result.directory = directory.string();
+  result.filesystem = filesystem_name(directory);
+  // tmpfs accepts O_DIRECT since Linux 6.6, but its files live in the page
+  // cache whatever the flag says: count it as buffered.
+  const bool in_memory = result.filesystem == "tmpfs" || result.filesystem == "ramfs";
+  TempFile file;
+  if (auto opened = file.open(directory, !in_memory); !opened) return opened.error();
+  if (progress) progress("disk bandwidth: writing a " + format_bytes(file_bytes) + " test file in " + result.directory);
+  const auto write_start = Clock::now();
+  auto written = write_test_file(file, file_bytes, options.budget_seconds * kWriteShareOfBudget, directory);
+  if (!written) return written.error();
+  result.file_bytes = *written;
+  const double write_seconds = std::chrono::duration<double>(Clock::now() - write_start).count();
+  double expected_gb_per_s = static_cast<double>(result.file_bytes) / write_seconds / 1e9;
+
+  // Probe one O_DIRECT read: some filesystems accept the flag at open only.
+  if (AlignedBuffer probe = aligned_buffer(kBlockBytes[0]); file.direct() && probe &&
+      pread(file.reader(), probe.get(), kBlockBytes[0], 0) < 0 && errno == EINVAL)
+    file.drop_direct();
+  result.direct_io = file.direct();
+  if (in_memory)
+    result.note = result.filesystem + " keeps files in memory (the page cache): these figures are memory speed, "
+                  "not a storage device's";
+  else if (!result.direct_io)
+    result.note = "O_DIRECT is not supported on " + result.filesystem +
+                  ": reads went through the page cache, so these figures are page-cache (memory) speed, not the device's";
+
+  std::vector<PointSetup> setups;
+  for (bool random : {false, true})
+    for (auto block : kBlockBytes)
+      for (int depth : kQueueDepths) setups.push_back({random, block, depth});
+  for (std::size_t i = 0; i < setups.size(); ++i) {
+    const PointSetup& setup = setups[i];
+    const std::string pattern = setup.random ? "random" : "sequential";
+    if (progress)
+      progress("disk bandwidth: " + pattern + " " + format_bytes(setup.block) + " reads, queue depth " +
+               std::to_string(setup.queue_depth));
+    // What is left of the budget, shared among the points still to run.
+    const double left = std::chrono::duration<double>(deadline - Clock::now()).count();
+    const double seconds = std::max(0.02, left / static_cast<double>(setups.size() - i));
+    auto stats = measure_point(file.reader(), result.file_bytes, setup, seconds, expected_gb_per_s);
+    if (!stats) return make_error("disk bandwidth: " + stats.error().message + where(directory));
+    if (stats->median > 0) expected_gb_per_s = stats->median;
+    result.points.push_back({pattern, setup.block, setup.queue_depth, *stats});
+  }
+  return result;
+}
+
+}  // namespace coli::probe
