@@ -99,6 +99,22 @@ void print_summary(const DeviceProfile& p, const std::string& written_to) {
   std::printf("fingerprint %s\n", p.fingerprint.c_str());
 }
 
+// --validate: every file must parse and pass every field check.
+int validate_profiles(const std::vector<std::string>& paths) {
+  int invalid = 0;
+  for (const std::string& path : paths) {
+    auto profile = coli::load_profile(path);
+    if (profile) {
+      std::printf("%s: valid (schema %d, %s, %s)\n", path.c_str(), profile->schema_version,
+                  profile->fingerprint.c_str(), profile->provenance.mode.c_str());
+    } else {
+      std::fprintf(stderr, "coli-probe: %s\n", profile.error().message.c_str());
+      ++invalid;
+    }
+  }
+  return invalid == 0 ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -107,6 +123,7 @@ int main(int argc, char** argv) {
   std::string out = coli::default_profile_path().string();
   bool json = false;
   std::string replay_root, replay_xml, replay_sysctl, replay_machine;
+  std::vector<std::string> validate;
   app.add_option("--out", out, "Where to write the profile ('-' = TOML on stdout)")->capture_default_str();
   app.add_flag("--quick", options.quick, "Facts only: skip the bandwidth measurements");
   app.add_flag("--json", json, "Print the profile as JSON on stdout instead of the summary");
@@ -125,7 +142,10 @@ int main(int argc, char** argv) {
   app.add_option("--replay-machine", replay_machine,
                  "A recorded machine directory (topology.xml, sysctl.txt, root/), e.g. tests/fixtures/machines/*")
       ->check(CLI::ExistingDirectory);
+  app.add_option("--validate", validate, "Check existing profile files and exit (nothing is probed)");
   CLI11_PARSE(app, argc, argv);
+
+  if (!validate.empty()) return validate_profiles(validate);
 
   if (!replay_machine.empty()) apply_replay_machine(replay_machine, options);
   if (!replay_root.empty()) options.root = coli::SystemRoot(replay_root);

@@ -70,5 +70,13 @@ check "missing replay dir is named" contains "$work/e3" "does-not-exist"
 "$probe" --budget 100000 >/dev/null 2>&1
 check "absurd budget refused" test $? -ne 0
 
+# --validate: a good profile passes, a damaged copy is refused with its line named.
+"$probe" --validate "$work/quick.toml" >"$work/v1" 2>&1
+check "--validate accepts a written profile" test $? -eq 0
+sed 's/^decode_threads = .*/decode_threads = 100000/' "$work/quick.toml" >"$work/bad.toml"
+"$probe" --validate "$work/bad.toml" >/dev/null 2>"$work/v2"
+check "--validate refuses an absurd profile" test $? -eq 1
+check "--validate names file and field" contains "$work/v2" "bad.toml:[0-9]*:[0-9]*: field 'threads.decode_threads'"
+
 echo "$passed passed, $failed failed"
 test "$failed" -eq 0

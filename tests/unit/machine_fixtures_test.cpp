@@ -42,6 +42,7 @@ const MachineCase kMachines[] = {
     {"intel-core-ultra-7-265k", {12, 8}, 20, 1, 8, "0-7", "all-but-efficiency-kind", 61990112 * kKiB, "MemAvailable"},
     {"rockchip-rk3588", {4, 4}, 8, 1, 4, "4-7", "all-but-efficiency-kind", 15402116 * kKiB, "MemAvailable"},
     {"amd-epyc-2s", {128}, 256, 2, 128, "0-127", "single-kind-physical-cores", 521917084 * kKiB, "MemAvailable"},
+    {"h200-xeon-16c", {16}, 16, 1, 16, "0-15", "single-kind-physical-cores", 131292440 * kKiB, "MemAvailable"},
     {"dev-vm-2core", {2}, 2, 1, 2, "0-1", "single-kind-physical-cores", 24349340 * kKiB, "MemAvailable"},
     {"container-cgroup-8g", {8}, 8, 1, 8, "0-7", "single-kind-physical-cores", 8 * kGiB - 1536 * kGiB / 1024 + kGiB / 2,
      "cgroup"},
