@@ -15,7 +15,10 @@ std::string join_path(std::string_view base, std::string_view relative) {
   std::string out(base);
   while (!out.empty() && out.back() == '/') out.pop_back();
   while (!relative.empty() && relative.front() == '/') relative.remove_prefix(1);
-  if (!relative.empty()) out += "/" + std::string(relative);
+  if (!relative.empty()) {
+    out.push_back('/');
+    out.append(relative);
+  }
   return out.empty() ? "/" : out;
 }
 
