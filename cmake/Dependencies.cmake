@@ -6,6 +6,11 @@ find_package(tomlplusplus 3 REQUIRED)
 find_package(CLI11 2 REQUIRED)
 find_package(OpenMP REQUIRED COMPONENTS CXX)
 find_package(Threads REQUIRED)
+# Vulkan: headers and glslc at build time only; the loader is opened at run time.
+find_package(Vulkan REQUIRED COMPONENTS glslc)
+find_program(COLI_GLSLC glslc HINTS ${Vulkan_GLSLC_EXECUTABLE} REQUIRED)
+# SPIRV-Cross (C API) reflects the compiled shaders in tests.
+pkg_check_modules(SPIRV_CROSS IMPORTED_TARGET spirv-cross-c-shared)
 if(COLI_BUILD_TESTS)
   find_package(GTest REQUIRED)
 endif()

@@ -23,6 +23,7 @@ void apply_replay_machine(const fs::path& dir, coli::ProbeOptions& options) {
   if (fs::exists(dir / "topology.xml")) options.hwloc_xml = dir / "topology.xml";
   if (fs::exists(dir / "sysctl.txt")) options.sysctl_file = dir / "sysctl.txt";
   if (fs::exists(dir / "root")) options.root = coli::SystemRoot(dir / "root");
+  if (fs::exists(dir / "gpus.toml")) options.gpu_record = dir / "gpus.toml";
 }
 
 std::string kinds_line(const coli::CpuFacts& cpu) {
@@ -65,6 +66,24 @@ void print_disk(const coli::DiskBandwidth& disk) {
   }
 }
 
+void print_gpus(const coli::GpuFacts& gpus) {
+  std::printf("Vulkan    %s\n", gpus.vulkan_status.c_str());
+  for (const auto& gpu : gpus.vulkan) {
+    std::printf("  %s (%s, %s, API %s): shared memory %u B, subgroup %u (%u-%u), %zu heap(s)%s\n", gpu.name.c_str(),
+                gpu.type.c_str(), gpu.driver_name.empty() ? "driver ?" : gpu.driver_name.c_str(),
+                gpu.api_version.c_str(), gpu.max_compute_shared_memory_bytes, gpu.subgroup_size, gpu.min_subgroup_size,
+                gpu.max_subgroup_size, gpu.heaps.size(), gpu.unified_memory ? ", unified memory" : "");
+  }
+  std::printf("CUDA      %s\n", gpus.cuda_status.c_str());
+  for (const auto& gpu : gpus.cuda) {
+    std::printf("  %s: sm_%d%d, %d SMs, shared memory %u B/block (opt-in %u), %s total, %s free\n", gpu.name.c_str(),
+                gpu.compute_capability_major, gpu.compute_capability_minor, gpu.sm_count, gpu.shared_memory_per_block,
+                gpu.shared_memory_per_block_optin, coli::format_bytes(gpu.total_memory_bytes).c_str(),
+                coli::format_bytes(gpu.free_memory_bytes).c_str());
+    for (const auto& note : gpu.notes) std::printf("    note: %s\n", note.c_str());
+  }
+}
+
 void print_summary(const DeviceProfile& p, const std::string& written_to) {
   const auto& cpu = p.cpu;
   const auto& memory = p.memory;
@@ -91,6 +110,7 @@ void print_summary(const DeviceProfile& p, const std::string& written_to) {
               p.threads.decode_pus.to_list().c_str(), p.threads.prefill_threads,
               p.threads.prefill_pus.to_list().c_str());
   std::printf("  rule %s: %s\n", p.threads.rule.c_str(), p.threads.reason.c_str());
+  print_gpus(p.gpus);
   if (p.measurements.memory) {
     std::printf("bandwidth buffers of %s per array\n", coli::format_bytes(p.measurements.memory->buffer_bytes).c_str());
     print_bandwidth(*p.measurements.memory);
@@ -122,7 +142,7 @@ int main(int argc, char** argv) {
   coli::ProbeOptions options;
   std::string out = coli::default_profile_path().string();
   bool json = false;
-  std::string replay_root, replay_xml, replay_sysctl, replay_machine;
+  std::string replay_root, replay_xml, replay_sysctl, replay_machine, replay_gpus;
   std::vector<std::string> validate;
   app.add_option("--out", out, "Where to write the profile ('-' = TOML on stdout)")->capture_default_str();
   app.add_flag("--quick", options.quick, "Facts only: skip the bandwidth measurements");
@@ -139,6 +159,8 @@ int main(int argc, char** argv) {
       ->check(CLI::ExistingFile);
   app.add_option("--replay-sysctl", replay_sysctl, "Read a recorded macOS sysctl listing instead of hwloc")
       ->check(CLI::ExistingFile);
+  app.add_option("--replay-gpus", replay_gpus, "Read recorded GPU facts (a [gpus] TOML file) instead of the live GPUs")
+      ->check(CLI::ExistingFile);
   app.add_option("--replay-machine", replay_machine,
                  "A recorded machine directory (topology.xml, sysctl.txt, root/), e.g. tests/fixtures/machines/*")
       ->check(CLI::ExistingDirectory);
@@ -151,6 +173,7 @@ int main(int argc, char** argv) {
   if (!replay_root.empty()) options.root = coli::SystemRoot(replay_root);
   if (!replay_xml.empty()) options.hwloc_xml = replay_xml;
   if (!replay_sysctl.empty()) options.sysctl_file = replay_sysctl;
+  if (!replay_gpus.empty()) options.gpu_record = replay_gpus;
   if (::isatty(STDERR_FILENO)) {
     options.progress = [](std::string_view line) { std::cerr << "coli-probe: " << line << "\n"; };
   }

@@ -33,6 +33,16 @@ std::string fingerprint_basis(const DeviceProfile& profile) {
   // stable across boots and fine enough to tell a 24 GiB box from a 32 GiB one.
   const std::uint64_t gib = (profile.memory.total_bytes + (1ull << 29)) >> 30;
   basis += ";ram_gib=" + std::to_string(gib);
+  // GPU models, not driver versions or free memory (fleet classes add drivers).
+  for (const VulkanDevice& gpu : profile.gpus.vulkan) {
+    char ids[32];
+    std::snprintf(ids, sizeof ids, "%04x:%04x", gpu.vendor_id, gpu.device_id);
+    basis += ";vk=" + gpu.name + "@" + ids;
+  }
+  for (const CudaDevice& gpu : profile.gpus.cuda) {
+    basis += ";cuda=" + gpu.name + "@sm_" + std::to_string(gpu.compute_capability_major) +
+             std::to_string(gpu.compute_capability_minor);
+  }
   return basis;
 }
 

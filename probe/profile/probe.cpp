@@ -14,6 +14,8 @@
 #include "cpu/isa_flags.h"
 #include "cpu/thread_rule.h"
 #include "cpu/usable_cpus.h"
+#include "gpu/cuda_probe.h"
+#include "gpu/vulkan_probe.h"
 #include "measure/disk_bandwidth.h"
 #include "measure/memory_bandwidth.h"
 #include "memory/memory_facts.h"
@@ -74,6 +76,33 @@ Status read_linux_machine(const ProbeOptions& options, DeviceProfile& profile) {
   return Ok{};
 }
 
+// Live GPUs, a recorded file, or (replaying a CPU-only recording) nothing:
+// never this machine's GPUs inside another machine's profile.
+Status read_gpus(const ProbeOptions& options, GpuFacts& gpus) {
+  if (options.gpu_record) {
+    auto text = read_text_file(*options.gpu_record);
+    if (!text) return text.error();
+    auto recorded = parse_gpu_record(*text, options.gpu_record->string());
+    if (!recorded) return recorded.error();
+    gpus = std::move(*recorded);
+    gpus.source = "replay:" + options.gpu_record->string();
+    return Ok{};
+  }
+  if (is_replay(options)) {
+    gpus.vulkan_status = gpus.cuda_status = "not recorded (replaying a machine without a GPU record)";
+    gpus.source = "replay";
+    return Ok{};
+  }
+  auto vulkan = probe::probe_vulkan();
+  gpus.vulkan_status = std::move(vulkan.status);
+  gpus.vulkan = std::move(vulkan.devices);
+  auto cuda = probe::probe_cuda();
+  gpus.cuda_status = std::move(cuda.status);
+  gpus.cuda = std::move(cuda.devices);
+  gpus.source = "live";
+  return Ok{};
+}
+
 void measure(const ProbeOptions& options, DeviceProfile& profile) {
   // The memory pass gets a little more than half of the budget: it has more points.
   const probe::MemoryBandwidthOptions memory_options{options.budget_seconds * 0.55, 0};
@@ -95,7 +124,8 @@ void measure(const ProbeOptions& options, DeviceProfile& profile) {
 }  // namespace
 
 bool is_replay(const ProbeOptions& options) {
-  return options.hwloc_xml.has_value() || options.sysctl_file.has_value() || !options.root.is_live();
+  return options.hwloc_xml.has_value() || options.sysctl_file.has_value() || options.gpu_record.has_value() ||
+         !options.root.is_live();
 }
 
 Result<DeviceProfile> run_probe(const ProbeOptions& options) {
@@ -122,6 +152,10 @@ Result<DeviceProfile> run_probe(const ProbeOptions& options) {
     provenance.sources = {profile.cpu.topology_source, "procfs+sysfs:" + options.root.describe()};
 #endif
   }
+
+  report(options, "reading GPU facts (Vulkan, CUDA)");
+  if (auto status = read_gpus(options, profile.gpus); !status) return status.error();
+  provenance.sources.push_back("gpus:" + profile.gpus.source);
 
   const bool measured = !options.quick && !is_replay(options);
   if (measured) measure(options, profile);

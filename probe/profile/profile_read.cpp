@@ -15,6 +15,8 @@ namespace {
 constexpr std::int64_t kMaxCpus = 1 << 16;                  // no machine has more logical CPUs
 constexpr std::int64_t kMaxBytes = std::int64_t{1} << 52;   // 4 PiB: more is a corrupt number
 constexpr double kMaxGbPerS = 1e5;                          // 100 TB/s: more is a corrupt number
+constexpr std::int64_t kMaxU32 = 0xffffffffLL;
+constexpr std::int64_t kMaxSharedMemory = 16 << 20;  // no GPU has 16 MiB of shared memory per workgroup
 constexpr const char* kHint = "fix the field or run coli-probe again to write a fresh profile";
 
 struct ProfileError {
@@ -97,6 +99,21 @@ class Reader {
     return out;
   }
 
+  std::vector<std::uint32_t> u32s(std::string_view key, std::int64_t high) const {
+    std::vector<std::uint32_t> out;
+    for (const toml::node& item : array(key)) {
+      const auto value = item.value_exact<std::int64_t>();
+      if (!value || *value < 0 || *value > high) {
+        fail(&item, key, "must hold integers in [0, " + std::to_string(high) + "]");
+      }
+      out.push_back(static_cast<std::uint32_t>(*value));
+    }
+    return out;
+  }
+  std::uint32_t u32(std::string_view key, std::int64_t high) const {
+    return static_cast<std::uint32_t>(integer(key, 0, high));
+  }
+
   const toml::array& array(std::string_view key) const {
     const toml::node* node = require(key);
     if (!node->is_array()) fail(node, key, "must be an array");
@@ -140,7 +157,7 @@ class Reader {
 
 SampleStats read_stats(const Reader& r) {
   SampleStats s;
-  s.samples = r.small_int("samples", 1, 1000000);
+  s.samples = r.small_int("samples", 0, 1000000);  // 0: not run (e.g. a GPU variant that does not fit)
   s.median = r.real("median_gb_per_s", 0, kMaxGbPerS);
   s.best = r.real("best_gb_per_s", 0, kMaxGbPerS);
   s.worst = r.real("worst_gb_per_s", 0, kMaxGbPerS);
@@ -267,7 +284,95 @@ Measurements read_measurements(const Reader& r) {
     }
     out.disk = std::move(disk);
   }
+  if (r.has("gpu_kernels")) {
+    for (const Reader& k : r.tables("gpu_kernels")) {
+      out.gpu_kernels.push_back(GpuKernelResult{k.text("device"), k.text("backend"), k.text("variant"),
+                                                k.small_int("rows", 1, 1 << 24), k.small_int("cols", 1, 1 << 24),
+                                                k.u32("shared_memory_bytes", kMaxSharedMemory), k.boolean("passed"),
+                                                k.real("max_relative_error", 0, 1e30), k.text("note"),
+                                                read_stats(k)});
+    }
+  }
   return out;
+}
+
+
+VulkanDevice read_vulkan(const Reader& r) {
+  VulkanDevice d;
+  d.name = r.text("name");
+  if (d.name.empty()) r.fail(nullptr, "name", "must not be empty");
+  d.vendor_id = r.u32("vendor_id", kMaxU32);
+  d.device_id = r.u32("device_id", kMaxU32);
+  d.type = r.text("type");
+  d.api_version = r.text("api_version");
+  d.driver_version = r.u32("driver_version", kMaxU32);
+  d.driver_name = r.text("driver_name");
+  d.driver_info = r.text("driver_info");
+  d.uuid = r.text("uuid");
+  d.max_compute_shared_memory_bytes = r.u32("max_compute_shared_memory_bytes", kMaxSharedMemory);
+  d.max_workgroup_invocations = r.u32("max_workgroup_invocations", 1 << 20);
+  d.max_workgroup_size = r.u32s("max_workgroup_size", 1 << 20);
+  d.max_workgroup_count = r.u32s("max_workgroup_count", kMaxU32);
+  if (d.max_workgroup_size.size() != 3 || d.max_workgroup_count.size() != 3) {
+    r.fail(nullptr, "max_workgroup_size", "and max_workgroup_count must each hold 3 numbers (x, y, z)");
+  }
+  d.max_storage_buffer_range = r.bytes("max_storage_buffer_range");
+  d.subgroup_size = r.u32("subgroup_size", 1024);
+  d.min_subgroup_size = r.u32("min_subgroup_size", 1024);
+  d.max_subgroup_size = r.u32("max_subgroup_size", 1024);
+  if (d.min_subgroup_size > d.max_subgroup_size) r.fail(nullptr, "min_subgroup_size", "exceeds max_subgroup_size");
+  d.subgroup_size_control = r.boolean("subgroup_size_control");
+  d.compute_full_subgroups = r.boolean("compute_full_subgroups");
+  d.subgroup_operations = r.strings("subgroup_operations");
+  d.shader_int8 = r.boolean("shader_int8");
+  d.shader_float16 = r.boolean("shader_float16");
+  d.storage_buffer_8bit = r.boolean("storage_buffer_8bit");
+  d.storage_buffer_16bit = r.boolean("storage_buffer_16bit");
+  d.integer_dot_product = r.boolean("integer_dot_product");
+  d.cooperative_matrix = r.boolean("cooperative_matrix");
+  d.memory_budget = r.boolean("memory_budget");
+  d.unified_memory = r.boolean("unified_memory");
+  d.external_host_memory = r.boolean("external_host_memory");
+  d.min_imported_host_pointer_alignment = r.bytes("min_imported_host_pointer_alignment");
+  for (const Reader& h : r.tables("heaps")) {
+    VulkanMemoryHeap heap{h.bytes("size_bytes"), h.boolean("device_local"), h.optional_bytes("budget_bytes"),
+                          h.optional_bytes("usage_bytes"), h.boolean("budget_clamped")};
+    if (heap.budget_bytes && *heap.budget_bytes > heap.size_bytes) {
+      h.fail(nullptr, "budget_bytes", "exceeds the heap's size_bytes (budgets are clamped to the heap)");
+    }
+    d.heaps.push_back(heap);
+  }
+  return d;
+}
+
+CudaDevice read_cuda(const Reader& r) {
+  CudaDevice d;
+  d.ordinal = r.small_int("ordinal", 0, 1024);
+  d.name = r.text("name");
+  d.uuid = r.text("uuid");
+  d.compute_capability_major = r.small_int("compute_capability_major", 0, 100);  // 0: unknown (see notes)
+  d.compute_capability_minor = r.small_int("compute_capability_minor", 0, 100);
+  d.sm_count = r.small_int("sm_count", 0, 100000);
+  d.shared_memory_per_block = r.u32("shared_memory_per_block", kMaxSharedMemory);
+  d.shared_memory_per_block_optin = r.u32("shared_memory_per_block_optin", kMaxSharedMemory);
+  d.shared_memory_per_sm = r.u32("shared_memory_per_sm", kMaxSharedMemory);
+  d.l2_bytes = r.bytes("l2_bytes");
+  d.total_memory_bytes = r.bytes("total_memory_bytes");
+  d.free_memory_bytes = r.bytes("free_memory_bytes");
+  if (d.free_memory_bytes > d.total_memory_bytes) r.fail(nullptr, "free_memory_bytes", "exceeds total_memory_bytes");
+  d.driver_version = r.small_int("driver_version", 0, 1000000);
+  d.notes = r.strings("notes");
+  return d;
+}
+
+GpuFacts read_gpus(const Reader& r) {
+  GpuFacts gpus;
+  gpus.source = r.text("source");
+  gpus.vulkan_status = r.text("vulkan_status");
+  gpus.cuda_status = r.text("cuda_status");
+  for (const Reader& device : r.tables("vulkan")) gpus.vulkan.push_back(read_vulkan(device));
+  for (const Reader& device : r.tables("cuda")) gpus.cuda.push_back(read_cuda(device));
+  return gpus;
 }
 
 ThreadRecommendation read_threads(const Reader& r, const CpuFacts& cpu) {
@@ -309,25 +414,46 @@ DeviceProfile read_profile(const Reader& root) {
   }
   profile.cpu = read_cpu(root.table("cpu"));
   profile.memory = read_memory(root.table("memory"));
+  // Schema 1 predates GPU facts: such a profile says so instead of claiming "no GPU".
+  if (profile.schema_version >= 2 || root.has("gpus")) {
+    profile.gpus = read_gpus(root.table("gpus"));
+  } else {
+    profile.gpus.vulkan_status = profile.gpus.cuda_status = "not probed (schema 1 profile: run coli-probe again)";
+  }
   profile.measurements = read_measurements(root.table("measurements"));
   profile.threads = read_threads(root.table("threads"), profile.cpu);
   return profile;
 }
 
-}  // namespace
-
-Result<DeviceProfile> parse_profile(std::string_view toml_text, const std::string& source_name) {
-  toml::table document;
+// TOML syntax errors, with the position, for both file kinds.
+Result<toml::table> parse_toml(std::string_view toml_text, const std::string& source_name) {
   try {
-    document = toml::parse(toml_text, source_name);
+    return toml::parse(toml_text, source_name);
   } catch (const toml::parse_error& error) {
     const auto& where = error.source().begin;
     return make_error(source_name + ":" + std::to_string(where.line) + ":" + std::to_string(where.column) +
                       ": not valid TOML (" + std::string(error.description()) +
                       "); the file may be truncated or hand-edited: run coli-probe again to rewrite it");
   }
+}
+
+}  // namespace
+
+Result<DeviceProfile> parse_profile(std::string_view toml_text, const std::string& source_name) {
+  auto document = parse_toml(toml_text, source_name);
+  if (!document) return document.error();
   try {
-    return read_profile(Reader(source_name, document, ""));
+    return read_profile(Reader(source_name, *document, ""));
+  } catch (const ProfileError& error) {
+    return make_error(error.message);
+  }
+}
+
+Result<GpuFacts> parse_gpu_record(std::string_view toml_text, const std::string& source_name) {
+  auto document = parse_toml(toml_text, source_name);
+  if (!document) return document.error();
+  try {
+    return read_gpus(Reader(source_name, *document, "").table("gpus"));
   } catch (const ProfileError& error) {
     return make_error(error.message);
   }

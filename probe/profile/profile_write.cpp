@@ -99,6 +99,85 @@ toml::table memory_table(const MemoryFacts& memory) {
   return table;
 }
 
+template <class T>
+toml::array number_array(const std::vector<T>& items) {
+  toml::array array;
+  for (const T& item : items) array.push_back(static_cast<std::int64_t>(item));
+  return array;
+}
+
+toml::table vulkan_table(const VulkanDevice& d) {
+  toml::array heaps;
+  for (const VulkanMemoryHeap& heap : d.heaps) {
+    toml::table row{{"size_bytes", as_int(heap.size_bytes)},
+                    {"device_local", heap.device_local},
+                    {"budget_clamped", heap.budget_clamped}};
+    if (heap.budget_bytes) row.insert("budget_bytes", as_int(*heap.budget_bytes));
+    if (heap.usage_bytes) row.insert("usage_bytes", as_int(*heap.usage_bytes));
+    heaps.push_back(std::move(row));
+  }
+  return toml::table{{"name", d.name},
+                     {"vendor_id", static_cast<std::int64_t>(d.vendor_id)},
+                     {"device_id", static_cast<std::int64_t>(d.device_id)},
+                     {"type", d.type},
+                     {"api_version", d.api_version},
+                     {"driver_version", static_cast<std::int64_t>(d.driver_version)},
+                     {"driver_name", d.driver_name},
+                     {"driver_info", d.driver_info},
+                     {"uuid", d.uuid},
+                     {"max_compute_shared_memory_bytes", static_cast<std::int64_t>(d.max_compute_shared_memory_bytes)},
+                     {"max_workgroup_invocations", static_cast<std::int64_t>(d.max_workgroup_invocations)},
+                     {"max_workgroup_size", number_array(d.max_workgroup_size)},
+                     {"max_workgroup_count", number_array(d.max_workgroup_count)},
+                     {"max_storage_buffer_range", as_int(d.max_storage_buffer_range)},
+                     {"subgroup_size", static_cast<std::int64_t>(d.subgroup_size)},
+                     {"min_subgroup_size", static_cast<std::int64_t>(d.min_subgroup_size)},
+                     {"max_subgroup_size", static_cast<std::int64_t>(d.max_subgroup_size)},
+                     {"subgroup_size_control", d.subgroup_size_control},
+                     {"compute_full_subgroups", d.compute_full_subgroups},
+                     {"subgroup_operations", string_array(d.subgroup_operations)},
+                     {"shader_int8", d.shader_int8},
+                     {"shader_float16", d.shader_float16},
+                     {"storage_buffer_8bit", d.storage_buffer_8bit},
+                     {"storage_buffer_16bit", d.storage_buffer_16bit},
+                     {"integer_dot_product", d.integer_dot_product},
+                     {"cooperative_matrix", d.cooperative_matrix},
+                     {"memory_budget", d.memory_budget},
+                     {"unified_memory", d.unified_memory},
+                     {"external_host_memory", d.external_host_memory},
+                     {"min_imported_host_pointer_alignment", as_int(d.min_imported_host_pointer_alignment)},
+                     {"heaps", std::move(heaps)}};
+}
+
+toml::table cuda_table(const CudaDevice& d) {
+  return toml::table{{"ordinal", d.ordinal},
+                     {"name", d.name},
+                     {"uuid", d.uuid},
+                     {"compute_capability_major", d.compute_capability_major},
+                     {"compute_capability_minor", d.compute_capability_minor},
+                     {"sm_count", d.sm_count},
+                     {"shared_memory_per_block", static_cast<std::int64_t>(d.shared_memory_per_block)},
+                     {"shared_memory_per_block_optin", static_cast<std::int64_t>(d.shared_memory_per_block_optin)},
+                     {"shared_memory_per_sm", static_cast<std::int64_t>(d.shared_memory_per_sm)},
+                     {"l2_bytes", as_int(d.l2_bytes)},
+                     {"total_memory_bytes", as_int(d.total_memory_bytes)},
+                     {"free_memory_bytes", as_int(d.free_memory_bytes)},
+                     {"driver_version", d.driver_version},
+                     {"notes", string_array(d.notes)}};
+}
+
+toml::table gpus_table(const GpuFacts& gpus) {
+  toml::array vulkan;
+  for (const VulkanDevice& device : gpus.vulkan) vulkan.push_back(vulkan_table(device));
+  toml::array cuda;
+  for (const CudaDevice& device : gpus.cuda) cuda.push_back(cuda_table(device));
+  return toml::table{{"source", gpus.source},
+                     {"vulkan_status", gpus.vulkan_status},
+                     {"cuda_status", gpus.cuda_status},
+                     {"vulkan", std::move(vulkan)},
+                     {"cuda", std::move(cuda)}};
+}
+
 toml::table measurements_table(const Measurements& measurements) {
   toml::table table;
   if (measurements.memory) {
@@ -130,6 +209,21 @@ toml::table measurements_table(const Measurements& measurements) {
                                          {"file_bytes", as_int(disk.file_bytes)},
                                          {"points", std::move(points)}});
   }
+  toml::array kernels;
+  for (const GpuKernelResult& result : measurements.gpu_kernels) {
+    toml::table row{{"device", result.device},
+                    {"backend", result.backend},
+                    {"variant", result.variant},
+                    {"rows", result.rows},
+                    {"cols", result.cols},
+                    {"shared_memory_bytes", static_cast<std::int64_t>(result.shared_memory_bytes)},
+                    {"passed", result.passed},
+                    {"max_relative_error", result.max_relative_error},
+                    {"note", result.note}};
+    put_stats(row, result.gb_per_s);
+    kernels.push_back(std::move(row));
+  }
+  if (!kernels.empty()) table.insert("gpu_kernels", std::move(kernels));
   return table;
 }
 
@@ -149,6 +243,7 @@ toml::table profile_table(const DeviceProfile& profile) {
                                  {"sources", string_array(p.sources)}}},
       {"cpu", cpu_table(profile.cpu)},
       {"memory", memory_table(profile.memory)},
+      {"gpus", gpus_table(profile.gpus)},
       {"measurements", measurements_table(profile.measurements)},
       {"threads", toml::table{{"decode_threads", t.decode_threads},
                               {"prefill_threads", t.prefill_threads},
@@ -165,6 +260,13 @@ std::string profile_to_toml(const DeviceProfile& profile) {
   out << "# coli device profile, written by coli-probe. Format: docs/probe.md.\n"
       << "# Edit with care: coli validates every field and refuses what does not fit.\n\n"
       << toml::toml_formatter{profile_table(profile), kFlat} << "\n";
+  return out.str();
+}
+
+std::string gpus_to_toml(const GpuFacts& gpus) {
+  std::ostringstream out;
+  out << "# Recorded GPU facts (the [gpus] table of a coli device profile); replay with --replay-gpus.\n\n"
+      << toml::toml_formatter{toml::table{{"gpus", gpus_table(gpus)}}, kFlat} << "\n";
   return out.str();
 }
 

@@ -53,6 +53,34 @@ DeviceProfile sample_profile() {
                                            MemoryBandwidthPoint{"triad", 1, 2, CpuSet({0, 2}), stats(60, 61.1, 62.3, 4)}}};
   p.measurements.disk = DiskBandwidth{"/data", "ext4", true, "", 512ull << 20,
                                       {DiskBandwidthPoint{"random", 4u << 20, 8, stats(1.0, 1.1, 1.2, 3)}}};
+  VulkanDevice gpu;
+  gpu.name = "Made-up GPU";
+  gpu.vendor_id = 0x10de;
+  gpu.device_id = 0x2335;
+  gpu.type = "discrete";
+  gpu.api_version = "1.4.312";
+  gpu.driver_version = 2432696320u;
+  gpu.uuid = "00112233445566778899aabbccddeeff";
+  gpu.max_compute_shared_memory_bytes = 49152;
+  gpu.max_workgroup_invocations = 1024;
+  gpu.max_workgroup_size = {1024, 1024, 64};
+  gpu.max_workgroup_count = {2147483647, 65535, 65535};
+  gpu.max_storage_buffer_range = 4294967295ull;
+  gpu.subgroup_size = gpu.min_subgroup_size = gpu.max_subgroup_size = 32;
+  gpu.subgroup_operations = {"arithmetic", "basic", "shuffle"};
+  gpu.heaps = {VulkanMemoryHeap{140ull << 30, true, 130ull << 30, 1ull << 30, false},
+               VulkanMemoryHeap{64ull << 30, false, std::nullopt, std::nullopt, false}};
+  p.gpus.vulkan = {gpu};
+  p.gpus.vulkan_status = "1 device";
+  CudaDevice cuda{0, "Made-up GPU", "00112233445566778899aabbccddeeff", 9, 0, 132, 49152, 232448, 233472,
+                  60ull << 20, 140ull << 30, 139ull << 30, 13000, {"note"}};
+  p.gpus.cuda = {cuda};
+  p.gpus.cuda_status = "1 device";
+  p.gpus.source = "live";
+  p.measurements.gpu_kernels = {
+      GpuKernelResult{"Made-up GPU", "vulkan", "gemv_q4_g64_direct", 2048, 1024, 0, true, 1e-6, "", stats(90, 100, 110, 5)},
+      GpuKernelResult{"Made-up GPU", "vulkan", "gemv_q4_g64_tile64k", 2048, 1024, 65536, false, 0, "needs 65536 B",
+                      SampleStats{}}};
   p.threads = ThreadRecommendation{2, 2, CpuSet({0, 2}), CpuSet({0, 2}), "all-but-efficiency-kind", "because"};
   assign_fingerprint(p);
   return p;
@@ -80,7 +108,7 @@ TEST(ProfileIo, RoundTripsThroughAnAtomicallyWrittenFile) {
 TEST(ProfileIo, JsonCarriesTheSameFields) {
   const std::string json = profile_to_json(sample_profile());
   EXPECT_EQ(json.front(), '{');
-  EXPECT_NE(json.find("\"schema_version\" : 1"), std::string::npos) << json.substr(0, 400);
+  EXPECT_NE(json.find("\"schema_version\" : " + std::to_string(kDeviceProfileSchemaVersion)), std::string::npos);
   EXPECT_NE(json.find("\"decode_threads\" : 2"), std::string::npos);
 }
 
@@ -130,7 +158,8 @@ std::vector<BadProfile> bad_profiles() {
   };
   add("absurd thread count", "[threads]", "decode_threads", "100000", "'threads.decode_threads' = 100000 is out of range");
   add("negative size", "[memory]", "total_bytes", "-5", "'memory.total_bytes' = -5 is out of range");
-  add("future schema", "", "schema_version", "2", "newer than this build understands");
+  add("future schema", "", "schema_version", std::to_string(kDeviceProfileSchemaVersion + 1),
+      "newer than this build understands");
   add("zero schema", "", "schema_version", "0", "'schema_version' = 0 is out of range");
   add("string for a number", "[cpu]", "cores", "\"six\"", "'cpu.cores' must be an integer");
   add("bad CPU list", "[cpu.usable]", "pus", "\"3-1\"", "'cpu.usable.pus' is not a CPU list");
@@ -144,6 +173,13 @@ std::vector<BadProfile> bad_profiles() {
   add("threads on forbidden PUs", "[threads]", "decode_pus", "\"6-7\"", "PUs 6-7 this process may not use", false);
   add("pus list size mismatch", "[threads]", "prefill_pus", "\"0\"", "one PU per prefill thread", false);
   add("core map not covering the kind", "[[cpu.kinds]]", "core_pus", "[ '4', '5', '6', '6' ]", "'cpu.kinds[0].core_pus' must list");
+  add("GPU budget above its heap", "[[gpus.vulkan.heaps]]", "budget_bytes", std::to_string(200ull << 30),
+      "exceeds the heap's size_bytes");
+  add("absurd shared memory", "[[gpus.vulkan]]", "max_compute_shared_memory_bytes", "1073741824", "is out of range");
+  add("subgroup sizes reversed", "[[gpus.vulkan]]", "min_subgroup_size", "64", "exceeds max_subgroup_size", false);
+  add("workgroup size not xyz", "[[gpus.vulkan]]", "max_workgroup_size", "[ 1024 ]", "must each hold 3 numbers", false);
+  add("CUDA free above total", "[[gpus.cuda]]", "free_memory_bytes", std::to_string(400ull << 30),
+      "exceeds total_memory_bytes");
   add("bad mode", "[provenance]", "mode", "\"fast\"", "'provenance.mode' must be", false);
   cases.push_back({"truncated", good.substr(0, good.size() / 2) + "\"unterminated", "not valid TOML", 0});
   cases.push_back({"empty", "", "'schema_version' is missing", 0});
@@ -163,6 +199,27 @@ TEST(ProfileIo, RefusesEachBadProfileWithTheFieldNamed) {
       EXPECT_NE(message.find("bad.toml:" + std::to_string(bad.line) + ":"), std::string::npos) << message;
     }
   }
+}
+
+TEST(ProfileIo, GpuRecordsRoundTripOnTheirOwn) {
+  const GpuFacts gpus = sample_profile().gpus;
+  auto parsed = parse_gpu_record(gpus_to_toml(gpus), "gpus.toml");
+  ASSERT_TRUE(parsed.ok()) << parsed.error().message;
+  EXPECT_EQ(*parsed, gpus);
+  auto broken = parse_gpu_record("[gpus]\nsource = 'x'\n", "gpus.toml");
+  ASSERT_FALSE(broken.ok());
+  EXPECT_NE(broken.error().message.find("'gpus.vulkan_status' is missing"), std::string::npos) << broken.error().message;
+}
+
+TEST(ProfileIo, Schema1ProfilesLoadAndSayGpusWereNotProbed) {
+  std::string text = profile_to_toml(sample_profile());
+  text.replace(text.find("schema_version = " + std::to_string(kDeviceProfileSchemaVersion)),
+               std::string("schema_version = 2").size(), "schema_version = 1");
+  text.erase(text.find("[gpus]"), text.find("[measurements") - text.find("[gpus]"));
+  auto parsed = parse_profile(text, "old.toml");
+  ASSERT_TRUE(parsed.ok()) << parsed.error().message;
+  EXPECT_TRUE(parsed->gpus.vulkan.empty());
+  EXPECT_NE(parsed->gpus.vulkan_status.find("not probed"), std::string::npos);
 }
 
 TEST(ProfileIo, MissingFileSaysHowToCreateOne) {

@@ -16,7 +16,8 @@ namespace coli {
 
 // Bump when a field is added, removed or changes meaning. Readers refuse
 // newer versions (the file may mean something this build cannot know).
-inline constexpr int kDeviceProfileSchemaVersion = 1;
+// v2: GPU facts ([gpus]: Vulkan and CUDA devices).
+inline constexpr int kDeviceProfileSchemaVersion = 2;
 
 // ---------------------------------------------------------------- CPU facts
 
@@ -112,6 +113,91 @@ struct MemoryFacts {
   bool operator==(const MemoryFacts&) const = default;
 };
 
+// ---------------------------------------------------------------- GPU facts
+
+struct VulkanMemoryHeap {
+  std::uint64_t size_bytes = 0;
+  bool device_local = false;
+  // VK_EXT_memory_budget; nullopt when the driver lacks it. The budget is
+  // clamped to the heap size (drivers have reported more); `budget_clamped` says so.
+  std::optional<std::uint64_t> budget_bytes;
+  std::optional<std::uint64_t> usage_bytes;
+  bool budget_clamped = false;
+  bool operator==(const VulkanMemoryHeap&) const = default;
+};
+
+// One Vulkan physical device as the driver reports it.
+struct VulkanDevice {
+  // identity
+  std::string name;
+  std::uint32_t vendor_id = 0;
+  std::uint32_t device_id = 0;
+  std::string type;                  // "discrete", "integrated", "virtual", "cpu", "other"
+  std::string api_version;           // "1.3.239"
+  std::uint32_t driver_version = 0;  // raw, vendor-encoded
+  std::string driver_name;           // VkPhysicalDeviceDriverProperties, "" when absent
+  std::string driver_info;
+  std::string uuid;                  // deviceUUID, 32 hex digits
+  // limits
+  std::uint32_t max_compute_shared_memory_bytes = 0;
+  std::uint32_t max_workgroup_invocations = 0;
+  std::vector<std::uint32_t> max_workgroup_size;   // x, y, z
+  std::vector<std::uint32_t> max_workgroup_count;  // x, y, z
+  std::uint64_t max_storage_buffer_range = 0;
+  // subgroups
+  std::uint32_t subgroup_size = 0;
+  std::uint32_t min_subgroup_size = 0;          // = subgroup_size without size control
+  std::uint32_t max_subgroup_size = 0;
+  bool subgroup_size_control = false;
+  bool compute_full_subgroups = false;
+  std::vector<std::string> subgroup_operations;  // "basic", "vote", "arithmetic", "ballot", "shuffle",
+                                                 // "shuffle_relative", "clustered", "quad" (compute stage)
+  // features
+  bool shader_int8 = false;
+  bool shader_float16 = false;
+  bool storage_buffer_8bit = false;
+  bool storage_buffer_16bit = false;
+  bool integer_dot_product = false;
+  bool cooperative_matrix = false;
+  // memory
+  std::vector<VulkanMemoryHeap> heaps;
+  bool memory_budget = false;        // VK_EXT_memory_budget present
+  bool unified_memory = false;       // one device-local heap that is also host-visible (UMA)
+  bool external_host_memory = false; // VK_EXT_external_memory_host
+  std::uint64_t min_imported_host_pointer_alignment = 0;
+  bool operator==(const VulkanDevice&) const = default;
+};
+
+// One CUDA device through the driver API.
+struct CudaDevice {
+  int ordinal = 0;
+  std::string name;
+  std::string uuid;                    // 32 hex digits
+  int compute_capability_major = 0;
+  int compute_capability_minor = 0;
+  int sm_count = 0;
+  std::uint32_t shared_memory_per_block = 0;        // default limit
+  std::uint32_t shared_memory_per_block_optin = 0;  // with cudaFuncAttributeMaxDynamicSharedMemorySize
+  std::uint32_t shared_memory_per_sm = 0;
+  std::uint64_t l2_bytes = 0;
+  std::uint64_t total_memory_bytes = 0;
+  std::uint64_t free_memory_bytes = 0; // at probe time; planners re-read it live
+  int driver_version = 0;              // e.g. 13000 for 13.0
+  std::vector<std::string> notes;      // values the probe clamped or distrusted, and why
+  bool operator==(const CudaDevice&) const = default;
+};
+
+struct GpuFacts {
+  // One line each saying what was found or why nothing was: "2 devices",
+  // "no Vulkan loader (libvulkan.so.1 not found)", "no CUDA driver (...)".
+  std::string vulkan_status;
+  std::vector<VulkanDevice> vulkan;
+  std::string cuda_status;
+  std::vector<CudaDevice> cuda;
+  std::string source;  // "live" or "replay:<file>"
+  bool operator==(const GpuFacts&) const = default;
+};
+
 // ------------------------------------------------------------- measurements
 
 // Summary of repeated timings of one configuration (design.md #5).
@@ -157,9 +243,25 @@ struct DiskBandwidth {
   bool operator==(const DiskBandwidth&) const = default;
 };
 
+// One kernel variant run on one GPU against the CPU reference (--gpu-selftest).
+struct GpuKernelResult {
+  std::string device;        // VulkanDevice::name (or CUDA name)
+  std::string backend;       // "vulkan" or "cuda"
+  std::string variant;       // catalogue name, e.g. "gemv_q4_g64_shmem_x"
+  int rows = 0;
+  int cols = 0;
+  std::uint32_t shared_memory_bytes = 0;  // what the pipeline declared
+  bool passed = false;       // matched the CPU reference within tolerance
+  double max_relative_error = 0;
+  std::string note;          // why it failed or was skipped
+  SampleStats gb_per_s;      // bytes of weights + scales + x per call / time
+  bool operator==(const GpuKernelResult&) const = default;
+};
+
 struct Measurements {
   std::optional<MemoryBandwidth> memory;
   std::optional<DiskBandwidth> disk;
+  std::vector<GpuKernelResult> gpu_kernels;
   bool operator==(const Measurements&) const = default;
 };
 
@@ -197,6 +299,7 @@ struct DeviceProfile {
   Provenance provenance;
   CpuFacts cpu;
   MemoryFacts memory;
+  GpuFacts gpus;
   Measurements measurements;
   ThreadRecommendation threads;
   bool operator==(const DeviceProfile&) const = default;

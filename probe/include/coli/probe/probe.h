@@ -18,6 +18,7 @@ struct ProbeOptions {
   SystemRoot root;                                     // /proc and /sys (live: "/")
   std::optional<std::filesystem::path> hwloc_xml;      // replay a topology instead of the live one
   std::optional<std::filesystem::path> sysctl_file;    // replay macOS sysctl values (no hwloc then)
+  std::optional<std::filesystem::path> gpu_record;     // replay recorded GPU facts (a [gpus] TOML file)
   std::filesystem::path disk_dir = ".";                // filesystem whose read bandwidth is measured
   double budget_seconds = 25;                          // upper bound for all measurements
   std::function<void(std::string_view)> progress;      // one line per step; may be empty

@@ -14,6 +14,11 @@ namespace coli {
 std::string profile_to_toml(const DeviceProfile& profile);
 std::string profile_to_json(const DeviceProfile& profile);
 
+// Recorded GPU facts: a TOML file holding only the profile's [gpus] table
+// (tests/fixtures/gpus/*/gpus.toml); what `coli-probe --replay-gpus` reads.
+std::string gpus_to_toml(const GpuFacts& gpus);
+Result<GpuFacts> parse_gpu_record(std::string_view toml_text, const std::string& source_name);
+
 // `source_name` (usually the file path) prefixes every error message.
 Result<DeviceProfile> parse_profile(std::string_view toml_text, const std::string& source_name);
 
