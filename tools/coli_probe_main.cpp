@@ -12,6 +12,7 @@
 #include "coli/base/text.h"
 #include "coli/probe/probe.h"
 #include "coli/probe/profile_io.h"
+#include "vulkan/gpu_selftest.h"
 
 namespace {
 
@@ -116,6 +117,9 @@ void print_summary(const DeviceProfile& p, const std::string& written_to) {
     print_bandwidth(*p.measurements.memory);
   }
   if (p.measurements.disk) print_disk(*p.measurements.disk);
+  if (!p.measurements.gpu_kernels.empty()) {
+    std::printf("GPU self-test\n%s", coli::vulkan::format_selftest_table(p.measurements.gpu_kernels).c_str());
+  }
   std::printf("fingerprint %s\n", p.fingerprint.c_str());
 }
 
@@ -144,6 +148,8 @@ int main(int argc, char** argv) {
   bool json = false;
   std::string replay_root, replay_xml, replay_sysctl, replay_machine, replay_gpus;
   std::vector<std::string> validate;
+  bool gpu_selftest = false;
+  coli::vulkan::SelftestOptions selftest;
   app.add_option("--out", out, "Where to write the profile ('-' = TOML on stdout)")->capture_default_str();
   app.add_flag("--quick", options.quick, "Facts only: skip the bandwidth measurements");
   app.add_flag("--json", json, "Print the profile as JSON on stdout instead of the summary");
@@ -164,6 +170,14 @@ int main(int argc, char** argv) {
   app.add_option("--replay-machine", replay_machine,
                  "A recorded machine directory (topology.xml, sysctl.txt, root/), e.g. tests/fixtures/machines/*")
       ->check(CLI::ExistingDirectory);
+  app.add_flag("--gpu-selftest", gpu_selftest,
+               "Run every GEMV shader variant that fits each Vulkan device against the CPU reference and time it");
+  app.add_option("--gpu-selftest-budget", selftest.time_budget_seconds, "Seconds of timing for the self-test")
+      ->check(CLI::Range(1.0, 3600.0))
+      ->capture_default_str();
+  app.add_option("--gpu-shared-memory-limit", selftest.shared_memory_limit_bytes,
+                 "Pretend each GPU allows at most this many bytes of shared memory in the self-test")
+      ->check(CLI::Range(1024u, 1u << 24));
   app.add_option("--validate", validate, "Check existing profile files and exit (nothing is probed)");
   CLI11_PARSE(app, argc, argv);
 
@@ -182,6 +196,10 @@ int main(int argc, char** argv) {
   if (!profile) {
     std::fprintf(stderr, "coli-probe: %s\n", profile.error().message.c_str());
     return 1;
+  }
+  if (gpu_selftest) {
+    if (options.progress) options.progress("GPU self-test: running every fitting shader variant");
+    profile->measurements.gpu_kernels = coli::vulkan::run_gpu_selftest(selftest);
   }
   if (out == "-") {
     std::fputs(coli::profile_to_toml(*profile).c_str(), stdout);

@@ -4,7 +4,7 @@
 #include <chrono>
 #include <cstring>
 
-#include "vulkan/device_facts.h"
+#include "gpu/vulkan_probe.h"
 
 namespace coli::vulkan {
 namespace {
@@ -19,9 +19,15 @@ bool has_extension(const std::vector<VkExtensionProperties>& extensions, const c
 
 // A bare instance for listing and for contexts; `portability` is set when the
 // loader offers VK_KHR_portability_enumeration (MoltenVK needs it).
-Result<VkInstance> make_instance(const vk::Loader& loader) {
+// The version instances are created with: the loader's, at most 1.3.
+std::uint32_t instance_api_version(const vk::Loader& loader) {
   std::uint32_t version = VK_API_VERSION_1_0;
   if (loader.vkEnumerateInstanceVersion) loader.vkEnumerateInstanceVersion(&version);
+  return std::min<std::uint32_t>(version, VK_API_VERSION_1_3);
+}
+
+Result<VkInstance> make_instance(const vk::Loader& loader) {
+  const std::uint32_t version = instance_api_version(loader);
   if (version < VK_API_VERSION_1_1) {
     return make_error("the Vulkan loader " + loader.library + " supports only Vulkan 1.0; coli needs 1.1 or newer");
   }
@@ -41,7 +47,7 @@ Result<VkInstance> make_instance(const vk::Loader& loader) {
   VkApplicationInfo app{VK_STRUCTURE_TYPE_APPLICATION_INFO};
   app.pApplicationName = "coli";
   app.pEngineName = "coli";
-  app.apiVersion = std::min<std::uint32_t>(version, VK_API_VERSION_1_3);
+  app.apiVersion = version;
   VkInstanceCreateInfo info{VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO};
   info.flags = flags;
   info.pApplicationInfo = &app;
@@ -152,13 +158,7 @@ Status ComputeContext::pick_physical_device(int index) {
   if (device_api_version_ < VK_API_VERSION_1_1) {
     return make_error(std::string("Vulkan device ") + properties.deviceName + " supports only Vulkan 1.0; coli needs 1.1");
   }
-  std::uint32_t count = 0;
-  instance_fn_.vkEnumerateDeviceExtensionProperties(physical_, nullptr, &count, nullptr);
-  std::vector<VkExtensionProperties> extensions(count);
-  instance_fn_.vkEnumerateDeviceExtensionProperties(physical_, nullptr, &count, extensions.data());
-  extensions.resize(count);
-  const bool size_control_extension = has_extension(extensions, VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME);
-  facts_ = read_device_facts(instance_fn_, physical_, device_api_version_, size_control_extension);
+  facts_ = probe::describe_vulkan_device(instance_fn_, physical_, instance_api_version(*loader_));
   instance_fn_.vkGetPhysicalDeviceMemoryProperties(physical_, &memory_properties_);
 
   std::uint32_t family_count = 0;

@@ -78,8 +78,7 @@ namespace coli::vk {
   X(vkDestroyFence)                     \
   X(vkResetFences)                      \
   X(vkWaitForFences)                    \
-  X(vkCmdCopyBuffer)                    \
-  X(vkFreeCommandBuffers)
+  X(vkCmdCopyBuffer)
 
 #define COLI_VK_DECLARE_MEMBER(name) PFN_##name name = nullptr;
 

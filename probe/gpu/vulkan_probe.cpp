@@ -181,20 +181,6 @@ void read_memory(const vk::InstanceFunctions& fn, VkPhysicalDevice physical, con
   out.unified_memory = has_unified_memory(memory.memoryProperties, type);
 }
 
-VulkanDevice describe_device(const vk::InstanceFunctions& fn, VkPhysicalDevice physical, std::uint32_t instance_api) {
-  VkPhysicalDeviceProperties basic{};
-  fn.vkGetPhysicalDeviceProperties(physical, &basic);
-  DeviceSupport support;
-  support.effective_api = std::min(VK_MAKE_API_VERSION(0, VK_API_VERSION_MAJOR(basic.apiVersion),
-                                                       VK_API_VERSION_MINOR(basic.apiVersion), 0),
-                                   instance_api);
-  support.extensions = device_extensions(fn, physical);
-  VulkanDevice device;
-  const bool compute_size_control_stage = read_properties(fn, physical, support, device);
-  read_features(fn, physical, support, compute_size_control_stage, device);
-  read_memory(fn, physical, support, basic.deviceType, device);
-  return device;
-}
 
 std::uint32_t loader_api_version(const vk::Loader& loader) {
   std::uint32_t version = VK_API_VERSION_1_0;  // a 1.0 loader lacks vkEnumerateInstanceVersion
@@ -268,12 +254,28 @@ VulkanProbeResult probe_with(const vk::Loader& loader) {
   if (physical.empty()) return {"no Vulkan device (the loader found no physical device)", {}};
 
   VulkanProbeResult result;
-  for (VkPhysicalDevice device : physical) result.devices.push_back(describe_device(*functions, device, api));
+  for (VkPhysicalDevice device : physical) result.devices.push_back(describe_vulkan_device(*functions, device, api));
   result.status = device_count_text(result.devices.size());
   return result;
 }
 
 }  // namespace
+
+VulkanDevice describe_vulkan_device(const vk::InstanceFunctions& fn, VkPhysicalDevice physical,
+                                    std::uint32_t instance_api) {
+  VkPhysicalDeviceProperties basic{};
+  fn.vkGetPhysicalDeviceProperties(physical, &basic);
+  DeviceSupport support;
+  support.effective_api = std::min(VK_MAKE_API_VERSION(0, VK_API_VERSION_MAJOR(basic.apiVersion),
+                                                       VK_API_VERSION_MINOR(basic.apiVersion), 0),
+                                   instance_api);
+  support.extensions = device_extensions(fn, physical);
+  VulkanDevice device;
+  const bool compute_size_control_stage = read_properties(fn, physical, support, device);
+  read_features(fn, physical, support, compute_size_control_stage, device);
+  read_memory(fn, physical, support, basic.deviceType, device);
+  return device;
+}
 
 VulkanProbeResult probe_vulkan() {
   try {

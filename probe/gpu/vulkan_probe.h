@@ -23,6 +23,12 @@ struct VulkanProbeResult {
 // device, never throws: every failure becomes `status` with no devices.
 VulkanProbeResult probe_vulkan();
 
+// Every fact of one physical device; `instance_api` is the version the
+// instance was created with (structures beyond it are not chained). The
+// compute backend uses this too, so the selector sees what the profile records.
+VulkanDevice describe_vulkan_device(const vk::InstanceFunctions& fn, VkPhysicalDevice physical,
+                                    std::uint32_t instance_api);
+
 // ---- pure pieces, exposed for tests
 
 // "basic", "vote", ... for the VkSubgroupFeatureFlags bits, in bit order.
