@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <bit>
 #include <charconv>
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <limits>
 #include <vector>
@@ -191,8 +193,29 @@ std::string why_not_fits(const ShaderVariant& variant, const GemvSpec& spec, con
   return {};
 }
 
+// GB/s of `variant` measured on `device` at the measured shape nearest to
+// `shape` (by element count, on a log scale); 0 when it was never measured.
+double measured_gb_per_s(const std::vector<GpuKernelResult>& measured, const VulkanDevice& device,
+                         const ShaderVariant& variant, const GemvShape& shape) {
+  double best_distance = 1e300, gb_per_s = 0;
+  const double size = static_cast<double>(shape.rows) * shape.cols;
+  for (const GpuKernelResult& result : measured) {
+    if (result.backend != "vulkan" || result.device != device.name || result.variant != variant.name ||
+        !result.passed || result.gb_per_s.samples == 0) {
+      continue;
+    }
+    const double distance = std::fabs(std::log(static_cast<double>(result.rows) * result.cols / size));
+    if (distance < best_distance) {
+      best_distance = distance;
+      gb_per_s = result.gb_per_s.median;
+    }
+  }
+  return gb_per_s;
+}
+
 Result<Selection> select_gemv_variant(const VulkanDevice& device, const GemvShape& shape,
-                                      const SelectionOverrides& overrides) {
+                                      const SelectionOverrides& overrides,
+                                      const std::vector<GpuKernelResult>& measured) {
   if (Status shape_ok = check_shape(shape); !shape_ok) return shape_ok.error();
   std::uint32_t limit = device.max_compute_shared_memory_bytes;
   if (overrides.max_shared_memory_bytes) {
@@ -232,17 +255,32 @@ Result<Selection> select_gemv_variant(const VulkanDevice& device, const GemvShap
     return make_selection(*forced, spec, "; forced by " + std::string(kEnvForceVariant));
   }
 
-  std::vector<const ShaderVariant*> candidates;
+  // Measured variants first, fastest first; then the rest by static rank.
+  struct Candidate {
+    const ShaderVariant* variant;
+    double gb_per_s;
+  };
+  std::vector<Candidate> candidates;
   for (const ShaderVariant& variant : gemv_catalogue()) {
-    if (variant.format == shape.format) candidates.push_back(&variant);
+    if (variant.format == shape.format) candidates.push_back({&variant, measured_gb_per_s(measured, device, variant, shape)});
   }
-  std::stable_sort(candidates.begin(), candidates.end(),
-                   [](const ShaderVariant* a, const ShaderVariant* b) { return a->speed_rank > b->speed_rank; });
-  std::string passed_over;  // why each better-ranked variant was not chosen
-  for (const ShaderVariant* variant : candidates) {
-    const GemvSpec spec = choose_spec(*variant, device, shape, limit);
-    std::string why = why_not_fits(*variant, spec, device, limit);
-    if (why.empty()) return make_selection(*variant, spec, passed_over);
+  std::stable_sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
+    if ((a.gb_per_s > 0) != (b.gb_per_s > 0)) return a.gb_per_s > 0;
+    return a.gb_per_s > 0 ? a.gb_per_s > b.gb_per_s : a.variant->speed_rank > b.variant->speed_rank;
+  });
+  std::string passed_over;  // why each better-ordered variant was not chosen
+  for (const Candidate& candidate : candidates) {
+    const GemvSpec spec = choose_spec(*candidate.variant, device, shape, limit);
+    std::string why = why_not_fits(*candidate.variant, spec, device, limit);
+    if (why.empty()) {
+      if (candidate.gb_per_s > 0) {
+        char measured_text[96];
+        std::snprintf(measured_text, sizeof measured_text, "; fastest measured on this device: %.1f GB/s",
+                      candidate.gb_per_s);
+        passed_over += measured_text;
+      }
+      return make_selection(*candidate.variant, spec, passed_over);
+    }
     passed_over += "; " + why;
   }
   return make_error("no " + std::string(format_name(shape.format)) + " GEMV variant fits " + device.name + " (" +

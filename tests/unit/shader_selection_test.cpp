@@ -258,6 +258,33 @@ EnvReader fake_env(std::map<std::string, std::string> values) {
   };
 }
 
+TEST(ShaderSelection, MeasurementsOnThisDeviceBeatStaticRanks) {
+  const VulkanDevice device = make_device(48, 32);
+  const GemvShape shape{WeightFormat::q4_g64, 1024, 2048};
+  ASSERT_EQ(select_gemv_variant(device, shape)->variant->name, "gemv_q4_g64_shmem_x");  // static rank
+  auto result = [&](const char* variant, int rows, int cols, double gb_per_s, bool passed = true) {
+    return GpuKernelResult{device.name, "vulkan", variant, rows, cols, 0, passed, 0, "",
+                           SampleStats{5, gb_per_s, gb_per_s, gb_per_s, 0}};
+  };
+  // As measured on the H200: direct 155 GB/s vs shmem_x 63 at this shape.
+  std::vector<GpuKernelResult> measured = {result("gemv_q4_g64_direct", 1024, 2048, 155.5),
+                                           result("gemv_q4_g64_shmem_x", 1024, 2048, 63.2),
+                                           result("gemv_q4_g64_direct", 4096, 4096, 336.8),
+                                           result("gemv_q4_g64_shmem_x", 4096, 4096, 360.4)};
+  auto small = select_gemv_variant(device, shape, {}, measured);
+  ASSERT_TRUE(small.ok()) << small.error().message;
+  EXPECT_EQ(small->variant->name, "gemv_q4_g64_direct");
+  EXPECT_NE(small->reason.find("fastest measured on this device: 155.5 GB/s"), std::string::npos) << small->reason;
+  // The nearest measured shape decides: at 4096x4096 shmem_x was faster.
+  EXPECT_EQ(select_gemv_variant(device, {WeightFormat::q4_g64, 4096, 4096}, {}, measured)->variant->name,
+            "gemv_q4_g64_shmem_x");
+  // Failed runs, other devices and a measured variant that does not fit never win.
+  measured = {result("gemv_q4_g64_direct", 1024, 2048, 900, false), result("gemv_q4_g64_tile64k", 1024, 2048, 999)};
+  measured.push_back(measured.back());
+  measured.back().device = "another GPU";
+  EXPECT_EQ(select_gemv_variant(device, shape, {}, measured)->variant->name, "gemv_q4_g64_shmem_x");
+}
+
 TEST(ShaderSelectionEnvironment, UnsetMeansNoOverrides) {
   const Result<SelectionOverrides> overrides = overrides_from_environment(fake_env({}));
   ASSERT_TRUE(overrides.ok());

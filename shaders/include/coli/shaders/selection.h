@@ -23,6 +23,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "coli/base/result.h"
 #include "coli/probe/device_profile.h"
@@ -63,11 +64,17 @@ struct Selection {
   std::string reason;
 };
 
+// `measured`: self-test results (DeviceProfile::measurements.gpu_kernels).
+// Variants measured on this device (passed, timed) are ordered by their GB/s
+// at the measured shape closest to `shape`, ahead of the catalogue's static
+// ranks: estimate first, measure when you can (design.md #5).
+//
 // Errors: a shape the format cannot hold (zero size, q4 cols % 64 != 0), an
 // unknown or unfitting forced variant, a pretend limit above the real one,
 // or no variant fitting at all (each variant's reason is listed).
 Result<Selection> select_gemv_variant(const VulkanDevice& device, const GemvShape& shape,
-                                      const SelectionOverrides& overrides = {});
+                                      const SelectionOverrides& overrides = {},
+                                      const std::vector<GpuKernelResult>& measured = {});
 
 // Whether `variant` with `spec` fits `device` under `shared_memory_limit`
 // bytes: "" when it does, else why not (naming both numbers). Used by the
