@@ -19,7 +19,7 @@ packages=(
   build-essential cmake ninja-build pkg-config git
   libhwloc-dev hwloc libtomlplusplus-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  libvulkan-dev libvulkan1 glslc libspirv-cross-c-shared-dev mesa-vulkan-drivers
+  libvulkan-dev libvulkan1 glslc libspirv-cross-c-shared-dev mesa-vulkan-drivers nlohmann-json3-dev
 )
 
 install_missing() {
