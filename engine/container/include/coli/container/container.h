@@ -1,0 +1,125 @@
+// coli's model container: what `coli convert` writes and the engine reads.
+//
+//   [0, 16)          "COLIMOE\0", u32 format version, u32 reserved (little-endian)
+//   [4096, ...)      data: dense tensors, then routed experts, every block 4096-aligned
+//   index            UTF-8 JSON: architecture, config, tensors, expert layout
+//   last 24 bytes    trailer: u64 index offset, u64 index bytes, "COLIEND\0"
+//
+// The index comes last so conversion can stream (never holding a model in
+// RAM); the writer works in a temporary file and renames it into place, so a
+// crash leaves no half container. Each routed expert is one record holding
+// its gate, up and down projections back to back (weights, then scales, per
+// part), so one aligned read fetches one expert; records of a layer are
+// contiguous with a fixed 4096-aligned stride.
+//
+// Dense tensors (attention, norms, router, embeddings, lm_head, shared
+// experts) keep their source dtype (f32, bf16, f16): they are a small share
+// of an MoE's bytes, and keeping them exact means the only quantisation
+// error is the experts'. Experts are q4_g64 or q8_row
+// (kernels/reference/gemv_reference.h).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "coli/base/result.h"
+
+namespace coli::container {
+
+inline constexpr std::uint32_t kFormatVersion = 1;
+inline constexpr std::uint64_t kAlignment = 4096;  // O_DIRECT-friendly
+
+struct TensorEntry {
+  std::string name;
+  std::string dtype;                 // "F32", "BF16", "F16"
+  std::vector<std::uint64_t> shape;
+  std::uint64_t offset = 0;          // from the start of the file
+  std::uint64_t bytes = 0;
+};
+
+// One projection inside an expert record: rows x cols quantised.
+struct ExpertPart {
+  std::string name;                  // "gate", "up", "down"
+  std::uint32_t rows = 0;
+  std::uint32_t cols = 0;
+  std::uint64_t weights_offset = 0;  // within the record
+  std::uint64_t weights_bytes = 0;
+  std::uint64_t scales_offset = 0;
+  std::uint64_t scales_bytes = 0;
+};
+
+struct ExpertLayout {
+  std::string format;                // "q4_g64" or "q8_row"
+  std::uint32_t layers = 0;          // MoE layers (in model layer order)
+  std::uint32_t experts = 0;         // routed experts per layer
+  std::vector<std::uint32_t> model_layers;  // model layer index of each MoE layer
+  std::vector<ExpertPart> parts;
+  std::uint64_t record_bytes = 0;    // meaningful bytes of one expert
+  std::uint64_t record_stride = 0;   // record_bytes rounded up to kAlignment
+  std::vector<std::uint64_t> layer_offsets;  // first record of each MoE layer
+  std::uint64_t record_offset(std::uint32_t layer, std::uint32_t expert) const {
+    return layer_offsets[layer] + static_cast<std::uint64_t>(expert) * record_stride;
+  }
+};
+
+struct ContainerIndex {
+  std::string architecture;
+  std::string config_json;           // the source config.json, verbatim
+  std::string source;                // what it was converted from (for humans)
+  std::vector<TensorEntry> tensors;
+  ExpertLayout experts;
+};
+
+// Streams a container into `path` (through a temporary file beside it).
+class ContainerWriter {
+ public:
+  static Result<ContainerWriter> create(const std::filesystem::path& path);
+  ContainerWriter(ContainerWriter&&) noexcept;
+  ContainerWriter& operator=(ContainerWriter&&) noexcept;
+  ~ContainerWriter();  // an unfinished writer removes its temporary file
+
+  Status add_tensor(const std::string& name, const std::string& dtype, std::vector<std::uint64_t> shape,
+                    std::span<const std::byte> data);
+  // Call once before the first expert: fixes the record layout.
+  Status begin_experts(const std::string& format, std::uint32_t layers, std::uint32_t experts,
+                       std::vector<std::uint32_t> model_layers, std::vector<ExpertPart> parts);
+  // Records in order: layer 0 experts 0..E-1, layer 1 ...; `record` is
+  // record_bytes long, laid out as `parts` say.
+  Status add_expert(std::span<const std::byte> record);
+  // Writes the index and trailer, fsyncs and renames into place.
+  Status finish(const std::string& architecture, const std::string& config_json, const std::string& source);
+
+ private:
+  struct State;
+  explicit ContainerWriter(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
+// Opens and validates a container: magic, version, trailer, index JSON, and
+// every offset and size against the file. Errors name the file and say what
+// to do (usually: convert again).
+class ContainerReader {
+ public:
+  static Result<ContainerReader> open(const std::filesystem::path& path);
+  ContainerReader(ContainerReader&&) noexcept;
+  ContainerReader& operator=(ContainerReader&&) noexcept;
+  ~ContainerReader();
+
+  const ContainerIndex& index() const;
+  const std::filesystem::path& path() const;
+  const TensorEntry* find_tensor(const std::string& name) const;
+  // Reads a byte range with pread (the engine's expert store does its own, aligned, I/O).
+  Status read(std::uint64_t offset, std::span<std::byte> out) const;
+  int fd() const;
+
+ private:
+  struct State;
+  explicit ContainerReader(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace coli::container

@@ -1,0 +1,152 @@
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <random>
+
+#include "coli/container/container.h"
+#include "container_format.h"
+
+namespace coli::container {
+
+struct ContainerWriter::State {
+  std::filesystem::path path;
+  std::filesystem::path temp;
+  int fd = -1;
+  std::uint64_t end = 0;  // next free byte
+  ContainerIndex index;
+  bool experts_begun = false;
+  std::uint64_t experts_written = 0;
+  bool finished = false;
+
+  ~State() {
+    if (fd >= 0) ::close(fd);
+    if (!finished && !temp.empty()) ::unlink(temp.c_str());
+  }
+
+  Status write_at(std::uint64_t offset, const void* data, std::size_t size) {
+    const char* bytes = static_cast<const char*>(data);
+    while (size > 0) {
+      const ssize_t n = ::pwrite(fd, bytes, size, static_cast<off_t>(offset));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return make_error("cannot write " + temp.string() + ": " + std::strerror(errno));
+      bytes += n;
+      offset += static_cast<std::uint64_t>(n);
+      size -= static_cast<std::size_t>(n);
+    }
+    return Ok{};
+  }
+};
+
+ContainerWriter::ContainerWriter(std::unique_ptr<State> state) : state_(std::move(state)) {}
+ContainerWriter::ContainerWriter(ContainerWriter&&) noexcept = default;
+ContainerWriter& ContainerWriter::operator=(ContainerWriter&&) noexcept = default;
+ContainerWriter::~ContainerWriter() = default;
+
+Result<ContainerWriter> ContainerWriter::create(const std::filesystem::path& path) {
+  auto state = std::make_unique<State>();
+  state->path = path;
+  state->temp = path.string() + ".partial." + std::to_string(::getpid()) + "." + std::to_string(std::random_device{}());
+  state->fd = ::open(state->temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (state->fd < 0) {
+    state->temp.clear();
+    return make_error("cannot create " + path.string() + ": " + std::strerror(errno) +
+                      " (choose a writable directory with enough space)");
+  }
+  std::array<char, format::kHeaderBytes> header{};
+  std::memcpy(header.data(), format::kMagic.data(), format::kMagic.size());
+  const std::uint32_t version = kFormatVersion;  // little-endian hosts only (x86-64, arm64)
+  std::memcpy(header.data() + 8, &version, 4);
+  if (Status s = state->write_at(0, header.data(), header.size()); !s) return s.error();
+  state->end = kAlignment;
+  return ContainerWriter(std::move(state));
+}
+
+Status ContainerWriter::add_tensor(const std::string& name, const std::string& dtype,
+                                   std::vector<std::uint64_t> shape, std::span<const std::byte> data) {
+  State& s = *state_;
+  if (s.experts_begun) return make_error("container: dense tensor " + name + " added after the experts");
+  const std::uint64_t offset = s.end;
+  if (Status w = s.write_at(offset, data.data(), data.size()); !w) return w;
+  s.index.tensors.push_back({name, dtype, std::move(shape), offset, data.size()});
+  s.end = format::align_up(offset + data.size());
+  return Ok{};
+}
+
+Status ContainerWriter::begin_experts(const std::string& expert_format, std::uint32_t layers, std::uint32_t experts,
+                                      std::vector<std::uint32_t> model_layers, std::vector<ExpertPart> parts) {
+  State& s = *state_;
+  if (s.experts_begun) return make_error("container: begin_experts called twice");
+  if (model_layers.size() != layers) return make_error("container: model_layers must list one entry per MoE layer");
+  ExpertLayout& layout = s.index.experts;
+  layout = ExpertLayout{expert_format, layers, experts, std::move(model_layers), std::move(parts), 0, 0, {}};
+  for (const ExpertPart& part : layout.parts) {
+    layout.record_bytes = std::max({layout.record_bytes, part.weights_offset + part.weights_bytes,
+                                    part.scales_offset + part.scales_bytes});
+  }
+  layout.record_stride = format::align_up(layout.record_bytes);
+  for (std::uint32_t layer = 0; layer < layers; ++layer) {
+    layout.layer_offsets.push_back(s.end + static_cast<std::uint64_t>(layer) * experts * layout.record_stride);
+  }
+  s.experts_begun = true;
+  return Ok{};
+}
+
+Status ContainerWriter::add_expert(std::span<const std::byte> record) {
+  State& s = *state_;
+  const ExpertLayout& layout = s.index.experts;
+  if (!s.experts_begun) return make_error("container: add_expert before begin_experts");
+  if (record.size() != layout.record_bytes) {
+    return make_error("container: expert record of " + std::to_string(record.size()) + " bytes, expected " +
+                      std::to_string(layout.record_bytes));
+  }
+  const std::uint64_t total = static_cast<std::uint64_t>(layout.layers) * layout.experts;
+  if (s.experts_written >= total) return make_error("container: more expert records than layers x experts");
+  const auto layer = static_cast<std::uint32_t>(s.experts_written / layout.experts);
+  const auto expert = static_cast<std::uint32_t>(s.experts_written % layout.experts);
+  const std::uint64_t offset = layout.record_offset(layer, expert);
+  if (Status w = s.write_at(offset, record.data(), record.size()); !w) return w;
+  ++s.experts_written;
+  s.end = offset + layout.record_stride;
+  return Ok{};
+}
+
+Status ContainerWriter::finish(const std::string& architecture, const std::string& config_json,
+                               const std::string& source) {
+  State& s = *state_;
+  const ExpertLayout& layout = s.index.experts;
+  if (s.experts_written != static_cast<std::uint64_t>(layout.layers) * layout.experts) {
+    return make_error("container: " + std::to_string(s.experts_written) + " expert records written, expected " +
+                      std::to_string(static_cast<std::uint64_t>(layout.layers) * layout.experts));
+  }
+  s.index.architecture = architecture;
+  s.index.config_json = config_json;
+  s.index.source = source;
+  std::string index_text;
+  try {
+    index_text = format::index_to_json(s.index).dump();
+  } catch (const nlohmann::json::exception& error) {
+    return make_error("container: config.json is not valid JSON: " + std::string(error.what()));
+  }
+  const std::uint64_t index_offset = s.end;
+  if (Status w = s.write_at(index_offset, index_text.data(), index_text.size()); !w) return w;
+  std::array<char, format::kTrailerBytes> trailer{};
+  const std::uint64_t index_bytes = index_text.size();
+  std::memcpy(trailer.data(), &index_offset, 8);
+  std::memcpy(trailer.data() + 8, &index_bytes, 8);
+  std::memcpy(trailer.data() + 16, format::kTrailerMagic.data(), 8);
+  if (Status w = s.write_at(index_offset + index_bytes, trailer.data(), trailer.size()); !w) return w;
+  if (::fsync(s.fd) != 0 || ::close(s.fd) != 0) {
+    s.fd = -1;
+    return make_error("cannot flush " + s.temp.string() + ": " + std::strerror(errno));
+  }
+  s.fd = -1;
+  if (::rename(s.temp.c_str(), s.path.c_str()) != 0) {
+    return make_error("cannot rename " + s.temp.string() + " to " + s.path.string() + ": " + std::strerror(errno));
+  }
+  s.finished = true;
+  return Ok{};
+}
+
+}  // namespace coli::container
