@@ -1,0 +1,73 @@
+// The transformer operations of an MoE decoder, on float32 activations, as
+// Hugging Face computes them (the reference the engine is tested against).
+// Weights come in their container dtype; activations are always f32.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace coli::forward {
+
+enum class Dtype { f32, bf16, f16 };
+
+float bf16_to_float(std::uint16_t bits);
+
+// A row-major [rows][cols] weight matrix in its stored dtype (no copy).
+struct DenseMatrix {
+  Dtype dtype = Dtype::f32;
+  int rows = 0;
+  int cols = 0;
+  const void* data = nullptr;
+};
+
+// y[r] = sum_c W[r][c] x[c] (+ bias[r] when given); rows split over `threads`.
+void gemv_dense(const DenseMatrix& w, std::span<const float> x, std::span<float> y, int threads,
+                std::span<const float> bias = {});
+
+// One row of W as float32 (embedding lookup).
+void dense_row(const DenseMatrix& w, int row, std::span<float> out);
+
+// out = x / sqrt(mean(x^2) + eps) * weight
+void rms_norm(std::span<const float> x, std::span<const float> weight, float eps, std::span<float> out);
+
+// RMSNorm applied to each of `groups` consecutive slices of x (per-head q/k
+// norms use head_dim slices; a whole-projection norm uses one group).
+void rms_norm_groups(std::span<float> x, int groups, std::span<const float> weight, float eps);
+
+// Rotary embedding, "rotate half" (NeoX) pairing (i, i + head_dim/2), as
+// Llama/Qwen/Mixtral/OLMoE use it in transformers.
+class Rope {
+ public:
+  Rope(int head_dim, double theta);
+  void apply(std::span<float> x, int heads, int position) const;  // x: heads * head_dim, in place
+
+ private:
+  int head_dim_;
+  std::vector<double> inv_freq_;
+};
+
+void softmax(std::span<float> x);
+float silu(float x);
+
+// How router probabilities become expert weights (see engine/model for which
+// architecture uses which).
+enum class RouterNorm {
+  softmax_topk,          // softmax over all experts, keep the top-k probabilities (olmoe, qwen*_moe w/o norm_topk_prob)
+  softmax_topk_renorm,   // ... then divide by their sum (mixtral, qwen*_moe with norm_topk_prob)
+};
+
+struct Routing {
+  std::vector<int> experts;   // top-k, highest probability first
+  std::vector<float> weights;
+};
+
+Routing route(std::span<const float> router_logits, int top_k, RouterNorm norm);
+
+// Causal attention of one query position over `positions` cached keys and
+// values (grouped-query: heads / kv_heads queries share each KV head).
+// q: heads*head_dim; k_cache, v_cache: [positions][kv_heads*head_dim].
+void attention(std::span<const float> q, std::span<const float> k_cache, std::span<const float> v_cache,
+               int positions, int heads, int kv_heads, int head_dim, std::span<float> out);
+
+}  // namespace coli::forward

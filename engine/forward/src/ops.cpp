@@ -1,0 +1,185 @@
+#include "coli/forward/ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+namespace coli::forward {
+namespace {
+
+float half_to_float(std::uint16_t half) {
+  const std::uint32_t sign = (half & 0x8000u) << 16;
+  const std::uint32_t exponent = (half >> 10) & 0x1f;
+  const std::uint32_t mantissa = half & 0x3ff;
+  float magnitude;
+  if (exponent == 0) {
+    magnitude = std::ldexp(static_cast<float>(mantissa), -24);
+  } else if (exponent == 31) {
+    magnitude = mantissa ? NAN : INFINITY;
+  } else {
+    magnitude = std::ldexp(static_cast<float>(mantissa | 0x400), static_cast<int>(exponent) - 25);
+  }
+  return sign ? -magnitude : magnitude;
+}
+
+// Dot product of one stored row with x, accumulated in double: the dense
+// layers are a small share of MoE time and exactness keeps tests tight.
+__attribute__((target_clones("avx512f", "avx2", "default")))
+double dot_f32(const float* row, const float* x, int cols) {
+  double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+  int c = 0;
+  for (; c + 4 <= cols; c += 4) {
+    s0 += static_cast<double>(row[c]) * x[c];
+    s1 += static_cast<double>(row[c + 1]) * x[c + 1];
+    s2 += static_cast<double>(row[c + 2]) * x[c + 2];
+    s3 += static_cast<double>(row[c + 3]) * x[c + 3];
+  }
+  for (; c < cols; ++c) s0 += static_cast<double>(row[c]) * x[c];
+  return (s0 + s1) + (s2 + s3);
+}
+
+double dot_row(const DenseMatrix& w, int r, const float* x) {
+  const std::size_t base = static_cast<std::size_t>(r) * w.cols;
+  switch (w.dtype) {
+    case Dtype::f32:
+      return dot_f32(static_cast<const float*>(w.data) + base, x, w.cols);
+    case Dtype::bf16: {
+      const auto* row = static_cast<const std::uint16_t*>(w.data) + base;
+      double sum = 0;
+      for (int c = 0; c < w.cols; ++c) sum += static_cast<double>(bf16_to_float(row[c])) * x[c];
+      return sum;
+    }
+    case Dtype::f16: {
+      const auto* row = static_cast<const std::uint16_t*>(w.data) + base;
+      double sum = 0;
+      for (int c = 0; c < w.cols; ++c) sum += static_cast<double>(half_to_float(row[c])) * x[c];
+      return sum;
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+float bf16_to_float(std::uint16_t bits) {
+  const std::uint32_t wide = static_cast<std::uint32_t>(bits) << 16;
+  float out;
+  std::memcpy(&out, &wide, 4);
+  return out;
+}
+
+void gemv_dense(const DenseMatrix& w, std::span<const float> x, std::span<float> y, int threads,
+                std::span<const float> bias) {
+#pragma omp parallel for num_threads(std::max(1, threads)) schedule(static)
+  for (int r = 0; r < w.rows; ++r) {
+    const double sum = dot_row(w, r, x.data());
+    y[static_cast<std::size_t>(r)] = static_cast<float>(bias.empty() ? sum : sum + bias[static_cast<std::size_t>(r)]);
+  }
+}
+
+void dense_row(const DenseMatrix& w, int row, std::span<float> out) {
+  const std::size_t base = static_cast<std::size_t>(row) * w.cols;
+  for (int c = 0; c < w.cols; ++c) {
+    switch (w.dtype) {
+      case Dtype::f32: out[c] = static_cast<const float*>(w.data)[base + c]; break;
+      case Dtype::bf16: out[c] = bf16_to_float(static_cast<const std::uint16_t*>(w.data)[base + c]); break;
+      case Dtype::f16: out[c] = half_to_float(static_cast<const std::uint16_t*>(w.data)[base + c]); break;
+    }
+  }
+}
+
+void rms_norm(std::span<const float> x, std::span<const float> weight, float eps, std::span<float> out) {
+  double sum = 0;
+  for (float v : x) sum += static_cast<double>(v) * v;
+  const double scale = 1.0 / std::sqrt(sum / static_cast<double>(x.size()) + eps);
+  for (std::size_t i = 0; i < x.size(); ++i) out[i] = static_cast<float>(x[i] * scale) * weight[i];
+}
+
+void rms_norm_groups(std::span<float> x, int groups, std::span<const float> weight, float eps) {
+  const std::size_t size = x.size() / static_cast<std::size_t>(groups);
+  for (int g = 0; g < groups; ++g) {
+    auto slice = x.subspan(static_cast<std::size_t>(g) * size, size);
+    rms_norm(slice, weight, eps, slice);
+  }
+}
+
+Rope::Rope(int head_dim, double theta) : head_dim_(head_dim) {
+  for (int i = 0; i < head_dim / 2; ++i) inv_freq_.push_back(1.0 / std::pow(theta, 2.0 * i / head_dim));
+}
+
+void Rope::apply(std::span<float> x, int heads, int position) const {
+  const int half = head_dim_ / 2;
+  for (int h = 0; h < heads; ++h) {
+    float* head = x.data() + static_cast<std::size_t>(h) * head_dim_;
+    for (int i = 0; i < half; ++i) {
+      const double angle = position * inv_freq_[static_cast<std::size_t>(i)];
+      const double c = std::cos(angle), s = std::sin(angle);
+      const double a = head[i], b = head[i + half];
+      head[i] = static_cast<float>(a * c - b * s);
+      head[i + half] = static_cast<float>(b * c + a * s);
+    }
+  }
+}
+
+void softmax(std::span<float> x) {
+  const float peak = *std::max_element(x.begin(), x.end());
+  double sum = 0;
+  for (float& v : x) {
+    v = std::exp(v - peak);
+    sum += v;
+  }
+  for (float& v : x) v = static_cast<float>(v / sum);
+}
+
+float silu(float x) { return x / (1.0f + std::exp(-x)); }
+
+Routing route(std::span<const float> router_logits, int top_k, RouterNorm norm) {
+  std::vector<float> probabilities(router_logits.begin(), router_logits.end());
+  softmax(probabilities);
+  std::vector<int> order(probabilities.size());
+  std::iota(order.begin(), order.end(), 0);
+  // Highest probability first; equal probabilities keep the lower expert id (torch.topk's order on CPU).
+  std::partial_sort(order.begin(), order.begin() + top_k, order.end(), [&](int a, int b) {
+    return probabilities[static_cast<std::size_t>(a)] > probabilities[static_cast<std::size_t>(b)] ||
+           (probabilities[static_cast<std::size_t>(a)] == probabilities[static_cast<std::size_t>(b)] && a < b);
+  });
+  Routing routing;
+  double sum = 0;
+  for (int i = 0; i < top_k; ++i) {
+    routing.experts.push_back(order[static_cast<std::size_t>(i)]);
+    routing.weights.push_back(probabilities[static_cast<std::size_t>(order[static_cast<std::size_t>(i)])]);
+    sum += routing.weights.back();
+  }
+  if (norm == RouterNorm::softmax_topk_renorm) {
+    for (float& w : routing.weights) w = static_cast<float>(w / sum);
+  }
+  return routing;
+}
+
+void attention(std::span<const float> q, std::span<const float> k_cache, std::span<const float> v_cache,
+               int positions, int heads, int kv_heads, int head_dim, std::span<float> out) {
+  const int group = heads / kv_heads;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
+  const std::size_t kv_stride = static_cast<std::size_t>(kv_heads) * head_dim;
+  std::vector<float> scores(static_cast<std::size_t>(positions));
+  for (int h = 0; h < heads; ++h) {
+    const float* qh = q.data() + static_cast<std::size_t>(h) * head_dim;
+    const std::size_t kv_offset = static_cast<std::size_t>(h / group) * head_dim;
+    for (int p = 0; p < positions; ++p) {
+      const float* k = k_cache.data() + p * kv_stride + kv_offset;
+      double dot = 0;
+      for (int d = 0; d < head_dim; ++d) dot += static_cast<double>(qh[d]) * k[d];
+      scores[static_cast<std::size_t>(p)] = static_cast<float>(dot * scale);
+    }
+    softmax(scores);
+    float* oh = out.data() + static_cast<std::size_t>(h) * head_dim;
+    for (int d = 0; d < head_dim; ++d) {
+      double acc = 0;
+      for (int p = 0; p < positions; ++p) acc += static_cast<double>(scores[static_cast<std::size_t>(p)]) * v_cache[p * kv_stride + kv_offset + d];
+      oh[d] = static_cast<float>(acc);
+    }
+  }
+}
+
+}  // namespace coli::forward

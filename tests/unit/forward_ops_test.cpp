@@ -1,0 +1,101 @@
+// The decoder operations against hand-computed values and naive formulas.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "coli/forward/ops.h"
+
+namespace coli::forward {
+namespace {
+
+std::uint16_t to_bf16(float value) {  // truncation is exact for the values used here
+  std::uint32_t bits;
+  std::memcpy(&bits, &value, 4);
+  return static_cast<std::uint16_t>(bits >> 16);
+}
+
+TEST(ForwardOps, RmsNormMatchesTheFormula) {
+  const std::vector<float> x = {1, 2, 3, 4}, weight = {1, 1, 2, 0.5f};
+  std::vector<float> out(4);
+  rms_norm(x, weight, 1e-6f, out);
+  const double rms = std::sqrt((1 + 4 + 9 + 16) / 4.0 + 1e-6);
+  EXPECT_NEAR(out[0], 1 / rms, 1e-6);
+  EXPECT_NEAR(out[2], 3 / rms * 2, 1e-6);
+  EXPECT_NEAR(out[3], 4 / rms * 0.5, 1e-6);
+}
+
+TEST(ForwardOps, GroupNormNormalisesEachSlice) {
+  std::vector<float> x = {1, 1, 10, 10};
+  const std::vector<float> weight = {1, 1};
+  rms_norm_groups(x, 2, weight, 0);
+  for (float v : x) EXPECT_NEAR(v, 1.0f, 1e-6);
+}
+
+TEST(ForwardOps, RopeRotatesHalvesByPositionTimesFrequency) {
+  const Rope rope(4, 10000.0);
+  std::vector<float> x = {1, 0, 0, 1};  // pairs (0,2) and (1,3)
+  rope.apply(x, 1, 0);
+  EXPECT_FLOAT_EQ(x[0], 1);  // position 0 is the identity
+  rope.apply(x, 1, 3);
+  // pair 0 has frequency 1: angle 3; pair 1 has 1/100: angle 0.03
+  EXPECT_NEAR(x[0], std::cos(3.0), 1e-6);
+  EXPECT_NEAR(x[2], std::sin(3.0), 1e-6);
+  EXPECT_NEAR(x[1], -std::sin(0.03), 1e-6);
+  EXPECT_NEAR(x[3], std::cos(0.03), 1e-6);
+}
+
+TEST(ForwardOps, RoutingPerNormalisation) {
+  const std::vector<float> logits = {0.0f, 2.0f, 1.0f, 2.0f};
+  const Routing plain = route(logits, 2, RouterNorm::softmax_topk);
+  EXPECT_EQ(plain.experts, (std::vector<int>{1, 3}));  // tie: lower id first
+  const double denominator = 1 + 2 * std::exp(2.0) + std::exp(1.0);
+  EXPECT_NEAR(plain.weights[0], std::exp(2.0) / denominator, 1e-6);
+  const Routing renorm = route(logits, 2, RouterNorm::softmax_topk_renorm);
+  EXPECT_NEAR(renorm.weights[0], 0.5, 1e-6);
+  EXPECT_NEAR(renorm.weights[1], 0.5, 1e-6);
+}
+
+TEST(ForwardOps, AttentionOverOnePositionReturnsItsValue) {
+  const std::vector<float> q = {1, 2, 3, 4}, k = {5, 6}, v = {7, 8};
+  std::vector<float> out(4);
+  attention(q, k, v, 1, 2, 1, 2, out);  // 2 query heads share 1 KV head
+  EXPECT_EQ(out, (std::vector<float>{7, 8, 7, 8}));
+}
+
+TEST(ForwardOps, AttentionWeighsPositionsBySoftmaxOfScaledScores) {
+  const std::vector<float> q = {1, 0}, k = {1, 0, 0, 1}, v = {1, 0, 0, 1};
+  std::vector<float> out(2);
+  attention(q, k, v, 2, 1, 1, 2, out);
+  const double a = std::exp(1 / std::sqrt(2.0)), b = 1.0;
+  EXPECT_NEAR(out[0], a / (a + b), 1e-6);
+  EXPECT_NEAR(out[1], b / (a + b), 1e-6);
+}
+
+TEST(ForwardOps, DenseGemvInEveryDtypeWithBias) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> dist(-1, 1);
+  const int rows = 37, cols = 70;
+  std::vector<float> w(rows * cols), x(cols), bias(rows);
+  for (float& v : w) v = bf16_to_float(to_bf16(dist(rng)));  // bf16-representable, so both dtypes hold the same values
+  for (float& v : x) v = dist(rng);
+  for (float& v : bias) v = dist(rng);
+  std::vector<std::uint16_t> w_bf16(w.size());
+  for (std::size_t i = 0; i < w.size(); ++i) w_bf16[i] = to_bf16(w[i]);
+  std::vector<float> y32(rows), y16(rows);
+  gemv_dense({Dtype::f32, rows, cols, w.data()}, x, y32, 2, bias);
+  gemv_dense({Dtype::bf16, rows, cols, w_bf16.data()}, x, y16, 1, bias);
+  for (int r = 0; r < rows; ++r) {
+    double expected = bias[r];
+    for (int c = 0; c < cols; ++c) expected += static_cast<double>(w[r * cols + c]) * x[c];
+    EXPECT_NEAR(y32[r], expected, 1e-5);
+    EXPECT_EQ(y16[r], y32[r]);  // same values, same accumulation
+  }
+  std::vector<float> row(cols);
+  dense_row({Dtype::bf16, rows, cols, w_bf16.data()}, 5, row);
+  EXPECT_EQ(row[3], w[5 * cols + 3]);
+}
+
+}  // namespace
+}  // namespace coli::forward
