@@ -1,0 +1,98 @@
+// config.json of a Hugging Face MoE checkpoint -> ModelConfig. Four
+// architectures (model_type): qwen3_moe, olmoe, mixtral, qwen2_moe. Field
+// meanings and defaults follow transformers' configuration_<arch>.py and how
+// modeling_<arch>.py uses them (see src/model_config.cpp for the per-field
+// sources). Anything coli would compute differently is refused, not guessed.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "coli/base/result.h"
+
+namespace coli::model {
+
+enum class Architecture { Qwen3Moe, Olmoe, Mixtral, Qwen2Moe };
+
+// How router logits become expert weights.
+enum class RouterNormalization {
+  // mixtral: softmax over all logits, top-k, divide by their sum; equal to a
+  // softmax over the k selected logits (MixtralSparseMoeBlock.forward).
+  TopKSoftmax,
+  // softmax over all experts, keep the top-k probabilities as they are
+  // (olmoe default, qwen2/3 with norm_topk_prob=false).
+  SoftmaxTopK,
+  // softmax over all experts, top-k, renormalise to sum 1 (norm_topk_prob=true).
+  SoftmaxTopKRenormalized,
+};
+
+// RMSNorm on queries/keys before RoPE.
+enum class QkNorm {
+  None,            // mixtral, qwen2_moe
+  PerHead,         // qwen3_moe: q_norm/k_norm weight [head_dim], applied per head
+  FullProjection,  // olmoe: q_norm [heads*head_dim], k_norm [kv_heads*head_dim]
+};
+
+struct RopeScaling {
+  std::string type = "default";  // "default" (none), "linear", "yarn"
+  double factor = 1.0;
+  std::optional<std::uint64_t> original_max_position_embeddings;
+  std::optional<double> beta_fast;         // yarn
+  std::optional<double> beta_slow;         // yarn
+  std::optional<double> attention_factor;  // yarn
+};
+
+struct ModelConfig {
+  Architecture architecture = Architecture::Qwen3Moe;
+  std::string model_type;
+  std::string torch_dtype;  // "bfloat16", ...; empty when config.json has none
+
+  std::uint64_t hidden_size = 0;
+  std::uint64_t num_hidden_layers = 0;
+  std::uint64_t num_attention_heads = 0;
+  std::uint64_t num_key_value_heads = 0;
+  std::uint64_t head_dim = 0;
+  std::uint64_t vocab_size = 0;
+  std::uint64_t max_position_embeddings = 0;
+  double rms_norm_eps = 0;
+  double rope_theta = 0;
+  RopeScaling rope_scaling;
+  bool tie_word_embeddings = false;
+  std::string hidden_act = "silu";
+
+  // Attention projections with bias: q/k/v (qwen2_moe qkv_bias), and o too
+  // (qwen3_moe/olmoe attention_bias).
+  bool qkv_bias = false;
+  bool o_bias = false;
+  QkNorm qk_norm = QkNorm::None;
+  std::optional<double> clip_qkv;  // olmoe: clamp q/k/v to [-clip, clip]
+
+  std::uint64_t num_experts = 0;
+  std::uint64_t num_experts_per_tok = 0;
+  std::uint64_t moe_intermediate_size = 0;  // one routed expert's FFN width
+  bool norm_topk_prob = false;
+  RouterNormalization router_normalization = RouterNormalization::SoftmaxTopK;
+
+  // qwen2/3 moe: a layer is sparse unless listed in mlp_only_layers or off the
+  // decoder_sparse_step grid; dense layers use dense_intermediate_size.
+  std::uint64_t decoder_sparse_step = 1;
+  std::vector<std::uint64_t> mlp_only_layers;
+  std::uint64_t dense_intermediate_size = 0;  // 0: every layer is MoE
+  std::uint64_t shared_expert_intermediate_size = 0;  // qwen2_moe; 0: none
+
+  bool is_moe_layer(std::uint64_t layer) const;
+  bool has_shared_expert() const { return shared_expert_intermediate_size > 0; }
+};
+
+std::string_view architecture_name(Architecture architecture);  // the model_type
+std::string_view supported_architectures();  // "qwen3_moe, olmoe, mixtral, qwen2_moe"
+
+// `source` names the file in messages ("config.json" or a path).
+Result<ModelConfig> parse_model_config(std::string_view json_text, std::string_view source);
+Result<ModelConfig> read_model_config(const std::filesystem::path& path);
+
+}  // namespace coli::model

@@ -1,0 +1,45 @@
+// The tensors a checkpoint of each architecture must contain, with the shape
+// implied by its ModelConfig (torch nn.Linear weights are [out, in]).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "coli/model/model_config.h"
+
+namespace coli::model {
+
+enum class TensorRole {
+  Embedding,     // model.embed_tokens.weight
+  FinalNorm,     // model.norm.weight
+  LmHead,        // lm_head.weight (absent when tied)
+  LayerNorm,     // input_layernorm / post_attention_layernorm
+  Attention,     // q/k/v/o projections and their biases
+  QkNorm,        // q_norm / k_norm
+  Router,        // the MoE gate
+  Expert,        // one routed expert's gate/up/down
+  SharedExpert,  // qwen2_moe shared_expert.* and shared_expert_gate
+  DenseMlp,      // a non-MoE layer's MLP (qwen mlp_only_layers)
+};
+
+struct ExpectedTensor {
+  std::string name;
+  std::vector<std::uint64_t> shape;
+  TensorRole role = TensorRole::Embedding;
+  int layer = -1;   // -1: not in a decoder layer
+  int expert = -1;  // -1: not a routed expert
+  std::string shape_source;  // which config fields give the shape, for messages
+};
+
+std::string_view tensor_role_name(TensorRole role);
+
+// Every tensor the model needs, in layer order.
+std::vector<ExpectedTensor> expected_tensors(const ModelConfig& config);
+
+// The parameter name prefix of the MoE block: "model.layers.3.mlp" or
+// "model.layers.3.block_sparse_moe" (mixtral).
+std::string moe_block_prefix(const ModelConfig& config, std::uint64_t layer);
+
+}  // namespace coli::model

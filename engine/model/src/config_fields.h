@@ -1,0 +1,46 @@
+// Typed access to config.json fields; every error names the file and field
+// and says what was found.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "coli/base/result.h"
+#include "coli/model/model_config.h"
+
+namespace coli::model::detail {
+
+class ConfigFields {
+ public:
+  ConfigFields(const nlohmann::json& root, std::string source) : root_(root), source_(std::move(source)) {}
+
+  bool has(std::string_view field) const;  // present and not null
+  // A positive integer that must be present.
+  Result<std::uint64_t> required_count(std::string_view field) const;
+  // First present field of `names` (aliases such as num_experts/num_local_experts).
+  Result<std::uint64_t> required_count_of(const std::vector<std::string_view>& names) const;
+  Result<std::uint64_t> count_or(std::string_view field, std::uint64_t fallback) const;
+  Result<double> positive_number_or(std::string_view field, double fallback) const;
+  Result<std::optional<double>> optional_number(std::string_view field) const;
+  Result<bool> flag_or(std::string_view field, bool fallback) const;
+  Result<std::string> text_or(std::string_view field, std::string fallback) const;
+  Result<std::vector<std::uint64_t>> index_list(std::string_view field) const;  // absent/null: empty
+
+  const nlohmann::json* find(std::string_view field) const;  // nullptr when absent or null
+  Error field_error(std::string_view field, const std::string& problem) const;
+  const std::string& source() const { return source_; }
+
+ private:
+  const nlohmann::json& root_;
+  std::string source_;
+};
+
+// rope_theta and rope_scaling (4.x) or rope_parameters (5.x); in rope_config.cpp.
+Result<RopeScaling> read_rope(const ConfigFields& fields, double default_theta, double& theta);
+
+}  // namespace coli::model::detail
