@@ -1,0 +1,122 @@
+// Tokenizer::from_gguf: the tokenizer.ggml.* keys llama.cpp writes for a
+// byte-level BPE ("gpt2") vocabulary.
+#include <limits>
+
+#include "coli/tokenizer/gguf_metadata.h"
+#include "tokenizer_data.h"
+
+namespace coli {
+namespace {
+
+using bpe::VocabularySource;
+
+// llama.cpp's tokenizer.ggml.pre names, mapped to the split regex they use.
+Result<PreTokenizer> pre_tokenizer_for(const GgufMetadata& meta) {
+  const GgufValue* pre = meta.find("tokenizer.ggml.pre");
+  if (pre == nullptr) {
+    return make_error(meta.origin + ": no tokenizer.ggml.pre key; cannot tell which pre-tokeniser to use");
+  }
+  const std::string& name = pre->text;
+  if (name == "gpt-2" || name == "olmo") return PreTokenizer::kGpt2;
+  if (name == "qwen2" || name == "deepseek-r1-qwen") return PreTokenizer::kQwen2;
+  return make_error(meta.origin + ": tokenizer.ggml.pre '" + name +
+                    "' is not supported (known: gpt-2, olmo, qwen2, deepseek-r1-qwen)");
+}
+
+// llama.cpp's token types: 1 normal, 2 unknown, 3 control, 4 user-defined,
+// 5 unused, 6 byte.
+TokenKind kind_for_type(std::int64_t type) {
+  switch (type) {
+    case 2: case 3: return TokenKind::kControl;
+    case 4: return TokenKind::kUserDefined;
+    case 5: return TokenKind::kUnused;
+    default: return TokenKind::kNormal;
+  }
+}
+
+Status split_merges(const GgufMetadata& meta, const GgufValue& merges, VocabularySource& source) {
+  source.merges.reserve(merges.strings.size());
+  for (std::size_t i = 0; i < merges.strings.size(); ++i) {
+    const std::string& merge = merges.strings[i];
+    // Byte-level tokens never hold a plain space, so the first space after
+    // the first character separates the pair.
+    const std::size_t space = merge.find(' ', 1);
+    if (space == std::string::npos) {
+      return make_error(meta.origin + ": tokenizer.ggml.merges[" + std::to_string(i) + "] '" + merge +
+                        "' is not two tokens separated by a space");
+    }
+    source.merges.emplace_back(merge.substr(0, space), merge.substr(space + 1));
+  }
+  return Ok{};
+}
+
+Result<std::optional<std::int32_t>> optional_id(const GgufMetadata& meta, const char* key, std::size_t vocab) {
+  const GgufValue* value = meta.find(key);
+  if (value == nullptr) return std::optional<std::int32_t>{};
+  if (!value->is_integer() || value->integer < 0 || static_cast<std::uint64_t>(value->integer) >= vocab) {
+    return make_error(meta.origin + ": " + key + " is not a token id below the vocabulary size " +
+                      std::to_string(vocab));
+  }
+  return std::optional<std::int32_t>(static_cast<std::int32_t>(value->integer));
+}
+
+Result<VocabularySource> source_from_metadata(const GgufMetadata& meta) {
+  VocabularySource source;
+  source.origin = meta.origin;
+  const GgufValue* model = meta.find("tokenizer.ggml.model");
+  if (model == nullptr) return make_error(meta.origin + ": no tokenizer.ggml.model key: not a vocabulary");
+  if (model->text != "gpt2") {
+    return make_error(meta.origin + ": tokenizer.ggml.model '" + model->text +
+                      "' is not supported; only byte-level BPE ('gpt2') is");
+  }
+  auto pre = pre_tokenizer_for(meta);
+  if (!pre) return pre.error();
+  source.pre_tokenizer = *pre;
+
+  const GgufValue* tokens = meta.find("tokenizer.ggml.tokens");
+  if (tokens == nullptr || !tokens->is_array_of(GgufType::kString)) {
+    return make_error(meta.origin + ": tokenizer.ggml.tokens is missing or not an array of strings");
+  }
+  if (tokens->strings.size() > static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max())) {
+    return make_error(meta.origin + ": tokenizer.ggml.tokens has more tokens than int32 ids can name");
+  }
+  source.tokens = tokens->strings;
+  source.kinds.assign(source.tokens.size(), TokenKind::kNormal);
+  if (const GgufValue* types = meta.find("tokenizer.ggml.token_type")) {
+    if (types->type != GgufType::kArray || types->integers.size() != source.tokens.size()) {
+      return make_error(meta.origin + ": tokenizer.ggml.token_type is not an integer array of " +
+                        std::to_string(source.tokens.size()) + " entries");
+    }
+    for (std::size_t i = 0; i < source.kinds.size(); ++i) source.kinds[i] = kind_for_type(types->integers[i]);
+  }
+  const GgufValue* merges = meta.find("tokenizer.ggml.merges");
+  if (merges == nullptr || !merges->is_array_of(GgufType::kString)) {
+    return make_error(meta.origin + ": tokenizer.ggml.merges is missing or not an array of strings");
+  }
+  if (Status s = split_merges(meta, *merges, source); !s) return s.error();
+
+  auto bos = optional_id(meta, "tokenizer.ggml.bos_token_id", source.tokens.size());
+  if (!bos) return bos.error();
+  auto eos = optional_id(meta, "tokenizer.ggml.eos_token_id", source.tokens.size());
+  if (!eos) return eos.error();
+  source.bos_id = *bos;
+  source.eos_id = *eos;
+  return source;
+}
+
+}  // namespace
+
+Result<Tokenizer> Tokenizer::from_gguf(const std::filesystem::path& path) {
+  auto meta = read_gguf_metadata(path);
+  if (!meta) return meta.error();
+  auto source = source_from_metadata(*meta);
+  if (!source) return source.error();
+  auto data = bpe::build_tokenizer_data(*source);
+  if (!data) return data.error();
+  Tokenizer tokenizer(std::move(*data));
+  tokenizer.set_bos_id(source->bos_id);
+  tokenizer.set_eos_id(source->eos_id);
+  return tokenizer;
+}
+
+}  // namespace coli

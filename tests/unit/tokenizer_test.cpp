@@ -1,0 +1,343 @@
+// Byte-level BPE tokenizer: llama.cpp's test vectors for the GPT-2 and Qwen2
+// vocabularies (test-tokenizer-0), the same vocabularies through a
+// tokenizer.json, streaming decode, NFC, and the load errors.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "coli/base/files.h"
+#include "coli/tokenizer/gguf_metadata.h"
+#include "coli/tokenizer/tokenizer.h"
+
+namespace coli {
+namespace {
+
+namespace fs = std::filesystem;
+using Ids = std::vector<std::int32_t>;
+
+const fs::path kFixtures = fs::path(COLI_FIXTURES_DIR) / "tokenizer";
+
+std::string slurp(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+struct Case {
+  std::string text;
+  Ids ids;
+};
+
+// As llama.cpp's test-tokenizer-0 reads them: inputs separated by
+// "\n__ggml_vocab_test__\n" (so each input loses the newline before the
+// separator and keeps any others), outputs one line of ids per input.
+std::vector<Case> read_cases(const std::string& vocab) {
+  const std::string raw = slurp(kFixtures / (vocab + ".inp"));
+  const std::string separator = "\n__ggml_vocab_test__\n";
+  std::vector<Case> cases;
+  for (std::size_t pos = 0; pos < raw.size();) {
+    const std::size_t next = raw.find(separator, pos);
+    cases.push_back({raw.substr(pos, next == std::string::npos ? std::string::npos : next - pos), {}});
+    if (next == std::string::npos) break;
+    pos = next + separator.size();
+  }
+  std::ifstream out(kFixtures / (vocab + ".out"));
+  std::size_t index = 0;
+  for (std::string line; std::getline(out, line); ++index) {
+    if (index >= cases.size()) return {};  // more outputs than inputs: caller sees the size mismatch
+    std::istringstream ids(line);
+    for (std::int32_t id = 0; ids >> id;) cases[index].ids.push_back(id);
+  }
+  if (index != cases.size()) return {};
+  return cases;
+}
+
+Tokenizer load_gguf(const std::string& vocab) {
+  auto tokenizer = Tokenizer::from_gguf(kFixtures / vocab);
+  if (!tokenizer) ADD_FAILURE() << tokenizer.error().message;
+  return std::move(tokenizer).value();
+}
+
+// Encodes every case as test-tokenizer-0 does (no BOS, special tokens not
+// parsed) and returns how many match; reports each mismatch.
+int count_matches(const Tokenizer& tokenizer, const std::vector<Case>& cases) {
+  int matches = 0;
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const Ids got = tokenizer.encode(cases[i].text, /*parse_special=*/false);
+    EXPECT_EQ(got, cases[i].ids) << "case " << i << ": '" << cases[i].text << "'";
+    matches += got == cases[i].ids ? 1 : 0;
+    EXPECT_EQ(tokenizer.decode(got), cases[i].text) << "round trip of case " << i;
+  }
+  return matches;
+}
+
+// A scratch folder for this process, removed when the tests end.
+struct ScratchDir {
+  fs::path path = fs::temp_directory_path() / ("coli_tokenizer_test_" + std::to_string(::getpid()));
+  ~ScratchDir() {
+    std::error_code ignored;
+    fs::remove_all(path, ignored);
+  }
+};
+
+fs::path temp_path(const std::string& name) {
+  static const ScratchDir scratch;
+  fs::create_directories(scratch.path);
+  return scratch.path / name;
+}
+
+void write_bytes(const fs::path& path, std::string_view bytes) {
+  ASSERT_TRUE(write_file_atomically(path, bytes).ok()) << path;
+}
+
+class GgufVocabularies : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(GgufVocabularies, ReproducesEveryLlamaCppTestVector) {
+  const std::vector<Case> cases = read_cases(GetParam());
+  ASSERT_EQ(cases.size(), 46u) << "fixture split or line count changed";
+  const Tokenizer tokenizer = load_gguf(GetParam());
+  EXPECT_EQ(count_matches(tokenizer, cases), 46) << GetParam();
+}
+
+// The same vocabulary written as a minimal tokenizer.json (vocab, merges,
+// added tokens, pre_tokenizer and normalizer as the model ships them) must
+// give the ids the GGUF gives, and so the expected ones.
+std::string tokenizer_json_for(const std::string& vocab, const Tokenizer& from_gguf) {
+  auto meta = read_gguf_metadata(kFixtures / vocab);
+  EXPECT_TRUE(meta.ok());
+  const bool qwen = from_gguf.pre_tokenizer() == PreTokenizer::kQwen2;
+  nlohmann::json model = {{"type", "BPE"}, {"vocab", nlohmann::json::object()}, {"merges", nlohmann::json::array()}};
+  nlohmann::json added = nlohmann::json::array();
+  for (std::int32_t id = 0; id < static_cast<std::int32_t>(from_gguf.vocab_size()); ++id) {
+    const std::string text(from_gguf.token_text(id));
+    if (from_gguf.token_kind(id) == TokenKind::kNormal) {
+      model["vocab"][text] = id;
+    } else if (from_gguf.token_kind(id) != TokenKind::kUnused) {
+      added.push_back({{"id", id}, {"content", text}, {"special", from_gguf.token_kind(id) == TokenKind::kControl}});
+    }
+  }
+  for (const std::string& merge : meta->find("tokenizer.ggml.merges")->strings) {
+    const std::size_t space = merge.find(' ', 1);
+    if (qwen) {  // newer files write pairs, older ones "a b": cover both
+      model["merges"].push_back({merge.substr(0, space), merge.substr(space + 1)});
+    } else {
+      model["merges"].push_back(merge);
+    }
+  }
+  nlohmann::json root = {{"version", "1.0"}, {"model", model}, {"added_tokens", added}};
+  if (qwen) {
+    root["normalizer"] = {{"type", "NFC"}};
+    root["pre_tokenizer"] = {
+        {"type", "Sequence"},
+        {"pretokenizers",
+         {{{"type", "Split"},
+           {"pattern", {{"Regex", "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
+                                  "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"}}},
+           {"behavior", "Isolated"},
+           {"invert", false}},
+          {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}}}}};
+  } else {
+    root["normalizer"] = nullptr;
+    root["pre_tokenizer"] = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}};
+  }
+  return root.dump();
+}
+
+TEST_P(GgufVocabularies, TokenizerJsonOfTheSameVocabularyGivesTheSameIds) {
+  const Tokenizer gguf = load_gguf(GetParam());
+  const fs::path json_path = temp_path(std::string(GetParam()) + ".tokenizer.json");
+  write_bytes(json_path, tokenizer_json_for(GetParam(), gguf));
+  auto json = Tokenizer::from_tokenizer_json(json_path);
+  ASSERT_TRUE(json.ok()) << json.error().message;
+  EXPECT_EQ(json->pre_tokenizer(), gguf.pre_tokenizer());
+  const std::vector<Case> cases = read_cases(GetParam());
+  for (const Case& c : cases) EXPECT_EQ(json->encode(c.text, false), gguf.encode(c.text, false)) << c.text;
+  EXPECT_EQ(count_matches(*json, cases), 46);
+  fs::remove(json_path);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, GgufVocabularies,
+                         ::testing::Values("ggml-vocab-qwen2.gguf", "ggml-vocab-gpt-2.gguf"));
+
+TEST(Tokenizer, ReadsVocabularyFactsFromGguf) {
+  const Tokenizer qwen = load_gguf("ggml-vocab-qwen2.gguf");
+  EXPECT_EQ(qwen.vocab_size(), 151936u);
+  EXPECT_EQ(qwen.pre_tokenizer(), PreTokenizer::kQwen2);
+  EXPECT_EQ(qwen.eos_id(), 151643);
+  EXPECT_EQ(qwen.find_token("<|im_start|>"), 151644);
+  EXPECT_EQ(qwen.token_kind(151644), TokenKind::kControl);
+  const Tokenizer gpt2 = load_gguf("ggml-vocab-gpt-2.gguf");
+  EXPECT_EQ(gpt2.vocab_size(), 50257u);
+  EXPECT_EQ(gpt2.pre_tokenizer(), PreTokenizer::kGpt2);
+  EXPECT_EQ(gpt2.bos_id(), 50256);
+  EXPECT_EQ(gpt2.token_text(50256), "<|endoftext|>");
+}
+
+TEST(Tokenizer, SpecialTokensAreMatchedOnlyWhenAsked) {
+  const Tokenizer qwen = load_gguf("ggml-vocab-qwen2.gguf");
+  const std::string chat = "<|im_start|>user\nHi<|im_end|>";
+  const Ids parsed = qwen.encode(chat, true);
+  ASSERT_GE(parsed.size(), 3u);
+  EXPECT_EQ(parsed.front(), 151644);
+  EXPECT_EQ(parsed.back(), 151645);
+  const Ids literal = qwen.encode(chat, false);
+  EXPECT_EQ(std::count(literal.begin(), literal.end(), 151644), 0);
+  EXPECT_GT(literal.size(), parsed.size());
+  EXPECT_EQ(qwen.decode(parsed), chat);
+  EXPECT_EQ(qwen.decode(literal), chat);
+  EXPECT_EQ(qwen.decode(parsed, /*skip_special=*/true), "user\nHi");
+}
+
+bool is_valid_utf8(std::string_view s) {
+  for (std::size_t i = 0; i < s.size();) {
+    const auto lead = static_cast<unsigned char>(s[i]);
+    const std::size_t n = lead < 0x80 ? 1 : lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 0;
+    if (n == 0 || i + n > s.size()) return false;
+    for (std::size_t k = 1; k < n; ++k) {
+      if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return false;
+    }
+    i += n;
+  }
+  return true;
+}
+
+TEST(StreamDecoder, EmitsOnlyWholeCharacters) {
+  const Tokenizer qwen = load_gguf("ggml-vocab-qwen2.gguf");
+  const std::string text = "emoji 🦙🚀 and Khmer ស្រុក and 4 ½ months";
+  const Ids ids = qwen.encode(text);
+  StreamDecoder stream(qwen);
+  std::string joined;
+  int held_back = 0;
+  for (std::int32_t id : ids) {
+    const std::string piece = stream.push(id);
+    EXPECT_TRUE(is_valid_utf8(piece)) << "after id " << id;
+    held_back += is_valid_utf8(qwen.token_bytes(id)) ? 0 : 1;
+    joined += piece;
+  }
+  EXPECT_GT(held_back, 0) << "the text should split some character across tokens";
+  EXPECT_EQ(stream.flush(), "");
+  EXPECT_EQ(joined, text);
+
+  // A stream that stops inside a character ends with one U+FFFD.
+  const Ids hwair = qwen.encode("\xF0\x90\x8D\x88");  // U+10348, rare: several tokens
+  ASSERT_GT(hwair.size(), 1u);
+  StreamDecoder cut(qwen);
+  EXPECT_EQ(cut.push(hwair[0]), "");
+  EXPECT_EQ(cut.flush(), "\xEF\xBF\xBD");
+}
+
+TEST(Tokenizer, TokenizerJsonAppliesNfcLikeQwen2) {
+  const Tokenizer gguf = load_gguf("ggml-vocab-qwen2.gguf");
+  const fs::path json_path = temp_path("nfc.tokenizer.json");
+  write_bytes(json_path, tokenizer_json_for("ggml-vocab-qwen2.gguf", gguf));
+  auto json = Tokenizer::from_tokenizer_json(json_path);
+  ASSERT_TRUE(json.ok()) << json.error().message;
+  // e + U+0301 composes to é; Hangul jamo compose to a syllable; U+212B
+  // (Angstrom sign) becomes U+00C5; the order of two marks is canonical.
+  EXPECT_EQ(json->encode("Cafe\xCC\x81"), json->encode("Caf\xC3\xA9"));
+  EXPECT_EQ(json->encode("\xE1\x84\x80\xE1\x85\xA1"), json->encode("\xEA\xB0\x80"));
+  EXPECT_EQ(json->encode("\xE2\x84\xAB"), json->encode("\xC3\x85"));
+  EXPECT_EQ(json->encode("a\xCC\xA3\xCC\x87"), json->encode("a\xCC\x87\xCC\xA3"));
+  EXPECT_NE(gguf.encode("Cafe\xCC\x81"), gguf.encode("Caf\xC3\xA9")) << "llama.cpp applies no NFC";
+  fs::remove(json_path);
+}
+
+TEST(Tokenizer, EncodesLongTextQuickly) {
+  const Tokenizer qwen = load_gguf("ggml-vocab-qwen2.gguf");
+  const std::string sample = slurp(kFixtures / "ggml-vocab-qwen2.gguf.inp");
+  std::string text;
+  while (text.size() < (4u << 20)) text += sample;
+  const auto start = std::chrono::steady_clock::now();
+  const Ids ids = qwen.encode(text, false);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("encoded %zu bytes into %zu tokens in %.3f s: %.0f tokens/s\n", text.size(), ids.size(), seconds,
+              static_cast<double>(ids.size()) / seconds);
+  EXPECT_EQ(qwen.decode(ids), text);
+  EXPECT_LT(seconds, 30.0) << "encode is far too slow for long prompts";
+}
+
+// ---------------------------------------------------------------- errors
+
+TEST(TokenizerErrors, MissingFilesNameThePath) {
+  for (auto load : {&Tokenizer::from_gguf, &Tokenizer::from_tokenizer_json}) {
+    auto missing = load(kFixtures / "no-such-file");
+    ASSERT_FALSE(missing.ok());
+    EXPECT_NE(missing.error().message.find("no-such-file"), std::string::npos) << missing.error().message;
+  }
+}
+
+TEST(TokenizerErrors, TruncatedGgufIsAnErrorAtEveryCut) {
+  const std::string whole = slurp(kFixtures / "ggml-vocab-gpt-2.gguf");
+  const fs::path cut_path = temp_path("cut.gguf");
+  std::vector<std::size_t> cuts = {0, 3, 4, 7, 8, 23, 24, 30, 60, 61, 100};
+  for (std::size_t cut = 200; cut < whole.size(); cut += 99991) cuts.push_back(cut);
+  cuts.push_back(whole.size() - 1);
+  for (std::size_t cut : cuts) {
+    write_bytes(cut_path, std::string_view(whole).substr(0, cut));
+    auto tokenizer = Tokenizer::from_gguf(cut_path);
+    ASSERT_FALSE(tokenizer.ok()) << "cut at " << cut;
+    const std::string& message = tokenizer.error().message;
+    EXPECT_NE(message.find("cut.gguf"), std::string::npos) << message;
+    EXPECT_NE(message.find("offset"), std::string::npos) << message;
+  }
+  fs::remove(cut_path);
+}
+
+TEST(TokenizerErrors, WrongMagicAndCorruptCountsAreRefused) {
+  std::string bytes = slurp(kFixtures / "ggml-vocab-gpt-2.gguf");
+  const fs::path path = temp_path("bad.gguf");
+  std::string wrong_magic = bytes;
+  wrong_magic[0] = 'X';
+  write_bytes(path, wrong_magic);
+  auto tokenizer = Tokenizer::from_gguf(path);
+  ASSERT_FALSE(tokenizer.ok());
+  EXPECT_NE(tokenizer.error().message.find("not a GGUF file"), std::string::npos) << tokenizer.error().message;
+
+  // Header + one key whose string array claims 2^60 elements.
+  std::string corrupt("GGUF", 4);
+  const auto put = [&](std::uint64_t value, int size) {
+    for (int i = 0; i < size; ++i) corrupt += static_cast<char>((value >> (8 * i)) & 0xFF);
+  };
+  put(3, 4), put(0, 8), put(1, 8);
+  const std::string key = "tokenizer.ggml.tokens";
+  put(key.size(), 8), corrupt += key;
+  put(9, 4), put(8, 4), put(std::uint64_t{1} << 60, 8);
+  write_bytes(path, corrupt);
+  tokenizer = Tokenizer::from_gguf(path);
+  ASSERT_FALSE(tokenizer.ok());
+  EXPECT_NE(tokenizer.error().message.find("tokenizer.ggml.tokens"), std::string::npos) << tokenizer.error().message;
+  fs::remove(path);
+}
+
+TEST(TokenizerErrors, UnsupportedTokenizerJsonSaysWhy) {
+  const fs::path path = temp_path("unigram.json");
+  write_bytes(path, R"({"model": {"type": "Unigram", "vocab": [["a", 0.0]]}})");
+  auto unigram = Tokenizer::from_tokenizer_json(path);
+  ASSERT_FALSE(unigram.ok());
+  EXPECT_NE(unigram.error().message.find("Unigram"), std::string::npos) << unigram.error().message;
+
+  write_bytes(path, R"({"model": {"type": "BPE", "vocab": {}, "merges": []},
+                        "pre_tokenizer": {"type": "Metaspace"}})");
+  auto metaspace = Tokenizer::from_tokenizer_json(path);
+  ASSERT_FALSE(metaspace.ok());
+  EXPECT_NE(metaspace.error().message.find("Metaspace"), std::string::npos) << metaspace.error().message;
+
+  write_bytes(path, "{not json");
+  auto broken = Tokenizer::from_tokenizer_json(path);
+  ASSERT_FALSE(broken.ok());
+  EXPECT_NE(broken.error().message.find("not valid JSON"), std::string::npos);
+  fs::remove(path);
+}
+
+}  // namespace
+}  // namespace coli
