@@ -89,30 +89,41 @@ Q4G64Matrix quantize_q4_g64(std::span<const float> matrix, int rows, int cols) {
   return q;
 }
 
-void gemv_reference(const Q8RowMatrix& w, std::span<const float> x, std::span<float> y) {
-  for (int r = 0; r < w.rows; ++r) {
+void gemv_reference_q8(const std::int8_t* weights, const float* scales, int rows, int cols, std::span<const float> x,
+                       std::span<float> y) {
+  for (int r = 0; r < rows; ++r) {
+    const std::int8_t* row = weights + static_cast<size_t>(r) * cols;
     double sum = 0;
-    for (int c = 0; c < w.cols; ++c) sum += static_cast<double>(w.weights[static_cast<size_t>(r) * w.cols + c]) * x[c];
-    y[r] = static_cast<float>(sum * w.scales[r]);
+    for (int c = 0; c < cols; ++c) sum += static_cast<double>(row[c]) * x[c];
+    y[r] = static_cast<float>(sum * scales[r]);
   }
 }
 
-void gemv_reference(const Q4G64Matrix& w, std::span<const float> x, std::span<float> y) {
-  const int groups = w.cols / kQ4GroupSize;
-  for (int r = 0; r < w.rows; ++r) {
+void gemv_reference_q4(const std::uint8_t* nibbles, const std::uint16_t* scales, int rows, int cols,
+                       std::span<const float> x, std::span<float> y) {
+  const int groups = cols / kQ4GroupSize;
+  for (int r = 0; r < rows; ++r) {
+    const std::uint8_t* row = nibbles + static_cast<size_t>(r) * cols / 2;
     double sum = 0;
     for (int g = 0; g < groups; ++g) {
       double group_sum = 0;
-      for (int i = 0; i < kQ4GroupSize; ++i) {
+      for (int i = 0; i < kQ4GroupSize; i += 2) {
+        const std::uint8_t byte = row[(g * kQ4GroupSize + i) / 2];
         const size_t c = static_cast<size_t>(g) * kQ4GroupSize + i;
-        const std::uint8_t byte = w.nibbles[static_cast<size_t>(r) * w.cols / 2 + c / 2];
-        const int value = (c % 2 == 0 ? byte & 0x0f : byte >> 4) - 8;
-        group_sum += static_cast<double>(value) * x[c];
+        group_sum += static_cast<double>((byte & 0x0f) - 8) * x[c] + static_cast<double>((byte >> 4) - 8) * x[c + 1];
       }
-      sum += group_sum * half_to_float(w.scales[static_cast<size_t>(r) * groups + g]);
+      sum += group_sum * half_to_float(scales[static_cast<size_t>(r) * groups + g]);
     }
     y[r] = static_cast<float>(sum);
   }
+}
+
+void gemv_reference(const Q8RowMatrix& w, std::span<const float> x, std::span<float> y) {
+  gemv_reference_q8(w.weights.data(), w.scales.data(), w.rows, w.cols, x, y);
+}
+
+void gemv_reference(const Q4G64Matrix& w, std::span<const float> x, std::span<float> y) {
+  gemv_reference_q4(w.nibbles.data(), w.scales.data(), w.rows, w.cols, x, y);
 }
 
 std::size_t gemv_bytes(const Q8RowMatrix& w) {

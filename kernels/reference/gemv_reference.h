@@ -52,6 +52,15 @@ Q4G64Matrix quantize_q4_g64(std::span<const float> matrix, int rows, int cols);
 void gemv_reference(const Q8RowMatrix& w, std::span<const float> x, std::span<float> y);
 void gemv_reference(const Q4G64Matrix& w, std::span<const float> x, std::span<float> y);
 
+// The same on raw pointers into a container's expert record (no copies):
+// f32 activations, weights de-quantised on the fly, double accumulation.
+// This is the engine's "exact" kernel: it computes what transformers
+// computes on the de-quantised weights.
+void gemv_reference_q8(const std::int8_t* weights, const float* scales, int rows, int cols, std::span<const float> x,
+                       std::span<float> y);
+void gemv_reference_q4(const std::uint8_t* nibbles, const std::uint16_t* scales, int rows, int cols,
+                       std::span<const float> x, std::span<float> y);
+
 // Bytes a GEMV must read for one call (weights + scales + x), for GB/s figures.
 std::size_t gemv_bytes(const Q8RowMatrix& w);
 std::size_t gemv_bytes(const Q4G64Matrix& w);

@@ -23,6 +23,7 @@ std::pair<std::uint64_t, std::uint64_t> part_bytes(const std::string& format, co
   const std::uint64_t elements = static_cast<std::uint64_t>(part.rows) * part.cols;
   if (format == "q4_g64") return {elements / 2, elements / 64 * 2};
   if (format == "q8_row") return {elements, static_cast<std::uint64_t>(part.rows) * 4};
+  if (format == "f32") return {elements * 4, 0};
   return {0, 0};
 }
 
@@ -37,7 +38,7 @@ std::string check_index(const ContainerIndex& index, std::uint64_t data_end) {
     if (t.offset < kAlignment || t.offset + t.bytes > data_end) return "tensor " + t.name + " lies outside the data region";
   }
   const ExpertLayout& e = index.experts;
-  if (e.format != "q4_g64" && e.format != "q8_row") return "unknown expert format '" + e.format + "'";
+  if (e.format != "q4_g64" && e.format != "q8_row" && e.format != "f32") return "unknown expert format '" + e.format + "'";
   if (e.layer_offsets.size() != e.layers || e.model_layers.size() != e.layers) return "expert layer tables do not match the layer count";
   if (e.record_stride < e.record_bytes || e.record_stride % kAlignment != 0) return "expert record stride is not an aligned size >= the record";
   for (const ExpertPart& part : e.parts) {

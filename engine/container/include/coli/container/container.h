@@ -16,7 +16,7 @@
 // experts) keep their source dtype (f32, bf16, f16): they are a small share
 // of an MoE's bytes, and keeping them exact means the only quantisation
 // error is the experts'. Experts are q4_g64 or q8_row
-// (kernels/reference/gemv_reference.h).
+// (kernels/reference/gemv_reference.h), or f32 for exactness tests.
 #pragma once
 
 #include <cstdint>
@@ -53,7 +53,7 @@ struct ExpertPart {
 };
 
 struct ExpertLayout {
-  std::string format;                // "q4_g64" or "q8_row"
+  std::string format;                // "q4_g64", "q8_row" or "f32"
   std::uint32_t layers = 0;          // MoE layers (in model layer order)
   std::uint32_t experts = 0;         // routed experts per layer
   std::vector<std::uint32_t> model_layers;  // model layer index of each MoE layer

@@ -1,0 +1,37 @@
+// `coli convert`: a Hugging Face checkpoint directory -> coli container,
+// streaming one tensor / one expert at a time (never the whole model in RAM)
+// and atomically (the container appears only when complete).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <string_view>
+
+#include "coli/base/result.h"
+
+namespace coli::convert {
+
+// Routed experts: q4_g64 (int4, group 64, f16 scales), q8_row (int8, f32 row
+// scale), or f32 (unquantised, for exactness tests and small models).
+enum class ExpertFormat { q4_g64, q8_row, f32 };
+
+Result<ExpertFormat> parse_expert_format(std::string_view name);  // error lists the choices
+std::string_view expert_format_name(ExpertFormat format);
+
+struct ConvertReport {
+  std::uint64_t dense_tensors = 0;
+  std::uint64_t dense_bytes = 0;
+  std::uint64_t experts = 0;
+  std::uint64_t expert_record_bytes = 0;  // one expert in the container
+  std::uint64_t source_bytes_per_expert = 0;
+  std::uint64_t file_bytes = 0;
+};
+
+using ConvertProgress = std::function<void(std::string_view)>;
+
+Result<ConvertReport> convert_model(const std::filesystem::path& model_dir, const std::filesystem::path& output,
+                                    ExpertFormat format, const ConvertProgress& progress = {});
+
+}  // namespace coli::convert

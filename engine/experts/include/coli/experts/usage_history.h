@@ -1,0 +1,89 @@
+// Per-layer, per-expert routing counts recorded by the engine and read back by
+// the next plan to choose pinned experts (design.md: .coli_usage).
+//
+// File format (text, one record per line, version kUsageHistoryVersion):
+//   coli-usage-history
+//   format_version 1
+//   n_layers <int>  n_experts <int>  top_k <int>     (one per line)
+//   model <identity, no whitespace>
+//   total_tokens <double>
+//   layer <i> <count_0> ... <count_{n_experts-1}>      (i = 0..n_layers-1)
+//   checksum fnv1a64:<16 hex digits of every byte before this line>
+// Counts are doubles because merging applies exponential decay. Loading never
+// crashes: a missing, empty, foreign, truncated, corrupt, version-mismatched
+// or other-model file is an Error the engine reports before ignoring it.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "coli/base/result.h"
+
+namespace coli::experts {
+
+inline constexpr int kUsageHistoryVersion = 1;
+
+// Which model (and routing shape) a history belongs to.
+struct UsageHistoryKey {
+  int n_layers = 0;
+  int n_experts = 0;
+  int top_k = 0;
+  std::string model_identity;  // e.g. usage_model_identity(config, tensor names)
+  bool operator==(const UsageHistoryKey&) const = default;
+};
+
+// "fnv1a64:<hex>" over the config text and every tensor name (in order): a
+// different checkpoint layout or config gives a different identity.
+std::string usage_model_identity(std::string_view config_text, std::span<const std::string> tensor_names);
+
+class UsageHistory {
+ public:
+  // Errors: a dimension < 1, top_k > n_experts, an identity that is empty or
+  // contains whitespace (it must fit on one header line).
+  static Result<UsageHistory> create(UsageHistoryKey key);
+
+  // Counts one routing of each listed expert at `layer` (a token's top_k
+  // choices, or a whole batch's). Errors on a layer or expert out of range;
+  // nothing is counted then.
+  Status record(int layer, std::span<const int> experts);
+  // Tokens the recorded routings came from (for rates and decay).
+  void add_tokens(std::uint64_t tokens) { total_tokens_ += static_cast<double>(tokens); }
+
+  // Folds a newer run in: this = this * decay + newer, counts and tokens.
+  // decay 1 keeps everything, 0 keeps only the newer run. Errors: decay
+  // outside [0, 1], or a newer run of another key (nothing changes then).
+  Status merge(const UsageHistory& newer, double decay);
+
+  const UsageHistoryKey& key() const { return key_; }
+  double total_tokens() const { return total_tokens_; }
+  double count(int layer, int expert) const;              // 0 when out of range
+  std::span<const double> layer_counts(int layer) const;  // empty when out of range
+
+  std::string serialize() const;
+  // `source` names the file in messages. The header must match `expected`.
+  static Result<UsageHistory> parse(std::string_view text, const UsageHistoryKey& expected,
+                                    std::string_view source = "usage history");
+  // Atomic (write_file_atomically): a crash leaves the old file or the new one.
+  Status save(const std::filesystem::path& path) const;
+  static Result<UsageHistory> load(const std::filesystem::path& path, const UsageHistoryKey& expected);
+
+ private:
+  explicit UsageHistory(UsageHistoryKey key);
+  size_t index(int layer, int expert) const;
+
+  UsageHistoryKey key_;
+  double total_tokens_ = 0;
+  std::vector<double> counts_;  // [layer][expert], row-major
+};
+
+// The `n_pins` most used experts of a layer, most used first, ties to the
+// lower id. Experts never routed to are not pinned (a pin must earn its
+// slot), so fewer than n_pins may come back. Errors: layer out of range,
+// n_pins < 0.
+Result<std::vector<int>> pins_from_history(const UsageHistory& history, int layer, int n_pins);
+
+}  // namespace coli::experts

@@ -1,0 +1,91 @@
+#include "coli/experts/usage_history.h"
+
+#include <algorithm>
+#include <cctype>
+#include <numeric>
+
+#include "fnv1a.h"
+
+namespace coli::experts {
+
+std::string usage_model_identity(std::string_view config_text, std::span<const std::string> tensor_names) {
+  detail::Fnv1a64 hash;
+  hash.add(config_text);
+  for (const std::string& name : tensor_names) {
+    hash.add(std::string_view("\0", 1));  // separator: {"ab","c"} != {"a","bc"}
+    hash.add(name);
+  }
+  return "fnv1a64:" + hash.hex();
+}
+
+Result<UsageHistory> UsageHistory::create(UsageHistoryKey key) {
+  if (key.n_layers < 1 || key.n_experts < 1 || key.top_k < 1)
+    return make_error("usage history: n_layers, n_experts and top_k must be >= 1");
+  if (key.top_k > key.n_experts) return make_error("usage history: top_k exceeds n_experts");
+  if (key.model_identity.empty()) return make_error("usage history: empty model identity");
+  const bool has_space = std::any_of(key.model_identity.begin(), key.model_identity.end(),
+                                     [](char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; });
+  if (has_space) return make_error("usage history: model identity '" + key.model_identity + "' contains whitespace");
+  return UsageHistory(std::move(key));
+}
+
+UsageHistory::UsageHistory(UsageHistoryKey key)
+    : key_(std::move(key)), counts_(static_cast<size_t>(key_.n_layers) * static_cast<size_t>(key_.n_experts), 0.0) {}
+
+size_t UsageHistory::index(int layer, int expert) const {
+  return static_cast<size_t>(layer) * static_cast<size_t>(key_.n_experts) + static_cast<size_t>(expert);
+}
+
+Status UsageHistory::record(int layer, std::span<const int> experts) {
+  if (layer < 0 || layer >= key_.n_layers)
+    return make_error("usage history: layer " + std::to_string(layer) + " out of range (n_layers " +
+                      std::to_string(key_.n_layers) + ")");
+  for (const int expert : experts)
+    if (expert < 0 || expert >= key_.n_experts)
+      return make_error("usage history: expert " + std::to_string(expert) + " out of range (n_experts " +
+                        std::to_string(key_.n_experts) + ")");
+  for (const int expert : experts) counts_[index(layer, expert)] += 1.0;
+  return Ok{};
+}
+
+Status UsageHistory::merge(const UsageHistory& newer, double decay) {
+  if (!(decay >= 0.0 && decay <= 1.0))  // also refuses NaN
+    return make_error("usage history: decay " + std::to_string(decay) + " is outside [0, 1]");
+  if (!(newer.key_ == key_))
+    return make_error("usage history: cannot merge a run of model " + newer.key_.model_identity + " into one of " +
+                      key_.model_identity + " (or their layer/expert/top_k shapes differ)");
+  for (size_t i = 0; i < counts_.size(); ++i) counts_[i] = counts_[i] * decay + newer.counts_[i];
+  total_tokens_ = total_tokens_ * decay + newer.total_tokens_;
+  return Ok{};
+}
+
+double UsageHistory::count(int layer, int expert) const {
+  if (layer < 0 || layer >= key_.n_layers || expert < 0 || expert >= key_.n_experts) return 0.0;
+  return counts_[index(layer, expert)];
+}
+
+std::span<const double> UsageHistory::layer_counts(int layer) const {
+  if (layer < 0 || layer >= key_.n_layers) return {};
+  return std::span<const double>(counts_).subspan(index(layer, 0), static_cast<size_t>(key_.n_experts));
+}
+
+Result<std::vector<int>> pins_from_history(const UsageHistory& history, int layer, int n_pins) {
+  if (layer < 0 || layer >= history.key().n_layers)
+    return make_error("pins_from_history: layer " + std::to_string(layer) + " out of range (n_layers " +
+                      std::to_string(history.key().n_layers) + ")");
+  if (n_pins < 0) return make_error("pins_from_history: n_pins must be >= 0");
+  const std::span<const double> counts = history.layer_counts(layer);
+  std::vector<int> experts(counts.size());
+  std::iota(experts.begin(), experts.end(), 0);
+  // Most used first; equal counts keep the lower id first.
+  std::stable_sort(experts.begin(), experts.end(),
+                   [&](int a, int b) { return counts[static_cast<size_t>(a)] > counts[static_cast<size_t>(b)]; });
+  std::vector<int> pins;
+  for (const int expert : experts) {
+    if (static_cast<int>(pins.size()) == n_pins || counts[static_cast<size_t>(expert)] <= 0.0) break;
+    pins.push_back(expert);
+  }
+  return pins;
+}
+
+}  // namespace coli::experts

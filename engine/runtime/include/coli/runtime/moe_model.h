@@ -1,0 +1,62 @@
+// The MoE decoder running from a coli container on the CPU: dense weights in
+// memory, routed experts streamed through a bounded per-layer cache. The
+// knobs (threads, cache capacity, pins, kernel variant) change speed only:
+// every setting produces the same tokens.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "coli/base/result.h"
+
+namespace coli::runtime {
+
+struct ModelOptions {
+  int threads = 1;
+  int cache_capacity = 0;                 // expert slots per layer; 0 = all experts (fully resident)
+  std::vector<std::vector<int>> pins;     // per MoE layer, experts never evicted (may be empty)
+  int max_context = 4096;                 // KV cache positions
+  // "" = best for this CPU; scalar|avx2|avx512|avx512_vnni force one (all
+  // quantise activations to int8); "exact" = f32 activations, de-quantised
+  // weights (reference accuracy, slow).
+  std::string cpu_kernel;
+};
+
+struct ModelStats {
+  std::uint64_t tokens = 0;
+  std::uint64_t expert_hits = 0;
+  std::uint64_t expert_misses = 0;
+  std::uint64_t expert_bytes_read = 0;
+  std::string cpu_kernel;                 // the variant in use
+};
+
+class MoeModel {
+ public:
+  // Errors: container problems (named by the reader), a config the engine
+  // cannot run, an impossible cache setting (cap < top_k, pins >= cap ...),
+  // a kernel variant this CPU lacks.
+  static Result<MoeModel> load(const std::filesystem::path& container, const ModelOptions& options);
+  MoeModel(MoeModel&&) noexcept;
+  MoeModel& operator=(MoeModel&&) noexcept;
+  ~MoeModel();
+
+  // Runs `tokens` at positions start_position.. and writes the logits of the
+  // last one into `logits` (vocab_size floats). The KV cache keeps them.
+  Status forward(std::span<const std::int32_t> tokens, int start_position, std::span<float> logits);
+  void reset();  // forget the KV cache
+
+  int vocab_size() const;
+  int context_used() const;
+  const ModelStats& stats() const;
+
+ private:
+  struct State;
+  explicit MoeModel(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace coli::runtime

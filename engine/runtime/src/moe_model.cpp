@@ -1,0 +1,251 @@
+#include "coli/runtime/moe_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "coli/container/container.h"
+#include "coli/forward/ops.h"
+#include "coli/model/model_config.h"
+#include "dense_weights.h"
+#include "expert_store.h"
+
+namespace coli::runtime {
+namespace {
+
+using forward::DenseMatrix;
+
+struct LayerWeights {
+  std::vector<float> input_norm, post_norm, q_norm, k_norm;
+  DenseMatrix q, k, v, o;
+  std::vector<float> q_bias, k_bias, v_bias, o_bias;
+  int moe_index = -1;  // index into the container's MoE layers; -1: dense MLP
+  DenseMatrix router;
+  DenseMatrix mlp_gate, mlp_up, mlp_down;  // dense layer or qwen2_moe shared expert
+  DenseMatrix shared_gate;                 // qwen2_moe: sigmoid gate of the shared expert
+  bool has_shared = false;
+};
+
+forward::RouterNorm router_norm(model::RouterNormalization n) {
+  return n == model::RouterNormalization::SoftmaxTopK ? forward::RouterNorm::softmax_topk
+                                                      : forward::RouterNorm::softmax_topk_renorm;
+}
+
+}  // namespace
+
+struct MoeModel::State {
+  std::unique_ptr<container::ContainerReader> reader;
+  model::ModelConfig config;
+  DenseWeights dense;
+  ExpertStore experts;
+  std::vector<LayerWeights> layers;
+  DenseMatrix embed, lm_head;
+  std::vector<float> final_norm;
+  std::unique_ptr<forward::Rope> rope;
+  kernels::cpu::GemvOptions gemv;
+  ModelOptions options;
+  ModelStats stats;
+  int used = 0;  // KV positions filled
+  std::vector<std::vector<float>> k_cache, v_cache;
+  // scratch
+  std::vector<float> x, h, q, k, v, attn, o, router_logits, moe_out, mlp_a, mlp_b, shared_out;
+
+  Status load_layers();
+  Status forward_token(std::int32_t token, int position);
+  void dense_mlp(const LayerWeights& w, std::span<const float> in, std::span<float> out);
+};
+
+Status MoeModel::State::load_layers() {
+  const auto& c = config;
+  auto get = [&](const std::string& name, DenseMatrix& out) -> Status {
+    auto m = dense.matrix(name);
+    if (!m) return m.error();
+    out = *m;
+    return Ok{};
+  };
+  if (Status s = get("model.embed_tokens.weight", embed); !s) return s;
+  if (Status s = get(c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight", lm_head); !s) return s;
+  final_norm = dense.vector("model.norm.weight");
+  const auto& moe_layers = reader->index().experts.model_layers;
+  const bool mixtral = c.architecture == model::Architecture::Mixtral;
+  for (std::uint64_t i = 0; i < c.num_hidden_layers; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    LayerWeights w;
+    w.input_norm = dense.vector(p + "input_layernorm.weight");
+    w.post_norm = dense.vector(p + "post_attention_layernorm.weight");
+    for (auto [name, matrix] : {std::pair{"q", &w.q}, {"k", &w.k}, {"v", &w.v}, {"o", &w.o}}) {
+      if (Status s = get(p + "self_attn." + name + "_proj.weight", *matrix); !s) return s;
+    }
+    w.q_bias = dense.vector(p + "self_attn.q_proj.bias");
+    w.k_bias = dense.vector(p + "self_attn.k_proj.bias");
+    w.v_bias = dense.vector(p + "self_attn.v_proj.bias");
+    w.o_bias = dense.vector(p + "self_attn.o_proj.bias");
+    w.q_norm = dense.vector(p + "self_attn.q_norm.weight");
+    w.k_norm = dense.vector(p + "self_attn.k_norm.weight");
+    const auto moe = std::find(moe_layers.begin(), moe_layers.end(), i);
+    if (moe != moe_layers.end()) {
+      w.moe_index = static_cast<int>(moe - moe_layers.begin());
+      if (Status s = get(p + (mixtral ? "block_sparse_moe.gate.weight" : "mlp.gate.weight"), w.router); !s) return s;
+      if (c.has_shared_expert()) {
+        w.has_shared = true;
+        for (auto [name, matrix] : {std::pair{"gate", &w.mlp_gate}, {"up", &w.mlp_up}, {"down", &w.mlp_down}}) {
+          if (Status s = get(p + "mlp.shared_expert." + name + "_proj.weight", *matrix); !s) return s;
+        }
+        if (Status s = get(p + "mlp.shared_expert_gate.weight", w.shared_gate); !s) return s;
+      }
+    } else {
+      for (auto [name, matrix] : {std::pair{"gate", &w.mlp_gate}, {"up", &w.mlp_up}, {"down", &w.mlp_down}}) {
+        if (Status s = get(p + "mlp." + name + "_proj.weight", *matrix); !s) return s;
+      }
+    }
+    layers.push_back(std::move(w));
+  }
+  return Ok{};
+}
+
+void MoeModel::State::dense_mlp(const LayerWeights& w, std::span<const float> in, std::span<float> out) {
+  mlp_a.resize(static_cast<std::size_t>(w.mlp_gate.rows));
+  mlp_b.resize(mlp_a.size());
+  forward::gemv_dense(w.mlp_gate, in, mlp_a, gemv.threads);
+  forward::gemv_dense(w.mlp_up, in, mlp_b, gemv.threads);
+  for (std::size_t i = 0; i < mlp_a.size(); ++i) mlp_a[i] = forward::silu(mlp_a[i]) * mlp_b[i];
+  forward::gemv_dense(w.mlp_down, mlp_a, out, gemv.threads);
+}
+
+Status MoeModel::State::forward_token(std::int32_t token, int position) {
+  const auto& c = config;
+  const int heads = static_cast<int>(c.num_attention_heads), kv_heads = static_cast<int>(c.num_key_value_heads);
+  const int head_dim = static_cast<int>(c.head_dim);
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  const std::size_t kv_width = static_cast<std::size_t>(kv_heads) * head_dim;
+  forward::dense_row(embed, token, x);
+  for (std::size_t l = 0; l < layers.size(); ++l) {
+    const LayerWeights& w = layers[l];
+    forward::rms_norm(x, w.input_norm, eps, h);
+    forward::gemv_dense(w.q, h, q, gemv.threads, w.q_bias);
+    forward::gemv_dense(w.k, h, k, gemv.threads, w.k_bias);
+    forward::gemv_dense(w.v, h, v, gemv.threads, w.v_bias);
+    if (c.clip_qkv) {
+      const float clip = static_cast<float>(*c.clip_qkv);
+      for (auto* t : {&q, &k, &v}) for (float& value : *t) value = std::clamp(value, -clip, clip);
+    }
+    if (c.qk_norm == model::QkNorm::PerHead) {
+      forward::rms_norm_groups(q, heads, w.q_norm, eps);
+      forward::rms_norm_groups(k, kv_heads, w.k_norm, eps);
+    } else if (c.qk_norm == model::QkNorm::FullProjection) {
+      forward::rms_norm_groups(q, 1, w.q_norm, eps);
+      forward::rms_norm_groups(k, 1, w.k_norm, eps);
+    }
+    rope->apply(q, heads, position);
+    rope->apply(k, kv_heads, position);
+    std::copy(k.begin(), k.end(), k_cache[l].begin() + static_cast<std::ptrdiff_t>(position * kv_width));
+    std::copy(v.begin(), v.end(), v_cache[l].begin() + static_cast<std::ptrdiff_t>(position * kv_width));
+    forward::attention(q, k_cache[l], v_cache[l], position + 1, heads, kv_heads, head_dim, attn);
+    forward::gemv_dense(w.o, attn, o, gemv.threads, w.o_bias);
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] += o[i];
+
+    forward::rms_norm(x, w.post_norm, eps, h);
+    std::fill(moe_out.begin(), moe_out.end(), 0.0f);
+    if (w.moe_index >= 0) {
+      forward::gemv_dense(w.router, h, router_logits, gemv.threads);
+      const forward::Routing routing = forward::route(router_logits, static_cast<int>(c.num_experts_per_tok),
+                                                      router_norm(c.router_normalization));
+      if (Status s = experts.begin(w.moe_index, routing.experts); !s) return s;
+      for (std::size_t i = 0; i < routing.experts.size(); ++i) {
+        experts.accumulate_ffn(w.moe_index, routing.experts[i], routing.weights[i], h, moe_out, gemv);
+      }
+      experts.end(w.moe_index);
+      if (w.has_shared) {
+        dense_mlp(w, h, shared_out);
+        float gate_logit = 0;
+        forward::gemv_dense(w.shared_gate, h, std::span(&gate_logit, 1), 1);
+        const float gate = 1.0f / (1.0f + std::exp(-gate_logit));
+        for (std::size_t i = 0; i < moe_out.size(); ++i) moe_out[i] += gate * shared_out[i];
+      }
+    } else {
+      dense_mlp(w, h, moe_out);
+    }
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] += moe_out[i];
+  }
+  ++stats.tokens;
+  return Ok{};
+}
+
+MoeModel::MoeModel(std::unique_ptr<State> state) : state_(std::move(state)) {}
+MoeModel::MoeModel(MoeModel&&) noexcept = default;
+MoeModel& MoeModel::operator=(MoeModel&&) noexcept = default;
+MoeModel::~MoeModel() = default;
+
+Result<MoeModel> MoeModel::load(const std::filesystem::path& path, const ModelOptions& options) {
+  auto state = std::make_unique<State>();
+  state->options = options;
+  auto reader = container::ContainerReader::open(path);
+  if (!reader) return reader.error();
+  state->reader = std::make_unique<container::ContainerReader>(std::move(*reader));
+  auto config = model::parse_model_config(state->reader->index().config_json, path.string() + " (config)");
+  if (!config) return config.error();
+  state->config = std::move(*config);
+  const auto& c = state->config;
+  if (c.rope_scaling.type != "default") {
+    return make_error(path.string() + ": rope_scaling is not supported by the engine yet; convert a model without it");
+  }
+  auto dense = DenseWeights::load(*state->reader);
+  if (!dense) return dense.error();
+  state->dense = std::move(*dense);
+  auto experts = ExpertStore::create(*state->reader, static_cast<int>(c.num_experts_per_tok), options.cache_capacity,
+                                     options.pins);
+  if (!experts) return experts.error();
+  state->experts = std::move(*experts);
+  if (Status s = state->load_layers(); !s) return s.error();
+
+  const bool exact = options.cpu_kernel == "exact";
+  state->experts.set_exact(exact);
+  auto variant = options.cpu_kernel.empty() || exact ? kernels::cpu::selected_variant()
+                                                     : kernels::cpu::parse_variant(options.cpu_kernel);
+  if (!variant) return variant.error();
+  if (!kernels::cpu::variant_supported(*variant)) {
+    return make_error("CPU kernel " + std::string(kernels::cpu::variant_name(*variant)) + " is not supported by this CPU");
+  }
+  state->gemv = {*variant, std::max(1, options.threads)};
+  state->stats.cpu_kernel = exact ? "exact" : std::string(kernels::cpu::variant_name(*variant));
+  state->rope = std::make_unique<forward::Rope>(static_cast<int>(c.head_dim), c.rope_theta);
+
+  const std::size_t hidden = c.hidden_size, q_width = c.num_attention_heads * c.head_dim;
+  const std::size_t kv_width = c.num_key_value_heads * c.head_dim;
+  for (auto* buffer : {&state->x, &state->h, &state->o, &state->moe_out, &state->shared_out}) buffer->resize(hidden);
+  state->q.resize(q_width);
+  state->attn.resize(q_width);
+  state->k.resize(kv_width);
+  state->v.resize(kv_width);
+  state->router_logits.resize(c.num_experts);
+  state->k_cache.assign(c.num_hidden_layers, std::vector<float>(static_cast<std::size_t>(options.max_context) * kv_width));
+  state->v_cache = state->k_cache;
+  return MoeModel(std::move(state));
+}
+
+Status MoeModel::forward(std::span<const std::int32_t> tokens, int start_position, std::span<float> logits) {
+  State& s = *state_;
+  if (start_position + static_cast<int>(tokens.size()) > s.options.max_context) {
+    return make_error("context of " + std::to_string(start_position + tokens.size()) + " tokens exceeds --ctx " +
+                      std::to_string(s.options.max_context));
+  }
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] < 0 || static_cast<std::uint64_t>(tokens[i]) >= s.config.vocab_size) {
+      return make_error("token id " + std::to_string(tokens[i]) + " is outside the vocabulary");
+    }
+    if (Status st = s.forward_token(tokens[i], start_position + static_cast<int>(i)); !st) return st;
+  }
+  s.used = start_position + static_cast<int>(tokens.size());
+  forward::rms_norm(s.x, s.final_norm, static_cast<float>(s.config.rms_norm_eps), s.h);
+  forward::gemv_dense(s.lm_head, s.h, logits, s.gemv.threads);
+  s.stats.expert_hits = s.experts.hits();
+  s.stats.expert_misses = s.experts.misses();
+  s.stats.expert_bytes_read = s.experts.bytes_read();
+  return Ok{};
+}
+
+void MoeModel::reset() { state_->used = 0; }
+int MoeModel::vocab_size() const { return static_cast<int>(state_->config.vocab_size); }
+int MoeModel::context_used() const { return state_->used; }
+const ModelStats& MoeModel::stats() const { return state_->stats; }
+
+}  // namespace coli::runtime

@@ -1,0 +1,121 @@
+// CPU GEMV for the quantised expert layouts of reference/gemv_reference.h
+// (q8_row, q4_g64): y = W x for decode and Y[t] = W X[t] for prefill, with the
+// instruction set chosen at run time (portable binaries, no -march=native).
+//
+// Activation quantisation (identical values in every variant):
+//   x is cut into blocks of 64 consecutive elements (q4_g64: exactly the weight
+//   groups; q8_row: columns 64b..64b+63, the last block zero-padded). Per block
+//     m = max |x_i|,  d = m / 127,  q_i = round_half_even(x_i * (127 / m))
+//   (m == 0: d = 0, q_i = 0), so |q_i| <= 127. The kernels then compute
+//     q8_row: y[r] = scale[r] * sum_b d_b * sum_{i in b} w[r][i] * q_i
+//     q4_g64: y[r] = sum_g (d_g * scale[r][g]) * sum_{i in g} (nibble[r][i] - 8) * q_i
+//   with exact int32 inner sums and float outer sums (the order of the float
+//   sums differs between variants, so variants agree to float rounding only).
+//   Since |x_i - d_b q_i| <= d_b / 2 (up to float rounding of 127/m), the
+//   deviation from the reference on exact x is bounded per row by
+//     sum_b (d_b / 2) * sum_{i in b} |w_eff[r][i]| + float summation error,
+//   where w_eff is the dequantised weight. x must be finite.
+//
+// Threading: rows are split into contiguous blocks, one per OpenMP thread
+// (static, a multiple of 16 rows each so no two threads write one cache line
+// of y). Every row is computed by one thread in a fixed order, so results do
+// not depend on the thread count. threads == 1 runs on the calling thread
+// without entering OpenMP.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "coli/base/result.h"
+#include "reference/gemv_reference.h"
+
+namespace coli::kernels::cpu {
+
+// Ordered slowest to fastest.
+enum class CpuKernelVariant { scalar, avx2, avx512, avx512_vnni };
+
+// "scalar", "avx2" (AVX2+FMA+F16C), "avx512" (F/BW/VL), "avx512vnni" (+VNNI).
+std::string_view variant_name(CpuKernelVariant variant);
+bool variant_supported(CpuKernelVariant variant);  // by the CPU this runs on
+std::vector<CpuKernelVariant> supported_variants();  // slowest first; always holds scalar
+CpuKernelVariant best_supported_variant();
+// Name -> variant; an unknown name or one this CPU cannot run is an error.
+Result<CpuKernelVariant> parse_variant(std::string_view name);
+// The value of COLI_CPU_KERNEL -> variant: null or empty means the best
+// supported, otherwise parse_variant (errors name the variable).
+Result<CpuKernelVariant> variant_from_override(const char* value);
+// The variant to use: COLI_CPU_KERNEL=scalar|avx2|avx512|avx512vnni when set
+// (read here and nowhere else), else the best supported. Evaluated once per
+// process; later calls return the same answer.
+Result<CpuKernelVariant> selected_variant();
+
+// Non-owning views, so weights can live in mapped files.
+struct Q8RowView {
+  const std::int8_t* weights = nullptr;  // rows * cols
+  const float* scales = nullptr;         // rows
+  int rows = 0;
+  int cols = 0;
+};
+struct Q4G64View {
+  const std::uint8_t* nibbles = nullptr;  // rows * cols / 2
+  const std::uint16_t* scales = nullptr;  // rows * cols / 64, binary16
+  int rows = 0;
+  int cols = 0;  // multiple of 64
+};
+Q8RowView view_of(const Q8RowMatrix& matrix);
+Q4G64View view_of(const Q4G64Matrix& matrix);
+
+enum class WeightFormat { q8_row, q4_g64 };
+
+// Activations quantised (and laid out) for one variant and weight format.
+// Quantise once and reuse for every matrix that multiplies the same x (gate
+// and up of all active experts); the buffer is kept between calls.
+class QuantizedActivations {
+ public:
+  // x: count vectors of cols floats, one after another.
+  void quantize(CpuKernelVariant variant, WeightFormat format, std::span<const float> x, int count, int cols);
+
+  CpuKernelVariant variant() const { return variant_; }
+  WeightFormat format() const { return format_; }
+  int count() const { return count_; }
+  int cols() const { return cols_; }
+  const std::byte* vector_bytes(int index) const { return bytes_.get() + static_cast<std::size_t>(index) * stride_; }
+  std::size_t stride() const { return stride_; }
+
+ private:
+  struct AlignedDelete { void operator()(std::byte* bytes) const; };
+  std::unique_ptr<std::byte[], AlignedDelete> bytes_;
+  std::size_t capacity_ = 0;
+  std::size_t stride_ = 0;
+  CpuKernelVariant variant_ = CpuKernelVariant::scalar;
+  WeightFormat format_ = WeightFormat::q8_row;
+  int count_ = 0;
+  int cols_ = 0;
+};
+
+struct GemvOptions {
+  CpuKernelVariant variant = CpuKernelVariant::scalar;
+  int threads = 1;
+};
+
+// y = W x (x: cols, y: rows). Mismatched sizes or a variant this CPU cannot
+// run throw std::invalid_argument (a programming error, not a runtime one).
+void gemv(const Q8RowView& w, std::span<const float> x, std::span<float> y, const GemvOptions& options);
+void gemv(const Q4G64View& w, std::span<const float> x, std::span<float> y, const GemvOptions& options);
+
+// Y[t] = W X[t] for t < count (x: count * cols, y: count * rows). Each weight
+// block is loaded once per few tokens; every Y[t] equals gemv() of X[t] bit for bit.
+void gemv_batched(const Q8RowView& w, std::span<const float> x, int count, std::span<float> y,
+                  const GemvOptions& options);
+void gemv_batched(const Q4G64View& w, std::span<const float> x, int count, std::span<float> y,
+                  const GemvOptions& options);
+
+// The same with activations quantised beforehand (their variant is used).
+void gemv_quantized(const Q8RowView& w, const QuantizedActivations& x, std::span<float> y, int threads);
+void gemv_quantized(const Q4G64View& w, const QuantizedActivations& x, std::span<float> y, int threads);
+
+}  // namespace coli::kernels::cpu

@@ -1,0 +1,161 @@
+// Usage history: counting, decay, pins, and a file that can be damaged in
+// every way without the loader crashing or accepting it.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "coli/base/files.h"
+#include "coli/experts/usage_history.h"
+
+namespace coli::experts {
+namespace {
+
+const UsageHistoryKey kKey{3, 6, 2, "fnv1a64:00000000deadbeef"};
+
+UsageHistory sample_history() {
+  auto history = UsageHistory::create(kKey);
+  EXPECT_TRUE(history.ok()) << history.error().message;
+  EXPECT_TRUE(history->record(0, std::vector<int>{1, 4, 1, 5}).ok());
+  EXPECT_TRUE(history->record(2, std::vector<int>{0, 3}).ok());
+  history->add_tokens(3);
+  return std::move(history).value();
+}
+
+// A valid checksum for edited text, so content checks behind it are reached.
+std::string with_checksum(const std::string& body) {
+  std::uint64_t hash = 0xcbf29ce484222325ULL;
+  for (const char c : body) hash = (hash ^ static_cast<unsigned char>(c)) * 0x100000001b3ULL;
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(hash));
+  return body + "checksum fnv1a64:" + hex + "\n";
+}
+
+std::string body_of(const std::string& file) { return file.substr(0, file.rfind("checksum ")); }
+
+void expect_refused(const std::string& text, const std::string& says, const UsageHistoryKey& key = kKey) {
+  auto parsed = UsageHistory::parse(text, key, "test.coli_usage");
+  ASSERT_FALSE(parsed.ok()) << "accepted a bad file that should say '" << says << "'";
+  EXPECT_NE(parsed.error().message.find(says), std::string::npos) << parsed.error().message;
+  EXPECT_NE(parsed.error().message.find("test.coli_usage"), std::string::npos) << parsed.error().message;
+}
+
+TEST(UsageHistory, CountsRoutingsPerLayerAndExpert) {
+  const UsageHistory history = sample_history();
+  EXPECT_EQ(history.count(0, 1), 2.0);
+  EXPECT_EQ(history.count(0, 4), 1.0);
+  EXPECT_EQ(history.count(1, 1), 0.0);
+  EXPECT_EQ(history.count(2, 3), 1.0);
+  EXPECT_EQ(history.total_tokens(), 3.0);
+  UsageHistory copy = history;
+  EXPECT_FALSE(copy.record(3, std::vector<int>{0}).ok());
+  EXPECT_FALSE(copy.record(0, std::vector<int>{2, 6}).ok());
+  EXPECT_EQ(copy.count(0, 2), 0.0);  // a refused record counts nothing
+  EXPECT_FALSE(UsageHistory::create({3, 6, 2, "has space"}).ok());
+  EXPECT_FALSE(UsageHistory::create({3, 6, 7, "id"}).ok());
+  EXPECT_FALSE(UsageHistory::create({0, 6, 2, "id"}).ok());
+}
+
+TEST(UsageHistory, SaveLoadRoundTripsExactly) {
+  UsageHistory history = sample_history();
+  ASSERT_TRUE(history.merge(sample_history(), 0.3).ok());  // non-integer counts
+  const auto path = std::filesystem::temp_directory_path() / ("coli_usage_test_" + std::to_string(::getpid())) /
+                    "model.coli_usage";
+  ASSERT_TRUE(history.save(path).ok());
+  auto loaded = UsageHistory::load(path, kKey);
+  ASSERT_TRUE(loaded.ok()) << loaded.error().message;
+  EXPECT_EQ(loaded->total_tokens(), history.total_tokens());
+  for (int layer = 0; layer < kKey.n_layers; ++layer)
+    for (int expert = 0; expert < kKey.n_experts; ++expert)
+      EXPECT_EQ(loaded->count(layer, expert), history.count(layer, expert));
+  EXPECT_EQ(loaded->serialize(), history.serialize());
+  std::filesystem::remove_all(path.parent_path());
+  EXPECT_FALSE(UsageHistory::load(path, kKey).ok());  // missing file: an error, not a crash
+}
+
+TEST(UsageHistory, MergeDecaysTheOlderRun) {
+  UsageHistory old_run = sample_history();
+  auto new_run = UsageHistory::create(kKey);
+  ASSERT_TRUE(new_run->record(0, std::vector<int>{2, 2}).ok());
+  new_run->add_tokens(1);
+  ASSERT_TRUE(old_run.merge(*new_run, 0.5).ok());
+  EXPECT_DOUBLE_EQ(old_run.count(0, 1), 1.0);  // 2 * 0.5
+  EXPECT_DOUBLE_EQ(old_run.count(0, 2), 2.0);  // 0 * 0.5 + 2
+  EXPECT_DOUBLE_EQ(old_run.total_tokens(), 2.5);
+  ASSERT_TRUE(old_run.merge(*new_run, 0.0).ok());
+  EXPECT_EQ(old_run.count(0, 1), 0.0);
+  EXPECT_FALSE(old_run.merge(*new_run, 1.5).ok());
+  EXPECT_FALSE(old_run.merge(*new_run, -0.1).ok());
+  auto other = UsageHistory::create({3, 6, 2, "another-model"});
+  EXPECT_FALSE(old_run.merge(*other, 0.5).ok());
+  EXPECT_EQ(old_run.count(0, 2), 2.0);  // refused merges change nothing
+}
+
+TEST(UsageHistory, PinsAreTheMostUsedExpertsTiesToTheLowerId) {
+  auto history = UsageHistory::create(kKey);
+  ASSERT_TRUE(history->record(1, std::vector<int>{5, 5, 5, 2, 2, 4, 4, 0}).ok());
+  EXPECT_EQ(*pins_from_history(*history, 1, 3), (std::vector<int>{5, 2, 4}));
+  EXPECT_EQ(*pins_from_history(*history, 1, 0), std::vector<int>{});
+  EXPECT_EQ(*pins_from_history(*history, 1, 99), (std::vector<int>{5, 2, 4, 0}));  // unused experts never pinned
+  EXPECT_TRUE(pins_from_history(*history, 0, 4)->empty());
+  EXPECT_FALSE(pins_from_history(*history, 3, 1).ok());
+  EXPECT_FALSE(pins_from_history(*history, 1, -1).ok());
+}
+
+TEST(UsageHistory, ModelIdentityFollowsConfigAndTensorNames) {
+  const std::vector<std::string> names = {"a.weight", "b.weight"}, split = {"a.weightb", ".weight"};
+  const std::string id = usage_model_identity("{\"x\":1}", names);
+  EXPECT_EQ(id.rfind("fnv1a64:", 0), 0u);
+  EXPECT_EQ(id, usage_model_identity("{\"x\":1}", names));
+  EXPECT_NE(id, usage_model_identity("{\"x\":2}", names));
+  EXPECT_NE(id, usage_model_identity("{\"x\":1}", split));
+}
+
+TEST(UsageHistory, EveryTruncationAndEveryByteFlipIsReported) {
+  const std::string file = sample_history().serialize();
+  for (std::size_t length = 0; length < file.size(); ++length)
+    EXPECT_FALSE(UsageHistory::parse(file.substr(0, length), kKey).ok()) << "accepted a prefix of " << length;
+  for (std::size_t i = 0; i < file.size(); ++i) {
+    std::string damaged = file;
+    damaged[i] = static_cast<char>(damaged[i] ^ 0x04);
+    EXPECT_FALSE(UsageHistory::parse(damaged, kKey).ok()) << "accepted a flip at byte " << i;
+  }
+  expect_refused(file.substr(0, file.size() - 10), "truncated");
+  std::string flipped = file;
+  flipped[file.find("layer 0") + 8] ^= 0x01;
+  expect_refused(flipped, "corrupt");
+}
+
+TEST(UsageHistory, ForeignVersionAndOtherModelFilesAreReported) {
+  const std::string file = sample_history().serialize();
+  expect_refused("", "empty");
+  expect_refused("{\"not\": \"a history\"}\n", "not a coli usage history");
+  std::string future = file;
+  future.replace(future.find("format_version 1"), 16, "format_version 2");
+  expect_refused(future, "format version 2");
+  expect_refused(file, "another model", {3, 6, 2, "fnv1a64:0000000000000001"});
+  expect_refused(file, "n_experts 6, this model has 8", {3, 8, 2, kKey.model_identity});
+  expect_refused(file, "n_layers 3, this model has 4", {4, 6, 2, kKey.model_identity});
+  expect_refused(file, "top_k 2, this model has 1", {3, 6, 1, kKey.model_identity});
+}
+
+TEST(UsageHistory, ContentErrorsBehindAValidChecksumAreReported) {
+  const std::string body = body_of(sample_history().serialize());
+  ASSERT_TRUE(UsageHistory::parse(with_checksum(body), kKey).ok());  // the helper matches the writer
+  const auto edit = [&](const std::string& from, const std::string& to) {
+    std::string edited = body;
+    edited.replace(edited.find(from), from.size(), to);
+    return with_checksum(edited);
+  };
+  expect_refused(edit("layer 1 0 0", "layer 1 nan 0"), "count of expert 0");
+  expect_refused(edit("layer 1 0 0", "layer 1 -1 0"), "count of expert 0");
+  expect_refused(edit("layer 1 0 0", "layer 1 0"), "layer line 1 is malformed");
+  expect_refused(edit("layer 1 ", "layer 2 "), "layer line 1 is malformed");
+  expect_refused(edit("total_tokens 3", "total_tokens lots"), "malformed header");
+  expect_refused(edit("layer 2", "layer 3 0 0 0 0 0 0\nlayer 2"), "expected 3 layer lines, found 4");
+}
+
+}  // namespace
+}  // namespace coli::experts
