@@ -47,10 +47,15 @@ case "$mode" in
     ctest --test-dir "$build_dir" --output-on-failure -j "$jobs"
     ;;
   demo)
-    # The main job, end to end: measure this machine and write its profile.
+    # The main job, end to end on the bundled tiny model: measure this
+    # machine, convert the checkpoint (int4 experts), generate text.
     out="$build_dir/demo"
     mkdir -p "$out"
     "$build_dir/tools/coli-probe" --out "$out/device-profile.toml" --disk-dir "$out"
-    echo "bootstrap: device profile written to $out/device-profile.toml"
+    "$build_dir/tools/coli" convert --model tests/fixtures/models/tiny-demo --out "$out/tiny-demo.coli" --experts q4_g64
+    "$build_dir/tools/coli" run --model "$out/tiny-demo.coli" --tokenizer tests/fixtures/tokenizer/ggml-vocab-gpt-2.gguf \
+      --prompt "A planner that measures the machine" --max-tokens 32 --temperature 0.8 --seed 7 \
+      --threads "$(nproc)" --cap 4
+    echo "bootstrap: profile in $out/device-profile.toml, container in $out/tiny-demo.coli"
     ;;
 esac

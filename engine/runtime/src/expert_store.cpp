@@ -18,7 +18,8 @@ Result<ExpertStore> ExpertStore::create(const container::ContainerReader& reader
     config.n_experts = experts;
     config.top_k = top_k;
     config.cap = capacity > 0 ? capacity : experts;
-    if (layer < pins.size()) config.pins = pins[layer];
+    if (pins.size() == 1) config.pins = pins[0];
+    else if (layer < pins.size()) config.pins = pins[layer];
     config.expert_bytes = layout.record_stride;
     config.alignment = container::kAlignment;
     auto cache = experts::ExpertCache::create(config);

@@ -18,7 +18,8 @@ namespace coli::runtime {
 struct ModelOptions {
   int threads = 1;
   int cache_capacity = 0;                 // expert slots per layer; 0 = all experts (fully resident)
-  std::vector<std::vector<int>> pins;     // per MoE layer, experts never evicted (may be empty)
+  // Experts never evicted, per MoE layer; a single entry applies to every layer.
+  std::vector<std::vector<int>> pins;
   int max_context = 4096;                 // KV cache positions
   // "" = best for this CPU; scalar|avx2|avx512|avx512_vnni force one (all
   // quantise activations to int8); "exact" = f32 activations, de-quantised

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# coli convert / coli run as a user runs them: files, output, bad input.
+# usage: coli_cli_test.sh PATH/TO/coli PATH/TO/tests/fixtures
+set -u
+coli="$1"
+fixtures="$2"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+passed=0
+failed=0
+check() {
+  local name="$1"
+  shift
+  if "$@"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL: $name" >&2; fi
+}
+contains() { grep -q -- "$2" "$1"; }
+
+"$coli" convert --model "$fixtures/models/tiny-demo" --out "$work/demo.coli" --experts q4_g64 >"$work/c.out" 2>&1
+check "convert exits 0" test $? -eq 0
+check "convert reports the experts" contains "$work/c.out" "16 experts"
+check "no partial files left" test "$(ls "$work" | grep -c partial)" -eq 0
+
+"$coli" run --model "$work/demo.coli" --tokenizer "$fixtures/tokenizer/ggml-vocab-gpt-2.gguf" --prompt "Hello world" \
+  --max-tokens 8 --cap 3 --pin 1 >"$work/r.out" 2>&1
+check "run exits 0" test $? -eq 0
+check "run prints the summary" contains "$work/r.out" "TTFT"
+check "run prints the hit rate" contains "$work/r.out" "hit rate"
+check "run prints peak RSS" contains "$work/r.out" "peak RSS"
+
+# Same tokens whatever the cache: greedy ids with all experts vs 2 slots.
+"$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 12 >"$work/a.out" 2>&1
+"$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 12 --cap 2 --threads 2 >"$work/b.out" 2>&1
+check "tokens independent of cap and threads" test "$(head -1 "$work/a.out")" = "$(head -1 "$work/b.out")"
+
+# Bad input: clear errors, never a crash.
+"$coli" run --model "$work/demo.coli" --prompt-ids 1 --cap 1 >/dev/null 2>"$work/e1"
+rc=$?
+check "cap below top_k refused" test $rc -eq 1
+check "cap error names the numbers" contains "$work/e1" "cap"
+"$coli" run --model "$work/demo.coli" --prompt-ids 1 --cap 4 --pin 4 >/dev/null 2>"$work/e2"
+check "pins filling the cache refused" test $? -eq 1
+head -c 100000 "$work/demo.coli" >"$work/cut.coli"
+"$coli" run --model "$work/cut.coli" --prompt-ids 1 >/dev/null 2>"$work/e3"
+check "truncated container refused" test $? -eq 1
+check "truncated container explained" contains "$work/e3" "truncated"
+"$coli" run --model "$work/demo.coli" --prompt-ids 999999 >/dev/null 2>"$work/e4"
+check "token outside the vocabulary refused" contains "$work/e4" "outside the vocabulary"
+"$coli" convert --model "$fixtures/models/tiny-demo" --out "$work/x.coli" --experts int3 >/dev/null 2>"$work/e5"
+check "unknown expert format refused" contains "$work/e5" "unknown expert format 'int3'"
+mkdir -p "$work/broken" && cp "$fixtures/models/olmoe/config.json" "$work/broken/" &&
+  head -c 5000 "$fixtures/models/olmoe/model.safetensors" >"$work/broken/model.safetensors"
+"$coli" convert --model "$work/broken" --out "$work/y.coli" >/dev/null 2>"$work/e6"
+check "truncated safetensors refused" test $? -eq 1
+check "no container from a failed conversion" test ! -e "$work/y.coli"
+
+echo "$passed passed, $failed failed"
+test "$failed" -eq 0

@@ -1,0 +1,210 @@
+// coli: convert a Hugging Face MoE checkpoint to a container, and run it.
+//   coli convert --model DIR --out FILE [--experts q4_g64|q8_row|f32]
+//   coli run --model FILE --prompt TEXT [--threads N --cap N --pin N --max-tokens N ...]
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <random>
+
+#include <CLI/CLI.hpp>
+
+#include "coli/base/text.h"
+#include "coli/convert/convert.h"
+#include "coli/runtime/moe_model.h"
+#include "coli/tokenizer/tokenizer.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+std::uint64_t peak_rss_bytes() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<std::uint64_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
+}
+
+// The tokenizer beside the model: --tokenizer, else tokenizer.json or
+// tokenizer.gguf next to the container.
+coli::Result<coli::Tokenizer> load_tokenizer(const fs::path& model, const std::string& explicit_path) {
+  std::vector<fs::path> candidates;
+  if (!explicit_path.empty()) candidates = {explicit_path};
+  else candidates = {model.parent_path() / "tokenizer.json", model.parent_path() / "tokenizer.gguf"};
+  for (const fs::path& path : candidates) {
+    if (!fs::exists(path)) continue;
+    return path.extension() == ".gguf" ? coli::Tokenizer::from_gguf(path) : coli::Tokenizer::from_tokenizer_json(path);
+  }
+  return coli::make_error("no tokenizer found next to " + model.string() +
+                          " (looked for tokenizer.json, tokenizer.gguf): pass --tokenizer FILE or --prompt-ids");
+}
+
+// Greedy when temperature is 0, else seeded temperature + top-p sampling.
+struct Sampler {
+  float temperature = 0;
+  float top_p = 1;
+  std::mt19937_64 rng;
+
+  std::int32_t pick(std::vector<float> logits) {
+    const auto best = std::max_element(logits.begin(), logits.end());
+    if (temperature <= 0) return static_cast<std::int32_t>(best - logits.begin());
+    const float peak = *best;
+    std::vector<std::pair<float, std::int32_t>> candidates;
+    double total = 0;
+    for (std::size_t i = 0; i < logits.size(); ++i) {
+      const float p = std::exp((logits[i] - peak) / temperature);
+      candidates.emplace_back(p, static_cast<std::int32_t>(i));
+      total += p;
+    }
+    std::sort(candidates.begin(), candidates.end(), std::greater<>());
+    double kept = 0;
+    std::size_t count = 0;
+    while (count < candidates.size() && kept < top_p * total) kept += candidates[count++].first;
+    double target = std::uniform_real_distribution<double>(0, kept)(rng);
+    for (std::size_t i = 0; i < count; ++i) {
+      target -= candidates[i].first;
+      if (target <= 0) return candidates[i].second;
+    }
+    return candidates[count - 1].second;
+  }
+};
+
+int run_convert(const std::string& model_dir, const std::string& out, const std::string& experts) {
+  auto format = coli::convert::parse_expert_format(experts);
+  if (!format) {
+    std::fprintf(stderr, "coli convert: %s\n", format.error().message.c_str());
+    return 2;
+  }
+  const auto start = Clock::now();
+  auto report = coli::convert::convert_model(model_dir, out, *format,
+                                             [](std::string_view line) { std::fprintf(stderr, "coli convert: %.*s\n", static_cast<int>(line.size()), line.data()); });
+  if (!report) {
+    std::fprintf(stderr, "coli convert: %s\n", report.error().message.c_str());
+    return 1;
+  }
+  std::printf("converted %s -> %s in %.2f s: %llu dense tensors (%s), %llu experts of %s (source %s each), file %s\n",
+              model_dir.c_str(), out.c_str(), seconds_since(start), static_cast<unsigned long long>(report->dense_tensors),
+              coli::format_bytes(report->dense_bytes).c_str(), static_cast<unsigned long long>(report->experts),
+              coli::format_bytes(report->expert_record_bytes).c_str(),
+              coli::format_bytes(report->source_bytes_per_expert).c_str(), coli::format_bytes(report->file_bytes).c_str());
+  return 0;
+}
+
+struct RunArgs {
+  std::string model, prompt, tokenizer;
+  std::vector<std::int32_t> prompt_ids;
+  int max_tokens = 32;
+  int pin_count = 0;
+  float temperature = 0, top_p = 1;
+  std::uint64_t seed = 1;
+  coli::runtime::ModelOptions options;
+};
+
+int run_generate(const RunArgs& args) {
+  const auto load_start = Clock::now();
+  std::optional<coli::Tokenizer> tokenizer;
+  std::vector<std::int32_t> prompt = args.prompt_ids;
+  if (prompt.empty()) {
+    auto loaded = load_tokenizer(args.model, args.tokenizer);
+    if (!loaded) {
+      std::fprintf(stderr, "coli run: %s\n", loaded.error().message.c_str());
+      return 1;
+    }
+    tokenizer = std::move(*loaded);
+    prompt = tokenizer->encode(args.prompt);
+    if (prompt.empty()) {
+      std::fprintf(stderr, "coli run: the prompt is empty\n");
+      return 2;
+    }
+  }
+  coli::runtime::ModelOptions options = args.options;
+  auto model = coli::runtime::MoeModel::load(args.model, options);
+  if (!model) {
+    std::fprintf(stderr, "coli run: %s\n", model.error().message.c_str());
+    return 1;
+  }
+  const double load_seconds = seconds_since(load_start);
+  std::vector<float> logits(static_cast<std::size_t>(model->vocab_size()));
+  const auto prefill_start = Clock::now();
+  if (auto s = model->forward(prompt, 0, logits); !s) {
+    std::fprintf(stderr, "coli run: %s\n", s.error().message.c_str());
+    return 1;
+  }
+  const double ttft = seconds_since(prefill_start);
+  Sampler sampler{args.temperature, args.top_p, std::mt19937_64(args.seed)};
+  std::optional<coli::StreamDecoder> decoder;
+  if (tokenizer) decoder.emplace(*tokenizer);
+  const auto decode_start = Clock::now();
+  int generated = 0;
+  for (int position = static_cast<int>(prompt.size()); generated < args.max_tokens; ++position) {
+    const std::int32_t next = sampler.pick(logits);
+    ++generated;
+    if (decoder) std::fputs(decoder->push(next).c_str(), stdout);
+    else std::printf("%d ", next);
+    std::fflush(stdout);
+    if (generated == args.max_tokens) break;
+    if (auto s = model->forward(std::span(&next, 1), position, logits); !s) {
+      std::fprintf(stderr, "\ncoli run: %s\n", s.error().message.c_str());
+      return 1;
+    }
+  }
+  if (decoder) std::fputs(decoder->flush().c_str(), stdout);
+  const double decode_seconds = seconds_since(decode_start);
+  const auto& stats = model->stats();
+  const double lookups = static_cast<double>(stats.expert_hits + stats.expert_misses);
+  std::printf("\n---\nload %.2f s | TTFT %.3f s | prefill %.1f tok/s (%zu tokens) | decode %.1f tok/s (%d tokens)\n",
+              load_seconds, ttft, static_cast<double>(prompt.size()) / ttft, prompt.size(),
+              generated > 1 ? (generated - 1) / decode_seconds : 0.0, generated);
+  std::printf("experts: hit rate %.1f%% (%llu hits, %llu misses), %s read from disk | kernel %s | threads %d | peak RSS %s\n",
+              lookups > 0 ? 100.0 * static_cast<double>(stats.expert_hits) / lookups : 0.0,
+              static_cast<unsigned long long>(stats.expert_hits), static_cast<unsigned long long>(stats.expert_misses),
+              coli::format_bytes(stats.expert_bytes_read).c_str(), stats.cpu_kernel.c_str(), options.threads,
+              coli::format_bytes(peak_rss_bytes()).c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"coli: run huge Mixture-of-Experts models on the machine you have"};
+  app.require_subcommand(1);
+
+  std::string model_dir, out, experts = "q4_g64";
+  CLI::App* convert = app.add_subcommand("convert", "Convert a Hugging Face checkpoint directory into a coli container");
+  convert->add_option("--model", model_dir, "Checkpoint directory (config.json + *.safetensors)")->required()->check(CLI::ExistingDirectory);
+  convert->add_option("--out", out, "Container file to write (atomically)")->required();
+  convert->add_option("--experts", experts, "Routed expert format: q4_g64 (int4), q8_row (int8) or f32")->capture_default_str();
+
+  RunArgs run;
+  CLI::App* run_cmd = app.add_subcommand("run", "Generate text with a converted model");
+  run_cmd->add_option("--model", run.model, "Container written by coli convert")->required()->check(CLI::ExistingFile);
+  auto* prompt = run_cmd->add_option("--prompt", run.prompt, "Prompt text");
+  auto* ids = run_cmd->add_option("--prompt-ids", run.prompt_ids, "Prompt as token ids (no tokenizer needed)");
+  prompt->excludes(ids);
+  run_cmd->add_option("--tokenizer", run.tokenizer, "tokenizer.json or GGUF vocabulary (default: next to the model)");
+  run_cmd->add_option("--max-tokens", run.max_tokens, "Tokens to generate")->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  run_cmd->add_option("--threads", run.options.threads, "Compute threads")->check(CLI::Range(1, 4096))->capture_default_str();
+  run_cmd->add_option("--cap", run.options.cache_capacity, "Expert slots per layer (0 = all experts resident)")->check(CLI::Range(0, 1 << 20))->capture_default_str();
+  run_cmd->add_option("--pin", run.pin_count, "Pin the first N experts of every layer (until usage history picks them)")->check(CLI::Range(0, 1 << 20));
+  run_cmd->add_option("--ctx", run.options.max_context, "KV cache positions")->check(CLI::Range(1, 1 << 24))->capture_default_str();
+  run_cmd->add_option("--kernel", run.options.cpu_kernel, "CPU kernel: scalar, avx2, avx512, avx512_vnni or exact (default: best)");
+  run_cmd->add_option("--temperature", run.temperature, "0 = greedy")->check(CLI::Range(0.0, 100.0))->capture_default_str();
+  run_cmd->add_option("--top-p", run.top_p, "Nucleus sampling mass")->check(CLI::Range(0.0, 1.0))->capture_default_str();
+  run_cmd->add_option("--seed", run.seed, "Sampling seed")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+
+  if (convert->parsed()) return run_convert(model_dir, out, experts);
+  if (run.prompt.empty() && run.prompt_ids.empty()) {
+    std::fprintf(stderr, "coli run: give --prompt TEXT or --prompt-ids N...\n");
+    return 2;
+  }
+  if (run.pin_count > 0) {
+    std::vector<int> pins;
+    for (int e = 0; e < run.pin_count; ++e) pins.push_back(e);
+    run.options.pins = {pins};  // one entry: every layer
+  }
+  return run_generate(run);
+}
