@@ -72,14 +72,16 @@ struct Sampler {
   }
 };
 
-int run_convert(const std::string& model_dir, const std::string& out, const std::string& experts) {
+int run_convert(const std::string& model_dir, const std::string& out, const std::string& experts,
+                const std::string& dense_name) {
   auto format = coli::convert::parse_expert_format(experts);
-  if (!format) {
-    std::fprintf(stderr, "coli convert: %s\n", format.error().message.c_str());
+  auto dense = coli::convert::parse_dense_format(dense_name);
+  if (!format || !dense) {
+    std::fprintf(stderr, "coli convert: %s\n", (!format ? format.error() : dense.error()).message.c_str());
     return 2;
   }
   const auto start = Clock::now();
-  auto report = coli::convert::convert_model(model_dir, out, *format,
+  auto report = coli::convert::convert_model(model_dir, out, *format, *dense,
                                              [](std::string_view line) { std::fprintf(stderr, "coli convert: %.*s\n", static_cast<int>(line.size()), line.data()); });
   if (!report) {
     std::fprintf(stderr, "coli convert: %s\n", report.error().message.c_str());
@@ -172,11 +174,12 @@ int main(int argc, char** argv) {
   CLI::App app{"coli: run huge Mixture-of-Experts models on the machine you have"};
   app.require_subcommand(1);
 
-  std::string model_dir, out, experts = "q4_g64";
+  std::string model_dir, out, experts = "q4_g64", dense = "source";
   CLI::App* convert = app.add_subcommand("convert", "Convert a Hugging Face checkpoint directory into a coli container");
   convert->add_option("--model", model_dir, "Checkpoint directory (config.json + *.safetensors)")->required()->check(CLI::ExistingDirectory);
   convert->add_option("--out", out, "Container file to write (atomically)")->required();
   convert->add_option("--experts", experts, "Routed expert format: q4_g64 (int4), q8_row (int8) or f32")->capture_default_str();
+  convert->add_option("--dense", dense, "Dense projections: source (keep dtype) or q8_row (int8)")->capture_default_str();
 
   RunArgs run;
   CLI::App* run_cmd = app.add_subcommand("run", "Generate text with a converted model");
@@ -196,7 +199,7 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--seed", run.seed, "Sampling seed")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
-  if (convert->parsed()) return run_convert(model_dir, out, experts);
+  if (convert->parsed()) return run_convert(model_dir, out, experts, dense);
   if (run.prompt.empty() && run.prompt_ids.empty()) {
     std::fprintf(stderr, "coli run: give --prompt TEXT or --prompt-ids N...\n");
     return 2;

@@ -229,6 +229,43 @@ TEST(CpuGemv, QuantizedActivationsAreReusable) {
   EXPECT_EQ(0, std::memcmp(direct.data(), via_prepared.data(), direct.size() * 4));
 }
 
+TEST(CpuGemv, ManyJobsEqualSeparateCalls) {
+  const std::vector<Q4G64Matrix> q4{quantize_q4_g64(random_values(20 * 256, 10), 20, 256),
+                                    quantize_q4_g64(random_values(37 * 512, 11), 37, 512),
+                                    quantize_q4_g64(random_values(64 * 256, 12), 64, 256)};
+  const std::vector<Q8RowMatrix> q8{quantize_q8_row(random_values(5 * 100, 13), 5, 100),
+                                    quantize_q8_row(random_values(50 * 300, 14), 50, 300)};
+  for (CpuKernelVariant variant : supported_variants()) {
+    QuantizedActivations x256, x512, x100, x300;
+    x256.quantize(variant, WeightFormat::q4_g64, activations(2, 256, 15), 2, 256);
+    x512.quantize(variant, WeightFormat::q4_g64, activations(2, 512, 16), 2, 512);
+    x100.quantize(variant, WeightFormat::q8_row, activations(1, 100, 17), 1, 100);
+    x300.quantize(variant, WeightFormat::q8_row, activations(1, 300, 18), 1, 300);
+    for (int threads : {1, 2, 5}) {
+      std::vector<std::vector<float>> separate, together;
+      const QuantizedActivations* q4_inputs[] = {&x256, &x512, &x256};
+      std::vector<Q4GemvJob> q4_jobs;
+      for (std::size_t j = 0; j < q4.size(); ++j) {
+        separate.emplace_back(2 * q4[j].rows), together.emplace_back(2 * q4[j].rows, NAN);
+        gemv_quantized(view_of(q4[j]), *q4_inputs[j], separate.back(), 1);
+        q4_jobs.push_back({view_of(q4[j]), q4_inputs[j], together.back()});
+      }
+      gemv_quantized_many(q4_jobs, threads);
+      const QuantizedActivations* q8_inputs[] = {&x100, &x300};
+      std::vector<Q8GemvJob> q8_jobs;
+      for (std::size_t j = 0; j < q8.size(); ++j) {
+        separate.emplace_back(q8[j].rows), together.emplace_back(q8[j].rows, NAN);
+        gemv_quantized(view_of(q8[j]), *q8_inputs[j], separate.back(), 1);
+        q8_jobs.push_back({view_of(q8[j]), q8_inputs[j], together.back()});
+      }
+      gemv_quantized_many(q8_jobs, threads);
+      for (std::size_t j = 0; j < separate.size(); ++j)
+        EXPECT_EQ(0, std::memcmp(separate[j].data(), together[j].data(), separate[j].size() * 4))
+            << variant_name(variant) << " job " << j << " threads " << threads;
+    }
+  }
+}
+
 TEST(CpuGemv, FastHalfConversionMatchesReference) {
   for (std::uint32_t bits = 0; bits <= 0xffff; ++bits) {
     const auto half = static_cast<std::uint16_t>(bits);

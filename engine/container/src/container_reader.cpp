@@ -31,6 +31,13 @@ std::pair<std::uint64_t, std::uint64_t> part_bytes(const std::string& format, co
 // problem found, or "" when the index is consistent.
 std::string check_index(const ContainerIndex& index, std::uint64_t data_end) {
   for (const TensorEntry& t : index.tensors) {
+    if (t.dtype == "Q8_ROW") {
+      if (t.shape.size() != 2 || t.bytes != q8_row_tensor_bytes(t.shape[0], t.shape[1])) {
+        return "tensor " + t.name + " is not a 2-D Q8_ROW tensor of its stated size";
+      }
+      if (t.offset < kAlignment || t.offset + t.bytes > data_end) return "tensor " + t.name + " lies outside the data region";
+      continue;
+    }
     const std::uint64_t element = dtype_bytes(t.dtype);
     if (element == 0) return "tensor " + t.name + " has unknown dtype " + t.dtype;
     const std::uint64_t count = std::accumulate(t.shape.begin(), t.shape.end(), std::uint64_t{1}, std::multiplies<>());

@@ -97,6 +97,23 @@ void pack_part(ExpertFormat format, const std::vector<float>& matrix, const Expe
   }
 }
 
+// 2-D projections worth int8: not the embedding (a lookup) or the router.
+bool quantisable_dense(const model::DescribedTensor& t) {
+  using model::TensorRole;
+  return t.shape.size() == 2 && t.shape[0] > 1 &&
+         (t.role == TensorRole::Attention || t.role == TensorRole::LmHead || t.role == TensorRole::SharedExpert ||
+          t.role == TensorRole::DenseMlp);
+}
+
+// The container's Q8_ROW tensor bytes: int8 weights, then row scales.
+std::vector<std::byte> q8_row_tensor(const std::vector<float>& matrix, std::uint64_t rows, std::uint64_t cols) {
+  const auto q = kernels::quantize_q8_row(matrix, static_cast<int>(rows), static_cast<int>(cols));
+  std::vector<std::byte> bytes(container::q8_row_tensor_bytes(rows, cols));
+  std::memcpy(bytes.data(), q.weights.data(), q.weights.size());
+  std::memcpy(bytes.data() + container::q8_row_scales_offset(rows, cols), q.scales.data(), q.scales.size() * 4);
+  return bytes;
+}
+
 }  // namespace
 
 Result<ExpertFormat> parse_expert_format(std::string_view name) {
@@ -115,8 +132,14 @@ std::string_view expert_format_name(ExpertFormat format) {
   return "?";
 }
 
+Result<DenseFormat> parse_dense_format(std::string_view name) {
+  if (name == "source") return DenseFormat::source;
+  if (name == "q8_row" || name == "int8") return DenseFormat::q8_row;
+  return make_error("unknown dense format '" + std::string(name) + "': choose source or q8_row (int8)");
+}
+
 Result<ConvertReport> convert_model(const std::filesystem::path& model_dir, const std::filesystem::path& output,
-                                    ExpertFormat format, const ConvertProgress& progress) {
+                                    ExpertFormat format, DenseFormat dense, const ConvertProgress& progress) {
   auto desc = model::describe_model(model_dir);
   if (!desc) return desc.error();
   const model::ModelConfig& config = desc->config;
@@ -135,6 +158,15 @@ Result<ConvertReport> convert_model(const std::filesystem::path& model_dir, cons
   ConvertReport report;
   for (const auto& t : desc->tensors) {
     if (t.role == model::TensorRole::Expert) continue;
+    if (dense == DenseFormat::q8_row && quantisable_dense(t)) {
+      auto matrix = read_f32(t);
+      if (!matrix) return matrix.error();
+      const auto bytes = q8_row_tensor(*matrix, t.shape[0], t.shape[1]);
+      if (Status s = writer->add_tensor(t.name, "Q8_ROW", t.shape, bytes); !s) return s.error();
+      ++report.dense_tensors;
+      report.dense_bytes += bytes.size();
+      continue;
+    }
     auto bytes = model::read_tensor_bytes(info_of(t), 0, t.bytes);
     if (!bytes) return bytes.error();
     if (Status s = writer->add_tensor(t.name, std::string(model::dtype_name(t.dtype)), t.shape, *bytes); !s) return s.error();

@@ -1,12 +1,15 @@
 #include "dense_weights.h"
 
+#include "reference/gemv_reference.h"
+
 namespace coli::runtime {
 
 Result<DenseWeights> DenseWeights::load(const container::ContainerReader& reader) {
   DenseWeights weights;
   for (const container::TensorEntry& entry : reader.index().tensors) {
     Tensor tensor;
-    if (entry.dtype == "F32") tensor.dtype = forward::Dtype::f32;
+    if (entry.dtype == "Q8_ROW") tensor.q8_row = true;
+    else if (entry.dtype == "F32") tensor.dtype = forward::Dtype::f32;
     else if (entry.dtype == "BF16") tensor.dtype = forward::Dtype::bf16;
     else if (entry.dtype == "F16") tensor.dtype = forward::Dtype::f16;
     else return make_error(reader.path().string() + ": tensor " + entry.name + " has dtype " + entry.dtype + ", which the engine cannot use");
@@ -23,9 +26,43 @@ Result<forward::DenseMatrix> DenseWeights::matrix(const std::string& name) const
   const auto found = tensors_.find(name);
   if (found == tensors_.end()) return make_error("the container has no tensor " + name);
   const Tensor& t = found->second;
+  if (t.q8_row) return make_error("tensor " + name + " is int8-quantised; the engine needs it in float (convert with --dense source)");
   const int rows = static_cast<int>(t.shape.at(0));
   const int cols = t.shape.size() > 1 ? static_cast<int>(t.shape[1]) : 1;
   return forward::DenseMatrix{t.dtype, rows, cols, t.data.data()};
+}
+
+Result<Linear> DenseWeights::linear(const std::string& name) const {
+  const auto found = tensors_.find(name);
+  if (found == tensors_.end()) return make_error("the container has no tensor " + name);
+  const Tensor& t = found->second;
+  Linear out;
+  if (!t.q8_row) {
+    auto dense = matrix(name);
+    if (!dense) return dense.error();
+    out.dense = *dense;
+    return out;
+  }
+  const auto rows = t.shape.at(0), cols = t.shape.at(1);
+  out.quantized = true;
+  out.q8 = {reinterpret_cast<const std::int8_t*>(t.data.data()),
+            reinterpret_cast<const float*>(t.data.data() + container::q8_row_scales_offset(rows, cols)),
+            static_cast<int>(rows), static_cast<int>(cols)};
+  return out;
+}
+
+void Linear::apply(std::span<const float> x, std::span<float> y, const kernels::cpu::GemvOptions& gemv, bool exact,
+                   std::span<const float> bias) const {
+  if (!quantized) {
+    forward::gemv_dense(dense, x, y, gemv.threads, bias);
+    return;
+  }
+  if (exact) {
+    kernels::gemv_reference_q8(q8.weights, q8.scales, q8.rows, q8.cols, x, y);
+  } else {
+    kernels::cpu::gemv(q8, x, y, gemv);
+  }
+  for (std::size_t i = 0; i < bias.size(); ++i) y[i] += bias[i];
 }
 
 std::vector<float> DenseWeights::vector(const std::string& name) const {

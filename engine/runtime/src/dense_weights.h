@@ -9,15 +9,31 @@
 #include "coli/base/result.h"
 #include "coli/container/container.h"
 #include "coli/forward/ops.h"
+#include "cpu/gemv_cpu.h"
 
 namespace coli::runtime {
+
+// A projection's weights: a float matrix (f32/bf16/f16) or int8 per row.
+struct Linear {
+  forward::DenseMatrix dense;       // used when !quantized
+  kernels::cpu::Q8RowView q8;       // used when quantized
+  bool quantized = false;
+  int rows() const { return quantized ? q8.rows : dense.rows; }
+  // y = W x (+ bias). The int8 path uses the SIMD kernels (or the exact
+  // reference when `exact`).
+  void apply(std::span<const float> x, std::span<float> y, const kernels::cpu::GemvOptions& gemv, bool exact,
+             std::span<const float> bias = {}) const;
+};
 
 class DenseWeights {
  public:
   static Result<DenseWeights> load(const container::ContainerReader& reader);
 
-  // A 2-D matrix (rows = shape[0]); error names the tensor when absent.
+  // A 2-D float matrix (rows = shape[0]); error names the tensor when absent
+  // or quantised (lookups such as the embedding need floats).
   Result<forward::DenseMatrix> matrix(const std::string& name) const;
+  // A 2-D projection in whatever form the container holds it.
+  Result<Linear> linear(const std::string& name) const;
   // A 1-D tensor as float32 (norm weights, biases); empty when absent.
   std::vector<float> vector(const std::string& name) const;
   bool has(const std::string& name) const { return tensors_.count(name) != 0; }
@@ -25,7 +41,8 @@ class DenseWeights {
 
  private:
   struct Tensor {
-    forward::Dtype dtype;
+    bool q8_row = false;
+    forward::Dtype dtype = forward::Dtype::f32;
     std::vector<std::uint64_t> shape;
     std::vector<std::byte> data;
   };

@@ -16,12 +16,12 @@ using forward::DenseMatrix;
 
 struct LayerWeights {
   std::vector<float> input_norm, post_norm, q_norm, k_norm;
-  DenseMatrix q, k, v, o;
+  Linear q, k, v, o;
   std::vector<float> q_bias, k_bias, v_bias, o_bias;
   int moe_index = -1;  // index into the container's MoE layers; -1: dense MLP
-  DenseMatrix router;
-  DenseMatrix mlp_gate, mlp_up, mlp_down;  // dense layer or qwen2_moe shared expert
-  DenseMatrix shared_gate;                 // qwen2_moe: sigmoid gate of the shared expert
+  Linear router;
+  Linear mlp_gate, mlp_up, mlp_down;  // dense layer or qwen2_moe shared expert
+  Linear shared_gate;                 // qwen2_moe: sigmoid gate of the shared expert
   bool has_shared = false;
 };
 
@@ -38,7 +38,9 @@ struct MoeModel::State {
   DenseWeights dense;
   ExpertStore experts;
   std::vector<LayerWeights> layers;
-  DenseMatrix embed, lm_head;
+  DenseMatrix embed;
+  Linear lm_head;
+  bool exact = false;
   std::vector<float> final_norm;
   std::unique_ptr<forward::Rope> rope;
   kernels::cpu::GemvOptions gemv;
@@ -56,14 +58,17 @@ struct MoeModel::State {
 
 Status MoeModel::State::load_layers() {
   const auto& c = config;
-  auto get = [&](const std::string& name, DenseMatrix& out) -> Status {
-    auto m = dense.matrix(name);
+  auto get = [&](const std::string& name, Linear& out) -> Status {
+    auto m = dense.linear(name);
     if (!m) return m.error();
     out = *m;
     return Ok{};
   };
-  if (Status s = get("model.embed_tokens.weight", embed); !s) return s;
-  if (Status s = get(c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight", lm_head); !s) return s;
+  auto embedding = dense.matrix("model.embed_tokens.weight");
+  if (!embedding) return embedding.error();
+  embed = *embedding;
+  if (c.tie_word_embeddings) lm_head.dense = embed;
+  else if (Status s = get("lm_head.weight", lm_head); !s) return s;
   final_norm = dense.vector("model.norm.weight");
   const auto& moe_layers = reader->index().experts.model_layers;
   const bool mixtral = c.architecture == model::Architecture::Mixtral;
@@ -103,12 +108,12 @@ Status MoeModel::State::load_layers() {
 }
 
 void MoeModel::State::dense_mlp(const LayerWeights& w, std::span<const float> in, std::span<float> out) {
-  mlp_a.resize(static_cast<std::size_t>(w.mlp_gate.rows));
+  mlp_a.resize(static_cast<std::size_t>(w.mlp_gate.rows()));
   mlp_b.resize(mlp_a.size());
-  forward::gemv_dense(w.mlp_gate, in, mlp_a, gemv.threads);
-  forward::gemv_dense(w.mlp_up, in, mlp_b, gemv.threads);
+  w.mlp_gate.apply(in, mlp_a, gemv, exact);
+  w.mlp_up.apply(in, mlp_b, gemv, exact);
   for (std::size_t i = 0; i < mlp_a.size(); ++i) mlp_a[i] = forward::silu(mlp_a[i]) * mlp_b[i];
-  forward::gemv_dense(w.mlp_down, mlp_a, out, gemv.threads);
+  w.mlp_down.apply(mlp_a, out, gemv, exact);
 }
 
 Status MoeModel::State::forward_token(std::int32_t token, int position) {
@@ -121,9 +126,9 @@ Status MoeModel::State::forward_token(std::int32_t token, int position) {
   for (std::size_t l = 0; l < layers.size(); ++l) {
     const LayerWeights& w = layers[l];
     forward::rms_norm(x, w.input_norm, eps, h);
-    forward::gemv_dense(w.q, h, q, gemv.threads, w.q_bias);
-    forward::gemv_dense(w.k, h, k, gemv.threads, w.k_bias);
-    forward::gemv_dense(w.v, h, v, gemv.threads, w.v_bias);
+    w.q.apply(h, q, gemv, exact, w.q_bias);
+    w.k.apply(h, k, gemv, exact, w.k_bias);
+    w.v.apply(h, v, gemv, exact, w.v_bias);
     if (c.clip_qkv) {
       const float clip = static_cast<float>(*c.clip_qkv);
       for (auto* t : {&q, &k, &v}) for (float& value : *t) value = std::clamp(value, -clip, clip);
@@ -140,13 +145,13 @@ Status MoeModel::State::forward_token(std::int32_t token, int position) {
     std::copy(k.begin(), k.end(), k_cache[l].begin() + static_cast<std::ptrdiff_t>(position * kv_width));
     std::copy(v.begin(), v.end(), v_cache[l].begin() + static_cast<std::ptrdiff_t>(position * kv_width));
     forward::attention(q, k_cache[l], v_cache[l], position + 1, heads, kv_heads, head_dim, attn);
-    forward::gemv_dense(w.o, attn, o, gemv.threads, w.o_bias);
+    w.o.apply(attn, o, gemv, exact, w.o_bias);
     for (std::size_t i = 0; i < x.size(); ++i) x[i] += o[i];
 
     forward::rms_norm(x, w.post_norm, eps, h);
     std::fill(moe_out.begin(), moe_out.end(), 0.0f);
     if (w.moe_index >= 0) {
-      forward::gemv_dense(w.router, h, router_logits, gemv.threads);
+      w.router.apply(h, router_logits, gemv, exact);
       const forward::Routing routing = forward::route(router_logits, static_cast<int>(c.num_experts_per_tok),
                                                       router_norm(c.router_normalization));
       if (Status s = experts.begin(w.moe_index, routing.experts); !s) return s;
@@ -157,7 +162,7 @@ Status MoeModel::State::forward_token(std::int32_t token, int position) {
       if (w.has_shared) {
         dense_mlp(w, h, shared_out);
         float gate_logit = 0;
-        forward::gemv_dense(w.shared_gate, h, std::span(&gate_logit, 1), 1);
+        w.shared_gate.apply(h, std::span(&gate_logit, 1), gemv, exact);
         const float gate = 1.0f / (1.0f + std::exp(-gate_logit));
         for (std::size_t i = 0; i < moe_out.size(); ++i) moe_out[i] += gate * shared_out[i];
       }
@@ -198,6 +203,7 @@ Result<MoeModel> MoeModel::load(const std::filesystem::path& path, const ModelOp
   if (Status s = state->load_layers(); !s) return s.error();
 
   const bool exact = options.cpu_kernel == "exact";
+  state->exact = exact;
   state->experts.set_exact(exact);
   auto variant = options.cpu_kernel.empty() || exact ? kernels::cpu::selected_variant()
                                                      : kernels::cpu::parse_variant(options.cpu_kernel);
@@ -236,7 +242,7 @@ Status MoeModel::forward(std::span<const std::int32_t> tokens, int start_positio
   }
   s.used = start_position + static_cast<int>(tokens.size());
   forward::rms_norm(s.x, s.final_norm, static_cast<float>(s.config.rms_norm_eps), s.h);
-  forward::gemv_dense(s.lm_head, s.h, logits, s.gemv.threads);
+  s.lm_head.apply(s.h, logits, s.gemv, s.exact);
   s.stats.expert_hits = s.experts.hits();
   s.stats.expert_misses = s.experts.misses();
   s.stats.expert_bytes_read = s.experts.bytes_read();

@@ -33,9 +33,16 @@ namespace coli::container {
 inline constexpr std::uint32_t kFormatVersion = 1;
 inline constexpr std::uint64_t kAlignment = 4096;  // O_DIRECT-friendly
 
+// Dense tensors may also be "Q8_ROW" (2-D only): int8 weights [rows][cols],
+// then at q8_row_scales_offset(rows, cols) the float32 scales [rows].
+inline std::uint64_t q8_row_scales_offset(std::uint64_t rows, std::uint64_t cols) { return (rows * cols + 63) / 64 * 64; }
+inline std::uint64_t q8_row_tensor_bytes(std::uint64_t rows, std::uint64_t cols) {
+  return q8_row_scales_offset(rows, cols) + rows * 4;
+}
+
 struct TensorEntry {
   std::string name;
-  std::string dtype;                 // "F32", "BF16", "F16"
+  std::string dtype;                 // "F32", "BF16", "F16", "Q8_ROW"
   std::vector<std::uint64_t> shape;
   std::uint64_t offset = 0;          // from the start of the file
   std::uint64_t bytes = 0;

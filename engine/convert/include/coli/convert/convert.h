@@ -17,7 +17,14 @@ namespace coli::convert {
 // scale), or f32 (unquantised, for exactness tests and small models).
 enum class ExpertFormat { q4_g64, q8_row, f32 };
 
+// Dense projections (attention, lm_head, shared experts, dense MLPs):
+// "source" keeps the checkpoint's dtype; "q8_row" stores int8 with a row
+// scale. Embeddings, norms, biases and the router always keep their dtype
+// (routing decisions are too sensitive to quantise).
+enum class DenseFormat { source, q8_row };
+
 Result<ExpertFormat> parse_expert_format(std::string_view name);  // error lists the choices
+Result<DenseFormat> parse_dense_format(std::string_view name);
 std::string_view expert_format_name(ExpertFormat format);
 
 struct ConvertReport {
@@ -32,6 +39,7 @@ struct ConvertReport {
 using ConvertProgress = std::function<void(std::string_view)>;
 
 Result<ConvertReport> convert_model(const std::filesystem::path& model_dir, const std::filesystem::path& output,
-                                    ExpertFormat format, const ConvertProgress& progress = {});
+                                    ExpertFormat format, DenseFormat dense = DenseFormat::source,
+                                    const ConvertProgress& progress = {});
 
 }  // namespace coli::convert
