@@ -59,15 +59,21 @@ struct EngineRun {
   double worst_generated_error = 0;
 };
 
-// Prompt token by token (logits after each), then greedy decode of as many
-// tokens as the reference has.
-EngineRun run_model(const fs::path& container, const runtime::ModelOptions& options, const Reference& ref) {
+// Prompt token by token (logits after each) or in one prefill call (rounds),
+// then greedy decode of as many tokens as the reference has.
+EngineRun run_model(const fs::path& container, const runtime::ModelOptions& options, const Reference& ref,
+                    bool one_prefill_call = false) {
   auto model = runtime::MoeModel::load(container, options);
   EXPECT_TRUE(model.ok()) << (model.ok() ? "" : model.error().message);
   EngineRun run;
   if (!model.ok()) return run;
   std::vector<float> logits(static_cast<std::size_t>(model->vocab_size()));
-  for (std::size_t i = 0; i < ref.prompt.size(); ++i) {
+  if (one_prefill_call) {
+    const Status prefill = model->forward(ref.prompt, 0, logits);
+    EXPECT_TRUE(prefill.ok()) << (prefill.ok() ? "" : prefill.error().message);
+    run.prompt_logits.push_back(logits);
+  }
+  for (std::size_t i = 0; !one_prefill_call && i < ref.prompt.size(); ++i) {
     EXPECT_TRUE(model->forward(std::span(&ref.prompt[i], 1), static_cast<int>(i), logits).ok());
     run.prompt_logits.push_back(logits);
   }
@@ -130,18 +136,29 @@ TEST_P(EngineReference, TokensDoNotDependOnThreadsCapacityOrPins) {
   struct Setting {
     int threads, cap;
     std::vector<int> pins;
+    bool one_prefill_call;
+    int round_tokens;
   };
-  // From top_k slots to all experts; pins leaving exactly top_k evictable slots.
-  const std::vector<Setting> settings = {{1, top_k, {}}, {2, 3, {}}, {1, 5, {0, 3, 6}}, {2, experts, {1}},
-                                         {1, top_k + 2, {4, 5}}};
+  // From top_k slots to all experts; pins leaving exactly top_k evictable
+  // slots (prefill rounds of one token); whole-prompt prefill in rounds.
+  const std::vector<Setting> settings = {
+      {1, top_k, {}, false, 64},       {2, 3, {}, false, 64},    {1, 5, {0, 3, 6}, true, 64},
+      {2, experts, {1}, true, 64},     {1, top_k + 2, {4, 5}, true, 64}, {2, 6, {}, true, 64},
+      {1, experts, {}, true, 5},       {2, 4, {7}, true, 3}};
   for (const Setting& s : settings) {
     SCOPED_TRACE("threads " + std::to_string(s.threads) + " cap " + std::to_string(s.cap) + " pins " +
-                 std::to_string(s.pins.size()));
+                 std::to_string(s.pins.size()) + (s.one_prefill_call ? " one prefill call" : ""));
     runtime::ModelOptions options;
     options.threads = s.threads;
     options.cache_capacity = s.cap;
-    options.pins = {s.pins, s.pins};
-    EXPECT_EQ(run_model(container, options, ref).tokens, ref.generated);
+    options.pins = {s.pins};
+    options.prefill_round_tokens = s.round_tokens;
+    const EngineRun run = run_model(container, options, ref, s.one_prefill_call);
+    EXPECT_EQ(run.tokens, ref.generated);
+    if (s.one_prefill_call) {
+      const std::span<const float> last(ref.logits.data() + (ref.prompt.size() - 1) * ref.vocab, ref.vocab);
+      EXPECT_LT(max_relative_error(run.prompt_logits.back(), last), 1e-4);
+    }
   }
 }
 

@@ -12,6 +12,7 @@ Result<ExpertStore> ExpertStore::create(const container::ContainerReader& reader
   store.layout_ = reader.index().experts;
   const auto& layout = store.layout_;
   const int experts = static_cast<int>(layout.experts);
+  std::vector<experts::CacheShape> shapes;
   for (std::uint32_t layer = 0; layer < layout.layers; ++layer) {
     experts::ExpertCacheConfig config;
     config.layer = static_cast<int>(layout.model_layers[layer]);
@@ -24,8 +25,13 @@ Result<ExpertStore> ExpertStore::create(const container::ContainerReader& reader
     config.alignment = container::kAlignment;
     auto cache = experts::ExpertCache::create(config);
     if (!cache) return cache.error();
+    shapes.push_back({config.n_experts, top_k, config.cap,
+                      static_cast<int>(config.pins.size())});
     store.caches_.push_back(std::move(*cache));
   }
+  auto planner = experts::RoundPlanner::create(shapes);
+  if (!planner) return planner.error();
+  store.planner_ = std::move(*planner);
   for (const auto& part : layout.parts) {
     if (part.name == "gate") store.gate_.resize(part.rows);
     if (part.name == "up") store.up_.resize(part.rows);

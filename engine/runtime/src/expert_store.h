@@ -3,11 +3,13 @@
 // container with pread, and the FFN runs on the leased bytes.
 #pragma once
 
+#include <optional>
 #include <span>
 #include <vector>
 
 #include "coli/container/container.h"
 #include "coli/experts/expert_cache.h"
+#include "coli/experts/round_planner.h"
 #include "cpu/gemv_cpu.h"
 
 namespace coli::runtime {
@@ -26,6 +28,10 @@ class ExpertStore {
   void accumulate_ffn(int moe_layer, int expert, float weight, std::span<const float> x, std::span<float> out,
                       const kernels::cpu::GemvOptions& gemv);
 
+  // Tokens one prefill round may hold so that its distinct misses always fit
+  // every layer's evictable slots (field note 1); at most `requested`.
+  int tokens_per_round(int requested) const { return planner_->tokens_per_round(requested); }
+
   std::uint64_t hits() const;
   std::uint64_t misses() const;
   std::uint64_t bytes_read() const { return bytes_read_; }
@@ -41,6 +47,7 @@ class ExpertStore {
   const container::ContainerReader* reader_ = nullptr;
   container::ExpertLayout layout_;
   std::vector<experts::ExpertCache> caches_;
+  std::optional<experts::RoundPlanner> planner_;  // set by create()
   std::vector<float> gate_, up_, down_;  // scratch: expert width / hidden
   std::uint64_t bytes_read_ = 0;
   bool exact_ = false;

@@ -49,10 +49,11 @@ struct MoeModel::State {
   int used = 0;  // KV positions filled
   std::vector<std::vector<float>> k_cache, v_cache;
   // scratch
-  std::vector<float> x, h, q, k, v, attn, o, router_logits, moe_out, mlp_a, mlp_b, shared_out;
+  std::vector<float> h, q, k, v, attn, o, router_logits, moe_out, mlp_a, mlp_b, shared_out;
 
   Status load_layers();
-  Status forward_token(std::int32_t token, int position);
+  void attention_step(std::size_t l, std::span<float> x_t, int position);
+  Status mlp_step(std::size_t l, std::span<float> xs, int count);
   void dense_mlp(const LayerWeights& w, std::span<const float> in, std::span<float> out);
 };
 
@@ -116,62 +117,87 @@ void MoeModel::State::dense_mlp(const LayerWeights& w, std::span<const float> in
   w.mlp_down.apply(mlp_a, out, gemv, exact);
 }
 
-Status MoeModel::State::forward_token(std::int32_t token, int position) {
+// Attention of one token at `position` for layer `l`; x += its output.
+void MoeModel::State::attention_step(std::size_t l, std::span<float> x_t, int position) {
   const auto& c = config;
+  const LayerWeights& w = layers[l];
   const int heads = static_cast<int>(c.num_attention_heads), kv_heads = static_cast<int>(c.num_key_value_heads);
   const int head_dim = static_cast<int>(c.head_dim);
   const float eps = static_cast<float>(c.rms_norm_eps);
   const std::size_t kv_width = static_cast<std::size_t>(kv_heads) * head_dim;
-  forward::dense_row(embed, token, x);
-  for (std::size_t l = 0; l < layers.size(); ++l) {
-    const LayerWeights& w = layers[l];
-    forward::rms_norm(x, w.input_norm, eps, h);
-    w.q.apply(h, q, gemv, exact, w.q_bias);
-    w.k.apply(h, k, gemv, exact, w.k_bias);
-    w.v.apply(h, v, gemv, exact, w.v_bias);
-    if (c.clip_qkv) {
-      const float clip = static_cast<float>(*c.clip_qkv);
-      for (auto* t : {&q, &k, &v}) for (float& value : *t) value = std::clamp(value, -clip, clip);
-    }
-    if (c.qk_norm == model::QkNorm::PerHead) {
-      forward::rms_norm_groups(q, heads, w.q_norm, eps);
-      forward::rms_norm_groups(k, kv_heads, w.k_norm, eps);
-    } else if (c.qk_norm == model::QkNorm::FullProjection) {
-      forward::rms_norm_groups(q, 1, w.q_norm, eps);
-      forward::rms_norm_groups(k, 1, w.k_norm, eps);
-    }
-    rope->apply(q, heads, position);
-    rope->apply(k, kv_heads, position);
-    std::copy(k.begin(), k.end(), k_cache[l].begin() + static_cast<std::ptrdiff_t>(position * kv_width));
-    std::copy(v.begin(), v.end(), v_cache[l].begin() + static_cast<std::ptrdiff_t>(position * kv_width));
-    forward::attention(q, k_cache[l], v_cache[l], position + 1, heads, kv_heads, head_dim, attn);
-    w.o.apply(attn, o, gemv, exact, w.o_bias);
-    for (std::size_t i = 0; i < x.size(); ++i) x[i] += o[i];
-
-    forward::rms_norm(x, w.post_norm, eps, h);
-    std::fill(moe_out.begin(), moe_out.end(), 0.0f);
-    if (w.moe_index >= 0) {
-      w.router.apply(h, router_logits, gemv, exact);
-      const forward::Routing routing = forward::route(router_logits, static_cast<int>(c.num_experts_per_tok),
-                                                      router_norm(c.router_normalization));
-      if (Status s = experts.begin(w.moe_index, routing.experts); !s) return s;
-      for (std::size_t i = 0; i < routing.experts.size(); ++i) {
-        experts.accumulate_ffn(w.moe_index, routing.experts[i], routing.weights[i], h, moe_out, gemv);
-      }
-      experts.end(w.moe_index);
-      if (w.has_shared) {
-        dense_mlp(w, h, shared_out);
-        float gate_logit = 0;
-        w.shared_gate.apply(h, std::span(&gate_logit, 1), gemv, exact);
-        const float gate = 1.0f / (1.0f + std::exp(-gate_logit));
-        for (std::size_t i = 0; i < moe_out.size(); ++i) moe_out[i] += gate * shared_out[i];
-      }
-    } else {
-      dense_mlp(w, h, moe_out);
-    }
-    for (std::size_t i = 0; i < x.size(); ++i) x[i] += moe_out[i];
+  forward::rms_norm(x_t, w.input_norm, eps, h);
+  w.q.apply(h, q, gemv, exact, w.q_bias);
+  w.k.apply(h, k, gemv, exact, w.k_bias);
+  w.v.apply(h, v, gemv, exact, w.v_bias);
+  if (c.clip_qkv) {
+    const float clip = static_cast<float>(*c.clip_qkv);
+    for (auto* t : {&q, &k, &v}) for (float& value : *t) value = std::clamp(value, -clip, clip);
   }
-  ++stats.tokens;
+  if (c.qk_norm == model::QkNorm::PerHead) {
+    forward::rms_norm_groups(q, heads, w.q_norm, eps);
+    forward::rms_norm_groups(k, kv_heads, w.k_norm, eps);
+  } else if (c.qk_norm == model::QkNorm::FullProjection) {
+    forward::rms_norm_groups(q, 1, w.q_norm, eps);
+    forward::rms_norm_groups(k, 1, w.k_norm, eps);
+  }
+  rope->apply(q, heads, position);
+  rope->apply(k, kv_heads, position);
+  std::copy(k.begin(), k.end(), k_cache[l].begin() + static_cast<std::ptrdiff_t>(position * kv_width));
+  std::copy(v.begin(), v.end(), v_cache[l].begin() + static_cast<std::ptrdiff_t>(position * kv_width));
+  forward::attention(q, k_cache[l], v_cache[l], position + 1, heads, kv_heads, head_dim, attn);
+  w.o.apply(attn, o, gemv, exact, w.o_bias);
+  for (std::size_t i = 0; i < x_t.size(); ++i) x_t[i] += o[i];
+}
+
+// The MLP half of layer `l` for `count` tokens (rows of xs). MoE layers run
+// in rounds sized by the expert store: each round leases the union of its
+// tokens' experts once (each distinct expert is read once per round), then
+// every token adds its experts in routing order, exactly as one by one.
+Status MoeModel::State::mlp_step(std::size_t l, std::span<float> xs, int count) {
+  const auto& c = config;
+  const LayerWeights& w = layers[l];
+  const std::size_t hidden = c.hidden_size;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  std::vector<float> normed(static_cast<std::size_t>(count) * hidden);
+  for (int t = 0; t < count; ++t) {
+    forward::rms_norm(xs.subspan(t * hidden, hidden), w.post_norm, eps, std::span(normed).subspan(t * hidden, hidden));
+  }
+  if (w.moe_index < 0) {
+    for (int t = 0; t < count; ++t) {
+      dense_mlp(w, std::span(normed).subspan(t * hidden, hidden), moe_out);
+      for (std::size_t i = 0; i < hidden; ++i) xs[t * hidden + i] += moe_out[i];
+    }
+    return Ok{};
+  }
+  std::vector<forward::Routing> routings;
+  for (int t = 0; t < count; ++t) {
+    w.router.apply(std::span(normed).subspan(t * hidden, hidden), router_logits, gemv, exact);
+    routings.push_back(forward::route(router_logits, static_cast<int>(c.num_experts_per_tok),
+                                      router_norm(c.router_normalization)));
+  }
+  const int round = experts.tokens_per_round(std::max(1, options.prefill_round_tokens));
+  for (int first = 0; first < count; first += round) {
+    const int last = std::min(count, first + round);
+    std::vector<int> needed;
+    for (int t = first; t < last; ++t) needed.insert(needed.end(), routings[t].experts.begin(), routings[t].experts.end());
+    if (Status s = experts.begin(w.moe_index, needed); !s) return s;
+    for (int t = first; t < last; ++t) {
+      const auto h_t = std::span<const float>(normed).subspan(t * hidden, hidden);
+      std::fill(moe_out.begin(), moe_out.end(), 0.0f);
+      for (std::size_t i = 0; i < routings[t].experts.size(); ++i) {
+        experts.accumulate_ffn(w.moe_index, routings[t].experts[i], routings[t].weights[i], h_t, moe_out, gemv);
+      }
+      if (w.has_shared) {
+        dense_mlp(w, h_t, shared_out);
+        float gate_logit = 0;
+        w.shared_gate.apply(h_t, std::span(&gate_logit, 1), gemv, exact);
+        const float gate = 1.0f / (1.0f + std::exp(-gate_logit));
+        for (std::size_t i = 0; i < hidden; ++i) moe_out[i] += gate * shared_out[i];
+      }
+      for (std::size_t i = 0; i < hidden; ++i) xs[t * hidden + i] += moe_out[i];
+    }
+    experts.end(w.moe_index);
+  }
   return Ok{};
 }
 
@@ -217,7 +243,7 @@ Result<MoeModel> MoeModel::load(const std::filesystem::path& path, const ModelOp
 
   const std::size_t hidden = c.hidden_size, q_width = c.num_attention_heads * c.head_dim;
   const std::size_t kv_width = c.num_key_value_heads * c.head_dim;
-  for (auto* buffer : {&state->x, &state->h, &state->o, &state->moe_out, &state->shared_out}) buffer->resize(hidden);
+  for (auto* buffer : {&state->h, &state->o, &state->moe_out, &state->shared_out}) buffer->resize(hidden);
   state->q.resize(q_width);
   state->attn.resize(q_width);
   state->k.resize(kv_width);
@@ -230,18 +256,30 @@ Result<MoeModel> MoeModel::load(const std::filesystem::path& path, const ModelOp
 
 Status MoeModel::forward(std::span<const std::int32_t> tokens, int start_position, std::span<float> logits) {
   State& s = *state_;
-  if (start_position + static_cast<int>(tokens.size()) > s.options.max_context) {
-    return make_error("context of " + std::to_string(start_position + tokens.size()) + " tokens exceeds --ctx " +
+  const int count = static_cast<int>(tokens.size());
+  if (count == 0) return make_error("forward needs at least one token");
+  if (start_position < 0 || start_position + count > s.options.max_context) {
+    return make_error("context of " + std::to_string(start_position + count) + " tokens exceeds --ctx " +
                       std::to_string(s.options.max_context));
   }
-  for (std::size_t i = 0; i < tokens.size(); ++i) {
-    if (tokens[i] < 0 || static_cast<std::uint64_t>(tokens[i]) >= s.config.vocab_size) {
-      return make_error("token id " + std::to_string(tokens[i]) + " is outside the vocabulary");
+  for (std::int32_t token : tokens) {
+    if (token < 0 || static_cast<std::uint64_t>(token) >= s.config.vocab_size) {
+      return make_error("token id " + std::to_string(token) + " is outside the vocabulary");
     }
-    if (Status st = s.forward_token(tokens[i], start_position + static_cast<int>(i)); !st) return st;
   }
-  s.used = start_position + static_cast<int>(tokens.size());
-  forward::rms_norm(s.x, s.final_norm, static_cast<float>(s.config.rms_norm_eps), s.h);
+  // Layer by layer over all tokens (a prefill round per layer), so each
+  // layer's experts are leased once for many tokens.
+  const std::size_t hidden = s.config.hidden_size;
+  std::vector<float> xs(static_cast<std::size_t>(count) * hidden);
+  for (int t = 0; t < count; ++t) forward::dense_row(s.embed, tokens[static_cast<std::size_t>(t)], std::span(xs).subspan(t * hidden, hidden));
+  for (std::size_t l = 0; l < s.layers.size(); ++l) {
+    for (int t = 0; t < count; ++t) s.attention_step(l, std::span(xs).subspan(t * hidden, hidden), start_position + t);
+    if (Status st = s.mlp_step(l, xs, count); !st) return st;
+  }
+  s.stats.tokens += static_cast<std::uint64_t>(count);
+  s.used = start_position + count;
+  forward::rms_norm(std::span(xs).subspan((count - 1) * hidden, hidden), s.final_norm,
+                    static_cast<float>(s.config.rms_norm_eps), s.h);
   s.lm_head.apply(s.h, logits, s.gemv, s.exact);
   s.stats.expert_hits = s.experts.hits();
   s.stats.expert_misses = s.experts.misses();

@@ -21,6 +21,9 @@ struct ModelOptions {
   // Experts never evicted, per MoE layer; a single entry applies to every layer.
   std::vector<std::vector<int>> pins;
   int max_context = 4096;                 // KV cache positions
+  // Tokens per prefill round at most; the expert store shrinks it so a
+  // round's distinct experts always fit the evictable cache slots.
+  int prefill_round_tokens = 64;
   // "" = best for this CPU; scalar|avx2|avx512|avx512_vnni force one (all
   // quantise activations to int8); "exact" = f32 activations, de-quantised
   // weights (reference accuracy, slow).
