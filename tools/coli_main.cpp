@@ -12,6 +12,7 @@
 
 #include "coli/base/text.h"
 #include "coli/convert/convert.h"
+#include "coli/experts/usage_history.h"
 #include "coli/runtime/moe_model.h"
 #include "coli/tokenizer/tokenizer.h"
 
@@ -96,14 +97,82 @@ int run_convert(const std::string& model_dir, const std::string& out, const std:
 }
 
 struct RunArgs {
-  std::string model, prompt, tokenizer;
+  std::string model, prompt, tokenizer, pin, usage;
+  double usage_decay = 0.9;
   std::vector<std::int32_t> prompt_ids;
   int max_tokens = 32;
-  int pin_count = 0;
   float temperature = 0, top_p = 1;
   std::uint64_t seed = 1;
   coli::runtime::ModelOptions options;
 };
+
+// The usage history beside the model: what picks pins, what this run adds to.
+struct History {
+  std::filesystem::path path;
+  std::optional<coli::experts::UsageHistory> loaded;  // nullopt: none yet, or unusable
+  bool usable_path = true;                            // false: a file of another model / corrupt: leave it alone
+};
+
+coli::experts::UsageHistoryKey history_key(const coli::runtime::ModelShape& shape) {
+  return {shape.moe_layers, shape.experts, shape.top_k,
+          coli::experts::usage_model_identity(shape.config_json, shape.tensor_names)};
+}
+
+History open_history(const std::filesystem::path& path, const coli::experts::UsageHistoryKey& key) {
+  History history{path, std::nullopt, true};
+  if (!std::filesystem::exists(path)) return history;
+  auto loaded = coli::experts::UsageHistory::load(path, key);
+  if (loaded) {
+    history.loaded = std::move(*loaded);
+  } else {
+    // Reported and ignored: never fatal, never applied to another model, never overwritten.
+    std::fprintf(stderr, "coli run: ignoring usage history: %s\n", loaded.error().message.c_str());
+    history.usable_path = false;
+  }
+  return history;
+}
+
+// --pin N: the N most-used experts of each layer; --pin FILE: that history,
+// pinning all but top_k slots of the cache.
+coli::Result<std::vector<std::vector<int>>> choose_pins(const RunArgs& args, const History& history, int layers,
+                                                        int top_k, int cap) {
+  std::vector<std::vector<int>> pins;
+  if (args.pin.empty() || args.pin == "0") return pins;
+  const auto count = coli::parse_int(args.pin);
+  const int n_pins = count ? static_cast<int>(*count) : std::max(0, cap - top_k);
+  if (!history.loaded) {
+    std::fprintf(stderr, "coli run: no usage history at %s yet: running without pins (this run records one)\n",
+                 history.path.c_str());
+    return pins;
+  }
+  for (int layer = 0; layer < layers; ++layer) {
+    auto chosen = coli::experts::pins_from_history(*history.loaded, layer, n_pins);
+    if (!chosen) return chosen.error();
+    pins.push_back(std::move(*chosen));
+  }
+  return pins;
+}
+
+coli::Status save_history(History& history, const coli::runtime::MoeModel& model, double decay) {
+  if (!history.usable_path) return coli::Ok{};
+  auto run = coli::experts::UsageHistory::create(history_key(model.shape()));
+  if (!run) return run.error();
+  const auto& counts = model.routing_counts();
+  for (std::size_t layer = 0; layer < counts.size(); ++layer) {
+    for (std::size_t expert = 0; expert < counts[layer].size(); ++expert) {
+      for (std::uint64_t i = 0; i < counts[layer][expert]; ++i) {
+        const int e = static_cast<int>(expert);
+        if (coli::Status s = run->record(static_cast<int>(layer), std::span(&e, 1)); !s) return s;
+      }
+    }
+  }
+  run->add_tokens(model.stats().tokens);
+  if (history.loaded) {
+    if (coli::Status s = history.loaded->merge(*run, decay); !s) return s;
+    return history.loaded->save(history.path);
+  }
+  return run->save(history.path);
+}
 
 int run_generate(const RunArgs& args) {
   const auto load_start = Clock::now();
@@ -127,6 +196,26 @@ int run_generate(const RunArgs& args) {
   if (!model) {
     std::fprintf(stderr, "coli run: %s\n", model.error().message.c_str());
     return 1;
+  }
+  // Pins come from the usage history, so the model is loaded once to learn
+  // its shape, then again with the pins (loading reads dense weights only).
+  const auto shape = model->shape();
+  const bool pin_is_file = !args.pin.empty() && !coli::parse_int(args.pin);
+  History history = open_history(pin_is_file ? args.pin : (args.usage.empty() ? args.model + ".usage" : args.usage),
+                                 history_key(shape));
+  const int cap = options.cache_capacity > 0 ? options.cache_capacity : shape.experts;
+  auto pins = choose_pins(args, history, shape.moe_layers, shape.top_k, cap);
+  if (!pins) {
+    std::fprintf(stderr, "coli run: %s\n", pins.error().message.c_str());
+    return 1;
+  }
+  if (!pins->empty()) {
+    options.pins = std::move(*pins);
+    model = coli::runtime::MoeModel::load(args.model, options);
+    if (!model) {
+      std::fprintf(stderr, "coli run: %s\n", model.error().message.c_str());
+      return 1;
+    }
   }
   const double load_seconds = seconds_since(load_start);
   std::vector<float> logits(static_cast<std::size_t>(model->vocab_size()));
@@ -154,6 +243,9 @@ int run_generate(const RunArgs& args) {
     }
   }
   if (decoder) std::fputs(decoder->flush().c_str(), stdout);
+  if (coli::Status saved = save_history(history, *model, args.usage_decay); !saved) {
+    std::fprintf(stderr, "coli run: usage history not saved: %s\n", saved.error().message.c_str());
+  }
   const double decode_seconds = seconds_since(decode_start);
   const auto& stats = model->stats();
   const double lookups = static_cast<double>(stats.expert_hits + stats.expert_misses);
@@ -191,7 +283,12 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--max-tokens", run.max_tokens, "Tokens to generate")->check(CLI::Range(1, 1 << 20))->capture_default_str();
   run_cmd->add_option("--threads", run.options.threads, "Compute threads")->check(CLI::Range(1, 4096))->capture_default_str();
   run_cmd->add_option("--cap", run.options.cache_capacity, "Expert slots per layer (0 = all experts resident)")->check(CLI::Range(0, 1 << 20))->capture_default_str();
-  run_cmd->add_option("--pin", run.pin_count, "Pin the first N experts of every layer (until usage history picks them)")->check(CLI::Range(0, 1 << 20));
+  run_cmd->add_option("--pin", run.pin,
+                      "N: pin each layer's N most-used experts (usage history); FILE: that history, all but top_k slots");
+  run_cmd->add_option("--usage", run.usage, "Usage history file (default: MODEL.usage); every run adds its routing");
+  run_cmd->add_option("--usage-decay", run.usage_decay, "Weight of the older history when this run is merged in")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
   run_cmd->add_option("--ctx", run.options.max_context, "KV cache positions")->check(CLI::Range(1, 1 << 24))->capture_default_str();
   run_cmd->add_option("--kernel", run.options.cpu_kernel, "CPU kernel: scalar, avx2, avx512, avx512_vnni or exact (default: best)");
   run_cmd->add_option("--temperature", run.temperature, "0 = greedy")->check(CLI::Range(0.0, 100.0))->capture_default_str();
@@ -203,11 +300,6 @@ int main(int argc, char** argv) {
   if (run.prompt.empty() && run.prompt_ids.empty()) {
     std::fprintf(stderr, "coli run: give --prompt TEXT or --prompt-ids N...\n");
     return 2;
-  }
-  if (run.pin_count > 0) {
-    std::vector<int> pins;
-    for (int e = 0; e < run.pin_count; ++e) pins.push_back(e);
-    run.options.pins = {pins};  // one entry: every layer
   }
   return run_generate(run);
 }

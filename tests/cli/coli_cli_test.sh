@@ -32,6 +32,20 @@ check "run prints peak RSS" contains "$work/r.out" "peak RSS"
 "$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 12 --cap 2 --threads 2 >"$work/b.out" 2>&1
 check "tokens independent of cap and threads" test "$(head -1 "$work/a.out")" = "$(head -1 "$work/b.out")"
 
+# Usage history: a run records it, the next one pins from it; a broken or
+# foreign history is reported, ignored and left untouched.
+check "usage history written beside the model" contains "$work/demo.coli.usage" "coli-usage-history"
+"$coli" run --model "$work/demo.coli" --prompt-ids 5 6 7 8 --max-tokens 8 --cap 4 --pin 2 --usage "$work/u" >"$work/h1.out" 2>&1
+check "first run without history says so" contains "$work/h1.out" "no usage history"
+"$coli" run --model "$work/demo.coli" --prompt-ids 5 6 7 8 --max-tokens 8 --cap 4 --pin 2 --usage "$work/u" >"$work/h2.out" 2>&1
+check "second run pins from history" test $? -eq 0
+check "second run does not complain" test "$(grep -c 'usage history' "$work/h2.out")" -eq 0
+echo "not a history" >"$work/bad.usage"
+"$coli" run --model "$work/demo.coli" --prompt-ids 5 --max-tokens 2 --cap 4 --pin "$work/bad.usage" >"$work/h3.out" 2>&1
+check "broken history is not fatal" test $? -eq 0
+check "broken history is reported" contains "$work/h3.out" "ignoring usage history"
+check "broken history left untouched" test "$(cat "$work/bad.usage")" = "not a history"
+
 # Bad input: clear errors, never a crash.
 "$coli" run --model "$work/demo.coli" --prompt-ids 1 --cap 1 >/dev/null 2>"$work/e1"
 rc=$?
@@ -39,6 +53,7 @@ check "cap below top_k refused" test $rc -eq 1
 check "cap error names the numbers" contains "$work/e1" "cap"
 "$coli" run --model "$work/demo.coli" --prompt-ids 1 --cap 4 --pin 4 >/dev/null 2>"$work/e2"
 check "pins filling the cache refused" test $? -eq 1
+check "pin error says what to change" contains "$work/e2" "pin"
 head -c 100000 "$work/demo.coli" >"$work/cut.coli"
 "$coli" run --model "$work/cut.coli" --prompt-ids 1 >/dev/null 2>"$work/e3"
 check "truncated container refused" test $? -eq 1

@@ -18,8 +18,6 @@ std::uint64_t splitmix64(std::uint64_t& x) {
   return z ^ (z >> 31);
 }
 
-std::uint64_t align64(std::uint64_t value) { return (value + 63) / 64 * 64; }
-
 // Round to nearest even, as PyTorch does when it casts to bfloat16.
 std::uint16_t float_to_bf16(float value) {
   std::uint32_t bits;
@@ -74,18 +72,13 @@ void FastRng::fill_bytes(std::span<std::byte> out) {
   }
 }
 
-std::uint64_t q8_row_scales_offset(std::uint64_t rows, std::uint64_t cols) { return align64(rows * cols); }
-std::uint64_t q8_row_tensor_bytes(std::uint64_t rows, std::uint64_t cols) {
-  return q8_row_scales_offset(rows, cols) + rows * 4;
-}
-
 std::vector<std::byte> random_tensor(FastRng& rng, const std::string& dtype, std::uint64_t rows, std::uint64_t cols,
                                      float mean, float stddev) {
   constexpr std::uint64_t kBlockRows = 256;
   std::vector<float> block;
   if (dtype == "Q8_ROW") {
-    std::vector<std::byte> out(q8_row_tensor_bytes(rows, cols));
-    const std::uint64_t scales_offset = q8_row_scales_offset(rows, cols);
+    std::vector<std::byte> out(container::q8_row_tensor_bytes(rows, cols));
+    const std::uint64_t scales_offset = container::q8_row_scales_offset(rows, cols);
     for (std::uint64_t r0 = 0; r0 < rows; r0 += kBlockRows) {
       const std::uint64_t n = std::min(kBlockRows, rows - r0);
       block.resize(n * cols);

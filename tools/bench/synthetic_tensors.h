@@ -27,15 +27,10 @@ class FastRng {
   std::uint64_t state_[4];
 };
 
-// Dense tensor dtypes the generator writes: "BF16" or "Q8_ROW" (2-D only).
-//   Q8_ROW: int8 weights [rows][cols] row-major, then float32 scales [rows]
-//   at byte offset align_up(rows*cols, 64); scale = max|w|/127, values
-//   rounded half to even (the q8_row expert layout, as one tensor).
-std::uint64_t q8_row_scales_offset(std::uint64_t rows, std::uint64_t cols);
-std::uint64_t q8_row_tensor_bytes(std::uint64_t rows, std::uint64_t cols);
-
 // rows x cols values drawn from N(mean, stddev), encoded as `dtype`
-// ("BF16", "F32" or "Q8_ROW"). Generated a block of rows at a time, so only
+// ("BF16", "F32" or "Q8_ROW": int8 [rows][cols], then float32 scales at
+// container::q8_row_scales_offset; scale = max|w|/127, values rounded half to
+// even, as the reference quantiser does). Generated a block of rows at a time, so only
 // the encoded tensor is held, never a float copy of it.
 std::vector<std::byte> random_tensor(FastRng& rng, const std::string& dtype, std::uint64_t rows, std::uint64_t cols,
                                      float mean, float stddev);

@@ -47,6 +47,7 @@ struct MoeModel::State {
   ModelOptions options;
   ModelStats stats;
   int used = 0;  // KV positions filled
+  std::vector<std::vector<std::uint64_t>> routing_counts;  // [MoE layer][expert], for the usage history
   std::vector<std::vector<float>> k_cache, v_cache;
   // scratch
   std::vector<float> h, q, k, v, attn, o, router_logits, moe_out, mlp_a, mlp_b, shared_out;
@@ -174,6 +175,7 @@ Status MoeModel::State::mlp_step(std::size_t l, std::span<float> xs, int count) 
     w.router.apply(std::span(normed).subspan(t * hidden, hidden), router_logits, gemv, exact);
     routings.push_back(forward::route(router_logits, static_cast<int>(c.num_experts_per_tok),
                                       router_norm(c.router_normalization)));
+    for (int expert : routings.back().experts) ++routing_counts[static_cast<std::size_t>(w.moe_index)][static_cast<std::size_t>(expert)];
   }
   const int round = experts.tokens_per_round(std::max(1, options.prefill_round_tokens));
   for (int first = 0; first < count; first += round) {
@@ -227,6 +229,8 @@ Result<MoeModel> MoeModel::load(const std::filesystem::path& path, const ModelOp
   if (!experts) return experts.error();
   state->experts = std::move(*experts);
   if (Status s = state->load_layers(); !s) return s.error();
+  const auto& layout = state->reader->index().experts;
+  state->routing_counts.assign(layout.layers, std::vector<std::uint64_t>(layout.experts, 0));
 
   const bool exact = options.cpu_kernel == "exact";
   state->exact = exact;
@@ -291,5 +295,15 @@ void MoeModel::reset() { state_->used = 0; }
 int MoeModel::vocab_size() const { return static_cast<int>(state_->config.vocab_size); }
 int MoeModel::context_used() const { return state_->used; }
 const ModelStats& MoeModel::stats() const { return state_->stats; }
+const std::vector<std::vector<std::uint64_t>>& MoeModel::routing_counts() const { return state_->routing_counts; }
+
+ModelShape MoeModel::shape() const {
+  const auto& layout = state_->reader->index().experts;
+  std::vector<std::string> names;
+  for (const auto& tensor : state_->reader->index().tensors) names.push_back(tensor.name);
+  return ModelShape{static_cast<int>(layout.layers), static_cast<int>(layout.experts),
+                    static_cast<int>(state_->config.num_experts_per_tok), state_->reader->index().config_json,
+                    std::move(names)};
+}
 
 }  // namespace coli::runtime

@@ -38,6 +38,15 @@ struct ModelStats {
   std::string cpu_kernel;                 // the variant in use
 };
 
+// What identifies a model for its usage history (experts::UsageHistoryKey).
+struct ModelShape {
+  int moe_layers = 0;
+  int experts = 0;
+  int top_k = 0;
+  std::string config_json;
+  std::vector<std::string> tensor_names;
+};
+
 class MoeModel {
  public:
   // Errors: container problems (named by the reader), a config the engine
@@ -56,6 +65,10 @@ class MoeModel {
   int vocab_size() const;
   int context_used() const;
   const ModelStats& stats() const;
+  // How often each expert of each MoE layer was routed to (prompt and
+  // generated tokens), for the usage history that picks pins next time.
+  const std::vector<std::vector<std::uint64_t>>& routing_counts() const;
+  ModelShape shape() const;
 
  private:
   struct State;
