@@ -1,17 +1,22 @@
 // CPU GEMV throughput on OLMoE-1B-7B expert shapes (hidden 2048, expert
-// width 1024: gate/up 1024x2048, down 2048x1024). 64 experts x 3 matrices
-// (~200 MB q4_g64, ~400 MB q8_row) are used in turn, one per iteration, so
-// weights stream from DRAM as in decode. Bytes/s counts what a call must read
-// (weights + scales + x: gemv_bytes), comparable with the probe's read
-// bandwidth. Variants: every one this CPU supports; threads: 1 and all.
+// width 1024: gate/up 1024x2048, down 2048x1024). Enough experts (at least
+// 64, and 4x the largest cache level: server L3s hold 260-300 MB) are used in
+// turn that weights stream from DRAM as in decode. Bytes/s counts what a call
+// must read (weights + scales + x: gemv_bytes), comparable with the probe's
+// read bandwidth. Variants: every one this CPU supports; threads: 1 and all.
 //
-//   coli_gemv_bench [--benchmark_filter=q4] ...   (Google Benchmark flags)
+//   coli_gemv_bench [--benchmark_filter=decode_layer] ...   (Google Benchmark flags)
 #include <benchmark/benchmark.h>
 #include <omp.h>
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "cpu/gemv_cpu.h"
@@ -19,7 +24,20 @@
 namespace coli::kernels::cpu {
 namespace {
 
-constexpr int kHidden = 2048, kExpertWidth = 1024, kExperts = 64;
+constexpr int kHidden = 2048, kExpertWidth = 1024;
+
+// Experts in the rotation: >= 64 and >= 4x the largest cache level (all its
+// instances), but at most 1/8 of physical memory.
+int expert_count(std::size_t bytes_per_expert) {
+  std::size_t largest_cache = 0;
+  const auto& cpu = benchmark::CPUInfo::Get();
+  for (const auto& cache : cpu.caches)
+    largest_cache = std::max(largest_cache, static_cast<std::size_t>(cache.size) *
+                                                static_cast<std::size_t>(cpu.num_cpus / std::max(cache.num_sharing, 1)));
+  const std::size_t memory = static_cast<std::size_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  const std::size_t wanted = std::max<std::size_t>(64, 4 * largest_cache / bytes_per_expert + 1);
+  return static_cast<int>(std::max<std::size_t>(8, std::min(wanted, memory / 8 / bytes_per_expert)));
+}
 
 // Deterministic, fast filler: the values do not matter for speed, only that
 // every byte is written (pages really allocated) and scales are sane.
@@ -43,7 +61,8 @@ const std::vector<Q4G64Matrix>& q4_experts() {
   static const std::vector<Q4G64Matrix> matrices = [] {
     std::vector<Q4G64Matrix> result;
     XorShift random;
-    for (int i = 0; i < kExperts * 3; ++i) {
+    const int experts = expert_count(3 * static_cast<std::size_t>(kExpertWidth) * kHidden * 17 / 32);
+    for (int i = 0; i < experts * 3; ++i) {
       const auto [rows, cols] = kExpertMatrices[i % 3];
       Q4G64Matrix m{rows, cols, std::vector<std::uint8_t>(static_cast<std::size_t>(rows) * cols / 2),
                     std::vector<std::uint16_t>(static_cast<std::size_t>(rows) * cols / kQ4GroupSize)};
@@ -60,7 +79,8 @@ const std::vector<Q8RowMatrix>& q8_experts() {
   static const std::vector<Q8RowMatrix> matrices = [] {
     std::vector<Q8RowMatrix> result;
     XorShift random;
-    for (int i = 0; i < kExperts * 3; ++i) {
+    const int experts = expert_count(3 * static_cast<std::size_t>(kExpertWidth) * kHidden);
+    for (int i = 0; i < experts * 3; ++i) {
       const auto [rows, cols] = kExpertMatrices[i % 3];
       Q8RowMatrix m{rows, cols, std::vector<std::int8_t>(static_cast<std::size_t>(rows) * cols), std::vector<float>(rows)};
       fill_random(m.weights, random);
@@ -98,6 +118,42 @@ void decode(benchmark::State& state, const std::vector<Matrix>& matrices, GemvOp
   state.SetBytesProcessed(static_cast<std::int64_t>(bytes));
 }
 
+// One MoE layer's experts in decode, as the engine runs them: gate and up of
+// 8 experts in one call (one fork/join), then their 8 downs; activations are
+// quantised once per phase. The 8 experts rotate through all 64.
+template <class Matrix, class Job>
+void decode_layer(benchmark::State& state, const std::vector<Matrix>& matrices, GemvOptions options) {
+  constexpr int kActive = 8;
+  const WeightFormat format = std::is_same_v<Matrix, Q4G64Matrix> ? WeightFormat::q4_g64 : WeightFormat::q8_row;
+  const std::vector<float> x = activations(1);
+  std::vector<float> y(static_cast<std::size_t>(kActive) * 2 * kExpertWidth + kActive * kHidden);
+  QuantizedActivations hidden, inner;
+  std::size_t first = 0, bytes = 0;
+  std::vector<Job> gate_up, down;
+  for (auto _ : state) {
+    gate_up.clear(), down.clear();
+    float* out = y.data();
+    hidden.quantize(options.variant, format, std::span(x).first(kHidden), 1, kHidden);
+    for (int e = 0; e < kActive; ++e)
+      for (int m = 0; m < 2; ++m, out += kExpertWidth) {
+        const Matrix& w = matrices[(first + e) * 3 + m];
+        gate_up.push_back({view_of(w), &hidden, std::span(out, kExpertWidth)});
+        bytes += gemv_bytes(w);
+      }
+    gemv_quantized_many(std::span<const Job>(gate_up), options.threads);
+    inner.quantize(options.variant, format, std::span<const float>(y).first(kExpertWidth), 1, kExpertWidth);
+    for (int e = 0; e < kActive; ++e, out += kHidden) {
+      const Matrix& w = matrices[(first + e) * 3 + 2];
+      down.push_back({view_of(w), &inner, std::span(out, kHidden)});
+      bytes += gemv_bytes(w);
+    }
+    gemv_quantized_many(std::span<const Job>(down), options.threads);
+    benchmark::DoNotOptimize(y.data());
+    first = (first + kActive) % (matrices.size() / 3 / kActive * kActive);
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(bytes));
+}
+
 // Prefill: `count` tokens through each matrix; reports tokens/s per matrix
 // and weight bytes/s (each weight byte is read once per call).
 template <class Matrix>
@@ -117,7 +173,8 @@ void prefill(benchmark::State& state, const std::vector<Matrix>& matrices, GemvO
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()) * count);
 }
 
-void register_benchmarks() {
+// Every supported variant for decode; the selected one for the rest.
+void register_benchmarks(CpuKernelVariant selected) {
   const int all_threads = omp_get_num_procs();
   std::vector<int> thread_counts{1};
   if (all_threads > 1) thread_counts.push_back(all_threads);
@@ -129,6 +186,12 @@ void register_benchmarks() {
                                    [=](benchmark::State& s) { decode(s, q4_experts(), options); })->UseRealTime();
       benchmark::RegisterBenchmark(("decode/q8_row" + suffix).c_str(),
                                    [=](benchmark::State& s) { decode(s, q8_experts(), options); })->UseRealTime();
+      benchmark::RegisterBenchmark(("decode_layer/q4_g64" + suffix).c_str(), [=](benchmark::State& s) {
+        decode_layer<Q4G64Matrix, Q4GemvJob>(s, q4_experts(), options);
+      })->UseRealTime();
+      benchmark::RegisterBenchmark(("decode_layer/q8_row" + suffix).c_str(), [=](benchmark::State& s) {
+        decode_layer<Q8RowMatrix, Q8GemvJob>(s, q8_experts(), options);
+      })->UseRealTime();
     }
   }
   for (CpuKernelVariant variant : supported_variants()) {
@@ -139,7 +202,17 @@ void register_benchmarks() {
     benchmark::RegisterBenchmark(("in_cache/q8_row" + suffix).c_str(),
                                  [=](benchmark::State& s) { decode(s, q8_experts(), options, true); })->UseRealTime();
   }
-  const GemvOptions best{best_supported_variant(), all_threads};
+  // Fixed cost of a call (activation quantisation, OpenMP fork/join): a
+  // 64-row matrix, small enough that the weights do not matter.
+  for (int threads : thread_counts) {
+    const GemvOptions options{selected, threads};
+    const std::string suffix = "/" + std::string(variant_name(options.variant)) + "/threads:" + std::to_string(threads);
+    benchmark::RegisterBenchmark(("call_overhead/q4_g64_64x2048" + suffix).c_str(), [=](benchmark::State& s) {
+      static const std::vector<Q4G64Matrix> small{quantize_q4_g64(std::vector<float>(64 * kHidden, 1.0f), 64, kHidden)};
+      decode(s, small, options);
+    })->UseRealTime();
+  }
+  const GemvOptions best{selected, all_threads};
   const std::string suffix = "/" + std::string(variant_name(best.variant)) + "/threads:" + std::to_string(all_threads);
   for (int count : {8, 32}) {
     const std::string tokens = "/tokens:" + std::to_string(count);
@@ -156,7 +229,14 @@ void register_benchmarks() {
 int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  coli::kernels::cpu::register_benchmarks();
+  // The variant the engine would use here (COLI_CPU_KERNEL or the best).
+  const auto selected = coli::kernels::cpu::selected_variant();
+  if (!selected) {
+    std::fprintf(stderr, "coli_gemv_bench: %s\n", selected.error().message.c_str());
+    return 1;
+  }
+  benchmark::AddCustomContext("coli_cpu_kernel", std::string(coli::kernels::cpu::variant_name(*selected)));
+  coli::kernels::cpu::register_benchmarks(*selected);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;

@@ -45,19 +45,25 @@ inline __m256i q8_dot32(__m256i w, __m256i q) {
   return _mm256_madd_epi16(products, _mm256_set1_epi16(1));
 }
 
+// Two accumulators per token (even and odd blocks/groups) halve the FMA
+// dependency chain; see gemv_avx512_impl.h.
 void q8_rows(const Q8RowView& w, const std::byte* packed, std::size_t stride, int count, int row_begin, int row_end,
              float* y) {
   const int blocks = ceil_div(w.cols, kActivationBlock);
   const int full_blocks = w.cols / kActivationBlock;
   const std::size_t scales_offset = static_cast<std::size_t>(blocks) * kActivationBlock;
+  const std::size_t ahead = prefetch_bytes();
   for_each_row_tile(count, row_begin, row_end, [&]<int kTokens>(int r, int t0) {
     const std::int8_t* row = w.weights + static_cast<std::size_t>(r) * w.cols;
+    _mm_prefetch(reinterpret_cast<const char*>(w.scales + r) + 256, _MM_HINT_T0);
     const std::byte* x[kTokens];
-    __m256 sums[kTokens];
-    for (int t = 0; t < kTokens; ++t) x[t] = packed + static_cast<std::size_t>(t0 + t) * stride, sums[t] = _mm256_setzero_ps();
+    __m256 sums[2][kTokens];
+    for (int t = 0; t < kTokens; ++t)
+      x[t] = packed + static_cast<std::size_t>(t0 + t) * stride, sums[0][t] = sums[1][t] = _mm256_setzero_ps();
     alignas(32) std::int8_t tail[kActivationBlock];  // the last partial block, zero-padded: no read past the row
-    for (int b = 0; b < blocks; ++b) {
+    auto block = [&](int b, __m256* block_sums) {
       const std::int8_t* weights = row + b * kActivationBlock;
+      _mm_prefetch(reinterpret_cast<const char*>(weights) + ahead, _MM_HINT_T0);
       if (b == full_blocks) {
         std::memset(tail, 0, sizeof tail);
         std::memcpy(tail, weights, static_cast<std::size_t>(w.cols - b * kActivationBlock));
@@ -69,10 +75,15 @@ void q8_rows(const Q8RowView& w, const std::byte* packed, std::size_t stride, in
         const auto* q = reinterpret_cast<const __m256i*>(x[t] + b * kActivationBlock);
         const __m256i dot = _mm256_add_epi32(q8_dot32(w0, _mm256_loadu_si256(q)), q8_dot32(w1, _mm256_loadu_si256(q + 1)));
         const __m256 scale = _mm256_broadcast_ss(reinterpret_cast<const float*>(x[t] + scales_offset) + b);
-        sums[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scale, sums[t]);
+        block_sums[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scale, block_sums[t]);
       }
+    };
+    for (int b = 0; b < blocks; b += 2) {
+      block(b, sums[0]);
+      if (b + 1 < blocks) block(b + 1, sums[1]);
     }
-    for (int t = 0; t < kTokens; ++t) y[static_cast<std::size_t>(t0 + t) * w.rows + r] = horizontal_sum(sums[t]) * w.scales[r];
+    for (int t = 0; t < kTokens; ++t)
+      y[static_cast<std::size_t>(t0 + t) * w.rows + r] = horizontal_sum(_mm256_add_ps(sums[0][t], sums[1][t])) * w.scales[r];
   });
 }
 
@@ -109,24 +120,30 @@ void q4_rows(const Q4G64View& w, const std::byte* packed, std::size_t stride, in
              float* y) {
   const int groups = w.cols / kQ4GroupSize;
   const std::size_t scales_offset = static_cast<std::size_t>(groups) * kQ4GroupBytes;
+  const std::size_t ahead = prefetch_bytes();
+  const std::size_t scales_ahead = ahead / 16;  // the scales stream runs 16x slower than the nibbles
   const __m256i low_nibbles = _mm256_set1_epi8(0x0f);
   const __m256i ones = _mm256_set1_epi16(1);
   for_each_row_tile(count, row_begin, row_end, [&]<int kTokens>(int r, int t0) {
     const std::uint8_t* row = w.nibbles + static_cast<std::size_t>(r) * w.cols / 2;
     const std::uint16_t* row_scales = w.scales + static_cast<std::size_t>(r) * groups;
     const std::byte* x[kTokens];
-    __m256 sums[kTokens];
-    for (int t = 0; t < kTokens; ++t) x[t] = packed + static_cast<std::size_t>(t0 + t) * stride, sums[t] = _mm256_setzero_ps();
+    __m256 sums[2][kTokens];
+    for (int t = 0; t < kTokens; ++t)
+      x[t] = packed + static_cast<std::size_t>(t0 + t) * stride, sums[0][t] = sums[1][t] = _mm256_setzero_ps();
     alignas(32) float combined[kTokens][8];  // d_g * weight scale of 8 groups
-    for (int g = 0; g < groups; ++g) {
+    auto group = [&](int g, __m256* group_sums) {
       if (g % 8 == 0) {
+        _mm_prefetch(reinterpret_cast<const char*>(row_scales + g) + scales_ahead, _MM_HINT_T0);
         const __m256 weight_scales = load_weight_scales(row_scales + g, groups - g);
         for (int t = 0; t < kTokens; ++t) {
           const auto* d = reinterpret_cast<const float*>(x[t] + scales_offset);
           _mm256_store_ps(combined[t], _mm256_mul_ps(_mm256_loadu_ps(d + g), weight_scales));
         }
       }
-      const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + g * kQ4GroupSize / 2));
+      const std::uint8_t* address = row + g * kQ4GroupSize / 2;
+      if (g % 2 == 0) _mm_prefetch(reinterpret_cast<const char*>(address) + ahead, _MM_HINT_T0);
+      const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(address));
       const __m256i low = _mm256_and_si256(bytes, low_nibbles);
       const __m256i high = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low_nibbles);
       for (int t = 0; t < kTokens; ++t) {
@@ -135,10 +152,15 @@ void q4_rows(const Q4G64View& w, const std::byte* packed, std::size_t stride, in
         const __m256i pairs = _mm256_add_epi16(_mm256_maddubs_epi16(low, _mm256_loadu_si256(q)),
                                                _mm256_maddubs_epi16(high, _mm256_loadu_si256(q + 1)));
         const __m256i dot = _mm256_add_epi32(_mm256_madd_epi16(pairs, ones), _mm256_loadu_si256(q + 2));
-        sums[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_broadcast_ss(&combined[t][g % 8]), sums[t]);
+        group_sums[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_broadcast_ss(&combined[t][g % 8]), group_sums[t]);
       }
+    };
+    for (int g = 0; g < groups; g += 2) {
+      group(g, sums[0]);
+      if (g + 1 < groups) group(g + 1, sums[1]);
     }
-    for (int t = 0; t < kTokens; ++t) y[static_cast<std::size_t>(t0 + t) * w.rows + r] = horizontal_sum(sums[t]);
+    for (int t = 0; t < kTokens; ++t)
+      y[static_cast<std::size_t>(t0 + t) * w.rows + r] = horizontal_sum(_mm256_add_ps(sums[0][t], sums[1][t]));
   });
 }
 

@@ -55,19 +55,26 @@ void q8_quantize(const float* x, int cols, std::byte* packed) {
   }
 }
 
+// Two accumulators per token (even and odd blocks/pairs) halve the FMA
+// dependency chain; a row is reduced as (even + odd) in every variant of
+// token count, so batched and single results stay identical.
 void q8_rows(const Q8RowView& w, const std::byte* packed, std::size_t stride, int count, int row_begin, int row_end,
              float* y) {
   const int blocks = ceil_div(w.cols, kActivationBlock);
   const int full_blocks = w.cols / kActivationBlock;
   const __mmask64 tail_mask = _cvtu64_mask64(~0ull >> ((kActivationBlock - (w.cols - full_blocks * kActivationBlock)) % 64));
   const std::size_t scales_offset = static_cast<std::size_t>(blocks) * kActivationBlock;
+  const std::size_t ahead = prefetch_bytes();
   for_each_row_tile(count, row_begin, row_end, [&]<int kTokens>(int r, int t0) {
     const std::int8_t* row = w.weights + static_cast<std::size_t>(r) * w.cols;
+    _mm_prefetch(reinterpret_cast<const char*>(w.scales + r) + 256, _MM_HINT_T0);
     const std::byte* x[kTokens];
-    __m512 sums[kTokens];
-    for (int t = 0; t < kTokens; ++t) x[t] = packed + static_cast<std::size_t>(t0 + t) * stride, sums[t] = _mm512_setzero_ps();
-    for (int b = 0; b < blocks; ++b) {
+    __m512 sums[2][kTokens];
+    for (int t = 0; t < kTokens; ++t)
+      x[t] = packed + static_cast<std::size_t>(t0 + t) * stride, sums[0][t] = sums[1][t] = _mm512_setzero_ps();
+    auto block = [&](int b, __m512* block_sums) {
       const std::int8_t* address = row + b * kActivationBlock;
+      _mm_prefetch(reinterpret_cast<const char*>(address) + ahead, _MM_HINT_T0);
       // The masked load of the last partial block reads nothing past the row.
       const __m512i weights = b < full_blocks ? _mm512_loadu_si512(address) : _mm512_maskz_loadu_epi8(tail_mask, address);
       const __m512i magnitudes = _mm512_abs_epi8(weights);
@@ -77,10 +84,15 @@ void q8_rows(const Q8RowView& w, const std::byte* packed, std::size_t stride, in
         const __m512i signed_q = _mm512_mask_sub_epi8(q, negative, _mm512_setzero_si512(), q);  // q * sign(w)
         const __m512i dot = dot_accumulate(_mm512_setzero_si512(), magnitudes, signed_q);
         const __m512 scale = _mm512_set1_ps(reinterpret_cast<const float*>(x[t] + scales_offset)[b]);
-        sums[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, sums[t]);
+        block_sums[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, block_sums[t]);
       }
+    };
+    for (int b = 0; b < blocks; b += 2) {
+      block(b, sums[0]);
+      if (b + 1 < blocks) block(b + 1, sums[1]);
     }
-    for (int t = 0; t < kTokens; ++t) y[static_cast<std::size_t>(t0 + t) * w.rows + r] = _mm512_reduce_add_ps(sums[t]) * w.scales[r];
+    for (int t = 0; t < kTokens; ++t)
+      y[static_cast<std::size_t>(t0 + t) * w.rows + r] = _mm512_reduce_add_ps(_mm512_add_ps(sums[0][t], sums[1][t])) * w.scales[r];
   });
 }
 
@@ -112,6 +124,8 @@ void q4_rows(const Q4G64View& w, const std::byte* packed, std::size_t stride, in
              float* y) {
   const int groups = w.cols / kQ4GroupSize, pairs = ceil_div(groups, 2);
   const std::size_t scales_offset = static_cast<std::size_t>(pairs) * kQ4PairBytes;
+  const std::size_t ahead = prefetch_bytes();
+  const std::size_t scales_ahead = ahead / 32;  // the scales stream runs 32x slower than the nibbles
   const __m512i low_nibbles = _mm512_set1_epi8(0x0f);
   // Lanes 0-7 take the scale of the pair's first group, 8-15 of its second.
   const __m512i first_pair_lanes = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
@@ -119,17 +133,20 @@ void q4_rows(const Q4G64View& w, const std::byte* packed, std::size_t stride, in
     const std::uint8_t* row = w.nibbles + static_cast<std::size_t>(r) * w.cols / 2;
     const std::uint16_t* row_scales = w.scales + static_cast<std::size_t>(r) * groups;
     const std::byte* x[kTokens];
-    __m512 sums[kTokens], combined[kTokens];  // combined: d_g * weight scale of 16 groups
-    for (int t = 0; t < kTokens; ++t) x[t] = packed + static_cast<std::size_t>(t0 + t) * stride, sums[t] = _mm512_setzero_ps();
-    for (int p = 0; p < pairs; ++p) {
+    __m512 sums[2][kTokens], combined[kTokens];  // combined: d_g * weight scale of 16 groups
+    for (int t = 0; t < kTokens; ++t)
+      x[t] = packed + static_cast<std::size_t>(t0 + t) * stride, sums[0][t] = sums[1][t] = _mm512_setzero_ps();
+    auto pair = [&](int p, __m512* pair_sums) {
       const int g = 2 * p;
       if (g % 16 == 0) {
+        _mm_prefetch(reinterpret_cast<const char*>(row_scales + g) + scales_ahead, _MM_HINT_T0);
         const __mmask16 present = _cvtu32_mask16(groups - g >= 16 ? 0xffffu : (1u << (groups - g)) - 1);
         const __m512 weight_scales = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(present, row_scales + g));
         for (int t = 0; t < kTokens; ++t)
           combined[t] = _mm512_mul_ps(_mm512_loadu_ps(reinterpret_cast<const float*>(x[t] + scales_offset) + g), weight_scales);
       }
       const std::uint8_t* address = row + g * kQ4GroupSize / 2;
+      _mm_prefetch(reinterpret_cast<const char*>(address) + ahead, _MM_HINT_T0);
       const __m512i bytes = g + 1 < groups ? _mm512_loadu_si512(address)
                                            : _mm512_maskz_loadu_epi8(_cvtu64_mask64(0xffffffffull), address);
       const __m512i low = _mm512_and_si512(bytes, low_nibbles);
@@ -147,10 +164,15 @@ void q4_rows(const Q4G64View& w, const std::byte* packed, std::size_t stride, in
         const __m512i dot = _mm512_add_epi32(offsets, _mm512_madd_epi16(products, _mm512_set1_epi16(1)));
 #endif
         const __m512 scale = _mm512_permutexvar_ps(scale_lanes, combined[t]);
-        sums[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, sums[t]);
+        pair_sums[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, pair_sums[t]);
       }
+    };
+    for (int p = 0; p < pairs; p += 2) {
+      pair(p, sums[0]);
+      if (p + 1 < pairs) pair(p + 1, sums[1]);
     }
-    for (int t = 0; t < kTokens; ++t) y[static_cast<std::size_t>(t0 + t) * w.rows + r] = _mm512_reduce_add_ps(sums[t]);
+    for (int t = 0; t < kTokens; ++t)
+      y[static_cast<std::size_t>(t0 + t) * w.rows + r] = _mm512_reduce_add_ps(_mm512_add_ps(sums[0][t], sums[1][t]));
   });
 }
 

@@ -8,9 +8,10 @@
 
 #pragma GCC push_options
 // GCC 12's own _mm512_undefined_* (`__m512 __Y = __Y;`) trips
-// -Wmaybe-uninitialized once inlined (GCC bug 105593, fixed in 13).
+// -W(maybe-)uninitialized once inlined (GCC bug 105593, fixed in 13).
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")
 #define COLI_AVX512_VNNI 1
 #include "cpu/gemv_avx512_impl.h"

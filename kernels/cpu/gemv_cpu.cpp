@@ -37,31 +37,53 @@ void require(bool condition, const char* message) {
   if (!condition) throw std::invalid_argument(message);
 }
 
-// Each thread gets one contiguous block of whole 16-row units; with one
-// thread the caller's thread does all rows and OpenMP is never entered.
-void split_rows(int rows, int threads, const auto& run_rows) {
-  const int units = detail::ceil_div(rows, detail::kRowAlignment);
-  threads = std::clamp(threads, 1, std::max(units, 1));
-  if (threads == 1) {
-    run_rows(0, rows);
+// The rows of all jobs, in whole 16-row units, are split into one
+// contiguous range per thread; run(job, row_begin, row_end) does each piece.
+// With one thread the caller's thread does everything and OpenMP is never
+// entered.
+template <class Job, class Run>
+void split_jobs(std::span<const Job> jobs, int threads, const Run& run) {
+  auto units_of = [](const Job& job) { return static_cast<long long>(detail::ceil_div(job.w.rows, detail::kRowAlignment)); };
+  long long units = 0;
+  for (const Job& job : jobs) units += units_of(job);
+  auto run_units = [&](long long begin, long long end) {
+    long long job_first = 0;
+    for (std::size_t j = 0; j < jobs.size() && job_first < end; ++j) {
+      const long long job_units = units_of(jobs[j]);
+      const long long from = std::max(begin, job_first), to = std::min(end, job_first + job_units);
+      if (from < to)
+        run(jobs[j], static_cast<int>((from - job_first) * detail::kRowAlignment),
+            static_cast<int>(std::min<long long>(jobs[j].w.rows, (to - job_first) * detail::kRowAlignment)));
+      job_first += job_units;
+    }
+  };
+  // The team size stays what the caller asked even when some threads get no
+  // rows: libgomp re-docks its pool when consecutive regions differ in size,
+  // which costs far more than idle threads (seen: 10x on 16 cores).
+  if (threads <= 1) {
+    run_units(0, units);
     return;
   }
 #pragma omp parallel num_threads(threads)
   {
-    const int team = omp_get_num_threads(), member = omp_get_thread_num();
-    const int first_unit = static_cast<int>(static_cast<long long>(units) * member / team);
-    const int end_unit = static_cast<int>(static_cast<long long>(units) * (member + 1) / team);
-    run_rows(std::min(rows, first_unit * detail::kRowAlignment), std::min(rows, end_unit * detail::kRowAlignment));
+    const long long team = omp_get_num_threads(), member = omp_get_thread_num();
+    run_units(units * member / team, units * (member + 1) / team);
   }
 }
 
-template <class View>
-void check_quantized_call(const View& w, const QuantizedActivations& x, WeightFormat format, std::span<float> y) {
+template <class Job>
+void check_job(const Job& job, WeightFormat format) {
+  require(job.x != nullptr, "gemv_quantized: a job has no activations");
+  const QuantizedActivations& x = *job.x;
   require(x.format() == format, "gemv_quantized: activations were quantised for the other weight format");
-  require(x.cols() == w.cols, "gemv_quantized: activation length differs from the matrix's column count");
-  require(y.size() == static_cast<std::size_t>(x.count()) * static_cast<std::size_t>(w.rows),
+  require(x.cols() == job.w.cols, "gemv_quantized: activation length differs from the matrix's column count");
+  require(job.y.size() == static_cast<std::size_t>(x.count()) * static_cast<std::size_t>(job.w.rows),
           "gemv_quantized: y must hold count * rows floats");
+  kernels_for(x.variant());  // throws for a variant this CPU cannot run
 }
+
+// From this many vectors on, quantising them in parallel pays for a fork/join.
+constexpr int kParallelQuantizeCount = 8;
 
 thread_local QuantizedActivations call_scratch;  // reused: no allocation per call once it is large enough
 
@@ -72,7 +94,7 @@ void QuantizedActivations::AlignedDelete::operator()(std::byte* bytes) const {
 }
 
 void QuantizedActivations::quantize(CpuKernelVariant variant, WeightFormat format, std::span<const float> x, int count,
-                                    int cols) {
+                                    int cols, int threads) {
   require(count >= 0 && cols > 0, "quantize activations: count must be >= 0 and cols > 0");
   require(x.size() == static_cast<std::size_t>(count) * static_cast<std::size_t>(cols),
           "quantize activations: x must hold count * cols floats");
@@ -86,10 +108,16 @@ void QuantizedActivations::quantize(CpuKernelVariant variant, WeightFormat forma
     capacity_ = needed;
   }
   variant_ = variant, format_ = format, count_ = count, cols_ = cols, stride_ = stride;
-  for (int t = 0; t < count; ++t) {
-    const float* vector = x.data() + static_cast<std::size_t>(t) * cols;
-    (q8 ? kernels.q8_quantize : kernels.q4_quantize)(vector, cols, bytes_.get() + static_cast<std::size_t>(t) * stride);
+  auto quantize_one = q8 ? kernels.q8_quantize : kernels.q4_quantize;
+  std::byte* out = bytes_.get();
+  const float* in = x.data();
+  const int team = std::max(threads, 1);  // not capped by count: see split_jobs
+  if (team == 1 || count == 1) {
+    for (int t = 0; t < count; ++t) quantize_one(in + static_cast<std::size_t>(t) * cols, cols, out + static_cast<std::size_t>(t) * stride);
+    return;
   }
+#pragma omp parallel for num_threads(team) schedule(static)
+  for (int t = 0; t < count; ++t) quantize_one(in + static_cast<std::size_t>(t) * cols, cols, out + static_cast<std::size_t>(t) * stride);
 }
 
 Q8RowView view_of(const Q8RowMatrix& matrix) {
@@ -107,31 +135,39 @@ Q4G64View view_of(const Q4G64Matrix& matrix) {
   return {matrix.nibbles.data(), matrix.scales.data(), matrix.rows, matrix.cols};
 }
 
-void gemv_quantized(const Q8RowView& w, const QuantizedActivations& x, std::span<float> y, int threads) {
-  check_quantized_call(w, x, WeightFormat::q8_row, y);
-  if (x.count() == 0) return;
-  const VariantKernels& kernels = kernels_for(x.variant());
-  split_rows(w.rows, threads, [&](int begin, int end) {
-    kernels.q8_rows(w, x.vector_bytes(0), x.stride(), x.count(), begin, end, y.data());
+void gemv_quantized_many(std::span<const Q8GemvJob> jobs, int threads) {
+  for (const Q8GemvJob& job : jobs) check_job(job, WeightFormat::q8_row);
+  split_jobs(jobs, threads, [](const Q8GemvJob& job, int begin, int end) {
+    const QuantizedActivations& x = *job.x;
+    kernels_for(x.variant()).q8_rows(job.w, x.vector_bytes(0), x.stride(), x.count(), begin, end, job.y.data());
   });
+}
+
+void gemv_quantized_many(std::span<const Q4GemvJob> jobs, int threads) {
+  for (const Q4GemvJob& job : jobs) check_job(job, WeightFormat::q4_g64);
+  split_jobs(jobs, threads, [](const Q4GemvJob& job, int begin, int end) {
+    const QuantizedActivations& x = *job.x;
+    kernels_for(x.variant()).q4_rows(job.w, x.vector_bytes(0), x.stride(), x.count(), begin, end, job.y.data());
+  });
+}
+
+void gemv_quantized(const Q8RowView& w, const QuantizedActivations& x, std::span<float> y, int threads) {
+  const Q8GemvJob job{w, &x, y};
+  gemv_quantized_many(std::span(&job, 1), threads);
 }
 
 void gemv_quantized(const Q4G64View& w, const QuantizedActivations& x, std::span<float> y, int threads) {
-  check_quantized_call(w, x, WeightFormat::q4_g64, y);
-  if (x.count() == 0) return;
-  const VariantKernels& kernels = kernels_for(x.variant());
-  split_rows(w.rows, threads, [&](int begin, int end) {
-    kernels.q4_rows(w, x.vector_bytes(0), x.stride(), x.count(), begin, end, y.data());
-  });
+  const Q4GemvJob job{w, &x, y};
+  gemv_quantized_many(std::span(&job, 1), threads);
 }
 
 void gemv_batched(const Q8RowView& w, std::span<const float> x, int count, std::span<float> y, const GemvOptions& options) {
-  call_scratch.quantize(options.variant, WeightFormat::q8_row, x, count, w.cols);
+  call_scratch.quantize(options.variant, WeightFormat::q8_row, x, count, w.cols, count >= kParallelQuantizeCount ? options.threads : 1);
   gemv_quantized(w, call_scratch, y, options.threads);
 }
 
 void gemv_batched(const Q4G64View& w, std::span<const float> x, int count, std::span<float> y, const GemvOptions& options) {
-  call_scratch.quantize(options.variant, WeightFormat::q4_g64, x, count, w.cols);
+  call_scratch.quantize(options.variant, WeightFormat::q4_g64, x, count, w.cols, count >= kParallelQuantizeCount ? options.threads : 1);
   gemv_quantized(w, call_scratch, y, options.threads);
 }
 
