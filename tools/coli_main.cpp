@@ -252,10 +252,11 @@ int run_generate(const RunArgs& args) {
   std::printf("\n---\nload %.2f s | TTFT %.3f s | prefill %.1f tok/s (%zu tokens) | decode %.1f tok/s (%d tokens)\n",
               load_seconds, ttft, static_cast<double>(prompt.size()) / ttft, prompt.size(),
               generated > 1 ? (generated - 1) / decode_seconds : 0.0, generated);
-  std::printf("experts: hit rate %.1f%% (%llu hits, %llu misses), %s read from disk | kernel %s | threads %d | peak RSS %s\n",
+  std::printf("experts: hit rate %.1f%% (%llu hits, %llu misses), %s read from disk | kernel %s | threads %d | I/O %s | peak RSS %s\n",
               lookups > 0 ? 100.0 * static_cast<double>(stats.expert_hits) / lookups : 0.0,
               static_cast<unsigned long long>(stats.expert_hits), static_cast<unsigned long long>(stats.expert_misses),
               coli::format_bytes(stats.expert_bytes_read).c_str(), stats.cpu_kernel.c_str(), options.threads,
+              stats.io_mode.c_str(),
               coli::format_bytes(peak_rss_bytes()).c_str());
   return 0;
 }
@@ -290,6 +291,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
   run_cmd->add_option("--ctx", run.options.max_context, "KV cache positions")->check(CLI::Range(1, 1 << 24))->capture_default_str();
+  run_cmd->add_option("--io-threads", run.options.io_threads, "Threads reading expert misses (0 = read on the compute thread)")->check(CLI::Range(0, 256))->capture_default_str();
+  run_cmd->add_flag("--no-direct-io{false}", run.options.direct_io, "Read streamed experts through the page cache instead of O_DIRECT");
   run_cmd->add_option("--kernel", run.options.cpu_kernel, "CPU kernel: scalar, avx2, avx512, avx512_vnni or exact (default: best)");
   run_cmd->add_option("--temperature", run.temperature, "0 = greedy")->check(CLI::Range(0.0, 100.0))->capture_default_str();
   run_cmd->add_option("--top-p", run.top_p, "Nucleus sampling mass")->check(CLI::Range(0.0, 1.0))->capture_default_str();

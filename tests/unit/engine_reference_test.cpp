@@ -11,6 +11,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "coli/convert/convert.h"
@@ -185,6 +186,44 @@ TEST_P(EngineReference, Int8DenseAndExpertsStayCloseToTheReference) {
     RecordProperty(std::string("worst_prompt_error_") + (kernel[0] ? kernel : "simd"), std::to_string(errors.back()));
     EXPECT_LT(errors[errors.size() / 2], 0.05) << "worst " << errors.back();
     EXPECT_LT(errors.back(), 0.25);
+  }
+}
+
+// Expert reads on I/O threads (compute starts on resident experts) and
+// O_DIRECT change speed only: logits bit-identical to synchronous buffered
+// reads for every capacity, and the reference's tokens.
+TEST_P(EngineReference, TokensDoNotDependOnIoThreadsOrDirectIo) {
+  const fs::path dir = fs::path(COLI_FIXTURES_DIR) / "models" / GetParam();
+  const Reference ref = load_reference(dir, "reference");
+  const fs::path container = container_for(GetParam(), convert::ExpertFormat::f32);
+  const int top_k = 2, experts = 8;
+  std::optional<EngineRun> baseline;
+  for (int cap = top_k; cap <= experts; ++cap) {
+    for (auto [io_threads, direct] : {std::pair{0, false}, {0, true}, {1, true}, {4, true}, {4, false}}) {
+      SCOPED_TRACE("cap " + std::to_string(cap) + " io threads " + std::to_string(io_threads) +
+                   (direct ? " O_DIRECT" : " buffered"));
+      runtime::ModelOptions options;
+      options.cache_capacity = cap;
+      options.io_threads = io_threads;
+      options.direct_io = direct;
+      const EngineRun run = run_model(container, options, ref, /*one_prefill_call=*/true);
+      EXPECT_EQ(run.tokens, ref.generated);
+      if (!baseline) baseline = run;
+      EXPECT_EQ(run.prompt_logits, baseline->prompt_logits);  // exact, not close
+      EXPECT_EQ(run.worst_generated_error, baseline->worst_generated_error);
+    }
+  }
+  // The mode in use is reported: O_DIRECT only when experts stream.
+  for (auto [cap, direct] : {std::pair{top_k, true}, {top_k, false}, {experts, true}}) {
+    runtime::ModelOptions options;
+    options.cache_capacity = cap;
+    options.direct_io = direct;
+    auto model = runtime::MoeModel::load(container, options);
+    ASSERT_TRUE(model.ok()) << model.error().message;
+    const std::string& mode = model->stats().io_mode;
+    if (cap == experts) EXPECT_EQ(mode, "buffered, 4 I/O threads (all experts resident: page cache)");
+    else if (!direct) EXPECT_EQ(mode, "buffered, 4 I/O threads (O_DIRECT off)");
+    else EXPECT_TRUE(mode == "O_DIRECT, 4 I/O threads" || mode.find("buffered, 4 I/O threads (") == 0) << mode;
   }
 }
 

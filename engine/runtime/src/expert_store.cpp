@@ -1,12 +1,24 @@
 #include "expert_store.h"
 
+#include <fcntl.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
 #include "coli/forward/ops.h"
 #include "reference/gemv_reference.h"
 
 namespace coli::runtime {
 
+ExpertStore::ExpertStore() = default;
+ExpertStore::ExpertStore(ExpertStore&&) noexcept = default;
+ExpertStore& ExpertStore::operator=(ExpertStore&&) noexcept = default;
+ExpertStore::~ExpertStore() = default;  // io_ joins its threads; no round is open by then
+
 Result<ExpertStore> ExpertStore::create(const container::ContainerReader& reader, int top_k, int capacity,
-                                        const std::vector<std::vector<int>>& pins) {
+                                        const std::vector<std::vector<int>>& pins, const ExpertIo& io) {
   ExpertStore store;
   store.reader_ = &reader;
   store.layout_ = reader.index().experts;
@@ -28,6 +40,7 @@ Result<ExpertStore> ExpertStore::create(const container::ContainerReader& reader
     shapes.push_back({config.n_experts, top_k, config.cap,
                       static_cast<int>(config.pins.size())});
     store.caches_.push_back(std::move(*cache));
+    store.rounds_.push_back({{}, {}, std::vector<int>(static_cast<std::size_t>(experts), -1)});
   }
   auto planner = experts::RoundPlanner::create(shapes);
   if (!planner) return planner.error();
@@ -37,26 +50,127 @@ Result<ExpertStore> ExpertStore::create(const container::ContainerReader& reader
     if (part.name == "up") store.up_.resize(part.rows);
     if (part.name == "down") store.down_.resize(part.rows);
   }
+  store.setup_io(io, capacity > 0 && capacity < experts);
   return store;
 }
 
+void ExpertStore::setup_io(const ExpertIo& io, bool streaming) {
+  io_ = std::make_unique<IoPool>(std::max(0, io.threads));
+  read_fd_ = reader_->fd();
+  read_bytes_ = layout_.record_bytes;
+  const std::string threads = io.threads > 0 ? std::to_string(io.threads) + (io.threads == 1 ? " I/O thread" : " I/O threads")
+                                             : "synchronous reads";
+  // Why O_DIRECT is not used; empty when it is.
+  auto try_direct = [&]() -> std::string {
+    if (caches_.empty()) return "no routed experts";
+    // O_DIRECT needs an aligned offset, length and destination: records are
+    // 4096-aligned with a 4096-multiple stride, and so are the slab's slots.
+    const auto& slab = caches_[0].slab();
+    if (layout_.record_stride % container::kAlignment != 0 || slab.alignment() % container::kAlignment != 0 ||
+        slab.slot_bytes() < layout_.record_stride) {
+      return "records not aligned for O_DIRECT";
+    }
+    const std::string path = reader_->path().string();
+    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC));
+    if (fd.get() < 0) return std::string("the filesystem refuses O_DIRECT: ") + std::strerror(errno);
+    // Some filesystems accept the flag at open and refuse the reads: try one.
+    std::unique_ptr<std::byte, decltype(&std::free)> probe(
+        static_cast<std::byte*>(std::aligned_alloc(container::kAlignment, layout_.record_stride)), &std::free);
+    if (!probe) return "no memory for an O_DIRECT probe";
+    if (Status s = pread_full(fd.get(), layout_.record_offset(0, 0), std::span(probe.get(), layout_.record_stride),
+                              layout_.record_bytes, path);
+        !s) {
+      return "an O_DIRECT read failed: " + s.error().message;
+    }
+    direct_fd_ = std::move(fd);
+    read_fd_ = direct_fd_.get();
+    read_bytes_ = layout_.record_stride;
+    return "";
+  };
+  std::string why;
+  if (!io.direct_io) why = "O_DIRECT off";
+  else if (!streaming) why = "all experts resident: page cache";
+  else why = try_direct();
+  io_mode_ = why.empty() ? "O_DIRECT, " + threads : "buffered, " + threads + " (" + why + ")";
+}
+
 Status ExpertStore::begin(int moe_layer, std::span<const int> experts) {
-  experts::ExpertCache& cache = caches_[static_cast<std::size_t>(moe_layer)];
+  const auto layer = static_cast<std::size_t>(moe_layer);
+  experts::ExpertCache& cache = caches_[layer];
   auto plan = cache.begin_round(experts);
   if (!plan) return plan.error();
+  Round& round = rounds_[layer];
+  round.order.clear();
+  round.reads.clear();
   for (const experts::SlotLoad& load : plan->loads) {
     const std::uint64_t offset = layout_.record_offset(static_cast<std::uint32_t>(moe_layer),
                                                        static_cast<std::uint32_t>(load.expert));
-    if (Status s = reader_->read(offset, load.destination.first(layout_.record_bytes)); !s) {
-      cache.abort_round();
-      return s;
-    }
-    bytes_read_ += layout_.record_bytes;
+    round.read_of_expert[static_cast<std::size_t>(load.expert)] = static_cast<int>(round.reads.size());
+    round.reads.push_back(io_->submit([fd = read_fd_, offset, destination = load.destination.first(read_bytes_),
+                                       min_bytes = layout_.record_bytes, file = reader_->path().string(),
+                                       moe_layer, expert = load.expert]() -> Status {
+      Status read = pread_full(fd, offset, destination, min_bytes, file);
+      if (!read) {
+        return make_error("expert " + std::to_string(expert) + " of MoE layer " + std::to_string(moe_layer) + ": " +
+                          read.error().message);
+      }
+      return read;
+    }));
   }
+  // Hits first (computable now), then misses in submission order, which the
+  // pool's FIFO queue makes roughly their landing order.
+  for (int e : experts) {
+    if (round.read_of_expert[static_cast<std::size_t>(e)] < 0 &&
+        std::find(round.order.begin(), round.order.end(), e) == round.order.end()) {
+      round.order.push_back(e);
+    }
+  }
+  for (const experts::SlotLoad& load : plan->loads) round.order.push_back(load.expert);
   return Ok{};
 }
 
-void ExpertStore::end(int moe_layer) { caches_[static_cast<std::size_t>(moe_layer)].end_round(); }
+std::span<const int> ExpertStore::round_order(int moe_layer) const {
+  return rounds_[static_cast<std::size_t>(moe_layer)].order;
+}
+
+std::optional<Error> ExpertStore::drain(Round& round) {
+  std::optional<Error> first;
+  for (std::future<Status>& read : round.reads) {
+    if (!read.valid()) continue;  // already waited for
+    Status s = read.get();
+    if (s) bytes_read_ += read_bytes_;
+    else if (!first) first = s.error();
+  }
+  for (int e : round.order) round.read_of_expert[static_cast<std::size_t>(e)] = -1;
+  round.reads.clear();
+  round.order.clear();
+  return first;
+}
+
+Status ExpertStore::wait(int moe_layer, int expert) {
+  const auto layer = static_cast<std::size_t>(moe_layer);
+  Round& round = rounds_[layer];
+  int& index = round.read_of_expert[static_cast<std::size_t>(expert)];
+  if (index < 0) return Ok{};  // resident, or already landed
+  Status read = round.reads[static_cast<std::size_t>(index)].get();
+  index = -1;
+  if (read) {
+    bytes_read_ += read_bytes_;
+    return read;
+  }
+  // No read may still be writing into a slot once the round is aborted.
+  (void)drain(round);
+  caches_[layer].abort_round();
+  return read;
+}
+
+void ExpertStore::end(int moe_layer) {
+  const auto layer = static_cast<std::size_t>(moe_layer);
+  experts::ExpertCache& cache = caches_[layer];
+  if (!cache.in_round()) return;  // a failed wait() closed it already
+  if (drain(rounds_[layer])) cache.abort_round();
+  else cache.end_round();
+}
 
 void ExpertStore::project(const container::ExpertPart& part, const std::byte* record, std::span<const float> x,
                           std::span<float> y, const kernels::cpu::GemvOptions& gemv) const {
@@ -82,14 +196,23 @@ void ExpertStore::project(const container::ExpertPart& part, const std::byte* re
   }
 }
 
-void ExpertStore::accumulate_ffn(int moe_layer, int expert, float weight, std::span<const float> x,
-                                 std::span<float> out, const kernels::cpu::GemvOptions& gemv) {
+void ExpertStore::ffn(int moe_layer, int expert, std::span<const float> x, std::span<float> y,
+                      const kernels::cpu::GemvOptions& gemv) {
   const std::byte* record = caches_[static_cast<std::size_t>(moe_layer)].expert_data(expert).data();
   project(layout_.parts[0], record, x, gate_, gemv);
   project(layout_.parts[1], record, x, up_, gemv);
   for (std::size_t i = 0; i < gate_.size(); ++i) gate_[i] = forward::silu(gate_[i]) * up_[i];
-  project(layout_.parts[2], record, gate_, down_, gemv);
-  for (std::size_t i = 0; i < out.size(); ++i) out[i] += weight * down_[i];
+  project(layout_.parts[2], record, gate_, y, gemv);
+}
+
+void ExpertStore::add_scaled(float weight, std::span<const float> y, std::span<float> out) {
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] += weight * y[i];
+}
+
+void ExpertStore::accumulate_ffn(int moe_layer, int expert, float weight, std::span<const float> x,
+                                 std::span<float> out, const kernels::cpu::GemvOptions& gemv) {
+  ffn(moe_layer, expert, x, down_, gemv);
+  add_scaled(weight, down_, out);
 }
 
 std::uint64_t ExpertStore::hits() const {

@@ -1,30 +1,66 @@
 // Routed experts of every MoE layer behind per-layer caches: a round leases
-// the experts one token (or a prefill round) needs, reads the misses from the
-// container with pread, and the FFN runs on the leased bytes.
+// the experts one token (or a prefill round) needs and hands the misses'
+// reads to a pool of I/O threads, so the FFN can start on resident experts
+// while the misses are still arriving; the compute thread waits only for the
+// expert it needs next.
 #pragma once
 
+#include <future>
+#include <memory>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "coli/container/container.h"
 #include "coli/experts/expert_cache.h"
 #include "coli/experts/round_planner.h"
 #include "cpu/gemv_cpu.h"
+#include "io_pool.h"
 
 namespace coli::runtime {
+
+struct ExpertIo {
+  int threads = 4;        // I/O threads; 0 = synchronous reads on the compute thread
+  // O_DIRECT for expert records when experts stream (capacity < experts):
+  // the slab is the only copy, so the page cache would hold a second one of
+  // every streamed expert and evict the dense weights' pages for it. With
+  // every expert resident each record is read once and buffered reads are
+  // as good (and a second run finds them in the page cache).
+  bool direct_io = true;
+};
 
 class ExpertStore {
  public:
   // `capacity` 0 = every expert resident; pins per MoE layer.
   static Result<ExpertStore> create(const container::ContainerReader& reader, int top_k, int capacity,
-                                    const std::vector<std::vector<int>>& pins);
+                                    const std::vector<std::vector<int>>& pins, const ExpertIo& io = {});
+  ExpertStore();
+  ExpertStore(ExpertStore&&) noexcept;
+  ExpertStore& operator=(ExpertStore&&) noexcept;
+  ~ExpertStore();
 
-  // Leases `experts` of MoE layer `moe_layer` and loads the misses.
+  // Leases `experts` of MoE layer `moe_layer` and submits the misses' reads;
+  // returns before they land (wait() before using a miss).
   Status begin(int moe_layer, std::span<const int> experts);
+  // The open round's distinct experts in compute order: resident ones first,
+  // then the misses in the order their reads were submitted.
+  std::span<const int> round_order(int moe_layer) const;
+  // Blocks until `expert`'s read (if any) has landed. A failed read waits
+  // for the round's other reads, aborts the round and returns the error
+  // (naming the container file and offset); the round is then closed.
+  Status wait(int moe_layer, int expert);
+  // Closes the round; reads still in flight are waited for first (a slot is
+  // never recycled under a read), and a failed one aborts the round.
   void end(int moe_layer);
 
-  // out += weight * down(silu(gate(x)) * up(x)) for a leased expert.
+  // y = down(silu(gate(x)) * up(x)) for a leased, landed expert.
+  void ffn(int moe_layer, int expert, std::span<const float> x, std::span<float> y,
+           const kernels::cpu::GemvOptions& gemv);
+  // out += weight * y: the one place expert outputs are summed, so every
+  // caller rounds exactly alike.
+  static void add_scaled(float weight, std::span<const float> y, std::span<float> out);
+  // out += weight * ffn(x).
   void accumulate_ffn(int moe_layer, int expert, float weight, std::span<const float> x, std::span<float> out,
                       const kernels::cpu::GemvOptions& gemv);
 
@@ -34,21 +70,42 @@ class ExpertStore {
 
   std::uint64_t hits() const;
   std::uint64_t misses() const;
+  // Bytes transferred from the container (whole aligned records under O_DIRECT).
   std::uint64_t bytes_read() const { return bytes_read_; }
+  // "O_DIRECT, 4 I/O threads", "buffered, ... (why)", "synchronous ...".
+  const std::string& io_mode() const { return io_mode_; }
   // Exact: f32 activations with weights de-quantised on the fly (what
   // transformers computes on de-quantised weights); else the SIMD kernels,
   // which quantise activations to int8 for integer dot products.
   void set_exact(bool exact) { exact_ = exact; }
 
  private:
+  // The open round of one layer: a read per miss, indexed by expert.
+  struct Round {
+    std::vector<int> order;
+    std::vector<std::future<Status>> reads;
+    std::vector<int> read_of_expert;  // index into reads; -1: none pending
+  };
+
   void project(const container::ExpertPart& part, const std::byte* record, std::span<const float> x,
                std::span<float> y, const kernels::cpu::GemvOptions& gemv) const;
+  void setup_io(const ExpertIo& io, bool streaming);
+  // Waits for every read still pending; the first error, if any.
+  std::optional<Error> drain(Round& round);
 
   const container::ContainerReader* reader_ = nullptr;
   container::ExpertLayout layout_;
   std::vector<experts::ExpertCache> caches_;
+  std::vector<Round> rounds_;  // per MoE layer
   std::optional<experts::RoundPlanner> planner_;  // set by create()
   std::vector<float> gate_, up_, down_;  // scratch: expert width / hidden
+  UniqueFd direct_fd_;          // O_DIRECT descriptor, when in use
+  // Declared after the caches and the descriptor so it is destroyed first:
+  // its threads finish every queued read before slots or fd go away.
+  std::unique_ptr<IoPool> io_;
+  int read_fd_ = -1;            // direct_fd_ or the reader's buffered one
+  std::size_t read_bytes_ = 0;  // per record: record_stride (O_DIRECT) or record_bytes
+  std::string io_mode_;
   std::uint64_t bytes_read_ = 0;
   bool exact_ = false;
 };

@@ -171,6 +171,7 @@ Status MoeModel::State::mlp_step(std::size_t l, std::span<float> xs, int count) 
     return Ok{};
   }
   std::vector<forward::Routing> routings;
+  std::vector<float> expert_rows;  // per (token, expert) of a round: the FFN output
   for (int t = 0; t < count; ++t) {
     w.router.apply(std::span(normed).subspan(t * hidden, hidden), router_logits, gemv, exact);
     routings.push_back(forward::route(router_logits, static_cast<int>(c.num_experts_per_tok),
@@ -183,11 +184,28 @@ Status MoeModel::State::mlp_step(std::size_t l, std::span<float> xs, int count) 
     std::vector<int> needed;
     for (int t = first; t < last; ++t) needed.insert(needed.end(), routings[t].experts.begin(), routings[t].experts.end());
     if (Status s = experts.begin(w.moe_index, needed); !s) return s;
+    // Experts run in the store's order (resident ones while the misses are
+    // still being read); each (token, expert) output gets its own row, so
+    // below every token still sums its experts in routing order, bit for bit.
+    const std::size_t top_k = c.num_experts_per_tok;
+    expert_rows.resize(static_cast<std::size_t>(last - first) * top_k * hidden);
+    const auto row = [&](int t, std::size_t i) {
+      return std::span(expert_rows).subspan((static_cast<std::size_t>(t - first) * top_k + i) * hidden, hidden);
+    };
+    for (int e : experts.round_order(w.moe_index)) {
+      if (Status s = experts.wait(w.moe_index, e); !s) return s;
+      for (int t = first; t < last; ++t) {
+        for (std::size_t i = 0; i < routings[t].experts.size(); ++i) {
+          if (routings[t].experts[i] != e) continue;
+          experts.ffn(w.moe_index, e, std::span<const float>(normed).subspan(t * hidden, hidden), row(t, i), gemv);
+        }
+      }
+    }
     for (int t = first; t < last; ++t) {
       const auto h_t = std::span<const float>(normed).subspan(t * hidden, hidden);
       std::fill(moe_out.begin(), moe_out.end(), 0.0f);
       for (std::size_t i = 0; i < routings[t].experts.size(); ++i) {
-        experts.accumulate_ffn(w.moe_index, routings[t].experts[i], routings[t].weights[i], h_t, moe_out, gemv);
+        ExpertStore::add_scaled(routings[t].weights[i], row(t, i), moe_out);
       }
       if (w.has_shared) {
         dense_mlp(w, h_t, shared_out);
@@ -225,9 +243,10 @@ Result<MoeModel> MoeModel::load(const std::filesystem::path& path, const ModelOp
   if (!dense) return dense.error();
   state->dense = std::move(*dense);
   auto experts = ExpertStore::create(*state->reader, static_cast<int>(c.num_experts_per_tok), options.cache_capacity,
-                                     options.pins);
+                                     options.pins, ExpertIo{options.io_threads, options.direct_io});
   if (!experts) return experts.error();
   state->experts = std::move(*experts);
+  state->stats.io_mode = state->experts.io_mode();
   if (Status s = state->load_layers(); !s) return s.error();
   const auto& layout = state->reader->index().experts;
   state->routing_counts.assign(layout.layers, std::vector<std::uint64_t>(layout.experts, 0));

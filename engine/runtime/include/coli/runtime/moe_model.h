@@ -28,6 +28,12 @@ struct ModelOptions {
   // quantise activations to int8); "exact" = f32 activations, de-quantised
   // weights (reference accuracy, slow).
   std::string cpu_kernel;
+  // Threads reading expert misses while compute runs on resident experts;
+  // 0 = synchronous reads on the compute thread.
+  int io_threads = 4;
+  // O_DIRECT expert reads when experts stream (cache_capacity < experts), if
+  // the filesystem allows; with every expert resident the page cache is used.
+  bool direct_io = true;
 };
 
 struct ModelStats {
@@ -36,6 +42,7 @@ struct ModelStats {
   std::uint64_t expert_misses = 0;
   std::uint64_t expert_bytes_read = 0;
   std::string cpu_kernel;                 // the variant in use
+  std::string io_mode;                    // e.g. "O_DIRECT, 4 I/O threads"
 };
 
 // What identifies a model for its usage history (experts::UsageHistoryKey).
