@@ -12,6 +12,8 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <tuple>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "coli/convert/convert.h"
@@ -160,6 +162,27 @@ TEST_P(EngineReference, TokensDoNotDependOnThreadsCapacityOrPins) {
       const std::span<const float> last(ref.logits.data() + (ref.prompt.size() - 1) * ref.vocab, ref.vocab);
       EXPECT_LT(max_relative_error(run.prompt_logits.back(), last), 1e-4);
     }
+  }
+}
+
+// The SIMD kernels batch resident and missed experts differently for every
+// cache setting; the logits must not notice.
+TEST_P(EngineReference, SimdResultsDoNotDependOnHowExpertsAreBatched) {
+  const fs::path dir = fs::path(COLI_FIXTURES_DIR) / "models" / GetParam();
+  const Reference ref = load_reference(dir, "reference_q4");
+  const fs::path container = container_for(GetParam(), convert::ExpertFormat::q4_g64);
+  std::optional<EngineRun> first;
+  for (auto [threads, cap, one_call] : {std::tuple{1, 8, false}, {2, 2, true}, {1, 3, true}, {2, 5, false}}) {
+    runtime::ModelOptions options;
+    options.threads = threads;
+    options.cache_capacity = cap;
+    EngineRun run = run_model(container, options, ref, one_call);
+    if (!first) {
+      first = std::move(run);
+      continue;
+    }
+    EXPECT_EQ(run.tokens, first->tokens) << "threads " << threads << " cap " << cap;
+    EXPECT_EQ(run.prompt_logits.back(), first->prompt_logits.back()) << "threads " << threads << " cap " << cap;
   }
 }
 

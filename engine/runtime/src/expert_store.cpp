@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include <tuple>
+
 #include "coli/forward/ops.h"
 #include "reference/gemv_reference.h"
 
@@ -203,6 +205,63 @@ void ExpertStore::ffn(int moe_layer, int expert, std::span<const float> x, std::
   project(layout_.parts[1], record, x, up_, gemv);
   for (std::size_t i = 0; i < gate_.size(); ++i) gate_[i] = forward::silu(gate_[i]) * up_[i];
   project(layout_.parts[2], record, gate_, y, gemv);
+}
+
+bool ExpertStore::landed(int moe_layer, int expert) const {
+  return rounds_[static_cast<std::size_t>(moe_layer)].read_of_expert[static_cast<std::size_t>(expert)] < 0;
+}
+
+void ExpertStore::ffn_batch(int moe_layer, std::span<const FfnTask> tasks, const kernels::cpu::GemvOptions& gemv) {
+  if (tasks.empty()) return;
+  if (!quantized_simd()) {
+    for (const FfnTask& task : tasks) ffn(moe_layer, task.expert, task.x, task.y, gemv);
+    return;
+  }
+  namespace cpu = kernels::cpu;
+  const bool q4 = layout_.format == "q4_g64";
+  const auto format = q4 ? cpu::WeightFormat::q4_g64 : cpu::WeightFormat::q8_row;
+  const auto& [gate_part, up_part, down_part] = std::tie(layout_.parts[0], layout_.parts[1], layout_.parts[2]);
+  const std::size_t width = gate_part.rows;
+  batch_inputs_.resize(tasks.size());
+  batch_hidden_.resize(tasks.size());
+  batch_gate_.resize(tasks.size() * width);
+  batch_up_.resize(tasks.size() * width);
+  std::vector<cpu::Q4GemvJob> q4_jobs;
+  std::vector<cpu::Q8GemvJob> q8_jobs;
+  // One job list per stage, then one parallel region for it.
+  auto add_job = [&](const container::ExpertPart& part, const std::byte* record, const cpu::QuantizedActivations& x,
+                     std::span<float> y) {
+    const std::byte* weights = record + part.weights_offset;
+    const std::byte* scales = record + part.scales_offset;
+    const int rows = static_cast<int>(part.rows), cols = static_cast<int>(part.cols);
+    if (q4) {
+      q4_jobs.push_back({{reinterpret_cast<const std::uint8_t*>(weights), reinterpret_cast<const std::uint16_t*>(scales), rows, cols}, &x, y});
+    } else {
+      q8_jobs.push_back({{reinterpret_cast<const std::int8_t*>(weights), reinterpret_cast<const float*>(scales), rows, cols}, &x, y});
+    }
+  };
+  auto run_jobs = [&] {
+    if (q4) cpu::gemv_quantized_many(q4_jobs, gemv.threads);
+    else cpu::gemv_quantized_many(q8_jobs, gemv.threads);
+    q4_jobs.clear();
+    q8_jobs.clear();
+  };
+  const auto& cache = caches_[static_cast<std::size_t>(moe_layer)];
+  for (std::size_t i = 0; i < tasks.size(); ++i) {
+    batch_inputs_[i].quantize(gemv.variant, format, tasks[i].x, 1, static_cast<int>(tasks[i].x.size()));
+    const std::byte* record = cache.expert_data(tasks[i].expert).data();
+    add_job(gate_part, record, batch_inputs_[i], std::span(batch_gate_).subspan(i * width, width));
+    add_job(up_part, record, batch_inputs_[i], std::span(batch_up_).subspan(i * width, width));
+  }
+  run_jobs();
+  for (std::size_t i = 0; i < tasks.size(); ++i) {
+    float* gate = batch_gate_.data() + i * width;
+    const float* up = batch_up_.data() + i * width;
+    for (std::size_t j = 0; j < width; ++j) gate[j] = forward::silu(gate[j]) * up[j];
+    batch_hidden_[i].quantize(gemv.variant, format, std::span<const float>(gate, width), 1, static_cast<int>(width));
+    add_job(down_part, cache.expert_data(tasks[i].expert).data(), batch_hidden_[i], tasks[i].y);
+  }
+  run_jobs();
 }
 
 void ExpertStore::add_scaled(float weight, std::span<const float> y, std::span<float> out) {

@@ -192,15 +192,25 @@ Status MoeModel::State::mlp_step(std::size_t l, std::span<float> xs, int count) 
     const auto row = [&](int t, std::size_t i) {
       return std::span(expert_rows).subspan((static_cast<std::size_t>(t - first) * top_k + i) * hidden, hidden);
     };
+    // Two batches: the experts already resident (computed while the misses
+    // are read), then the misses once they have landed.
+    std::vector<ExpertStore::FfnTask> resident, missed;
+    std::vector<int> missing;
     for (int e : experts.round_order(w.moe_index)) {
-      if (Status s = experts.wait(w.moe_index, e); !s) return s;
+      const bool ready = experts.landed(w.moe_index, e);
+      if (!ready) missing.push_back(e);
       for (int t = first; t < last; ++t) {
         for (std::size_t i = 0; i < routings[t].experts.size(); ++i) {
           if (routings[t].experts[i] != e) continue;
-          experts.ffn(w.moe_index, e, std::span<const float>(normed).subspan(t * hidden, hidden), row(t, i), gemv);
+          (ready ? resident : missed).push_back({e, std::span<const float>(normed).subspan(t * hidden, hidden), row(t, i)});
         }
       }
     }
+    experts.ffn_batch(w.moe_index, resident, gemv);
+    for (int e : missing) {
+      if (Status s = experts.wait(w.moe_index, e); !s) return s;
+    }
+    experts.ffn_batch(w.moe_index, missed, gemv);
     for (int t = first; t < last; ++t) {
       const auto h_t = std::span<const float>(normed).subspan(t * hidden, hidden);
       std::fill(moe_out.begin(), moe_out.end(), 0.0f);
