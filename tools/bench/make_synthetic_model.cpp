@@ -72,7 +72,7 @@ std::vector<ExpertPart> expert_parts(const std::string& format, const Shape& s, 
 std::string validate(const Options& o) {
   const Shape& s = o.shape;
   if (o.experts != "q4_g64" && o.experts != "q8_row") return "--experts must be q4_g64 or q8_row";
-  if (o.dense != "bf16" && o.dense != "q8_row") return "--dense must be bf16 or q8_row";
+  if (o.dense != "bf16" && o.dense != "q8_row" && o.dense != "q4_g64") return "--dense must be bf16, q8_row or q4_g64";
   if (s.hidden % s.heads != 0) return "--hidden must be a multiple of --heads (head_dim = hidden / heads)";
   if (s.heads % s.kv_heads != 0) return "--heads must be a multiple of --kv-heads";
   if (s.top_k > s.experts) return "--top-k must not exceed --num-experts";
@@ -86,7 +86,7 @@ class SyntheticWriter {
  public:
   SyntheticWriter(ContainerWriter& writer, const Options& options)
       : writer_(writer), options_(options), rng_(options.seed),
-        matrix_dtype_(options.dense == "q8_row" ? "Q8_ROW" : "BF16") {}
+        matrix_dtype_(options.dense == "q8_row" ? "Q8_ROW" : options.dense == "q4_g64" ? "Q4_G64" : "BF16") {}
 
   Status write_all() {
     const Shape& s = options_.shape;
@@ -168,7 +168,7 @@ int main(int argc, char** argv) {
   CLI::App app{"coli-make-synthetic: a random-weight MoE container of realistic shape (default OLMoE-1B-7B)"};
   app.add_option("--out", o.out, "Container file to write")->required();
   app.add_option("--experts", o.experts, "Routed expert format: q4_g64 or q8_row")->capture_default_str();
-  app.add_option("--dense", o.dense, "Attention and lm_head matrices: bf16 or q8_row")->capture_default_str();
+  app.add_option("--dense", o.dense, "Attention and lm_head matrices: bf16, q8_row or q4_g64")->capture_default_str();
   app.add_option("--layers", s.layers, "Decoder layers (all MoE)")->check(CLI::Range(1, 1024))->capture_default_str();
   app.add_option("--num-experts", s.experts, "Routed experts per layer")->check(CLI::Range(1, 4096))->capture_default_str();
   app.add_option("--top-k", s.top_k, "Experts per token")->check(CLI::Range(1, 4096))->capture_default_str();

@@ -90,6 +90,19 @@ std::vector<std::byte> random_tensor(FastRng& rng, const std::string& dtype, std
     }
     return out;
   }
+  if (dtype == "Q4_G64") {
+    std::vector<std::byte> out(container::q4_g64_tensor_bytes(rows, cols));
+    const std::uint64_t scales_offset = container::q4_g64_scales_offset(rows, cols);
+    for (std::uint64_t r0 = 0; r0 < rows; r0 += kBlockRows) {
+      const std::uint64_t n = std::min(kBlockRows, rows - r0);
+      block.resize(n * cols);
+      fill_normal_rows(rng, block, mean, stddev);
+      const auto q = kernels::quantize_q4_g64(block, static_cast<int>(n), static_cast<int>(cols));
+      std::memcpy(out.data() + r0 * cols / 2, q.nibbles.data(), q.nibbles.size());
+      std::memcpy(out.data() + scales_offset + r0 * (cols / 64) * 2, q.scales.data(), q.scales.size() * 2);
+    }
+    return out;
+  }
   const std::uint64_t element_bytes = dtype == "F32" ? 4 : 2;
   std::vector<std::byte> out(rows * cols * element_bytes);
   for (std::uint64_t r0 = 0; r0 < rows; r0 += kBlockRows) {

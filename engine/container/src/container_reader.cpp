@@ -31,9 +31,11 @@ std::pair<std::uint64_t, std::uint64_t> part_bytes(const std::string& format, co
 // problem found, or "" when the index is consistent.
 std::string check_index(const ContainerIndex& index, std::uint64_t data_end) {
   for (const TensorEntry& t : index.tensors) {
-    if (t.dtype == "Q8_ROW") {
-      if (t.shape.size() != 2 || t.bytes != q8_row_tensor_bytes(t.shape[0], t.shape[1])) {
-        return "tensor " + t.name + " is not a 2-D Q8_ROW tensor of its stated size";
+    if (t.dtype == "Q8_ROW" || t.dtype == "Q4_G64") {
+      const bool q8 = t.dtype == "Q8_ROW";
+      if (t.shape.size() != 2 || (!q8 && t.shape[1] % 64 != 0) ||
+          t.bytes != (q8 ? q8_row_tensor_bytes(t.shape[0], t.shape[1]) : q4_g64_tensor_bytes(t.shape[0], t.shape[1]))) {
+        return "tensor " + t.name + " is not a 2-D " + t.dtype + " tensor of its stated size";
       }
       if (t.offset < kAlignment || t.offset + t.bytes > data_end) return "tensor " + t.name + " lies outside the data region";
       continue;

@@ -114,6 +114,14 @@ std::vector<std::byte> q8_row_tensor(const std::vector<float>& matrix, std::uint
   return bytes;
 }
 
+std::vector<std::byte> q4_g64_tensor(const std::vector<float>& matrix, std::uint64_t rows, std::uint64_t cols) {
+  const auto q = kernels::quantize_q4_g64(matrix, static_cast<int>(rows), static_cast<int>(cols));
+  std::vector<std::byte> bytes(container::q4_g64_tensor_bytes(rows, cols));
+  std::memcpy(bytes.data(), q.nibbles.data(), q.nibbles.size());
+  std::memcpy(bytes.data() + container::q4_g64_scales_offset(rows, cols), q.scales.data(), q.scales.size() * 2);
+  return bytes;
+}
+
 }  // namespace
 
 Result<ExpertFormat> parse_expert_format(std::string_view name) {
@@ -135,7 +143,8 @@ std::string_view expert_format_name(ExpertFormat format) {
 Result<DenseFormat> parse_dense_format(std::string_view name) {
   if (name == "source") return DenseFormat::source;
   if (name == "q8_row" || name == "int8") return DenseFormat::q8_row;
-  return make_error("unknown dense format '" + std::string(name) + "': choose source or q8_row (int8)");
+  if (name == "q4_g64" || name == "int4") return DenseFormat::q4_g64;
+  return make_error("unknown dense format '" + std::string(name) + "': choose source, q8_row (int8) or q4_g64 (int4)");
 }
 
 Result<ConvertReport> convert_model(const std::filesystem::path& model_dir, const std::filesystem::path& output,
@@ -158,11 +167,13 @@ Result<ConvertReport> convert_model(const std::filesystem::path& model_dir, cons
   ConvertReport report;
   for (const auto& t : desc->tensors) {
     if (t.role == model::TensorRole::Expert) continue;
-    if (dense == DenseFormat::q8_row && quantisable_dense(t)) {
+    const bool q4_fits = t.shape.size() == 2 && t.shape[1] % kernels::kQ4GroupSize == 0;
+    if (dense != DenseFormat::source && quantisable_dense(t) && (dense == DenseFormat::q8_row || q4_fits)) {
       auto matrix = read_f32(t);
       if (!matrix) return matrix.error();
-      const auto bytes = q8_row_tensor(*matrix, t.shape[0], t.shape[1]);
-      if (Status s = writer->add_tensor(t.name, "Q8_ROW", t.shape, bytes); !s) return s.error();
+      const bool q8 = dense == DenseFormat::q8_row;
+      const auto bytes = q8 ? q8_row_tensor(*matrix, t.shape[0], t.shape[1]) : q4_g64_tensor(*matrix, t.shape[0], t.shape[1]);
+      if (Status s = writer->add_tensor(t.name, q8 ? "Q8_ROW" : "Q4_G64", t.shape, bytes); !s) return s.error();
       ++report.dense_tensors;
       report.dense_bytes += bytes.size();
       continue;

@@ -175,12 +175,13 @@ Routing route(std::span<const float> router_logits, int top_k, RouterNorm norm) 
 }
 
 void attention(std::span<const float> q, std::span<const float> k_cache, std::span<const float> v_cache,
-               int positions, int heads, int kv_heads, int head_dim, std::span<float> out) {
+               int positions, int heads, int kv_heads, int head_dim, std::span<float> out, int threads) {
   const int group = heads / kv_heads;
   const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
   const std::size_t kv_stride = static_cast<std::size_t>(kv_heads) * head_dim;
-  std::vector<float> scores(static_cast<std::size_t>(positions));
+#pragma omp parallel for num_threads(std::max(1, threads)) schedule(static)
   for (int h = 0; h < heads; ++h) {
+    std::vector<float> scores(static_cast<std::size_t>(positions));
     const float* qh = q.data() + static_cast<std::size_t>(h) * head_dim;
     const std::size_t kv_offset = static_cast<std::size_t>(h / group) * head_dim;
     for (int p = 0; p < positions; ++p) {

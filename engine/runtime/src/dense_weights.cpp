@@ -9,6 +9,7 @@ Result<DenseWeights> DenseWeights::load(const container::ContainerReader& reader
   for (const container::TensorEntry& entry : reader.index().tensors) {
     Tensor tensor;
     if (entry.dtype == "Q8_ROW") tensor.q8_row = true;
+    else if (entry.dtype == "Q4_G64") tensor.q4_g64 = true;
     else if (entry.dtype == "F32") tensor.dtype = forward::Dtype::f32;
     else if (entry.dtype == "BF16") tensor.dtype = forward::Dtype::bf16;
     else if (entry.dtype == "F16") tensor.dtype = forward::Dtype::f16;
@@ -26,7 +27,9 @@ Result<forward::DenseMatrix> DenseWeights::matrix(const std::string& name) const
   const auto found = tensors_.find(name);
   if (found == tensors_.end()) return make_error("the container has no tensor " + name);
   const Tensor& t = found->second;
-  if (t.q8_row) return make_error("tensor " + name + " is int8-quantised; the engine needs it in float (convert with --dense source)");
+  if (t.q8_row || t.q4_g64) {
+    return make_error("tensor " + name + " is quantised; the engine needs it in float (convert with --dense source)");
+  }
   const int rows = static_cast<int>(t.shape.at(0));
   const int cols = t.shape.size() > 1 ? static_cast<int>(t.shape[1]) : 1;
   return forward::DenseMatrix{t.dtype, rows, cols, t.data.data()};
@@ -37,7 +40,7 @@ Result<Linear> DenseWeights::linear(const std::string& name) const {
   if (found == tensors_.end()) return make_error("the container has no tensor " + name);
   const Tensor& t = found->second;
   Linear out;
-  if (!t.q8_row) {
+  if (!t.q8_row && !t.q4_g64) {
     auto dense = matrix(name);
     if (!dense) return dense.error();
     out.dense = *dense;
@@ -45,6 +48,13 @@ Result<Linear> DenseWeights::linear(const std::string& name) const {
   }
   const auto rows = t.shape.at(0), cols = t.shape.at(1);
   out.quantized = true;
+  if (t.q4_g64) {
+    out.int4 = true;
+    out.q4 = {reinterpret_cast<const std::uint8_t*>(t.data.data()),
+              reinterpret_cast<const std::uint16_t*>(t.data.data() + container::q4_g64_scales_offset(rows, cols)),
+              static_cast<int>(rows), static_cast<int>(cols)};
+    return out;
+  }
   out.q8 = {reinterpret_cast<const std::int8_t*>(t.data.data()),
             reinterpret_cast<const float*>(t.data.data() + container::q8_row_scales_offset(rows, cols)),
             static_cast<int>(rows), static_cast<int>(cols)};
@@ -57,11 +67,10 @@ void Linear::apply(std::span<const float> x, std::span<float> y, const kernels::
     forward::gemv_dense(dense, x, y, gemv.threads, bias);
     return;
   }
-  if (exact) {
-    kernels::gemv_reference_q8(q8.weights, q8.scales, q8.rows, q8.cols, x, y);
-  } else {
-    kernels::cpu::gemv(q8, x, y, gemv);
-  }
+  if (int4 && exact) kernels::gemv_reference_q4(q4.nibbles, q4.scales, q4.rows, q4.cols, x, y);
+  else if (int4) kernels::cpu::gemv(q4, x, y, gemv);
+  else if (exact) kernels::gemv_reference_q8(q8.weights, q8.scales, q8.rows, q8.cols, x, y);
+  else kernels::cpu::gemv(q8, x, y, gemv);
   for (std::size_t i = 0; i < bias.size(); ++i) y[i] += bias[i];
 }
 

@@ -145,7 +145,7 @@ void MoeModel::State::attention_step(std::size_t l, std::span<float> x_t, int po
   rope->apply(k, kv_heads, position);
   std::copy(k.begin(), k.end(), k_cache[l].begin() + static_cast<std::ptrdiff_t>(position * kv_width));
   std::copy(v.begin(), v.end(), v_cache[l].begin() + static_cast<std::ptrdiff_t>(position * kv_width));
-  forward::attention(q, k_cache[l], v_cache[l], position + 1, heads, kv_heads, head_dim, attn);
+  forward::attention(q, k_cache[l], v_cache[l], position + 1, heads, kv_heads, head_dim, attn, gemv.threads);
   w.o.apply(attn, o, gemv, exact, w.o_bias);
   for (std::size_t i = 0; i < x_t.size(); ++i) x_t[i] += o[i];
 }

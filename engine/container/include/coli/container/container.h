@@ -40,9 +40,17 @@ inline std::uint64_t q8_row_tensor_bytes(std::uint64_t rows, std::uint64_t cols)
   return q8_row_scales_offset(rows, cols) + rows * 4;
 }
 
+// ... or "Q4_G64" (2-D, cols a multiple of 64): int4 nibbles [rows][cols/2]
+// (the q4_g64 layout), then at q4_g64_scales_offset the binary16 scales
+// [rows][cols/64].
+inline std::uint64_t q4_g64_scales_offset(std::uint64_t rows, std::uint64_t cols) { return (rows * cols / 2 + 63) / 64 * 64; }
+inline std::uint64_t q4_g64_tensor_bytes(std::uint64_t rows, std::uint64_t cols) {
+  return q4_g64_scales_offset(rows, cols) + rows * (cols / 64) * 2;
+}
+
 struct TensorEntry {
   std::string name;
-  std::string dtype;                 // "F32", "BF16", "F16", "Q8_ROW"
+  std::string dtype;                 // "F32", "BF16", "F16", "Q8_ROW", "Q4_G64"
   std::vector<std::uint64_t> shape;
   std::uint64_t offset = 0;          // from the start of the file
   std::uint64_t bytes = 0;

@@ -21,7 +21,7 @@ enum class ExpertFormat { q4_g64, q8_row, f32 };
 // "source" keeps the checkpoint's dtype; "q8_row" stores int8 with a row
 // scale. Embeddings, norms, biases and the router always keep their dtype
 // (routing decisions are too sensitive to quantise).
-enum class DenseFormat { source, q8_row };
+enum class DenseFormat { source, q8_row, q4_g64 };
 
 Result<ExpertFormat> parse_expert_format(std::string_view name);  // error lists the choices
 Result<DenseFormat> parse_dense_format(std::string_view name);

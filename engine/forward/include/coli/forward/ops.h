@@ -67,7 +67,8 @@ Routing route(std::span<const float> router_logits, int top_k, RouterNorm norm);
 // Causal attention of one query position over `positions` cached keys and
 // values (grouped-query: heads / kv_heads queries share each KV head).
 // q: heads*head_dim; k_cache, v_cache: [positions][kv_heads*head_dim].
+// Heads are split over `threads` (each head's arithmetic is unchanged).
 void attention(std::span<const float> q, std::span<const float> k_cache, std::span<const float> v_cache,
-               int positions, int heads, int kv_heads, int head_dim, std::span<float> out);
+               int positions, int heads, int kv_heads, int head_dim, std::span<float> out, int threads = 1);
 
 }  // namespace coli::forward
