@@ -24,6 +24,23 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// Containers converted for these tests live in one directory per process,
+// removed when the test program ends.
+fs::path scratch_dir() {
+  static const fs::path dir = [] {
+    fs::path d = fs::temp_directory_path() / ("coli_engine_ref_" + std::to_string(::getpid()));
+    fs::create_directories(d);
+    return d;
+  }();
+  return dir;
+}
+
+class RemoveScratch : public testing::Environment {
+ public:
+  void TearDown() override { fs::remove_all(scratch_dir()); }
+};
+testing::Environment* const kRemoveScratch = testing::AddGlobalTestEnvironment(new RemoveScratch);
+
 struct Reference {
   std::vector<std::int32_t> prompt;
   std::vector<std::int32_t> generated;
@@ -94,8 +111,7 @@ EngineRun run_model(const fs::path& container, const runtime::ModelOptions& opti
 class EngineReference : public testing::TestWithParam<std::string> {
  protected:
   static fs::path container_for(const std::string& arch, convert::ExpertFormat format) {
-    const fs::path out = fs::temp_directory_path() / ("coli_engine_ref_" + std::to_string(::getpid()) + "_" + arch +
-                                                      "_" + std::string(convert::expert_format_name(format)) + ".coli");
+    const fs::path out = scratch_dir() / (arch + "_" + std::string(convert::expert_format_name(format)) + ".coli");
     if (!fs::exists(out)) {
       auto report = convert::convert_model(fs::path(COLI_FIXTURES_DIR) / "models" / arch, out, format);
       EXPECT_TRUE(report.ok()) << (report.ok() ? "" : report.error().message);
@@ -192,7 +208,7 @@ TEST_P(EngineReference, SimdResultsDoNotDependOnHowExpertsAreBatched) {
 TEST_P(EngineReference, QuantisedDenseAndExpertsStayCloseToTheReference) {
   const fs::path dir = fs::path(COLI_FIXTURES_DIR) / "models" / GetParam();
   const Reference ref = load_reference(dir, "reference");
-  const fs::path out = fs::temp_directory_path() / ("coli_engine_ref_" + std::to_string(::getpid()) + "_" + GetParam() + "_dense8.coli");
+  const fs::path out = scratch_dir() / (GetParam() + "_quantised_dense.coli");
   // int4 everywhere on these tiny random models (one 64-wide group per row,
   // 16 levels) costs ~30% of the logits' range: the bound only catches a
   // broken layout (wrong offsets or scales give errors well above 100%).
