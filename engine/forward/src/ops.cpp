@@ -1,5 +1,7 @@
 #include "coli/forward/ops.h"
 
+#include "reference/gemv_reference.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -8,20 +10,6 @@
 namespace coli::forward {
 namespace {
 
-float half_to_float(std::uint16_t half) {
-  const std::uint32_t sign = (half & 0x8000u) << 16;
-  const std::uint32_t exponent = (half >> 10) & 0x1f;
-  const std::uint32_t mantissa = half & 0x3ff;
-  float magnitude;
-  if (exponent == 0) {
-    magnitude = std::ldexp(static_cast<float>(mantissa), -24);
-  } else if (exponent == 31) {
-    magnitude = mantissa ? NAN : INFINITY;
-  } else {
-    magnitude = std::ldexp(static_cast<float>(mantissa | 0x400), static_cast<int>(exponent) - 25);
-  }
-  return sign ? -magnitude : magnitude;
-}
 
 // Dot product of one stored row with x, accumulated in double: the dense
 // layers are a small share of MoE time and exactness keeps tests tight.
@@ -70,7 +58,7 @@ double dot_row(const DenseMatrix& w, int r, const float* x) {
     case Dtype::f16: {
       const auto* row = static_cast<const std::uint16_t*>(w.data) + base;
       double sum = 0;
-      for (int c = 0; c < w.cols; ++c) sum += static_cast<double>(half_to_float(row[c])) * x[c];
+      for (int c = 0; c < w.cols; ++c) sum += static_cast<double>(kernels::half_to_float(row[c])) * x[c];
       return sum;
     }
   }
@@ -101,7 +89,7 @@ void dense_row(const DenseMatrix& w, int row, std::span<float> out) {
     switch (w.dtype) {
       case Dtype::f32: out[c] = static_cast<const float*>(w.data)[base + c]; break;
       case Dtype::bf16: out[c] = bf16_to_float(static_cast<const std::uint16_t*>(w.data)[base + c]); break;
-      case Dtype::f16: out[c] = half_to_float(static_cast<const std::uint16_t*>(w.data)[base + c]); break;
+      case Dtype::f16: out[c] = kernels::half_to_float(static_cast<const std::uint16_t*>(w.data)[base + c]); break;
     }
   }
 }
