@@ -1,29 +1,29 @@
 #include "reference/gemv_reference.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 
 namespace coli::kernels {
 
 float half_to_float(std::uint16_t half) {
-  const std::uint32_t sign = (half & 0x8000u) << 16;
-  const std::uint32_t exponent = (half >> 10) & 0x1f;
-  const std::uint32_t mantissa = half & 0x3ff;
-  float magnitude;
+  const std::uint32_t sign = static_cast<std::uint32_t>(half & 0x8000u) << 16;
+  std::uint32_t exponent = (half >> 10) & 0x1fu;
+  std::uint32_t mantissa = half & 0x3ffu;
+  if (exponent == 0x1f) return std::bit_cast<float>(sign | 0x7f800000u | (mantissa << 13));  // inf / NaN
   if (exponent == 0) {
-    magnitude = std::ldexp(static_cast<float>(mantissa), -24);  // subnormal
-  } else if (exponent == 31) {
-    magnitude = mantissa ? NAN : INFINITY;
-  } else {
-    magnitude = std::ldexp(static_cast<float>(mantissa | 0x400), static_cast<int>(exponent) - 25);
+    if (mantissa == 0) return std::bit_cast<float>(sign);  // signed zero
+    // Subnormal half: shift until normal, adjusting the exponent.
+    exponent = 127 - 15 + 1;
+    while ((mantissa & 0x400u) == 0) {
+      mantissa <<= 1;
+      --exponent;
+    }
+    mantissa &= 0x3ffu;
+    return std::bit_cast<float>(sign | (exponent << 23) | (mantissa << 13));
   }
-  std::uint32_t bits;
-  std::memcpy(&bits, &magnitude, 4);
-  bits |= sign;
-  float out;
-  std::memcpy(&out, &bits, 4);
-  return out;
+  return std::bit_cast<float>(sign | ((exponent + 127 - 15) << 23) | (mantissa << 13));
 }
 
 std::uint16_t float_to_half(float value) {

@@ -1,6 +1,8 @@
 // Ranged reads of tensor data (pread or mmap) and float conversion.
 #include "coli/model/tensor_data.h"
 
+#include "reference/gemv_reference.h"
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -102,24 +104,7 @@ void MappedRange::release() {
 
 float bf16_to_f32(std::uint16_t bits) { return std::bit_cast<float>(static_cast<std::uint32_t>(bits) << 16); }
 
-float f16_to_f32(std::uint16_t bits) {
-  const std::uint32_t sign = static_cast<std::uint32_t>(bits & 0x8000u) << 16;
-  std::uint32_t exponent = (bits >> 10) & 0x1fu;
-  std::uint32_t mantissa = bits & 0x3ffu;
-  if (exponent == 0x1f) return std::bit_cast<float>(sign | 0x7f800000u | (mantissa << 13));  // inf / NaN
-  if (exponent == 0) {
-    if (mantissa == 0) return std::bit_cast<float>(sign);  // signed zero
-    // Subnormal half: shift until normal, adjusting the exponent.
-    exponent = 127 - 15 + 1;
-    while ((mantissa & 0x400u) == 0) {
-      mantissa <<= 1;
-      --exponent;
-    }
-    mantissa &= 0x3ffu;
-    return std::bit_cast<float>(sign | (exponent << 23) | (mantissa << 13));
-  }
-  return std::bit_cast<float>(sign | ((exponent + 127 - 15) << 23) | (mantissa << 13));
-}
+float f16_to_f32(std::uint16_t bits) { return kernels::half_to_float(bits); }
 
 Status convert_to_f32(DType dtype, std::span<const std::byte> src, std::span<float> out) {
   if (!is_float_dtype(dtype))
