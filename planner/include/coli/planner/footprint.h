@@ -1,0 +1,79 @@
+// What a model costs in bytes, from its config.json alone (no weights read):
+// every dense component and one routed expert in each representation the
+// engine really holds. The sizes follow the converter (engine/convert) and
+// the container's own size formulas, so a plan and a container agree.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "coli/base/result.h"
+#include "coli/model/model_config.h"
+
+namespace coli::planner {
+
+// How routed experts are stored (mirrors convert::ExpertFormat; f32 is for tests).
+enum class ExpertFormat { q4_g64, q8_row, f32 };
+// How dense projections are stored (mirrors convert::DenseFormat).
+enum class DenseFormat { source, q8_row, q4_g64 };
+
+std::string expert_format_name(ExpertFormat format);
+std::string dense_format_name(DenseFormat format);
+
+// One expert record (gate, up, down back to back, each part 64-aligned).
+struct ExpertRecordSize {
+  ExpertFormat format = ExpertFormat::q4_g64;
+  std::uint64_t record_bytes = 0;   // meaningful bytes
+  std::uint64_t record_stride = 0;  // rounded up to the container's 4096 alignment: one cache slot
+};
+
+// One dense component (tensors of one role), in every format it may take.
+// Roles the converter never quantises (embeddings, norms, router, biases)
+// show their source bytes in all three columns.
+struct DenseComponent {
+  std::string role;                  // tensor_role_name(): "attention", "lm_head", ...
+  std::uint64_t tensors = 0;
+  std::uint64_t source_bytes = 0;
+  std::uint64_t q8_row_bytes = 0;
+  std::uint64_t q4_g64_bytes = 0;
+  std::uint64_t held_bytes = 0;      // in the footprint's dense format
+};
+
+struct ModelFootprint {
+  model::ModelConfig config;
+  ExpertFormat expert_format = ExpertFormat::q4_g64;
+  DenseFormat dense_format = DenseFormat::source;
+  std::string source_dtype;          // from torch_dtype; "bfloat16 (assumed)" when absent
+  std::uint64_t source_dtype_bytes = 2;
+
+  std::vector<std::uint64_t> moe_layers;  // decoder layers with routed experts
+  int n_experts = 0;
+  int top_k = 0;
+  std::uint64_t expert_source_bytes = 0;  // one expert in the source dtype
+  ExpertRecordSize q4_g64, q8_row, f32;   // one expert in each container format
+  ExpertRecordSize expert() const;        // the one for expert_format
+
+  std::vector<DenseComponent> dense;      // by role, in first-appearance order
+  std::uint64_t dense_held_bytes = 0;     // sum of held_bytes
+  std::uint64_t dense_tensor_count = 0;   // one heap allocation each in the engine
+  // Large allocations are mmap-served and rounded to whole pages; summed
+  // over the dense tensors the engine reads into their own buffers.
+  std::uint64_t dense_page_rounding_bytes = 0;
+  // The engine copies norm weights and biases into float vectors per layer.
+  std::uint64_t norm_f32_copy_bytes = 0;
+  std::uint64_t container_bytes = 0;      // the whole file: header, dense, records, index estimate
+
+  std::uint64_t moe_layer_count() const { return moe_layers.size(); }
+  std::uint64_t all_expert_records_bytes() const {
+    return moe_layer_count() * static_cast<std::uint64_t>(n_experts) * expert().record_stride;
+  }
+};
+
+ModelFootprint describe_footprint(const model::ModelConfig& config, ExpertFormat experts, DenseFormat dense);
+
+// The one I/O helper: reads `path` (a config.json, or a directory holding one).
+Result<ModelFootprint> read_footprint(const std::filesystem::path& path, ExpertFormat experts, DenseFormat dense);
+
+}  // namespace coli::planner

@@ -1,0 +1,48 @@
+// The memory a plan will use, itemised by component and tier. Every line
+// carries the inputs of its formula as text, so `coli-plan` can explain each
+// number and a run can compare it with what it measured.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "coli/planner/footprint.h"
+
+namespace coli::planner {
+
+enum class Tier { vram, ram, disk };
+std::string tier_name(Tier tier);
+
+struct MemoryLine {
+  std::string component;  // "dense weights", "expert cache: evictable slots", ...
+  Tier tier = Tier::ram;
+  std::uint64_t bytes = 0;
+  std::string formula;    // e.g. "48 MoE layers x 40 slots x 1654784 B stride"
+};
+
+struct MemoryPreview {
+  std::vector<MemoryLine> lines;
+  std::uint64_t total(Tier tier) const;
+  const MemoryLine* find(const std::string& component) const;  // nullptr when absent
+};
+
+// The engine knobs that size memory (runtime::ModelOptions and the prompt).
+struct MemoryKnobs {
+  int cap = 0;                // expert slots per MoE layer (pins included)
+  int pins = 0;               // of which pinned
+  int ctx = 4096;             // KV positions (max_context)
+  int prompt_tokens = 4096;   // tokens of the longest single forward() (the whole prompt)
+  int round_tokens = 64;      // prefill tokens per expert round
+  int threads = 1;
+  int io_threads = 4;
+};
+
+// RAM lines only for now (the CPU engine): VRAM tiers join with GPU backends.
+// The disk line is the container every expert not in RAM is read from.
+MemoryPreview preview_memory(const ModelFootprint& footprint, const MemoryKnobs& knobs);
+
+// Bytes of the KV cache: layers x ctx x kv_heads x head_dim x 2 (K and V) x 4 (f32).
+std::uint64_t kv_cache_bytes(const model::ModelConfig& config, int ctx);
+
+}  // namespace coli::planner

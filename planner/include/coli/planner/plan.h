@@ -1,0 +1,66 @@
+// make_plan: a device profile + a model footprint + the user's overrides ->
+// the engine's knobs, the memory preview they imply, and why each was chosen.
+// Pure: nothing here probes the machine or reads a file.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "coli/base/result.h"
+#include "coli/planner/deciders.h"
+#include "coli/planner/footprint.h"
+#include "coli/planner/memory_preview.h"
+#include "coli/probe/device_profile.h"
+
+namespace coli::planner {
+
+struct PlanRequest {
+  // Overrides; nullopt lets the planner decide. Each is checked against the
+  // same invariants as the planner's own choices and refused when harmful.
+  std::optional<int> threads;          // --threads
+  std::optional<int> cap;              // --cap (slots per MoE layer)
+  std::optional<int> pins;             // --pin (pins per MoE layer, forced)
+  std::optional<std::uint64_t> ram;    // --ram (bytes; at most the measured headroom)
+  std::optional<int> ctx;              // --ctx (default 4096, at most max_position_embeddings)
+  // Not overrides: inputs the planner shrinks when they would break a rule.
+  int history_pins = 0;                // pins the usage history suggests
+  int prefill_round_tokens = 64;       // what the engine would like per round
+  std::optional<int> prompt_tokens;    // longest prompt; default: the whole context
+  int io_threads = 4;
+  bool direct_io = true;
+};
+
+struct Decision {
+  std::string knob;    // "threads", "cap", "pins", "prefill_round_tokens", "ctx", "ram", "margin"
+  std::string value;
+  std::string reason;
+};
+
+struct Plan {
+  int threads = 1;
+  int cap = 0;                 // slots per MoE layer, pins included
+  int pins = 0;                // per MoE layer
+  int prefill_round_tokens = 1;
+  int ctx = 0;
+  int io_threads = 0;
+  bool direct_io = true;
+  bool streaming() const { return cap < n_experts; }
+  int n_experts = 0;
+
+  std::uint64_t headroom_bytes = 0;
+  std::string headroom_source;
+  MemoryPreview memory;
+  SafetyMargin margin;
+  std::vector<Decision> decisions;
+
+  std::uint64_t planned_ram_bytes() const { return memory.total(Tier::ram); }
+  const Decision* decision(const std::string& knob) const;  // nullptr when absent
+};
+
+inline constexpr int kDefaultContext = 4096;  // runtime::ModelOptions::max_context
+
+Result<Plan> make_plan(const DeviceProfile& profile, const ModelFootprint& footprint, const PlanRequest& request);
+
+}  // namespace coli::planner

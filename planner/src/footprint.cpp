@@ -1,0 +1,154 @@
+#include "coli/planner/footprint.h"
+
+#include <algorithm>
+#include <tuple>
+
+#include "coli/container/container.h"
+#include "coli/model/tensor_layout.h"
+
+namespace coli::planner {
+namespace {
+
+constexpr std::uint64_t kPartAlignment = 64;  // the converter starts each part on a cache line
+constexpr std::uint64_t kQ4Group = 64;
+constexpr std::uint64_t kPage = 4096;
+// glibc serves allocations from this size up with mmap (its default
+// threshold), so each is rounded to whole pages plus one header page.
+constexpr std::uint64_t kMmapThreshold = 128 * 1024;
+// The container index is JSON: about this much per tensor entry, plus the config.
+constexpr std::uint64_t kIndexBytesPerTensor = 256;
+
+std::uint64_t round_up(std::uint64_t value, std::uint64_t to) { return (value + to - 1) / to * to; }
+
+// Weights and scales of one rows x cols projection (convert.cpp quantized_bytes).
+std::pair<std::uint64_t, std::uint64_t> part_bytes(ExpertFormat format, std::uint64_t rows, std::uint64_t cols) {
+  switch (format) {
+    case ExpertFormat::q4_g64: return {rows * cols / 2, rows * cols / kQ4Group * 2};
+    case ExpertFormat::q8_row: return {rows * cols, rows * 4};
+    case ExpertFormat::f32: return {rows * cols * 4, 0};
+  }
+  return {0, 0};
+}
+
+// gate and up read the hidden state, down reads the expert width; each part's
+// weights and scales start 64-aligned, as the converter lays the record out.
+ExpertRecordSize record_size(ExpertFormat format, std::uint64_t hidden, std::uint64_t width) {
+  std::uint64_t offset = 0;
+  for (const auto& [rows, cols] : {std::pair{width, hidden}, {width, hidden}, {hidden, width}}) {
+    const auto [weights, scales] = part_bytes(format, rows, cols);
+    offset = round_up(round_up(offset + weights, kPartAlignment) + scales, kPartAlignment);
+  }
+  return {format, offset, round_up(offset, container::kAlignment)};
+}
+
+std::uint64_t elements(const model::ExpectedTensor& t) {
+  std::uint64_t n = 1;
+  for (std::uint64_t d : t.shape) n *= d;
+  return n;
+}
+
+// The converter quantises 2-D projections only (convert.cpp quantisable_dense).
+bool quantisable(const model::ExpectedTensor& t) {
+  using model::TensorRole;
+  return t.shape.size() == 2 && t.shape[0] > 1 &&
+         (t.role == TensorRole::Attention || t.role == TensorRole::LmHead || t.role == TensorRole::SharedExpert ||
+          t.role == TensorRole::DenseMlp);
+}
+
+bool copied_to_f32(const model::ExpectedTensor& t) {
+  using model::TensorRole;
+  return t.role == TensorRole::LayerNorm || t.role == TensorRole::QkNorm || t.role == TensorRole::FinalNorm ||
+         (t.role == TensorRole::Attention && t.shape.size() == 1);
+}
+
+std::pair<std::string, std::uint64_t> source_dtype(const model::ModelConfig& config) {
+  if (config.torch_dtype == "float32") return {"float32", 4};
+  if (config.torch_dtype == "bfloat16" || config.torch_dtype == "float16") return {config.torch_dtype, 2};
+  return {"bfloat16 (assumed: torch_dtype is '" + config.torch_dtype + "')", 2};
+}
+
+std::uint64_t page_rounding(std::uint64_t bytes) {
+  return bytes < kMmapThreshold ? 0 : round_up(bytes, kPage) + kPage - bytes;
+}
+
+}  // namespace
+
+std::string expert_format_name(ExpertFormat format) {
+  switch (format) {
+    case ExpertFormat::q4_g64: return "q4_g64";
+    case ExpertFormat::q8_row: return "q8_row";
+    case ExpertFormat::f32: return "f32";
+  }
+  return "?";
+}
+
+std::string dense_format_name(DenseFormat format) {
+  switch (format) {
+    case DenseFormat::source: return "source";
+    case DenseFormat::q8_row: return "q8_row";
+    case DenseFormat::q4_g64: return "q4_g64";
+  }
+  return "?";
+}
+
+ExpertRecordSize ModelFootprint::expert() const {
+  switch (expert_format) {
+    case ExpertFormat::q4_g64: return q4_g64;
+    case ExpertFormat::q8_row: return q8_row;
+    case ExpertFormat::f32: return f32;
+  }
+  return q4_g64;
+}
+
+ModelFootprint describe_footprint(const model::ModelConfig& config, ExpertFormat experts, DenseFormat dense) {
+  ModelFootprint fp;
+  fp.config = config;
+  fp.expert_format = experts;
+  fp.dense_format = dense;
+  std::tie(fp.source_dtype, fp.source_dtype_bytes) = source_dtype(config);
+  for (std::uint64_t layer = 0; layer < config.num_hidden_layers; ++layer) {
+    if (config.is_moe_layer(layer)) fp.moe_layers.push_back(layer);
+  }
+  fp.n_experts = static_cast<int>(config.num_experts);
+  fp.top_k = static_cast<int>(config.num_experts_per_tok);
+  const std::uint64_t hidden = config.hidden_size, width = config.moe_intermediate_size;
+  fp.expert_source_bytes = 3 * hidden * width * fp.source_dtype_bytes;
+  fp.q4_g64 = record_size(ExpertFormat::q4_g64, hidden, width);
+  fp.q8_row = record_size(ExpertFormat::q8_row, hidden, width);
+  fp.f32 = record_size(ExpertFormat::f32, hidden, width);
+
+  std::uint64_t container_dense = 0;
+  for (const model::ExpectedTensor& t : model::expected_tensors(config)) {
+    if (t.role == model::TensorRole::Expert) continue;
+    const std::string role(model::tensor_role_name(t.role));
+    auto found = std::find_if(fp.dense.begin(), fp.dense.end(), [&](const DenseComponent& c) { return c.role == role; });
+    if (found == fp.dense.end()) found = fp.dense.insert(fp.dense.end(), DenseComponent{role});
+    const std::uint64_t source = elements(t) * fp.source_dtype_bytes;
+    const bool q = quantisable(t);
+    const std::uint64_t q8 = q ? container::q8_row_tensor_bytes(t.shape[0], t.shape[1]) : source;
+    const std::uint64_t q4 = q && t.shape[1] % kQ4Group == 0 ? container::q4_g64_tensor_bytes(t.shape[0], t.shape[1]) : source;
+    const std::uint64_t held = dense == DenseFormat::source ? source : dense == DenseFormat::q8_row ? q8 : q4;
+    found->tensors += 1;
+    found->source_bytes += source;
+    found->q8_row_bytes += q8;
+    found->q4_g64_bytes += q4;
+    found->held_bytes += held;
+    fp.dense_held_bytes += held;
+    fp.dense_tensor_count += 1;
+    fp.dense_page_rounding_bytes += page_rounding(held);
+    if (copied_to_f32(t)) fp.norm_f32_copy_bytes += elements(t) * 4;
+    container_dense += round_up(held, container::kAlignment);
+  }
+  const std::uint64_t index = (fp.dense_tensor_count + 1) * kIndexBytesPerTensor + 4096;
+  fp.container_bytes = container::kAlignment + container_dense + fp.all_expert_records_bytes() + index + 24;
+  return fp;
+}
+
+Result<ModelFootprint> read_footprint(const std::filesystem::path& path, ExpertFormat experts, DenseFormat dense) {
+  const std::filesystem::path file = std::filesystem::is_directory(path) ? path / "config.json" : path;
+  auto config = model::read_model_config(file);
+  if (!config) return config.error();
+  return describe_footprint(*config, experts, dense);
+}
+
+}  // namespace coli::planner

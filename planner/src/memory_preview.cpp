@@ -1,0 +1,107 @@
+#include "coli/planner/memory_preview.h"
+
+#include <numeric>
+
+namespace coli::planner {
+namespace {
+
+using u64 = std::uint64_t;
+
+constexpr u64 kMiB = 1024 * 1024;
+// Process base: code and data of the binary, libstdc++/libgomp, and the
+// touched part of thread stacks. Tokenizer tables grow with the vocabulary
+// (token bytes, merge ranks and two hash maps: ~200 B per token).
+constexpr u64 kProcessBaseBytes = 64 * kMiB;
+constexpr u64 kTokenizerBytesPerToken = 200;
+// Touched stack and queue state of one I/O thread.
+constexpr u64 kIoThreadBytes = 256 * 1024;
+constexpr u64 kPage = 4096;
+
+std::string n(u64 value) { return std::to_string(value); }
+
+}  // namespace
+
+std::string tier_name(Tier tier) {
+  switch (tier) {
+    case Tier::vram: return "vram";
+    case Tier::ram: return "ram";
+    case Tier::disk: return "disk";
+  }
+  return "?";
+}
+
+u64 MemoryPreview::total(Tier tier) const {
+  return std::accumulate(lines.begin(), lines.end(), u64{0},
+                         [&](u64 sum, const MemoryLine& l) { return l.tier == tier ? sum + l.bytes : sum; });
+}
+
+const MemoryLine* MemoryPreview::find(const std::string& component) const {
+  for (const MemoryLine& line : lines) {
+    if (line.component == component) return &line;
+  }
+  return nullptr;
+}
+
+u64 kv_cache_bytes(const model::ModelConfig& c, int ctx) {
+  return c.num_hidden_layers * static_cast<u64>(ctx) * c.num_key_value_heads * c.head_dim * 2 * 4;
+}
+
+MemoryPreview preview_memory(const ModelFootprint& fp, const MemoryKnobs& k) {
+  const model::ModelConfig& c = fp.config;
+  const u64 layers = fp.moe_layer_count(), stride = fp.expert().record_stride;
+  const u64 hidden = c.hidden_size, width = c.moe_intermediate_size, top_k = static_cast<u64>(fp.top_k);
+  const u64 cap = static_cast<u64>(k.cap), pins = static_cast<u64>(k.pins);
+  const u64 round = static_cast<u64>(k.round_tokens), prompt = static_cast<u64>(k.prompt_tokens);
+  MemoryPreview p;
+  auto add = [&](std::string component, Tier tier, u64 bytes, std::string formula) {
+    p.lines.push_back({std::move(component), tier, bytes, std::move(formula)});
+  };
+
+  add("dense weights", Tier::ram, fp.dense_held_bytes,
+      n(fp.dense_tensor_count) + " tensors, dense format " + dense_format_name(fp.dense_format) + " (source " +
+          fp.source_dtype + ")");
+  add("norm/bias f32 copies", Tier::ram, fp.norm_f32_copy_bytes, "norm weights and biases copied to float per layer");
+  const std::string slot = " slots x " + n(stride) + " B stride (" + expert_format_name(fp.expert_format) + " record " +
+                           n(fp.expert().record_bytes) + " B, 4096-aligned)";
+  add("expert cache: pinned slots", Tier::ram, layers * pins * stride, n(layers) + " MoE layers x " + n(pins) + slot);
+  add("expert cache: evictable slots", Tier::ram, layers * (cap - pins) * stride,
+      n(layers) + " MoE layers x " + n(cap - pins) + slot);
+  add("KV cache", Tier::ram, kv_cache_bytes(c, k.ctx),
+      n(c.num_hidden_layers) + " layers x ctx " + n(static_cast<u64>(k.ctx)) + " x " + n(c.num_key_value_heads) +
+          " kv heads x head_dim " + n(c.head_dim) + " x 2 (K,V) x 4 B (f32)");
+  // The whole prompt goes through forward() at once: its hidden states and
+  // their normed copy live for the whole prefill.
+  add("activations: prompt", Tier::ram, 2 * prompt * hidden * 4,
+      "2 buffers (hidden, normed) x " + n(prompt) + " prompt tokens x hidden " + n(hidden) + " x 4 B");
+  // Per round: one output row per (token, expert), gate and up outputs of the
+  // expert width, and int8-quantised inputs (1 B + a scale per 32 values).
+  const u64 tasks = round * top_k;
+  const u64 quantised = (hidden + width) * 5 / 4;
+  add("activations: prefill round", Tier::ram, tasks * (hidden * 4 + 2 * width * 4 + quantised),
+      n(round) + " round tokens x top_k " + n(top_k) + " x (hidden " + n(hidden) + " x 4 + 2 x width " + n(width) +
+          " x 4 + ~1.25 B x (hidden + width))");
+  // Decode scratch: a few hidden/head vectors, router logits, the logits,
+  // and one attention score row per thread.
+  const u64 q_width = c.num_attention_heads * c.head_dim, kv_width = c.num_key_value_heads * c.head_dim;
+  const u64 scratch = (4 * hidden + 2 * q_width + 2 * kv_width + static_cast<u64>(fp.n_experts) + c.vocab_size +
+                       static_cast<u64>(k.threads) * static_cast<u64>(k.ctx)) * 4;
+  add("activations: decode scratch", Tier::ram, scratch,
+      "(4 x hidden + 2 x q width " + n(q_width) + " + 2 x kv width " + n(kv_width) + " + experts + vocab " +
+          n(c.vocab_size) + " + threads " + n(static_cast<u64>(k.threads)) + " x ctx) x 4 B");
+  add("I/O buffers", Tier::ram, static_cast<u64>(k.io_threads) * kIoThreadBytes + stride,
+      n(static_cast<u64>(k.io_threads)) + " I/O threads x 256 KiB + one record stride (O_DIRECT alignment probe)");
+  // Slabs (one per MoE layer) and KV vectors are single large mmap-served
+  // allocations: a header page and rounding to a page each.
+  const u64 big_allocations = layers + 2 * c.num_hidden_layers;
+  add("allocator rounding", Tier::ram, fp.dense_page_rounding_bytes + big_allocations * 2 * kPage,
+      n(fp.dense_tensor_count) + " dense tensor buffers rounded to pages + " + n(big_allocations) +
+          " slab/KV allocations x 8 KiB");
+  add("runtime reserve", Tier::ram, kProcessBaseBytes + c.vocab_size * kTokenizerBytesPerToken,
+      "64 MiB process base (code, libraries, stacks) + vocab " + n(c.vocab_size) + " x 200 B tokenizer tables");
+  add("container file", Tier::disk, fp.container_bytes,
+      "header + dense (4096-aligned) + " + n(layers) + " x " + n(static_cast<u64>(fp.n_experts)) + " records x " +
+          n(stride) + " B + index");
+  return p;
+}
+
+}  // namespace coli::planner

@@ -1,0 +1,109 @@
+#include "coli/planner/plan.h"
+
+#include <algorithm>
+
+namespace coli::planner {
+namespace {
+
+Result<int> decide_ctx(const ModelFootprint& fp, std::optional<int> override_ctx, std::string& reason) {
+  const auto trained = static_cast<int>(std::min<std::uint64_t>(fp.config.max_position_embeddings, 1u << 30));
+  if (override_ctx) {
+    const int ctx = *override_ctx;
+    if (ctx < 1) return make_error("--ctx " + std::to_string(ctx) + " holds no token: use 1 or more");
+    // Without rope scaling, positions past the trained range produce garbage.
+    if (trained > 0 && ctx > trained) {
+      return make_error("--ctx " + std::to_string(ctx) + " exceeds the model's max_position_embeddings " +
+                        std::to_string(trained) + ": use --ctx " + std::to_string(trained) + " or less");
+    }
+    reason = "--ctx " + std::to_string(ctx);
+    return ctx;
+  }
+  const int ctx = trained > 0 ? std::min(kDefaultContext, trained) : kDefaultContext;
+  reason = "default context " + std::to_string(ctx) + " (the engine's default, at most max_position_embeddings)";
+  return ctx;
+}
+
+Result<std::uint64_t> decide_headroom(const DeviceProfile& profile, std::optional<std::uint64_t> ram,
+                                      std::string& source, bool& user_limited) {
+  const std::uint64_t measured = profile.memory.headroom_bytes;
+  source = profile.memory.headroom_source.empty() ? "profile headroom" : profile.memory.headroom_source;
+  user_limited = false;
+  if (!ram) {
+    if (measured == 0) return make_error("the profile records no memory headroom: probe again or pass --ram");
+    return measured;
+  }
+  // A limit above what the probe measured would plan memory that is not there.
+  if (measured > 0 && *ram > measured) {
+    return make_error("--ram " + format_bytes(*ram) + " exceeds the measured headroom " + format_bytes(measured) + " (" +
+                      source + "): the plan would be OOM-killed; use --ram " + format_bytes(measured) + " or less");
+  }
+  source = "--ram " + format_bytes(*ram);
+  user_limited = measured > 0 && *ram < measured;
+  return *ram;
+}
+
+}  // namespace
+
+const Decision* Plan::decision(const std::string& knob) const {
+  for (const Decision& d : decisions) {
+    if (d.knob == knob) return &d;
+  }
+  return nullptr;
+}
+
+Result<Plan> make_plan(const DeviceProfile& profile, const ModelFootprint& fp, const PlanRequest& request) {
+  if (fp.n_experts < 1 || fp.top_k < 1 || fp.top_k > fp.n_experts) {
+    return make_error("the model has " + std::to_string(fp.n_experts) + " experts and top_k " + std::to_string(fp.top_k) +
+                      ": not an MoE model the engine can plan for");
+  }
+  if (request.pins && *request.pins < 0) return make_error("--pin " + std::to_string(*request.pins) + " is negative");
+  if (request.io_threads < 0) return make_error("io_threads " + std::to_string(request.io_threads) + " is negative");
+  Plan plan;
+  plan.n_experts = fp.n_experts;
+  plan.io_threads = request.io_threads;
+  plan.direct_io = request.direct_io;
+
+  auto threads = decide_threads(profile, request.threads);
+  if (!threads) return threads.error();
+  plan.threads = threads->threads;
+  plan.decisions.push_back({"threads", std::to_string(plan.threads), threads->reason});
+
+  std::string ctx_reason;
+  auto ctx = decide_ctx(fp, request.ctx, ctx_reason);
+  if (!ctx) return ctx.error();
+  plan.ctx = *ctx;
+  plan.decisions.push_back({"ctx", std::to_string(plan.ctx), ctx_reason});
+
+  bool user_limited = false;
+  auto headroom = decide_headroom(profile, request.ram, plan.headroom_source, user_limited);
+  if (!headroom) return headroom.error();
+  plan.headroom_bytes = *headroom;
+  plan.decisions.push_back({"ram", format_bytes(plan.headroom_bytes), "headroom from " + plan.headroom_source});
+
+  CacheRequest cache;
+  cache.headroom_bytes = plan.headroom_bytes;
+  cache.headroom_source = plan.headroom_source;
+  cache.ram_limited_by_user = user_limited;
+  cache.cap = request.cap;
+  cache.pins = request.pins.value_or(request.history_pins);
+  cache.pins_forced = request.pins.has_value();
+  cache.requested_round = request.prefill_round_tokens;
+  cache.knobs.ctx = plan.ctx;
+  cache.knobs.prompt_tokens = std::clamp(request.prompt_tokens.value_or(plan.ctx), 1, plan.ctx);
+  cache.knobs.threads = plan.threads;
+  cache.knobs.io_threads = plan.io_threads;
+  auto choice = decide_cache(fp, cache);
+  if (!choice) return choice.error();
+  plan.cap = choice->cap;
+  plan.pins = choice->pins_round.pins;
+  plan.prefill_round_tokens = choice->pins_round.round_tokens;
+  plan.memory = std::move(choice->memory);
+  plan.margin = choice->margin;
+  plan.decisions.push_back({"cap", std::to_string(plan.cap), choice->reason});
+  plan.decisions.push_back({"pins", std::to_string(plan.pins), choice->pins_round.reason});
+  plan.decisions.push_back({"prefill_round_tokens", std::to_string(plan.prefill_round_tokens), choice->pins_round.reason});
+  plan.decisions.push_back({"margin", format_bytes(plan.margin.bytes), plan.margin.reason});
+  return plan;
+}
+
+}  // namespace coli::planner
