@@ -32,6 +32,7 @@ Result<ThreadChoice> decide_threads(const DeviceProfile& profile, std::optional<
 struct SafetyMargin {
   std::uint64_t bytes = 0;
   std::string reason;
+  bool operator==(const SafetyMargin&) const = default;
 };
 
 // RAM kept free beyond the itemised plan. Not a flat constant:

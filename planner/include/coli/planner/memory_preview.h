@@ -19,12 +19,14 @@ struct MemoryLine {
   Tier tier = Tier::ram;
   std::uint64_t bytes = 0;
   std::string formula;    // e.g. "48 MoE layers x 40 slots x 1654784 B stride"
+  bool operator==(const MemoryLine&) const = default;
 };
 
 struct MemoryPreview {
   std::vector<MemoryLine> lines;
   std::uint64_t total(Tier tier) const;
   const MemoryLine* find(const std::string& component) const;  // nullptr when absent
+  bool operator==(const MemoryPreview&) const = default;
 };
 
 // The engine knobs that size memory (runtime::ModelOptions and the prompt).

@@ -36,6 +36,7 @@ struct Decision {
   std::string knob;    // "threads", "cap", "pins", "prefill_round_tokens", "ctx", "ram", "margin"
   std::string value;
   std::string reason;
+  bool operator==(const Decision&) const = default;
 };
 
 struct Plan {
@@ -57,6 +58,7 @@ struct Plan {
 
   std::uint64_t planned_ram_bytes() const { return memory.total(Tier::ram); }
   const Decision* decision(const std::string& knob) const;  // nullptr when absent
+  bool operator==(const Plan&) const = default;
 };
 
 inline constexpr int kDefaultContext = 4096;  // runtime::ModelOptions::max_context

@@ -1,0 +1,54 @@
+// The plan file: a Plan, the machine and model it was made for, and its
+// predicted speed, as TOML (what `coli run --plan` reads) or JSON. Both come
+// from one toml++ table, like the device profile (probe/profile/profile_write.cpp).
+// Parsing validates every field and the plan's invariants; an error names
+// the file, the line and the field and says what to do.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <string_view>
+
+#include "coli/base/result.h"
+#include "coli/planner/plan.h"
+#include "coli/planner/speed.h"
+
+namespace coli::planner {
+
+// Bump when a field is added, removed or changes meaning; readers refuse newer.
+inline constexpr int kPlanSchemaVersion = 1;
+
+struct PlanFile {
+  int schema_version = kPlanSchemaVersion;
+  // What the plan was made for: a run on another machine or model must re-plan.
+  std::string profile_fingerprint;  // DeviceProfile::fingerprint
+  std::string profile_path;         // for humans
+  std::string model_name;           // the --model argument, for humans
+  std::string model_identity;       // model_identity(): config text + tensor names
+  ExpertFormat expert_format = ExpertFormat::q4_g64;
+  DenseFormat dense_format = DenseFormat::source;
+  int top_k = 0;                    // with n_experts, re-checks the round invariant on load
+  Plan plan;
+  SpeedPrediction speed;
+  double planning_ms = 0;
+  bool operator==(const PlanFile&) const = default;
+};
+
+// "fnv1a64:<hex>" over the config.json text and the expected tensor names
+// (experts::usage_model_identity): another config or layout gives another identity.
+std::string model_identity(std::string_view config_text, const model::ModelConfig& config);
+
+std::string plan_to_toml(const PlanFile& plan);
+std::string plan_to_json(const PlanFile& plan);
+
+// `source_name` (usually the path) prefixes every error.
+Result<PlanFile> parse_plan(std::string_view toml_text, const std::string& source_name);
+Result<PlanFile> load_plan(const std::filesystem::path& path);
+Status save_plan(const std::filesystem::path& path, const PlanFile& plan);  // atomic
+
+// Inverses of expert_format_name / dense_format_name / tier_name.
+std::optional<ExpertFormat> parse_expert_format(std::string_view name);
+std::optional<DenseFormat> parse_dense_format(std::string_view name);
+std::optional<Tier> parse_tier(std::string_view name);
+
+}  // namespace coli::planner

@@ -1,0 +1,40 @@
+// Predicted decode and prefill speed of a plan, from the profile's measured
+// bandwidths alone. Pure. Decode on the CPU engine is bandwidth-bound: every
+// token reads the dense weights, the KV cache and top_k experts per MoE layer
+// from RAM, and each expert that misses the cache from disk first.
+#pragma once
+
+#include <string>
+
+#include "coli/experts/usage_history.h"
+#include "coli/planner/footprint.h"
+#include "coli/planner/plan.h"
+#include "coli/probe/device_profile.h"
+
+namespace coli::planner {
+
+inline constexpr const char* kNoMeasuredBandwidth = "no measured bandwidth: run coli-probe without --quick";
+
+struct SpeedPrediction {
+  bool available = false;      // false: the profile lacks a bandwidth the plan needs
+  std::string unavailable;     // why (kNoMeasuredBandwidth, ...)
+  double hit_rate = 0;         // expected expert cache hit rate
+  std::string hit_rate_inputs;
+  double decode_tok_per_s = 0;
+  std::string decode_inputs;
+  double prefill_tok_per_s = 0;  // rough: bandwidth only, see prefill_inputs
+  std::string prefill_inputs;
+  bool operator==(const SpeedPrediction&) const = default;
+};
+
+// Expected hit rate with `cap` slots per layer: cap / n_experts under uniform
+// routing; with a history, the mean over MoE layers of the routing mass of
+// the `cap` most used experts (an upper bound: it assumes the cache holds
+// exactly those, which pins plus LRU approach on a stable workload).
+double expected_hit_rate(const ModelFootprint& footprint, int cap, const experts::UsageHistory* history,
+                         std::string& inputs);
+
+SpeedPrediction predict_speed(const DeviceProfile& profile, const ModelFootprint& footprint, const Plan& plan,
+                              const experts::UsageHistory* history = nullptr);
+
+}  // namespace coli::planner

@@ -1,0 +1,214 @@
+// TOML text -> PlanFile, validating every field and the plan's invariants.
+// The engine takes every knob from this file, so anything broken, truncated,
+// from the future or unsafe (a cap that starves the round, a total past its
+// headroom) is refused with file, line and field named, as profile_read.cpp
+// does for device profiles.
+#include <cmath>
+#include <limits>
+
+#include <toml++/toml.h>
+
+#include "coli/base/files.h"
+#include "coli/planner/plan_io.h"
+
+namespace coli::planner {
+namespace {
+
+constexpr std::int64_t kMaxBytes = std::int64_t{1} << 52;  // 4 PiB: more is a corrupt number
+constexpr std::int64_t kMaxCount = 1 << 30;
+constexpr const char* kHint = "fix the field or run coli-plan again to write a fresh plan";
+
+struct PlanError {
+  std::string message;
+};
+
+// Reads fields of one table, remembering its dotted path for messages.
+class Reader {
+ public:
+  Reader(const std::string& source, const toml::table& table, std::string path)
+      : source_(source), table_(table), path_(std::move(path)) {}
+
+  [[noreturn]] void fail(std::string_view field, const std::string& problem) const {
+    const toml::node* at = table_.get(field);  // point at the field when it exists, else its table
+    const auto& region = at ? at->source() : table_.source();
+    throw PlanError{source_ + ":" + std::to_string(region.begin.line) + ":" + std::to_string(region.begin.column) +
+                    ": field '" + qualified(field) + "' " + problem + "; " + kHint};
+  }
+
+  std::int64_t integer(std::string_view key, std::int64_t low, std::int64_t high) const {
+    const auto value = require(key)->value_exact<std::int64_t>();
+    if (!value) fail(key, "must be an integer");
+    if (*value < low || *value > high) {
+      fail(key, "= " + std::to_string(*value) + " is out of range [" + std::to_string(low) + ", " +
+                    std::to_string(high) + "]");
+    }
+    return *value;
+  }
+  int count(std::string_view key, int low) const { return static_cast<int>(integer(key, low, kMaxCount)); }
+  std::uint64_t bytes(std::string_view key) const { return static_cast<std::uint64_t>(integer(key, 0, kMaxBytes)); }
+
+  double real(std::string_view key, double low, double high) const {
+    const auto value = require(key)->value<double>();  // integers are accepted where a float is expected
+    if (!value || !std::isfinite(*value) || *value < low || *value > high) {
+      fail(key, "must be a number in [" + std::to_string(low) + ", " + std::to_string(high) + "]");
+    }
+    return *value;
+  }
+  std::string text(std::string_view key) const {
+    const auto value = require(key)->value_exact<std::string>();
+    if (!value) fail(key, "must be a string");
+    return *value;
+  }
+  bool boolean(std::string_view key) const {
+    const auto value = require(key)->value_exact<bool>();
+    if (!value) fail(key, "must be true or false");
+    return *value;
+  }
+  Reader table(std::string_view key) const {
+    const toml::node* node = require(key);
+    if (!node->is_table()) fail(key, "must be a table");
+    return Reader(source_, *node->as_table(), qualified(key));
+  }
+  // Each element of an array of tables, as a Reader named "path.key[i]".
+  std::vector<Reader> tables(std::string_view key) const {
+    const toml::node* node = require(key);
+    if (!node->is_array()) fail(key, "must be an array of tables");
+    std::vector<Reader> out;
+    const toml::array& items = *node->as_array();
+    for (size_t i = 0; i < items.size(); ++i) {
+      if (!items[i].is_table()) fail(key, "must hold only tables");
+      out.emplace_back(source_, *items[i].as_table(), qualified(key) + "[" + std::to_string(i) + "]");
+    }
+    return out;
+  }
+
+ private:
+  const toml::node* require(std::string_view key) const {
+    const toml::node* node = table_.get(key);
+    if (!node) fail(key, "is missing");
+    return node;
+  }
+  std::string qualified(std::string_view field) const {
+    return path_.empty() ? std::string(field) : path_ + "." + std::string(field);
+  }
+
+  const std::string& source_;
+  const toml::table& table_;
+  std::string path_;
+};
+
+void read_knobs(const Reader& k, PlanFile& f) {
+  Plan& p = f.plan;
+  p.threads = static_cast<int>(k.integer("threads", 1, 1 << 16));
+  p.n_experts = k.count("n_experts", 1);
+  f.top_k = static_cast<int>(k.integer("top_k", 1, p.n_experts));
+  p.cap = static_cast<int>(k.integer("cap", f.top_k, p.n_experts));  // fewer slots than top_k cannot route a token
+  p.pins = static_cast<int>(k.integer("pins", 0, p.cap));
+  p.prefill_round_tokens = k.count("prefill_round_tokens", 1);
+  p.ctx = k.count("ctx", 1);
+  p.io_threads = static_cast<int>(k.integer("io_threads", 0, 1024));
+  p.direct_io = k.boolean("direct_io");
+  // Field note 1: the evictable slots must hold every distinct expert a
+  // round can touch, or the round evicts experts it still needs.
+  const long long distinct = std::min<long long>(p.n_experts - p.pins, 1LL * f.top_k * p.prefill_round_tokens);
+  if (p.cap - p.pins < distinct) {
+    k.fail("prefill_round_tokens", "= " + std::to_string(p.prefill_round_tokens) + " can touch " +
+                                       std::to_string(distinct) + " distinct experts but cap - pins is " +
+                                       std::to_string(p.cap - p.pins) + " (field note 1: the round would starve)");
+  }
+}
+
+void read_memory(const Reader& m, Plan& p) {
+  p.headroom_bytes = m.bytes("headroom_bytes");
+  p.headroom_source = m.text("headroom_source");
+  p.margin.bytes = m.bytes("margin_bytes");
+  p.margin.reason = m.text("margin_reason");
+  for (const Reader& l : m.tables("lines")) {
+    MemoryLine line;
+    line.component = l.text("component");
+    const auto tier = parse_tier(l.text("tier"));
+    if (!tier) l.fail("tier", "must be \"vram\", \"ram\" or \"disk\"");
+    line.tier = *tier;
+    line.bytes = l.bytes("bytes");
+    line.formula = l.text("formula");
+    p.memory.lines.push_back(std::move(line));
+  }
+  if (m.bytes("planned_ram_bytes") != p.planned_ram_bytes()) {
+    m.fail("planned_ram_bytes", "= " + std::to_string(m.bytes("planned_ram_bytes")) +
+                                    " is not the sum of the RAM lines (" + std::to_string(p.planned_ram_bytes()) + ")");
+  }
+  // A plan past its headroom would be OOM-killed: never obey it.
+  if (p.planned_ram_bytes() + p.margin.bytes > p.headroom_bytes) {
+    m.fail("headroom_bytes", "= " + std::to_string(p.headroom_bytes) + " is less than the planned RAM plus margin (" +
+                                 std::to_string(p.planned_ram_bytes() + p.margin.bytes) + ")");
+  }
+}
+
+void read_speed(const Reader& s, SpeedPrediction& out) {
+  out.available = s.boolean("available");
+  out.unavailable = s.text("unavailable");
+  out.hit_rate = s.real("hit_rate", 0, 1);
+  out.hit_rate_inputs = s.text("hit_rate_inputs");
+  out.decode_tok_per_s = s.real("decode_tok_per_s", 0, 1e9);
+  out.decode_inputs = s.text("decode_inputs");
+  out.prefill_tok_per_s = s.real("prefill_tok_per_s", 0, 1e12);
+  out.prefill_inputs = s.text("prefill_inputs");
+  if (!out.available && out.unavailable.empty()) s.fail("unavailable", "must say why when available = false");
+}
+
+PlanFile read_plan(const Reader& root) {
+  PlanFile f;
+  f.schema_version = static_cast<int>(root.integer("schema_version", 1, std::numeric_limits<int>::max()));
+  if (f.schema_version > kPlanSchemaVersion) {
+    root.fail("schema_version", "= " + std::to_string(f.schema_version) + " is newer than this build understands (" +
+                                    std::to_string(kPlanSchemaVersion) + "): upgrade coli");
+  }
+  f.planning_ms = root.real("planning_ms", 0, 1e9);
+  const Reader m = root.table("made_for");
+  f.profile_fingerprint = m.text("profile_fingerprint");
+  if (f.profile_fingerprint.empty()) m.fail("profile_fingerprint", "is empty");
+  f.profile_path = m.text("profile_path");
+  f.model_name = m.text("model_name");
+  f.model_identity = m.text("model_identity");
+  if (f.model_identity.empty()) m.fail("model_identity", "is empty");
+  const auto experts = parse_expert_format(m.text("expert_format"));
+  if (!experts) m.fail("expert_format", "must be \"q4_g64\", \"q8_row\" or \"f32\"");
+  f.expert_format = *experts;
+  const auto dense = parse_dense_format(m.text("dense_format"));
+  if (!dense) m.fail("dense_format", "must be \"source\", \"q8_row\" or \"q4_g64\"");
+  f.dense_format = *dense;
+  read_knobs(root.table("knobs"), f);
+  read_memory(root.table("memory"), f.plan);
+  for (const Reader& d : root.tables("decisions")) {
+    f.plan.decisions.push_back({d.text("knob"), d.text("value"), d.text("reason")});
+  }
+  read_speed(root.table("speed"), f.speed);
+  return f;
+}
+
+}  // namespace
+
+Result<PlanFile> parse_plan(std::string_view toml_text, const std::string& source_name) {
+  toml::table document;
+  try {
+    document = toml::parse(toml_text, source_name);
+  } catch (const toml::parse_error& error) {
+    const auto& where = error.source().begin;
+    return make_error(source_name + ":" + std::to_string(where.line) + ":" + std::to_string(where.column) +
+                      ": not valid TOML (" + std::string(error.description()) +
+                      "); the file may be truncated or hand-edited: run coli-plan again to rewrite it");
+  }
+  try {
+    return read_plan(Reader(source_name, document, ""));
+  } catch (const PlanError& error) {
+    return make_error(error.message);
+  }
+}
+
+Result<PlanFile> load_plan(const std::filesystem::path& path) {
+  auto text = read_text_file(path);
+  if (!text) return make_error(text.error().message + " (run coli-plan --out to write a plan)");
+  return parse_plan(*text, path.string());
+}
+
+}  // namespace coli::planner

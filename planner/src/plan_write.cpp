@@ -1,0 +1,118 @@
+// PlanFile -> toml::table -> TOML or JSON text. The table layout is the file
+// format; plan_read.cpp is its mirror image and validates it.
+#include <sstream>
+
+#include <toml++/toml.h>
+
+#include "coli/base/files.h"
+#include "coli/experts/usage_history.h"
+#include "coli/model/tensor_layout.h"
+#include "coli/planner/plan_io.h"
+
+namespace coli::planner {
+namespace {
+
+// Flat layout: no indentation of sub-tables, so `grep` and diffs stay simple.
+constexpr auto kFlat = toml::toml_formatter::default_flags & ~toml::format_flags::indentation;
+
+std::int64_t as_int(std::uint64_t bytes) { return static_cast<std::int64_t>(bytes); }
+
+toml::table plan_table(const PlanFile& f) {
+  const Plan& p = f.plan;
+  toml::array lines;
+  for (const MemoryLine& line : p.memory.lines) {
+    lines.push_back(toml::table{{"component", line.component},
+                                {"tier", tier_name(line.tier)},
+                                {"bytes", as_int(line.bytes)},
+                                {"formula", line.formula}});
+  }
+  toml::array decisions;
+  for (const Decision& d : p.decisions) {
+    decisions.push_back(toml::table{{"knob", d.knob}, {"value", d.value}, {"reason", d.reason}});
+  }
+  const SpeedPrediction& s = f.speed;
+  return toml::table{
+      {"schema_version", f.schema_version},
+      {"planning_ms", f.planning_ms},
+      {"made_for", toml::table{{"profile_fingerprint", f.profile_fingerprint},
+                               {"profile_path", f.profile_path},
+                               {"model_name", f.model_name},
+                               {"model_identity", f.model_identity},
+                               {"expert_format", expert_format_name(f.expert_format)},
+                               {"dense_format", dense_format_name(f.dense_format)}}},
+      {"knobs", toml::table{{"threads", p.threads},
+                            {"n_experts", p.n_experts},
+                            {"top_k", f.top_k},
+                            {"cap", p.cap},
+                            {"pins", p.pins},
+                            {"prefill_round_tokens", p.prefill_round_tokens},
+                            {"ctx", p.ctx},
+                            {"io_threads", p.io_threads},
+                            {"direct_io", p.direct_io}}},
+      // planned_ram_bytes is the sum of the RAM lines, written for people
+      // reading the file; the reader checks it so a hand edit stays consistent.
+      {"memory", toml::table{{"headroom_bytes", as_int(p.headroom_bytes)},
+                             {"headroom_source", p.headroom_source},
+                             {"planned_ram_bytes", as_int(p.planned_ram_bytes())},
+                             {"margin_bytes", as_int(p.margin.bytes)},
+                             {"margin_reason", p.margin.reason},
+                             {"lines", std::move(lines)}}},
+      {"decisions", std::move(decisions)},
+      {"speed", toml::table{{"available", s.available},
+                            {"unavailable", s.unavailable},
+                            {"hit_rate", s.hit_rate},
+                            {"hit_rate_inputs", s.hit_rate_inputs},
+                            {"decode_tok_per_s", s.decode_tok_per_s},
+                            {"decode_inputs", s.decode_inputs},
+                            {"prefill_tok_per_s", s.prefill_tok_per_s},
+                            {"prefill_inputs", s.prefill_inputs}}}};
+}
+
+}  // namespace
+
+std::string model_identity(std::string_view config_text, const model::ModelConfig& config) {
+  std::vector<std::string> names;
+  for (const model::ExpectedTensor& t : model::expected_tensors(config)) names.push_back(t.name);
+  return experts::usage_model_identity(config_text, names);
+}
+
+std::string plan_to_toml(const PlanFile& plan) {
+  std::ostringstream out;
+  out << "# coli plan, written by coli-plan. `coli run --plan` takes every knob from it.\n"
+      << "# Edit with care: coli validates every field and the plan's invariants.\n\n"
+      << toml::toml_formatter{plan_table(plan), kFlat} << "\n";
+  return out.str();
+}
+
+std::string plan_to_json(const PlanFile& plan) {
+  std::ostringstream out;
+  out << toml::json_formatter{plan_table(plan)} << "\n";
+  return out.str();
+}
+
+Status save_plan(const std::filesystem::path& path, const PlanFile& plan) {
+  return write_file_atomically(path, plan_to_toml(plan));
+}
+
+std::optional<ExpertFormat> parse_expert_format(std::string_view name) {
+  for (ExpertFormat f : {ExpertFormat::q4_g64, ExpertFormat::q8_row, ExpertFormat::f32}) {
+    if (expert_format_name(f) == name) return f;
+  }
+  return std::nullopt;
+}
+
+std::optional<DenseFormat> parse_dense_format(std::string_view name) {
+  for (DenseFormat f : {DenseFormat::source, DenseFormat::q8_row, DenseFormat::q4_g64}) {
+    if (dense_format_name(f) == name) return f;
+  }
+  return std::nullopt;
+}
+
+std::optional<Tier> parse_tier(std::string_view name) {
+  for (Tier t : {Tier::vram, Tier::ram, Tier::disk}) {
+    if (tier_name(t) == name) return t;
+  }
+  return std::nullopt;
+}
+
+}  // namespace coli::planner

@@ -1,0 +1,149 @@
+#include "coli/planner/speed.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <numeric>
+#include <vector>
+
+namespace coli::planner {
+namespace {
+
+using u64 = std::uint64_t;
+
+std::string fixed(double value, int digits = 2) {
+  char text[48];
+  std::snprintf(text, sizeof text, "%.*f", digits, value);
+  return text;
+}
+
+struct Bandwidth {
+  double gb_per_s = 0;  // 1 GB = 1e9 B, as the probe measures
+  std::string text;
+};
+
+// The "read" kernel (decode streams weights, it does not write them) at the
+// thread count nearest the plan's; threads spread over all kinds (-1) beat a
+// single-kind point at the same distance, since the plan does not pin a kind.
+std::optional<Bandwidth> ram_bandwidth(const DeviceProfile& profile, int threads) {
+  if (!profile.measurements.memory) return std::nullopt;
+  const MemoryBandwidthPoint* best = nullptr;
+  auto key = [&](const MemoryBandwidthPoint& p) { return std::pair{std::abs(p.threads - threads), p.kind_rank != -1}; };
+  for (const MemoryBandwidthPoint& p : profile.measurements.memory->points) {
+    if (p.kernel != "read" || p.gb_per_s.median <= 0) continue;
+    if (!best || key(p) < key(*best)) best = &p;
+  }
+  if (!best) return std::nullopt;
+  return Bandwidth{best->gb_per_s.median, "RAM read " + fixed(best->gb_per_s.median, 1) + " GB/s (measured at " +
+                                              std::to_string(best->threads) + " threads, plan " +
+                                              std::to_string(threads) + ")"};
+}
+
+// Random reads (missed experts are scattered) at the block size nearest the
+// record stride (by ratio: 1 MiB vs 4 MiB is as far as 4 vs 16), best queue
+// depth, since the I/O pool keeps several reads in flight.
+std::optional<Bandwidth> disk_bandwidth(const DeviceProfile& profile, u64 record_stride) {
+  if (!profile.measurements.disk) return std::nullopt;
+  const DiskBandwidthPoint* best = nullptr;
+  auto distance = [&](const DiskBandwidthPoint& p) {
+    return std::abs(std::log(static_cast<double>(p.block_bytes) / static_cast<double>(record_stride)));
+  };
+  for (const DiskBandwidthPoint& p : profile.measurements.disk->points) {
+    if (p.pattern != "random" || p.block_bytes == 0 || p.gb_per_s.median <= 0) continue;
+    if (!best || distance(p) < distance(*best) - 1e-9 ||
+        (std::abs(distance(p) - distance(*best)) <= 1e-9 && p.gb_per_s.median > best->gb_per_s.median)) {
+      best = &p;
+    }
+  }
+  if (!best) return std::nullopt;
+  return Bandwidth{best->gb_per_s.median, "disk random read " + fixed(best->gb_per_s.median) + " GB/s (" +
+                                              format_bytes(best->block_bytes) + " blocks, queue depth " +
+                                              std::to_string(best->queue_depth) + "; record stride " +
+                                              format_bytes(record_stride) + ")"};
+}
+
+// Dense bytes one decode token reads: every dense tensor except the
+// embedding table, of which it reads one row.
+u64 dense_bytes_per_token(const ModelFootprint& fp) {
+  u64 bytes = fp.dense_held_bytes;
+  for (const DenseComponent& c : fp.dense) {
+    if (c.role == "embedding") bytes -= c.held_bytes - std::min<u64>(c.held_bytes, fp.config.hidden_size * fp.source_dtype_bytes);
+  }
+  return bytes;
+}
+
+}  // namespace
+
+double expected_hit_rate(const ModelFootprint& fp, int cap, const experts::UsageHistory* history, std::string& inputs) {
+  const double uniform = std::clamp(static_cast<double>(cap) / fp.n_experts, 0.0, 1.0);
+  if (!history || history->key().n_experts != fp.n_experts || history->total_tokens() <= 0) {
+    inputs = "uniform routing: cap " + std::to_string(cap) + " / " + std::to_string(fp.n_experts) + " experts";
+    if (history) inputs += " (the usage history does not fit this model or is empty)";
+    return uniform;
+  }
+  const int layers = history->key().n_layers;
+  double sum = 0;
+  for (int layer = 0; layer < layers; ++layer) {
+    std::vector<double> counts(history->layer_counts(layer).begin(), history->layer_counts(layer).end());
+    const double total = std::accumulate(counts.begin(), counts.end(), 0.0);
+    if (total <= 0) {
+      sum += uniform;  // a layer never routed in the history: nothing better known
+      continue;
+    }
+    const auto top = counts.begin() + std::min<std::ptrdiff_t>(cap, static_cast<std::ptrdiff_t>(counts.size()));
+    std::partial_sort(counts.begin(), top, counts.end(), std::greater<>());
+    sum += std::accumulate(counts.begin(), top, 0.0) / total;
+  }
+  inputs = "usage history (" + fixed(history->total_tokens(), 0) + " tokens): routing mass of the " +
+           std::to_string(cap) + " most used experts, mean over " + std::to_string(layers) + " layers";
+  return layers > 0 ? sum / layers : uniform;
+}
+
+SpeedPrediction predict_speed(const DeviceProfile& profile, const ModelFootprint& fp, const Plan& plan,
+                              const experts::UsageHistory* history) {
+  SpeedPrediction s;
+  s.hit_rate = expected_hit_rate(fp, plan.cap, history, s.hit_rate_inputs);
+  const u64 stride = fp.expert().record_stride, record = fp.expert().record_bytes;
+  const auto ram = ram_bandwidth(profile, plan.threads);
+  const auto disk = disk_bandwidth(profile, stride);
+  // A plan that streams needs the disk figure; one that holds every expert does not.
+  if (!ram || (plan.streaming() && !disk)) {
+    s.unavailable = kNoMeasuredBandwidth;
+    return s;
+  }
+  const double layers = static_cast<double>(fp.moe_layer_count()), top_k = fp.top_k;
+  const double miss = plan.streaming() ? 1.0 - s.hit_rate : 0.0;
+  const double disk_gbs = disk ? disk->gb_per_s : 1.0;  // unused when nothing misses
+
+  // Decode: KV read at the mean position of a full context (ctx / 2).
+  const u64 dense = dense_bytes_per_token(fp), kv = kv_cache_bytes(fp.config, plan.ctx / 2);
+  const double experts = layers * top_k * static_cast<double>(record);
+  const double resident = static_cast<double>(dense + kv) + experts;
+  const double missed = layers * top_k * miss * static_cast<double>(stride);
+  const double decode_s = resident / (ram->gb_per_s * 1e9) + missed / (disk_gbs * 1e9);
+  s.decode_tok_per_s = 1.0 / decode_s;
+  s.decode_inputs = "resident " + format_bytes(static_cast<u64>(resident)) + "/token (dense " + format_bytes(dense) +
+                    " + KV at ctx/2 " + format_bytes(kv) + " + " + fixed(layers, 0) + " layers x top_k " +
+                    fixed(top_k, 0) + " x " + format_bytes(record) + ") / " + ram->text + " + missed " +
+                    format_bytes(static_cast<u64>(missed)) + "/token (miss rate " + fixed(miss, 3) + ")" +
+                    (disk ? " / " + disk->text : "");
+
+  // Prefill, rough: one round of R tokens reads the dense weights once and
+  // each distinct expert it touches once (uniform routing: n(1 - (1-1/n)^(R k))).
+  // Bandwidth only: it ignores compute, which usually bounds prefill, so
+  // real prefill is slower; it says whether the disk or RAM would cap it.
+  const double n = fp.n_experts, round = plan.prefill_round_tokens;
+  const double distinct = n * (1.0 - std::pow(1.0 - 1.0 / n, round * top_k));
+  const double round_ram = static_cast<double>(dense) + layers * distinct * static_cast<double>(record);
+  const double round_disk = layers * distinct * miss * static_cast<double>(stride);
+  s.prefill_tok_per_s = round / (round_ram / (ram->gb_per_s * 1e9) + round_disk / (disk_gbs * 1e9));
+  s.prefill_inputs = "rough, bandwidth only (compute ignored: real prefill is slower): rounds of " +
+                     fixed(round, 0) + " tokens, each reading dense " + format_bytes(dense) + " + " +
+                     fixed(distinct, 1) + " distinct experts x " + fixed(layers, 0) + " layers, of which " +
+                     fixed(miss * 100, 1) + "% from disk";
+  s.available = true;
+  return s;
+}
+
+}  // namespace coli::planner

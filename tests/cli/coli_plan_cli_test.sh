@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# coli-plan as a user runs it: exit codes, the table, the plan file, refusals.
+# usage: coli_plan_cli_test.sh PATH/TO/coli-plan PATH/TO/tests/fixtures PATH/TO/profiles
+set -u
+plan="$1"
+fixtures="$2"
+profiles="$3"
+model="$fixtures/model-configs/Qwen3-30B-A3B.json"
+profile="$profiles/h200-xeon-16c.toml"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+passed=0
+failed=0
+
+check() {  # check NAME CONDITION-COMMAND...
+  local name="$1"
+  shift
+  if "$@"; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1))
+    echo "FAIL: $name" >&2
+  fi
+}
+contains() { grep -q -- "$2" "$1"; }
+
+# The H200 profile and a Qwen3-30B-A3B config in 16 GiB: a streaming plan.
+"$plan" --profile "$profile" --model "$model" --ram 16G >"$work/h.out" 2>"$work/h.err"
+check "16G plan exits 0" test $? -eq 0
+check "table has the tier columns" contains "$work/h.out" "VRAM .* RAM .* disk"
+check "expert slots with a bar" contains "$work/h.out" "^expert cache: evictable slots .*####"
+check "streaming cap shown" contains "$work/h.out" "cap [0-9]* of 128 experts per MoE layer .*streaming"
+check "margin against the headroom" contains "$work/h.out" "^needs .* of 16.00 GiB headroom"
+check "every choice has a reason" contains "$work/h.out" "^  threads .*from the profile"
+check "decode speed predicted" contains "$work/h.out" "decode .* tok/s"
+check "planning time printed" contains "$work/h.out" "^planned in [0-9.]* ms"
+
+# --json parses; --toml and --out write the same plan, with its schema version.
+"$plan" --profile "$profile" --model "$model" --ram 16G --json >"$work/p.json" 2>/dev/null
+check "--json exits 0" test $? -eq 0
+check "--json parses" python3 -c "import json,sys; d=json.load(sys.stdin); assert d['schema_version']==1 and d['knobs']['cap']<128" <"$work/p.json"
+"$plan" --profile "$profile" --model "$model" --ram 16G --toml --out "$work/p.toml" >"$work/p.stdout" 2>/dev/null
+check "--out writes the plan" contains "$work/p.toml" "^schema_version = 1$"
+check "the plan names the profile it was made for" contains "$work/p.toml" "^profile_fingerprint = 'fnv1a64:"
+check "--toml prints the plan" contains "$work/p.stdout" "^\[knobs\]$"
+check "no temporary files left" test "$(ls "$work" | grep -c '\.tmp')" -eq 0
+
+# 1 GiB cannot hold the dense weights: refused, saying what to change.
+"$plan" --profile "$profile" --model "$model" --ram 1G >"$work/r.out" 2>"$work/r.err"
+check "1G plan refused with 1" test $? -eq 1
+check "refusal says refused" contains "$work/r.err" "refused"
+check "refusal names what to change" grep -qiE -- "--ram|raise|use " "$work/r.err"
+check "refusal prints no table" test ! -s "$work/r.out"
+
+# A broken profile: exit 1 naming the file.
+head -c 300 "$profile" >"$work/broken.toml"
+"$plan" --profile "$work/broken.toml" --model "$model" >/dev/null 2>"$work/b.err"
+check "broken profile exits 1" test $? -eq 1
+check "broken profile named" contains "$work/b.err" "broken.toml"
+
+# Bad arguments: a size that is not one, an override that would crash.
+"$plan" --profile "$profile" --model "$model" --ram lots >/dev/null 2>"$work/s.err"
+check "bad --ram exits 1" test $? -eq 1
+check "bad --ram explained" contains "$work/s.err" "not a size"
+"$plan" --profile "$profile" --model "$model" --ctx 10000000 >/dev/null 2>"$work/c.err"
+check "--ctx past the trained range refused" test $? -eq 1
+check "--ctx refusal names the fix" contains "$work/c.err" "use --ctx"
+
+echo "coli_plan_cli: $passed passed, $failed failed"
+test "$failed" -eq 0

@@ -1,0 +1,211 @@
+// The plan file round-trips exactly and refuses broken or unsafe files with
+// the file, line and field named; the speed prediction picks the measured
+// points it says it picks and refuses to guess without measurements.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <regex>
+#include <string>
+
+#include "coli/planner/plan_io.h"
+#include "coli/probe/profile_io.h"
+
+namespace coli::planner {
+namespace {
+
+const std::string kFixtures = COLI_FIXTURES_DIR;
+
+ModelFootprint qwen3() {
+  auto fp = read_footprint(kFixtures + "/model-configs/Qwen3-30B-A3B.json", ExpertFormat::q4_g64, DenseFormat::source);
+  EXPECT_TRUE(fp.ok()) << (fp.ok() ? "" : fp.error().message);
+  return *fp;
+}
+
+DeviceProfile h200() {
+  auto p = load_profile(kFixtures + "/../../profiles/h200-xeon-16c.toml");
+  EXPECT_TRUE(p.ok()) << (p.ok() ? "" : p.error().message);
+  return *p;
+}
+
+// The --ram 16G plan of the pasted coli-plan output: it streams (cap < 128).
+PlanFile h200_qwen3_plan() {
+  const DeviceProfile profile = h200();
+  const ModelFootprint fp = qwen3();
+  PlanRequest request;
+  request.ram = 16ull << 30;
+  auto plan = make_plan(profile, fp, request);
+  EXPECT_TRUE(plan.ok()) << (plan.ok() ? "" : plan.error().message);
+  PlanFile f;
+  f.profile_fingerprint = profile.fingerprint;
+  f.profile_path = "profiles/h200-xeon-16c.toml";
+  f.model_name = "Qwen3-30B-A3B.json";
+  f.model_identity = model_identity("{\"model_type\": \"qwen3_moe\"}", fp.config);
+  f.top_k = fp.top_k;
+  f.plan = *plan;
+  f.speed = predict_speed(profile, fp, f.plan);
+  f.planning_ms = 3.25;
+  return f;
+}
+
+// Replaces the first line starting with `prefix` (keys sit at line starts:
+// the writer does not indent); an empty `line` deletes it.
+std::string edit(std::string text, const std::string& prefix, const std::string& line) {
+  const size_t at = text.find("\n" + prefix);
+  EXPECT_NE(at, std::string::npos) << prefix;
+  if (at == std::string::npos) return text;
+  const size_t end = text.find('\n', at + 1);
+  text.replace(at + 1, end - at - (line.empty() ? 0 : 1), line);
+  return text;
+}
+
+TEST(PlanFile, RoundTripsThroughToml) {
+  const PlanFile f = h200_qwen3_plan();
+  ASSERT_TRUE(f.plan.streaming());
+  ASSERT_TRUE(f.speed.available);
+  const std::string text = plan_to_toml(f);
+  EXPECT_NE(text.find("\nschema_version = 1\n"), std::string::npos);
+  auto back = parse_plan(text, "plan.toml");
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(*back, f);
+  EXPECT_EQ(plan_to_toml(*back), text);  // stable: writing what was read changes nothing
+}
+
+TEST(PlanFile, JsonCarriesTheSameTable) {
+  const std::string json = plan_to_json(h200_qwen3_plan());
+  EXPECT_NE(json.find("\"schema_version\" : 1"), std::string::npos);
+  EXPECT_NE(json.find("\"profile_fingerprint\" : \"fnv1a64:"), std::string::npos);
+  EXPECT_NE(json.find("\"cap\" : 105"), std::string::npos);
+}
+
+TEST(PlanFile, SaveIsAtomicAndLoads) {
+  const auto dir = std::filesystem::temp_directory_path() / ("coli_plan_io_" + std::to_string(::getpid()));
+  const PlanFile f = h200_qwen3_plan();
+  ASSERT_TRUE(save_plan(dir / "p.toml", f).ok());
+  auto back = load_plan(dir / "p.toml");
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(*back, f);
+  EXPECT_FALSE(load_plan(dir / "missing.toml").ok());
+  std::filesystem::remove_all(dir);
+}
+
+struct BadPlan {
+  const char* name;
+  const char* prefix;  // line to replace
+  const char* line;    // its replacement ("" deletes it)
+  const char* field;   // must be named in the error
+  const char* says;    // and this part of the problem
+};
+
+TEST(PlanFile, RefusesBrokenFieldsNamingFileLineAndField) {
+  const std::string good = plan_to_toml(h200_qwen3_plan());
+  const BadPlan cases[] = {
+      {"from the future", "schema_version = ", "schema_version = 2", "schema_version", "newer than this build"},
+      {"missing knob", "threads = ", "", "knobs.threads", "is missing"},
+      {"knob of the wrong type", "threads = ", "threads = 'many'", "knobs.threads", "must be an integer"},
+      {"cap below top_k", "cap = ", "cap = 3", "knobs.cap", "out of range [8, 128]"},
+      {"pins past cap", "pins = ", "pins = 106", "knobs.pins", "out of range [0, 105]"},
+      {"round that starves", "prefill_round_tokens = ", "prefill_round_tokens = 64", "knobs.prefill_round_tokens",
+       "field note 1"},
+      {"unknown tier", "tier = ", "tier = 'tape'", "memory.lines[0].tier", "must be \"vram\""},
+      {"unknown expert format", "expert_format = ", "expert_format = 'q2'", "made_for.expert_format", "must be"},
+      {"empty fingerprint", "profile_fingerprint = ", "profile_fingerprint = ''", "made_for.profile_fingerprint",
+       "is empty"},
+      {"headroom below the plan", "headroom_bytes = ", "headroom_bytes = 1073741824", "memory.headroom_bytes",
+       "less than the planned RAM plus margin"},
+      {"total edited alone", "planned_ram_bytes = ", "planned_ram_bytes = 1", "memory.planned_ram_bytes",
+       "not the sum of the RAM lines"},
+      {"negative bytes", "margin_bytes = ", "margin_bytes = -5", "memory.margin_bytes", "out of range"},
+      {"hit rate past 1", "hit_rate = ", "hit_rate = 1.5", "speed.hit_rate", "must be a number in"},
+      {"speed that is not a number", "decode_tok_per_s = ", "decode_tok_per_s = nan", "speed.decode_tok_per_s",
+       "must be a number"},
+  };
+  for (const BadPlan& c : cases) {
+    auto parsed = parse_plan(edit(good, c.prefix, c.line), "bad.toml");
+    ASSERT_FALSE(parsed.ok()) << c.name;
+    const std::string& message = parsed.error().message;
+    EXPECT_TRUE(std::regex_search(message, std::regex("^bad\\.toml:[1-9][0-9]*:[0-9]+: field '")))
+        << c.name << ": " << message;
+    EXPECT_NE(message.find("'" + std::string(c.field) + "'"), std::string::npos) << c.name << ": " << message;
+    EXPECT_NE(message.find(c.says), std::string::npos) << c.name << ": " << message;
+  }
+}
+
+TEST(PlanFile, RefusesTruncatedToml) {
+  const std::string good = plan_to_toml(h200_qwen3_plan());
+  auto parsed = parse_plan(good.substr(0, good.find("[[memory.lines]]") + 10), "cut.toml");
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_NE(parsed.error().message.find("cut.toml:"), std::string::npos) << parsed.error().message;
+  EXPECT_NE(parsed.error().message.find("not valid TOML"), std::string::npos) << parsed.error().message;
+}
+
+// ------------------------------------------------------------------- speed
+
+DiskBandwidthPoint disk(std::uint64_t block, int qd, double gbs) {
+  return {"random", block, qd, {1, gbs, gbs, gbs, 0}};
+}
+
+// RAM read 1 GB/s at 1 thread and `gbs` at 8; random reads of 1 MiB (best
+// queue depth 2.0 GB/s) and 16 MiB (9 GB/s, but far from Qwen3's 2.4 MiB record).
+DeviceProfile measured_profile(double gbs) {
+  DeviceProfile p = h200();
+  p.measurements.memory = MemoryBandwidth{1 << 30, {{"read", -1, 1, {}, {1, 1, 1, 1, 0}},
+                                                    {"triad", -1, 8, {}, {1, 99, 99, 99, 0}},
+                                                    {"read", -1, 8, {}, {1, gbs, gbs, gbs, 0}}}};
+  p.measurements.disk = DiskBandwidth{"/d", "ext4", true, "", 1 << 30,
+                                      {disk(1 << 20, 1, 0.5), disk(1 << 20, 4, 2.0), disk(16 << 20, 8, 9.0)}};
+  return p;
+}
+
+TEST(PlanSpeed, UsesNearestThreadsAndRecordSizedRandomReads) {
+  const ModelFootprint fp = qwen3();
+  Plan plan = h200_qwen3_plan().plan;
+  plan.threads = 7;
+  const SpeedPrediction s = predict_speed(measured_profile(10), fp, plan);
+  ASSERT_TRUE(s.available);
+  EXPECT_NE(s.decode_inputs.find("RAM read 10.0 GB/s (measured at 8 threads"), std::string::npos) << s.decode_inputs;
+  EXPECT_NE(s.decode_inputs.find("disk random read 2.00 GB/s (1.0 MiB blocks, queue depth 4"), std::string::npos)
+      << s.decode_inputs;
+  EXPECT_DOUBLE_EQ(s.hit_rate, 105.0 / 128);
+}
+
+TEST(PlanSpeed, AllResidentScalesWithRamBandwidthAndBeatsStreaming) {
+  const ModelFootprint fp = qwen3();
+  Plan streaming = h200_qwen3_plan().plan;
+  Plan resident = streaming;
+  resident.cap = fp.n_experts;
+  const SpeedPrediction slow = predict_speed(measured_profile(10), fp, resident);
+  const SpeedPrediction fast = predict_speed(measured_profile(20), fp, resident);
+  ASSERT_TRUE(slow.available && fast.available);
+  EXPECT_NEAR(fast.decode_tok_per_s, 2 * slow.decode_tok_per_s, 1e-9 * fast.decode_tok_per_s);
+  EXPECT_LT(predict_speed(measured_profile(10), fp, streaming).decode_tok_per_s, slow.decode_tok_per_s);
+  EXPECT_DOUBLE_EQ(slow.hit_rate, 1.0);
+}
+
+TEST(PlanSpeed, QuickProfileSaysToMeasureInsteadOfGuessing) {
+  DeviceProfile quick = h200();
+  quick.measurements = {};
+  const SpeedPrediction s = predict_speed(quick, qwen3(), h200_qwen3_plan().plan);
+  EXPECT_FALSE(s.available);
+  EXPECT_EQ(s.unavailable, kNoMeasuredBandwidth);
+  EXPECT_EQ(s.decode_tok_per_s, 0);
+}
+
+TEST(PlanSpeed, HistoryHitRateIsTheMassOfTheCachedExperts) {
+  auto history = experts::UsageHistory::create({2, 4, 1, "test-model"});
+  ASSERT_TRUE(history.ok());
+  for (int expert : {0, 0, 0, 1}) ASSERT_TRUE(history->record(0, std::span<const int>(&expert, 1)).ok());
+  history->add_tokens(4);
+  ModelFootprint fp;
+  fp.n_experts = 4;
+  std::string inputs;
+  // Layer 0: the most used expert holds 3/4 of the routings; layer 1 was
+  // never routed, so it falls back to uniform 1/4. Mean: 0.5.
+  EXPECT_DOUBLE_EQ(expected_hit_rate(fp, 1, &*history, inputs), 0.5);
+  EXPECT_NE(inputs.find("usage history"), std::string::npos) << inputs;
+  fp.n_experts = 8;  // another model's history is not applied
+  EXPECT_DOUBLE_EQ(expected_hit_rate(fp, 2, &*history, inputs), 0.25);
+  EXPECT_NE(inputs.find("does not fit"), std::string::npos) << inputs;
+}
+
+}  // namespace
+}  // namespace coli::planner

@@ -1,0 +1,217 @@
+// coli-plan: a device profile + a model's headers -> the engine's knobs, the
+// memory they take per component and tier, why each was chosen, and the
+// predicted speed. Reads two small files; never probes or loads weights.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <optional>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "coli/base/files.h"
+#include "coli/base/text.h"
+#include "coli/model/model_desc.h"
+#include "coli/planner/plan_io.h"
+#include "coli/probe/profile_io.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+namespace planner = coli::planner;
+using Clock = std::chrono::steady_clock;
+
+// "16G", "512MiB", "1.5T", "1073741824": binary units, like `free -h`.
+std::optional<std::uint64_t> parse_size(std::string text) {
+  std::size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &used);
+  } catch (...) {
+    return std::nullopt;
+  }
+  std::string unit = text.substr(used);
+  for (const char* suffix : {"iB", "B"}) {
+    if (unit.size() > 1 && unit.ends_with(suffix)) unit.resize(unit.size() - std::string(suffix).size());
+  }
+  int shift = 0;
+  if (unit == "K" || unit == "k") shift = 10;
+  else if (unit == "M") shift = 20;
+  else if (unit == "G") shift = 30;
+  else if (unit == "T") shift = 40;
+  else if (!unit.empty() && unit != "B") return std::nullopt;
+  const double bytes = value * std::ldexp(1.0, shift);
+  if (!(bytes >= 1) || bytes > 0x1p62) return std::nullopt;
+  return static_cast<std::uint64_t>(bytes);
+}
+
+struct LoadedModel {
+  planner::ModelFootprint footprint;
+  std::string identity;
+  std::string source;  // "config.json only" or "config.json + N safetensors headers"
+};
+
+// A Hugging Face directory with safetensors: its headers are checked against
+// the config (describe_model reads headers only). A config.json, or a
+// directory with only one, is planned from the config alone.
+coli::Result<LoadedModel> load_model(const fs::path& path, planner::ExpertFormat experts, planner::DenseFormat dense) {
+  const fs::path config_path = fs::is_directory(path) ? path / "config.json" : path;
+  auto text = coli::read_text_file(config_path);
+  if (!text) return coli::make_error(text.error().message + " (--model takes a model directory or its config.json)");
+  LoadedModel m;
+  coli::model::ModelConfig config;
+  bool has_weights = false;
+  if (fs::is_directory(path)) {
+    for (const auto& entry : fs::directory_iterator(path)) has_weights |= entry.path().extension() == ".safetensors";
+  }
+  if (has_weights) {
+    auto desc = coli::model::describe_model(path);
+    if (!desc) return desc.error();
+    config = desc->config;
+    m.source = "config.json + " + std::to_string(desc->files.size()) + " safetensors headers";
+  } else {
+    auto parsed = coli::model::parse_model_config(*text, config_path.string());
+    if (!parsed) return parsed.error();
+    config = *parsed;
+    m.source = "config.json only";
+  }
+  m.footprint = planner::describe_footprint(config, experts, dense);
+  m.identity = planner::model_identity(*text, config);
+  return m;
+}
+
+std::string bar(std::uint64_t bytes, std::uint64_t headroom, int width = 30) {
+  const int filled = headroom == 0 ? 0 : static_cast<int>(std::min<double>(width, std::lround(1.0 * width * bytes / headroom)));
+  return std::string(filled, '#') + std::string(width - filled, '.');
+}
+
+void print_human(const planner::PlanFile& f, const planner::ModelFootprint& fp, const std::string& model_source) {
+  const planner::Plan& p = f.plan;
+  const auto& c = fp.config;
+  std::printf("coli-plan: %s (%s) on profile %s (%s)\n", f.model_name.c_str(), model_source.c_str(),
+              f.profile_path.c_str(), f.profile_fingerprint.c_str());
+  std::printf("model     %s: %zu MoE layers x %d experts (top_k %d), hidden %llu, experts %s (record %s), dense %s\n",
+              c.model_type.c_str(), fp.moe_layers.size(), fp.n_experts, fp.top_k,
+              static_cast<unsigned long long>(c.hidden_size), planner::expert_format_name(fp.expert_format).c_str(),
+              planner::format_bytes(fp.expert().record_bytes).c_str(), planner::dense_format_name(fp.dense_format).c_str());
+  std::printf("\n%-32s %8s %11s %11s  RAM vs headroom %s\n", "component", "VRAM", "RAM", "disk",
+              planner::format_bytes(p.headroom_bytes).c_str());
+  for (const planner::MemoryLine& line : p.memory.lines) {
+    const bool ram = line.tier == planner::Tier::ram;
+    const std::string bytes = planner::format_bytes(line.bytes);
+    std::printf("%-32s %8s %11s %11s  %s\n", line.component.c_str(), "",
+                ram ? bytes.c_str() : "", line.tier == planner::Tier::disk ? bytes.c_str() : "",
+                ram ? bar(line.bytes, p.headroom_bytes).c_str() : "");
+    std::printf("    %s\n", line.formula.c_str());
+  }
+  const std::uint64_t total = p.planned_ram_bytes(), needed = total + p.margin.bytes;
+  std::printf("%-32s %8s %11s %11s  %s\n", "total (itemised)", "", planner::format_bytes(total).c_str(),
+              planner::format_bytes(p.memory.total(planner::Tier::disk)).c_str(), bar(total, p.headroom_bytes).c_str());
+  std::printf("%-32s %8s %11s %11s  %s\n", "+ safety margin", "", planner::format_bytes(p.margin.bytes).c_str(), "",
+              bar(needed, p.headroom_bytes).c_str());
+  std::printf("needs %s of %s headroom (%s): %s spare\n", planner::format_bytes(needed).c_str(),
+              planner::format_bytes(p.headroom_bytes).c_str(), p.headroom_source.c_str(),
+              planner::format_bytes(p.headroom_bytes - needed).c_str());
+
+  std::printf("\nchoices\n");
+  for (const planner::Decision& d : p.decisions) {
+    std::printf("  %-21s %-10s %s\n", d.knob.c_str(), d.value.c_str(), d.reason.c_str());
+  }
+  if (p.streaming()) {
+    std::printf("  expert cache: cap %d of %d experts per MoE layer (%d pinned): streaming the rest from disk\n", p.cap,
+                p.n_experts, p.pins);
+  } else {
+    std::printf("  expert cache: all %d experts per MoE layer resident: no streaming\n", p.n_experts);
+  }
+
+  std::printf("\npredicted speed\n");
+  const planner::SpeedPrediction& s = f.speed;
+  std::printf("  hit rate   %.1f%%  (%s)\n", s.hit_rate * 100, s.hit_rate_inputs.c_str());
+  if (!s.available) {
+    std::printf("  %s\n", s.unavailable.c_str());
+    return;
+  }
+  std::printf("  decode     %.2f tok/s  = 1 / (%s)\n", s.decode_tok_per_s, s.decode_inputs.c_str());
+  std::printf("  prefill    %.1f tok/s  %s\n", s.prefill_tok_per_s, s.prefill_inputs.c_str());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"coli-plan: plan how to run a MoE model on a profiled machine (memory per component, knobs, speed)"};
+  std::string profile_path, model_path, ram_text, out, experts_name = "q4_g64", dense_name = "source";
+  planner::PlanRequest request;
+  bool json = false, toml = false;
+  app.add_option("--profile", profile_path, "Device profile written by coli-probe")->required();
+  app.add_option("--model", model_path, "Hugging Face model directory (headers only are read) or its config.json")
+      ->required();
+  app.add_option("--threads", request.threads, "Force the decode thread count");
+  app.add_option("--cap", request.cap, "Force the expert cache slots per MoE layer (pins included)");
+  app.add_option("--pin", request.pins, "Force the pinned experts per MoE layer");
+  app.add_option("--ram", ram_text, "RAM the plan may use, e.g. 16G (at most the profile's measured headroom)");
+  app.add_option("--ctx", request.ctx, "Context length to reserve the KV cache for");
+  app.add_option("--experts", experts_name, "Expert format in the container")
+      ->check(CLI::IsMember({"q4_g64", "q8_row"}))
+      ->capture_default_str();
+  app.add_option("--dense", dense_name, "Dense weight format")
+      ->check(CLI::IsMember({"source", "q8_row", "q4_g64"}))
+      ->capture_default_str();
+  auto* json_flag = app.add_flag("--json", json, "Print the plan as JSON instead of the table");
+  app.add_flag("--toml", toml, "Print the plan as TOML instead of the table")->excludes(json_flag);
+  app.add_option("--out", out, "Write the plan file (TOML) here, atomically");
+  CLI11_PARSE(app, argc, argv);
+
+  const auto start = Clock::now();
+  if (!ram_text.empty()) {
+    request.ram = parse_size(ram_text);
+    if (!request.ram) {
+      std::fprintf(stderr, "coli-plan: --ram '%s' is not a size: use e.g. 16G, 512M or a byte count\n", ram_text.c_str());
+      return 1;
+    }
+  }
+  auto profile = coli::load_profile(profile_path);
+  if (!profile) {
+    std::fprintf(stderr, "coli-plan: %s\n", profile.error().message.c_str());
+    return 1;
+  }
+  auto model = load_model(model_path, *planner::parse_expert_format(experts_name), *planner::parse_dense_format(dense_name));
+  if (!model) {
+    std::fprintf(stderr, "coli-plan: %s\n", model.error().message.c_str());
+    return 1;
+  }
+  auto plan = planner::make_plan(*profile, model->footprint, request);
+  if (!plan) {
+    std::fprintf(stderr, "coli-plan: refused: %s\n", plan.error().message.c_str());
+    return 1;
+  }
+  planner::PlanFile file;
+  file.profile_fingerprint = profile->fingerprint;
+  file.profile_path = profile_path;
+  file.model_name = model_path;
+  file.model_identity = model->identity;
+  file.expert_format = model->footprint.expert_format;
+  file.dense_format = model->footprint.dense_format;
+  file.top_k = model->footprint.top_k;
+  file.plan = std::move(*plan);
+  file.speed = planner::predict_speed(*profile, model->footprint, file.plan);
+  // Everything from reading the profile to the prediction: the < 50 ms target.
+  file.planning_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+
+  if (!out.empty()) {
+    if (auto saved = planner::save_plan(out, file); !saved) {
+      std::fprintf(stderr, "coli-plan: %s (choose another place with --out)\n", saved.error().message.c_str());
+      return 1;
+    }
+  }
+  if (json) {
+    std::fputs(planner::plan_to_json(file).c_str(), stdout);
+  } else if (toml) {
+    std::fputs(planner::plan_to_toml(file).c_str(), stdout);
+  } else {
+    print_human(file, model->footprint, model->source);
+    std::printf("\nplanned in %.1f ms (profile, model headers, plan, speed)%s\n", file.planning_ms,
+                out.empty() ? "" : (" -> " + out).c_str());
+  }
+  return 0;
+}
