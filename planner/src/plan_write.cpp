@@ -73,7 +73,7 @@ toml::table plan_table(const PlanFile& f) {
 std::string model_identity(std::string_view config_text, const model::ModelConfig& config) {
   std::vector<std::string> names;
   for (const model::ExpectedTensor& t : model::expected_tensors(config)) names.push_back(t.name);
-  return experts::usage_model_identity(config_text, names);
+  return experts::usage_model_identity(model::canonical_config_json(config_text), names);
 }
 
 std::string plan_to_toml(const PlanFile& plan) {

@@ -17,6 +17,9 @@
 #include <nlohmann/json.hpp>
 
 #include "coli/convert/convert.h"
+#include "coli/experts/usage_history.h"
+#include "coli/model/model_config.h"
+#include "coli/planner/plan_io.h"
 #include "coli/runtime/moe_model.h"
 
 namespace coli {
@@ -272,6 +275,21 @@ TEST_P(EngineReference, TokensDoNotDependOnIoThreadsOrDirectIo) {
     else if (!direct) EXPECT_EQ(mode, "buffered, 4 I/O threads (O_DIRECT off)");
     else EXPECT_TRUE(mode == "O_DIRECT, 4 I/O threads" || mode.find("buffered, 4 I/O threads (") == 0) << mode;
   }
+}
+
+// A plan (made from the checkpoint's config.json) and a run (from the
+// container's copy) must name the same model, or usage histories and plans
+// would never be recognised.
+TEST_P(EngineReference, PlannerAndEngineAgreeOnTheModelIdentity) {
+  const fs::path dir = fs::path(COLI_FIXTURES_DIR) / "models" / GetParam();
+  std::ifstream file(dir / "config.json");
+  const std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  auto config = model::parse_model_config(text, "config.json");
+  ASSERT_TRUE(config.ok()) << config.error().message;
+  auto model = runtime::MoeModel::load(container_for(GetParam(), convert::ExpertFormat::q8_row), {});
+  ASSERT_TRUE(model.ok()) << model.error().message;
+  const runtime::ModelShape shape = model->shape();
+  EXPECT_EQ(planner::model_identity(text, *config), experts::usage_model_identity(shape.config_json, shape.tensor_names));
 }
 
 INSTANTIATE_TEST_SUITE_P(AllArchitectures, EngineReference,

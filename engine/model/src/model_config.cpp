@@ -265,4 +265,12 @@ Result<ModelConfig> read_model_config(const std::filesystem::path& path) {
   return parse_model_config(*text, path.string());
 }
 
+std::string canonical_config_json(std::string_view json_text) {
+  try {
+    return nlohmann::json::parse(json_text).dump();
+  } catch (const nlohmann::json::exception&) {
+    return std::string(json_text);
+  }
+}
+
 }  // namespace coli::model

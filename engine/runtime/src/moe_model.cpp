@@ -6,6 +6,7 @@
 #include "coli/container/container.h"
 #include "coli/forward/ops.h"
 #include "coli/model/model_config.h"
+#include "coli/model/tensor_layout.h"
 #include "dense_weights.h"
 #include "expert_store.h"
 
@@ -327,12 +328,14 @@ const ModelStats& MoeModel::stats() const { return state_->stats; }
 const std::vector<std::vector<std::uint64_t>>& MoeModel::routing_counts() const { return state_->routing_counts; }
 
 ModelShape MoeModel::shape() const {
+  // The same identity inputs as the planner's (canonical config, expected
+  // tensor names), so a plan, a run and a usage history recognise each other.
   const auto& layout = state_->reader->index().experts;
   std::vector<std::string> names;
-  for (const auto& tensor : state_->reader->index().tensors) names.push_back(tensor.name);
+  for (const model::ExpectedTensor& t : model::expected_tensors(state_->config)) names.push_back(t.name);
   return ModelShape{static_cast<int>(layout.layers), static_cast<int>(layout.experts),
-                    static_cast<int>(state_->config.num_experts_per_tok), state_->reader->index().config_json,
-                    std::move(names)};
+                    static_cast<int>(state_->config.num_experts_per_tok),
+                    model::canonical_config_json(state_->reader->index().config_json), std::move(names)};
 }
 
 }  // namespace coli::runtime

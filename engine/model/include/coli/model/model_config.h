@@ -91,6 +91,12 @@ struct ModelConfig {
 std::string_view architecture_name(Architecture architecture);  // the model_type
 std::string_view supported_architectures();  // "qwen3_moe, olmoe, mixtral, qwen2_moe"
 
+// config.json text in one canonical form (keys sorted, no spaces), so a
+// model's identity does not depend on how its config was formatted: the
+// planner hashes the checkpoint's file, the engine the container's copy.
+// Text that is not JSON is returned unchanged.
+std::string canonical_config_json(std::string_view json_text);
+
 // `source` names the file in messages ("config.json" or a path).
 Result<ModelConfig> parse_model_config(std::string_view json_text, std::string_view source);
 Result<ModelConfig> read_model_config(const std::filesystem::path& path);
