@@ -15,6 +15,7 @@
 #include "coli/experts/usage_history.h"
 #include "coli/runtime/moe_model.h"
 #include "coli/tokenizer/tokenizer.h"
+#include "run_plan.h"
 
 namespace {
 
@@ -97,7 +98,8 @@ int run_convert(const std::string& model_dir, const std::string& out, const std:
 }
 
 struct RunArgs {
-  std::string model, prompt, tokenizer, pin, usage;
+  std::string model, prompt, tokenizer, pin, usage, plan, profile;
+  bool knobs_given = false;  // --threads/--cap/--ctx/... given explicitly
   double usage_decay = 0.9;
   std::vector<std::int32_t> prompt_ids;
   int max_tokens = 32;
@@ -203,13 +205,35 @@ int run_generate(const RunArgs& args) {
   const bool pin_is_file = !args.pin.empty() && !coli::parse_int(args.pin);
   History history = open_history(pin_is_file ? args.pin : (args.usage.empty() ? args.model + ".usage" : args.usage),
                                  history_key(shape));
+  // --plan / --profile: every knob from the plan (explicit knobs would fight it).
+  std::optional<coli::tools::PlannedKnobs> planned;
+  RunArgs effective = args;
+  if (!args.plan.empty() || !args.profile.empty()) {
+    if (args.knobs_given) {
+      std::fprintf(stderr, "coli run: --threads/--cap/--ctx/--pin/--io-threads come from the plan; change them with coli-plan\n");
+      return 2;
+    }
+    const int history_pins = history.loaded ? shape.experts : 0;
+    auto knobs = args.plan.empty() ? coli::tools::knobs_from_profile(args.profile, shape, history_pins)
+                                   : coli::tools::knobs_from_plan(args.plan, shape);
+    if (!knobs) {
+      std::fprintf(stderr, "coli run: %s\n", knobs.error().message.c_str());
+      return 1;
+    }
+    planned = std::move(*knobs);
+    options = planned->options;
+    effective.pin = std::to_string(planned->pins);
+    std::fprintf(stderr, "coli run: knobs from %s: %d threads, cap %d, %d pins, rounds of %d tokens, ctx %d\n",
+                 planned->source.c_str(), options.threads, options.cache_capacity, planned->pins,
+                 options.prefill_round_tokens, options.max_context);
+  }
   const int cap = options.cache_capacity > 0 ? options.cache_capacity : shape.experts;
-  auto pins = choose_pins(args, history, shape.moe_layers, shape.top_k, cap);
+  auto pins = choose_pins(effective, history, shape.moe_layers, shape.top_k, cap);
   if (!pins) {
     std::fprintf(stderr, "coli run: %s\n", pins.error().message.c_str());
     return 1;
   }
-  if (!pins->empty()) {
+  if (!pins->empty() || planned) {
     options.pins = std::move(*pins);
     model = coli::runtime::MoeModel::load(args.model, options);
     if (!model) {
@@ -258,6 +282,7 @@ int run_generate(const RunArgs& args) {
               coli::format_bytes(stats.expert_bytes_read).c_str(), stats.cpu_kernel.c_str(), options.threads,
               stats.io_mode.c_str(),
               coli::format_bytes(peak_rss_bytes()).c_str());
+  if (planned) coli::tools::print_plan_vs_actual(planned->plan, model->stats(), peak_rss_bytes());
   return 0;
 }
 
@@ -286,6 +311,8 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--cap", run.options.cache_capacity, "Expert slots per layer (0 = all experts resident)")->check(CLI::Range(0, 1 << 20))->capture_default_str();
   run_cmd->add_option("--pin", run.pin,
                       "N: pin each layer's N most-used experts (usage history); FILE: that history, all but top_k slots");
+  run_cmd->add_option("--plan", run.plan, "Take every knob from a plan written by coli-plan --out")->check(CLI::ExistingFile);
+  run_cmd->add_option("--profile", run.profile, "Plan on the spot from this device profile (coli-probe)")->check(CLI::ExistingFile);
   run_cmd->add_option("--usage", run.usage, "Usage history file (default: MODEL.usage); every run adds its routing");
   run_cmd->add_option("--usage-decay", run.usage_decay, "Weight of the older history when this run is merged in")
       ->check(CLI::Range(0.0, 1.0))
@@ -300,6 +327,9 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   if (convert->parsed()) return run_convert(model_dir, out, experts, dense);
+  for (const char* knob : {"--threads", "--cap", "--ctx", "--pin", "--io-threads", "--no-direct-io"}) {
+    run.knobs_given = run.knobs_given || run_cmd->count(knob) > 0;
+  }
   if (run.prompt.empty() && run.prompt_ids.empty()) {
     std::fprintf(stderr, "coli run: give --prompt TEXT or --prompt-ids N...\n");
     return 2;

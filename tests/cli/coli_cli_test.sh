@@ -46,6 +46,17 @@ check "broken history is not fatal" test $? -eq 0
 check "broken history is reported" contains "$work/h3.out" "ignoring usage history"
 check "broken history left untouched" test "$(cat "$work/bad.usage")" = "not a history"
 
+# Knobs from a device profile or a plan, and plan vs actual at the end.
+"$(dirname "$coli")/coli-probe" --quick --out "$work/profile.toml" >/dev/null 2>&1
+"$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 4 --profile "$work/profile.toml" >"$work/p1.out" 2>&1
+check "run --profile exits 0" test $? -eq 0
+check "run --profile says where its knobs come from" contains "$work/p1.out" "knobs from profile"
+check "run --profile reports plan vs actual" contains "$work/p1.out" "plan vs actual"
+check "dense weights match the plan exactly" contains "$work/p1.out" "dense weights .*(+0.0%)"
+"$coli" run --model "$work/demo.coli" --prompt-ids 1 --profile "$work/profile.toml" --cap 3 >/dev/null 2>"$work/p2.err"
+check "explicit knobs with a plan refused" test $? -eq 2
+check "the refusal says to use coli-plan" contains "$work/p2.err" "coli-plan"
+
 # Bad input: clear errors, never a crash.
 "$coli" run --model "$work/demo.coli" --prompt-ids 1 --cap 1 >/dev/null 2>"$work/e1"
 rc=$?

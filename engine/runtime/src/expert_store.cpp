@@ -274,6 +274,12 @@ void ExpertStore::accumulate_ffn(int moe_layer, int expert, float weight, std::s
   add_scaled(weight, down_, out);
 }
 
+std::uint64_t ExpertStore::slab_bytes() const {
+  std::uint64_t total = 0;
+  for (const auto& cache : caches_) total += static_cast<std::uint64_t>(cache.cap()) * cache.expert_bytes();
+  return total;
+}
+
 std::uint64_t ExpertStore::hits() const {
   std::uint64_t total = 0;
   for (const auto& cache : caches_) total += cache.stats().hits;

@@ -82,6 +82,8 @@ class ExpertStore {
   // every layer's evictable slots (field note 1); at most `requested`.
   int tokens_per_round(int requested) const { return planner_->tokens_per_round(requested); }
 
+  std::uint64_t slab_bytes() const;  // all layers' cache slabs
+
   std::uint64_t hits() const;
   std::uint64_t misses() const;
   // Bytes transferred from the container (whole aligned records under O_DIRECT).

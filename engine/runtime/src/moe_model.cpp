@@ -285,6 +285,9 @@ Result<MoeModel> MoeModel::load(const std::filesystem::path& path, const ModelOp
   state->router_logits.resize(c.num_experts);
   state->k_cache.assign(c.num_hidden_layers, std::vector<float>(static_cast<std::size_t>(options.max_context) * kv_width));
   state->v_cache = state->k_cache;
+  state->stats.dense_bytes = state->dense.bytes();
+  state->stats.kv_cache_bytes = 2ull * c.num_hidden_layers * static_cast<std::uint64_t>(options.max_context) * kv_width * 4;
+  state->stats.expert_cache_bytes = state->experts.slab_bytes();
   return MoeModel(std::move(state));
 }
 
@@ -333,9 +336,15 @@ ModelShape MoeModel::shape() const {
   const auto& layout = state_->reader->index().experts;
   std::vector<std::string> names;
   for (const model::ExpectedTensor& t : model::expected_tensors(state_->config)) names.push_back(t.name);
+  std::string dense_format = "source";
+  for (const auto& tensor : state_->reader->index().tensors) {
+    if (tensor.dtype == "Q8_ROW") dense_format = "q8_row";
+    if (tensor.dtype == "Q4_G64") dense_format = "q4_g64";
+  }
   return ModelShape{static_cast<int>(layout.layers), static_cast<int>(layout.experts),
                     static_cast<int>(state_->config.num_experts_per_tok),
-                    model::canonical_config_json(state_->reader->index().config_json), std::move(names)};
+                    model::canonical_config_json(state_->reader->index().config_json), std::move(names),
+                    layout.format, dense_format};
 }
 
 }  // namespace coli::runtime

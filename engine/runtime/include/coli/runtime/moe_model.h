@@ -42,7 +42,11 @@ struct ModelStats {
   std::uint64_t expert_misses = 0;
   std::uint64_t expert_bytes_read = 0;
   std::string cpu_kernel;                 // the variant in use
-  std::string io_mode;                    // e.g. "O_DIRECT, 4 I/O threads"
+  std::string io_mode;
+  // The engine's own accounting of its large allocations, for plan vs actual.
+  std::uint64_t dense_bytes = 0;          // dense weights held in memory
+  std::uint64_t expert_cache_bytes = 0;   // slabs of every layer's expert cache
+  std::uint64_t kv_cache_bytes = 0;       // K and V for max_context positions                    // e.g. "O_DIRECT, 4 I/O threads"
 };
 
 // What identifies a model for its usage history (experts::UsageHistoryKey).
@@ -52,6 +56,8 @@ struct ModelShape {
   int top_k = 0;
   std::string config_json;
   std::vector<std::string> tensor_names;
+  std::string expert_format;  // "q4_g64", "q8_row", "f32"
+  std::string dense_format;   // "source", "q8_row", "q4_g64" (how the container holds projections)
 };
 
 class MoeModel {

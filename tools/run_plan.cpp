@@ -1,0 +1,96 @@
+#include "run_plan.h"
+
+#include <cstdio>
+
+#include "coli/base/text.h"
+#include "coli/experts/usage_history.h"
+#include "coli/model/model_config.h"
+#include "coli/planner/footprint.h"
+#include "coli/probe/profile_io.h"
+
+namespace coli::tools {
+namespace {
+
+std::string shape_identity(const runtime::ModelShape& shape) {
+  return experts::usage_model_identity(shape.config_json, shape.tensor_names);
+}
+
+// The engine's knobs for a plan; every one the plan decides.
+runtime::ModelOptions options_of(const planner::Plan& plan) {
+  runtime::ModelOptions options;
+  options.threads = plan.threads;
+  options.cache_capacity = plan.cap >= plan.n_experts ? 0 : plan.cap;
+  options.max_context = plan.ctx;
+  options.prefill_round_tokens = plan.prefill_round_tokens;
+  options.io_threads = plan.io_threads;
+  options.direct_io = plan.direct_io;
+  return options;
+}
+
+}  // namespace
+
+Result<PlannedKnobs> knobs_from_plan(const std::filesystem::path& plan_file, const runtime::ModelShape& shape) {
+  auto plan = planner::load_plan(plan_file);
+  if (!plan) return plan.error();
+  if (plan->model_identity != shape_identity(shape)) {
+    return make_error(plan_file.string() + " was planned for another model (" + plan->model_name +
+                      "): run coli-plan for this one");
+  }
+  return PlannedKnobs{options_of(plan->plan), plan->plan.pins, *plan, "plan " + plan_file.string()};
+}
+
+Result<PlannedKnobs> knobs_from_profile(const std::filesystem::path& profile_file, const runtime::ModelShape& shape,
+                                        int history_pins) {
+  auto profile = load_profile(profile_file);
+  if (!profile) return profile.error();
+  auto config = model::parse_model_config(shape.config_json, "the container's config");
+  if (!config) return config.error();
+  const auto experts = planner::parse_expert_format(shape.expert_format);
+  const auto dense = planner::parse_dense_format(shape.dense_format);
+  if (!experts || !dense) return make_error("the container's formats cannot be planned: " + shape.expert_format);
+  const planner::ModelFootprint footprint = planner::describe_footprint(*config, *experts, *dense);
+  planner::PlanRequest request;
+  request.history_pins = history_pins;
+  auto plan = planner::make_plan(*profile, footprint, request);
+  if (!plan) return plan.error();
+  planner::PlanFile file;
+  file.profile_fingerprint = profile->fingerprint;
+  file.profile_path = profile_file.string();
+  file.model_identity = shape_identity(shape);
+  file.expert_format = *experts;
+  file.dense_format = *dense;
+  file.top_k = shape.top_k;
+  file.plan = *plan;
+  return PlannedKnobs{options_of(*plan), plan->pins, file, "profile " + profile_file.string()};
+}
+
+bool print_plan_vs_actual(const planner::PlanFile& file, const runtime::ModelStats& stats, std::uint64_t peak_rss) {
+  const planner::Plan& plan = file.plan;
+  auto line_bytes = [&](std::initializer_list<const char*> components) {
+    std::uint64_t total = 0;
+    for (const char* name : components) {
+      if (const auto* line = plan.memory.find(name)) total += line->bytes;
+    }
+    return total;
+  };
+  auto row = [](const char* what, std::uint64_t planned, std::uint64_t actual) {
+    const double ratio = planned > 0 ? static_cast<double>(actual) / static_cast<double>(planned) : 0;
+    std::printf("  %-28s planned %10s  measured %10s  (%+.1f%%)\n", what, format_bytes(planned).c_str(),
+                format_bytes(actual).c_str(), (ratio - 1) * 100);
+  };
+  std::printf("plan vs actual:\n");
+  row("dense weights", line_bytes({"dense weights"}), stats.dense_bytes);
+  row("expert cache slabs", line_bytes({"expert cache: pinned slots", "expert cache: evictable slots"}),
+      stats.expert_cache_bytes);
+  row("KV cache", line_bytes({"KV cache"}), stats.kv_cache_bytes);
+  const std::uint64_t planned = plan.planned_ram_bytes();
+  row("process RSS (peak)", planned, peak_rss);
+  const bool within = peak_rss <= planned + plan.margin.bytes;
+  if (!within) {
+    std::printf("  WARNING: peak RSS %s exceeds the plan %s plus its margin %s: re-plan with a smaller --cap or --ctx\n",
+                format_bytes(peak_rss).c_str(), format_bytes(planned).c_str(), format_bytes(plan.margin.bytes).c_str());
+  }
+  return within;
+}
+
+}  // namespace coli::tools

@@ -1,0 +1,35 @@
+// `coli run --plan FILE` / `--profile FILE`: the engine's knobs from a plan
+// (checked against this model), or planned on the spot from a device
+// profile; and the plan-vs-actual report at the end of a run.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+
+#include "coli/base/result.h"
+#include "coli/planner/plan_io.h"
+#include "coli/runtime/moe_model.h"
+
+namespace coli::tools {
+
+struct PlannedKnobs {
+  runtime::ModelOptions options;
+  int pins = 0;               // per layer, picked from the usage history
+  planner::PlanFile plan;
+  std::string source;         // "plan FILE" or "profile FILE" for messages
+};
+
+// Errors: an unreadable or invalid plan/profile, a plan made for another
+// model, a plan the planner refuses (what to change).
+Result<PlannedKnobs> knobs_from_plan(const std::filesystem::path& plan_file, const runtime::ModelShape& shape);
+Result<PlannedKnobs> knobs_from_profile(const std::filesystem::path& profile_file, const runtime::ModelShape& shape,
+                                        int history_pins);
+
+// Planned vs measured: RAM total (plus margin) against peak RSS, and the
+// large components against the engine's own accounting. Returns false when
+// the measured RSS ran past the plan plus its margin.
+bool print_plan_vs_actual(const planner::PlanFile& plan, const runtime::ModelStats& stats, std::uint64_t peak_rss);
+
+}  // namespace coli::tools
