@@ -194,14 +194,14 @@ int run_generate(const RunArgs& args) {
     }
   }
   coli::runtime::ModelOptions options = args.options;
-  auto model = coli::runtime::MoeModel::load(args.model, options);
-  if (!model) {
-    std::fprintf(stderr, "coli run: %s\n", model.error().message.c_str());
+  // The shape (from the container's index alone) decides pins and plans;
+  // the weights are loaded once, with the final knobs.
+  auto read_shape = coli::runtime::MoeModel::read_shape(args.model);
+  if (!read_shape) {
+    std::fprintf(stderr, "coli run: %s\n", read_shape.error().message.c_str());
     return 1;
   }
-  // Pins come from the usage history, so the model is loaded once to learn
-  // its shape, then again with the pins (loading reads dense weights only).
-  const auto shape = model->shape();
+  const coli::runtime::ModelShape shape = std::move(*read_shape);
   const bool pin_is_file = !args.pin.empty() && !coli::parse_int(args.pin);
   History history = open_history(pin_is_file ? args.pin : (args.usage.empty() ? args.model + ".usage" : args.usage),
                                  history_key(shape));
@@ -233,13 +233,11 @@ int run_generate(const RunArgs& args) {
     std::fprintf(stderr, "coli run: %s\n", pins.error().message.c_str());
     return 1;
   }
-  if (!pins->empty() || planned) {
-    options.pins = std::move(*pins);
-    model = coli::runtime::MoeModel::load(args.model, options);
-    if (!model) {
-      std::fprintf(stderr, "coli run: %s\n", model.error().message.c_str());
-      return 1;
-    }
+  options.pins = std::move(*pins);
+  auto model = coli::runtime::MoeModel::load(args.model, options);
+  if (!model) {
+    std::fprintf(stderr, "coli run: %s\n", model.error().message.c_str());
+    return 1;
   }
   const double load_seconds = seconds_since(load_start);
   std::vector<float> logits(static_cast<std::size_t>(model->vocab_size()));

@@ -71,10 +71,11 @@ TEST(PlanFile, RoundTripsThroughToml) {
 }
 
 TEST(PlanFile, JsonCarriesTheSameTable) {
-  const std::string json = plan_to_json(h200_qwen3_plan());
+  const PlanFile f = h200_qwen3_plan();
+  const std::string json = plan_to_json(f);
   EXPECT_NE(json.find("\"schema_version\" : 1"), std::string::npos);
   EXPECT_NE(json.find("\"profile_fingerprint\" : \"fnv1a64:"), std::string::npos);
-  EXPECT_NE(json.find("\"cap\" : 105"), std::string::npos);
+  EXPECT_NE(json.find("\"cap\" : " + std::to_string(f.plan.cap)), std::string::npos);
 }
 
 TEST(PlanFile, SaveIsAtomicAndLoads) {
@@ -97,13 +98,16 @@ struct BadPlan {
 };
 
 TEST(PlanFile, RefusesBrokenFieldsNamingFileLineAndField) {
-  const std::string good = plan_to_toml(h200_qwen3_plan());
+  const PlanFile plan = h200_qwen3_plan();
+  const std::string good = plan_to_toml(plan);
+  const std::string pins_past_cap = "pins = " + std::to_string(plan.plan.cap + 1);
+  const std::string pins_range = "out of range [0, " + std::to_string(plan.plan.cap) + "]";
   const BadPlan cases[] = {
       {"from the future", "schema_version = ", "schema_version = 2", "schema_version", "newer than this build"},
       {"missing knob", "threads = ", "", "knobs.threads", "is missing"},
       {"knob of the wrong type", "threads = ", "threads = 'many'", "knobs.threads", "must be an integer"},
       {"cap below top_k", "cap = ", "cap = 3", "knobs.cap", "out of range [8, 128]"},
-      {"pins past cap", "pins = ", "pins = 106", "knobs.pins", "out of range [0, 105]"},
+      {"pins past cap", "pins = ", pins_past_cap.c_str(), "knobs.pins", pins_range.c_str()},
       {"round that starves", "prefill_round_tokens = ", "prefill_round_tokens = 64", "knobs.prefill_round_tokens",
        "field note 1"},
       {"unknown tier", "tier = ", "tier = 'tape'", "memory.lines[0].tier", "must be \"vram\""},
@@ -165,7 +169,7 @@ TEST(PlanSpeed, UsesNearestThreadsAndRecordSizedRandomReads) {
   EXPECT_NE(s.decode_inputs.find("RAM read 10.0 GB/s (measured at 8 threads"), std::string::npos) << s.decode_inputs;
   EXPECT_NE(s.decode_inputs.find("disk random read 2.00 GB/s (1.0 MiB blocks, queue depth 4"), std::string::npos)
       << s.decode_inputs;
-  EXPECT_DOUBLE_EQ(s.hit_rate, 105.0 / 128);
+  EXPECT_DOUBLE_EQ(s.hit_rate, static_cast<double>(plan.cap) / 128);
 }
 
 TEST(PlanSpeed, AllResidentScalesWithRamBandwidthAndBeatsStreaming) {

@@ -280,6 +280,15 @@ std::uint64_t ExpertStore::slab_bytes() const {
   return total;
 }
 
+void ExpertStore::commit_slabs() {
+  for (auto& cache : caches_) {
+    for (int slot = 0; slot < cache.cap(); ++slot) {
+      const std::span<std::byte> bytes = cache.slot_data(slot);
+      std::memset(bytes.data(), 0, bytes.size());
+    }
+  }
+}
+
 std::uint64_t ExpertStore::hits() const {
   std::uint64_t total = 0;
   for (const auto& cache : caches_) total += cache.stats().hits;

@@ -83,6 +83,7 @@ class ExpertStore {
   int tokens_per_round(int requested) const { return planner_->tokens_per_round(requested); }
 
   std::uint64_t slab_bytes() const;  // all layers' cache slabs
+  void commit_slabs();               // touch every slot page (see ModelOptions::commit_expert_cache)
 
   std::uint64_t hits() const;
   std::uint64_t misses() const;

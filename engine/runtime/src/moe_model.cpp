@@ -288,6 +288,7 @@ Result<MoeModel> MoeModel::load(const std::filesystem::path& path, const ModelOp
   state->stats.dense_bytes = state->dense.bytes();
   state->stats.kv_cache_bytes = 2ull * c.num_hidden_layers * static_cast<std::uint64_t>(options.max_context) * kv_width * 4;
   state->stats.expert_cache_bytes = state->experts.slab_bytes();
+  if (options.commit_expert_cache) state->experts.commit_slabs();
   return MoeModel(std::move(state));
 }
 
@@ -330,21 +331,36 @@ int MoeModel::context_used() const { return state_->used; }
 const ModelStats& MoeModel::stats() const { return state_->stats; }
 const std::vector<std::vector<std::uint64_t>>& MoeModel::routing_counts() const { return state_->routing_counts; }
 
-ModelShape MoeModel::shape() const {
+namespace {
+
+ModelShape shape_of(const container::ContainerReader& reader, const model::ModelConfig& config) {
   // The same identity inputs as the planner's (canonical config, expected
   // tensor names), so a plan, a run and a usage history recognise each other.
-  const auto& layout = state_->reader->index().experts;
+  const auto& layout = reader.index().experts;
   std::vector<std::string> names;
-  for (const model::ExpectedTensor& t : model::expected_tensors(state_->config)) names.push_back(t.name);
+  for (const model::ExpectedTensor& t : model::expected_tensors(config)) names.push_back(t.name);
   std::string dense_format = "source";
-  for (const auto& tensor : state_->reader->index().tensors) {
+  for (const auto& tensor : reader.index().tensors) {
     if (tensor.dtype == "Q8_ROW") dense_format = "q8_row";
     if (tensor.dtype == "Q4_G64") dense_format = "q4_g64";
   }
   return ModelShape{static_cast<int>(layout.layers), static_cast<int>(layout.experts),
-                    static_cast<int>(state_->config.num_experts_per_tok),
-                    model::canonical_config_json(state_->reader->index().config_json), std::move(names),
+                    static_cast<int>(config.num_experts_per_tok),
+                    model::canonical_config_json(reader.index().config_json), std::move(names),
                     layout.format, dense_format};
 }
+
+}  // namespace
+
+Result<ModelShape> MoeModel::read_shape(const std::filesystem::path& path) {
+  auto reader = container::ContainerReader::open(path);
+  if (!reader) return reader.error();
+  auto config = model::parse_model_config(reader->index().config_json, path.string() + " (config)");
+  if (!config) return config.error();
+  return shape_of(*reader, *config);
+}
+
+ModelShape MoeModel::shape() const { return shape_of(*state_->reader, state_->config); }
+
 
 }  // namespace coli::runtime

@@ -34,6 +34,10 @@ struct ModelOptions {
   // O_DIRECT expert reads when experts stream (cache_capacity < experts), if
   // the filesystem allows; with every expert resident the page cache is used.
   bool direct_io = true;
+  // Touch every expert-cache page at load, so the memory the plan grants is
+  // committed up front: a plan that does not fit fails at load, not mid-run,
+  // and RSS matches the plan from the first token.
+  bool commit_expert_cache = true;
 };
 
 struct ModelStats {
@@ -82,6 +86,8 @@ class MoeModel {
   // generated tokens), for the usage history that picks pins next time.
   const std::vector<std::vector<std::uint64_t>>& routing_counts() const;
   ModelShape shape() const;
+  // The same from the container's index alone (no weights loaded).
+  static Result<ModelShape> read_shape(const std::filesystem::path& container);
 
  private:
   struct State;
