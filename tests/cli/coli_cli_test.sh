@@ -4,16 +4,7 @@
 set -u
 coli="$1"
 fixtures="$2"
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-passed=0
-failed=0
-check() {
-  local name="$1"
-  shift
-  if "$@"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL: $name" >&2; fi
-}
-contains() { grep -q -- "$2" "$1"; }
+source "$(dirname "$0")/check.sh"
 
 "$coli" convert --model "$fixtures/models/tiny-demo" --out "$work/demo.coli" --experts q4_g64 >"$work/c.out" 2>&1
 check "convert exits 0" test $? -eq 0
@@ -79,5 +70,4 @@ mkdir -p "$work/broken" && cp "$fixtures/models/olmoe/config.json" "$work/broken
 check "truncated safetensors refused" test $? -eq 1
 check "no container from a failed conversion" test ! -e "$work/y.coli"
 
-echo "$passed passed, $failed failed"
-test "$failed" -eq 0
+finish

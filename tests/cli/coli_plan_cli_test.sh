@@ -7,22 +7,7 @@ fixtures="$2"
 profiles="$3"
 model="$fixtures/model-configs/Qwen3-30B-A3B.json"
 profile="$profiles/h200-xeon-16c.toml"
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-passed=0
-failed=0
-
-check() {  # check NAME CONDITION-COMMAND...
-  local name="$1"
-  shift
-  if "$@"; then
-    passed=$((passed + 1))
-  else
-    failed=$((failed + 1))
-    echo "FAIL: $name" >&2
-  fi
-}
-contains() { grep -q -- "$2" "$1"; }
+source "$(dirname "$0")/check.sh"
 
 # The H200 profile and a Qwen3-30B-A3B config in 16 GiB: a streaming plan.
 "$plan" --profile "$profile" --model "$model" --ram 16G >"$work/h.out" 2>"$work/h.err"
@@ -66,5 +51,4 @@ check "bad --ram explained" contains "$work/s.err" "not a size"
 check "--ctx past the trained range refused" test $? -eq 1
 check "--ctx refusal names the fix" contains "$work/c.err" "use --ctx"
 
-echo "coli_plan_cli: $passed passed, $failed failed"
-test "$failed" -eq 0
+finish

@@ -4,22 +4,7 @@
 set -u
 probe="$1"
 fixtures="$2"
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-passed=0
-failed=0
-
-check() {  # check NAME CONDITION-COMMAND...
-  local name="$1"
-  shift
-  if "$@"; then
-    passed=$((passed + 1))
-  else
-    failed=$((failed + 1))
-    echo "FAIL: $name" >&2
-  fi
-}
-contains() { grep -q -- "$2" "$1"; }
+source "$(dirname "$0")/check.sh"
 
 # Quick probe of this machine writes a versioned, fingerprinted profile.
 "$probe" --quick --out "$work/quick.toml" >"$work/quick.out" 2>"$work/quick.err"
@@ -88,5 +73,4 @@ sed 's/^decode_threads = .*/decode_threads = 100000/' "$work/quick.toml" >"$work
 check "--validate refuses an absurd profile" test $? -eq 1
 check "--validate names file and field" contains "$work/v2" "bad.toml:[0-9]*:[0-9]*: field 'threads.decode_threads'"
 
-echo "$passed passed, $failed failed"
-test "$failed" -eq 0
+finish

@@ -1,0 +1,25 @@
+# Shared by the CLI test scripts (source it): a scratch directory removed on
+# exit, check NAME COMMAND... counting passes and failures, contains FILE PATTERN,
+# and finish, which prints the closing "N passed, N failed" line and sets the exit code.
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+passed=0
+failed=0
+
+check() {  # check NAME CONDITION-COMMAND...
+  local name="$1"
+  shift
+  if "$@"; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1))
+    echo "FAIL: $name" >&2
+  fi
+}
+
+contains() { grep -q -- "$2" "$1"; }
+
+finish() {
+  echo "$passed passed, $failed failed"
+  test "$failed" -eq 0
+}
