@@ -1,0 +1,76 @@
+#include "coli/planner/variant_decider.h"
+
+#include "coli/base/text.h"
+#include "coli/shaders/selection.h"
+
+namespace coli::planner {
+namespace {
+
+struct ExpertShape {
+  std::string name;
+  std::uint32_t rows, cols;
+};
+
+// A device with a fitting variant for every expert shape, or why not.
+Result<std::vector<VariantChoice>> variants_on(const VulkanDevice& device, const std::vector<ExpertShape>& shapes,
+                                               shaders::WeightFormat format,
+                                               const std::vector<GpuKernelResult>& measured) {
+  std::vector<VariantChoice> out;
+  for (const ExpertShape& shape : shapes) {
+    auto selection = shaders::select_gemv_variant(device, {format, shape.rows, shape.cols}, {}, measured);
+    if (!selection) return make_error(shape.name + ": " + selection.error().message);
+    out.push_back({shape.name + " " + std::to_string(shape.rows) + "x" + std::to_string(shape.cols),
+                   std::string(selection->variant->name), selection->shared_memory_bytes, selection->reason});
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<GpuDecision> decide_gpu(const DeviceProfile& profile, const model::ModelConfig& config, ExpertFormat experts,
+                               const std::string& gpu) {
+  GpuDecision decision;
+  if (gpu == "none") {
+    decision.reason = "--gpu none: experts run on the CPU";
+    return decision;
+  }
+  if (experts == ExpertFormat::f32) {
+    decision.reason = "f32 experts have no GPU shader: experts run on the CPU";
+    return decision;
+  }
+  const auto format = experts == ExpertFormat::q4_g64 ? shaders::WeightFormat::q4_g64 : shaders::WeightFormat::q8_row;
+  const auto width = static_cast<std::uint32_t>(config.moe_intermediate_size);
+  const auto hidden = static_cast<std::uint32_t>(config.hidden_size);
+  const std::vector<ExpertShape> shapes = {{"gate/up", width, hidden}, {"down", hidden, width}};
+  const auto& devices = profile.gpus.vulkan;
+  if (gpu != "auto") {
+    const auto index = parse_int(gpu);
+    if (!index || *index < 0 || static_cast<std::size_t>(*index) >= devices.size()) {
+      return make_error("--gpu " + gpu + ": the profile has " + std::to_string(devices.size()) +
+                        " Vulkan device(s) (" + profile.gpus.vulkan_status + "); use none, auto or 0.." +
+                        std::to_string(static_cast<long>(devices.size()) - 1));
+    }
+    const VulkanDevice& device = devices[static_cast<std::size_t>(*index)];
+    auto variants = variants_on(device, shapes, format, profile.measurements.gpu_kernels);
+    if (!variants) return make_error("--gpu " + gpu + " (" + device.name + "): " + variants.error().message);
+    decision.gpu = device.name;
+    decision.variants = std::move(*variants);
+    decision.reason = "--gpu " + gpu + ": " + device.name;
+    return decision;
+  }
+  std::string tried;
+  for (const VulkanDevice& device : devices) {
+    auto variants = variants_on(device, shapes, format, profile.measurements.gpu_kernels);
+    if (variants) {
+      decision.gpu = device.name;
+      decision.variants = std::move(*variants);
+      decision.reason = "auto: " + device.name + " fits a variant for every expert shape";
+      return decision;
+    }
+    tried += "; " + device.name + ": " + variants.error().message;
+  }
+  decision.reason = "auto: no usable GPU (" + profile.gpus.vulkan_status + tried + "): experts run on the CPU";
+  return decision;
+}
+
+}  // namespace coli::planner
