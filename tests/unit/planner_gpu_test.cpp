@@ -55,7 +55,9 @@ TEST(PlannerGpu, EveryVariantFitsItsDeviceAndTile64kNeverRunsBelow64KiB) {
       ASSERT_EQ(decision->variants.size(), 2u);
       for (const VariantChoice& choice : decision->variants) {
         EXPECT_LE(choice.shared_memory_bytes, limit) << choice.variant;
-        if (limit < 65536) EXPECT_EQ(choice.variant.find("tile64k"), std::string::npos) << choice.reason;
+        if (limit < 65536) {
+          EXPECT_EQ(choice.variant.find("tile64k"), std::string::npos) << choice.reason;
+        }
       }
     }
   }
