@@ -21,24 +21,6 @@ namespace {
 
 constexpr std::size_t kQ4GroupBytes = 96;
 
-std::size_t q8_packed_bytes(int cols) {
-  const int blocks = ceil_div(cols, kActivationBlock);
-  return static_cast<std::size_t>(blocks) * (kActivationBlock + sizeof(float));
-}
-
-void q8_quantize(const float* x, int cols, std::byte* packed) {
-  const int blocks = ceil_div(cols, kActivationBlock);
-  auto* d = reinterpret_cast<float*>(packed + static_cast<std::size_t>(blocks) * kActivationBlock);
-  for (int b = 0; b < blocks; ++b) {
-    const int begin = b * kActivationBlock, length = std::min(kActivationBlock, cols - begin);
-    __m256i lanes0, lanes1;
-    d[b] = length == kActivationBlock ? quantize_block64(x + begin, lanes0, lanes1)
-                                      : quantize_partial_block64(x + begin, length, lanes0, lanes1);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(packed + begin), lanes0);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(packed + begin + 32), lanes1);
-  }
-}
-
 // sum(w * q) over 32 bytes into int32 lanes: |w| times q with w's sign.
 inline __m256i q8_dot32(__m256i w, __m256i q) {
   const __m256i products = _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(q, w));

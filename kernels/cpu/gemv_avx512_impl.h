@@ -37,24 +37,6 @@ inline __m512i dot_accumulate(__m512i acc, __m512i u, __m512i s) {
 #endif
 }
 
-std::size_t q8_packed_bytes(int cols) {
-  const int blocks = ceil_div(cols, kActivationBlock);
-  return static_cast<std::size_t>(blocks) * (kActivationBlock + sizeof(float));
-}
-
-void q8_quantize(const float* x, int cols, std::byte* packed) {
-  const int blocks = ceil_div(cols, kActivationBlock);
-  auto* d = reinterpret_cast<float*>(packed + static_cast<std::size_t>(blocks) * kActivationBlock);
-  for (int b = 0; b < blocks; ++b) {
-    const int begin = b * kActivationBlock, length = std::min(kActivationBlock, cols - begin);
-    __m256i lanes0, lanes1;
-    d[b] = length == kActivationBlock ? quantize_block64(x + begin, lanes0, lanes1)
-                                      : quantize_partial_block64(x + begin, length, lanes0, lanes1);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(packed + begin), lanes0);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(packed + begin + 32), lanes1);
-  }
-}
-
 // Two accumulators per token (even and odd blocks/pairs) halve the FMA
 // dependency chain; a row is reduced as (even + odd) in every variant of
 // token count, so batched and single results stay identical.

@@ -6,6 +6,8 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 
 #include "cpu/variant_kernels.h"
@@ -101,6 +103,26 @@ inline float horizontal_sum(__m256 v) {
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
   s = _mm_add_ss(s, _mm_movehdup_ps(s));
   return _mm_cvtss_f32(s);
+}
+
+// int8 activations, packed for the q8_row kernels of every 256/512-bit
+// variant: all blocks' 64 int8 values, then their float scales.
+inline std::size_t q8_packed_bytes(int cols) {
+  const int blocks = ceil_div(cols, kActivationBlock);
+  return static_cast<std::size_t>(blocks) * (kActivationBlock + sizeof(float));
+}
+
+inline void q8_quantize(const float* x, int cols, std::byte* packed) {
+  const int blocks = ceil_div(cols, kActivationBlock);
+  auto* d = reinterpret_cast<float*>(packed + static_cast<std::size_t>(blocks) * kActivationBlock);
+  for (int b = 0; b < blocks; ++b) {
+    const int begin = b * kActivationBlock, length = std::min(kActivationBlock, cols - begin);
+    __m256i lanes0, lanes1;
+    d[b] = length == kActivationBlock ? quantize_block64(x + begin, lanes0, lanes1)
+                                      : quantize_partial_block64(x + begin, length, lanes0, lanes1);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(packed + begin), lanes0);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(packed + begin + 32), lanes1);
+  }
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <functional>
 
+#include "unit/test_support.h"
 #include "coli/model/model_config.h"
 #include "coli/model/model_desc.h"
 #include "coli/model/safetensors_writer.h"
@@ -16,22 +17,12 @@ namespace {
 namespace fs = std::filesystem;
 using Shape = std::vector<std::uint64_t>;
 
-::testing::AssertionResult Contains(const std::string& text, const std::string& part) {
-  if (text.find(part) != std::string::npos) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "\n  message: " << text << "\n  lacks:   " << part;
-}
+using testing_support::Contains;
 
-class TempDir {
+// A scratch directory for one test.
+class TempDir : public testing_support::TempDir {
  public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "coli-model-XXXXXX").string();
-    path_ = ::mkdtemp(pattern.data());
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
+  TempDir() : testing_support::TempDir("coli-model") {}
 };
 
 ModelConfig fixture_config(const std::string& name) {

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "unit/test_support.h"
 #include "coli/model/safetensors.h"
 #include "coli/model/safetensors_writer.h"
 #include "coli/model/tensor_data.h"
@@ -16,23 +17,12 @@ namespace coli::model {
 namespace {
 namespace fs = std::filesystem;
 
-// Substring check that prints both strings on failure (gmock is not linked).
-::testing::AssertionResult Contains(const std::string& text, const std::string& part) {
-  if (text.find(part) != std::string::npos) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "\n  message: " << text << "\n  lacks:   " << part;
-}
+using testing_support::Contains;
 
-class TempDir {
+// A scratch directory for one test.
+class TempDir : public testing_support::TempDir {
  public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "coli-safetensors-XXXXXX").string();
-    path_ = ::mkdtemp(pattern.data());
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
+  TempDir() : testing_support::TempDir("coli-safetensors") {}
 };
 
 void write_raw(const fs::path& path, const std::string& bytes) {
