@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <string>
 
+#include "coli/probe/fleet.h"
 #include "coli/probe/profile_io.h"
 
 namespace coli {
@@ -48,11 +49,15 @@ std::string fingerprint_basis(const DeviceProfile& profile) {
 
 }  // namespace
 
+std::string fleet::fnv1a64_hex(std::string_view text) {
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(fnv1a64(text)));
+  return hex;
+}
+
 void assign_fingerprint(DeviceProfile& profile) {
   profile.fingerprint_basis = fingerprint_basis(profile);
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(fnv1a64(profile.fingerprint_basis)));
-  profile.fingerprint = std::string("fnv1a64:") + hex;
+  profile.fingerprint = "fnv1a64:" + fleet::fnv1a64_hex(profile.fingerprint_basis);
 }
 
 }  // namespace coli

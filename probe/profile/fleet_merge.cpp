@@ -1,0 +1,149 @@
+// Merging the measurements of several machines of one class (docs/fleet.md).
+// Outlier rule: for each machine and each measurement point it shares with at
+// least one peer, ratio = its median / the median of the other machines'
+// medians. Per kind of measurement (memory_bandwidth, disk, gpu_kernels) the
+// machine's score is the median of those ratios; its score is the lowest of
+// them. A score of kOutlierRatio (0.8) or less (20% or more slower in any
+// kind) is a finding reported by name, and that machine is left out of the
+// merged numbers.
+#include <algorithm>
+#include <cstdio>
+#include <map>
+
+#include "coli/probe/fleet.h"
+
+namespace coli::fleet {
+namespace {
+
+using Points = std::map<std::string, SampleStats>;
+
+double median_of(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const std::size_t n = values.size();
+  return n == 0 ? 0 : (n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2);
+}
+
+std::string memory_key(const MemoryBandwidthPoint& p) {
+  return "memory_bandwidth " + p.kernel + " kind " + std::to_string(p.kind_rank) + " " + std::to_string(p.threads) + "t";
+}
+std::string disk_key(const DiskBandwidthPoint& p) {
+  return "disk " + p.pattern + " " + std::to_string(p.block_bytes) + " B qd" + std::to_string(p.queue_depth);
+}
+std::string gpu_key(const GpuKernelResult& k) {
+  return "gpu_kernels " + k.device + " " + k.variant + " " + std::to_string(k.rows) + "x" + std::to_string(k.cols);
+}
+
+Points points_of(const Measurements& m) {
+  Points out;
+  if (m.memory) for (const auto& p : m.memory->points) out[memory_key(p)] = p.gb_per_s;
+  if (m.disk) for (const auto& p : m.disk->points) out[disk_key(p)] = p.gb_per_s;
+  for (const auto& k : m.gpu_kernels) {
+    if (k.passed && k.gb_per_s.samples > 0) out[gpu_key(k)] = k.gb_per_s;
+  }
+  return out;
+}
+
+SampleStats combine(const std::vector<SampleStats>& all) {
+  SampleStats s;
+  std::vector<double> medians;
+  s.best = all.front().best;
+  s.worst = all.front().worst;
+  for (const SampleStats& one : all) {
+    s.samples += one.samples;
+    medians.push_back(one.median);
+    s.best = std::max(s.best, one.best);
+    s.worst = std::min(s.worst, one.worst);
+  }
+  s.median = median_of(medians);
+  s.spread = s.median > 0 ? (s.best - s.worst) / s.median : 0;
+  return s;
+}
+
+}  // namespace
+
+Result<MergeResult> merge_profiles(const std::vector<DeviceProfile>& profiles, const std::vector<std::string>& names) {
+  if (profiles.size() < 2 || names.size() != profiles.size()) {
+    return make_error("merge needs at least two profiles of one class (got " + std::to_string(profiles.size()) + ")");
+  }
+  for (std::size_t i = 0; i < profiles.size(); ++i) {
+    if (profiles[i].identity.equivalence_class.empty()) {
+      return make_error(names[i] + ": field 'identity.equivalence_class' is missing (written before schema 3): "
+                                   "probe that machine again with this build");
+    }
+    if (profiles[i].identity.equivalence_class == profiles[0].identity.equivalence_class) continue;
+    std::string why;
+    for (const FieldDifference& d : revalidate(profiles[i], profiles[0]).class_mismatches) {
+      why += "; " + d.field + ": " + d.profile_value + " here, " + d.live_value + " in " + names[0];
+    }
+    return make_error(names[i] + ": class " + profiles[i].identity.equivalence_class + " differs from " + names[0] +
+                      "'s " + profiles[0].identity.equivalence_class + why +
+                      ": only machines of one class may be merged");
+  }
+  std::vector<Points> points;
+  for (const DeviceProfile& p : profiles) points.push_back(points_of(p.measurements));
+
+  MergeResult result;
+  for (std::size_t i = 0; i < profiles.size(); ++i) {
+    std::map<std::string, std::vector<double>> ratios;  // per kind of measurement
+    for (const auto& [key, stats] : points[i]) {
+      std::vector<double> peers;
+      for (std::size_t j = 0; j < profiles.size(); ++j) {
+        if (j == i) continue;
+        if (const auto it = points[j].find(key); it != points[j].end()) peers.push_back(it->second.median);
+      }
+      const double peer_median = median_of(peers);
+      if (!peers.empty() && peer_median > 0) ratios[key.substr(0, key.find(' '))].push_back(stats.median / peer_median);
+    }
+    MachineScore score{names[i], 1.0, 0, false, ""};
+    for (const auto& [kind, values] : ratios) {
+      const double ratio = median_of(values);
+      if (score.kind.empty() || ratio < score.ratio) score.ratio = ratio, score.points = static_cast<int>(values.size()), score.kind = kind;
+    }
+    score.outlier = score.points > 0 && score.ratio <= kOutlierRatio;
+    if (score.outlier) {
+      char text[320];
+      std::snprintf(text, sizeof text,
+                    "%s is %.0f%% slower than its peers in %s (median ratio %.2f over %d points): left out of the "
+                    "merge; check its memory population, BIOS power settings, throttling or neighbours, then "
+                    "re-probe it",
+                    names[i].c_str(), (1 - score.ratio) * 100, score.kind.c_str(), score.ratio, score.points);
+      result.findings.push_back(text);
+    }
+    result.machines.push_back(score);
+  }
+  std::vector<std::size_t> kept;
+  for (std::size_t i = 0; i < profiles.size(); ++i) {
+    if (!result.machines[i].outlier) kept.push_back(i);
+  }
+  if (kept.empty()) return make_error("every machine is an outlier of the others: nothing to merge");
+
+  DeviceProfile merged = profiles[kept.front()];
+  auto merged_stats = [&](const std::string& key, SampleStats& into) {
+    std::vector<SampleStats> all;
+    for (std::size_t i : kept) {
+      if (const auto it = points[i].find(key); it != points[i].end()) all.push_back(it->second);
+    }
+    if (!all.empty()) into = combine(all);
+  };
+  if (merged.measurements.memory) for (auto& p : merged.measurements.memory->points) merged_stats(memory_key(p), p.gb_per_s);
+  if (merged.measurements.disk) for (auto& p : merged.measurements.disk->points) merged_stats(disk_key(p), p.gb_per_s);
+  for (auto& k : merged.measurements.gpu_kernels) {
+    if (k.passed && k.gb_per_s.samples > 0) merged_stats(gpu_key(k), k.gb_per_s);
+  }
+  merged.provenance.host.clear();
+  merged.export_info.reset();
+  std::string included;
+  for (std::size_t i : kept) included += (included.empty() ? "" : ", ") + names[i];
+  merged.provenance.sources.push_back("merged from " + std::to_string(kept.size()) + " machines: " + included);
+  for (const MachineScore& m : result.machines) {
+    if (m.outlier) {
+      char text[160];
+      std::snprintf(text, sizeof text, "merge outlier left out: %s (%.2fx its peers)", m.name.c_str(), m.ratio);
+      merged.provenance.sources.push_back(text);
+    }
+  }
+  result.merged = std::move(merged);
+  return result;
+}
+
+}  // namespace coli::fleet
