@@ -10,9 +10,12 @@
 #include <CLI/CLI.hpp>
 
 #include "coli/base/text.h"
+#include "coli/probe/fleet_machine.h"
 #include "coli/probe/probe.h"
 #include "coli/probe/profile_io.h"
+#include "gpu/cuda_upload.h"
 #include "vulkan/gpu_selftest.h"
+#include "vulkan/upload_bandwidth.h"
 
 namespace {
 
@@ -127,7 +130,8 @@ void print_summary(const DeviceProfile& p, const std::string& written_to) {
 int validate_profiles(const std::vector<std::string>& paths) {
   int invalid = 0;
   for (const std::string& path : paths) {
-    auto profile = coli::load_profile(path);
+    auto text = coli::read_text_file(path);  // fields, bounds, identity and an export's checksum
+    auto profile = text ? coli::fleet::verify_shared_profile(*text, path) : coli::Result<DeviceProfile>(text.error());
     if (profile) {
       std::printf("%s: valid (schema %d, %s, %s)\n", path.c_str(), profile->schema_version,
                   profile->fingerprint.c_str(), profile->provenance.mode.c_str());
@@ -197,12 +201,26 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "coli-probe: %s\n", profile.error().message.c_str());
     return 1;
   }
+  coli::fleet::assign_identity(*profile, coli::fleet::kernel_catalogue_digest());  // docs/fleet.md
+  if (profile->provenance.mode == "full") {  // host-to-device upload bandwidth, 5% of the budget
+    if (options.progress) options.progress("GPU upload bandwidth (Vulkan, CUDA)");
+    constexpr std::size_t kUploadBlock = 64u << 20;
+    auto vulkan = coli::vulkan::measure_vulkan_uploads(kUploadBlock, options.budget_seconds * 0.025);
+    auto cuda = coli::probe::measure_cuda_uploads(kUploadBlock, options.budget_seconds * 0.025);
+    auto& m = profile->measurements;
+    m.upload_status = vulkan.status + "; " + cuda.status;
+    m.uploads = std::move(vulkan.points);
+    m.uploads.insert(m.uploads.end(), cuda.points.begin(), cuda.points.end());
+  }
   if (gpu_selftest) {
     if (options.progress) options.progress("GPU self-test: running every fitting shader variant");
     profile->measurements.gpu_kernels = coli::vulkan::run_gpu_selftest(selftest);
   }
+  // A shared profile of this class (COLI_PROFILE_PATH, user and system dirs): say so.
+  const std::string shared_match = coli::fleet::describe_class_match(*profile, out == "-" ? fs::path() : fs::path(out));
   if (out == "-") {
     std::fputs(coli::profile_to_toml(*profile).c_str(), stdout);
+    std::fprintf(stderr, "coli-probe: %s\n", shared_match.c_str());
     return 0;
   }
   if (auto saved = coli::save_profile(out, *profile); !saved) {
@@ -213,6 +231,18 @@ int main(int argc, char** argv) {
     std::fputs(coli::profile_to_json(*profile).c_str(), stdout);
   } else {
     print_summary(*profile, out);
+    if (const auto& tuning = profile->measurements.kernel_tuning) {
+      std::printf("tuning      %zu kernel points in %.1f s (%s)%s%s\n", tuning->points.size(), tuning->seconds,
+                  tuning->cpu_kernel.c_str(), tuning->note.empty() ? "" : "; ", tuning->note.c_str());
+    }
+    if (!profile->measurements.upload_status.empty()) {
+      std::printf("uploads     %s\n", profile->measurements.upload_status.c_str());
+      for (const auto& u : profile->measurements.uploads) {
+        std::printf("  %-6s %d %s: %.2f GB/s (median of %d, spread %.2f)\n", u.backend.c_str(), u.device_index,
+                    u.device.c_str(), u.gb_per_s.median, u.gb_per_s.samples, u.gb_per_s.spread);
+      }
+    }
+    std::printf("class       %s\n%s\n", profile->identity.equivalence_class.c_str(), shared_match.c_str());
   }
   return 0;
 }

@@ -17,6 +17,7 @@
 #include "gpu/cuda_probe.h"
 #include "gpu/vulkan_probe.h"
 #include "measure/disk_bandwidth.h"
+#include "measure/kernel_tuning.h"
 #include "measure/memory_bandwidth.h"
 #include "memory/memory_facts.h"
 
@@ -104,21 +105,39 @@ Status read_gpus(const ProbeOptions& options, GpuFacts& gpus) {
 }
 
 void measure(const ProbeOptions& options, DeviceProfile& profile) {
-  // The memory pass gets a little more than half of the budget: it has more points.
-  const probe::MemoryBandwidthOptions memory_options{options.budget_seconds * 0.55, 0};
+  // Shares of the budget: memory 40%, disk 25%, kernel tuning 30%.
+  const probe::MemoryBandwidthOptions memory_options{options.budget_seconds * 0.4, 0};
   auto memory = probe::measure_memory_bandwidth(profile.cpu, profile.memory, memory_options, options.progress);
   if (memory) {
     profile.measurements.memory = std::move(*memory);
   } else {
     report(options, "memory bandwidth not measured: " + memory.error().message);
   }
-  const probe::DiskBandwidthOptions disk_options{options.budget_seconds * 0.4, 0};
+  const probe::DiskBandwidthOptions disk_options{options.budget_seconds * 0.25, 0};
   auto disk = probe::measure_disk_bandwidth(options.disk_dir, disk_options, options.progress);
   if (disk) {
     profile.measurements.disk = std::move(*disk);
   } else {
     report(options, "disk bandwidth not measured: " + disk.error().message);
   }
+  probe::KernelTuningOptions tuning_options;
+  tuning_options.budget_seconds = options.budget_seconds * 0.3;
+  auto tuning = probe::measure_kernel_tuning(profile.cpu, profile.memory, tuning_options, options.progress);
+  if (tuning) {
+    profile.measurements.kernel_tuning = std::move(*tuning);
+  } else {
+    report(options, "kernel tuning not measured: " + tuning.error().message);
+  }
+}
+
+// The tier rule, replaced by the tuning phase's choice when it could decide.
+ThreadRecommendation recommend(const ProbeOptions& options, const DeviceProfile& profile) {
+  ThreadRecommendation rule = probe::recommend_threads(profile.cpu);
+  if (!profile.measurements.kernel_tuning) return rule;
+  auto measured = probe::recommend_from_measurements(profile.measurements.kernel_tuning->points);
+  if (measured) return std::move(*measured);
+  report(options, measured.error().message + "; keeping the " + rule.rule + " rule");
+  return rule;
 }
 
 }  // namespace
@@ -162,7 +181,7 @@ Result<DeviceProfile> run_probe(const ProbeOptions& options) {
   if (!options.quick && is_replay(options)) {
     report(options, "replaying a recorded machine: measurements skipped (they would time this machine)");
   }
-  profile.threads = probe::recommend_threads(profile.cpu);
+  profile.threads = recommend(options, profile);
 
   provenance.probe_version = COLI_VERSION;
   provenance.build = COLI_BUILD_INFO;

@@ -7,6 +7,7 @@
 #include <toml++/toml.h>
 
 #include "coli/base/files.h"
+#include "coli/probe/fleet.h"
 #include "coli/probe/profile_io.h"
 
 namespace coli {
@@ -261,7 +262,27 @@ MemoryFacts read_memory(const Reader& r) {
   return m;
 }
 
-Measurements read_measurements(const Reader& r) {
+// [measurements.kernel_tuning] (schema 3; optional in older files).
+KernelTuning read_kernel_tuning(const Reader& r, const CpuFacts& cpu) {
+  KernelTuning tuning{r.text("cpu_kernel"), r.bytes("pool_bytes"), r.real("seconds", 0, 86400), r.text("note"), {}};
+  for (const Reader& p : r.tables("points")) {
+    KernelThroughputPoint point{p.text("kernel"), p.small_int("rows", 1, 1 << 24), p.small_int("cols", 1, 1 << 24),
+                                p.small_int("batch", 1, 1 << 16), p.small_int("matrices", 0, 1 << 20),
+                                p.text("thread_set"), p.small_int("threads", 1, kMaxCpus), p.cpus("pus"),
+                                p.boolean("smt"), read_stats(p), {}};
+    if (point.pus.size() != point.threads) p.fail(nullptr, "pus", "must hold one PU per thread");
+    if (point.pus.intersect(cpu.usable.pus) != point.pus) p.fail(nullptr, "pus", "must be usable PUs of cpu.usable.pus");
+    const Reader t = p.table("tokens_per_s");
+    SampleStats& s = point.tokens_per_s;
+    s.samples = t.small_int("samples", 0, 1000000), s.spread = t.real("spread", 0, 1000);
+    s.median = t.real("median", 0, 1e12), s.best = t.real("best", 0, 1e12), s.worst = t.real("worst", 0, 1e12);
+    if (s.worst > s.median || s.median > s.best) t.fail(nullptr, "median", "must lie between worst and best");
+    tuning.points.push_back(std::move(point));
+  }
+  return tuning;
+}
+
+Measurements read_measurements(const Reader& r, const CpuFacts& cpu) {
   Measurements out;
   if (r.has("memory_bandwidth")) {
     const Reader mb = r.table("memory_bandwidth");
@@ -291,6 +312,15 @@ Measurements read_measurements(const Reader& r) {
                                                 k.u32("shared_memory_bytes", kMaxSharedMemory), k.boolean("passed"),
                                                 k.real("max_relative_error", 0, 1e30), k.text("note"),
                                                 read_stats(k)});
+    }
+  }
+  if (r.has("kernel_tuning")) out.kernel_tuning = read_kernel_tuning(r.table("kernel_tuning"), cpu);
+  if (r.has("uploads")) {
+    const Reader u = r.table("uploads");
+    out.upload_status = u.text("status");
+    for (const Reader& p : u.tables("points")) {
+      out.uploads.push_back(UploadBandwidthPoint{p.text("backend"), p.text("device"), p.small_int("device_index", 0, 1024),
+                                                 p.bytes("block_bytes"), read_stats(p)});
     }
   }
   return out;
@@ -395,6 +425,25 @@ ThreadRecommendation read_threads(const Reader& r, const CpuFacts& cpu) {
   return t;
 }
 
+// [identity] and [export] (schema 3, docs/fleet.md): optional; an identity
+// that does not describe the file's own facts is refused.
+void read_fleet_tables(const Reader& root, DeviceProfile& profile) {
+  if (root.has("identity")) {
+    const Reader id = root.table("identity");
+    profile.identity = FleetIdentity{id.text("equivalence_class"), id.text("class_basis"), id.text("kernel_catalogue")};
+    if (const std::string problem = fleet::identity_problem(profile); !problem.empty()) {
+      id.fail(nullptr, "equivalence_class", "is inconsistent: " + problem);
+    }
+  }
+  if (root.has("export")) {
+    const Reader e = root.table("export");
+    profile.export_info = ExportInfo{e.text("exported_utc"), e.boolean("private_data_removed"), e.text("content_sha256")};
+    if (!profile.export_info->content_sha256.starts_with("sha256:") || profile.export_info->content_sha256.size() != 71) {
+      e.fail(nullptr, "content_sha256", "must be 'sha256:' and 64 hex digits");
+    }
+  }
+}
+
 DeviceProfile read_profile(const Reader& root) {
   DeviceProfile profile;
   profile.schema_version = root.small_int("schema_version", 1, std::numeric_limits<int>::max());
@@ -420,8 +469,9 @@ DeviceProfile read_profile(const Reader& root) {
   } else {
     profile.gpus.vulkan_status = profile.gpus.cuda_status = "not probed (schema 1 profile: run coli-probe again)";
   }
-  profile.measurements = read_measurements(root.table("measurements"));
+  profile.measurements = read_measurements(root.table("measurements"), profile.cpu);
   profile.threads = read_threads(root.table("threads"), profile.cpu);
+  read_fleet_tables(root, profile);
   return profile;
 }
 

@@ -178,6 +178,25 @@ toml::table gpus_table(const GpuFacts& gpus) {
                      {"cuda", std::move(cuda)}};
 }
 
+// [measurements.kernel_tuning] (schema 3): tokens/s beside GB/s, as a subtable.
+toml::table kernel_tuning_table(const KernelTuning& tuning) {
+  toml::array points;
+  for (const KernelThroughputPoint& point : tuning.points) {
+    toml::table row{{"kernel", point.kernel},         {"rows", point.rows},     {"cols", point.cols},
+                    {"batch", point.batch},           {"matrices", point.matrices},
+                    {"thread_set", point.thread_set}, {"threads", point.threads},
+                    {"pus", point.pus.to_list()},     {"smt", point.smt}};
+    put_stats(row, point.gb_per_s);
+    const SampleStats& t = point.tokens_per_s;
+    row.insert("tokens_per_s", toml::table{{"samples", t.samples}, {"median", t.median}, {"best", t.best},
+                                            {"worst", t.worst}, {"spread", t.spread}});
+    points.push_back(std::move(row));
+  }
+  return toml::table{{"cpu_kernel", tuning.cpu_kernel}, {"pool_bytes", as_int(tuning.pool_bytes)},
+                     {"seconds", tuning.seconds},       {"note", tuning.note},
+                     {"points", std::move(points)}};
+}
+
 toml::table measurements_table(const Measurements& measurements) {
   toml::table table;
   if (measurements.memory) {
@@ -224,6 +243,17 @@ toml::table measurements_table(const Measurements& measurements) {
     kernels.push_back(std::move(row));
   }
   if (!kernels.empty()) table.insert("gpu_kernels", std::move(kernels));
+  if (measurements.kernel_tuning) table.insert("kernel_tuning", kernel_tuning_table(*measurements.kernel_tuning));
+  if (!measurements.upload_status.empty() || !measurements.uploads.empty()) {
+    toml::array uploads;
+    for (const UploadBandwidthPoint& point : measurements.uploads) {
+      toml::table row{{"backend", point.backend}, {"device", point.device}, {"device_index", point.device_index},
+                      {"block_bytes", as_int(point.block_bytes)}};
+      put_stats(row, point.gb_per_s);
+      uploads.push_back(std::move(row));
+    }
+    table.insert("uploads", toml::table{{"status", measurements.upload_status}, {"points", std::move(uploads)}});
+  }
   return table;
 }
 
@@ -253,13 +283,30 @@ toml::table profile_table(const DeviceProfile& profile) {
                               {"reason", t.reason}}}};
 }
 
+// [identity] and [export] (schema 3, docs/fleet.md); absent when empty.
+toml::table with_fleet_tables(const DeviceProfile& profile) {
+  toml::table table = profile_table(profile);
+  const FleetIdentity& id = profile.identity;
+  if (!id.equivalence_class.empty()) {
+    table.insert("identity", toml::table{{"equivalence_class", id.equivalence_class},
+                                         {"class_basis", id.class_basis},
+                                         {"kernel_catalogue", id.kernel_catalogue}});
+  }
+  if (const auto& e = profile.export_info) {
+    table.insert("export", toml::table{{"exported_utc", e->exported_utc},
+                                       {"private_data_removed", e->private_data_removed},
+                                       {"content_sha256", e->content_sha256}});
+  }
+  return table;
+}
+
 }  // namespace
 
 std::string profile_to_toml(const DeviceProfile& profile) {
   std::ostringstream out;
   out << "# coli device profile, written by coli-probe. Format: docs/probe.md.\n"
       << "# Edit with care: coli validates every field and refuses what does not fit.\n\n"
-      << toml::toml_formatter{profile_table(profile), kFlat} << "\n";
+      << toml::toml_formatter{with_fleet_tables(profile), kFlat} << "\n";
   return out.str();
 }
 
@@ -272,7 +319,7 @@ std::string gpus_to_toml(const GpuFacts& gpus) {
 
 std::string profile_to_json(const DeviceProfile& profile) {
   std::ostringstream out;
-  out << toml::json_formatter{profile_table(profile)} << "\n";
+  out << toml::json_formatter{with_fleet_tables(profile)} << "\n";
   return out.str();
 }
 

@@ -222,6 +222,57 @@ TEST(ProfileIo, Schema1ProfilesLoadAndSayGpusWereNotProbed) {
   EXPECT_NE(parsed->gpus.vulkan_status.find("not probed"), std::string::npos);
 }
 
+// Schema 3: the tuning phase's points and the upload bandwidths.
+DeviceProfile tuned_profile() {
+  DeviceProfile p = sample_profile();
+  const CpuSet pus = p.threads.decode_pus;
+  KernelTuning tuning{"avx2", 512ull << 20, 6.5, "", {}};
+  tuning.points.push_back({"expert_q4_decode", 1024, 2048, 1, 24, "kind1:2c", pus.size(), pus, false,
+                           stats(9.5, 10.25, 11, 21), stats(380.5, 410, 440, 21)});
+  tuning.points.push_back({"expert_q4_prefill", 1024, 2048, 32, 768, "kind1:2c", pus.size(), pus, false,
+                           stats(4, 5, 6, 3), stats(1000, 1250, 1500, 3)});
+  p.measurements.kernel_tuning = tuning;
+  p.measurements.upload_status = "cuda: 1 device; vulkan: 1 device";
+  p.measurements.uploads.push_back({"cuda", "NVIDIA H200", 0, 64ull << 20, stats(50, 52.5, 53, 5)});
+  p.threads.rule = "measured-kernel-throughput";
+  return p;
+}
+
+TEST(ProfileIo, KernelTuningAndUploadsRoundTrip) {
+  const DeviceProfile original = tuned_profile();
+  const std::string text = profile_to_toml(original);
+  auto parsed = parse_profile(text, "tuned.toml");
+  ASSERT_TRUE(parsed.ok()) << parsed.error().message << "\n" << text;
+  EXPECT_EQ(*parsed, original);
+  EXPECT_EQ(profile_to_toml(*parsed), text);
+  // A v2 file has neither table and still loads.
+  auto old = parse_profile(profile_to_toml(sample_profile()), "v2.toml");
+  ASSERT_TRUE(old.ok()) << old.error().message;
+  EXPECT_FALSE(old->measurements.kernel_tuning);
+  EXPECT_TRUE(old->measurements.uploads.empty());
+}
+
+TEST(ProfileIo, RefusesBadTuningFieldsWithTheFieldNamed) {
+  const std::string good = profile_to_toml(tuned_profile());
+  struct Case { const char* header; const char* key; const char* value; const char* expected; };
+  const Case cases[] = {
+      {"[[measurements.kernel_tuning.points]]", "threads", "0", "'measurements.kernel_tuning.points[0].threads' = 0 is out of range"},
+      {"[[measurements.kernel_tuning.points]]", "pus", "\"0-7\"", "must hold one PU per thread"},
+      {"[[measurements.kernel_tuning.points]]", "median_gb_per_s", "1e9", "is out of range"},
+      {"[measurements.kernel_tuning.points.tokens_per_s]", "median", "5000", "must lie between worst and best"},
+      {"[measurements.kernel_tuning]", "seconds", "-1", "'measurements.kernel_tuning.seconds'"},
+      {"[[measurements.uploads.points]]", "block_bytes", "-2", "'measurements.uploads.points[0].block_bytes' = -2"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.expected);
+    int line = 0;
+    auto parsed = parse_profile(with_field(good, c.header, c.key, c.value, &line), "bad.toml");
+    ASSERT_FALSE(parsed.ok());
+    EXPECT_NE(parsed.error().message.find("bad.toml:"), std::string::npos) << parsed.error().message;
+    EXPECT_NE(parsed.error().message.find(c.expected), std::string::npos) << parsed.error().message;
+  }
+}
+
 TEST(ProfileIo, MissingFileSaysHowToCreateOne) {
   auto loaded = load_profile("/nonexistent/coli/device-profile.toml");
   ASSERT_FALSE(loaded.ok());

@@ -17,7 +17,10 @@ namespace coli {
 // Bump when a field is added, removed or changes meaning. Readers refuse
 // newer versions (the file may mean something this build cannot know).
 // v2: GPU facts ([gpus]: Vulkan and CUDA devices).
-inline constexpr int kDeviceProfileSchemaVersion = 2;
+// v3: kernel tuning (measured engine-kernel throughput per thread set, host to
+//     device upload bandwidth) and fleet identity (equivalence class, export).
+//     Readers accept v1-v3; the v3 tables are optional in older files.
+inline constexpr int kDeviceProfileSchemaVersion = 3;
 
 // ---------------------------------------------------------------- CPU facts
 
@@ -258,10 +261,49 @@ struct GpuKernelResult {
   bool operator==(const GpuKernelResult&) const = default;
 };
 
+// One engine kernel (kernels/cpu, the calls decode and prefill make) timed on
+// one candidate thread set by the tuning phase (probe/measure/kernel_tuning.h).
+struct KernelThroughputPoint {
+  std::string kernel;      // "expert_q4_decode", "expert_q8_decode", "dense_q8_decode", "expert_q4_prefill", ...
+  int rows = 0;            // of the first matrix (expert gate/up, or the dense matrix)
+  int cols = 0;
+  int batch = 1;           // tokens per call: 1 for decode, the prefill round for prefill
+  int matrices = 0;        // matrices one call multiplies (e.g. 8 experts x 3)
+  std::string thread_set;  // candidate name, e.g. "kind1:4c", "kinds0-1:12c+smt"
+  int threads = 0;
+  CpuSet pus;              // OpenMP member i pinned to the i-th lowest PU
+  bool smt = false;        // SMT siblings included
+  SampleStats gb_per_s;      // weight bytes (with scales) streamed per second
+  SampleStats tokens_per_s;  // batch / call time: tokens through this kernel of one layer
+  bool operator==(const KernelThroughputPoint&) const = default;
+};
+
+struct KernelTuning {
+  std::string cpu_kernel;        // variant timed ("avx2", "avx512vnni", ...), the engine's default
+  std::uint64_t pool_bytes = 0;  // weights cycled through; larger than the LLC so calls stream from RAM
+  double seconds = 0;            // wall time of the tuning phase
+  std::string note;              // what was cut short and why; "" when complete
+  std::vector<KernelThroughputPoint> points;
+  bool operator==(const KernelTuning&) const = default;
+};
+
+// Host-to-device copy bandwidth of one GPU (pinned/staging host memory).
+struct UploadBandwidthPoint {
+  std::string backend;     // "cuda" or "vulkan"
+  std::string device;      // device name
+  int device_index = 0;    // CUDA ordinal / Vulkan physical-device index
+  std::uint64_t block_bytes = 0;
+  SampleStats gb_per_s;
+  bool operator==(const UploadBandwidthPoint&) const = default;
+};
+
 struct Measurements {
   std::optional<MemoryBandwidth> memory;
   std::optional<DiskBandwidth> disk;
   std::vector<GpuKernelResult> gpu_kernels;
+  std::optional<KernelTuning> kernel_tuning;  // schema 3
+  std::string upload_status;                  // schema 3: what was measured, or why nothing was
+  std::vector<UploadBandwidthPoint> uploads;  // schema 3
   bool operator==(const Measurements&) const = default;
 };
 
@@ -272,7 +314,9 @@ struct ThreadRecommendation {
   int prefill_threads = 0;
   CpuSet decode_pus;       // one PU per chosen physical core (SMT siblings left out)
   CpuSet prefill_pus;
-  std::string rule;        // machine-readable name of what decided, e.g. "single-kind-physical-cores"
+  // machine-readable name of what decided: a tier rule such as
+  // "single-kind-physical-cores", or "measured-kernel-throughput" (tuning phase)
+  std::string rule;
   std::string reason;      // one sentence for humans
   bool operator==(const ThreadRecommendation&) const = default;
 };
@@ -290,6 +334,29 @@ struct Provenance {
   bool operator==(const Provenance&) const = default;
 };
 
+// ------------------------------------------------------ fleet identity (v3)
+
+// Which machines may share tuned results (docs/fleet.md). The class is a hash
+// of a canonical basis (fleet.h: class_fields): CPU arch, vendor, model, ISA,
+// packages, per-kind core and PU counts; GPU models with their driver major
+// versions; and the build's kernel catalogue digest. Empty in files written
+// before schema 3: such a profile has no class and shares nothing.
+struct FleetIdentity {
+  std::string equivalence_class;  // "class-v1:<16 hex>"
+  std::string class_basis;        // the canonical text that was hashed
+  std::string kernel_catalogue;   // "gemv-v1:<16 hex>": digest of the build's kernel catalogue
+  bool operator==(const FleetIdentity&) const = default;
+};
+
+// Present only in files written by `coli profile export`.
+struct ExportInfo {
+  std::string exported_utc;            // ISO 8601
+  bool private_data_removed = true;    // host name, GPU UUIDs, disk path dropped (unless --keep-private)
+  // "sha256:<64 hex>" of the file's exact bytes with this one line removed.
+  std::string content_sha256;
+  bool operator==(const ExportInfo&) const = default;
+};
+
 struct DeviceProfile {
   int schema_version = kDeviceProfileSchemaVersion;
   // Stable hardware identity: CPU model and kinds, core counts, RAM total
@@ -302,6 +369,8 @@ struct DeviceProfile {
   GpuFacts gpus;
   Measurements measurements;
   ThreadRecommendation threads;
+  FleetIdentity identity;                  // [identity], schema 3
+  std::optional<ExportInfo> export_info;   // [export], exported files only
   bool operator==(const DeviceProfile&) const = default;
 };
 

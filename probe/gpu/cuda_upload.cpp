@@ -1,0 +1,112 @@
+#include "gpu/cuda_upload.h"
+
+#include <dlfcn.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+
+#include "gpu/cuda_probe.h"
+#include "measure/stats.h"
+
+namespace coli::probe {
+namespace {
+
+// Driver API declarations (CUDA Driver API reference; see cuda_probe.cpp).
+using CUresult = int;
+using CUdevice = int;
+using CUcontext = void*;
+using CUdeviceptr = unsigned long long;
+
+struct UploadApi {
+  CUresult (*cuInit)(unsigned) = nullptr;
+  CUresult (*cuDeviceGetCount)(int*) = nullptr;
+  CUresult (*cuDeviceGet)(CUdevice*, int) = nullptr;
+  CUresult (*cuDeviceGetName)(char*, int, CUdevice) = nullptr;
+  CUresult (*cuDevicePrimaryCtxRetain)(CUcontext*, CUdevice) = nullptr;
+  CUresult (*cuDevicePrimaryCtxRelease)(CUdevice) = nullptr;
+  CUresult (*cuCtxSetCurrent)(CUcontext) = nullptr;
+  CUresult (*cuMemAlloc)(CUdeviceptr*, std::size_t) = nullptr;
+  CUresult (*cuMemFree)(CUdeviceptr) = nullptr;
+  CUresult (*cuMemAllocHost)(void**, std::size_t) = nullptr;
+  CUresult (*cuMemFreeHost)(void*) = nullptr;
+  CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void*, std::size_t) = nullptr;
+};
+
+template <class Function>
+bool resolve(void* library, Function& function, const char* name) {
+  function = reinterpret_cast<Function>(::dlsym(library, name));
+  return function != nullptr;
+}
+
+// One device: pinned host block -> device block, timed per copy (synchronous).
+std::string measure_device(const UploadApi& api, int ordinal, std::size_t bytes, double seconds,
+                           std::vector<UploadBandwidthPoint>& points) {
+  CUdevice device = 0;
+  char name[256] = {};
+  if (api.cuDeviceGet(&device, ordinal) != 0) return "cuDeviceGet failed";
+  api.cuDeviceGetName(name, sizeof name - 1, device);
+  CUcontext context = nullptr;
+  if (api.cuDevicePrimaryCtxRetain(&context, device) != 0 || api.cuCtxSetCurrent(context) != 0) return "no context";
+  void* host = nullptr;
+  CUdeviceptr target = 0;
+  std::string problem;
+  if (api.cuMemAllocHost(&host, bytes) != 0) problem = "cuMemAllocHost failed";
+  else if (api.cuMemAlloc(&target, bytes) != 0) problem = "cuMemAlloc failed";
+  if (problem.empty()) {
+    std::memset(host, 0x5a, bytes);
+    RepeatPolicy policy;
+    policy.max_total = std::chrono::duration<double>(seconds);
+    policy.min_total = std::chrono::duration<double>(0.5 * seconds);
+    bool failed = false;
+    const SampleStats stats = measure_repeatedly([&] {
+      const auto start = std::chrono::steady_clock::now();
+      if (api.cuMemcpyHtoD(target, host, bytes) != 0) failed = true;
+      return static_cast<double>(bytes) / std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / 1e9;
+    }, policy);
+    if (failed) problem = "cuMemcpyHtoD failed";
+    else points.push_back({"cuda", name, ordinal, static_cast<std::uint64_t>(bytes), stats});
+  }
+  if (target) api.cuMemFree(target);
+  if (host) api.cuMemFreeHost(host);
+  api.cuCtxSetCurrent(nullptr);
+  api.cuDevicePrimaryCtxRelease(device);
+  return problem;
+}
+
+}  // namespace
+
+CudaUploadResult measure_cuda_uploads(std::size_t block_bytes, double budget_seconds) {
+  try {
+    const char* override_path = std::getenv("COLI_CUDA_LIBRARY");
+    const std::string library = override_path && *override_path ? override_path : "libcuda.so.1";
+    void* handle = ::dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);  // never closed: see cuda_probe.cpp
+    if (!handle) return {"cuda: no CUDA driver (" + library + " could not be loaded)", {}};
+    UploadApi api;
+    const bool complete =
+        resolve(handle, api.cuInit, "cuInit") && resolve(handle, api.cuDeviceGetCount, "cuDeviceGetCount") &&
+        resolve(handle, api.cuDeviceGet, "cuDeviceGet") && resolve(handle, api.cuDeviceGetName, "cuDeviceGetName") &&
+        resolve(handle, api.cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain") &&
+        resolve(handle, api.cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2") &&
+        resolve(handle, api.cuCtxSetCurrent, "cuCtxSetCurrent") && resolve(handle, api.cuMemAlloc, "cuMemAlloc_v2") &&
+        resolve(handle, api.cuMemFree, "cuMemFree_v2") && resolve(handle, api.cuMemAllocHost, "cuMemAllocHost_v2") &&
+        resolve(handle, api.cuMemFreeHost, "cuMemFreeHost") && resolve(handle, api.cuMemcpyHtoD, "cuMemcpyHtoD_v2");
+    if (!complete) return {"cuda: driver " + library + " lacks an entry point the upload test needs", {}};
+    if (const CUresult result = api.cuInit(0); result != 0) return {"cuda: no CUDA device (cuInit: " + cuda_error_name(result) + ")", {}};
+    int count = 0;
+    if (api.cuDeviceGetCount(&count) != 0 || count <= 0) return {"cuda: no CUDA device", {}};
+    CudaUploadResult out;
+    std::string failures;
+    for (int ordinal = 0; ordinal < count; ++ordinal) {
+      const std::string problem = measure_device(api, ordinal, block_bytes, budget_seconds / count, out.points);
+      if (!problem.empty()) failures += "; device " + std::to_string(ordinal) + ": " + problem;
+    }
+    out.status = "cuda: " + std::to_string(out.points.size()) + " of " + std::to_string(count) + " device(s) measured" + failures;
+    return out;
+  } catch (const std::exception& error) {
+    return {std::string("cuda: upload measurement failed (") + error.what() + ")", {}};
+  }
+}
+
+}  // namespace coli::probe

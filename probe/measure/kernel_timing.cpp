@@ -1,0 +1,334 @@
+// The timing half of the tuning phase: the engine's GEMV calls at OLMoE-class
+// shapes on weights cycled through a pool larger than the last-level cache,
+// so every call streams from RAM as decode does (see kernel_tuning.h).
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <random>
+
+#include "coli/base/text.h"
+#include "cpu/gemv_cpu.h"
+#include "cpu/thread_placement.h"
+#include "measure/kernel_tuning.h"
+#include "measure/stats.h"
+
+namespace coli::probe {
+namespace {
+
+namespace cpu = kernels::cpu;
+using Clock = std::chrono::steady_clock;
+
+// OLMoE-1B-7B: hidden 2048, 64 experts of width 1024, top-8, 16 heads of 128.
+constexpr int kHidden = 2048, kWidth = 1024, kTopK = 8, kExperts = 64, kAttentionMatrices = 4;
+constexpr std::uint64_t kMiB = 1ull << 20;
+constexpr std::uint64_t kMinPool = 128 * kMiB, kMaxPool = 1024 * kMiB, kSmallestPool = 32 * kMiB;
+constexpr double kFillShare = 0.35;      // of the budget, at most, for first-touching the pool
+constexpr double kMinUnitSeconds = 0.03; // per round: a slice below this is mostly noise
+constexpr int kRounds = 3;             // interleaved rounds over every (set, kernel)
+
+std::uint64_t matrix_bytes(cpu::WeightFormat format, int rows, int cols) {
+  const auto r = static_cast<std::uint64_t>(rows), c = static_cast<std::uint64_t>(cols);
+  return format == cpu::WeightFormat::q4_g64 ? r * c / 2 + r * (c / 64) * 2 : r * c + r * 4;
+}
+std::uint64_t round64(std::uint64_t bytes) { return (bytes + 63) / 64 * 64; }
+std::uint64_t expert_bytes(cpu::WeightFormat format) {
+  return 2 * round64(matrix_bytes(format, kWidth, kHidden)) + round64(matrix_bytes(format, kHidden, kWidth));
+}
+
+// Weight bytes in one anonymous mapping, handed out round robin so
+// consecutive calls read different memory.
+class WeightPool {
+ public:
+  explicit WeightPool(std::uint64_t bytes) : mapped_(bytes) {
+    void* address = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (address == MAP_FAILED) return;
+#ifdef MADV_HUGEPAGE
+    madvise(address, bytes, MADV_HUGEPAGE);
+#endif
+    base_ = static_cast<std::byte*>(address);
+  }
+  ~WeightPool() { if (base_) munmap(base_, mapped_); }
+  WeightPool(const WeightPool&) = delete;
+  bool mapped() const { return base_ != nullptr; }
+  std::uint64_t size() const { return used_; }
+
+  // Bytes 0x30..0x3f: as int8 small weights, as nibbles any value, and as
+  // binary16 or float32 scales always normal numbers (no denormal slow paths).
+  // Touches chunk by chunk until done or the deadline, at least kSmallestPool.
+  void fill(Clock::time_point deadline) {
+    std::uint32_t state = 12345;
+    for (std::uint64_t chunk = 0; used_ < mapped_ && (used_ < kSmallestPool || Clock::now() < deadline); used_ += chunk) {
+      chunk = std::min<std::uint64_t>(8 * kMiB, mapped_ - used_);
+      for (std::uint64_t i = 0; i < chunk; ++i) {
+        state = state * 1664525u + 1013904223u;
+        base_[used_ + i] = static_cast<std::byte>(0x30 | (state >> 28));
+      }
+    }
+  }
+  const std::byte* take(std::uint64_t bytes) {
+    bytes = round64(bytes);
+    if (cursor_ + bytes > used_) cursor_ = 0;
+    const std::byte* out = base_ + cursor_;
+    cursor_ += bytes;
+    return out;
+  }
+
+ private:
+  std::byte* base_ = nullptr;
+  std::uint64_t mapped_ = 0, used_ = 0, cursor_ = 0;
+};
+
+template <class View>
+View view_at(const std::byte* p, int rows, int cols);
+template <>
+cpu::Q4G64View view_at(const std::byte* p, int rows, int cols) {
+  const auto nibbles = static_cast<std::uint64_t>(rows) * static_cast<std::uint64_t>(cols) / 2;
+  return {reinterpret_cast<const std::uint8_t*>(p), reinterpret_cast<const std::uint16_t*>(p + nibbles), rows, cols};
+}
+template <>
+cpu::Q8RowView view_at(const std::byte* p, int rows, int cols) {
+  const auto weights = static_cast<std::uint64_t>(rows) * static_cast<std::uint64_t>(cols);
+  return {reinterpret_cast<const std::int8_t*>(p), reinterpret_cast<const float*>(p + weights), rows, cols};
+}
+
+float silu(float v) { return v / (1.0f + std::exp(-v)); }
+
+// What ExpertStore::ffn_batch does for `tasks` (token index, expert record):
+// quantise each task's x, all gates and ups in one region, silu, all downs.
+template <class View, class Job>
+class ExpertBatch {
+ public:
+  ExpertBatch(cpu::CpuKernelVariant variant, cpu::WeightFormat format) : variant_(variant), format_(format) {}
+
+  void run(const std::vector<std::pair<int, const std::byte*>>& tasks, const std::vector<float>& xs, int threads) {
+    const std::size_t n = tasks.size(), width = kWidth;
+    inputs_.resize(n), hidden_.resize(n), gate_.resize(n * width), up_.resize(n * width), y_.resize(n * kHidden);
+    const std::uint64_t gate_bytes = round64(matrix_bytes(format_, kWidth, kHidden));
+    std::vector<Job> jobs;
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto [token, record] = tasks[i];
+      inputs_[i].quantize(variant_, format_, std::span(xs).subspan(static_cast<std::size_t>(token) * kHidden, kHidden), 1, kHidden);
+      jobs.push_back({view_at<View>(record, kWidth, kHidden), &inputs_[i], std::span(gate_).subspan(i * width, width)});
+      jobs.push_back({view_at<View>(record + gate_bytes, kWidth, kHidden), &inputs_[i], std::span(up_).subspan(i * width, width)});
+    }
+    cpu::gemv_quantized_many(std::span<const Job>(jobs), threads);
+    jobs.clear();
+    for (std::size_t i = 0; i < n; ++i) {
+      float* gate = gate_.data() + i * width;
+      for (std::size_t j = 0; j < width; ++j) gate[j] = silu(gate[j]) * up_[i * width + j];
+      hidden_[i].quantize(variant_, format_, std::span<const float>(gate, width), 1, kWidth);
+      jobs.push_back({view_at<View>(tasks[i].second + 2 * gate_bytes, kHidden, kWidth), &hidden_[i],
+                      std::span(y_).subspan(i * kHidden, kHidden)});
+    }
+    cpu::gemv_quantized_many(std::span<const Job>(jobs), threads);
+  }
+  bool finite() const { return std::all_of(y_.begin(), y_.end(), [](float v) { return std::isfinite(v); }); }
+
+ private:
+  cpu::CpuKernelVariant variant_;
+  cpu::WeightFormat format_;
+  std::vector<cpu::QuantizedActivations> inputs_, hidden_;
+  std::vector<float> gate_, up_, y_;
+};
+
+struct KernelSpec {
+  std::string name;
+  cpu::WeightFormat format = cpu::WeightFormat::q4_g64;
+  bool prefill = false, dense = false;
+  double weight = 1;  // share of the budget relative to a decode kernel
+};
+
+// Tokens routed top-8 over 64 experts (fixed seed: every run times the same
+// work), as tasks in expert-major order like the expert store's round order.
+std::vector<std::pair<int, int>> prefill_routing(int tokens) {
+  std::mt19937 random(7);
+  std::vector<std::vector<int>> chosen(static_cast<std::size_t>(tokens));
+  std::vector<int> experts(kExperts);
+  for (auto& token : chosen) {
+    for (int e = 0; e < kExperts; ++e) experts[static_cast<std::size_t>(e)] = e;
+    std::shuffle(experts.begin(), experts.end(), random);
+    token.assign(experts.begin(), experts.begin() + kTopK);
+  }
+  std::vector<std::pair<int, int>> tasks;  // (token, expert)
+  for (int e = 0; e < kExperts; ++e)
+    for (int t = 0; t < tokens; ++t)
+      if (std::find(chosen[static_cast<std::size_t>(t)].begin(), chosen[static_cast<std::size_t>(t)].end(), e) != chosen[static_cast<std::size_t>(t)].end())
+        tasks.emplace_back(t, e);
+  return tasks;
+}
+
+SampleStats scaled(SampleStats stats, double factor) {
+  stats.median *= factor, stats.best *= factor, stats.worst *= factor;
+  return stats;
+}
+
+// One kernel on one thread set, ready to be called again and again (the
+// team must be pinned to the set before run()); GB/s of weights per call.
+class KernelRunner {
+ public:
+  KernelRunner(const KernelSpec& spec, const ThreadCandidate& set, cpu::CpuKernelVariant variant, WeightPool& pool,
+               int prefill_tokens)
+      : spec_(spec), variant_(variant), pool_(pool), threads_(set.pus.size()),
+        xs_(static_cast<std::size_t>(std::max(prefill_tokens, 1)) * kHidden), y_(kHidden),
+        q4_(variant, cpu::WeightFormat::q4_g64), q8_(variant, cpu::WeightFormat::q8_row),
+        record_(expert_bytes(spec.format)), dense_bytes_(matrix_bytes(cpu::WeightFormat::q8_row, kHidden, kHidden)) {
+    std::mt19937 random(3);
+    std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+    for (float& v : xs_) v = uniform(random);
+    point_ = {spec.name, spec.dense ? kHidden : kWidth, kHidden, spec.prefill ? prefill_tokens : 1, 0,
+              set.name, threads_, set.pus, set.smt, {}, {}};
+    if (spec.dense) {
+      point_.matrices = kAttentionMatrices;  // q, k, v, o of one token
+      bytes_ = static_cast<double>(kAttentionMatrices * dense_bytes_);
+    } else {
+      if (spec.prefill) routing_ = prefill_routing(prefill_tokens);
+      distinct_ = spec.prefill ? static_cast<int>(std::min<std::uint64_t>(kExperts, pool.size() / record_)) : kTopK;
+      point_.matrices = 3 * (spec.prefill ? static_cast<int>(routing_.size()) : kTopK);
+      bytes_ = static_cast<double>(distinct_) * static_cast<double>(record_);
+    }
+  }
+
+  double run() {
+    const auto start = Clock::now();
+    if (spec_.dense) {
+      // Four separate gemv calls, as Linear::apply makes them.
+      for (int m = 0; m < kAttentionMatrices; ++m)
+        cpu::gemv(view_at<cpu::Q8RowView>(pool_.take(dense_bytes_), kHidden, kHidden),
+                  std::span<const float>(xs_).first(kHidden), y_, {variant_, threads_});
+    } else {
+      std::vector<const std::byte*> records(static_cast<std::size_t>(distinct_));
+      for (auto& r : records) r = pool_.take(record_);
+      tasks_.clear();
+      if (spec_.prefill) {
+        for (auto [token, expert] : routing_) tasks_.emplace_back(token, records[static_cast<std::size_t>(expert % distinct_)]);
+      } else {
+        for (const std::byte* r : records) tasks_.emplace_back(0, r);
+      }
+      if (spec_.format == cpu::WeightFormat::q4_g64) q4_.run(tasks_, xs_, threads_);
+      else q8_.run(tasks_, xs_, threads_);
+    }
+    return bytes_ / std::chrono::duration<double>(Clock::now() - start).count() / 1e9;
+  }
+
+  Result<KernelThroughputPoint> point(std::vector<double> samples) const {
+    const bool finite = spec_.dense ? std::all_of(y_.begin(), y_.end(), [](float v) { return std::isfinite(v); })
+                                    : spec_.format == cpu::WeightFormat::q4_g64 ? q4_.finite() : q8_.finite();
+    if (!finite) return make_error("kernel tuning: " + spec_.name + " produced non-finite values; the kernel or memory misbehaved");
+    KernelThroughputPoint out = point_;
+    out.gb_per_s = summarize(std::move(samples));
+    out.tokens_per_s = scaled(out.gb_per_s, 1e9 / bytes_ * out.batch);
+    return out;
+  }
+  const KernelSpec& spec() const { return spec_; }
+
+ private:
+  KernelSpec spec_;
+  cpu::CpuKernelVariant variant_;
+  WeightPool& pool_;
+  int threads_;
+  std::vector<float> xs_, y_;
+  ExpertBatch<cpu::Q4G64View, cpu::Q4GemvJob> q4_;
+  ExpertBatch<cpu::Q8RowView, cpu::Q8GemvJob> q8_;
+  std::vector<std::pair<int, int>> routing_;
+  std::vector<std::pair<int, const std::byte*>> tasks_;
+  std::uint64_t record_, dense_bytes_;
+  int distinct_ = 0;
+  double bytes_ = 0;
+  KernelThroughputPoint point_;
+};
+
+struct Unpin {
+  ~Unpin() { (void)cpu::release_openmp_team(); }
+};
+
+}  // namespace
+
+Result<KernelTuning> measure_kernel_tuning(const CpuFacts& facts, const MemoryFacts& memory,
+                                           const KernelTuningOptions& options, const ProgressFn& progress) {
+  const auto start = Clock::now();
+  const auto deadline = start + std::chrono::duration<double>(options.budget_seconds);
+  const auto left = [&] { return std::chrono::duration<double>(deadline - Clock::now()).count(); };
+  if (options.prefill_tokens < 1 || options.prefill_tokens > 512)
+    return make_error("kernel tuning: prefill tokens must be within 1..512, not " + std::to_string(options.prefill_tokens));
+  auto variant = cpu::selected_variant();
+  if (!variant) return variant.error();
+  std::vector<ThreadCandidate> sets = options.candidates.empty() ? tuning_candidates(facts) : options.candidates;
+  if (sets.empty()) return make_error("kernel tuning: no usable CPU to run on (usable set is empty)");
+
+  std::uint64_t pool_bytes = options.pool_bytes;
+  if (pool_bytes == 0) {
+    std::uint64_t llc = 0;
+    int last_level = 0;
+    for (const auto& cache : facts.caches) last_level = std::max(last_level, cache.level);
+    for (const auto& cache : facts.caches)
+      if (cache.level == last_level) llc += cache.size_bytes * static_cast<std::uint64_t>(std::max(1, cache.instances));
+    pool_bytes = std::clamp(2 * llc, kMinPool, kMaxPool);
+  }
+  if (memory.headroom_bytes > 0) pool_bytes = std::min(pool_bytes, memory.headroom_bytes / 8);
+  if (pool_bytes < kSmallestPool)
+    return make_error("kernel tuning: only " + format_bytes(memory.headroom_bytes) + " of memory headroom; too little for " +
+                      format_bytes(kSmallestPool) + " of test weights");
+  WeightPool pool(pool_bytes);
+  if (!pool.mapped()) return make_error("kernel tuning: could not map " + format_bytes(pool_bytes) + " of test weights");
+  if (progress) progress("kernel tuning: filling " + format_bytes(pool_bytes) + " of test weights");
+  pool.fill(start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(kFillShare * options.budget_seconds)));
+
+  KernelTuning tuning;
+  tuning.cpu_kernel = std::string(cpu::variant_name(*variant));
+  tuning.pool_bytes = pool.size();
+  using F = cpu::WeightFormat;
+  // The q4 kernels and the dense one decide the thread sets; int8 only adds figures.
+  const std::vector<KernelSpec> specs = {
+      {"expert_q4_decode", F::q4_g64, false, false, 1}, {"dense_q8_decode", F::q8_row, false, true, 1},
+      {"expert_q4_prefill", F::q4_g64, true, false, 2}, {"expert_q8_decode", F::q8_row, false, false, 1},
+      {"expert_q8_prefill", F::q8_row, true, false, 2}};
+  double units_per_set = 0;
+  for (const auto& spec : specs) units_per_set += spec.weight;
+  // Keep the sets the budget can time (priority order), at least one.
+  const auto affordable = static_cast<std::size_t>(std::max(1.0, left() / (kRounds * kMinUnitSeconds * units_per_set)));
+  if (sets.size() > affordable) {
+    tuning.note = "timed the first " + std::to_string(affordable) + " of " + std::to_string(sets.size()) +
+                  " candidate sets (budget)";
+    sets.resize(affordable);
+  }
+  struct Work { std::size_t set; KernelRunner runner; std::vector<double> samples; };
+  std::vector<Work> work;
+  for (std::size_t i = 0; i < sets.size(); ++i)
+    for (const KernelSpec& spec : specs) work.push_back({i, KernelRunner(spec, sets[i], *variant, pool, options.prefill_tokens), {}});
+  std::vector<bool> pinnable(sets.size(), true);
+  Unpin unpin;
+  // Rounds over every (set, kernel): load from other processes and frequency
+  // drift then touch every set alike instead of whichever ran at a bad moment.
+  for (int round = 0; round < kRounds && left() > 0; ++round) {
+    const double unit = left() / ((kRounds - round) * units_per_set * static_cast<double>(sets.size()));
+    for (std::size_t i = 0; i < sets.size(); ++i) {
+      if (!pinnable[i]) continue;
+      if (Status pinned = cpu::pin_openmp_team(sets[i].pus); !pinned) {
+        tuning.note += (tuning.note.empty() ? "" : "; ") + sets[i].name + " skipped: " + pinned.error().message;
+        pinnable[i] = false;
+        continue;
+      }
+      if (progress && round == 0) progress("kernel tuning: " + sets[i].name + " (PUs " + sets[i].pus.to_list() + ")");
+      for (Work& w : work) {
+        if (w.set != i) continue;
+        const auto slice_end = Clock::now() + std::chrono::duration<double>(unit * w.runner.spec().weight);
+        if (!w.runner.spec().prefill) w.runner.run();  // warm-up after switching kernels or sets
+        do w.samples.push_back(w.runner.run());
+        while (Clock::now() < slice_end && w.samples.size() < 400);
+      }
+    }
+  }
+  if (left() < 0 && tuning.note.empty()) tuning.note = "the last round overran the budget by " + std::to_string(-left()) + " s";
+  for (Work& w : work) {
+    if (w.samples.empty()) continue;
+    auto point = w.runner.point(std::move(w.samples));
+    if (!point) return point.error();
+    tuning.points.push_back(std::move(*point));
+  }
+  tuning.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  return tuning;
+}
+
+}  // namespace coli::probe

@@ -1,0 +1,74 @@
+// The tuning phase of coli-probe: times the engine's own GEMV kernels
+// (kernels/cpu, called exactly as decode and prefill call them) on candidate
+// thread sets pinned the way the engine pins them (kernels/cpu/
+// thread_placement.h), and chooses the decode and prefill sets from the
+// measurements. Shapes are OLMoE-1B-7B class: hidden 2048, expert width
+// 1024, top-8; attention projections 2048x2048 (q8_row).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "coli/base/result.h"
+#include "coli/probe/device_profile.h"
+#include "measure/memory_bandwidth.h"  // ProgressFn
+
+namespace coli::probe {
+
+// A thread set to time. PUs ascend; OpenMP member i runs on the i-th.
+struct ThreadCandidate {
+  std::string name;   // "kind1:4c" (4 cores of kind 1), "kinds0-2:10c" (kinds 0..2), "+smt" with siblings
+  CpuSet pus;
+  int cores = 0;      // physical cores covered
+  bool smt = false;   // SMT siblings of those cores included
+  int priority = 0;   // 0 measured first: whole kinds and combinations, then SMT, single cores, the counts between
+  bool operator==(const ThreadCandidate&) const = default;
+};
+
+// Per CPU kind: one usable PU per physical core, 1, 2, 4 ... all cores;
+// kinds combined from the fastest down (all cores of kinds r..top); each
+// whole set again with its cores' SMT siblings. Sets above the cgroup CPU
+// quota (rounded down) are left out. Ordered by priority, then size.
+std::vector<ThreadCandidate> tuning_candidates(const CpuFacts& cpu);
+
+// The rule that picks a set from measured scores (higher is better): the
+// smallest set (fewest threads, no SMT before SMT) whose score is at least
+// (1 - tolerance) of the best. Near-ties go to fewer threads, which leaves
+// cores to the rest of the system and keeps two runs in agreement.
+inline constexpr double kTuningTolerance = 0.04;
+
+struct SetScore {
+  std::string thread_set;
+  CpuSet pus;
+  bool smt = false;
+  double score = 0;  // tokens/s, higher is better
+};
+// Index into `scores` of the chosen set; -1 when `scores` is empty or no score is positive.
+int choose_set(const std::vector<SetScore>& scores, double tolerance = kTuningTolerance);
+
+// Decode and prefill scores per set from the points (pure; sets lacking a
+// kernel are left out):
+//   decode:  1 / (t(expert_q4_decode) + t(dense_q8_decode))   per layer, tokens/s
+//   prefill: B / (t(expert_q4_prefill) + B * t(dense_q8_decode)), B = the prefill batch
+// (attention runs token by token in prefill too), t = 1 / median tokens/s.
+std::vector<SetScore> decode_scores(const std::vector<KernelThroughputPoint>& points);
+std::vector<SetScore> prefill_scores(const std::vector<KernelThroughputPoint>& points);
+
+// ThreadRecommendation with rule "measured-kernel-throughput" and a reason
+// naming the figures. Prefill keeps decode's set when that set is within the
+// tolerance of the prefill choice too (the engine runs one team for both);
+// an error when the points cannot decide (then the
+// caller keeps the tier rule).
+Result<ThreadRecommendation> recommend_from_measurements(const std::vector<KernelThroughputPoint>& points);
+
+struct KernelTuningOptions {
+  double budget_seconds = 7.5;         // the whole phase, buffer fill included
+  std::uint64_t pool_bytes = 0;        // weights to cycle through; 0 = 2x the LLC within [128 MiB, 1 GiB]
+  int prefill_tokens = 32;             // tokens of the prefill round timed
+  std::vector<ThreadCandidate> candidates;  // empty = tuning_candidates(cpu)
+};
+
+Result<KernelTuning> measure_kernel_tuning(const CpuFacts& cpu, const MemoryFacts& memory,
+                                           const KernelTuningOptions& options, const ProgressFn& progress);
+
+}  // namespace coli::probe

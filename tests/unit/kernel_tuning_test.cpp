@@ -1,0 +1,161 @@
+// The tuning phase: candidate thread sets from recorded machines, the
+// chooser on made-up measurements, and a short real run on this machine.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "coli/probe/probe.h"
+#include "cpu/thread_placement.h"
+#include "measure/kernel_tuning.h"
+#include "test_support.h"
+
+namespace coli::probe {
+namespace {
+
+namespace fs = std::filesystem;
+using testing_support::Contains;
+
+CpuFacts replay_facts(const std::string& machine) {
+  const fs::path dir = fs::path(COLI_FIXTURES_DIR) / "machines" / machine;
+  ProbeOptions options;
+  options.quick = true;
+  if (fs::exists(dir / "topology.xml")) options.hwloc_xml = dir / "topology.xml";
+  if (fs::exists(dir / "sysctl.txt")) options.sysctl_file = dir / "sysctl.txt";
+  if (fs::exists(dir / "root")) options.root = SystemRoot(dir / "root");
+  auto profile = run_probe(options);
+  EXPECT_TRUE(profile) << (profile ? "" : profile.error().message);
+  return profile ? profile->cpu : CpuFacts{};
+}
+
+std::vector<std::string> names(const std::vector<ThreadCandidate>& sets) {
+  std::vector<std::string> out;
+  for (const auto& set : sets) out.push_back(set.name + "=" + set.pus.to_list());
+  return out;
+}
+
+TEST(TuningCandidates, HybridWithSmtPerformanceCores) {
+  // i9-13900K: 8 P-cores with SMT (PUs 0-15, siblings adjacent), 16 E-cores (16-31, one PU each).
+  const auto sets = tuning_candidates(replay_facts("intel-i9-13900k"));
+  const std::vector<std::string> expected = {
+      "kind1:8c=0,2,4,6,8,10,12,14", "kind0:16c=16-31", "kinds0-1:24c=0,2,4,6,8,10,12,14,16-31",
+      "kind1:8c+smt=0-15", "kinds0-1:24c+smt=0-31",
+      "kind1:1c=0", "kind0:1c=16",
+      "kind1:2c=0,2", "kind0:2c=16-17", "kind1:4c=0,2,4,6", "kind0:4c=16-19", "kind0:8c=16-23"};
+  EXPECT_EQ(names(sets), expected);
+  for (const auto& set : sets) EXPECT_EQ(set.smt, set.name.ends_with("+smt")) << set.name;
+}
+
+TEST(TuningCandidates, ThreeTierCpuCombinesKindsFromTheFastest) {
+  const auto sets = tuning_candidates(replay_facts("apple-m-3tier"));
+  const std::vector<std::string> expected = {
+      "kind2:2c=10-11", "kind1:4c=6-9", "kind0:6c=0-5", "kinds1-2:6c=6-11", "kinds0-2:12c=0-11",
+      "kind2:1c=10", "kind1:1c=6", "kind0:1c=0", "kind1:2c=6-7", "kind0:2c=0-1", "kind0:4c=0-3"};
+  EXPECT_EQ(names(sets), expected);
+}
+
+TEST(TuningCandidates, ServerSiblingsFarApartAndQuotaCap) {
+  // EPYC 2S: siblings 128 apart; the SMT set holds both halves.
+  const auto sets = tuning_candidates(replay_facts("amd-epyc-2s"));
+  ASSERT_GE(sets.size(), 2u);
+  EXPECT_EQ(names(sets)[0], "kind0:128c=0-127");
+  EXPECT_EQ(names(sets)[1], "kind0:128c+smt=0-255");
+  // A cgroup quota of 2.5 CPUs: nothing above 2 threads.
+  CpuFacts facts = replay_facts("h200-xeon-16c");
+  facts.usable.quota_cpus = 2.5;
+  const auto capped = tuning_candidates(facts);
+  EXPECT_EQ(names(capped), (std::vector<std::string>{"kind0:2c=0-1", "kind0:1c=0"}));
+}
+
+KernelThroughputPoint point(const std::string& kernel, const std::string& set, CpuSet pus, bool smt, double tokens_per_s,
+                            int batch = 1) {
+  KernelThroughputPoint p;
+  p.kernel = kernel, p.thread_set = set, p.pus = std::move(pus), p.smt = smt, p.batch = batch;
+  p.threads = p.pus.size();
+  p.tokens_per_s = {5, tokens_per_s, tokens_per_s * 1.01, tokens_per_s * 0.99, 0.02};
+  p.gb_per_s = p.tokens_per_s;
+  return p;
+}
+
+TEST(TuningChooser, SmallestSetWithinToleranceOfTheBest) {
+  std::vector<SetScore> scores = {{"a:1c", CpuSet({0}), false, 50},
+                                  {"a:4c", CpuSet({0, 1, 2, 3}), false, 97},
+                                  {"a:8c", CpuSet({0, 1, 2, 3, 4, 5, 6, 7}), false, 100},
+                                  {"a:4c+smt", CpuSet({0, 1, 2, 3, 8, 9, 10, 11}), true, 99}};
+  EXPECT_EQ(choose_set(scores), 1);        // 97 >= 96: four threads do it
+  EXPECT_EQ(choose_set(scores, 0.01), 2);  // within 1% only 8c (100) and 4c+smt (99); 8 threads each, no SMT first
+  scores[1].score = 95;
+  EXPECT_EQ(choose_set(scores), 2);
+  EXPECT_EQ(choose_set({}), -1);
+  EXPECT_EQ(choose_set({{"x", CpuSet({0}), false, 0}}), -1);
+}
+
+TEST(TuningChooser, RecommendationNamesTheFigures) {
+  const CpuSet one({0}), two({0, 1});
+  // Decode: one thread 100 tok/s experts, 400 dense -> 80 per layer; two threads 180/700 -> 143.
+  // Prefill batch 32: one thread 320 tok/s -> 1/(1/320+1/400) = 178; two 600 -> 1/(1/600+1/700) = 323.
+  const std::vector<KernelThroughputPoint> points = {
+      point("expert_q4_decode", "k0:1c", one, false, 100), point("dense_q8_decode", "k0:1c", one, false, 400),
+      point("expert_q4_prefill", "k0:1c", one, false, 320, 32), point("expert_q4_decode", "k0:2c", two, false, 180),
+      point("dense_q8_decode", "k0:2c", two, false, 700), point("expert_q4_prefill", "k0:2c", two, false, 600, 32)};
+  const auto decode = decode_scores(points);
+  ASSERT_EQ(decode.size(), 2u);
+  EXPECT_NEAR(decode[0].score, 80, 1e-9);
+  auto threads = recommend_from_measurements(points);
+  ASSERT_TRUE(threads) << threads.error().message;
+  EXPECT_EQ(threads->rule, "measured-kernel-throughput");
+  EXPECT_EQ(threads->decode_pus, two);
+  EXPECT_EQ(threads->prefill_threads, 2);
+  EXPECT_TRUE(Contains(threads->reason, "decode on k0:2c (2 threads, 143 tokens/s per layer"));
+  EXPECT_TRUE(Contains(threads->reason, "k0:1c 80"));
+  // Without prefill points the decode set is used and said so; without decode points: an error.
+  auto decode_only = recommend_from_measurements({points[0], points[1]});
+  ASSERT_TRUE(decode_only);
+  EXPECT_EQ(decode_only->prefill_pus, one);
+  EXPECT_TRUE(Contains(decode_only->reason, "prefill not timed"));
+  EXPECT_FALSE(recommend_from_measurements({points[2]}));
+  // Prefill alone slightly favours one thread (330 vs 323), but decode's set
+  // is within 4% there too: one team serves both phases, so prefill keeps it.
+  auto shared = points;
+  shared[2] = point("expert_q4_prefill", "k0:1c", one, false, 2640, 32);  // 1/(1/2640+1/400) = 347
+  shared[5] = point("expert_q4_prefill", "k0:2c", two, false, 1000, 32);  // 1/(1/1000+1/700) = 412
+  auto kept = recommend_from_measurements(shared);
+  ASSERT_TRUE(kept);
+  EXPECT_EQ(kept->prefill_pus, two);
+  shared[2] = point("expert_q4_prefill", "k0:1c", one, false, 1e9, 32);   // 400: 2c's 412 is best anyway
+  shared[5] = point("expert_q4_prefill", "k0:2c", two, false, 1250, 32);  // 1/(1/1250+1/700) = 449
+  shared[1] = point("dense_q8_decode", "k0:1c", one, false, 4000);        // 1c prefill: 4000 -> clearly best
+  auto moved = recommend_from_measurements(shared);
+  ASSERT_TRUE(moved);
+  EXPECT_EQ(moved->prefill_pus, one);
+}
+
+TEST(KernelTuning, ShortRealRunOnThisMachine) {
+  ProbeOptions options;
+  options.quick = true;
+  auto profile = run_probe(options);
+  ASSERT_TRUE(profile) << profile.error().message;
+  KernelTuningOptions tuning_options;
+  tuning_options.budget_seconds = 2.5;
+  tuning_options.pool_bytes = 64ull << 20;
+  tuning_options.prefill_tokens = 8;
+  const CpuSet before = kernels::cpu::current_thread_affinity();
+  auto tuning = measure_kernel_tuning(profile->cpu, profile->memory, tuning_options, {});
+  ASSERT_TRUE(tuning) << tuning.error().message;
+  EXPECT_LT(tuning->seconds, 2.5 * 1.5 + 0.5);
+  EXPECT_EQ(kernels::cpu::current_thread_affinity(), before);  // the team was released
+  ASSERT_FALSE(tuning->points.empty());
+  for (const auto& p : tuning->points) {
+    EXPECT_GE(p.gb_per_s.samples, 1) << p.kernel << " " << p.thread_set;
+    EXPECT_GT(p.gb_per_s.median, 0.01) << p.kernel;
+    EXPECT_LT(p.gb_per_s.median, 10000) << p.kernel;
+    EXPECT_EQ(p.threads, p.pus.size());
+    EXPECT_TRUE(p.pus.intersect(profile->cpu.usable.pus) == p.pus);
+  }
+  auto threads = recommend_from_measurements(tuning->points);
+  ASSERT_TRUE(threads) << threads.error().message;
+  EXPECT_GE(threads->decode_threads, 1);
+  EXPECT_TRUE(threads->decode_pus.intersect(profile->cpu.usable.pus) == threads->decode_pus);
+}
+
+}  // namespace
+}  // namespace coli::probe
