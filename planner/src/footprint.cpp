@@ -71,6 +71,30 @@ std::uint64_t page_rounding(std::uint64_t bytes) {
   return bytes < kMmapThreshold ? 0 : round_up(bytes, kPage) + kPage - bytes;
 }
 
+constexpr std::uint64_t kKvElementBytes = 4;  // the engine's KV cache is f32
+
+// KV elements one layer caches per position.
+std::uint64_t kv_elements_per_layer(const model::ModelConfig& c) {
+  if (!c.mla) return 2 * c.num_key_value_heads * c.head_dim;  // K and V of every kv head
+  return c.mla->kv_lora_rank + c.mla->qk_rope_head_dim + (c.indexer ? c.indexer->head_dim : 0);
+}
+
+std::string n(std::uint64_t value) { return std::to_string(value); }
+
+// The MTP modules: in the checkpoint, never needed to generate.
+ExcludedComponent mtp_component(const model::ModelConfig& config, std::uint64_t dtype_bytes) {
+  ExcludedComponent mtp{"mtp"};
+  for (const model::ExpectedTensor& t : model::mtp_tensors(config)) {
+    mtp.tensors += 1;
+    mtp.parameters += elements(t);
+  }
+  mtp.source_bytes = mtp.parameters * dtype_bytes;
+  mtp.reason = n(config.num_nextn_predict_layers) +
+               " multi-token-prediction module(s) (num_nextn_predict_layers): used for speculative decoding only, "
+               "not needed to generate; excluded";
+  return mtp;
+}
+
 }  // namespace
 
 std::string expert_format_name(ExpertFormat format) {
@@ -100,6 +124,19 @@ ExpertRecordSize ModelFootprint::expert() const {
   return q4_g64;
 }
 
+std::uint64_t kv_bytes_per_position(const model::ModelConfig& config) {
+  return config.num_hidden_layers * kv_elements_per_layer(config) * kKvElementBytes;
+}
+
+std::string kv_layout(const model::ModelConfig& c) {
+  const std::string layers = n(c.num_hidden_layers) + " layers x ";
+  if (!c.mla)
+    return layers + "2 (K,V) x " + n(c.num_key_value_heads) + " kv heads x head_dim " + n(c.head_dim) + " x 4 B (f32)";
+  std::string per_layer = "(kv_lora_rank " + n(c.mla->kv_lora_rank) + " + qk_rope_head_dim " + n(c.mla->qk_rope_head_dim);
+  if (c.indexer) per_layer += " + index_head_dim " + n(c.indexer->head_dim);
+  return layers + per_layer + ") x 4 B (f32, MLA latent cache)";
+}
+
 ModelFootprint describe_footprint(const model::ModelConfig& config, ExpertFormat experts, DenseFormat dense) {
   ModelFootprint fp;
   fp.config = config;
@@ -117,8 +154,16 @@ ModelFootprint describe_footprint(const model::ModelConfig& config, ExpertFormat
   fp.q8_row = record_size(ExpertFormat::q8_row, hidden, width);
   fp.f32 = record_size(ExpertFormat::f32, hidden, width);
 
+  fp.kv_bytes_per_position = kv_bytes_per_position(config);
+  fp.kv_layout = kv_layout(config);
+  fp.expert_parameters = 3 * hidden * width;
+  if (config.num_nextn_predict_layers > 0) fp.excluded.push_back(mtp_component(config, fp.source_dtype_bytes));
+
   std::uint64_t container_dense = 0;
   for (const model::ExpectedTensor& t : model::expected_tensors(config)) {
+    fp.total_parameters += elements(t);
+    if (t.role != model::TensorRole::Expert && t.role != model::TensorRole::Embedding)
+      fp.active_parameters += elements(t);
     if (t.role == model::TensorRole::Expert) continue;
     const std::string role(model::tensor_role_name(t.role));
     auto found = std::find_if(fp.dense.begin(), fp.dense.end(), [&](const DenseComponent& c) { return c.role == role; });
@@ -139,6 +184,7 @@ ModelFootprint describe_footprint(const model::ModelConfig& config, ExpertFormat
     if (copied_to_f32(t)) fp.norm_f32_copy_bytes += elements(t) * 4;
     container_dense += round_up(held, container::kAlignment);
   }
+  fp.active_parameters += fp.moe_layer_count() * static_cast<std::uint64_t>(fp.top_k) * fp.expert_parameters;
   const std::uint64_t index = (fp.dense_tensor_count + 1) * kIndexBytesPerTensor + 4096;
   fp.container_bytes = container::kAlignment + container_dense + fp.all_expert_records_bytes() + index + 24;
   return fp;

@@ -133,8 +133,9 @@ TEST(ConfigErrors, BrokenJsonNamesLineAndColumn) {
 }
 
 TEST(ConfigErrors, UnknownArchitectureListsSupported) {
-  EXPECT_TRUE(Contains(config_error(R"({"model_type": "deepseek_v3"})"),
-                       "model_type 'deepseek_v3' is not supported; coli reads qwen3_moe, olmoe, mixtral, qwen2_moe"));
+  EXPECT_TRUE(Contains(config_error(R"({"model_type": "llama4_text"})"),
+                       "model_type 'llama4_text' is not supported; coli reads qwen3_moe, olmoe, mixtral, qwen2_moe; "
+                       "for planning only: deepseek_v3, glm_moe_dsa"));
   EXPECT_TRUE(Contains(config_error("{}"), "field 'model_type' is missing"));
 }
 

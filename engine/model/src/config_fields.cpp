@@ -48,6 +48,15 @@ Result<std::uint64_t> ConfigFields::count_or(std::string_view field, std::uint64
   return has(field) ? required_count(field) : Result<std::uint64_t>(fallback);
 }
 
+Result<std::uint64_t> ConfigFields::non_negative_or(std::string_view field, std::uint64_t fallback) const {
+  const json* value = find(field);
+  if (value == nullptr) return fallback;
+  if (value->is_number_integer() && value->get<std::int64_t>() == 0) return std::uint64_t{0};
+  const auto number = positive_integer(*value);
+  if (!number) return field_error(field, "must be a non-negative integer, found " + describe_json_value(*value));
+  return *number;
+}
+
 Result<std::optional<double>> ConfigFields::optional_number(std::string_view field) const {
   const json* value = find(field);
   if (value == nullptr) return std::optional<double>{};

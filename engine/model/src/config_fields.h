@@ -25,6 +25,8 @@ class ConfigFields {
   // First present field of `names` (aliases such as num_experts/num_local_experts).
   Result<std::uint64_t> required_count_of(const std::vector<std::string_view>& names) const;
   Result<std::uint64_t> count_or(std::string_view field, std::uint64_t fallback) const;
+  // A non-negative integer (0 allowed); absent or null gives `fallback`.
+  Result<std::uint64_t> non_negative_or(std::string_view field, std::uint64_t fallback) const;
   Result<double> positive_number_or(std::string_view field, double fallback) const;
   Result<std::optional<double>> optional_number(std::string_view field) const;
   Result<bool> flag_or(std::string_view field, bool fallback) const;
@@ -39,6 +41,10 @@ class ConfigFields {
   const nlohmann::json& root_;
   std::string source_;
 };
+
+// deepseek_v3 / glm_moe_dsa: latent attention, indexer, experts and layer
+// layout (hidden sizes, rope and norms already read); in latent_config.cpp.
+Status read_latent_family(const ConfigFields& fields, ModelConfig& config);
 
 // rope_theta and rope_scaling (4.x) or rope_parameters (5.x); in rope_config.cpp.
 Result<RopeScaling> read_rope(const ConfigFields& fields, double default_theta, double& theta);

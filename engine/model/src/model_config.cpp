@@ -5,6 +5,7 @@
 //   olmoe      OlmoeConfig    / OlmoeAttention, OlmoeSparseMoeBlock
 //   mixtral    MixtralConfig  / MixtralAttention, MixtralSparseMoeBlock, MixtralBlockSparseTop2MLP
 //   qwen2_moe  Qwen2MoeConfig / Qwen2MoeAttention, Qwen2MoeSparseMoeBlock (shared_expert)
+//   deepseek_v3, glm_moe_dsa: planning only, read in src/latent_config.cpp
 #include "coli/model/model_config.h"
 
 #include <algorithm>
@@ -30,17 +31,27 @@ struct ArchitectureRow {
   std::string_view expert_width_field;  // moe_intermediate_size, or intermediate_size
   double rms_norm_eps;
   double rope_theta;
-  std::uint64_t max_position_embeddings;
+  std::uint64_t max_position_embeddings;  // 0: required
 };
 
-constexpr std::array<ArchitectureRow, 4> kArchitectures{{
+constexpr std::array<ArchitectureRow, 6> kArchitectures{{
     {Architecture::Qwen3Moe, "qwen3_moe", "num_experts", "num_local_experts", "moe_intermediate_size", 1e-6, 10000.0,
      32768},
     {Architecture::Olmoe, "olmoe", "num_experts", "num_local_experts", "intermediate_size", 1e-5, 10000.0, 4096},
     {Architecture::Mixtral, "mixtral", "num_local_experts", "num_experts", "intermediate_size", 1e-5, 1e6, 131072},
     {Architecture::Qwen2Moe, "qwen2_moe", "num_experts", "num_local_experts", "moe_intermediate_size", 1e-6, 10000.0,
      32768},
+    // DeepseekV3Config defaults; GlmMoeDsaConfig's max_position_embeddings is
+    // not relied on (required), its rms_norm_eps default is 1e-5.
+    {Architecture::DeepseekV3, "deepseek_v3", "n_routed_experts", "n_routed_experts", "moe_intermediate_size", 1e-6,
+     10000.0, 4096},
+    {Architecture::GlmMoeDsa, "glm_moe_dsa", "n_routed_experts", "n_routed_experts", "moe_intermediate_size", 1e-5,
+     10000.0, 0},
 }};
+
+bool latent_attention_family(Architecture architecture) {
+  return architecture == Architecture::DeepseekV3 || architecture == Architecture::GlmMoeDsa;
+}
 
 const ArchitectureRow* find_architecture(std::string_view model_type) {
   for (const ArchitectureRow& row : kArchitectures)
@@ -91,6 +102,8 @@ Status read_attention(const ConfigFields& fields, ModelConfig& config) {
       break;
     }
     case Architecture::Mixtral:  // MixtralAttention: no biases, no qk-norm
+    case Architecture::DeepseekV3:  // read by detail::read_latent_family
+    case Architecture::GlmMoeDsa:
       break;
   }
   if (config.architecture == Architecture::Olmoe) {
@@ -182,7 +195,9 @@ Status read_rope_and_norms(const ConfigFields& fields, const ArchitectureRow& ro
   auto eps = fields.positive_number_or("rms_norm_eps", row.rms_norm_eps);
   if (!eps) return eps.error();
   config.rms_norm_eps = *eps;
-  auto positions = fields.count_or("max_position_embeddings", row.max_position_embeddings);
+  auto positions = row.max_position_embeddings == 0
+                       ? fields.required_count("max_position_embeddings")
+                       : fields.count_or("max_position_embeddings", row.max_position_embeddings);
   if (!positions) return positions.error();
   config.max_position_embeddings = *positions;
   auto rope = detail::read_rope(fields, row.rope_theta, config.rope_theta);
@@ -194,6 +209,8 @@ Status read_rope_and_norms(const ConfigFields& fields, const ArchitectureRow& ro
 }  // namespace
 
 bool ModelConfig::is_moe_layer(std::uint64_t layer) const {
+  if (layer < first_k_dense_replace) return false;
+  if (moe_layer_freq > 0) return layer % moe_layer_freq == 0;  // DeepseekV3DecoderLayer
   if (std::find(mlp_only_layers.begin(), mlp_only_layers.end(), layer) != mlp_only_layers.end()) return false;
   return decoder_sparse_step > 0 && (layer + 1) % decoder_sparse_step == 0;
 }
@@ -204,7 +221,18 @@ std::string_view architecture_name(Architecture architecture) {
   return "unknown";
 }
 
-std::string_view supported_architectures() { return "qwen3_moe, olmoe, mixtral, qwen2_moe"; }
+std::string_view supported_architectures() {
+  return "qwen3_moe, olmoe, mixtral, qwen2_moe; for planning only: deepseek_v3, glm_moe_dsa";
+}
+
+Status check_engine_support(const ModelConfig& config, std::string_view where) {
+  if (!config.planning_only()) return Ok{};
+  return make_error(std::string(where) + ": model_type '" + config.model_type +
+                    "' is read for planning only: coli-plan describes and plans it, but the engine does not implement "
+                    "its multi-head latent attention" +
+                    (config.indexer ? std::string(" and sparse-attention indexer") : std::string()) +
+                    ", so coli convert / coli run refuse it rather than compute wrong results");
+}
 
 Result<ModelConfig> parse_model_config(std::string_view json_text, std::string_view source_name) {
   const std::string source(source_name);
@@ -251,10 +279,14 @@ Result<ModelConfig> parse_model_config(std::string_view json_text, std::string_v
   if (!tied) return tied.error();
   config.tie_word_embeddings = *tied;
 
-  if (Status s = read_attention(fields, config); !s) return s.error();
-  if (Status s = read_experts(fields, *row, config); !s) return s.error();
   if (Status s = read_rope_and_norms(fields, *row, config); !s) return s.error();
-  if (Status s = read_sparse_layout(fields, config); !s) return s.error();
+  if (latent_attention_family(config.architecture)) {
+    if (Status s = detail::read_latent_family(fields, config); !s) return s.error();
+  } else {
+    if (Status s = read_attention(fields, config); !s) return s.error();
+    if (Status s = read_experts(fields, *row, config); !s) return s.error();
+    if (Status s = read_sparse_layout(fields, config); !s) return s.error();
+  }
   if (Status s = refuse_sliding_window(fields, config); !s) return s.error();
   return config;
 }

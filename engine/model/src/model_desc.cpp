@@ -81,6 +81,10 @@ Error missing_tensor_error(const std::vector<const ExpectedTensor*>& missing, co
 }  // namespace
 
 Result<ModelDesc> describe_tensors(const ModelConfig& config, const TensorSet& tensors, const fs::path& dir) {
+  // The converter and the engine start here: a planning-only architecture
+  // stops before any weight is read (coli-plan plans it from config.json).
+  if (Status supported = check_engine_support(config, dir.string()); !supported)
+    return make_error(supported.error().message + " (pass its config.json to coli-plan to plan it)");
   const std::vector<ExpectedTensor> expected = expected_tensors(config);
   std::unordered_set<std::string_view> expected_names;
   for (const ExpectedTensor& tensor : expected) expected_names.insert(tensor.name);

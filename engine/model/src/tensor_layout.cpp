@@ -30,7 +30,49 @@ class LayoutBuilder {
         "hidden_size x " + width_field, layer, expert);
   }
 
+  // DeepseekV3Attention (+ the GlmMoeDsa indexer): q through q_a/q_b (or
+  // q_proj when q_lora_rank is null), k and v through one latent.
+  void add_latent_attention(const std::string& prefix, int layer) {
+    const LatentAttention& m = *config_.mla;
+    const std::uint64_t hidden = config_.hidden_size, heads = config_.num_attention_heads;
+    const std::uint64_t q_width = heads * m.qk_head_dim();
+    const std::string q_source = "num_attention_heads*(qk_nope_head_dim+qk_rope_head_dim)";
+    if (m.q_lora_rank > 0) {
+      add(prefix + ".q_a_proj.weight", {m.q_lora_rank, hidden}, TensorRole::Attention, "q_lora_rank x hidden_size",
+          layer);
+      if (config_.qkv_bias) add(prefix + ".q_a_proj.bias", {m.q_lora_rank}, TensorRole::Attention, "q_lora_rank", layer);
+      add(prefix + ".q_a_layernorm.weight", {m.q_lora_rank}, TensorRole::QkNorm, "q_lora_rank", layer);
+      add(prefix + ".q_b_proj.weight", {q_width, m.q_lora_rank}, TensorRole::Attention, q_source + " x q_lora_rank",
+          layer);
+    } else {
+      add(prefix + ".q_proj.weight", {q_width, hidden}, TensorRole::Attention, q_source + " x hidden_size", layer);
+    }
+    const std::uint64_t kv_a = m.kv_lora_rank + m.qk_rope_head_dim;
+    add(prefix + ".kv_a_proj_with_mqa.weight", {kv_a, hidden}, TensorRole::Attention,
+        "(kv_lora_rank+qk_rope_head_dim) x hidden_size", layer);
+    if (config_.qkv_bias)
+      add(prefix + ".kv_a_proj_with_mqa.bias", {kv_a}, TensorRole::Attention, "kv_lora_rank+qk_rope_head_dim", layer);
+    add(prefix + ".kv_a_layernorm.weight", {m.kv_lora_rank}, TensorRole::QkNorm, "kv_lora_rank", layer);
+    add(prefix + ".kv_b_proj.weight", {heads * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank},
+        TensorRole::Attention, "num_attention_heads*(qk_nope_head_dim+v_head_dim) x kv_lora_rank", layer);
+    add(prefix + ".o_proj.weight", {hidden, heads * m.v_head_dim}, TensorRole::Attention,
+        "hidden_size x num_attention_heads*v_head_dim", layer);
+    if (config_.o_bias) add(prefix + ".o_proj.bias", {hidden}, TensorRole::Attention, "hidden_size", layer);
+    if (!config_.indexer) return;
+    // DeepSeek-V3.2 Indexer: wq_b from the q latent, wk from the hidden
+    // state, k_norm a LayerNorm (weight and bias), weights_proj per head.
+    const SparseIndexer& ix = *config_.indexer;
+    const std::string ip = prefix + ".indexer";
+    add(ip + ".wq_b.weight", {ix.n_heads * ix.head_dim, m.q_lora_rank}, TensorRole::Attention,
+        "index_n_heads*index_head_dim x q_lora_rank", layer);
+    add(ip + ".wk.weight", {ix.head_dim, hidden}, TensorRole::Attention, "index_head_dim x hidden_size", layer);
+    add(ip + ".k_norm.weight", {ix.head_dim}, TensorRole::QkNorm, "index_head_dim", layer);
+    add(ip + ".k_norm.bias", {ix.head_dim}, TensorRole::QkNorm, "index_head_dim", layer);
+    add(ip + ".weights_proj.weight", {ix.n_heads, hidden}, TensorRole::Attention, "index_n_heads x hidden_size", layer);
+  }
+
   void add_attention(const std::string& prefix, int layer) {
+    if (config_.mla) return add_latent_attention(prefix, layer);
     const std::uint64_t hidden = config_.hidden_size;
     const std::uint64_t q_width = config_.num_attention_heads * config_.head_dim;
     const std::uint64_t kv_width = config_.num_key_value_heads * config_.head_dim;
@@ -64,10 +106,16 @@ class LayoutBuilder {
             : "moe_intermediate_size";
     add(prefix + ".gate.weight", {config_.num_experts, config_.hidden_size}, TensorRole::Router,
         "num_experts x hidden_size", layer);
+    if (config_.router_correction_bias)  // DeepseekV3TopkRouter (topk_method noaux_tc)
+      add(prefix + ".gate.e_score_correction_bias", {config_.num_experts}, TensorRole::Router, "n_routed_experts",
+          layer);
     for (std::uint64_t expert = 0; expert < config_.num_experts; ++expert)
       add_swiglu(prefix + ".experts." + std::to_string(expert), config_.moe_intermediate_size, width_field,
                  TensorRole::Expert, layer, static_cast<int>(expert));
-    if (config_.has_shared_expert()) {
+    if (config_.has_shared_expert() && !config_.has_shared_expert_gate()) {  // DeepseekV3MoE.shared_experts
+      add_swiglu(prefix + ".shared_experts", config_.shared_expert_intermediate_size,
+                 "moe_intermediate_size*n_shared_experts", TensorRole::SharedExpert, layer);
+    } else if (config_.has_shared_expert()) {
       add_swiglu(prefix + ".shared_expert", config_.shared_expert_intermediate_size,
                  "shared_expert_intermediate_size", TensorRole::SharedExpert, layer);
       // Qwen2MoeSparseMoeBlock.shared_expert_gate = Linear(hidden_size, 1): a sigmoid gate.
@@ -97,6 +145,7 @@ std::string_view tensor_role_name(TensorRole role) {
     case TensorRole::Expert: return "expert";
     case TensorRole::SharedExpert: return "shared expert";
     case TensorRole::DenseMlp: return "dense mlp";
+    case TensorRole::Mtp: return "mtp";
   }
   return "unknown";
 }
@@ -107,27 +156,55 @@ std::string moe_block_prefix(const ModelConfig& config, std::uint64_t layer) {
   return "model.layers." + std::to_string(layer) + block;
 }
 
+namespace {
+
+// input norm, attention, post-attention norm, then the MoE block or dense MLP.
+void add_decoder_layer(LayoutBuilder& layout, const ModelConfig& config, std::uint64_t layer_index) {
+  const int layer = static_cast<int>(layer_index);
+  const std::uint64_t hidden = config.hidden_size;
+  const std::string prefix = "model.layers." + std::to_string(layer_index);
+  layout.add(prefix + ".input_layernorm.weight", {hidden}, TensorRole::LayerNorm, "hidden_size", layer);
+  layout.add_attention(prefix + ".self_attn", layer);
+  layout.add(prefix + ".post_attention_layernorm.weight", {hidden}, TensorRole::LayerNorm, "hidden_size", layer);
+  if (config.is_moe_layer(layer_index))
+    layout.add_moe_block(layer_index);
+  else
+    layout.add_swiglu(prefix + ".mlp", config.dense_intermediate_size, "intermediate_size", TensorRole::DenseMlp,
+                      layer);
+}
+
+}  // namespace
+
 std::vector<ExpectedTensor> expected_tensors(const ModelConfig& config) {
   LayoutBuilder layout(config);
   const std::uint64_t hidden = config.hidden_size;
   layout.add("model.embed_tokens.weight", {config.vocab_size, hidden}, TensorRole::Embedding,
              "vocab_size x hidden_size");
-  for (std::uint64_t layer_index = 0; layer_index < config.num_hidden_layers; ++layer_index) {
-    const int layer = static_cast<int>(layer_index);
-    const std::string prefix = "model.layers." + std::to_string(layer_index);
-    layout.add(prefix + ".input_layernorm.weight", {hidden}, TensorRole::LayerNorm, "hidden_size", layer);
-    layout.add_attention(prefix + ".self_attn", layer);
-    layout.add(prefix + ".post_attention_layernorm.weight", {hidden}, TensorRole::LayerNorm, "hidden_size", layer);
-    if (config.is_moe_layer(layer_index))
-      layout.add_moe_block(layer_index);
-    else
-      layout.add_swiglu(prefix + ".mlp", config.dense_intermediate_size, "intermediate_size", TensorRole::DenseMlp,
-                        layer);
-  }
+  for (std::uint64_t layer = 0; layer < config.num_hidden_layers; ++layer) add_decoder_layer(layout, config, layer);
   layout.add("model.norm.weight", {hidden}, TensorRole::FinalNorm, "hidden_size");
   if (!config.tie_word_embeddings)
     layout.add("lm_head.weight", {config.vocab_size, hidden}, TensorRole::LmHead, "vocab_size x hidden_size");
   return layout.take();
+}
+
+std::vector<ExpectedTensor> mtp_tensors(const ModelConfig& config) {
+  LayoutBuilder layout(config);
+  const std::uint64_t hidden = config.hidden_size;
+  for (std::uint64_t i = 0; i < config.num_nextn_predict_layers; ++i) {
+    const std::uint64_t layer_index = config.num_hidden_layers + i;
+    const int layer = static_cast<int>(layer_index);
+    const std::string prefix = "model.layers." + std::to_string(layer_index);
+    // DeepSeek-V3 README_WEIGHTS: enorm/hnorm RMSNorms, eh_proj over the
+    // concatenated [embedding; hidden], a decoder layer, shared_head.norm.
+    layout.add(prefix + ".enorm.weight", {hidden}, TensorRole::Mtp, "hidden_size", layer);
+    layout.add(prefix + ".hnorm.weight", {hidden}, TensorRole::Mtp, "hidden_size", layer);
+    layout.add(prefix + ".eh_proj.weight", {hidden, 2 * hidden}, TensorRole::Mtp, "hidden_size x 2*hidden_size", layer);
+    add_decoder_layer(layout, config, layer_index);
+    layout.add(prefix + ".shared_head.norm.weight", {hidden}, TensorRole::Mtp, "hidden_size", layer);
+  }
+  std::vector<ExpectedTensor> tensors = layout.take();
+  for (ExpectedTensor& t : tensors) t.role = TensorRole::Mtp;
+  return tensors;
 }
 
 }  // namespace coli::model

@@ -41,6 +41,15 @@ struct DenseComponent {
   std::uint64_t held_bytes = 0;      // in the footprint's dense format
 };
 
+// A part of the checkpoint coli leaves out, with why (e.g. the MTP modules).
+struct ExcludedComponent {
+  std::string role;                  // "mtp"
+  std::uint64_t tensors = 0;
+  std::uint64_t parameters = 0;
+  std::uint64_t source_bytes = 0;
+  std::string reason;
+};
+
 struct ModelFootprint {
   model::ModelConfig config;
   ExpertFormat expert_format = ExpertFormat::q4_g64;
@@ -65,11 +74,29 @@ struct ModelFootprint {
   std::uint64_t norm_f32_copy_bytes = 0;
   std::uint64_t container_bytes = 0;      // the whole file: header, dense, records, index estimate
 
+  // KV cache bytes per context position, all layers (the engine keeps f32):
+  // GQA 2 x kv_heads x head_dim per layer; MLA the kv_lora_rank latent plus
+  // the qk_rope_head_dim key (+ index_head_dim indexer key with DSA).
+  std::uint64_t kv_bytes_per_position = 0;
+  std::string kv_layout;                  // that formula with the config's numbers
+
+  // Parameters of the tensors the engine needs (MTP modules excluded), and
+  // those one token reads: all but the input embedding (a row lookup) and
+  // the routed experts, plus top_k routed experts per MoE layer.
+  std::uint64_t total_parameters = 0;
+  std::uint64_t active_parameters = 0;
+  std::uint64_t expert_parameters = 0;    // one routed expert
+  std::vector<ExcludedComponent> excluded;  // in the checkpoint, not held (MTP modules)
+
   std::uint64_t moe_layer_count() const { return moe_layers.size(); }
   std::uint64_t all_expert_records_bytes() const {
     return moe_layer_count() * static_cast<std::uint64_t>(n_experts) * expert().record_stride;
   }
 };
+
+// Per-position KV bytes and its formula as text, per architecture (see above).
+std::uint64_t kv_bytes_per_position(const model::ModelConfig& config);
+std::string kv_layout(const model::ModelConfig& config);
 
 ModelFootprint describe_footprint(const model::ModelConfig& config, ExpertFormat experts, DenseFormat dense);
 
