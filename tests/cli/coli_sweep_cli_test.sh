@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# coli-sweep as a user runs it on the tiny fixture model: the files it writes
+# parse, the planned configuration is marked and ranked, every configuration
+# produced the same tokens, and bad input is refused with a clear message.
+# usage: coli_sweep_cli_test.sh PATH/TO/coli-sweep PATH/TO/coli PATH/TO/tests/fixtures
+set -u
+sweep="$1"
+coli="$2"
+fixtures="$3"
+source "$(dirname "$0")/check.sh"
+
+"$coli" convert --model "$fixtures/models/tiny-demo" --out "$work/demo.coli" --experts q4_g64 >/dev/null 2>&1
+check "convert exits 0" test $? -eq 0
+"$(dirname "$coli")/coli-probe" --quick --out "$work/profile.toml" >/dev/null 2>&1
+check "probe exits 0" test $? -eq 0
+
+# A tiny grid: 1 thread (plus the plan's set), resident and 4 of 8 slots, pins off and on.
+"$sweep" --model "$work/demo.coli" --profile "$work/profile.toml" --threads 1 --caps all,4 --pins off,on \
+  --kernels auto --prompts 2 --prompt-tokens 5 --tokens 4 --repeats 2 --out "$work/out" >"$work/s.out" 2>"$work/s.err"
+check "sweep exits 0" test $? -eq 0
+check "no history: one recorded from the workload" contains "$work/s.out" "recorded one from this workload"
+check "history written into --out" contains "$work/out/sweep.usage" "coli-usage-history"
+check "the table marks the planned row" grep -qE "^ +[0-9]+ \* " "$work/s.out"
+check "decode rank and % of best printed" grep -qE "^decode: +planned: rank [0-9]+ of [0-9]+, [0-9.]+% of the best" "$work/s.out"
+check "prefill rank and % of best printed" grep -qE "^prefill: planned: rank [0-9]+ of [0-9]+, [0-9.]+% of the best" "$work/s.out"
+check "token check passed" contains "$work/s.out" "token check: all [0-9]* runs produced the same tokens"
+check "progress on stderr" contains "$work/s.err" "repeat 2/2"
+check "no temporary files left" test "$(ls "$work/out" | grep -c '\.tmp')" -eq 0
+
+check "CSV: one row per configuration x repeat, one planned configuration" python3 - "$work/out/sweep.csv" <<'EOF'
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+configs = {r["config"] for r in rows}
+assert len(rows) == 2 * len(configs) >= 6, len(rows)
+assert {r["config"] for r in rows if r["planned"] == "1"} and len({r["config"] for r in rows if r["planned"] == "1"}) == 1
+assert all(float(r["decode_tok_s"]) > 0 and float(r["prefill_tok_s"]) > 0 for r in rows)
+assert {r["cap"] for r in rows} >= {"8", "4"} and any(int(r["pins"]) > 0 for r in rows)
+EOF
+check "JSON: schema, planned, ranking, token check" python3 - "$work/out/sweep.json" <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["schema_version"] == 1
+planned = [c for c in d["configs"] if c["planned"]]
+assert len(planned) == 1 and planned[0]["id"] == d["planned_config"]
+assert d["token_check"]["passed"] and d["token_check"]["mismatches"] == []
+for m in ("decode", "prefill"):
+    r = d["ranking"][m]
+    assert 1 <= r["rank"] <= r["of"] == len(d["configs"]) and 0 < r["percent_of_best"] <= 100
+assert all(len(c["runs"]) == 2 and c[m]["median_tok_s"] > 0 for c in d["configs"] for m in ("decode", "prefill"))
+assert any(x.startswith("cap = ") for x in d["plan_decisions"])
+EOF
+check "SVG: well-formed, a bar per configuration in both panels, planned one highlighted" \
+  python3 - "$work/out/sweep.svg" "$work/out/sweep.json" <<'EOF'
+import json, sys, xml.etree.ElementTree as ET
+root = ET.parse(sys.argv[1]).getroot()
+configs = len(json.load(open(sys.argv[2]))["configs"])
+rects = [e for e in root.iter("{http://www.w3.org/2000/svg}rect") if e.get("class") in ("planned", "config")]
+assert len([e for e in rects if e.get("class") == "planned"]) == 2
+assert len(rects) == 2 * configs
+assert any("(planned)" in (e.text or "") for e in root.iter("{http://www.w3.org/2000/svg}text"))
+EOF
+
+# A second sweep reads the history it is given instead of recording one.
+"$sweep" --model "$work/demo.coli" --profile "$work/profile.toml" --threads 1 --caps 4 --kernels auto --prompts 1 \
+  --prompt-tokens 3 --tokens 2 --repeats 1 --usage "$work/out/sweep.usage" --out "$work/out2" >"$work/s2.out" 2>&1
+check "second sweep exits 0" test $? -eq 0
+check "second sweep pins from the given history" contains "$work/s2.out" "pins from the usage history"
+
+# Bad input: exit 1 and a message that says what is wrong, never a crash.
+"$sweep" --model "$work/none.coli" --profile "$work/profile.toml" --out "$work/e" >/dev/null 2>"$work/e1"
+check "missing model exits 1" test $? -eq 1
+check "missing model named" contains "$work/e1" "none.coli: no such file"
+head -c 200 "$work/profile.toml" >"$work/broken.toml"
+"$sweep" --model "$work/demo.coli" --profile "$work/broken.toml" --out "$work/e" >/dev/null 2>"$work/e2"
+check "broken profile exits 1" test $? -eq 1
+check "broken profile named" contains "$work/e2" "broken.toml"
+"$sweep" --model "$work/demo.coli" --profile "$work/profile.toml" --caps 1 --out "$work/e" >/dev/null 2>"$work/e3"
+check "cap below top_k exits 1" test $? -eq 1
+check "cap error names top_k" contains "$work/e3" "cap 1 is outside \[top_k 2"
+"$sweep" --model "$work/demo.coli" --profile "$work/profile.toml" --threads 999 --out "$work/e" >/dev/null 2>"$work/e4"
+check "empty grid exits 1" test $? -eq 1
+check "empty grid explained" contains "$work/e4" "no thread set"
+"$sweep" --model "$work/demo.coli" --profile "$work/profile.toml" --pins maybe --out "$work/e" >/dev/null 2>"$work/e5"
+check "bad --pins exits 1" test $? -eq 1
+"$sweep" --model "$work/demo.coli" --profile "$work/profile.toml" --ram 100M --out "$work/e" >/dev/null 2>"$work/e7"
+check "a plan that does not fit exits 1" test $? -eq 1
+check "the planner's refusal is shown" contains "$work/e7" "the planner refused: .*raise --ram"
+head -c 100000 "$work/demo.coli" >"$work/cut.coli"
+"$sweep" --model "$work/cut.coli" --profile "$work/profile.toml" --out "$work/e" >/dev/null 2>"$work/e6"
+check "truncated container exits 1" test $? -eq 1
+check "truncated container explained" test -s "$work/e6"
+check "no output from refused sweeps" test ! -e "$work/e/sweep.csv"
+
+finish

@@ -1,0 +1,236 @@
+// coli-sweep's pure parts: the grid from a device profile and a model
+// footprint, the planned configuration in it, ranking, and the renderings.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "coli/probe/profile_io.h"
+#include "sweep_grid.h"
+#include "sweep_report.h"
+
+namespace coli::bench {
+namespace {
+
+const std::string kConfigs = std::string(COLI_FIXTURES_DIR) + "/model-configs/";
+
+planner::ModelFootprint olmoe() {
+  auto fp = planner::read_footprint(kConfigs + "OLMoE-1B-7B-0924.json", planner::ExpertFormat::q4_g64,
+                                    planner::DenseFormat::q8_row);
+  EXPECT_TRUE(fp.ok()) << (fp.ok() ? "" : fp.error().message);
+  return *fp;
+}
+
+DeviceProfile h200_profile() {
+  auto p = load_profile(std::string(COLI_FIXTURES_DIR) + "/../../profiles/h200-xeon-16c.toml");
+  EXPECT_TRUE(p.ok()) << (p.ok() ? "" : p.error().message);
+  return *p;
+}
+
+// Two P-cores with SMT siblings (0,1) (2,3) and four single-PU E-cores 8-11.
+CpuFacts hybrid_cpu() {
+  CpuFacts cpu;
+  CpuKind e;
+  e.rank = 0;
+  for (int pu = 8; pu < 12; ++pu) e.core_pus.push_back(CpuSet({pu}));
+  e.pus = *CpuSet::parse("8-11");
+  e.cores = 4;
+  CpuKind p;
+  p.rank = 1;
+  p.core_pus = {CpuSet({0, 1}), CpuSet({2, 3})};
+  p.pus = *CpuSet::parse("0-3");
+  p.cores = 2;
+  cpu.kinds = {e, p};
+  cpu.usable.pus = *CpuSet::parse("0-3,8-11");
+  return cpu;
+}
+
+std::vector<std::string> labels(const std::vector<ThreadSet>& sets) {
+  std::vector<std::string> out;
+  for (const ThreadSet& s : sets) out.push_back(s.label + "=" + s.pus.to_list());
+  return out;
+}
+
+TEST(SweepGrid, ThreadSetsOfTheH200ProfileDoubleUpToEveryCore) {
+  const auto sets = thread_sets_from_profile(h200_profile().cpu);
+  EXPECT_EQ(labels(sets), (std::vector<std::string>{"1t k0=0", "2t k0=0-1", "4t k0=0-3", "8t k0=0-7", "16t k0=0-15"}));
+}
+
+TEST(SweepGrid, ThreadSetsPerKindWithAndWithoutSmtThenAllKinds) {
+  const auto sets = thread_sets_from_profile(hybrid_cpu());
+  EXPECT_EQ(labels(sets), (std::vector<std::string>{"1t k1=0", "2t k1+smt=0-1", "2t k1=0,2", "4t k1+smt=0-3", "1t k0=8",
+                                                    "2t k0=8-9", "4t k0=8-11", "6t all=0,2,8-11",
+                                                    "8t all+smt=0-3,8-11"}));
+}
+
+TEST(SweepGrid, ThreadSetsKeepToUsableCpusAndTheQuota) {
+  CpuFacts cpu = hybrid_cpu();
+  cpu.usable.pus = *CpuSet::parse("0,2,8");
+  cpu.usable.quota_cpus = 2.0;
+  EXPECT_EQ(labels(thread_sets_from_profile(cpu)), (std::vector<std::string>{"1t k1=0", "2t k1=0,2", "1t k0=8"}));
+}
+
+TEST(SweepGrid, KernelsFollowTheIsaFlags) {
+  EXPECT_EQ(kernels_from_isa(h200_profile().cpu.isa), (std::vector<std::string>{"", "avx2", "avx512", "avx512vnni"}));
+  EXPECT_EQ(kernels_from_isa({"avx2", "f16c", "fma"}), (std::vector<std::string>{"", "avx2"}));
+  EXPECT_EQ(kernels_from_isa({"avx2", "fma"}), (std::vector<std::string>{""}));  // no F16C: not the engine's AVX2
+  EXPECT_EQ(kernels_from_isa({"neon"}), (std::vector<std::string>{""}));
+}
+
+TEST(SweepGrid, GridCombinesAndDropsPinsThatEqualOff) {
+  const auto fp = olmoe();
+  GridSpec spec;
+  spec.thread_sets = {{"1t k0", CpuSet({0})}, {"2t k0", CpuSet({0, 1})}};
+  spec.caps = {0, 16, 8};
+  spec.pins = {false, true};
+  spec.kernels = {"", "avx2"};
+  auto grid = build_grid(fp, spec);
+  ASSERT_TRUE(grid.ok()) << grid.error().message;
+  // cap 8 = top_k leaves no room for a pin: pins on equals off there.
+  EXPECT_EQ(grid->size(), 2u * (2 + 2 + 1) * 2);
+  for (const SweepConfig& c : *grid) {
+    EXPECT_FALSE(c.planned);
+    if (c.cap == 8) {
+      EXPECT_EQ(c.pins, 0);
+    }
+    EXPECT_GE(c.round_tokens, 1);
+  }
+  EXPECT_TRUE(std::any_of(grid->begin(), grid->end(), [](const SweepConfig& c) { return c.cap == 16 && c.pins > 0; }));
+  EXPECT_EQ(config_label(grid->front(), fp.n_experts), "1t k0 | cap all | pins 0 | auto");
+}
+
+TEST(SweepGrid, BadGridsAreErrors) {
+  const auto fp = olmoe();
+  GridSpec spec{{{"1t", CpuSet({0})}}, {4}, {false}, {""}, 64};
+  auto below_top_k = build_grid(fp, spec);
+  ASSERT_FALSE(below_top_k.ok());
+  EXPECT_NE(below_top_k.error().message.find("top_k 8"), std::string::npos) << below_top_k.error().message;
+  spec.caps = {65};
+  EXPECT_FALSE(build_grid(fp, spec).ok());
+  spec.caps = {0};
+  spec.kernels = {"sse9"};
+  EXPECT_FALSE(build_grid(fp, spec).ok());
+  spec.kernels = {""};
+  spec.thread_sets.clear();
+  auto empty = build_grid(fp, spec);
+  ASSERT_FALSE(empty.ok());
+  EXPECT_NE(empty.error().message.find("no thread set"), std::string::npos);
+}
+
+TEST(SweepGrid, ThePlannedConfigurationIsMarkedOrAdded) {
+  const auto fp = olmoe();
+  const DeviceProfile profile = h200_profile();
+  GridSpec spec{thread_sets_from_profile(profile.cpu), {0}, {false}, {""}, 64};
+  auto grid = build_grid(fp, spec);
+  ASSERT_TRUE(grid.ok());
+  planner::Plan plan;
+  plan.threads = 16;
+  plan.cap = fp.n_experts;
+  plan.pins = 0;
+  plan.prefill_round_tokens = 64;
+  const SweepConfig planned = planned_config(plan, profile, spec.thread_sets);
+  EXPECT_EQ(planned.threads.label, "16t k0");
+  const std::size_t before = grid->size();
+  const std::size_t index = add_planned(*grid, planned);
+  EXPECT_EQ(grid->size(), before);
+  EXPECT_TRUE((*grid)[index].planned);
+  EXPECT_EQ(std::count_if(grid->begin(), grid->end(), [](const SweepConfig& c) { return c.planned; }), 1);
+
+  plan.threads = 3;  // not the profile's recommendation, not a grid set
+  const SweepConfig other = planned_config(plan, profile, spec.thread_sets);
+  EXPECT_EQ(other.threads.pus.to_list(), "0-2");
+  EXPECT_EQ(other.threads.label, "3t plan");
+  EXPECT_EQ(add_planned(*grid, other), before);
+  EXPECT_TRUE(grid->back().planned);
+}
+
+TEST(SweepReport, MedianSpreadAndRank) {
+  const MetricStats odd = metric_stats({3, 1, 2});
+  EXPECT_DOUBLE_EQ(odd.median, 2);
+  EXPECT_DOUBLE_EQ(odd.spread, 1);
+  EXPECT_DOUBLE_EQ(metric_stats({4, 1, 2, 3}).median, 2.5);
+
+  std::vector<ConfigSummary> s(4);
+  s[0].decode.median = 10, s[1].decode.median = 20, s[2].decode.median = 15, s[3].decode.median = 15;
+  s[0].prefill.median = 50, s[1].prefill.median = 40, s[2].prefill.median = 30, s[3].prefill.median = 5;
+  const Ranking decode = rank_planned(s, 2, Metric::decode);
+  EXPECT_EQ(decode.rank, 2);  // ties share the better rank
+  EXPECT_EQ(decode.of, 4);
+  EXPECT_EQ(decode.best, 1u);
+  EXPECT_DOUBLE_EQ(decode.percent_of_best, 75);
+  const Ranking prefill = rank_planned(s, 2, Metric::prefill);
+  EXPECT_EQ(prefill.rank, 3);
+  EXPECT_DOUBLE_EQ(prefill.percent_of_best, 60);
+  EXPECT_EQ(order_by(s, Metric::decode), (std::vector<std::size_t>{1, 2, 3, 0}));
+}
+
+TEST(SweepReport, TokenMismatchNamesBothConfigurationsAndWhere) {
+  const std::vector<std::vector<std::int32_t>> reference{{1, 2, 3}, {4, 5, 6}};
+  EXPECT_FALSE(token_mismatch(reference, "a", reference, "b").has_value());
+  auto differs = token_mismatch({{1, 2, 3}, {4, 9, 6}}, "2t k0 | cap 16", reference, "1t k0 | cap all");
+  ASSERT_TRUE(differs.has_value());
+  EXPECT_EQ(*differs, "'2t k0 | cap 16' and '1t k0 | cap all' differ on prompt 1 at generated token 1: 9 vs 5");
+  auto shorter = token_mismatch({{1, 2, 3}, {4, 5}}, "a", reference, "b");
+  ASSERT_TRUE(shorter.has_value());
+  EXPECT_NE(shorter->find("token 2: (end) vs 6"), std::string::npos) << *shorter;
+  EXPECT_TRUE(token_mismatch({{1, 2, 3}}, "a", reference, "b").has_value());
+}
+
+SweepReport two_config_report() {
+  SweepReport r;
+  r.model = "m<&>.coli";
+  r.n_experts = 64;
+  r.prompts = 1, r.prompt_tokens = 4, r.decode_tokens = 2, r.repeats = 2;
+  r.grid = {{{"1t k0", CpuSet({0})}, 64, 0, 64, "", false}, {{"2t k0", CpuSet({0, 1})}, 16, 4, 32, "avx2", true}};
+  r.planned = 1;
+  for (int repeat = 0; repeat < 2; ++repeat) {
+    for (std::size_t c = 0; c < 2; ++c) {
+      RunRecord run;
+      run.config = c, run.repeat = repeat;
+      run.prefill_tokens = 4, run.prefill_seconds = 0.1 * static_cast<double>(c + 1 + repeat);
+      run.decode_tokens = 2, run.decode_seconds = 0.2 / static_cast<double>(c + 1);
+      run.expert_hits = 3, run.expert_misses = 1;
+      r.runs.push_back(run);
+    }
+  }
+  r.summaries = summarize(2, r.runs);
+  return r;
+}
+
+TEST(SweepReport, SummariesFollowTheRuns) {
+  const SweepReport r = two_config_report();
+  EXPECT_DOUBLE_EQ(r.summaries[1].decode.median, 20);
+  EXPECT_DOUBLE_EQ(r.summaries[0].prefill.median, 30);  // 40 and 20 tok/s
+  EXPECT_DOUBLE_EQ(r.summaries[0].hit_rate, 0.75);
+  EXPECT_EQ(r.summaries[0].repeats, 2);
+}
+
+TEST(SweepReport, CsvJsonAndSvgCarryEveryRunAndThePlannedMark) {
+  const SweepReport r = two_config_report();
+  const std::string csv = sweep_csv(r);
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 5);  // header + 2 configs x 2 repeats
+  EXPECT_NE(csv.find("\"0-1\""), std::string::npos);        // a PU list with commas stays one field
+
+  const auto json = nlohmann::json::parse(sweep_json(r));
+  EXPECT_EQ(json["schema_version"], kSweepSchemaVersion);
+  EXPECT_EQ(json["configs"].size(), 2u);
+  EXPECT_TRUE(json["configs"][1]["planned"]);
+  EXPECT_EQ(json["configs"][1]["runs"].size(), 2u);
+  EXPECT_EQ(json["ranking"]["decode"]["rank"], 1);
+  EXPECT_NEAR(json["ranking"]["prefill"]["percent_of_best"].get<double>(), 100.0 * (20 + 40.0 / 3) / 2 / 30, 1e-9);
+  EXPECT_TRUE(json["token_check"]["passed"]);
+
+  const std::string svg = sweep_svg(r);
+  EXPECT_EQ(svg.rfind("<svg", 0), 0u);
+  EXPECT_NE(svg.find("m&lt;&amp;&gt;.coli"), std::string::npos);
+  std::size_t planned_bars = 0;
+  for (std::size_t at = svg.find("class=\"planned\""); at != std::string::npos; at = svg.find("class=\"planned\"", at + 1))
+    ++planned_bars;
+  EXPECT_EQ(planned_bars, 2u);  // one in each panel
+  EXPECT_NE(svg.find("(planned)"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace coli::bench

@@ -1,0 +1,170 @@
+#include "sweep_grid.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "coli/planner/deciders.h"
+
+namespace coli::bench {
+namespace {
+
+bool has(const std::vector<std::string>& isa, const char* flag) {
+  return std::find(isa.begin(), isa.end(), flag) != isa.end();
+}
+
+// 1, 2, 4, ... below n, then n itself.
+std::vector<int> doubling_counts(int n) {
+  std::vector<int> counts;
+  for (int c = 1; c < n; c *= 2) counts.push_back(c);
+  if (n > 0) counts.push_back(n);
+  return counts;
+}
+
+// Physical cores as lists of usable PUs (empty cores dropped).
+std::vector<std::vector<int>> usable_cores(const std::vector<CpuSet>& core_pus, const CpuSet& usable) {
+  std::vector<std::vector<int>> cores;
+  for (const CpuSet& core : core_pus) {
+    const CpuSet pus = usable.empty() ? core : core.intersect(usable);
+    if (!pus.empty()) cores.push_back(pus.cpus());
+  }
+  return cores;
+}
+
+void add_sets(const std::vector<std::vector<int>>& cores, const std::string& scope, bool all_counts,
+              std::vector<ThreadSet>& out) {
+  const bool smt = std::any_of(cores.begin(), cores.end(), [](const auto& c) { return c.size() > 1; });
+  const int n = static_cast<int>(cores.size());
+  for (int count : all_counts ? doubling_counts(n) : std::vector<int>{n}) {
+    std::vector<int> physical, siblings;
+    for (int i = 0; i < count; ++i) {
+      physical.push_back(cores[static_cast<std::size_t>(i)].front());
+      for (int pu : cores[static_cast<std::size_t>(i)]) siblings.push_back(pu);
+    }
+    out.push_back({std::to_string(count) + "t " + scope, CpuSet(physical)});
+    if (smt) out.push_back({std::to_string(siblings.size()) + "t " + scope + "+smt", CpuSet(siblings)});
+  }
+}
+
+}  // namespace
+
+std::vector<ThreadSet> thread_sets_from_profile(const CpuFacts& cpu) {
+  std::vector<ThreadSet> sets;
+  std::vector<std::vector<int>> every_core;
+  int kinds_used = 0;
+  for (auto kind = cpu.kinds.rbegin(); kind != cpu.kinds.rend(); ++kind) {  // fastest kind first
+    auto cores = usable_cores(kind->core_pus, cpu.usable.pus);
+    if (cores.empty()) continue;
+    ++kinds_used;
+    add_sets(cores, "k" + std::to_string(kind->rank), true, sets);
+    every_core.insert(every_core.end(), cores.begin(), cores.end());
+  }
+  if (kinds_used > 1) add_sets(every_core, "all", false, sets);
+  if (every_core.empty()) {  // no topology recorded: each usable PU stands for a core
+    std::vector<std::vector<int>> cores;
+    for (int pu : cpu.usable.pus.cpus()) cores.push_back({pu});
+    add_sets(cores, "cpu", true, sets);
+  }
+  if (cpu.usable.quota_cpus) {
+    const int limit = std::max(1, static_cast<int>(std::ceil(*cpu.usable.quota_cpus)));
+    std::erase_if(sets, [&](const ThreadSet& s) { return s.threads() > limit; });
+  }
+  return sets;
+}
+
+std::vector<std::string> kernels_from_isa(const std::vector<std::string>& isa) {
+  // The engine's requirements (kernels/cpu/variant_select.cpp): AVX2+FMA+F16C,
+  // then AVX-512 F/BW/VL, then VNNI on top.
+  std::vector<std::string> kernels{""};
+  const bool avx2 = has(isa, "avx2") && has(isa, "fma") && has(isa, "f16c");
+  const bool avx512 = avx2 && has(isa, "avx512f") && has(isa, "avx512bw") && has(isa, "avx512vl");
+  if (avx2) kernels.push_back("avx2");
+  if (avx512) kernels.push_back("avx512");
+  if (avx512 && has(isa, "avx512_vnni")) kernels.push_back("avx512vnni");
+  return kernels;
+}
+
+bool SweepConfig::same_knobs(const SweepConfig& other) const {
+  return threads.pus == other.threads.pus && cap == other.cap && pins == other.pins &&
+         round_tokens == other.round_tokens && kernel == other.kernel;
+}
+
+std::string config_label(const SweepConfig& config, int n_experts) {
+  const std::string cap = config.cap >= n_experts ? "all" : std::to_string(config.cap);
+  return config.threads.label + " | cap " + cap + " | pins " + std::to_string(config.pins) + " | " +
+         (config.kernel.empty() ? "auto" : config.kernel);
+}
+
+Result<std::vector<SweepConfig>> build_grid(const planner::ModelFootprint& fp, const GridSpec& spec) {
+  if (spec.thread_sets.empty()) return make_error("the grid has no thread set (check --threads and the profile's CPUs)");
+  if (spec.caps.empty()) return make_error("the grid has no cap (--caps)");
+  if (spec.pins.empty()) return make_error("the grid has no pin setting (--pins off,on)");
+  if (spec.kernels.empty()) return make_error("the grid has no kernel (--kernels)");
+  for (const std::string& kernel : spec.kernels) {
+    if (!kernel.empty() && kernel != "scalar" && kernel != "avx2" && kernel != "avx512" && kernel != "avx512vnni") {
+      return make_error("unknown CPU kernel '" + kernel + "': use scalar, avx2, avx512 or avx512vnni");
+    }
+  }
+  std::vector<SweepConfig> grid;
+  for (const ThreadSet& threads : spec.thread_sets) {
+    for (int requested_cap : spec.caps) {
+      const int cap = requested_cap == 0 ? fp.n_experts : requested_cap;
+      if (cap < fp.top_k || cap > fp.n_experts) {
+        return make_error("cap " + std::to_string(requested_cap) + " is outside [top_k " + std::to_string(fp.top_k) +
+                          ", " + std::to_string(fp.n_experts) + " experts] (0 = all resident)");
+      }
+      for (bool pins_on : spec.pins) {
+        auto choice = planner::decide_pins_and_round(fp, cap, pins_on ? fp.n_experts : 0, false, spec.requested_round);
+        if (!choice) return choice.error();
+        if (pins_on && choice->pins == 0) continue;  // the same as pins off
+        for (const std::string& kernel : spec.kernels) {
+          SweepConfig config{threads, cap, choice->pins, choice->round_tokens, kernel, false};
+          const bool seen = std::any_of(grid.begin(), grid.end(), [&](const SweepConfig& c) { return c.same_knobs(config); });
+          if (!seen) grid.push_back(std::move(config));
+        }
+      }
+    }
+  }
+  if (grid.empty()) return make_error("the grid is empty");
+  return grid;
+}
+
+SweepConfig planned_config(const planner::Plan& plan, const DeviceProfile& profile,
+                           const std::vector<ThreadSet>& known_sets) {
+  CpuSet pus = profile.threads.decode_pus;
+  if (pus.size() != plan.threads) {
+    // First usable PUs, one per core before any sibling.
+    std::vector<int> chosen;
+    for (int round = 0; round < 8 && static_cast<int>(chosen.size()) < plan.threads; ++round) {
+      for (const CpuKind& kind : profile.cpu.kinds) {
+        for (const auto& core : usable_cores(kind.core_pus, profile.cpu.usable.pus)) {
+          if (static_cast<std::size_t>(round) < core.size() && static_cast<int>(chosen.size()) < plan.threads)
+            chosen.push_back(core[static_cast<std::size_t>(round)]);
+        }
+      }
+    }
+    for (int pu : profile.cpu.usable.pus.cpus()) {  // no topology recorded
+      if (static_cast<int>(chosen.size()) < plan.threads && std::find(chosen.begin(), chosen.end(), pu) == chosen.end())
+        chosen.push_back(pu);
+    }
+    pus = CpuSet(chosen);
+  }
+  ThreadSet threads{std::to_string(pus.size()) + "t plan", pus};
+  for (const ThreadSet& known : known_sets) {
+    if (known.pus == pus) threads.label = known.label;
+  }
+  return SweepConfig{threads, plan.cap, plan.pins, plan.prefill_round_tokens, "", true};
+}
+
+std::size_t add_planned(std::vector<SweepConfig>& grid, SweepConfig planned) {
+  planned.planned = true;
+  for (std::size_t i = 0; i < grid.size(); ++i) {
+    if (grid[i].same_knobs(planned)) {
+      grid[i].planned = true;
+      return i;
+    }
+  }
+  grid.push_back(std::move(planned));
+  return grid.size() - 1;
+}
+
+}  // namespace coli::bench

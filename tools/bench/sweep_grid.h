@@ -1,0 +1,79 @@
+// coli-sweep's grid: the configurations it runs, derived from a device profile
+// (thread sets per CPU kind, kernel variants its ISA allows) and the model's
+// expert counts (caps, pins), plus the planned configuration, marked. Pure:
+// no file is read and nothing runs here.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "coli/base/cpu_set.h"
+#include "coli/base/result.h"
+#include "coli/planner/footprint.h"
+#include "coli/planner/plan.h"
+#include "coli/probe/device_profile.h"
+
+namespace coli::bench {
+
+// Where compute threads run: one PU per thread.
+struct ThreadSet {
+  std::string label;  // "2t k0" (2 physical cores of kind 0), "4t k0+smt", "8t all"
+  CpuSet pus;
+  int threads() const { return pus.size(); }
+  bool operator==(const ThreadSet&) const = default;
+};
+
+// Per CPU kind: 1, 2, 4, ... usable physical cores and all of them, one PU per
+// core; the same cores with every usable SMT sibling when the kind has SMT;
+// every kind together when there are several. Sets with more threads than the
+// cgroup CPU quota are left out (they would time-slice). A profile without
+// kinds counts each usable PU as a core.
+std::vector<ThreadSet> thread_sets_from_profile(const CpuFacts& cpu);
+
+// The engine's kernel names the profile's ISA flags allow ("avx2", "avx512",
+// "avx512vnni"), slowest first, after "" (the engine picks the best).
+std::vector<std::string> kernels_from_isa(const std::vector<std::string>& isa);
+
+struct SweepConfig {
+  ThreadSet threads;
+  int cap = 0;           // expert slots per MoE layer; n_experts = all resident
+  int pins = 0;          // per MoE layer, from the usage history; 0 = off
+  int round_tokens = 1;  // prefill round (the planner's rule for this cap and pins)
+  std::string kernel;    // "" = the engine's best for this CPU
+  bool planned = false;
+  // Equal knobs; `planned` and the thread set's label do not count.
+  bool same_knobs(const SweepConfig& other) const;
+};
+
+// "2t k0 | cap all | pins 0 | auto" (short: for tables and the plot).
+std::string config_label(const SweepConfig& config, int n_experts);
+
+struct GridSpec {
+  std::vector<ThreadSet> thread_sets;
+  std::vector<int> caps;             // 0 = every expert resident
+  std::vector<bool> pins;            // false = off, true = the planner's pin count for that cap
+  std::vector<std::string> kernels;  // "" = engine's best
+  int requested_round = 64;
+};
+
+// Every combination, in a fixed order (thread set, cap, pins, kernel). Pins
+// "on" take decide_pins_and_round's count for the cap with the whole usage
+// history suggested (as coli run --profile does); where that is 0 the
+// combination equals pins off and is dropped. Errors: an empty dimension, a
+// cap below top_k or above the expert count, a kernel name the engine does
+// not know.
+Result<std::vector<SweepConfig>> build_grid(const planner::ModelFootprint& footprint, const GridSpec& spec);
+
+// The configuration `plan` runs: its threads on the profile's recommended
+// decode PUs (the first usable PUs, one per core first, when the plan's count
+// differs), its cap, pins and round, the engine's own kernel choice.
+SweepConfig planned_config(const planner::Plan& plan, const DeviceProfile& profile,
+                           const std::vector<ThreadSet>& known_sets);
+
+// Marks the grid entry with the planned knobs, or appends the planned one;
+// returns its index.
+std::size_t add_planned(std::vector<SweepConfig>& grid, SweepConfig planned);
+
+}  // namespace coli::bench

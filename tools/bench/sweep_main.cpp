@@ -1,0 +1,310 @@
+// coli-sweep: how close the planned configuration gets to the best one. Runs
+// MoeModel in this process over a grid of configurations (thread sets, cap,
+// pins, CPU kernel) on a fixed workload, interleaved (every configuration
+// once per repeat, round-robin), checks that every run produced the same
+// greedy tokens, and writes CSV, JSON and an SVG plot with the planned
+// configuration marked, ranked and given as a percentage of the best.
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "coli/base/files.h"
+#include "coli/base/text.h"
+#include "coli/model/model_config.h"
+#include "coli/planner/footprint.h"
+#include "coli/planner/plan.h"
+#include "coli/planner/plan_io.h"
+#include "coli/planner/speed.h"
+#include "coli/probe/profile_io.h"
+#include "sweep_grid.h"
+#include "sweep_report.h"
+#include "sweep_run.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using namespace coli;
+using namespace coli::bench;
+
+struct Args {
+  std::string model, profile, usage, out = "sweep-out", ram;
+  std::vector<int> threads;               // thread counts to keep; empty: every set from the profile
+  std::vector<std::string> caps;          // "all" or slots; empty: all + one streaming cap
+  std::vector<std::string> pins{"off", "on"};
+  std::vector<std::string> kernels;       // "auto" = engine's choice; empty: what the profile's ISA allows
+  int plan_cap = 0;                       // 0: the planner decides
+  int prompts = 3, prompt_tokens = 32, decode_tokens = 16, repeats = 3;
+  std::string token_check = "per-kernel";  // "all" or "per-kernel" (variants round differently: moe_model.h)
+};
+
+int fail(const std::string& message, int code = 1) {
+  std::fprintf(stderr, "coli-sweep: %s\n", message.c_str());
+  return code;
+}
+
+// "16G", "512M", "1073741824": binary units, as coli-plan --ram reads them.
+std::optional<std::uint64_t> parse_size(const std::string& text) {
+  std::size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &used);
+  } catch (...) {
+    return std::nullopt;
+  }
+  std::string unit = text.substr(used);
+  if (unit.ends_with("iB")) unit.resize(unit.size() - 2);
+  const std::string units = "KMGT";
+  int shift = 0;
+  if (unit.size() == 1 && units.find(unit[0]) != std::string::npos) shift = 10 * (1 + static_cast<int>(units.find(unit[0])));
+  else if (!unit.empty()) return std::nullopt;
+  const double bytes = std::ldexp(value, shift);
+  if (!(bytes >= 1) || bytes > 0x1p62) return std::nullopt;
+  return static_cast<std::uint64_t>(bytes);
+}
+
+Result<std::vector<int>> parse_caps(const std::vector<std::string>& texts) {
+  std::vector<int> caps;
+  for (const std::string& text : texts) {
+    const auto value = text == "all" ? std::optional<std::int64_t>(0) : parse_int(text);
+    if (!value || *value < 0 || *value > 1 << 20) return make_error("--caps: '" + text + "' is not 'all' or a slot count");
+    caps.push_back(static_cast<int>(*value));
+  }
+  return caps;
+}
+
+// Resident, plus one streaming cap: a quarter of the experts, at least 2 x top_k.
+std::vector<int> default_caps(const planner::ModelFootprint& fp) {
+  std::vector<int> caps{0};
+  const int streaming = std::min(fp.n_experts - 1, std::max(2 * fp.top_k, fp.n_experts / 4));
+  if (streaming >= fp.top_k) caps.push_back(streaming);
+  return caps;
+}
+
+struct Setup {
+  DeviceProfile profile;
+  runtime::ModelShape shape;
+  planner::ModelFootprint footprint;
+  Workload workload;
+  std::optional<experts::UsageHistory> history;
+  planner::PlanRequest request;
+};
+
+// cap 0: the planner decides.
+Result<planner::Plan> plan_with_cap(const Setup& s, int cap) {
+  planner::PlanRequest request = s.request;
+  if (cap > 0) request.cap = cap;
+  return planner::make_plan(s.profile, s.footprint, request);
+}
+
+// The usage history pins come from: --usage (default MODEL.usage), else one
+// recorded from this workload into OUT (the model's own file is left alone).
+Result<std::optional<experts::UsageHistory>> open_history(const Args& args, const Setup& s, bool pins_wanted) {
+  const fs::path path = args.usage.empty() ? args.model + ".usage" : args.usage;
+  if (fs::exists(path)) {
+    auto loaded = experts::UsageHistory::load(path, usage_key(s.shape));
+    if (loaded) {
+      std::printf("pins from the usage history %s\n", path.c_str());
+      return std::optional(std::move(*loaded));
+    }
+    std::fprintf(stderr, "coli-sweep: ignoring usage history: %s\n", loaded.error().message.c_str());
+  }
+  if (!pins_wanted) return std::optional<experts::UsageHistory>();
+  runtime::ModelOptions options;
+  options.max_context = s.workload.context();
+  place_threads(options, s.profile.threads.decode_pus);
+  auto recorded = record_usage(args.model, options, s.workload);
+  if (!recorded) return recorded.error();
+  const fs::path saved = fs::path(args.out) / "sweep.usage";
+  if (Status st = recorded->save(saved); !st) return st.error();
+  std::printf("no usage history at %s: recorded one from this workload into %s\n", path.c_str(), saved.c_str());
+  return std::optional(std::move(*recorded));
+}
+
+int run_sweep(const Args& args) {
+  if (!fs::is_regular_file(args.model)) return fail("model " + args.model + ": no such file");
+  Setup s;
+  auto profile = load_profile(args.profile);
+  if (!profile) return fail(profile.error().message);
+  s.profile = std::move(*profile);
+  auto shape = runtime::MoeModel::read_shape(args.model);
+  if (!shape) return fail(shape.error().message);
+  s.shape = std::move(*shape);
+  auto model_config = model::parse_model_config(s.shape.config_json, args.model + " (config)");
+  if (!model_config) return fail(model_config.error().message);
+  const auto expert_format = planner::parse_expert_format(s.shape.expert_format);
+  const auto dense_format = planner::parse_dense_format(s.shape.dense_format);
+  if (!expert_format || !dense_format) return fail(args.model + ": formats the planner does not know: " + s.shape.expert_format);
+  s.footprint = planner::describe_footprint(*model_config, *expert_format, *dense_format);
+  s.workload = make_workload(args.prompts, args.prompt_tokens, args.decode_tokens, model_config->vocab_size);
+
+  // Grid dimensions before anything runs, so bad input fails fast.
+  GridSpec spec;
+  const std::vector<ThreadSet> profile_sets = thread_sets_from_profile(s.profile.cpu);
+  for (const ThreadSet& set : profile_sets) {
+    if (args.threads.empty() || std::find(args.threads.begin(), args.threads.end(), set.threads()) != args.threads.end())
+      spec.thread_sets.push_back(set);
+  }
+  auto caps = args.caps.empty() ? Result<std::vector<int>>(default_caps(s.footprint)) : parse_caps(args.caps);
+  if (!caps) return fail(caps.error().message);
+  for (const std::string& p : args.pins) {
+    if (p != "off" && p != "on") return fail("--pins: '" + p + "' is not off or on");
+    spec.pins.push_back(p == "on");
+  }
+  for (const std::string& k : args.kernels.empty() ? kernels_from_isa(s.profile.cpu.isa) : args.kernels)
+    spec.kernels.push_back(k == "auto" ? "" : k);
+  const bool pins_wanted = std::find(spec.pins.begin(), spec.pins.end(), true) != spec.pins.end();
+
+  // The plan for this machine, model and workload (what coli run --profile would run).
+  s.request.ctx = s.workload.context();
+  s.request.prompt_tokens = args.prompt_tokens;
+  if (!args.ram.empty()) {
+    s.request.ram = parse_size(args.ram);
+    if (!s.request.ram) return fail("--ram '" + args.ram + "' is not a size (e.g. 16G)");
+  }
+  spec.caps = *caps;  // checked now: a bad cap or an empty grid is an input error, not a planner refusal
+  if (auto checked = build_grid(s.footprint, spec); !checked) return fail(checked.error().message);
+  spec.caps.clear();
+  // A plan this memory refuses fails before a usage history is recorded (pins never change what fits).
+  if (auto early = plan_with_cap(s, args.plan_cap); !early) return fail("the planner refused: " + early.error().message);
+  fs::create_directories(args.out);
+  auto history = open_history(args, s, pins_wanted);
+  if (!history) return fail("recording a usage history: " + history.error().message);
+  s.history = std::move(*history);
+  if (!s.history) std::erase(spec.pins, true);
+  s.request.history_pins = s.history ? s.footprint.n_experts : 0;
+  s.request.history = s.history ? &*s.history : nullptr;  // pins only where the history predicts a gain
+  auto plan = plan_with_cap(s, args.plan_cap);
+  if (!plan) return fail("the planner refused: " + plan.error().message);
+
+  // Caps the planner refuses in this memory are not configurations this machine can run.
+  for (int cap : *caps) {
+    auto fits = plan_with_cap(s, cap == 0 ? s.footprint.n_experts : cap);
+    if (fits) spec.caps.push_back(cap);
+    else std::printf("cap %d left out: %s\n", cap, fits.error().message.c_str());
+  }
+  auto grid = build_grid(s.footprint, spec);
+  if (!grid) return fail(grid.error().message);
+  const std::size_t planned = add_planned(*grid, planned_config(*plan, s.profile, profile_sets));
+
+  SweepReport report;
+  report.model = args.model;
+  report.profile = args.profile;
+  report.profile_fingerprint = s.profile.fingerprint;
+  report.n_experts = s.footprint.n_experts;
+  report.prompts = args.prompts;
+  report.prompt_tokens = args.prompt_tokens;
+  report.decode_tokens = args.decode_tokens;
+  report.repeats = args.repeats;
+  report.token_check = args.token_check;
+  report.planned = planned;
+  for (const auto& d : plan->decisions) report.plan_decisions.push_back(d.knob + " = " + d.value + ": " + d.reason);
+  report.grid = *grid;
+
+  std::printf("model %s: %d MoE layers x %d experts, top %d, experts %s, dense %s\n", args.model.c_str(),
+              s.shape.moe_layers, s.shape.experts, s.shape.top_k, s.shape.expert_format.c_str(), s.shape.dense_format.c_str());
+  std::printf("workload: %d prompts x %d tokens, then %d greedy decode tokens each; %d repeats, interleaved\n",
+              args.prompts, args.prompt_tokens, args.decode_tokens, args.repeats);
+  std::printf("planned: %s\n", config_label(report.grid[planned], report.n_experts).c_str());
+  for (const std::string& d : report.plan_decisions) std::printf("  %s\n", d.c_str());
+  const planner::SpeedPrediction predicted = planner::predict_speed(s.profile, s.footprint, *plan, s.history ? &*s.history : nullptr);
+  if (predicted.available)
+    std::printf("  predicted: decode %.2f tok/s, prefill %.2f tok/s\n", predicted.decode_tok_per_s, predicted.prefill_tok_per_s);
+  std::printf("grid: %zu configurations x %d repeats\n\n", report.grid.size(), args.repeats);
+
+  // Round-robin: every configuration once per repeat, so drift spreads over all of them.
+  // The first run of each token group is its reference: one group, or one
+  // per kernel variant with --token-check per-kernel (variants sum floats in
+  // different orders, so near-ties may flip between them).
+  struct Reference {
+    std::vector<std::vector<std::int32_t>> tokens;
+    std::string label, kernel;
+  };
+  std::map<std::string, Reference> references;
+  const bool per_kernel = args.token_check == "per-kernel";
+  for (int repeat = 0; repeat < args.repeats; ++repeat) {
+    for (std::size_t c = 0; c < report.grid.size(); ++c) {
+      const SweepConfig& config = report.grid[c];
+      const std::string label = config_label(config, report.n_experts);
+      runtime::ModelOptions options;
+      place_threads(options, config.threads.pus);
+      options.cache_capacity = config.cap >= s.footprint.n_experts ? 0 : config.cap;
+      options.max_context = s.workload.context();
+      options.prefill_round_tokens = config.round_tokens;
+      options.cpu_kernel = config.kernel;
+      options.io_threads = plan->io_threads;
+      options.direct_io = plan->direct_io;
+      if (config.pins > 0) {
+        auto pins = pins_for(*s.history, s.shape.moe_layers, config.pins);
+        if (!pins) return fail(label + ": " + pins.error().message);
+        options.pins = std::move(*pins);
+      }
+      auto run = run_config(args.model, options, s.workload);
+      if (!run) return fail(label + ": " + run.error().message);
+      run->record.config = c;
+      run->record.repeat = repeat;
+      std::fprintf(stderr, "  repeat %d/%d  %-44s prefill %8.2f tok/s  decode %7.2f tok/s\n", repeat + 1, args.repeats,
+                   label.c_str(), run->record.prefill_tok_s(), run->record.decode_tok_s());
+      const std::string run_label = label + " (repeat " + std::to_string(repeat + 1) + ")";
+      const std::string& kernel = run->record.kernel_used;
+      const Reference first{run->tokens, run_label, kernel};
+      const Reference& ref = references.try_emplace(per_kernel ? kernel : "", first).first->second;
+      if (auto m = token_mismatch(run->tokens, run_label, ref.tokens, ref.label)) {
+        report.token_mismatches.push_back(*m + (kernel != ref.kernel ? " (kernels " + kernel + " vs " + ref.kernel + ")" : ""));
+      }
+      const Reference& any = references.begin()->second;
+      if (per_kernel && repeat == 0 && kernel != any.kernel) {
+        if (auto m = token_mismatch(run->tokens, run_label, any.tokens, any.label))
+          report.token_notes.push_back(*m + " (kernels " + kernel + " vs " + any.kernel + ": allowed by --token-check per-kernel)");
+      }
+      report.runs.push_back(std::move(run->record));
+    }
+  }
+  report.summaries = summarize(report.grid.size(), report.runs);
+
+  const fs::path out(args.out);
+  for (const auto& [name, text] : {std::pair{"sweep.csv", sweep_csv(report)}, std::pair{"sweep.json", sweep_json(report)},
+                                   std::pair{"sweep.svg", sweep_svg(report)}}) {
+    if (Status st = write_file_atomically(out / name, text); !st) return fail(st.error().message);
+  }
+  std::printf("%s", sweep_table(report).c_str());
+  std::printf("wrote %s, %s, %s\n", (out / "sweep.csv").c_str(), (out / "sweep.json").c_str(), (out / "sweep.svg").c_str());
+  if (!report.token_mismatches.empty()) {
+    for (const std::string& m : report.token_mismatches) std::fprintf(stderr, "coli-sweep: token mismatch: %s\n", m.c_str());
+    return fail("configurations produced different tokens (greedy decoding must not depend on the knobs)");
+  }
+  for (const std::string& n : report.token_notes) std::printf("note: %s\n", n.c_str());
+  std::printf("token check: all %zu runs produced the same tokens%s\n", report.runs.size(),
+              per_kernel ? " as the other runs of their kernel variant" : "");
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args args;
+  CLI::App app{"coli-sweep: run the engine over a grid of configurations and rank the planned one"};
+  app.add_option("--model", args.model, "Container (coli convert or coli-make-synthetic)")->required();
+  app.add_option("--profile", args.profile, "Device profile (coli-probe)")->required();
+  app.add_option("--usage", args.usage, "Usage history for pins (default MODEL.usage; recorded into --out when absent)");
+  app.add_option("--threads", args.threads, "Keep thread sets of these sizes (default: every set from the profile)")->delimiter(',');
+  app.add_option("--caps", args.caps, "Expert slots per layer, comma-separated, 'all' = resident (default: all + a streaming cap)")->delimiter(',');
+  app.add_option("--pins", args.pins, "Pins from the usage history: off,on")->delimiter(',')->capture_default_str();
+  app.add_option("--kernels", args.kernels, "CPU kernels: auto,scalar,avx2,avx512,avx512vnni (default: auto + what the profile's ISA allows)")->delimiter(',');
+  app.add_option("--ram", args.ram, "RAM the planner may use, e.g. 8G (default: the profile's headroom)");
+  app.add_option("--plan-cap", args.plan_cap, "Cap the planner is told to use (0: it decides)")->check(CLI::Range(0, 1 << 20));
+  app.add_option("--prompts", args.prompts, "Fixed prompts in the workload")->check(CLI::Range(1, 64))->capture_default_str();
+  app.add_option("--prompt-tokens", args.prompt_tokens, "Tokens per prompt")->check(CLI::Range(1, 1 << 16))->capture_default_str();
+  app.add_option("--tokens", args.decode_tokens, "Greedy decode tokens per prompt")->check(CLI::Range(1, 1 << 16))->capture_default_str();
+  app.add_option("--repeats", args.repeats, "Interleaved repeats of the whole grid")->check(CLI::Range(1, 1000))->capture_default_str();
+  app.add_option("--token-check", args.token_check, "Runs whose tokens must agree: all, or per-kernel (one reference per kernel variant)")
+      ->check(CLI::IsMember({"all", "per-kernel"}))->capture_default_str();
+  app.add_option("--out", args.out, "Directory for sweep.csv, sweep.json, sweep.svg")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  return run_sweep(args);
+}

@@ -1,0 +1,264 @@
+#include "sweep_report.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <numeric>
+
+#include <nlohmann/json.hpp>
+
+namespace coli::bench {
+namespace {
+
+std::string fixed(double value, int digits) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%.*f", digits, value);
+  return text;
+}
+
+std::string csv_quoted(const std::string& text) {
+  std::string out = "\"";
+  for (char c : text) out += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return out + "\"";
+}
+
+std::string xml_escaped(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+std::string ranking_line(const SweepReport& r, Metric metric) {
+  const Ranking rank = rank_planned(r.summaries, r.planned, metric);
+  return "planned: rank " + std::to_string(rank.rank) + " of " + std::to_string(rank.of) + ", " +
+         fixed(rank.percent_of_best, 1) + "% of the best (" + config_label(r.grid[rank.best], r.n_experts) + ")";
+}
+
+nlohmann::ordered_json stats_json(const MetricStats& s) {
+  return {{"median_tok_s", s.median}, {"min_tok_s", s.min}, {"max_tok_s", s.max}, {"spread", s.spread}};
+}
+
+nlohmann::ordered_json ranking_json(const SweepReport& r, Metric metric) {
+  const Ranking rank = rank_planned(r.summaries, r.planned, metric);
+  return {{"rank", rank.rank}, {"of", rank.of}, {"percent_of_best", rank.percent_of_best},
+          {"best_config", rank.best}, {"best_label", config_label(r.grid[rank.best], r.n_experts)}};
+}
+
+}  // namespace
+
+MetricStats metric_stats(std::vector<double> values) {
+  MetricStats s;
+  if (values.empty()) return s;
+  std::sort(values.begin(), values.end());
+  const std::size_t n = values.size();
+  s.median = n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+  s.min = values.front();
+  s.max = values.back();
+  s.spread = s.median > 0 ? (s.max - s.min) / s.median : 0;
+  return s;
+}
+
+std::vector<ConfigSummary> summarize(std::size_t configs, const std::vector<RunRecord>& runs) {
+  std::vector<ConfigSummary> out(configs);
+  for (std::size_t c = 0; c < configs; ++c) {
+    std::vector<double> prefill, decode;
+    double hits = 0, lookups = 0;
+    for (const RunRecord& run : runs) {
+      if (run.config != c) continue;
+      prefill.push_back(run.prefill_tok_s());
+      decode.push_back(run.decode_tok_s());
+      hits += static_cast<double>(run.expert_hits);
+      lookups += static_cast<double>(run.expert_hits + run.expert_misses);
+    }
+    out[c].repeats = static_cast<int>(decode.size());
+    out[c].prefill = metric_stats(prefill);
+    out[c].decode = metric_stats(decode);
+    out[c].hit_rate = lookups > 0 ? hits / lookups : 0;
+  }
+  return out;
+}
+
+const char* metric_name(Metric metric) { return metric == Metric::decode ? "decode" : "prefill"; }
+
+double metric_median(const ConfigSummary& summary, Metric metric) {
+  return metric == Metric::decode ? summary.decode.median : summary.prefill.median;
+}
+
+std::vector<std::size_t> order_by(const std::vector<ConfigSummary>& summaries, Metric metric) {
+  std::vector<std::size_t> order(summaries.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return metric_median(summaries[a], metric) > metric_median(summaries[b], metric);
+  });
+  return order;
+}
+
+Ranking rank_planned(const std::vector<ConfigSummary>& summaries, std::size_t planned, Metric metric) {
+  Ranking r;
+  if (summaries.empty() || planned >= summaries.size()) return r;
+  r.of = static_cast<int>(summaries.size());
+  r.best = order_by(summaries, metric).front();
+  const double mine = metric_median(summaries[planned], metric);
+  r.rank = 1 + static_cast<int>(std::count_if(summaries.begin(), summaries.end(), [&](const ConfigSummary& s) {
+             return metric_median(s, metric) > mine;
+           }));
+  const double best = metric_median(summaries[r.best], metric);
+  r.percent_of_best = best > 0 ? 100.0 * mine / best : 0;
+  return r;
+}
+
+std::optional<std::string> token_mismatch(const std::vector<std::vector<std::int32_t>>& tokens, const std::string& label,
+                                          const std::vector<std::vector<std::int32_t>>& reference,
+                                          const std::string& reference_label) {
+  const std::string both = "'" + label + "' and '" + reference_label + "' differ";
+  if (tokens.size() != reference.size()) {
+    return both + " in prompts run: " + std::to_string(tokens.size()) + " vs " + std::to_string(reference.size());
+  }
+  for (std::size_t p = 0; p < reference.size(); ++p) {
+    const auto& a = tokens[p];
+    const auto& b = reference[p];
+    std::size_t i = 0;
+    while (i < a.size() && i < b.size() && a[i] == b[i]) ++i;
+    if (i == a.size() && i == b.size()) continue;
+    const auto at = [i](const std::vector<std::int32_t>& t) { return i < t.size() ? std::to_string(t[i]) : "(end)"; };
+    return both + " on prompt " + std::to_string(p) + " at generated token " + std::to_string(i) + ": " + at(a) +
+           " vs " + at(b);
+  }
+  return std::nullopt;
+}
+
+std::string sweep_csv(const SweepReport& r) {
+  std::string out =
+      "config,label,planned,threads,pus,cap,pins,round_tokens,kernel,kernel_used,repeat,prefill_tokens,prefill_s,"
+      "prefill_tok_s,decode_tokens,decode_s,decode_tok_s,load_s,expert_hits,expert_misses,expert_bytes_read\n";
+  for (const RunRecord& run : r.runs) {
+    const SweepConfig& c = r.grid[run.config];
+    out += std::to_string(run.config) + "," + csv_quoted(config_label(c, r.n_experts)) + "," +
+           (c.planned ? "1" : "0") + "," + std::to_string(c.threads.threads()) + "," +
+           csv_quoted(c.threads.pus.to_list()) + "," + std::to_string(c.cap) + "," + std::to_string(c.pins) + "," +
+           std::to_string(c.round_tokens) + "," + csv_quoted(c.kernel) + "," + csv_quoted(run.kernel_used) + "," +
+           std::to_string(run.repeat) + "," + std::to_string(run.prefill_tokens) + "," + fixed(run.prefill_seconds, 6) +
+           "," + fixed(run.prefill_tok_s(), 3) + "," + std::to_string(run.decode_tokens) + "," +
+           fixed(run.decode_seconds, 6) + "," + fixed(run.decode_tok_s(), 3) + "," + fixed(run.load_seconds, 3) + "," +
+           std::to_string(run.expert_hits) + "," + std::to_string(run.expert_misses) + "," +
+           std::to_string(run.expert_bytes_read) + "\n";
+  }
+  return out;
+}
+
+std::string sweep_json(const SweepReport& r) {
+  nlohmann::ordered_json j;
+  j["schema_version"] = kSweepSchemaVersion;
+  j["tool"] = "coli-sweep";
+  j["model"] = r.model;
+  j["profile"] = r.profile;
+  j["profile_fingerprint"] = r.profile_fingerprint;
+  j["workload"] = {{"prompts", r.prompts}, {"prompt_tokens", r.prompt_tokens},
+                   {"decode_tokens", r.decode_tokens}, {"repeats", r.repeats}};
+  j["plan_decisions"] = r.plan_decisions;
+  j["planned_config"] = r.planned;
+  j["token_check"] = {{"mode", r.token_check}, {"passed", r.token_mismatches.empty()},
+                      {"mismatches", r.token_mismatches}, {"between_kernels", r.token_notes}};
+  j["ranking"] = {{"decode", ranking_json(r, Metric::decode)}, {"prefill", ranking_json(r, Metric::prefill)}};
+  auto& configs = j["configs"] = nlohmann::ordered_json::array();
+  for (std::size_t i = 0; i < r.grid.size(); ++i) {
+    const SweepConfig& c = r.grid[i];
+    nlohmann::ordered_json runs = nlohmann::ordered_json::array();
+    for (const RunRecord& run : r.runs) {
+      if (run.config != i) continue;
+      runs.push_back({{"repeat", run.repeat}, {"prefill_tokens", run.prefill_tokens},
+                      {"prefill_s", run.prefill_seconds}, {"prefill_tok_s", run.prefill_tok_s()},
+                      {"decode_tokens", run.decode_tokens}, {"decode_s", run.decode_seconds},
+                      {"decode_tok_s", run.decode_tok_s()}, {"load_s", run.load_seconds},
+                      {"expert_hits", run.expert_hits}, {"expert_misses", run.expert_misses},
+                      {"expert_bytes_read", run.expert_bytes_read}, {"kernel_used", run.kernel_used}});
+    }
+    const ConfigSummary& s = r.summaries[i];
+    configs.push_back({{"id", i}, {"label", config_label(c, r.n_experts)}, {"planned", c.planned},
+                       {"thread_set", c.threads.label}, {"threads", c.threads.threads()},
+                       {"pus", c.threads.pus.to_list()}, {"cap", c.cap}, {"resident", c.cap >= r.n_experts},
+                       {"pins", c.pins}, {"round_tokens", c.round_tokens}, {"kernel", c.kernel},
+                       {"decode", stats_json(s.decode)}, {"prefill", stats_json(s.prefill)},
+                       {"hit_rate", s.hit_rate}, {"runs", std::move(runs)}});
+  }
+  return j.dump(2) + "\n";
+}
+
+std::string sweep_svg(const SweepReport& r) {
+  constexpr int kWidth = 1000, kLabelRight = 360, kBarLeft = 370, kBarMax = 520, kRow = 20, kBar = 14;
+  const int rows = static_cast<int>(r.grid.size());
+  const int panel = 50 + rows * kRow;
+  const int height = 60 + 2 * panel;
+  std::string svg = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + std::to_string(kWidth) + "\" height=\"" +
+                    std::to_string(height) + "\" font-family=\"monospace\" font-size=\"12\">\n";
+  svg += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+  svg += "<text x=\"10\" y=\"20\" font-size=\"14\" font-weight=\"bold\">" +
+         xml_escaped("coli-sweep: " + r.model + " (" + std::to_string(r.prompts) + " prompts x " +
+                     std::to_string(r.prompt_tokens) + " tokens, " + std::to_string(r.decode_tokens) +
+                     " decode tokens, median of " + std::to_string(r.repeats) + ")") + "</text>\n";
+  svg += "<text x=\"10\" y=\"38\">" + xml_escaped("bars: median tok/s; whiskers: min-max over repeats; red: planned") +
+         "</text>\n";
+  int top = 60;
+  for (Metric metric : {Metric::decode, Metric::prefill}) {
+    const auto order = order_by(r.summaries, metric);
+    double scale_max = 0;
+    for (const ConfigSummary& s : r.summaries)
+      scale_max = std::max(scale_max, metric == Metric::decode ? s.decode.max : s.prefill.max);
+    if (scale_max <= 0) scale_max = 1;
+    svg += "<text x=\"10\" y=\"" + std::to_string(top + 16) + "\" font-size=\"13\" font-weight=\"bold\">" +
+           xml_escaped(std::string(metric_name(metric)) + " tok/s - " + ranking_line(r, metric)) + "</text>\n";
+    int y = top + 30;
+    for (std::size_t i : order) {
+      const SweepConfig& c = r.grid[i];
+      const MetricStats& s = metric == Metric::decode ? r.summaries[i].decode : r.summaries[i].prefill;
+      auto x_of = [&](double v) { return kBarLeft + static_cast<int>(kBarMax * v / scale_max); };
+      const std::string fill = c.planned ? "#d62728" : "#4c78a8";
+      const std::string label = config_label(c, r.n_experts) + (c.planned ? " (planned)" : "");
+      svg += "<text x=\"" + std::to_string(kLabelRight) + "\" y=\"" + std::to_string(y + 11) +
+             "\" text-anchor=\"end\"" + (c.planned ? " font-weight=\"bold\" fill=\"#d62728\"" : "") + ">" +
+             xml_escaped(label) + "</text>\n";
+      svg += "<rect class=\"" + std::string(c.planned ? "planned" : "config") + "\" x=\"" + std::to_string(kBarLeft) +
+             "\" y=\"" + std::to_string(y) + "\" width=\"" + std::to_string(x_of(s.median) - kBarLeft) +
+             "\" height=\"" + std::to_string(kBar) + "\" fill=\"" + fill + "\"/>\n";
+      svg += "<line x1=\"" + std::to_string(x_of(s.min)) + "\" x2=\"" + std::to_string(x_of(s.max)) + "\" y1=\"" +
+             std::to_string(y + kBar / 2) + "\" y2=\"" + std::to_string(y + kBar / 2) +
+             "\" stroke=\"#333\" stroke-width=\"1\"/>\n";
+      svg += "<text x=\"" + std::to_string(x_of(s.max) + 6) + "\" y=\"" + std::to_string(y + 11) + "\">" +
+             fixed(s.median, 2) + "</text>\n";
+      y += kRow;
+    }
+    top += panel;
+  }
+  return svg + "</svg>\n";
+}
+
+std::string sweep_table(const SweepReport& r) {
+  char line[512];
+  std::snprintf(line, sizeof line, "%4s  %-44s %11s %7s %12s %7s %8s  %s\n", "rank", "configuration", "decode tok/s",
+                "spread", "prefill tok/s", "spread", "hit rate", "kernel");
+  std::string out = line;
+  int rank = 0;
+  for (std::size_t i : order_by(r.summaries, Metric::decode)) {
+    const ConfigSummary& s = r.summaries[i];
+    std::string kernel;
+    for (const RunRecord& run : r.runs)
+      if (run.config == i) kernel = run.kernel_used;
+    std::snprintf(line, sizeof line, "%4d%s %-44s %11.2f %6.0f%% %12.2f %6.0f%% %7.1f%%  %s\n", ++rank,
+                  r.grid[i].planned ? " *" : "  ", config_label(r.grid[i], r.n_experts).c_str(), s.decode.median,
+                  100 * s.decode.spread, s.prefill.median, 100 * s.prefill.spread, 100 * s.hit_rate, kernel.c_str());
+    out += line;
+  }
+  out += "* = planned; tok/s: median of " + std::to_string(r.repeats) + " interleaved repeats; spread: (max - min) / median\n";
+  out += "decode:  " + ranking_line(r, Metric::decode) + "\n";
+  out += "prefill: " + ranking_line(r, Metric::prefill) + "\n";
+  return out;
+}
+
+}  // namespace coli::bench

@@ -1,0 +1,94 @@
+// coli-sweep's results: one record per configuration x repeat, medians and
+// spreads per configuration, the planned configuration's rank, and the CSV,
+// JSON and SVG renderings. Pure: callers write the strings (atomically).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sweep_grid.h"
+
+namespace coli::bench {
+
+inline constexpr int kSweepSchemaVersion = 1;
+
+struct RunRecord {
+  std::size_t config = 0;      // index into the grid
+  int repeat = 0;              // 0-based
+  int prefill_tokens = 0;      // summed over the prompts
+  double prefill_seconds = 0;
+  int decode_tokens = 0;
+  double decode_seconds = 0;
+  double load_seconds = 0;
+  std::uint64_t expert_hits = 0, expert_misses = 0, expert_bytes_read = 0;  // timed part only
+  std::string kernel_used;     // what the engine ran ("" config: its own choice)
+  double prefill_tok_s() const { return prefill_seconds > 0 ? prefill_tokens / prefill_seconds : 0; }
+  double decode_tok_s() const { return decode_seconds > 0 ? decode_tokens / decode_seconds : 0; }
+};
+
+struct MetricStats {
+  double median = 0;
+  double min = 0, max = 0;
+  double spread = 0;  // (max - min) / median
+};
+
+struct ConfigSummary {
+  MetricStats prefill, decode;
+  double hit_rate = 0;  // over every repeat's timed part
+  int repeats = 0;
+};
+
+MetricStats metric_stats(std::vector<double> values);  // an empty list gives zeros
+
+// One summary per grid entry (in grid order).
+std::vector<ConfigSummary> summarize(std::size_t configs, const std::vector<RunRecord>& runs);
+
+enum class Metric { decode, prefill };
+const char* metric_name(Metric metric);
+double metric_median(const ConfigSummary& summary, Metric metric);
+
+struct Ranking {
+  int rank = 0;            // 1 = fastest; ties share the better rank
+  int of = 0;              // configurations ranked
+  std::size_t best = 0;    // index of the fastest
+  double percent_of_best = 0;
+};
+
+// Where `planned` ranks by median tok/s of `metric`, and its median as a
+// percentage of the fastest configuration's.
+Ranking rank_planned(const std::vector<ConfigSummary>& summaries, std::size_t planned, Metric metric);
+
+// Indices sorted fastest first by `metric` (ties keep grid order).
+std::vector<std::size_t> order_by(const std::vector<ConfigSummary>& summaries, Metric metric);
+
+// Greedy tokens per prompt of one run against the reference run's: nullopt
+// when equal, else "'LABEL' and 'REFERENCE' differ on prompt P at generated
+// token I: X vs Y" (the first difference).
+std::optional<std::string> token_mismatch(const std::vector<std::vector<std::int32_t>>& tokens, const std::string& label,
+                                          const std::vector<std::vector<std::int32_t>>& reference,
+                                          const std::string& reference_label);
+
+// What the renderings need besides the numbers.
+struct SweepReport {
+  std::string model, profile, profile_fingerprint;
+  int n_experts = 0;
+  int prompts = 0, prompt_tokens = 0, decode_tokens = 0, repeats = 0;
+  std::vector<std::string> plan_decisions;  // "threads = 2: reason", ...
+  std::vector<SweepConfig> grid;
+  std::vector<RunRecord> runs;
+  std::vector<ConfigSummary> summaries;
+  std::size_t planned = 0;
+  std::string token_check = "all";            // "all" or "per-kernel": which runs must agree
+  std::vector<std::string> token_mismatches;  // empty: every run produced its reference's tokens
+  std::vector<std::string> token_notes;       // per-kernel: differences between kernel variants
+};
+
+std::string sweep_csv(const SweepReport& report);   // one row per configuration x repeat
+std::string sweep_json(const SweepReport& report);  // everything, with schema_version
+std::string sweep_svg(const SweepReport& report);   // bars of decode and prefill tok/s, planned highlighted
+std::string sweep_table(const SweepReport& report); // the text table, fastest decode first
+
+}  // namespace coli::bench

@@ -1,0 +1,55 @@
+// coli-sweep's runner: the fixed workload and one configuration run through
+// MoeModel in this process, timing prefill and decode separately and keeping
+// the greedy tokens for the cross-configuration check.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "coli/base/cpu_set.h"
+#include "coli/base/result.h"
+#include "coli/experts/usage_history.h"
+#include "coli/runtime/moe_model.h"
+#include "sweep_report.h"
+
+namespace coli::bench {
+
+// A few fixed token-id prompts (the same ids on every run and machine), each
+// prefilled, then decode_tokens greedy steps.
+struct Workload {
+  std::vector<std::vector<std::int32_t>> prompts;
+  int decode_tokens = 0;
+  int context() const;  // KV positions one prompt needs
+};
+
+Workload make_workload(int prompts, int prompt_tokens, int decode_tokens, std::uint64_t vocab);
+
+struct RunOutput {
+  RunRecord record;
+  std::vector<std::vector<std::int32_t>> tokens;  // per prompt: the greedy tokens, prefill's first
+};
+
+// Loads the model with `options`, warms up untimed (every prompt's prefill,
+// the first prompt's decode: a resident cache then holds nearly every expert
+// the timed pass needs, a streaming one is in its steady state), then times
+// every prompt: prefill, then decode steps, the KV cache reset between prompts. The record's config and repeat are left to the caller.
+Result<RunOutput> run_config(const std::filesystem::path& model, const runtime::ModelOptions& options,
+                             const Workload& workload);
+
+// One untimed pass of the workload with every expert resident, as a usage
+// history (what `coli run` would have recorded for these prompts).
+Result<experts::UsageHistory> record_usage(const std::filesystem::path& model, runtime::ModelOptions options,
+                                           const Workload& workload);
+
+// The usage history key of a model (as coli run computes it).
+experts::UsageHistoryKey usage_key(const runtime::ModelShape& shape);
+
+// The per-layer pin lists for `pins` pins per layer (empty for 0).
+Result<std::vector<std::vector<int>>> pins_for(const experts::UsageHistory& history, int layers, int pins);
+
+// The engine's compute threads: one per PU of `pus`, pinned there.
+void place_threads(runtime::ModelOptions& options, const CpuSet& pus);
+
+}  // namespace coli::bench
