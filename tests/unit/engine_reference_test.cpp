@@ -277,6 +277,39 @@ TEST_P(EngineReference, TokensDoNotDependOnIoThreadsOrDirectIo) {
   }
 }
 
+// The RSS watchdog (field note 5): with a limit the process is always past,
+// every layer gives slots back down to top_k evictable ones, says so, and the
+// tokens stay exactly those of an unlimited run.
+TEST_P(EngineReference, RssWatchdogShrinksTheCacheWithoutChangingTokens) {
+  const fs::path dir = fs::path(COLI_FIXTURES_DIR) / "models" / GetParam();
+  const Reference ref = load_reference(dir, "reference");
+  const fs::path container = container_for(GetParam(), convert::ExpertFormat::f32);
+  runtime::ModelOptions options;
+  options.cache_capacity = 8;  // every expert resident
+  const EngineRun unlimited = run_model(container, options, ref, /*one_prefill_call=*/true);
+  std::vector<std::string> warnings;
+  options.rss_limit_bytes = 1;
+  options.on_warning = [&](const std::string& message) { warnings.push_back(message); };
+  auto model = runtime::MoeModel::load(container, options);
+  ASSERT_TRUE(model.ok()) << model.error().message;
+  const std::uint64_t before = model->stats().expert_cache_bytes;
+  std::vector<float> logits(static_cast<std::size_t>(model->vocab_size()));
+  ASSERT_TRUE(model->forward(ref.prompt, 0, logits).ok());
+  EXPECT_EQ(model->stats().rss_watchdog_shrinks, 1u);
+  EXPECT_EQ(model->stats().expert_cache_bytes * 4, before) << "8 slots per layer shrink to top_k = 2";
+  EXPECT_GT(model->stats().rss_watchdog_released, 0u);
+  ASSERT_FALSE(warnings.empty());
+  EXPECT_NE(warnings[0].find("gave 6 expert-cache slot(s) per layer back"), std::string::npos) << warnings[0];
+  const EngineRun limited = run_model(container, options, ref, /*one_prefill_call=*/true);
+  EXPECT_EQ(limited.tokens, unlimited.tokens);
+  EXPECT_EQ(limited.prompt_logits, unlimited.prompt_logits);
+  // At the floor it says once that it cannot shrink further, and no more
+  // (the first model ran one forward pass: it only shrank).
+  const std::size_t said = std::count_if(warnings.begin(), warnings.end(),
+                                         [](const std::string& w) { return w.find("cannot shrink further") != std::string::npos; });
+  EXPECT_EQ(said, 1u);
+}
+
 // A plan (made from the checkpoint's config.json) and a run (from the
 // container's copy) must name the same model, or usage histories and plans
 // would never be recognised.

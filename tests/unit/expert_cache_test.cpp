@@ -33,6 +33,34 @@ RoundPlan run_round(ExpertCache& cache, std::vector<int> experts) {
   return *plan;
 }
 
+TEST(ExpertCache, RetiredSlotsAreNeverUsedAgainAndPinsStay) {
+  auto created = ExpertCache::create({0, 16, 2, 8, {5}, 8192, 4096});  // page-aligned slots, as the engine's
+  ASSERT_TRUE(created.ok()) << created.error().message;
+  ExpertCache cache = std::move(created).value();
+  run_round(cache, {0, 1, 2});
+  run_round(cache, {3, 4});
+  ASSERT_EQ(cache.evictable_slots(), 7);
+  auto released = cache.retire_slots(4);
+  ASSERT_TRUE(released.ok()) << released.error().message;
+  EXPECT_EQ(*released, 4u * 8192) << "whole pages of four 8 KiB slots";
+  EXPECT_EQ(cache.cap(), 4);
+  EXPECT_EQ(cache.evictable_slots(), 3);
+  EXPECT_TRUE(cache.is_pinned(5));
+  // Empty slots go first, then the least recently used: 0, 1, 2 were evicted
+  // only if empty slots ran out (2 empty of 7 evictable here).
+  EXPECT_TRUE(cache.is_resident(3) && cache.is_resident(4));
+  // Rounds keep working in the three slots left; four distinct misses do not fit.
+  run_round(cache, {7, 8, 5});
+  EXPECT_FALSE(cache.begin_round(std::vector<int>{9, 10, 11, 12}).ok());
+  // Never below top_k evictable slots, never while a round is open.
+  EXPECT_FALSE(cache.retire_slots(2).ok());
+  ASSERT_TRUE(cache.begin_round(std::vector<int>{7}).ok());
+  EXPECT_FALSE(cache.retire_slots(1).ok());
+  cache.end_round();
+  EXPECT_TRUE(cache.retire_slots(1).ok());
+  EXPECT_EQ(cache.evictable_slots(), 2);
+}
+
 TEST(AlignedSlab, EverySlotStartsOnTheAlignment) {
   for (std::size_t alignment : {std::size_t{64}, std::size_t{4096}}) {
     auto slab = AlignedSlab::allocate(5, 1000, alignment);

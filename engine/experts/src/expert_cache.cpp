@@ -1,5 +1,8 @@
 #include "coli/experts/expert_cache.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cassert>
 #include <string>
 
@@ -35,6 +38,7 @@ Result<ExpertCache> ExpertCache::create(const ExpertCacheConfig& config) {
 ExpertCache::ExpertCache(const ExpertCacheConfig& config, int cap, AlignedSlab slab)
     : layer_(config.layer),
       n_experts_(config.n_experts),
+      top_k_(config.top_k),
       cap_(cap),
       n_pins_(static_cast<int>(config.pins.size())),
       slab_(std::move(slab)),
@@ -155,6 +159,30 @@ void ExpertCache::close_round(bool loads_succeeded) {
   }
   leased_.clear();
   in_round_ = false;
+}
+
+Result<std::uint64_t> ExpertCache::retire_slots(int count) {
+  const std::string where = "layer " + std::to_string(layer_) + " expert cache: ";
+  if (in_round_) return make_error(where + "cannot retire slots while a round is open");
+  if (count < 0 || evictable_.size() - count < top_k_) {
+    return make_error(where + "retiring " + std::to_string(count) + " of " + std::to_string(evictable_.size()) +
+                      " evictable slots would leave fewer than top_k " + std::to_string(top_k_));
+  }
+  const auto page = static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE));
+  std::uint64_t released = 0;
+  for (int i = 0; i < count; ++i) {
+    // Empty slots sit at the front of the LRU after loaded ones were used,
+    // so the front is always the cheapest slot to give up.
+    const int slot = take_victim();
+    const std::span<std::byte> bytes = slab_.slot(at(slot));
+    // Only pages wholly inside the slot: a neighbour may share the edges.
+    const auto begin = (reinterpret_cast<std::uintptr_t>(bytes.data()) + page - 1) / page * page;
+    const auto end = (reinterpret_cast<std::uintptr_t>(bytes.data()) + bytes.size()) / page * page;
+    if (end > begin && madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED) == 0) released += end - begin;
+    slots_[at(slot)] = Slot{};  // empty, and no longer in the evictable list: never used again
+  }
+  cap_ -= count;
+  return released;
 }
 
 std::optional<int> ExpertCache::slot_of(int expert) const {

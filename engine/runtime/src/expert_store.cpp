@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 
 #include <tuple>
 
@@ -24,6 +25,7 @@ Result<ExpertStore> ExpertStore::create(const container::ContainerReader& reader
   ExpertStore store;
   store.reader_ = &reader;
   store.layout_ = reader.index().experts;
+  store.top_k_ = top_k;
   const auto& layout = store.layout_;
   const int experts = static_cast<int>(layout.experts);
   std::vector<experts::CacheShape> shapes;
@@ -272,6 +274,30 @@ void ExpertStore::accumulate_ffn(int moe_layer, int expert, float weight, std::s
                                  std::span<float> out, const kernels::cpu::GemvOptions& gemv) {
   ffn(moe_layer, expert, x, down_, gemv);
   add_scaled(weight, down_, out);
+}
+
+int ExpertStore::retirable_slots() const {
+  int slots = std::numeric_limits<int>::max();
+  for (const auto& cache : caches_) slots = std::min(slots, cache.evictable_slots() - top_k_);
+  return caches_.empty() ? 0 : std::max(0, slots);
+}
+
+Result<std::uint64_t> ExpertStore::retire_slots(int slots) {
+  slots = std::min(slots, retirable_slots());
+  if (slots <= 0) return std::uint64_t{0};
+  std::uint64_t released = 0;
+  std::vector<experts::CacheShape> shapes;
+  for (auto& cache : caches_) {
+    auto bytes = cache.retire_slots(slots);
+    if (!bytes) return bytes.error();
+    released += *bytes;
+    shapes.push_back({cache.n_experts(), top_k_, cache.cap(), cache.n_pins()});
+  }
+  // Rounds must keep fitting the evictable slots that remain (field note 1).
+  auto planner = experts::RoundPlanner::create(shapes);
+  if (!planner) return planner.error();
+  planner_ = std::move(*planner);
+  return released;
 }
 
 std::uint64_t ExpertStore::slab_bytes() const {

@@ -82,7 +82,13 @@ class ExpertStore {
   // every layer's evictable slots (field note 1); at most `requested`.
   int tokens_per_round(int requested) const { return planner_->tokens_per_round(requested); }
 
-  std::uint64_t slab_bytes() const;  // all layers' cache slabs
+  std::uint64_t slab_bytes() const;  // all layers' cache slabs (slots in use)
+  // The RSS watchdog's lever: every layer hands up to `slots` evictable slots
+  // back (never below top_k evictable), and later rounds shrink to fit.
+  // Call between rounds. Returns the bytes given back to the OS.
+  Result<std::uint64_t> retire_slots(int slots);
+  int retirable_slots() const;
+  std::uint64_t slot_stride() const { return layout_.record_stride; }  // the most retire_slots can still give back per layer
   void commit_slabs();               // touch every slot page (see ModelOptions::commit_expert_cache)
 
   std::uint64_t hits() const;
@@ -113,6 +119,7 @@ class ExpertStore {
 
   const container::ContainerReader* reader_ = nullptr;
   container::ExpertLayout layout_;
+  int top_k_ = 0;
   std::vector<experts::ExpertCache> caches_;
   std::vector<Round> rounds_;  // per MoE layer
   std::optional<experts::RoundPlanner> planner_;  // set by create()

@@ -1,12 +1,17 @@
 #include "coli/runtime/moe_model.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
+#include "coli/base/text.h"
 #include "coli/container/container.h"
 #include "coli/forward/ops.h"
 #include "coli/model/model_config.h"
 #include "coli/model/tensor_layout.h"
+#include "cpu/thread_placement.h"
 #include "dense_weights.h"
 #include "expert_store.h"
 
@@ -57,7 +62,24 @@ struct MoeModel::State {
   void attention_step(std::size_t l, std::span<float> x_t, int position);
   Status mlp_step(std::size_t l, std::span<float> xs, int count);
   void dense_mlp(const LayerWeights& w, std::span<const float> in, std::span<float> out);
+  Status watch_rss();
+  bool warned_floor = false;  // the watchdog said once that the cache cannot shrink further
+  int layers_with_experts() const { return static_cast<int>(routing_counts.size()); }
 };
+
+namespace {
+
+// The process's resident set now (/proc/self/statm: pages), 0 when unreadable.
+std::uint64_t resident_bytes() {
+  std::FILE* statm = std::fopen("/proc/self/statm", "r");
+  if (!statm) return 0;
+  unsigned long long size = 0, resident = 0;
+  const int read = std::fscanf(statm, "%llu %llu", &size, &resident);
+  std::fclose(statm);
+  return read == 2 ? resident * static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE)) : 0;
+}
+
+}  // namespace
 
 Status MoeModel::State::load_layers() {
   const auto& c = config;
@@ -245,6 +267,7 @@ Result<MoeModel> MoeModel::load(const std::filesystem::path& path, const ModelOp
   state->reader = std::make_unique<container::ContainerReader>(std::move(*reader));
   auto config = model::parse_model_config(state->reader->index().config_json, path.string() + " (config)");
   if (!config) return config.error();
+  if (Status s = model::check_engine_support(*config, path.string()); !s) return s.error();
   state->config = std::move(*config);
   const auto& c = state->config;
   if (c.rope_scaling.type != "default") {
@@ -253,6 +276,8 @@ Result<MoeModel> MoeModel::load(const std::filesystem::path& path, const ModelOp
   auto dense = DenseWeights::load(*state->reader);
   if (!dense) return dense.error();
   state->dense = std::move(*dense);
+  // I/O threads inherit the creating thread's affinity: create them unpinned.
+  if (Status s = kernels::cpu::release_openmp_team(); !s) return s.error();
   auto experts = ExpertStore::create(*state->reader, static_cast<int>(c.num_experts_per_tok), options.cache_capacity,
                                      options.pins, ExpertIo{options.io_threads, options.direct_io});
   if (!experts) return experts.error();
@@ -271,7 +296,10 @@ Result<MoeModel> MoeModel::load(const std::filesystem::path& path, const ModelOp
   if (!kernels::cpu::variant_supported(*variant)) {
     return make_error("CPU kernel " + std::string(kernels::cpu::variant_name(*variant)) + " is not supported by this CPU");
   }
-  state->gemv = {*variant, std::max(1, options.threads)};
+  state->gemv = {*variant, options.compute_pus.empty() ? std::max(1, options.threads) : options.compute_pus.size()};
+  if (!options.compute_pus.empty()) {
+    if (Status s = kernels::cpu::pin_openmp_team(options.compute_pus); !s) return s.error();
+  }
   state->stats.cpu_kernel = exact ? "exact" : std::string(kernels::cpu::variant_name(*variant));
   state->rope = std::make_unique<forward::Rope>(static_cast<int>(c.head_dim), c.rope_theta);
 
@@ -322,6 +350,35 @@ Status MoeModel::forward(std::span<const std::int32_t> tokens, int start_positio
   s.stats.expert_hits = s.experts.hits();
   s.stats.expert_misses = s.experts.misses();
   s.stats.expert_bytes_read = s.experts.bytes_read();
+  return s.watch_rss();
+}
+
+// The plan priced every component; when the process still grows past the
+// plan plus its margin (an allocator, a library, a driver the plan did not
+// see: field note 5), give expert-cache slots back rather than be OOM-killed.
+Status MoeModel::State::watch_rss() {
+  const std::uint64_t limit = options.rss_limit_bytes;
+  if (limit == 0) return Ok{};
+  const std::uint64_t rss = resident_bytes();
+  if (rss <= limit) return Ok{};
+  const std::uint64_t per_slot = static_cast<std::uint64_t>(layers_with_experts()) * experts.slot_stride();
+  const auto wanted = static_cast<int>((rss - limit + per_slot - 1) / std::max<std::uint64_t>(per_slot, 1));
+  const int retirable = experts.retirable_slots();
+  auto released = experts.retire_slots(std::min(wanted, retirable));
+  if (!released) return released.error();
+  stats.expert_cache_bytes = experts.slab_bytes();
+  std::string message = "RSS " + format_bytes(rss) + " is past the plan's limit " + format_bytes(limit) + ": ";
+  if (*released > 0) {
+    ++stats.rss_watchdog_shrinks;
+    stats.rss_watchdog_released += *released;
+    message += "gave " + std::to_string(std::min(wanted, retirable)) + " expert-cache slot(s) per layer back (" +
+               format_bytes(*released) + "); the cache now holds " + format_bytes(stats.expert_cache_bytes);
+  } else {
+    message += "the expert cache is already at top_k evictable slots per layer and cannot shrink further; "
+               "re-plan with a smaller --ctx or --ram";
+  }
+  if (options.on_warning && (*released > 0 || !warned_floor)) options.on_warning(message);
+  warned_floor = warned_floor || *released == 0;
   return Ok{};
 }
 
@@ -357,6 +414,7 @@ Result<ModelShape> MoeModel::read_shape(const std::filesystem::path& path) {
   if (!reader) return reader.error();
   auto config = model::parse_model_config(reader->index().config_json, path.string() + " (config)");
   if (!config) return config.error();
+  if (Status s = model::check_engine_support(*config, path.string()); !s) return s.error();
   return shape_of(*reader, *config);
 }
 

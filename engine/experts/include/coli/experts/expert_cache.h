@@ -77,6 +77,13 @@ class ExpertCache {
   // round are emptied (never served as hits later), the rest as end_round.
   void abort_round();
 
+  // Hands `count` evictable slots back, least recently used first (empty
+  // ones before loaded ones): their experts are evicted, the slots are never
+  // used again and their whole pages go back to the OS. For the run-time RSS
+  // watchdog. Returns the bytes released. Errors: a round is open, or fewer
+  // than top_k evictable slots would remain (a token could not be routed).
+  Result<std::uint64_t> retire_slots(int count);
+
   bool in_round() const { return in_round_; }
   // The slot of an expert leased by the open round; nullopt otherwise
   // (a slot index is only meaningful while its lease holds).
@@ -115,6 +122,7 @@ class ExpertCache {
 
   int layer_ = 0;
   int n_experts_ = 0;
+  int top_k_ = 0;
   int cap_ = 0;
   int n_pins_ = 0;
   AlignedSlab slab_;

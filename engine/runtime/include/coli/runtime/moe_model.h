@@ -1,22 +1,31 @@
 // The MoE decoder running from a coli container on the CPU: dense weights in
 // memory, routed experts streamed through a bounded per-layer cache. The
-// knobs (threads, cache capacity, pins, kernel variant) change speed only:
-// every setting produces the same tokens.
+// knobs (threads and their placement, cache capacity, pins, rounds, I/O)
+// change speed only: every setting produces the same tokens. The CPU kernel
+// variant is the exception: each SIMD variant sums in its own order, so two
+// variants may round a near-tie differently (coli-sweep found one such
+// token); within one variant everything is bit-identical.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "coli/base/cpu_set.h"
 #include "coli/base/result.h"
 
 namespace coli::runtime {
 
 struct ModelOptions {
   int threads = 1;
+  // PUs the compute (OpenMP) threads are pinned to, member i to the i-th
+  // lowest PU (kernels/cpu/thread_placement.h); when set, its size is the
+  // thread count and `threads` is ignored. Empty = not pinned.
+  CpuSet compute_pus;
   int cache_capacity = 0;                 // expert slots per layer; 0 = all experts (fully resident)
   // Experts never evicted, per MoE layer; a single entry applies to every layer.
   std::vector<std::vector<int>> pins;
@@ -38,6 +47,12 @@ struct ModelOptions {
   // committed up front: a plan that does not fit fails at load, not mid-run,
   // and RSS matches the plan from the first token.
   bool commit_expert_cache = true;
+  // RSS watchdog: after each forward pass, when the process's resident set
+  // is above this many bytes (the plan's total plus its margin), every
+  // layer's expert cache gives slots back (least recently used first) until
+  // it is below again, and `on_warning` says so. 0 = off.
+  std::uint64_t rss_limit_bytes = 0;
+  std::function<void(const std::string&)> on_warning;
 };
 
 struct ModelStats {
@@ -50,7 +65,9 @@ struct ModelStats {
   // The engine's own accounting of its large allocations, for plan vs actual.
   std::uint64_t dense_bytes = 0;          // dense weights held in memory
   std::uint64_t expert_cache_bytes = 0;   // slabs of every layer's expert cache
-  std::uint64_t kv_cache_bytes = 0;       // K and V for max_context positions                    // e.g. "O_DIRECT, 4 I/O threads"
+  std::uint64_t rss_watchdog_shrinks = 0;   // times the watchdog retired slots
+  std::uint64_t rss_watchdog_released = 0;  // bytes it gave back
+  std::uint64_t kv_cache_bytes = 0;       // K and V for max_context positions
 };
 
 // What identifies a model for its usage history (experts::UsageHistoryKey).
