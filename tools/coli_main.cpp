@@ -15,6 +15,7 @@
 #include "coli/experts/usage_history.h"
 #include "coli/runtime/moe_model.h"
 #include "coli/tokenizer/tokenizer.h"
+#include "coli_profile_cmd.h"
 #include "run_plan.h"
 
 namespace {
@@ -99,7 +100,8 @@ int run_convert(const std::string& model_dir, const std::string& out, const std:
 
 struct RunArgs {
   std::string model, prompt, tokenizer, pin, usage, plan, profile;
-  bool knobs_given = false;  // --threads/--cap/--ctx/... given explicitly
+  bool knobs_given = false;
+  std::optional<std::uint64_t> rss_limit;  // --rss-limit bytes (the watchdog's limit)  // --threads/--cap/--ctx/... given explicitly
   double usage_decay = 0.9;
   std::vector<std::int32_t> prompt_ids;
   int max_tokens = 32;
@@ -214,7 +216,10 @@ int run_generate(const RunArgs& args) {
       return 2;
     }
     const int history_pins = history.loaded ? shape.experts : 0;
-    auto knobs = args.plan.empty() ? coli::tools::knobs_from_profile(args.profile, shape, history_pins)
+    auto knobs = args.plan.empty() ? coli::tools::knobs_from_profile(
+                                                       args.profile, shape, history_pins,
+                                                       {static_cast<int>(prompt.size()), tokenizer.has_value(),
+                                                        history.loaded ? &*history.loaded : nullptr})
                                    : coli::tools::knobs_from_plan(args.plan, shape);
     if (!knobs) {
       std::fprintf(stderr, "coli run: %s\n", knobs.error().message.c_str());
@@ -234,6 +239,10 @@ int run_generate(const RunArgs& args) {
     return 1;
   }
   options.pins = std::move(*pins);
+  // The RSS watchdog: a plan's RAM plus its margin, or --rss-limit.
+  if (planned) options.rss_limit_bytes = planned->plan.plan.planned_ram_bytes() + planned->plan.plan.margin.bytes;
+  if (args.rss_limit) options.rss_limit_bytes = *args.rss_limit;
+  options.on_warning = [](const std::string& message) { std::fprintf(stderr, "coli run: WARNING: %s\n", message.c_str()); };
   auto model = coli::runtime::MoeModel::load(args.model, options);
   if (!model) {
     std::fprintf(stderr, "coli run: %s\n", model.error().message.c_str());
@@ -316,14 +325,19 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
   run_cmd->add_option("--ctx", run.options.max_context, "KV cache positions")->check(CLI::Range(1, 1 << 24))->capture_default_str();
+  run_cmd->add_option("--rss-limit", run.rss_limit,
+                      "RSS watchdog: past this many bytes the expert cache gives slots back (default with --plan/--profile: "
+                      "the plan's RAM plus its margin; 0 = off)");
   run_cmd->add_option("--io-threads", run.options.io_threads, "Threads reading expert misses (0 = read on the compute thread)")->check(CLI::Range(0, 256))->capture_default_str();
   run_cmd->add_flag("--no-direct-io{false}", run.options.direct_io, "Read streamed experts through the page cache instead of O_DIRECT");
   run_cmd->add_option("--kernel", run.options.cpu_kernel, "CPU kernel: scalar, avx2, avx512, avx512_vnni or exact (default: best)");
   run_cmd->add_option("--temperature", run.temperature, "0 = greedy")->check(CLI::Range(0.0, 100.0))->capture_default_str();
   run_cmd->add_option("--top-p", run.top_p, "Nucleus sampling mass")->check(CLI::Range(0.0, 1.0))->capture_default_str();
   run_cmd->add_option("--seed", run.seed, "Sampling seed")->capture_default_str();
+  const coli::tools::ProfileCommand profile_cmd(app);  // coli profile ... (docs/fleet.md)
   CLI11_PARSE(app, argc, argv);
 
+  if (profile_cmd.parsed()) return profile_cmd.run();
   if (convert->parsed()) return run_convert(model_dir, out, experts, dense);
   for (const char* knob : {"--threads", "--cap", "--ctx", "--pin", "--io-threads", "--no-direct-io"}) {
     run.knobs_given = run.knobs_given || run_cmd->count(knob) > 0;

@@ -12,8 +12,11 @@
 
 #include "coli/base/files.h"
 #include "coli/base/text.h"
+#include "coli/container/container.h"
+#include "coli/experts/usage_history.h"
 #include "coli/model/model_desc.h"
 #include "coli/planner/plan_io.h"
+#include "coli/probe/fleet_machine.h"
 #include "coli/probe/profile_io.h"
 
 namespace {
@@ -55,7 +58,30 @@ struct LoadedModel {
 // A Hugging Face directory with safetensors: its headers are checked against
 // the config (describe_model reads headers only). A config.json, or a
 // directory with only one, is planned from the config alone.
+// A coli container: its own config and formats (the --experts/--dense flags
+// describe a conversion still to be done, so they do not apply).
+coli::Result<LoadedModel> load_container(const fs::path& path) {
+  auto reader = coli::container::ContainerReader::open(path);
+  if (!reader) return reader.error();
+  const auto& index = reader->index();
+  auto config = coli::model::parse_model_config(index.config_json, path.string() + " (config)");
+  if (!config) return config.error();
+  const auto experts = planner::parse_expert_format(index.experts.format);
+  if (!experts) return coli::make_error(path.string() + ": expert format '" + index.experts.format + "' cannot be planned");
+  planner::DenseFormat dense = planner::DenseFormat::source;
+  for (const auto& tensor : index.tensors) {
+    if (tensor.dtype == "Q8_ROW") dense = planner::DenseFormat::q8_row;
+    if (tensor.dtype == "Q4_G64") dense = planner::DenseFormat::q4_g64;
+  }
+  LoadedModel m;
+  m.footprint = planner::describe_footprint(*config, *experts, dense);
+  m.identity = planner::model_identity(index.config_json, *config);
+  m.source = "coli container index";
+  return m;
+}
+
 coli::Result<LoadedModel> load_model(const fs::path& path, planner::ExpertFormat experts, planner::DenseFormat dense) {
+  if (fs::is_regular_file(path) && path.extension() != ".json") return load_container(path);
   const fs::path config_path = fs::is_directory(path) ? path / "config.json" : path;
   auto text = coli::read_text_file(config_path);
   if (!text) return coli::make_error(text.error().message + " (--model takes a model directory or its config.json)");
@@ -95,25 +121,34 @@ void print_human(const planner::PlanFile& f, const planner::ModelFootprint& fp, 
               c.model_type.c_str(), fp.moe_layers.size(), fp.n_experts, fp.top_k,
               static_cast<unsigned long long>(c.hidden_size), planner::expert_format_name(fp.expert_format).c_str(),
               planner::format_bytes(fp.expert().record_bytes).c_str(), planner::dense_format_name(fp.dense_format).c_str());
-  std::printf("\n%-32s %8s %11s %11s  RAM vs headroom %s\n", "component", "VRAM", "RAM", "disk",
+  std::printf("\n%-32s %10s %11s %11s  RAM vs headroom %s\n", "component", "VRAM", "RAM", "disk",
               planner::format_bytes(p.headroom_bytes).c_str());
   for (const planner::MemoryLine& line : p.memory.lines) {
     const bool ram = line.tier == planner::Tier::ram;
     const std::string bytes = planner::format_bytes(line.bytes);
-    std::printf("%-32s %8s %11s %11s  %s\n", line.component.c_str(), "",
+    std::printf("%-32s %10s %11s %11s  %s\n", line.component.c_str(),
+                line.tier == planner::Tier::vram ? bytes.c_str() : "",
                 ram ? bytes.c_str() : "", line.tier == planner::Tier::disk ? bytes.c_str() : "",
                 ram ? bar(line.bytes, p.headroom_bytes).c_str() : "");
     std::printf("    %s\n", line.formula.c_str());
   }
   const std::uint64_t total = p.planned_ram_bytes(), needed = total + p.margin.bytes;
-  std::printf("%-32s %8s %11s %11s  %s\n", "total (itemised)", "", planner::format_bytes(total).c_str(),
+  const std::uint64_t vram = p.memory.total(planner::Tier::vram);
+  std::printf("%-32s %10s %11s %11s  %s\n", "total (itemised)", vram ? planner::format_bytes(vram).c_str() : "",
+              planner::format_bytes(total).c_str(),
               planner::format_bytes(p.memory.total(planner::Tier::disk)).c_str(), bar(total, p.headroom_bytes).c_str());
-  std::printf("%-32s %8s %11s %11s  %s\n", "+ safety margin", "", planner::format_bytes(p.margin.bytes).c_str(), "",
+  std::printf("%-32s %10s %11s %11s  %s\n", "+ safety margin", "", planner::format_bytes(p.margin.bytes).c_str(), "",
               bar(needed, p.headroom_bytes).c_str());
   std::printf("needs %s of %s headroom (%s): %s spare\n", planner::format_bytes(needed).c_str(),
               planner::format_bytes(p.headroom_bytes).c_str(), p.headroom_source.c_str(),
               planner::format_bytes(p.headroom_bytes - needed).c_str());
 
+  if (vram) {
+    std::printf("VRAM: %s of %s on %s (%s)%s\n", planner::format_bytes(vram).c_str(),
+                planner::format_bytes(p.gpu.vram_headroom_bytes).c_str(), p.gpu.device.gpu.c_str(),
+                p.gpu.vram_headroom_source.c_str(),
+                p.gpu.engine_runs_it ? "" : "  [preview: this build's engine computes experts on the CPU]");
+  }
   std::printf("\nchoices\n");
   for (const planner::Decision& d : p.decisions) {
     std::printf("  %-21s %-10s %s\n", d.knob.c_str(), d.value.c_str(), d.reason.c_str());
@@ -142,7 +177,8 @@ int main(int argc, char** argv) {
   CLI::App app{"coli-plan: plan how to run a MoE model on a profiled machine (memory per component, knobs, speed)"};
   std::string profile_path, model_path, ram_text, out, experts_name = "q4_g64", dense_name = "source";
   planner::PlanRequest request;
-  bool json = false, toml = false;
+  std::string usage_path, vram_text;
+  bool json = false, toml = false, prompt_ids = false, offline = false;
   app.add_option("--profile", profile_path, "Device profile written by coli-probe")->required();
   app.add_option("--model", model_path, "Hugging Face model directory (headers only are read) or its config.json")
       ->required();
@@ -157,9 +193,20 @@ int main(int argc, char** argv) {
   app.add_option("--dense", dense_name, "Dense weight format")
       ->check(CLI::IsMember({"source", "q8_row", "q4_g64"}))
       ->capture_default_str();
+  app.add_option("--gpu", request.gpu,
+                 "none, auto (a GPU only when this build's engine runs experts there) or a Vulkan device index "
+                 "(plans a VRAM tier)")
+      ->capture_default_str();
+  app.add_option("--vram", vram_text, "VRAM the tier may use, e.g. 40G (at most the device's budget)");
+  app.add_option("--usage", usage_path,
+                 "Routing history (MODEL.usage from coli run): pins the most-used experts and predicts the hit rate");
+  app.add_option("--prompt-tokens", request.prompt_tokens,
+                 "Longest prompt the runs will give, in tokens (default: the whole context)");
+  app.add_flag("--prompt-ids", prompt_ids, "Runs pass token ids, so no tokenizer tables are planned");
   auto* json_flag = app.add_flag("--json", json, "Print the plan as JSON instead of the table");
   app.add_flag("--toml", toml, "Print the plan as TOML instead of the table")->excludes(json_flag);
   app.add_option("--out", out, "Write the plan file (TOML) here, atomically");
+  app.add_flag("--offline", offline, "Plan for the machine the profile describes, not this one (no live re-validation)");
   CLI11_PARSE(app, argc, argv);
 
   const auto start = Clock::now();
@@ -170,16 +217,53 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  auto profile = coli::load_profile(profile_path);
+  auto profile = coli::fleet::load_shared_profile(profile_path);
   if (!profile) {
     std::fprintf(stderr, "coli-plan: %s\n", profile.error().message.c_str());
     return 1;
+  }
+  if (offline) {
+    std::fprintf(stderr, "coli-plan: --offline: planning for the machine %s describes, from its recorded memory; "
+                         "coli run --plan checks the plan against the live headroom\n", profile_path.c_str());
+  } else {  // live re-validation (docs/fleet.md): memory always live, tuned values only for a matching class
+    auto checked = coli::fleet::revalidate_here(*profile);
+    if (!checked) {
+      std::fprintf(stderr, "coli-plan: %s (or plan for another machine with --offline)\n", checked.error().message.c_str());
+      return 1;
+    }
+    for (const std::string& line : checked->report(profile_path)) std::fprintf(stderr, "coli-plan: %s\n", line.c_str());
+    *profile = std::move(checked->effective);
   }
   auto model = load_model(model_path, *planner::parse_expert_format(experts_name), *planner::parse_dense_format(dense_name));
   if (!model) {
     std::fprintf(stderr, "coli-plan: %s\n", model.error().message.c_str());
     return 1;
   }
+  request.tokenizer = !prompt_ids;
+  if (!vram_text.empty()) {
+    request.vram = parse_size(vram_text);
+    if (!request.vram) {
+      std::fprintf(stderr, "coli-plan: --vram '%s' is not a size: use e.g. 40G, 512M or a byte count\n", vram_text.c_str());
+      return 1;
+    }
+  }
+  if (request.prompt_tokens && *request.prompt_tokens < 1) {
+    std::fprintf(stderr, "coli-plan: --prompt-tokens %d holds no token: use 1 or more\n", *request.prompt_tokens);
+    return 1;
+  }
+  std::optional<coli::experts::UsageHistory> history;
+  if (!usage_path.empty()) {
+    const auto& fp = model->footprint;
+    const coli::experts::UsageHistoryKey key{static_cast<int>(fp.moe_layer_count()), fp.n_experts, fp.top_k, model->identity};
+    auto loaded = coli::experts::UsageHistory::load(usage_path, key);
+    if (!loaded) {
+      std::fprintf(stderr, "coli-plan: %s\n", loaded.error().message.c_str());
+      return 1;
+    }
+    history = std::move(*loaded);
+    request.history_pins = fp.n_experts;  // as many as the round allows; decide_pins_and_round shrinks them
+  }
+  request.history = history ? &*history : nullptr;
   auto plan = planner::make_plan(*profile, model->footprint, request);
   if (!plan) {
     std::fprintf(stderr, "coli-plan: refused: %s\n", plan.error().message.c_str());
@@ -194,7 +278,7 @@ int main(int argc, char** argv) {
   file.dense_format = model->footprint.dense_format;
   file.top_k = model->footprint.top_k;
   file.plan = std::move(*plan);
-  file.speed = planner::predict_speed(*profile, model->footprint, file.plan);
+  file.speed = planner::predict_speed(*profile, model->footprint, file.plan, history ? &*history : nullptr);
   // Everything from reading the profile to the prediction: the < 50 ms target.
   file.planning_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 

@@ -2,10 +2,12 @@
 
 #include <cstdio>
 
+#include "coli/base/files.h"
 #include "coli/base/text.h"
 #include "coli/experts/usage_history.h"
 #include "coli/model/model_config.h"
 #include "coli/planner/footprint.h"
+#include "coli/probe/fleet_machine.h"
 #include "coli/probe/profile_io.h"
 
 namespace coli::tools {
@@ -19,6 +21,7 @@ std::string shape_identity(const runtime::ModelShape& shape) {
 runtime::ModelOptions options_of(const planner::Plan& plan) {
   runtime::ModelOptions options;
   options.threads = plan.threads;
+  options.compute_pus = plan.compute_pus;
   options.cache_capacity = plan.cap >= plan.n_experts ? 0 : plan.cap;
   options.max_context = plan.ctx;
   options.prefill_round_tokens = plan.prefill_round_tokens;
@@ -27,11 +30,36 @@ runtime::ModelOptions options_of(const planner::Plan& plan) {
   return options;
 }
 
+// What this build's engine cannot honour is refused, never approximated.
+Status check_runnable(const planner::Plan& plan, const std::string& source, const CpuSet& usable) {
+  if (plan.gpu.vram_slots() > 0 && !plan.gpu.engine_runs_it) {
+    return make_error(source + " places " + std::to_string(plan.gpu.vram_slots()) + " experts in VRAM on " +
+                      plan.gpu.device.gpu + " (" + plan.gpu.backend +
+                      " backend), but this build's engine computes experts on the CPU only: re-plan with --gpu none");
+  }
+  if (!usable.empty() && plan.compute_pus.minus(usable).size() > 0) {
+    return make_error(source + " pins its threads to CPUs " + plan.compute_pus.to_list() + ", but this process may use " +
+                      usable.to_list() + ": re-plan here with coli-plan --profile");
+  }
+  return Ok{};
+}
+
 }  // namespace
 
 Result<PlannedKnobs> knobs_from_plan(const std::filesystem::path& plan_file, const runtime::ModelShape& shape) {
   auto plan = planner::load_plan(plan_file);
   if (!plan) return plan.error();
+  // A plan made elsewhere (coli-plan --offline) never takes more than this machine's live headroom.
+  auto live = fleet::probe_live();
+  if (!live) return make_error("cannot read this machine's live memory facts to check " + plan_file.string() + ": " +
+                               live.error().message);
+  const std::uint64_t needed = plan->plan.planned_ram_bytes() + plan->plan.margin.bytes;
+  if (needed > live->memory.headroom_bytes) {
+    return make_error(plan_file.string() + " needs " + format_bytes(needed) + " of RAM with its margin, but this "
+                      "machine's live headroom is " + format_bytes(live->memory.headroom_bytes) + " (" +
+                      live->memory.headroom_source + "): re-plan here with coli-plan --profile");
+  }
+  if (Status s = check_runnable(plan->plan, plan_file.string(), live->cpu.usable.pus); !s) return s.error();
   if (plan->model_identity != shape_identity(shape)) {
     return make_error(plan_file.string() + " was planned for another model (" + plan->model_name +
                       "): run coli-plan for this one");
@@ -40,9 +68,15 @@ Result<PlannedKnobs> knobs_from_plan(const std::filesystem::path& plan_file, con
 }
 
 Result<PlannedKnobs> knobs_from_profile(const std::filesystem::path& profile_file, const runtime::ModelShape& shape,
-                                        int history_pins) {
-  auto profile = load_profile(profile_file);
+                                        int history_pins, const RunWorkload& workload) {
+  auto profile = fleet::load_shared_profile(profile_file.string());
   if (!profile) return profile.error();
+  // Live re-validation (docs/fleet.md): memory, cgroup limits and GPU memory
+  // are this machine's; tuned values only when the class matches.
+  auto checked = fleet::revalidate_here(*profile);
+  if (!checked) return checked.error();
+  for (const std::string& line : checked->report(profile_file.string())) std::fprintf(stderr, "coli run: %s\n", line.c_str());
+  *profile = std::move(checked->effective);
   auto config = model::parse_model_config(shape.config_json, "the container's config");
   if (!config) return config.error();
   const auto experts = planner::parse_expert_format(shape.expert_format);
@@ -51,8 +85,14 @@ Result<PlannedKnobs> knobs_from_profile(const std::filesystem::path& profile_fil
   const planner::ModelFootprint footprint = planner::describe_footprint(*config, *experts, *dense);
   planner::PlanRequest request;
   request.history_pins = history_pins;
+  if (workload.prompt_tokens > 0) request.prompt_tokens = workload.prompt_tokens;
+  request.tokenizer = workload.tokenizer;
+  request.history = workload.history;
   auto plan = planner::make_plan(*profile, footprint, request);
   if (!plan) return plan.error();
+  if (Status s = check_runnable(*plan, "the plan from " + profile_file.string(), profile->cpu.usable.pus); !s) {
+    return s.error();
+  }
   planner::PlanFile file;
   file.profile_fingerprint = profile->fingerprint;
   file.profile_path = profile_file.string();
@@ -83,8 +123,26 @@ bool print_plan_vs_actual(const planner::PlanFile& file, const runtime::ModelSta
   row("expert cache slabs", line_bytes({"expert cache: pinned slots", "expert cache: evictable slots"}),
       stats.expert_cache_bytes);
   row("KV cache", line_bytes({"KV cache"}), stats.kv_cache_bytes);
+  if (stats.rss_watchdog_shrinks > 0) {
+    std::printf("  RSS watchdog: shrank the expert cache %llu time(s), %s given back\n",
+                static_cast<unsigned long long>(stats.rss_watchdog_shrinks), format_bytes(stats.rss_watchdog_released).c_str());
+  }
   const std::uint64_t planned = plan.planned_ram_bytes();
   row("process RSS (peak)", planned, peak_rss);
+  // Anonymous vs file-backed pages now: file pages (mapped libraries, any
+  // mmap'd container pages) are RSS too but the kernel can drop them.
+  if (auto status = read_text_file("/proc/self/status")) {
+    for (const char* field : {"RssAnon:", "RssFile:", "RssShmem:"}) {
+      const auto at = status->find(field);
+      if (at == std::string::npos) continue;
+      const auto end = status->find('\n', at);
+      const std::string_view value = trim(std::string_view(*status).substr(at + 8, end - at - 8));
+      std::printf("  %s %.*s\n", field, static_cast<int>(value.size()), value.data());
+    }
+  }
+  std::printf("  peak RSS bytes: %llu, planned RAM bytes: %llu, margin bytes: %llu\n",
+              static_cast<unsigned long long>(peak_rss), static_cast<unsigned long long>(planned),
+              static_cast<unsigned long long>(plan.margin.bytes));
   const bool within = peak_rss <= planned + plan.margin.bytes;
   if (!within) {
     std::printf("  WARNING: peak RSS %s exceeds the plan %s plus its margin %s: re-plan with a smaller --cap or --ctx\n",

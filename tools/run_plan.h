@@ -9,6 +9,7 @@
 #include <string>
 
 #include "coli/base/result.h"
+#include "coli/experts/usage_history.h"
 #include "coli/planner/plan_io.h"
 #include "coli/runtime/moe_model.h"
 
@@ -24,8 +25,15 @@ struct PlannedKnobs {
 // Errors: an unreadable or invalid plan/profile, a plan made for another
 // model, a plan the planner refuses (what to change).
 Result<PlannedKnobs> knobs_from_plan(const std::filesystem::path& plan_file, const runtime::ModelShape& shape);
+// The run's own workload sizes the plan: its prompt length (the largest
+// forward pass) and whether a tokenizer is loaded.
+struct RunWorkload {
+  int prompt_tokens = 0;
+  bool tokenizer = true;
+  const experts::UsageHistory* history = nullptr;  // ranks pins; nullptr when none was recorded
+};
 Result<PlannedKnobs> knobs_from_profile(const std::filesystem::path& profile_file, const runtime::ModelShape& shape,
-                                        int history_pins);
+                                        int history_pins, const RunWorkload& workload);
 
 // Planned vs measured: RAM total (plus margin) against peak RSS, and the
 // large components against the engine's own accounting. Returns false when

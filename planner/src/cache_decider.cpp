@@ -10,8 +10,12 @@ namespace {
 std::uint64_t needed(const CacheChoice& c) { return c.memory.total(Tier::ram) + c.margin.bytes; }
 
 Result<CacheChoice> evaluate(const ModelFootprint& fp, const CacheRequest& req, int cap, const MemoryKnobs& knobs) {
-  auto pins_round = decide_pins_and_round(fp, cap, req.pins, req.pins_forced, req.requested_round);
+  int pins = req.pins;
+  std::string pins_basis;
+  if (!req.pins_forced && req.routing && pins > 0) pins = decide_history_pins(fp, cap, pins, *req.routing, pins_basis);
+  auto pins_round = decide_pins_and_round(fp, cap, pins, req.pins_forced, req.requested_round);
   if (!pins_round) return pins_round.error();
+  if (!pins_basis.empty()) pins_round->reason += "; " + pins_basis;
   CacheChoice c;
   c.cap = cap;
   c.pins_round = *pins_round;
@@ -20,13 +24,15 @@ Result<CacheChoice> evaluate(const ModelFootprint& fp, const CacheRequest& req, 
   k.pins = pins_round->pins;
   k.round_tokens = pins_round->round_tokens;
   c.memory = preview_memory(fp, k);
+  c.memory.lines.insert(c.memory.lines.end() - 1, req.extra_lines.begin(), req.extra_lines.end());  // before the disk line
   c.margin = decide_safety_margin(c.memory.total(Tier::ram), k.threads, k.io_threads);
   return c;
 }
 
 // The largest cap in [top_k, n_experts] that fits, if any.
 std::optional<CacheChoice> largest_fitting(const ModelFootprint& fp, const CacheRequest& req, const MemoryKnobs& knobs) {
-  for (int cap = fp.n_experts; cap >= fp.top_k; --cap) {
+  const int ceiling = req.useful_cap > 0 ? std::clamp(req.useful_cap, fp.top_k, fp.n_experts) : fp.n_experts;
+  for (int cap = ceiling; cap >= fp.top_k; --cap) {
     auto c = evaluate(fp, req, cap, knobs);
     if (c && needed(*c) <= req.headroom_bytes) return *c;
   }
@@ -98,6 +104,12 @@ Result<CacheChoice> decide_cache(const ModelFootprint& fp, const CacheRequest& r
   }
   if (auto c = largest_fitting(fp, req, req.knobs)) {
     const bool streaming = c->cap < fp.n_experts;
+    if (req.useful_cap > 0 && c->cap == std::max(req.useful_cap, fp.top_k) && streaming) {
+      c->reason = "cap " + std::to_string(c->cap) + " of " + std::to_string(fp.n_experts) +
+                  " experts per layer: the VRAM tier holds the others, so more RAM slots would serve nothing: needs " +
+                  summary(*c) + " of " + headroom;
+      return *c;
+    }
     c->reason = "cap " + std::to_string(c->cap) + " of " + std::to_string(fp.n_experts) + " experts per layer" +
                 (streaming ? " (experts stream from disk; cap " + std::to_string(c->cap + 1) + " would exceed the headroom)"
                            : " (every expert resident)") +

@@ -50,11 +50,28 @@ Result<ThreadChoice> decide_threads(const DeviceProfile& profile, std::optional<
     }
     out.threads = t;
     out.basis = "override";
+    // The profile's placement order, cut to t, keeps the threads on its chosen cores.
+    if (t <= rec.decode_pus.size()) {
+      out.pus = CpuSet(std::vector<int>(rec.decode_pus.cpus().begin(), rec.decode_pus.cpus().begin() + t));
+    }
     out.reason = "--threads " + std::to_string(t) + " (the profile recommends " + std::to_string(rec.decode_threads) +
                  " by " + rec.rule + ")";
     return out;
   }
   out.threads = std::max(1, rec.decode_threads);
+  if (rec.decode_pus.size() == out.threads) out.pus = rec.decode_pus;
+  const std::string on_pus = rec.decode_pus.empty() ? "" : " on PUs " + rec.decode_pus.to_list();
+  if (out.basis == "measured") {
+    // The tuning phase timed the engine's own kernels per thread set; its figures are in rec.reason.
+    out.reason = std::to_string(out.threads) + " threads" + on_pus + ", measured by coli-probe (" + rec.rule + ": " +
+                 rec.reason + ")";
+    if (rec.prefill_threads > 0 && rec.prefill_pus != rec.decode_pus) {
+      out.reason += "; prefill measured best on " + std::to_string(rec.prefill_threads) + " threads" +
+                    (rec.prefill_pus.empty() ? "" : " (PUs " + rec.prefill_pus.to_list() + ")") +
+                    ", but the engine runs one thread team for both phases, so decode's set is used";
+    }
+    return out;
+  }
   out.reason = std::to_string(out.threads) + " threads from the profile (" + out.basis + ": " + rec.rule + "; " +
                rec.reason + ")";
   return out;
@@ -72,6 +89,59 @@ SafetyMargin decide_safety_margin(std::uint64_t plan_bytes, int threads, int io_
              format_bytes(page_tables) + " (8 B per 4 KiB page) + " + std::to_string(threads + io_threads) +
              " malloc arenas x 1 MiB";
   return m;
+}
+
+std::optional<RoutingConcentration> routing_concentration(const ModelFootprint& fp,
+                                                          const experts::UsageHistory* history) {
+  const int layers = static_cast<int>(fp.moe_layer_count());
+  if (!history || history->key().n_experts != fp.n_experts || history->key().n_layers != layers ||
+      history->total_tokens() <= 0) {
+    return std::nullopt;
+  }
+  RoutingConcentration out;
+  out.tokens = history->total_tokens();
+  for (int l = 0; l < layers; ++l) {
+    std::vector<double> counts(history->layer_counts(l).begin(), history->layer_counts(l).end());
+    std::sort(counts.begin(), counts.end(), std::greater<>());
+    double total = 0;
+    for (double c : counts) total += c;
+    std::vector<double> mass(counts.size() + 1, 0.0);
+    for (std::size_t i = 0; i < counts.size(); ++i) {
+      mass[i + 1] = total > 0 ? mass[i] + counts[i] / total : static_cast<double>(i + 1) / counts.size();
+    }
+    out.top_mass.push_back(std::move(mass));
+  }
+  return out;
+}
+
+int decide_history_pins(const ModelFootprint& fp, int cap, int most, const RoutingConcentration& routing,
+                        std::string& reason) {
+  const int n = fp.n_experts;
+  auto hit = [&](int p) {
+    double sum = 0;
+    for (const auto& mass : routing.top_mass) {
+      const double rest = n - p > 0 ? std::min(1.0, static_cast<double>(cap - p) / (n - p)) : 1.0;
+      sum += mass[static_cast<std::size_t>(p)] + (1.0 - mass[static_cast<std::size_t>(p)]) * rest;
+    }
+    return routing.top_mass.empty() ? 0.0 : sum / routing.top_mass.size();
+  };
+  const double none = hit(0);
+  int best = 0;
+  double best_hit = none;
+  for (int p = 1; p <= std::min({most, cap, n}); ++p) {
+    if (const double h = hit(p); h > best_hit + 1e-12) best = p, best_hit = h;
+  }
+  char text[200];
+  if (best_hit < none + 0.01) {
+    std::snprintf(text, sizeof text, "no pins: the usage history (%.0f tokens) predicts %.1f%% hits with pins, %.1f%% with "
+                  "LRU alone (pins must gain a point)", routing.tokens, best_hit * 100, none * 100);
+    reason = text;
+    return 0;
+  }
+  std::snprintf(text, sizeof text, "the usage history (%.0f tokens) predicts %.1f%% hits with %d pins vs %.1f%% with LRU alone",
+                routing.tokens, best_hit * 100, best, none * 100);
+  reason = text;
+  return best;
 }
 
 Result<PinRoundChoice> decide_pins_and_round(const ModelFootprint& fp, int cap, int pins, bool pins_forced,

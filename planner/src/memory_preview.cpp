@@ -45,9 +45,8 @@ const MemoryLine* MemoryPreview::find(const std::string& component) const {
   return nullptr;
 }
 
-u64 kv_cache_bytes(const model::ModelConfig& c, int ctx) {
-  return c.num_hidden_layers * static_cast<u64>(ctx) * c.num_key_value_heads * c.head_dim * 2 * 4;
-}
+// Per architecture (GQA K and V, or the MLA latent): footprint.cpp kv_bytes_per_position.
+u64 kv_cache_bytes(const model::ModelConfig& c, int ctx) { return kv_bytes_per_position(c) * static_cast<u64>(ctx); }
 
 MemoryPreview preview_memory(const ModelFootprint& fp, const MemoryKnobs& k) {
   const model::ModelConfig& c = fp.config;
@@ -69,9 +68,7 @@ MemoryPreview preview_memory(const ModelFootprint& fp, const MemoryKnobs& k) {
   add("expert cache: pinned slots", Tier::ram, layers * pins * stride, n(layers) + " MoE layers x " + n(pins) + slot);
   add("expert cache: evictable slots", Tier::ram, layers * (cap - pins) * stride,
       n(layers) + " MoE layers x " + n(cap - pins) + slot);
-  add("KV cache", Tier::ram, kv_cache_bytes(c, k.ctx),
-      n(c.num_hidden_layers) + " layers x ctx " + n(static_cast<u64>(k.ctx)) + " x " + n(c.num_key_value_heads) +
-          " kv heads x head_dim " + n(c.head_dim) + " x 2 (K,V) x 4 B (f32)");
+  add("KV cache", Tier::ram, kv_cache_bytes(c, k.ctx), "ctx " + n(static_cast<u64>(k.ctx)) + " x (" + fp.kv_layout + ")");
   // The whole prompt goes through forward() at once: its hidden states and
   // their normed copy live for the whole prefill.
   add("activations: prompt", Tier::ram, 2 * prompt * hidden * 4,
@@ -99,8 +96,10 @@ MemoryPreview preview_memory(const ModelFootprint& fp, const MemoryKnobs& k) {
   add("allocator rounding", Tier::ram, fp.dense_page_rounding_bytes + big_allocations * 2 * kPage,
       n(fp.dense_tensor_count) + " dense tensor buffers rounded to pages + " + n(big_allocations) +
           " slab/KV allocations x 8 KiB");
-  add("runtime reserve", Tier::ram, kProcessBaseBytes + c.vocab_size * kTokenizerBytesPerToken,
-      "20 MiB process base (code, libraries, stacks; 16 MiB measured) + vocab " + n(c.vocab_size) + " x 200 B tokenizer tables");
+  const u64 tokenizer = k.tokenizer ? c.vocab_size * kTokenizerBytesPerToken : 0;
+  add("runtime reserve", Tier::ram, kProcessBaseBytes + tokenizer,
+      "20 MiB process base (code, libraries, stacks; 16 MiB measured) + " +
+          (k.tokenizer ? "vocab " + n(c.vocab_size) + " x 200 B tokenizer tables" : std::string("no tokenizer (prompt ids)")));
   add("container file", Tier::disk, fp.container_bytes,
       "header + dense (4096-aligned) + " + n(layers) + " x " + n(static_cast<u64>(fp.n_experts)) + " records x " +
           n(stride) + " B + index");

@@ -66,6 +66,7 @@ Result<Plan> make_plan(const DeviceProfile& profile, const ModelFootprint& fp, c
   auto threads = decide_threads(profile, request.threads);
   if (!threads) return threads.error();
   plan.threads = threads->threads;
+  plan.compute_pus = threads->pus;
   plan.decisions.push_back({"threads", std::to_string(plan.threads), threads->reason});
 
   std::string ctx_reason;
@@ -92,8 +93,55 @@ Result<Plan> make_plan(const DeviceProfile& profile, const ModelFootprint& fp, c
   cache.knobs.prompt_tokens = std::clamp(request.prompt_tokens.value_or(plan.ctx), 1, plan.ctx);
   cache.knobs.threads = plan.threads;
   cache.knobs.io_threads = plan.io_threads;
+  cache.knobs.tokenizer = request.tokenizer;
+  const auto routing = routing_concentration(fp, request.history);
+  cache.routing = routing ? &*routing : nullptr;
+  GpuTierRequest gpu_request;
+  gpu_request.gpu = request.gpu;
+  gpu_request.vram = request.vram;
+  if (request.backend) gpu_request.backend = *request.backend;
+  gpu_request.history = request.history;
+  auto tier = decide_gpu_tier(profile, fp, gpu_request);
+  if (!tier) return tier.error();
+  // RAM slots serve the experts the VRAM tier does not hold.
+  auto useful_cap = [&](const GpuTier& t) {
+    if (t.vram_slots() == 0) return 0;
+    return std::max(fp.top_k, fp.n_experts - *std::min_element(t.vram_experts.begin(), t.vram_experts.end()));
+  };
+  cache.extra_lines = tier->lines;
+  cache.useful_cap = useful_cap(*tier);
   auto choice = decide_cache(fp, cache);
+  if (!choice && tier->vram_slots() > 0) {
+    // Field note 4: the backend's host copies per VRAM slot compete with the
+    // RAM cache. Keep the largest VRAM tier whose copies still fit.
+    const int wanted = tier->vram_slots();
+    int low = 0, high = wanted - 1, best = -1;
+    while (low <= high) {
+      const int mid = low + (high - low) / 2;
+      const GpuTier trial = shrink_gpu_tier(*tier, fp, gpu_request, mid);
+      cache.extra_lines = trial.lines;
+      cache.useful_cap = useful_cap(trial);
+      if (decide_cache(fp, cache)) best = mid, low = mid + 1;
+      else high = mid - 1;
+    }
+    if (best >= 0) {
+      std::uint64_t host_copies = 0;
+      for (const MemoryLine& l : tier->lines) {
+        if (l.component.rfind("GPU host copy", 0) == 0) host_copies += l.bytes;
+      }
+      const std::uint64_t per_slot = host_copies / static_cast<std::uint64_t>(wanted);
+      *tier = shrink_gpu_tier(*tier, fp, gpu_request, best);
+      tier->reason += "; shrunk from " + std::to_string(wanted) + " to " + std::to_string(best) +
+                      " VRAM slots: the backend's host copies (" + format_bytes(per_slot) +
+                      " of RAM per VRAM slot) did not fit the RAM headroom beside the expert cache";
+      cache.extra_lines = tier->lines;
+      cache.useful_cap = useful_cap(*tier);
+      choice = decide_cache(fp, cache);
+    }
+  }
   if (!choice) return choice.error();
+  plan.gpu = std::move(*tier);
+  plan.decisions.push_back({"gpu", plan.gpu.device.gpu.empty() ? "none" : plan.gpu.device.gpu, plan.gpu.reason});
   plan.cap = choice->cap;
   plan.pins = choice->pins_round.pins;
   plan.prefill_round_tokens = choice->pins_round.round_tokens;

@@ -64,6 +64,20 @@ class Reader {
     if (!value) fail(key, "must be true or false");
     return *value;
   }
+  bool has(std::string_view key) const { return table_.contains(key); }
+  std::vector<int> ints(std::string_view key, int low, int high) const {
+    const toml::node* node = require(key);
+    if (!node->is_array()) fail(key, "must be an array of integers");
+    std::vector<int> out;
+    for (const toml::node& item : *node->as_array()) {
+      const auto value = item.value_exact<std::int64_t>();
+      if (!value || *value < low || *value > high) {
+        fail(key, "must hold integers in [" + std::to_string(low) + ", " + std::to_string(high) + "]");
+      }
+      out.push_back(static_cast<int>(*value));
+    }
+    return out;
+  }
   Reader table(std::string_view key) const {
     const toml::node* node = require(key);
     if (!node->is_table()) fail(key, "must be a table");
@@ -108,6 +122,15 @@ void read_knobs(const Reader& k, PlanFile& f) {
   p.ctx = k.count("ctx", 1);
   p.io_threads = static_cast<int>(k.integer("io_threads", 0, 1024));
   p.direct_io = k.boolean("direct_io");
+  if (k.has("compute_pus")) {  // schema 2
+    auto pus = CpuSet::parse(k.text("compute_pus"));
+    if (!pus) k.fail("compute_pus", "is not a CPU list such as \"0-3,8\": " + pus.error().message);
+    p.compute_pus = *pus;
+    if (!p.compute_pus.empty() && p.compute_pus.size() != p.threads) {
+      k.fail("compute_pus", "names " + std::to_string(p.compute_pus.size()) + " CPUs for " + std::to_string(p.threads) +
+                                " threads: one CPU per thread, or \"\" for none");
+    }
+  }
   // Field note 1: the evictable slots must hold every distinct expert a
   // round can touch, or the round evicts experts it still needs.
   const long long distinct = std::min<long long>(p.n_experts - p.pins, 1LL * f.top_k * p.prefill_round_tokens);
@@ -156,6 +179,39 @@ void read_speed(const Reader& s, SpeedPrediction& out) {
   if (!out.available && out.unavailable.empty()) s.fail("unavailable", "must say why when available = false");
 }
 
+// The VRAM tier. Its lines are in [memory]; this is which device, which
+// experts, and whether this build's engine can run it.
+void read_gpu(const Reader& g, Plan& p) {
+  GpuTier& t = p.gpu;
+  t.device.gpu = g.text("device");
+  t.backend = g.text("backend");
+  t.engine_runs_it = g.boolean("engine_runs_it");
+  t.vram_headroom_bytes = g.bytes("vram_headroom_bytes");
+  t.vram_headroom_source = g.text("vram_headroom_source");
+  t.vram_reserve_bytes = g.bytes("vram_reserve_bytes");
+  t.vram_experts = g.ints("vram_experts", 0, p.n_experts);
+  t.vram_share = g.real("vram_share", 0, 1);
+  t.share_inputs = g.text("share_inputs");
+  t.reason = g.text("reason");
+  t.device.reason = g.text("device_reason");
+  for (const Reader& v : g.tables("variants")) {
+    t.device.variants.push_back({v.text("shape"), v.text("variant"),
+                                 static_cast<std::uint32_t>(v.integer("shared_memory_bytes", 0, 16 << 20)),
+                                 v.text("reason")});
+  }
+  for (const MemoryLine& line : p.memory.lines) {
+    if (line.tier == Tier::vram) t.lines.push_back(line);
+    if (line.component.rfind("GPU ", 0) == 0 && line.tier == Tier::ram) t.lines.push_back(line);
+  }
+  if (t.device.gpu.empty() && t.vram_slots() > 0) g.fail("vram_experts", "places experts in VRAM without a device");
+  std::uint64_t vram = 0;
+  for (const MemoryLine& line : p.memory.lines) vram += line.tier == Tier::vram ? line.bytes : 0;
+  if (vram > t.vram_headroom_bytes) {
+    g.fail("vram_headroom_bytes", "= " + std::to_string(t.vram_headroom_bytes) + " is less than the VRAM lines (" +
+                                      std::to_string(vram) + ")");
+  }
+}
+
 PlanFile read_plan(const Reader& root) {
   PlanFile f;
   f.schema_version = static_cast<int>(root.integer("schema_version", 1, std::numeric_limits<int>::max()));
@@ -183,6 +239,7 @@ PlanFile read_plan(const Reader& root) {
     f.plan.decisions.push_back({d.text("knob"), d.text("value"), d.text("reason")});
   }
   read_speed(root.table("speed"), f.speed);
+  if (root.has("gpu")) read_gpu(root.table("gpu"), f.plan);  // schema 2
   return f;
 }
 

@@ -31,7 +31,28 @@ toml::table plan_table(const PlanFile& f) {
     decisions.push_back(toml::table{{"knob", d.knob}, {"value", d.value}, {"reason", d.reason}});
   }
   const SpeedPrediction& s = f.speed;
+  toml::array variants, vram_experts;
+  for (const VariantChoice& v : p.gpu.device.variants) {
+    variants.push_back(toml::table{{"shape", v.shape},
+                                   {"variant", v.variant},
+                                   {"shared_memory_bytes", static_cast<std::int64_t>(v.shared_memory_bytes)},
+                                   {"reason", v.reason}});
+  }
+  for (int count : p.gpu.vram_experts) vram_experts.push_back(count);
+  toml::table gpu{{"device", p.gpu.device.gpu},
+                  {"backend", p.gpu.backend},
+                  {"engine_runs_it", p.gpu.engine_runs_it},
+                  {"vram_headroom_bytes", as_int(p.gpu.vram_headroom_bytes)},
+                  {"vram_headroom_source", p.gpu.vram_headroom_source},
+                  {"vram_reserve_bytes", as_int(p.gpu.vram_reserve_bytes)},
+                  {"vram_experts", std::move(vram_experts)},
+                  {"vram_share", p.gpu.vram_share},
+                  {"share_inputs", p.gpu.share_inputs},
+                  {"reason", p.gpu.reason},
+                  {"device_reason", p.gpu.device.reason},
+                  {"variants", std::move(variants)}};
   return toml::table{
+      {"gpu", std::move(gpu)},
       {"schema_version", f.schema_version},
       {"planning_ms", f.planning_ms},
       {"made_for", toml::table{{"profile_fingerprint", f.profile_fingerprint},
@@ -48,7 +69,8 @@ toml::table plan_table(const PlanFile& f) {
                             {"prefill_round_tokens", p.prefill_round_tokens},
                             {"ctx", p.ctx},
                             {"io_threads", p.io_threads},
-                            {"direct_io", p.direct_io}}},
+                            {"direct_io", p.direct_io},
+                            {"compute_pus", p.compute_pus.to_list()}}},
       // planned_ram_bytes is the sum of the RAM lines, written for people
       // reading the file; the reader checks it so a hand edit stays consistent.
       {"memory", toml::table{{"headroom_bytes", as_int(p.headroom_bytes)},

@@ -63,6 +63,27 @@ std::optional<Bandwidth> disk_bandwidth(const DeviceProfile& profile, u64 record
                                               format_bytes(record_stride) + ")"};
 }
 
+// The GEMV bandwidth the self-test measured on the tier's device for this
+// expert format (the median of the passing variant nearest the expert shape).
+std::optional<Bandwidth> vram_bandwidth(const DeviceProfile& profile, const ModelFootprint& fp, const GpuTier& tier) {
+  const std::string format = fp.expert_format == ExpertFormat::q8_row ? "q8_row" : "q4_g64";
+  const double size = static_cast<double>(fp.config.hidden_size) * static_cast<double>(fp.config.moe_intermediate_size);
+  const GpuKernelResult* best = nullptr;
+  auto distance = [&](const GpuKernelResult& r) { return std::abs(std::log(static_cast<double>(r.rows) * r.cols / size)); };
+  for (const GpuKernelResult& r : profile.measurements.gpu_kernels) {
+    if (r.device != tier.device.gpu || !r.passed || r.gb_per_s.median <= 0) continue;
+    if (r.variant.find(format) == std::string::npos) continue;
+    if (!best || distance(r) < distance(*best) - 1e-9 ||
+        (std::abs(distance(r) - distance(*best)) <= 1e-9 && r.gb_per_s.median > best->gb_per_s.median)) {
+      best = &r;
+    }
+  }
+  if (!best) return std::nullopt;
+  return Bandwidth{best->gb_per_s.median, "VRAM GEMV " + fixed(best->gb_per_s.median, 1) + " GB/s (" + best->variant +
+                                              " " + std::to_string(best->rows) + "x" + std::to_string(best->cols) +
+                                              ", coli-probe --gpu-selftest)"};
+}
+
 // Dense bytes one decode token reads: every dense tensor except the
 // embedding table, of which it reads one row.
 u64 dense_bytes_per_token(const ModelFootprint& fp) {
@@ -103,31 +124,51 @@ double expected_hit_rate(const ModelFootprint& fp, int cap, const experts::Usage
 SpeedPrediction predict_speed(const DeviceProfile& profile, const ModelFootprint& fp, const Plan& plan,
                               const experts::UsageHistory* history) {
   SpeedPrediction s;
-  s.hit_rate = expected_hit_rate(fp, plan.cap, history, s.hit_rate_inputs);
+  // With a VRAM tier, RAM and VRAM together hold the cap + VRAM slots most
+  // used experts of a layer (mean VRAM slots per layer).
+  const int layers_n = std::max<int>(1, static_cast<int>(fp.moe_layer_count()));
+  const int vram_per_layer = static_cast<int>(std::lround(static_cast<double>(plan.gpu.vram_slots()) / layers_n));
+  s.hit_rate = expected_hit_rate(fp, std::min(fp.n_experts, plan.cap + vram_per_layer), history, s.hit_rate_inputs);
+  const double vram_share = std::min(plan.gpu.vram_share, s.hit_rate);
+  std::optional<Bandwidth> vram;
+  if (plan.gpu.vram_slots() > 0) {
+    vram = vram_bandwidth(profile, fp, plan.gpu);
+    if (!vram) {
+      s.unavailable = "no measured GPU GEMV bandwidth for " + plan.gpu.device.gpu + ": run coli-probe --gpu-selftest";
+      return s;
+    }
+  }
   const u64 stride = fp.expert().record_stride, record = fp.expert().record_bytes;
   const auto ram = ram_bandwidth(profile, plan.threads);
   const auto disk = disk_bandwidth(profile, stride);
   // A plan that streams needs the disk figure; one that holds every expert does not.
-  if (!ram || (plan.streaming() && !disk)) {
+  if (!ram || (plan.streaming() && s.hit_rate < 1.0 && !disk)) {
     s.unavailable = kNoMeasuredBandwidth;
     return s;
   }
   const double layers = static_cast<double>(fp.moe_layer_count()), top_k = fp.top_k;
-  const double miss = plan.streaming() ? 1.0 - s.hit_rate : 0.0;
+  const bool streams = plan.streaming() && s.hit_rate < 1.0;
+  const double miss = streams ? 1.0 - s.hit_rate : 0.0;
   const double disk_gbs = disk ? disk->gb_per_s : 1.0;  // unused when nothing misses
 
   // Decode: KV read at the mean position of a full context (ctx / 2).
   const u64 dense = dense_bytes_per_token(fp), kv = kv_cache_bytes(fp.config, plan.ctx / 2);
-  const double experts = layers * top_k * static_cast<double>(record);
+  const double experts = layers * top_k * (1.0 - vram_share) * static_cast<double>(record);
+  const double in_vram = layers * top_k * vram_share * static_cast<double>(record);
   const double resident = static_cast<double>(dense + kv) + experts;
   const double missed = layers * top_k * miss * static_cast<double>(stride);
-  const double decode_s = resident / (ram->gb_per_s * 1e9) + missed / (disk_gbs * 1e9);
+  const double decode_s = resident / (ram->gb_per_s * 1e9) + missed / (disk_gbs * 1e9) +
+                          (vram ? in_vram / (vram->gb_per_s * 1e9) : 0.0);
   s.decode_tok_per_s = 1.0 / decode_s;
   s.decode_inputs = "resident " + format_bytes(static_cast<u64>(resident)) + "/token (dense " + format_bytes(dense) +
                     " + KV at ctx/2 " + format_bytes(kv) + " + " + fixed(layers, 0) + " layers x top_k " +
-                    fixed(top_k, 0) + " x " + format_bytes(record) + ") / " + ram->text + " + missed " +
+                     fixed(top_k, 0) + " x " + format_bytes(record) +
+                    (vram ? " x RAM share " + fixed(1.0 - vram_share, 3) : "") + ") / " + ram->text + " + missed " +
                     format_bytes(static_cast<u64>(missed)) + "/token (miss rate " + fixed(miss, 3) + ")" +
-                    (disk ? " / " + disk->text : "");
+                    (disk ? " / " + disk->text : "") +
+                    (vram ? " + VRAM " + format_bytes(static_cast<u64>(in_vram)) + "/token (share " +
+                                fixed(vram_share, 3) + ") / " + vram->text
+                          : "");
 
   // Prefill, rough: one round of R tokens reads the dense weights once and
   // each distinct expert it touches once (uniform routing: n(1 - (1-1/n)^(R k))).

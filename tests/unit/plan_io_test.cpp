@@ -63,7 +63,7 @@ TEST(PlanFile, RoundTripsThroughToml) {
   ASSERT_TRUE(f.plan.streaming());
   ASSERT_TRUE(f.speed.available);
   const std::string text = plan_to_toml(f);
-  EXPECT_NE(text.find("\nschema_version = 1\n"), std::string::npos);
+  EXPECT_NE(text.find("\nschema_version = " + std::to_string(kPlanSchemaVersion) + "\n"), std::string::npos);
   auto back = parse_plan(text, "plan.toml");
   ASSERT_TRUE(back.ok()) << back.error().message;
   EXPECT_EQ(*back, f);
@@ -73,7 +73,7 @@ TEST(PlanFile, RoundTripsThroughToml) {
 TEST(PlanFile, JsonCarriesTheSameTable) {
   const PlanFile f = h200_qwen3_plan();
   const std::string json = plan_to_json(f);
-  EXPECT_NE(json.find("\"schema_version\" : 1"), std::string::npos);
+  EXPECT_NE(json.find("\"schema_version\" : " + std::to_string(kPlanSchemaVersion)), std::string::npos);
   EXPECT_NE(json.find("\"profile_fingerprint\" : \"fnv1a64:"), std::string::npos);
   EXPECT_NE(json.find("\"cap\" : " + std::to_string(f.plan.cap)), std::string::npos);
 }
@@ -103,7 +103,9 @@ TEST(PlanFile, RefusesBrokenFieldsNamingFileLineAndField) {
   const std::string pins_past_cap = "pins = " + std::to_string(plan.plan.cap + 1);
   const std::string pins_range = "out of range [0, " + std::to_string(plan.plan.cap) + "]";
   const BadPlan cases[] = {
-      {"from the future", "schema_version = ", "schema_version = 2", "schema_version", "newer than this build"},
+      {"from the future", "schema_version = ", "schema_version = 3", "schema_version", "newer than this build"},
+      {"pinned to fewer CPUs than threads", "compute_pus = ", "compute_pus = '0'", "knobs.compute_pus", "one CPU per thread"},
+      {"pinned to no CPU list", "compute_pus = ", "compute_pus = 'x'", "knobs.compute_pus", "not a CPU list"},
       {"missing knob", "threads = ", "", "knobs.threads", "is missing"},
       {"knob of the wrong type", "threads = ", "threads = 'many'", "knobs.threads", "must be an integer"},
       {"cap below top_k", "cap = ", "cap = 3", "knobs.cap", "out of range [8, 128]"},

@@ -234,6 +234,29 @@ TEST(PlannerThreads, ProfileRecommendationWithItsBasis) {
   EXPECT_EQ(measured->basis, "measured");
 }
 
+// A profile whose threads came from the tuning phase: basis "measured", the
+// figures carried into the reason, and a prefill set that differs is named.
+TEST(PlannerThreads, TuningPhaseChoiceIsMeasuredWithItsFigures) {
+  DeviceProfile p = made_up_profile(8 * kGiB, 16, "measured-kernel-throughput");
+  p.threads.decode_threads = 8;
+  p.threads.decode_pus = *CpuSet::parse("0-7");
+  p.threads.prefill_threads = 16;
+  p.threads.prefill_pus = *CpuSet::parse("0-15");
+  p.threads.reason = "decode on kind0:8c (8 threads, 41.2 tokens/s per layer, 98.5% of the best, kind0:16c)";
+  auto choice = decide_threads(p, std::nullopt);
+  ASSERT_TRUE(choice.ok()) << choice.error().message;
+  EXPECT_EQ(choice->threads, 8);
+  EXPECT_EQ(choice->basis, "measured");
+  EXPECT_TRUE(mentions(choice->reason, "on PUs 0-7, measured by coli-probe")) << choice->reason;
+  EXPECT_TRUE(mentions(choice->reason, "41.2 tokens/s per layer")) << choice->reason;
+  EXPECT_TRUE(mentions(choice->reason, "prefill measured best on 16 threads (PUs 0-15)")) << choice->reason;
+  p.threads.rule = "single-kind-physical-cores";  // the tier rule: said so, no measurement claimed
+  auto rule = decide_threads(p, std::nullopt);
+  ASSERT_TRUE(rule.ok());
+  EXPECT_EQ(rule->basis, "rule");
+  EXPECT_FALSE(mentions(rule->reason, "measured by coli-probe")) << rule->reason;
+}
+
 TEST(PlannerOverrides, HarmfulOverridesAreRefusedWithTheReason) {
   const ModelFootprint fp = footprint("Qwen3-30B-A3B.json");
   const DeviceProfile h200 = h200_profile();

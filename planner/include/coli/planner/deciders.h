@@ -6,8 +6,10 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "coli/base/result.h"
+#include "coli/experts/usage_history.h"
 #include "coli/planner/footprint.h"
 #include "coli/planner/memory_preview.h"
 #include "coli/probe/device_profile.h"
@@ -18,6 +20,7 @@ namespace coli::planner {
 
 struct ThreadChoice {
   int threads = 1;
+  CpuSet pus;          // where the engine pins them; empty = not pinned (the OS places them)
   std::string basis;   // "measured" (the profile's rule names a measurement) or "rule"
   std::string reason;
 };
@@ -60,6 +63,26 @@ struct PinRoundChoice {
 Result<PinRoundChoice> decide_pins_and_round(const ModelFootprint& footprint, int cap, int pins, bool pins_forced,
                                              int requested_round);
 
+// How concentrated routing is, from a usage history: per MoE layer, the
+// share of reads taken by the 0, 1, 2 ... most used experts (prefix sums of
+// the sorted shares). Built once per plan.
+struct RoutingConcentration {
+  std::vector<std::vector<double>> top_mass;  // [layer][p] = share of the p most used experts
+  double tokens = 0;
+};
+// nullopt when the history is empty or belongs to another shape.
+std::optional<RoutingConcentration> routing_concentration(const ModelFootprint& footprint,
+                                                          const experts::UsageHistory* history);
+
+// Pins that pay for themselves: the P most used experts pinned, LRU over the
+// other cap - P slots (taken as uniform over the remaining experts), gives
+//   hit(P) = top_mass[P] + (1 - top_mass[P]) * min(1, (cap - P) / (n - P)),
+// averaged over layers. The P <= `most` with the best estimate, but only if
+// it beats P = 0 by a point: a short or flat history predicts nothing, and
+// pins then only shrink the prefill round (coli-sweep measured that).
+int decide_history_pins(const ModelFootprint& footprint, int cap, int most, const RoutingConcentration& routing,
+                        std::string& reason);
+
 // ------------------------------------------------------------ cache capacity
 
 struct CacheRequest {
@@ -71,6 +94,9 @@ struct CacheRequest {
   bool pins_forced = false;           // --pin
   int requested_round = 64;
   MemoryKnobs knobs;                  // ctx, prompt, threads, io_threads (cap/pins/round are decided here)
+  const RoutingConcentration* routing = nullptr;  // suggested pins are kept only where they pay
+  std::vector<MemoryLine> extra_lines;  // what other tiers add (the GPU backend's VRAM and host lines)
+  int useful_cap = 0;                  // > 0: more RAM slots than this serve nothing (the rest live in VRAM)
 };
 
 struct CacheChoice {

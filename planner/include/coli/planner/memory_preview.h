@@ -38,13 +38,14 @@ struct MemoryKnobs {
   int round_tokens = 64;      // prefill tokens per expert round
   int threads = 1;
   int io_threads = 4;
+  bool tokenizer = true;      // a tokenizer is loaded (its tables are priced); false with prompt ids
 };
 
 // RAM lines only for now (the CPU engine): VRAM tiers join with GPU backends.
 // The disk line is the container every expert not in RAM is read from.
 MemoryPreview preview_memory(const ModelFootprint& footprint, const MemoryKnobs& knobs);
 
-// Bytes of the KV cache: layers x ctx x kv_heads x head_dim x 2 (K and V) x 4 (f32).
+// Bytes of the KV cache: ctx x footprint kv_bytes_per_position (GQA K and V, or the MLA latent).
 std::uint64_t kv_cache_bytes(const model::ModelConfig& config, int ctx);
 
 }  // namespace coli::planner

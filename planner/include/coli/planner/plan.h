@@ -11,6 +11,7 @@
 #include "coli/base/result.h"
 #include "coli/planner/deciders.h"
 #include "coli/planner/footprint.h"
+#include "coli/planner/gpu_tiers.h"
 #include "coli/planner/memory_preview.h"
 #include "coli/probe/device_profile.h"
 
@@ -28,8 +29,15 @@ struct PlanRequest {
   int history_pins = 0;                // pins the usage history suggests
   int prefill_round_tokens = 64;       // what the engine would like per round
   std::optional<int> prompt_tokens;    // longest prompt; default: the whole context
+  bool tokenizer = true;               // the run loads a tokenizer (false: it is given token ids)
   int io_threads = 4;
   bool direct_io = true;
+  // The VRAM tier: --gpu none|auto|N, --vram, the backend's memory (tests
+  // pass made-up backends), and the history that ranks experts for it.
+  std::string gpu = "auto";
+  std::optional<std::uint64_t> vram;
+  std::optional<BackendMemory> backend;
+  const experts::UsageHistory* history = nullptr;
 };
 
 struct Decision {
@@ -41,6 +49,7 @@ struct Decision {
 
 struct Plan {
   int threads = 1;
+  CpuSet compute_pus;          // where the engine pins its threads; empty = not pinned
   int cap = 0;                 // slots per MoE layer, pins included
   int pins = 0;                // per MoE layer
   int prefill_round_tokens = 1;
@@ -54,6 +63,7 @@ struct Plan {
   std::string headroom_source;
   MemoryPreview memory;
   SafetyMargin margin;
+  GpuTier gpu;                 // backend "cpu" and no slots when experts run on the CPU
   std::vector<Decision> decisions;
 
   std::uint64_t planned_ram_bytes() const { return memory.total(Tier::ram); }

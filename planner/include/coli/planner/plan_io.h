@@ -16,7 +16,8 @@
 namespace coli::planner {
 
 // Bump when a field is added, removed or changes meaning; readers refuse newer.
-inline constexpr int kPlanSchemaVersion = 1;
+// v2: knobs.compute_pus (thread placement) and [gpu] (the VRAM tier).
+inline constexpr int kPlanSchemaVersion = 2;
 
 struct PlanFile {
   int schema_version = kPlanSchemaVersion;

@@ -18,12 +18,14 @@ struct VariantChoice {
   std::string variant;  // catalogue name
   std::uint32_t shared_memory_bytes = 0;
   std::string reason;   // the selector's reason
+  bool operator==(const VariantChoice&) const = default;
 };
 
 struct GpuDecision {
   std::string gpu;                      // "" = CPU only
   std::vector<VariantChoice> variants;  // one per expert shape when a GPU is chosen
   std::string reason;
+  bool operator==(const GpuDecision&) const = default;
 };
 
 // `gpu`: "none", "auto" (the first Vulkan device with a fitting variant for
