@@ -25,30 +25,6 @@ namespace fs = std::filesystem;
 namespace planner = coli::planner;
 using Clock = std::chrono::steady_clock;
 
-// "16G", "512MiB", "1.5T", "1073741824": binary units, like `free -h`.
-std::optional<std::uint64_t> parse_size(std::string text) {
-  std::size_t used = 0;
-  double value = 0;
-  try {
-    value = std::stod(text, &used);
-  } catch (...) {
-    return std::nullopt;
-  }
-  std::string unit = text.substr(used);
-  for (const char* suffix : {"iB", "B"}) {
-    if (unit.size() > 1 && unit.ends_with(suffix)) unit.resize(unit.size() - std::string(suffix).size());
-  }
-  int shift = 0;
-  if (unit == "K" || unit == "k") shift = 10;
-  else if (unit == "M") shift = 20;
-  else if (unit == "G") shift = 30;
-  else if (unit == "T") shift = 40;
-  else if (!unit.empty() && unit != "B") return std::nullopt;
-  const double bytes = value * std::ldexp(1.0, shift);
-  if (!(bytes >= 1) || bytes > 0x1p62) return std::nullopt;
-  return static_cast<std::uint64_t>(bytes);
-}
-
 struct LoadedModel {
   planner::ModelFootprint footprint;
   std::string identity;
@@ -212,7 +188,7 @@ int main(int argc, char** argv) {
   const auto start = Clock::now();
   double live_probe_ms = 0;
   if (!ram_text.empty()) {
-    request.ram = parse_size(ram_text);
+    request.ram = coli::parse_size(ram_text);
     if (!request.ram) {
       std::fprintf(stderr, "coli-plan: --ram '%s' is not a size: use e.g. 16G, 512M or a byte count\n", ram_text.c_str());
       return 1;
@@ -246,7 +222,7 @@ int main(int argc, char** argv) {
   }
   request.tokenizer = !prompt_ids;
   if (!vram_text.empty()) {
-    request.vram = parse_size(vram_text);
+    request.vram = coli::parse_size(vram_text);
     if (!request.vram) {
       std::fprintf(stderr, "coli-plan: --vram '%s' is not a size: use e.g. 40G, 512M or a byte count\n", vram_text.c_str());
       return 1;

@@ -1,6 +1,8 @@
 #include "coli/base/text.h"
 
 #include <charconv>
+#include <cmath>
+#include <ctime>
 #include <cstdio>
 
 namespace coli {
@@ -66,6 +68,39 @@ std::string format_bytes(std::uint64_t bytes) {
   }
   char buffer[32];
   std::snprintf(buffer, sizeof buffer, unit == 0 ? "%.0f %s" : "%.1f %s", value, kUnits[unit]);
+  return buffer;
+}
+
+std::optional<std::uint64_t> parse_size(std::string_view text) {
+  const std::string owned(trim(text));
+  std::size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(owned, &used);
+  } catch (...) {
+    return std::nullopt;
+  }
+  std::string unit = owned.substr(used);
+  for (const char* suffix : {"iB", "B"}) {
+    if (unit.size() > 1 && unit.ends_with(suffix)) unit.resize(unit.size() - std::string(suffix).size());
+  }
+  int shift = 0;
+  if (unit == "K" || unit == "k") shift = 10;
+  else if (unit == "M") shift = 20;
+  else if (unit == "G") shift = 30;
+  else if (unit == "T") shift = 40;
+  else if (!unit.empty() && unit != "B") return std::nullopt;
+  const double bytes = std::ldexp(value, shift);
+  if (!(bytes >= 1) || bytes > 0x1p62) return std::nullopt;
+  return static_cast<std::uint64_t>(bytes);
+}
+
+std::string utc_now() {
+  const std::time_t now = std::time(nullptr);
+  std::tm parts{};
+  gmtime_r(&now, &parts);
+  char buffer[32];
+  std::strftime(buffer, sizeof buffer, "%Y-%m-%dT%H:%M:%SZ", &parts);
   return buffer;
 }
 

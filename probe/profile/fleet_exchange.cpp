@@ -10,6 +10,7 @@
 
 #include <toml++/toml.h>
 
+#include "coli/base/text.h"
 #include "coli/base/files.h"
 #include "coli/probe/fleet.h"
 #include "coli/probe/profile_io.h"
@@ -66,15 +67,6 @@ std::optional<std::string> without_checksum_line(std::string_view text) {
   }
   if (found != 1) return std::nullopt;
   return out;
-}
-
-std::string utc_now() {
-  const std::time_t now = std::time(nullptr);
-  std::tm parts{};
-  gmtime_r(&now, &parts);
-  char buffer[32];
-  std::strftime(buffer, sizeof buffer, "%Y-%m-%dT%H:%M:%SZ", &parts);
-  return buffer;
 }
 
 void flatten(const toml::node& node, const std::string& path, std::map<std::string, std::string>& out) {

@@ -1,5 +1,6 @@
 // run_probe: facts from replayable sources, then (full mode) measurements,
 // then the thread recommendation, provenance and fingerprint.
+#include "coli/base/text.h"
 #include "coli/probe/probe.h"
 #include "coli/probe/profile_io.h"
 
@@ -26,15 +27,6 @@ namespace {
 
 void report(const ProbeOptions& options, std::string_view line) {
   if (options.progress) options.progress(line);
-}
-
-std::string utc_now() {
-  const std::time_t now = std::time(nullptr);
-  std::tm parts{};
-  gmtime_r(&now, &parts);
-  char buffer[32];
-  std::strftime(buffer, sizeof buffer, "%Y-%m-%dT%H:%M:%SZ", &parts);
-  return buffer;
 }
 
 std::string host_name() {

@@ -48,6 +48,22 @@ TEST(Text, StrictNumbers) {
   EXPECT_EQ(format_bytes(3ull << 30), "3.0 GiB");
 }
 
+TEST(Text, SizesInBinaryUnits) {
+  EXPECT_EQ(parse_size("16G"), 16ull << 30);
+  EXPECT_EQ(parse_size("512MiB"), 512ull << 20);
+  EXPECT_EQ(parse_size("1.5T"), 3ull << 39);
+  EXPECT_EQ(parse_size("4k"), 4096u);
+  EXPECT_EQ(parse_size("1073741824"), 1ull << 30);
+  EXPECT_EQ(parse_size(" 2GB\n"), 2ull << 30);
+  for (const char* bad : {"", "G", "16X", "-1G", "0", "0.1", "1e30", "nan", "16 G"}) {
+    EXPECT_FALSE(parse_size(bad).has_value()) << bad;
+  }
+  const std::string now = utc_now();
+  ASSERT_EQ(now.size(), 20u) << now;
+  EXPECT_EQ(now[10], 'T');
+  EXPECT_EQ(now.back(), 'Z');
+}
+
 TEST(Files, AtomicWriteReplacesWholeFile) {
   const auto dir = std::filesystem::temp_directory_path() / ("coli_base_test_" + std::to_string(::getpid()));
   const auto path = dir / "sub" / "file.txt";

@@ -48,26 +48,6 @@ int fail(const std::string& message, int code = 1) {
   return code;
 }
 
-// "16G", "512M", "1073741824": binary units, as coli-plan --ram reads them.
-std::optional<std::uint64_t> parse_size(const std::string& text) {
-  std::size_t used = 0;
-  double value = 0;
-  try {
-    value = std::stod(text, &used);
-  } catch (...) {
-    return std::nullopt;
-  }
-  std::string unit = text.substr(used);
-  if (unit.ends_with("iB")) unit.resize(unit.size() - 2);
-  const std::string units = "KMGT";
-  int shift = 0;
-  if (unit.size() == 1 && units.find(unit[0]) != std::string::npos) shift = 10 * (1 + static_cast<int>(units.find(unit[0])));
-  else if (!unit.empty()) return std::nullopt;
-  const double bytes = std::ldexp(value, shift);
-  if (!(bytes >= 1) || bytes > 0x1p62) return std::nullopt;
-  return static_cast<std::uint64_t>(bytes);
-}
-
 Result<std::vector<int>> parse_caps(const std::vector<std::string>& texts) {
   std::vector<int> caps;
   for (const std::string& text : texts) {

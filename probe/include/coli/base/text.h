@@ -22,4 +22,12 @@ std::optional<double> parse_double(std::string_view text);
 // "12.3 GiB" style, for humans (binary units).
 std::string format_bytes(std::uint64_t bytes);
 
+// "16G", "512MiB", "1.5T", "1073741824": binary units, like `free -h`
+// (K/k, M, G, T, with an optional "iB" or "B"); nullopt for anything else,
+// below one byte or above 2^62.
+std::optional<std::uint64_t> parse_size(std::string_view text);
+
+// Now as ISO 8601 UTC: "2026-11-29T22:27:24Z".
+std::string utc_now();
+
 }  // namespace coli
