@@ -10,106 +10,14 @@
 
 #include "coli/base/files.h"
 #include "coli/planner/plan_io.h"
+#include "coli/probe/toml_fields.h"
 
 namespace coli::planner {
 namespace {
 
-constexpr std::int64_t kMaxBytes = std::int64_t{1} << 52;  // 4 PiB: more is a corrupt number
-constexpr std::int64_t kMaxCount = 1 << 30;
 constexpr const char* kHint = "fix the field or run coli-plan again to write a fresh plan";
 
-struct PlanError {
-  std::string message;
-};
-
-// Reads fields of one table, remembering its dotted path for messages.
-class Reader {
- public:
-  Reader(const std::string& source, const toml::table& table, std::string path)
-      : source_(source), table_(table), path_(std::move(path)) {}
-
-  [[noreturn]] void fail(std::string_view field, const std::string& problem) const {
-    const toml::node* at = table_.get(field);  // point at the field when it exists, else its table
-    const auto& region = at ? at->source() : table_.source();
-    throw PlanError{source_ + ":" + std::to_string(region.begin.line) + ":" + std::to_string(region.begin.column) +
-                    ": field '" + qualified(field) + "' " + problem + "; " + kHint};
-  }
-
-  std::int64_t integer(std::string_view key, std::int64_t low, std::int64_t high) const {
-    const auto value = require(key)->value_exact<std::int64_t>();
-    if (!value) fail(key, "must be an integer");
-    if (*value < low || *value > high) {
-      fail(key, "= " + std::to_string(*value) + " is out of range [" + std::to_string(low) + ", " +
-                    std::to_string(high) + "]");
-    }
-    return *value;
-  }
-  int count(std::string_view key, int low) const { return static_cast<int>(integer(key, low, kMaxCount)); }
-  std::uint64_t bytes(std::string_view key) const { return static_cast<std::uint64_t>(integer(key, 0, kMaxBytes)); }
-
-  double real(std::string_view key, double low, double high) const {
-    const auto value = require(key)->value<double>();  // integers are accepted where a float is expected
-    if (!value || !std::isfinite(*value) || *value < low || *value > high) {
-      fail(key, "must be a number in [" + std::to_string(low) + ", " + std::to_string(high) + "]");
-    }
-    return *value;
-  }
-  std::string text(std::string_view key) const {
-    const auto value = require(key)->value_exact<std::string>();
-    if (!value) fail(key, "must be a string");
-    return *value;
-  }
-  bool boolean(std::string_view key) const {
-    const auto value = require(key)->value_exact<bool>();
-    if (!value) fail(key, "must be true or false");
-    return *value;
-  }
-  bool has(std::string_view key) const { return table_.contains(key); }
-  std::vector<int> ints(std::string_view key, int low, int high) const {
-    const toml::node* node = require(key);
-    if (!node->is_array()) fail(key, "must be an array of integers");
-    std::vector<int> out;
-    for (const toml::node& item : *node->as_array()) {
-      const auto value = item.value_exact<std::int64_t>();
-      if (!value || *value < low || *value > high) {
-        fail(key, "must hold integers in [" + std::to_string(low) + ", " + std::to_string(high) + "]");
-      }
-      out.push_back(static_cast<int>(*value));
-    }
-    return out;
-  }
-  Reader table(std::string_view key) const {
-    const toml::node* node = require(key);
-    if (!node->is_table()) fail(key, "must be a table");
-    return Reader(source_, *node->as_table(), qualified(key));
-  }
-  // Each element of an array of tables, as a Reader named "path.key[i]".
-  std::vector<Reader> tables(std::string_view key) const {
-    const toml::node* node = require(key);
-    if (!node->is_array()) fail(key, "must be an array of tables");
-    std::vector<Reader> out;
-    const toml::array& items = *node->as_array();
-    for (size_t i = 0; i < items.size(); ++i) {
-      if (!items[i].is_table()) fail(key, "must hold only tables");
-      out.emplace_back(source_, *items[i].as_table(), qualified(key) + "[" + std::to_string(i) + "]");
-    }
-    return out;
-  }
-
- private:
-  const toml::node* require(std::string_view key) const {
-    const toml::node* node = table_.get(key);
-    if (!node) fail(key, "is missing");
-    return node;
-  }
-  std::string qualified(std::string_view field) const {
-    return path_.empty() ? std::string(field) : path_ + "." + std::string(field);
-  }
-
-  const std::string& source_;
-  const toml::table& table_;
-  std::string path_;
-};
+using Reader = TomlFields;
 
 void read_knobs(const Reader& k, PlanFile& f) {
   Plan& p = f.plan;
@@ -256,8 +164,8 @@ Result<PlanFile> parse_plan(std::string_view toml_text, const std::string& sourc
                       "); the file may be truncated or hand-edited: run coli-plan again to rewrite it");
   }
   try {
-    return read_plan(Reader(source_name, document, ""));
-  } catch (const PlanError& error) {
+    return read_plan(Reader(source_name, document, "", kHint));
+  } catch (const TomlFieldError& error) {
     return make_error(error.message);
   }
 }

@@ -201,7 +201,7 @@ Result<DeviceProfile> parse_profile(std::string_view toml_text, const std::strin
   auto document = parse_toml(toml_text, source_name);
   if (!document) return document.error();
   try {
-    return read_profile(Reader(source_name, *document, ""));
+    return read_profile(profile_fields(source_name, *document));
   } catch (const ProfileError& error) {
     return make_error(error.message);
   }
@@ -211,7 +211,7 @@ Result<GpuFacts> parse_gpu_record(std::string_view toml_text, const std::string&
   auto document = parse_toml(toml_text, source_name);
   if (!document) return document.error();
   try {
-    return read_gpus(Reader(source_name, *document, "").table("gpus"));
+    return read_gpus(profile_fields(source_name, *document).table("gpus"));
   } catch (const ProfileError& error) {
     return make_error(error.message);
   }

@@ -1,6 +1,6 @@
-// The field reader behind profile_read*.cpp (internal to coli_profile_io):
-// reads fields of one TOML table, checks type and range, and fails with
-// file:line:column, the dotted field name and what to do.
+// What profile_read*.cpp share (internal to coli_profile_io): the limits a
+// profile's numbers must respect and the field reader (coli/probe/toml_fields.h)
+// with the profile's hint.
 #pragma once
 
 #include <cmath>
@@ -14,152 +14,21 @@
 
 #include "coli/base/cpu_set.h"
 #include "coli/probe/device_profile.h"
+#include "coli/probe/toml_fields.h"
 
 namespace coli::profile_detail {
 
-
 constexpr std::int64_t kMaxCpus = 1 << 16;                  // no machine has more logical CPUs
-constexpr std::int64_t kMaxBytes = std::int64_t{1} << 52;   // 4 PiB: more is a corrupt number
+constexpr std::int64_t kMaxBytes = kTomlMaxBytes;
 constexpr double kMaxGbPerS = 1e5;                          // 100 TB/s: more is a corrupt number
 constexpr std::int64_t kMaxU32 = 0xffffffffLL;
 constexpr std::int64_t kMaxSharedMemory = 16 << 20;  // no GPU has 16 MiB of shared memory per workgroup
 constexpr const char* kHint = "fix the field or run coli-probe again to write a fresh profile";
 
-struct ProfileError {
-  std::string message;
-};
+using Reader = TomlFields;
+using ProfileError = TomlFieldError;
+inline Reader profile_fields(const std::string& source, const toml::table& root) { return Reader(source, root, "", kHint); }
 
-// Reads fields of one table, remembering its dotted path for messages.
-class Reader {
- public:
-  Reader(const std::string& source, const toml::table& table, std::string path)
-      : source_(source), table_(table), path_(std::move(path)) {}
-
-  [[noreturn]] void fail(const toml::node* at, std::string_view field, const std::string& problem) const {
-    // Point at the field itself when it exists, else at its table.
-    if (!at) at = table_.get(field);
-    const auto& region = at ? at->source() : table_.source();
-    throw ProfileError{source_ + ":" + std::to_string(region.begin.line) + ":" + std::to_string(region.begin.column) +
-                       ": field '" + qualified(field) + "' " + problem + "; " + kHint};
-  }
-
-  std::int64_t integer(std::string_view key, std::int64_t low, std::int64_t high) const {
-    const toml::node* node = require(key);
-    const auto value = node->value_exact<std::int64_t>();
-    if (!value) fail(node, key, "must be an integer");
-    if (*value < low || *value > high) {
-      fail(node, key, "= " + std::to_string(*value) + " is out of range [" + std::to_string(low) + ", " +
-                          std::to_string(high) + "]");
-    }
-    return *value;
-  }
-  int small_int(std::string_view key, int low, int high) const { return static_cast<int>(integer(key, low, high)); }
-  std::uint64_t bytes(std::string_view key) const { return static_cast<std::uint64_t>(integer(key, 0, kMaxBytes)); }
-
-  std::optional<std::uint64_t> optional_bytes(std::string_view key) const {
-    return table_.contains(key) ? std::optional(bytes(key)) : std::nullopt;
-  }
-
-  double real(std::string_view key, double low, double high) const {
-    const toml::node* node = require(key);
-    const auto value = node->value<double>();  // integers are accepted where a float is expected
-    if (!value || !std::isfinite(*value)) fail(node, key, "must be a finite number");
-    if (*value < low || *value > high) {
-      fail(node, key, "= " + std::to_string(*value) + " is out of range [" + std::to_string(low) + ", " +
-                          std::to_string(high) + "]");
-    }
-    return *value;
-  }
-
-  std::string text(std::string_view key) const {
-    const toml::node* node = require(key);
-    const auto value = node->value_exact<std::string>();
-    if (!value) fail(node, key, "must be a string");
-    return *value;
-  }
-
-  bool boolean(std::string_view key) const {
-    const toml::node* node = require(key);
-    const auto value = node->value_exact<bool>();
-    if (!value) fail(node, key, "must be true or false");
-    return *value;
-  }
-
-  CpuSet cpus(std::string_view key) const {
-    const toml::node* node = require(key);
-    const auto value = node->value_exact<std::string>();
-    if (!value) fail(node, key, "must be a CPU list string such as \"0-3,8\"");
-    auto set = CpuSet::parse(*value);
-    if (!set) fail(node, key, "is not a CPU list: " + set.error().message);
-    return *set;
-  }
-
-  std::vector<std::string> strings(std::string_view key) const {
-    const toml::array& items = array(key);
-    std::vector<std::string> out;
-    for (const toml::node& item : items) {
-      const auto value = item.value_exact<std::string>();
-      if (!value) fail(&item, key, "must hold only strings");
-      out.push_back(*value);
-    }
-    return out;
-  }
-
-  std::vector<std::uint32_t> u32s(std::string_view key, std::int64_t high) const {
-    std::vector<std::uint32_t> out;
-    for (const toml::node& item : array(key)) {
-      const auto value = item.value_exact<std::int64_t>();
-      if (!value || *value < 0 || *value > high) {
-        fail(&item, key, "must hold integers in [0, " + std::to_string(high) + "]");
-      }
-      out.push_back(static_cast<std::uint32_t>(*value));
-    }
-    return out;
-  }
-  std::uint32_t u32(std::string_view key, std::int64_t high) const {
-    return static_cast<std::uint32_t>(integer(key, 0, high));
-  }
-
-  const toml::array& array(std::string_view key) const {
-    const toml::node* node = require(key);
-    if (!node->is_array()) fail(node, key, "must be an array");
-    return *node->as_array();
-  }
-
-  Reader table(std::string_view key) const {
-    const toml::node* node = require(key);
-    if (!node->is_table()) fail(node, key, "must be a table");
-    return Reader(source_, *node->as_table(), qualified(key));
-  }
-
-  // Each element of an array of tables, as a Reader named "path.key[i]".
-  std::vector<Reader> tables(std::string_view key) const {
-    std::vector<Reader> out;
-    const toml::array& items = array(key);
-    for (size_t i = 0; i < items.size(); ++i) {
-      if (!items[i].is_table()) fail(&items[i], key, "must hold only tables");
-      out.emplace_back(source_, *items[i].as_table(), qualified(key) + "[" + std::to_string(i) + "]");
-    }
-    return out;
-  }
-
-  bool has(std::string_view key) const { return table_.contains(key); }
-  const std::string& path() const { return path_; }
-
- private:
-  const toml::node* require(std::string_view key) const {
-    const toml::node* node = table_.get(key);
-    if (!node) fail(nullptr, key, "is missing");
-    return node;
-  }
-  std::string qualified(std::string_view field) const {
-    return path_.empty() ? std::string(field) : path_ + "." + std::string(field);
-  }
-
-  const std::string& source_;
-  const toml::table& table_;
-  std::string path_;
-};
 
 SampleStats read_stats(const Reader& r);
 Measurements read_measurements(const Reader& r, const CpuFacts& cpu);

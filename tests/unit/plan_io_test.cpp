@@ -121,9 +121,9 @@ TEST(PlanFile, RefusesBrokenFieldsNamingFileLineAndField) {
       {"total edited alone", "planned_ram_bytes = ", "planned_ram_bytes = 1", "memory.planned_ram_bytes",
        "not the sum of the RAM lines"},
       {"negative bytes", "margin_bytes = ", "margin_bytes = -5", "memory.margin_bytes", "out of range"},
-      {"hit rate past 1", "hit_rate = ", "hit_rate = 1.5", "speed.hit_rate", "must be a number in"},
+      {"hit rate past 1", "hit_rate = ", "hit_rate = 1.5", "speed.hit_rate", "is out of range [0.000000, 1.000000]"},
       {"speed that is not a number", "decode_tok_per_s = ", "decode_tok_per_s = nan", "speed.decode_tok_per_s",
-       "must be a number"},
+       "must be a finite number"},
   };
   for (const BadPlan& c : cases) {
     auto parsed = parse_plan(edit(good, c.prefix, c.line), "bad.toml");
