@@ -173,6 +173,8 @@ int main(int argc, char** argv) {
                  "none, auto (a GPU only when this build's engine runs experts there) or a Vulkan device index "
                  "(plans a VRAM tier)")
       ->capture_default_str();
+  app.add_option("--gpu-variant", request.gpu_variant, "Force this shader variant for every expert shape (checked against the GPU's limits)");
+  app.add_option("--kernel", request.cpu_kernel, "Force the CPU kernel variant: avx512vnni, avx512, avx2, scalar or exact");
   app.add_option("--vram", vram_text, "VRAM the tier may use, e.g. 40G (at most the device's budget)");
   app.add_option("--usage", usage_path,
                  "Routing history (MODEL.usage from coli run): pins the most-used experts and predicts the hit rate");

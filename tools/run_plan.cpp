@@ -22,6 +22,7 @@ runtime::ModelOptions options_of(const planner::Plan& plan) {
   runtime::ModelOptions options;
   options.threads = plan.threads;
   options.compute_pus = plan.compute_pus;
+  options.cpu_kernel = plan.cpu_kernel;
   options.cache_capacity = plan.cap >= plan.n_experts ? 0 : plan.cap;
   options.max_context = plan.ctx;
   options.prefill_round_tokens = plan.prefill_round_tokens;

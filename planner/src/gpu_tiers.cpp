@@ -126,7 +126,7 @@ BackendMemory vulkan_backend_memory() {
 Result<GpuTier> decide_gpu_tier(const DeviceProfile& profile, const ModelFootprint& fp, const GpuTierRequest& request) {
   GpuTier tier;
   tier.backend = "cpu";
-  auto device = decide_gpu(profile, fp.config, fp.expert_format, request.gpu);
+  auto device = decide_gpu(profile, fp.config, fp.expert_format, request.gpu, request.force_variant);
   if (!device) return device.error();
   tier.device = *device;
   if (request.vram && request.gpu == "none") return make_error("--vram needs a GPU: drop --gpu none or --vram");

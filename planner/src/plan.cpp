@@ -67,6 +67,10 @@ Result<Plan> make_plan(const DeviceProfile& profile, const ModelFootprint& fp, c
   if (!threads) return threads.error();
   plan.threads = threads->threads;
   plan.compute_pus = threads->pus;
+  auto kernel = decide_cpu_kernel(profile, request.cpu_kernel);
+  if (!kernel) return kernel.error();
+  plan.cpu_kernel = kernel->variant;
+  plan.decisions.push_back({"kernel", plan.cpu_kernel, kernel->reason});
   plan.decisions.push_back({"threads", std::to_string(plan.threads), threads->reason});
 
   std::string ctx_reason;
@@ -99,6 +103,7 @@ Result<Plan> make_plan(const DeviceProfile& profile, const ModelFootprint& fp, c
   GpuTierRequest gpu_request;
   gpu_request.gpu = request.gpu;
   gpu_request.vram = request.vram;
+  gpu_request.force_variant = request.gpu_variant;
   if (request.backend) gpu_request.backend = *request.backend;
   gpu_request.history = request.history;
   auto tier = decide_gpu_tier(profile, fp, gpu_request);

@@ -3,6 +3,7 @@
 // from the future or unsafe (a cap that starves the round, a total past its
 // headroom) is refused with file, line and field named, as profile_read.cpp
 // does for device profiles.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -30,6 +31,13 @@ void read_knobs(const Reader& k, PlanFile& f) {
   p.ctx = k.count("ctx", 1);
   p.io_threads = static_cast<int>(k.integer("io_threads", 0, 1024));
   p.direct_io = k.boolean("direct_io");
+  if (k.has("cpu_kernel")) {  // schema 2
+    p.cpu_kernel = k.text("cpu_kernel");
+    static const char* const kKernels[] = {"", "avx512vnni", "avx512", "avx2", "scalar", "exact"};
+    if (std::find(std::begin(kKernels), std::end(kKernels), p.cpu_kernel) == std::end(kKernels)) {
+      k.fail("cpu_kernel", "= \"" + p.cpu_kernel + "\" is not a CPU kernel variant (avx512vnni, avx512, avx2, scalar, exact)");
+    }
+  }
   if (k.has("compute_pus")) {  // schema 2
     auto pus = CpuSet::parse(k.text("compute_pus"));
     if (!pus) k.fail("compute_pus", "is not a CPU list such as \"0-3,8\": " + pus.error().message);

@@ -70,7 +70,8 @@ toml::table plan_table(const PlanFile& f) {
                             {"ctx", p.ctx},
                             {"io_threads", p.io_threads},
                             {"direct_io", p.direct_io},
-                            {"compute_pus", p.compute_pus.to_list()}}},
+                            {"compute_pus", p.compute_pus.to_list()},
+                            {"cpu_kernel", p.cpu_kernel}}},
       // planned_ram_bytes is the sum of the RAM lines, written for people
       // reading the file; the reader checks it so a hand edit stays consistent.
       {"memory", toml::table{{"headroom_bytes", as_int(p.headroom_bytes)},

@@ -1,5 +1,7 @@
 #include "coli/planner/variant_decider.h"
 
+#include <algorithm>
+
 #include "coli/base/text.h"
 #include "coli/shaders/selection.h"
 
@@ -14,10 +16,13 @@ struct ExpertShape {
 // A device with a fitting variant for every expert shape, or why not.
 Result<std::vector<VariantChoice>> variants_on(const VulkanDevice& device, const std::vector<ExpertShape>& shapes,
                                                shaders::WeightFormat format,
-                                               const std::vector<GpuKernelResult>& measured) {
+                                               const std::vector<GpuKernelResult>& measured,
+                                               const std::string& force_variant) {
   std::vector<VariantChoice> out;
+  shaders::SelectionOverrides overrides;
+  overrides.force_variant = force_variant;
   for (const ExpertShape& shape : shapes) {
-    auto selection = shaders::select_gemv_variant(device, {format, shape.rows, shape.cols}, {}, measured);
+    auto selection = shaders::select_gemv_variant(device, {format, shape.rows, shape.cols}, overrides, measured);
     if (!selection) return make_error(shape.name + ": " + selection.error().message);
     out.push_back({shape.name + " " + std::to_string(shape.rows) + "x" + std::to_string(shape.cols),
                    std::string(selection->variant->name), selection->shared_memory_bytes, selection->reason});
@@ -28,9 +33,10 @@ Result<std::vector<VariantChoice>> variants_on(const VulkanDevice& device, const
 }  // namespace
 
 Result<GpuDecision> decide_gpu(const DeviceProfile& profile, const model::ModelConfig& config, ExpertFormat experts,
-                               const std::string& gpu) {
+                               const std::string& gpu, const std::string& force_variant) {
   GpuDecision decision;
   if (gpu == "none") {
+    if (!force_variant.empty()) return make_error("--gpu-variant " + force_variant + " needs a GPU: drop --gpu none");
     decision.reason = "--gpu none: experts run on the CPU";
     return decision;
   }
@@ -51,7 +57,7 @@ Result<GpuDecision> decide_gpu(const DeviceProfile& profile, const model::ModelC
                         std::to_string(static_cast<long>(devices.size()) - 1));
     }
     const VulkanDevice& device = devices[static_cast<std::size_t>(*index)];
-    auto variants = variants_on(device, shapes, format, profile.measurements.gpu_kernels);
+    auto variants = variants_on(device, shapes, format, profile.measurements.gpu_kernels, force_variant);
     if (!variants) return make_error("--gpu " + gpu + " (" + device.name + "): " + variants.error().message);
     decision.gpu = device.name;
     decision.variants = std::move(*variants);
@@ -60,7 +66,7 @@ Result<GpuDecision> decide_gpu(const DeviceProfile& profile, const model::ModelC
   }
   std::string tried;
   for (const VulkanDevice& device : devices) {
-    auto variants = variants_on(device, shapes, format, profile.measurements.gpu_kernels);
+    auto variants = variants_on(device, shapes, format, profile.measurements.gpu_kernels, force_variant);
     if (variants) {
       decision.gpu = device.name;
       decision.variants = std::move(*variants);
@@ -71,6 +77,43 @@ Result<GpuDecision> decide_gpu(const DeviceProfile& profile, const model::ModelC
   }
   decision.reason = "auto: no usable GPU (" + profile.gpus.vulkan_status + tried + "): experts run on the CPU";
   return decision;
+}
+
+Result<CpuKernelChoice> decide_cpu_kernel(const DeviceProfile& profile, const std::string& override_kernel) {
+  const auto& isa = profile.cpu.isa;
+  auto has = [&](const char* flag) { return std::find(isa.begin(), isa.end(), flag) != isa.end(); };
+  const bool avx2 = has("avx2") && has("fma") && has("f16c");
+  const bool avx512 = avx2 && has("avx512f") && has("avx512bw") && has("avx512vl");
+  const bool vnni = avx512 && has("avx512_vnni");
+  struct Variant {
+    const char* name;
+    bool supported;
+    const char* needs;
+  };
+  const Variant variants[] = {{"avx512vnni", vnni, "avx512f, avx512bw, avx512vl, avx512_vnni"},
+                              {"avx512", avx512, "avx512f, avx512bw, avx512vl"},
+                              {"avx2", avx2, "avx2, fma, f16c"},
+                              {"scalar", true, "nothing"}};
+  if (!override_kernel.empty()) {
+    if (override_kernel == "exact") return CpuKernelChoice{"exact", "--kernel exact: f32 activations on de-quantised weights (reference accuracy, slow)"};
+    for (const Variant& v : variants) {
+      if (override_kernel != v.name) continue;
+      if (!v.supported) {
+        return make_error("--kernel " + override_kernel + " needs " + v.needs + ", which the profile's CPU (" +
+                          profile.cpu.model + ") lacks: the engine would refuse it at load; choose a supported variant "
+                          "or leave --kernel out");
+      }
+      return CpuKernelChoice{v.name, "--kernel " + override_kernel};
+    }
+    return make_error("--kernel " + override_kernel + " is not a CPU kernel variant: use avx512vnni, avx512, avx2, scalar or exact");
+  }
+  for (const Variant& v : variants) {
+    if (v.supported) {
+      return CpuKernelChoice{v.name, std::string(v.name) + ": the widest variant the profile's ISA allows (needs " + v.needs +
+                                         "); wider variants move more weights per instruction on the same bandwidth"};
+    }
+  }
+  return CpuKernelChoice{"scalar", "scalar"};
 }
 
 }  // namespace coli::planner

@@ -48,6 +48,27 @@ check "dense weights match the plan exactly" contains "$work/p1.out" "dense weig
 check "explicit knobs with a plan refused" test $? -eq 2
 check "the refusal says to use coli-plan" contains "$work/p2.err" "coli-plan"
 
+# The plan is enforced: its kernel and thread placement reach the engine, the
+# RSS watchdog arms at the plan's RAM plus margin (--rss-limit overrides it),
+# and a VRAM tier this build cannot run is refused, not approximated.
+plan="$(dirname "$coli")/coli-plan"
+"$plan" --profile "$work/profile.toml" --model "$work/demo.coli" --prompt-ids --prompt-tokens 3 --kernel scalar \
+  --out "$work/scalar.plan" >/dev/null 2>&1
+check "coli-plan plans a container with --kernel scalar" test $? -eq 0
+"$coli" run --model "$work/demo.coli" --plan "$work/scalar.plan" --prompt-ids 1 2 3 --max-tokens 2 >"$work/k.out" 2>&1
+check "run --plan uses the plan's kernel" contains "$work/k.out" "kernel scalar"
+"$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 2 --rss-limit 1 >"$work/w.out" 2>&1
+check "the RSS watchdog warns past its limit" contains "$work/w.out" "WARNING: RSS .* is past the plan's limit"
+if grep -q "^Vulkan *[1-9]" <("$(dirname "$coli")/coli-probe" --quick 2>/dev/null); then
+  "$plan" --profile "$work/profile.toml" --model "$work/demo.coli" --gpu 0 --out "$work/gpu.plan" >/dev/null 2>&1
+  check "coli-plan --gpu 0 plans a VRAM tier preview" grep -q "^engine_runs_it = false" "$work/gpu.plan"
+  "$coli" run --model "$work/demo.coli" --plan "$work/gpu.plan" --prompt-ids 1 >/dev/null 2>"$work/g.err"
+  check "a VRAM-tier plan is refused by the CPU engine" contains "$work/g.err" "computes experts on the CPU only"
+else
+  "$plan" --profile "$work/profile.toml" --model "$work/demo.coli" --gpu 0 >/dev/null 2>"$work/g.err"
+  check "--gpu 0 without a Vulkan device is refused" contains "$work/g.err" "Vulkan device"
+fi
+
 # Bad input: clear errors, never a crash.
 "$coli" run --model "$work/demo.coli" --prompt-ids 1 --cap 1 >/dev/null 2>"$work/e1"
 rc=$?

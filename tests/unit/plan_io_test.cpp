@@ -106,6 +106,7 @@ TEST(PlanFile, RefusesBrokenFieldsNamingFileLineAndField) {
       {"from the future", "schema_version = ", "schema_version = 3", "schema_version", "newer than this build"},
       {"pinned to fewer CPUs than threads", "compute_pus = ", "compute_pus = '0'", "knobs.compute_pus", "one CPU per thread"},
       {"pinned to no CPU list", "compute_pus = ", "compute_pus = 'x'", "knobs.compute_pus", "not a CPU list"},
+      {"unknown CPU kernel", "cpu_kernel = ", "cpu_kernel = 'sse9'", "knobs.cpu_kernel", "not a CPU kernel variant"},
       {"missing knob", "threads = ", "", "knobs.threads", "is missing"},
       {"knob of the wrong type", "threads = ", "threads = 'many'", "knobs.threads", "must be an integer"},
       {"cap below top_k", "cap = ", "cap = 3", "knobs.cap", "out of range [8, 128]"},

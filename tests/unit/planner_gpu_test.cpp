@@ -90,6 +90,39 @@ TEST(PlannerGpu, NoneUnknownAndAbsentDevicesAreClear) {
   EXPECT_NE(automatic->reason.find("no Vulkan loader"), std::string::npos) << automatic->reason;
 }
 
+TEST(PlannerGpu, ForcedVariantIsCheckedAgainstTheDevice) {
+  // Field note 3 as an override: the 64 KiB variant on a 48 KiB device is refused with both numbers.
+  const DeviceProfile p2000 = with_gpus("quadro-p2000");
+  auto refused = decide_gpu(p2000, qwen3(), ExpertFormat::q4_g64, "0", "gemv_q4_g64_tile64k");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().message.find("65536"), std::string::npos) << refused.error().message;
+  EXPECT_NE(refused.error().message.find("49152"), std::string::npos) << refused.error().message;
+  auto forced = decide_gpu(p2000, qwen3(), ExpertFormat::q4_g64, "0", "gemv_q4_g64_direct");
+  ASSERT_TRUE(forced.ok()) << forced.error().message;
+  for (const VariantChoice& choice : forced->variants) EXPECT_EQ(choice.variant, "gemv_q4_g64_direct");
+  EXPECT_FALSE(decide_gpu(p2000, qwen3(), ExpertFormat::q4_g64, "none", "gemv_q4_g64_direct").ok());
+}
+
+TEST(PlannerKernel, WidestVariantTheIsaAllowsAndOverridesChecked) {
+  DeviceProfile profile = h200();
+  auto chosen = decide_cpu_kernel(profile, "");
+  ASSERT_TRUE(chosen.ok());
+  EXPECT_EQ(chosen->variant, "avx512vnni");
+  // A made-up AVX2-only CPU (no AVX-512 flags).
+  std::erase_if(profile.cpu.isa, [](const std::string& flag) { return flag.rfind("avx512", 0) == 0; });
+  chosen = decide_cpu_kernel(profile, "");
+  ASSERT_TRUE(chosen.ok());
+  EXPECT_EQ(chosen->variant, "avx2");
+  auto refused = decide_cpu_kernel(profile, "avx512");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().message.find("avx512f"), std::string::npos) << refused.error().message;
+  EXPECT_FALSE(decide_cpu_kernel(profile, "sse9").ok());
+  EXPECT_EQ(decide_cpu_kernel(profile, "exact")->variant, "exact");
+  // No SIMD flags at all (an ARM board): the scalar kernels.
+  profile.cpu.isa = {"neon", "asimd"};
+  EXPECT_EQ(decide_cpu_kernel(profile, "")->variant, "scalar");
+}
+
 TEST(PlannerThreads, ThreeTierCpuGetsSixThreadsNotTwo) {
   ProbeOptions options;
   options.quick = true;

@@ -152,7 +152,7 @@ SweepConfig planned_config(const planner::Plan& plan, const DeviceProfile& profi
   for (const ThreadSet& known : known_sets) {
     if (known.pus == pus) threads.label = known.label;
   }
-  return SweepConfig{threads, plan.cap, plan.pins, plan.prefill_round_tokens, "", true};
+  return SweepConfig{threads, plan.cap, plan.pins, plan.prefill_round_tokens, plan.cpu_kernel, true};
 }
 
 std::size_t add_planned(std::vector<SweepConfig>& grid, SweepConfig planned) {

@@ -47,6 +47,7 @@ BackendMemory vulkan_backend_memory();
 struct GpuTierRequest {
   std::string gpu = "auto";                 // --gpu none|auto|N
   std::optional<std::uint64_t> vram;        // --vram (bytes; at most the device's budget)
+  std::string force_variant;                // --gpu-variant: that shader for every expert shape
   BackendMemory backend = vulkan_backend_memory();
   const experts::UsageHistory* history = nullptr;  // ranks experts for the tier; uniform when absent
 };

@@ -36,6 +36,8 @@ struct PlanRequest {
   // pass made-up backends), and the history that ranks experts for it.
   std::string gpu = "auto";
   std::optional<std::uint64_t> vram;
+  std::string gpu_variant;             // --gpu-variant (shader catalogue name)
+  std::string cpu_kernel;              // --kernel (avx512vnni|avx512|avx2|scalar|exact)
   std::optional<BackendMemory> backend;
   const experts::UsageHistory* history = nullptr;
 };
@@ -50,6 +52,7 @@ struct Decision {
 struct Plan {
   int threads = 1;
   CpuSet compute_pus;          // where the engine pins its threads; empty = not pinned
+  std::string cpu_kernel;      // the CPU GEMV variant ("" in plans of schema 1: the engine's own choice)
   int cap = 0;                 // slots per MoE layer, pins included
   int pins = 0;                // per MoE layer
   int prefill_round_tokens = 1;

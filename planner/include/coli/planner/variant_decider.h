@@ -32,7 +32,22 @@ struct GpuDecision {
 // every shape), or a device index ("0"). Errors: an unknown index, a forced
 // device on which some shape has no fitting variant (named), or no Vulkan
 // device in the profile when one is demanded.
+// `force_variant` (--gpu-variant): that catalogue variant for every shape,
+// refused with both numbers where it does not fit (field note 3).
 Result<GpuDecision> decide_gpu(const DeviceProfile& profile, const model::ModelConfig& config, ExpertFormat experts,
-                               const std::string& gpu);
+                               const std::string& gpu, const std::string& force_variant = "");
+
+// ---------------------------------------------------------------- CPU kernel
+
+struct CpuKernelChoice {
+  std::string variant;  // kernels/cpu names: "avx512vnni", "avx512", "avx2", "scalar", or "exact"
+  std::string reason;
+  bool operator==(const CpuKernelChoice&) const = default;
+};
+
+// The widest SIMD variant the profile's ISA flags allow (the coli-sweep on
+// the H200 machine: avx512vnni 93.8 tok/s vs avx2 86.0 resident decode), or
+// --kernel, refused when the profile's CPU lacks its instructions.
+Result<CpuKernelChoice> decide_cpu_kernel(const DeviceProfile& profile, const std::string& override_kernel);
 
 }  // namespace coli::planner
