@@ -101,6 +101,7 @@ int run_convert(const std::string& model_dir, const std::string& out, const std:
 struct RunArgs {
   std::string model, prompt, tokenizer, pin, usage, plan, profile;
   bool knobs_given = false;
+  bool report = false;  // --report: the engine's own accounting even without a plan
   std::optional<std::uint64_t> rss_limit;  // --rss-limit bytes (the watchdog's limit)  // --threads/--cap/--ctx/... given explicitly
   double usage_decay = 0.9;
   std::vector<std::int32_t> prompt_ids;
@@ -290,6 +291,7 @@ int run_generate(const RunArgs& args) {
               stats.io_mode.c_str(),
               coli::format_bytes(peak_rss_bytes()).c_str());
   if (planned) coli::tools::print_plan_vs_actual(planned->plan, model->stats(), peak_rss_bytes());
+  else if (args.report) coli::tools::print_measured(model->stats(), peak_rss_bytes());
   return 0;
 }
 
@@ -320,6 +322,9 @@ int main(int argc, char** argv) {
                       "N: pin each layer's N most-used experts (usage history); FILE: that history, all but top_k slots");
   run_cmd->add_option("--plan", run.plan, "Take every knob from a plan written by coli-plan --out")->check(CLI::ExistingFile);
   run_cmd->add_option("--profile", run.profile, "Plan on the spot from this device profile (coli-probe)")->check(CLI::ExistingFile);
+  run_cmd->add_flag("--report", run.report,
+                    "Print memory per component and peak RSS at the end (with --plan/--profile: planned vs measured, "
+                    "always printed)");
   run_cmd->add_option("--usage", run.usage, "Usage history file (default: MODEL.usage); every run adds its routing");
   run_cmd->add_option("--usage-decay", run.usage_decay, "Weight of the older history when this run is merged in")
       ->check(CLI::Range(0.0, 1.0))

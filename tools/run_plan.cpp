@@ -45,6 +45,21 @@ Status check_runnable(const planner::Plan& plan, const std::string& source, cons
   return Ok{};
 }
 
+// Anonymous vs file-backed pages now: file pages (mapped libraries, any
+// mmap'd container pages) are RSS too but the kernel can drop them.
+void print_rss_kinds() {
+  if (auto status = read_text_file("/proc/self/status")) {
+    for (const char* field : {"RssAnon:", "RssFile:", "RssShmem:"}) {
+      const auto at = status->find(field);
+      if (at == std::string::npos) continue;
+      const auto end = status->find('\n', at);
+      const std::size_t name = std::string_view(field).size();
+      const std::string_view value = trim(std::string_view(*status).substr(at + name, end - at - name));
+      std::printf("  %s %.*s\n", field, static_cast<int>(value.size()), value.data());
+    }
+  }
+}
+
 }  // namespace
 
 Result<PlannedKnobs> knobs_from_plan(const std::filesystem::path& plan_file, const runtime::ModelShape& shape) {
@@ -130,17 +145,7 @@ bool print_plan_vs_actual(const planner::PlanFile& file, const runtime::ModelSta
   }
   const std::uint64_t planned = plan.planned_ram_bytes();
   row("process RSS (peak)", planned, peak_rss);
-  // Anonymous vs file-backed pages now: file pages (mapped libraries, any
-  // mmap'd container pages) are RSS too but the kernel can drop them.
-  if (auto status = read_text_file("/proc/self/status")) {
-    for (const char* field : {"RssAnon:", "RssFile:", "RssShmem:"}) {
-      const auto at = status->find(field);
-      if (at == std::string::npos) continue;
-      const auto end = status->find('\n', at);
-      const std::string_view value = trim(std::string_view(*status).substr(at + 8, end - at - 8));
-      std::printf("  %s %.*s\n", field, static_cast<int>(value.size()), value.data());
-    }
-  }
+  print_rss_kinds();
   std::printf("  peak RSS bytes: %llu, planned RAM bytes: %llu, margin bytes: %llu\n",
               static_cast<unsigned long long>(peak_rss), static_cast<unsigned long long>(planned),
               static_cast<unsigned long long>(plan.margin.bytes));
@@ -150,6 +155,15 @@ bool print_plan_vs_actual(const planner::PlanFile& file, const runtime::ModelSta
                 format_bytes(peak_rss).c_str(), format_bytes(planned).c_str(), format_bytes(plan.margin.bytes).c_str());
   }
   return within;
+}
+
+void print_measured(const runtime::ModelStats& stats, std::uint64_t peak_rss) {
+  std::printf("memory (the engine's own accounting; plan with coli-plan to compare):\n");
+  std::printf("  %-28s %10s\n", "dense weights", format_bytes(stats.dense_bytes).c_str());
+  std::printf("  %-28s %10s\n", "expert cache slabs", format_bytes(stats.expert_cache_bytes).c_str());
+  std::printf("  %-28s %10s\n", "KV cache", format_bytes(stats.kv_cache_bytes).c_str());
+  std::printf("  %-28s %10s\n", "process RSS (peak)", format_bytes(peak_rss).c_str());
+  print_rss_kinds();
 }
 
 }  // namespace coli::tools

@@ -39,5 +39,7 @@ Result<PlannedKnobs> knobs_from_profile(const std::filesystem::path& profile_fil
 // large components against the engine's own accounting. Returns false when
 // the measured RSS ran past the plan plus its margin.
 bool print_plan_vs_actual(const planner::PlanFile& plan, const runtime::ModelStats& stats, std::uint64_t peak_rss);
+// The engine's own accounting and the process's RSS, for a run without a plan (--report).
+void print_measured(const runtime::ModelStats& stats, std::uint64_t peak_rss);
 
 }  // namespace coli::tools

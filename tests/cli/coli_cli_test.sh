@@ -59,6 +59,8 @@ check "coli-plan plans a container with --kernel scalar" test $? -eq 0
 check "run --plan uses the plan's kernel" contains "$work/k.out" "kernel scalar"
 "$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 2 --rss-limit 1 >"$work/w.out" 2>&1
 check "the RSS watchdog warns past its limit" contains "$work/w.out" "WARNING: RSS .* is past the plan's limit"
+"$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 2 --report >"$work/r.out" 2>&1
+check "--report prints the engine's accounting without a plan" contains "$work/r.out" "process RSS (peak)"
 if grep -q "^Vulkan *[1-9]" <("$(dirname "$coli")/coli-probe" --quick 2>/dev/null); then
   "$plan" --profile "$work/profile.toml" --model "$work/demo.coli" --gpu 0 --out "$work/gpu.plan" >/dev/null 2>&1
   check "coli-plan --gpu 0 plans a VRAM tier preview" grep -q "^engine_runs_it = false" "$work/gpu.plan"
