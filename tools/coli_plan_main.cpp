@@ -277,8 +277,9 @@ int main(int argc, char** argv) {
     std::fputs(planner::plan_to_toml(file).c_str(), stdout);
   } else {
     print_human(file, model->footprint, model->source);
-    std::printf("\nplanned in %.1f ms (profile, model headers, plan, speed; the live re-validation probe took %.1f ms more)%s\n",
-                file.planning_ms, live_probe_ms,
+    const std::string probe_note =
+        offline ? "" : "; the live re-validation probe took " + std::to_string(static_cast<int>(live_probe_ms + 0.5)) + " ms more";
+    std::printf("\nplanned in %.1f ms (profile, model headers, plan, speed%s)%s\n", file.planning_ms, probe_note.c_str(),
                 out.empty() ? "" : (" -> " + out).c_str());
   }
   return 0;

@@ -32,11 +32,22 @@ Result<CacheChoice> evaluate(const ModelFootprint& fp, const CacheRequest& req, 
 // The largest cap in [top_k, n_experts] that fits, if any.
 std::optional<CacheChoice> largest_fitting(const ModelFootprint& fp, const CacheRequest& req, const MemoryKnobs& knobs) {
   const int ceiling = req.useful_cap > 0 ? std::clamp(req.useful_cap, fp.top_k, fp.n_experts) : fp.n_experts;
-  for (int cap = ceiling; cap >= fp.top_k; --cap) {
+  // Every line grows with the cap (slots, and the prefill round the cap
+  // allows), so the fitting caps are a prefix: binary search keeps planning
+  // a 256-expert model well under its 50 ms budget.
+  std::optional<CacheChoice> best;
+  int low = fp.top_k, high = ceiling;
+  while (low <= high) {
+    const int cap = low + (high - low) / 2;
     auto c = evaluate(fp, req, cap, knobs);
-    if (c && needed(*c) <= req.headroom_bytes) return *c;
+    if (c && needed(*c) <= req.headroom_bytes) {
+      best = std::move(*c);
+      low = cap + 1;
+    } else {
+      high = cap - 1;
+    }
   }
-  return std::nullopt;
+  return best;
 }
 
 std::string summary(const CacheChoice& c) {
