@@ -26,6 +26,8 @@ import re
 import struct
 import sys
 
+from cpp_float import f32, float_to_half, half_to_float
+
 ARCHS = ("qwen3_moe", "olmoe", "mixtral", "qwen2_moe")
 VARIANTS = (("reference", "f32"), ("reference_q8", "q8_row"), ("reference_q4", "q4_g64"))
 PROMPT_LEN = 12
@@ -47,31 +49,6 @@ def check(cond, msg):
     return cond
 
 
-def f32(x):
-    return struct.unpack("<f", struct.pack("<f", x))[0]
-
-
-def half_bits(value):
-    """coli::kernels::float_to_half for a non-negative finite float32 value."""
-    magnitude = abs(value)
-    if magnitude >= 65520.0:
-        return 0x7C00
-    if magnitude < 2.0**-14:
-        return int(round(math.ldexp(magnitude, 24)))
-    fraction, exponent = math.frexp(magnitude)
-    mantissa = int(round(math.ldexp(fraction, 11)))
-    if mantissa == 2048:
-        mantissa, exponent = 1024, exponent + 1
-    biased = exponent - 1 + 15
-    if biased >= 31:
-        return 0x7C00
-    return (biased << 10) | (mantissa & 0x3FF)
-
-
-def half_to_float(bits):
-    return struct.unpack("<e", struct.pack("<H", bits))[0]
-
-
 def clamp(v, lo, hi):
     return max(lo, min(hi, v))
 
@@ -89,7 +66,7 @@ def quant_q4_g64(row):
     for g in range(0, len(row), 64):
         group = row[g:g + 64]
         max_abs = max(abs(x) for x in group)
-        h = half_bits(f32(max_abs / 7.0) if max_abs > 0 else 1.0)
+        h = float_to_half(f32(max_abs / 7.0) if max_abs > 0 else 1.0)
         scale = half_to_float(h)
         q = [int(clamp(round(f32(x / scale)), -8, 7)) for x in group]
         qs += q

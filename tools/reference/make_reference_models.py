@@ -26,7 +26,6 @@ experts source code of the installed transformers, a log).
 import argparse
 import inspect
 import json
-import math
 import os
 import platform
 import re
@@ -39,6 +38,8 @@ import time
 import torch
 import transformers
 from safetensors.torch import load_file, save_file
+
+from cpp_float import f32, float_to_half
 
 VOCAB = 256
 HIDDEN = 64
@@ -305,28 +306,6 @@ def dequantize_q4_g64(q, half):
     return g.reshape(rows, cols)
 
 
-def f32(x):
-    return struct.unpack("<f", struct.pack("<f", x))[0]
-
-
-def cpp_float_to_half(value):
-    """Bit-for-bit port of coli::kernels::float_to_half (for non-negative finite)."""
-    magnitude = abs(value)
-    if magnitude >= 65520.0:
-        return 0x7C00
-    if magnitude < 2.0**-14:
-        return int(round(math.ldexp(magnitude, 24)))
-    fraction, exponent = math.frexp(magnitude)
-    mantissa = int(round(math.ldexp(fraction, 11)))  # Python round(): half to even
-    if mantissa == 2048:
-        mantissa = 1024
-        exponent += 1
-    biased = exponent - 1 + 15
-    if biased >= 31:
-        return 0x7C00
-    return (biased << 10) | (mantissa & 0x3FF)
-
-
 def cross_check_q4_scales(w, half):
     """torch's f32->f16 conversion must equal the C++ float_to_half."""
     rows, cols = w.shape
@@ -334,7 +313,7 @@ def cross_check_q4_scales(w, half):
     s = torch.where(g.abs().amax(dim=2) > 0, g.abs().amax(dim=2) / 7.0, torch.ones(rows, cols // 64))
     bits = half.view(torch.int16).to(torch.int32) & 0xFFFF
     for sv, hb in zip(s.flatten().tolist(), bits.flatten().tolist()):
-        want = cpp_float_to_half(f32(sv))
+        want = float_to_half(f32(sv))
         assert want == hb, (sv, want, hb)
 
 
