@@ -162,20 +162,7 @@ PlanFile read_plan(const Reader& root) {
 }  // namespace
 
 Result<PlanFile> parse_plan(std::string_view toml_text, const std::string& source_name) {
-  toml::table document;
-  try {
-    document = toml::parse(toml_text, source_name);
-  } catch (const toml::parse_error& error) {
-    const auto& where = error.source().begin;
-    return make_error(source_name + ":" + std::to_string(where.line) + ":" + std::to_string(where.column) +
-                      ": not valid TOML (" + std::string(error.description()) +
-                      "); the file may be truncated or hand-edited: run coli-plan again to rewrite it");
-  }
-  try {
-    return read_plan(Reader(source_name, document, "", kHint));
-  } catch (const TomlFieldError& error) {
-    return make_error(error.message);
-  }
+  return read_toml_document(toml_text, source_name, kHint, "coli-plan", [](const Reader& root) { return read_plan(root); });
 }
 
 Result<PlanFile> load_plan(const std::filesystem::path& path) {

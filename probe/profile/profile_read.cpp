@@ -15,7 +15,6 @@ namespace coli {
 namespace {
 
 using profile_detail::Reader;
-using profile_detail::ProfileError;
 using namespace profile_detail;
 
 CpuFacts read_cpu(const Reader& r) {
@@ -183,38 +182,15 @@ DeviceProfile read_profile(const Reader& root) {
   return profile;
 }
 
-// TOML syntax errors, with the position, for both file kinds.
-Result<toml::table> parse_toml(std::string_view toml_text, const std::string& source_name) {
-  try {
-    return toml::parse(toml_text, source_name);
-  } catch (const toml::parse_error& error) {
-    const auto& where = error.source().begin;
-    return make_error(source_name + ":" + std::to_string(where.line) + ":" + std::to_string(where.column) +
-                      ": not valid TOML (" + std::string(error.description()) +
-                      "); the file may be truncated or hand-edited: run coli-probe again to rewrite it");
-  }
-}
-
 }  // namespace
 
 Result<DeviceProfile> parse_profile(std::string_view toml_text, const std::string& source_name) {
-  auto document = parse_toml(toml_text, source_name);
-  if (!document) return document.error();
-  try {
-    return read_profile(profile_fields(source_name, *document));
-  } catch (const ProfileError& error) {
-    return make_error(error.message);
-  }
+  return read_toml_document(toml_text, source_name, kHint, "coli-probe", [](const Reader& root) { return read_profile(root); });
 }
 
 Result<GpuFacts> parse_gpu_record(std::string_view toml_text, const std::string& source_name) {
-  auto document = parse_toml(toml_text, source_name);
-  if (!document) return document.error();
-  try {
-    return read_gpus(profile_fields(source_name, *document).table("gpus"));
-  } catch (const ProfileError& error) {
-    return make_error(error.message);
-  }
+  return read_toml_document(toml_text, source_name, kHint, "coli-probe",
+                            [](const Reader& root) { return read_gpus(root.table("gpus")); });
 }
 
 Result<DeviceProfile> load_profile(const std::filesystem::path& path) {

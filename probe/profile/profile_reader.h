@@ -26,8 +26,6 @@ constexpr std::int64_t kMaxSharedMemory = 16 << 20;  // no GPU has 16 MiB of sha
 constexpr const char* kHint = "fix the field or run coli-probe again to write a fresh profile";
 
 using Reader = TomlFields;
-using ProfileError = TomlFieldError;
-inline Reader profile_fields(const std::string& source, const toml::table& root) { return Reader(source, root, "", kHint); }
 
 
 SampleStats read_stats(const Reader& r);

@@ -9,11 +9,13 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include <toml++/toml.h>
 
 #include "coli/base/cpu_set.h"
+#include "coli/base/result.h"
 
 namespace coli {
 
@@ -170,5 +172,27 @@ class TomlFields {
   std::string path_;
   const char* hint_;
 };
+
+// Parses one of coli's files and runs `read` on its root table. A TOML
+// syntax error and any TomlFieldError come back as an Error naming
+// file:line:column; `writer` is the tool that rewrites the file.
+template <typename Read>
+auto read_toml_document(std::string_view text, const std::string& source, const char* hint, std::string_view writer,
+                        Read&& read) -> Result<std::invoke_result_t<Read, const TomlFields&>> {
+  toml::table document;
+  try {
+    document = toml::parse(text, source);
+  } catch (const toml::parse_error& error) {
+    const auto& where = error.source().begin;
+    return make_error(source + ":" + std::to_string(where.line) + ":" + std::to_string(where.column) +
+                      ": not valid TOML (" + std::string(error.description()) +
+                      "); the file may be truncated or hand-edited: run " + std::string(writer) + " again to rewrite it");
+  }
+  try {
+    return read(TomlFields(source, document, "", hint));
+  } catch (const TomlFieldError& error) {
+    return make_error(error.message);
+  }
+}
 
 }  // namespace coli
