@@ -55,28 +55,22 @@ struct DriverApi {
   CUresult (*cuGetErrorName)(CUresult, const char**) = nullptr;
 };
 
-template <class Function>
-void resolve(void* library, Function& function, const char* name, const char* fallback = nullptr) {
-  function = reinterpret_cast<Function>(::dlsym(library, name));
-  if (!function && fallback) function = reinterpret_cast<Function>(::dlsym(library, fallback));
-}
-
 DriverApi resolve_api(void* library) {
   DriverApi api;
-  resolve(library, api.cuInit, "cuInit");
-  resolve(library, api.cuDriverGetVersion, "cuDriverGetVersion");
-  resolve(library, api.cuDeviceGetCount, "cuDeviceGetCount");
-  resolve(library, api.cuDeviceGet, "cuDeviceGet");
-  resolve(library, api.cuDeviceGetName, "cuDeviceGetName");
-  resolve(library, api.cuDeviceGetAttribute, "cuDeviceGetAttribute");
-  resolve(library, api.cuDeviceTotalMem, "cuDeviceTotalMem_v2");
-  resolve(library, api.cuDeviceGetUuid, "cuDeviceGetUuid_v2", "cuDeviceGetUuid");
-  resolve(library, api.cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
-  resolve(library, api.cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", "cuDevicePrimaryCtxRelease");
-  resolve(library, api.cuCtxGetCurrent, "cuCtxGetCurrent");
-  resolve(library, api.cuCtxSetCurrent, "cuCtxSetCurrent");
-  resolve(library, api.cuMemGetInfo, "cuMemGetInfo_v2");
-  resolve(library, api.cuGetErrorName, "cuGetErrorName");
+  resolve_cuda(library, api.cuInit, "cuInit");
+  resolve_cuda(library, api.cuDriverGetVersion, "cuDriverGetVersion");
+  resolve_cuda(library, api.cuDeviceGetCount, "cuDeviceGetCount");
+  resolve_cuda(library, api.cuDeviceGet, "cuDeviceGet");
+  resolve_cuda(library, api.cuDeviceGetName, "cuDeviceGetName");
+  resolve_cuda(library, api.cuDeviceGetAttribute, "cuDeviceGetAttribute");
+  resolve_cuda(library, api.cuDeviceTotalMem, "cuDeviceTotalMem_v2");
+  resolve_cuda(library, api.cuDeviceGetUuid, "cuDeviceGetUuid_v2", "cuDeviceGetUuid");
+  resolve_cuda(library, api.cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
+  resolve_cuda(library, api.cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", "cuDevicePrimaryCtxRelease");
+  resolve_cuda(library, api.cuCtxGetCurrent, "cuCtxGetCurrent");
+  resolve_cuda(library, api.cuCtxSetCurrent, "cuCtxSetCurrent");
+  resolve_cuda(library, api.cuMemGetInfo, "cuMemGetInfo_v2");
+  resolve_cuda(library, api.cuGetErrorName, "cuGetErrorName");
   return api;
 }
 
@@ -221,20 +215,25 @@ bool plausible_shared_memory(std::int64_t bytes) { return bytes > 0 && bytes <= 
 
 }  // namespace
 
+CudaDriverLibrary open_cuda_driver() {
+  const char* override_path = std::getenv("COLI_CUDA_LIBRARY");
+  CudaDriverLibrary library;
+  library.name = override_path && *override_path ? override_path : "libcuda.so.1";
+  library.handle = ::dlopen(library.name.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!library.handle) {
+    const char* reason = ::dlerror();
+    const bool absent = !reason || std::strstr(reason, "No such file") || std::strstr(reason, "cannot open");
+    library.status = "no CUDA driver (" + library.name +
+                     (absent ? " not found)" : " could not be loaded: " + std::string(reason) + ")");
+  }
+  return library;
+}
+
 CudaProbeResult probe_cuda() {
   try {
-    const char* override_path = std::getenv("COLI_CUDA_LIBRARY");
-    const std::string library = override_path && *override_path ? override_path : "libcuda.so.1";
-    // Never dlclose'd: after cuInit the driver runs threads and exit handlers
-    // from this library, and unloading it under them crashes at exit.
-    void* handle = ::dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (!handle) {
-      const char* reason = ::dlerror();
-      const bool absent = !reason || std::strstr(reason, "No such file") || std::strstr(reason, "cannot open");
-      return {"no CUDA driver (" + library + (absent ? " not found)" : " could not be loaded: " + std::string(reason) + ")"),
-              {}};
-    }
-    return probe_with(resolve_api(handle), library);
+    const CudaDriverLibrary library = open_cuda_driver();
+    if (!library.handle) return {library.status, {}};
+    return probe_with(resolve_api(library.handle), library.name);
   } catch (const std::exception& error) {
     return {std::string("CUDA probe failed (") + error.what() + ")", {}};
   }

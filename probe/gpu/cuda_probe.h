@@ -4,6 +4,8 @@
 // through cuda_device_from_attributes, which distrusts implausible numbers.
 #pragma once
 
+#include <dlfcn.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -50,6 +52,25 @@ struct CudaRawAttributes {
 // - negative or zero counts, capabilities, L2, driver version: 0 (unknown);
 // - free memory above total: total.
 CudaDevice cuda_device_from_attributes(const CudaRawAttributes& raw);
+
+// The CUDA driver library: $COLI_CUDA_LIBRARY, else "libcuda.so.1". Never
+// dlclose'd: after cuInit the driver runs threads and exit handlers from
+// it, and unloading it under them crashes at exit. `handle` null: `status`
+// says why ("no CUDA driver (libcuda.so.1 not found)").
+struct CudaDriverLibrary {
+  void* handle = nullptr;
+  std::string name;
+  std::string status;
+};
+CudaDriverLibrary open_cuda_driver();
+
+// A driver entry point by its versioned symbol name (what cuda.h maps the
+// plain names to since CUDA 11), else `fallback`; null when neither exists.
+template <class Function>
+void resolve_cuda(void* library, Function& function, const char* name, const char* fallback = nullptr) {
+  function = reinterpret_cast<Function>(::dlsym(library, name));
+  if (!function && fallback) function = reinterpret_cast<Function>(::dlsym(library, fallback));
+}
 
 // "CUDA_ERROR_NO_DEVICE" for the common driver errors, else "CUDA error <n>".
 std::string cuda_error_name(int code);

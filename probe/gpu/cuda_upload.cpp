@@ -1,9 +1,6 @@
 #include "gpu/cuda_upload.h"
 
-#include <dlfcn.h>
-
 #include <chrono>
-#include <cstdlib>
 #include <cstring>
 #include <exception>
 
@@ -36,7 +33,7 @@ struct UploadApi {
 
 template <class Function>
 bool resolve(void* library, Function& function, const char* name) {
-  function = reinterpret_cast<Function>(::dlsym(library, name));
+  resolve_cuda(library, function, name);
   return function != nullptr;
 }
 
@@ -79,10 +76,10 @@ std::string measure_device(const UploadApi& api, int ordinal, std::size_t bytes,
 
 CudaUploadResult measure_cuda_uploads(std::size_t block_bytes, double budget_seconds) {
   try {
-    const char* override_path = std::getenv("COLI_CUDA_LIBRARY");
-    const std::string library = override_path && *override_path ? override_path : "libcuda.so.1";
-    void* handle = ::dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);  // never closed: see cuda_probe.cpp
-    if (!handle) return {"cuda: no CUDA driver (" + library + " could not be loaded)", {}};
+    const CudaDriverLibrary driver = open_cuda_driver();
+    if (!driver.handle) return {"cuda: " + driver.status, {}};
+    void* handle = driver.handle;
+    const std::string& library = driver.name;
     UploadApi api;
     const bool complete =
         resolve(handle, api.cuInit, "cuInit") && resolve(handle, api.cuDeviceGetCount, "cuDeviceGetCount") &&
