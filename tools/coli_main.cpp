@@ -118,11 +118,6 @@ struct History {
   bool usable_path = true;                            // false: a file of another model / corrupt: leave it alone
 };
 
-coli::experts::UsageHistoryKey history_key(const coli::runtime::ModelShape& shape) {
-  return {shape.moe_layers, shape.experts, shape.top_k,
-          coli::experts::usage_model_identity(shape.config_json, shape.tensor_names)};
-}
-
 History open_history(const std::filesystem::path& path, const coli::experts::UsageHistoryKey& key) {
   History history{path, std::nullopt, true};
   if (!std::filesystem::exists(path)) return history;
@@ -139,8 +134,7 @@ History open_history(const std::filesystem::path& path, const coli::experts::Usa
 
 // --pin N: the N most-used experts of each layer; --pin FILE: that history,
 // pinning all but top_k slots of the cache.
-coli::Result<std::vector<std::vector<int>>> choose_pins(const RunArgs& args, const History& history, int layers,
-                                                        int top_k, int cap) {
+coli::Result<std::vector<std::vector<int>>> choose_pins(const RunArgs& args, const History& history, int top_k, int cap) {
   std::vector<std::vector<int>> pins;
   if (args.pin.empty() || args.pin == "0") return pins;
   const auto count = coli::parse_int(args.pin);
@@ -150,28 +144,14 @@ coli::Result<std::vector<std::vector<int>>> choose_pins(const RunArgs& args, con
                  history.path.c_str());
     return pins;
   }
-  for (int layer = 0; layer < layers; ++layer) {
-    auto chosen = coli::experts::pins_from_history(*history.loaded, layer, n_pins);
-    if (!chosen) return chosen.error();
-    pins.push_back(std::move(*chosen));
-  }
-  return pins;
+  return coli::experts::pins_for_every_layer(*history.loaded, n_pins);
 }
 
 coli::Status save_history(History& history, const coli::runtime::MoeModel& model, double decay) {
   if (!history.usable_path) return coli::Ok{};
-  auto run = coli::experts::UsageHistory::create(history_key(model.shape()));
+  auto run = coli::experts::UsageHistory::create(coli::runtime::usage_history_key(model.shape()));
   if (!run) return run.error();
-  const auto& counts = model.routing_counts();
-  for (std::size_t layer = 0; layer < counts.size(); ++layer) {
-    for (std::size_t expert = 0; expert < counts[layer].size(); ++expert) {
-      for (std::uint64_t i = 0; i < counts[layer][expert]; ++i) {
-        const int e = static_cast<int>(expert);
-        if (coli::Status s = run->record(static_cast<int>(layer), std::span(&e, 1)); !s) return s;
-      }
-    }
-  }
-  run->add_tokens(model.stats().tokens);
+  if (coli::Status s = run->add_counts(model.routing_counts(), model.stats().tokens); !s) return s;
   if (history.loaded) {
     if (coli::Status s = history.loaded->merge(*run, decay); !s) return s;
     return history.loaded->save(history.path);
@@ -207,7 +187,7 @@ int run_generate(const RunArgs& args) {
   const coli::runtime::ModelShape shape = std::move(*read_shape);
   const bool pin_is_file = !args.pin.empty() && !coli::parse_int(args.pin);
   History history = open_history(pin_is_file ? args.pin : (args.usage.empty() ? args.model + ".usage" : args.usage),
-                                 history_key(shape));
+                                 coli::runtime::usage_history_key(shape));
   // --plan / --profile: every knob from the plan (explicit knobs would fight it).
   std::optional<coli::tools::PlannedKnobs> planned;
   RunArgs effective = args;
@@ -234,7 +214,7 @@ int run_generate(const RunArgs& args) {
                  options.prefill_round_tokens, options.max_context);
   }
   const int cap = options.cache_capacity > 0 ? options.cache_capacity : shape.experts;
-  auto pins = choose_pins(effective, history, shape.moe_layers, shape.top_k, cap);
+  auto pins = choose_pins(effective, history, shape.top_k, cap);
   if (!pins) {
     std::fprintf(stderr, "coli run: %s\n", pins.error().message.c_str());
     return 1;

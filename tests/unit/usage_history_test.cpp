@@ -93,6 +93,26 @@ TEST(UsageHistory, MergeDecaysTheOlderRun) {
   EXPECT_EQ(old_run.count(0, 2), 2.0);  // refused merges change nothing
 }
 
+TEST(UsageHistory, WholeRoutingCountsAddLikeRecordsAndPinEveryLayer) {
+  // kKey: 3 layers x 6 experts. The same routings as counts and as records.
+  const std::vector<std::vector<std::uint64_t>> counts = {{0, 2, 0, 0, 1, 0}, {0, 0, 0, 0, 0, 0}, {1, 0, 0, 1, 0, 0}};
+  auto from_counts = UsageHistory::create(kKey);
+  ASSERT_TRUE(from_counts->add_counts(counts, 3).ok());
+  auto recorded = UsageHistory::create(kKey);
+  ASSERT_TRUE(recorded->record(0, std::vector<int>{1, 1, 4}).ok());
+  ASSERT_TRUE(recorded->record(2, std::vector<int>{0, 3}).ok());
+  recorded->add_tokens(3);
+  EXPECT_EQ(from_counts->serialize(), recorded->serialize());
+  // Counts of another shape are refused and count nothing.
+  EXPECT_FALSE(from_counts->add_counts({{1, 1, 1, 1, 1, 1}}, 1).ok());
+  EXPECT_FALSE(from_counts->add_counts({{1}, {1}, {1}}, 1).ok());
+  EXPECT_EQ(from_counts->serialize(), recorded->serialize());
+  auto pins = pins_for_every_layer(*from_counts, 2);
+  ASSERT_TRUE(pins.ok());
+  EXPECT_EQ(*pins, (std::vector<std::vector<int>>{{1, 4}, {}, {0, 3}}));
+  EXPECT_FALSE(pins_for_every_layer(*from_counts, -1).ok());
+}
+
 TEST(UsageHistory, PinsAreTheMostUsedExpertsTiesToTheLowerId) {
   auto history = UsageHistory::create(kKey);
   ASSERT_TRUE(history->record(1, std::vector<int>{5, 5, 5, 2, 2, 4, 4, 0}).ok());

@@ -87,7 +87,7 @@ Result<planner::Plan> plan_with_cap(const Setup& s, int cap) {
 Result<std::optional<experts::UsageHistory>> open_history(const Args& args, const Setup& s, bool pins_wanted) {
   const fs::path path = args.usage.empty() ? args.model + ".usage" : args.usage;
   if (fs::exists(path)) {
-    auto loaded = experts::UsageHistory::load(path, usage_key(s.shape));
+    auto loaded = experts::UsageHistory::load(path, runtime::usage_history_key(s.shape));
     if (loaded) {
       std::printf("pins from the usage history %s\n", path.c_str());
       return std::optional(std::move(*loaded));
@@ -220,7 +220,7 @@ int run_sweep(const Args& args) {
       options.io_threads = plan->io_threads;
       options.direct_io = plan->direct_io;
       if (config.pins > 0) {
-        auto pins = pins_for(*s.history, s.shape.moe_layers, config.pins);
+        auto pins = pins_for(*s.history, config.pins);
         if (!pins) return fail(label + ": " + pins.error().message);
         options.pins = std::move(*pins);
       }

@@ -92,11 +92,6 @@ Result<RunOutput> run_config(const std::filesystem::path& model_path, const runt
   return out;
 }
 
-experts::UsageHistoryKey usage_key(const runtime::ModelShape& shape) {
-  return {shape.moe_layers, shape.experts, shape.top_k,
-          experts::usage_model_identity(shape.config_json, shape.tensor_names)};
-}
-
 Result<experts::UsageHistory> record_usage(const std::filesystem::path& model_path, runtime::ModelOptions options,
                                            const Workload& workload) {
   options.cache_capacity = 0;
@@ -108,30 +103,15 @@ Result<experts::UsageHistory> record_usage(const std::filesystem::path& model_pa
   for (const auto& prompt : workload.prompts) {
     if (Status s = run_prompt(*model, prompt, workload.decode_tokens, logits, tokens, nullptr); !s) return s.error();
   }
-  auto history = experts::UsageHistory::create(usage_key(model->shape()));
+  auto history = experts::UsageHistory::create(runtime::usage_history_key(model->shape()));
   if (!history) return history.error();
-  const auto& counts = model->routing_counts();
-  for (std::size_t layer = 0; layer < counts.size(); ++layer) {
-    for (std::size_t expert = 0; expert < counts[layer].size(); ++expert) {
-      const int e = static_cast<int>(expert);
-      for (std::uint64_t i = 0; i < counts[layer][expert]; ++i) {
-        if (Status s = history->record(static_cast<int>(layer), std::span(&e, 1)); !s) return s.error();
-      }
-    }
-  }
-  history->add_tokens(model->stats().tokens);
+  if (Status s = history->add_counts(model->routing_counts(), model->stats().tokens); !s) return s.error();
   return history;
 }
 
-Result<std::vector<std::vector<int>>> pins_for(const experts::UsageHistory& history, int layers, int pins) {
-  std::vector<std::vector<int>> lists;
-  if (pins <= 0) return lists;
-  for (int layer = 0; layer < layers; ++layer) {
-    auto chosen = experts::pins_from_history(history, layer, pins);
-    if (!chosen) return chosen.error();
-    lists.push_back(std::move(*chosen));
-  }
-  return lists;
+Result<std::vector<std::vector<int>>> pins_for(const experts::UsageHistory& history, int pins) {
+  if (pins <= 0) return std::vector<std::vector<int>>{};
+  return experts::pins_for_every_layer(history, pins);
 }
 
 void place_threads(runtime::ModelOptions& options, const CpuSet& pus) {

@@ -43,11 +43,8 @@ Result<RunOutput> run_config(const std::filesystem::path& model, const runtime::
 Result<experts::UsageHistory> record_usage(const std::filesystem::path& model, runtime::ModelOptions options,
                                            const Workload& workload);
 
-// The usage history key of a model (as coli run computes it).
-experts::UsageHistoryKey usage_key(const runtime::ModelShape& shape);
-
 // The per-layer pin lists for `pins` pins per layer (empty for 0).
-Result<std::vector<std::vector<int>>> pins_for(const experts::UsageHistory& history, int layers, int pins);
+Result<std::vector<std::vector<int>>> pins_for(const experts::UsageHistory& history, int pins);
 
 // The engine's compute threads: one per PU of `pus`, pinned there.
 void place_threads(runtime::ModelOptions& options, const CpuSet& pus);

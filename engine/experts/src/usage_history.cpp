@@ -48,6 +48,21 @@ Status UsageHistory::record(int layer, std::span<const int> experts) {
   return Ok{};
 }
 
+Status UsageHistory::add_counts(const std::vector<std::vector<std::uint64_t>>& counts, std::uint64_t tokens) {
+  if (counts.size() != static_cast<size_t>(key_.n_layers))
+    return make_error("usage history: counts for " + std::to_string(counts.size()) + " layers, the history has " +
+                      std::to_string(key_.n_layers));
+  for (const auto& layer : counts)
+    if (layer.size() != static_cast<size_t>(key_.n_experts))
+      return make_error("usage history: counts for " + std::to_string(layer.size()) + " experts, the history has " +
+                        std::to_string(key_.n_experts));
+  for (int layer = 0; layer < key_.n_layers; ++layer)
+    for (int expert = 0; expert < key_.n_experts; ++expert)
+      counts_[index(layer, expert)] += static_cast<double>(counts[static_cast<size_t>(layer)][static_cast<size_t>(expert)]);
+  add_tokens(tokens);
+  return Ok{};
+}
+
 Status UsageHistory::merge(const UsageHistory& newer, double decay) {
   if (!(decay >= 0.0 && decay <= 1.0))  // also refuses NaN
     return make_error("usage history: decay " + std::to_string(decay) + " is outside [0, 1]");
@@ -84,6 +99,16 @@ Result<std::vector<int>> pins_from_history(const UsageHistory& history, int laye
   for (const int expert : experts) {
     if (static_cast<int>(pins.size()) == n_pins || counts[static_cast<size_t>(expert)] <= 0.0) break;
     pins.push_back(expert);
+  }
+  return pins;
+}
+
+Result<std::vector<std::vector<int>>> pins_for_every_layer(const UsageHistory& history, int n_pins) {
+  std::vector<std::vector<int>> pins;
+  for (int layer = 0; layer < history.key().n_layers; ++layer) {
+    auto chosen = pins_from_history(history, layer, n_pins);
+    if (!chosen) return chosen.error();
+    pins.push_back(std::move(*chosen));
   }
   return pins;
 }

@@ -409,6 +409,10 @@ ModelShape shape_of(const container::ContainerReader& reader, const model::Model
 
 }  // namespace
 
+experts::UsageHistoryKey usage_history_key(const ModelShape& shape) {
+  return {shape.moe_layers, shape.experts, shape.top_k, experts::usage_model_identity(shape.config_json, shape.tensor_names)};
+}
+
 Result<ModelShape> MoeModel::read_shape(const std::filesystem::path& path) {
   auto reader = container::ContainerReader::open(path);
   if (!reader) return reader.error();

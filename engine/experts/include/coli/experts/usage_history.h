@@ -50,6 +50,10 @@ class UsageHistory {
   // choices, or a whole batch's). Errors on a layer or expert out of range;
   // nothing is counted then.
   Status record(int layer, std::span<const int> experts);
+  // Adds whole routing counts ([layer][expert], e.g. MoeModel::routing_counts)
+  // and the tokens they came from. Errors on counts of another shape;
+  // nothing is counted then.
+  Status add_counts(const std::vector<std::vector<std::uint64_t>>& counts, std::uint64_t tokens);
   // Tokens the recorded routings came from (for rates and decay).
   void add_tokens(std::uint64_t tokens) { total_tokens_ += static_cast<double>(tokens); }
 
@@ -85,5 +89,7 @@ class UsageHistory {
 // slot), so fewer than n_pins may come back. Errors: layer out of range,
 // n_pins < 0.
 Result<std::vector<int>> pins_from_history(const UsageHistory& history, int layer, int n_pins);
+// pins_from_history for every layer of the history, in layer order.
+Result<std::vector<std::vector<int>>> pins_for_every_layer(const UsageHistory& history, int n_pins);
 
 }  // namespace coli::experts

@@ -17,6 +17,7 @@
 
 #include "coli/base/cpu_set.h"
 #include "coli/base/result.h"
+#include "coli/experts/usage_history.h"
 
 namespace coli::runtime {
 
@@ -80,6 +81,9 @@ struct ModelShape {
   std::string expert_format;  // "q4_g64", "q8_row", "f32"
   std::string dense_format;   // "source", "q8_row", "q4_g64" (how the container holds projections)
 };
+
+// The key a usage history of this model is recorded and checked under.
+experts::UsageHistoryKey usage_history_key(const ModelShape& shape);
 
 class MoeModel {
  public:
