@@ -28,12 +28,9 @@ using Clock = std::chrono::steady_clock;
 struct LoadedModel {
   planner::ModelFootprint footprint;
   std::string identity;
-  std::string source;  // "config.json only" or "config.json + N safetensors headers"
+  std::string source;  // "config.json only", "config.json + N safetensors headers" or "coli container index"
 };
 
-// A Hugging Face directory with safetensors: its headers are checked against
-// the config (describe_model reads headers only). A config.json, or a
-// directory with only one, is planned from the config alone.
 // A coli container: its own config and formats (the --experts/--dense flags
 // describe a conversion still to be done, so they do not apply).
 coli::Result<LoadedModel> load_container(const fs::path& path) {
@@ -44,18 +41,16 @@ coli::Result<LoadedModel> load_container(const fs::path& path) {
   if (!config) return config.error();
   const auto experts = planner::parse_expert_format(index.experts.format);
   if (!experts) return coli::make_error(path.string() + ": expert format '" + index.experts.format + "' cannot be planned");
-  planner::DenseFormat dense = planner::DenseFormat::source;
-  for (const auto& tensor : index.tensors) {
-    if (tensor.dtype == "Q8_ROW") dense = planner::DenseFormat::q8_row;
-    if (tensor.dtype == "Q4_G64") dense = planner::DenseFormat::q4_g64;
-  }
   LoadedModel m;
-  m.footprint = planner::describe_footprint(*config, *experts, dense);
+  m.footprint = planner::describe_footprint(*config, *experts, *planner::parse_dense_format(index.dense_format()));
   m.identity = planner::model_identity(index.config_json, *config);
   m.source = "coli container index";
   return m;
 }
 
+// A Hugging Face directory with safetensors: its headers are checked against
+// the config (describe_model reads headers only). A config.json, or a
+// directory with only one, is planned from the config alone.
 coli::Result<LoadedModel> load_model(const fs::path& path, planner::ExpertFormat experts, planner::DenseFormat dense) {
   if (fs::is_regular_file(path) && path.extension() != ".json") return load_container(path);
   const fs::path config_path = fs::is_directory(path) ? path / "config.json" : path;

@@ -396,15 +396,10 @@ ModelShape shape_of(const container::ContainerReader& reader, const model::Model
   const auto& layout = reader.index().experts;
   std::vector<std::string> names;
   for (const model::ExpectedTensor& t : model::expected_tensors(config)) names.push_back(t.name);
-  std::string dense_format = "source";
-  for (const auto& tensor : reader.index().tensors) {
-    if (tensor.dtype == "Q8_ROW") dense_format = "q8_row";
-    if (tensor.dtype == "Q4_G64") dense_format = "q4_g64";
-  }
   return ModelShape{static_cast<int>(layout.layers), static_cast<int>(layout.experts),
                     static_cast<int>(config.num_experts_per_tok),
                     model::canonical_config_json(reader.index().config_json), std::move(names),
-                    layout.format, dense_format};
+                    layout.format, reader.index().dense_format()};
 }
 
 }  // namespace

@@ -87,6 +87,16 @@ struct ContainerIndex {
   std::string source;                // what it was converted from (for humans)
   std::vector<TensorEntry> tensors;
   ExpertLayout experts;
+  // How the dense projections are held: "q8_row" or "q4_g64" when any dense
+  // tensor is quantised (coli convert --dense), else "source".
+  std::string dense_format() const {
+    std::string format = "source";
+    for (const TensorEntry& tensor : tensors) {
+      if (tensor.dtype == "Q8_ROW") format = "q8_row";
+      if (tensor.dtype == "Q4_G64") format = "q4_g64";
+    }
+    return format;
+  }
 };
 
 // Streams a container into `path` (through a temporary file beside it).
