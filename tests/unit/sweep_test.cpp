@@ -164,6 +164,10 @@ TEST(SweepReport, MedianSpreadAndRank) {
   EXPECT_EQ(prefill.rank, 3);
   EXPECT_DOUBLE_EQ(prefill.percent_of_best, 60);
   EXPECT_EQ(order_by(s, Metric::decode), (std::vector<std::size_t>{1, 2, 3, 0}));
+  // A planned configuration that is the best is exactly 100%, never a
+  // rounding above it (100 * x / x exceeds 100 for x = 214.80156371896743).
+  s[1].decode.median = 214.80156371896743;
+  EXPECT_EQ(rank_planned(s, 1, Metric::decode).percent_of_best, 100.0);
 }
 
 TEST(SweepReport, TokenMismatchNamesBothConfigurationsAndWhere) {

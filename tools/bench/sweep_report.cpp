@@ -110,7 +110,8 @@ Ranking rank_planned(const std::vector<ConfigSummary>& summaries, std::size_t pl
              return metric_median(s, metric) > mine;
            }));
   const double best = metric_median(summaries[r.best], metric);
-  r.percent_of_best = best > 0 ? 100.0 * mine / best : 0;
+  // Ratio first: 100 * x / x can round above 100 (about 7% of values), mine / best cannot.
+  r.percent_of_best = best > 0 ? 100.0 * (mine / best) : 0;
   return r;
 }
 
