@@ -137,25 +137,28 @@ int choose_set(const std::vector<SetScore>& scores, double tolerance) {
   return chosen;
 }
 
-std::vector<SetScore> decode_scores(const std::vector<KernelThroughputPoint>& points) {
+namespace {
+
+// Tokens/s of each thread set: per token, `expert_kernel`'s time (for
+// prefill, the token's share of its round) plus its own attention GEMVs.
+std::vector<SetScore> scores_with(const std::vector<KernelThroughputPoint>& points, const char* expert_kernel) {
   std::vector<SetScore> scores;
   for (const auto& [name, set] : by_set(points)) {
-    const auto expert = set.kernels.find("expert_q4_decode"), dense = set.kernels.find("dense_q8_decode");
+    const auto expert = set.kernels.find(expert_kernel), dense = set.kernels.find("dense_q8_decode");
     if (expert == set.kernels.end() || dense == set.kernels.end()) continue;
     scores.push_back({name, set.pus, set.smt, 1.0 / (seconds_per_token(*expert->second) + seconds_per_token(*dense->second))});
   }
   return scores;
 }
 
+}  // namespace
+
+std::vector<SetScore> decode_scores(const std::vector<KernelThroughputPoint>& points) {
+  return scores_with(points, "expert_q4_decode");
+}
+
 std::vector<SetScore> prefill_scores(const std::vector<KernelThroughputPoint>& points) {
-  std::vector<SetScore> scores;
-  for (const auto& [name, set] : by_set(points)) {
-    const auto expert = set.kernels.find("expert_q4_prefill"), dense = set.kernels.find("dense_q8_decode");
-    if (expert == set.kernels.end() || dense == set.kernels.end()) continue;
-    // Per token: its share of the round's expert time plus its own attention GEMVs.
-    scores.push_back({name, set.pus, set.smt, 1.0 / (seconds_per_token(*expert->second) + seconds_per_token(*dense->second))});
-  }
-  return scores;
+  return scores_with(points, "expert_q4_prefill");
 }
 
 Result<ThreadRecommendation> recommend_from_measurements(const std::vector<KernelThroughputPoint>& points) {
