@@ -22,14 +22,6 @@ namespace {
 namespace fs = std::filesystem;
 using coli::DeviceProfile;
 
-// --replay-machine DIR: the layout of tests/fixtures/machines/<name>/.
-void apply_replay_machine(const fs::path& dir, coli::ProbeOptions& options) {
-  if (fs::exists(dir / "topology.xml")) options.hwloc_xml = dir / "topology.xml";
-  if (fs::exists(dir / "sysctl.txt")) options.sysctl_file = dir / "sysctl.txt";
-  if (fs::exists(dir / "root")) options.root = coli::SystemRoot(dir / "root");
-  if (fs::exists(dir / "gpus.toml")) options.gpu_record = dir / "gpus.toml";
-}
-
 std::string kinds_line(const coli::CpuFacts& cpu) {
   std::string line;
   for (const auto& kind : cpu.kinds) {
@@ -187,7 +179,7 @@ int main(int argc, char** argv) {
 
   if (!validate.empty()) return validate_profiles(validate);
 
-  if (!replay_machine.empty()) apply_replay_machine(replay_machine, options);
+  if (!replay_machine.empty()) coli::apply_replay_machine(replay_machine, options);
   if (!replay_root.empty()) options.root = coli::SystemRoot(replay_root);
   if (!replay_xml.empty()) options.hwloc_xml = replay_xml;
   if (!replay_sysctl.empty()) options.sysctl_file = replay_sysctl;

@@ -91,13 +91,7 @@ namespace {
 
 ProbeOptions live_probe_options(const std::string& machine, const std::string& gpus) {
   ProbeOptions options;
-  if (!machine.empty()) {
-    const fs::path dir = machine;
-    if (fs::exists(dir / "topology.xml")) options.hwloc_xml = dir / "topology.xml";
-    if (fs::exists(dir / "sysctl.txt")) options.sysctl_file = dir / "sysctl.txt";
-    if (fs::exists(dir / "root")) options.root = SystemRoot(dir / "root");
-    if (fs::exists(dir / "gpus.toml")) options.gpu_record = dir / "gpus.toml";
-  }
+  if (!machine.empty()) apply_replay_machine(machine, options);
   if (!gpus.empty()) options.gpu_record = fs::path(gpus);
   return options;
 }

@@ -134,6 +134,14 @@ ThreadRecommendation recommend(const ProbeOptions& options, const DeviceProfile&
 
 }  // namespace
 
+void apply_replay_machine(const std::filesystem::path& dir, ProbeOptions& options) {
+  namespace fs = std::filesystem;
+  if (fs::exists(dir / "topology.xml")) options.hwloc_xml = dir / "topology.xml";
+  if (fs::exists(dir / "sysctl.txt")) options.sysctl_file = dir / "sysctl.txt";
+  if (fs::exists(dir / "root")) options.root = SystemRoot(dir / "root");
+  if (fs::exists(dir / "gpus.toml")) options.gpu_record = dir / "gpus.toml";
+}
+
 bool is_replay(const ProbeOptions& options) {
   return options.hwloc_xml.has_value() || options.sysctl_file.has_value() || options.gpu_record.has_value() ||
          !options.root.is_live();

@@ -19,9 +19,7 @@ CpuFacts replay_facts(const std::string& machine) {
   const fs::path dir = fs::path(COLI_FIXTURES_DIR) / "machines" / machine;
   ProbeOptions options;
   options.quick = true;
-  if (fs::exists(dir / "topology.xml")) options.hwloc_xml = dir / "topology.xml";
-  if (fs::exists(dir / "sysctl.txt")) options.sysctl_file = dir / "sysctl.txt";
-  if (fs::exists(dir / "root")) options.root = SystemRoot(dir / "root");
+  apply_replay_machine(dir, options);
   auto profile = run_probe(options);
   EXPECT_TRUE(profile) << (profile ? "" : profile.error().message);
   return profile ? profile->cpu : CpuFacts{};

@@ -51,9 +51,7 @@ const MachineCase kMachines[] = {
 ProbeOptions replay_options(const fs::path& dir) {
   ProbeOptions options;
   options.quick = true;
-  if (fs::exists(dir / "topology.xml")) options.hwloc_xml = dir / "topology.xml";
-  if (fs::exists(dir / "sysctl.txt")) options.sysctl_file = dir / "sysctl.txt";
-  if (fs::exists(dir / "root")) options.root = SystemRoot(dir / "root");
+  apply_replay_machine(dir, options);
   return options;
 }
 

@@ -24,6 +24,11 @@ struct ProbeOptions {
   std::function<void(std::string_view)> progress;      // one line per step; may be empty
 };
 
+// A recorded machine (the layout of tests/fixtures/machines/<name>/, what
+// `--replay-machine DIR` reads): topology.xml, sysctl.txt, root/ (/proc and
+// /sys) and gpus.toml, each used when present.
+void apply_replay_machine(const std::filesystem::path& dir, ProbeOptions& options);
+
 // True when any replay source is set: such a profile describes a recorded
 // machine, so measurements (which would time *this* machine) are skipped.
 bool is_replay(const ProbeOptions& options);
