@@ -205,9 +205,25 @@ Status ComputeContext::create_device() {
   VkPhysicalDeviceSubgroupSizeControlFeatures size_control{
       VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_FEATURES};
   void* features_chain = nullptr;
+  // Buffer device addresses (core in 1.2) let the decoder's kernels take
+  // every buffer as a push constant: one pipeline layout, no descriptor sets.
+  VkPhysicalDeviceVulkan12Features vulkan12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
+  if (device_api_version_ >= VK_API_VERSION_1_2) {
+    VkPhysicalDeviceFeatures2 query{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
+    query.pNext = &vulkan12;
+    instance_fn_.vkGetPhysicalDeviceFeatures2(physical_, &query);
+    const bool addresses = vulkan12.bufferDeviceAddress == VK_TRUE;
+    vulkan12 = VkPhysicalDeviceVulkan12Features{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
+    if (addresses) {
+      vulkan12.bufferDeviceAddress = VK_TRUE;
+      features_chain = &vulkan12;
+      device_addresses_ = true;
+    }
+  }
   if (facts_.subgroup_size_control) {
     size_control.subgroupSizeControl = VK_TRUE;
     size_control.computeFullSubgroups = facts_.compute_full_subgroups ? VK_TRUE : VK_FALSE;
+    size_control.pNext = features_chain;
     features_chain = &size_control;
     if (device_api_version_ < VK_API_VERSION_1_3) extensions.push_back(VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME);
     subgroup_size_control_enabled_ = true;
@@ -241,6 +257,11 @@ Status ComputeContext::create_device() {
   }
   device_fn_ = *fn;
   device_fn_.vkGetDeviceQueue(device_, queue_family_, 0, &queue_);
+  if (device_addresses_) {
+    get_buffer_address_ = reinterpret_cast<PFN_vkGetBufferDeviceAddress>(
+        instance_fn_.vkGetDeviceProcAddr(device_, "vkGetBufferDeviceAddress"));
+    device_addresses_ = get_buffer_address_ != nullptr;
+  }
   return Ok{};
 }
 
@@ -347,6 +368,28 @@ Result<double> ComputeContext::read_timestamps() {
   // Masking handles counters narrower than 64 bits that wrapped in between.
   const std::uint64_t elapsed = (ticks[1] - ticks[0]) & timestamp_mask_;
   return static_cast<double>(elapsed) * timestamp_period_ns_ * 1e-9;
+}
+
+}  // namespace coli::vulkan
+
+namespace coli::vulkan {
+
+VkDeviceAddress ComputeContext::buffer_address(VkBuffer buffer) const {
+  VkBufferDeviceAddressInfo info{VK_STRUCTURE_TYPE_BUFFER_DEVICE_ADDRESS_INFO};
+  info.buffer = buffer;
+  return get_buffer_address_ ? get_buffer_address_(device_, &info) : 0;
+}
+
+std::uint64_t ComputeContext::heap_budget_bytes(std::uint32_t memory_type) const {
+  const std::uint32_t heap = memory_properties_.memoryTypes[memory_type].heapIndex;
+  if (!facts_.memory_budget) return memory_properties_.memoryHeaps[heap].size;
+  VkPhysicalDeviceMemoryBudgetPropertiesEXT budget{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_BUDGET_PROPERTIES_EXT};
+  VkPhysicalDeviceMemoryProperties2 properties{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_PROPERTIES_2};
+  properties.pNext = &budget;
+  instance_fn_.vkGetPhysicalDeviceMemoryProperties2(physical_, &properties);
+  // The budget is what may still be allocated plus what this process holds.
+  const std::uint64_t held = budget.heapUsage[heap];
+  return budget.heapBudget[heap] > held ? budget.heapBudget[heap] - held : 0;
 }
 
 }  // namespace coli::vulkan

@@ -65,6 +65,18 @@ class ComputeContext {
   // Subgroup size control was enabled on the device (variants may pin a size).
   bool subgroup_size_control_enabled() const { return subgroup_size_control_enabled_; }
 
+  // Buffer device addresses are enabled (Vulkan 1.2 bufferDeviceAddress):
+  // what the decoder's kernels need (engine/vulkan/decoder).
+  bool device_addresses_enabled() const { return device_addresses_; }
+  VkDeviceAddress buffer_address(VkBuffer buffer) const;
+  VkQueue queue() const { return queue_; }
+  std::uint32_t queue_family() const { return queue_family_; }
+  const VkPhysicalDeviceMemoryProperties& memory_properties() const { return memory_properties_; }
+  // VK_EXT_memory_budget's budget of the heap behind `memory_type` (the
+  // heap's size where the extension is absent): what this process may still
+  // allocate there.
+  std::uint64_t heap_budget_bytes(std::uint32_t memory_type) const;
+
   // Index of a memory type allowed by `type_bits` with all `required` flags.
   Result<std::uint32_t> find_memory_type(std::uint32_t type_bits, VkMemoryPropertyFlags required) const;
 
@@ -106,6 +118,9 @@ class ComputeContext {
   std::uint32_t real_shared_memory_bytes_ = 0;
   bool uses_staging_ = false;
   bool subgroup_size_control_enabled_ = false;
+  bool device_addresses_ = false;
+  bool memory_budget_ = false;  // VK_EXT_memory_budget is available
+  PFN_vkGetBufferDeviceAddress get_buffer_address_ = nullptr;
 };
 
 }  // namespace coli::vulkan

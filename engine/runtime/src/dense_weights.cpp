@@ -1,5 +1,7 @@
 #include "dense_weights.h"
 
+#include <algorithm>
+
 #include "reference/gemv_reference.h"
 
 namespace coli::runtime {
@@ -72,6 +74,19 @@ void Linear::apply(std::span<const float> x, std::span<float> y, const kernels::
   else if (exact) kernels::gemv_reference_q8(q8.weights, q8.scales, q8.rows, q8.cols, x, y);
   else kernels::cpu::gemv(q8, x, y, gemv);
   for (std::size_t i = 0; i < bias.size(); ++i) y[i] += bias[i];
+}
+
+std::span<const std::byte> DenseWeights::bytes_of(const std::string& name) const {
+  const auto found = tensors_.find(name);
+  return found == tensors_.end() ? std::span<const std::byte>() : std::span<const std::byte>(found->second.data);
+}
+
+void DenseWeights::release_all_but(const std::vector<std::string>& keep) {
+  for (auto& [name, tensor] : tensors_) {
+    if (std::find(keep.begin(), keep.end(), name) != keep.end()) continue;
+    bytes_ -= tensor.data.size();
+    std::vector<std::byte>().swap(tensor.data);
+  }
 }
 
 std::vector<float> DenseWeights::vector(const std::string& name) const {

@@ -39,6 +39,11 @@ class DenseWeights {
   // A 1-D tensor as float32 (norm weights, biases); empty when absent.
   std::vector<float> vector(const std::string& name) const;
   bool has(const std::string& name) const { return tensors_.count(name) != 0; }
+  // The stored bytes of a tensor; empty when absent.
+  std::span<const std::byte> bytes_of(const std::string& name) const;
+  // Frees every tensor but `keep` (the GPU holds them now); views of the
+  // freed tensors must no longer be used.
+  void release_all_but(const std::vector<std::string>& keep);
   std::uint64_t bytes() const { return bytes_; }
 
  private:

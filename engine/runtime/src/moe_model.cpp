@@ -14,6 +14,7 @@
 #include "cpu/thread_placement.h"
 #include "dense_weights.h"
 #include "expert_store.h"
+#include "gpu_run.h"
 
 namespace coli::runtime {
 namespace {
@@ -55,6 +56,7 @@ struct MoeModel::State {
   int used = 0;  // KV positions filled
   std::vector<std::vector<std::uint64_t>> routing_counts;  // [MoE layer][expert], for the usage history
   std::vector<std::vector<float>> k_cache, v_cache;
+  std::unique_ptr<GpuRun> gpu;  // backend "vulkan": the decoder on the GPU
   // scratch
   std::vector<float> h, q, k, v, attn, o, router_logits, moe_out, mlp_a, mlp_b, shared_out;
 
@@ -278,10 +280,22 @@ Result<MoeModel> MoeModel::load(const std::filesystem::path& path, const ModelOp
   state->dense = std::move(*dense);
   // I/O threads inherit the creating thread's affinity: create them unpinned.
   if (Status s = kernels::cpu::release_openmp_team(); !s) return s.error();
-  auto experts = ExpertStore::create(*state->reader, static_cast<int>(c.num_experts_per_tok), options.cache_capacity,
-                                     options.pins, ExpertIo{options.io_threads, options.direct_io});
-  if (!experts) return experts.error();
-  state->experts = std::move(*experts);
+  if (options.backend != "cpu" && options.backend != "vulkan") {
+    return make_error("backend '" + options.backend + "' is not one this engine runs (cpu, vulkan)");
+  }
+  // With every expert in VRAM the host keeps no expert cache at all.
+  bool host_experts = true;
+  if (options.backend == "vulkan") {
+    auto vram = vram_experts_of(options, state->reader->index().experts);
+    if (!vram) return vram.error();
+    host_experts = !every_expert_in_vram(*vram, state->reader->index().experts);
+  }
+  if (host_experts) {
+    auto experts = ExpertStore::create(*state->reader, static_cast<int>(c.num_experts_per_tok), options.cache_capacity,
+                                       options.pins, ExpertIo{options.io_threads, options.direct_io});
+    if (!experts) return experts.error();
+    state->experts = std::move(*experts);
+  }
   state->stats.io_mode = state->experts.io_mode();
   if (Status s = state->load_layers(); !s) return s.error();
   const auto& layout = state->reader->index().experts;
@@ -311,10 +325,22 @@ Result<MoeModel> MoeModel::load(const std::filesystem::path& path, const ModelOp
   state->k.resize(kv_width);
   state->v.resize(kv_width);
   state->router_logits.resize(c.num_experts);
-  state->k_cache.assign(c.num_hidden_layers, std::vector<float>(static_cast<std::size_t>(options.max_context) * kv_width));
-  state->v_cache = state->k_cache;
+  state->stats.backend = options.backend;
+  if (options.backend == "vulkan") {
+    auto gpu = GpuRun::start(options, *state->reader, c, state->dense, host_experts ? &state->experts : nullptr,
+                             state->gemv);
+    if (!gpu) return gpu.error();
+    state->gpu = std::move(*gpu);
+    state->stats.gpu = state->gpu->memory();
+    // The GPU holds the dense weights now; the host keeps the embedding
+    // table for its lookups.
+    state->dense.release_all_but({"model.embed_tokens.weight"});
+  } else {
+    state->k_cache.assign(c.num_hidden_layers, std::vector<float>(static_cast<std::size_t>(options.max_context) * kv_width));
+    state->v_cache = state->k_cache;
+    state->stats.kv_cache_bytes = 2ull * c.num_hidden_layers * static_cast<std::uint64_t>(options.max_context) * kv_width * 4;
+  }
   state->stats.dense_bytes = state->dense.bytes();
-  state->stats.kv_cache_bytes = 2ull * c.num_hidden_layers * static_cast<std::uint64_t>(options.max_context) * kv_width * 4;
   state->stats.expert_cache_bytes = state->experts.slab_bytes();
   if (options.commit_expert_cache) state->experts.commit_slabs();
   return MoeModel(std::move(state));
@@ -332,6 +358,15 @@ Status MoeModel::forward(std::span<const std::int32_t> tokens, int start_positio
     if (token < 0 || static_cast<std::uint64_t>(token) >= s.config.vocab_size) {
       return make_error("token id " + std::to_string(token) + " is outside the vocabulary");
     }
+  }
+  if (s.gpu) {
+    if (Status st = s.gpu->forward(tokens, start_position, logits, s.routing_counts); !st) return st;
+    s.stats.tokens += static_cast<std::uint64_t>(count);
+    s.used = start_position + count;
+    s.stats.expert_hits = s.experts.hits();
+    s.stats.expert_misses = s.experts.misses();
+    s.stats.expert_bytes_read = s.experts.bytes_read();
+    return s.watch_rss();
   }
   // Layer by layer over all tokens (a prefill round per layer), so each
   // layer's experts are leased once for many tokens.

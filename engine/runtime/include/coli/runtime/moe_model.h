@@ -54,6 +54,27 @@ struct ModelOptions {
   // it is below again, and `on_warning` says so. 0 = off.
   std::uint64_t rss_limit_bytes = 0;
   std::function<void(const std::string&)> on_warning;
+
+  // Where the decoder runs: "cpu", or "vulkan" (every layer on the GPU;
+  // experts outside vram_experts computed on the CPU from the expert cache).
+  std::string backend = "cpu";
+  int gpu_index = 0;                       // Vulkan device, in enumeration order
+  // Per MoE layer, the experts the GPU holds; empty = every expert.
+  std::vector<std::vector<int>> vram_experts;
+  std::uint32_t gpu_shared_memory_limit = 0;  // pretend a smaller device (tests); 0 = its own
+  int gpu_batch_tokens = 128;              // tokens per GPU submission (prefill chunks)
+};
+
+// What the GPU holds, as allocated (plan vs actual).
+struct GpuMemoryStats {
+  std::string device;
+  std::uint64_t dense_bytes = 0;
+  std::uint64_t expert_bytes = 0;
+  std::uint64_t kv_cache_bytes = 0;
+  std::uint64_t activation_bytes = 0;
+  std::uint64_t host_visible_bytes = 0;  // mapped host memory (staging ring, input/output): RSS too
+  std::vector<std::string> kernels;
+  std::uint64_t vram_bytes() const { return dense_bytes + expert_bytes + kv_cache_bytes + activation_bytes; }
 };
 
 struct ModelStats {
@@ -69,6 +90,8 @@ struct ModelStats {
   std::uint64_t rss_watchdog_shrinks = 0;   // times the watchdog retired slots
   std::uint64_t rss_watchdog_released = 0;  // bytes it gave back
   std::uint64_t kv_cache_bytes = 0;       // K and V for max_context positions
+  std::string backend = "cpu";
+  GpuMemoryStats gpu;                     // backend "vulkan" only
 };
 
 // What identifies a model for its usage history (experts::UsageHistoryKey).

@@ -1,0 +1,144 @@
+#include "gpu_run.h"
+
+#include <algorithm>
+#include <map>
+
+#include "vulkan/decoder/vulkan_decoder.h"
+
+namespace coli::runtime {
+namespace {
+
+// The host half of a hybrid layer: the choices whose expert has no VRAM
+// slot, computed from the expert store in rounds that fit its cache.
+class StoreExperts final : public vulkan::HostExperts {
+ public:
+  StoreExperts(ExpertStore& store, const kernels::cpu::GemvOptions& gemv, int top_k, std::size_t hidden)
+      : store_(store), gemv_(gemv), top_k_(top_k), hidden_(hidden) {}
+
+  Status run(int moe_layer, std::span<const int> ids, std::span<const std::uint8_t> on_gpu, std::span<const float> x,
+             std::span<float> y) override {
+    const int tokens = static_cast<int>(ids.size()) / top_k_;
+    const int round = store_.tokens_per_round(tokens);
+    for (int first = 0; first < tokens; first += round) {
+      const int last = std::min(tokens, first + round);
+      std::vector<int> needed;
+      std::vector<ExpertStore::FfnTask> tasks;
+      for (std::size_t c = static_cast<std::size_t>(first * top_k_); c < static_cast<std::size_t>(last * top_k_); ++c) {
+        if (on_gpu[c]) continue;
+        needed.push_back(ids[c]);
+        tasks.push_back({ids[c], x.subspan(c / static_cast<std::size_t>(top_k_) * hidden_, hidden_), y.subspan(c * hidden_, hidden_)});
+      }
+      if (needed.empty()) continue;
+      if (Status s = store_.begin(moe_layer, needed); !s) return s;
+      for (int e : store_.round_order(moe_layer)) {
+        if (Status s = store_.wait(moe_layer, e); !s) return s;
+      }
+      store_.ffn_batch(moe_layer, tasks, gemv_);
+      store_.end(moe_layer);
+    }
+    return Ok{};
+  }
+
+ private:
+  ExpertStore& store_;
+  kernels::cpu::GemvOptions gemv_;
+  int top_k_;
+  std::size_t hidden_;
+};
+
+}  // namespace
+
+struct GpuRun::State {
+  std::unique_ptr<vulkan::ComputeContext> context;
+  std::map<std::string, vulkan::DecoderTensor> tensors;
+  std::unique_ptr<vulkan::VulkanDecoder> decoder;  // destroyed before the context (declared after)
+  std::unique_ptr<StoreExperts> host;
+};
+
+Result<std::vector<std::vector<int>>> vram_experts_of(const ModelOptions& options, const container::ExpertLayout& layout) {
+  std::vector<std::vector<int>> out(layout.layers);
+  if (options.vram_experts.empty()) {
+    for (auto& layer : out) {
+      for (std::uint32_t e = 0; e < layout.experts; ++e) layer.push_back(static_cast<int>(e));
+    }
+    return out;
+  }
+  if (options.vram_experts.size() != layout.layers) {
+    return make_error("the VRAM tier lists " + std::to_string(options.vram_experts.size()) + " MoE layers; the model has " +
+                      std::to_string(layout.layers) + ": re-plan for this model");
+  }
+  for (std::size_t l = 0; l < out.size(); ++l) {
+    for (int e : options.vram_experts[l]) {
+      if (e < 0 || static_cast<std::uint32_t>(e) >= layout.experts) {
+        return make_error("the VRAM tier names expert " + std::to_string(e) + " of MoE layer " + std::to_string(l) +
+                          "; the model has " + std::to_string(layout.experts) + " per layer: re-plan");
+      }
+    }
+    out[l] = options.vram_experts[l];
+  }
+  return out;
+}
+
+bool every_expert_in_vram(const std::vector<std::vector<int>>& vram, const container::ExpertLayout& layout) {
+  return std::all_of(vram.begin(), vram.end(), [&](const std::vector<int>& layer) { return layer.size() == layout.experts; });
+}
+
+Result<std::unique_ptr<GpuRun>> GpuRun::start(const ModelOptions& options, const container::ContainerReader& reader,
+                                              const model::ModelConfig& config, const DenseWeights& dense,
+                                              ExpertStore* experts, const kernels::cpu::GemvOptions& gemv) {
+  auto state = std::make_unique<State>();
+  vulkan::ContextOptions context_options;
+  context_options.device_index = options.gpu_index;
+  context_options.shared_memory_limit_bytes = options.gpu_shared_memory_limit;
+  auto context = vulkan::ComputeContext::create(context_options);
+  if (!context) return make_error("the plan runs on Vulkan device " + std::to_string(options.gpu_index) + ", but " + context.error().message);
+  state->context = std::move(*context);
+  for (const container::TensorEntry& entry : reader.index().tensors) {
+    state->tensors[entry.name] = {entry.dtype, entry.shape, dense.bytes_of(entry.name)};
+  }
+  auto vram = vram_experts_of(options, reader.index().experts);
+  if (!vram) return vram.error();
+  vulkan::DecoderModel model;
+  model.config = &config;
+  model.tensor = [&tensors = state->tensors](const std::string& name) -> const vulkan::DecoderTensor* {
+    const auto found = tensors.find(name);
+    return found == tensors.end() ? nullptr : &found->second;
+  };
+  model.container = &reader;
+  model.vram_experts = std::move(*vram);
+  model.max_context = options.max_context;
+  model.max_batch_tokens = std::max(1, options.gpu_batch_tokens);
+  auto decoder = vulkan::VulkanDecoder::create(*state->context, model);
+  if (!decoder) return decoder.error();
+  state->decoder = std::move(*decoder);
+  if (state->decoder->hybrid()) {
+    if (!experts) return make_error("a hybrid GPU plan needs the host expert store (a coli bug)");
+    state->host = std::make_unique<StoreExperts>(*experts, gemv, static_cast<int>(config.num_experts_per_tok), config.hidden_size);
+  }
+  return std::unique_ptr<GpuRun>(new GpuRun(std::move(state)));
+}
+
+GpuRun::GpuRun(std::unique_ptr<State> state) : state_(std::move(state)) {}
+GpuRun::~GpuRun() = default;
+
+Status GpuRun::forward(std::span<const std::int32_t> tokens, int start_position, std::span<float> logits,
+                       std::vector<std::vector<std::uint64_t>>& routing_counts) {
+  if (Status s = state_->decoder->forward(tokens, start_position, logits, state_->host.get()); !s) return s;
+  state_->decoder->add_routing_counts(routing_counts);
+  return Ok{};
+}
+
+GpuMemoryStats GpuRun::memory() const {
+  const vulkan::DecoderMemory& m = state_->decoder->memory();
+  GpuMemoryStats out;
+  out.device = state_->context->facts().name;
+  out.dense_bytes = m.dense;
+  out.expert_bytes = m.experts;
+  out.kv_cache_bytes = m.kv_cache;
+  out.activation_bytes = m.activations;
+  out.host_visible_bytes = m.host_visible;
+  out.kernels = state_->decoder->kernel_names();
+  return out;
+}
+
+}  // namespace coli::runtime

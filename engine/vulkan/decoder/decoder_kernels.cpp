@@ -1,0 +1,139 @@
+#include "vulkan/decoder/decoder_kernels.h"
+
+#include <algorithm>
+
+#include "coli/shaders/decoder_modules.h"
+
+namespace coli::vulkan {
+namespace {
+
+using shaders::DecoderModule;
+
+const char* format_label(KernelFormat format) {
+  switch (format) {
+    case KernelFormat::f32: return "f32";
+    case KernelFormat::bf16: return "bf16";
+    case KernelFormat::f16: return "f16";
+    case KernelFormat::q8_row: return "q8_row";
+    case KernelFormat::q4_g64: return "q4_g64";
+  }
+  return "?";
+}
+
+template <typename Push>
+KernelDesc desc_of(DecoderModule module, std::string name, std::vector<std::uint32_t> spec, std::uint32_t workgroup,
+                   std::uint32_t sums) {
+  KernelDesc desc;
+  desc.name = std::move(name);
+  desc.spirv = shaders::decoder_module(module);
+  desc.specialization = std::move(spec);
+  desc.workgroup_size = workgroup;
+  desc.shared_memory_bytes = shaders::decoder_shared_memory_bytes(module, workgroup, sums);
+  desc.push_constant_bytes = sizeof(Push);
+  return desc;
+}
+
+}  // namespace
+
+bool kernel_format_of(const std::string& name, KernelFormat& out) {
+  static const std::pair<const char*, KernelFormat> names[] = {
+      {"F32", KernelFormat::f32},       {"f32", KernelFormat::f32},       {"BF16", KernelFormat::bf16},
+      {"F16", KernelFormat::f16},       {"Q8_ROW", KernelFormat::q8_row}, {"q8_row", KernelFormat::q8_row},
+      {"Q4_G64", KernelFormat::q4_g64}, {"q4_g64", KernelFormat::q4_g64}};
+  for (const auto& [label, format] : names) {
+    if (name == label) {
+      out = format;
+      return true;
+    }
+  }
+  return false;
+}
+
+RowKernelShape row_kernel_shape(const VulkanDevice& device) {
+  // 256 invocations where allowed (every desktop GPU; lavapipe), 8 rows of 32
+  // lanes each; the batched matvec keeps 4 partial sums per invocation, so
+  // 4 KiB of shared memory, within even a 16 KiB device.
+  RowKernelShape shape;
+  const std::uint32_t invocations = std::max<std::uint32_t>(device.max_workgroup_invocations, 64);
+  while (shape.workgroup_size > invocations) shape.workgroup_size /= 2;
+  shape.rows = std::min<std::uint32_t>(8, shape.workgroup_size / 8);
+  const std::uint32_t shared = device.max_compute_shared_memory_bytes;
+  while (shape.batch_tokens > 1 &&
+         shaders::decoder_shared_memory_bytes(DecoderModule::matvec, shape.workgroup_size, shape.batch_tokens) > shared) {
+    shape.batch_tokens /= 2;
+  }
+  return shape;
+}
+
+Result<KernelSet> KernelSet::create(ComputeContext& context, const std::vector<KernelFormat>& formats,
+                                    KernelFormat expert_format) {
+  KernelSet set;
+  set.shape = row_kernel_shape(context.facts());
+  const RowKernelShape& s = set.shape;
+  set.norm_workgroup = std::min<std::uint32_t>(256, s.workgroup_size);
+  set.attention_workgroup = std::min<std::uint32_t>(128, s.workgroup_size);
+  auto make = [&](const KernelDesc& desc, std::unique_ptr<Kernel>& out) -> Status {
+    auto kernel = Kernel::create(context, desc);
+    if (!kernel) return kernel.error();
+    out = std::move(*kernel);
+    return Ok{};
+  };
+  for (KernelFormat format : formats) {
+    auto& pair = set.matvec[static_cast<std::size_t>(format)];
+    if (pair[0]) continue;
+    const auto f = static_cast<std::uint32_t>(format);
+    const std::string name = std::string("matvec ") + format_label(format);
+    if (Status st = make(desc_of<MatvecPush>(DecoderModule::matvec, name + " x1", {s.workgroup_size, s.rows, f, 1},
+                                             s.workgroup_size, 1), pair[0]); !st) return st.error();
+    if (Status st = make(desc_of<MatvecPush>(DecoderModule::matvec, name + " x" + std::to_string(s.batch_tokens),
+                                             {s.workgroup_size, s.rows, f, s.batch_tokens}, s.workgroup_size,
+                                             s.batch_tokens), pair[1]); !st) return st.error();
+  }
+  const auto ef = static_cast<std::uint32_t>(expert_format);
+  const std::string experts = format_label(expert_format);
+  const std::vector<std::uint32_t> row_spec{s.workgroup_size, s.rows, ef};
+  if (Status st = make(desc_of<ExpertGateUpPush>(DecoderModule::expert_gate_up, "expert gate+up " + experts, row_spec,
+                                                 s.workgroup_size, 2), set.gate_up); !st) return st.error();
+  if (Status st = make(desc_of<ExpertDownPush>(DecoderModule::expert_down, "expert down " + experts, row_spec,
+                                               s.workgroup_size, 1), set.down); !st) return st.error();
+  const std::uint32_t nw = set.norm_workgroup, aw = set.attention_workgroup;
+  if (Status st = make(desc_of<RmsNormPush>(DecoderModule::rms_norm, "rms_norm", {nw}, nw, 1), set.rms_norm); !st) return st.error();
+  if (Status st = make(desc_of<QkPrepPush>(DecoderModule::qk_prep, "qk_prep", {nw}, nw, 1), set.qk_prep); !st) return st.error();
+  if (Status st = make(desc_of<AttentionPush>(DecoderModule::attention, "attention", {aw}, aw, 1), set.attention); !st) return st.error();
+  if (Status st = make(desc_of<RouteTopkPush>(DecoderModule::route_topk, "route_topk", {}, 1, 0), set.route_topk); !st) return st.error();
+  if (Status st = make(desc_of<MoeCombinePush>(DecoderModule::moe_combine, "moe_combine", {nw}, nw, 0), set.moe_combine); !st) return st.error();
+  if (Status st = make(desc_of<SiluMulPush>(DecoderModule::silu_mul, "silu_mul", {nw}, nw, 0), set.silu_mul); !st) return st.error();
+  return set;
+}
+
+std::vector<std::string> KernelSet::names() const {
+  std::vector<std::string> out;
+  auto add = [&](const std::unique_ptr<Kernel>& kernel) {
+    if (kernel) {
+      const KernelDesc& d = kernel->desc();
+      out.push_back(d.name + " (" + std::to_string(d.workgroup_size) + " invocations, " +
+                    std::to_string(d.shared_memory_bytes) + " B shared)");
+    }
+  };
+  for (const auto& pair : matvec) {
+    add(pair[0]);
+    add(pair[1]);
+  }
+  for (const auto* kernel : {&gate_up, &down, &rms_norm, &qk_prep, &attention, &route_topk, &moe_combine, &silu_mul}) {
+    add(*kernel);
+  }
+  return out;
+}
+
+void record_full_barrier(const ComputeContext& context, VkCommandBuffer cmd) {
+  VkMemoryBarrier barrier{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+  barrier.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
+  barrier.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_READ_BIT |
+                          VK_ACCESS_TRANSFER_WRITE_BIT | VK_ACCESS_HOST_READ_BIT;
+  context.fn().vkCmdPipelineBarrier(cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
+                                    VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT |
+                                        VK_PIPELINE_STAGE_HOST_BIT,
+                                    0, 1, &barrier, 0, nullptr, 0, nullptr);
+}
+
+}  // namespace coli::vulkan

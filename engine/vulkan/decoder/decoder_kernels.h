@@ -1,0 +1,90 @@
+// The decoder's kernels for one device, and their push constants (mirrors of
+// the `Push` blocks in shaders/decoder/*.comp: addresses as 64-bit words,
+// which std430 aligns like uvec2).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "vulkan/decoder/kernel.h"
+
+namespace coli::vulkan {
+
+// Weight formats as the kernels' FORMAT constant numbers them (weight_dot.glsl).
+enum class KernelFormat : std::uint32_t { f32 = 0, bf16 = 1, f16 = 2, q8_row = 3, q4_g64 = 4 };
+inline constexpr int kKernelFormats = 5;
+// The container dtype ("F32" ... "Q4_G64") or expert format ("f32", "q8_row",
+// "q4_g64") -> the kernel's number; false when no kernel reads it.
+bool kernel_format_of(const std::string& name, KernelFormat& out);
+
+struct MatvecPush {
+  std::uint64_t w, s, x, y, bias;
+  std::uint32_t rows, cols, x_stride, y_stride, tokens, accumulate;
+};
+struct ExpertGateUpPush {
+  std::uint64_t experts, slots, route_ids, x, act;
+  std::uint32_t stride, hidden, width, top_k, gate_w, gate_s, up_w, up_s;
+};
+struct ExpertDownPush {
+  std::uint64_t experts, slots, route_ids, act, y;
+  std::uint32_t stride, hidden, width, down_w, down_s;
+};
+struct RmsNormPush {
+  std::uint64_t x, out, weight;
+  std::uint32_t n, x_stride, out_stride;
+  float eps;
+};
+struct QkPrepPush {
+  std::uint64_t q, k, v, k_cache, v_cache, q_norm, k_norm, rope, step;
+  std::uint32_t heads, kv_heads, head_dim, norm_mode;
+  float clip, eps;
+};
+struct AttentionPush {
+  std::uint64_t q, k_cache, v_cache, out, scores, step;
+  std::uint32_t heads, kv_heads, head_dim, ctx;
+  float scale;
+};
+struct RouteTopkPush {
+  std::uint64_t logits, ids, weights;
+  std::uint32_t experts, top_k, renormalize;
+};
+struct MoeCombinePush {
+  std::uint64_t x, y_gpu, y_cpu, slots, ids, weights, shared_out, shared_gate;
+  std::uint32_t hidden, top_k;
+};
+struct SiluMulPush {
+  std::uint64_t a, b;
+  std::uint32_t n;
+};
+
+// Rows per workgroup and invocations of the row kernels; tokens per
+// workgroup of the batched matvec. Chosen from the device's limits.
+struct RowKernelShape {
+  std::uint32_t workgroup_size = 256;
+  std::uint32_t rows = 8;
+  std::uint32_t batch_tokens = 4;
+};
+RowKernelShape row_kernel_shape(const VulkanDevice& device);
+
+struct KernelSet {
+  RowKernelShape shape;
+  // [format][0: one token, 1: batch_tokens per workgroup]; null when unused.
+  std::array<std::array<std::unique_ptr<Kernel>, 2>, kKernelFormats> matvec;
+  std::unique_ptr<Kernel> gate_up, down;  // for the experts' format
+  std::unique_ptr<Kernel> rms_norm, qk_prep, attention, route_topk, moe_combine, silu_mul;
+  std::uint32_t norm_workgroup = 256, attention_workgroup = 128;
+
+  // Makes the kernels `formats` (dense) and `expert_format` need.
+  static Result<KernelSet> create(ComputeContext& context, const std::vector<KernelFormat>& formats,
+                                  KernelFormat expert_format);
+  std::vector<std::string> names() const;
+};
+
+// Makes every write before it visible to every read and write after it
+// (dispatches, transfers and host reads after the fence).
+void record_full_barrier(const ComputeContext& context, VkCommandBuffer cmd);
+
+}  // namespace coli::vulkan

@@ -1,0 +1,99 @@
+// The decoder's working memory (activations for a batch of tokens, the KV
+// cache, host-visible input/output) and the recording of one forward pass
+// into command buffers: one, or one per MoE layer with experts outside VRAM
+// (the host computes those between two command buffers).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "vulkan/decoder/decoder_weights.h"
+
+namespace coli::vulkan {
+
+class DecoderBuffers {
+ public:
+  static Result<DecoderBuffers> create(ComputeContext& context, StagingRing& ring, const model::ModelConfig& config,
+                                       const DecoderModel& model, const GpuWeights& weights);
+
+  // Device scratch, by role (addresses).
+  enum Role { x, h, q, k, v, attn, scores, mlp_a, mlp_b, router_logits, act, y, y_host_copy, shared_out, shared_gate,
+              route_ids, route_weights, final_h, rope, step_copy, roles };
+  VkDeviceAddress at(Role role) const { return scratch_->address() + offsets_[role]; }
+  std::size_t offset(Role role) const { return offsets_[role]; }
+  VkDeviceAddress route_ids_of(int moe_layer) const;
+  std::size_t route_stride_bytes() const { return choices_ * 4; }  // one MoE layer's ids (or weights)
+  VkDeviceAddress route_weights_of(int moe_layer) const;
+  VkDeviceAddress k_cache(int layer) const;
+  VkDeviceAddress v_cache(int layer) const;
+
+  // Host-visible: what the host writes before and reads after a submission.
+  std::span<std::uint32_t> step() const;          // [0] = position of the first token
+  std::span<float> host_input() const;            // tokens x hidden (embeddings)
+  std::span<float> host_logits() const;           // vocab
+  std::span<const int> host_ids(int moe_layer) const;  // choices of the last batch
+  std::span<float> host_hidden() const;           // the MoE input of a hybrid layer
+  std::span<float> host_expert_rows() const;      // choices x hidden, computed by the host
+
+  AddressedBuffer& scratch() const { return *scratch_; }
+  AddressedBuffer& host() const { return *host_; }
+  enum HostRole { h_step, h_input, h_logits, h_ids, h_hidden, h_rows, host_roles };
+  std::size_t host_offset(HostRole role) const { return host_offsets_[role]; }
+
+  std::uint64_t kv_bytes() const { return kv_->size(); }
+  std::uint64_t scratch_bytes() const { return scratch_->size(); }
+  std::uint64_t host_bytes() const { return host_->size(); }
+  int max_tokens() const { return max_tokens_; }
+  int context() const { return context_; }
+
+ private:
+  std::unique_ptr<AddressedBuffer> scratch_, kv_, host_;
+  std::size_t offsets_[roles] = {};
+  std::size_t host_offsets_[host_roles] = {};
+  std::size_t choices_ = 0;       // max tokens x top_k
+  std::size_t kv_layer_bytes_ = 0;
+  int moe_layers_ = 0;
+  int max_tokens_ = 0;
+  int context_ = 0;
+};
+
+struct RecordedForward {
+  std::vector<VkCommandBuffer> segments;
+  std::vector<int> host_layer_after;  // per segment: the MoE layer the host computes after it, or -1
+};
+
+class DecoderRecorder {
+ public:
+  DecoderRecorder(ComputeContext& context, VkCommandPool pool, const model::ModelConfig& config,
+                  const GpuWeights& weights, const KernelSet& kernels, const DecoderBuffers& buffers)
+      : context_(context), pool_(pool), c_(config), w_(weights), k_(kernels), b_(buffers) {}
+  Result<RecordedForward> record(int tokens);
+
+ private:
+  Status begin_segment();
+  Status end_segment(int host_layer);
+  void matvec(const GpuMatrix& m, VkDeviceAddress x, std::uint32_t x_stride, VkDeviceAddress y, std::uint32_t y_stride,
+              std::uint32_t tokens, VkDeviceAddress bias = 0, bool accumulate = false);
+  void rms_norm(VkDeviceAddress x, VkDeviceAddress out, VkDeviceAddress weight, std::uint32_t tokens,
+                std::uint32_t x_stride);
+  void attention_block(const GpuLayer& layer, int index);
+  void mlp_block(const GpuLayer& layer);
+  Status moe_block(const GpuLayer& layer);
+  void silu_mul(VkDeviceAddress a, VkDeviceAddress b, std::uint32_t n);
+  void copy(VkBuffer from, std::size_t from_offset, VkBuffer to, std::size_t to_offset, std::size_t bytes);
+  void barrier();
+
+  ComputeContext& context_;
+  VkCommandPool pool_;
+  const model::ModelConfig& c_;
+  const GpuWeights& w_;
+  const KernelSet& k_;
+  const DecoderBuffers& b_;
+  RecordedForward out_;
+  VkCommandBuffer cmd_ = VK_NULL_HANDLE;
+  std::uint32_t tokens_ = 0;
+};
+
+}  // namespace coli::vulkan

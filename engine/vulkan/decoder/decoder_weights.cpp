@@ -1,0 +1,247 @@
+#include "vulkan/decoder/decoder_weights.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "coli/base/text.h"
+#include "reference/gemv_reference.h"
+
+namespace coli::vulkan {
+namespace {
+
+constexpr std::size_t kTensorAlignment = 256;  // any device's minStorageBufferOffsetAlignment
+
+// Dense tensors gathered first, so one buffer of the exact size is made.
+class DensePacker {
+ public:
+  // Reserves room for `bytes`; returns the offset.
+  std::size_t add(std::span<const std::byte> bytes) {
+    const std::size_t offset = size_;
+    entries_.push_back({offset, bytes});
+    size_ = (size_ + bytes.size() + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment;
+    return offset;
+  }
+  std::size_t add_owned(std::vector<std::byte> bytes) {
+    owned_.push_back(std::make_unique<std::vector<std::byte>>(std::move(bytes)));
+    return add(*owned_.back());
+  }
+  std::size_t size() const { return size_; }
+  Status upload(StagingRing& ring, AddressedBuffer& buffer) const {
+    for (const Entry& e : entries_) {
+      if (Status s = ring.upload(buffer, e.offset, e.bytes); !s) return s;
+    }
+    return ring.finish();
+  }
+
+ private:
+  struct Entry {
+    std::size_t offset;
+    std::span<const std::byte> bytes;
+  };
+  std::vector<Entry> entries_;
+  std::vector<std::unique_ptr<std::vector<std::byte>>> owned_;
+  std::size_t size_ = 0;
+};
+
+// A 1-D tensor widened to f32 (norm weights, biases: the kernels read floats).
+std::vector<std::byte> widened(const DecoderTensor& t) {
+  std::size_t count = 1;
+  for (std::uint64_t d : t.shape) count *= d;
+  std::vector<float> values(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    if (t.dtype == "F32") {
+      std::memcpy(&values[i], t.bytes.data() + 4 * i, 4);
+    } else {
+      std::uint16_t half;
+      std::memcpy(&half, t.bytes.data() + 2 * i, 2);
+      if (t.dtype == "BF16") {
+        const std::uint32_t wide = static_cast<std::uint32_t>(half) << 16;
+        std::memcpy(&values[i], &wide, 4);
+      } else {
+        values[i] = kernels::half_to_float(half);
+      }
+    }
+  }
+  std::vector<std::byte> bytes(count * 4);
+  std::memcpy(bytes.data(), values.data(), bytes.size());
+  return bytes;
+}
+
+// Offsets within the dense buffer, resolved to addresses once it exists.
+struct PendingMatrix {
+  GpuMatrix* target;
+  std::size_t weights, scales;
+  bool has_scales;
+};
+
+class WeightGatherer {
+ public:
+  explicit WeightGatherer(const DecoderModel& model) : model_(model) {}
+
+  Status matrix(const std::string& name, GpuMatrix& out, bool required = true) {
+    const DecoderTensor* t = model_.tensor(name);
+    if (!t) return required ? make_error("the container has no tensor " + name) : Status(Ok{});
+    if (t->shape.size() != 2) return make_error("tensor " + name + " is not 2-D, which the GPU decoder needs");
+    if (!kernel_format_of(t->dtype, out.format)) {
+      return make_error("tensor " + name + " has dtype " + t->dtype + ", which no GPU kernel reads");
+    }
+    out.rows = static_cast<std::uint32_t>(t->shape[0]);
+    out.cols = static_cast<std::uint32_t>(t->shape[1]);
+    const std::uint32_t per_word[] = {1, 2, 2, 4, 8};
+    if (out.cols % per_word[static_cast<int>(out.format)] != 0) {
+      return make_error("tensor " + name + " has " + std::to_string(out.cols) + " columns; the GPU kernels read " +
+                        t->dtype + " rows in whole 32-bit words (a multiple of " +
+                        std::to_string(per_word[static_cast<int>(out.format)]) + "): run with --gpu none");
+    }
+    const std::size_t at = packer_.add(t->bytes);
+    std::size_t scales = 0;
+    if (out.format == KernelFormat::q8_row) scales = container::q8_row_scales_offset(out.rows, out.cols);
+    if (out.format == KernelFormat::q4_g64) scales = container::q4_g64_scales_offset(out.rows, out.cols);
+    pending_.push_back({&out, at, at + scales, scales != 0});
+    if (std::find(formats_.begin(), formats_.end(), out.format) == formats_.end()) formats_.push_back(out.format);
+    return Ok{};
+  }
+
+  // A vector as f32; `out` stays 0 when the tensor is absent.
+  void vector(const std::string& name, VkDeviceAddress& out) {
+    const DecoderTensor* t = model_.tensor(name);
+    if (!t) return;
+    vectors_.push_back({&out, packer_.add_owned(widened(*t))});
+  }
+
+  Result<std::unique_ptr<AddressedBuffer>> finish(ComputeContext& context, StagingRing& ring) {
+    auto buffer = AddressedBuffer::create(context, packer_.size(), Placement::device, "dense weights");
+    if (!buffer) return buffer.error();
+    if (Status s = packer_.upload(ring, **buffer); !s) return s.error();
+    const VkDeviceAddress base = (*buffer)->address();
+    for (const PendingMatrix& m : pending_) {
+      m.target->w = base + m.weights;
+      m.target->s = m.has_scales ? base + m.scales : base + m.weights;
+    }
+    for (const auto& [target, offset] : vectors_) *target = base + offset;
+    return buffer;
+  }
+  const std::vector<KernelFormat>& formats() const { return formats_; }
+
+ private:
+  const DecoderModel& model_;
+  DensePacker packer_;
+  std::vector<PendingMatrix> pending_;
+  std::vector<std::pair<VkDeviceAddress*, std::size_t>> vectors_;
+  std::vector<KernelFormat> formats_;
+};
+
+Status gather_layer(WeightGatherer& g, const model::ModelConfig& c, std::uint64_t i, int moe, GpuLayer& w) {
+  const std::string p = "model.layers." + std::to_string(i) + ".";
+  g.vector(p + "input_layernorm.weight", w.input_norm);
+  g.vector(p + "post_attention_layernorm.weight", w.post_norm);
+  g.vector(p + "self_attn.q_norm.weight", w.q_norm);
+  g.vector(p + "self_attn.k_norm.weight", w.k_norm);
+  for (auto [name, m, bias] : {std::tuple{"q", &w.q, &w.q_bias}, {"k", &w.k, &w.k_bias}, {"v", &w.v, &w.v_bias},
+                               {"o", &w.o, &w.o_bias}}) {
+    if (Status s = g.matrix(p + "self_attn." + name + "_proj.weight", *m); !s) return s;
+    g.vector(p + "self_attn." + name + "_proj.bias", *bias);
+  }
+  w.moe = moe;
+  const std::string mlp = moe >= 0 && c.has_shared_expert() ? p + "mlp.shared_expert." : p + "mlp.";
+  if (moe >= 0) {
+    const bool mixtral = c.architecture == model::Architecture::Mixtral;
+    if (Status s = g.matrix(p + (mixtral ? "block_sparse_moe.gate.weight" : "mlp.gate.weight"), w.router); !s) return s;
+    w.has_shared = c.has_shared_expert();
+    if (!w.has_shared) return Ok{};
+    if (Status s = g.matrix(p + "mlp.shared_expert_gate.weight", w.shared_gate); !s) return s;
+  }
+  for (auto [name, m] : {std::pair{"gate", &w.mlp_gate}, {"up", &w.mlp_up}, {"down", &w.mlp_down}}) {
+    if (Status s = g.matrix(mlp + name + "_proj.weight", *m); !s) return s;
+  }
+  return Ok{};
+}
+
+Result<std::uint32_t> part_offset(const container::ExpertLayout& layout, const std::string& name, bool scales) {
+  for (const container::ExpertPart& part : layout.parts) {
+    if (part.name == name) return static_cast<std::uint32_t>(scales ? part.scales_offset : part.weights_offset);
+  }
+  return make_error("the container's expert records have no '" + name + "' part: convert the model again");
+}
+
+Status upload_experts(ComputeContext& context, StagingRing& ring, const DecoderModel& model, GpuExperts& out) {
+  const container::ExpertLayout& layout = model.container->index().experts;
+  if (!kernel_format_of(layout.format, out.format)) {
+    return make_error("experts in format " + layout.format + " have no GPU kernel");
+  }
+  if (layout.record_stride > 0xffffffffull) return make_error("expert records over 4 GiB are not supported on the GPU");
+  out.stride = static_cast<std::uint32_t>(layout.record_stride);
+  out.width = static_cast<std::uint32_t>(model.config->moe_intermediate_size);
+  for (auto [name, w, s] : {std::tuple{"gate", &out.gate_w, &out.gate_s}, {"up", &out.up_w, &out.up_s},
+                            {"down", &out.down_w, &out.down_s}}) {
+    auto weights = part_offset(layout, name, false);
+    auto scales = part_offset(layout, name, true);
+    if (!weights) return weights.error();
+    *w = *weights;
+    *s = out.format == KernelFormat::f32 ? *weights : *scales;
+  }
+  const std::size_t experts = layout.experts;
+  out.slot_of.assign(layout.layers, std::vector<int>(experts, -1));
+  out.layers.resize(layout.layers);
+  const std::string file = model.container->path().string();
+  for (std::uint32_t l = 0; l < layout.layers; ++l) {
+    const std::vector<int>& chosen = l < model.vram_experts.size() ? model.vram_experts[l] : std::vector<int>{};
+    if (chosen.empty()) continue;
+    auto buffer = AddressedBuffer::create(context, chosen.size() * layout.record_stride, Placement::device,
+                                          "expert slots of MoE layer " + std::to_string(l));
+    if (!buffer) return buffer.error();
+    for (std::size_t slot = 0; slot < chosen.size(); ++slot) {
+      const int e = chosen[slot];
+      if (e < 0 || static_cast<std::size_t>(e) >= experts || out.slot_of[l][static_cast<std::size_t>(e)] >= 0) {
+        return make_error("the VRAM tier of MoE layer " + std::to_string(l) + " names expert " + std::to_string(e) +
+                          " twice or out of range (0.." + std::to_string(experts - 1) + "): re-plan");
+      }
+      out.slot_of[l][static_cast<std::size_t>(e)] = static_cast<int>(slot);
+      if (Status s = ring.upload_from_file(**buffer, slot * layout.record_stride, model.container->fd(),
+                                           layout.record_offset(l, static_cast<std::uint32_t>(e)), layout.record_bytes, file);
+          !s) {
+        return s;
+      }
+    }
+    out.layers[l] = std::move(*buffer);
+  }
+  std::vector<int> tables;
+  for (const auto& layer : out.slot_of) tables.insert(tables.end(), layer.begin(), layer.end());
+  auto buffer = AddressedBuffer::create(context, std::max<std::size_t>(tables.size(), 1) * 4, Placement::device,
+                                        "expert slot tables");
+  if (!buffer) return buffer.error();
+  out.slot_tables = std::move(*buffer);
+  if (Status s = ring.upload(*out.slot_tables, 0, std::as_bytes(std::span(tables))); !s) return s;
+  return ring.finish();
+}
+
+}  // namespace
+
+bool GpuExperts::all_in_vram(int moe_layer) const {
+  const auto& slots = slot_of[static_cast<std::size_t>(moe_layer)];
+  return std::none_of(slots.begin(), slots.end(), [](int s) { return s < 0; });
+}
+
+Result<GpuWeights> upload_weights(ComputeContext& context, StagingRing& ring, const DecoderModel& model) {
+  const model::ModelConfig& c = *model.config;
+  const auto& moe_layers = model.container->index().experts.model_layers;
+  WeightGatherer g(model);
+  GpuWeights out;
+  out.layers.resize(c.num_hidden_layers);
+  for (std::uint64_t i = 0; i < c.num_hidden_layers; ++i) {
+    const auto found = std::find(moe_layers.begin(), moe_layers.end(), i);
+    const int moe = found == moe_layers.end() ? -1 : static_cast<int>(found - moe_layers.begin());
+    if (Status s = gather_layer(g, c, i, moe, out.layers[i]); !s) return s.error();
+  }
+  g.vector("model.norm.weight", out.final_norm);
+  const std::string head = c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
+  if (Status s = g.matrix(head, out.lm_head); !s) return s.error();
+  auto dense = g.finish(context, ring);
+  if (!dense) return dense.error();
+  out.dense = std::move(*dense);
+  out.dense_formats = g.formats();
+  if (Status s = upload_experts(context, ring, model, out.experts); !s) return s.error();
+  return out;
+}
+
+}  // namespace coli::vulkan

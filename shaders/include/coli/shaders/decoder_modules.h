@@ -1,0 +1,26 @@
+// The decoder's compute kernels (shaders/decoder/*.comp), embedded as SPIR-V
+// like the GEMV catalogue, with the shared memory each declares as a
+// function of its specialization, so engine/vulkan/decoder can refuse a
+// kernel that does not fit a device before creating it.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+namespace coli::shaders {
+
+enum class DecoderModule {
+  matvec, expert_gate_up, expert_down, rms_norm, qk_prep, attention, route_topk, moe_combine, silu_mul
+};
+std::string_view module_name(DecoderModule module);  // "matvec", ...
+
+// The module's SPIR-V words (entry point "main").
+std::span<const std::uint32_t> decoder_module(DecoderModule module);
+
+// Workgroup memory each module declares, in bytes, at a workgroup size and
+// number of partial sums per invocation (matvec: tokens per workgroup;
+// gate/up: 2; down: 1). Checked against the modules by the reflection test.
+std::uint32_t decoder_shared_memory_bytes(DecoderModule module, std::uint32_t workgroup_size, std::uint32_t sums);
+
+}  // namespace coli::shaders
