@@ -6,22 +6,6 @@
 namespace coli::vulkan {
 namespace {
 
-constexpr std::size_t kAlign = 256;
-
-// Lays out regions one after another, each aligned.
-class Layout {
- public:
-  std::size_t add(std::size_t bytes) {
-    const std::size_t at = size_;
-    size_ = (size_ + std::max<std::size_t>(bytes, 4) + kAlign - 1) / kAlign * kAlign;
-    return at;
-  }
-  std::size_t size() const { return size_; }
-
- private:
-  std::size_t size_ = 0;
-};
-
 // cos/sin of every (position, pair), computed in double as forward::Rope does.
 std::vector<float> rope_table(const model::ModelConfig& c, int context) {
   const std::size_t half = c.head_dim / 2;
@@ -39,77 +23,59 @@ std::vector<float> rope_table(const model::ModelConfig& c, int context) {
 
 }  // namespace
 
+DecoderShape decoder_shape(const model::ModelConfig& c, const DecoderModel& model, const GpuWeights& weights) {
+  DecoderShape shape;
+  shape.hidden = c.hidden_size;
+  shape.heads = c.num_attention_heads;
+  shape.head_dim = c.head_dim;
+  shape.q_width = c.num_attention_heads * c.head_dim;
+  shape.kv_width = c.num_key_value_heads * c.head_dim;
+  shape.layers = c.num_hidden_layers;
+  shape.moe_layers = weights.experts.slot_of.size();
+  shape.experts = c.num_experts;
+  shape.top_k = c.num_experts_per_tok;
+  shape.expert_width = c.moe_intermediate_size;
+  for (const GpuLayer& layer : weights.layers) shape.mlp_width = std::max<std::uint64_t>(shape.mlp_width, layer.mlp_gate.rows);
+  shape.vocab = c.vocab_size;
+  shape.context = static_cast<std::uint64_t>(model.max_context);
+  shape.batch = static_cast<std::uint64_t>(std::max(1, model.max_batch_tokens));
+  return shape;
+}
+
 Result<DecoderBuffers> DecoderBuffers::create(ComputeContext& context, StagingRing& ring,
                                               const model::ModelConfig& c, const DecoderModel& model,
                                               const GpuWeights& weights) {
   DecoderBuffers b;
   b.max_tokens_ = std::max(1, model.max_batch_tokens);
   b.context_ = model.max_context;
-  b.moe_layers_ = static_cast<int>(weights.experts.slot_of.size());
-  const std::size_t t = static_cast<std::size_t>(b.max_tokens_), f = 4;
-  const std::size_t hidden = c.hidden_size, q_width = c.num_attention_heads * c.head_dim;
-  const std::size_t kv_width = c.num_key_value_heads * c.head_dim;
-  b.choices_ = t * c.num_experts_per_tok;
-  std::size_t mlp_width = 1;
-  for (const GpuLayer& layer : weights.layers) mlp_width = std::max<std::size_t>(mlp_width, layer.mlp_gate.rows);
-  Layout s;
-  b.offsets_[x] = s.add(t * hidden * f);
-  b.offsets_[h] = s.add(t * hidden * f);
-  b.offsets_[q] = s.add(t * q_width * f);
-  b.offsets_[k] = s.add(t * kv_width * f);
-  b.offsets_[v] = s.add(t * kv_width * f);
-  b.offsets_[attn] = s.add(t * q_width * f);
-  b.offsets_[scores] = s.add(t * c.num_attention_heads * static_cast<std::size_t>(b.context_) * f);
-  b.offsets_[mlp_a] = s.add(t * mlp_width * f);
-  b.offsets_[mlp_b] = s.add(t * mlp_width * f);
-  b.offsets_[router_logits] = s.add(t * std::max<std::uint64_t>(c.num_experts, 1) * f);
-  b.offsets_[act] = s.add(b.choices_ * std::max<std::uint64_t>(c.moe_intermediate_size, 1) * f);
-  b.offsets_[y] = s.add(b.choices_ * hidden * f);
-  b.offsets_[y_host_copy] = s.add(b.choices_ * hidden * f);
-  b.offsets_[shared_out] = s.add(t * hidden * f);
-  b.offsets_[shared_gate] = s.add(t * f);
-  b.offsets_[route_ids] = s.add(static_cast<std::size_t>(b.moe_layers_) * b.choices_ * 4);
-  b.offsets_[route_weights] = s.add(static_cast<std::size_t>(b.moe_layers_) * b.choices_ * f);
-  b.offsets_[final_h] = s.add(hidden * f);
-  const std::vector<float> table = rope_table(c, b.context_);
-  b.offsets_[rope] = s.add(table.size() * f);
-  b.offsets_[step_copy] = s.add(16);
-  auto scratch = AddressedBuffer::create(context, s.size(), Placement::device, "decoder activations");
+  b.layout_ = layout_decoder(decoder_shape(c, model, weights));
+  auto scratch = AddressedBuffer::create(context, b.layout_.device_bytes, Placement::device, "decoder activations");
   if (!scratch) return scratch.error();
   b.scratch_ = std::move(*scratch);
-  if (Status st = ring.upload(*b.scratch_, b.offsets_[rope], std::as_bytes(std::span(table))); !st) return st.error();
+  const std::vector<float> table = rope_table(c, b.context_);
+  if (Status st = ring.upload(*b.scratch_, b.layout_.device[rope], std::as_bytes(std::span(table))); !st) return st.error();
   if (Status st = ring.finish(); !st) return st.error();
-
-  b.kv_layer_bytes_ = static_cast<std::size_t>(b.context_) * kv_width * f;
-  auto kv = AddressedBuffer::create(context, c.num_hidden_layers * 2 * b.kv_layer_bytes_, Placement::device,
+  auto kv = AddressedBuffer::create(context, b.layout_.kv_bytes, Placement::device,
                                     "KV cache (" + std::to_string(b.context_) + " positions)");
   if (!kv) return kv.error();
   b.kv_ = std::move(*kv);
-
-  Layout hl;
-  b.host_offsets_[h_step] = hl.add(16);
-  b.host_offsets_[h_input] = hl.add(t * hidden * f);
-  b.host_offsets_[h_logits] = hl.add(c.vocab_size * f);
-  b.host_offsets_[h_ids] = hl.add(static_cast<std::size_t>(b.moe_layers_) * b.choices_ * 4);
-  b.host_offsets_[h_hidden] = hl.add(t * hidden * f);
-  b.host_offsets_[h_rows] = hl.add(b.choices_ * hidden * f);
-  auto host = AddressedBuffer::create(context, hl.size(), Placement::host, "decoder input/output (host-visible)");
+  auto host = AddressedBuffer::create(context, b.layout_.host_bytes, Placement::host, "decoder input/output (host-visible)");
   if (!host) return host.error();
   b.host_ = std::move(*host);
   return b;
 }
 
 VkDeviceAddress DecoderBuffers::route_ids_of(int moe_layer) const {
-  return at(route_ids) + static_cast<std::size_t>(moe_layer) * choices_ * 4;
+  return at(route_ids) + static_cast<std::size_t>(moe_layer) * route_stride_bytes();
 }
 VkDeviceAddress DecoderBuffers::route_weights_of(int moe_layer) const {
-  return at(route_weights) + static_cast<std::size_t>(moe_layer) * choices_ * 4;
+  return at(route_weights) + static_cast<std::size_t>(moe_layer) * route_stride_bytes();
 }
 VkDeviceAddress DecoderBuffers::k_cache(int layer) const {
-  return kv_->address() + static_cast<std::size_t>(2 * layer) * kv_layer_bytes_;
+  return kv_->address() + static_cast<std::size_t>(2 * layer) * layout_.kv_layer_bytes;
 }
 VkDeviceAddress DecoderBuffers::v_cache(int layer) const {
-  return kv_->address() + static_cast<std::size_t>(2 * layer + 1) * kv_layer_bytes_;
+  return kv_->address() + static_cast<std::size_t>(2 * layer + 1) * layout_.kv_layer_bytes;
 }
 
 namespace {
@@ -119,21 +85,21 @@ std::span<T> host_span(const AddressedBuffer& host, std::size_t offset, std::siz
 }
 }  // namespace
 
-std::span<std::uint32_t> DecoderBuffers::step() const { return host_span<std::uint32_t>(*host_, host_offsets_[h_step], 4); }
+std::span<std::uint32_t> DecoderBuffers::step() const { return host_span<std::uint32_t>(*host_, layout_.host[h_step], 4); }
 std::span<float> DecoderBuffers::host_input() const {
-  return host_span<float>(*host_, host_offsets_[h_input], (host_offsets_[h_logits] - host_offsets_[h_input]) / 4);
+  return host_span<float>(*host_, layout_.host[h_input], (layout_.host[h_logits] - layout_.host[h_input]) / 4);
 }
 std::span<float> DecoderBuffers::host_logits() const {
-  return host_span<float>(*host_, host_offsets_[h_logits], (host_offsets_[h_ids] - host_offsets_[h_logits]) / 4);
+  return host_span<float>(*host_, layout_.host[h_logits], (layout_.host[h_ids] - layout_.host[h_logits]) / 4);
 }
 std::span<const int> DecoderBuffers::host_ids(int moe_layer) const {
-  return host_span<const int>(*host_, host_offsets_[h_ids] + static_cast<std::size_t>(moe_layer) * choices_ * 4, choices_);
+  return host_span<const int>(*host_, layout_.host[h_ids] + static_cast<std::size_t>(moe_layer) * route_stride_bytes(), layout_.choices);
 }
 std::span<float> DecoderBuffers::host_hidden() const {
-  return host_span<float>(*host_, host_offsets_[h_hidden], (host_offsets_[h_rows] - host_offsets_[h_hidden]) / 4);
+  return host_span<float>(*host_, layout_.host[h_hidden], (layout_.host[h_rows] - layout_.host[h_hidden]) / 4);
 }
 std::span<float> DecoderBuffers::host_expert_rows() const {
-  return host_span<float>(*host_, host_offsets_[h_rows], (host_->size() - host_offsets_[h_rows]) / 4);
+  return host_span<float>(*host_, layout_.host[h_rows], (host_->size() - layout_.host[h_rows]) / 4);
 }
 
 }  // namespace coli::vulkan

@@ -63,7 +63,7 @@ void DecoderRecorder::silu_mul(VkDeviceAddress a, VkDeviceAddress b, std::uint32
 }
 
 void DecoderRecorder::attention_block(const GpuLayer& w, int index) {
-  using B = DecoderBuffers;
+  using B = DeviceRole;
   const auto hidden = static_cast<std::uint32_t>(c_.hidden_size);
   const auto heads = static_cast<std::uint32_t>(c_.num_attention_heads);
   const auto kv_heads = static_cast<std::uint32_t>(c_.num_key_value_heads);
@@ -93,7 +93,7 @@ void DecoderRecorder::attention_block(const GpuLayer& w, int index) {
 
 // SwiGLU MLP of h into `out` (accumulating into x for a dense layer).
 void DecoderRecorder::mlp_block(const GpuLayer& w) {
-  using B = DecoderBuffers;
+  using B = DeviceRole;
   const auto hidden = static_cast<std::uint32_t>(c_.hidden_size);
   const std::uint32_t width = w.mlp_gate.rows;
   matvec(w.mlp_gate, b_.at(B::h), hidden, b_.at(B::mlp_a), width, tokens_);
@@ -106,7 +106,7 @@ void DecoderRecorder::mlp_block(const GpuLayer& w) {
 }
 
 Status DecoderRecorder::moe_block(const GpuLayer& w) {
-  using B = DecoderBuffers;
+  using B = DeviceRole;
   const auto hidden = static_cast<std::uint32_t>(c_.hidden_size);
   const auto top_k = static_cast<std::uint32_t>(c_.num_experts_per_tok);
   const auto experts = static_cast<std::uint32_t>(c_.num_experts);
@@ -125,13 +125,13 @@ Status DecoderRecorder::moe_block(const GpuLayer& w) {
     barrier();
     const std::size_t ids_at = b_.offset(B::route_ids) + static_cast<std::size_t>(w.moe) * b_.route_stride_bytes();
     copy(b_.scratch().handle(), ids_at, b_.host().handle(),
-         b_.host_offset(DecoderBuffers::h_ids) + static_cast<std::size_t>(w.moe) * b_.route_stride_bytes(),
+         b_.host_offset(h_ids) + static_cast<std::size_t>(w.moe) * b_.route_stride_bytes(),
          choices * 4);
-    copy(b_.scratch().handle(), b_.offset(B::h), b_.host().handle(), b_.host_offset(DecoderBuffers::h_hidden),
+    copy(b_.scratch().handle(), b_.offset(B::h), b_.host().handle(), b_.host_offset(h_hidden),
          static_cast<std::size_t>(tokens_) * hidden * 4);
     if (Status s = end_segment(w.moe); !s) return s;
     if (Status s = begin_segment(); !s) return s;
-    copy(b_.host().handle(), b_.host_offset(DecoderBuffers::h_rows), b_.scratch().handle(), b_.offset(B::y_host_copy),
+    copy(b_.host().handle(), b_.host_offset(h_rows), b_.scratch().handle(), b_.offset(B::y_host_copy),
          choices * hidden * 4);
   }
   barrier();
@@ -160,13 +160,13 @@ Status DecoderRecorder::moe_block(const GpuLayer& w) {
 }
 
 Result<RecordedForward> DecoderRecorder::record(int tokens) {
-  using B = DecoderBuffers;
+  using B = DeviceRole;
   tokens_ = static_cast<std::uint32_t>(tokens);
   out_ = {};
   const auto hidden = static_cast<std::uint32_t>(c_.hidden_size);
   if (Status s = begin_segment(); !s) return s.error();
-  copy(b_.host().handle(), b_.host_offset(DecoderBuffers::h_step), b_.scratch().handle(), b_.offset(B::step_copy), 16);
-  copy(b_.host().handle(), b_.host_offset(DecoderBuffers::h_input), b_.scratch().handle(), b_.offset(B::x),
+  copy(b_.host().handle(), b_.host_offset(h_step), b_.scratch().handle(), b_.offset(B::step_copy), 16);
+  copy(b_.host().handle(), b_.host_offset(h_input), b_.scratch().handle(), b_.offset(B::x),
        static_cast<std::size_t>(tokens) * hidden * 4);
   barrier();
   for (std::size_t i = 0; i < w_.layers.size(); ++i) {
@@ -182,12 +182,12 @@ Result<RecordedForward> DecoderRecorder::record(int tokens) {
   const VkDeviceAddress last = b_.at(B::x) + static_cast<std::size_t>(tokens - 1) * hidden * 4;
   rms_norm(last, b_.at(B::final_h), w_.final_norm, 1, hidden);
   barrier();
-  const VkDeviceAddress logits = b_.host().address() + b_.host_offset(DecoderBuffers::h_logits);
+  const VkDeviceAddress logits = b_.host().address() + b_.host_offset(h_logits);
   matvec(w_.lm_head, b_.at(B::final_h), hidden, logits, w_.lm_head.rows, 1);
   barrier();
   // Every layer's choices, for the usage history.
   const std::size_t all_ids = b_.route_stride_bytes() * w_.experts.slot_of.size();
-  if (all_ids > 0) copy(b_.scratch().handle(), b_.offset(B::route_ids), b_.host().handle(), b_.host_offset(DecoderBuffers::h_ids), all_ids);
+  if (all_ids > 0) copy(b_.scratch().handle(), b_.offset(B::route_ids), b_.host().handle(), b_.host_offset(h_ids), all_ids);
   if (Status s = end_segment(-1); !s) return s.error();
   return std::move(out_);
 }

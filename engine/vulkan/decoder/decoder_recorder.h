@@ -9,6 +9,7 @@
 #include <span>
 #include <vector>
 
+#include "vulkan/decoder/decoder_layout.h"
 #include "vulkan/decoder/decoder_weights.h"
 
 namespace coli::vulkan {
@@ -18,13 +19,12 @@ class DecoderBuffers {
   static Result<DecoderBuffers> create(ComputeContext& context, StagingRing& ring, const model::ModelConfig& config,
                                        const DecoderModel& model, const GpuWeights& weights);
 
-  // Device scratch, by role (addresses).
-  enum Role { x, h, q, k, v, attn, scores, mlp_a, mlp_b, router_logits, act, y, y_host_copy, shared_out, shared_gate,
-              route_ids, route_weights, final_h, rope, step_copy, roles };
-  VkDeviceAddress at(Role role) const { return scratch_->address() + offsets_[role]; }
-  std::size_t offset(Role role) const { return offsets_[role]; }
+  // Device scratch, by role (addresses); the layout is decoder_layout.h's.
+  using Role = DeviceRole;
+  VkDeviceAddress at(Role role) const { return scratch_->address() + layout_.device[role]; }
+  std::size_t offset(Role role) const { return layout_.device[role]; }
   VkDeviceAddress route_ids_of(int moe_layer) const;
-  std::size_t route_stride_bytes() const { return choices_ * 4; }  // one MoE layer's ids (or weights)
+  std::size_t route_stride_bytes() const { return layout_.choices * 4; }  // one MoE layer's ids (or weights)
   VkDeviceAddress route_weights_of(int moe_layer) const;
   VkDeviceAddress k_cache(int layer) const;
   VkDeviceAddress v_cache(int layer) const;
@@ -39,8 +39,7 @@ class DecoderBuffers {
 
   AddressedBuffer& scratch() const { return *scratch_; }
   AddressedBuffer& host() const { return *host_; }
-  enum HostRole { h_step, h_input, h_logits, h_ids, h_hidden, h_rows, host_roles };
-  std::size_t host_offset(HostRole role) const { return host_offsets_[role]; }
+  std::size_t host_offset(HostRole role) const { return layout_.host[role]; }
 
   std::uint64_t kv_bytes() const { return kv_->size(); }
   std::uint64_t scratch_bytes() const { return scratch_->size(); }
@@ -50,11 +49,7 @@ class DecoderBuffers {
 
  private:
   std::unique_ptr<AddressedBuffer> scratch_, kv_, host_;
-  std::size_t offsets_[roles] = {};
-  std::size_t host_offsets_[host_roles] = {};
-  std::size_t choices_ = 0;       // max tokens x top_k
-  std::size_t kv_layer_bytes_ = 0;
-  int moe_layers_ = 0;
+  DecoderLayout layout_;
   int max_tokens_ = 0;
   int context_ = 0;
 };
