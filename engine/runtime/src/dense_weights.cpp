@@ -1,14 +1,14 @@
 #include "dense_weights.h"
 
-#include <algorithm>
-
 #include "reference/gemv_reference.h"
 
 namespace coli::runtime {
 
-Result<DenseWeights> DenseWeights::load(const container::ContainerReader& reader) {
+Result<DenseWeights> DenseWeights::load(const container::ContainerReader& reader,
+                                        const std::function<bool(const std::string&)>& wanted) {
   DenseWeights weights;
   for (const container::TensorEntry& entry : reader.index().tensors) {
+    if (wanted && !wanted(entry.name)) continue;
     Tensor tensor;
     if (entry.dtype == "Q8_ROW") tensor.q8_row = true;
     else if (entry.dtype == "Q4_G64") tensor.q4_g64 = true;
@@ -79,14 +79,6 @@ void Linear::apply(std::span<const float> x, std::span<float> y, const kernels::
 std::span<const std::byte> DenseWeights::bytes_of(const std::string& name) const {
   const auto found = tensors_.find(name);
   return found == tensors_.end() ? std::span<const std::byte>() : std::span<const std::byte>(found->second.data);
-}
-
-void DenseWeights::release_all_but(const std::vector<std::string>& keep) {
-  for (auto& [name, tensor] : tensors_) {
-    if (std::find(keep.begin(), keep.end(), name) != keep.end()) continue;
-    bytes_ -= tensor.data.size();
-    std::vector<std::byte>().swap(tensor.data);
-  }
 }
 
 std::vector<float> DenseWeights::vector(const std::string& name) const {

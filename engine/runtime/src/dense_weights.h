@@ -2,6 +2,7 @@
 // container into memory once and looked up by their Hugging Face names.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -29,7 +30,10 @@ struct Linear {
 
 class DenseWeights {
  public:
-  static Result<DenseWeights> load(const container::ContainerReader& reader);
+  // Every dense tensor, or only those `wanted` accepts (the GPU decoder reads
+  // the rest from the container straight into device memory).
+  static Result<DenseWeights> load(const container::ContainerReader& reader,
+                                   const std::function<bool(const std::string&)>& wanted = {});
 
   // A 2-D float matrix (rows = shape[0]); error names the tensor when absent
   // or quantised (lookups such as the embedding need floats).
@@ -41,9 +45,6 @@ class DenseWeights {
   bool has(const std::string& name) const { return tensors_.count(name) != 0; }
   // The stored bytes of a tensor; empty when absent.
   std::span<const std::byte> bytes_of(const std::string& name) const;
-  // Frees every tensor but `keep` (the GPU holds them now); views of the
-  // freed tensors must no longer be used.
-  void release_all_but(const std::vector<std::string>& keep);
   std::uint64_t bytes() const { return bytes_; }
 
  private:

@@ -94,7 +94,7 @@ Result<std::unique_ptr<GpuRun>> GpuRun::start(const ModelOptions& options, const
   if (!context) return make_error("the plan runs on Vulkan device " + std::to_string(options.gpu_index) + ", but " + context.error().message);
   state->context = std::move(*context);
   for (const container::TensorEntry& entry : reader.index().tensors) {
-    state->tensors[entry.name] = {entry.dtype, entry.shape, dense.bytes_of(entry.name)};
+    state->tensors[entry.name] = {entry.dtype, entry.shape, dense.bytes_of(entry.name), entry.offset, entry.bytes};
   }
   auto vram = vram_experts_of(options, reader.index().experts);
   if (!vram) return vram.error();

@@ -32,6 +32,8 @@ struct LayerWeights {
   bool has_shared = false;
 };
 
+constexpr const char* kEmbedding = "model.embed_tokens.weight";
+
 forward::RouterNorm router_norm(model::RouterNormalization n) {
   return n == model::RouterNormalization::SoftmaxTopK ? forward::RouterNorm::softmax_topk
                                                       : forward::RouterNorm::softmax_topk_renorm;
@@ -91,7 +93,7 @@ Status MoeModel::State::load_layers() {
     out = *m;
     return Ok{};
   };
-  auto embedding = dense.matrix("model.embed_tokens.weight");
+  auto embedding = dense.matrix(kEmbedding);
   if (!embedding) return embedding.error();
   embed = *embedding;
   if (c.tie_word_embeddings) lm_head.dense = embed;
@@ -275,7 +277,12 @@ Result<MoeModel> MoeModel::load(const std::filesystem::path& path, const ModelOp
   if (c.rope_scaling.type != "default") {
     return make_error(path.string() + ": rope_scaling is not supported by the engine yet; convert a model without it");
   }
-  auto dense = DenseWeights::load(*state->reader);
+  // On the GPU the host keeps only the embedding table (its row lookups);
+  // the decoder reads every other dense tensor from the container into VRAM.
+  const bool on_gpu = options.backend == "vulkan";
+  auto dense = DenseWeights::load(*state->reader, on_gpu ? std::function<bool(const std::string&)>(
+                                                               [](const std::string& name) { return name == kEmbedding; })
+                                                         : nullptr);
   if (!dense) return dense.error();
   state->dense = std::move(*dense);
   // I/O threads inherit the creating thread's affinity: create them unpinned.
@@ -297,7 +304,9 @@ Result<MoeModel> MoeModel::load(const std::filesystem::path& path, const ModelOp
     state->experts = std::move(*experts);
   }
   state->stats.io_mode = state->experts.io_mode();
-  if (Status s = state->load_layers(); !s) return s.error();
+  if (!on_gpu) {
+    if (Status s = state->load_layers(); !s) return s.error();
+  }
   const auto& layout = state->reader->index().experts;
   state->routing_counts.assign(layout.layers, std::vector<std::uint64_t>(layout.experts, 0));
 
@@ -332,9 +341,6 @@ Result<MoeModel> MoeModel::load(const std::filesystem::path& path, const ModelOp
     if (!gpu) return gpu.error();
     state->gpu = std::move(*gpu);
     state->stats.gpu = state->gpu->memory();
-    // The GPU holds the dense weights now; the host keeps the embedding
-    // table for its lookups.
-    state->dense.release_all_but({"model.embed_tokens.weight"});
   } else {
     state->k_cache.assign(c.num_hidden_layers, std::vector<float>(static_cast<std::size_t>(options.max_context) * kv_width));
     state->v_cache = state->k_cache;

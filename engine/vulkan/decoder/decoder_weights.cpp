@@ -11,24 +11,29 @@ namespace {
 
 constexpr std::size_t kTensorAlignment = 256;  // any device's minStorageBufferOffsetAlignment
 
-// Dense tensors gathered first, so one buffer of the exact size is made.
+// Dense tensors gathered first, so one buffer of the exact size is made;
+// each comes from host memory or straight from the container file.
 class DensePacker {
  public:
-  // Reserves room for `bytes`; returns the offset.
-  std::size_t add(std::span<const std::byte> bytes) {
-    const std::size_t offset = size_;
-    entries_.push_back({offset, bytes});
-    size_ = (size_ + bytes.size() + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment;
-    return offset;
+  explicit DensePacker(const container::ContainerReader& file) : file_(file) {}
+  // Reserves room for the tensor; returns the offset.
+  std::size_t add(const DecoderTensor& t) {
+    const std::size_t bytes = t.bytes.empty() ? t.file_bytes : t.bytes.size();
+    entries_.push_back({reserve(bytes), t.bytes, t.file_offset, bytes});
+    return entries_.back().offset;
   }
   std::size_t add_owned(std::vector<std::byte> bytes) {
     owned_.push_back(std::make_unique<std::vector<std::byte>>(std::move(bytes)));
-    return add(*owned_.back());
+    entries_.push_back({reserve(owned_.back()->size()), *owned_.back(), 0, owned_.back()->size()});
+    return entries_.back().offset;
   }
   std::size_t size() const { return size_; }
   Status upload(StagingRing& ring, AddressedBuffer& buffer) const {
     for (const Entry& e : entries_) {
-      if (Status s = ring.upload(buffer, e.offset, e.bytes); !s) return s;
+      Status s = e.bytes.empty() ? ring.upload_from_file(buffer, e.offset, file_.fd(), e.file_offset, e.size,
+                                                         file_.path().string())
+                                 : ring.upload(buffer, e.offset, e.bytes);
+      if (!s) return s;
     }
     return ring.finish();
   }
@@ -37,29 +42,44 @@ class DensePacker {
   struct Entry {
     std::size_t offset;
     std::span<const std::byte> bytes;
+    std::uint64_t file_offset;
+    std::size_t size;
   };
+  std::size_t reserve(std::size_t bytes) {
+    const std::size_t offset = size_;
+    size_ = (size_ + bytes + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment;
+    return offset;
+  }
+  const container::ContainerReader& file_;
   std::vector<Entry> entries_;
   std::vector<std::unique_ptr<std::vector<std::byte>>> owned_;
   std::size_t size_ = 0;
 };
 
 // A 1-D tensor widened to f32 (norm weights, biases: the kernels read floats).
-std::vector<std::byte> widened(const DecoderTensor& t) {
+Result<std::vector<std::byte>> widened(const DecoderTensor& t, const container::ContainerReader& file) {
+  std::vector<std::byte> stored(t.bytes.begin(), t.bytes.end());
+  if (stored.empty()) {
+    stored.resize(t.file_bytes);
+    if (Status s = file.read(t.file_offset, stored); !s) return s.error();
+  }
   std::size_t count = 1;
   for (std::uint64_t d : t.shape) count *= d;
+  const std::size_t width = t.dtype == "F32" ? 4 : 2;
+  if (stored.size() < count * width) return make_error("a vector tensor is shorter than its shape: convert the model again");
   std::vector<float> values(count);
   for (std::size_t i = 0; i < count; ++i) {
-    if (t.dtype == "F32") {
-      std::memcpy(&values[i], t.bytes.data() + 4 * i, 4);
+    if (width == 4) {
+      std::memcpy(&values[i], stored.data() + 4 * i, 4);
+      continue;
+    }
+    std::uint16_t half;
+    std::memcpy(&half, stored.data() + 2 * i, 2);
+    if (t.dtype == "BF16") {
+      const std::uint32_t wide = static_cast<std::uint32_t>(half) << 16;
+      std::memcpy(&values[i], &wide, 4);
     } else {
-      std::uint16_t half;
-      std::memcpy(&half, t.bytes.data() + 2 * i, 2);
-      if (t.dtype == "BF16") {
-        const std::uint32_t wide = static_cast<std::uint32_t>(half) << 16;
-        std::memcpy(&values[i], &wide, 4);
-      } else {
-        values[i] = kernels::half_to_float(half);
-      }
+      values[i] = kernels::half_to_float(half);
     }
   }
   std::vector<std::byte> bytes(count * 4);
@@ -76,7 +96,7 @@ struct PendingMatrix {
 
 class WeightGatherer {
  public:
-  explicit WeightGatherer(const DecoderModel& model) : model_(model) {}
+  explicit WeightGatherer(const DecoderModel& model) : model_(model), packer_(*model.container) {}
 
   Status matrix(const std::string& name, GpuMatrix& out, bool required = true) {
     const DecoderTensor* t = model_.tensor(name);
@@ -93,7 +113,7 @@ class WeightGatherer {
                         t->dtype + " rows in whole 32-bit words (a multiple of " +
                         std::to_string(per_word[static_cast<int>(out.format)]) + "): run with --gpu none");
     }
-    const std::size_t at = packer_.add(t->bytes);
+    const std::size_t at = packer_.add(*t);
     std::size_t scales = 0;
     if (out.format == KernelFormat::q8_row) scales = container::q8_row_scales_offset(out.rows, out.cols);
     if (out.format == KernelFormat::q4_g64) scales = container::q4_g64_scales_offset(out.rows, out.cols);
@@ -103,10 +123,16 @@ class WeightGatherer {
   }
 
   // A vector as f32; `out` stays 0 when the tensor is absent.
-  void vector(const std::string& name, VkDeviceAddress& out) {
+  Status vector(const std::string& name, VkDeviceAddress& out) {
     const DecoderTensor* t = model_.tensor(name);
-    if (!t) return;
-    vectors_.push_back({&out, packer_.add_owned(widened(*t))});
+    if (!t) return Ok{};
+    if (t->dtype != "F32" && t->dtype != "BF16" && t->dtype != "F16") {
+      return make_error("tensor " + name + " has dtype " + t->dtype + "; the GPU decoder needs norms and biases in float");
+    }
+    auto values = widened(*t, *model_.container);
+    if (!values) return make_error("tensor " + name + ": " + values.error().message);
+    vectors_.push_back({&out, packer_.add_owned(std::move(*values))});
+    return Ok{};
   }
 
   Result<std::unique_ptr<AddressedBuffer>> finish(ComputeContext& context, StagingRing& ring) {
@@ -122,6 +148,7 @@ class WeightGatherer {
     return buffer;
   }
   const std::vector<KernelFormat>& formats() const { return formats_; }
+  bool has(const std::string& name) const { return model_.tensor(name) != nullptr; }
 
  private:
   const DecoderModel& model_;
@@ -133,14 +160,17 @@ class WeightGatherer {
 
 Status gather_layer(WeightGatherer& g, const model::ModelConfig& c, std::uint64_t i, int moe, GpuLayer& w) {
   const std::string p = "model.layers." + std::to_string(i) + ".";
-  g.vector(p + "input_layernorm.weight", w.input_norm);
-  g.vector(p + "post_attention_layernorm.weight", w.post_norm);
-  g.vector(p + "self_attn.q_norm.weight", w.q_norm);
-  g.vector(p + "self_attn.k_norm.weight", w.k_norm);
+  for (auto [name, out] : {std::pair{"input_layernorm.weight", &w.input_norm}, {"post_attention_layernorm.weight", &w.post_norm},
+                           {"self_attn.q_norm.weight", &w.q_norm}, {"self_attn.k_norm.weight", &w.k_norm}}) {
+    if (Status s = g.vector(p + name, *out); !s) return s;
+  }
+  if (!g.has(p + "input_layernorm.weight") || !g.has(p + "post_attention_layernorm.weight")) {
+    return make_error("the container has no layer norms for layer " + std::to_string(i) + ": convert the model again");
+  }
   for (auto [name, m, bias] : {std::tuple{"q", &w.q, &w.q_bias}, {"k", &w.k, &w.k_bias}, {"v", &w.v, &w.v_bias},
                                {"o", &w.o, &w.o_bias}}) {
     if (Status s = g.matrix(p + "self_attn." + name + "_proj.weight", *m); !s) return s;
-    g.vector(p + "self_attn." + name + "_proj.bias", *bias);
+    if (Status s = g.vector(p + "self_attn." + name + "_proj.bias", *bias); !s) return s;
   }
   w.moe = moe;
   const std::string mlp = moe >= 0 && c.has_shared_expert() ? p + "mlp.shared_expert." : p + "mlp.";
@@ -233,7 +263,8 @@ Result<GpuWeights> upload_weights(ComputeContext& context, StagingRing& ring, co
     const int moe = found == moe_layers.end() ? -1 : static_cast<int>(found - moe_layers.begin());
     if (Status s = gather_layer(g, c, i, moe, out.layers[i]); !s) return s.error();
   }
-  g.vector("model.norm.weight", out.final_norm);
+  if (!g.has("model.norm.weight")) return make_error("the container has no model.norm.weight: convert the model again");
+  if (Status s = g.vector("model.norm.weight", out.final_norm); !s) return s.error();
   const std::string head = c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
   if (Status s = g.matrix(head, out.lm_head); !s) return s.error();
   auto dense = g.finish(context, ring);

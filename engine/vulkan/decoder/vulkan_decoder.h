@@ -25,11 +25,14 @@
 
 namespace coli::vulkan {
 
-// A dense tensor as the container holds it.
+// A dense tensor as the container holds it: in host memory (`bytes`), or
+// only in the container file, from which it is read straight into VRAM.
 struct DecoderTensor {
   std::string dtype;  // container dtype: "F32", "BF16", "F16", "Q8_ROW", "Q4_G64"
   std::vector<std::uint64_t> shape;
-  std::span<const std::byte> bytes;
+  std::span<const std::byte> bytes;  // empty: read it from the container
+  std::uint64_t file_offset = 0;
+  std::uint64_t file_bytes = 0;
 };
 
 // Experts without a VRAM slot, computed by the host (hybrid plans).
