@@ -201,7 +201,8 @@ int run_generate(const RunArgs& args) {
                                                        args.profile, shape, history_pins,
                                                        {static_cast<int>(prompt.size()), tokenizer.has_value(),
                                                         history.loaded ? &*history.loaded : nullptr})
-                                   : coli::tools::knobs_from_plan(args.plan, shape);
+                                   : coli::tools::knobs_from_plan(args.plan, shape,
+                                                                  history.loaded ? &*history.loaded : nullptr);
     if (!knobs) {
       std::fprintf(stderr, "coli run: %s\n", knobs.error().message.c_str());
       return 1;
@@ -209,9 +210,9 @@ int run_generate(const RunArgs& args) {
     planned = std::move(*knobs);
     options = planned->options;
     effective.pin = std::to_string(planned->pins);
-    std::fprintf(stderr, "coli run: knobs from %s: %d threads, cap %d, %d pins, rounds of %d tokens, ctx %d\n",
+    std::fprintf(stderr, "coli run: knobs from %s: %d threads, cap %d, %d pins, rounds of %d tokens, ctx %d, backend %s\n",
                  planned->source.c_str(), options.threads, options.cache_capacity, planned->pins,
-                 options.prefill_round_tokens, options.max_context);
+                 options.prefill_round_tokens, options.max_context, options.backend.c_str());
   }
   const int cap = options.cache_capacity > 0 ? options.cache_capacity : shape.experts;
   auto pins = choose_pins(effective, history, shape.top_k, cap);

@@ -1,5 +1,6 @@
 #include "run_plan.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "coli/base/files.h"
@@ -15,6 +16,23 @@ namespace {
 
 std::string shape_identity(const runtime::ModelShape& shape) {
   return experts::usage_model_identity(shape.config_json, shape.tensor_names);
+}
+
+// A whole-decoder GPU plan: the device (by its place among this machine's
+// Vulkan devices), and the experts each layer keeps in VRAM, ranked as the
+// planner ranked them.
+Status apply_gpu_tier(const planner::Plan& plan, const std::vector<VulkanDevice>& devices,
+                      const experts::UsageHistory* history, runtime::ModelOptions& options) {
+  if (!plan.gpu.whole_decoder || plan.gpu.device.gpu.empty()) return Ok{};
+  const auto found = std::find_if(devices.begin(), devices.end(),
+                                  [&](const VulkanDevice& d) { return d.name == plan.gpu.device.gpu; });
+  if (found == devices.end()) {
+    return make_error("the plan runs on " + plan.gpu.device.gpu + ", which this machine does not have: re-plan here");
+  }
+  options.backend = plan.gpu.backend;
+  options.gpu_index = static_cast<int>(found - devices.begin());
+  options.vram_experts = planner::vram_expert_ids(plan.gpu.vram_experts, plan.n_experts, history);
+  return Ok{};
 }
 
 // The engine's knobs for a plan; every one the plan decides.
@@ -33,7 +51,7 @@ runtime::ModelOptions options_of(const planner::Plan& plan) {
 
 // What this build's engine cannot honour is refused, never approximated.
 Status check_runnable(const planner::Plan& plan, const std::string& source, const CpuSet& usable) {
-  if (plan.gpu.vram_slots() > 0 && !plan.gpu.engine_runs_it) {
+  if (plan.gpu.vram_slots() > 0 && (!plan.gpu.engine_runs_it || !plan.gpu.whole_decoder)) {
     return make_error(source + " places " + std::to_string(plan.gpu.vram_slots()) + " experts in VRAM on " +
                       plan.gpu.device.gpu + " (" + plan.gpu.backend +
                       " backend), but this build's engine computes experts on the CPU only: re-plan with --gpu none");
@@ -62,7 +80,8 @@ void print_rss_kinds() {
 
 }  // namespace
 
-Result<PlannedKnobs> knobs_from_plan(const std::filesystem::path& plan_file, const runtime::ModelShape& shape) {
+Result<PlannedKnobs> knobs_from_plan(const std::filesystem::path& plan_file, const runtime::ModelShape& shape,
+                                     const experts::UsageHistory* history) {
   auto plan = planner::load_plan(plan_file);
   if (!plan) return plan.error();
   // A plan made elsewhere (coli-plan --offline) never takes more than this machine's live headroom.
@@ -80,7 +99,11 @@ Result<PlannedKnobs> knobs_from_plan(const std::filesystem::path& plan_file, con
     return make_error(plan_file.string() + " was planned for another model (" + plan->model_name +
                       "): run coli-plan for this one");
   }
-  return PlannedKnobs{options_of(plan->plan), plan->plan.pins, *plan, "plan " + plan_file.string()};
+  runtime::ModelOptions options = options_of(plan->plan);
+  if (Status s = apply_gpu_tier(plan->plan, live->gpus.vulkan, history, options); !s) {
+    return make_error(plan_file.string() + ": " + s.error().message);
+  }
+  return PlannedKnobs{std::move(options), plan->plan.pins, *plan, "plan " + plan_file.string()};
 }
 
 Result<PlannedKnobs> knobs_from_profile(const std::filesystem::path& profile_file, const runtime::ModelShape& shape,
@@ -117,7 +140,9 @@ Result<PlannedKnobs> knobs_from_profile(const std::filesystem::path& profile_fil
   file.dense_format = *dense;
   file.top_k = shape.top_k;
   file.plan = *plan;
-  return PlannedKnobs{options_of(*plan), plan->pins, file, "profile " + profile_file.string()};
+  runtime::ModelOptions options = options_of(*plan);
+  if (Status s = apply_gpu_tier(*plan, profile->gpus.vulkan, workload.history, options); !s) return s.error();
+  return PlannedKnobs{std::move(options), plan->pins, file, "profile " + profile_file.string()};
 }
 
 bool print_plan_vs_actual(const planner::PlanFile& file, const runtime::ModelStats& stats, std::uint64_t peak_rss) {
@@ -130,7 +155,7 @@ bool print_plan_vs_actual(const planner::PlanFile& file, const runtime::ModelSta
     return total;
   };
   auto row = [](const char* what, std::uint64_t planned, std::uint64_t actual) {
-    const double ratio = planned > 0 ? static_cast<double>(actual) / static_cast<double>(planned) : 0;
+    const double ratio = planned > 0 ? static_cast<double>(actual) / static_cast<double>(planned) : actual > 0 ? 2 : 1;
     std::printf("  %-28s planned %10s  measured %10s  (%+.1f%%)\n", what, format_bytes(planned).c_str(),
                 format_bytes(actual).c_str(), (ratio - 1) * 100);
   };
@@ -139,6 +164,17 @@ bool print_plan_vs_actual(const planner::PlanFile& file, const runtime::ModelSta
   row("expert cache slabs", line_bytes({"expert cache: pinned slots", "expert cache: evictable slots"}),
       stats.expert_cache_bytes);
   row("KV cache", line_bytes({"KV cache"}), stats.kv_cache_bytes);
+  if (stats.backend != "cpu") {
+    const runtime::GpuMemoryStats& g = stats.gpu;
+    std::printf("  on %s (%s):\n", g.device.c_str(), stats.backend.c_str());
+    row("VRAM dense weights", line_bytes({"GPU dense weights"}), g.dense_bytes);
+    row("VRAM expert slots", line_bytes({"expert tier: VRAM slots"}), g.expert_bytes);
+    row("VRAM KV cache", line_bytes({"GPU KV cache"}), g.kv_cache_bytes);
+    row("VRAM activations", line_bytes({"GPU activations"}), g.activation_bytes);
+    const std::uint64_t planned_vram = plan.memory.total(planner::Tier::vram) - plan.gpu.vram_reserve_bytes;
+    row("VRAM (without the reserve)", planned_vram, g.vram_bytes());
+    row("host-visible buffers", line_bytes({"GPU host-visible buffers"}), g.host_visible_bytes);
+  }
   if (stats.rss_watchdog_shrinks > 0) {
     std::printf("  RSS watchdog: shrank the expert cache %llu time(s), %s given back\n",
                 static_cast<unsigned long long>(stats.rss_watchdog_shrinks), format_bytes(stats.rss_watchdog_released).c_str());

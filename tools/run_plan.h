@@ -24,7 +24,9 @@ struct PlannedKnobs {
 
 // Errors: an unreadable or invalid plan/profile, a plan made for another
 // model, a plan the planner refuses (what to change).
-Result<PlannedKnobs> knobs_from_plan(const std::filesystem::path& plan_file, const runtime::ModelShape& shape);
+// `history` ranks the experts of a GPU plan's VRAM tier as the planner did.
+Result<PlannedKnobs> knobs_from_plan(const std::filesystem::path& plan_file, const runtime::ModelShape& shape,
+                                     const experts::UsageHistory* history = nullptr);
 // The run's own workload sizes the plan: its prompt length (the largest
 // forward pass) and whether a tokenizer is loaded.
 struct RunWorkload {

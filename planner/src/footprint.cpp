@@ -137,6 +137,9 @@ std::string kv_layout(const model::ModelConfig& c) {
   return layers + per_layer + ") x 4 B (f32, MLA latent cache)";
 }
 
+// The GPU decoder places each dense tensor at a 256-byte boundary.
+constexpr std::uint64_t kGpuTensorAlignment = 256;
+
 ModelFootprint describe_footprint(const model::ModelConfig& config, ExpertFormat experts, DenseFormat dense) {
   ModelFootprint fp;
   fp.config = config;
@@ -182,6 +185,11 @@ ModelFootprint describe_footprint(const model::ModelConfig& config, ExpertFormat
     fp.dense_tensor_count += 1;
     fp.dense_page_rounding_bytes += page_rounding(held);
     if (copied_to_f32(t)) fp.norm_f32_copy_bytes += elements(t) * 4;
+    const bool embedding = t.role == model::TensorRole::Embedding;
+    if (embedding) fp.embedding_held_bytes += held;
+    if (!embedding || config.tie_word_embeddings) {
+      fp.gpu_dense_bytes += round_up(copied_to_f32(t) ? elements(t) * 4 : held, kGpuTensorAlignment);
+    }
     container_dense += round_up(held, container::kAlignment);
   }
   fp.active_parameters += fp.moe_layer_count() * static_cast<std::uint64_t>(fp.top_k) * fp.expert_parameters;

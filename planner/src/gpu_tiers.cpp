@@ -4,6 +4,8 @@
 #include <numeric>
 
 #include "coli/planner/deciders.h"
+#include "coli/shaders/decoder_modules.h"
+#include "vulkan/decoder/decoder_layout.h"
 
 namespace coli::planner {
 namespace {
@@ -38,23 +40,32 @@ struct Ranked {
   int layer, expert;
 };
 
+// One layer's experts, most read first (ties, and no usable history, by id),
+// with their read counts.
+std::vector<int> layer_order(const experts::UsageHistory* history, int layers, int experts, int layer,
+                             std::vector<double>& counts) {
+  const bool usable = history && history->key().n_experts == experts && history->key().n_layers == layers &&
+                      history->total_tokens() > 0;
+  counts.assign(static_cast<std::size_t>(experts), 1.0);
+  if (usable) counts.assign(history->layer_counts(layer).begin(), history->layer_counts(layer).end());
+  std::vector<int> order(static_cast<std::size_t>(experts));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return counts[a] > counts[b]; });
+  return order;
+}
+
 // Every (layer, expert) by expected reads per byte. Records all have one
 // stride, so that is the routing share; ties (uniform routing) go round-robin
 // over layers so every layer gets the same number of slots.
 std::vector<Ranked> rank_experts(const ModelFootprint& fp, const experts::UsageHistory* history) {
   const int layers = static_cast<int>(fp.moe_layer_count()), experts = fp.n_experts;
-  const bool usable = history && history->key().n_experts == experts && history->key().n_layers == layers &&
-                      history->total_tokens() > 0;
   std::vector<Ranked> all;
   all.reserve(static_cast<std::size_t>(layers) * experts);
   for (int l = 0; l < layers; ++l) {
-    std::vector<double> counts(static_cast<std::size_t>(experts), 1.0);
-    if (usable) counts.assign(history->layer_counts(l).begin(), history->layer_counts(l).end());
+    std::vector<double> counts;
+    const std::vector<int> order = layer_order(history, layers, experts, l, counts);
     double total = std::accumulate(counts.begin(), counts.end(), 0.0);
     if (total <= 0) counts.assign(counts.size(), 1.0), total = experts;
-    std::vector<int> order(static_cast<std::size_t>(experts));
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return counts[a] > counts[b]; });
     for (int rank = 0; rank < experts; ++rank) all.push_back({counts[order[rank]] / total, l, rank});
   }
   std::stable_sort(all.begin(), all.end(), [](const Ranked& a, const Ranked& b) {
@@ -62,6 +73,44 @@ std::vector<Ranked> rank_experts(const ModelFootprint& fp, const experts::UsageH
     return a.expert != b.expert ? a.expert < b.expert : a.layer < b.layer;
   });
   return all;
+}
+
+// The GPU decoder's shape for this model and run (decoder_layout.h).
+vulkan::DecoderShape decoder_shape(const ModelFootprint& fp, const GpuTierRequest& request) {
+  const model::ModelConfig& c = fp.config;
+  vulkan::DecoderShape s;
+  s.hidden = c.hidden_size;
+  s.heads = c.num_attention_heads;
+  s.head_dim = c.head_dim;
+  s.q_width = c.num_attention_heads * c.head_dim;
+  s.kv_width = c.num_key_value_heads * c.head_dim;
+  s.layers = c.num_hidden_layers;
+  s.moe_layers = fp.moe_layer_count();
+  s.experts = static_cast<u64>(fp.n_experts);
+  s.top_k = static_cast<u64>(fp.top_k);
+  s.expert_width = c.moe_intermediate_size;
+  s.mlp_width = std::max<u64>({1, c.dense_intermediate_size, c.shared_expert_intermediate_size});
+  s.vocab = c.vocab_size;
+  s.context = static_cast<u64>(request.ctx);
+  s.batch = static_cast<u64>(std::max(1, request.batch_tokens));
+  return s;
+}
+
+// What the whole-decoder backend holds beside the expert slots: dense
+// weights, KV cache and activations in VRAM; mapped buffers in RAM.
+void add_whole_decoder_lines(GpuTier& tier, const ModelFootprint& fp, const GpuTierRequest& request) {
+  const vulkan::DecoderLayout layout = vulkan::layout_decoder(decoder_shape(fp, request));
+  const BackendMemory& b = request.backend;
+  tier.lines.push_back({"GPU dense weights", Tier::vram, fp.gpu_dense_bytes,
+                        n(fp.dense_tensor_count) + " dense tensors but the embedding, vectors as f32, 256-aligned"});
+  tier.lines.push_back({"GPU KV cache", Tier::vram, layout.kv_bytes,
+                        n(fp.config.num_hidden_layers) + " layers x 2 (K,V) x ctx " + n(static_cast<u64>(request.ctx)) +
+                            " x kv width " + n(fp.config.num_key_value_heads * fp.config.head_dim) + " x 4 B"});
+  tier.lines.push_back({"GPU activations", Tier::vram, layout.device_bytes + layout.slot_table_bytes,
+                        "batch " + n(static_cast<u64>(request.batch_tokens)) +
+                            " tokens (hidden, q/k/v, attention scores over ctx, expert rows) + rope table + slot tables"});
+  tier.lines.push_back({"GPU host-visible buffers", Tier::ram, b.staging_bytes + layout.host_bytes,
+                        format_bytes(b.staging_bytes) + " upload ring + per-batch input, logits, routing and hybrid rows"});
 }
 
 // Fills the tier's slots, share and lines for `slots` VRAM slots in all.
@@ -88,11 +137,14 @@ void place(GpuTier& tier, const ModelFootprint& fp, const GpuTierRequest& reques
                         n(placed) + " slots x " + n(vram_slot) + " B (" + b.name + " keeps records packed: x" +
                             std::to_string(b.vram_bytes_per_record_byte).substr(0, 4) + " of the " + n(stride) +
                             " B stride)"});
-  const u64 round_bytes = 64 * static_cast<u64>(fp.top_k) *
-                          (fp.config.hidden_size + 2 * fp.config.moe_intermediate_size) * 4;
-  tier.lines.push_back({"GPU activations", Tier::vram, round_bytes,
-                        "64 round tokens x top_k " + n(static_cast<u64>(fp.top_k)) +
-                            " x (hidden + 2 x width) x 4 B"});
+  if (b.whole_decoder) {
+    add_whole_decoder_lines(tier, fp, request);
+  } else {
+    const u64 round_bytes = 64 * static_cast<u64>(fp.top_k) *
+                            (fp.config.hidden_size + 2 * fp.config.moe_intermediate_size) * 4;
+    tier.lines.push_back({"GPU activations", Tier::vram, round_bytes,
+                          "64 round tokens x top_k " + n(static_cast<u64>(fp.top_k)) + " x (hidden + 2 x width) x 4 B"});
+  }
   tier.lines.push_back({"VRAM reserve", Tier::vram, tier.vram_reserve_bytes,
                         "5% of the VRAM budget, at least 256 MiB (driver allocations, fragmentation)"});
   for (const HostCopy& copy : b.host_copies) {
@@ -102,24 +154,78 @@ void place(GpuTier& tier, const ModelFootprint& fp, const GpuTierRequest& reques
                               std::to_string(copy.bytes_per_record_byte).substr(0, 4) + " (" + b.name +
                               " keeps it in RAM per VRAM slot)"});
   }
-  tier.lines.push_back({"GPU upload staging", Tier::ram, static_cast<u64>(b.staging_slots) * stride,
-                        n(static_cast<u64>(b.staging_slots)) + " host-visible slots x " + n(stride) + " B stride"});
-  tier.lines.push_back({"GPU driver (host)", Tier::ram, b.driver_host_bytes, b.driver_host_basis});
+  if (!b.whole_decoder) {
+    tier.lines.push_back({"GPU upload staging", Tier::ram, static_cast<u64>(b.staging_slots) * stride,
+                          n(static_cast<u64>(b.staging_slots)) + " host-visible slots x " + n(stride) + " B stride"});
+  }
+  const bool software = tier.device_type == "cpu" && b.software_driver_host_bytes > 0;
+  tier.lines.push_back({"GPU driver (host)", Tier::ram, software ? b.software_driver_host_bytes : b.driver_host_bytes,
+                        software ? b.software_driver_host_basis : b.driver_host_basis});
+}
+
+u64 tier_vram(const GpuTier& tier) {
+  u64 total = 0;
+  for (const MemoryLine& line : tier.lines) total += line.tier == Tier::vram ? line.bytes : 0;
+  return total;
+}
+
+// --gpu auto takes the GPU only when measurements say it streams weights
+// faster than the CPU reads RAM (decode is bandwidth-bound on both): the
+// GPU's best passing self-test GEMV against the CPU's best read bandwidth.
+// nullopt: take the GPU; else the reason the CPU stays.
+std::optional<std::string> auto_prefers_cpu(const DeviceProfile& profile, const std::string& gpu,
+                                            const std::string& backend) {
+  double gpu_gb_s = 0, cpu_gb_s = 0;
+  for (const GpuKernelResult& r : profile.measurements.gpu_kernels) {
+    if (r.device == gpu && r.backend == backend && r.passed) gpu_gb_s = std::max(gpu_gb_s, r.gb_per_s.median);
+  }
+  if (profile.measurements.memory) {
+    for (const auto& point : profile.measurements.memory->points) cpu_gb_s = std::max(cpu_gb_s, point.gb_per_s.median);
+  }
+  const std::string both = " (GPU GEMV " + std::to_string(static_cast<int>(gpu_gb_s)) + " GB/s measured by the self-test, CPU read " +
+                           std::to_string(static_cast<int>(cpu_gb_s)) + " GB/s)";
+  if (gpu_gb_s <= 0) {
+    return "auto: CPU; " + gpu + " runs the " + backend + " decoder, but the profile has no measured GPU speed to show "
+           "it is faster (coli-probe --gpu-selftest measures it; --gpu N plans it anyway)";
+  }
+  if (cpu_gb_s > 0 && gpu_gb_s <= cpu_gb_s) return "auto: CPU; it streams weights faster than " + gpu + both;
+  return std::nullopt;
 }
 
 }  // namespace
 
 int GpuTier::vram_slots() const { return std::accumulate(vram_experts.begin(), vram_experts.end(), 0); }
 
+bool GpuTier::all_experts_in_vram(int n_experts) const {
+  return !vram_experts.empty() &&
+         std::all_of(vram_experts.begin(), vram_experts.end(), [&](int count) { return count >= n_experts; });
+}
+
+std::vector<std::vector<int>> vram_expert_ids(const std::vector<int>& vram_experts, int n_experts,
+                                              const experts::UsageHistory* history) {
+  std::vector<std::vector<int>> out;
+  const int layers = static_cast<int>(vram_experts.size());
+  for (int l = 0; l < layers; ++l) {
+    std::vector<double> counts;
+    std::vector<int> order = layer_order(history, layers, n_experts, l, counts);
+    order.resize(static_cast<std::size_t>(std::clamp(vram_experts[static_cast<std::size_t>(l)], 0, n_experts)));
+    out.push_back(std::move(order));
+  }
+  return out;
+}
+
 BackendMemory vulkan_backend_memory() {
   BackendMemory b;
   b.name = "vulkan";
-  b.engine_runs_experts = false;  // engine/vulkan runs the GEMV self-test; coli run computes experts on the CPU
-  b.vram_bytes_per_record_byte = 1;
-  b.staging_slots = 2;
+  b.engine_runs_experts = true;  // engine/vulkan/decoder: the whole decoder, experts outside VRAM on the CPU
+  b.whole_decoder = true;
+  b.vram_bytes_per_record_byte = 1;  // records uploaded as the container holds them
+  b.staging_slots = 0;
+  b.staging_bytes = vulkan::kDecoderStagingBytes;
   b.driver_host_bytes = 256 * kMiB;
-  b.driver_host_basis = "Vulkan driver mapped into the process: 44 MiB measured for lavapipe; 256 MiB assumed "
-                        "for vendor drivers until a GPU run measures it";
+  b.driver_host_basis = "vendor Vulkan driver mapped into the process: 256 MiB assumed until a GPU run measures it";
+  b.software_driver_host_bytes = 44 * kMiB;
+  b.software_driver_host_basis = "lavapipe (LLVM) mapped into the process: 44 MiB measured";
   return b;
 }
 
@@ -142,12 +248,20 @@ Result<GpuTier> decide_gpu_tier(const DeviceProfile& profile, const ModelFootpri
     tier.device = GpuDecision{"", {}, tier.reason};
     return tier;
   }
-  tier.backend = request.backend.name;
-  tier.engine_runs_it = request.backend.engine_runs_experts;
   const VulkanDevice* vk = nullptr;
   for (const VulkanDevice& d : profile.gpus.vulkan) {
     if (d.name == tier.device.gpu) vk = &d;
   }
+  if (request.gpu == "auto" && request.backend.whole_decoder) {
+    if (auto cpu = auto_prefers_cpu(profile, tier.device.gpu, request.backend.name)) {
+      tier.reason = *cpu;
+      tier.device = GpuDecision{"", {}, tier.reason};
+      return tier;
+    }
+  }
+  tier.backend = request.backend.name;
+  tier.engine_runs_it = request.backend.engine_runs_experts;
+  if (vk) tier.device_type = vk->type;
   auto [budget, source] = vk ? vram_budget(*vk) : std::pair<u64, std::string>{0, ""};
   if (budget == 0) return make_error(tier.device.gpu + " reports no device-local memory: use --gpu none");
   if (request.vram) {
@@ -161,8 +275,9 @@ Result<GpuTier> decide_gpu_tier(const DeviceProfile& profile, const ModelFootpri
   tier.vram_headroom_bytes = budget;
   tier.vram_headroom_source = source;
   tier.vram_reserve_bytes = std::max(static_cast<u64>(static_cast<double>(budget) * kVramReserveShare), kVramReserveMinimum);
+  tier.whole_decoder = request.backend.whole_decoder;
   place(tier, fp, request, 0);
-  const u64 fixed = tier.lines[1].bytes + tier.vram_reserve_bytes;  // activations + reserve
+  const u64 fixed = tier_vram(tier);  // everything in VRAM but expert slots, and the reserve
   const auto vram_slot =
       static_cast<u64>(static_cast<double>(fp.expert().record_stride) * request.backend.vram_bytes_per_record_byte);
   const u64 all = fp.moe_layer_count() * static_cast<u64>(fp.n_experts);
@@ -175,6 +290,15 @@ Result<GpuTier> decide_gpu_tier(const DeviceProfile& profile, const ModelFootpri
   tier.reason = (request.gpu == "auto" ? "auto: " : "--gpu " + request.gpu + ": ") + tier.device.gpu + " (" +
                 request.backend.name + "), " + n(static_cast<u64>(tier.vram_slots())) + " of " + n(all) +
                 " experts in VRAM (" + source + "); " + tier.share_inputs;
+  if (request.backend.whole_decoder && vk) {
+    const shaders::DecoderRowShape shape =
+        shaders::decoder_row_shape(vk->max_workgroup_invocations, vk->max_compute_shared_memory_bytes);
+    tier.reason += "; decoder row kernels " + n(shape.workgroup_size) + " invocations x " + n(shape.rows) + " rows, " +
+                   n(shape.batch_tokens) + " tokens per prefill workgroup (" +
+                   n(shaders::decoder_shared_memory_bytes(shaders::DecoderModule::matvec, shape.workgroup_size,
+                                                          shape.batch_tokens)) +
+                   " B of " + n(vk->max_compute_shared_memory_bytes) + " B shared memory)";
+  }
   if (!tier.engine_runs_it) tier.reason += "; PREVIEW: this build's engine computes experts on the CPU only";
   return tier;
 }

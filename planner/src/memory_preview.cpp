@@ -59,27 +59,38 @@ MemoryPreview preview_memory(const ModelFootprint& fp, const MemoryKnobs& k) {
     p.lines.push_back({std::move(component), tier, bytes, std::move(formula)});
   };
 
-  add("dense weights", Tier::ram, fp.dense_held_bytes,
-      n(fp.dense_tensor_count) + " tensors, dense format " + dense_format_name(fp.dense_format) + " (source " +
-          fp.source_dtype + ")");
-  add("norm/bias f32 copies", Tier::ram, fp.norm_f32_copy_bytes, "norm weights and biases copied to float per layer");
+  const bool gpu = k.gpu_decoder, experts_here = !gpu || k.host_experts;
+  const std::string on_gpu = "on the GPU (see the GPU lines)";
+  if (gpu) {
+    add("dense weights", Tier::ram, fp.embedding_held_bytes, "the embedding table only (host row lookups); the rest " + on_gpu);
+  } else {
+    add("dense weights", Tier::ram, fp.dense_held_bytes,
+        n(fp.dense_tensor_count) + " tensors, dense format " + dense_format_name(fp.dense_format) + " (source " +
+            fp.source_dtype + ")");
+  }
+  add("norm/bias f32 copies", Tier::ram, gpu ? 0 : fp.norm_f32_copy_bytes,
+      gpu ? on_gpu : "norm weights and biases copied to float per layer");
   const std::string slot = " slots x " + n(stride) + " B stride (" + expert_format_name(fp.expert_format) + " record " +
                            n(fp.expert().record_bytes) + " B, 4096-aligned)";
-  add("expert cache: pinned slots", Tier::ram, layers * pins * stride, n(layers) + " MoE layers x " + n(pins) + slot);
-  add("expert cache: evictable slots", Tier::ram, layers * (cap - pins) * stride,
-      n(layers) + " MoE layers x " + n(cap - pins) + slot);
-  add("KV cache", Tier::ram, kv_cache_bytes(c, k.ctx), "ctx " + n(static_cast<u64>(k.ctx)) + " x (" + fp.kv_layout + ")");
+  const std::string no_cache = "every expert in VRAM: no host expert cache";
+  add("expert cache: pinned slots", Tier::ram, experts_here ? layers * pins * stride : 0,
+      experts_here ? n(layers) + " MoE layers x " + n(pins) + slot : no_cache);
+  add("expert cache: evictable slots", Tier::ram, experts_here ? layers * (cap - pins) * stride : 0,
+      experts_here ? n(layers) + " MoE layers x " + n(cap - pins) + slot : no_cache);
+  add("KV cache", Tier::ram, gpu ? 0 : kv_cache_bytes(c, k.ctx),
+      gpu ? on_gpu : "ctx " + n(static_cast<u64>(k.ctx)) + " x (" + fp.kv_layout + ")");
   // The whole prompt goes through forward() at once: its hidden states and
   // their normed copy live for the whole prefill.
-  add("activations: prompt", Tier::ram, 2 * prompt * hidden * 4,
-      "2 buffers (hidden, normed) x " + n(prompt) + " prompt tokens x hidden " + n(hidden) + " x 4 B");
+  add("activations: prompt", Tier::ram, gpu ? 0 : 2 * prompt * hidden * 4,
+      gpu ? on_gpu : "2 buffers (hidden, normed) x " + n(prompt) + " prompt tokens x hidden " + n(hidden) + " x 4 B");
   // Per round: one output row per (token, expert), gate and up outputs of the
   // expert width, and int8-quantised inputs (1 B + a scale per 32 values).
   const u64 tasks = round * top_k;
   const u64 quantised = (hidden + width) * 5 / 4;
-  add("activations: prefill round", Tier::ram, tasks * (hidden * 4 + 2 * width * 4 + quantised),
-      n(round) + " round tokens x top_k " + n(top_k) + " x (hidden " + n(hidden) + " x 4 + 2 x width " + n(width) +
-          " x 4 + ~1.25 B x (hidden + width))");
+  add("activations: prefill round", Tier::ram, experts_here ? tasks * (hidden * 4 + 2 * width * 4 + quantised) : 0,
+      experts_here ? n(round) + " round tokens x top_k " + n(top_k) + " x (hidden " + n(hidden) + " x 4 + 2 x width " +
+                         n(width) + " x 4 + ~1.25 B x (hidden + width))"
+                   : no_cache);
   // Decode scratch: a few hidden/head vectors, router logits, the logits,
   // and one attention score row per thread.
   const u64 q_width = c.num_attention_heads * c.head_dim, kv_width = c.num_key_value_heads * c.head_dim;
@@ -88,14 +99,15 @@ MemoryPreview preview_memory(const ModelFootprint& fp, const MemoryKnobs& k) {
   add("activations: decode scratch", Tier::ram, scratch,
       "(4 x hidden + 2 x q width " + n(q_width) + " + 2 x kv width " + n(kv_width) + " + experts + vocab " +
           n(c.vocab_size) + " + threads " + n(static_cast<u64>(k.threads)) + " x ctx) x 4 B");
-  add("I/O buffers", Tier::ram, static_cast<u64>(k.io_threads) * kIoThreadBytes + stride,
-      n(static_cast<u64>(k.io_threads)) + " I/O threads x 256 KiB + one record stride (O_DIRECT alignment probe)");
+  add("I/O buffers", Tier::ram, experts_here ? static_cast<u64>(k.io_threads) * kIoThreadBytes + stride : 0,
+      experts_here ? n(static_cast<u64>(k.io_threads)) + " I/O threads x 256 KiB + one record stride (O_DIRECT alignment probe)"
+                   : no_cache);
   // Slabs (one per MoE layer) and KV vectors are single large mmap-served
   // allocations: a header page and rounding to a page each.
-  const u64 big_allocations = layers + 2 * c.num_hidden_layers;
-  add("allocator rounding", Tier::ram, fp.dense_page_rounding_bytes + big_allocations * 2 * kPage,
-      n(fp.dense_tensor_count) + " dense tensor buffers rounded to pages + " + n(big_allocations) +
-          " slab/KV allocations x 8 KiB");
+  const u64 big_allocations = (experts_here ? layers : 0) + (gpu ? 0 : 2 * c.num_hidden_layers);
+  add("allocator rounding", Tier::ram, (gpu ? kPage : fp.dense_page_rounding_bytes) + big_allocations * 2 * kPage,
+      (gpu ? std::string("the embedding buffer") : n(fp.dense_tensor_count) + " dense tensor buffers") +
+          " rounded to pages + " + n(big_allocations) + " slab/KV allocations x 8 KiB");
   const u64 tokenizer = k.tokenizer ? c.vocab_size * kTokenizerBytesPerToken : 0;
   add("runtime reserve", Tier::ram, kProcessBaseBytes + tokenizer,
       "20 MiB process base (code, libraries, stacks; 16 MiB measured) + " +

@@ -106,8 +106,17 @@ Result<Plan> make_plan(const DeviceProfile& profile, const ModelFootprint& fp, c
   gpu_request.force_variant = request.gpu_variant;
   if (request.backend) gpu_request.backend = *request.backend;
   gpu_request.history = request.history;
+  gpu_request.ctx = plan.ctx;
+  gpu_request.batch_tokens = request.gpu_batch_tokens;
   auto tier = decide_gpu_tier(profile, fp, gpu_request);
   if (!tier) return tier.error();
+  // A whole-decoder backend: the host keeps the embedding table, and an
+  // expert cache only for the experts outside VRAM.
+  auto gpu_knobs = [&](const GpuTier& t) {
+    cache.knobs.gpu_decoder = t.whole_decoder && !t.device.gpu.empty();
+    cache.knobs.host_experts = !cache.knobs.gpu_decoder || !t.all_experts_in_vram(fp.n_experts);
+  };
+  gpu_knobs(*tier);
   // RAM slots serve the experts the VRAM tier does not hold.
   auto useful_cap = [&](const GpuTier& t) {
     if (t.vram_slots() == 0) return 0;
@@ -124,6 +133,7 @@ Result<Plan> make_plan(const DeviceProfile& profile, const ModelFootprint& fp, c
     while (low <= high) {
       const int mid = low + (high - low) / 2;
       const GpuTier trial = shrink_gpu_tier(*tier, fp, gpu_request, mid);
+      gpu_knobs(trial);
       cache.extra_lines = trial.lines;
       cache.useful_cap = useful_cap(trial);
       if (decide_cache(fp, cache)) best = mid, low = mid + 1;
@@ -139,6 +149,7 @@ Result<Plan> make_plan(const DeviceProfile& profile, const ModelFootprint& fp, c
       tier->reason += "; shrunk from " + std::to_string(wanted) + " to " + std::to_string(best) +
                       " VRAM slots: the backend's host copies (" + format_bytes(per_slot) +
                       " of RAM per VRAM slot) did not fit the RAM headroom beside the expert cache";
+      gpu_knobs(*tier);
       cache.extra_lines = tier->lines;
       cache.useful_cap = useful_cap(*tier);
       choice = decide_cache(fp, cache);

@@ -102,6 +102,9 @@ void read_gpu(const Reader& g, Plan& p) {
   t.device.gpu = g.text("device");
   t.backend = g.text("backend");
   t.engine_runs_it = g.boolean("engine_runs_it");
+  // Plans written before the GPU decoder have neither: expert-tier previews.
+  t.whole_decoder = g.has("whole_decoder") && g.boolean("whole_decoder");
+  if (g.has("device_type")) t.device_type = g.text("device_type");
   t.vram_headroom_bytes = g.bytes("vram_headroom_bytes");
   t.vram_headroom_source = g.text("vram_headroom_source");
   t.vram_reserve_bytes = g.bytes("vram_reserve_bytes");

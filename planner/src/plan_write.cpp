@@ -42,6 +42,8 @@ toml::table plan_table(const PlanFile& f) {
   toml::table gpu{{"device", p.gpu.device.gpu},
                   {"backend", p.gpu.backend},
                   {"engine_runs_it", p.gpu.engine_runs_it},
+                  {"whole_decoder", p.gpu.whole_decoder},
+                  {"device_type", p.gpu.device_type},
                   {"vram_headroom_bytes", as_int(p.gpu.vram_headroom_bytes)},
                   {"vram_headroom_source", p.gpu.vram_headroom_source},
                   {"vram_reserve_bytes", as_int(p.gpu.vram_reserve_bytes)},

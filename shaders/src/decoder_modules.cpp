@@ -1,5 +1,6 @@
 #include "coli/shaders/decoder_modules.h"
 
+#include <algorithm>
 #include <string>
 
 #include "embedded_spirv.h"
@@ -42,6 +43,21 @@ std::uint32_t decoder_shared_memory_bytes(DecoderModule module, std::uint32_t wo
       return 0;
   }
   return 0;
+}
+
+DecoderRowShape decoder_row_shape(std::uint32_t max_workgroup_invocations, std::uint32_t max_shared_memory_bytes) {
+  // 256 invocations where allowed (every desktop GPU; lavapipe), 8 rows of 32
+  // lanes; the batched matvec keeps 4 partial sums per invocation (4 KiB of
+  // shared memory at 256), fewer where even that does not fit.
+  DecoderRowShape shape;
+  const std::uint32_t invocations = std::max<std::uint32_t>(max_workgroup_invocations, 64);
+  while (shape.workgroup_size > invocations) shape.workgroup_size /= 2;
+  shape.rows = std::min<std::uint32_t>(8, shape.workgroup_size / 8);
+  while (shape.batch_tokens > 1 && decoder_shared_memory_bytes(DecoderModule::matvec, shape.workgroup_size,
+                                                               shape.batch_tokens) > max_shared_memory_bytes) {
+    shape.batch_tokens /= 2;
+  }
+  return shape;
 }
 
 }  // namespace coli::shaders

@@ -50,7 +50,7 @@ check "the refusal says to use coli-plan" contains "$work/p2.err" "coli-plan"
 
 # The plan is enforced: its kernel and thread placement reach the engine, the
 # RSS watchdog arms at the plan's RAM plus margin (--rss-limit overrides it),
-# and a VRAM tier this build cannot run is refused, not approximated.
+# and a Vulkan plan runs the whole decoder on the GPU.
 plan="$(dirname "$coli")/coli-plan"
 "$plan" --profile "$work/profile.toml" --model "$work/demo.coli" --prompt-ids --prompt-tokens 3 --kernel scalar \
   --out "$work/scalar.plan" >/dev/null 2>&1
@@ -62,10 +62,19 @@ check "the RSS watchdog warns past its limit" contains "$work/w.out" "WARNING: R
 "$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 2 --report >"$work/r.out" 2>&1
 check "--report prints the engine's accounting without a plan" contains "$work/r.out" "process RSS (peak)"
 if grep -q "^Vulkan *[1-9]" <("$(dirname "$coli")/coli-probe" --quick 2>/dev/null); then
-  "$plan" --profile "$work/profile.toml" --model "$work/demo.coli" --gpu 0 --out "$work/gpu.plan" >/dev/null 2>&1
-  check "coli-plan --gpu 0 plans a VRAM tier preview" grep -q "^engine_runs_it = false" "$work/gpu.plan"
-  "$coli" run --model "$work/demo.coli" --plan "$work/gpu.plan" --prompt-ids 1 >/dev/null 2>"$work/g.err"
-  check "a VRAM-tier plan is refused by the CPU engine" contains "$work/g.err" "computes experts on the CPU only"
+  # The whole decoder on the GPU, every knob from the plan, VRAM plan vs actual.
+  "$plan" --profile "$work/profile.toml" --model "$work/demo.coli" --gpu 0 --prompt-ids --prompt-tokens 3 \
+    --out "$work/gpu.plan" >"$work/gp.out" 2>&1
+  check "coli-plan --gpu 0 plans the Vulkan decoder" grep -q "^whole_decoder = true" "$work/gpu.plan"
+  check "coli-plan prints the VRAM lines" contains "$work/gp.out" "GPU KV cache"
+  "$coli" run --model "$work/demo.coli" --plan "$work/gpu.plan" --prompt-ids 1 2 3 --max-tokens 12 >"$work/g.out" 2>"$work/g.err"
+  check "a Vulkan plan runs end to end" test $? -eq 0
+  check "the run says its backend" contains "$work/g.err" "backend vulkan"
+  check "VRAM as planned" contains "$work/g.out" "VRAM (without the reserve) .*(+0.0%)"
+  "$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 12 --kernel exact >"$work/x.out" 2>/dev/null
+  check "GPU tokens equal the CPU's (f32 activations)" test "$(head -1 "$work/g.out")" = "$(head -1 "$work/x.out")"
+elif [[ "${COLI_REQUIRE_VULKAN:-0}" == 1 ]]; then
+  check "COLI_REQUIRE_VULKAN=1 but coli-probe found no Vulkan device" false
 else
   "$plan" --profile "$work/profile.toml" --model "$work/demo.coli" --gpu 0 >/dev/null 2>"$work/g.err"
   check "--gpu 0 without a Vulkan device is refused" contains "$work/g.err" "Vulkan device"

@@ -50,19 +50,7 @@ bool kernel_format_of(const std::string& name, KernelFormat& out) {
 }
 
 RowKernelShape row_kernel_shape(const VulkanDevice& device) {
-  // 256 invocations where allowed (every desktop GPU; lavapipe), 8 rows of 32
-  // lanes each; the batched matvec keeps 4 partial sums per invocation, so
-  // 4 KiB of shared memory, within even a 16 KiB device.
-  RowKernelShape shape;
-  const std::uint32_t invocations = std::max<std::uint32_t>(device.max_workgroup_invocations, 64);
-  while (shape.workgroup_size > invocations) shape.workgroup_size /= 2;
-  shape.rows = std::min<std::uint32_t>(8, shape.workgroup_size / 8);
-  const std::uint32_t shared = device.max_compute_shared_memory_bytes;
-  while (shape.batch_tokens > 1 &&
-         shaders::decoder_shared_memory_bytes(DecoderModule::matvec, shape.workgroup_size, shape.batch_tokens) > shared) {
-    shape.batch_tokens /= 2;
-  }
-  return shape;
+  return shaders::decoder_row_shape(device.max_workgroup_invocations, device.max_compute_shared_memory_bytes);
 }
 
 Result<KernelSet> KernelSet::create(ComputeContext& context, const std::vector<KernelFormat>& formats,

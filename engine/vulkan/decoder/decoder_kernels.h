@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "coli/shaders/decoder_modules.h"
 #include "vulkan/decoder/kernel.h"
 
 namespace coli::vulkan {
@@ -61,12 +62,9 @@ struct SiluMulPush {
 };
 
 // Rows per workgroup and invocations of the row kernels; tokens per
-// workgroup of the batched matvec. Chosen from the device's limits.
-struct RowKernelShape {
-  std::uint32_t workgroup_size = 256;
-  std::uint32_t rows = 8;
-  std::uint32_t batch_tokens = 4;
-};
+// workgroup of the batched matvec: chosen from the device's limits by the
+// same function the planner prints (shaders/decoder_modules.h).
+using RowKernelShape = shaders::DecoderRowShape;
 RowKernelShape row_kernel_shape(const VulkanDevice& device);
 
 struct KernelSet {

@@ -72,6 +72,12 @@ struct ModelFootprint {
   std::uint64_t dense_page_rounding_bytes = 0;
   // The engine copies norm weights and biases into float vectors per layer.
   std::uint64_t norm_f32_copy_bytes = 0;
+  // The input embedding as held (a GPU run keeps only it on the host).
+  std::uint64_t embedding_held_bytes = 0;
+  // The GPU decoder's dense buffer (engine/vulkan/decoder): every tensor but
+  // the embedding (read again as lm_head when tied), vectors widened to f32,
+  // each 256-aligned.
+  std::uint64_t gpu_dense_bytes = 0;
   std::uint64_t container_bytes = 0;      // the whole file: header, dense, records, index estimate
 
   // KV cache bytes per context position, all layers (the engine keeps f32):

@@ -35,6 +35,15 @@ struct BackendMemory {
   int staging_slots = 2;                  // host-visible upload ring, in record strides
   std::uint64_t driver_host_bytes = 0;    // RAM the driver maps into the process (libraries, context)
   std::string driver_host_basis;          // where that number comes from
+  // The same for a software device (lavapipe: type "cpu"), where the driver
+  // is a compiler and a rasteriser in the process; 0: as driver_host_bytes.
+  std::uint64_t software_driver_host_bytes = 0;
+  std::string software_driver_host_basis;
+  // The whole decoder runs on the device (dense weights, KV cache and
+  // activations in VRAM; the host keeps the embedding table and mapped
+  // input/output buffers), not just the VRAM tier's experts.
+  bool whole_decoder = false;
+  std::uint64_t staging_bytes = 0;        // whole_decoder: the fixed upload ring (else staging_slots strides)
   bool operator==(const BackendMemory&) const = default;
 };
 
@@ -50,6 +59,8 @@ struct GpuTierRequest {
   std::string force_variant;                // --gpu-variant: that shader for every expert shape
   BackendMemory backend = vulkan_backend_memory();
   const experts::UsageHistory* history = nullptr;  // ranks experts for the tier; uniform when absent
+  int ctx = 4096;                           // KV positions (a whole-decoder backend keeps them in VRAM)
+  int batch_tokens = 128;                   // tokens per GPU submission (runtime::ModelOptions::gpu_batch_tokens)
 };
 
 struct GpuTier {
@@ -61,6 +72,10 @@ struct GpuTier {
   std::uint64_t vram_reserve_bytes = 0;     // VRAM kept free (driver, fragmentation)
   std::vector<int> vram_experts;            // per MoE layer, experts resident in VRAM
   int vram_slots() const;                   // their sum
+  bool whole_decoder = false;               // the backend runs every layer (see BackendMemory)
+  std::string device_type;                  // VulkanDevice::type ("discrete", "cpu" for lavapipe, ...)
+  // Every expert of every layer in VRAM: the host keeps no expert cache.
+  bool all_experts_in_vram(int n_experts) const;
   double vram_share = 0;                    // expected share of expert reads served from VRAM
   std::string share_inputs;
   std::vector<MemoryLine> lines;            // VRAM lines and the RAM the backend adds
@@ -73,6 +88,12 @@ struct GpuTier {
 // uniform), so a layer with concentrated routing gets more VRAM slots.
 Result<GpuTier> decide_gpu_tier(const DeviceProfile& profile, const ModelFootprint& footprint,
                                 const GpuTierRequest& request);
+
+// The expert ids of each layer's VRAM slots: the first vram_experts[l] of
+// the layer's ranking (usage history counts, ties and no history by id), the
+// same ranking decide_gpu_tier placed them by.
+std::vector<std::vector<int>> vram_expert_ids(const std::vector<int>& vram_experts, int n_experts,
+                                              const experts::UsageHistory* history);
 
 // The same tier cut down to `slots` VRAM slots in all (the RAM decider calls
 // this when the backend's host copies do not fit beside the RAM cache).

@@ -39,9 +39,14 @@ struct MemoryKnobs {
   int threads = 1;
   int io_threads = 4;
   bool tokenizer = true;      // a tokenizer is loaded (its tables are priced); false with prompt ids
+  // The whole decoder runs on the GPU: the host holds only the embedding
+  // table and, when some experts stay outside VRAM, their cache and I/O
+  // (the GPU's own lines come from the VRAM tier).
+  bool gpu_decoder = false;
+  bool host_experts = true;
 };
 
-// RAM lines only for now (the CPU engine): VRAM tiers join with GPU backends.
+// RAM lines (the GPU backend's own lines come from its VRAM tier).
 // The disk line is the container every expert not in RAM is read from.
 MemoryPreview preview_memory(const ModelFootprint& footprint, const MemoryKnobs& knobs);
 

@@ -37,6 +37,7 @@ struct PlanRequest {
   std::string gpu = "auto";
   std::optional<std::uint64_t> vram;
   std::string gpu_variant;             // --gpu-variant (shader catalogue name)
+  int gpu_batch_tokens = 128;          // tokens per GPU submission (runtime::ModelOptions::gpu_batch_tokens)
   std::string cpu_kernel;              // --kernel (avx512vnni|avx512|avx2|scalar|exact)
   std::optional<BackendMemory> backend;
   const experts::UsageHistory* history = nullptr;

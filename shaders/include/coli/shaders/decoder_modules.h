@@ -23,4 +23,16 @@ std::span<const std::uint32_t> decoder_module(DecoderModule module);
 // gate/up: 2; down: 1). Checked against the modules by the reflection test.
 std::uint32_t decoder_shared_memory_bytes(DecoderModule module, std::uint32_t workgroup_size, std::uint32_t sums);
 
+// How the row kernels (matvec, expert gate/up and down) are specialised for
+// a device: invocations per workgroup, rows per workgroup (lanes per row =
+// invocations / rows), tokens per workgroup of the batched matvec. The
+// largest that fit the device's invocation and shared-memory limits (a
+// pretended limit included); the planner prints it, the decoder builds it.
+struct DecoderRowShape {
+  std::uint32_t workgroup_size = 256;
+  std::uint32_t rows = 8;
+  std::uint32_t batch_tokens = 4;
+};
+DecoderRowShape decoder_row_shape(std::uint32_t max_workgroup_invocations, std::uint32_t max_shared_memory_bytes);
+
 }  // namespace coli::shaders
