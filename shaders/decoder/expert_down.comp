@@ -33,8 +33,8 @@ void main() {
   float acc[SUMS] = float[SUMS](0.0);
   Words s = Words(addr_add(record, pc.down_s));
   if (row < pc.hidden) {
-    row_partial(Words(addr_add(record, pc.down_w)), s, row, pc.width, Floats(pc.act), choice * pc.width, 0u, 1u, lane,
-                lanes, acc);
+    uint base[1] = uint[1](choice * pc.width);
+    row_partial(Words(addr_add(record, pc.down_w)), s, row, pc.width, Floats(pc.act), base, lane, lanes, acc);
   }
   reduce_lanes(acc, lane, lanes);
   if (row >= pc.hidden || lane != 0u) return;

@@ -41,13 +41,13 @@ void main() {
   acc[1] = 0.0;
   if (row < pc.width) {
     Floats xs = Floats(pc.x);
-    uint x_base = token * pc.hidden;
+    uint base[1] = uint[1](token * pc.hidden);
     float gate[1] = float[1](0.0);
     float up[1] = float[1](0.0);
-    row_partial(Words(addr_add(record, pc.gate_w)), Words(addr_add(record, pc.gate_s)), row, pc.hidden, xs, x_base,
-                0u, 1u, lane, lanes, gate);
-    row_partial(Words(addr_add(record, pc.up_w)), Words(addr_add(record, pc.up_s)), row, pc.hidden, xs, x_base, 0u,
-                1u, lane, lanes, up);
+    row_partial(Words(addr_add(record, pc.gate_w)), Words(addr_add(record, pc.gate_s)), row, pc.hidden, xs, base, lane,
+                lanes, gate);
+    row_partial(Words(addr_add(record, pc.up_w)), Words(addr_add(record, pc.up_s)), row, pc.hidden, xs, base, lane,
+                lanes, up);
     acc[0] = gate[0];
     acc[1] = up[0];
   }

@@ -30,8 +30,9 @@ void main() {
   float acc[TOKENS];
   for (uint t = 0u; t < TOKENS; ++t) acc[t] = 0.0;
   if (row < pc.rows) {
-    row_partial(Words(pc.w), Words(pc.s), row, pc.cols, Floats(pc.x), first_token * pc.x_stride, pc.x_stride, count,
-                lane, lanes, acc);
+    uint base[TOKENS];  // tokens past the last repeat it (computed, never stored)
+    for (uint t = 0u; t < TOKENS; ++t) base[t] = (first_token + min(t, count - 1u)) * pc.x_stride;
+    row_partial(Words(pc.w), Words(pc.s), row, pc.cols, Floats(pc.x), base, lane, lanes, acc);
   }
   reduce_lanes(acc, lane, lanes);
   if (row >= pc.rows || lane != 0u) return;

@@ -20,17 +20,15 @@ uint row_words(uint cols) {
   return cols >> 3;
 }
 
-// Partial sums of row `row` for TOKENS consecutive activation vectors (token
-// t's x at xs.v[x_base + t * x_stride + column]; tokens past `count` repeat
-// the last), over the words lane, lane + lanes, ...: each weight word is read
-// once for all of them. Scales are applied per group (q4_g64); q8_row's
-// per-row scale comes in row_scale. The includer declares TOKENS.
-void row_partial(Words w, Words s, uint row, uint cols, Floats xs, uint x_base, uint x_stride, uint count,
-                 uint lane, uint lanes, inout float acc[TOKENS]) {
+// Partial sums of row `row` for TOKENS activation vectors (vector t at
+// xs.v[base[t] + column]), over the words lane, lane + lanes, ...: each
+// weight word is read once for all of them. Scales are applied per group
+// (q4_g64); q8_row's per-row scale comes in row_scale. The includer
+// declares TOKENS.
+void row_partial(Words w, Words s, uint row, uint cols, Floats xs, uint base[TOKENS], uint lane, uint lanes,
+                 inout float acc[TOKENS]) {
   uint words = row_words(cols);
   uint first = row * words;
-  uint base[TOKENS];
-  for (uint t = 0u; t < TOKENS; ++t) base[t] = x_base + min(t, count - 1u) * x_stride;
   for (uint j = lane; j < words; j += lanes) {
     uint word = w.v[first + j];
     if (FORMAT == FORMAT_F32) {

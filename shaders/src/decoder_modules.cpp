@@ -12,6 +12,9 @@ std::string_view module_name(DecoderModule module) {
     case DecoderModule::matvec: return "matvec";
     case DecoderModule::expert_gate_up: return "expert_gate_up";
     case DecoderModule::expert_down: return "expert_down";
+    case DecoderModule::expert_gate_up_grouped: return "expert_gate_up_grouped";
+    case DecoderModule::expert_down_grouped: return "expert_down_grouped";
+    case DecoderModule::route_group: return "route_group";
     case DecoderModule::rms_norm: return "rms_norm";
     case DecoderModule::qk_prep: return "qk_prep";
     case DecoderModule::attention: return "attention";
@@ -32,12 +35,18 @@ std::uint32_t decoder_shared_memory_bytes(DecoderModule module, std::uint32_t wo
     case DecoderModule::matvec:
     case DecoderModule::expert_gate_up:
     case DecoderModule::expert_down:
+    case DecoderModule::expert_gate_up_grouped:
+    case DecoderModule::expert_down_grouped:
       return kFloat * sums * workgroup_size;  // reduce_rows.glsl: partials[SUMS * WORKGROUP_SIZE]
+    case DecoderModule::route_group:
+      return 4 * kDecoderMaxGroupedExperts;  // counts[MAX_EXPERTS]
     case DecoderModule::rms_norm:
     case DecoderModule::qk_prep:
-    case DecoderModule::attention:
       return kFloat * workgroup_size;  // block_reduce.glsl: reduce_scratch[WORKGROUP_SIZE]
+    case DecoderModule::attention:
+      return kFloat * (2 * workgroup_size + kDecoderMaxHeadDim);  // reduce_scratch, tile, q_shared[512]
     case DecoderModule::route_topk:
+      return 2 * kFloat * workgroup_size;  // reduce_scratch and best_ids[WORKGROUP_SIZE]
     case DecoderModule::moe_combine:
     case DecoderModule::silu_mul:
       return 0;
@@ -56,6 +65,12 @@ DecoderRowShape decoder_row_shape(std::uint32_t max_workgroup_invocations, std::
   while (shape.batch_tokens > 1 && decoder_shared_memory_bytes(DecoderModule::matvec, shape.workgroup_size,
                                                                shape.batch_tokens) > max_shared_memory_bytes) {
     shape.batch_tokens /= 2;
+  }
+  shape.expert_batch_tokens = shape.batch_tokens;
+  while (shape.expert_batch_tokens > 0 &&
+         decoder_shared_memory_bytes(DecoderModule::expert_gate_up_grouped, shape.workgroup_size,
+                                     2 * shape.expert_batch_tokens) > max_shared_memory_bytes) {
+    shape.expert_batch_tokens /= 2;
   }
   return shape;
 }

@@ -54,12 +54,13 @@ RowKernelShape row_kernel_shape(const VulkanDevice& device) {
 }
 
 Result<KernelSet> KernelSet::create(ComputeContext& context, const std::vector<KernelFormat>& formats,
-                                    KernelFormat expert_format) {
+                                    KernelFormat expert_format, std::uint32_t experts) {
   KernelSet set;
   set.shape = row_kernel_shape(context.facts());
   const RowKernelShape& s = set.shape;
   set.norm_workgroup = std::min<std::uint32_t>(256, s.workgroup_size);
   set.attention_workgroup = std::min<std::uint32_t>(128, s.workgroup_size);
+  set.topk_workgroup = std::min<std::uint32_t>(64, s.workgroup_size);
   auto make = [&](const KernelDesc& desc, std::unique_ptr<Kernel>& out) -> Status {
     auto kernel = Kernel::create(context, desc);
     if (!kernel) return kernel.error();
@@ -78,17 +79,33 @@ Result<KernelSet> KernelSet::create(ComputeContext& context, const std::vector<K
                                              s.batch_tokens), pair[1]); !st) return st.error();
   }
   const auto ef = static_cast<std::uint32_t>(expert_format);
-  const std::string experts = format_label(expert_format);
+  const std::string experts_label = format_label(expert_format);
   const std::vector<std::uint32_t> row_spec{s.workgroup_size, s.rows, ef};
-  if (Status st = make(desc_of<ExpertGateUpPush>(DecoderModule::expert_gate_up, "expert gate+up " + experts, row_spec,
+  if (Status st = make(desc_of<ExpertGateUpPush>(DecoderModule::expert_gate_up, "expert gate+up " + experts_label, row_spec,
                                                  s.workgroup_size, 2), set.gate_up); !st) return st.error();
-  if (Status st = make(desc_of<ExpertDownPush>(DecoderModule::expert_down, "expert down " + experts, row_spec,
+  if (Status st = make(desc_of<ExpertDownPush>(DecoderModule::expert_down, "expert down " + experts_label, row_spec,
                                                s.workgroup_size, 1), set.down); !st) return st.error();
+  if (s.expert_batch_tokens > 0 && experts <= shaders::kDecoderMaxGroupedExperts) {
+    const std::uint32_t t = s.expert_batch_tokens;
+    const std::vector<std::uint32_t> grouped_spec{s.workgroup_size, s.rows, ef, t};
+    if (Status st = make(desc_of<RouteGroupPush>(DecoderModule::route_group, "route_group", {s.workgroup_size},
+                                                 s.workgroup_size, 0), set.route_group); !st) return st.error();
+    if (Status st = make(desc_of<ExpertGateUpGroupedPush>(DecoderModule::expert_gate_up_grouped,
+                                                          "expert gate+up grouped " + experts_label + " x" + std::to_string(t),
+                                                          grouped_spec, s.workgroup_size, 2 * t), set.gate_up_grouped); !st) {
+      return st.error();
+    }
+    if (Status st = make(desc_of<ExpertDownGroupedPush>(DecoderModule::expert_down_grouped,
+                                                        "expert down grouped " + experts_label + " x" + std::to_string(t),
+                                                        grouped_spec, s.workgroup_size, t), set.down_grouped); !st) {
+      return st.error();
+    }
+  }
   const std::uint32_t nw = set.norm_workgroup, aw = set.attention_workgroup;
   if (Status st = make(desc_of<RmsNormPush>(DecoderModule::rms_norm, "rms_norm", {nw}, nw, 1), set.rms_norm); !st) return st.error();
   if (Status st = make(desc_of<QkPrepPush>(DecoderModule::qk_prep, "qk_prep", {nw}, nw, 1), set.qk_prep); !st) return st.error();
   if (Status st = make(desc_of<AttentionPush>(DecoderModule::attention, "attention", {aw}, aw, 1), set.attention); !st) return st.error();
-  if (Status st = make(desc_of<RouteTopkPush>(DecoderModule::route_topk, "route_topk", {}, 1, 0), set.route_topk); !st) return st.error();
+  if (Status st = make(desc_of<RouteTopkPush>(DecoderModule::route_topk, "route_topk", {set.topk_workgroup}, set.topk_workgroup, 0), set.route_topk); !st) return st.error();
   if (Status st = make(desc_of<MoeCombinePush>(DecoderModule::moe_combine, "moe_combine", {nw}, nw, 0), set.moe_combine); !st) return st.error();
   if (Status st = make(desc_of<SiluMulPush>(DecoderModule::silu_mul, "silu_mul", {nw}, nw, 0), set.silu_mul); !st) return st.error();
   return set;
@@ -107,7 +124,7 @@ std::vector<std::string> KernelSet::names() const {
     add(pair[0]);
     add(pair[1]);
   }
-  for (const auto* kernel : {&gate_up, &down, &rms_norm, &qk_prep, &attention, &route_topk, &moe_combine, &silu_mul}) {
+  for (const auto* kernel : {&gate_up, &down, &route_group, &gate_up_grouped, &down_grouped, &rms_norm, &qk_prep, &attention, &route_topk, &moe_combine, &silu_mul}) {
     add(*kernel);
   }
   return out;

@@ -33,6 +33,18 @@ struct ExpertDownPush {
   std::uint64_t experts, slots, route_ids, act, y;
   std::uint32_t stride, hidden, width, down_w, down_s;
 };
+struct ExpertGateUpGroupedPush {
+  std::uint64_t experts, slots, offsets, members, x, act;
+  std::uint32_t stride, hidden, width, top_k, gate_w, gate_s, up_w, up_s;
+};
+struct ExpertDownGroupedPush {
+  std::uint64_t experts, slots, offsets, members, act, y;
+  std::uint32_t stride, hidden, width, down_w, down_s;
+};
+struct RouteGroupPush {
+  std::uint64_t ids, offsets, members;
+  std::uint32_t choices, experts;
+};
 struct RmsNormPush {
   std::uint64_t x, out, weight;
   std::uint32_t n, x_stride, out_stride;
@@ -72,12 +84,15 @@ struct KernelSet {
   // [format][0: one token, 1: batch_tokens per workgroup]; null when unused.
   std::array<std::array<std::unique_ptr<Kernel>, 2>, kKernelFormats> matvec;
   std::unique_ptr<Kernel> gate_up, down;  // for the experts' format
+  // Prefill: choices grouped by expert; null when the device or the model
+  // cannot take them (the per-choice kernels run instead).
+  std::unique_ptr<Kernel> route_group, gate_up_grouped, down_grouped;
   std::unique_ptr<Kernel> rms_norm, qk_prep, attention, route_topk, moe_combine, silu_mul;
-  std::uint32_t norm_workgroup = 256, attention_workgroup = 128;
+  std::uint32_t norm_workgroup = 256, attention_workgroup = 128, topk_workgroup = 64;
 
   // Makes the kernels `formats` (dense) and `expert_format` need.
   static Result<KernelSet> create(ComputeContext& context, const std::vector<KernelFormat>& formats,
-                                  KernelFormat expert_format);
+                                  KernelFormat expert_format, std::uint32_t experts);
   std::vector<std::string> names() const;
 };
 

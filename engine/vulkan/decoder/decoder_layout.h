@@ -21,7 +21,7 @@ struct DecoderShape {
 
 // Device scratch regions, by role.
 enum DeviceRole { x, h, q, k, v, attn, scores, mlp_a, mlp_b, router_logits, act, y, y_host_copy, shared_out,
-                  shared_gate, route_ids, route_weights, final_h, rope, step_copy, device_roles };
+                  shared_gate, route_ids, route_weights, group_offsets, group_members, final_h, rope, step_copy, device_roles };
 // Host-visible regions: what the host writes before a submission and reads after.
 enum HostRole { h_step, h_input, h_logits, h_ids, h_hidden, h_rows, host_roles };
 
@@ -68,6 +68,8 @@ inline DecoderLayout layout_decoder(const DecoderShape& s) {
   out.device[shared_gate] = add(t * f);
   out.device[route_ids] = add(s.moe_layers * out.choices * 4);
   out.device[route_weights] = add(s.moe_layers * out.choices * f);
+  out.device[group_offsets] = add((s.experts + 1) * 4);
+  out.device[group_members] = add(out.choices * 4);
   out.device[final_h] = add(s.hidden * f);
   out.device[rope] = add(s.context * (s.head_dim / 2) * 2 * f);
   out.device[step_copy] = add(16);

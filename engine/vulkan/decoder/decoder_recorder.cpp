@@ -137,7 +137,20 @@ Status DecoderRecorder::moe_block(const GpuLayer& w) {
   barrier();
   const VkDeviceAddress slots = e.slot_tables->address() + static_cast<std::size_t>(w.moe) * experts * 4;
   const VkDeviceAddress records = e.layers[static_cast<std::size_t>(w.moe)] ? e.layers[static_cast<std::size_t>(w.moe)]->address() : 0;
-  if (records != 0) {
+  if (records != 0 && tokens_ > 1 && k_.gate_up_grouped) {
+    // Prefill: each expert's choices together, its weights read once per group.
+    RouteGroupPush group{b_.route_ids_of(w.moe), b_.at(B::group_offsets), b_.at(B::group_members),
+                         static_cast<std::uint32_t>(choices), experts};
+    k_.route_group->record(cmd_, &group, 1);
+    barrier();
+    ExpertGateUpGroupedPush gate_up{records, slots, b_.at(B::group_offsets), b_.at(B::group_members), b_.at(B::h),
+                                    b_.at(B::act), e.stride, hidden, e.width, top_k, e.gate_w, e.gate_s, e.up_w, e.up_s};
+    k_.gate_up_grouped->record(cmd_, &gate_up, groups(e.width, k_.shape.rows), experts);
+    barrier();
+    ExpertDownGroupedPush down{records, slots, b_.at(B::group_offsets), b_.at(B::group_members), b_.at(B::act),
+                               b_.at(B::y), e.stride, hidden, e.width, e.down_w, e.down_s};
+    k_.down_grouped->record(cmd_, &down, groups(hidden, k_.shape.rows), experts);
+  } else if (records != 0) {
     ExpertGateUpPush gate_up{records, slots, b_.route_ids_of(w.moe), b_.at(B::h), b_.at(B::act), e.stride, hidden,
                              e.width, top_k, e.gate_w, e.gate_s, e.up_w, e.up_s};
     k_.gate_up->record(cmd_, &gate_up, groups(e.width, k_.shape.rows), static_cast<std::uint32_t>(choices));

@@ -6,6 +6,7 @@
 #include <map>
 
 #include "coli/base/text.h"
+#include "coli/shaders/decoder_modules.h"
 #include "reference/gemv_reference.h"
 #include "vulkan/decoder/decoder_recorder.h"
 
@@ -156,7 +157,8 @@ Result<std::unique_ptr<VulkanDecoder>> VulkanDecoder::create(ComputeContext& con
       (state->embed->dtype != "F32" && state->embed->dtype != "BF16" && state->embed->dtype != "F16")) {
     return make_error("the GPU decoder needs model.embed_tokens.weight as a float matrix (convert with --dense source)");
   }
-  if (c.head_dim % 2 != 0 || c.num_key_value_heads == 0 || c.num_attention_heads % c.num_key_value_heads != 0) {
+  if (c.head_dim % 2 != 0 || c.head_dim > shaders::kDecoderMaxHeadDim || c.num_key_value_heads == 0 ||
+      c.num_attention_heads % c.num_key_value_heads != 0) {
     return make_error("attention shape (heads " + std::to_string(c.num_attention_heads) + ", kv heads " +
                       std::to_string(c.num_key_value_heads) + ", head_dim " + std::to_string(c.head_dim) +
                       ") is not one the GPU decoder runs");
@@ -167,7 +169,8 @@ Result<std::unique_ptr<VulkanDecoder>> VulkanDecoder::create(ComputeContext& con
   auto weights = upload_weights(context, *state->ring, model);
   if (!weights) return weights.error();
   state->weights = std::move(*weights);
-  auto kernels = KernelSet::create(context, state->weights.dense_formats, state->weights.experts.format);
+  auto kernels = KernelSet::create(context, state->weights.dense_formats, state->weights.experts.format,
+                                   static_cast<std::uint32_t>(c.num_experts));
   if (!kernels) return kernels.error();
   state->kernels = std::move(*kernels);
   auto buffers = DecoderBuffers::create(context, *state->ring, c, model, state->weights);
