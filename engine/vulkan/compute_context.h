@@ -62,6 +62,7 @@ class ComputeContext {
   // cannot map, filled through a staging copy (discrete GPUs: HBM speed).
   bool uses_staging() const { return uses_staging_; }
   bool has_timestamps() const { return timestamp_period_ns_ > 0; }
+  double timestamp_period_ns() const { return timestamp_period_ns_; }
   // Subgroup size control was enabled on the device (variants may pin a size).
   bool subgroup_size_control_enabled() const { return subgroup_size_control_enabled_; }
 

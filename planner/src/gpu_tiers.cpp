@@ -158,9 +158,17 @@ void place(GpuTier& tier, const ModelFootprint& fp, const GpuTierRequest& reques
     tier.lines.push_back({"GPU upload staging", Tier::ram, static_cast<u64>(b.staging_slots) * stride,
                           n(static_cast<u64>(b.staging_slots)) + " host-visible slots x " + n(stride) + " B stride"});
   }
-  const bool software = tier.device_type == "cpu" && b.software_driver_host_bytes > 0;
-  tier.lines.push_back({"GPU driver (host)", Tier::ram, software ? b.software_driver_host_bytes : b.driver_host_bytes,
-                        software ? b.software_driver_host_basis : b.driver_host_basis});
+  u64 driver = b.driver_host_bytes;
+  std::string basis = b.driver_host_basis;
+  for (const BackendMemory::DriverShare& measured : b.measured_driver_shares) {
+    if ((measured.vendor_id == 0 || measured.vendor_id == tier.vendor_id) &&
+        (measured.device_type.empty() || measured.device_type == tier.device_type)) {
+      driver = measured.bytes;
+      basis = measured.basis;
+      break;
+    }
+  }
+  tier.lines.push_back({"GPU driver (host)", Tier::ram, driver, basis});
 }
 
 u64 tier_vram(const GpuTier& tier) {
@@ -223,9 +231,12 @@ BackendMemory vulkan_backend_memory() {
   b.staging_slots = 0;
   b.staging_bytes = vulkan::kDecoderStagingBytes;
   b.driver_host_bytes = 256 * kMiB;
-  b.driver_host_basis = "vendor Vulkan driver mapped into the process: 256 MiB assumed until a GPU run measures it";
-  b.software_driver_host_bytes = 44 * kMiB;
-  b.software_driver_host_basis = "lavapipe (LLVM) mapped into the process: 44 MiB measured";
+  b.driver_host_basis = "Vulkan driver mapped into the process: 256 MiB assumed for a driver no run has measured";
+  // Peak RSS of coli run --plan less every other planned host line.
+  b.measured_driver_shares = {
+      {0, "cpu", 44 * kMiB, "lavapipe (LLVM) mapped into the process: 44 MiB measured"},
+      {0x10de, "", 96 * kMiB,
+       "NVIDIA Vulkan driver: 86-92 MiB measured on an H200 (driver 580, docs/results/issue11), rounded up"}};
   return b;
 }
 
@@ -252,7 +263,16 @@ Result<GpuTier> decide_gpu_tier(const DeviceProfile& profile, const ModelFootpri
   for (const VulkanDevice& d : profile.gpus.vulkan) {
     if (d.name == tier.device.gpu) vk = &d;
   }
+  // The GPU decoder runs what the CPU engine runs: a planning-only
+  // architecture (MLA) stays a preview there.
+  const bool engine_runs = request.backend.engine_runs_experts && !fp.config.planning_only();
   if (request.gpu == "auto" && request.backend.whole_decoder) {
+    if (!engine_runs) {
+      tier.reason = "auto: CPU; " + tier.device.gpu + " fits, but the " + request.backend.name + " decoder does not run " +
+                    fp.config.model_type + " (planning only; --gpu N previews a VRAM tier)";
+      tier.device = GpuDecision{"", {}, tier.reason};
+      return tier;
+    }
     if (auto cpu = auto_prefers_cpu(profile, tier.device.gpu, request.backend.name)) {
       tier.reason = *cpu;
       tier.device = GpuDecision{"", {}, tier.reason};
@@ -260,8 +280,8 @@ Result<GpuTier> decide_gpu_tier(const DeviceProfile& profile, const ModelFootpri
     }
   }
   tier.backend = request.backend.name;
-  tier.engine_runs_it = request.backend.engine_runs_experts;
-  if (vk) tier.device_type = vk->type;
+  tier.engine_runs_it = engine_runs;
+  if (vk) tier.device_type = vk->type, tier.vendor_id = vk->vendor_id;
   auto [budget, source] = vk ? vram_budget(*vk) : std::pair<u64, std::string>{0, ""};
   if (budget == 0) return make_error(tier.device.gpu + " reports no device-local memory: use --gpu none");
   if (request.vram) {
@@ -299,7 +319,7 @@ Result<GpuTier> decide_gpu_tier(const DeviceProfile& profile, const ModelFootpri
                                                           shape.batch_tokens)) +
                    " B of " + n(vk->max_compute_shared_memory_bytes) + " B shared memory)";
   }
-  if (!tier.engine_runs_it) tier.reason += "; PREVIEW: this build's engine computes experts on the CPU only";
+  if (!tier.engine_runs_it) tier.reason += "; PREVIEW: this build's engine does not run this tier";
   return tier;
 }
 

@@ -156,6 +156,10 @@ Result<Plan> make_plan(const DeviceProfile& profile, const ModelFootprint& fp, c
     }
   }
   if (!choice) return choice.error();
+  if (cache.knobs.gpu_decoder && !cache.knobs.host_experts) {
+    const std::string none = "no host expert cache: every expert is in VRAM on " + tier->device.gpu;
+    choice->reason = request.cap ? choice->reason + "; " + none : none;
+  }
   plan.gpu = std::move(*tier);
   plan.decisions.push_back({"gpu", plan.gpu.device.gpu.empty() ? "none" : plan.gpu.device.gpu, plan.gpu.reason});
   plan.cap = choice->cap;

@@ -105,6 +105,7 @@ void read_gpu(const Reader& g, Plan& p) {
   // Plans written before the GPU decoder have neither: expert-tier previews.
   t.whole_decoder = g.has("whole_decoder") && g.boolean("whole_decoder");
   if (g.has("device_type")) t.device_type = g.text("device_type");
+  if (g.has("vendor_id")) t.vendor_id = static_cast<std::uint32_t>(g.integer("vendor_id", 0, 0xffffffffll));
   t.vram_headroom_bytes = g.bytes("vram_headroom_bytes");
   t.vram_headroom_source = g.text("vram_headroom_source");
   t.vram_reserve_bytes = g.bytes("vram_reserve_bytes");

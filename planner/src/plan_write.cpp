@@ -44,6 +44,7 @@ toml::table plan_table(const PlanFile& f) {
                   {"engine_runs_it", p.gpu.engine_runs_it},
                   {"whole_decoder", p.gpu.whole_decoder},
                   {"device_type", p.gpu.device_type},
+                  {"vendor_id", static_cast<std::int64_t>(p.gpu.vendor_id)},
                   {"vram_headroom_bytes", as_int(p.gpu.vram_headroom_bytes)},
                   {"vram_headroom_source", p.gpu.vram_headroom_source},
                   {"vram_reserve_bytes", as_int(p.gpu.vram_reserve_bytes)},

@@ -9,9 +9,9 @@ model="$fixtures/model-configs/Qwen3-30B-A3B.json"
 profile="$profiles/h200-xeon-16c.toml"
 source "$(dirname "$0")/check.sh"
 
-# The H200 profile and a Qwen3-30B-A3B config in 16 GiB: a streaming plan.
+# The H200 profile and a Qwen3-30B-A3B config in 16 GiB on the CPU: a streaming plan.
 # --offline: plan for the H200 the profile describes (this machine is not one; docs/fleet.md).
-"$plan" --profile "$profile" --model "$model" --ram 16G --offline >"$work/h.out" 2>"$work/h.err"
+"$plan" --profile "$profile" --model "$model" --ram 16G --gpu none --offline >"$work/h.out" 2>"$work/h.err"
 check "16G plan exits 0" test $? -eq 0
 check "table has the tier columns" contains "$work/h.out" "VRAM .* RAM .* disk"
 check "expert slots with a bar" contains "$work/h.out" "^expert cache: evictable slots .*####"

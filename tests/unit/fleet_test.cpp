@@ -156,14 +156,16 @@ TEST(Fleet, SharedProfileNeverPlansMoreThanTheLiveHeadroom) {
                                     planner::DenseFormat::source);
   ASSERT_TRUE(fp.ok()) << fp.error().message;
   // Trusting the file would plan far past 8 GiB: the test can fail.
-  auto trusting = planner::make_plan(shared, *fp, {});
+  planner::PlanRequest cpu_plan;
+  cpu_plan.gpu = "none";  // RAM is the tier under test
+  auto trusting = planner::make_plan(shared, *fp, cpu_plan);
   ASSERT_TRUE(trusting.ok()) << trusting.error().message;
   ASSERT_GT(trusting->planned_ram_bytes(), 8 * kGiB);
 
   for (const std::uint64_t limit : {8 * kGiB, 12 * kGiB}) {
     const DeviceProfile live = replay(kMachines / "h200-xeon-16c", kH200Gpus, h200_root_with_cgroup_limit(limit));
     const Revalidation r = revalidate(shared, live);
-    auto plan = planner::make_plan(r.effective, *fp, {});
+    auto plan = planner::make_plan(r.effective, *fp, cpu_plan);
     ASSERT_TRUE(plan.ok()) << plan.error().message;
     EXPECT_LE(plan->planned_ram_bytes() + plan->margin.bytes, live.memory.headroom_bytes);
     EXPECT_EQ(plan->headroom_bytes, live.memory.headroom_bytes);

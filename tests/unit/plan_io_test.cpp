@@ -33,6 +33,7 @@ PlanFile h200_qwen3_plan() {
   const ModelFootprint fp = qwen3();
   PlanRequest request;
   request.ram = 16ull << 30;
+  request.gpu = "none";  // a CPU plan that streams experts
   auto plan = make_plan(profile, fp, request);
   EXPECT_TRUE(plan.ok()) << (plan.ok() ? "" : plan.error().message);
   PlanFile f;

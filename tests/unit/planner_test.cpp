@@ -149,6 +149,7 @@ TEST(PlannerScenario, RamLimitOnTheH200StreamsExpertsAndFits) {
   const ModelFootprint fp = footprint("Qwen3-30B-A3B.json");
   PlanRequest request;
   request.ram = 16 * kGiB;
+  request.gpu = "none";  // the CPU engine's RAM plan (the GPU decoder would hold every expert in VRAM)
   auto plan = make_plan(h200_profile(), fp, request);
   ASSERT_TRUE(plan.ok()) << plan.error().message;
   EXPECT_TRUE(plan->streaming());
@@ -164,7 +165,7 @@ TEST(PlannerScenario, RamLimitOnTheH200StreamsExpertsAndFits) {
   EXPECT_TRUE(mentions(bigger.error().message, "use --cap " + std::to_string(plan->cap) + " or less"))
       << bigger.error().message;
   // Without the limit every expert is resident.
-  auto unlimited = make_plan(h200_profile(), fp, PlanRequest{});
+  auto unlimited = make_plan(h200_profile(), fp, PlanRequest{.gpu = "none"});
   ASSERT_TRUE(unlimited.ok()) << unlimited.error().message;
   EXPECT_FALSE(unlimited->streaming());
 }
@@ -218,6 +219,7 @@ TEST(PlannerScenario, RefusalSaysWhatToChange) {
 
   request.ram = 6 * kGiB;
   request.ctx = 4096;
+  request.gpu = "none";
   auto limited = make_plan(h200_profile(), footprint("Mixtral-8x7B-v0.1.json"), request);
   ASSERT_FALSE(limited.ok());
   EXPECT_TRUE(mentions(limited.error().message, "raise --ram")) << limited.error().message;

@@ -11,6 +11,7 @@
 
 #include "vulkan/decoder/decoder_layout.h"
 #include "vulkan/decoder/decoder_weights.h"
+#include "vulkan/decoder/kernel_profile.h"
 
 namespace coli::vulkan {
 
@@ -57,19 +58,21 @@ class DecoderBuffers {
 struct RecordedForward {
   std::vector<VkCommandBuffer> segments;
   std::vector<int> host_layer_after;  // per segment: the MoE layer the host computes after it, or -1
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> queries;  // per segment: its timestamps (profiling)
 };
 
 class DecoderRecorder {
  public:
   DecoderRecorder(ComputeContext& context, VkCommandPool pool, const model::ModelConfig& config,
-                  const GpuWeights& weights, const KernelSet& kernels, const DecoderBuffers& buffers)
-      : context_(context), pool_(pool), c_(config), w_(weights), k_(kernels), b_(buffers) {}
+                  const GpuWeights& weights, const KernelSet& kernels, const DecoderBuffers& buffers,
+                  KernelProfile* profile)
+      : context_(context), pool_(pool), c_(config), w_(weights), k_(kernels), b_(buffers), profile_(profile) {}
   Result<RecordedForward> record(int tokens);
 
  private:
   Status begin_segment();
   Status end_segment(int host_layer);
-  void matvec(const GpuMatrix& m, VkDeviceAddress x, std::uint32_t x_stride, VkDeviceAddress y, std::uint32_t y_stride,
+  void matvec(const char* role, const GpuMatrix& m, VkDeviceAddress x, std::uint32_t x_stride, VkDeviceAddress y, std::uint32_t y_stride,
               std::uint32_t tokens, VkDeviceAddress bias = 0, bool accumulate = false);
   void rms_norm(VkDeviceAddress x, VkDeviceAddress out, VkDeviceAddress weight, std::uint32_t tokens,
                 std::uint32_t x_stride);
@@ -79,6 +82,7 @@ class DecoderRecorder {
   void silu_mul(VkDeviceAddress a, VkDeviceAddress b, std::uint32_t n);
   void copy(VkBuffer from, std::size_t from_offset, VkBuffer to, std::size_t to_offset, std::size_t bytes);
   void barrier();
+  void dispatch(const Kernel& kernel, const void* push, std::uint32_t x, std::uint32_t y = 1, const char* role = "");
 
   ComputeContext& context_;
   VkCommandPool pool_;
@@ -86,6 +90,8 @@ class DecoderRecorder {
   const GpuWeights& w_;
   const KernelSet& k_;
   const DecoderBuffers& b_;
+  KernelProfile* profile_;
+  std::uint32_t segment_first_query_ = 0;
   RecordedForward out_;
   VkCommandBuffer cmd_ = VK_NULL_HANDLE;
   std::uint32_t tokens_ = 0;

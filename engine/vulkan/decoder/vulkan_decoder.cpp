@@ -54,6 +54,7 @@ struct VulkanDecoder::State {
   VkCommandPool pool = VK_NULL_HANDLE;
   VkFence fence = VK_NULL_HANDLE;
   std::map<int, RecordedForward> recorded;  // by batch size
+  std::unique_ptr<KernelProfile> profile;   // COLI_GPU_PROFILE=1
   std::vector<std::vector<std::uint64_t>> counts;  // routing of the last forward
   std::vector<float> host_y;  // scratch for HostExperts
 
@@ -90,7 +91,7 @@ Status VulkanDecoder::State::init_commands() {
 Result<const RecordedForward*> VulkanDecoder::State::recorded_for(int tokens) {
   auto found = recorded.find(tokens);
   if (found != recorded.end()) return &found->second;
-  DecoderRecorder recorder(*context, pool, *model.config, weights, kernels, buffers);
+  DecoderRecorder recorder(*context, pool, *model.config, weights, kernels, buffers, profile.get());
   auto forward = recorder.record(tokens);
   if (!forward) return forward.error();
   return &recorded.emplace(tokens, std::move(*forward)).first->second;
@@ -136,6 +137,7 @@ Status VulkanDecoder::State::run_chunk(std::span<const std::int32_t> tokens, int
   const RecordedForward& f = **forward;
   for (std::size_t i = 0; i < f.segments.size(); ++i) {
     if (Status s = submit(f.segments[i]); !s) return s;
+    if (profile) profile->collect(f.queries[i].first, f.queries[i].second);
     if (f.host_layer_after[i] >= 0) {
       if (Status s = run_host_experts(f.host_layer_after[i], static_cast<int>(tokens.size()), host); !s) return s;
     }
@@ -177,6 +179,7 @@ Result<std::unique_ptr<VulkanDecoder>> VulkanDecoder::create(ComputeContext& con
   if (!buffers) return buffers.error();
   state->buffers = std::move(*buffers);
   if (Status s = state->init_commands(); !s) return s.error();
+  state->profile = KernelProfile::from_environment(context);
   DecoderMemory& m = state->memory;
   m.dense = state->weights.dense->size();
   for (const auto& layer : state->weights.experts.layers) m.experts += layer ? layer->size() : 0;

@@ -35,10 +35,17 @@ struct BackendMemory {
   int staging_slots = 2;                  // host-visible upload ring, in record strides
   std::uint64_t driver_host_bytes = 0;    // RAM the driver maps into the process (libraries, context)
   std::string driver_host_basis;          // where that number comes from
-  // The same for a software device (lavapipe: type "cpu"), where the driver
-  // is a compiler and a rasteriser in the process; 0: as driver_host_bytes.
-  std::uint64_t software_driver_host_bytes = 0;
-  std::string software_driver_host_basis;
+  // Measured shares of particular drivers, which replace driver_host_bytes
+  // for a device they match (a software device such as lavapipe is a
+  // compiler and a rasteriser in the process; a vendor driver maps its own).
+  struct DriverShare {
+    std::uint32_t vendor_id = 0;  // 0: any vendor
+    std::string device_type;      // "" any, else VulkanDevice::type ("cpu" for lavapipe)
+    std::uint64_t bytes = 0;
+    std::string basis;
+    bool operator==(const DriverShare&) const = default;
+  };
+  std::vector<DriverShare> measured_driver_shares;
   // The whole decoder runs on the device (dense weights, KV cache and
   // activations in VRAM; the host keeps the embedding table and mapped
   // input/output buffers), not just the VRAM tier's experts.
@@ -74,6 +81,7 @@ struct GpuTier {
   int vram_slots() const;                   // their sum
   bool whole_decoder = false;               // the backend runs every layer (see BackendMemory)
   std::string device_type;                  // VulkanDevice::type ("discrete", "cpu" for lavapipe, ...)
+  std::uint32_t vendor_id = 0;              // VulkanDevice::vendor_id (0x10de NVIDIA, ...)
   // Every expert of every layer in VRAM: the host keeps no expert cache.
   bool all_experts_in_vram(int n_experts) const;
   double vram_share = 0;                    // expected share of expert reads served from VRAM
