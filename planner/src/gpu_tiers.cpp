@@ -314,9 +314,10 @@ Result<GpuTier> decide_gpu_tier(const DeviceProfile& profile, const ModelFootpri
     const shaders::DecoderRowShape shape =
         shaders::decoder_row_shape(vk->max_workgroup_invocations, vk->max_compute_shared_memory_bytes);
     tier.reason += "; decoder row kernels " + n(shape.workgroup_size) + " invocations x " + n(shape.rows) + " rows, " +
-                   n(shape.batch_tokens) + " tokens per prefill workgroup (" +
-                   n(shaders::decoder_shared_memory_bytes(shaders::DecoderModule::matvec, shape.workgroup_size,
-                                                          shape.batch_tokens)) +
+                   n(shape.batch_tokens) + " tokens per prefill weight pass" +
+                   (shape.grouped_experts ? ", experts grouped by expert" : ", experts per choice") + " (at most " +
+                   n(shaders::decoder_shared_memory_bytes(shaders::DecoderModule::expert_gate_up_grouped,
+                                                          shape.workgroup_size)) +
                    " B of " + n(vk->max_compute_shared_memory_bytes) + " B shared memory)";
   }
   if (!tier.engine_runs_it) tier.reason += "; PREVIEW: this build's engine does not run this tier";

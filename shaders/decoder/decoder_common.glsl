@@ -5,7 +5,11 @@
 #extension GL_EXT_buffer_reference : require
 #extension GL_EXT_buffer_reference_uvec2 : require
 
-layout(buffer_reference, std430, buffer_reference_align = 4) buffer Words { uint v[]; };
+// Weights and scales, and activations a kernel only reads: readonly and
+// restrict, so the compiler may keep and reorder their loads (the
+// non-coherent load path), which plain references forbid.
+layout(buffer_reference, std430, buffer_reference_align = 4) readonly restrict buffer Words { uint v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 4) readonly restrict buffer InFloats { float v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 4) buffer Floats { float v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 4) buffer Ints { int v[]; };
 // For data one invocation writes and another of the same workgroup reads

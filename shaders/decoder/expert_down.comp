@@ -34,7 +34,7 @@ void main() {
   Words s = Words(addr_add(record, pc.down_s));
   if (row < pc.hidden) {
     uint base[1] = uint[1](choice * pc.width);
-    row_partial(Words(addr_add(record, pc.down_w)), s, row, pc.width, Floats(pc.act), base, lane, lanes, acc);
+    row_partial(Words(addr_add(record, pc.down_w)), s, row, pc.width, InFloats(pc.act), base, lane, lanes, acc);
   }
   reduce_lanes(acc, lane, lanes);
   if (row >= pc.hidden || lane != 0u) return;

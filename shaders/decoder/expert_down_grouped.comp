@@ -7,8 +7,8 @@ layout(local_size_x_id = 0) in;
 layout(constant_id = 0) const uint WORKGROUP_SIZE = 256;
 layout(constant_id = 1) const uint ROWS = 8;
 layout(constant_id = 2) const uint FORMAT = 0;
-layout(constant_id = 3) const uint TOKENS = 4;
-#define SUMS TOKENS
+const uint TOKENS = COLI_TOKENS;  // compile-time (glslc -DCOLI_TOKENS): arrays stay in registers
+const uint SUMS = TOKENS;
 
 layout(push_constant) uniform Push {
   uvec2 experts, slots, offsets, members, act, y;
@@ -38,7 +38,7 @@ void main() {
     float acc[SUMS];
     for (uint t = 0u; t < TOKENS; ++t) acc[t] = 0.0;
     if (row < pc.hidden) {
-      row_partial(Words(addr_add(record, pc.down_w)), s, row, pc.width, Floats(pc.act), base, lane, lanes, acc);
+      row_partial(Words(addr_add(record, pc.down_w)), s, row, pc.width, InFloats(pc.act), base, lane, lanes, acc);
     }
     reduce_lanes(acc, lane, lanes);
     if (row < pc.hidden && lane == 0u) {

@@ -40,7 +40,7 @@ void main() {
   acc[0] = 0.0;
   acc[1] = 0.0;
   if (row < pc.width) {
-    Floats xs = Floats(pc.x);
+    InFloats xs = InFloats(pc.x);
     uint base[1] = uint[1](token * pc.hidden);
     float gate[1] = float[1](0.0);
     float up[1] = float[1](0.0);

@@ -9,7 +9,7 @@ layout(local_size_x_id = 0) in;
 layout(constant_id = 0) const uint WORKGROUP_SIZE = 256;
 layout(constant_id = 1) const uint ROWS = 8;
 layout(constant_id = 2) const uint FORMAT = 0;
-layout(constant_id = 3) const uint TOKENS = 4;
+const uint TOKENS = COLI_TOKENS;  // compile-time (glslc -DCOLI_TOKENS): arrays stay in registers
 const uint SUMS = 2u * TOKENS;  // gate and up of each token
 
 layout(push_constant) uniform Push {
@@ -46,8 +46,8 @@ void main() {
       up[t] = 0.0;
     }
     if (row < pc.width) {
-      row_partial(Words(addr_add(record, pc.gate_w)), gate_s, row, pc.hidden, Floats(pc.x), base, lane, lanes, gate);
-      row_partial(Words(addr_add(record, pc.up_w)), up_s, row, pc.hidden, Floats(pc.x), base, lane, lanes, up);
+      row_partial(Words(addr_add(record, pc.gate_w)), gate_s, row, pc.hidden, InFloats(pc.x), base, lane, lanes, gate);
+      row_partial(Words(addr_add(record, pc.up_w)), up_s, row, pc.hidden, InFloats(pc.x), base, lane, lanes, up);
     }
     float acc[SUMS];
     for (uint t = 0u; t < TOKENS; ++t) {

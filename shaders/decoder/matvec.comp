@@ -10,8 +10,8 @@ layout(local_size_x_id = 0) in;
 layout(constant_id = 0) const uint WORKGROUP_SIZE = 256;
 layout(constant_id = 1) const uint ROWS = 8;       // rows per workgroup; a power of two dividing WORKGROUP_SIZE
 layout(constant_id = 2) const uint FORMAT = 0;
-layout(constant_id = 3) const uint TOKENS = 1;
-#define SUMS TOKENS
+const uint TOKENS = COLI_TOKENS;  // compile-time (glslc -DCOLI_TOKENS): arrays stay in registers
+const uint SUMS = TOKENS;
 
 layout(push_constant) uniform Push {
   uvec2 w, s, x, y, bias;
@@ -32,7 +32,7 @@ void main() {
   if (row < pc.rows) {
     uint base[TOKENS];  // tokens past the last repeat it (computed, never stored)
     for (uint t = 0u; t < TOKENS; ++t) base[t] = (first_token + min(t, count - 1u)) * pc.x_stride;
-    row_partial(Words(pc.w), Words(pc.s), row, pc.cols, Floats(pc.x), base, lane, lanes, acc);
+    row_partial(Words(pc.w), Words(pc.s), row, pc.cols, InFloats(pc.x), base, lane, lanes, acc);
   }
   reduce_lanes(acc, lane, lanes);
   if (row >= pc.rows || lane != 0u) return;

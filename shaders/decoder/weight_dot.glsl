@@ -25,7 +25,7 @@ uint row_words(uint cols) {
 // weight word is read once for all of them. Scales are applied per group
 // (q4_g64); q8_row's per-row scale comes in row_scale. The includer
 // declares TOKENS.
-void row_partial(Words w, Words s, uint row, uint cols, Floats xs, uint base[TOKENS], uint lane, uint lanes,
+void row_partial(Words w, Words s, uint row, uint cols, InFloats xs, uint base[TOKENS], uint lane, uint lanes,
                  inout float acc[TOKENS]) {
   uint words = row_words(cols);
   uint first = row * words;

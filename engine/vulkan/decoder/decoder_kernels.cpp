@@ -21,16 +21,22 @@ const char* format_label(KernelFormat format) {
 }
 
 template <typename Push>
-KernelDesc desc_of(DecoderModule module, std::string name, std::vector<std::uint32_t> spec, std::uint32_t workgroup,
-                   std::uint32_t sums) {
+KernelDesc desc_of(DecoderModule module, std::string name, std::vector<std::uint32_t> spec, std::uint32_t workgroup) {
   KernelDesc desc;
   desc.name = std::move(name);
   desc.spirv = shaders::decoder_module(module);
   desc.specialization = std::move(spec);
   desc.workgroup_size = workgroup;
-  desc.shared_memory_bytes = shaders::decoder_shared_memory_bytes(module, workgroup, sums);
+  desc.shared_memory_bytes = shaders::decoder_shared_memory_bytes(module, workgroup);
   desc.push_constant_bytes = sizeof(Push);
   return desc;
+}
+
+Status make(ComputeContext& context, const KernelDesc& desc, std::unique_ptr<Kernel>& out) {
+  auto kernel = Kernel::create(context, desc);
+  if (!kernel) return kernel.error();
+  out = std::move(*kernel);
+  return Ok{};
 }
 
 }  // namespace
@@ -53,61 +59,51 @@ RowKernelShape row_kernel_shape(const VulkanDevice& device) {
   return shaders::decoder_row_shape(device.max_workgroup_invocations, device.max_compute_shared_memory_bytes);
 }
 
+// The row kernels: matvec per dense format (one token, and batched), the
+// experts' gate/up and down (per choice, and grouped by expert for prefill).
+Status KernelSet::make_row_kernels(ComputeContext& context, const std::vector<KernelFormat>& formats,
+                                   KernelFormat expert_format, std::uint32_t experts) {
+  const RowKernelShape& s = shape;
+  const std::string batch = " x" + std::to_string(shaders::kDecoderBatchTokens);
+  for (KernelFormat format : formats) {
+    auto& pair = matvec[static_cast<std::size_t>(format)];
+    const std::vector<std::uint32_t> spec{s.workgroup_size, s.rows, static_cast<std::uint32_t>(format)};
+    const std::string name = std::string("matvec ") + format_label(format);
+    if (pair[0]) continue;
+    if (Status st = make(context, desc_of<MatvecPush>(DecoderModule::matvec, name + " x1", spec, s.workgroup_size), pair[0]); !st) return st;
+    if (s.batch_tokens > 1) {
+      if (Status st = make(context, desc_of<MatvecPush>(DecoderModule::matvec_batched, name + batch, spec, s.workgroup_size), pair[1]); !st) return st;
+    }
+  }
+  const std::string e = format_label(expert_format);
+  const std::vector<std::uint32_t> spec{s.workgroup_size, s.rows, static_cast<std::uint32_t>(expert_format)};
+  if (Status st = make(context, desc_of<ExpertGateUpPush>(DecoderModule::expert_gate_up, "expert gate+up " + e, spec, s.workgroup_size), gate_up); !st) return st;
+  if (Status st = make(context, desc_of<ExpertDownPush>(DecoderModule::expert_down, "expert down " + e, spec, s.workgroup_size), down); !st) return st;
+  if (!s.grouped_experts || experts > shaders::kDecoderMaxGroupedExperts) return Ok{};
+  if (Status st = make(context, desc_of<RouteGroupPush>(DecoderModule::route_group, "route_group", {s.workgroup_size}, s.workgroup_size), route_group); !st) return st;
+  if (Status st = make(context, desc_of<ExpertGateUpGroupedPush>(DecoderModule::expert_gate_up_grouped, "expert gate+up grouped " + e + batch, spec, s.workgroup_size), gate_up_grouped); !st) return st;
+  return make(context, desc_of<ExpertDownGroupedPush>(DecoderModule::expert_down_grouped, "expert down grouped " + e + batch, spec, s.workgroup_size), down_grouped);
+}
+
 Result<KernelSet> KernelSet::create(ComputeContext& context, const std::vector<KernelFormat>& formats,
                                     KernelFormat expert_format, std::uint32_t experts) {
   KernelSet set;
   set.shape = row_kernel_shape(context.facts());
-  const RowKernelShape& s = set.shape;
-  set.norm_workgroup = std::min<std::uint32_t>(256, s.workgroup_size);
-  set.attention_workgroup = std::min<std::uint32_t>(128, s.workgroup_size);
-  set.topk_workgroup = std::min<std::uint32_t>(64, s.workgroup_size);
-  auto make = [&](const KernelDesc& desc, std::unique_ptr<Kernel>& out) -> Status {
-    auto kernel = Kernel::create(context, desc);
-    if (!kernel) return kernel.error();
-    out = std::move(*kernel);
-    return Ok{};
-  };
-  for (KernelFormat format : formats) {
-    auto& pair = set.matvec[static_cast<std::size_t>(format)];
-    if (pair[0]) continue;
-    const auto f = static_cast<std::uint32_t>(format);
-    const std::string name = std::string("matvec ") + format_label(format);
-    if (Status st = make(desc_of<MatvecPush>(DecoderModule::matvec, name + " x1", {s.workgroup_size, s.rows, f, 1},
-                                             s.workgroup_size, 1), pair[0]); !st) return st.error();
-    if (Status st = make(desc_of<MatvecPush>(DecoderModule::matvec, name + " x" + std::to_string(s.batch_tokens),
-                                             {s.workgroup_size, s.rows, f, s.batch_tokens}, s.workgroup_size,
-                                             s.batch_tokens), pair[1]); !st) return st.error();
+  set.norm_workgroup = std::min<std::uint32_t>(256, set.shape.workgroup_size);
+  set.attention_workgroup = std::min<std::uint32_t>(128, set.shape.workgroup_size);
+  set.topk_workgroup = std::min<std::uint32_t>(64, set.shape.workgroup_size);
+  if (Status st = set.make_row_kernels(context, formats, expert_format, experts); !st) return st.error();
+  const std::uint32_t nw = set.norm_workgroup, aw = set.attention_workgroup, tw = set.topk_workgroup;
+  const std::pair<KernelDesc, std::unique_ptr<Kernel>*> others[] = {
+      {desc_of<RmsNormPush>(DecoderModule::rms_norm, "rms_norm", {nw}, nw), &set.rms_norm},
+      {desc_of<QkPrepPush>(DecoderModule::qk_prep, "qk_prep", {nw}, nw), &set.qk_prep},
+      {desc_of<AttentionPush>(DecoderModule::attention, "attention", {aw}, aw), &set.attention},
+      {desc_of<RouteTopkPush>(DecoderModule::route_topk, "route_topk", {tw}, tw), &set.route_topk},
+      {desc_of<MoeCombinePush>(DecoderModule::moe_combine, "moe_combine", {nw}, nw), &set.moe_combine},
+      {desc_of<SiluMulPush>(DecoderModule::silu_mul, "silu_mul", {nw}, nw), &set.silu_mul}};
+  for (const auto& [desc, out] : others) {
+    if (Status st = make(context, desc, *out); !st) return st.error();
   }
-  const auto ef = static_cast<std::uint32_t>(expert_format);
-  const std::string experts_label = format_label(expert_format);
-  const std::vector<std::uint32_t> row_spec{s.workgroup_size, s.rows, ef};
-  if (Status st = make(desc_of<ExpertGateUpPush>(DecoderModule::expert_gate_up, "expert gate+up " + experts_label, row_spec,
-                                                 s.workgroup_size, 2), set.gate_up); !st) return st.error();
-  if (Status st = make(desc_of<ExpertDownPush>(DecoderModule::expert_down, "expert down " + experts_label, row_spec,
-                                               s.workgroup_size, 1), set.down); !st) return st.error();
-  if (s.expert_batch_tokens > 0 && experts <= shaders::kDecoderMaxGroupedExperts) {
-    const std::uint32_t t = s.expert_batch_tokens;
-    const std::vector<std::uint32_t> grouped_spec{s.workgroup_size, s.rows, ef, t};
-    if (Status st = make(desc_of<RouteGroupPush>(DecoderModule::route_group, "route_group", {s.workgroup_size},
-                                                 s.workgroup_size, 0), set.route_group); !st) return st.error();
-    if (Status st = make(desc_of<ExpertGateUpGroupedPush>(DecoderModule::expert_gate_up_grouped,
-                                                          "expert gate+up grouped " + experts_label + " x" + std::to_string(t),
-                                                          grouped_spec, s.workgroup_size, 2 * t), set.gate_up_grouped); !st) {
-      return st.error();
-    }
-    if (Status st = make(desc_of<ExpertDownGroupedPush>(DecoderModule::expert_down_grouped,
-                                                        "expert down grouped " + experts_label + " x" + std::to_string(t),
-                                                        grouped_spec, s.workgroup_size, t), set.down_grouped); !st) {
-      return st.error();
-    }
-  }
-  const std::uint32_t nw = set.norm_workgroup, aw = set.attention_workgroup;
-  if (Status st = make(desc_of<RmsNormPush>(DecoderModule::rms_norm, "rms_norm", {nw}, nw, 1), set.rms_norm); !st) return st.error();
-  if (Status st = make(desc_of<QkPrepPush>(DecoderModule::qk_prep, "qk_prep", {nw}, nw, 1), set.qk_prep); !st) return st.error();
-  if (Status st = make(desc_of<AttentionPush>(DecoderModule::attention, "attention", {aw}, aw, 1), set.attention); !st) return st.error();
-  if (Status st = make(desc_of<RouteTopkPush>(DecoderModule::route_topk, "route_topk", {set.topk_workgroup}, set.topk_workgroup, 0), set.route_topk); !st) return st.error();
-  if (Status st = make(desc_of<MoeCombinePush>(DecoderModule::moe_combine, "moe_combine", {nw}, nw, 0), set.moe_combine); !st) return st.error();
-  if (Status st = make(desc_of<SiluMulPush>(DecoderModule::silu_mul, "silu_mul", {nw}, nw, 0), set.silu_mul); !st) return st.error();
   return set;
 }
 

@@ -81,7 +81,7 @@ RowKernelShape row_kernel_shape(const VulkanDevice& device);
 
 struct KernelSet {
   RowKernelShape shape;
-  // [format][0: one token, 1: batch_tokens per workgroup]; null when unused.
+  // [format][0: one token, 1: kDecoderBatchTokens per workgroup]; null when unused (or it does not fit).
   std::array<std::array<std::unique_ptr<Kernel>, 2>, kKernelFormats> matvec;
   std::unique_ptr<Kernel> gate_up, down;  // for the experts' format
   // Prefill: choices grouped by expert; null when the device or the model
@@ -93,6 +93,8 @@ struct KernelSet {
   // Makes the kernels `formats` (dense) and `expert_format` need.
   static Result<KernelSet> create(ComputeContext& context, const std::vector<KernelFormat>& formats,
                                   KernelFormat expert_format, std::uint32_t experts);
+  Status make_row_kernels(ComputeContext& context, const std::vector<KernelFormat>& formats, KernelFormat expert_format,
+                          std::uint32_t experts);
   std::vector<std::string> names() const;
 };
 

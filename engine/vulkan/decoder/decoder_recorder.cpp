@@ -51,8 +51,9 @@ void DecoderRecorder::copy(VkBuffer from, std::size_t from_offset, VkBuffer to, 
 
 void DecoderRecorder::matvec(const char* role, const GpuMatrix& m, VkDeviceAddress x, std::uint32_t x_stride, VkDeviceAddress y,
                              std::uint32_t y_stride, std::uint32_t tokens, VkDeviceAddress bias, bool accumulate) {
-  const bool batched = tokens > 1;
-  const Kernel& kernel = *k_.matvec[static_cast<std::size_t>(m.format)][batched ? 1 : 0];
+  const auto& pair = k_.matvec[static_cast<std::size_t>(m.format)];
+  const bool batched = tokens > 1 && pair[1];
+  const Kernel& kernel = *pair[batched ? 1 : 0];
   const std::uint32_t per_group = batched ? k_.shape.batch_tokens : 1;
   MatvecPush push{m.w, m.s, x, y, bias, m.rows, m.cols, x_stride, y_stride, tokens, accumulate ? 1u : 0u};
   dispatch(kernel, &push, groups(m.rows, k_.shape.rows), groups(tokens, per_group), role);

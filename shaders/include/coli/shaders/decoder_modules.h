@@ -10,10 +10,13 @@
 
 namespace coli::shaders {
 
+// matvec: one token per workgroup; matvec_batched and the grouped expert
+// kernels: kDecoderBatchTokens per weight pass (prefill).
 enum class DecoderModule {
-  matvec, expert_gate_up, expert_down, expert_gate_up_grouped, expert_down_grouped, route_group,
+  matvec, matvec_batched, expert_gate_up, expert_down, expert_gate_up_grouped, expert_down_grouped, route_group,
   rms_norm, qk_prep, attention, route_topk, moe_combine, silu_mul
 };
+inline constexpr std::uint32_t kDecoderBatchTokens = 4;  // COLI_TOKENS of the batched modules
 std::string_view module_name(DecoderModule module);  // "matvec", ...
 
 // The widest attention head the attention kernel takes (MAX_HEAD_DIM there).
@@ -24,23 +27,21 @@ inline constexpr std::uint32_t kDecoderMaxGroupedExperts = 1024;
 // The module's SPIR-V words (entry point "main").
 std::span<const std::uint32_t> decoder_module(DecoderModule module);
 
-// Workgroup memory each module declares, in bytes, at a workgroup size and
-// number of partial sums per invocation (matvec: tokens per workgroup;
-// gate/up: 2; down: 1; grouped gate/up: 2 x tokens; grouped down: tokens).
-std::uint32_t decoder_shared_memory_bytes(DecoderModule module, std::uint32_t workgroup_size, std::uint32_t sums);
+// Workgroup memory each module declares, in bytes, at a workgroup size (the
+// partial sums per invocation are the module's own: matvec 1, batched 4,
+// gate/up 2, down 1, grouped gate/up 8, grouped down 4).
+std::uint32_t decoder_shared_memory_bytes(DecoderModule module, std::uint32_t workgroup_size);
 
 // How the row kernels (matvec, expert gate/up and down) are specialised for
-// a device: invocations per workgroup, rows per workgroup (lanes per row =
-// invocations / rows), tokens per workgroup of the batched matvec. The
-// largest that fit the device's invocation and shared-memory limits (a
-// pretended limit included); the planner prints it, the decoder builds it.
+// a device: invocations per workgroup and rows per workgroup (lanes per row
+// = invocations / rows), the largest that fit its invocation limit; and
+// whether the batched prefill modules fit its shared memory (a pretended
+// limit included). The planner prints it, the decoder builds it.
 struct DecoderRowShape {
   std::uint32_t workgroup_size = 256;
   std::uint32_t rows = 8;
-  std::uint32_t batch_tokens = 4;
-  // Tokens the grouped expert kernels take per weight pass (prefill); 0 when
-  // even one does not fit the shared memory (the per-choice kernels run).
-  std::uint32_t expert_batch_tokens = 4;
+  std::uint32_t batch_tokens = kDecoderBatchTokens;  // 1: the batched matvec does not fit, batches run token by token
+  bool grouped_experts = true;                       // the grouped expert kernels fit
 };
 DecoderRowShape decoder_row_shape(std::uint32_t max_workgroup_invocations, std::uint32_t max_shared_memory_bytes);
 
