@@ -95,10 +95,7 @@ Result<PlannedKnobs> knobs_from_profile(const std::filesystem::path& profile_fil
   *profile = std::move(checked->effective);
   auto config = model::parse_model_config(shape.config_json, "the container's config");
   if (!config) return config.error();
-  const auto experts = planner::parse_expert_format(shape.expert_format);
-  const auto dense = planner::parse_dense_format(shape.dense_format);
-  if (!experts || !dense) return make_error("the container's formats cannot be planned: " + shape.expert_format);
-  const planner::ModelFootprint footprint = planner::describe_footprint(*config, *experts, *dense);
+  const planner::ModelFootprint footprint = planner::describe_footprint(*config, shape.expert_format, shape.dense_format);
   planner::PlanRequest request;
   request.history_pins = history_pins;
   if (workload.prompt_tokens > 0) request.prompt_tokens = workload.prompt_tokens;
@@ -113,8 +110,8 @@ Result<PlannedKnobs> knobs_from_profile(const std::filesystem::path& profile_fil
   file.profile_fingerprint = profile->fingerprint;
   file.profile_path = profile_file.string();
   file.model_identity = shape_identity(shape);
-  file.expert_format = *experts;
-  file.dense_format = *dense;
+  file.expert_format = shape.expert_format;
+  file.dense_format = shape.dense_format;
   file.top_k = shape.top_k;
   file.plan = *plan;
   return PlannedKnobs{options_of(*plan), plan->pins, file, "profile " + profile_file.string()};

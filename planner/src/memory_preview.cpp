@@ -60,10 +60,10 @@ MemoryPreview preview_memory(const ModelFootprint& fp, const MemoryKnobs& k) {
   };
 
   add("dense weights", Tier::ram, fp.dense_held_bytes,
-      n(fp.dense_tensor_count) + " tensors, dense format " + dense_format_name(fp.dense_format) + " (source " +
+      n(fp.dense_tensor_count) + " tensors, dense format " + std::string(dense_format_name(fp.dense_format)) + " (source " +
           fp.source_dtype + ")");
   add("norm/bias f32 copies", Tier::ram, fp.norm_f32_copy_bytes, "norm weights and biases copied to float per layer");
-  const std::string slot = " slots x " + n(stride) + " B stride (" + expert_format_name(fp.expert_format) + " record " +
+  const std::string slot = " slots x " + n(stride) + " B stride (" + std::string(name_of(fp.expert_format)) + " record " +
                            n(fp.expert().record_bytes) + " B, 4096-aligned)";
   add("expert cache: pinned slots", Tier::ram, layers * pins * stride, n(layers) + " MoE layers x " + n(pins) + slot);
   add("expert cache: evictable slots", Tier::ram, layers * (cap - pins) * stride,

@@ -143,10 +143,12 @@ PlanFile read_plan(const Reader& root) {
   f.model_name = m.text("model_name");
   f.model_identity = m.text("model_identity");
   if (f.model_identity.empty()) m.fail("model_identity", "is empty");
-  const auto experts = parse_expert_format(m.text("expert_format"));
-  if (!experts) m.fail("expert_format", "must be \"q4_g64\", \"q8_row\" or \"f32\"");
+  const auto experts = parse_weight_format(m.text("expert_format"), "expert_format");
+  if (!experts || !traits(*experts).expert_records) {
+    m.fail("expert_format", "must be \"q4_g64\", \"q8_row\" or \"f32\"");
+  }
   f.expert_format = *experts;
-  const auto dense = parse_dense_format(m.text("dense_format"));
+  const auto dense = parse_dense_format(m.text("dense_format"), "dense_format");
   if (!dense) m.fail("dense_format", "must be \"source\", \"q8_row\" or \"q4_g64\"");
   f.dense_format = *dense;
   read_knobs(root.table("knobs"), f);

@@ -66,7 +66,7 @@ std::optional<Bandwidth> disk_bandwidth(const DeviceProfile& profile, u64 record
 // The GEMV bandwidth the self-test measured on the tier's device for this
 // expert format (the median of the passing variant nearest the expert shape).
 std::optional<Bandwidth> vram_bandwidth(const DeviceProfile& profile, const ModelFootprint& fp, const GpuTier& tier) {
-  const std::string format = fp.expert_format == ExpertFormat::q8_row ? "q8_row" : "q4_g64";
+  const std::string format(name_of(fp.expert_format));  // variant names carry it: gemv_q4_g64_...
   const double size = static_cast<double>(fp.config.hidden_size) * static_cast<double>(fp.config.moe_intermediate_size);
   const GpuKernelResult* best = nullptr;
   auto distance = [&](const GpuKernelResult& r) { return std::abs(std::log(static_cast<double>(r.rows) * r.cols / size)); };

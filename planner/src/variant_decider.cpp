@@ -15,7 +15,7 @@ struct ExpertShape {
 
 // A device with a fitting variant for every expert shape, or why not.
 Result<std::vector<VariantChoice>> variants_on(const VulkanDevice& device, const std::vector<ExpertShape>& shapes,
-                                               shaders::WeightFormat format,
+                                               WeightFormat format,
                                                const std::vector<GpuKernelResult>& measured,
                                                const std::string& force_variant) {
   std::vector<VariantChoice> out;
@@ -32,7 +32,7 @@ Result<std::vector<VariantChoice>> variants_on(const VulkanDevice& device, const
 
 }  // namespace
 
-Result<GpuDecision> decide_gpu(const DeviceProfile& profile, const model::ModelConfig& config, ExpertFormat experts,
+Result<GpuDecision> decide_gpu(const DeviceProfile& profile, const model::ModelConfig& config, WeightFormat experts,
                                const std::string& gpu, const std::string& force_variant) {
   GpuDecision decision;
   if (gpu == "none") {
@@ -40,11 +40,11 @@ Result<GpuDecision> decide_gpu(const DeviceProfile& profile, const model::ModelC
     decision.reason = "--gpu none: experts run on the CPU";
     return decision;
   }
-  if (experts == ExpertFormat::f32) {
-    decision.reason = "f32 experts have no GPU shader: experts run on the CPU";
+  if (!traits(experts).gpu_shaders) {
+    decision.reason = std::string(name_of(experts)) + " experts have no GPU shader: experts run on the CPU";
     return decision;
   }
-  const auto format = experts == ExpertFormat::q4_g64 ? shaders::WeightFormat::q4_g64 : shaders::WeightFormat::q8_row;
+  const WeightFormat format = experts;
   const auto width = static_cast<std::uint32_t>(config.moe_intermediate_size);
   const auto hidden = static_cast<std::uint32_t>(config.hidden_size);
   const std::vector<ExpertShape> shapes = {{"gate/up", width, hidden}, {"down", hidden, width}};

@@ -152,8 +152,8 @@ TEST(Fleet, SmallerCgroupLimitIsNamedAndTheLiveHeadroomUsed) {
 TEST(Fleet, SharedProfileNeverPlansMoreThanTheLiveHeadroom) {
   const DeviceProfile shared = tuned_h200();
   ASSERT_GT(shared.memory.headroom_bytes, 100 * kGiB);
-  auto fp = planner::read_footprint(kFixtures / "model-configs/Qwen3-30B-A3B.json", planner::ExpertFormat::q4_g64,
-                                    planner::DenseFormat::source);
+  auto fp = planner::read_footprint(kFixtures / "model-configs/Qwen3-30B-A3B.json", WeightFormat::q4_g64,
+                                    DenseFormat::source);
   ASSERT_TRUE(fp.ok()) << fp.error().message;
   // Trusting the file would plan far past 8 GiB: the test can fail.
   auto trusting = planner::make_plan(shared, *fp, {});

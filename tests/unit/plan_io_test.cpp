@@ -16,7 +16,7 @@ namespace {
 const std::string kFixtures = COLI_FIXTURES_DIR;
 
 ModelFootprint qwen3() {
-  auto fp = read_footprint(kFixtures + "/model-configs/Qwen3-30B-A3B.json", ExpertFormat::q4_g64, DenseFormat::source);
+  auto fp = read_footprint(kFixtures + "/model-configs/Qwen3-30B-A3B.json", WeightFormat::q4_g64, DenseFormat::source);
   EXPECT_TRUE(fp.ok()) << (fp.ok() ? "" : fp.error().message);
   return *fp;
 }

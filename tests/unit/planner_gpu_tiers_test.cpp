@@ -21,7 +21,7 @@ const fs::path kFixtures = COLI_FIXTURES_DIR;
 constexpr std::uint64_t kGiB = 1ull << 30;
 
 ModelFootprint qwen3() {
-  auto fp = read_footprint(kFixtures / "model-configs" / "Qwen3-30B-A3B.json", ExpertFormat::q4_g64, DenseFormat::source);
+  auto fp = read_footprint(kFixtures / "model-configs" / "Qwen3-30B-A3B.json", WeightFormat::q4_g64, DenseFormat::source);
   EXPECT_TRUE(fp.ok()) << (fp.ok() ? "" : fp.error().message);
   return *fp;
 }

@@ -17,8 +17,8 @@ namespace {
 const std::string kConfigs = std::string(COLI_FIXTURES_DIR) + "/model-configs/";
 
 planner::ModelFootprint olmoe() {
-  auto fp = planner::read_footprint(kConfigs + "OLMoE-1B-7B-0924.json", planner::ExpertFormat::q4_g64,
-                                    planner::DenseFormat::q8_row);
+  auto fp = planner::read_footprint(kConfigs + "OLMoE-1B-7B-0924.json", WeightFormat::q4_g64,
+                                    DenseFormat::q8_row);
   EXPECT_TRUE(fp.ok()) << (fp.ok() ? "" : fp.error().message);
   return *fp;
 }

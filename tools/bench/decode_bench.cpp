@@ -141,7 +141,7 @@ coli::Result<ContainerFacts> describe_container(const Args& args) {
   const auto& experts = reader->index().experts;
   std::printf("model %s: %s on disk, %s, experts %s (%u layers x %u, record %s)\n", args.model.c_str(),
               coli::format_bytes(std::filesystem::file_size(args.model)).c_str(), reader->index().source.c_str(),
-              experts.format.c_str(), experts.layers, experts.experts, coli::format_bytes(experts.record_bytes).c_str());
+              std::string(coli::name_of(experts.format)).c_str(), experts.layers, experts.experts, coli::format_bytes(experts.record_bytes).c_str());
   std::printf("bytes touched per decode token: %s\n", coli::bench::describe_traffic(*traffic).c_str());
   std::printf("prompt %d tokens, %d timed decode tokens after a warm-up pass, %d repeats\n", args.prompt_tokens,
               args.decode_tokens, args.repeats);

@@ -117,10 +117,7 @@ int run_sweep(const Args& args) {
   s.shape = std::move(*shape);
   auto model_config = model::parse_model_config(s.shape.config_json, args.model + " (config)");
   if (!model_config) return fail(model_config.error().message);
-  const auto expert_format = planner::parse_expert_format(s.shape.expert_format);
-  const auto dense_format = planner::parse_dense_format(s.shape.dense_format);
-  if (!expert_format || !dense_format) return fail(args.model + ": formats the planner does not know: " + s.shape.expert_format);
-  s.footprint = planner::describe_footprint(*model_config, *expert_format, *dense_format);
+  s.footprint = planner::describe_footprint(*model_config, s.shape.expert_format, s.shape.dense_format);
   s.workload = make_workload(args.prompts, args.prompt_tokens, args.decode_tokens, model_config->vocab_size);
 
   // Grid dimensions before anything runs, so bad input fails fast.
@@ -187,7 +184,8 @@ int run_sweep(const Args& args) {
   report.grid = *grid;
 
   std::printf("model %s: %d MoE layers x %d experts, top %d, experts %s, dense %s\n", args.model.c_str(),
-              s.shape.moe_layers, s.shape.experts, s.shape.top_k, s.shape.expert_format.c_str(), s.shape.dense_format.c_str());
+              s.shape.moe_layers, s.shape.experts, s.shape.top_k, std::string(name_of(s.shape.expert_format)).c_str(),
+              std::string(dense_format_name(s.shape.dense_format)).c_str());
   std::printf("workload: %d prompts x %d tokens, then %d greedy decode tokens each; %d repeats, interleaved\n",
               args.prompts, args.prompt_tokens, args.decode_tokens, args.repeats);
   std::printf("planned: %s\n", config_label(report.grid[planned], report.n_experts).c_str());

@@ -34,7 +34,7 @@ struct GpuDecision {
 // device in the profile when one is demanded.
 // `force_variant` (--gpu-variant): that catalogue variant for every shape,
 // refused with both numbers where it does not fit (field note 3).
-Result<GpuDecision> decide_gpu(const DeviceProfile& profile, const model::ModelConfig& config, ExpertFormat experts,
+Result<GpuDecision> decide_gpu(const DeviceProfile& profile, const model::ModelConfig& config, WeightFormat experts,
                                const std::string& gpu, const std::string& force_variant = "");
 
 // ---------------------------------------------------------------- CPU kernel

@@ -17,6 +17,7 @@
 
 #include "coli/base/cpu_set.h"
 #include "coli/base/result.h"
+#include "coli/base/weight_format.h"
 #include "coli/experts/usage_history.h"
 
 namespace coli::runtime {
@@ -78,8 +79,8 @@ struct ModelShape {
   int top_k = 0;
   std::string config_json;
   std::vector<std::string> tensor_names;
-  std::string expert_format;  // "q4_g64", "q8_row", "f32"
-  std::string dense_format;   // "source", "q8_row", "q4_g64" (how the container holds projections)
+  WeightFormat expert_format = WeightFormat::q4_g64;  // q4_g64, q8_row or f32
+  DenseFormat dense_format = DenseFormat::source;     // how the container holds projections
 };
 
 // The key a usage history of this model is recorded and checked under.
