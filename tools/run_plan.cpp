@@ -9,26 +9,13 @@
 #include "coli/planner/footprint.h"
 #include "coli/probe/fleet_machine.h"
 #include "coli/probe/profile_io.h"
+#include "coli/runtime/plan_options.h"
 
 namespace coli::tools {
 namespace {
 
 std::string shape_identity(const runtime::ModelShape& shape) {
   return experts::usage_model_identity(shape.config_json, shape.tensor_names);
-}
-
-// The engine's knobs for a plan; every one the plan decides.
-runtime::ModelOptions options_of(const planner::Plan& plan) {
-  runtime::ModelOptions options;
-  options.threads = plan.threads;
-  options.compute_pus = plan.compute_pus;
-  options.cpu_kernel = plan.cpu_kernel;
-  options.cache_capacity = plan.cap >= plan.n_experts ? 0 : plan.cap;
-  options.max_context = plan.ctx;
-  options.prefill_round_tokens = plan.prefill_round_tokens;
-  options.io_threads = plan.io_threads;
-  options.direct_io = plan.direct_io;
-  return options;
 }
 
 // What this build's engine cannot honour is refused, never approximated.
@@ -62,7 +49,8 @@ void print_rss_kinds() {
 
 }  // namespace
 
-Result<PlannedKnobs> knobs_from_plan(const std::filesystem::path& plan_file, const runtime::ModelShape& shape) {
+Result<PlannedKnobs> knobs_from_plan(const std::filesystem::path& plan_file, const runtime::ModelShape& shape,
+                                     const experts::UsageHistory* history) {
   auto plan = planner::load_plan(plan_file);
   if (!plan) return plan.error();
   // A plan made elsewhere (coli-plan --offline) never takes more than this machine's live headroom.
@@ -80,7 +68,15 @@ Result<PlannedKnobs> knobs_from_plan(const std::filesystem::path& plan_file, con
     return make_error(plan_file.string() + " was planned for another model (" + plan->model_name +
                       "): run coli-plan for this one");
   }
-  return PlannedKnobs{options_of(plan->plan), plan->plan.pins, *plan, "plan " + plan_file.string()};
+  if (plan->plan.pins > 0 && history == nullptr) {
+    // The history the plan pinned from is gone: run unpinned rather than refuse (this run records a new one).
+    std::fprintf(stderr, "coli run: %s pins %d experts per layer, but there is no usage history yet: running without pins\n",
+                 plan_file.string().c_str(), plan->plan.pins);
+    plan->plan.pins = 0;
+  }
+  auto options = runtime::options_from_plan(plan->plan, shape, history);
+  if (!options) return make_error(plan_file.string() + ": " + options.error().message);
+  return PlannedKnobs{std::move(*options), *plan, "plan " + plan_file.string()};
 }
 
 Result<PlannedKnobs> knobs_from_profile(const std::filesystem::path& profile_file, const runtime::ModelShape& shape,
@@ -114,7 +110,9 @@ Result<PlannedKnobs> knobs_from_profile(const std::filesystem::path& profile_fil
   file.dense_format = shape.dense_format;
   file.top_k = shape.top_k;
   file.plan = *plan;
-  return PlannedKnobs{options_of(*plan), plan->pins, file, "profile " + profile_file.string()};
+  auto options = runtime::options_from_plan(*plan, shape, workload.history);
+  if (!options) return make_error("the plan from " + profile_file.string() + ": " + options.error().message);
+  return PlannedKnobs{std::move(*options), file, "profile " + profile_file.string()};
 }
 
 bool print_plan_vs_actual(const planner::PlanFile& file, const runtime::ModelStats& stats, std::uint64_t peak_rss) {

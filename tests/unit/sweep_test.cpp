@@ -83,7 +83,7 @@ TEST(SweepGrid, GridCombinesAndDropsPinsThatEqualOff) {
   const auto fp = olmoe();
   GridSpec spec;
   spec.thread_sets = {{"1t k0", CpuSet({0})}, {"2t k0", CpuSet({0, 1})}};
-  spec.caps = {0, 16, 8};
+  spec.caps = {fp.n_experts, 16, 8};
   spec.pins = {false, true};
   spec.kernels = {"", "avx2"};
   auto grid = build_grid(fp, spec);
@@ -109,7 +109,7 @@ TEST(SweepGrid, BadGridsAreErrors) {
   EXPECT_NE(below_top_k.error().message.find("top_k 8"), std::string::npos) << below_top_k.error().message;
   spec.caps = {65};
   EXPECT_FALSE(build_grid(fp, spec).ok());
-  spec.caps = {0};
+  spec.caps = {fp.n_experts};
   spec.kernels = {"sse9"};
   EXPECT_FALSE(build_grid(fp, spec).ok());
   spec.kernels = {""};
@@ -122,7 +122,7 @@ TEST(SweepGrid, BadGridsAreErrors) {
 TEST(SweepGrid, ThePlannedConfigurationIsMarkedOrAdded) {
   const auto fp = olmoe();
   const DeviceProfile profile = h200_profile();
-  GridSpec spec{thread_sets_from_profile(profile.cpu), {0}, {false}, {""}, 64};
+  GridSpec spec{thread_sets_from_profile(profile.cpu), {fp.n_experts}, {false}, {""}, 64};
   auto grid = build_grid(fp, spec);
   ASSERT_TRUE(grid.ok());
   planner::Plan plan;
@@ -132,6 +132,13 @@ TEST(SweepGrid, ThePlannedConfigurationIsMarkedOrAdded) {
   plan.prefill_round_tokens = 64;
   const SweepConfig planned = planned_config(plan, profile, spec.thread_sets);
   EXPECT_EQ(planned.threads.label, "16t k0");
+  // And back: the plan a grid configuration runs under (runtime::options_from_plan's input).
+  plan.io_threads = 3;
+  const planner::Plan back = plan_of_config(plan, planned);
+  EXPECT_EQ(back.threads, 16);
+  EXPECT_EQ(back.compute_pus, planned.threads.pus);
+  EXPECT_EQ(back.cap, fp.n_experts);
+  EXPECT_EQ(back.io_threads, 3);
   const std::size_t before = grid->size();
   const std::size_t index = add_planned(*grid, planned);
   EXPECT_EQ(grid->size(), before);

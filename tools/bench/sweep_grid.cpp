@@ -106,11 +106,10 @@ Result<std::vector<SweepConfig>> build_grid(const planner::ModelFootprint& fp, c
   }
   std::vector<SweepConfig> grid;
   for (const ThreadSet& threads : spec.thread_sets) {
-    for (int requested_cap : spec.caps) {
-      const int cap = requested_cap == 0 ? fp.n_experts : requested_cap;
+    for (int cap : spec.caps) {
       if (cap < fp.top_k || cap > fp.n_experts) {
-        return make_error("cap " + std::to_string(requested_cap) + " is outside [top_k " + std::to_string(fp.top_k) +
-                          ", " + std::to_string(fp.n_experts) + " experts] (0 = all resident)");
+        return make_error("cap " + std::to_string(cap) + " is outside [top_k " + std::to_string(fp.top_k) +
+                          ", " + std::to_string(fp.n_experts) + " experts] ('all' = " + std::to_string(fp.n_experts) + ")");
       }
       for (bool pins_on : spec.pins) {
         auto choice = planner::decide_pins_and_round(fp, cap, pins_on ? fp.n_experts : 0, false, spec.requested_round);
@@ -153,6 +152,17 @@ SweepConfig planned_config(const planner::Plan& plan, const DeviceProfile& profi
     if (known.pus == pus) threads.label = known.label;
   }
   return SweepConfig{threads, plan.cap, plan.pins, plan.prefill_round_tokens, plan.cpu_kernel, true};
+}
+
+planner::Plan plan_of_config(const planner::Plan& base, const SweepConfig& config) {
+  planner::Plan plan = base;
+  plan.threads = std::max(1, config.threads.pus.size());
+  plan.compute_pus = config.threads.pus;  // empty (a profile without a recommendation): unpinned
+  plan.cap = config.cap;
+  plan.pins = config.pins;
+  plan.prefill_round_tokens = config.round_tokens;
+  plan.cpu_kernel = config.kernel;
+  return plan;
 }
 
 std::size_t add_planned(std::vector<SweepConfig>& grid, SweepConfig planned) {

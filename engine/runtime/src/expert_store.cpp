@@ -34,7 +34,7 @@ Result<ExpertStore> ExpertStore::create(const container::ContainerReader& reader
     config.layer = static_cast<int>(layout.model_layers[layer]);
     config.n_experts = experts;
     config.top_k = top_k;
-    config.cap = capacity > 0 ? capacity : experts;
+    config.cap = std::min(capacity, experts);  // kAllExperts (or any count >= experts): all resident
     if (pins.size() == 1) config.pins = pins[0];
     else if (layer < pins.size()) config.pins = pins[layer];
     config.expert_bytes = layout.record_stride;
@@ -54,7 +54,7 @@ Result<ExpertStore> ExpertStore::create(const container::ContainerReader& reader
     if (part.name == "up") store.up_.resize(part.rows);
     if (part.name == "down") store.down_.resize(part.rows);
   }
-  store.setup_io(io, capacity > 0 && capacity < experts);
+  store.setup_io(io, capacity < experts);
   return store;
 }
 

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <span>
 #include <string>
@@ -22,14 +23,19 @@
 
 namespace coli::runtime {
 
+// A cache capacity with a slot for every expert, whatever their number: fully
+// resident. One rule covers it and the plan's cap == n_experts: a capacity
+// at or above the model's expert count keeps every expert resident.
+inline constexpr int kAllExperts = std::numeric_limits<int>::max();
+
 struct ModelOptions {
   int threads = 1;
   // PUs the compute (OpenMP) threads are pinned to, member i to the i-th
   // lowest PU (kernels/cpu/thread_placement.h); when set, its size is the
   // thread count and `threads` is ignored. Empty = not pinned.
   CpuSet compute_pus;
-  int cache_capacity = 0;                 // expert slots per layer; 0 = all experts (fully resident)
-  // Experts never evicted, per MoE layer; a single entry applies to every layer.
+  int cache_capacity = kAllExperts;       // expert slots per layer, pins included (see kAllExperts)
+  // Experts never evicted (expert ids), per MoE layer; a single entry applies to every layer.
   std::vector<std::vector<int>> pins;
   int max_context = 4096;                 // KV cache positions
   // Tokens per prefill round at most; the expert store shrinks it so a
