@@ -114,7 +114,7 @@ void print_human(const planner::PlanFile& f, const planner::ModelFootprint& fp, 
 
   if (vram) {
     std::printf("VRAM: %s of %s on %s (%s)%s\n", planner::format_bytes(vram).c_str(),
-                planner::format_bytes(p.gpu.vram_headroom_bytes).c_str(), p.gpu.device.gpu.c_str(),
+                planner::format_bytes(p.gpu.vram_headroom_bytes).c_str(), p.gpu.device.gpu.describe().c_str(),
                 p.gpu.vram_headroom_source.c_str(),
                 p.gpu.engine_runs_it ? "" : "  [preview: this build's engine computes experts on the CPU]");
   }

@@ -22,7 +22,7 @@ std::string shape_identity(const runtime::ModelShape& shape) {
 Status check_runnable(const planner::Plan& plan, const std::string& source, const CpuSet& usable) {
   if (plan.gpu.vram_slots() > 0 && !plan.gpu.engine_runs_it) {
     return make_error(source + " places " + std::to_string(plan.gpu.vram_slots()) + " experts in VRAM on " +
-                      plan.gpu.device.gpu + " (" + plan.gpu.backend +
+                      plan.gpu.device.gpu.describe() + " (" + plan.gpu.backend +
                       " backend), but this build's engine computes experts on the CPU only: re-plan with --gpu none");
   }
   if (!usable.empty() && plan.compute_pus.minus(usable).size() > 0) {

@@ -80,6 +80,7 @@ class SelftestRun {
   std::vector<GpuKernelResult> results;
 
  private:
+  void run_shapes(int index, const std::string& listed_name);
   void run_shape(ComputeContext& context, const SelftestShape& shape, WeightFormat format);
   GpuKernelResult run_variant(ComputeContext& context, const GemvCase& c, const shaders::ShaderVariant& variant,
                               const shaders::GemvSpec& spec);
@@ -92,6 +93,13 @@ class SelftestRun {
 };
 
 void SelftestRun::run_device(int index, const std::string& listed_name) {
+  const std::size_t first = results.size();
+  run_shapes(index, listed_name);
+  // The index tells two identical GPUs' results apart (their names are equal).
+  for (std::size_t i = first; i < results.size(); ++i) results[i].device_index = index;
+}
+
+void SelftestRun::run_shapes(int index, const std::string& listed_name) {
   ContextOptions context_options;
   context_options.device_index = index;
   context_options.shared_memory_limit_bytes = options_.shared_memory_limit_bytes;

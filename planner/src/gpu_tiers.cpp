@@ -130,26 +130,24 @@ Result<GpuTier> decide_gpu_tier(const DeviceProfile& profile, const ModelFootpri
   if (!device) return device.error();
   tier.device = *device;
   if (request.vram && request.gpu == "none") return make_error("--vram needs a GPU: drop --gpu none or --vram");
-  if (tier.device.gpu.empty()) {
+  if (!tier.device.gpu.chosen()) {
     tier.reason = tier.device.reason;
     return tier;
   }
   // auto chooses only what this build's engine can run; an explicit --gpu N
   // plans the tier as a preview that `coli run` refuses with the reason.
   if (request.gpu == "auto" && !request.backend.engine_runs_experts) {
-    tier.reason = "auto: CPU; " + tier.device.gpu + " fits the " + request.backend.name +
+    tier.reason = "auto: CPU; " + tier.device.gpu.describe() + " fits the " + request.backend.name +
                   " shaders, but this build's engine computes experts on the CPU only (--gpu N previews a VRAM tier)";
-    tier.device = GpuDecision{"", {}, tier.reason};
+    tier.device = GpuDecision{{}, {}, tier.reason};
     return tier;
   }
   tier.backend = request.backend.name;
   tier.engine_runs_it = request.backend.engine_runs_experts;
-  const VulkanDevice* vk = nullptr;
-  for (const VulkanDevice& d : profile.gpus.vulkan) {
-    if (d.name == tier.device.gpu) vk = &d;
-  }
-  auto [budget, source] = vk ? vram_budget(*vk) : std::pair<u64, std::string>{0, ""};
-  if (budget == 0) return make_error(tier.device.gpu + " reports no device-local memory: use --gpu none");
+  // By index: of two identical GPUs, the one decided, not the last of that name.
+  const VulkanDevice& vk = profile.gpus.vulkan.at(static_cast<std::size_t>(tier.device.gpu.index));
+  auto [budget, source] = vram_budget(vk);
+  if (budget == 0) return make_error(tier.device.gpu.describe() + " reports no device-local memory: use --gpu none");
   if (request.vram) {
     if (*request.vram > budget) {
       return make_error("--vram " + format_bytes(*request.vram) + " exceeds " + format_bytes(budget) + " (" + source +
@@ -168,11 +166,11 @@ Result<GpuTier> decide_gpu_tier(const DeviceProfile& profile, const ModelFootpri
   const u64 all = fp.moe_layer_count() * static_cast<u64>(fp.n_experts);
   const u64 fits = budget > fixed && vram_slot > 0 ? (budget - fixed) / vram_slot : 0;
   if (fits == 0) {
-    return make_error(tier.device.gpu + ": " + format_bytes(budget) + " of VRAM (" + source + ") holds no expert of " +
+    return make_error(tier.device.gpu.describe() + ": " + format_bytes(budget) + " of VRAM (" + source + ") holds no expert of " +
                       format_bytes(vram_slot) + " beside its " + format_bytes(fixed) + " reserve: use --gpu none");
   }
   place(tier, fp, request, static_cast<int>(std::min(fits, all)));
-  tier.reason = (request.gpu == "auto" ? "auto: " : "--gpu " + request.gpu + ": ") + tier.device.gpu + " (" +
+  tier.reason = (request.gpu == "auto" ? "auto: " : "--gpu " + request.gpu + ": ") + tier.device.gpu.describe() + " (" +
                 request.backend.name + "), " + n(static_cast<u64>(tier.vram_slots())) + " of " + n(all) +
                 " experts in VRAM (" + source + "); " + tier.share_inputs;
   if (!tier.engine_runs_it) tier.reason += "; PREVIEW: this build's engine computes experts on the CPU only";

@@ -146,7 +146,7 @@ Result<Plan> make_plan(const DeviceProfile& profile, const ModelFootprint& fp, c
   }
   if (!choice) return choice.error();
   plan.gpu = std::move(*tier);
-  plan.decisions.push_back({"gpu", plan.gpu.device.gpu.empty() ? "none" : plan.gpu.device.gpu, plan.gpu.reason});
+  plan.decisions.push_back({"gpu", plan.gpu.device.gpu.chosen() ? plan.gpu.device.gpu.describe() : "none", plan.gpu.reason});
   plan.cap = choice->cap;
   plan.pins = choice->pins_round.pins;
   plan.prefill_round_tokens = choice->pins_round.round_tokens;

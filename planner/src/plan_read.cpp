@@ -99,7 +99,15 @@ void read_speed(const Reader& s, SpeedPrediction& out) {
 // experts, and whether this build's engine can run it.
 void read_gpu(const Reader& g, Plan& p) {
   GpuTier& t = p.gpu;
-  t.device.gpu = g.text("device");
+  t.device.gpu.name = g.text("device");
+  if (g.has("device_index")) {  // schema 3: index + UUID
+    t.device.gpu.index = static_cast<int>(g.integer("device_index", -1, 1024));
+    t.device.gpu.uuid = g.text("device_uuid");
+    if (t.device.gpu.chosen() == t.device.gpu.name.empty()) g.fail("device_index", "does not agree with device");
+  } else if (!t.device.gpu.name.empty()) {
+    g.fail("device_index", "is missing: this plan (schema 2) names its GPU \"" + t.device.gpu.name +
+                               "\" only by name, which identical GPUs share; re-plan with coli-plan");
+  }
   t.backend = g.text("backend");
   t.engine_runs_it = g.boolean("engine_runs_it");
   t.vram_headroom_bytes = g.bytes("vram_headroom_bytes");
@@ -119,7 +127,7 @@ void read_gpu(const Reader& g, Plan& p) {
     if (line.tier == Tier::vram) t.lines.push_back(line);
     if (line.component.rfind("GPU ", 0) == 0 && line.tier == Tier::ram) t.lines.push_back(line);
   }
-  if (t.device.gpu.empty() && t.vram_slots() > 0) g.fail("vram_experts", "places experts in VRAM without a device");
+  if (!t.device.gpu.chosen() && t.vram_slots() > 0) g.fail("vram_experts", "places experts in VRAM without a device");
   std::uint64_t vram = 0;
   for (const MemoryLine& line : p.memory.lines) vram += line.tier == Tier::vram ? line.bytes : 0;
   if (vram > t.vram_headroom_bytes) {

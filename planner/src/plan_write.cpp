@@ -39,7 +39,9 @@ toml::table plan_table(const PlanFile& f) {
                                    {"reason", v.reason}});
   }
   for (int count : p.gpu.vram_experts) vram_experts.push_back(count);
-  toml::table gpu{{"device", p.gpu.device.gpu},
+  toml::table gpu{{"device", p.gpu.device.gpu.name},
+                  {"device_index", p.gpu.device.gpu.index},
+                  {"device_uuid", p.gpu.device.gpu.uuid},
                   {"backend", p.gpu.backend},
                   {"engine_runs_it", p.gpu.engine_runs_it},
                   {"vram_headroom_bytes", as_int(p.gpu.vram_headroom_bytes)},

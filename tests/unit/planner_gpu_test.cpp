@@ -50,7 +50,7 @@ TEST(PlannerGpu, EveryVariantFitsItsDeviceAndTile64kNeverRunsBelow64KiB) {
     for (WeightFormat format : {WeightFormat::q4_g64, WeightFormat::q8_row}) {
       auto decision = decide_gpu(profile, qwen3(), format, "auto");
       ASSERT_TRUE(decision.ok()) << decision.error().message;
-      ASSERT_FALSE(decision->gpu.empty()) << decision->reason;
+      ASSERT_TRUE(decision->gpu.chosen()) << decision->reason;
       const std::uint32_t limit = profile.gpus.vulkan.front().max_compute_shared_memory_bytes;
       ASSERT_EQ(decision->variants.size(), 2u);
       for (const VariantChoice& choice : decision->variants) {
@@ -67,7 +67,8 @@ TEST(PlannerGpu, MeasuredVariantsWinOnTheMachineThatMeasuredThem) {
   // The H200 profile carries its self-test: q4 direct beat shmem_x at expert shapes.
   auto decision = decide_gpu(h200(), qwen3(), WeightFormat::q4_g64, "0");
   ASSERT_TRUE(decision.ok()) << decision.error().message;
-  EXPECT_EQ(decision->gpu, "NVIDIA H200");
+  EXPECT_EQ(decision->gpu.name, "NVIDIA H200");
+  EXPECT_EQ(decision->gpu.index, 0);
   for (const VariantChoice& choice : decision->variants) {
     EXPECT_EQ(choice.variant, "gemv_q4_g64_direct") << choice.shape << ": " << choice.reason;
     EXPECT_NE(choice.reason.find("fastest measured"), std::string::npos) << choice.reason;
@@ -77,7 +78,7 @@ TEST(PlannerGpu, MeasuredVariantsWinOnTheMachineThatMeasuredThem) {
 TEST(PlannerGpu, NoneUnknownAndAbsentDevicesAreClear) {
   auto none = decide_gpu(h200(), qwen3(), WeightFormat::q4_g64, "none");
   ASSERT_TRUE(none.ok());
-  EXPECT_TRUE(none->gpu.empty());
+  EXPECT_FALSE(none->gpu.chosen());
   auto unknown = decide_gpu(h200(), qwen3(), WeightFormat::q4_g64, "3");
   ASSERT_FALSE(unknown.ok());
   EXPECT_NE(unknown.error().message.find("has 1 Vulkan device"), std::string::npos) << unknown.error().message;
@@ -86,7 +87,7 @@ TEST(PlannerGpu, NoneUnknownAndAbsentDevicesAreClear) {
   cpu_only.gpus.vulkan_status = "no Vulkan loader (libvulkan.so.1 not found)";
   auto automatic = decide_gpu(cpu_only, qwen3(), WeightFormat::q4_g64, "auto");
   ASSERT_TRUE(automatic.ok());
-  EXPECT_TRUE(automatic->gpu.empty());
+  EXPECT_FALSE(automatic->gpu.chosen());
   EXPECT_NE(automatic->reason.find("no Vulkan loader"), std::string::npos) << automatic->reason;
 }
 

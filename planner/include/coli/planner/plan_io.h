@@ -17,7 +17,9 @@ namespace coli::planner {
 
 // Bump when a field is added, removed or changes meaning; readers refuse newer.
 // v2: knobs.compute_pus (thread placement) and [gpu] (the VRAM tier).
-inline constexpr int kPlanSchemaVersion = 2;
+// v3: gpu.device_index and gpu.device_uuid (identical GPUs are told apart;
+//     a v2 plan with a GPU is refused: re-plan).
+inline constexpr int kPlanSchemaVersion = 3;
 
 struct PlanFile {
   int schema_version = kPlanSchemaVersion;
