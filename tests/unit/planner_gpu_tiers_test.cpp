@@ -208,6 +208,26 @@ Result<Plan> plan_on_gpu(const DeviceProfile& profile, const std::string& gpu) {
   return make_plan(profile, qwen3(), request);
 }
 
+PlanFile file_of(const DeviceProfile& profile, const Plan& plan) {
+  PlanFile file;
+  file.profile_fingerprint = profile.fingerprint;
+  file.model_identity = "id";
+  file.top_k = qwen3().top_k;
+  file.plan = plan;
+  file.speed = predict_speed(profile, qwen3(), file.plan);
+  return file;
+}
+
+// The plan as a schema-2 writer wrote it: no GPU index, no UUID.
+std::string without_gpu_identity(std::string text) {
+  for (const std::string key : {"device_index = ", "device_uuid = "}) {
+    const auto at = text.find("\n" + key);
+    EXPECT_NE(at, std::string::npos) << key;
+    if (at != std::string::npos) text.erase(at + 1, text.find('\n', at + 1) - at);
+  }
+  return text;
+}
+
 TEST(PlannerGpuIdentity, TwoIdenticalGpusAreTwoGpus) {
   const DeviceProfile profile = two_identical_gpus();
   ASSERT_EQ(profile.gpus.vulkan[0].name, profile.gpus.vulkan[1].name);
@@ -223,13 +243,7 @@ TEST(PlannerGpuIdentity, TwoIdenticalGpusAreTwoGpus) {
   EXPECT_LT(second->gpu.vram_headroom_bytes, first->gpu.vram_headroom_bytes);
 
   // The plan file records both, and reads them back.
-  PlanFile file;
-  file.profile_fingerprint = profile.fingerprint;
-  file.model_identity = "id";
-  file.top_k = qwen3().top_k;
-  file.plan = *second;
-  file.speed = predict_speed(profile, qwen3(), file.plan);
-  const std::string text = plan_to_toml(file);
+  const std::string text = plan_to_toml(file_of(profile, *second));
   EXPECT_NE(text.find("device_index = 1\n"), std::string::npos);
   EXPECT_NE(text.find("device_uuid = '00000000000000000000000000000002'"), std::string::npos);
   auto back = parse_plan(text, "two.toml");
@@ -264,20 +278,7 @@ TEST(PlannerGpuIdentity, ASchema2PlanWithAGpuIsRefusedWithReplan) {
   const DeviceProfile profile = two_identical_gpus();
   auto plan = plan_on_gpu(profile, "1");
   ASSERT_TRUE(plan.ok()) << plan.error().message;
-  PlanFile file;
-  file.profile_fingerprint = profile.fingerprint;
-  file.model_identity = "id";
-  file.top_k = qwen3().top_k;
-  file.plan = *plan;
-  file.speed = predict_speed(profile, qwen3(), file.plan);
-  std::string text = plan_to_toml(file);
-  // What a schema-2 writer wrote: no index, no UUID.
-  for (const std::string key : {"device_index = ", "device_uuid = "}) {
-    const auto at = text.find("\n" + key);
-    ASSERT_NE(at, std::string::npos) << key;
-    text.erase(at + 1, text.find('\n', at + 1) - at);
-  }
-  auto old = parse_plan(text, "old.toml");
+  auto old = parse_plan(without_gpu_identity(plan_to_toml(file_of(profile, *plan))), "old.toml");
   ASSERT_FALSE(old.ok());
   EXPECT_NE(old.error().message.find("old.toml"), std::string::npos) << old.error().message;
   EXPECT_NE(old.error().message.find("gpu.device_index"), std::string::npos) << old.error().message;
@@ -286,16 +287,9 @@ TEST(PlannerGpuIdentity, ASchema2PlanWithAGpuIsRefusedWithReplan) {
   // A schema-2 plan without a GPU has nothing to tell apart: still read.
   auto cpu = plan_on_gpu(profile, "none");
   ASSERT_TRUE(cpu.ok()) << cpu.error().message;
-  file.plan = *cpu;
-  file.speed = predict_speed(profile, qwen3(), file.plan);
-  file.schema_version = 2;
-  std::string cpu_text = plan_to_toml(file);
-  for (const std::string key : {"device_index = ", "device_uuid = "}) {
-    const auto at = cpu_text.find("\n" + key);
-    ASSERT_NE(at, std::string::npos) << key;
-    cpu_text.erase(at + 1, cpu_text.find('\n', at + 1) - at);
-  }
-  auto cpu_back = parse_plan(cpu_text, "cpu.toml");
+  PlanFile cpu_file = file_of(profile, *cpu);
+  cpu_file.schema_version = 2;
+  auto cpu_back = parse_plan(without_gpu_identity(plan_to_toml(cpu_file)), "cpu.toml");
   ASSERT_TRUE(cpu_back.ok()) << cpu_back.error().message;
   EXPECT_FALSE(cpu_back->plan.gpu.device.gpu.chosen());
 }
