@@ -101,6 +101,18 @@ TEST(SweepGrid, GridCombinesAndDropsPinsThatEqualOff) {
   EXPECT_EQ(config_label(grid->front(), fp.n_experts), "1t k0 | cap all | pins 0 | auto");
 }
 
+TEST(SweepGrid, CapsAreSlotCountsWithAllTheExpertCount) {
+  auto caps = parse_caps({"all", "16", "8"}, 64, "--caps");
+  ASSERT_TRUE(caps.ok()) << caps.error().message;
+  EXPECT_EQ(*caps, (std::vector<int>{64, 16, 8}));
+  for (const char* bad : {"0", "65", "many", "-1"}) {
+    auto refused = parse_caps({bad}, 64, "--caps");
+    ASSERT_FALSE(refused.ok()) << bad;
+    EXPECT_NE(refused.error().message.find("--caps: '" + std::string(bad) + "' is not 'all' or a slot count in [1, 64]"),
+              std::string::npos) << refused.error().message;
+  }
+}
+
 TEST(SweepGrid, BadGridsAreErrors) {
   const auto fp = olmoe();
   GridSpec spec{{{"1t", CpuSet({0})}}, {4}, {false}, {""}, 64};

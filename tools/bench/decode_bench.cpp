@@ -24,6 +24,7 @@
 #include <CLI/CLI.hpp>
 
 #include "bytes_per_token.h"
+#include "sweep_grid.h"
 #include "coli/base/text.h"
 #include "coli/container/container.h"
 #include "coli/probe/profile_io.h"
@@ -187,18 +188,14 @@ int run_bench(const Args& args) {
   for (int i = 0; i < args.prompt_tokens; ++i) prompt.push_back(static_cast<std::int32_t>((i * 7919 + 13) % facts->vocab));
 
   const int n_experts = facts->shape.experts;
-  std::vector<int> caps;
-  for (const std::string& cap_text : args.caps) {
-    const auto cap = cap_text == "all" ? std::optional<std::int64_t>(n_experts) : coli::parse_int(cap_text);
-    if (!cap || *cap < 1 || *cap > n_experts) {
-      std::fprintf(stderr, "coli-decode-bench: --cap '%s' is not 'all' or a slot count in [1, %d]\n", cap_text.c_str(), n_experts);
-      return 2;
-    }
-    caps.push_back(static_cast<int>(*cap));
+  const auto caps = coli::bench::parse_caps(args.caps, n_experts, "--cap");
+  if (!caps) {
+    std::fprintf(stderr, "coli-decode-bench: %s\n", caps.error().message.c_str());
+    return 2;
   }
   std::vector<Config> configs;
   for (int threads : args.threads)
-    for (int cap : caps)
+    for (int cap : *caps)
       for (const std::string& kernel : args.kernels) configs.push_back({threads, cap, kernel});
   std::vector<std::vector<Run>> runs(configs.size());
   for (int repeat = 0; repeat < args.repeats; ++repeat) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "coli/base/text.h"
 #include "coli/planner/deciders.h"
 
 namespace coli::bench {
@@ -152,6 +153,19 @@ SweepConfig planned_config(const planner::Plan& plan, const DeviceProfile& profi
     if (known.pus == pus) threads.label = known.label;
   }
   return SweepConfig{threads, plan.cap, plan.pins, plan.prefill_round_tokens, plan.cpu_kernel, true};
+}
+
+Result<std::vector<int>> parse_caps(const std::vector<std::string>& texts, int n_experts, std::string_view option) {
+  std::vector<int> caps;
+  for (const std::string& text : texts) {
+    const auto cap = text == "all" ? std::optional<std::int64_t>(n_experts) : parse_int(text);
+    if (!cap || *cap < 1 || *cap > n_experts) {
+      return make_error(std::string(option) + ": '" + text + "' is not 'all' or a slot count in [1, " +
+                        std::to_string(n_experts) + "]");
+    }
+    caps.push_back(static_cast<int>(*cap));
+  }
+  return caps;
 }
 
 planner::Plan plan_of_config(const planner::Plan& base, const SweepConfig& config) {

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "coli/base/cpu_set.h"
@@ -71,6 +72,10 @@ Result<std::vector<SweepConfig>> build_grid(const planner::ModelFootprint& footp
 // differs), its cap, pins and round, the engine's own kernel choice.
 SweepConfig planned_config(const planner::Plan& plan, const DeviceProfile& profile,
                            const std::vector<ThreadSet>& known_sets);
+
+// Cap options of coli-sweep and coli-decode-bench: "all" (every expert
+// resident: a cap of n_experts, as in a plan) or a slot count in [1, n_experts].
+Result<std::vector<int>> parse_caps(const std::vector<std::string>& texts, int n_experts, std::string_view option);
 
 // The inverse: `base` (the machine's plan: its I/O, context and memory) with
 // the configuration's threads, cap, pins, round and kernel, for

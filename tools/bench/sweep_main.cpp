@@ -49,17 +49,6 @@ int fail(const std::string& message, int code = 1) {
   return code;
 }
 
-// "all" is every expert resident: a cap of n_experts, as in a plan.
-Result<std::vector<int>> parse_caps(const std::vector<std::string>& texts, int n_experts) {
-  std::vector<int> caps;
-  for (const std::string& text : texts) {
-    const auto value = text == "all" ? std::optional<std::int64_t>(n_experts) : parse_int(text);
-    if (!value || *value < 0 || *value > 1 << 20) return make_error("--caps: '" + text + "' is not 'all' or a slot count");
-    caps.push_back(static_cast<int>(*value));
-  }
-  return caps;
-}
-
 // Resident, plus one streaming cap: a quarter of the experts, at least 2 x top_k.
 std::vector<int> default_caps(const planner::ModelFootprint& fp) {
   std::vector<int> caps{fp.n_experts};
@@ -129,7 +118,7 @@ int run_sweep(const Args& args) {
     if (args.threads.empty() || std::find(args.threads.begin(), args.threads.end(), set.threads()) != args.threads.end())
       spec.thread_sets.push_back(set);
   }
-  auto caps = args.caps.empty() ? Result<std::vector<int>>(default_caps(s.footprint)) : parse_caps(args.caps, s.footprint.n_experts);
+  auto caps = args.caps.empty() ? Result<std::vector<int>>(default_caps(s.footprint)) : parse_caps(args.caps, s.footprint.n_experts, "--caps");
   if (!caps) return fail(caps.error().message);
   for (const std::string& p : args.pins) {
     if (p != "off" && p != "on") return fail("--pins: '" + p + "' is not off or on");
