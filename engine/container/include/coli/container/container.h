@@ -35,20 +35,8 @@ inline constexpr std::uint32_t kFormatVersion = 1;
 inline constexpr std::uint64_t kAlignment = 4096;  // O_DIRECT-friendly
 
 // Dense tensors are F32, BF16, F16, or (2-D only) Q8_ROW or Q4_G64, laid out
-// as coli/base/weight_format.h describes (weights, then the scales at
-// scales_offset). These name the layouts for the converter and the engine.
-inline std::uint64_t q8_row_scales_offset(std::uint64_t rows, std::uint64_t cols) {
-  return traits(WeightFormat::q8_row).scales_offset(rows, cols);
-}
-inline std::uint64_t q8_row_tensor_bytes(std::uint64_t rows, std::uint64_t cols) {
-  return traits(WeightFormat::q8_row).matrix_bytes(rows, cols);
-}
-inline std::uint64_t q4_g64_scales_offset(std::uint64_t rows, std::uint64_t cols) {
-  return traits(WeightFormat::q4_g64).scales_offset(rows, cols);
-}
-inline std::uint64_t q4_g64_tensor_bytes(std::uint64_t rows, std::uint64_t cols) {
-  return traits(WeightFormat::q4_g64).matrix_bytes(rows, cols);
-}
+// as coli/base/weight_format.h describes: weights, then the scales at
+// traits(format).scales_offset(rows, cols); matrix_bytes is the whole tensor.
 
 struct TensorEntry {
   std::string name;
