@@ -190,7 +190,6 @@ int run_generate(const RunArgs& args) {
                                  coli::runtime::usage_history_key(shape));
   // --plan / --profile: every knob from the plan (explicit knobs would fight it).
   std::optional<coli::tools::PlannedKnobs> planned;
-  RunArgs effective = args;
   if (!args.plan.empty() || !args.profile.empty()) {
     if (args.knobs_given) {
       std::fprintf(stderr, "coli run: --threads/--cap/--ctx/--pin/--io-threads come from the plan; change them with coli-plan\n");
@@ -208,21 +207,18 @@ int run_generate(const RunArgs& args) {
       return 1;
     }
     planned = std::move(*knobs);
-    options = planned->options;
-    effective.pin = std::to_string(planned->pins);
+    options = planned->options;  // pins and the RSS watchdog (the plan's RAM plus its margin) included
     std::fprintf(stderr, "coli run: knobs from %s: %d threads, cap %d, %d pins, rounds of %d tokens, ctx %d, backend %s\n",
-                 planned->source.c_str(), options.threads, options.cache_capacity, planned->pins,
+                 planned->source.c_str(), options.threads, planned->plan.plan.cap, planned->plan.plan.pins,
                  options.prefill_round_tokens, options.max_context, options.backend.c_str());
+  } else {
+    auto pins = choose_pins(args, history, shape.top_k, std::min(options.cache_capacity, shape.experts));
+    if (!pins) {
+      std::fprintf(stderr, "coli run: %s\n", pins.error().message.c_str());
+      return 1;
+    }
+    options.pins = std::move(*pins);
   }
-  const int cap = options.cache_capacity > 0 ? options.cache_capacity : shape.experts;
-  auto pins = choose_pins(effective, history, shape.top_k, cap);
-  if (!pins) {
-    std::fprintf(stderr, "coli run: %s\n", pins.error().message.c_str());
-    return 1;
-  }
-  options.pins = std::move(*pins);
-  // The RSS watchdog: a plan's RAM plus its margin, or --rss-limit.
-  if (planned) options.rss_limit_bytes = planned->plan.plan.planned_ram_bytes() + planned->plan.plan.margin.bytes;
   if (args.rss_limit) options.rss_limit_bytes = *args.rss_limit;
   options.on_warning = [](const std::string& message) { std::fprintf(stderr, "coli run: WARNING: %s\n", message.c_str()); };
   auto model = coli::runtime::MoeModel::load(args.model, options);
@@ -298,7 +294,7 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--tokenizer", run.tokenizer, "tokenizer.json or GGUF vocabulary (default: next to the model)");
   run_cmd->add_option("--max-tokens", run.max_tokens, "Tokens to generate")->check(CLI::Range(1, 1 << 20))->capture_default_str();
   run_cmd->add_option("--threads", run.options.threads, "Compute threads")->check(CLI::Range(1, 4096))->capture_default_str();
-  run_cmd->add_option("--cap", run.options.cache_capacity, "Expert slots per layer (0 = all experts resident)")->check(CLI::Range(0, 1 << 20))->capture_default_str();
+  run_cmd->add_option("--cap", run.options.cache_capacity, "Expert slots per layer, pins included (default: all experts resident)")->check(CLI::Range(1, 1 << 20));
   run_cmd->add_option("--pin", run.pin,
                       "N: pin each layer's N most-used experts (usage history); FILE: that history, all but top_k slots");
   run_cmd->add_option("--plan", run.plan, "Take every knob from a plan written by coli-plan --out")->check(CLI::ExistingFile);

@@ -39,10 +39,8 @@ coli::Result<LoadedModel> load_container(const fs::path& path) {
   const auto& index = reader->index();
   auto config = coli::model::parse_model_config(index.config_json, path.string() + " (config)");
   if (!config) return config.error();
-  const auto experts = planner::parse_expert_format(index.experts.format);
-  if (!experts) return coli::make_error(path.string() + ": expert format '" + index.experts.format + "' cannot be planned");
   LoadedModel m;
-  m.footprint = planner::describe_footprint(*config, *experts, *planner::parse_dense_format(index.dense_format()));
+  m.footprint = planner::describe_footprint(*config, index.experts.format, index.dense_format());
   m.identity = planner::model_identity(index.config_json, *config);
   m.source = "coli container index";
   return m;
@@ -51,7 +49,7 @@ coli::Result<LoadedModel> load_container(const fs::path& path) {
 // A Hugging Face directory with safetensors: its headers are checked against
 // the config (describe_model reads headers only). A config.json, or a
 // directory with only one, is planned from the config alone.
-coli::Result<LoadedModel> load_model(const fs::path& path, planner::ExpertFormat experts, planner::DenseFormat dense) {
+coli::Result<LoadedModel> load_model(const fs::path& path, coli::WeightFormat experts, coli::DenseFormat dense) {
   if (fs::is_regular_file(path) && path.extension() != ".json") return load_container(path);
   const fs::path config_path = fs::is_directory(path) ? path / "config.json" : path;
   auto text = coli::read_text_file(config_path);
@@ -90,8 +88,8 @@ void print_human(const planner::PlanFile& f, const planner::ModelFootprint& fp, 
               f.profile_path.c_str(), f.profile_fingerprint.c_str());
   std::printf("model     %s: %zu MoE layers x %d experts (top_k %d), hidden %llu, experts %s (record %s), dense %s\n",
               c.model_type.c_str(), fp.moe_layers.size(), fp.n_experts, fp.top_k,
-              static_cast<unsigned long long>(c.hidden_size), planner::expert_format_name(fp.expert_format).c_str(),
-              planner::format_bytes(fp.expert().record_bytes).c_str(), planner::dense_format_name(fp.dense_format).c_str());
+              static_cast<unsigned long long>(c.hidden_size), std::string(coli::name_of(fp.expert_format)).c_str(),
+              planner::format_bytes(fp.expert().record_bytes).c_str(), std::string(coli::dense_format_name(fp.dense_format)).c_str());
   std::printf("\n%-32s %10s %11s %11s  RAM vs headroom %s\n", "component", "VRAM", "RAM", "disk",
               planner::format_bytes(p.headroom_bytes).c_str());
   for (const planner::MemoryLine& line : p.memory.lines) {
@@ -116,7 +114,7 @@ void print_human(const planner::PlanFile& f, const planner::ModelFootprint& fp, 
 
   if (vram) {
     std::printf("VRAM: %s of %s on %s (%s)%s\n", planner::format_bytes(vram).c_str(),
-                planner::format_bytes(p.gpu.vram_headroom_bytes).c_str(), p.gpu.device.gpu.c_str(),
+                planner::format_bytes(p.gpu.vram_headroom_bytes).c_str(), p.gpu.device.gpu.describe().c_str(),
                 p.gpu.vram_headroom_source.c_str(),
                 p.gpu.engine_runs_it ? "" : "  [preview: this build's engine computes experts on the CPU]");
   }
@@ -212,7 +210,9 @@ int main(int argc, char** argv) {
     for (const std::string& line : checked->report(profile_path)) std::fprintf(stderr, "coli-plan: %s\n", line.c_str());
     *profile = std::move(checked->effective);
   }
-  auto model = load_model(model_path, *planner::parse_expert_format(experts_name), *planner::parse_dense_format(dense_name));
+  // CLI11 checked both names against the valid ones.
+  auto model = load_model(model_path, *coli::parse_weight_format(experts_name, "--experts"),
+                          *coli::parse_dense_format(dense_name, "--dense"));
   if (!model) {
     std::fprintf(stderr, "coli-plan: %s\n", model.error().message.c_str());
     return 1;

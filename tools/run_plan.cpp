@@ -10,6 +10,7 @@
 #include "coli/planner/footprint.h"
 #include "coli/probe/fleet_machine.h"
 #include "coli/probe/profile_io.h"
+#include "coli/runtime/plan_options.h"
 
 namespace coli::tools {
 namespace {
@@ -18,43 +19,25 @@ std::string shape_identity(const runtime::ModelShape& shape) {
   return experts::usage_model_identity(shape.config_json, shape.tensor_names);
 }
 
-// A whole-decoder GPU plan: the device (by its place among this machine's
-// Vulkan devices), and the experts each layer keeps in VRAM, ranked as the
-// planner ranked them.
-Status apply_gpu_tier(const planner::Plan& plan, const std::vector<VulkanDevice>& devices,
-                      const experts::UsageHistory* history, runtime::ModelOptions& options) {
-  if (!plan.gpu.whole_decoder || plan.gpu.device.gpu.empty()) return Ok{};
-  const auto found = std::find_if(devices.begin(), devices.end(),
-                                  [&](const VulkanDevice& d) { return d.name == plan.gpu.device.gpu; });
-  if (found == devices.end()) {
-    return make_error("the plan runs on " + plan.gpu.device.gpu + ", which this machine does not have: re-plan here");
+// A GPU plan runs on the GPU it names (by UUID, else index and model), and
+// that GPU must be this machine's device of the same index.
+Status check_gpu_here(const planner::Plan& plan, const GpuFacts& gpus) {
+  if (!plan.gpu.whole_decoder || !plan.gpu.device.gpu.chosen()) return Ok{};
+  const auto here = find_gpu(gpus, plan.gpu.device.gpu);
+  if (!here || *here != plan.gpu.device.gpu.index) {
+    return make_error("the plan runs on " + plan.gpu.device.gpu.describe() +
+                      (here ? ", which is device " + std::to_string(*here) + " here" : ", which this machine does not have") +
+                      ": re-plan here with coli-plan --profile");
   }
-  options.backend = plan.gpu.backend;
-  options.gpu_index = static_cast<int>(found - devices.begin());
-  options.vram_experts = planner::vram_expert_ids(plan.gpu.vram_experts, plan.n_experts, history);
   return Ok{};
-}
-
-// The engine's knobs for a plan; every one the plan decides.
-runtime::ModelOptions options_of(const planner::Plan& plan) {
-  runtime::ModelOptions options;
-  options.threads = plan.threads;
-  options.compute_pus = plan.compute_pus;
-  options.cpu_kernel = plan.cpu_kernel;
-  options.cache_capacity = plan.cap >= plan.n_experts ? 0 : plan.cap;
-  options.max_context = plan.ctx;
-  options.prefill_round_tokens = plan.prefill_round_tokens;
-  options.io_threads = plan.io_threads;
-  options.direct_io = plan.direct_io;
-  return options;
 }
 
 // What this build's engine cannot honour is refused, never approximated.
 Status check_runnable(const planner::Plan& plan, const std::string& source, const CpuSet& usable) {
   if (plan.gpu.vram_slots() > 0 && (!plan.gpu.engine_runs_it || !plan.gpu.whole_decoder)) {
     return make_error(source + " places " + std::to_string(plan.gpu.vram_slots()) + " experts in VRAM on " +
-                      plan.gpu.device.gpu + " (" + plan.gpu.backend +
-                      " backend), but this build's engine computes experts on the CPU only: re-plan with --gpu none");
+                      plan.gpu.device.gpu.describe() + " (" + plan.gpu.backend +
+                      " backend), which this build's engine does not run (a preview): re-plan with --gpu none");
   }
   if (!usable.empty() && plan.compute_pus.minus(usable).size() > 0) {
     return make_error(source + " pins its threads to CPUs " + plan.compute_pus.to_list() + ", but this process may use " +
@@ -99,11 +82,16 @@ Result<PlannedKnobs> knobs_from_plan(const std::filesystem::path& plan_file, con
     return make_error(plan_file.string() + " was planned for another model (" + plan->model_name +
                       "): run coli-plan for this one");
   }
-  runtime::ModelOptions options = options_of(plan->plan);
-  if (Status s = apply_gpu_tier(plan->plan, live->gpus.vulkan, history, options); !s) {
-    return make_error(plan_file.string() + ": " + s.error().message);
+  if (plan->plan.pins > 0 && history == nullptr) {
+    // The history the plan pinned from is gone: run unpinned rather than refuse (this run records a new one).
+    std::fprintf(stderr, "coli run: %s pins %d experts per layer, but there is no usage history yet: running without pins\n",
+                 plan_file.string().c_str(), plan->plan.pins);
+    plan->plan.pins = 0;
   }
-  return PlannedKnobs{std::move(options), plan->plan.pins, *plan, "plan " + plan_file.string()};
+  if (Status s = check_gpu_here(plan->plan, live->gpus); !s) return make_error(plan_file.string() + ": " + s.error().message);
+  auto options = runtime::options_from_plan(plan->plan, shape, history);
+  if (!options) return make_error(plan_file.string() + ": " + options.error().message);
+  return PlannedKnobs{std::move(*options), *plan, "plan " + plan_file.string()};
 }
 
 Result<PlannedKnobs> knobs_from_profile(const std::filesystem::path& profile_file, const runtime::ModelShape& shape,
@@ -118,10 +106,7 @@ Result<PlannedKnobs> knobs_from_profile(const std::filesystem::path& profile_fil
   *profile = std::move(checked->effective);
   auto config = model::parse_model_config(shape.config_json, "the container's config");
   if (!config) return config.error();
-  const auto experts = planner::parse_expert_format(shape.expert_format);
-  const auto dense = planner::parse_dense_format(shape.dense_format);
-  if (!experts || !dense) return make_error("the container's formats cannot be planned: " + shape.expert_format);
-  const planner::ModelFootprint footprint = planner::describe_footprint(*config, *experts, *dense);
+  const planner::ModelFootprint footprint = planner::describe_footprint(*config, shape.expert_format, shape.dense_format);
   planner::PlanRequest request;
   request.history_pins = history_pins;
   if (workload.prompt_tokens > 0) request.prompt_tokens = workload.prompt_tokens;
@@ -136,13 +121,14 @@ Result<PlannedKnobs> knobs_from_profile(const std::filesystem::path& profile_fil
   file.profile_fingerprint = profile->fingerprint;
   file.profile_path = profile_file.string();
   file.model_identity = shape_identity(shape);
-  file.expert_format = *experts;
-  file.dense_format = *dense;
+  file.expert_format = shape.expert_format;
+  file.dense_format = shape.dense_format;
   file.top_k = shape.top_k;
   file.plan = *plan;
-  runtime::ModelOptions options = options_of(*plan);
-  if (Status s = apply_gpu_tier(*plan, profile->gpus.vulkan, workload.history, options); !s) return s.error();
-  return PlannedKnobs{std::move(options), plan->pins, file, "profile " + profile_file.string()};
+  if (Status s = check_gpu_here(*plan, profile->gpus); !s) return s.error();
+  auto options = runtime::options_from_plan(*plan, shape, workload.history);
+  if (!options) return make_error("the plan from " + profile_file.string() + ": " + options.error().message);
+  return PlannedKnobs{std::move(*options), file, "profile " + profile_file.string()};
 }
 
 bool print_plan_vs_actual(const planner::PlanFile& file, const runtime::ModelStats& stats, std::uint64_t peak_rss) {

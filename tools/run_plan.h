@@ -16,17 +16,16 @@
 namespace coli::tools {
 
 struct PlannedKnobs {
-  runtime::ModelOptions options;
-  int pins = 0;               // per layer, picked from the usage history
+  runtime::ModelOptions options;  // runtime::options_from_plan, pins included
   planner::PlanFile plan;
   std::string source;         // "plan FILE" or "profile FILE" for messages
 };
 
 // Errors: an unreadable or invalid plan/profile, a plan made for another
 // model, a plan the planner refuses (what to change).
-// `history` ranks the experts of a GPU plan's VRAM tier as the planner did.
+// Pins are picked from `history` (nullptr: none recorded yet; a plan's pins are then dropped, with a warning).
 Result<PlannedKnobs> knobs_from_plan(const std::filesystem::path& plan_file, const runtime::ModelShape& shape,
-                                     const experts::UsageHistory* history = nullptr);
+                                     const experts::UsageHistory* history);
 // The run's own workload sizes the plan: its prompt length (the largest
 // forward pass) and whether a tokenizer is loaded.
 struct RunWorkload {

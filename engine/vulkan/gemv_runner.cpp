@@ -19,12 +19,12 @@ std::span<const std::byte> bytes_of(const std::vector<T>& values) {
 }  // namespace
 
 GemvWeights gemv_weights(const kernels::Q8RowMatrix& matrix) {
-  return {shaders::WeightFormat::q8_row, matrix.rows, matrix.cols, bytes_of(matrix.weights), bytes_of(matrix.scales),
+  return {WeightFormat::q8_row, matrix.rows, matrix.cols, bytes_of(matrix.weights), bytes_of(matrix.scales),
           kernels::gemv_bytes(matrix)};
 }
 
 GemvWeights gemv_weights(const kernels::Q4G64Matrix& matrix) {
-  return {shaders::WeightFormat::q4_g64, matrix.rows, matrix.cols, bytes_of(matrix.nibbles), bytes_of(matrix.scales),
+  return {WeightFormat::q4_g64, matrix.rows, matrix.cols, bytes_of(matrix.nibbles), bytes_of(matrix.scales),
           kernels::gemv_bytes(matrix)};
 }
 
@@ -48,13 +48,13 @@ Status GemvRunner::init(const GemvWeights& weights, const shaders::ShaderVariant
                         const shaders::GemvSpec& spec, int weight_copies) {
   const std::string name(variant.name);
   if (variant.format != weights.format) {
-    return make_error("variant " + name + " is for " + std::string(shaders::format_name(variant.format)) +
-                      " weights, not " + std::string(shaders::format_name(weights.format)));
+    return make_error("variant " + name + " is for " + std::string(name_of(variant.format)) +
+                      " weights, not " + std::string(name_of(weights.format)));
   }
   if (weights.rows <= 0 || weights.cols <= 0 ||
-      (weights.format == shaders::WeightFormat::q4_g64 && weights.cols % kernels::kQ4GroupSize != 0)) {
+      !traits(weights.format).valid_cols(static_cast<std::uint64_t>(weights.cols))) {
     return make_error("GEMV shape " + std::to_string(weights.rows) + "x" + std::to_string(weights.cols) +
-                      " is not valid for " + std::string(shaders::format_name(weights.format)));
+                      " is not valid for " + std::string(name_of(weights.format)));
   }
   // Shared memory first (the check whose failure loses devices), then the
   // selector's other fit rules; both before any Vulkan object is made.

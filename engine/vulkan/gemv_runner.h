@@ -18,7 +18,7 @@ namespace coli::vulkan {
 
 // The bytes of one quantised matrix as the shaders read them.
 struct GemvWeights {
-  shaders::WeightFormat format = shaders::WeightFormat::q8_row;
+  WeightFormat format = WeightFormat::q8_row;
   int rows = 0;
   int cols = 0;
   std::span<const std::byte> weights;  // binding 0

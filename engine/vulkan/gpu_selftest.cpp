@@ -50,21 +50,21 @@ std::string without_forcing_prefix(const std::string& message, const std::string
 struct GemvCase {
   kernels::Q8RowMatrix q8;
   kernels::Q4G64Matrix q4;
-  shaders::WeightFormat format;
+  WeightFormat format;
   std::vector<float> x;
 
-  GemvWeights weights() const { return format == shaders::WeightFormat::q8_row ? gemv_weights(q8) : gemv_weights(q4); }
+  GemvWeights weights() const { return format == WeightFormat::q8_row ? gemv_weights(q8) : gemv_weights(q4); }
   GemvComparison compare(std::span<const float> y) const {
-    return format == shaders::WeightFormat::q8_row ? compare_with_reference(q8, x, y) : compare_with_reference(q4, x, y);
+    return format == WeightFormat::q8_row ? compare_with_reference(q8, x, y) : compare_with_reference(q4, x, y);
   }
 };
 
-GemvCase make_case(const SelftestShape& shape, shaders::WeightFormat format, std::uint64_t seed) {
+GemvCase make_case(const SelftestShape& shape, WeightFormat format, std::uint64_t seed) {
   const std::uint64_t case_seed = seed * 1000003u + static_cast<std::uint64_t>(shape.rows) * 7919u +
                                   static_cast<std::uint64_t>(shape.cols);
   const std::vector<float> matrix = random_values(static_cast<std::size_t>(shape.rows) * shape.cols, case_seed);
   GemvCase c{{}, {}, format, random_values(static_cast<std::size_t>(shape.cols), case_seed + 1)};
-  if (format == shaders::WeightFormat::q8_row) {
+  if (format == WeightFormat::q8_row) {
     c.q8 = kernels::quantize_q8_row(matrix, shape.rows, shape.cols);
   } else {
     c.q4 = kernels::quantize_q4_g64(matrix, shape.rows, shape.cols);
@@ -80,7 +80,8 @@ class SelftestRun {
   std::vector<GpuKernelResult> results;
 
  private:
-  void run_shape(ComputeContext& context, const SelftestShape& shape, shaders::WeightFormat format);
+  void run_shapes(int index, const std::string& listed_name);
+  void run_shape(ComputeContext& context, const SelftestShape& shape, WeightFormat format);
   GpuKernelResult run_variant(ComputeContext& context, const GemvCase& c, const shaders::ShaderVariant& variant,
                               const shaders::GemvSpec& spec);
   bool budget_left() const {
@@ -92,6 +93,13 @@ class SelftestRun {
 };
 
 void SelftestRun::run_device(int index, const std::string& listed_name) {
+  const std::size_t first = results.size();
+  run_shapes(index, listed_name);
+  // The index tells two identical GPUs' results apart (their names are equal).
+  for (std::size_t i = first; i < results.size(); ++i) results[i].device_index = index;
+}
+
+void SelftestRun::run_shapes(int index, const std::string& listed_name) {
   ContextOptions context_options;
   context_options.device_index = index;
   context_options.shared_memory_limit_bytes = options_.shared_memory_limit_bytes;
@@ -102,15 +110,14 @@ void SelftestRun::run_device(int index, const std::string& listed_name) {
     return;
   }
   for (const SelftestShape& shape : options_.shapes) {
-    for (shaders::WeightFormat format : options_.formats) run_shape(**context, shape, format);
+    for (WeightFormat format : options_.formats) run_shape(**context, shape, format);
   }
 }
 
-void SelftestRun::run_shape(ComputeContext& context, const SelftestShape& shape, shaders::WeightFormat format) {
+void SelftestRun::run_shape(ComputeContext& context, const SelftestShape& shape, WeightFormat format) {
   const std::string& device = context.facts().name;
-  const std::string format_name(shaders::format_name(format));
-  if (shape.rows <= 0 || shape.cols <= 0 ||
-      (format == shaders::WeightFormat::q4_g64 && shape.cols % kernels::kQ4GroupSize != 0)) {
+  const std::string format_name(name_of(format));
+  if (shape.rows <= 0 || shape.cols <= 0 || !traits(format).valid_cols(static_cast<std::uint64_t>(shape.cols))) {
     results.push_back(status_entry(device, shape.rows, shape.cols, format_name + ": shape not valid for this format"));
     return;
   }

@@ -35,7 +35,7 @@ struct SelftestOptions {
   // MoE decode shapes: an OLMoE-like expert's up/gate (1024 x 2048) and
   // down (2048 x 1024) projections, and a large dense matrix for bandwidth.
   std::vector<SelftestShape> shapes = {{1024, 2048}, {2048, 1024}, {4096, 4096}};
-  std::vector<shaders::WeightFormat> formats = {shaders::WeightFormat::q8_row, shaders::WeightFormat::q4_g64};
+  std::vector<WeightFormat> formats = {WeightFormat::q8_row, WeightFormat::q4_g64};
   // Pretend each device allows at most this much shared memory (0: its own
   // limit), so a large GPU or CI also covers what a smaller device would run.
   std::uint32_t shared_memory_limit_bytes = 0;

@@ -98,7 +98,8 @@ void QuantizedActivations::quantize(CpuKernelVariant variant, WeightFormat forma
   require(count >= 0 && cols > 0, "quantize activations: count must be >= 0 and cols > 0");
   require(x.size() == static_cast<std::size_t>(count) * static_cast<std::size_t>(cols),
           "quantize activations: x must hold count * cols floats");
-  require(format == WeightFormat::q8_row || cols % kQ4GroupSize == 0, "quantize activations: q4_g64 needs cols % 64 == 0");
+  require(traits(format).cpu_int8_kernels, "quantize activations: no int8 kernels for this weight format");
+  require(traits(format).valid_cols(static_cast<std::uint64_t>(cols)), "quantize activations: q4_g64 needs cols % 64 == 0");
   const VariantKernels& kernels = kernels_for(variant);
   const bool q8 = format == WeightFormat::q8_row;
   const std::size_t stride = detail::round_up(q8 ? kernels.q8_packed_bytes(cols) : kernels.q4_packed_bytes(cols), 64);

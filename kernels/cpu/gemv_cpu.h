@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "coli/base/result.h"
+#include "coli/base/weight_format.h"
 #include "reference/gemv_reference.h"
 
 namespace coli::kernels::cpu {
@@ -73,9 +74,8 @@ struct Q4G64View {
 Q8RowView view_of(const Q8RowMatrix& matrix);
 Q4G64View view_of(const Q4G64Matrix& matrix);
 
-enum class WeightFormat { q8_row, q4_g64 };
-
-// Activations quantised (and laid out) for one variant and weight format.
+// Activations quantised (and laid out) for one variant and weight format
+// (q8_row or q4_g64: the formats whose traits say cpu_int8_kernels).
 // Quantise once and reuse for every matrix that multiplies the same x (gate
 // and up of all active experts); the buffer is kept between calls.
 class QuantizedActivations {

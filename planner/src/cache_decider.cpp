@@ -77,7 +77,7 @@ std::string remedies(const ModelFootprint& fp, const CacheRequest& req, const Ca
       break;
     }
   }
-  if (fp.expert_format != ExpertFormat::q4_g64) {
+  if (fp.expert_format != WeightFormat::q4_g64) {
     out += "; use int4 experts (convert --experts q4_g64: " + format_bytes(fp.q4_g64.record_stride) + " per slot instead of " +
            format_bytes(fp.expert().record_stride) + ")";
   }

@@ -9,8 +9,6 @@
 namespace coli::planner {
 namespace {
 
-constexpr std::uint64_t kPartAlignment = 64;  // the converter starts each part on a cache line
-constexpr std::uint64_t kQ4Group = 64;
 constexpr std::uint64_t kPage = 4096;
 // glibc serves allocations from this size up with mmap (its default
 // threshold), so each is rounded to whole pages plus one header page.
@@ -20,25 +18,9 @@ constexpr std::uint64_t kIndexBytesPerTensor = 256;
 
 std::uint64_t round_up(std::uint64_t value, std::uint64_t to) { return (value + to - 1) / to * to; }
 
-// Weights and scales of one rows x cols projection (convert.cpp quantized_bytes).
-std::pair<std::uint64_t, std::uint64_t> part_bytes(ExpertFormat format, std::uint64_t rows, std::uint64_t cols) {
-  switch (format) {
-    case ExpertFormat::q4_g64: return {rows * cols / 2, rows * cols / kQ4Group * 2};
-    case ExpertFormat::q8_row: return {rows * cols, rows * 4};
-    case ExpertFormat::f32: return {rows * cols * 4, 0};
-  }
-  return {0, 0};
-}
-
-// gate and up read the hidden state, down reads the expert width; each part's
-// weights and scales start 64-aligned, as the converter lays the record out.
-ExpertRecordSize record_size(ExpertFormat format, std::uint64_t hidden, std::uint64_t width) {
-  std::uint64_t offset = 0;
-  for (const auto& [rows, cols] : {std::pair{width, hidden}, {width, hidden}, {hidden, width}}) {
-    const auto [weights, scales] = part_bytes(format, rows, cols);
-    offset = round_up(round_up(offset + weights, kPartAlignment) + scales, kPartAlignment);
-  }
-  return {format, offset, round_up(offset, container::kAlignment)};
+ExpertRecordSize record_size(WeightFormat format, std::uint64_t hidden, std::uint64_t width) {
+  const std::uint64_t bytes = container::expert_record_layout(format, hidden, width).record_bytes;
+  return {format, bytes, round_up(bytes, container::kAlignment)};
 }
 
 std::uint64_t elements(const model::ExpectedTensor& t) {
@@ -97,29 +79,13 @@ ExcludedComponent mtp_component(const model::ModelConfig& config, std::uint64_t 
 
 }  // namespace
 
-std::string expert_format_name(ExpertFormat format) {
-  switch (format) {
-    case ExpertFormat::q4_g64: return "q4_g64";
-    case ExpertFormat::q8_row: return "q8_row";
-    case ExpertFormat::f32: return "f32";
-  }
-  return "?";
-}
-
-std::string dense_format_name(DenseFormat format) {
-  switch (format) {
-    case DenseFormat::source: return "source";
-    case DenseFormat::q8_row: return "q8_row";
-    case DenseFormat::q4_g64: return "q4_g64";
-  }
-  return "?";
-}
-
 ExpertRecordSize ModelFootprint::expert() const {
   switch (expert_format) {
-    case ExpertFormat::q4_g64: return q4_g64;
-    case ExpertFormat::q8_row: return q8_row;
-    case ExpertFormat::f32: return f32;
+    case WeightFormat::q4_g64: return q4_g64;
+    case WeightFormat::q8_row: return q8_row;
+    case WeightFormat::f32: return f32;
+    case WeightFormat::bf16:
+    case WeightFormat::f16: break;  // experts are never stored so
   }
   return q4_g64;
 }
@@ -140,7 +106,7 @@ std::string kv_layout(const model::ModelConfig& c) {
 // The GPU decoder places each dense tensor at a 256-byte boundary.
 constexpr std::uint64_t kGpuTensorAlignment = 256;
 
-ModelFootprint describe_footprint(const model::ModelConfig& config, ExpertFormat experts, DenseFormat dense) {
+ModelFootprint describe_footprint(const model::ModelConfig& config, WeightFormat experts, DenseFormat dense) {
   ModelFootprint fp;
   fp.config = config;
   fp.expert_format = experts;
@@ -153,9 +119,9 @@ ModelFootprint describe_footprint(const model::ModelConfig& config, ExpertFormat
   fp.top_k = static_cast<int>(config.num_experts_per_tok);
   const std::uint64_t hidden = config.hidden_size, width = config.moe_intermediate_size;
   fp.expert_source_bytes = 3 * hidden * width * fp.source_dtype_bytes;
-  fp.q4_g64 = record_size(ExpertFormat::q4_g64, hidden, width);
-  fp.q8_row = record_size(ExpertFormat::q8_row, hidden, width);
-  fp.f32 = record_size(ExpertFormat::f32, hidden, width);
+  fp.q4_g64 = record_size(WeightFormat::q4_g64, hidden, width);
+  fp.q8_row = record_size(WeightFormat::q8_row, hidden, width);
+  fp.f32 = record_size(WeightFormat::f32, hidden, width);
 
   fp.kv_bytes_per_position = kv_bytes_per_position(config);
   fp.kv_layout = kv_layout(config);
@@ -173,8 +139,9 @@ ModelFootprint describe_footprint(const model::ModelConfig& config, ExpertFormat
     if (found == fp.dense.end()) found = fp.dense.insert(fp.dense.end(), DenseComponent{role});
     const std::uint64_t source = elements(t) * fp.source_dtype_bytes;
     const bool q = quantisable(t);
-    const std::uint64_t q8 = q ? container::q8_row_tensor_bytes(t.shape[0], t.shape[1]) : source;
-    const std::uint64_t q4 = q && t.shape[1] % kQ4Group == 0 ? container::q4_g64_tensor_bytes(t.shape[0], t.shape[1]) : source;
+    const std::uint64_t q8 = q ? traits(WeightFormat::q8_row).matrix_bytes(t.shape[0], t.shape[1]) : source;
+    const WeightFormatTraits& q4_traits = traits(WeightFormat::q4_g64);
+    const std::uint64_t q4 = q && q4_traits.valid_cols(t.shape[1]) ? q4_traits.matrix_bytes(t.shape[0], t.shape[1]) : source;
     const std::uint64_t held = dense == DenseFormat::source ? source : dense == DenseFormat::q8_row ? q8 : q4;
     found->tensors += 1;
     found->source_bytes += source;
@@ -198,7 +165,7 @@ ModelFootprint describe_footprint(const model::ModelConfig& config, ExpertFormat
   return fp;
 }
 
-Result<ModelFootprint> read_footprint(const std::filesystem::path& path, ExpertFormat experts, DenseFormat dense) {
+Result<ModelFootprint> read_footprint(const std::filesystem::path& path, WeightFormat experts, DenseFormat dense) {
   const std::filesystem::path file = std::filesystem::is_directory(path) ? path / "config.json" : path;
   auto config = model::read_model_config(file);
   if (!config) return config.error();

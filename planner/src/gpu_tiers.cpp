@@ -181,8 +181,9 @@ u64 tier_vram(const GpuTier& tier) {
 // faster than the CPU reads RAM (decode is bandwidth-bound on both): the
 // GPU's best passing self-test GEMV against the CPU's best read bandwidth.
 // nullopt: take the GPU; else the reason the CPU stays.
-std::optional<std::string> auto_prefers_cpu(const DeviceProfile& profile, const std::string& gpu,
+std::optional<std::string> auto_prefers_cpu(const DeviceProfile& profile, const VulkanDevice& device,
                                             const std::string& backend) {
+  const std::string& gpu = device.name;
   double gpu_gb_s = 0, cpu_gb_s = 0;
   for (const GpuKernelResult& r : profile.measurements.gpu_kernels) {
     if (r.device == gpu && r.backend == backend && r.passed) gpu_gb_s = std::max(gpu_gb_s, r.gb_per_s.median);
@@ -247,43 +248,42 @@ Result<GpuTier> decide_gpu_tier(const DeviceProfile& profile, const ModelFootpri
   if (!device) return device.error();
   tier.device = *device;
   if (request.vram && request.gpu == "none") return make_error("--vram needs a GPU: drop --gpu none or --vram");
-  if (tier.device.gpu.empty()) {
+  if (!tier.device.gpu.chosen()) {
     tier.reason = tier.device.reason;
     return tier;
   }
   // auto chooses only what this build's engine can run; an explicit --gpu N
   // plans the tier as a preview that `coli run` refuses with the reason.
   if (request.gpu == "auto" && !request.backend.engine_runs_experts) {
-    tier.reason = "auto: CPU; " + tier.device.gpu + " fits the " + request.backend.name +
+    tier.reason = "auto: CPU; " + tier.device.gpu.describe() + " fits the " + request.backend.name +
                   " shaders, but this build's engine computes experts on the CPU only (--gpu N previews a VRAM tier)";
-    tier.device = GpuDecision{"", {}, tier.reason};
+    tier.device = GpuDecision{{}, {}, tier.reason};
     return tier;
   }
-  const VulkanDevice* vk = nullptr;
-  for (const VulkanDevice& d : profile.gpus.vulkan) {
-    if (d.name == tier.device.gpu) vk = &d;
-  }
+  // By index: of two identical GPUs, the one decided, not the last of that name.
+  const VulkanDevice* vk = &profile.gpus.vulkan.at(static_cast<std::size_t>(tier.device.gpu.index));
   // The GPU decoder runs what the CPU engine runs: a planning-only
   // architecture (MLA) stays a preview there.
   const bool engine_runs = request.backend.engine_runs_experts && !fp.config.planning_only();
   if (request.gpu == "auto" && request.backend.whole_decoder) {
     if (!engine_runs) {
-      tier.reason = "auto: CPU; " + tier.device.gpu + " fits, but the " + request.backend.name + " decoder does not run " +
-                    fp.config.model_type + " (planning only; --gpu N previews a VRAM tier)";
-      tier.device = GpuDecision{"", {}, tier.reason};
+      tier.reason = "auto: CPU; " + tier.device.gpu.describe() + " fits, but the " + request.backend.name +
+                    " decoder does not run " + fp.config.model_type + " (planning only; --gpu N previews a VRAM tier)";
+      tier.device = GpuDecision{{}, {}, tier.reason};
       return tier;
     }
-    if (auto cpu = auto_prefers_cpu(profile, tier.device.gpu, request.backend.name)) {
+    if (auto cpu = auto_prefers_cpu(profile, *vk, request.backend.name)) {
       tier.reason = *cpu;
-      tier.device = GpuDecision{"", {}, tier.reason};
+      tier.device = GpuDecision{{}, {}, tier.reason};
       return tier;
     }
   }
   tier.backend = request.backend.name;
   tier.engine_runs_it = engine_runs;
-  if (vk) tier.device_type = vk->type, tier.vendor_id = vk->vendor_id;
-  auto [budget, source] = vk ? vram_budget(*vk) : std::pair<u64, std::string>{0, ""};
-  if (budget == 0) return make_error(tier.device.gpu + " reports no device-local memory: use --gpu none");
+  tier.device_type = vk->type;
+  tier.vendor_id = vk->vendor_id;
+  auto [budget, source] = vram_budget(*vk);
+  if (budget == 0) return make_error(tier.device.gpu.describe() + " reports no device-local memory: use --gpu none");
   if (request.vram) {
     if (*request.vram > budget) {
       return make_error("--vram " + format_bytes(*request.vram) + " exceeds " + format_bytes(budget) + " (" + source +
@@ -303,11 +303,11 @@ Result<GpuTier> decide_gpu_tier(const DeviceProfile& profile, const ModelFootpri
   const u64 all = fp.moe_layer_count() * static_cast<u64>(fp.n_experts);
   const u64 fits = budget > fixed && vram_slot > 0 ? (budget - fixed) / vram_slot : 0;
   if (fits == 0) {
-    return make_error(tier.device.gpu + ": " + format_bytes(budget) + " of VRAM (" + source + ") holds no expert of " +
+    return make_error(tier.device.gpu.describe() + ": " + format_bytes(budget) + " of VRAM (" + source + ") holds no expert of " +
                       format_bytes(vram_slot) + " beside its " + format_bytes(fixed) + " reserve: use --gpu none");
   }
   place(tier, fp, request, static_cast<int>(std::min(fits, all)));
-  tier.reason = (request.gpu == "auto" ? "auto: " : "--gpu " + request.gpu + ": ") + tier.device.gpu + " (" +
+  tier.reason = (request.gpu == "auto" ? "auto: " : "--gpu " + request.gpu + ": ") + tier.device.gpu.describe() + " (" +
                 request.backend.name + "), " + n(static_cast<u64>(tier.vram_slots())) + " of " + n(all) +
                 " experts in VRAM (" + source + "); " + tier.share_inputs;
   if (request.backend.whole_decoder && vk) {

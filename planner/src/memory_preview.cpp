@@ -65,12 +65,12 @@ MemoryPreview preview_memory(const ModelFootprint& fp, const MemoryKnobs& k) {
     add("dense weights", Tier::ram, fp.embedding_held_bytes, "the embedding table only (host row lookups); the rest " + on_gpu);
   } else {
     add("dense weights", Tier::ram, fp.dense_held_bytes,
-        n(fp.dense_tensor_count) + " tensors, dense format " + dense_format_name(fp.dense_format) + " (source " +
+        n(fp.dense_tensor_count) + " tensors, dense format " + std::string(dense_format_name(fp.dense_format)) + " (source " +
             fp.source_dtype + ")");
   }
   add("norm/bias f32 copies", Tier::ram, gpu ? 0 : fp.norm_f32_copy_bytes,
       gpu ? on_gpu : "norm weights and biases copied to float per layer");
-  const std::string slot = " slots x " + n(stride) + " B stride (" + expert_format_name(fp.expert_format) + " record " +
+  const std::string slot = " slots x " + n(stride) + " B stride (" + std::string(name_of(fp.expert_format)) + " record " +
                            n(fp.expert().record_bytes) + " B, 4096-aligned)";
   const std::string no_cache = "every expert in VRAM: no host expert cache";
   add("expert cache: pinned slots", Tier::ram, experts_here ? layers * pins * stride : 0,

@@ -113,7 +113,7 @@ Result<Plan> make_plan(const DeviceProfile& profile, const ModelFootprint& fp, c
   // A whole-decoder backend: the host keeps the embedding table, and an
   // expert cache only for the experts outside VRAM.
   auto gpu_knobs = [&](const GpuTier& t) {
-    cache.knobs.gpu_decoder = t.whole_decoder && !t.device.gpu.empty();
+    cache.knobs.gpu_decoder = t.whole_decoder && t.device.gpu.chosen();
     cache.knobs.host_experts = !cache.knobs.gpu_decoder || !t.all_experts_in_vram(fp.n_experts);
   };
   gpu_knobs(*tier);
@@ -157,11 +157,11 @@ Result<Plan> make_plan(const DeviceProfile& profile, const ModelFootprint& fp, c
   }
   if (!choice) return choice.error();
   if (cache.knobs.gpu_decoder && !cache.knobs.host_experts) {
-    const std::string none = "no host expert cache: every expert is in VRAM on " + tier->device.gpu;
+    const std::string none = "no host expert cache: every expert is in VRAM on " + tier->device.gpu.describe();
     choice->reason = request.cap ? choice->reason + "; " + none : none;
   }
   plan.gpu = std::move(*tier);
-  plan.decisions.push_back({"gpu", plan.gpu.device.gpu.empty() ? "none" : plan.gpu.device.gpu, plan.gpu.reason});
+  plan.decisions.push_back({"gpu", plan.gpu.device.gpu.chosen() ? plan.gpu.device.gpu.describe() : "none", plan.gpu.reason});
   plan.cap = choice->cap;
   plan.pins = choice->pins_round.pins;
   plan.prefill_round_tokens = choice->pins_round.round_tokens;

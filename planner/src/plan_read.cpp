@@ -99,7 +99,15 @@ void read_speed(const Reader& s, SpeedPrediction& out) {
 // experts, and whether this build's engine can run it.
 void read_gpu(const Reader& g, Plan& p) {
   GpuTier& t = p.gpu;
-  t.device.gpu = g.text("device");
+  t.device.gpu.name = g.text("device");
+  if (g.has("device_index")) {  // schema 3: index + UUID
+    t.device.gpu.index = static_cast<int>(g.integer("device_index", -1, 1024));
+    t.device.gpu.uuid = g.text("device_uuid");
+    if (t.device.gpu.chosen() == t.device.gpu.name.empty()) g.fail("device_index", "does not agree with device");
+  } else if (!t.device.gpu.name.empty()) {
+    g.fail("device_index", "is missing: this plan (schema 2) names its GPU \"" + t.device.gpu.name +
+                               "\" only by name, which identical GPUs share; re-plan with coli-plan");
+  }
   t.backend = g.text("backend");
   t.engine_runs_it = g.boolean("engine_runs_it");
   // Plans written before the GPU decoder have neither: expert-tier previews.
@@ -123,7 +131,7 @@ void read_gpu(const Reader& g, Plan& p) {
     if (line.tier == Tier::vram) t.lines.push_back(line);
     if (line.component.rfind("GPU ", 0) == 0 && line.tier == Tier::ram) t.lines.push_back(line);
   }
-  if (t.device.gpu.empty() && t.vram_slots() > 0) g.fail("vram_experts", "places experts in VRAM without a device");
+  if (!t.device.gpu.chosen() && t.vram_slots() > 0) g.fail("vram_experts", "places experts in VRAM without a device");
   std::uint64_t vram = 0;
   for (const MemoryLine& line : p.memory.lines) vram += line.tier == Tier::vram ? line.bytes : 0;
   if (vram > t.vram_headroom_bytes) {
@@ -147,10 +155,12 @@ PlanFile read_plan(const Reader& root) {
   f.model_name = m.text("model_name");
   f.model_identity = m.text("model_identity");
   if (f.model_identity.empty()) m.fail("model_identity", "is empty");
-  const auto experts = parse_expert_format(m.text("expert_format"));
-  if (!experts) m.fail("expert_format", "must be \"q4_g64\", \"q8_row\" or \"f32\"");
+  const auto experts = parse_weight_format(m.text("expert_format"), "expert_format");
+  if (!experts || !traits(*experts).expert_records) {
+    m.fail("expert_format", "must be \"q4_g64\", \"q8_row\" or \"f32\"");
+  }
   f.expert_format = *experts;
-  const auto dense = parse_dense_format(m.text("dense_format"));
+  const auto dense = parse_dense_format(m.text("dense_format"), "dense_format");
   if (!dense) m.fail("dense_format", "must be \"source\", \"q8_row\" or \"q4_g64\"");
   f.dense_format = *dense;
   read_knobs(root.table("knobs"), f);

@@ -39,7 +39,9 @@ toml::table plan_table(const PlanFile& f) {
                                    {"reason", v.reason}});
   }
   for (int count : p.gpu.vram_experts) vram_experts.push_back(count);
-  toml::table gpu{{"device", p.gpu.device.gpu},
+  toml::table gpu{{"device", p.gpu.device.gpu.name},
+                  {"device_index", p.gpu.device.gpu.index},
+                  {"device_uuid", p.gpu.device.gpu.uuid},
                   {"backend", p.gpu.backend},
                   {"engine_runs_it", p.gpu.engine_runs_it},
                   {"whole_decoder", p.gpu.whole_decoder},
@@ -62,7 +64,7 @@ toml::table plan_table(const PlanFile& f) {
                                {"profile_path", f.profile_path},
                                {"model_name", f.model_name},
                                {"model_identity", f.model_identity},
-                               {"expert_format", expert_format_name(f.expert_format)},
+                               {"expert_format", name_of(f.expert_format)},
                                {"dense_format", dense_format_name(f.dense_format)}}},
       {"knobs", toml::table{{"threads", p.threads},
                             {"n_experts", p.n_experts},
@@ -118,20 +120,6 @@ std::string plan_to_json(const PlanFile& plan) {
 
 Status save_plan(const std::filesystem::path& path, const PlanFile& plan) {
   return write_file_atomically(path, plan_to_toml(plan));
-}
-
-std::optional<ExpertFormat> parse_expert_format(std::string_view name) {
-  for (ExpertFormat f : {ExpertFormat::q4_g64, ExpertFormat::q8_row, ExpertFormat::f32}) {
-    if (expert_format_name(f) == name) return f;
-  }
-  return std::nullopt;
-}
-
-std::optional<DenseFormat> parse_dense_format(std::string_view name) {
-  for (DenseFormat f : {DenseFormat::source, DenseFormat::q8_row, DenseFormat::q4_g64}) {
-    if (dense_format_name(f) == name) return f;
-  }
-  return std::nullopt;
 }
 
 std::optional<Tier> parse_tier(std::string_view name) {

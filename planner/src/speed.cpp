@@ -66,12 +66,12 @@ std::optional<Bandwidth> disk_bandwidth(const DeviceProfile& profile, u64 record
 // The GEMV bandwidth the self-test measured on the tier's device for this
 // expert format (the median of the passing variant nearest the expert shape).
 std::optional<Bandwidth> vram_bandwidth(const DeviceProfile& profile, const ModelFootprint& fp, const GpuTier& tier) {
-  const std::string format = fp.expert_format == ExpertFormat::q8_row ? "q8_row" : "q4_g64";
+  const std::string format(name_of(fp.expert_format));  // variant names carry it: gemv_q4_g64_...
   const double size = static_cast<double>(fp.config.hidden_size) * static_cast<double>(fp.config.moe_intermediate_size);
   const GpuKernelResult* best = nullptr;
   auto distance = [&](const GpuKernelResult& r) { return std::abs(std::log(static_cast<double>(r.rows) * r.cols / size)); };
   for (const GpuKernelResult& r : profile.measurements.gpu_kernels) {
-    if (r.device != tier.device.gpu || !r.passed || r.gb_per_s.median <= 0) continue;
+    if (!r.measured_on(tier.device.gpu.index, tier.device.gpu.name) || !r.passed || r.gb_per_s.median <= 0) continue;
     if (r.variant.find(format) == std::string::npos) continue;
     if (!best || distance(r) < distance(*best) - 1e-9 ||
         (std::abs(distance(r) - distance(*best)) <= 1e-9 && r.gb_per_s.median > best->gb_per_s.median)) {
@@ -134,7 +134,7 @@ SpeedPrediction predict_speed(const DeviceProfile& profile, const ModelFootprint
   if (plan.gpu.vram_slots() > 0) {
     vram = vram_bandwidth(profile, fp, plan.gpu);
     if (!vram) {
-      s.unavailable = "no measured GPU GEMV bandwidth for " + plan.gpu.device.gpu + ": run coli-probe --gpu-selftest";
+      s.unavailable = "no measured GPU GEMV bandwidth for " + plan.gpu.device.gpu.describe() + ": run coli-probe --gpu-selftest";
       return s;
     }
   }

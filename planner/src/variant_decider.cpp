@@ -14,10 +14,16 @@ struct ExpertShape {
 };
 
 // A device with a fitting variant for every expert shape, or why not.
-Result<std::vector<VariantChoice>> variants_on(const VulkanDevice& device, const std::vector<ExpertShape>& shapes,
-                                               shaders::WeightFormat format,
-                                               const std::vector<GpuKernelResult>& measured,
+Result<std::vector<VariantChoice>> variants_on(const GpuFacts& gpus, int index, const std::vector<ExpertShape>& shapes,
+                                               WeightFormat format,
+                                               const std::vector<GpuKernelResult>& all_measured,
                                                const std::string& force_variant) {
+  const VulkanDevice& device = gpus.vulkan[static_cast<std::size_t>(index)];
+  // This device's measurements only: an identical GPU beside it has the same name.
+  std::vector<GpuKernelResult> measured;
+  for (const GpuKernelResult& r : all_measured) {
+    if (r.measured_on(index, device.name)) measured.push_back(r);
+  }
   std::vector<VariantChoice> out;
   shaders::SelectionOverrides overrides;
   overrides.force_variant = force_variant;
@@ -32,7 +38,7 @@ Result<std::vector<VariantChoice>> variants_on(const VulkanDevice& device, const
 
 }  // namespace
 
-Result<GpuDecision> decide_gpu(const DeviceProfile& profile, const model::ModelConfig& config, ExpertFormat experts,
+Result<GpuDecision> decide_gpu(const DeviceProfile& profile, const model::ModelConfig& config, WeightFormat experts,
                                const std::string& gpu, const std::string& force_variant) {
   GpuDecision decision;
   if (gpu == "none") {
@@ -40,11 +46,11 @@ Result<GpuDecision> decide_gpu(const DeviceProfile& profile, const model::ModelC
     decision.reason = "--gpu none: experts run on the CPU";
     return decision;
   }
-  if (experts == ExpertFormat::f32) {
-    decision.reason = "f32 experts have no GPU shader: experts run on the CPU";
+  if (!traits(experts).gpu_shaders) {
+    decision.reason = std::string(name_of(experts)) + " experts have no GPU shader: experts run on the CPU";
     return decision;
   }
-  const auto format = experts == ExpertFormat::q4_g64 ? shaders::WeightFormat::q4_g64 : shaders::WeightFormat::q8_row;
+  const WeightFormat format = experts;
   const auto width = static_cast<std::uint32_t>(config.moe_intermediate_size);
   const auto hidden = static_cast<std::uint32_t>(config.hidden_size);
   const std::vector<ExpertShape> shapes = {{"gate/up", width, hidden}, {"down", hidden, width}};
@@ -56,24 +62,25 @@ Result<GpuDecision> decide_gpu(const DeviceProfile& profile, const model::ModelC
                         " Vulkan device(s) (" + profile.gpus.vulkan_status + "); use none, auto or 0.." +
                         std::to_string(static_cast<long>(devices.size()) - 1));
     }
-    const VulkanDevice& device = devices[static_cast<std::size_t>(*index)];
-    auto variants = variants_on(device, shapes, format, profile.measurements.gpu_kernels, force_variant);
-    if (!variants) return make_error("--gpu " + gpu + " (" + device.name + "): " + variants.error().message);
-    decision.gpu = device.name;
+    const GpuIdentity id = vulkan_identity(profile.gpus, static_cast<int>(*index));
+    auto variants = variants_on(profile.gpus, id.index, shapes, format, profile.measurements.gpu_kernels, force_variant);
+    if (!variants) return make_error("--gpu " + gpu + " (" + id.name + "): " + variants.error().message);
+    decision.gpu = id;
     decision.variants = std::move(*variants);
-    decision.reason = "--gpu " + gpu + ": " + device.name;
+    decision.reason = "--gpu " + gpu + ": " + id.describe();
     return decision;
   }
   std::string tried;
-  for (const VulkanDevice& device : devices) {
-    auto variants = variants_on(device, shapes, format, profile.measurements.gpu_kernels, force_variant);
+  for (int index = 0; index < static_cast<int>(devices.size()); ++index) {
+    const GpuIdentity id = vulkan_identity(profile.gpus, index);
+    auto variants = variants_on(profile.gpus, index, shapes, format, profile.measurements.gpu_kernels, force_variant);
     if (variants) {
-      decision.gpu = device.name;
+      decision.gpu = id;
       decision.variants = std::move(*variants);
-      decision.reason = "auto: " + device.name + " fits a variant for every expert shape";
+      decision.reason = "auto: " + id.describe() + " fits a variant for every expert shape";
       return decision;
     }
-    tried += "; " + device.name + ": " + variants.error().message;
+    tried += "; " + id.describe() + ": " + variants.error().message;
   }
   decision.reason = "auto: no usable GPU (" + profile.gpus.vulkan_status + tried + "): experts run on the CPU";
   return decision;

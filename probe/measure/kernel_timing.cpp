@@ -28,12 +28,11 @@ constexpr double kFillShare = 0.35;      // of the budget, at most, for first-to
 constexpr double kMinUnitSeconds = 0.03; // per round: a slice below this is mostly noise
 constexpr int kRounds = 3;             // interleaved rounds over every (set, kernel)
 
-std::uint64_t matrix_bytes(cpu::WeightFormat format, int rows, int cols) {
-  const auto r = static_cast<std::uint64_t>(rows), c = static_cast<std::uint64_t>(cols);
-  return format == cpu::WeightFormat::q4_g64 ? r * c / 2 + r * (c / 64) * 2 : r * c + r * 4;
+std::uint64_t matrix_bytes(WeightFormat format, int rows, int cols) {
+  return traits(format).matrix_bytes(static_cast<std::uint64_t>(rows), static_cast<std::uint64_t>(cols));
 }
 std::uint64_t round64(std::uint64_t bytes) { return (bytes + 63) / 64 * 64; }
-std::uint64_t expert_bytes(cpu::WeightFormat format) {
+std::uint64_t expert_bytes(WeightFormat format) {
   return 2 * round64(matrix_bytes(format, kWidth, kHidden)) + round64(matrix_bytes(format, kHidden, kWidth));
 }
 
@@ -84,13 +83,13 @@ template <class View>
 View view_at(const std::byte* p, int rows, int cols);
 template <>
 cpu::Q4G64View view_at(const std::byte* p, int rows, int cols) {
-  const auto nibbles = static_cast<std::uint64_t>(rows) * static_cast<std::uint64_t>(cols) / 2;
-  return {reinterpret_cast<const std::uint8_t*>(p), reinterpret_cast<const std::uint16_t*>(p + nibbles), rows, cols};
+  const auto scales = traits(WeightFormat::q4_g64).scales_offset(static_cast<std::uint64_t>(rows), static_cast<std::uint64_t>(cols));
+  return {reinterpret_cast<const std::uint8_t*>(p), reinterpret_cast<const std::uint16_t*>(p + scales), rows, cols};
 }
 template <>
 cpu::Q8RowView view_at(const std::byte* p, int rows, int cols) {
-  const auto weights = static_cast<std::uint64_t>(rows) * static_cast<std::uint64_t>(cols);
-  return {reinterpret_cast<const std::int8_t*>(p), reinterpret_cast<const float*>(p + weights), rows, cols};
+  const auto scales = traits(WeightFormat::q8_row).scales_offset(static_cast<std::uint64_t>(rows), static_cast<std::uint64_t>(cols));
+  return {reinterpret_cast<const std::int8_t*>(p), reinterpret_cast<const float*>(p + scales), rows, cols};
 }
 
 float silu(float v) { return v / (1.0f + std::exp(-v)); }
@@ -100,7 +99,7 @@ float silu(float v) { return v / (1.0f + std::exp(-v)); }
 template <class View, class Job>
 class ExpertBatch {
  public:
-  ExpertBatch(cpu::CpuKernelVariant variant, cpu::WeightFormat format) : variant_(variant), format_(format) {}
+  ExpertBatch(cpu::CpuKernelVariant variant, WeightFormat format) : variant_(variant), format_(format) {}
 
   void run(const std::vector<std::pair<int, const std::byte*>>& tasks, const std::vector<float>& xs, int threads) {
     const std::size_t n = tasks.size(), width = kWidth;
@@ -128,14 +127,14 @@ class ExpertBatch {
 
  private:
   cpu::CpuKernelVariant variant_;
-  cpu::WeightFormat format_;
+  WeightFormat format_;
   std::vector<cpu::QuantizedActivations> inputs_, hidden_;
   std::vector<float> gate_, up_, y_;
 };
 
 struct KernelSpec {
   std::string name;
-  cpu::WeightFormat format = cpu::WeightFormat::q4_g64;
+  WeightFormat format = WeightFormat::q4_g64;
   bool prefill = false, dense = false;
   double weight = 1;  // share of the budget relative to a decode kernel
 };
@@ -172,8 +171,8 @@ class KernelRunner {
                int prefill_tokens)
       : spec_(spec), variant_(variant), pool_(pool), threads_(set.pus.size()),
         xs_(static_cast<std::size_t>(std::max(prefill_tokens, 1)) * kHidden), y_(kHidden),
-        q4_(variant, cpu::WeightFormat::q4_g64), q8_(variant, cpu::WeightFormat::q8_row),
-        record_(expert_bytes(spec.format)), dense_bytes_(matrix_bytes(cpu::WeightFormat::q8_row, kHidden, kHidden)) {
+        q4_(variant, WeightFormat::q4_g64), q8_(variant, WeightFormat::q8_row),
+        record_(expert_bytes(spec.format)), dense_bytes_(matrix_bytes(WeightFormat::q8_row, kHidden, kHidden)) {
     std::mt19937 random(3);
     std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
     for (float& v : xs_) v = uniform(random);
@@ -206,7 +205,7 @@ class KernelRunner {
       } else {
         for (const std::byte* r : records) tasks_.emplace_back(0, r);
       }
-      if (spec_.format == cpu::WeightFormat::q4_g64) q4_.run(tasks_, xs_, threads_);
+      if (spec_.format == WeightFormat::q4_g64) q4_.run(tasks_, xs_, threads_);
       else q8_.run(tasks_, xs_, threads_);
     }
     return bytes_ / std::chrono::duration<double>(Clock::now() - start).count() / 1e9;
@@ -214,7 +213,7 @@ class KernelRunner {
 
   Result<KernelThroughputPoint> point(std::vector<double> samples) const {
     const bool finite = spec_.dense ? std::all_of(y_.begin(), y_.end(), [](float v) { return std::isfinite(v); })
-                                    : spec_.format == cpu::WeightFormat::q4_g64 ? q4_.finite() : q8_.finite();
+                                    : spec_.format == WeightFormat::q4_g64 ? q4_.finite() : q8_.finite();
     if (!finite) return make_error("kernel tuning: " + spec_.name + " produced non-finite values; the kernel or memory misbehaved");
     KernelThroughputPoint out = point_;
     out.gb_per_s = summarize(std::move(samples));
@@ -278,7 +277,7 @@ Result<KernelTuning> measure_kernel_tuning(const CpuFacts& facts, const MemoryFa
   KernelTuning tuning;
   tuning.cpu_kernel = std::string(cpu::variant_name(*variant));
   tuning.pool_bytes = pool.size();
-  using F = cpu::WeightFormat;
+  using F = WeightFormat;
   // The q4 kernels and the dense one decide the thread sets; int8 only adds figures.
   const std::vector<KernelSpec> specs = {
       {"expert_q4_decode", F::q4_g64, false, false, 1}, {"dense_q8_decode", F::q8_row, false, true, 1},

@@ -22,7 +22,7 @@ namespace fs = std::filesystem;
 std::string kernel_catalogue_digest() {
   std::string basis;
   for (const shaders::ShaderVariant& v : shaders::gemv_catalogue()) {
-    basis += std::string(v.name) + "|" + std::string(shaders::format_name(v.format)) + "|" +
+    basis += std::string(v.name) + "|" + std::string(name_of(v.format)) + "|" +
              std::string(shaders::kind_name(v.kind)) + "|wg" + std::to_string(v.defaults.workgroup_size) + "|rows" +
              std::to_string(v.defaults.rows_per_workgroup) + "|x" + std::to_string(v.defaults.x_tile) + "|shm" +
              std::to_string(v.shared_memory_bytes ? v.shared_memory_bytes(v.defaults) : 0) + "|rank" +

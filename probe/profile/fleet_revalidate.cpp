@@ -63,12 +63,21 @@ std::vector<FieldDifference> compare_live_facts(const DeviceProfile& shared, con
     differ(out, "gpus.cuda[" + std::to_string(i) + "].free_memory_bytes", bytes_text(sc[i].free_memory_bytes),
            bytes_text(lc[i].free_memory_bytes));
   }
+  // Each shared GPU against the same GPU here: by UUID, or by index and
+  // model when the file's UUIDs were dropped (coli profile export).
   const auto& sv = shared.gpus.vulkan;
-  const auto& lv = live.gpus.vulkan;
-  for (std::size_t i = 0; i < std::min(sv.size(), lv.size()); ++i) {
-    for (std::size_t h = 0; h < std::min(sv[i].heaps.size(), lv[i].heaps.size()); ++h) {
-      differ(out, "gpus.vulkan[" + std::to_string(i) + "].heaps[" + std::to_string(h) + "].budget_bytes",
-             optional_bytes(sv[i].heaps[h].budget_bytes), optional_bytes(lv[i].heaps[h].budget_bytes));
+  for (std::size_t i = 0; i < sv.size(); ++i) {
+    const GpuIdentity id = vulkan_identity(shared.gpus, static_cast<int>(i));
+    const std::string at = "gpus.vulkan[" + std::to_string(i) + "]";
+    const std::optional<int> here = find_gpu(live.gpus, id);
+    if (!here) {
+      differ(out, at, id.describe(), "no such GPU here");
+      continue;
+    }
+    const VulkanDevice& lv = live.gpus.vulkan[static_cast<std::size_t>(*here)];
+    for (std::size_t h = 0; h < std::min(sv[i].heaps.size(), lv.heaps.size()); ++h) {
+      differ(out, at + ".heaps[" + std::to_string(h) + "].budget_bytes", optional_bytes(sv[i].heaps[h].budget_bytes),
+             optional_bytes(lv.heaps[h].budget_bytes));
     }
   }
   return out;

@@ -68,7 +68,8 @@ Measurements read_measurements(const Reader& r, const CpuFacts& cpu) {
                                                 k.small_int("rows", 1, 1 << 24), k.small_int("cols", 1, 1 << 24),
                                                 k.u32("shared_memory_bytes", kMaxSharedMemory), k.boolean("passed"),
                                                 k.real("max_relative_error", 0, 1e30), k.text("note"),
-                                                read_stats(k)});
+                                                read_stats(k),
+                                                k.has("device_index") ? k.small_int("device_index", 0, 1024) : -1});
     }
   }
   if (r.has("kernel_tuning")) out.kernel_tuning = read_kernel_tuning(r.table("kernel_tuning"), cpu);

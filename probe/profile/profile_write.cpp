@@ -239,6 +239,7 @@ toml::table measurements_table(const Measurements& measurements) {
                     {"passed", result.passed},
                     {"max_relative_error", result.max_relative_error},
                     {"note", result.note}};
+    if (result.device_index >= 0) row.insert("device_index", result.device_index);  // absent in older profiles
     put_stats(row, result.gb_per_s);
     kernels.push_back(std::move(row));
   }

@@ -58,14 +58,6 @@ ShaderVariant make_variant(std::string_view name, WeightFormat format, VariantKi
 
 }  // namespace
 
-std::string_view format_name(WeightFormat format) {
-  switch (format) {
-    case WeightFormat::q8_row: return "q8_row";
-    case WeightFormat::q4_g64: return "q4_g64";
-  }
-  return "unknown";
-}
-
 std::string_view kind_name(VariantKind kind) {
   switch (kind) {
     case VariantKind::direct: return "direct";

@@ -102,7 +102,7 @@ Status check_shape(const GemvShape& shape) {
     return make_error("GEMV shape " + std::to_string(shape.rows) + "x" + std::to_string(shape.cols) +
                       " is empty; rows and cols must be positive");
   }
-  if (shape.format == WeightFormat::q4_g64 && shape.cols % 64 != 0) {
+  if (!traits(shape.format).valid_cols(shape.cols)) {
     return make_error("q4_g64 needs cols to be a multiple of 64, got " + std::to_string(shape.cols));
   }
   return Ok{};
@@ -243,7 +243,7 @@ Result<Selection> select_gemv_variant(const VulkanDevice& device, const GemvShap
     const std::string source = "forced variant " + overrides.force_variant + " (" + std::string(kEnvForceVariant) + ")";
     const ShaderVariant* forced = find_variant(overrides.force_variant);
     if (forced == nullptr || forced->format != shape.format) {
-      return make_error(source + " is not a " + std::string(format_name(shape.format)) +
+      return make_error(source + " is not a " + std::string(name_of(shape.format)) +
                         " variant; known: " + known_names(shape.format));
     }
     const GemvSpec spec = choose_spec(*forced, device, shape, limit);
@@ -283,7 +283,7 @@ Result<Selection> select_gemv_variant(const VulkanDevice& device, const GemvShap
     }
     passed_over += "; " + why;
   }
-  return make_error("no " + std::string(format_name(shape.format)) + " GEMV variant fits " + device.name + " (" +
+  return make_error("no " + std::string(name_of(shape.format)) + " GEMV variant fits " + device.name + " (" +
                     limit_text(limit, device) + ")" + passed_over);
 }
 

@@ -24,9 +24,9 @@ check "planning time printed" contains "$work/h.out" "^planned in [0-9.]* ms"
 # --json parses; --toml and --out write the same plan, with its schema version.
 "$plan" --profile "$profile" --model "$model" --ram 16G --json >"$work/p.json" 2>/dev/null
 check "--json exits 0" test $? -eq 0
-check "--json parses" python3 -c "import json,sys; d=json.load(sys.stdin); assert d['schema_version']==2 and d['knobs']['cap']<128" <"$work/p.json"
+check "--json parses" python3 -c "import json,sys; d=json.load(sys.stdin); assert d['schema_version']==3 and d['knobs']['cap']<128" <"$work/p.json"
 "$plan" --profile "$profile" --model "$model" --ram 16G --toml --out "$work/p.toml" >"$work/p.stdout" 2>/dev/null
-check "--out writes the plan" contains "$work/p.toml" "^schema_version = 2$"
+check "--out writes the plan" contains "$work/p.toml" "^schema_version = 3$"
 check "the plan names the profile it was made for" contains "$work/p.toml" "^profile_fingerprint = 'fnv1a64:"
 check "--toml prints the plan" contains "$work/p.stdout" "^\[knobs\]$"
 check "no temporary files left" test "$(ls "$work" | grep -c '\.tmp')" -eq 0

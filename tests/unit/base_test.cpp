@@ -5,6 +5,7 @@
 #include "coli/base/cpu_set.h"
 #include "coli/base/files.h"
 #include "coli/base/text.h"
+#include "coli/base/weight_format.h"
 
 namespace coli {
 namespace {
@@ -90,6 +91,91 @@ TEST(SystemRoot, MapsPathsBelowAReplayPrefix) {
   const SystemRoot replay("/tmp/x");
   EXPECT_EQ(replay.map("/proc/meminfo"), "/tmp/x/proc/meminfo");
   EXPECT_FALSE(replay.read("/proc/definitely-missing").has_value());
+}
+
+TEST(WeightFormat, NamesRoundTripForEveryFormat) {
+  for (WeightFormat format : kAllWeightFormats) {
+    const WeightFormatTraits& t = traits(format);
+    EXPECT_EQ(t.format, format);
+    auto by_name = parse_weight_format(t.name, "test");
+    ASSERT_TRUE(by_name.ok()) << t.name;
+    EXPECT_EQ(*by_name, format);
+    auto by_dtype = parse_container_dtype(t.container_dtype, "test");
+    ASSERT_TRUE(by_dtype.ok()) << t.container_dtype;
+    EXPECT_EQ(*by_dtype, format);
+  }
+  EXPECT_EQ(name_of(WeightFormat::q4_g64), "q4_g64");
+  EXPECT_EQ(traits(WeightFormat::bf16).container_dtype, "BF16");
+}
+
+TEST(WeightFormat, ParseErrorsNameTheFieldAndTheValidNames) {
+  auto bad = parse_weight_format("q2_k", "plan.toml: made_for.expert_format");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().message,
+            "plan.toml: made_for.expert_format: unknown weight format 'q2_k' (valid: f32, bf16, f16, q8_row, q4_g64)");
+  // Names and dtype strings are not interchangeable: each file keeps its own spelling.
+  auto dtype = parse_container_dtype("q8_row", "index field tensors[w].dtype");
+  ASSERT_FALSE(dtype.ok());
+  EXPECT_EQ(dtype.error().message,
+            "index field tensors[w].dtype: unknown dtype 'q8_row' (valid: F32, BF16, F16, Q8_ROW, Q4_G64)");
+  auto dense = parse_dense_format("bf16", "--dense");
+  ASSERT_FALSE(dense.ok());
+  EXPECT_NE(dense.error().message.find("--dense: unknown dense format 'bf16' (valid: source, q8_row, q4_g64)"),
+            std::string::npos);
+}
+
+// The container's layouts, written out by hand for a few shapes: weights,
+// the scales 64-aligned after them, one f32 scale per q8 row, one f16 scale
+// per 64 q4 columns.
+TEST(WeightFormat, MatrixBytesFollowTheContainerLayouts) {
+  struct Case { WeightFormat format; std::uint64_t rows, cols, scales_offset, bytes; };
+  for (const Case& c : {Case{WeightFormat::q8_row, 3, 5, 64, 64 + 12},
+                        Case{WeightFormat::q8_row, 1024, 2048, 2097152, 2097152 + 4096},
+                        Case{WeightFormat::q8_row, 7, 100, 704, 704 + 28},
+                        Case{WeightFormat::q4_g64, 3, 64, 128, 128 + 6},
+                        Case{WeightFormat::q4_g64, 768, 2048, 786432, 786432 + 768 * 32 * 2},
+                        Case{WeightFormat::q4_g64, 5, 192, 512, 512 + 30},
+                        Case{WeightFormat::f32, 3, 5, 60, 60},
+                        Case{WeightFormat::bf16, 3, 5, 30, 30},
+                        Case{WeightFormat::f16, 1, 7, 14, 14}}) {
+    const WeightFormatTraits& t = traits(c.format);
+    SCOPED_TRACE(std::string(t.name) + " " + std::to_string(c.rows) + "x" + std::to_string(c.cols));
+    EXPECT_EQ(t.scales_offset(c.rows, c.cols), c.scales_offset);
+    EXPECT_EQ(t.matrix_bytes(c.rows, c.cols), c.bytes);
+    EXPECT_EQ(t.scales_offset(c.rows, c.cols) + t.scale_bytes_of(c.rows, c.cols), c.bytes);
+  }
+}
+
+TEST(WeightFormat, BlocksAndKernelFamilies) {
+  EXPECT_EQ(traits(WeightFormat::q4_g64).block_cols, 64u);
+  EXPECT_EQ(traits(WeightFormat::q8_row).block_cols, kBlockIsRow);
+  EXPECT_EQ(traits(WeightFormat::q8_row).blocks_per_row(300), 1u);
+  EXPECT_EQ(traits(WeightFormat::q4_g64).blocks_per_row(256), 4u);
+  EXPECT_TRUE(traits(WeightFormat::q4_g64).valid_cols(128));
+  EXPECT_FALSE(traits(WeightFormat::q4_g64).valid_cols(100));
+  EXPECT_TRUE(traits(WeightFormat::q8_row).valid_cols(100));
+  for (WeightFormat format : kAllWeightFormats) {
+    const WeightFormatTraits& t = traits(format);
+    EXPECT_EQ(t.block_cols, t.quantized ? t.block_cols : 1u) << t.name;
+    // Each format is served by exactly one CPU family; only quantised ones have shaders.
+    EXPECT_NE(t.cpu_float_kernels, t.cpu_int8_kernels) << t.name;
+    EXPECT_EQ(t.quantized, t.cpu_int8_kernels) << t.name;
+    EXPECT_TRUE(!t.gpu_shaders || t.quantized) << t.name;
+  }
+  EXPECT_FALSE(traits(WeightFormat::bf16).expert_records);
+  EXPECT_TRUE(traits(WeightFormat::f32).expert_records);
+}
+
+TEST(DenseFormat, NamesAndQuantisedFormats) {
+  for (DenseFormat format : {DenseFormat::source, DenseFormat::q8_row, DenseFormat::q4_g64}) {
+    auto parsed = parse_dense_format(dense_format_name(format), "test");
+    ASSERT_TRUE(parsed.ok());
+    EXPECT_EQ(*parsed, format);
+  }
+  EXPECT_FALSE(quantized_format(DenseFormat::source).has_value());
+  EXPECT_EQ(quantized_format(DenseFormat::q4_g64), WeightFormat::q4_g64);
+  EXPECT_EQ(dense_format_of(WeightFormat::q8_row), DenseFormat::q8_row);
+  EXPECT_EQ(dense_format_of(WeightFormat::bf16), DenseFormat::source);
 }
 
 }  // namespace

@@ -30,12 +30,12 @@ class ContainerTest : public testing::Test {
     auto writer = ContainerWriter::create(path);
     EXPECT_TRUE(writer.ok());
     std::vector<float> norm = {1.0f, 2.0f, 3.0f, 4.0f};
-    EXPECT_TRUE(writer->add_tensor("model.norm.weight", "F32", {4}, std::as_bytes(std::span(norm))).ok());
+    EXPECT_TRUE(writer->add_tensor("model.norm.weight", WeightFormat::f32, {4}, std::as_bytes(std::span(norm))).ok());
     // gate/up 64x128 (in 128), down 128x64: q4 weights rows*cols/2, scales rows*cols/64*2.
     std::vector<ExpertPart> parts = {{"gate", 64, 128, 0, 4096, 4096, 256},
                                      {"up", 64, 128, 4352, 4096, 8448, 256},
                                      {"down", 128, 64, 8704, 4096, 12800, 256}};
-    EXPECT_TRUE(writer->begin_experts("q4_g64", 2, 3, {0, 1}, parts).ok());
+    EXPECT_TRUE(writer->begin_experts(WeightFormat::q4_g64, 2, 3, {0, 1}, parts).ok());
     for (int layer = 0; layer < 2; ++layer) {
       for (int expert = 0; expert < 3; ++expert) {
         std::vector<std::byte> record(13056, std::byte(layer * 16 + expert));
@@ -55,7 +55,7 @@ TEST_F(ContainerTest, StreamedWriteReadsBack) {
   ASSERT_TRUE(reader.ok()) << reader.error().message;
   const ContainerIndex& index = reader->index();
   EXPECT_EQ(index.architecture, "olmoe");
-  EXPECT_EQ(index.experts.format, "q4_g64");
+  EXPECT_EQ(index.experts.format, WeightFormat::q4_g64);
   EXPECT_EQ(index.experts.record_bytes, 13056u);
   EXPECT_EQ(index.experts.record_stride, 16384u);
   const TensorEntry* norm = reader->find_tensor("model.norm.weight");
@@ -81,7 +81,7 @@ TEST_F(ContainerTest, AnUnfinishedWriterLeavesNothing) {
     auto writer = ContainerWriter::create(dir_ / "partial.coli");
     ASSERT_TRUE(writer.ok());
     std::vector<float> data(8, 1.0f);
-    ASSERT_TRUE(writer->add_tensor("x", "F32", {8}, std::as_bytes(std::span(data))).ok());
+    ASSERT_TRUE(writer->add_tensor("x", WeightFormat::f32, {8}, std::as_bytes(std::span(data))).ok());
   }  // destroyed without finish(), as after a failed conversion
   EXPECT_TRUE(fs::is_empty(dir_));
 }
@@ -89,7 +89,7 @@ TEST_F(ContainerTest, AnUnfinishedWriterLeavesNothing) {
 TEST_F(ContainerTest, WriterRefusesRecordsThatDoNotMatchTheLayout) {
   auto writer = ContainerWriter::create(dir_ / "bad.coli");
   ASSERT_TRUE(writer.ok());
-  ASSERT_TRUE(writer->begin_experts("q8_row", 1, 1, {0}, {{"gate", 2, 2, 0, 4, 4, 8}}).ok());
+  ASSERT_TRUE(writer->begin_experts(WeightFormat::q8_row, 1, 1, {0}, {{"gate", 2, 2, 0, 4, 4, 8}}).ok());
   std::vector<std::byte> wrong(5);
   auto status = writer->add_expert(wrong);
   ASSERT_FALSE(status.ok());
@@ -130,7 +130,7 @@ TEST_F(ContainerTest, DamagedFilesAreRefusedWithTheReason) {
                    ASSERT_NE(at, std::string::npos);
                    b.replace(at, 13, "\"dtype\":\"Q99\"");
                  },
-                 "unknown dtype Q99");
+                 "index field tensors[model.norm.weight].dtype: unknown dtype 'Q99' (valid: F32, BF16, F16, Q8_ROW, Q4_G64)");
   expect_refused(good, bad,
                  [](std::string& b) {
                    const auto at = b.find("\"tensors\"");

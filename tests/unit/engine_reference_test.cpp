@@ -28,7 +28,7 @@ namespace {
 
 class EngineReference : public testing::TestWithParam<std::string> {
  protected:
-  static fs::path container_for(const std::string& arch, convert::ExpertFormat format) {
+  static fs::path container_for(const std::string& arch, WeightFormat format) {
     return converted_fixture(arch, format);
   }
 };
@@ -36,7 +36,7 @@ class EngineReference : public testing::TestWithParam<std::string> {
 TEST_P(EngineReference, F32MatchesTransformersLogitsAndTokens) {
   const fs::path dir = fs::path(COLI_FIXTURES_DIR) / "models" / GetParam();
   const Reference ref = load_reference(dir, "reference");
-  const EngineRun run = run_model(container_for(GetParam(), convert::ExpertFormat::f32), {}, ref);
+  const EngineRun run = run_model(container_for(GetParam(), WeightFormat::f32), {}, ref);
   ASSERT_EQ(run.prompt_logits.size(), ref.prompt.size());
   for (std::size_t i = 0; i < ref.prompt.size(); ++i) {
     const std::span<const float> expected(ref.logits.data() + i * ref.vocab, ref.vocab);
@@ -48,8 +48,8 @@ TEST_P(EngineReference, F32MatchesTransformersLogitsAndTokens) {
 
 TEST_P(EngineReference, QuantisedExpertsMatchTransformersOnDequantisedWeights) {
   const fs::path dir = fs::path(COLI_FIXTURES_DIR) / "models" / GetParam();
-  for (auto [format, name] : {std::pair{convert::ExpertFormat::q8_row, "reference_q8"},
-                              std::pair{convert::ExpertFormat::q4_g64, "reference_q4"}}) {
+  for (auto [format, name] : {std::pair{WeightFormat::q8_row, "reference_q8"},
+                              std::pair{WeightFormat::q4_g64, "reference_q4"}}) {
     SCOPED_TRACE(name);
     const Reference ref = load_reference(dir, name);
     runtime::ModelOptions options;
@@ -63,7 +63,7 @@ TEST_P(EngineReference, QuantisedExpertsMatchTransformersOnDequantisedWeights) {
 TEST_P(EngineReference, TokensDoNotDependOnThreadsCapacityOrPins) {
   const fs::path dir = fs::path(COLI_FIXTURES_DIR) / "models" / GetParam();
   const Reference ref = load_reference(dir, "reference");
-  const fs::path container = container_for(GetParam(), convert::ExpertFormat::f32);
+  const fs::path container = container_for(GetParam(), WeightFormat::f32);
   const int top_k = 2, experts = 8;
   struct Setting {
     int threads, cap;
@@ -99,7 +99,7 @@ TEST_P(EngineReference, TokensDoNotDependOnThreadsCapacityOrPins) {
 TEST_P(EngineReference, SimdResultsDoNotDependOnHowExpertsAreBatched) {
   const fs::path dir = fs::path(COLI_FIXTURES_DIR) / "models" / GetParam();
   const Reference ref = load_reference(dir, "reference_q4");
-  const fs::path container = container_for(GetParam(), convert::ExpertFormat::q4_g64);
+  const fs::path container = container_for(GetParam(), WeightFormat::q4_g64);
   std::optional<EngineRun> first;
   for (auto [threads, cap, one_call] : {std::tuple{1, 8, false}, {2, 2, true}, {1, 3, true}, {2, 5, false}}) {
     runtime::ModelOptions options;
@@ -126,10 +126,10 @@ TEST_P(EngineReference, QuantisedDenseAndExpertsStayCloseToTheReference) {
   // 16 levels) costs ~30% of the logits' range: the bound only catches a
   // broken layout (wrong offsets or scales give errors well above 100%).
   for (auto [experts, dense, median_bound, worst_bound] :
-       {std::tuple{convert::ExpertFormat::q8_row, convert::DenseFormat::q8_row, 0.05, 0.25},
-        {convert::ExpertFormat::q4_g64, convert::DenseFormat::q4_g64, 0.5, 1.0}})
+       {std::tuple{WeightFormat::q8_row, DenseFormat::q8_row, 0.05, 0.25},
+        {WeightFormat::q4_g64, DenseFormat::q4_g64, 0.5, 1.0}})
   for (const char* kernel : {"exact", ""}) {
-    SCOPED_TRACE(std::string("dense ") + (dense == convert::DenseFormat::q8_row ? "q8_row" : "q4_g64") + " kernel " + kernel);
+    SCOPED_TRACE(std::string("dense ") + (dense == DenseFormat::q8_row ? "q8_row" : "q4_g64") + " kernel " + kernel);
     fs::remove(out);
     auto report = convert::convert_model(dir, out, experts, dense);
     ASSERT_TRUE(report.ok()) << report.error().message;
@@ -155,7 +155,7 @@ TEST_P(EngineReference, QuantisedDenseAndExpertsStayCloseToTheReference) {
 TEST_P(EngineReference, TokensDoNotDependOnIoThreadsOrDirectIo) {
   const fs::path dir = fs::path(COLI_FIXTURES_DIR) / "models" / GetParam();
   const Reference ref = load_reference(dir, "reference");
-  const fs::path container = container_for(GetParam(), convert::ExpertFormat::f32);
+  const fs::path container = container_for(GetParam(), WeightFormat::f32);
   const int top_k = 2, experts = 8;
   std::optional<EngineRun> baseline;
   for (int cap = top_k; cap <= experts; ++cap) {
@@ -193,7 +193,7 @@ TEST_P(EngineReference, TokensDoNotDependOnIoThreadsOrDirectIo) {
 TEST_P(EngineReference, RssWatchdogShrinksTheCacheWithoutChangingTokens) {
   const fs::path dir = fs::path(COLI_FIXTURES_DIR) / "models" / GetParam();
   const Reference ref = load_reference(dir, "reference");
-  const fs::path container = container_for(GetParam(), convert::ExpertFormat::f32);
+  const fs::path container = container_for(GetParam(), WeightFormat::f32);
   runtime::ModelOptions options;
   options.cache_capacity = 8;  // every expert resident
   const EngineRun unlimited = run_model(container, options, ref, /*one_prefill_call=*/true);
@@ -229,7 +229,7 @@ TEST_P(EngineReference, PlannerAndEngineAgreeOnTheModelIdentity) {
   const std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
   auto config = model::parse_model_config(text, "config.json");
   ASSERT_TRUE(config.ok()) << config.error().message;
-  auto model = runtime::MoeModel::load(container_for(GetParam(), convert::ExpertFormat::q8_row), {});
+  auto model = runtime::MoeModel::load(container_for(GetParam(), WeightFormat::q8_row), {});
   ASSERT_TRUE(model.ok()) << model.error().message;
   const runtime::ModelShape shape = model->shape();
   EXPECT_EQ(planner::model_identity(text, *config), experts::usage_model_identity(shape.config_json, shape.tensor_names));

@@ -108,8 +108,8 @@ EngineRun run_model(const fs::path& container, const runtime::ModelOptions& opti
 }
 
 // A fixture model converted with `format`, once per test program.
-fs::path converted_fixture(const std::string& arch, convert::ExpertFormat format) {
-  const fs::path out = scratch_dir() / (arch + "_" + std::string(convert::expert_format_name(format)) + ".coli");
+fs::path converted_fixture(const std::string& arch, WeightFormat format) {
+  const fs::path out = scratch_dir() / (arch + "_" + std::string(name_of(format)) + ".coli");
   if (!fs::exists(out)) {
     auto report = convert::convert_model(fs::path(COLI_FIXTURES_DIR) / "models" / arch, out, format);
     EXPECT_TRUE(report.ok()) << (report.ok() ? "" : report.error().message);

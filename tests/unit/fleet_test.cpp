@@ -120,6 +120,35 @@ TEST(Fleet, AnotherGpuDriverMajorIsNamedAndLiveValuesUsed) {
   EXPECT_NE(report.back().find("re-probe"), std::string::npos);
 }
 
+// Two identical recorded GPUs: an exported profile (UUIDs dropped) is matched
+// to this machine's GPUs by index and model, so each GPU's live budget is
+// compared with its own record; a GPU this machine lacks is named.
+TEST(Fleet, IdenticalGpusOfAnExportAreMatchedByIndexAndModel) {
+  DeviceProfile machine = tuned_h200();
+  VulkanDevice second = machine.gpus.vulkan.at(0);
+  second.uuid = "00000000000000000000000000000002";
+  machine.gpus.vulkan.push_back(second);
+  assign_identity(machine, machine.identity.kernel_catalogue);
+  assign_fingerprint(machine);
+  auto shared = verify_shared_profile(export_profile(machine, {}), "shared.toml");
+  ASSERT_TRUE(shared.ok()) << shared.error().message;
+  ASSERT_TRUE(shared->gpus.vulkan[1].uuid.empty());  // export keeps dropping UUIDs
+
+  DeviceProfile live = machine;
+  auto& heap = live.gpus.vulkan[1].heaps.at(0);
+  heap.budget_bytes = heap.size_bytes / 4;  // only the second GPU is busy here
+  const std::string field = "gpus.vulkan[1].heaps[0].budget_bytes";
+  const Revalidation r = revalidate(*shared, live);
+  ASSERT_NE(find(r.live_differences, field), nullptr);
+  EXPECT_EQ(find(r.live_differences, "gpus.vulkan[0].heaps[0].budget_bytes"), nullptr);
+
+  live.gpus.vulkan.pop_back();
+  const Revalidation missing = revalidate(*shared, live);
+  const FieldDifference* d = find(missing.live_differences, "gpus.vulkan[1]");
+  ASSERT_NE(d, nullptr);
+  EXPECT_NE(d->line().find("no such GPU here"), std::string::npos) << d->line();
+}
+
 TEST(Fleet, FewerCoresIsNamedAndTheLiveThreadRuleUsed) {
   const DeviceProfile shared = replay(kMachines / "container-cgroup-8g");  // 8 cores of the same Xeon
   const DeviceProfile live = replay(kMachines / "dev-vm-2core");
@@ -152,8 +181,8 @@ TEST(Fleet, SmallerCgroupLimitIsNamedAndTheLiveHeadroomUsed) {
 TEST(Fleet, SharedProfileNeverPlansMoreThanTheLiveHeadroom) {
   const DeviceProfile shared = tuned_h200();
   ASSERT_GT(shared.memory.headroom_bytes, 100 * kGiB);
-  auto fp = planner::read_footprint(kFixtures / "model-configs/Qwen3-30B-A3B.json", planner::ExpertFormat::q4_g64,
-                                    planner::DenseFormat::source);
+  auto fp = planner::read_footprint(kFixtures / "model-configs/Qwen3-30B-A3B.json", WeightFormat::q4_g64,
+                                    DenseFormat::source);
   ASSERT_TRUE(fp.ok()) << fp.error().message;
   // Trusting the file would plan far past 8 GiB: the test can fail.
   planner::PlanRequest cpu_plan;

@@ -84,8 +84,8 @@ TEST(ForwardOps, DenseGemvInEveryDtypeWithBias) {
   std::vector<std::uint16_t> w_bf16(w.size());
   for (std::size_t i = 0; i < w.size(); ++i) w_bf16[i] = to_bf16(w[i]);
   std::vector<float> y32(rows), y16(rows);
-  gemv_dense({Dtype::f32, rows, cols, w.data()}, x, y32, 2, bias);
-  gemv_dense({Dtype::bf16, rows, cols, w_bf16.data()}, x, y16, 1, bias);
+  gemv_dense({WeightFormat::f32, rows, cols, w.data()}, x, y32, 2, bias);
+  gemv_dense({WeightFormat::bf16, rows, cols, w_bf16.data()}, x, y16, 1, bias);
   for (int r = 0; r < rows; ++r) {
     double expected = bias[r];
     for (int c = 0; c < cols; ++c) expected += static_cast<double>(w[r * cols + c]) * x[c];
@@ -93,7 +93,7 @@ TEST(ForwardOps, DenseGemvInEveryDtypeWithBias) {
     EXPECT_NEAR(y16[r], y32[r], 1e-5);  // same values; bf16 rows accumulate in float
   }
   std::vector<float> row(cols);
-  dense_row({Dtype::bf16, rows, cols, w_bf16.data()}, 5, row);
+  dense_row({WeightFormat::bf16, rows, cols, w_bf16.data()}, 5, row);
   EXPECT_EQ(row[3], w[5 * cols + 3]);
 }
 

@@ -124,7 +124,7 @@ TEST(PreadFull, ClosedDescriptorIsAnError) {
 TEST(ExpertReads, TruncatedContainerIsAnErrorNotAHang) {
   const fs::path source = fs::path(COLI_FIXTURES_DIR) / "models" / "qwen3_moe";
   const fs::path pristine = fs::temp_directory_path() / ("coli_io_pool_" + std::to_string(::getpid()) + ".coli");
-  auto report = convert::convert_model(source, pristine, convert::ExpertFormat::f32);
+  auto report = convert::convert_model(source, pristine, WeightFormat::f32);
   ASSERT_TRUE(report.ok()) << report.error().message;
   std::uint64_t experts_start = 0, stride = 0;
   {

@@ -16,7 +16,7 @@ namespace {
 const std::string kFixtures = COLI_FIXTURES_DIR;
 
 ModelFootprint qwen3() {
-  auto fp = read_footprint(kFixtures + "/model-configs/Qwen3-30B-A3B.json", ExpertFormat::q4_g64, DenseFormat::source);
+  auto fp = read_footprint(kFixtures + "/model-configs/Qwen3-30B-A3B.json", WeightFormat::q4_g64, DenseFormat::source);
   EXPECT_TRUE(fp.ok()) << (fp.ok() ? "" : fp.error().message);
   return *fp;
 }
@@ -104,7 +104,7 @@ TEST(PlanFile, RefusesBrokenFieldsNamingFileLineAndField) {
   const std::string pins_past_cap = "pins = " + std::to_string(plan.plan.cap + 1);
   const std::string pins_range = "out of range [0, " + std::to_string(plan.plan.cap) + "]";
   const BadPlan cases[] = {
-      {"from the future", "schema_version = ", "schema_version = 3", "schema_version", "newer than this build"},
+      {"from the future", "schema_version = ", "schema_version = 4", "schema_version", "newer than this build"},
       {"pinned to fewer CPUs than threads", "compute_pus = ", "compute_pus = '0'", "knobs.compute_pus", "one CPU per thread"},
       {"pinned to no CPU list", "compute_pus = ", "compute_pus = 'x'", "knobs.compute_pus", "not a CPU list"},
       {"unknown CPU kernel", "cpu_kernel = ", "cpu_kernel = 'sse9'", "knobs.cpu_kernel", "not a CPU kernel variant"},

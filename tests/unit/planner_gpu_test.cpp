@@ -19,7 +19,7 @@ const fs::path kFixtures = COLI_FIXTURES_DIR;
 const fs::path kProfiles = fs::path(COLI_FIXTURES_DIR) / ".." / ".." / "profiles";
 
 model::ModelConfig qwen3() {
-  auto footprint = read_footprint(kFixtures / "model-configs" / "Qwen3-30B-A3B.json", ExpertFormat::q4_g64,
+  auto footprint = read_footprint(kFixtures / "model-configs" / "Qwen3-30B-A3B.json", WeightFormat::q4_g64,
                                   DenseFormat::source);
   EXPECT_TRUE(footprint.ok()) << (footprint.ok() ? "" : footprint.error().message);
   return footprint->config;
@@ -47,10 +47,10 @@ TEST(PlannerGpu, EveryVariantFitsItsDeviceAndTile64kNeverRunsBelow64KiB) {
   for (const char* fixture : {"nvidia-h200", "quadro-p2000", "moltenvk-apple", "amd-rdna", "intel-uma", "lavapipe"}) {
     SCOPED_TRACE(fixture);
     const DeviceProfile profile = with_gpus(fixture);
-    for (ExpertFormat format : {ExpertFormat::q4_g64, ExpertFormat::q8_row}) {
+    for (WeightFormat format : {WeightFormat::q4_g64, WeightFormat::q8_row}) {
       auto decision = decide_gpu(profile, qwen3(), format, "auto");
       ASSERT_TRUE(decision.ok()) << decision.error().message;
-      ASSERT_FALSE(decision->gpu.empty()) << decision->reason;
+      ASSERT_TRUE(decision->gpu.chosen()) << decision->reason;
       const std::uint32_t limit = profile.gpus.vulkan.front().max_compute_shared_memory_bytes;
       ASSERT_EQ(decision->variants.size(), 2u);
       for (const VariantChoice& choice : decision->variants) {
@@ -65,9 +65,10 @@ TEST(PlannerGpu, EveryVariantFitsItsDeviceAndTile64kNeverRunsBelow64KiB) {
 
 TEST(PlannerGpu, MeasuredVariantsWinOnTheMachineThatMeasuredThem) {
   // The H200 profile carries its self-test: q4 direct beat shmem_x at expert shapes.
-  auto decision = decide_gpu(h200(), qwen3(), ExpertFormat::q4_g64, "0");
+  auto decision = decide_gpu(h200(), qwen3(), WeightFormat::q4_g64, "0");
   ASSERT_TRUE(decision.ok()) << decision.error().message;
-  EXPECT_EQ(decision->gpu, "NVIDIA H200");
+  EXPECT_EQ(decision->gpu.name, "NVIDIA H200");
+  EXPECT_EQ(decision->gpu.index, 0);
   for (const VariantChoice& choice : decision->variants) {
     EXPECT_EQ(choice.variant, "gemv_q4_g64_direct") << choice.shape << ": " << choice.reason;
     EXPECT_NE(choice.reason.find("fastest measured"), std::string::npos) << choice.reason;
@@ -75,32 +76,32 @@ TEST(PlannerGpu, MeasuredVariantsWinOnTheMachineThatMeasuredThem) {
 }
 
 TEST(PlannerGpu, NoneUnknownAndAbsentDevicesAreClear) {
-  auto none = decide_gpu(h200(), qwen3(), ExpertFormat::q4_g64, "none");
+  auto none = decide_gpu(h200(), qwen3(), WeightFormat::q4_g64, "none");
   ASSERT_TRUE(none.ok());
-  EXPECT_TRUE(none->gpu.empty());
-  auto unknown = decide_gpu(h200(), qwen3(), ExpertFormat::q4_g64, "3");
+  EXPECT_FALSE(none->gpu.chosen());
+  auto unknown = decide_gpu(h200(), qwen3(), WeightFormat::q4_g64, "3");
   ASSERT_FALSE(unknown.ok());
   EXPECT_NE(unknown.error().message.find("has 1 Vulkan device"), std::string::npos) << unknown.error().message;
   DeviceProfile cpu_only = h200();
   cpu_only.gpus = {};
   cpu_only.gpus.vulkan_status = "no Vulkan loader (libvulkan.so.1 not found)";
-  auto automatic = decide_gpu(cpu_only, qwen3(), ExpertFormat::q4_g64, "auto");
+  auto automatic = decide_gpu(cpu_only, qwen3(), WeightFormat::q4_g64, "auto");
   ASSERT_TRUE(automatic.ok());
-  EXPECT_TRUE(automatic->gpu.empty());
+  EXPECT_FALSE(automatic->gpu.chosen());
   EXPECT_NE(automatic->reason.find("no Vulkan loader"), std::string::npos) << automatic->reason;
 }
 
 TEST(PlannerGpu, ForcedVariantIsCheckedAgainstTheDevice) {
   // Field note 3 as an override: the 64 KiB variant on a 48 KiB device is refused with both numbers.
   const DeviceProfile p2000 = with_gpus("quadro-p2000");
-  auto refused = decide_gpu(p2000, qwen3(), ExpertFormat::q4_g64, "0", "gemv_q4_g64_tile64k");
+  auto refused = decide_gpu(p2000, qwen3(), WeightFormat::q4_g64, "0", "gemv_q4_g64_tile64k");
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.error().message.find("65536"), std::string::npos) << refused.error().message;
   EXPECT_NE(refused.error().message.find("49152"), std::string::npos) << refused.error().message;
-  auto forced = decide_gpu(p2000, qwen3(), ExpertFormat::q4_g64, "0", "gemv_q4_g64_direct");
+  auto forced = decide_gpu(p2000, qwen3(), WeightFormat::q4_g64, "0", "gemv_q4_g64_direct");
   ASSERT_TRUE(forced.ok()) << forced.error().message;
   for (const VariantChoice& choice : forced->variants) EXPECT_EQ(choice.variant, "gemv_q4_g64_direct");
-  EXPECT_FALSE(decide_gpu(p2000, qwen3(), ExpertFormat::q4_g64, "none", "gemv_q4_g64_direct").ok());
+  EXPECT_FALSE(decide_gpu(p2000, qwen3(), WeightFormat::q4_g64, "none", "gemv_q4_g64_direct").ok());
 }
 
 TEST(PlannerKernel, WidestVariantTheIsaAllowsAndOverridesChecked) {

@@ -22,7 +22,7 @@ const fs::path kFixtures = COLI_FIXTURES_DIR;
 constexpr std::uint64_t kGiB = 1ull << 30;
 
 ModelFootprint qwen3() {
-  auto fp = read_footprint(kFixtures / "model-configs" / "Qwen3-30B-A3B.json", ExpertFormat::q4_g64, DenseFormat::source);
+  auto fp = read_footprint(kFixtures / "model-configs" / "Qwen3-30B-A3B.json", WeightFormat::q4_g64, DenseFormat::source);
   EXPECT_TRUE(fp.ok()) << (fp.ok() ? "" : fp.error().message);
   return *fp;
 }
@@ -208,6 +208,111 @@ TEST(PlannerGpuTier, PlanFileCarriesTheTierAndRoundTrips) {
   auto broken = parse_plan(text, "p.toml");
   ASSERT_FALSE(broken.ok());
   EXPECT_NE(broken.error().message.find("vram_headroom_bytes"), std::string::npos) << broken.error().message;
+}
+
+// Two identical recorded GPUs (the H200's record twice, as on a two-GPU host;
+// the second has half the memory free): same name, told apart by index and UUID.
+DeviceProfile two_identical_gpus() {
+  DeviceProfile profile = h200();
+  VulkanDevice second = profile.gpus.vulkan.at(0);
+  second.uuid = "00000000000000000000000000000002";
+  for (VulkanMemoryHeap& heap : second.heaps) {
+    if (heap.budget_bytes) *heap.budget_bytes /= 2;
+  }
+  profile.gpus.vulkan.push_back(second);
+  return profile;
+}
+
+Result<Plan> plan_on_gpu(const DeviceProfile& profile, const std::string& gpu) {
+  PlanRequest request;
+  request.gpu = gpu;
+  return make_plan(profile, qwen3(), request);
+}
+
+PlanFile file_of(const DeviceProfile& profile, const Plan& plan) {
+  PlanFile file;
+  file.profile_fingerprint = profile.fingerprint;
+  file.model_identity = "id";
+  file.top_k = qwen3().top_k;
+  file.plan = plan;
+  file.speed = predict_speed(profile, qwen3(), file.plan);
+  return file;
+}
+
+// The plan as a schema-2 writer wrote it: no GPU index, no UUID.
+std::string without_gpu_identity(std::string text) {
+  for (const std::string key : {"device_index = ", "device_uuid = "}) {
+    const auto at = text.find("\n" + key);
+    EXPECT_NE(at, std::string::npos) << key;
+    if (at != std::string::npos) text.erase(at + 1, text.find('\n', at + 1) - at);
+  }
+  return text;
+}
+
+TEST(PlannerGpuIdentity, TwoIdenticalGpusAreTwoGpus) {
+  const DeviceProfile profile = two_identical_gpus();
+  ASSERT_EQ(profile.gpus.vulkan[0].name, profile.gpus.vulkan[1].name);
+  auto first = plan_on_gpu(profile, "0");
+  auto second = plan_on_gpu(profile, "1");
+  ASSERT_TRUE(first.ok()) << first.error().message;
+  ASSERT_TRUE(second.ok()) << second.error().message;
+  EXPECT_EQ(first->gpu.device.gpu.index, 0);
+  EXPECT_EQ(first->gpu.device.gpu.uuid, profile.gpus.vulkan[0].uuid);
+  EXPECT_EQ(second->gpu.device.gpu.index, 1);
+  EXPECT_EQ(second->gpu.device.gpu.uuid, "00000000000000000000000000000002");
+  // The tier is sized from the chosen GPU's memory, not from the last one of that name.
+  EXPECT_LT(second->gpu.vram_headroom_bytes, first->gpu.vram_headroom_bytes);
+
+  // The plan file records both, and reads them back.
+  const std::string text = plan_to_toml(file_of(profile, *second));
+  EXPECT_NE(text.find("device_index = 1\n"), std::string::npos);
+  EXPECT_NE(text.find("device_uuid = '00000000000000000000000000000002'"), std::string::npos);
+  auto back = parse_plan(text, "two.toml");
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(back->plan.gpu.device.gpu, second->gpu.device.gpu);
+}
+
+TEST(PlannerGpuIdentity, FoundByUuidOrByIndexAndModelWhenExported) {
+  const DeviceProfile profile = two_identical_gpus();
+  const GpuIdentity second = vulkan_identity(profile.gpus, 1);
+  EXPECT_EQ(find_gpu(profile.gpus, second), 1);
+  // The same GPUs enumerated in the other order here: the UUID follows the device.
+  GpuFacts swapped = profile.gpus;
+  std::swap(swapped.vulkan[0], swapped.vulkan[1]);
+  EXPECT_EQ(find_gpu(swapped, second), 0);
+  // An exported profile has no UUIDs: index and model must agree.
+  GpuIdentity exported = second;
+  exported.uuid.clear();
+  EXPECT_EQ(find_gpu(profile.gpus, exported), 1);
+  GpuFacts no_uuids = profile.gpus;
+  for (VulkanDevice& d : no_uuids.vulkan) d.uuid.clear();
+  EXPECT_EQ(find_gpu(no_uuids, second), 1);
+  exported.name = "Another GPU";
+  EXPECT_FALSE(find_gpu(profile.gpus, exported).has_value());
+  // A GPU this machine does not have (its UUID is unknown here).
+  GpuIdentity elsewhere = second;
+  elsewhere.uuid = "ffffffffffffffffffffffffffffffff";
+  EXPECT_FALSE(find_gpu(profile.gpus, elsewhere).has_value());
+}
+
+TEST(PlannerGpuIdentity, ASchema2PlanWithAGpuIsRefusedWithReplan) {
+  const DeviceProfile profile = two_identical_gpus();
+  auto plan = plan_on_gpu(profile, "1");
+  ASSERT_TRUE(plan.ok()) << plan.error().message;
+  auto old = parse_plan(without_gpu_identity(plan_to_toml(file_of(profile, *plan))), "old.toml");
+  ASSERT_FALSE(old.ok());
+  EXPECT_NE(old.error().message.find("old.toml"), std::string::npos) << old.error().message;
+  EXPECT_NE(old.error().message.find("gpu.device_index"), std::string::npos) << old.error().message;
+  EXPECT_NE(old.error().message.find("re-plan"), std::string::npos) << old.error().message;
+
+  // A schema-2 plan without a GPU has nothing to tell apart: still read.
+  auto cpu = plan_on_gpu(profile, "none");
+  ASSERT_TRUE(cpu.ok()) << cpu.error().message;
+  PlanFile cpu_file = file_of(profile, *cpu);
+  cpu_file.schema_version = 2;
+  auto cpu_back = parse_plan(without_gpu_identity(plan_to_toml(cpu_file)), "cpu.toml");
+  ASSERT_TRUE(cpu_back.ok()) << cpu_back.error().message;
+  EXPECT_FALSE(cpu_back->plan.gpu.device.gpu.chosen());
 }
 
 }  // namespace

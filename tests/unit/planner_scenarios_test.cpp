@@ -24,7 +24,7 @@ using u64 = std::uint64_t;
 constexpr u64 kGiB = 1ull << 30;
 const std::string kConfigs = std::string(COLI_FIXTURES_DIR) + "/model-configs/";
 
-ModelFootprint footprint(const std::string& file, ExpertFormat experts = ExpertFormat::q4_g64) {
+ModelFootprint footprint(const std::string& file, WeightFormat experts = WeightFormat::q4_g64) {
   auto fp = read_footprint(kConfigs + file, experts, DenseFormat::source);
   EXPECT_TRUE(fp.ok()) << (fp.ok() ? "" : fp.error().message);
   return fp.ok() ? *fp : ModelFootprint{};

@@ -14,7 +14,7 @@ namespace {
 constexpr std::uint64_t kGiB = 1ull << 30;
 const std::string kConfigs = std::string(COLI_FIXTURES_DIR) + "/model-configs/";
 
-ModelFootprint footprint(const std::string& file, ExpertFormat experts = ExpertFormat::q4_g64,
+ModelFootprint footprint(const std::string& file, WeightFormat experts = WeightFormat::q4_g64,
                          DenseFormat dense = DenseFormat::source) {
   auto fp = read_footprint(kConfigs + file, experts, dense);
   EXPECT_TRUE(fp.ok()) << (fp.ok() ? "" : fp.error().message);
@@ -62,8 +62,8 @@ TEST(PlannerFootprint, Qwen3RecordsMatchTheConverterLayout) {
 }
 
 TEST(PlannerFootprint, DenseFormatsQuantiseProjectionsOnly) {
-  const ModelFootprint src = footprint("Qwen1.5-MoE-A2.7B.json", ExpertFormat::q4_g64, DenseFormat::source);
-  const ModelFootprint q8 = footprint("Qwen1.5-MoE-A2.7B.json", ExpertFormat::q4_g64, DenseFormat::q8_row);
+  const ModelFootprint src = footprint("Qwen1.5-MoE-A2.7B.json", WeightFormat::q4_g64, DenseFormat::source);
+  const ModelFootprint q8 = footprint("Qwen1.5-MoE-A2.7B.json", WeightFormat::q4_g64, DenseFormat::q8_row);
   EXPECT_LT(q8.dense_held_bytes, src.dense_held_bytes);
   auto component = [&](const ModelFootprint& fp, const std::string& role) {
     for (const DenseComponent& c : fp.dense) {
@@ -174,7 +174,7 @@ TEST(PlannerScenario, RamLimitOnTheH200StreamsExpertsAndFits) {
 TEST(PlannerScenario, RamLimitedBoxFitsWithMarginOrIsRefused) {
   int fitted = 0, streamed = 0, refused = 0;
   for (const char* file : {"Qwen3-30B-A3B.json", "OLMoE-1B-7B-0924.json", "Mixtral-8x7B-v0.1.json", "Qwen1.5-MoE-A2.7B.json"}) {
-    for (ExpertFormat format : {ExpertFormat::q4_g64, ExpertFormat::q8_row}) {
+    for (WeightFormat format : {WeightFormat::q4_g64, WeightFormat::q8_row}) {
       const ModelFootprint fp = footprint(file, format);
       for (std::uint64_t headroom : {4 * kGiB, 8 * kGiB, 24 * kGiB}) {
         auto plan = make_plan(made_up_profile(headroom), fp, PlanRequest{});
@@ -212,7 +212,7 @@ TEST(PlannerScenario, CgroupEightGiBQwen3StreamsAndMixtralIsRefusedWithNumbers) 
 TEST(PlannerScenario, RefusalSaysWhatToChange) {
   PlanRequest request;
   request.ctx = 40960;  // 7.5 GiB of KV cache alone
-  auto q8 = make_plan(made_up_profile(8 * kGiB), footprint("Qwen3-30B-A3B.json", ExpertFormat::q8_row), request);
+  auto q8 = make_plan(made_up_profile(8 * kGiB), footprint("Qwen3-30B-A3B.json", WeightFormat::q8_row), request);
   ASSERT_FALSE(q8.ok());
   EXPECT_TRUE(mentions(q8.error().message, "lower --ctx to")) << q8.error().message;
   EXPECT_TRUE(mentions(q8.error().message, "use int4 experts")) << q8.error().message;

@@ -78,7 +78,8 @@ DeviceProfile sample_profile() {
   p.gpus.cuda_status = "1 device";
   p.gpus.source = "live";
   p.measurements.gpu_kernels = {
-      GpuKernelResult{"Made-up GPU", "vulkan", "gemv_q4_g64_direct", 2048, 1024, 0, true, 1e-6, "", stats(90, 100, 110, 5)},
+      GpuKernelResult{"Made-up GPU", "vulkan", "gemv_q4_g64_direct", 2048, 1024, 0, true, 1e-6, "", stats(90, 100, 110, 5),
+                      0},  // device_index round-trips; the second result has none (an older profile's)
       GpuKernelResult{"Made-up GPU", "vulkan", "gemv_q4_g64_tile64k", 2048, 1024, 65536, false, 0, "needs 65536 B",
                       SampleStats{}}};
   p.threads = ThreadRecommendation{2, 2, CpuSet({0, 2}), CpuSet({0, 2}), "all-but-efficiency-kind", "because"};

@@ -87,7 +87,7 @@ TEST(ShaderSelection, AlwaysFitsOnEveryMadeUpDevice) {
     for (WeightFormat format : {WeightFormat::q8_row, WeightFormat::q4_g64}) {
       for (auto [rows, cols] : {std::pair{2048u, 1024u}, {1024u, 2048u}, {64u, 64u}, {4096u, 14336u}, {3u, 20480u}}) {
         const GemvShape shape{format, rows, cols};
-        SCOPED_TRACE(device.name + " " + std::string(format_name(format)) + " " + std::to_string(rows) + "x" +
+        SCOPED_TRACE(device.name + " " + std::string(name_of(format)) + " " + std::to_string(rows) + "x" +
                      std::to_string(cols));
         Result<Selection> selection = select_gemv_variant(device, shape);
         ASSERT_TRUE(selection.ok()) << selection.error().message;

@@ -17,8 +17,8 @@ namespace {
 const std::string kConfigs = std::string(COLI_FIXTURES_DIR) + "/model-configs/";
 
 planner::ModelFootprint olmoe() {
-  auto fp = planner::read_footprint(kConfigs + "OLMoE-1B-7B-0924.json", planner::ExpertFormat::q4_g64,
-                                    planner::DenseFormat::q8_row);
+  auto fp = planner::read_footprint(kConfigs + "OLMoE-1B-7B-0924.json", WeightFormat::q4_g64,
+                                    DenseFormat::q8_row);
   EXPECT_TRUE(fp.ok()) << (fp.ok() ? "" : fp.error().message);
   return *fp;
 }
@@ -83,7 +83,7 @@ TEST(SweepGrid, GridCombinesAndDropsPinsThatEqualOff) {
   const auto fp = olmoe();
   GridSpec spec;
   spec.thread_sets = {{"1t k0", CpuSet({0})}, {"2t k0", CpuSet({0, 1})}};
-  spec.caps = {0, 16, 8};
+  spec.caps = {fp.n_experts, 16, 8};
   spec.pins = {false, true};
   spec.kernels = {"", "avx2"};
   auto grid = build_grid(fp, spec);
@@ -101,6 +101,18 @@ TEST(SweepGrid, GridCombinesAndDropsPinsThatEqualOff) {
   EXPECT_EQ(config_label(grid->front(), fp.n_experts), "1t k0 | cap all | pins 0 | auto");
 }
 
+TEST(SweepGrid, CapsAreSlotCountsWithAllTheExpertCount) {
+  auto caps = parse_caps({"all", "16", "8"}, 64, "--caps");
+  ASSERT_TRUE(caps.ok()) << caps.error().message;
+  EXPECT_EQ(*caps, (std::vector<int>{64, 16, 8}));
+  for (const char* bad : {"0", "65", "many", "-1"}) {
+    auto refused = parse_caps({bad}, 64, "--caps");
+    ASSERT_FALSE(refused.ok()) << bad;
+    EXPECT_NE(refused.error().message.find("--caps: '" + std::string(bad) + "' is not 'all' or a slot count in [1, 64]"),
+              std::string::npos) << refused.error().message;
+  }
+}
+
 TEST(SweepGrid, BadGridsAreErrors) {
   const auto fp = olmoe();
   GridSpec spec{{{"1t", CpuSet({0})}}, {4}, {false}, {""}, 64};
@@ -109,7 +121,7 @@ TEST(SweepGrid, BadGridsAreErrors) {
   EXPECT_NE(below_top_k.error().message.find("top_k 8"), std::string::npos) << below_top_k.error().message;
   spec.caps = {65};
   EXPECT_FALSE(build_grid(fp, spec).ok());
-  spec.caps = {0};
+  spec.caps = {fp.n_experts};
   spec.kernels = {"sse9"};
   EXPECT_FALSE(build_grid(fp, spec).ok());
   spec.kernels = {""};
@@ -122,7 +134,7 @@ TEST(SweepGrid, BadGridsAreErrors) {
 TEST(SweepGrid, ThePlannedConfigurationIsMarkedOrAdded) {
   const auto fp = olmoe();
   const DeviceProfile profile = h200_profile();
-  GridSpec spec{thread_sets_from_profile(profile.cpu), {0}, {false}, {""}, 64};
+  GridSpec spec{thread_sets_from_profile(profile.cpu), {fp.n_experts}, {false}, {""}, 64};
   auto grid = build_grid(fp, spec);
   ASSERT_TRUE(grid.ok());
   planner::Plan plan;
@@ -132,6 +144,13 @@ TEST(SweepGrid, ThePlannedConfigurationIsMarkedOrAdded) {
   plan.prefill_round_tokens = 64;
   const SweepConfig planned = planned_config(plan, profile, spec.thread_sets);
   EXPECT_EQ(planned.threads.label, "16t k0");
+  // And back: the plan a grid configuration runs under (runtime::options_from_plan's input).
+  plan.io_threads = 3;
+  const planner::Plan back = plan_of_config(plan, planned);
+  EXPECT_EQ(back.threads, 16);
+  EXPECT_EQ(back.compute_pus, planned.threads.pus);
+  EXPECT_EQ(back.cap, fp.n_experts);
+  EXPECT_EQ(back.io_threads, 3);
   const std::size_t before = grid->size();
   const std::size_t index = add_planned(*grid, planned);
   EXPECT_EQ(grid->size(), before);

@@ -49,7 +49,7 @@ class VulkanEngine : public testing::TestWithParam<std::string> {
 TEST_P(VulkanEngine, F32MatchesTransformersAndTheCpuEngine) {
   REQUIRE_VULKAN();
   const Reference ref = load_reference(dir(), "reference");
-  const fs::path container = converted_fixture(GetParam(), convert::ExpertFormat::f32);
+  const fs::path container = converted_fixture(GetParam(), WeightFormat::f32);
   const EngineRun gpu = run_model(container, gpu_options(), ref);
   const EngineRun cpu = run_model(container, {}, ref);
   ASSERT_EQ(gpu.prompt_logits.size(), ref.prompt.size());
@@ -64,8 +64,8 @@ TEST_P(VulkanEngine, F32MatchesTransformersAndTheCpuEngine) {
 
 TEST_P(VulkanEngine, QuantisedExpertsMatchTransformersOnDequantisedWeights) {
   REQUIRE_VULKAN();
-  for (auto [format, name] : {std::pair{convert::ExpertFormat::q8_row, "reference_q8"},
-                              std::pair{convert::ExpertFormat::q4_g64, "reference_q4"}}) {
+  for (auto [format, name] : {std::pair{WeightFormat::q8_row, "reference_q8"},
+                              std::pair{WeightFormat::q4_g64, "reference_q4"}}) {
     SCOPED_TRACE(name);
     const Reference ref = load_reference(dir(), name);
     const EngineRun run = run_model(converted_fixture(GetParam(), format), gpu_options(), ref);
@@ -79,7 +79,7 @@ TEST_P(VulkanEngine, OnePrefillCallInChunksGivesTheSameTokens) {
   const Reference ref = load_reference(dir(), "reference");
   runtime::ModelOptions options = gpu_options();
   options.gpu_batch_tokens = 5;  // 12 prompt tokens: chunks of 5, 5 and 2 (batched and single-token kernels)
-  const EngineRun run = run_model(converted_fixture(GetParam(), convert::ExpertFormat::f32), options, ref, true);
+  const EngineRun run = run_model(converted_fixture(GetParam(), WeightFormat::f32), options, ref, true);
   ASSERT_EQ(run.prompt_logits.size(), 1u);
   const std::span<const float> expected(ref.logits.data() + (ref.prompt.size() - 1) * ref.vocab, ref.vocab);
   EXPECT_LT(max_relative_error(run.prompt_logits[0], expected), 1e-4);
@@ -89,7 +89,7 @@ TEST_P(VulkanEngine, OnePrefillCallInChunksGivesTheSameTokens) {
 TEST_P(VulkanEngine, HybridPlansComputeTheOtherExpertsOnTheCpu) {
   REQUIRE_VULKAN();
   const Reference ref = load_reference(dir(), "reference");
-  const fs::path container = converted_fixture(GetParam(), convert::ExpertFormat::f32);
+  const fs::path container = converted_fixture(GetParam(), WeightFormat::f32);
   runtime::ModelOptions options = gpu_options();
   options.vram_experts = {{0, 2, 4, 6}, {7, 1}};  // 2 MoE layers of 8 experts: half, then a quarter in VRAM
   options.cache_capacity = 4;                     // the CPU's share streams through a small cache
@@ -104,7 +104,7 @@ TEST_P(VulkanEngine, SixteenKibOfSharedMemoryGivesTheSameTokens) {
   const Reference ref = load_reference(dir(), "reference_q4");
   runtime::ModelOptions options = gpu_options();
   options.gpu_shared_memory_limit = 16 * 1024;
-  const EngineRun run = run_model(converted_fixture(GetParam(), convert::ExpertFormat::q4_g64), options, ref, true);
+  const EngineRun run = run_model(converted_fixture(GetParam(), WeightFormat::q4_g64), options, ref, true);
   EXPECT_EQ(run.tokens, ref.generated);
 }
 

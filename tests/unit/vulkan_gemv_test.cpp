@@ -18,7 +18,6 @@
 namespace coli::vulkan {
 namespace {
 
-using shaders::WeightFormat;
 
 constexpr std::uint32_t k16KiB = 16 * 1024;
 

@@ -5,7 +5,7 @@
 //
 // One run: load the model, warm up with the prompt and N greedy decode
 // tokens, reset the KV cache and replay the same prompt and tokens, timing
-// the N decode steps. The warm-up makes "resident" (cap 0 or cap = experts)
+// the N decode steps. The warm-up makes "resident" (cap all = experts)
 // really resident (the hit rate column shows 100%), and leaves a streaming
 // cache in its steady state. Streamed experts are read with O_DIRECT where
 // the filesystem allows it (the engine's default), so "disk MiB/tok" then
@@ -24,10 +24,13 @@
 #include <CLI/CLI.hpp>
 
 #include "bytes_per_token.h"
+#include "sweep_grid.h"
 #include "coli/base/text.h"
 #include "coli/container/container.h"
 #include "coli/probe/profile_io.h"
+#include "coli/planner/plan.h"
 #include "coli/runtime/moe_model.h"
+#include "coli/runtime/plan_options.h"
 
 namespace {
 
@@ -36,13 +39,14 @@ using Clock = std::chrono::steady_clock;
 struct Args {
   std::string model, profile;
   double bandwidth_gb_s = 0;
-  std::vector<int> threads{1}, caps{0};
+  std::vector<int> threads{1};
+  std::vector<std::string> caps{"all"};  // "all" or slots per layer
   std::vector<std::string> kernels{""};
   int prompt_tokens = 16, decode_tokens = 64, repeats = 3, context = 0;  // 0: prompt + tokens
 };
 
 struct Config {
-  int threads, cap;
+  int threads, cap;  // cap: slots per layer; the expert count = all resident, as in a plan
   std::string kernel;
 };
 
@@ -64,13 +68,24 @@ std::int32_t argmax(const std::vector<float>& logits) {
   return static_cast<std::int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
 }
 
-coli::Result<Run> run_once(const Args& args, const Config& config, const std::vector<std::int32_t>& prompt) {
-  coli::runtime::ModelOptions options;
-  options.threads = config.threads;
-  options.cache_capacity = config.cap;
-  options.cpu_kernel = config.kernel;
-  options.max_context = args.context > 0 ? args.context : args.prompt_tokens + args.decode_tokens;
-  auto model = coli::runtime::MoeModel::load(args.model, options);
+// A configuration is a plan of its own (the engine's defaults for what the
+// bench does not vary; no memory budget, so no RSS watchdog), run through
+// the one plan-to-engine translation.
+coli::Result<Run> run_once(const Args& args, const Config& config, const coli::runtime::ModelShape& shape,
+                           const std::vector<std::int32_t>& prompt) {
+  const coli::runtime::ModelOptions defaults;
+  coli::planner::Plan plan;
+  plan.threads = config.threads;
+  plan.cap = config.cap;
+  plan.n_experts = shape.experts;
+  plan.cpu_kernel = config.kernel;
+  plan.ctx = args.context > 0 ? args.context : args.prompt_tokens + args.decode_tokens;
+  plan.prefill_round_tokens = defaults.prefill_round_tokens;
+  plan.io_threads = defaults.io_threads;
+  plan.direct_io = defaults.direct_io;
+  auto options = coli::runtime::options_from_plan(plan, shape);
+  if (!options) return options.error();
+  auto model = coli::runtime::MoeModel::load(args.model, *options);
   if (!model) return model.error();
   std::vector<float> logits(static_cast<std::size_t>(model->vocab_size()));
   const int start = static_cast<int>(prompt.size());
@@ -128,6 +143,7 @@ std::string mib(double bytes) {
 struct ContainerFacts {
   coli::bench::TokenTraffic traffic;
   std::int32_t vocab = 0;
+  coli::runtime::ModelShape shape;
 };
 
 // Prints what the container is and what one decode step touches.
@@ -141,13 +157,15 @@ coli::Result<ContainerFacts> describe_container(const Args& args) {
   const auto& experts = reader->index().experts;
   std::printf("model %s: %s on disk, %s, experts %s (%u layers x %u, record %s)\n", args.model.c_str(),
               coli::format_bytes(std::filesystem::file_size(args.model)).c_str(), reader->index().source.c_str(),
-              experts.format.c_str(), experts.layers, experts.experts, coli::format_bytes(experts.record_bytes).c_str());
+              std::string(coli::name_of(experts.format)).c_str(), experts.layers, experts.experts, coli::format_bytes(experts.record_bytes).c_str());
   std::printf("bytes touched per decode token: %s\n", coli::bench::describe_traffic(*traffic).c_str());
   std::printf("prompt %d tokens, %d timed decode tokens after a warm-up pass, %d repeats\n", args.prompt_tokens,
               args.decode_tokens, args.repeats);
   std::printf("'disk MiB/tok': bytes read for expert-cache misses (O_DIRECT when experts stream and the filesystem\n"
               "allows it, else through the page cache)\n\n");
-  return ContainerFacts{*traffic, static_cast<std::int32_t>(embedding->shape.at(0))};
+  auto shape = coli::runtime::MoeModel::read_shape(args.model);
+  if (!shape) return shape.error();
+  return ContainerFacts{*traffic, static_cast<std::int32_t>(embedding->shape.at(0)), std::move(*shape)};
 }
 
 int run_bench(const Args& args) {
@@ -169,14 +187,20 @@ int run_bench(const Args& args) {
   std::vector<std::int32_t> prompt;  // fixed, spread over the vocabulary
   for (int i = 0; i < args.prompt_tokens; ++i) prompt.push_back(static_cast<std::int32_t>((i * 7919 + 13) % facts->vocab));
 
+  const int n_experts = facts->shape.experts;
+  const auto caps = coli::bench::parse_caps(args.caps, n_experts, "--cap");
+  if (!caps) {
+    std::fprintf(stderr, "coli-decode-bench: %s\n", caps.error().message.c_str());
+    return 2;
+  }
   std::vector<Config> configs;
   for (int threads : args.threads)
-    for (int cap : args.caps)
+    for (int cap : *caps)
       for (const std::string& kernel : args.kernels) configs.push_back({threads, cap, kernel});
   std::vector<std::vector<Run>> runs(configs.size());
   for (int repeat = 0; repeat < args.repeats; ++repeat) {
     for (std::size_t c = 0; c < configs.size(); ++c) {
-      auto run = run_once(args, configs[c], prompt);
+      auto run = run_once(args, configs[c], facts->shape, prompt);
       if (!run) {
         std::fprintf(stderr, "coli-decode-bench: %s\n", run.error().message.c_str());
         return 1;
@@ -214,7 +238,7 @@ int run_bench(const Args& args) {
       std::snprintf(text, sizeof text, "%.0f%%", 100.0 * mid / bound_tok_s);
       ratio = text;
     }
-    const std::string cap = configs[c].cap == 0 ? "all" : std::to_string(configs[c].cap);
+    const std::string cap = configs[c].cap >= n_experts ? "all" : std::to_string(configs[c].cap);
     std::printf("%7d %5s %12s %9.2f %6.0f%% %7.1f%% %12s %15s %10s %8s %6s %9s\n", configs[c].threads, cap.c_str(),
                 runs[c].front().kernel.c_str(), mid, 100.0 * spread, lookups > 0 ? 100.0 * hits / lookups : 0.0,
                 mib(disk_per_token).c_str(), mib(static_cast<double>(traffic.total())).c_str(), bandwidth.c_str(),
@@ -234,7 +258,7 @@ int main(int argc, char** argv) {
   CLI::App app{"coli-decode-bench: MoE decode tok/s against the memory-bandwidth bound"};
   app.add_option("--model", args.model, "Container (coli convert or coli-make-synthetic)")->required()->check(CLI::ExistingFile);
   app.add_option("--threads", args.threads, "Thread counts, comma-separated")->delimiter(',')->capture_default_str();
-  app.add_option("--cap", args.caps, "Expert cache slots per layer, comma-separated (0 = all resident)")->delimiter(',')->capture_default_str();
+  app.add_option("--cap", args.caps, "Expert cache slots per layer, comma-separated ('all' = every expert resident)")->delimiter(',')->capture_default_str();
   app.add_option("--kernel", args.kernels, "CPU kernels, comma-separated (default: best; scalar, avx2, avx512, avx512_vnni)")->delimiter(',');
   app.add_option("--prompt-tokens", args.prompt_tokens, "Prompt length")->check(CLI::Range(1, 1 << 16))->capture_default_str();
   app.add_option("--tokens", args.decode_tokens, "Timed decode tokens per run")->check(CLI::Range(1, 1 << 16))->capture_default_str();

@@ -34,6 +34,8 @@ struct Options {
   Shape shape;
   std::string out, experts = "q4_g64", dense = "bf16";
   std::uint64_t seed = 1;
+  // experts and dense resolved by validate().
+  coli::WeightFormat expert_format = coli::WeightFormat::q4_g64, matrix_format = coli::WeightFormat::bf16;
 };
 
 constexpr float kDenseStddev = 0.02f;  // OLMoE's initializer_range
@@ -50,33 +52,20 @@ std::string config_json(const Shape& s) {
          "  \"torch_dtype\": \"bfloat16\"\n}\n";
 }
 
-// The record layout coli convert writes: gate, up, down; weights then scales
-// per part, each starting on a 64-byte boundary.
-std::vector<ExpertPart> expert_parts(const std::string& format, const Shape& s, std::uint64_t& record_bytes) {
-  auto align = [](std::uint64_t v) { return (v + 63) / 64 * 64; };
-  std::vector<ExpertPart> parts;
-  std::uint64_t offset = 0;
-  for (const auto& [name, rows, cols] : {std::tuple{"gate", s.width, s.hidden}, {"up", s.width, s.hidden}, {"down", s.hidden, s.width}}) {
-    const bool q4 = format == "q4_g64";
-    const std::uint64_t weights = q4 ? rows * cols / 2 : rows * cols;
-    const std::uint64_t scales = q4 ? rows * cols / coli::kernels::kQ4GroupSize * 2 : rows * 4;
-    ExpertPart part{name, static_cast<std::uint32_t>(rows), static_cast<std::uint32_t>(cols), offset, weights, 0, scales};
-    part.scales_offset = align(offset + weights);
-    offset = align(part.scales_offset + scales);
-    parts.push_back(part);
-  }
-  record_bytes = offset;
-  return parts;
-}
-
-std::string validate(const Options& o) {
+std::string validate(Options& o) {
   const Shape& s = o.shape;
-  if (o.experts != "q4_g64" && o.experts != "q8_row") return "--experts must be q4_g64 or q8_row";
-  if (o.dense != "bf16" && o.dense != "q8_row" && o.dense != "q4_g64") return "--dense must be bf16, q8_row or q4_g64";
+  auto experts = coli::parse_weight_format(o.experts, "--experts");
+  if (!experts || !coli::traits(*experts).cpu_int8_kernels) return "--experts must be q4_g64 or q8_row";
+  auto dense = coli::parse_weight_format(o.dense, "--dense");
+  if (!dense || (*dense != coli::WeightFormat::bf16 && !coli::traits(*dense).quantized)) {
+    return "--dense must be bf16, q8_row or q4_g64";
+  }
+  o.expert_format = *experts;
+  o.matrix_format = *dense;
   if (s.hidden % s.heads != 0) return "--hidden must be a multiple of --heads (head_dim = hidden / heads)";
   if (s.heads % s.kv_heads != 0) return "--heads must be a multiple of --kv-heads";
   if (s.top_k > s.experts) return "--top-k must not exceed --num-experts";
-  if (o.experts == "q4_g64" && (s.hidden % 64 != 0 || s.width % 64 != 0)) {
+  if (!coli::traits(o.expert_format).valid_cols(s.hidden) || !coli::traits(o.expert_format).valid_cols(s.width)) {
     return "q4_g64 needs --hidden and --width to be multiples of 64";
   }
   return "";
@@ -85,34 +74,34 @@ std::string validate(const Options& o) {
 class SyntheticWriter {
  public:
   SyntheticWriter(ContainerWriter& writer, const Options& options)
-      : writer_(writer), options_(options), rng_(options.seed),
-        matrix_dtype_(options.dense == "q8_row" ? "Q8_ROW" : options.dense == "q4_g64" ? "Q4_G64" : "BF16") {}
+      : writer_(writer), options_(options), rng_(options.seed) {}
 
   Status write_all() {
     const Shape& s = options_.shape;
     const std::uint64_t q_width = s.heads * s.head_dim(), kv_width = s.kv_heads * s.head_dim();
-    const char* matrix = matrix_dtype_.c_str();
+    using coli::WeightFormat;
+    const WeightFormat matrix = options_.matrix_format, bf16 = WeightFormat::bf16;
     // The embedding is a row lookup, not a GEMV: it stays BF16.
-    if (Status st = add("model.embed_tokens.weight", "BF16", s.vocab, s.hidden); !st) return st;
+    if (Status st = add("model.embed_tokens.weight", bf16, s.vocab, s.hidden); !st) return st;
     for (std::uint64_t l = 0; l < s.layers; ++l) {
       const std::string p = "model.layers." + std::to_string(l) + ".";
       for (const auto& [name, rows, cols, dtype, mean, stddev] : {
-               std::tuple{"input_layernorm.weight", s.hidden, std::uint64_t{0}, "BF16", 1.0f, kDenseStddev},
-               {"post_attention_layernorm.weight", s.hidden, 0, "BF16", 1.0f, kDenseStddev},
+               std::tuple{"input_layernorm.weight", s.hidden, std::uint64_t{0}, bf16, 1.0f, kDenseStddev},
+               {"post_attention_layernorm.weight", s.hidden, 0, bf16, 1.0f, kDenseStddev},
                {"self_attn.q_proj.weight", q_width, s.hidden, matrix, 0.0f, kDenseStddev},
                {"self_attn.k_proj.weight", kv_width, s.hidden, matrix, 0.0f, kDenseStddev},
                {"self_attn.v_proj.weight", kv_width, s.hidden, matrix, 0.0f, kDenseStddev},
                {"self_attn.o_proj.weight", s.hidden, q_width, matrix, 0.0f, kDenseStddev},
-               {"self_attn.q_norm.weight", q_width, 0, "BF16", 1.0f, kDenseStddev},
-               {"self_attn.k_norm.weight", kv_width, 0, "BF16", 1.0f, kDenseStddev},
+               {"self_attn.q_norm.weight", q_width, 0, bf16, 1.0f, kDenseStddev},
+               {"self_attn.k_norm.weight", kv_width, 0, bf16, 1.0f, kDenseStddev},
                // N(0, 1) router: logits differ a lot between tokens, so routing varies.
                // Kept BF16 like llama.cpp keeps ffn_gate_inp unquantised (tiny, decides routing).
-               {"mlp.gate.weight", s.experts, s.hidden, "BF16", 0.0f, 1.0f}}) {
+               {"mlp.gate.weight", s.experts, s.hidden, bf16, 0.0f, 1.0f}}) {
         if (Status st = add(p + name, dtype, rows, cols, mean, stddev); !st) return st;
       }
     }
-    if (Status st = add("model.norm.weight", "BF16", s.hidden, 0, 1.0f); !st) return st;
-    if (Status st = add("lm_head.weight", matrix_dtype_, s.vocab, s.hidden); !st) return st;
+    if (Status st = add("model.norm.weight", bf16, s.hidden, 0, 1.0f); !st) return st;
+    if (Status st = add("lm_head.weight", matrix, s.vocab, s.hidden); !st) return st;
     return write_experts();
   }
 
@@ -121,7 +110,7 @@ class SyntheticWriter {
 
  private:
   // cols 0: a 1-D tensor of `rows` elements.
-  Status add(const std::string& name, const std::string& dtype, std::uint64_t rows, std::uint64_t cols,
+  Status add(const std::string& name, coli::WeightFormat dtype, std::uint64_t rows, std::uint64_t cols,
              float mean = 0.0f, float stddev = kDenseStddev) {
     const bool vector = cols == 0;
     const auto data = coli::bench::random_tensor(rng_, dtype, vector ? 1 : rows, vector ? rows : cols, mean, stddev);
@@ -132,10 +121,12 @@ class SyntheticWriter {
 
   Status write_experts() {
     const Shape& s = options_.shape;
-    const auto parts = expert_parts(options_.experts, s, record_bytes_);
+    const auto layout = coli::container::expert_record_layout(options_.expert_format, s.hidden, s.width);
+    const auto& parts = layout.parts;
+    record_bytes_ = layout.record_bytes;
     std::vector<std::uint32_t> model_layers;
     for (std::uint32_t l = 0; l < s.layers; ++l) model_layers.push_back(l);
-    if (Status st = writer_.begin_experts(options_.experts, static_cast<std::uint32_t>(s.layers),
+    if (Status st = writer_.begin_experts(options_.expert_format, static_cast<std::uint32_t>(s.layers),
                                           static_cast<std::uint32_t>(s.experts), model_layers, parts);
         !st) {
       return st;
@@ -145,7 +136,7 @@ class SyntheticWriter {
       std::fprintf(stderr, "\rcoli-make-synthetic: experts of layer %llu/%llu", static_cast<unsigned long long>(l + 1),
                    static_cast<unsigned long long>(s.layers));
       for (std::uint64_t e = 0; e < s.experts; ++e) {
-        coli::bench::fill_expert_record(rng_, options_.experts, parts, kDenseStddev, record);
+        coli::bench::fill_expert_record(rng_, options_.expert_format, parts, kDenseStddev, record);
         if (Status st = writer_.add_expert(record); !st) return st;
       }
     }
@@ -156,7 +147,6 @@ class SyntheticWriter {
   ContainerWriter& writer_;
   const Options& options_;
   coli::bench::FastRng rng_;
-  std::string matrix_dtype_;
   std::uint64_t dense_bytes_ = 0, record_bytes_ = 0;
 };
 

@@ -104,7 +104,7 @@ coli::Result<std::unique_ptr<coli::runtime::MoeModel>> load(const Args& args, co
   options.backend = backend;
   options.gpu_index = args.gpu;
   options.gpu_batch_tokens = args.batch;
-  options.cache_capacity = args.cap;
+  options.cache_capacity = args.cap > 0 ? args.cap : coli::runtime::kAllExperts;
   options.prefill_round_tokens = 64;
   options.max_context = std::max(args.prefill, *std::max_element(args.depths.begin(), args.depths.end()) + args.decode) + 1;
   if (backend == "vulkan" && share < 1) options.vram_experts = vram_share_experts(layout, share);
@@ -143,7 +143,7 @@ int main(int argc, char** argv) {
   app.add_option("--repeats", args.repeats, "Runs of each figure")->check(CLI::Range(1, 1000))->capture_default_str();
   app.add_option("--gpu", args.gpu, "Vulkan device index")->check(CLI::Range(0, 64))->capture_default_str();
   app.add_option("--batch", args.batch, "Tokens per GPU submission")->check(CLI::Range(1, 1 << 16))->capture_default_str();
-  app.add_option("--cap", args.cap, "CPU expert cache slots per layer (0 = all)")->check(CLI::Range(0, 1 << 20))->capture_default_str();
+  app.add_option("--cap", args.cap, "CPU expert cache slots per layer (0 = every expert)")->check(CLI::Range(0, 1 << 20))->capture_default_str();
   app.add_option("--bandwidth", args.bandwidth_gb_s, "Memory bandwidth (GB/s) for the decode bound")->check(CLI::Range(0.0, 1e6));
   CLI11_PARSE(app, argc, argv);
 

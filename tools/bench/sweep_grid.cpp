@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "coli/base/text.h"
 #include "coli/planner/deciders.h"
 
 namespace coli::bench {
@@ -106,11 +107,10 @@ Result<std::vector<SweepConfig>> build_grid(const planner::ModelFootprint& fp, c
   }
   std::vector<SweepConfig> grid;
   for (const ThreadSet& threads : spec.thread_sets) {
-    for (int requested_cap : spec.caps) {
-      const int cap = requested_cap == 0 ? fp.n_experts : requested_cap;
+    for (int cap : spec.caps) {
       if (cap < fp.top_k || cap > fp.n_experts) {
-        return make_error("cap " + std::to_string(requested_cap) + " is outside [top_k " + std::to_string(fp.top_k) +
-                          ", " + std::to_string(fp.n_experts) + " experts] (0 = all resident)");
+        return make_error("cap " + std::to_string(cap) + " is outside [top_k " + std::to_string(fp.top_k) +
+                          ", " + std::to_string(fp.n_experts) + " experts] ('all' = " + std::to_string(fp.n_experts) + ")");
       }
       for (bool pins_on : spec.pins) {
         auto choice = planner::decide_pins_and_round(fp, cap, pins_on ? fp.n_experts : 0, false, spec.requested_round);
@@ -153,6 +153,30 @@ SweepConfig planned_config(const planner::Plan& plan, const DeviceProfile& profi
     if (known.pus == pus) threads.label = known.label;
   }
   return SweepConfig{threads, plan.cap, plan.pins, plan.prefill_round_tokens, plan.cpu_kernel, true};
+}
+
+Result<std::vector<int>> parse_caps(const std::vector<std::string>& texts, int n_experts, std::string_view option) {
+  std::vector<int> caps;
+  for (const std::string& text : texts) {
+    const auto cap = text == "all" ? std::optional<std::int64_t>(n_experts) : parse_int(text);
+    if (!cap || *cap < 1 || *cap > n_experts) {
+      return make_error(std::string(option) + ": '" + text + "' is not 'all' or a slot count in [1, " +
+                        std::to_string(n_experts) + "]");
+    }
+    caps.push_back(static_cast<int>(*cap));
+  }
+  return caps;
+}
+
+planner::Plan plan_of_config(const planner::Plan& base, const SweepConfig& config) {
+  planner::Plan plan = base;
+  plan.threads = std::max(1, config.threads.pus.size());
+  plan.compute_pus = config.threads.pus;  // empty (a profile without a recommendation): unpinned
+  plan.cap = config.cap;
+  plan.pins = config.pins;
+  plan.prefill_round_tokens = config.round_tokens;
+  plan.cpu_kernel = config.kernel;
+  return plan;
 }
 
 std::size_t add_planned(std::vector<SweepConfig>& grid, SweepConfig planned) {

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "coli/base/cpu_set.h"
@@ -38,7 +39,7 @@ std::vector<std::string> kernels_from_isa(const std::vector<std::string>& isa);
 
 struct SweepConfig {
   ThreadSet threads;
-  int cap = 0;           // expert slots per MoE layer; n_experts = all resident
+  int cap = 0;           // expert slots per MoE layer; n_experts = all resident (as in a plan)
   int pins = 0;          // per MoE layer, from the usage history; 0 = off
   int round_tokens = 1;  // prefill round (the planner's rule for this cap and pins)
   std::string kernel;    // "" = the engine's best for this CPU
@@ -71,6 +72,15 @@ Result<std::vector<SweepConfig>> build_grid(const planner::ModelFootprint& footp
 // differs), its cap, pins and round, the engine's own kernel choice.
 SweepConfig planned_config(const planner::Plan& plan, const DeviceProfile& profile,
                            const std::vector<ThreadSet>& known_sets);
+
+// Cap options of coli-sweep and coli-decode-bench: "all" (every expert
+// resident: a cap of n_experts, as in a plan) or a slot count in [1, n_experts].
+Result<std::vector<int>> parse_caps(const std::vector<std::string>& texts, int n_experts, std::string_view option);
+
+// The inverse: `base` (the machine's plan: its I/O, context and memory) with
+// the configuration's threads, cap, pins, round and kernel, for
+// runtime::options_from_plan.
+planner::Plan plan_of_config(const planner::Plan& base, const SweepConfig& config);
 
 // Marks the grid entry with the planned knobs, or appends the planned one;
 // returns its index.

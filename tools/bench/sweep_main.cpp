@@ -22,6 +22,7 @@
 #include "coli/planner/plan_io.h"
 #include "coli/planner/speed.h"
 #include "coli/probe/profile_io.h"
+#include "coli/runtime/plan_options.h"
 #include "sweep_grid.h"
 #include "sweep_report.h"
 #include "sweep_run.h"
@@ -48,19 +49,9 @@ int fail(const std::string& message, int code = 1) {
   return code;
 }
 
-Result<std::vector<int>> parse_caps(const std::vector<std::string>& texts) {
-  std::vector<int> caps;
-  for (const std::string& text : texts) {
-    const auto value = text == "all" ? std::optional<std::int64_t>(0) : parse_int(text);
-    if (!value || *value < 0 || *value > 1 << 20) return make_error("--caps: '" + text + "' is not 'all' or a slot count");
-    caps.push_back(static_cast<int>(*value));
-  }
-  return caps;
-}
-
 // Resident, plus one streaming cap: a quarter of the experts, at least 2 x top_k.
 std::vector<int> default_caps(const planner::ModelFootprint& fp) {
-  std::vector<int> caps{0};
+  std::vector<int> caps{fp.n_experts};
   const int streaming = std::min(fp.n_experts - 1, std::max(2 * fp.top_k, fp.n_experts / 4));
   if (streaming >= fp.top_k) caps.push_back(streaming);
   return caps;
@@ -117,10 +108,7 @@ int run_sweep(const Args& args) {
   s.shape = std::move(*shape);
   auto model_config = model::parse_model_config(s.shape.config_json, args.model + " (config)");
   if (!model_config) return fail(model_config.error().message);
-  const auto expert_format = planner::parse_expert_format(s.shape.expert_format);
-  const auto dense_format = planner::parse_dense_format(s.shape.dense_format);
-  if (!expert_format || !dense_format) return fail(args.model + ": formats the planner does not know: " + s.shape.expert_format);
-  s.footprint = planner::describe_footprint(*model_config, *expert_format, *dense_format);
+  s.footprint = planner::describe_footprint(*model_config, s.shape.expert_format, s.shape.dense_format);
   s.workload = make_workload(args.prompts, args.prompt_tokens, args.decode_tokens, model_config->vocab_size);
 
   // Grid dimensions before anything runs, so bad input fails fast.
@@ -130,7 +118,7 @@ int run_sweep(const Args& args) {
     if (args.threads.empty() || std::find(args.threads.begin(), args.threads.end(), set.threads()) != args.threads.end())
       spec.thread_sets.push_back(set);
   }
-  auto caps = args.caps.empty() ? Result<std::vector<int>>(default_caps(s.footprint)) : parse_caps(args.caps);
+  auto caps = args.caps.empty() ? Result<std::vector<int>>(default_caps(s.footprint)) : parse_caps(args.caps, s.footprint.n_experts, "--caps");
   if (!caps) return fail(caps.error().message);
   for (const std::string& p : args.pins) {
     if (p != "off" && p != "on") return fail("--pins: '" + p + "' is not off or on");
@@ -164,7 +152,7 @@ int run_sweep(const Args& args) {
 
   // Caps the planner refuses in this memory are not configurations this machine can run.
   for (int cap : *caps) {
-    auto fits = plan_with_cap(s, cap == 0 ? s.footprint.n_experts : cap);
+    auto fits = plan_with_cap(s, cap);
     if (fits) spec.caps.push_back(cap);
     else std::printf("cap %d left out: %s\n", cap, fits.error().message.c_str());
   }
@@ -187,7 +175,8 @@ int run_sweep(const Args& args) {
   report.grid = *grid;
 
   std::printf("model %s: %d MoE layers x %d experts, top %d, experts %s, dense %s\n", args.model.c_str(),
-              s.shape.moe_layers, s.shape.experts, s.shape.top_k, s.shape.expert_format.c_str(), s.shape.dense_format.c_str());
+              s.shape.moe_layers, s.shape.experts, s.shape.top_k, std::string(name_of(s.shape.expert_format)).c_str(),
+              std::string(dense_format_name(s.shape.dense_format)).c_str());
   std::printf("workload: %d prompts x %d tokens, then %d greedy decode tokens each; %d repeats, interleaved\n",
               args.prompts, args.prompt_tokens, args.decode_tokens, args.repeats);
   std::printf("planned: %s\n", config_label(report.grid[planned], report.n_experts).c_str());
@@ -211,20 +200,10 @@ int run_sweep(const Args& args) {
     for (std::size_t c = 0; c < report.grid.size(); ++c) {
       const SweepConfig& config = report.grid[c];
       const std::string label = config_label(config, report.n_experts);
-      runtime::ModelOptions options;
-      place_threads(options, config.threads.pus);
-      options.cache_capacity = config.cap >= s.footprint.n_experts ? 0 : config.cap;
-      options.max_context = s.workload.context();
-      options.prefill_round_tokens = config.round_tokens;
-      options.cpu_kernel = config.kernel;
-      options.io_threads = plan->io_threads;
-      options.direct_io = plan->direct_io;
-      if (config.pins > 0) {
-        auto pins = pins_for(*s.history, config.pins);
-        if (!pins) return fail(label + ": " + pins.error().message);
-        options.pins = std::move(*pins);
-      }
-      auto run = run_config(args.model, options, s.workload);
+      auto options = runtime::options_from_plan(plan_of_config(*plan, config), s.shape, s.history ? &*s.history : nullptr);
+      if (!options) return fail(label + ": " + options.error().message);
+      options->rss_limit_bytes = 0;  // the plan's RAM is for its own cap: the watchdog would shrink the grid's larger ones
+      auto run = run_config(args.model, *options, s.workload);
       if (!run) return fail(label + ": " + run.error().message);
       run->record.config = c;
       run->record.repeat = repeat;

@@ -94,7 +94,7 @@ Result<RunOutput> run_config(const std::filesystem::path& model_path, const runt
 
 Result<experts::UsageHistory> record_usage(const std::filesystem::path& model_path, runtime::ModelOptions options,
                                            const Workload& workload) {
-  options.cache_capacity = 0;
+  options.cache_capacity = runtime::kAllExperts;
   options.pins.clear();
   auto model = runtime::MoeModel::load(model_path, options);
   if (!model) return model.error();
@@ -107,11 +107,6 @@ Result<experts::UsageHistory> record_usage(const std::filesystem::path& model_pa
   if (!history) return history.error();
   if (Status s = history->add_counts(model->routing_counts(), model->stats().tokens); !s) return s.error();
   return history;
-}
-
-Result<std::vector<std::vector<int>>> pins_for(const experts::UsageHistory& history, int pins) {
-  if (pins <= 0) return std::vector<std::vector<int>>{};
-  return experts::pins_for_every_layer(history, pins);
 }
 
 void place_threads(runtime::ModelOptions& options, const CpuSet& pus) {

@@ -43,9 +43,6 @@ Result<RunOutput> run_config(const std::filesystem::path& model, const runtime::
 Result<experts::UsageHistory> record_usage(const std::filesystem::path& model, runtime::ModelOptions options,
                                            const Workload& workload);
 
-// The per-layer pin lists for `pins` pins per layer (empty for 0).
-Result<std::vector<std::vector<int>>> pins_for(const experts::UsageHistory& history, int pins);
-
 // The engine's compute threads: one per PU of `pus`, pinned there.
 void place_threads(runtime::ModelOptions& options, const CpuSet& pus);
 

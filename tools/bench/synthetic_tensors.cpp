@@ -72,61 +72,51 @@ void FastRng::fill_bytes(std::span<std::byte> out) {
   }
 }
 
-std::vector<std::byte> random_tensor(FastRng& rng, const std::string& dtype, std::uint64_t rows, std::uint64_t cols,
+std::vector<std::byte> random_tensor(FastRng& rng, WeightFormat dtype, std::uint64_t rows, std::uint64_t cols,
                                      float mean, float stddev) {
   constexpr std::uint64_t kBlockRows = 256;
+  const WeightFormatTraits& format = traits(dtype);
+  std::vector<std::byte> out(format.matrix_bytes(rows, cols));
+  std::byte* scales = out.data() + format.scales_offset(rows, cols);
   std::vector<float> block;
-  if (dtype == "Q8_ROW") {
-    std::vector<std::byte> out(container::q8_row_tensor_bytes(rows, cols));
-    const std::uint64_t scales_offset = container::q8_row_scales_offset(rows, cols);
-    for (std::uint64_t r0 = 0; r0 < rows; r0 += kBlockRows) {
-      const std::uint64_t n = std::min(kBlockRows, rows - r0);
-      block.resize(n * cols);
-      fill_normal_rows(rng, block, mean, stddev);
-      // The reference quantiser: max|w|/127 per row, nearbyint (half to even).
-      const auto q = kernels::quantize_q8_row(block, static_cast<int>(n), static_cast<int>(cols));
-      std::memcpy(out.data() + r0 * cols, q.weights.data(), q.weights.size());
-      std::memcpy(out.data() + scales_offset + r0 * 4, q.scales.data(), q.scales.size() * 4);
-    }
-    return out;
-  }
-  if (dtype == "Q4_G64") {
-    std::vector<std::byte> out(container::q4_g64_tensor_bytes(rows, cols));
-    const std::uint64_t scales_offset = container::q4_g64_scales_offset(rows, cols);
-    for (std::uint64_t r0 = 0; r0 < rows; r0 += kBlockRows) {
-      const std::uint64_t n = std::min(kBlockRows, rows - r0);
-      block.resize(n * cols);
-      fill_normal_rows(rng, block, mean, stddev);
-      const auto q = kernels::quantize_q4_g64(block, static_cast<int>(n), static_cast<int>(cols));
-      std::memcpy(out.data() + r0 * cols / 2, q.nibbles.data(), q.nibbles.size());
-      std::memcpy(out.data() + scales_offset + r0 * (cols / 64) * 2, q.scales.data(), q.scales.size() * 2);
-    }
-    return out;
-  }
-  const std::uint64_t element_bytes = dtype == "F32" ? 4 : 2;
-  std::vector<std::byte> out(rows * cols * element_bytes);
   for (std::uint64_t r0 = 0; r0 < rows; r0 += kBlockRows) {
     const std::uint64_t n = std::min(kBlockRows, rows - r0);
     block.resize(n * cols);
     fill_normal_rows(rng, block, mean, stddev);
-    std::byte* dst = out.data() + r0 * cols * element_bytes;
-    if (element_bytes == 4) {
-      std::memcpy(dst, block.data(), block.size() * 4);
-    } else {
-      for (std::size_t i = 0; i < block.size(); ++i) {
-        const std::uint16_t bf16 = float_to_bf16(block[i]);
-        std::memcpy(dst + i * 2, &bf16, 2);
+    std::byte* dst = out.data() + format.weight_bytes(r0, cols);
+    std::byte* block_scales = scales + format.scale_bytes_of(r0, cols);
+    switch (dtype) {
+      case WeightFormat::q8_row: {
+        // The reference quantiser: max|w|/127 per row, nearbyint (half to even).
+        const auto q = kernels::quantize_q8_row(block, static_cast<int>(n), static_cast<int>(cols));
+        std::memcpy(dst, q.weights.data(), q.weights.size());
+        std::memcpy(block_scales, q.scales.data(), q.scales.size() * 4);
+        break;
       }
+      case WeightFormat::q4_g64: {
+        const auto q = kernels::quantize_q4_g64(block, static_cast<int>(n), static_cast<int>(cols));
+        std::memcpy(dst, q.nibbles.data(), q.nibbles.size());
+        std::memcpy(block_scales, q.scales.data(), q.scales.size() * 2);
+        break;
+      }
+      case WeightFormat::f32: std::memcpy(dst, block.data(), block.size() * 4); break;
+      case WeightFormat::bf16:
+      case WeightFormat::f16:
+        for (std::size_t i = 0; i < block.size(); ++i) {
+          const std::uint16_t half = dtype == WeightFormat::bf16 ? float_to_bf16(block[i]) : kernels::float_to_half(block[i]);
+          std::memcpy(dst + i * 2, &half, 2);
+        }
+        break;
     }
   }
   return out;
 }
 
-void fill_expert_record(FastRng& rng, const std::string& format, std::span<const container::ExpertPart> parts,
+void fill_expert_record(FastRng& rng, WeightFormat format, std::span<const container::ExpertPart> parts,
                         float stddev, std::span<std::byte> record) {
   // Uniform nibbles (values -8..7) have a standard deviation of ~4.61,
   // uniform int8 of ~73.9: scale so weights land near `stddev`.
-  const bool q4 = format == "q4_g64";
+  const bool q4 = format == WeightFormat::q4_g64;
   const float base_scale = stddev / (q4 ? 4.61f : 73.9f);
   for (const container::ExpertPart& part : parts) {
     rng.fill_bytes(record.subspan(part.weights_offset, part.weights_bytes));

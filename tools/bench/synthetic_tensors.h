@@ -27,20 +27,19 @@ class FastRng {
   std::uint64_t state_[4];
 };
 
-// rows x cols values drawn from N(mean, stddev), encoded as `dtype`
-// ("BF16", "F32" or "Q8_ROW": int8 [rows][cols], then float32 scales at
-// container::q8_row_scales_offset; scale = max|w|/127, values rounded half to
-// even, as the reference quantiser does). Generated a block of rows at a time, so only
+// rows x cols values drawn from N(mean, stddev), encoded as `dtype` in the
+// container's layout (coli/base/weight_format.h; quantised with the reference
+// quantisers: q8_row scale = max|w|/127, values rounded half to even). Generated a block of rows at a time, so only
 // the encoded tensor is held, never a float copy of it.
-std::vector<std::byte> random_tensor(FastRng& rng, const std::string& dtype, std::uint64_t rows, std::uint64_t cols,
+std::vector<std::byte> random_tensor(FastRng& rng, WeightFormat dtype, std::uint64_t rows, std::uint64_t cols,
                                      float mean, float stddev);
 
-// Fills one expert record laid out as `parts` say ("q4_g64" or "q8_row"):
+// Fills one expert record laid out as `parts` say (q4_g64 or q8_row):
 // uniformly random quantised weights and scales chosen so the de-quantised
 // values have a standard deviation near `stddev`. Random bytes rather than
 // quantised normals: ~100x faster, and the kernels' speed does not depend
 // on the values.
-void fill_expert_record(FastRng& rng, const std::string& format, std::span<const container::ExpertPart> parts,
+void fill_expert_record(FastRng& rng, WeightFormat format, std::span<const container::ExpertPart> parts,
                         float stddev, std::span<std::byte> record);
 
 }  // namespace coli::bench

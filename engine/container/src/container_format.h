@@ -20,7 +20,8 @@ inline constexpr std::uint64_t kTrailerBytes = 24;
 inline std::uint64_t align_up(std::uint64_t value) { return (value + kAlignment - 1) / kAlignment * kAlignment; }
 
 nlohmann::json index_to_json(const ContainerIndex& index);
-// Throws nlohmann::json::exception on a missing or mistyped field.
-ContainerIndex index_from_json(const nlohmann::json& json);
+// Throws nlohmann::json::exception on a missing or mistyped field; an
+// unknown format or dtype string is an error naming the field.
+Result<ContainerIndex> index_from_json(const nlohmann::json& json);
 
 }  // namespace coli::container::format

@@ -12,47 +12,36 @@
 namespace coli::container {
 namespace {
 
-std::uint64_t dtype_bytes(const std::string& dtype) {
-  if (dtype == "F32") return 4;
-  if (dtype == "BF16" || dtype == "F16") return 2;
-  return 0;
-}
-
-// Bytes the weights and scales of a rows x cols part take in `format`.
-std::pair<std::uint64_t, std::uint64_t> part_bytes(const std::string& format, const ExpertPart& part) {
-  const std::uint64_t elements = static_cast<std::uint64_t>(part.rows) * part.cols;
-  if (format == "q4_g64") return {elements / 2, elements / 64 * 2};
-  if (format == "q8_row") return {elements, static_cast<std::uint64_t>(part.rows) * 4};
-  if (format == "f32") return {elements * 4, 0};
-  return {0, 0};
-}
-
 // Every offset and size in the index, checked against the file; the first
 // problem found, or "" when the index is consistent.
 std::string check_index(const ContainerIndex& index, std::uint64_t data_end) {
   for (const TensorEntry& t : index.tensors) {
-    if (t.dtype == "Q8_ROW" || t.dtype == "Q4_G64") {
-      const bool q8 = t.dtype == "Q8_ROW";
-      if (t.shape.size() != 2 || (!q8 && t.shape[1] % 64 != 0) ||
-          t.bytes != (q8 ? q8_row_tensor_bytes(t.shape[0], t.shape[1]) : q4_g64_tensor_bytes(t.shape[0], t.shape[1]))) {
-        return "tensor " + t.name + " is not a 2-D " + t.dtype + " tensor of its stated size";
+    const WeightFormatTraits& format = traits(t.dtype);
+    const std::string dtype(format.container_dtype);
+    if (format.quantized) {
+      if (t.shape.size() != 2 || !format.valid_cols(t.shape[1]) || t.bytes != format.matrix_bytes(t.shape[0], t.shape[1])) {
+        return "tensor " + t.name + " is not a 2-D " + dtype + " tensor of its stated size";
       }
-      if (t.offset < kAlignment || t.offset + t.bytes > data_end) return "tensor " + t.name + " lies outside the data region";
-      continue;
+    } else {
+      const std::uint64_t count = std::accumulate(t.shape.begin(), t.shape.end(), std::uint64_t{1}, std::multiplies<>());
+      const std::uint64_t bytes = format.matrix_bytes(1, count);
+      if (bytes != t.bytes) return "tensor " + t.name + " holds " + std::to_string(t.bytes) + " bytes, its shape needs " + std::to_string(bytes);
     }
-    const std::uint64_t element = dtype_bytes(t.dtype);
-    if (element == 0) return "tensor " + t.name + " has unknown dtype " + t.dtype;
-    const std::uint64_t count = std::accumulate(t.shape.begin(), t.shape.end(), std::uint64_t{1}, std::multiplies<>());
-    if (count * element != t.bytes) return "tensor " + t.name + " holds " + std::to_string(t.bytes) + " bytes, its shape needs " + std::to_string(count * element);
     if (t.offset < kAlignment || t.offset + t.bytes > data_end) return "tensor " + t.name + " lies outside the data region";
   }
   const ExpertLayout& e = index.experts;
-  if (e.format != "q4_g64" && e.format != "q8_row" && e.format != "f32") return "unknown expert format '" + e.format + "'";
+  const WeightFormatTraits& format = traits(e.format);
+  if (!format.expert_records) {
+    return "experts stored as " + std::string(format.name) + ", which coli does not store experts in (q4_g64, q8_row or f32)";
+  }
   if (e.layer_offsets.size() != e.layers || e.model_layers.size() != e.layers) return "expert layer tables do not match the layer count";
   if (e.record_stride < e.record_bytes || e.record_stride % kAlignment != 0) return "expert record stride is not an aligned size >= the record";
   for (const ExpertPart& part : e.parts) {
-    const auto [weights, scales] = part_bytes(e.format, part);
-    if (part.weights_bytes != weights || part.scales_bytes != scales) return "expert part " + part.name + " sizes do not match its " + std::to_string(part.rows) + "x" + std::to_string(part.cols) + " " + e.format + " shape";
+    const std::uint64_t weights = format.weight_bytes(part.rows, part.cols);
+    const std::uint64_t scales = format.scale_bytes_of(part.rows, part.cols);
+    if (!format.valid_cols(part.cols) || part.weights_bytes != weights || part.scales_bytes != scales) {
+      return "expert part " + part.name + " sizes do not match its " + std::to_string(part.rows) + "x" + std::to_string(part.cols) + " " + std::string(format.name) + " shape";
+    }
     if (part.weights_offset + weights > e.record_bytes || part.scales_offset + scales > e.record_bytes) return "expert part " + part.name + " overflows its record";
   }
   for (std::uint32_t layer = 0; layer < e.layers; ++layer) {
@@ -120,7 +109,9 @@ Result<ContainerReader> ContainerReader::open(const std::filesystem::path& path)
     return make_error("cannot read the index of " + name);
   }
   try {
-    reader.state_->index = format::index_from_json(nlohmann::json::parse(index_text));
+    auto index = format::index_from_json(nlohmann::json::parse(index_text));
+    if (!index) return make_error(name + ": " + index.error().message + convert_again);
+    reader.state_->index = std::move(*index);
   } catch (const nlohmann::json::exception& error) {
     return make_error(name + ": damaged index (" + std::string(error.what()) + ")" + convert_again);
   }

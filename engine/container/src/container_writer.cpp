@@ -5,6 +5,8 @@
 #include <cstring>
 #include <random>
 
+#include <tuple>
+
 #include "coli/container/container.h"
 #include "container_format.h"
 
@@ -63,7 +65,7 @@ Result<ContainerWriter> ContainerWriter::create(const std::filesystem::path& pat
   return ContainerWriter(std::move(state));
 }
 
-Status ContainerWriter::add_tensor(const std::string& name, const std::string& dtype,
+Status ContainerWriter::add_tensor(const std::string& name, WeightFormat dtype,
                                    std::vector<std::uint64_t> shape, std::span<const std::byte> data) {
   State& s = *state_;
   if (s.experts_begun) return make_error("container: dense tensor " + name + " added after the experts");
@@ -74,7 +76,23 @@ Status ContainerWriter::add_tensor(const std::string& name, const std::string& d
   return Ok{};
 }
 
-Status ContainerWriter::begin_experts(const std::string& expert_format, std::uint32_t layers, std::uint32_t experts,
+ExpertRecordLayout expert_record_layout(WeightFormat format, std::uint64_t hidden, std::uint64_t width) {
+  const WeightFormatTraits& t = traits(format);
+  auto align = [](std::uint64_t v) { return (v + kScalesAlignment - 1) / kScalesAlignment * kScalesAlignment; };
+  ExpertRecordLayout layout;
+  std::uint64_t offset = 0;
+  for (const auto& [name, rows, cols] : {std::tuple{"gate", width, hidden}, {"up", width, hidden}, {"down", hidden, width}}) {
+    const std::uint64_t weights = t.weight_bytes(rows, cols), scales = t.scale_bytes_of(rows, cols);
+    ExpertPart part{name, static_cast<std::uint32_t>(rows), static_cast<std::uint32_t>(cols), offset, weights, 0, scales};
+    part.scales_offset = align(offset + weights);
+    offset = align(part.scales_offset + scales);
+    layout.parts.push_back(part);
+  }
+  layout.record_bytes = offset;
+  return layout;
+}
+
+Status ContainerWriter::begin_experts(WeightFormat expert_format, std::uint32_t layers, std::uint32_t experts,
                                       std::vector<std::uint32_t> model_layers, std::vector<ExpertPart> parts) {
   State& s = *state_;
   if (s.experts_begun) return make_error("container: begin_experts called twice");

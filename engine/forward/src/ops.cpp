@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <stdexcept>
+#include <string>
 
 namespace coli::forward {
 namespace {
@@ -51,18 +53,27 @@ double dot_bf16(const std::uint16_t* row, const float* x, int cols) {
 double dot_row(const DenseMatrix& w, int r, const float* x) {
   const std::size_t base = static_cast<std::size_t>(r) * w.cols;
   switch (w.dtype) {
-    case Dtype::f32:
+    case WeightFormat::f32:
       return dot_f32(static_cast<const float*>(w.data) + base, x, w.cols);
-    case Dtype::bf16:
+    case WeightFormat::bf16:
       return dot_bf16(static_cast<const std::uint16_t*>(w.data) + base, x, w.cols);
-    case Dtype::f16: {
+    case WeightFormat::f16: {
       const auto* row = static_cast<const std::uint16_t*>(w.data) + base;
       double sum = 0;
       for (int c = 0; c < w.cols; ++c) sum += static_cast<double>(kernels::half_to_float(row[c])) * x[c];
       return sum;
     }
+    case WeightFormat::q8_row:
+    case WeightFormat::q4_g64: break;  // refused by require_float
   }
   return 0;
+}
+
+// Quantised matrices belong to kernels::cpu; reaching here is a programming error.
+void require_float(const DenseMatrix& w) {
+  if (!traits(w.dtype).cpu_float_kernels) {
+    throw std::invalid_argument("forward: a " + std::string(name_of(w.dtype)) + " matrix needs the int8 kernels, not gemv_dense");
+  }
 }
 
 }  // namespace
@@ -76,6 +87,7 @@ float bf16_to_float(std::uint16_t bits) {
 
 void gemv_dense(const DenseMatrix& w, std::span<const float> x, std::span<float> y, int threads,
                 std::span<const float> bias) {
+  require_float(w);
 #pragma omp parallel for num_threads(std::max(1, threads)) schedule(static)
   for (int r = 0; r < w.rows; ++r) {
     const double sum = dot_row(w, r, x.data());
@@ -84,12 +96,15 @@ void gemv_dense(const DenseMatrix& w, std::span<const float> x, std::span<float>
 }
 
 void dense_row(const DenseMatrix& w, int row, std::span<float> out) {
+  require_float(w);
   const std::size_t base = static_cast<std::size_t>(row) * w.cols;
   for (int c = 0; c < w.cols; ++c) {
     switch (w.dtype) {
-      case Dtype::f32: out[c] = static_cast<const float*>(w.data)[base + c]; break;
-      case Dtype::bf16: out[c] = bf16_to_float(static_cast<const std::uint16_t*>(w.data)[base + c]); break;
-      case Dtype::f16: out[c] = kernels::half_to_float(static_cast<const std::uint16_t*>(w.data)[base + c]); break;
+      case WeightFormat::f32: out[c] = static_cast<const float*>(w.data)[base + c]; break;
+      case WeightFormat::bf16: out[c] = bf16_to_float(static_cast<const std::uint16_t*>(w.data)[base + c]); break;
+      case WeightFormat::f16: out[c] = kernels::half_to_float(static_cast<const std::uint16_t*>(w.data)[base + c]); break;
+      case WeightFormat::q8_row:
+      case WeightFormat::q4_g64: break;  // refused by require_float
     }
   }
 }

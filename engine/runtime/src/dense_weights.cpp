@@ -10,12 +10,7 @@ Result<DenseWeights> DenseWeights::load(const container::ContainerReader& reader
   for (const container::TensorEntry& entry : reader.index().tensors) {
     if (wanted && !wanted(entry.name)) continue;
     Tensor tensor;
-    if (entry.dtype == "Q8_ROW") tensor.q8_row = true;
-    else if (entry.dtype == "Q4_G64") tensor.q4_g64 = true;
-    else if (entry.dtype == "F32") tensor.dtype = forward::Dtype::f32;
-    else if (entry.dtype == "BF16") tensor.dtype = forward::Dtype::bf16;
-    else if (entry.dtype == "F16") tensor.dtype = forward::Dtype::f16;
-    else return make_error(reader.path().string() + ": tensor " + entry.name + " has dtype " + entry.dtype + ", which the engine cannot use");
+    tensor.format = entry.dtype;  // the reader checked it is a known dtype of the right size
     tensor.shape = entry.shape;
     tensor.data.resize(entry.bytes);
     if (Status s = reader.read(entry.offset, tensor.data); !s) return s.error();
@@ -29,12 +24,12 @@ Result<forward::DenseMatrix> DenseWeights::matrix(const std::string& name) const
   const auto found = tensors_.find(name);
   if (found == tensors_.end()) return make_error("the container has no tensor " + name);
   const Tensor& t = found->second;
-  if (t.q8_row || t.q4_g64) {
+  if (traits(t.format).quantized) {
     return make_error("tensor " + name + " is quantised; the engine needs it in float (convert with --dense source)");
   }
   const int rows = static_cast<int>(t.shape.at(0));
   const int cols = t.shape.size() > 1 ? static_cast<int>(t.shape[1]) : 1;
-  return forward::DenseMatrix{t.dtype, rows, cols, t.data.data()};
+  return forward::DenseMatrix{t.format, rows, cols, t.data.data()};
 }
 
 Result<Linear> DenseWeights::linear(const std::string& name) const {
@@ -42,33 +37,38 @@ Result<Linear> DenseWeights::linear(const std::string& name) const {
   if (found == tensors_.end()) return make_error("the container has no tensor " + name);
   const Tensor& t = found->second;
   Linear out;
-  if (!t.q8_row && !t.q4_g64) {
+  out.format = t.format;
+  if (!traits(t.format).quantized) {
     auto dense = matrix(name);
     if (!dense) return dense.error();
     out.dense = *dense;
     return out;
   }
   const auto rows = t.shape.at(0), cols = t.shape.at(1);
-  out.quantized = true;
-  if (t.q4_g64) {
-    out.int4 = true;
-    out.q4 = {reinterpret_cast<const std::uint8_t*>(t.data.data()),
-              reinterpret_cast<const std::uint16_t*>(t.data.data() + container::q4_g64_scales_offset(rows, cols)),
+  const std::byte* scales = t.data.data() + traits(t.format).scales_offset(rows, cols);
+  if (t.format == WeightFormat::q4_g64) {
+    out.q4 = {reinterpret_cast<const std::uint8_t*>(t.data.data()), reinterpret_cast<const std::uint16_t*>(scales),
               static_cast<int>(rows), static_cast<int>(cols)};
     return out;
   }
-  out.q8 = {reinterpret_cast<const std::int8_t*>(t.data.data()),
-            reinterpret_cast<const float*>(t.data.data() + container::q8_row_scales_offset(rows, cols)),
+  out.q8 = {reinterpret_cast<const std::int8_t*>(t.data.data()), reinterpret_cast<const float*>(scales),
             static_cast<int>(rows), static_cast<int>(cols)};
   return out;
 }
 
+int Linear::rows() const {
+  if (format == WeightFormat::q4_g64) return q4.rows;
+  if (format == WeightFormat::q8_row) return q8.rows;
+  return dense.rows;
+}
+
 void Linear::apply(std::span<const float> x, std::span<float> y, const kernels::cpu::GemvOptions& gemv, bool exact,
                    std::span<const float> bias) const {
-  if (!quantized) {
+  if (!traits(format).quantized) {
     forward::gemv_dense(dense, x, y, gemv.threads, bias);
     return;
   }
+  const bool int4 = format == WeightFormat::q4_g64;
   if (int4 && exact) kernels::gemv_reference_q4(q4.nibbles, q4.scales, q4.rows, q4.cols, x, y);
   else if (int4) kernels::cpu::gemv(q4, x, y, gemv);
   else if (exact) kernels::gemv_reference_q8(q8.weights, q8.scales, q8.rows, q8.cols, x, y);
@@ -85,10 +85,11 @@ std::vector<float> DenseWeights::vector(const std::string& name) const {
   const auto found = tensors_.find(name);
   if (found == tensors_.end()) return {};
   const Tensor& t = found->second;
+  if (traits(t.format).quantized) return {};  // norms and biases are never quantised
   std::uint64_t count = 1;
   for (std::uint64_t d : t.shape) count *= d;
   std::vector<float> out(count);
-  forward::dense_row(forward::DenseMatrix{t.dtype, 1, static_cast<int>(count), t.data.data()}, 0, out);
+  forward::dense_row(forward::DenseMatrix{t.format, 1, static_cast<int>(count), t.data.data()}, 0, out);
   return out;
 }
 

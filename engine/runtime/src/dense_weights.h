@@ -14,14 +14,13 @@
 
 namespace coli::runtime {
 
-// A projection's weights: a float matrix (f32/bf16/f16) or int8 per row.
+// A projection's weights: a float matrix (f32/bf16/f16), q8_row or q4_g64.
 struct Linear {
-  forward::DenseMatrix dense;       // used when !quantized
-  kernels::cpu::Q8RowView q8;       // used for Q8_ROW
-  kernels::cpu::Q4G64View q4;       // used for Q4_G64
-  bool quantized = false;
-  bool int4 = false;
-  int rows() const { return !quantized ? dense.rows : int4 ? q4.rows : q8.rows; }
+  WeightFormat format = WeightFormat::f32;
+  forward::DenseMatrix dense;       // used for float formats
+  kernels::cpu::Q8RowView q8;       // used for q8_row
+  kernels::cpu::Q4G64View q4;       // used for q4_g64
+  int rows() const;
   // y = W x (+ bias). The int8 path uses the SIMD kernels (or the exact
   // reference when `exact`).
   void apply(std::span<const float> x, std::span<float> y, const kernels::cpu::GemvOptions& gemv, bool exact,
@@ -49,9 +48,7 @@ class DenseWeights {
 
  private:
   struct Tensor {
-    bool q8_row = false;
-    bool q4_g64 = false;
-    forward::Dtype dtype = forward::Dtype::f32;
+    WeightFormat format = WeightFormat::f32;
     std::vector<std::uint64_t> shape;
     std::vector<std::byte> data;
   };

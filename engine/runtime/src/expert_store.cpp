@@ -34,7 +34,7 @@ Result<ExpertStore> ExpertStore::create(const container::ContainerReader& reader
     config.layer = static_cast<int>(layout.model_layers[layer]);
     config.n_experts = experts;
     config.top_k = top_k;
-    config.cap = capacity > 0 ? capacity : experts;
+    config.cap = std::min(capacity, experts);  // kAllExperts (or any count >= experts): all resident
     if (pins.size() == 1) config.pins = pins[0];
     else if (layer < pins.size()) config.pins = pins[layer];
     config.expert_bytes = layout.record_stride;
@@ -54,7 +54,7 @@ Result<ExpertStore> ExpertStore::create(const container::ContainerReader& reader
     if (part.name == "up") store.up_.resize(part.rows);
     if (part.name == "down") store.down_.resize(part.rows);
   }
-  store.setup_io(io, capacity > 0 && capacity < experts);
+  store.setup_io(io, capacity < experts);
   return store;
 }
 
@@ -181,22 +181,23 @@ void ExpertStore::project(const container::ExpertPart& part, const std::byte* re
   const std::byte* weights = record + part.weights_offset;
   const std::byte* scales = record + part.scales_offset;
   const int rows = static_cast<int>(part.rows), cols = static_cast<int>(part.cols);
-  if (exact_ && layout_.format == "q4_g64") {
+  const WeightFormat format = layout_.format;
+  if (exact_ && format == WeightFormat::q4_g64) {
     kernels::gemv_reference_q4(reinterpret_cast<const std::uint8_t*>(weights),
                                reinterpret_cast<const std::uint16_t*>(scales), rows, cols, x, y);
-  } else if (exact_ && layout_.format == "q8_row") {
+  } else if (exact_ && format == WeightFormat::q8_row) {
     kernels::gemv_reference_q8(reinterpret_cast<const std::int8_t*>(weights), reinterpret_cast<const float*>(scales),
                                rows, cols, x, y);
-  } else if (layout_.format == "q4_g64") {
+  } else if (format == WeightFormat::q4_g64) {
     kernels::cpu::gemv(kernels::cpu::Q4G64View{reinterpret_cast<const std::uint8_t*>(weights),
                                                reinterpret_cast<const std::uint16_t*>(scales), rows, cols},
                        x, y, gemv);
-  } else if (layout_.format == "q8_row") {
+  } else if (format == WeightFormat::q8_row) {
     kernels::cpu::gemv(kernels::cpu::Q8RowView{reinterpret_cast<const std::int8_t*>(weights),
                                                reinterpret_cast<const float*>(scales), rows, cols},
                        x, y, gemv);
   } else {
-    forward::gemv_dense({forward::Dtype::f32, rows, cols, weights}, x, y, gemv.threads);
+    forward::gemv_dense({WeightFormat::f32, rows, cols, weights}, x, y, gemv.threads);
   }
 }
 
@@ -220,8 +221,8 @@ void ExpertStore::ffn_batch(int moe_layer, std::span<const FfnTask> tasks, const
     return;
   }
   namespace cpu = kernels::cpu;
-  const bool q4 = layout_.format == "q4_g64";
-  const auto format = q4 ? cpu::WeightFormat::q4_g64 : cpu::WeightFormat::q8_row;
+  const WeightFormat format = layout_.format;
+  const bool q4 = format == WeightFormat::q4_g64;
   const auto& [gate_part, up_part, down_part] = std::tie(layout_.parts[0], layout_.parts[1], layout_.parts[2]);
   const std::size_t width = gate_part.rows;
   batch_inputs_.resize(tasks.size());

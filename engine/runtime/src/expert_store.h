@@ -101,7 +101,7 @@ class ExpertStore {
   // transformers computes on de-quantised weights); else the SIMD kernels,
   // which quantise activations to int8 for integer dot products.
   void set_exact(bool exact) { exact_ = exact; }
-  bool quantized_simd() const { return !exact_ && (layout_.format == "q4_g64" || layout_.format == "q8_row"); }
+  bool quantized_simd() const { return !exact_ && traits(layout_.format).cpu_int8_kernels; }
 
  private:
   // The open round of one layer: a read per miss, indexed by expert.

@@ -9,16 +9,7 @@ namespace {
 
 using shaders::DecoderModule;
 
-const char* format_label(KernelFormat format) {
-  switch (format) {
-    case KernelFormat::f32: return "f32";
-    case KernelFormat::bf16: return "bf16";
-    case KernelFormat::f16: return "f16";
-    case KernelFormat::q8_row: return "q8_row";
-    case KernelFormat::q4_g64: return "q4_g64";
-  }
-  return "?";
-}
+std::string format_label(WeightFormat format) { return std::string(name_of(format)); }
 
 template <typename Push>
 KernelDesc desc_of(DecoderModule module, std::string name, std::vector<std::uint32_t> spec, std::uint32_t workgroup) {
@@ -41,34 +32,20 @@ Status make(ComputeContext& context, const KernelDesc& desc, std::unique_ptr<Ker
 
 }  // namespace
 
-bool kernel_format_of(const std::string& name, KernelFormat& out) {
-  static const std::pair<const char*, KernelFormat> names[] = {
-      {"F32", KernelFormat::f32},       {"f32", KernelFormat::f32},       {"BF16", KernelFormat::bf16},
-      {"F16", KernelFormat::f16},       {"Q8_ROW", KernelFormat::q8_row}, {"q8_row", KernelFormat::q8_row},
-      {"Q4_G64", KernelFormat::q4_g64}, {"q4_g64", KernelFormat::q4_g64}};
-  for (const auto& [label, format] : names) {
-    if (name == label) {
-      out = format;
-      return true;
-    }
-  }
-  return false;
-}
-
 RowKernelShape row_kernel_shape(const VulkanDevice& device) {
   return shaders::decoder_row_shape(device.max_workgroup_invocations, device.max_compute_shared_memory_bytes);
 }
 
 // The row kernels: matvec per dense format (one token, and batched), the
 // experts' gate/up and down (per choice, and grouped by expert for prefill).
-Status KernelSet::make_row_kernels(ComputeContext& context, const std::vector<KernelFormat>& formats,
-                                   KernelFormat expert_format, std::uint32_t experts) {
+Status KernelSet::make_row_kernels(ComputeContext& context, const std::vector<WeightFormat>& formats,
+                                   WeightFormat expert_format, std::uint32_t experts) {
   const RowKernelShape& s = shape;
   const std::string batch = " x" + std::to_string(shaders::kDecoderBatchTokens);
-  for (KernelFormat format : formats) {
+  for (WeightFormat format : formats) {
     auto& pair = matvec[static_cast<std::size_t>(format)];
     const std::vector<std::uint32_t> spec{s.workgroup_size, s.rows, static_cast<std::uint32_t>(format)};
-    const std::string name = std::string("matvec ") + format_label(format);
+    const std::string name = "matvec " + format_label(format);
     if (pair[0]) continue;
     if (Status st = make(context, desc_of<MatvecPush>(DecoderModule::matvec, name + " x1", spec, s.workgroup_size), pair[0]); !st) return st;
     if (s.batch_tokens > 1) {
@@ -85,8 +62,8 @@ Status KernelSet::make_row_kernels(ComputeContext& context, const std::vector<Ke
   return make(context, desc_of<ExpertDownGroupedPush>(DecoderModule::expert_down_grouped, "expert down grouped " + e + batch, spec, s.workgroup_size), down_grouped);
 }
 
-Result<KernelSet> KernelSet::create(ComputeContext& context, const std::vector<KernelFormat>& formats,
-                                    KernelFormat expert_format, std::uint32_t experts) {
+Result<KernelSet> KernelSet::create(ComputeContext& context, const std::vector<WeightFormat>& formats,
+                                    WeightFormat expert_format, std::uint32_t experts) {
   KernelSet set;
   set.shape = row_kernel_shape(context.facts());
   set.norm_workgroup = std::min<std::uint32_t>(256, set.shape.workgroup_size);

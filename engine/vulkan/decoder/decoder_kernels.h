@@ -9,17 +9,17 @@
 #include <string>
 #include <vector>
 
+#include "coli/base/weight_format.h"
 #include "coli/shaders/decoder_modules.h"
 #include "vulkan/decoder/kernel.h"
 
 namespace coli::vulkan {
 
-// Weight formats as the kernels' FORMAT constant numbers them (weight_dot.glsl).
-enum class KernelFormat : std::uint32_t { f32 = 0, bf16 = 1, f16 = 2, q8_row = 3, q4_g64 = 4 };
+// The kernels' FORMAT constant is the WeightFormat's number (weight_dot.glsl).
+static_assert(static_cast<int>(WeightFormat::f32) == 0 && static_cast<int>(WeightFormat::bf16) == 1 &&
+              static_cast<int>(WeightFormat::f16) == 2 && static_cast<int>(WeightFormat::q8_row) == 3 &&
+              static_cast<int>(WeightFormat::q4_g64) == 4);
 inline constexpr int kKernelFormats = 5;
-// The container dtype ("F32" ... "Q4_G64") or expert format ("f32", "q8_row",
-// "q4_g64") -> the kernel's number; false when no kernel reads it.
-bool kernel_format_of(const std::string& name, KernelFormat& out);
 
 struct MatvecPush {
   std::uint64_t w, s, x, y, bias;
@@ -91,9 +91,9 @@ struct KernelSet {
   std::uint32_t norm_workgroup = 256, attention_workgroup = 128, topk_workgroup = 64;
 
   // Makes the kernels `formats` (dense) and `expert_format` need.
-  static Result<KernelSet> create(ComputeContext& context, const std::vector<KernelFormat>& formats,
-                                  KernelFormat expert_format, std::uint32_t experts);
-  Status make_row_kernels(ComputeContext& context, const std::vector<KernelFormat>& formats, KernelFormat expert_format,
+  static Result<KernelSet> create(ComputeContext& context, const std::vector<WeightFormat>& formats,
+                                  WeightFormat expert_format, std::uint32_t experts);
+  Status make_row_kernels(ComputeContext& context, const std::vector<WeightFormat>& formats, WeightFormat expert_format,
                           std::uint32_t experts);
   std::vector<std::string> names() const;
 };

@@ -65,7 +65,7 @@ Result<std::vector<std::byte>> widened(const DecoderTensor& t, const container::
   }
   std::size_t count = 1;
   for (std::uint64_t d : t.shape) count *= d;
-  const std::size_t width = t.dtype == "F32" ? 4 : 2;
+  const std::size_t width = t.dtype == WeightFormat::f32 ? 4 : 2;
   if (stored.size() < count * width) return make_error("a vector tensor is shorter than its shape: convert the model again");
   std::vector<float> values(count);
   for (std::size_t i = 0; i < count; ++i) {
@@ -75,7 +75,7 @@ Result<std::vector<std::byte>> widened(const DecoderTensor& t, const container::
     }
     std::uint16_t half;
     std::memcpy(&half, stored.data() + 2 * i, 2);
-    if (t.dtype == "BF16") {
+    if (t.dtype == WeightFormat::bf16) {
       const std::uint32_t wide = static_cast<std::uint32_t>(half) << 16;
       std::memcpy(&values[i], &wide, 4);
     } else {
@@ -102,21 +102,17 @@ class WeightGatherer {
     const DecoderTensor* t = model_.tensor(name);
     if (!t) return required ? make_error("the container has no tensor " + name) : Status(Ok{});
     if (t->shape.size() != 2) return make_error("tensor " + name + " is not 2-D, which the GPU decoder needs");
-    if (!kernel_format_of(t->dtype, out.format)) {
-      return make_error("tensor " + name + " has dtype " + t->dtype + ", which no GPU kernel reads");
-    }
+    out.format = t->dtype;
     out.rows = static_cast<std::uint32_t>(t->shape[0]);
     out.cols = static_cast<std::uint32_t>(t->shape[1]);
     const std::uint32_t per_word[] = {1, 2, 2, 4, 8};
     if (out.cols % per_word[static_cast<int>(out.format)] != 0) {
       return make_error("tensor " + name + " has " + std::to_string(out.cols) + " columns; the GPU kernels read " +
-                        t->dtype + " rows in whole 32-bit words (a multiple of " +
+                        std::string(name_of(t->dtype)) + " rows in whole 32-bit words (a multiple of " +
                         std::to_string(per_word[static_cast<int>(out.format)]) + "): run with --gpu none");
     }
     const std::size_t at = packer_.add(*t);
-    std::size_t scales = 0;
-    if (out.format == KernelFormat::q8_row) scales = container::q8_row_scales_offset(out.rows, out.cols);
-    if (out.format == KernelFormat::q4_g64) scales = container::q4_g64_scales_offset(out.rows, out.cols);
+    const std::size_t scales = traits(out.format).quantized ? traits(out.format).scales_offset(out.rows, out.cols) : 0;
     pending_.push_back({&out, at, at + scales, scales != 0});
     if (std::find(formats_.begin(), formats_.end(), out.format) == formats_.end()) formats_.push_back(out.format);
     return Ok{};
@@ -126,8 +122,9 @@ class WeightGatherer {
   Status vector(const std::string& name, VkDeviceAddress& out) {
     const DecoderTensor* t = model_.tensor(name);
     if (!t) return Ok{};
-    if (t->dtype != "F32" && t->dtype != "BF16" && t->dtype != "F16") {
-      return make_error("tensor " + name + " has dtype " + t->dtype + "; the GPU decoder needs norms and biases in float");
+    if (traits(t->dtype).quantized) {
+      return make_error("tensor " + name + " is " + std::string(name_of(t->dtype)) +
+                        "; the GPU decoder needs norms and biases in float");
     }
     auto values = widened(*t, *model_.container);
     if (!values) return make_error("tensor " + name + ": " + values.error().message);
@@ -147,7 +144,7 @@ class WeightGatherer {
     for (const auto& [target, offset] : vectors_) *target = base + offset;
     return buffer;
   }
-  const std::vector<KernelFormat>& formats() const { return formats_; }
+  const std::vector<WeightFormat>& formats() const { return formats_; }
   bool has(const std::string& name) const { return model_.tensor(name) != nullptr; }
 
  private:
@@ -155,7 +152,7 @@ class WeightGatherer {
   DensePacker packer_;
   std::vector<PendingMatrix> pending_;
   std::vector<std::pair<VkDeviceAddress*, std::size_t>> vectors_;
-  std::vector<KernelFormat> formats_;
+  std::vector<WeightFormat> formats_;
 };
 
 Status gather_layer(WeightGatherer& g, const model::ModelConfig& c, std::uint64_t i, int moe, GpuLayer& w) {
@@ -196,9 +193,7 @@ Result<std::uint32_t> part_offset(const container::ExpertLayout& layout, const s
 
 Status upload_experts(ComputeContext& context, StagingRing& ring, const DecoderModel& model, GpuExperts& out) {
   const container::ExpertLayout& layout = model.container->index().experts;
-  if (!kernel_format_of(layout.format, out.format)) {
-    return make_error("experts in format " + layout.format + " have no GPU kernel");
-  }
+  out.format = layout.format;
   if (layout.record_stride > 0xffffffffull) return make_error("expert records over 4 GiB are not supported on the GPU");
   out.stride = static_cast<std::uint32_t>(layout.record_stride);
   out.width = static_cast<std::uint32_t>(model.config->moe_intermediate_size);
@@ -208,7 +203,7 @@ Status upload_experts(ComputeContext& context, StagingRing& ring, const DecoderM
     auto scales = part_offset(layout, name, true);
     if (!weights) return weights.error();
     *w = *weights;
-    *s = out.format == KernelFormat::f32 ? *weights : *scales;
+    *s = out.format == WeightFormat::f32 ? *weights : *scales;
   }
   const std::size_t experts = layout.experts;
   out.slot_of.assign(layout.layers, std::vector<int>(experts, -1));

@@ -17,7 +17,7 @@
 namespace coli::vulkan {
 
 struct GpuMatrix {
-  KernelFormat format = KernelFormat::f32;
+  WeightFormat format = WeightFormat::f32;
   std::uint32_t rows = 0, cols = 0;
   VkDeviceAddress w = 0, s = 0;  // weights; scales (quantised formats)
   bool present() const { return w != 0; }
@@ -35,7 +35,7 @@ struct GpuLayer {
 };
 
 struct GpuExperts {
-  KernelFormat format = KernelFormat::f32;
+  WeightFormat format = WeightFormat::f32;
   std::uint32_t stride = 0;        // record stride (bytes between slots)
   std::uint32_t gate_w = 0, gate_s = 0, up_w = 0, up_s = 0, down_w = 0, down_s = 0;
   std::uint32_t width = 0;         // one expert's FFN width
@@ -51,7 +51,7 @@ struct GpuWeights {
   VkDeviceAddress final_norm = 0;
   GpuMatrix lm_head;
   GpuExperts experts;
-  std::vector<KernelFormat> dense_formats;  // the matvec formats this model needs
+  std::vector<WeightFormat> dense_formats;  // the matvec formats this model needs
 };
 
 // Uploads everything; errors name the tensor and what is wrong with it.

@@ -22,15 +22,15 @@ Status embedding_row(const DecoderTensor& embed, int token, std::span<float> out
     return make_error("token id " + std::to_string(token) + " is outside the vocabulary (0.." +
                       std::to_string(embed.shape[0] - 1) + ")");
   }
-  const std::byte* row = embed.bytes.data() + static_cast<std::size_t>(token) * cols * (embed.dtype == "F32" ? 4 : 2);
+  const std::byte* row = embed.bytes.data() + static_cast<std::size_t>(token) * cols * (embed.dtype == WeightFormat::f32 ? 4 : 2);
   for (std::size_t c = 0; c < cols; ++c) {
-    if (embed.dtype == "F32") {
+    if (embed.dtype == WeightFormat::f32) {
       std::memcpy(&out[c], row + 4 * c, 4);
       continue;
     }
     std::uint16_t half;
     std::memcpy(&half, row + 2 * c, 2);
-    if (embed.dtype == "BF16") {
+    if (embed.dtype == WeightFormat::bf16) {
       const std::uint32_t wide = static_cast<std::uint32_t>(half) << 16;
       std::memcpy(&out[c], &wide, 4);
     } else {
@@ -155,8 +155,7 @@ Result<std::unique_ptr<VulkanDecoder>> VulkanDecoder::create(ComputeContext& con
   state->model = model;
   const model::ModelConfig& c = *model.config;
   state->embed = model.tensor("model.embed_tokens.weight");
-  if (!state->embed || state->embed->shape.size() != 2 ||
-      (state->embed->dtype != "F32" && state->embed->dtype != "BF16" && state->embed->dtype != "F16")) {
+  if (!state->embed || state->embed->shape.size() != 2 || traits(state->embed->dtype).quantized) {
     return make_error("the GPU decoder needs model.embed_tokens.weight as a float matrix (convert with --dense source)");
   }
   if (c.head_dim % 2 != 0 || c.head_dim > shaders::kDecoderMaxHeadDim || c.num_key_value_heads == 0 ||

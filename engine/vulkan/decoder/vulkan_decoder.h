@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "coli/base/result.h"
+#include "coli/base/weight_format.h"
 #include "coli/container/container.h"
 #include "coli/model/model_config.h"
 #include "vulkan/compute_context.h"
@@ -28,7 +29,7 @@ namespace coli::vulkan {
 // A dense tensor as the container holds it: in host memory (`bytes`), or
 // only in the container file, from which it is read straight into VRAM.
 struct DecoderTensor {
-  std::string dtype;  // container dtype: "F32", "BF16", "F16", "Q8_ROW", "Q4_G64"
+  WeightFormat dtype = WeightFormat::f32;  // as the container holds it
   std::vector<std::uint64_t> shape;
   std::span<const std::byte> bytes;  // empty: read it from the container
   std::uint64_t file_offset = 0;

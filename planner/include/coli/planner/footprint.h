@@ -10,21 +10,17 @@
 #include <vector>
 
 #include "coli/base/result.h"
+#include "coli/base/weight_format.h"
 #include "coli/model/model_config.h"
 
 namespace coli::planner {
 
-// How routed experts are stored (mirrors convert::ExpertFormat; f32 is for tests).
-enum class ExpertFormat { q4_g64, q8_row, f32 };
-// How dense projections are stored (mirrors convert::DenseFormat).
-enum class DenseFormat { source, q8_row, q4_g64 };
-
-std::string expert_format_name(ExpertFormat format);
-std::string dense_format_name(DenseFormat format);
+// Routed experts are stored as q4_g64, q8_row or f32 (f32 is for tests);
+// dense projections as a DenseFormat (both in coli/base/weight_format.h).
 
 // One expert record (gate, up, down back to back, each part 64-aligned).
 struct ExpertRecordSize {
-  ExpertFormat format = ExpertFormat::q4_g64;
+  WeightFormat format = WeightFormat::q4_g64;
   std::uint64_t record_bytes = 0;   // meaningful bytes
   std::uint64_t record_stride = 0;  // rounded up to the container's 4096 alignment: one cache slot
 };
@@ -52,7 +48,7 @@ struct ExcludedComponent {
 
 struct ModelFootprint {
   model::ModelConfig config;
-  ExpertFormat expert_format = ExpertFormat::q4_g64;
+  WeightFormat expert_format = WeightFormat::q4_g64;
   DenseFormat dense_format = DenseFormat::source;
   std::string source_dtype;          // from torch_dtype; "bfloat16 (assumed)" when absent
   std::uint64_t source_dtype_bytes = 2;
@@ -104,9 +100,9 @@ struct ModelFootprint {
 std::uint64_t kv_bytes_per_position(const model::ModelConfig& config);
 std::string kv_layout(const model::ModelConfig& config);
 
-ModelFootprint describe_footprint(const model::ModelConfig& config, ExpertFormat experts, DenseFormat dense);
+ModelFootprint describe_footprint(const model::ModelConfig& config, WeightFormat experts, DenseFormat dense);
 
 // The one I/O helper: reads `path` (a config.json, or a directory holding one).
-Result<ModelFootprint> read_footprint(const std::filesystem::path& path, ExpertFormat experts, DenseFormat dense);
+Result<ModelFootprint> read_footprint(const std::filesystem::path& path, WeightFormat experts, DenseFormat dense);
 
 }  // namespace coli::planner

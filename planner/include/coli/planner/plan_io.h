@@ -17,7 +17,9 @@ namespace coli::planner {
 
 // Bump when a field is added, removed or changes meaning; readers refuse newer.
 // v2: knobs.compute_pus (thread placement) and [gpu] (the VRAM tier).
-inline constexpr int kPlanSchemaVersion = 2;
+// v3: gpu.device_index and gpu.device_uuid (identical GPUs are told apart;
+//     a v2 plan with a GPU is refused: re-plan).
+inline constexpr int kPlanSchemaVersion = 3;
 
 struct PlanFile {
   int schema_version = kPlanSchemaVersion;
@@ -26,7 +28,7 @@ struct PlanFile {
   std::string profile_path;         // for humans
   std::string model_name;           // the --model argument, for humans
   std::string model_identity;       // model_identity(): config text + tensor names
-  ExpertFormat expert_format = ExpertFormat::q4_g64;
+  WeightFormat expert_format = WeightFormat::q4_g64;
   DenseFormat dense_format = DenseFormat::source;
   int top_k = 0;                    // with n_experts, re-checks the round invariant on load
   Plan plan;
@@ -47,9 +49,7 @@ Result<PlanFile> parse_plan(std::string_view toml_text, const std::string& sourc
 Result<PlanFile> load_plan(const std::filesystem::path& path);
 Status save_plan(const std::filesystem::path& path, const PlanFile& plan);  // atomic
 
-// Inverses of expert_format_name / dense_format_name / tier_name.
-std::optional<ExpertFormat> parse_expert_format(std::string_view name);
-std::optional<DenseFormat> parse_dense_format(std::string_view name);
+// Inverse of tier_name.
 std::optional<Tier> parse_tier(std::string_view name);
 
 }  // namespace coli::planner

@@ -22,19 +22,20 @@ struct VariantChoice {
 };
 
 struct GpuDecision {
-  std::string gpu;                      // "" = CPU only
+  GpuIdentity gpu;                      // index + UUID (+ name); !gpu.chosen() = CPU only
   std::vector<VariantChoice> variants;  // one per expert shape when a GPU is chosen
   std::string reason;
   bool operator==(const GpuDecision&) const = default;
 };
 
 // `gpu`: "none", "auto" (the first Vulkan device with a fitting variant for
-// every shape), or a device index ("0"). Errors: an unknown index, a forced
+// every shape), or a device index ("0"): the Vulkan physical-device index,
+// so of two identical GPUs "1" is the second. Errors: an unknown index, a forced
 // device on which some shape has no fitting variant (named), or no Vulkan
 // device in the profile when one is demanded.
 // `force_variant` (--gpu-variant): that catalogue variant for every shape,
 // refused with both numbers where it does not fit (field note 3).
-Result<GpuDecision> decide_gpu(const DeviceProfile& profile, const model::ModelConfig& config, ExpertFormat experts,
+Result<GpuDecision> decide_gpu(const DeviceProfile& profile, const model::ModelConfig& config, WeightFormat experts,
                                const std::string& gpu, const std::string& force_variant = "");
 
 // ---------------------------------------------------------------- CPU kernel

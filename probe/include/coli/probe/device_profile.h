@@ -201,6 +201,25 @@ struct GpuFacts {
   bool operator==(const GpuFacts&) const = default;
 };
 
+// Which GPU, in profiles and plans: the Vulkan physical-device index (its
+// position in GpuFacts::vulkan) and deviceUUID, so two identical GPUs are two
+// GPUs. The name is for humans and for matching when the UUID was dropped
+// (coli profile export): then index and model must both agree.
+struct GpuIdentity {
+  int index = -1;    // -1: no GPU (experts on the CPU)
+  std::string uuid;  // 32 hex digits; "" when unknown or exported without it
+  std::string name;  // VulkanDevice::name
+  bool chosen() const { return index >= 0; }
+  std::string describe() const;  // "GPU 1 (NVIDIA H200, uuid 0a1b...)", "no GPU"
+  bool operator==(const GpuIdentity&) const = default;
+};
+
+// The identity of gpus.vulkan[index] (index must be in range).
+GpuIdentity vulkan_identity(const GpuFacts& gpus, int index);
+// The index in `gpus.vulkan` of the GPU `id` names: by UUID when both sides
+// have one, else by index and model name; nullopt when this machine has no such GPU.
+std::optional<int> find_gpu(const GpuFacts& gpus, const GpuIdentity& id);
+
 // ------------------------------------------------------------- measurements
 
 // Summary of repeated timings of one configuration (design.md #5).
@@ -258,6 +277,11 @@ struct GpuKernelResult {
   double max_relative_error = 0;
   std::string note;          // why it failed or was skipped
   SampleStats gb_per_s;      // bytes of weights + scales + x per call / time
+  int device_index = -1;     // Vulkan physical-device index; -1 in profiles recorded before it was (match by name)
+  // This result was measured on gpus.vulkan[index] named `name`.
+  bool measured_on(int index, const std::string& name) const {
+    return device_index >= 0 ? device_index == index : device == name;
+  }
   bool operator==(const GpuKernelResult&) const = default;
 };
 

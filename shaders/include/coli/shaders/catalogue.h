@@ -31,12 +31,10 @@
 #include <string_view>
 #include <vector>
 
+#include "coli/base/weight_format.h"
 #include "coli/shaders/gemv_constants.h"
 
 namespace coli::shaders {
-
-enum class WeightFormat { q8_row, q4_g64 };
-std::string_view format_name(WeightFormat format);  // "q8_row", "q4_g64"
 
 enum class VariantKind {
   direct,   // no shared memory; one subgroup per row, subgroupAdd reduction
@@ -76,7 +74,7 @@ struct GemvPushConstants {
 
 struct ShaderVariant {
   std::string_view name;           // "gemv_<format>_<kind>", e.g. "gemv_q4_g64_shmem_x"
-  WeightFormat format = WeightFormat::q8_row;
+  WeightFormat format = WeightFormat::q8_row;  // one whose traits say gpu_shaders
   VariantKind kind = VariantKind::direct;
   std::span<const std::uint32_t> spirv;  // the embedded module (entry point "main")
   std::span<const SpecConstant> spec_constants;
@@ -96,7 +94,7 @@ struct ShaderVariant {
   int speed_rank = 0;
 };
 
-// All variants, both formats. Never empty; names are unique.
+// All variants, every format whose traits say gpu_shaders. Never empty; names are unique.
 std::span<const ShaderVariant> gemv_catalogue();
 // nullptr when no variant has that name.
 const ShaderVariant* find_variant(std::string_view name);

@@ -27,30 +27,20 @@
 #include <vector>
 
 #include "coli/base/result.h"
+#include "coli/base/weight_format.h"
 
 namespace coli::container {
 
 inline constexpr std::uint32_t kFormatVersion = 1;
 inline constexpr std::uint64_t kAlignment = 4096;  // O_DIRECT-friendly
 
-// Dense tensors may also be "Q8_ROW" (2-D only): int8 weights [rows][cols],
-// then at q8_row_scales_offset(rows, cols) the float32 scales [rows].
-inline std::uint64_t q8_row_scales_offset(std::uint64_t rows, std::uint64_t cols) { return (rows * cols + 63) / 64 * 64; }
-inline std::uint64_t q8_row_tensor_bytes(std::uint64_t rows, std::uint64_t cols) {
-  return q8_row_scales_offset(rows, cols) + rows * 4;
-}
-
-// ... or "Q4_G64" (2-D, cols a multiple of 64): int4 nibbles [rows][cols/2]
-// (the q4_g64 layout), then at q4_g64_scales_offset the binary16 scales
-// [rows][cols/64].
-inline std::uint64_t q4_g64_scales_offset(std::uint64_t rows, std::uint64_t cols) { return (rows * cols / 2 + 63) / 64 * 64; }
-inline std::uint64_t q4_g64_tensor_bytes(std::uint64_t rows, std::uint64_t cols) {
-  return q4_g64_scales_offset(rows, cols) + rows * (cols / 64) * 2;
-}
+// Dense tensors are F32, BF16, F16, or (2-D only) Q8_ROW or Q4_G64, laid out
+// as coli/base/weight_format.h describes: weights, then the scales at
+// traits(format).scales_offset(rows, cols); matrix_bytes is the whole tensor.
 
 struct TensorEntry {
   std::string name;
-  std::string dtype;                 // "F32", "BF16", "F16", "Q8_ROW", "Q4_G64"
+  WeightFormat dtype = WeightFormat::f32;  // on disk its container_dtype: "F32", "BF16", ... "Q4_G64"
   std::vector<std::uint64_t> shape;
   std::uint64_t offset = 0;          // from the start of the file
   std::uint64_t bytes = 0;
@@ -67,8 +57,17 @@ struct ExpertPart {
   std::uint64_t scales_bytes = 0;
 };
 
+// How coli convert lays out one routed expert: gate and up (width x hidden),
+// then down (hidden x width); weights then scales per part, each starting on
+// a 64-byte boundary. record_bytes ends 64-aligned too.
+struct ExpertRecordLayout {
+  std::vector<ExpertPart> parts;
+  std::uint64_t record_bytes = 0;
+};
+ExpertRecordLayout expert_record_layout(WeightFormat format, std::uint64_t hidden, std::uint64_t width);
+
 struct ExpertLayout {
-  std::string format;                // "q4_g64", "q8_row" or "f32"
+  WeightFormat format = WeightFormat::q4_g64;  // q4_g64, q8_row or f32; on disk its name
   std::uint32_t layers = 0;          // MoE layers (in model layer order)
   std::uint32_t experts = 0;         // routed experts per layer
   std::vector<std::uint32_t> model_layers;  // model layer index of each MoE layer
@@ -87,13 +86,12 @@ struct ContainerIndex {
   std::string source;                // what it was converted from (for humans)
   std::vector<TensorEntry> tensors;
   ExpertLayout experts;
-  // How the dense projections are held: "q8_row" or "q4_g64" when any dense
-  // tensor is quantised (coli convert --dense), else "source".
-  std::string dense_format() const {
-    std::string format = "source";
+  // How the dense projections are held: q8_row or q4_g64 when any dense
+  // tensor is quantised (coli convert --dense), else source.
+  DenseFormat dense_format() const {
+    DenseFormat format = DenseFormat::source;
     for (const TensorEntry& tensor : tensors) {
-      if (tensor.dtype == "Q8_ROW") format = "q8_row";
-      if (tensor.dtype == "Q4_G64") format = "q4_g64";
+      if (traits(tensor.dtype).quantized) format = dense_format_of(tensor.dtype);
     }
     return format;
   }
@@ -107,10 +105,10 @@ class ContainerWriter {
   ContainerWriter& operator=(ContainerWriter&&) noexcept;
   ~ContainerWriter();  // an unfinished writer removes its temporary file
 
-  Status add_tensor(const std::string& name, const std::string& dtype, std::vector<std::uint64_t> shape,
+  Status add_tensor(const std::string& name, WeightFormat dtype, std::vector<std::uint64_t> shape,
                     std::span<const std::byte> data);
   // Call once before the first expert: fixes the record layout.
-  Status begin_experts(const std::string& format, std::uint32_t layers, std::uint32_t experts,
+  Status begin_experts(WeightFormat format, std::uint32_t layers, std::uint32_t experts,
                        std::vector<std::uint32_t> model_layers, std::vector<ExpertPart> parts);
   // Records in order: layer 0 experts 0..E-1, layer 1 ...; `record` is
   // record_bytes long, laid out as `parts` say.

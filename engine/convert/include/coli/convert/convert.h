@@ -10,22 +10,18 @@
 #include <string_view>
 
 #include "coli/base/result.h"
+#include "coli/base/weight_format.h"
 
 namespace coli::convert {
 
 // Routed experts: q4_g64 (int4, group 64, f16 scales), q8_row (int8, f32 row
 // scale), or f32 (unquantised, for exactness tests and small models).
-enum class ExpertFormat { q4_g64, q8_row, f32 };
-
-// Dense projections (attention, lm_head, shared experts, dense MLPs):
-// "source" keeps the checkpoint's dtype; "q8_row" stores int8 with a row
-// scale. Embeddings, norms, biases and the router always keep their dtype
-// (routing decisions are too sensitive to quantise).
-enum class DenseFormat { source, q8_row, q4_g64 };
-
-Result<ExpertFormat> parse_expert_format(std::string_view name);  // error lists the choices
+// Dense projections (attention, lm_head, shared experts, dense MLPs): a
+// DenseFormat (coli/base/weight_format.h). Embeddings, norms, biases and the
+// router always keep their dtype (routing decisions are too sensitive to quantise).
+// The CLI's names: the formats' own, or int4/int8; errors list the choices.
+Result<WeightFormat> parse_expert_format(std::string_view name);
 Result<DenseFormat> parse_dense_format(std::string_view name);
-std::string_view expert_format_name(ExpertFormat format);
 
 struct ConvertReport {
   std::uint64_t dense_tensors = 0;
@@ -39,7 +35,7 @@ struct ConvertReport {
 using ConvertProgress = std::function<void(std::string_view)>;
 
 Result<ConvertReport> convert_model(const std::filesystem::path& model_dir, const std::filesystem::path& output,
-                                    ExpertFormat format, DenseFormat dense = DenseFormat::source,
+                                    WeightFormat format, DenseFormat dense = DenseFormat::source,
                                     const ConvertProgress& progress = {});
 
 }  // namespace coli::convert

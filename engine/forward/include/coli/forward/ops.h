@@ -7,15 +7,16 @@
 #include <span>
 #include <vector>
 
-namespace coli::forward {
+#include "coli/base/weight_format.h"
 
-enum class Dtype { f32, bf16, f16 };
+namespace coli::forward {
 
 float bf16_to_float(std::uint16_t bits);
 
-// A row-major [rows][cols] weight matrix in its stored dtype (no copy).
+// A row-major [rows][cols] weight matrix in its stored float format (f32,
+// bf16 or f16: traits(format).cpu_float_kernels), no copy.
 struct DenseMatrix {
-  Dtype dtype = Dtype::f32;
+  WeightFormat dtype = WeightFormat::f32;
   int rows = 0;
   int cols = 0;
   const void* data = nullptr;

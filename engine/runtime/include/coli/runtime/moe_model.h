@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <span>
 #include <string>
@@ -17,9 +18,15 @@
 
 #include "coli/base/cpu_set.h"
 #include "coli/base/result.h"
+#include "coli/base/weight_format.h"
 #include "coli/experts/usage_history.h"
 
 namespace coli::runtime {
+
+// A cache capacity with a slot for every expert, whatever their number: fully
+// resident. One rule covers it and the plan's cap == n_experts: a capacity
+// at or above the model's expert count keeps every expert resident.
+inline constexpr int kAllExperts = std::numeric_limits<int>::max();
 
 struct ModelOptions {
   int threads = 1;
@@ -27,8 +34,8 @@ struct ModelOptions {
   // lowest PU (kernels/cpu/thread_placement.h); when set, its size is the
   // thread count and `threads` is ignored. Empty = not pinned.
   CpuSet compute_pus;
-  int cache_capacity = 0;                 // expert slots per layer; 0 = all experts (fully resident)
-  // Experts never evicted, per MoE layer; a single entry applies to every layer.
+  int cache_capacity = kAllExperts;       // expert slots per layer, pins included (see kAllExperts)
+  // Experts never evicted (expert ids), per MoE layer; a single entry applies to every layer.
   std::vector<std::vector<int>> pins;
   int max_context = 4096;                 // KV cache positions
   // Tokens per prefill round at most; the expert store shrinks it so a
@@ -101,8 +108,8 @@ struct ModelShape {
   int top_k = 0;
   std::string config_json;
   std::vector<std::string> tensor_names;
-  std::string expert_format;  // "q4_g64", "q8_row", "f32"
-  std::string dense_format;   // "source", "q8_row", "q4_g64" (how the container holds projections)
+  WeightFormat expert_format = WeightFormat::q4_g64;  // q4_g64, q8_row or f32
+  DenseFormat dense_format = DenseFormat::source;     // how the container holds projections
 };
 
 // The key a usage history of this model is recorded and checked under.
