@@ -69,9 +69,9 @@ void ExpertStore::setup_io(const ExpertIo& io, bool streaming) {
     if (caches_.empty()) return "no routed experts";
     // O_DIRECT needs an aligned offset, length and destination: records are
     // 4096-aligned with a 4096-multiple stride, and so are the slab's slots.
-    const auto& slab = caches_[0].slab();
-    if (layout_.record_stride % container::kAlignment != 0 || slab.alignment() % container::kAlignment != 0 ||
-        slab.slot_bytes() < layout_.record_stride) {
+    const auto& storage = caches_[0].storage();
+    if (layout_.record_stride % container::kAlignment != 0 || storage.alignment() % container::kAlignment != 0 ||
+        storage.slot_bytes() < layout_.record_stride) {
       return "records not aligned for O_DIRECT";
     }
     const std::string path = reader_->path().string();
@@ -302,7 +302,7 @@ Result<std::uint64_t> ExpertStore::retire_slots(int slots) {
 
 std::uint64_t ExpertStore::slab_bytes() const {
   std::uint64_t total = 0;
-  for (const auto& cache : caches_) total += static_cast<std::uint64_t>(cache.cap()) * cache.expert_bytes();
+  for (const auto& cache : caches_) total += cache.storage().bytes_held();
   return total;
 }
 
