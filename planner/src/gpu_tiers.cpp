@@ -111,18 +111,6 @@ void place(GpuTier& tier, const ModelFootprint& fp, const GpuTierRequest& reques
 
 int GpuTier::vram_slots() const { return std::accumulate(vram_experts.begin(), vram_experts.end(), 0); }
 
-BackendMemory vulkan_backend_memory() {
-  BackendMemory b;
-  b.name = "vulkan";
-  b.engine_runs_experts = false;  // engine/vulkan runs the GEMV self-test; coli run computes experts on the CPU
-  b.vram_bytes_per_record_byte = 1;
-  b.staging_slots = 2;
-  b.driver_host_bytes = 256 * kMiB;
-  b.driver_host_basis = "Vulkan driver mapped into the process: 44 MiB measured for lavapipe; 256 MiB assumed "
-                        "for vendor drivers until a GPU run measures it";
-  return b;
-}
-
 Result<GpuTier> decide_gpu_tier(const DeviceProfile& profile, const ModelFootprint& fp, const GpuTierRequest& request) {
   GpuTier tier;
   tier.backend = "cpu";
