@@ -1,7 +1,5 @@
 #include "dense_weights.h"
 
-#include "reference/gemv_reference.h"
-
 namespace coli::runtime {
 
 Result<DenseWeights> DenseWeights::load(const container::ContainerReader& reader) {
@@ -39,39 +37,20 @@ Result<Linear> DenseWeights::linear(const std::string& name) const {
   const auto found = tensors_.find(name);
   if (found == tensors_.end()) return make_error("the container has no tensor " + name);
   const Tensor& t = found->second;
-  Linear out;
   if (!t.q8_row && !t.q4_g64) {
     auto dense = matrix(name);
     if (!dense) return dense.error();
-    out.dense = *dense;
-    return out;
+    const auto format = dense->dtype == forward::Dtype::bf16 ? backend::WeightFormat::bf16
+                        : dense->dtype == forward::Dtype::f16 ? backend::WeightFormat::f16
+                                                              : backend::WeightFormat::f32;
+    return Linear{static_cast<const std::byte*>(dense->data), nullptr, format, dense->rows, dense->cols};
   }
   const auto rows = t.shape.at(0), cols = t.shape.at(1);
-  out.quantized = true;
-  if (t.q4_g64) {
-    out.int4 = true;
-    out.q4 = {reinterpret_cast<const std::uint8_t*>(t.data.data()),
-              reinterpret_cast<const std::uint16_t*>(t.data.data() + container::q4_g64_scales_offset(rows, cols)),
-              static_cast<int>(rows), static_cast<int>(cols)};
-    return out;
-  }
-  out.q8 = {reinterpret_cast<const std::int8_t*>(t.data.data()),
-            reinterpret_cast<const float*>(t.data.data() + container::q8_row_scales_offset(rows, cols)),
-            static_cast<int>(rows), static_cast<int>(cols)};
-  return out;
-}
-
-void Linear::apply(std::span<const float> x, std::span<float> y, const kernels::cpu::GemvOptions& gemv, bool exact,
-                   std::span<const float> bias) const {
-  if (!quantized) {
-    forward::gemv_dense(dense, x, y, gemv.threads, bias);
-    return;
-  }
-  if (int4 && exact) kernels::gemv_reference_q4(q4.nibbles, q4.scales, q4.rows, q4.cols, x, y);
-  else if (int4) kernels::cpu::gemv(q4, x, y, gemv);
-  else if (exact) kernels::gemv_reference_q8(q8.weights, q8.scales, q8.rows, q8.cols, x, y);
-  else kernels::cpu::gemv(q8, x, y, gemv);
-  for (std::size_t i = 0; i < bias.size(); ++i) y[i] += bias[i];
+  const std::uint64_t scales = t.q4_g64 ? container::q4_g64_scales_offset(rows, cols)
+                                        : container::q8_row_scales_offset(rows, cols);
+  return Linear{t.data.data(), t.data.data() + scales,
+                t.q4_g64 ? backend::WeightFormat::q4_g64 : backend::WeightFormat::q8_row, static_cast<int>(rows),
+                static_cast<int>(cols)};
 }
 
 std::vector<float> DenseWeights::vector(const std::string& name) const {

@@ -6,26 +6,16 @@
 #include <string>
 #include <vector>
 
+#include "coli/backend/backend.h"
 #include "coli/base/result.h"
 #include "coli/container/container.h"
 #include "coli/forward/ops.h"
-#include "cpu/gemv_cpu.h"
 
 namespace coli::runtime {
 
-// A projection's weights: a float matrix (f32/bf16/f16) or int8 per row.
-struct Linear {
-  forward::DenseMatrix dense;       // used when !quantized
-  kernels::cpu::Q8RowView q8;       // used for Q8_ROW
-  kernels::cpu::Q4G64View q4;       // used for Q4_G64
-  bool quantized = false;
-  bool int4 = false;
-  int rows() const { return !quantized ? dense.rows : int4 ? q4.rows : q8.rows; }
-  // y = W x (+ bias). The int8 path uses the SIMD kernels (or the exact
-  // reference when `exact`).
-  void apply(std::span<const float> x, std::span<float> y, const kernels::cpu::GemvOptions& gemv, bool exact,
-             std::span<const float> bias = {}) const;
-};
+// A projection's weights as the container holds them (a float matrix, or
+// int8 / int4 with scales); the backend multiplies by it.
+using Linear = backend::WeightView;
 
 class DenseWeights {
  public:
