@@ -11,7 +11,6 @@
 #include <vector>
 
 #include "coli/base/cpu_set.h"
-#include "coli/base/result.h"
 #include "coli/probe/device_profile.h"
 
 namespace coli::backend {
