@@ -223,24 +223,6 @@ std::vector<std::vector<int>> vram_expert_ids(const std::vector<int>& vram_exper
   return out;
 }
 
-BackendMemory vulkan_backend_memory() {
-  BackendMemory b;
-  b.name = "vulkan";
-  b.engine_runs_experts = true;  // engine/vulkan/decoder: the whole decoder, experts outside VRAM on the CPU
-  b.whole_decoder = true;
-  b.vram_bytes_per_record_byte = 1;  // records uploaded as the container holds them
-  b.staging_slots = 0;
-  b.staging_bytes = vulkan::kDecoderStagingBytes;
-  b.driver_host_bytes = 256 * kMiB;
-  b.driver_host_basis = "Vulkan driver mapped into the process: 256 MiB assumed for a driver no run has measured";
-  // Peak RSS of coli run --plan less every other planned host line.
-  b.measured_driver_shares = {
-      {0, "cpu", 44 * kMiB, "lavapipe (LLVM) mapped into the process: 44 MiB measured"},
-      {0x10de, "", 96 * kMiB,
-       "NVIDIA Vulkan driver: 86-92 MiB measured on an H200 (driver 580, docs/results/issue11), rounded up"}};
-  return b;
-}
-
 Result<GpuTier> decide_gpu_tier(const DeviceProfile& profile, const ModelFootprint& fp, const GpuTierRequest& request) {
   GpuTier tier;
   tier.backend = "cpu";

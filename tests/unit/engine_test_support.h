@@ -19,13 +19,12 @@
 #include "coli/runtime/moe_model.h"
 
 namespace coli {
-namespace {
 
 namespace fs = std::filesystem;
 
 // Containers converted for these tests live in one directory per process,
 // removed when the test program ends.
-fs::path scratch_dir() {
+inline fs::path scratch_dir() {
   static const fs::path dir = [] {
     fs::path d = fs::temp_directory_path() / ("coli_engine_" + std::to_string(::getpid()));
     fs::create_directories(d);
@@ -38,7 +37,7 @@ class RemoveScratch : public testing::Environment {
  public:
   void TearDown() override { fs::remove_all(scratch_dir()); }
 };
-testing::Environment* const kRemoveScratch = testing::AddGlobalTestEnvironment(new RemoveScratch);
+inline testing::Environment* const kRemoveScratch = testing::AddGlobalTestEnvironment(new RemoveScratch);
 
 struct Reference {
   std::vector<std::int32_t> prompt;
@@ -47,7 +46,7 @@ struct Reference {
   int vocab = 0;
 };
 
-Reference load_reference(const fs::path& dir, const std::string& name) {
+inline Reference load_reference(const fs::path& dir, const std::string& name) {
   std::ifstream json_file(dir / (name + ".json"));
   const auto json = nlohmann::json::parse(json_file);
   Reference ref;
@@ -61,14 +60,14 @@ Reference load_reference(const fs::path& dir, const std::string& name) {
 }
 
 // Largest |a - b| relative to the largest |b| of the row.
-double max_relative_error(std::span<const float> actual, std::span<const float> expected) {
+inline double max_relative_error(std::span<const float> actual, std::span<const float> expected) {
   double peak = 0, worst = 0;
   for (float v : expected) peak = std::max(peak, static_cast<double>(std::fabs(v)));
   for (std::size_t i = 0; i < actual.size(); ++i) worst = std::max(worst, std::fabs(static_cast<double>(actual[i]) - expected[i]));
   return worst / peak;
 }
 
-int argmax(std::span<const float> logits) {
+inline int argmax(std::span<const float> logits) {
   return static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin());
 }
 
@@ -80,7 +79,7 @@ struct EngineRun {
 
 // Prompt token by token (logits after each) or in one prefill call (rounds),
 // then greedy decode of as many tokens as the reference has.
-EngineRun run_model(const fs::path& container, const runtime::ModelOptions& options, const Reference& ref,
+inline EngineRun run_model(const fs::path& container, const runtime::ModelOptions& options, const Reference& ref,
                     bool one_prefill_call = false) {
   auto model = runtime::MoeModel::load(container, options);
   EXPECT_TRUE(model.ok()) << (model.ok() ? "" : model.error().message);
@@ -108,7 +107,7 @@ EngineRun run_model(const fs::path& container, const runtime::ModelOptions& opti
 }
 
 // A fixture model converted with `format`, once per test program.
-fs::path converted_fixture(const std::string& arch, WeightFormat format) {
+inline fs::path converted_fixture(const std::string& arch, WeightFormat format) {
   const fs::path out = scratch_dir() / (arch + "_" + std::string(name_of(format)) + ".coli");
   if (!fs::exists(out)) {
     auto report = convert::convert_model(fs::path(COLI_FIXTURES_DIR) / "models" / arch, out, format);
@@ -117,5 +116,4 @@ fs::path converted_fixture(const std::string& arch, WeightFormat format) {
   return out;
 }
 
-}  // namespace
 }  // namespace coli

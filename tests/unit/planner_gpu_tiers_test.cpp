@@ -37,7 +37,7 @@ DeviceProfile h200() {
 // slot (~4.5 MB per expert instead of ~1.7 MB), as a made-up backend the
 // engine could run that holds experts only (dense weights stay in RAM).
 BackendMemory two_host_copies() {
-  BackendMemory b = vulkan_backend_memory();
+  BackendMemory b = backend::vulkan_backend_memory({.kind = backend::BackendKind::vulkan, .name = "vulkan"});
   b.name = "two-copy";
   b.engine_runs_experts = true;
   b.whole_decoder = false;

@@ -4,28 +4,20 @@
 
 #include <functional>
 #include <map>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "coli/backend/backend.h"
 #include "coli/base/result.h"
 #include "coli/container/container.h"
 #include "coli/forward/ops.h"
-#include "cpu/gemv_cpu.h"
 
 namespace coli::runtime {
 
-// A projection's weights: a float matrix (f32/bf16/f16), q8_row or q4_g64.
-struct Linear {
-  WeightFormat format = WeightFormat::f32;
-  forward::DenseMatrix dense;       // used for float formats
-  kernels::cpu::Q8RowView q8;       // used for q8_row
-  kernels::cpu::Q4G64View q4;       // used for q4_g64
-  int rows() const;
-  // y = W x (+ bias). The int8 path uses the SIMD kernels (or the exact
-  // reference when `exact`).
-  void apply(std::span<const float> x, std::span<float> y, const kernels::cpu::GemvOptions& gemv, bool exact,
-             std::span<const float> bias = {}) const;
-};
+// A projection's weights as the container holds them (a float matrix, or
+// int8 / int4 with scales); the backend multiplies by it.
+using Linear = backend::WeightView;
 
 class DenseWeights {
  public:

@@ -6,12 +6,8 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <limits>
-
-#include <tuple>
-
-#include "coli/forward/ops.h"
-#include "reference/gemv_reference.h"
 
 namespace coli::runtime {
 
@@ -20,10 +16,11 @@ ExpertStore::ExpertStore(ExpertStore&&) noexcept = default;
 ExpertStore& ExpertStore::operator=(ExpertStore&&) noexcept = default;
 ExpertStore::~ExpertStore() = default;  // io_ joins its threads; no round is open by then
 
-Result<ExpertStore> ExpertStore::create(const container::ContainerReader& reader, int top_k, int capacity,
-                                        const std::vector<std::vector<int>>& pins, const ExpertIo& io) {
+Result<ExpertStore> ExpertStore::create(const container::ContainerReader& reader, backend::Backend& backend, int top_k,
+                                        int capacity, const std::vector<std::vector<int>>& pins, const ExpertIo& io) {
   ExpertStore store;
   store.reader_ = &reader;
+  store.backend_ = &backend;
   store.layout_ = reader.index().experts;
   store.top_k_ = top_k;
   const auto& layout = store.layout_;
@@ -34,12 +31,17 @@ Result<ExpertStore> ExpertStore::create(const container::ContainerReader& reader
     config.layer = static_cast<int>(layout.model_layers[layer]);
     config.n_experts = experts;
     config.top_k = top_k;
-    config.cap = std::min(capacity, experts);  // kAllExperts (or any count >= experts): all resident
+    config.cap = capacity > 0 ? capacity : experts;
     if (pins.size() == 1) config.pins = pins[0];
     else if (layer < pins.size()) config.pins = pins[layer];
     config.expert_bytes = layout.record_stride;
     config.alignment = container::kAlignment;
-    auto cache = experts::ExpertCache::create(config);
+    auto policy = experts::SlotPolicy::create(config);
+    if (!policy) return policy.error();
+    auto storage = backend.create_slot_storage(static_cast<std::size_t>(policy->cap()), config.expert_bytes,
+                                               config.alignment);
+    if (!storage) return make_error("layer " + std::to_string(config.layer) + " expert slots: " + storage.error().message);
+    auto cache = experts::ExpertCache::create(std::move(*policy), std::move(*storage));
     if (!cache) return cache.error();
     shapes.push_back({config.n_experts, top_k, config.cap,
                       static_cast<int>(config.pins.size())});
@@ -49,12 +51,7 @@ Result<ExpertStore> ExpertStore::create(const container::ContainerReader& reader
   auto planner = experts::RoundPlanner::create(shapes);
   if (!planner) return planner.error();
   store.planner_ = std::move(*planner);
-  for (const auto& part : layout.parts) {
-    if (part.name == "gate") store.gate_.resize(part.rows);
-    if (part.name == "up") store.up_.resize(part.rows);
-    if (part.name == "down") store.down_.resize(part.rows);
-  }
-  store.setup_io(io, capacity < experts);
+  store.setup_io(io, capacity > 0 && capacity < experts);
   return store;
 }
 
@@ -69,9 +66,9 @@ void ExpertStore::setup_io(const ExpertIo& io, bool streaming) {
     if (caches_.empty()) return "no routed experts";
     // O_DIRECT needs an aligned offset, length and destination: records are
     // 4096-aligned with a 4096-multiple stride, and so are the slab's slots.
-    const auto& slab = caches_[0].slab();
-    if (layout_.record_stride % container::kAlignment != 0 || slab.alignment() % container::kAlignment != 0 ||
-        slab.slot_bytes() < layout_.record_stride) {
+    const auto& storage = caches_[0].storage();
+    if (layout_.record_stride % container::kAlignment != 0 || storage.alignment() % container::kAlignment != 0 ||
+        storage.slot_bytes() < layout_.record_stride) {
       return "records not aligned for O_DIRECT";
     }
     const std::string path = reader_->path().string();
@@ -110,16 +107,7 @@ Status ExpertStore::begin(int moe_layer, std::span<const int> experts) {
     const std::uint64_t offset = layout_.record_offset(static_cast<std::uint32_t>(moe_layer),
                                                        static_cast<std::uint32_t>(load.expert));
     round.read_of_expert[static_cast<std::size_t>(load.expert)] = static_cast<int>(round.reads.size());
-    round.reads.push_back(io_->submit([fd = read_fd_, offset, destination = load.destination.first(read_bytes_),
-                                       min_bytes = layout_.record_bytes, file = reader_->path().string(),
-                                       moe_layer, expert = load.expert]() -> Status {
-      Status read = pread_full(fd, offset, destination, min_bytes, file);
-      if (!read) {
-        return make_error("expert " + std::to_string(expert) + " of MoE layer " + std::to_string(moe_layer) + ": " +
-                          read.error().message);
-      }
-      return read;
-    }));
+    round.reads.push_back(io_->submit(read_job(moe_layer, load, offset)));
   }
   // Hits first (computable now), then misses in submission order, which the
   // pool's FIFO queue makes roughly their landing order.
@@ -131,6 +119,31 @@ Status ExpertStore::begin(int moe_layer, std::span<const int> experts) {
   }
   for (const experts::SlotLoad& load : plan->loads) round.order.push_back(load.expert);
   return Ok{};
+}
+
+// One miss's read, for an I/O thread: straight into the slot when the host
+// can address it, else into an aligned staging buffer that the backend
+// uploads from (device storage).
+std::function<Status()> ExpertStore::read_job(int moe_layer, const experts::SlotLoad& load, std::uint64_t offset) {
+  experts::SlotStorage* storage = &caches_[static_cast<std::size_t>(moe_layer)].storage();
+  return [fd = read_fd_, offset, destination = load.destination, read_bytes = read_bytes_,
+          min_bytes = layout_.record_bytes, file = reader_->path().string(), backend = backend_, storage, moe_layer,
+          expert = load.expert, slot = load.slot]() -> Status {
+    const std::string what = "expert " + std::to_string(expert) + " of MoE layer " + std::to_string(moe_layer) + ": ";
+    if (!destination.empty()) {
+      Status read = pread_full(fd, offset, destination.first(read_bytes), min_bytes, file);
+      if (!read) return make_error(what + read.error().message);
+      return read;
+    }
+    const std::size_t staging_bytes = (read_bytes + container::kAlignment - 1) / container::kAlignment * container::kAlignment;
+    std::unique_ptr<std::byte, decltype(&std::free)> staging(
+        static_cast<std::byte*>(std::aligned_alloc(container::kAlignment, staging_bytes)), &std::free);
+    if (!staging) return make_error(what + "no memory for a " + std::to_string(read_bytes) + "-byte upload staging buffer");
+    Status read = pread_full(fd, offset, std::span(staging.get(), read_bytes), min_bytes, file);
+    if (read) read = backend->upload(*storage, slot, std::span<const std::byte>(staging.get(), min_bytes));
+    if (!read) return make_error(what + read.error().message);
+    return read;
+  };
 }
 
 std::span<const int> ExpertStore::round_order(int moe_layer) const {
@@ -176,105 +189,21 @@ void ExpertStore::end(int moe_layer) {
   else cache.end_round();
 }
 
-void ExpertStore::project(const container::ExpertPart& part, const std::byte* record, std::span<const float> x,
-                          std::span<float> y, const kernels::cpu::GemvOptions& gemv) const {
-  const std::byte* weights = record + part.weights_offset;
-  const std::byte* scales = record + part.scales_offset;
-  const int rows = static_cast<int>(part.rows), cols = static_cast<int>(part.cols);
-  const WeightFormat format = layout_.format;
-  if (exact_ && format == WeightFormat::q4_g64) {
-    kernels::gemv_reference_q4(reinterpret_cast<const std::uint8_t*>(weights),
-                               reinterpret_cast<const std::uint16_t*>(scales), rows, cols, x, y);
-  } else if (exact_ && format == WeightFormat::q8_row) {
-    kernels::gemv_reference_q8(reinterpret_cast<const std::int8_t*>(weights), reinterpret_cast<const float*>(scales),
-                               rows, cols, x, y);
-  } else if (format == WeightFormat::q4_g64) {
-    kernels::cpu::gemv(kernels::cpu::Q4G64View{reinterpret_cast<const std::uint8_t*>(weights),
-                                               reinterpret_cast<const std::uint16_t*>(scales), rows, cols},
-                       x, y, gemv);
-  } else if (format == WeightFormat::q8_row) {
-    kernels::cpu::gemv(kernels::cpu::Q8RowView{reinterpret_cast<const std::int8_t*>(weights),
-                                               reinterpret_cast<const float*>(scales), rows, cols},
-                       x, y, gemv);
-  } else {
-    forward::gemv_dense({WeightFormat::f32, rows, cols, weights}, x, y, gemv.threads);
-  }
-}
-
-void ExpertStore::ffn(int moe_layer, int expert, std::span<const float> x, std::span<float> y,
-                      const kernels::cpu::GemvOptions& gemv) {
-  const std::byte* record = caches_[static_cast<std::size_t>(moe_layer)].expert_data(expert).data();
-  project(layout_.parts[0], record, x, gate_, gemv);
-  project(layout_.parts[1], record, x, up_, gemv);
-  for (std::size_t i = 0; i < gate_.size(); ++i) gate_[i] = forward::silu(gate_[i]) * up_[i];
-  project(layout_.parts[2], record, gate_, y, gemv);
-}
-
 bool ExpertStore::landed(int moe_layer, int expert) const {
   return rounds_[static_cast<std::size_t>(moe_layer)].read_of_expert[static_cast<std::size_t>(expert)] < 0;
 }
 
-void ExpertStore::ffn_batch(int moe_layer, std::span<const FfnTask> tasks, const kernels::cpu::GemvOptions& gemv) {
+void ExpertStore::ffn_batch(int moe_layer, std::span<const float> in, std::span<float> out,
+                            std::span<const FfnTask> tasks) {
   if (tasks.empty()) return;
-  if (!quantized_simd()) {
-    for (const FfnTask& task : tasks) ffn(moe_layer, task.expert, task.x, task.y, gemv);
-    return;
-  }
-  namespace cpu = kernels::cpu;
-  const WeightFormat format = layout_.format;
-  const bool q4 = format == WeightFormat::q4_g64;
-  const auto& [gate_part, up_part, down_part] = std::tie(layout_.parts[0], layout_.parts[1], layout_.parts[2]);
-  const std::size_t width = gate_part.rows;
-  batch_inputs_.resize(tasks.size());
-  batch_hidden_.resize(tasks.size());
-  batch_gate_.resize(tasks.size() * width);
-  batch_up_.resize(tasks.size() * width);
-  std::vector<cpu::Q4GemvJob> q4_jobs;
-  std::vector<cpu::Q8GemvJob> q8_jobs;
-  // One job list per stage, then one parallel region for it.
-  auto add_job = [&](const container::ExpertPart& part, const std::byte* record, const cpu::QuantizedActivations& x,
-                     std::span<float> y) {
-    const std::byte* weights = record + part.weights_offset;
-    const std::byte* scales = record + part.scales_offset;
-    const int rows = static_cast<int>(part.rows), cols = static_cast<int>(part.cols);
-    if (q4) {
-      q4_jobs.push_back({{reinterpret_cast<const std::uint8_t*>(weights), reinterpret_cast<const std::uint16_t*>(scales), rows, cols}, &x, y});
-    } else {
-      q8_jobs.push_back({{reinterpret_cast<const std::int8_t*>(weights), reinterpret_cast<const float*>(scales), rows, cols}, &x, y});
-    }
-  };
-  auto run_jobs = [&] {
-    if (q4) cpu::gemv_quantized_many(q4_jobs, gemv.threads);
-    else cpu::gemv_quantized_many(q8_jobs, gemv.threads);
-    q4_jobs.clear();
-    q8_jobs.clear();
-  };
-  const auto& cache = caches_[static_cast<std::size_t>(moe_layer)];
-  for (std::size_t i = 0; i < tasks.size(); ++i) {
-    batch_inputs_[i].quantize(gemv.variant, format, tasks[i].x, 1, static_cast<int>(tasks[i].x.size()));
-    const std::byte* record = cache.expert_data(tasks[i].expert).data();
-    add_job(gate_part, record, batch_inputs_[i], std::span(batch_gate_).subspan(i * width, width));
-    add_job(up_part, record, batch_inputs_[i], std::span(batch_up_).subspan(i * width, width));
-  }
-  run_jobs();
-  for (std::size_t i = 0; i < tasks.size(); ++i) {
-    float* gate = batch_gate_.data() + i * width;
-    const float* up = batch_up_.data() + i * width;
-    for (std::size_t j = 0; j < width; ++j) gate[j] = forward::silu(gate[j]) * up[j];
-    batch_hidden_[i].quantize(gemv.variant, format, std::span<const float>(gate, width), 1, static_cast<int>(width));
-    add_job(down_part, cache.expert_data(tasks[i].expert).data(), batch_hidden_[i], tasks[i].y);
-  }
-  run_jobs();
+  const experts::ExpertCache& cache = caches_[static_cast<std::size_t>(moe_layer)];
+  batch_rows_.clear();
+  for (const FfnTask& task : tasks) batch_rows_.push_back({*cache.slot_of(task.expert), task.input_row, task.output_row});
+  backend_->expert_ffn_batch({&cache.storage(), &layout_, in, out, batch_rows_});
 }
 
 void ExpertStore::add_scaled(float weight, std::span<const float> y, std::span<float> out) {
   for (std::size_t i = 0; i < out.size(); ++i) out[i] += weight * y[i];
-}
-
-void ExpertStore::accumulate_ffn(int moe_layer, int expert, float weight, std::span<const float> x,
-                                 std::span<float> out, const kernels::cpu::GemvOptions& gemv) {
-  ffn(moe_layer, expert, x, down_, gemv);
-  add_scaled(weight, down_, out);
 }
 
 int ExpertStore::retirable_slots() const {
@@ -303,15 +232,15 @@ Result<std::uint64_t> ExpertStore::retire_slots(int slots) {
 
 std::uint64_t ExpertStore::slab_bytes() const {
   std::uint64_t total = 0;
-  for (const auto& cache : caches_) total += static_cast<std::uint64_t>(cache.cap()) * cache.expert_bytes();
+  for (const auto& cache : caches_) total += cache.storage().bytes_held();
   return total;
 }
 
 void ExpertStore::commit_slabs() {
   for (auto& cache : caches_) {
     for (int slot = 0; slot < cache.cap(); ++slot) {
-      const std::span<std::byte> bytes = cache.slot_data(slot);
-      std::memset(bytes.data(), 0, bytes.size());
+      const std::span<std::byte> bytes = cache.slot_data(slot);  // empty for device storage
+      if (!bytes.empty()) std::memset(bytes.data(), 0, bytes.size());
     }
   }
 }

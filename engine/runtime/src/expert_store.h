@@ -2,9 +2,11 @@
 // the experts one token (or a prefill round) needs and hands the misses'
 // reads to a pool of I/O threads, so the FFN can start on resident experts
 // while the misses are still arriving; the compute thread waits only for the
-// expert it needs next.
+// expert it needs next. The slots live in storage the backend made, and the
+// backend computes the FFNs.
 #pragma once
 
+#include <functional>
 #include <future>
 #include <memory>
 #include <optional>
@@ -12,10 +14,10 @@
 #include <string>
 #include <vector>
 
+#include "coli/backend/backend.h"
 #include "coli/container/container.h"
 #include "coli/experts/expert_cache.h"
 #include "coli/experts/round_planner.h"
-#include "cpu/gemv_cpu.h"
 #include "io_pool.h"
 
 namespace coli::runtime {
@@ -32,9 +34,10 @@ struct ExpertIo {
 
 class ExpertStore {
  public:
-  // `capacity` 0 = every expert resident; pins per MoE layer.
-  static Result<ExpertStore> create(const container::ContainerReader& reader, int top_k, int capacity,
-                                    const std::vector<std::vector<int>>& pins, const ExpertIo& io = {});
+  // `capacity` 0 = every expert resident; pins per MoE layer. Every layer's
+  // slots come from `backend`, which computes the FFNs and must outlive the store.
+  static Result<ExpertStore> create(const container::ContainerReader& reader, backend::Backend& backend, int top_k,
+                                    int capacity, const std::vector<std::vector<int>>& pins, const ExpertIo& io = {});
   ExpertStore();
   ExpertStore(ExpertStore&&) noexcept;
   ExpertStore& operator=(ExpertStore&&) noexcept;
@@ -54,29 +57,22 @@ class ExpertStore {
   // never recycled under a read), and a failed one aborts the round.
   void end(int moe_layer);
 
-  // y = down(silu(gate(x)) * up(x)) for a leased, landed expert.
-  void ffn(int moe_layer, int expert, std::span<const float> x, std::span<float> y,
-           const kernels::cpu::GemvOptions& gemv);
-  // One expert FFN to compute: y = ffn(x) for a leased, landed expert.
+  // One expert FFN to compute: out row `output_row` = ffn(in row
+  // `input_row`) for a leased, landed expert.
   struct FfnTask {
     int expert;
-    std::span<const float> x;
-    std::span<float> y;
+    int input_row;
+    int output_row;
   };
-  // Many FFNs at once: with the SIMD kernels, all gates and ups run in one
-  // parallel region and all downs in another (the fork/join of a region
-  // costs about as much as streaming 0.3 MB at 16 threads); every y equals
-  // ffn()'s bit for bit.
-  void ffn_batch(int moe_layer, std::span<const FfnTask> tasks, const kernels::cpu::GemvOptions& gemv);
+  // Many FFNs at once on the backend (rows of hidden floats in `in` and
+  // `out`); results do not depend on how tasks are batched.
+  void ffn_batch(int moe_layer, std::span<const float> in, std::span<float> out, std::span<const FfnTask> tasks);
   // True when `expert` of the open round needs no wait (resident, or landed).
   bool landed(int moe_layer, int expert) const;
 
   // out += weight * y: the one place expert outputs are summed, so every
   // caller rounds exactly alike.
   static void add_scaled(float weight, std::span<const float> y, std::span<float> out);
-  // out += weight * ffn(x).
-  void accumulate_ffn(int moe_layer, int expert, float weight, std::span<const float> x, std::span<float> out,
-                      const kernels::cpu::GemvOptions& gemv);
 
   // Tokens one prefill round may hold so that its distinct misses always fit
   // every layer's evictable slots (field note 1); at most `requested`.
@@ -97,11 +93,6 @@ class ExpertStore {
   std::uint64_t bytes_read() const { return bytes_read_; }
   // "O_DIRECT, 4 I/O threads", "buffered, ... (why)", "synchronous ...".
   const std::string& io_mode() const { return io_mode_; }
-  // Exact: f32 activations with weights de-quantised on the fly (what
-  // transformers computes on de-quantised weights); else the SIMD kernels,
-  // which quantise activations to int8 for integer dot products.
-  void set_exact(bool exact) { exact_ = exact; }
-  bool quantized_simd() const { return !exact_ && traits(layout_.format).cpu_int8_kernels; }
 
  private:
   // The open round of one layer: a read per miss, indexed by expert.
@@ -111,21 +102,19 @@ class ExpertStore {
     std::vector<int> read_of_expert;  // index into reads; -1: none pending
   };
 
-  void project(const container::ExpertPart& part, const std::byte* record, std::span<const float> x,
-               std::span<float> y, const kernels::cpu::GemvOptions& gemv) const;
   void setup_io(const ExpertIo& io, bool streaming);
+  std::function<Status()> read_job(int moe_layer, const experts::SlotLoad& load, std::uint64_t offset);
   // Waits for every read still pending; the first error, if any.
   std::optional<Error> drain(Round& round);
 
   const container::ContainerReader* reader_ = nullptr;
+  backend::Backend* backend_ = nullptr;
   container::ExpertLayout layout_;
   int top_k_ = 0;
   std::vector<experts::ExpertCache> caches_;
   std::vector<Round> rounds_;  // per MoE layer
   std::optional<experts::RoundPlanner> planner_;  // set by create()
-  std::vector<float> gate_, up_, down_;  // scratch: expert width / hidden
-  std::vector<kernels::cpu::QuantizedActivations> batch_inputs_, batch_hidden_;  // ffn_batch scratch
-  std::vector<float> batch_gate_, batch_up_;
+  std::vector<backend::ExpertRow> batch_rows_;  // ffn_batch scratch
   UniqueFd direct_fd_;          // O_DIRECT descriptor, when in use
   // Declared after the caches and the descriptor so it is destroyed first:
   // its threads finish every queued read before slots or fd go away.
@@ -134,7 +123,6 @@ class ExpertStore {
   std::size_t read_bytes_ = 0;  // per record: record_stride (O_DIRECT) or record_bytes
   std::string io_mode_;
   std::uint64_t bytes_read_ = 0;
-  bool exact_ = false;
 };
 
 }  // namespace coli::runtime

@@ -12,8 +12,7 @@ namespace {
 // slot, computed from the expert store in rounds that fit its cache.
 class StoreExperts final : public vulkan::HostExperts {
  public:
-  StoreExperts(ExpertStore& store, const kernels::cpu::GemvOptions& gemv, int top_k, std::size_t hidden)
-      : store_(store), gemv_(gemv), top_k_(top_k), hidden_(hidden) {}
+  StoreExperts(ExpertStore& store, int top_k) : store_(store), top_k_(top_k) {}
 
   Status run(int moe_layer, std::span<const int> ids, std::span<const std::uint8_t> on_gpu, std::span<const float> x,
              std::span<float> y) override {
@@ -26,14 +25,14 @@ class StoreExperts final : public vulkan::HostExperts {
       for (std::size_t c = static_cast<std::size_t>(first * top_k_); c < static_cast<std::size_t>(last * top_k_); ++c) {
         if (on_gpu[c]) continue;
         needed.push_back(ids[c]);
-        tasks.push_back({ids[c], x.subspan(c / static_cast<std::size_t>(top_k_) * hidden_, hidden_), y.subspan(c * hidden_, hidden_)});
+        tasks.push_back({ids[c], static_cast<int>(c) / top_k_, static_cast<int>(c)});
       }
       if (needed.empty()) continue;
       if (Status s = store_.begin(moe_layer, needed); !s) return s;
       for (int e : store_.round_order(moe_layer)) {
         if (Status s = store_.wait(moe_layer, e); !s) return s;
       }
-      store_.ffn_batch(moe_layer, tasks, gemv_);
+      store_.ffn_batch(moe_layer, x, y, tasks);
       store_.end(moe_layer);
     }
     return Ok{};
@@ -41,9 +40,7 @@ class StoreExperts final : public vulkan::HostExperts {
 
  private:
   ExpertStore& store_;
-  kernels::cpu::GemvOptions gemv_;
   int top_k_;
-  std::size_t hidden_;
 };
 
 }  // namespace
@@ -85,7 +82,7 @@ bool every_expert_in_vram(const std::vector<std::vector<int>>& vram, const conta
 
 Result<std::unique_ptr<GpuRun>> GpuRun::start(const ModelOptions& options, const container::ContainerReader& reader,
                                               const model::ModelConfig& config, const DenseWeights& dense,
-                                              ExpertStore* experts, const kernels::cpu::GemvOptions& gemv) {
+                                              ExpertStore* experts) {
   auto state = std::make_unique<State>();
   vulkan::ContextOptions context_options;
   context_options.device_index = options.gpu_index;
@@ -113,7 +110,7 @@ Result<std::unique_ptr<GpuRun>> GpuRun::start(const ModelOptions& options, const
   state->decoder = std::move(*decoder);
   if (state->decoder->hybrid()) {
     if (!experts) return make_error("a hybrid GPU plan needs the host expert store (a coli bug)");
-    state->host = std::make_unique<StoreExperts>(*experts, gemv, static_cast<int>(config.num_experts_per_tok), config.hidden_size);
+    state->host = std::make_unique<StoreExperts>(*experts, static_cast<int>(config.num_experts_per_tok));
   }
   return std::unique_ptr<GpuRun>(new GpuRun(std::move(state)));
 }

@@ -11,7 +11,6 @@
 #include "coli/container/container.h"
 #include "coli/model/model_config.h"
 #include "coli/runtime/moe_model.h"
-#include "cpu/gemv_cpu.h"
 #include "dense_weights.h"
 #include "expert_store.h"
 
@@ -22,7 +21,7 @@ class GpuRun {
   // `experts` may be null when every expert is in VRAM.
   static Result<std::unique_ptr<GpuRun>> start(const ModelOptions& options, const container::ContainerReader& reader,
                                                const model::ModelConfig& config, const DenseWeights& dense,
-                                               ExpertStore* experts, const kernels::cpu::GemvOptions& gemv);
+                                               ExpertStore* experts);
   ~GpuRun();
   Status forward(std::span<const std::int32_t> tokens, int start_position, std::span<float> logits,
                  std::vector<std::vector<std::uint64_t>>& routing_counts);

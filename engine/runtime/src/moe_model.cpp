@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "coli/backend/backend.h"
 #include "coli/base/text.h"
 #include "coli/container/container.h"
 #include "coli/forward/ops.h"
@@ -34,6 +35,19 @@ struct LayerWeights {
 
 constexpr const char* kEmbedding = "model.embed_tokens.weight";
 
+// The CPU backend as the options ask for it (kernel variant or "exact",
+// threads, their PUs).
+backend::BackendProps cpu_backend_props(const ModelOptions& options) {
+  backend::BackendProps props;
+  props.kind = backend::BackendKind::cpu;
+  props.name = "cpu";
+  props.unified_memory = true;
+  props.cpu_kernel = options.cpu_kernel;
+  props.threads = std::max(1, options.threads);
+  props.compute_pus = options.compute_pus;
+  return props;
+}
+
 forward::RouterNorm router_norm(model::RouterNormalization n) {
   return n == model::RouterNormalization::SoftmaxTopK ? forward::RouterNorm::softmax_topk
                                                       : forward::RouterNorm::softmax_topk_renorm;
@@ -45,14 +59,13 @@ struct MoeModel::State {
   std::unique_ptr<container::ContainerReader> reader;
   model::ModelConfig config;
   DenseWeights dense;
+  std::unique_ptr<backend::Backend> backend;  // every matmul and expert batch; outlives the slots it made
   ExpertStore experts;
   std::vector<LayerWeights> layers;
   DenseMatrix embed;
   Linear lm_head;
-  bool exact = false;
   std::vector<float> final_norm;
   std::unique_ptr<forward::Rope> rope;
-  kernels::cpu::GemvOptions gemv;
   ModelOptions options;
   ModelStats stats;
   int used = 0;  // KV positions filled
@@ -96,8 +109,7 @@ Status MoeModel::State::load_layers() {
   auto embedding = dense.matrix(kEmbedding);
   if (!embedding) return embedding.error();
   embed = *embedding;
-  if (c.tie_word_embeddings) lm_head.dense = embed;
-  else if (Status s = get("lm_head.weight", lm_head); !s) return s;
+  if (Status s = get(c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight", lm_head); !s) return s;
   final_norm = dense.vector("model.norm.weight");
   const auto& moe_layers = reader->index().experts.model_layers;
   const bool mixtral = c.architecture == model::Architecture::Mixtral;
@@ -137,12 +149,12 @@ Status MoeModel::State::load_layers() {
 }
 
 void MoeModel::State::dense_mlp(const LayerWeights& w, std::span<const float> in, std::span<float> out) {
-  mlp_a.resize(static_cast<std::size_t>(w.mlp_gate.rows()));
+  mlp_a.resize(static_cast<std::size_t>(w.mlp_gate.rows));
   mlp_b.resize(mlp_a.size());
-  w.mlp_gate.apply(in, mlp_a, gemv, exact);
-  w.mlp_up.apply(in, mlp_b, gemv, exact);
+  backend->matmul(w.mlp_gate, in, mlp_a);
+  backend->matmul(w.mlp_up, in, mlp_b);
   for (std::size_t i = 0; i < mlp_a.size(); ++i) mlp_a[i] = forward::silu(mlp_a[i]) * mlp_b[i];
-  w.mlp_down.apply(mlp_a, out, gemv, exact);
+  backend->matmul(w.mlp_down, mlp_a, out);
 }
 
 // Attention of one token at `position` for layer `l`; x += its output.
@@ -154,9 +166,9 @@ void MoeModel::State::attention_step(std::size_t l, std::span<float> x_t, int po
   const float eps = static_cast<float>(c.rms_norm_eps);
   const std::size_t kv_width = static_cast<std::size_t>(kv_heads) * head_dim;
   forward::rms_norm(x_t, w.input_norm, eps, h);
-  w.q.apply(h, q, gemv, exact, w.q_bias);
-  w.k.apply(h, k, gemv, exact, w.k_bias);
-  w.v.apply(h, v, gemv, exact, w.v_bias);
+  backend->matmul(w.q, h, q, w.q_bias);
+  backend->matmul(w.k, h, k, w.k_bias);
+  backend->matmul(w.v, h, v, w.v_bias);
   if (c.clip_qkv) {
     const float clip = static_cast<float>(*c.clip_qkv);
     for (auto* t : {&q, &k, &v}) for (float& value : *t) value = std::clamp(value, -clip, clip);
@@ -172,8 +184,9 @@ void MoeModel::State::attention_step(std::size_t l, std::span<float> x_t, int po
   rope->apply(k, kv_heads, position);
   std::copy(k.begin(), k.end(), k_cache[l].begin() + static_cast<std::ptrdiff_t>(position * kv_width));
   std::copy(v.begin(), v.end(), v_cache[l].begin() + static_cast<std::ptrdiff_t>(position * kv_width));
-  forward::attention(q, k_cache[l], v_cache[l], position + 1, heads, kv_heads, head_dim, attn, gemv.threads);
-  w.o.apply(attn, o, gemv, exact, w.o_bias);
+  forward::attention(q, k_cache[l], v_cache[l], position + 1, heads, kv_heads, head_dim, attn,
+                     backend->props().threads);
+  backend->matmul(w.o, attn, o, w.o_bias);
   for (std::size_t i = 0; i < x_t.size(); ++i) x_t[i] += o[i];
 }
 
@@ -200,7 +213,7 @@ Status MoeModel::State::mlp_step(std::size_t l, std::span<float> xs, int count) 
   std::vector<forward::Routing> routings;
   std::vector<float> expert_rows;  // per (token, expert) of a round: the FFN output
   for (int t = 0; t < count; ++t) {
-    w.router.apply(std::span(normed).subspan(t * hidden, hidden), router_logits, gemv, exact);
+    backend->matmul(w.router, std::span(normed).subspan(t * hidden, hidden), router_logits);
     routings.push_back(forward::route(router_logits, static_cast<int>(c.num_experts_per_tok),
                                       router_norm(c.router_normalization)));
     for (int expert : routings.back().experts) ++routing_counts[static_cast<std::size_t>(w.moe_index)][static_cast<std::size_t>(expert)];
@@ -216,8 +229,9 @@ Status MoeModel::State::mlp_step(std::size_t l, std::span<float> xs, int count) 
     // below every token still sums its experts in routing order, bit for bit.
     const std::size_t top_k = c.num_experts_per_tok;
     expert_rows.resize(static_cast<std::size_t>(last - first) * top_k * hidden);
+    const auto row_index = [&](int t, std::size_t i) { return static_cast<int>(static_cast<std::size_t>(t - first) * top_k + i); };
     const auto row = [&](int t, std::size_t i) {
-      return std::span(expert_rows).subspan((static_cast<std::size_t>(t - first) * top_k + i) * hidden, hidden);
+      return std::span(expert_rows).subspan(static_cast<std::size_t>(row_index(t, i)) * hidden, hidden);
     };
     // Two batches: the experts already resident (computed while the misses
     // are read), then the misses once they have landed.
@@ -229,15 +243,15 @@ Status MoeModel::State::mlp_step(std::size_t l, std::span<float> xs, int count) 
       for (int t = first; t < last; ++t) {
         for (std::size_t i = 0; i < routings[t].experts.size(); ++i) {
           if (routings[t].experts[i] != e) continue;
-          (ready ? resident : missed).push_back({e, std::span<const float>(normed).subspan(t * hidden, hidden), row(t, i)});
+          (ready ? resident : missed).push_back({e, t, row_index(t, i)});
         }
       }
     }
-    experts.ffn_batch(w.moe_index, resident, gemv);
+    experts.ffn_batch(w.moe_index, normed, expert_rows, resident);
     for (int e : missing) {
       if (Status s = experts.wait(w.moe_index, e); !s) return s;
     }
-    experts.ffn_batch(w.moe_index, missed, gemv);
+    experts.ffn_batch(w.moe_index, normed, expert_rows, missed);
     for (int t = first; t < last; ++t) {
       const auto h_t = std::span<const float>(normed).subspan(t * hidden, hidden);
       std::fill(moe_out.begin(), moe_out.end(), 0.0f);
@@ -247,7 +261,7 @@ Status MoeModel::State::mlp_step(std::size_t l, std::span<float> xs, int count) 
       if (w.has_shared) {
         dense_mlp(w, h_t, shared_out);
         float gate_logit = 0;
-        w.shared_gate.apply(h_t, std::span(&gate_logit, 1), gemv, exact);
+        backend->matmul(w.shared_gate, h_t, std::span(&gate_logit, 1));
         const float gate = 1.0f / (1.0f + std::exp(-gate_logit));
         for (std::size_t i = 0; i < hidden; ++i) moe_out[i] += gate * shared_out[i];
       }
@@ -285,6 +299,9 @@ Result<MoeModel> MoeModel::load(const std::filesystem::path& path, const ModelOp
                                                          : nullptr);
   if (!dense) return dense.error();
   state->dense = std::move(*dense);
+  auto backend = backend::create_backend(cpu_backend_props(options));
+  if (!backend) return backend.error();
+  state->backend = std::move(*backend);
   // I/O threads inherit the creating thread's affinity: create them unpinned.
   if (Status s = kernels::cpu::release_openmp_team(); !s) return s.error();
   if (options.backend != "cpu" && options.backend != "vulkan") {
@@ -298,8 +315,8 @@ Result<MoeModel> MoeModel::load(const std::filesystem::path& path, const ModelOp
     host_experts = !every_expert_in_vram(*vram, state->reader->index().experts);
   }
   if (host_experts) {
-    auto experts = ExpertStore::create(*state->reader, static_cast<int>(c.num_experts_per_tok), options.cache_capacity,
-                                       options.pins, ExpertIo{options.io_threads, options.direct_io});
+    auto experts = ExpertStore::create(*state->reader, *state->backend, static_cast<int>(c.num_experts_per_tok),
+                                       options.cache_capacity, options.pins, ExpertIo{options.io_threads, options.direct_io});
     if (!experts) return experts.error();
     state->experts = std::move(*experts);
   }
@@ -310,20 +327,10 @@ Result<MoeModel> MoeModel::load(const std::filesystem::path& path, const ModelOp
   const auto& layout = state->reader->index().experts;
   state->routing_counts.assign(layout.layers, std::vector<std::uint64_t>(layout.experts, 0));
 
-  const bool exact = options.cpu_kernel == "exact";
-  state->exact = exact;
-  state->experts.set_exact(exact);
-  auto variant = options.cpu_kernel.empty() || exact ? kernels::cpu::selected_variant()
-                                                     : kernels::cpu::parse_variant(options.cpu_kernel);
-  if (!variant) return variant.error();
-  if (!kernels::cpu::variant_supported(*variant)) {
-    return make_error("CPU kernel " + std::string(kernels::cpu::variant_name(*variant)) + " is not supported by this CPU");
-  }
-  state->gemv = {*variant, options.compute_pus.empty() ? std::max(1, options.threads) : options.compute_pus.size()};
   if (!options.compute_pus.empty()) {
     if (Status s = kernels::cpu::pin_openmp_team(options.compute_pus); !s) return s.error();
   }
-  state->stats.cpu_kernel = exact ? "exact" : std::string(kernels::cpu::variant_name(*variant));
+  state->stats.cpu_kernel = state->backend->props().cpu_kernel;
   state->rope = std::make_unique<forward::Rope>(static_cast<int>(c.head_dim), c.rope_theta);
 
   const std::size_t hidden = c.hidden_size, q_width = c.num_attention_heads * c.head_dim;
@@ -336,8 +343,7 @@ Result<MoeModel> MoeModel::load(const std::filesystem::path& path, const ModelOp
   state->router_logits.resize(c.num_experts);
   state->stats.backend = options.backend;
   if (options.backend == "vulkan") {
-    auto gpu = GpuRun::start(options, *state->reader, c, state->dense, host_experts ? &state->experts : nullptr,
-                             state->gemv);
+    auto gpu = GpuRun::start(options, *state->reader, c, state->dense, host_experts ? &state->experts : nullptr);
     if (!gpu) return gpu.error();
     state->gpu = std::move(*gpu);
     state->stats.gpu = state->gpu->memory();
@@ -387,7 +393,7 @@ Status MoeModel::forward(std::span<const std::int32_t> tokens, int start_positio
   s.used = start_position + count;
   forward::rms_norm(std::span(xs).subspan((count - 1) * hidden, hidden), s.final_norm,
                     static_cast<float>(s.config.rms_norm_eps), s.h);
-  s.lm_head.apply(s.h, logits, s.gemv, s.exact);
+  s.backend->matmul(s.lm_head, s.h, logits);
   s.stats.expert_hits = s.experts.hits();
   s.stats.expert_misses = s.experts.misses();
   s.stats.expert_bytes_read = s.experts.bytes_read();

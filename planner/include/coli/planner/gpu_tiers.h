@@ -1,9 +1,6 @@
 // The VRAM tier: which GPU holds routed experts, how many, which ones, and
-// what that costs in VRAM *and in RAM*. A backend's memory is plain data
-// (BackendMemory): the representation it keeps in VRAM per expert slot, the
-// host copies it keeps per VRAM slot, and its upload staging. Field note 4
-// (a backend keeping an unpacked and a packed host copy per slot: 69 GB of
-// RAM for a 23 GB model) becomes a priced line instead of an OOM kill.
+// what that costs in VRAM *and in RAM*, priced from the backend's own memory
+// description (BackendMemory, coli/backend/backend_memory.h).
 #pragma once
 
 #include <cstdint>
@@ -11,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "coli/backend/backend_memory.h"
 #include "coli/base/result.h"
 #include "coli/experts/usage_history.h"
 #include "coli/planner/footprint.h"
@@ -20,51 +18,17 @@
 
 namespace coli::planner {
 
-// One copy a backend keeps in host RAM for each expert slot it holds in VRAM.
-struct HostCopy {
-  std::string name;                  // "packed int4 mirror", "unpacked int8 copy"
-  double bytes_per_record_byte = 1;  // its size relative to the container record
-  bool operator==(const HostCopy&) const = default;
-};
-
-struct BackendMemory {
-  std::string name;                       // "vulkan"
-  bool engine_runs_experts = false;       // this build's `coli run` computes experts on it
-  double vram_bytes_per_record_byte = 1;  // 1: records stay packed in VRAM
-  std::vector<HostCopy> host_copies;      // per VRAM slot, in RAM
-  int staging_slots = 2;                  // host-visible upload ring, in record strides
-  std::uint64_t driver_host_bytes = 0;    // RAM the driver maps into the process (libraries, context)
-  std::string driver_host_basis;          // where that number comes from
-  // Measured shares of particular drivers, which replace driver_host_bytes
-  // for a device they match (a software device such as lavapipe is a
-  // compiler and a rasteriser in the process; a vendor driver maps its own).
-  struct DriverShare {
-    std::uint32_t vendor_id = 0;  // 0: any vendor
-    std::string device_type;      // "" any, else VulkanDevice::type ("cpu" for lavapipe)
-    std::uint64_t bytes = 0;
-    std::string basis;
-    bool operator==(const DriverShare&) const = default;
-  };
-  std::vector<DriverShare> measured_driver_shares;
-  // The whole decoder runs on the device (dense weights, KV cache and
-  // activations in VRAM; the host keeps the embedding table and mapped
-  // input/output buffers), not just the VRAM tier's experts.
-  bool whole_decoder = false;
-  std::uint64_t staging_bytes = 0;        // whole_decoder: the fixed upload ring (else staging_slots strides)
-  bool operator==(const BackendMemory&) const = default;
-};
-
-// What engine/vulkan holds: packed records in device-local buffers, no host
-// mirror, a two-slot staging ring. The driver's host share is measured for
-// lavapipe (44 MiB of LLVM mapped); vendor drivers are taken as 256 MiB
-// until a GPU run measures them.
-BackendMemory vulkan_backend_memory();
+// Backends describe their own memory (coli/backend/backend_memory.h).
+using backend::BackendMemory;
+using backend::HostCopy;
 
 struct GpuTierRequest {
   std::string gpu = "auto";                 // --gpu none|auto|N
   std::optional<std::uint64_t> vram;        // --vram (bytes; at most the device's budget)
   std::string force_variant;                // --gpu-variant: that shader for every expert shape
-  BackendMemory backend = vulkan_backend_memory();
+  // The planner reads a backend's memory from the backend, never from a
+  // table of its own: by default the Vulkan backend's description.
+  BackendMemory backend = backend::vulkan_backend_memory({.kind = backend::BackendKind::vulkan, .name = "vulkan"});
   const experts::UsageHistory* history = nullptr;  // ranks experts for the tier; uniform when absent
   int ctx = 4096;                           // KV positions (a whole-decoder backend keeps them in VRAM)
   int batch_tokens = 128;                   // tokens per GPU submission (runtime::ModelOptions::gpu_batch_tokens)

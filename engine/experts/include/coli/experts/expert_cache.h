@@ -1,139 +1,73 @@
-// One layer's expert cache: `cap` slots in an aligned slab, some held by
-// pinned experts for the whole run, the rest recycled least-recently-used.
+// One layer's expert cache: the slot policy (slot_policy.h: which expert is
+// in which slot, pins, LRU, round leases, retirement) over a slot storage
+// (slot_storage.h: the bytes, in host RAM or on a device).
 //
-// Work happens in rounds (one prefill chunk or one decode step):
 //   auto round = cache.begin_round(experts_the_router_chose);  // slots leased
 //   for (auto& load : round->loads) read expert load.expert into load.destination;
 //   ... compute with cache.expert_data(e) for every needed e ...
 //   cache.end_round();                                          // leases released
-// While a round is open, every slot it uses is leased and cannot be recycled
-// (field-notes.md failure #1). A round whose distinct misses exceed the
-// evictable slots is refused with an error; RoundPlanner sizes rounds so that
-// never happens.
+//
+// load.destination is the slot's host bytes; it is empty when the storage is
+// device memory, and the load then goes through the backend's upload.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <vector>
 
 #include "coli/base/result.h"
-#include "coli/experts/aligned_slab.h"
-#include "coli/experts/detail/slot_lru.h"
+#include "coli/experts/slot_policy.h"
+#include "coli/experts/slot_storage.h"
 
 namespace coli::experts {
 
-struct ExpertCacheConfig {
-  int layer = 0;                    // for messages only
-  int n_experts = 0;
-  int top_k = 0;
-  int cap = 0;                      // slots; clamped to n_experts (see validate_cache_shape)
-  std::vector<int> pins;            // experts that keep a slot for the whole run
-  std::size_t expert_bytes = 0;     // bytes of one expert (all its matrices)
-  std::size_t alignment = 64;       // 4096 when slots are O_DIRECT targets
-};
-
-// An expert the caller must read into a slot before using it this round.
-struct SlotLoad {
-  int expert = -1;
-  int slot = -1;
-  std::span<std::byte> destination;
-};
-
-struct RoundPlan {
-  std::vector<SlotLoad> loads;  // misses, one per distinct expert not resident
-  int distinct = 0;             // distinct experts the round touches
-  int hits = 0;                 // of those, already resident
-};
-
-struct ExpertCacheStats {
-  std::uint64_t rounds = 0;
-  std::uint64_t hits = 0;          // distinct experts per round found resident
-  std::uint64_t misses = 0;        // distinct experts per round that needed a load
-  std::uint64_t evictions = 0;     // resident experts dropped to make room
-  std::uint64_t bytes_loaded = 0;  // expert bytes of loads completed by end_round
-};
-
 class ExpertCache {
  public:
-  // Errors: any validate_cache_shape error, a pin out of range or repeated,
-  // expert_bytes 0, bad alignment, allocation failure. Pinned experts start
-  // unloaded: the first round that needs them (or a warm-up round
-  // begin_round(pins)) loads them into their own slots.
+  // The policy over a host slab of its cap slots (config.expert_bytes each,
+  // config.alignment aligned). Errors: SlotPolicy::create's, bad alignment,
+  // allocation failure.
   static Result<ExpertCache> create(const ExpertCacheConfig& config);
+  // The policy over storage a backend made. Errors: fewer slots than the
+  // policy's cap, or slots smaller than its experts.
+  static Result<ExpertCache> create(SlotPolicy policy, std::unique_ptr<SlotStorage> storage);
 
-  // Leases a slot for every distinct expert in `experts_needed` and says which
-  // must be loaded where. Errors (cache state unchanged): a round already
-  // open, an expert id out of range, or more distinct misses than evictable
-  // slots (names cap, pins, distinct and what to change).
-  Result<RoundPlan> begin_round(std::span<const int> experts_needed);
-
-  // Closes the round: the loads are taken as done, leases are released and
-  // the round's unpinned experts become the most recently used.
-  void end_round();
-
-  // Closes the round after a failed load: slots that were being filled this
-  // round are emptied (never served as hits later), the rest as end_round.
-  void abort_round();
-
-  // Hands `count` evictable slots back, least recently used first (empty
-  // ones before loaded ones): their experts are evicted, the slots are never
-  // used again and their whole pages go back to the OS. For the run-time RSS
-  // watchdog. Returns the bytes released. Errors: a round is open, or fewer
-  // than top_k evictable slots would remain (a token could not be routed).
+  Result<RoundPlan> begin_round(std::span<const int> experts_needed);  // SlotPolicy::begin_round
+  void end_round() { policy_.end_round(); }
+  void abort_round() { policy_.abort_round(); }
+  // SlotPolicy::retire_slots, then the storage gives the slots' memory back
+  // (whole pages of a host slab). Returns the bytes released.
   Result<std::uint64_t> retire_slots(int count);
 
-  bool in_round() const { return in_round_; }
-  // The slot of an expert leased by the open round; nullopt otherwise
-  // (a slot index is only meaningful while its lease holds).
-  std::optional<int> slot_of(int expert) const;
-  // The bytes of an expert leased by the open round; empty otherwise.
+  bool in_round() const { return policy_.in_round(); }
+  std::optional<int> slot_of(int expert) const { return policy_.slot_of(expert); }
+  // The host bytes of an expert leased by the open round; empty otherwise,
+  // and always for device storage.
   std::span<const std::byte> expert_data(int expert) const;
-  // A slot's bytes, for the I/O pool filling a SlotLoad.
-  std::span<std::byte> slot_data(int slot) { return slab_.slot(static_cast<std::size_t>(slot)); }
+  // A slot's host bytes (empty for device storage).
+  std::span<std::byte> slot_data(int slot) { return storage_->host_slot(static_cast<std::size_t>(slot)); }
 
-  bool is_resident(int expert) const;  // loaded and not evicted
-  bool is_pinned(int expert) const;
-  // Unpinned resident experts, least recently used first (the eviction order).
-  std::vector<int> lru_order() const;
+  bool is_resident(int expert) const { return policy_.is_resident(expert); }
+  bool is_pinned(int expert) const { return policy_.is_pinned(expert); }
+  std::vector<int> lru_order() const { return policy_.lru_order(); }
 
-  int layer() const { return layer_; }
-  int n_experts() const { return n_experts_; }
-  int cap() const { return cap_; }
-  int n_pins() const { return n_pins_; }
-  int evictable_slots() const { return cap_ - n_pins_; }
-  std::size_t expert_bytes() const { return slab_.slot_bytes(); }
-  const AlignedSlab& slab() const { return slab_; }
-  const ExpertCacheStats& stats() const { return stats_; }
+  int layer() const { return policy_.layer(); }
+  int n_experts() const { return policy_.n_experts(); }
+  int cap() const { return policy_.cap(); }
+  int n_pins() const { return policy_.n_pins(); }
+  int evictable_slots() const { return policy_.evictable_slots(); }
+  std::size_t expert_bytes() const { return policy_.expert_bytes(); }
+  const ExpertCacheStats& stats() const { return policy_.stats(); }
+  const SlotPolicy& policy() const { return policy_; }
+  SlotStorage& storage() { return *storage_; }
+  const SlotStorage& storage() const { return *storage_; }
 
  private:
-  struct Slot {
-    int expert = -1;       // -1: empty
-    bool pinned = false;   // never in the LRU, never reassigned
-    bool leased = false;   // used by the open round
-    bool loaded = false;   // bytes valid (false while a load is pending)
-  };
-
-  ExpertCache(const ExpertCacheConfig& config, int cap, AlignedSlab slab);
-  Status check_round_fits(const std::vector<int>& distinct) const;
-  int take_victim();
-  void close_round(bool loads_succeeded);
-
-  int layer_ = 0;
-  int n_experts_ = 0;
-  int top_k_ = 0;
-  int cap_ = 0;
-  int n_pins_ = 0;
-  AlignedSlab slab_;
-  std::vector<Slot> slots_;
-  std::vector<int> slot_of_expert_;        // -1 when not assigned
-  std::vector<std::uint64_t> seen_in_round_;  // last begin_round stamp per expert, for the distinct set
-  std::uint64_t round_stamp_ = 0;
-  detail::SlotLru evictable_;              // unpinned, unleased slots only
-  std::vector<int> leased_;                // slots leased by the open round
-  bool in_round_ = false;
-  ExpertCacheStats stats_;
+  ExpertCache(SlotPolicy policy, std::unique_ptr<SlotStorage> storage);
+  SlotPolicy policy_;
+  std::unique_ptr<SlotStorage> storage_;
 };
 
 }  // namespace coli::experts

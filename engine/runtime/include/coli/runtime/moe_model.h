@@ -1,4 +1,5 @@
-// The MoE decoder running from a coli container on the CPU: dense weights in
+// The MoE decoder running from a coli container through a compute backend
+// (coli/backend, the CPU backend today): dense weights in
 // memory, routed experts streamed through a bounded per-layer cache. The
 // knobs (threads and their placement, cache capacity, pins, rounds, I/O)
 // change speed only: every setting produces the same tokens. The CPU kernel

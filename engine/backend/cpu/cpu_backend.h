@@ -1,0 +1,53 @@
+// The CPU backend: today's engine code behind the seam. Quantised matrices
+// run on the SIMD GEMV kernels (kernels/cpu, the variant and thread count
+// from the props) or, with cpu_kernel "exact", on the scalar reference with
+// f32 activations; float matrices on forward::gemv_dense. Expert slots are a
+// host slab (reads land in them directly).
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "coli/backend/backend.h"
+#include "cpu/gemv_cpu.h"
+
+namespace coli::backend {
+
+class CpuBackend final : public Backend {
+ public:
+  // Errors: props of another kind, a kernel name that is not a variant or
+  // "exact", a variant this CPU cannot run. "" = the best this CPU runs
+  // (COLI_CPU_KERNEL may force one).
+  static Result<std::unique_ptr<CpuBackend>> create(const BackendProps& props);
+
+  const BackendProps& props() const override { return props_; }
+  BackendMemory memory() const override;
+  Result<std::unique_ptr<experts::SlotStorage>> create_slot_storage(std::size_t slots, std::size_t slot_bytes,
+                                                                    std::size_t alignment) override;
+  Status upload(experts::SlotStorage& storage, int slot, std::span<const std::byte> bytes) override;
+  void expert_ffn_batch(const ExpertBatch& batch) override;
+  void matmul(const WeightView& w, std::span<const float> x, std::span<float> y,
+              std::span<const float> bias = {}) override;
+
+ private:
+  explicit CpuBackend(BackendProps props) : props_(std::move(props)) {}
+  // y = part of the record times x, one matrix at a time.
+  void project(const container::ExpertPart& part, WeightFormat format, const std::byte* record,
+               std::span<const float> x, std::span<float> y);
+  // One expert after another (exact and f32 experts).
+  void ffn_each(const ExpertBatch& batch);
+  // All gates and ups in one parallel region, all downs in another.
+  void ffn_quantized(const ExpertBatch& batch);
+
+  BackendProps props_;
+  kernels::cpu::GemvOptions gemv_;
+  bool exact_ = false;
+  std::atomic<std::uint64_t> slot_bytes_allocated_{0};
+  // scratch, kept between calls
+  std::vector<float> gate_, up_;
+  std::vector<kernels::cpu::QuantizedActivations> inputs_, hidden_;
+};
+
+}  // namespace coli::backend
