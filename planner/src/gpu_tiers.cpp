@@ -75,31 +75,11 @@ std::vector<Ranked> rank_experts(const ModelFootprint& fp, const experts::UsageH
   return all;
 }
 
-// The GPU decoder's shape for this model and run (decoder_layout.h).
-vulkan::DecoderShape decoder_shape(const ModelFootprint& fp, const GpuTierRequest& request) {
-  const model::ModelConfig& c = fp.config;
-  vulkan::DecoderShape s;
-  s.hidden = c.hidden_size;
-  s.heads = c.num_attention_heads;
-  s.head_dim = c.head_dim;
-  s.q_width = c.num_attention_heads * c.head_dim;
-  s.kv_width = c.num_key_value_heads * c.head_dim;
-  s.layers = c.num_hidden_layers;
-  s.moe_layers = fp.moe_layer_count();
-  s.experts = static_cast<u64>(fp.n_experts);
-  s.top_k = static_cast<u64>(fp.top_k);
-  s.expert_width = c.moe_intermediate_size;
-  s.mlp_width = std::max<u64>({1, c.dense_intermediate_size, c.shared_expert_intermediate_size});
-  s.vocab = c.vocab_size;
-  s.context = static_cast<u64>(request.ctx);
-  s.batch = static_cast<u64>(std::max(1, request.batch_tokens));
-  return s;
-}
-
 // What the whole-decoder backend holds beside the expert slots: dense
 // weights, KV cache and activations in VRAM; mapped buffers in RAM.
 void add_whole_decoder_lines(GpuTier& tier, const ModelFootprint& fp, const GpuTierRequest& request) {
-  const vulkan::DecoderLayout layout = vulkan::layout_decoder(decoder_shape(fp, request));
+  const vulkan::DecoderLayout layout = vulkan::layout_decoder(vulkan::decoder_shape(
+      fp.config, fp.moe_layer_count(), static_cast<u64>(request.ctx), static_cast<u64>(std::max(1, request.batch_tokens))));
   const BackendMemory& b = request.backend;
   tier.lines.push_back({"GPU dense weights", Tier::vram, fp.gpu_dense_bytes,
                         n(fp.dense_tensor_count) + " dense tensors but the embedding, vectors as f32, 256-aligned"});

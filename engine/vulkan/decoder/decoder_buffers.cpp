@@ -23,32 +23,21 @@ std::vector<float> rope_table(const model::ModelConfig& c, int context) {
 
 }  // namespace
 
-DecoderShape decoder_shape(const model::ModelConfig& c, const DecoderModel& model, const GpuWeights& weights) {
-  DecoderShape shape;
-  shape.hidden = c.hidden_size;
-  shape.heads = c.num_attention_heads;
-  shape.head_dim = c.head_dim;
-  shape.q_width = c.num_attention_heads * c.head_dim;
-  shape.kv_width = c.num_key_value_heads * c.head_dim;
-  shape.layers = c.num_hidden_layers;
-  shape.moe_layers = weights.experts.slot_of.size();
-  shape.experts = c.num_experts;
-  shape.top_k = c.num_experts_per_tok;
-  shape.expert_width = c.moe_intermediate_size;
-  for (const GpuLayer& layer : weights.layers) shape.mlp_width = std::max<std::uint64_t>(shape.mlp_width, layer.mlp_gate.rows);
-  shape.vocab = c.vocab_size;
-  shape.context = static_cast<std::uint64_t>(model.max_context);
-  shape.batch = static_cast<std::uint64_t>(std::max(1, model.max_batch_tokens));
-  return shape;
-}
-
 Result<DecoderBuffers> DecoderBuffers::create(ComputeContext& context, StagingRing& ring,
                                               const model::ModelConfig& c, const DecoderModel& model,
                                               const GpuWeights& weights) {
   DecoderBuffers b;
   b.max_tokens_ = std::max(1, model.max_batch_tokens);
   b.context_ = model.max_context;
-  b.layout_ = layout_decoder(decoder_shape(c, model, weights));
+  const DecoderShape shape = decoder_shape(c, weights.experts.slot_of.size(), static_cast<std::uint64_t>(model.max_context),
+                                           static_cast<std::uint64_t>(b.max_tokens_));
+  for (const GpuLayer& layer : weights.layers) {
+    if (layer.mlp_gate.rows > shape.mlp_width) {
+      return make_error("a dense MLP of " + std::to_string(layer.mlp_gate.rows) + " rows is wider than the config says (" +
+                        std::to_string(shape.mlp_width) + "): convert the model again");
+    }
+  }
+  b.layout_ = layout_decoder(shape);
   auto scratch = AddressedBuffer::create(context, b.layout_.device_bytes, Placement::device, "decoder activations");
   if (!scratch) return scratch.error();
   b.scratch_ = std::move(*scratch);

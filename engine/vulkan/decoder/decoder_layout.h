@@ -8,6 +8,8 @@
 #include <array>
 #include <cstdint>
 
+#include "coli/model/model_config.h"
+
 namespace coli::vulkan {
 
 struct DecoderShape {
@@ -18,6 +20,29 @@ struct DecoderShape {
   std::uint64_t context = 0;    // KV positions
   std::uint64_t batch = 1;      // tokens per submission
 };
+
+// The shape of `config` for a run of `context` positions and `batch` tokens
+// per submission (the dense MLP is the widest of the dense layers' and the
+// shared expert's; the decoder checks its tensors against it).
+inline DecoderShape decoder_shape(const model::ModelConfig& c, std::uint64_t moe_layers, std::uint64_t context,
+                                  std::uint64_t batch) {
+  DecoderShape s;
+  s.hidden = c.hidden_size;
+  s.heads = c.num_attention_heads;
+  s.head_dim = c.head_dim;
+  s.q_width = c.num_attention_heads * c.head_dim;
+  s.kv_width = c.num_key_value_heads * c.head_dim;
+  s.layers = c.num_hidden_layers;
+  s.moe_layers = moe_layers;
+  s.experts = c.num_experts;
+  s.top_k = c.num_experts_per_tok;
+  s.expert_width = c.moe_intermediate_size;
+  s.mlp_width = std::max<std::uint64_t>({1, c.dense_intermediate_size, c.shared_expert_intermediate_size});
+  s.vocab = c.vocab_size;
+  s.context = context;
+  s.batch = std::max<std::uint64_t>(batch, 1);
+  return s;
+}
 
 // Device scratch regions, by role.
 enum DeviceRole { x, h, q, k, v, attn, scores, mlp_a, mlp_b, router_logits, act, y, y_host_copy, shared_out,
