@@ -2,8 +2,9 @@
 // transformers references and the CPU engine: the four architectures, f32
 // experts to 1e-4 with the same 32 greedy tokens, int8/int4 experts against
 // transformers on the de-quantised weights, one prefill call in chunks,
-// hybrid plans (half the experts computed on the CPU) and a device whose
-// shared memory is pretended down to 16 KiB. Without a Vulkan device the
+// hybrid plans (half the experts computed on the CPU), a device whose shared
+// memory is pretended down to 16 KiB, and int8/int4 dense projections against
+// the CPU engine's exact path. Without a Vulkan device the
 // tests skip, unless COLI_REQUIRE_VULKAN=1 (CI sets it) makes that a failure.
 #include <gtest/gtest.h>
 
@@ -106,6 +107,29 @@ TEST_P(VulkanEngine, SixteenKibOfSharedMemoryGivesTheSameTokens) {
   options.gpu_shared_memory_limit = 16 * 1024;
   const EngineRun run = run_model(converted_fixture(GetParam(), WeightFormat::q4_g64), options, ref, true);
   EXPECT_EQ(run.tokens, ref.generated);
+}
+
+// Quantised dense projections (attention, lm_head; coli convert --dense): the
+// GPU's q8_row and q4_g64 matvecs against the CPU engine's exact path, which
+// computes the same f32 activations on the de-quantised weights.
+TEST_P(VulkanEngine, QuantisedDenseWeightsMatchTheCpuExactPath) {
+  REQUIRE_VULKAN();
+  const Reference ref = load_reference(dir(), "reference_q8");
+  for (DenseFormat dense : {DenseFormat::q8_row, DenseFormat::q4_g64}) {
+    SCOPED_TRACE(std::string(dense_format_name(dense)));
+    const fs::path container = scratch_dir() / (GetParam() + "_dense_" + std::string(dense_format_name(dense)) + ".coli");
+    auto report = convert::convert_model(dir(), container, WeightFormat::q8_row, dense);
+    ASSERT_TRUE(report.ok()) << report.error().message;
+    runtime::ModelOptions cpu;
+    cpu.cpu_kernel = "exact";
+    const EngineRun expected = run_model(container, cpu, ref);
+    const EngineRun gpu = run_model(container, gpu_options(), ref);
+    ASSERT_EQ(gpu.prompt_logits.size(), expected.prompt_logits.size());
+    for (std::size_t i = 0; i < gpu.prompt_logits.size(); ++i) {
+      EXPECT_LT(max_relative_error(gpu.prompt_logits[i], expected.prompt_logits[i]), 1e-4) << "prompt position " << i;
+    }
+    EXPECT_EQ(gpu.tokens, expected.tokens);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(AllArchitectures, VulkanEngine, testing::Values("qwen3_moe", "olmoe", "mixtral", "qwen2_moe"));
