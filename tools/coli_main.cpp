@@ -17,6 +17,7 @@
 #include "coli/tokenizer/tokenizer.h"
 #include "coli_profile_cmd.h"
 #include "run_plan.h"
+#include "sampler.h"
 
 namespace {
 
@@ -44,36 +45,6 @@ coli::Result<coli::Tokenizer> load_tokenizer(const fs::path& model, const std::s
   return coli::make_error("no tokenizer found next to " + model.string() +
                           " (looked for tokenizer.json, tokenizer.gguf): pass --tokenizer FILE or --prompt-ids");
 }
-
-// Greedy when temperature is 0, else seeded temperature + top-p sampling.
-struct Sampler {
-  float temperature = 0;
-  float top_p = 1;
-  std::mt19937_64 rng;
-
-  std::int32_t pick(std::vector<float> logits) {
-    const auto best = std::max_element(logits.begin(), logits.end());
-    if (temperature <= 0) return static_cast<std::int32_t>(best - logits.begin());
-    const float peak = *best;
-    std::vector<std::pair<float, std::int32_t>> candidates;
-    double total = 0;
-    for (std::size_t i = 0; i < logits.size(); ++i) {
-      const float p = std::exp((logits[i] - peak) / temperature);
-      candidates.emplace_back(p, static_cast<std::int32_t>(i));
-      total += p;
-    }
-    std::sort(candidates.begin(), candidates.end(), std::greater<>());
-    double kept = 0;
-    std::size_t count = 0;
-    while (count < candidates.size() && kept < top_p * total) kept += candidates[count++].first;
-    double target = std::uniform_real_distribution<double>(0, kept)(rng);
-    for (std::size_t i = 0; i < count; ++i) {
-      target -= candidates[i].first;
-      if (target <= 0) return candidates[i].second;
-    }
-    return candidates[count - 1].second;
-  }
-};
 
 int run_convert(const std::string& model_dir, const std::string& out, const std::string& experts,
                 const std::string& dense_name) {
@@ -160,6 +131,10 @@ coli::Status save_history(History& history, const coli::runtime::MoeModel& model
 }
 
 int run_generate(const RunArgs& args) {
+  if (coli::Status s = coli::tools::check_sampling({args.temperature, args.top_p, args.seed}); !s) {
+    std::fprintf(stderr, "coli run: %s\n", s.error().message.c_str());
+    return 2;
+  }
   const auto load_start = Clock::now();
   std::optional<coli::Tokenizer> tokenizer;
   std::vector<std::int32_t> prompt = args.prompt_ids;
@@ -234,13 +209,18 @@ int run_generate(const RunArgs& args) {
     return 1;
   }
   const double ttft = seconds_since(prefill_start);
-  Sampler sampler{args.temperature, args.top_p, std::mt19937_64(args.seed)};
+  coli::tools::Sampler sampler({args.temperature, args.top_p, args.seed});
   std::optional<coli::StreamDecoder> decoder;
   if (tokenizer) decoder.emplace(*tokenizer);
   const auto decode_start = Clock::now();
   int generated = 0;
   for (int position = static_cast<int>(prompt.size()); generated < args.max_tokens; ++position) {
-    const std::int32_t next = sampler.pick(logits);
+    const auto picked = sampler.pick(logits);
+    if (!picked) {
+      std::fprintf(stderr, "\ncoli run: %s\n", picked.error().message.c_str());
+      return 1;
+    }
+    const std::int32_t next = *picked;
     ++generated;
     if (decoder) std::fputs(decoder->push(next).c_str(), stdout);
     else std::printf("%d ", next);
@@ -313,8 +293,8 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--io-threads", run.options.io_threads, "Threads reading expert misses (0 = read on the compute thread)")->check(CLI::Range(0, 256))->capture_default_str();
   run_cmd->add_flag("--no-direct-io{false}", run.options.direct_io, "Read streamed experts through the page cache instead of O_DIRECT");
   run_cmd->add_option("--kernel", run.options.cpu_kernel, "CPU kernel: scalar, avx2, avx512, avx512_vnni or exact (default: best)");
-  run_cmd->add_option("--temperature", run.temperature, "0 = greedy")->check(CLI::Range(0.0, 100.0))->capture_default_str();
-  run_cmd->add_option("--top-p", run.top_p, "Nucleus sampling mass")->check(CLI::Range(0.0, 1.0))->capture_default_str();
+  run_cmd->add_option("--temperature", run.temperature, "0 = greedy; finite, >= 0")->capture_default_str();
+  run_cmd->add_option("--top-p", run.top_p, "Nucleus sampling mass, in (0, 1]")->capture_default_str();
   run_cmd->add_option("--seed", run.seed, "Sampling seed")->capture_default_str();
   const coli::tools::ProfileCommand profile_cmd(app);  // coli profile ... (docs/fleet.md)
   CLI11_PARSE(app, argc, argv);

@@ -49,12 +49,27 @@ Status write_file_atomically(const fs::path& path, std::string_view content) {
 }
 
 Result<std::string> read_text_file(const fs::path& path) {
+  // A directory, a device or an endless pipe given where a file belongs is
+  // named as such, and no text file of coli's grows past kMaxTextFileBytes.
+  std::error_code error;
+  const fs::file_status status = fs::status(path, error);
+  if (!error && fs::is_directory(status)) return make_error(path.string() + " is a directory, not a file");
+  if (!error && fs::exists(status) && !fs::is_regular_file(status)) {
+    return make_error(path.string() + " is not a regular file (a device or a pipe?): give the file itself");
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) return make_error("cannot open " + path.string() + ": " + std::strerror(errno));
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
+  std::string text;
+  char chunk[1 << 16];
+  while (in.read(chunk, sizeof chunk) || in.gcount() > 0) {
+    text.append(chunk, static_cast<std::size_t>(in.gcount()));
+    if (text.size() > kMaxTextFileBytes) {
+      return make_error(path.string() + " is larger than " + std::to_string(kMaxTextFileBytes >> 20) +
+                        " MiB, which no coli text file is: is it the right file?");
+    }
+  }
   if (in.bad()) return make_error("cannot read " + path.string());
-  return buffer.str();
+  return text;
 }
 
 fs::path SystemRoot::map(std::string_view absolute_path) const {

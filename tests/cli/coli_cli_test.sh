@@ -88,6 +88,17 @@ check "cap error names the numbers" contains "$work/e1" "cap"
 "$coli" run --model "$work/demo.coli" --prompt-ids 1 --cap 4 --pin 4 >/dev/null 2>"$work/e2"
 check "pins filling the cache refused" test $? -eq 1
 check "pin error says what to change" contains "$work/e2" "pin"
+# Issue 12: top_p 0 and NaN read past the sampler's candidates; a directory
+# given as a profile reported a missing field.
+"$coli" run --model "$work/demo.coli" --prompt-ids 1 --temperature 0.8 --top-p 0 >/dev/null 2>"$work/e7"
+check "top_p 0 refused as a usage error" test $? -eq 2
+check "top_p error names the option" contains "$work/e7" "--top-p"
+"$coli" run --model "$work/demo.coli" --prompt-ids 1 --temperature nan >/dev/null 2>"$work/e8"
+check "NaN temperature refused" test $? -eq 2
+"$coli" profile show "$work" >/dev/null 2>"$work/e9"
+check "a directory as a profile is named as one" contains "$work/e9" "is a directory"
+"$plan" --profile /dev/zero --model "$work/demo.coli" >/dev/null 2>"$work/e10"
+check "an endless device as a profile is refused, not read forever" contains "$work/e10" "not a regular file"
 head -c 100000 "$work/demo.coli" >"$work/cut.coli"
 "$coli" run --model "$work/cut.coli" --prompt-ids 1 >/dev/null 2>"$work/e3"
 check "truncated container refused" test $? -eq 1

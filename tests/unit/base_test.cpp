@@ -84,6 +84,18 @@ TEST(Files, AtomicWriteReportsUnwritableDirectory) {
   EXPECT_NE(status.error().message.find("/proc/coli-cannot-write-here"), std::string::npos);
 }
 
+// Issue 12: a directory given as a profile reported a missing field, and
+// /dev/zero was read forever.
+TEST(Files, ReadTextFileNamesDirectoriesAndDevices) {
+  auto directory = read_text_file(std::filesystem::temp_directory_path());
+  ASSERT_FALSE(directory.ok());
+  EXPECT_NE(directory.error().message.find("is a directory"), std::string::npos) << directory.error().message;
+  auto endless = read_text_file("/dev/zero");
+  ASSERT_FALSE(endless.ok());
+  EXPECT_NE(endless.error().message.find("not a regular file"), std::string::npos) << endless.error().message;
+  EXPECT_FALSE(read_text_file("/nonexistent/coli.toml").ok());
+}
+
 TEST(SystemRoot, MapsPathsBelowAReplayPrefix) {
   const SystemRoot live;
   EXPECT_TRUE(live.is_live());

@@ -16,6 +16,7 @@
 #include <optional>
 #include <nlohmann/json.hpp>
 
+#include "coli/container/container.h"
 #include "coli/convert/convert.h"
 #include "coli/experts/usage_history.h"
 #include "coli/model/model_config.h"
@@ -233,6 +234,38 @@ TEST_P(EngineReference, PlannerAndEngineAgreeOnTheModelIdentity) {
   ASSERT_TRUE(model.ok()) << model.error().message;
   const runtime::ModelShape shape = model->shape();
   EXPECT_EQ(planner::model_identity(text, *config), experts::usage_model_identity(shape.config_json, shape.tensor_names));
+}
+
+// Issue 12: a container without one norm tensor loaded and then crashed in
+// rms_norm. It is refused at load, naming the tensor.
+TEST_P(EngineReference, MissingNormTensorIsRefusedAtLoad) {
+  const fs::path source = container_for(GetParam(), WeightFormat::q8_row);
+  auto reader = container::ContainerReader::open(source);
+  ASSERT_TRUE(reader.ok()) << reader.error().message;
+  const container::ContainerIndex& index = reader->index();
+  const fs::path broken = scratch_dir() / (GetParam() + "_no_norm.coli");
+  auto writer = container::ContainerWriter::create(broken);
+  ASSERT_TRUE(writer.ok()) << writer.error().message;
+  const std::string dropped = "model.layers.1.post_attention_layernorm.weight";
+  for (const container::TensorEntry& t : index.tensors) {
+    if (t.name == dropped) continue;
+    std::vector<std::byte> data(t.bytes);
+    ASSERT_TRUE(reader->read(t.offset, data).ok());
+    ASSERT_TRUE(writer->add_tensor(t.name, t.dtype, t.shape, data).ok());
+  }
+  const container::ExpertLayout& e = index.experts;
+  ASSERT_TRUE(writer->begin_experts(e.format, e.layers, e.experts, e.model_layers, e.parts).ok());
+  std::vector<std::byte> record(e.record_bytes);
+  for (std::uint32_t l = 0; l < e.layers; ++l) {
+    for (std::uint32_t x = 0; x < e.experts; ++x) {
+      ASSERT_TRUE(reader->read(e.record_offset(l, x), record).ok());
+      ASSERT_TRUE(writer->add_expert(record).ok());
+    }
+  }
+  ASSERT_TRUE(writer->finish(index.architecture, index.config_json, index.source).ok());
+  auto model = runtime::MoeModel::load(broken, {});
+  ASSERT_FALSE(model.ok());
+  EXPECT_NE(model.error().message.find(dropped), std::string::npos) << model.error().message;
 }
 
 INSTANTIATE_TEST_SUITE_P(AllArchitectures, EngineReference,

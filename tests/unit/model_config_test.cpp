@@ -132,6 +132,14 @@ TEST(ConfigErrors, BrokenJsonNamesLineAndColumn) {
   EXPECT_TRUE(Contains(message, "invalid JSON"));
 }
 
+// Issue 12: a number past double's range aborted coli convert and coli-plan
+// (nlohmann's out_of_range escaped); it is a broken file like any other.
+TEST(ConfigErrors, NumberOutOfRangeIsAnErrorNotAnAbort) {
+  const std::string message = config_error(R"({"model_type": "olmoe", "hidden_size": 1e309})");
+  EXPECT_TRUE(Contains(message, "invalid JSON")) << message;
+  EXPECT_TRUE(Contains(message, "config.json")) << message;
+}
+
 TEST(ConfigErrors, UnknownArchitectureListsSupported) {
   EXPECT_TRUE(Contains(config_error(R"({"model_type": "llama4_text"})"),
                        "model_type 'llama4_text' is not supported; coli reads qwen3_moe, olmoe, mixtral, qwen2_moe; "

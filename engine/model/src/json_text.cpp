@@ -56,6 +56,9 @@ Result<ParsedJson> parse_json_text(std::string_view text, std::string_view sourc
     const TextPosition where = position_of(text, error.byte);
     return make_error(std::string(source) + ":" + std::to_string(where.line) + ":" + std::to_string(where.column) +
                       ": invalid JSON: " + reason_of(error) + " (fix or re-download the file)");
+  } catch (const nlohmann::json::exception& error) {
+    // Out of range (a number like 1e309) and the like: still a broken file, never an abort.
+    return make_error(std::string(source) + ": invalid JSON: " + error.what() + " (fix or re-download the file)");
   }
   return parsed;
 }

@@ -111,6 +111,10 @@ Status MoeModel::State::load_layers() {
   embed = *embedding;
   if (Status s = get(c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight", lm_head); !s) return s;
   final_norm = dense.vector("model.norm.weight");
+  if (final_norm.size() != c.hidden_size) {
+    return make_error("the container's model.norm.weight has " + std::to_string(final_norm.size()) +
+                      " values, not hidden_size " + std::to_string(c.hidden_size) + ": convert the model again");
+  }
   const auto& moe_layers = reader->index().experts.model_layers;
   const bool mixtral = c.architecture == model::Architecture::Mixtral;
   for (std::uint64_t i = 0; i < c.num_hidden_layers; ++i) {
@@ -118,6 +122,12 @@ Status MoeModel::State::load_layers() {
     LayerWeights w;
     w.input_norm = dense.vector(p + "input_layernorm.weight");
     w.post_norm = dense.vector(p + "post_attention_layernorm.weight");
+    for (const auto& [name, norm] : {std::pair{"input_layernorm", &w.input_norm}, {"post_attention_layernorm", &w.post_norm}}) {
+      if (norm->size() != c.hidden_size) {
+        return make_error("the container's " + p + name + ".weight has " + std::to_string(norm->size()) +
+                          " values, not hidden_size " + std::to_string(c.hidden_size) + ": convert the model again");
+      }
+    }
     for (auto [name, matrix] : {std::pair{"q", &w.q}, {"k", &w.k}, {"v", &w.v}, {"o", &w.o}}) {
       if (Status s = get(p + "self_attn." + name + "_proj.weight", *matrix); !s) return s;
     }

@@ -1,6 +1,7 @@
 // File helpers shared by every tool: atomic writes and a replayable system root.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <filesystem>
 #include <optional>
@@ -17,6 +18,9 @@ namespace coli {
 Status write_file_atomically(const std::filesystem::path& path, std::string_view content);
 
 // Reads a whole (small) file; an error names the path and the OS reason.
+// Errors: a directory, a device or pipe, a file over kMaxTextFileBytes, an
+// unreadable file, each named.
+inline constexpr std::size_t kMaxTextFileBytes = 512ull << 20;
 Result<std::string> read_text_file(const std::filesystem::path& path);
 
 // Where /proc and /sys are read from. "/" on a live machine; a recorded tree
