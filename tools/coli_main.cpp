@@ -4,6 +4,7 @@
 #include <sys/resource.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <random>
@@ -133,6 +134,10 @@ coli::Status save_history(History& history, const coli::runtime::MoeModel& model
 int run_generate(const RunArgs& args) {
   if (coli::Status s = coli::tools::check_sampling({args.temperature, args.top_p, args.seed}); !s) {
     std::fprintf(stderr, "coli run: %s\n", s.error().message.c_str());
+    return 2;
+  }
+  if (!std::isfinite(args.usage_decay) || args.usage_decay < 0 || args.usage_decay > 1) {
+    std::fprintf(stderr, "coli run: --usage-decay %g must be a number in [0, 1]\n", args.usage_decay);
     return 2;
   }
   const auto load_start = Clock::now();

@@ -10,6 +10,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "coli/shaders/catalogue.h"
+
 #include "coli/base/files.h"
 #include "coli/base/text.h"
 #include "coli/container/container.h"
@@ -166,7 +168,10 @@ int main(int argc, char** argv) {
                  "none, auto (a GPU only when this build's engine runs experts there) or a Vulkan device index "
                  "(plans a VRAM tier)")
       ->capture_default_str();
-  app.add_option("--gpu-variant", request.gpu_variant, "Force this shader variant for every expert shape (checked against the GPU's limits)");
+  std::vector<std::string> variant_names;
+  for (const coli::shaders::ShaderVariant& v : coli::shaders::gemv_catalogue()) variant_names.emplace_back(v.name);
+  app.add_option("--gpu-variant", request.gpu_variant, "Force this shader variant for every expert shape (checked against the GPU's limits)")
+      ->check(CLI::IsMember(variant_names));
   app.add_option("--kernel", request.cpu_kernel, "Force the CPU kernel variant: avx512vnni, avx512, avx2, scalar or exact");
   app.add_option("--vram", vram_text, "VRAM the tier may use, e.g. 40G (at most the device's budget)");
   app.add_option("--usage", usage_path,
@@ -185,7 +190,7 @@ int main(int argc, char** argv) {
   if (!ram_text.empty()) {
     request.ram = coli::parse_size(ram_text);
     if (!request.ram) {
-      std::fprintf(stderr, "coli-plan: --ram '%s' is not a size: use e.g. 16G, 512M or a byte count\n", ram_text.c_str());
+      std::fprintf(stderr, "coli-plan: --ram '%s' is not a size: give a unit, e.g. 16G, 512M or 1073741824B\n", ram_text.c_str());
       return 1;
     }
   }
@@ -221,7 +226,7 @@ int main(int argc, char** argv) {
   if (!vram_text.empty()) {
     request.vram = coli::parse_size(vram_text);
     if (!request.vram) {
-      std::fprintf(stderr, "coli-plan: --vram '%s' is not a size: use e.g. 40G, 512M or a byte count\n", vram_text.c_str());
+      std::fprintf(stderr, "coli-plan: --vram '%s' is not a size: give a unit, e.g. 40G or 512M\n", vram_text.c_str());
       return 1;
     }
   }

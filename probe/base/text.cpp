@@ -1,5 +1,6 @@
 #include "coli/base/text.h"
 
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <ctime>
@@ -80,16 +81,20 @@ std::optional<std::uint64_t> parse_size(std::string_view text) {
   } catch (...) {
     return std::nullopt;
   }
+  // The unit is required (a bare "16" was 16 bytes where 16 GiB was meant)
+  // and case-insensitive: 16G, 16g, 16GiB, 16gb; B or "bytes" for bytes.
   std::string unit = owned.substr(used);
-  for (const char* suffix : {"iB", "B"}) {
+  for (char& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (unit == "bytes") unit = "b";
+  for (const char* suffix : {"ib", "b"}) {
     if (unit.size() > 1 && unit.ends_with(suffix)) unit.resize(unit.size() - std::string(suffix).size());
   }
   int shift = 0;
-  if (unit == "K" || unit == "k") shift = 10;
-  else if (unit == "M") shift = 20;
-  else if (unit == "G") shift = 30;
-  else if (unit == "T") shift = 40;
-  else if (!unit.empty() && unit != "B") return std::nullopt;
+  if (unit == "k") shift = 10;
+  else if (unit == "m") shift = 20;
+  else if (unit == "g") shift = 30;
+  else if (unit == "t") shift = 40;
+  else if (unit != "b") return std::nullopt;
   const double bytes = std::ldexp(value, shift);
   if (!(bytes >= 1) || bytes > 0x1p62) return std::nullopt;
   return static_cast<std::uint64_t>(bytes);

@@ -95,6 +95,11 @@ check "top_p 0 refused as a usage error" test $? -eq 2
 check "top_p error names the option" contains "$work/e7" "--top-p"
 "$coli" run --model "$work/demo.coli" --prompt-ids 1 --temperature nan >/dev/null 2>"$work/e8"
 check "NaN temperature refused" test $? -eq 2
+"$coli" run --model "$work/demo.coli" --prompt-ids 1 --usage-decay nan >/dev/null 2>"$work/e11"
+check "NaN usage decay refused" test $? -eq 2
+"$plan" --profile "$work/profile.toml" --model "$work/demo.coli" --gpu-variant foo >/dev/null 2>"$work/e12"
+check "an unknown --gpu-variant is refused" test $? -ne 0
+check "the refusal names the option" contains "$work/e12" "gpu-variant"
 "$coli" profile show "$work" >/dev/null 2>"$work/e9"
 check "a directory as a profile is named as one" contains "$work/e9" "is a directory"
 "$plan" --profile /dev/zero --model "$work/demo.coli" >/dev/null 2>"$work/e10"

@@ -45,6 +45,10 @@ check "broken profile exits 1" test $? -eq 1
 check "broken profile named" contains "$work/b.err" "broken.toml"
 
 # Bad arguments: a size that is not one, an override that would crash.
+"$plan" --profile "$profile" --model "$model" --ram 16 --offline >/dev/null 2>"$work/s16.err"
+check "a bare --ram number (16 bytes?) is refused" contains "$work/s16.err" "give a unit"
+"$plan" --profile "$profile" --model "$model" --ram 16g --gpu none --offline >/dev/null 2>&1
+check "--ram 16g is 16 GiB" test $? -eq 0
 "$plan" --profile "$profile" --model "$model" --ram lots >/dev/null 2>"$work/s.err"
 check "bad --ram exits 1" test $? -eq 1
 check "bad --ram explained" contains "$work/s.err" "not a size"

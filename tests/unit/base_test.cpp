@@ -54,9 +54,15 @@ TEST(Text, SizesInBinaryUnits) {
   EXPECT_EQ(parse_size("512MiB"), 512ull << 20);
   EXPECT_EQ(parse_size("1.5T"), 3ull << 39);
   EXPECT_EQ(parse_size("4k"), 4096u);
-  EXPECT_EQ(parse_size("1073741824"), 1ull << 30);
+  EXPECT_EQ(parse_size("1073741824B"), 1ull << 30);
+  EXPECT_EQ(parse_size("4096 bytes"), std::nullopt);  // one token: "4096bytes"
+  EXPECT_EQ(parse_size("4096bytes"), 4096u);
   EXPECT_EQ(parse_size(" 2GB\n"), 2ull << 30);
-  for (const char* bad : {"", "G", "16X", "-1G", "0", "0.1", "1e30", "nan", "16 G"}) {
+  EXPECT_EQ(parse_size("16g"), 16ull << 30);  // issue 12: lower case was refused
+  EXPECT_EQ(parse_size("16gib"), 16ull << 30);
+  EXPECT_EQ(parse_size("512m"), 512ull << 20);
+  // issue 12: a bare number meant bytes ("--ram 16" planned for 16 bytes): a unit is required.
+  for (const char* bad : {"", "G", "16X", "-1G", "0B", "0.1B", "1e30B", "nanG", "16 G", "16", "1073741824"}) {
     EXPECT_FALSE(parse_size(bad).has_value()) << bad;
   }
   const std::string now = utc_now();
