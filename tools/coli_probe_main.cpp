@@ -137,6 +137,29 @@ int validate_profiles(const std::vector<std::string>& paths) {
 
 }  // namespace
 
+// Where this run's profile goes. An explicit --out is obeyed. The default
+// location holds the machine's profile that coli-plan and coli run find: a
+// replay (another machine's facts) never writes there, and a quick probe
+// (facts only) never replaces a full one there; it goes beside it instead.
+coli::Result<std::string> output_path(const std::string& out, bool out_given, const coli::DeviceProfile& profile,
+                                      bool replay) {
+  if (out_given || out == "-") return out;
+  if (replay) {
+    return coli::make_error("a replay describes another machine and writes nothing to this machine's default profile " +
+                            out + ": give --out FILE (or --out - for stdout)");
+  }
+  if (profile.provenance.mode != "full" && fs::exists(out)) {
+    auto existing = coli::load_profile(out);
+    if (existing && existing->provenance.mode == "full") {
+      const std::string beside = (fs::path(out).parent_path() / "device-profile.quick.toml").string();
+      std::fprintf(stderr, "coli-probe: %s holds a full (measured) profile, which a quick probe never replaces: "
+                   "writing %s instead (--out %s replaces it on purpose)\n", out.c_str(), beside.c_str(), out.c_str());
+      return beside;
+    }
+  }
+  return out;
+}
+
 int main(int argc, char** argv) {
   CLI::App app{"coli-probe: measure this machine and write its device profile (TOML)"};
   coli::ProbeOptions options;
@@ -208,6 +231,14 @@ int main(int argc, char** argv) {
     if (options.progress) options.progress("GPU self-test: running every fitting shader variant");
     profile->measurements.gpu_kernels = coli::vulkan::run_gpu_selftest(selftest);
   }
+  const bool replay = !replay_machine.empty() || !replay_root.empty() || !replay_xml.empty() ||
+                      !replay_sysctl.empty() || !replay_gpus.empty();
+  auto destination = output_path(out, app.count("--out") > 0, *profile, replay);
+  if (!destination) {
+    std::fprintf(stderr, "coli-probe: %s\n", destination.error().message.c_str());
+    return 2;
+  }
+  out = *destination;
   // A shared profile of this class (COLI_PROFILE_PATH, user and system dirs): say so.
   const std::string shared_match = coli::fleet::describe_class_match(*profile, out == "-" ? fs::path() : fs::path(out));
   if (out == "-") {

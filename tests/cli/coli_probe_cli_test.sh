@@ -25,6 +25,21 @@ check "--out - prints TOML" contains "$work/stdout.toml" "^schema_version = [0-9
 "$probe" --quick --json --out "$work/j.toml" >"$work/j.json" 2>/dev/null
 check "--json prints JSON" contains "$work/j.json" '"schema_version" : [0-9]'
 
+# Issue 12: a quick probe never replaces a full profile in the default
+# location, and a replay writes nothing there (both lost tuned profiles).
+xdg="$(mktemp -d)"; mkdir -p "$xdg/coli"
+cp "$fixtures/../../profiles/h200-xeon-16c-tuned.toml" "$xdg/coli/device-profile.toml"
+XDG_CONFIG_HOME="$xdg" "$probe" --quick >/dev/null 2>"$work/keep.err"
+check "quick probe beside a full profile exits 0" test $? -eq 0
+check "the full profile is untouched" cmp -s "$fixtures/../../profiles/h200-xeon-16c-tuned.toml" "$xdg/coli/device-profile.toml"
+check "the quick one is written beside it" contains "$xdg/coli/device-profile.quick.toml" "^mode = 'quick'"
+check "and the user is told where" contains "$work/keep.err" "never replaces"
+XDG_CONFIG_HOME="$xdg" "$probe" --replay-machine "$fixtures/machines/apple-m-3tier" >/dev/null 2>"$work/replay.err"
+check "a replay without --out is a usage error" test $? -eq 2
+check "the replay says why" contains "$work/replay.err" "writes nothing"
+check "the full profile is still untouched" cmp -s "$fixtures/../../profiles/h200-xeon-16c-tuned.toml" "$xdg/coli/device-profile.toml"
+rm -rf "$xdg"
+
 # Replays: the 3-tier Apple CPU gets 6 threads, the 8 GiB container its cgroup headroom.
 "$probe" --replay-machine "$fixtures/machines/apple-m-3tier" --out - >"$work/m.toml" 2>/dev/null
 check "3-tier replay: 6 decode threads" contains "$work/m.toml" "^decode_threads = 6$"
