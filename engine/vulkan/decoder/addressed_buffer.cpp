@@ -1,9 +1,6 @@
 #include "vulkan/decoder/addressed_buffer.h"
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 
 #include "coli/base/text.h"
@@ -196,28 +193,16 @@ Status StagingRing::upload(AddressedBuffer& dst, std::size_t offset, std::span<c
   return Ok{};
 }
 
-Status StagingRing::upload_from_file(AddressedBuffer& dst, std::size_t offset, int fd, std::uint64_t file_offset,
-                                     std::size_t bytes, const std::string& file_name) {
+Status StagingRing::upload_from_file(AddressedBuffer& dst, std::size_t offset, const container::ContainerReader& file,
+                                     std::uint64_t file_offset, std::size_t bytes) {
   if (offset + bytes > dst.size()) return make_error("upload past the end of a GPU buffer (a coli bug)");
-  auto read_into = [&](std::byte* out, std::size_t count, std::uint64_t at) -> Status {
-    for (std::size_t got = 0; got < count;) {
-      const ssize_t n = ::pread(fd, out + got, count - got, static_cast<off_t>(at + got));
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        return make_error(file_name + ": reading " + std::to_string(count) + " bytes at offset " + std::to_string(at) +
-                          " failed (" + (n < 0 ? std::strerror(errno) : "end of file") + "): convert the model again");
-      }
-      got += static_cast<std::size_t>(n);
-    }
-    return Ok{};
-  };
-  if (!dst.mapped().empty()) return read_into(dst.mapped().data() + offset, bytes, file_offset);
+  if (!dst.mapped().empty()) return file.read(file_offset, dst.mapped().subspan(offset, bytes));
   for (std::size_t done = 0; done < bytes;) {
     const std::size_t chunk = std::min(half_bytes_, bytes - done);
     auto half = acquire();
     if (!half) return half.error();
-    std::byte* out = staging_->mapped().data() + static_cast<std::size_t>(*half) * half_bytes_;
-    if (Status s = read_into(out, chunk, file_offset + done); !s) return s;
+    const auto staging = staging_->mapped().subspan(static_cast<std::size_t>(*half) * half_bytes_, chunk);
+    if (Status s = file.read(file_offset + done, staging); !s) return s;
     if (Status s = submit_copy(*half, dst, offset + done, chunk); !s) return s;
     done += chunk;
   }

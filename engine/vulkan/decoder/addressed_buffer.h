@@ -14,6 +14,7 @@
 #include <span>
 #include <string>
 
+#include "coli/container/container.h"
 #include "vulkan/compute_context.h"
 
 namespace coli::vulkan {
@@ -62,10 +63,10 @@ class StagingRing {
 
   // dst[offset, offset + bytes) = data.
   Status upload(AddressedBuffer& dst, std::size_t offset, std::span<const std::byte> data);
-  // dst[offset, offset + bytes) = file bytes at file_offset (pread straight
-  // into the staging memory or the mapped buffer: no host copy in between).
-  Status upload_from_file(AddressedBuffer& dst, std::size_t offset, int fd, std::uint64_t file_offset,
-                          std::size_t bytes, const std::string& file_name);
+  // dst[offset, offset + bytes) = the container's bytes at file_offset (read
+  // straight into the staging memory or the mapped buffer: no host copy in between).
+  Status upload_from_file(AddressedBuffer& dst, std::size_t offset, const container::ContainerReader& file,
+                          std::uint64_t file_offset, std::size_t bytes);
   // Waits until every copy handed to the queue has finished.
   Status finish();
   std::size_t bytes() const { return half_bytes_ * 2; }

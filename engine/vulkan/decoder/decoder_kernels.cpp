@@ -9,8 +9,6 @@ namespace {
 
 using shaders::DecoderModule;
 
-std::string format_label(WeightFormat format) { return std::string(name_of(format)); }
-
 template <typename Push>
 KernelDesc desc_of(DecoderModule module, std::string name, std::vector<std::uint32_t> spec, std::uint32_t workgroup) {
   KernelDesc desc;
@@ -45,14 +43,14 @@ Status KernelSet::make_row_kernels(ComputeContext& context, const std::vector<We
   for (WeightFormat format : formats) {
     auto& pair = matvec[static_cast<std::size_t>(format)];
     const std::vector<std::uint32_t> spec{s.workgroup_size, s.rows, static_cast<std::uint32_t>(format)};
-    const std::string name = "matvec " + format_label(format);
+    const std::string name = "matvec " + std::string(name_of(format));
     if (pair[0]) continue;
     if (Status st = make(context, desc_of<MatvecPush>(DecoderModule::matvec, name + " x1", spec, s.workgroup_size), pair[0]); !st) return st;
     if (s.batch_tokens > 1) {
       if (Status st = make(context, desc_of<MatvecPush>(DecoderModule::matvec_batched, name + batch, spec, s.workgroup_size), pair[1]); !st) return st;
     }
   }
-  const std::string e = format_label(expert_format);
+  const std::string e(name_of(expert_format));
   const std::vector<std::uint32_t> spec{s.workgroup_size, s.rows, static_cast<std::uint32_t>(expert_format)};
   if (Status st = make(context, desc_of<ExpertGateUpPush>(DecoderModule::expert_gate_up, "expert gate+up " + e, spec, s.workgroup_size), gate_up); !st) return st;
   if (Status st = make(context, desc_of<ExpertDownPush>(DecoderModule::expert_down, "expert down " + e, spec, s.workgroup_size), down); !st) return st;

@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "coli/base/text.h"
-#include "reference/gemv_reference.h"
+#include "coli/forward/ops.h"
 
 namespace coli::vulkan {
 namespace {
@@ -30,8 +30,7 @@ class DensePacker {
   std::size_t size() const { return size_; }
   Status upload(StagingRing& ring, AddressedBuffer& buffer) const {
     for (const Entry& e : entries_) {
-      Status s = e.bytes.empty() ? ring.upload_from_file(buffer, e.offset, file_.fd(), e.file_offset, e.size,
-                                                         file_.path().string())
+      Status s = e.bytes.empty() ? ring.upload_from_file(buffer, e.offset, file_, e.file_offset, e.size)
                                  : ring.upload(buffer, e.offset, e.bytes);
       if (!s) return s;
     }
@@ -65,23 +64,11 @@ Result<std::vector<std::byte>> widened(const DecoderTensor& t, const container::
   }
   std::size_t count = 1;
   for (std::uint64_t d : t.shape) count *= d;
-  const std::size_t width = t.dtype == WeightFormat::f32 ? 4 : 2;
-  if (stored.size() < count * width) return make_error("a vector tensor is shorter than its shape: convert the model again");
-  std::vector<float> values(count);
-  for (std::size_t i = 0; i < count; ++i) {
-    if (width == 4) {
-      std::memcpy(&values[i], stored.data() + 4 * i, 4);
-      continue;
-    }
-    std::uint16_t half;
-    std::memcpy(&half, stored.data() + 2 * i, 2);
-    if (t.dtype == WeightFormat::bf16) {
-      const std::uint32_t wide = static_cast<std::uint32_t>(half) << 16;
-      std::memcpy(&values[i], &wide, 4);
-    } else {
-      values[i] = kernels::half_to_float(half);
-    }
+  if (stored.size() < traits(t.dtype).weight_bytes(1, count)) {
+    return make_error("a vector tensor is shorter than its shape: convert the model again");
   }
+  std::vector<float> values(count);
+  forward::dense_row({t.dtype, 1, static_cast<int>(count), stored.data()}, 0, values);
   std::vector<std::byte> bytes(count * 4);
   std::memcpy(bytes.data(), values.data(), bytes.size());
   return bytes;
@@ -208,7 +195,6 @@ Status upload_experts(ComputeContext& context, StagingRing& ring, const DecoderM
   const std::size_t experts = layout.experts;
   out.slot_of.assign(layout.layers, std::vector<int>(experts, -1));
   out.layers.resize(layout.layers);
-  const std::string file = model.container->path().string();
   for (std::uint32_t l = 0; l < layout.layers; ++l) {
     const std::vector<int>& chosen = l < model.vram_experts.size() ? model.vram_experts[l] : std::vector<int>{};
     if (chosen.empty()) continue;
@@ -222,8 +208,8 @@ Status upload_experts(ComputeContext& context, StagingRing& ring, const DecoderM
                           " twice or out of range (0.." + std::to_string(experts - 1) + "): re-plan");
       }
       out.slot_of[l][static_cast<std::size_t>(e)] = static_cast<int>(slot);
-      if (Status s = ring.upload_from_file(**buffer, slot * layout.record_stride, model.container->fd(),
-                                           layout.record_offset(l, static_cast<std::uint32_t>(e)), layout.record_bytes, file);
+      if (Status s = ring.upload_from_file(**buffer, slot * layout.record_stride, *model.container,
+                                           layout.record_offset(l, static_cast<std::uint32_t>(e)), layout.record_bytes);
           !s) {
         return s;
       }

@@ -7,7 +7,7 @@
 
 #include "coli/base/text.h"
 #include "coli/shaders/decoder_modules.h"
-#include "reference/gemv_reference.h"
+#include "coli/forward/ops.h"
 #include "vulkan/decoder/decoder_recorder.h"
 
 namespace coli::vulkan {
@@ -17,26 +17,12 @@ constexpr std::uint64_t kWaitTimeoutNs = 120ull * 1000 * 1000 * 1000;
 
 // One embedding row as f32 (the lookup stays on the host: one row a token).
 Status embedding_row(const DecoderTensor& embed, int token, std::span<float> out) {
-  const std::size_t cols = out.size();
   if (token < 0 || static_cast<std::uint64_t>(token) >= embed.shape[0]) {
     return make_error("token id " + std::to_string(token) + " is outside the vocabulary (0.." +
                       std::to_string(embed.shape[0] - 1) + ")");
   }
-  const std::byte* row = embed.bytes.data() + static_cast<std::size_t>(token) * cols * (embed.dtype == WeightFormat::f32 ? 4 : 2);
-  for (std::size_t c = 0; c < cols; ++c) {
-    if (embed.dtype == WeightFormat::f32) {
-      std::memcpy(&out[c], row + 4 * c, 4);
-      continue;
-    }
-    std::uint16_t half;
-    std::memcpy(&half, row + 2 * c, 2);
-    if (embed.dtype == WeightFormat::bf16) {
-      const std::uint32_t wide = static_cast<std::uint32_t>(half) << 16;
-      std::memcpy(&out[c], &wide, 4);
-    } else {
-      out[c] = kernels::half_to_float(half);
-    }
-  }
+  forward::dense_row({embed.dtype, static_cast<int>(embed.shape[0]), static_cast<int>(out.size()), embed.bytes.data()},
+                     token, out);
   return Ok{};
 }
 
