@@ -82,7 +82,7 @@ bool every_expert_in_vram(const std::vector<std::vector<int>>& vram, const conta
 
 Result<std::unique_ptr<GpuRun>> GpuRun::start(const ModelOptions& options, const container::ContainerReader& reader,
                                               const model::ModelConfig& config, const DenseWeights& dense,
-                                              ExpertStore* experts) {
+                                              std::vector<std::vector<int>> vram, ExpertStore* experts) {
   auto state = std::make_unique<State>();
   vulkan::ContextOptions context_options;
   context_options.device_index = options.gpu_index;
@@ -93,8 +93,6 @@ Result<std::unique_ptr<GpuRun>> GpuRun::start(const ModelOptions& options, const
   for (const container::TensorEntry& entry : reader.index().tensors) {
     state->tensors[entry.name] = {entry.dtype, entry.shape, dense.bytes_of(entry.name), entry.offset, entry.bytes};
   }
-  auto vram = vram_experts_of(options, reader.index().experts);
-  if (!vram) return vram.error();
   vulkan::DecoderModel model;
   model.config = &config;
   model.tensor = [&tensors = state->tensors](const std::string& name) -> const vulkan::DecoderTensor* {
@@ -102,7 +100,7 @@ Result<std::unique_ptr<GpuRun>> GpuRun::start(const ModelOptions& options, const
     return found == tensors.end() ? nullptr : &found->second;
   };
   model.container = &reader;
-  model.vram_experts = std::move(*vram);
+  model.vram_experts = std::move(vram);
   model.max_context = options.max_context;
   model.max_batch_tokens = std::max(1, options.gpu_batch_tokens);
   auto decoder = vulkan::VulkanDecoder::create(*state->context, model);

@@ -18,10 +18,11 @@ namespace coli::runtime {
 
 class GpuRun {
  public:
-  // `experts` may be null when every expert is in VRAM.
+  // `vram`: per MoE layer, the experts the GPU holds (vram_experts_of);
+  // `experts` may be null when that is every expert.
   static Result<std::unique_ptr<GpuRun>> start(const ModelOptions& options, const container::ContainerReader& reader,
                                                const model::ModelConfig& config, const DenseWeights& dense,
-                                               ExpertStore* experts);
+                                               std::vector<std::vector<int>> vram, ExpertStore* experts);
   ~GpuRun();
   Status forward(std::span<const std::int32_t> tokens, int start_position, std::span<float> logits,
                  std::vector<std::vector<std::uint64_t>>& routing_counts);

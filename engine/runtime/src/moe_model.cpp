@@ -78,6 +78,7 @@ struct MoeModel::State {
   Status load_layers();
   void attention_step(std::size_t l, std::span<float> x_t, int position);
   Status mlp_step(std::size_t l, std::span<float> xs, int count);
+  Status forward_cpu(std::span<const std::int32_t> tokens, int start_position, std::span<float> logits);
   void dense_mlp(const LayerWeights& w, std::span<const float> in, std::span<float> out);
   Status watch_rss();
   bool warned_floor = false;  // the watchdog said once that the cache cannot shrink further
@@ -106,15 +107,18 @@ Status MoeModel::State::load_layers() {
     out = *m;
     return Ok{};
   };
+  // A norm the container lacks (or holds at another width) would be read past its end.
+  auto check_norm = [&](const std::string& name, const std::vector<float>& norm) -> Status {
+    if (norm.size() == c.hidden_size) return Ok{};
+    return make_error("the container's " + name + " has " + std::to_string(norm.size()) + " values, not hidden_size " +
+                      std::to_string(c.hidden_size) + ": convert the model again");
+  };
   auto embedding = dense.matrix(kEmbedding);
   if (!embedding) return embedding.error();
   embed = *embedding;
-  if (Status s = get(c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight", lm_head); !s) return s;
+  if (Status s = get(c.tie_word_embeddings ? kEmbedding : "lm_head.weight", lm_head); !s) return s;
   final_norm = dense.vector("model.norm.weight");
-  if (final_norm.size() != c.hidden_size) {
-    return make_error("the container's model.norm.weight has " + std::to_string(final_norm.size()) +
-                      " values, not hidden_size " + std::to_string(c.hidden_size) + ": convert the model again");
-  }
+  if (Status s = check_norm("model.norm.weight", final_norm); !s) return s;
   const auto& moe_layers = reader->index().experts.model_layers;
   const bool mixtral = c.architecture == model::Architecture::Mixtral;
   for (std::uint64_t i = 0; i < c.num_hidden_layers; ++i) {
@@ -122,12 +126,8 @@ Status MoeModel::State::load_layers() {
     LayerWeights w;
     w.input_norm = dense.vector(p + "input_layernorm.weight");
     w.post_norm = dense.vector(p + "post_attention_layernorm.weight");
-    for (const auto& [name, norm] : {std::pair{"input_layernorm", &w.input_norm}, {"post_attention_layernorm", &w.post_norm}}) {
-      if (norm->size() != c.hidden_size) {
-        return make_error("the container's " + p + name + ".weight has " + std::to_string(norm->size()) +
-                          " values, not hidden_size " + std::to_string(c.hidden_size) + ": convert the model again");
-      }
-    }
+    if (Status s = check_norm(p + "input_layernorm.weight", w.input_norm); !s) return s;
+    if (Status s = check_norm(p + "post_attention_layernorm.weight", w.post_norm); !s) return s;
     for (auto [name, matrix] : {std::pair{"q", &w.q}, {"k", &w.k}, {"v", &w.v}, {"o", &w.o}}) {
       if (Status s = get(p + "self_attn." + name + "_proj.weight", *matrix); !s) return s;
     }
@@ -301,6 +301,9 @@ Result<MoeModel> MoeModel::load(const std::filesystem::path& path, const ModelOp
   if (c.rope_scaling.type != "default") {
     return make_error(path.string() + ": rope_scaling is not supported by the engine yet; convert a model without it");
   }
+  if (options.backend != "cpu" && options.backend != "vulkan") {
+    return make_error("backend '" + options.backend + "' is not one this engine runs (cpu, vulkan)");
+  }
   // On the GPU the host keeps only the embedding table (its row lookups);
   // the decoder reads every other dense tensor from the container into VRAM.
   const bool on_gpu = options.backend == "vulkan";
@@ -314,16 +317,14 @@ Result<MoeModel> MoeModel::load(const std::filesystem::path& path, const ModelOp
   state->backend = std::move(*backend);
   // I/O threads inherit the creating thread's affinity: create them unpinned.
   if (Status s = kernels::cpu::release_openmp_team(); !s) return s.error();
-  if (options.backend != "cpu" && options.backend != "vulkan") {
-    return make_error("backend '" + options.backend + "' is not one this engine runs (cpu, vulkan)");
-  }
   // With every expert in VRAM the host keeps no expert cache at all.
-  bool host_experts = true;
-  if (options.backend == "vulkan") {
-    auto vram = vram_experts_of(options, state->reader->index().experts);
-    if (!vram) return vram.error();
-    host_experts = !every_expert_in_vram(*vram, state->reader->index().experts);
+  std::vector<std::vector<int>> vram;
+  if (on_gpu) {
+    auto chosen = vram_experts_of(options, state->reader->index().experts);
+    if (!chosen) return chosen.error();
+    vram = std::move(*chosen);
   }
+  const bool host_experts = !on_gpu || !every_expert_in_vram(vram, state->reader->index().experts);
   if (host_experts) {
     auto experts = ExpertStore::create(*state->reader, *state->backend, static_cast<int>(c.num_experts_per_tok),
                                        options.cache_capacity, options.pins, ExpertIo{options.io_threads, options.direct_io});
@@ -352,8 +353,9 @@ Result<MoeModel> MoeModel::load(const std::filesystem::path& path, const ModelOp
   state->v.resize(kv_width);
   state->router_logits.resize(c.num_experts);
   state->stats.backend = options.backend;
-  if (options.backend == "vulkan") {
-    auto gpu = GpuRun::start(options, *state->reader, c, state->dense, host_experts ? &state->experts : nullptr);
+  if (on_gpu) {
+    auto gpu = GpuRun::start(options, *state->reader, c, state->dense, std::move(vram),
+                             host_experts ? &state->experts : nullptr);
     if (!gpu) return gpu.error();
     state->gpu = std::move(*gpu);
     state->stats.gpu = state->gpu->memory();
@@ -366,6 +368,23 @@ Result<MoeModel> MoeModel::load(const std::filesystem::path& path, const ModelOp
   state->stats.expert_cache_bytes = state->experts.slab_bytes();
   if (options.commit_expert_cache) state->experts.commit_slabs();
   return MoeModel(std::move(state));
+}
+
+// Layer by layer over all tokens (a prefill round per layer), so each
+// layer's experts are leased once for many tokens.
+Status MoeModel::State::forward_cpu(std::span<const std::int32_t> tokens, int start_position, std::span<float> logits) {
+  const int count = static_cast<int>(tokens.size());
+  const std::size_t hidden = config.hidden_size;
+  std::vector<float> xs(static_cast<std::size_t>(count) * hidden);
+  for (int t = 0; t < count; ++t) forward::dense_row(embed, tokens[static_cast<std::size_t>(t)], std::span(xs).subspan(t * hidden, hidden));
+  for (std::size_t l = 0; l < layers.size(); ++l) {
+    for (int t = 0; t < count; ++t) attention_step(l, std::span(xs).subspan(t * hidden, hidden), start_position + t);
+    if (Status st = mlp_step(l, xs, count); !st) return st;
+  }
+  forward::rms_norm(std::span(xs).subspan((count - 1) * hidden, hidden), final_norm,
+                    static_cast<float>(config.rms_norm_eps), h);
+  backend->matmul(lm_head, h, logits);
+  return Ok{};
 }
 
 Status MoeModel::forward(std::span<const std::int32_t> tokens, int start_position, std::span<float> logits) {
@@ -381,29 +400,11 @@ Status MoeModel::forward(std::span<const std::int32_t> tokens, int start_positio
       return make_error("token id " + std::to_string(token) + " is outside the vocabulary");
     }
   }
-  if (s.gpu) {
-    if (Status st = s.gpu->forward(tokens, start_position, logits, s.routing_counts); !st) return st;
-    s.stats.tokens += static_cast<std::uint64_t>(count);
-    s.used = start_position + count;
-    s.stats.expert_hits = s.experts.hits();
-    s.stats.expert_misses = s.experts.misses();
-    s.stats.expert_bytes_read = s.experts.bytes_read();
-    return s.watch_rss();
-  }
-  // Layer by layer over all tokens (a prefill round per layer), so each
-  // layer's experts are leased once for many tokens.
-  const std::size_t hidden = s.config.hidden_size;
-  std::vector<float> xs(static_cast<std::size_t>(count) * hidden);
-  for (int t = 0; t < count; ++t) forward::dense_row(s.embed, tokens[static_cast<std::size_t>(t)], std::span(xs).subspan(t * hidden, hidden));
-  for (std::size_t l = 0; l < s.layers.size(); ++l) {
-    for (int t = 0; t < count; ++t) s.attention_step(l, std::span(xs).subspan(t * hidden, hidden), start_position + t);
-    if (Status st = s.mlp_step(l, xs, count); !st) return st;
-  }
+  const Status computed = s.gpu ? s.gpu->forward(tokens, start_position, logits, s.routing_counts)
+                                : s.forward_cpu(tokens, start_position, logits);
+  if (!computed) return computed;
   s.stats.tokens += static_cast<std::uint64_t>(count);
   s.used = start_position + count;
-  forward::rms_norm(std::span(xs).subspan((count - 1) * hidden, hidden), s.final_norm,
-                    static_cast<float>(s.config.rms_norm_eps), s.h);
-  s.backend->matmul(s.lm_head, s.h, logits);
   s.stats.expert_hits = s.experts.hits();
   s.stats.expert_misses = s.experts.misses();
   s.stats.expert_bytes_read = s.experts.bytes_read();
