@@ -120,7 +120,6 @@ class ComputeContext {
   bool uses_staging_ = false;
   bool subgroup_size_control_enabled_ = false;
   bool device_addresses_ = false;
-  bool memory_budget_ = false;  // VK_EXT_memory_budget is available
   PFN_vkGetBufferDeviceAddress get_buffer_address_ = nullptr;
 };
 

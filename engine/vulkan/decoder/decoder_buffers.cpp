@@ -27,10 +27,9 @@ Result<DecoderBuffers> DecoderBuffers::create(ComputeContext& context, StagingRi
                                               const model::ModelConfig& c, const DecoderModel& model,
                                               const GpuWeights& weights) {
   DecoderBuffers b;
-  b.max_tokens_ = std::max(1, model.max_batch_tokens);
   b.context_ = model.max_context;
   const DecoderShape shape = decoder_shape(c, weights.experts.slot_of.size(), static_cast<std::uint64_t>(model.max_context),
-                                           static_cast<std::uint64_t>(b.max_tokens_));
+                                           static_cast<std::uint64_t>(std::max(1, model.max_batch_tokens)));
   for (const GpuLayer& layer : weights.layers) {
     if (layer.mlp_gate.rows > shape.mlp_width) {
       return make_error("a dense MLP of " + std::to_string(layer.mlp_gate.rows) + " rows is wider than the config says (" +

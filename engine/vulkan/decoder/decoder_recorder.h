@@ -45,13 +45,11 @@ class DecoderBuffers {
   std::uint64_t kv_bytes() const { return kv_->size(); }
   std::uint64_t scratch_bytes() const { return scratch_->size(); }
   std::uint64_t host_bytes() const { return host_->size(); }
-  int max_tokens() const { return max_tokens_; }
   int context() const { return context_; }
 
  private:
   std::unique_ptr<AddressedBuffer> scratch_, kv_, host_;
   DecoderLayout layout_;
-  int max_tokens_ = 0;
   int context_ = 0;
 };
 
