@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "coli/base/files.h"
+#include "coli/base/process_memory.h"
 #include "coli/base/text.h"
 #include "coli/experts/usage_history.h"
 #include "coli/model/model_config.h"
@@ -71,11 +72,13 @@ Result<PlannedKnobs> knobs_from_plan(const std::filesystem::path& plan_file, con
   auto live = fleet::probe_live();
   if (!live) return make_error("cannot read this machine's live memory facts to check " + plan_file.string() + ": " +
                                live.error().message);
+  // The plan counts this whole process, so what it already holds is ours, not the machine's.
   const std::uint64_t needed = plan->plan.planned_ram_bytes() + plan->plan.margin.bytes;
-  if (needed > live->memory.headroom_bytes) {
+  const std::uint64_t available = live->memory.headroom_bytes + process_resident_bytes();
+  if (needed > available) {
     return make_error(plan_file.string() + " needs " + format_bytes(needed) + " of RAM with its margin, but this "
-                      "machine's live headroom is " + format_bytes(live->memory.headroom_bytes) + " (" +
-                      live->memory.headroom_source + "): re-plan here with coli-plan --profile");
+                      "machine's live headroom is " + format_bytes(available) + " (" + live->memory.headroom_source +
+                      ", this process's resident set included): re-plan here with coli-plan --profile");
   }
   if (Status s = check_runnable(plan->plan, plan_file.string(), live->cpu.usable.pus); !s) return s.error();
   if (plan->model_identity != shape_identity(shape)) {
@@ -161,9 +164,12 @@ bool print_plan_vs_actual(const planner::PlanFile& file, const runtime::ModelSta
     row("VRAM (without the reserve)", planned_vram, g.vram_bytes());
     row("host-visible buffers", line_bytes({"GPU host-visible buffers"}), g.host_visible_bytes);
   }
-  if (stats.rss_watchdog_shrinks > 0) {
-    std::printf("  RSS watchdog: shrank the expert cache %llu time(s), %s given back\n",
-                static_cast<unsigned long long>(stats.rss_watchdog_shrinks), format_bytes(stats.rss_watchdog_released).c_str());
+  if (stats.rss_watchdog_limit == 0) {
+    std::printf("  RSS watchdog: off (--rss-limit 0)\n");
+  } else {
+    std::printf("  RSS watchdog: limit %s; shrank the expert cache %llu time(s), %s given back\n",
+                format_bytes(stats.rss_watchdog_limit).c_str(), static_cast<unsigned long long>(stats.rss_watchdog_shrinks),
+                format_bytes(stats.rss_watchdog_released).c_str());
   }
   const std::uint64_t planned = plan.planned_ram_bytes();
   row("process RSS (peak)", planned, peak_rss);

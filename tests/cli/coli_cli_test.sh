@@ -57,6 +57,7 @@ plan="$(dirname "$coli")/coli-plan"
 check "coli-plan plans a container with --kernel scalar" test $? -eq 0
 "$coli" run --model "$work/demo.coli" --plan "$work/scalar.plan" --prompt-ids 1 2 3 --max-tokens 2 >"$work/k.out" 2>&1
 check "run --plan uses the plan's kernel" contains "$work/k.out" "kernel scalar"
+check "run --plan reports the RSS watchdog's limit" contains "$work/k.out" "RSS watchdog: limit .*; shrank the expert cache 0 time"
 "$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 2 --rss-limit 1 >"$work/w.out" 2>&1
 check "the RSS watchdog warns past its limit" contains "$work/w.out" "WARNING: RSS .* is past the plan's limit"
 "$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 2 --report >"$work/r.out" 2>&1

@@ -207,6 +207,7 @@ TEST_P(EngineReference, RssWatchdogShrinksTheCacheWithoutChangingTokens) {
   std::vector<float> logits(static_cast<std::size_t>(model->vocab_size()));
   ASSERT_TRUE(model->forward(ref.prompt, 0, logits).ok());
   EXPECT_EQ(model->stats().rss_watchdog_shrinks, 1u);
+  EXPECT_EQ(model->stats().rss_watchdog_limit, 1u) << "the stats say which limit the watchdog held";
   EXPECT_EQ(model->stats().expert_cache_bytes * 4, before) << "8 slots per layer shrink to top_k = 2";
   EXPECT_GT(model->stats().rss_watchdog_released, 0u);
   ASSERT_FALSE(warnings.empty());

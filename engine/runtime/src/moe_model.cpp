@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "coli/backend/backend.h"
+#include "coli/base/process_memory.h"
 #include "coli/base/text.h"
 #include "coli/container/container.h"
 #include "coli/forward/ops.h"
@@ -84,20 +85,6 @@ struct MoeModel::State {
   bool warned_floor = false;  // the watchdog said once that the cache cannot shrink further
   int layers_with_experts() const { return static_cast<int>(routing_counts.size()); }
 };
-
-namespace {
-
-// The process's resident set now (/proc/self/statm: pages), 0 when unreadable.
-std::uint64_t resident_bytes() {
-  std::FILE* statm = std::fopen("/proc/self/statm", "r");
-  if (!statm) return 0;
-  unsigned long long size = 0, resident = 0;
-  const int read = std::fscanf(statm, "%llu %llu", &size, &resident);
-  std::fclose(statm);
-  return read == 2 ? resident * static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE)) : 0;
-}
-
-}  // namespace
 
 Status MoeModel::State::load_layers() {
   const auto& c = config;
@@ -416,8 +403,9 @@ Status MoeModel::forward(std::span<const std::int32_t> tokens, int start_positio
 // see: field note 5), give expert-cache slots back rather than be OOM-killed.
 Status MoeModel::State::watch_rss() {
   const std::uint64_t limit = options.rss_limit_bytes;
+  stats.rss_watchdog_limit = limit;
   if (limit == 0) return Ok{};
-  const std::uint64_t rss = resident_bytes();
+  const std::uint64_t rss = coli::process_resident_bytes();
   if (rss <= limit) return Ok{};
   const std::uint64_t per_slot = static_cast<std::uint64_t>(layers_with_experts()) * experts.slot_stride();
   const auto wanted = static_cast<int>((rss - limit + per_slot - 1) / std::max<std::uint64_t>(per_slot, 1));

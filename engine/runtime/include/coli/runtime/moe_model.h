@@ -95,6 +95,7 @@ struct ModelStats {
   // The engine's own accounting of its large allocations, for plan vs actual.
   std::uint64_t dense_bytes = 0;          // dense weights held in memory
   std::uint64_t expert_cache_bytes = 0;   // slabs of every layer's expert cache
+  std::uint64_t rss_watchdog_limit = 0;     // the RSS it holds the process under (0 = off)
   std::uint64_t rss_watchdog_shrinks = 0;   // times the watchdog retired slots
   std::uint64_t rss_watchdog_released = 0;  // bytes it gave back
   std::uint64_t kv_cache_bytes = 0;       // K and V for max_context positions

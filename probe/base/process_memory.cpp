@@ -1,0 +1,18 @@
+#include "coli/base/process_memory.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+
+namespace coli {
+
+std::uint64_t process_resident_bytes() {
+  std::FILE* statm = std::fopen("/proc/self/statm", "r");
+  if (!statm) return 0;
+  unsigned long long size = 0, resident = 0;
+  const int read = std::fscanf(statm, "%llu %llu", &size, &resident);
+  std::fclose(statm);
+  return read == 2 ? resident * static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE)) : 0;
+}
+
+}  // namespace coli

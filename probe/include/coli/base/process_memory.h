@@ -1,0 +1,14 @@
+// What this process holds in RAM right now.
+#pragma once
+
+#include <cstdint>
+
+namespace coli {
+
+// The process's resident set now (/proc/self/statm), 0 when unreadable. A plan
+// counts the whole process, so a check of the live headroom made by the
+// running process adds this back: it is part of the plan, not of the rest of
+// the machine.
+std::uint64_t process_resident_bytes();
+
+}  // namespace coli
