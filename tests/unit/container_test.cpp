@@ -168,6 +168,7 @@ TEST_F(ContainerTest, IndexAndHeaderDamageIsCaughtAtOpen) {
   expect_refused(good, bad, [](std::string& b) { b[b.find("\"record_stride\":16384") + 16] = '2'; }, "does not match its checksum");
   expect_refused(good, bad, [](std::string& b) { b[b.find("olmoe")] = 'x'; }, "does not match its checksum");
   expect_refused(good, bad, [](std::string& b) { b[b.size() - 16] ^= 1; }, "does not match its checksum");  // the stored checksum
+  expect_refused(good, bad, [](std::string& b) { b[b.find("{\"architecture\"") - 3] ^= 1; }, "checksum table does not match");
   expect_refused(good, bad, [](std::string& b) { b[12] = 1; }, "reserved bytes");
   expect_refused(good, bad, [](std::string& b) { b[4000] = 1; }, "reserved bytes");
 }
@@ -204,8 +205,10 @@ TEST_F(ContainerTest, SizesThatWrapAreRefusedBeforeAllocating) {
                  "index field experts.parts[0].rows is not a whole number >= 0");
   expect_refused(good, bad, resealed([](nlohmann::json& j) { j["experts"]["experts"] = 1ull << 33; }),
                  "index field experts.experts is 8589934592, above 4294967295");
-  expect_refused(good, bad, resealed([](nlohmann::json& j) { j["experts"]["record_xxh3"].erase(0); }),
-                 "one checksum per expert record");
+  expect_refused(good, bad, resealed([](nlohmann::json& j) { j["checksums"]["count"] = 6; }),
+                 "index field checksums.count is 6, not one per tensor and expert record");
+  expect_refused(good, bad, resealed([](nlohmann::json& j) { j["checksums"]["offset"] = ~std::uint64_t{0} - 15; }),
+                 "the checksum table (index field checksums: offset 18446744073709551600, 7 entries) does not end where the index starts");
 }
 
 // A directory or an endless device is refused at once, never read forever.
@@ -249,18 +252,18 @@ TEST_F(ContainerTest, VerifyNamesTheDamagedRecordsAndTensors) {
   EXPECT_NE(message.find("tensor model.norm.weight (bytes 4096..8192)"), std::string::npos) << message;
 }
 
-// An index whose extents leave bytes unchecked is refused by verify.
+// An index whose extents leave bytes unchecked (or check them twice) is refused by verify.
 TEST_F(ContainerTest, VerifyRefusesBytesCoveredByNoChecksum) {
   const fs::path good = write_sample();
   const fs::path bad = dir_ / "gap.coli";
   std::string bytes = *read_text_file(good);
-  resealed([](nlohmann::json& j) { j["tensors"] = nlohmann::json::array(); })(bytes);
+  resealed([](nlohmann::json& j) { j["experts"]["layer_offsets"][1] = j["experts"]["layer_offsets"][0]; })(bytes);
   ASSERT_TRUE(write_file_atomically(bad, bytes).ok());
   auto reader = ContainerReader::open(bad);
   ASSERT_TRUE(reader.ok()) << reader.error().message;
   auto verified = reader->verify_checksums();
   ASSERT_FALSE(verified.ok());
-  EXPECT_NE(verified.error().message.find("bytes 4096..8192 are covered by no checksum"), std::string::npos) << verified.error().message;
+  EXPECT_NE(verified.error().message.find("are covered by no checksum or by two"), std::string::npos) << verified.error().message;
 }
 
 TEST_F(ContainerTest, MissingFileNamesThePath) {

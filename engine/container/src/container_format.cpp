@@ -49,11 +49,11 @@ std::optional<std::uint64_t> parse_checksum_hex(std::string_view text) {
   return value;
 }
 
-json index_to_json(const ContainerIndex& index) {
+json index_to_json(const ContainerIndex& index, const ChecksumTable& table) {
   json tensors = json::array();
   for (const TensorEntry& t : index.tensors) {
     tensors.push_back({{"name", t.name}, {"dtype", traits(t.dtype).container_dtype}, {"shape", t.shape}, {"offset", t.offset},
-                       {"bytes", t.bytes}, {"xxh3", checksum_hex(t.checksum)}});
+                       {"bytes", t.bytes}});
   }
   json parts = json::array();
   for (const ExpertPart& p : index.experts.parts) {
@@ -61,19 +61,18 @@ json index_to_json(const ContainerIndex& index) {
                      {"weights_bytes", p.weights_bytes}, {"scales_offset", p.scales_offset},
                      {"scales_bytes", p.scales_bytes}});
   }
-  json record_checksums = json::array();
-  for (std::uint64_t checksum : index.experts.record_checksums) record_checksums.push_back(checksum_hex(checksum));
   const ExpertLayout& e = index.experts;
   return {{"format", "coli-container"},
           {"format_version", kFormatVersion},
           {"architecture", index.architecture},
           {"source", index.source},
           {"config", json::parse(index.config_json)},
+          {"checksums", {{"algorithm", "xxh3_64"}, {"offset", table.offset}, {"count", table.count}, {"xxh3", checksum_hex(table.checksum)}}},
           {"tensors", tensors},
           {"experts",
            {{"format", traits(e.format).name}, {"layers", e.layers}, {"experts", e.experts}, {"model_layers", e.model_layers},
             {"parts", parts}, {"record_bytes", e.record_bytes}, {"record_stride", e.record_stride},
-            {"layer_offsets", e.layer_offsets}, {"record_xxh3", record_checksums}}}};
+            {"layer_offsets", e.layer_offsets}}}};
 }
 
 namespace {
@@ -135,8 +134,13 @@ std::uint64_t checksum_field(const json& object, const std::string& key, const s
   return *checksum;
 }
 
-Result<ContainerIndex> parse_index(const json& j) {
-  ContainerIndex index;
+Result<ParsedIndex> parse_index(const json& j) {
+  ParsedIndex parsed;
+  ContainerIndex& index = parsed.index;
+  const json& table = field(j, "checksums", "");
+  if (string_field(table, "algorithm", "checksums") != "xxh3_64") throw FieldError{"index field checksums.algorithm is not xxh3_64"};
+  parsed.table = {unsigned_field(table, "offset", kU64, "checksums"), unsigned_field(table, "count", kU64, "checksums"),
+                  checksum_field(table, "xxh3", "checksums")};
   index.architecture = string_field(j, "architecture", "");
   index.source = string_field(j, "source", "");
   index.config_json = field(j, "config", "").dump();
@@ -147,8 +151,7 @@ Result<ContainerIndex> parse_index(const json& j) {
     auto dtype = parse_container_dtype(string_field(t, "dtype", where), "index field tensors[" + name + "].dtype");
     if (!dtype) return dtype.error();
     index.tensors.push_back({name, *dtype, unsigned_array<std::uint64_t>(t, "shape", kU64, where),
-                             unsigned_field(t, "offset", kU64, where), unsigned_field(t, "bytes", kU64, where),
-                             checksum_field(t, "xxh3", where)});
+                             unsigned_field(t, "offset", kU64, where), unsigned_field(t, "bytes", kU64, where)});
   }
   const json& e = field(j, "experts", "");
   ExpertLayout& layout = index.experts;
@@ -168,19 +171,12 @@ Result<ContainerIndex> parse_index(const json& j) {
   layout.record_bytes = unsigned_field(e, "record_bytes", kU64, "experts");
   layout.record_stride = unsigned_field(e, "record_stride", kU64, "experts");
   layout.layer_offsets = unsigned_array<std::uint64_t>(e, "layer_offsets", kU64, "experts");
-  const json& checksums = array_field(e, "record_xxh3", "experts");
-  layout.record_checksums.reserve(checksums.size());
-  for (std::size_t i = 0; i < checksums.size(); ++i) {
-    const auto checksum = checksums[i].is_string() ? parse_checksum_hex(checksums[i].get_ref<const std::string&>()) : std::nullopt;
-    if (!checksum) return make_error("index field experts.record_xxh3[" + std::to_string(i) + "] is not 16 hex digits");
-    layout.record_checksums.push_back(*checksum);
-  }
-  return index;
+  return parsed;
 }
 
 }  // namespace
 
-Result<ContainerIndex> index_from_json(const json& j) {
+Result<ParsedIndex> index_from_json(const json& j) {
   try {
     return parse_index(j);
   } catch (const FieldError& error) {

@@ -49,9 +49,25 @@ std::uint64_t checksum_of(std::span<const std::byte> bytes);
 std::string checksum_hex(std::uint64_t checksum);
 std::optional<std::uint64_t> parse_checksum_hex(std::string_view text);
 
-nlohmann::json index_to_json(const ContainerIndex& index);
+// The per-tensor and per-record checksums live in a binary table between the
+// data region and the index (u64 little-endian: the tensors in index order,
+// then the records layer-major), so a model of 10^4 experts does not make
+// every load parse 10^4 JSON strings; the index holds the table's place and
+// its own checksum, and the trailer the index's: one chain checked on open.
+struct ChecksumTable {
+  std::uint64_t offset = 0;    // = the data region's end
+  std::uint64_t count = 0;     // tensors + layers * experts
+  std::uint64_t checksum = 0;  // XXH3-64 of the table's bytes
+};
+
+struct ParsedIndex {
+  ContainerIndex index;  // without checksums until the table is read
+  ChecksumTable table;
+};
+
+nlohmann::json index_to_json(const ContainerIndex& index, const ChecksumTable& table);
 // Every field present, of its type and in its range; an unknown format or
 // dtype string is an error naming the field. Never throws.
-Result<ContainerIndex> index_from_json(const nlohmann::json& json);
+Result<ParsedIndex> index_from_json(const nlohmann::json& json);
 
 }  // namespace coli::container::format

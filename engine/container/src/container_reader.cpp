@@ -63,8 +63,6 @@ std::string check_experts(const ExpertLayout& e, std::uint64_t data_end) {
     return "experts stored as " + std::string(format.name) + ", which coli does not store experts in (q4_g64, q8_row or f32)";
   }
   if (e.layer_offsets.size() != e.layers || e.model_layers.size() != e.layers) return "expert layer tables do not match the layer count";
-  const auto records = checked_mul(e.layers, e.experts);
-  if (!records || e.record_checksums.size() != *records) return "experts.record_xxh3 does not hold one checksum per expert record";
   if (e.record_stride < e.record_bytes || e.record_stride % kAlignment != 0 || e.record_stride > data_end) {
     return "expert record stride is not an aligned size >= the record";
   }
@@ -97,7 +95,7 @@ std::string check_index(const ContainerIndex& index, std::uint64_t data_end) {
 struct ContainerReader::State {
   std::filesystem::path path;
   int fd = -1;
-  std::uint64_t index_offset = 0;  // where the data region ends
+  std::uint64_t data_end = 0;  // where the data region ends: the checksum table, then the index
   ContainerIndex index;
   ~State() {
     if (fd >= 0) ::close(fd);
@@ -190,20 +188,49 @@ Status ContainerReader::read_index(std::uint64_t size) {
   }
   auto json = nlohmann::json::parse(index_text, nullptr, /*allow_exceptions=*/false);
   if (json.is_discarded()) return make_error(name + ": the index is not valid JSON" + kConvertAgain);
-  auto index = format::index_from_json(json);
-  if (!index) return make_error(name + ": " + index.error().message + kConvertAgain);
-  if (std::string problem = check_index(*index, index_offset); !problem.empty()) {
+  auto parsed = format::index_from_json(json);
+  if (!parsed) return make_error(name + ": " + parsed.error().message + kConvertAgain);
+  if (std::string problem = check_index(parsed->index, parsed->table.offset); !problem.empty()) {
     return make_error(name + ": " + problem + kConvertAgain);
   }
-  state_->index = std::move(*index);
-  state_->index_offset = index_offset;
+  if (Status s = read_checksum_table(*parsed, index_offset); !s) return s;
+  state_->index = std::move(parsed->index);
+  state_->data_end = parsed->table.offset;
+  return Ok{};
+}
+
+// The table of tensor and record checksums between the data region and the
+// index: its place and size checked without wrapping, its bytes against the
+// index's checksum of it; then handed out to the tensors and records.
+Status ContainerReader::read_checksum_table(format::ParsedIndex& parsed, std::uint64_t index_offset) {
+  const std::string name = state_->path.string();
+  const format::ChecksumTable& table = parsed.table;
+  ContainerIndex& index = parsed.index;
+  const auto records = checked_mul(index.experts.layers, index.experts.experts);
+  const auto expected = records ? checked_add(*records, index.tensors.size()) : std::nullopt;
+  if (!expected || table.count != *expected) {
+    return make_error(name + ": index field checksums.count is " + std::to_string(table.count) + ", not one per tensor and expert record" + kConvertAgain);
+  }
+  const auto bytes = checked_mul(table.count, 8);
+  if (!bytes || *bytes > format::kMaxIndexBytes || !range_within(table.offset, *bytes, kAlignment, index_offset) ||
+      table.offset + *bytes != index_offset) {
+    return make_error(name + ": the checksum table (index field checksums: offset " + std::to_string(table.offset) + ", " +
+                      std::to_string(table.count) + " entries) does not end where the index starts" + kConvertAgain);
+  }
+  std::vector<std::uint64_t> checksums(table.count);
+  if (Status s = read(table.offset, std::as_writable_bytes(std::span(checksums))); !s) return s;
+  if (format::checksum_of(std::as_bytes(std::span(checksums))) != table.checksum) {
+    return make_error(name + ": the checksum table does not match its checksum: the file is damaged" + kConvertAgain);
+  }
+  for (std::size_t i = 0; i < index.tensors.size(); ++i) index.tensors[i].checksum = checksums[i];
+  index.experts.record_checksums.assign(checksums.begin() + static_cast<std::ptrdiff_t>(index.tensors.size()), checksums.end());
   return Ok{};
 }
 
 const ContainerIndex& ContainerReader::index() const { return state_->index; }
 const std::filesystem::path& ContainerReader::path() const { return state_->path; }
 int ContainerReader::fd() const { return state_->fd; }
-std::uint64_t ContainerReader::data_end() const { return state_->index_offset; }
+std::uint64_t ContainerReader::data_end() const { return state_->data_end; }
 
 const TensorEntry* ContainerReader::find_tensor(const std::string& name) const {
   for (const TensorEntry& t : state_->index.tensors) {

@@ -169,13 +169,18 @@ Status ContainerWriter::finish(const std::string& architecture, const std::strin
   s.index.architecture = architecture;
   s.index.config_json = config_json;
   s.index.source = source;
+  std::vector<std::uint64_t> checksums;  // the table: tensors in index order, then records
+  for (const TensorEntry& t : s.index.tensors) checksums.push_back(t.checksum);
+  checksums.insert(checksums.end(), layout.record_checksums.begin(), layout.record_checksums.end());
+  const format::ChecksumTable table{s.end, checksums.size(), format::checksum_of(std::as_bytes(std::span(checksums)))};
+  if (Status w = s.write_at(table.offset, checksums.data(), checksums.size() * 8); !w) return w;
   std::string index_text;
   try {
-    index_text = format::index_to_json(s.index).dump();
+    index_text = format::index_to_json(s.index, table).dump();
   } catch (const nlohmann::json::exception& error) {
     return make_error("container: config.json is not valid JSON: " + std::string(error.what()));
   }
-  const std::uint64_t index_offset = s.end;
+  const std::uint64_t index_offset = table.offset + checksums.size() * 8;
   if (Status w = s.write_at(index_offset, index_text.data(), index_text.size()); !w) return w;
   std::array<char, format::kTrailerBytes> trailer{};
   const std::uint64_t index_bytes = index_text.size();

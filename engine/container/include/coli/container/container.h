@@ -3,17 +3,19 @@
 //   [0, 16)          "COLIMOE\0", u32 format version, u32 reserved (little-endian)
 //   [16, 4096)       zero
 //   [4096, ...)      data: dense tensors, then routed experts, every block 4096-aligned
-//   index            UTF-8 JSON: architecture, config, tensors, expert layout, checksums
+//   checksum table   u64 XXH3-64 per dense tensor (index order), then per expert record
+//   index            UTF-8 JSON: architecture, config, tensors, expert layout,
+//                    the table's offset, count and XXH3-64
 //   last 32 bytes    trailer: u64 index offset, u64 index bytes, u64 XXH3-64 of
 //                    the index, "COLIEND\0"
 //
-// Checksums (XXH3-64, libxxhash): the index's, in the trailer, is checked on
-// every open (a few MB at most, so it costs well under a millisecond); each
-// dense tensor and each expert record has its own in the index, over its
-// whole 4096-aligned extent (padding included), which `coli run --verify`
-// and the converter, before it publishes a file, check. Together with the
-// zero header they cover every byte of the file. Format version 1 had none:
-// it is refused with the advice to convert again.
+// Checksums (XXH3-64, libxxhash): the index's (trailer) and the table's
+// (index) are checked on every open: a chain that costs a hash of a few
+// hundred KB at most. Each dense tensor and expert record has its own, over
+// its whole 4096-aligned extent (padding included), which `coli run --verify`
+// and the converter, before it publishes a file, check. With the zero header
+// they cover every byte of the file. Format version 1 had none: it is
+// refused with the advice to convert again.
 //
 // The index comes last so conversion can stream (never holding a model in
 // RAM); the writer works in a temporary file and renames it into place, so a
@@ -40,6 +42,9 @@
 #include "coli/base/weight_format.h"
 
 namespace coli::container {
+namespace format {
+struct ParsedIndex;
+}
 
 inline constexpr std::uint32_t kFormatVersion = 2;  // 2: index and record checksums
 inline constexpr std::uint64_t kAlignment = 4096;  // O_DIRECT-friendly
@@ -168,6 +173,7 @@ class ContainerReader {
   struct State;
   explicit ContainerReader(std::unique_ptr<State> state);
   Status read_index(std::uint64_t file_size);  // trailer, checksum, JSON, bounds
+  Status read_checksum_table(format::ParsedIndex& parsed, std::uint64_t index_offset);
   std::unique_ptr<State> state_;
 };
 
