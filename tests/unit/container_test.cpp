@@ -185,7 +185,7 @@ TEST_F(ContainerTest, SizesThatWrapAreRefusedBeforeAllocating) {
                    put_u64(b, trailer + 8, ~std::uint64_t{0} - 99);
                    put_u64(b, trailer, b.size() - 32 + 100);
                  },
-                 "passes the 256 MiB bound");
+                 "passes the 64 MiB bound");
   expect_refused(good, bad,
                  [](std::string& b) {
                    const std::size_t trailer = b.size() - 32;

@@ -23,7 +23,7 @@ inline constexpr std::uint64_t kHeaderBytes = 16;
 inline constexpr std::uint64_t kTrailerBytes = 32;
 // Sane bounds a real container stays far below: an index of a few MB, and no
 // tensor or expert part of more elements than the byte formulas can hold.
-inline constexpr std::uint64_t kMaxIndexBytes = std::uint64_t{256} << 20;
+inline constexpr std::uint64_t kMaxIndexBytes = std::uint64_t{64} << 20;  // index, and checksum table
 inline constexpr std::uint64_t kMaxElements = std::uint64_t{1} << 56;
 
 inline std::uint64_t align_up(std::uint64_t value) { return (value + kAlignment - 1) / kAlignment * kAlignment; }
