@@ -12,6 +12,7 @@
 #include <CLI/CLI.hpp>
 
 #include "coli/base/text.h"
+#include "coli/container/container.h"
 #include "coli/convert/convert.h"
 #include "coli/experts/usage_history.h"
 #include "coli/runtime/moe_model.h"
@@ -62,7 +63,8 @@ int run_convert(const std::string& model_dir, const std::string& out, const std:
     std::fprintf(stderr, "coli convert: %s\n", report.error().message.c_str());
     return 1;
   }
-  std::printf("converted %s -> %s in %.2f s: %llu dense tensors (%s), %llu experts of %s (source %s each), file %s\n",
+  std::printf("converted %s -> %s in %.2f s: %llu dense tensors (%s), %llu experts of %s (source %s each), file %s, "
+              "read back against its checksums\n",
               model_dir.c_str(), out.c_str(), seconds_since(start), static_cast<unsigned long long>(report->dense_tensors),
               coli::format_bytes(report->dense_bytes).c_str(), static_cast<unsigned long long>(report->experts),
               coli::format_bytes(report->expert_record_bytes).c_str(),
@@ -74,6 +76,7 @@ struct RunArgs {
   std::string model, prompt, tokenizer, pin, usage, plan, profile;
   bool knobs_given = false;
   bool report = false;  // --report: the engine's own accounting even without a plan
+  bool verify = false;  // --verify: every tensor's and expert record's checksum before loading
   std::optional<std::uint64_t> rss_limit;  // --rss-limit bytes (the watchdog's limit)  // --threads/--cap/--ctx/... given explicitly
   double usage_decay = 0.9;
   std::vector<std::int32_t> prompt_ids;
@@ -131,6 +134,22 @@ coli::Status save_history(History& history, const coli::runtime::MoeModel& model
   return run->save(history.path);
 }
 
+// --verify: re-reads the whole data region against its checksums (the
+// index's own is checked on every open).
+bool verify_container(const std::string& model) {
+  const auto start = Clock::now();
+  auto reader = coli::container::ContainerReader::open(model);
+  auto summary = reader ? reader->verify_checksums() : coli::Result<coli::container::VerifySummary>(reader.error());
+  if (!summary) {
+    std::fprintf(stderr, "coli run: --verify: %s\n", summary.error().message.c_str());
+    return false;
+  }
+  std::fprintf(stderr, "coli run: verified %llu tensors and %llu expert records (%s) in %.2f s\n",
+               static_cast<unsigned long long>(summary->tensors), static_cast<unsigned long long>(summary->records),
+               coli::format_bytes(summary->bytes).c_str(), seconds_since(start));
+  return true;
+}
+
 int run_generate(const RunArgs& args) {
   if (coli::Status s = coli::tools::check_sampling({args.temperature, args.top_p, args.seed}); !s) {
     std::fprintf(stderr, "coli run: %s\n", s.error().message.c_str());
@@ -165,6 +184,7 @@ int run_generate(const RunArgs& args) {
     return 1;
   }
   const coli::runtime::ModelShape shape = std::move(*read_shape);
+  if (args.verify && !verify_container(args.model)) return 1;
   const bool pin_is_file = !args.pin.empty() && !coli::parse_int(args.pin);
   History history = open_history(pin_is_file ? args.pin : (args.usage.empty() ? args.model + ".usage" : args.usage),
                                  coli::runtime::usage_history_key(shape));
@@ -264,7 +284,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
 
   std::string model_dir, out, experts = "q4_g64", dense = "source";
-  CLI::App* convert = app.add_subcommand("convert", "Convert a Hugging Face checkpoint directory into a coli container");
+  CLI::App* convert = app.add_subcommand("convert", "Convert a Hugging Face checkpoint directory into a coli container (read back against "
+                                                           "its checksums before it is published; a tensor holding NaN or Inf is refused)");
   convert->add_option("--model", model_dir, "Checkpoint directory (config.json + *.safetensors)")->required()->check(CLI::ExistingDirectory);
   convert->add_option("--out", out, "Container file to write (atomically)")->required();
   convert->add_option("--experts", experts, "Routed expert format: q4_g64 (int4), q8_row (int8) or f32")->capture_default_str();
@@ -287,6 +308,9 @@ int main(int argc, char** argv) {
   run_cmd->add_flag("--report", run.report,
                     "Print memory per component and peak RSS at the end (with --plan/--profile: planned vs measured, "
                     "always printed)");
+  run_cmd->add_flag("--verify", run.verify,
+                    "Before loading, re-read every tensor and expert record against its checksum (reads the whole file; "
+                    "the index's checksum is checked on every load)");
   run_cmd->add_option("--usage", run.usage, "Usage history file (default: MODEL.usage); every run adds its routing");
   run_cmd->add_option("--usage-decay", run.usage_decay, "Weight of the older history when this run is merged in")
       ->check(CLI::Range(0.0, 1.0))

@@ -52,6 +52,10 @@ coli::Result<LoadedModel> load_container(const fs::path& path) {
 // the config (describe_model reads headers only). A config.json, or a
 // directory with only one, is planned from the config alone.
 coli::Result<LoadedModel> load_model(const fs::path& path, coli::WeightFormat experts, coli::DenseFormat dense) {
+  if (fs::exists(path) && !fs::is_regular_file(path) && !fs::is_directory(path)) {  // /dev/zero, a FIFO: never read forever
+    return coli::make_error(path.string() + " is neither a regular file nor a directory: --model takes a model directory, "
+                            "its config.json or a coli container");
+  }
   if (fs::is_regular_file(path) && path.extension() != ".json") return load_container(path);
   const fs::path config_path = fs::is_directory(path) ? path / "config.json" : path;
   auto text = coli::read_text_file(config_path);

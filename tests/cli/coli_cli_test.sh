@@ -10,6 +10,21 @@ source "$(dirname "$0")/check.sh"
 check "convert exits 0" test $? -eq 0
 check "convert reports the experts" contains "$work/c.out" "16 experts"
 check "no partial files left" test "$(ls "$work" | grep -c partial)" -eq 0
+check "convert says it read the file back" contains "$work/c.out" "read back against its checksums"
+
+# --verify: every tensor and expert record against its checksum; one byte
+# changed in the weights is named and the run refused (exit 1).
+"$coli" run --model "$work/demo.coli" --prompt-ids 1 2 --max-tokens 2 --verify >"$work/v1.out" 2>&1
+check "run --verify of a good container exits 0" test $? -eq 0
+check "run --verify says what it checked" contains "$work/v1.out" "verified .* tensors and 16 expert records"
+cp "$work/demo.coli" "$work/damaged.coli"
+printf '\x5a' | dd of="$work/damaged.coli" bs=1 seek=$(( $(stat -c %s "$work/demo.coli") / 2 )) conv=notrunc status=none
+"$coli" run --model "$work/damaged.coli" --prompt-ids 1 2 --max-tokens 2 --verify >"$work/v2.out" 2>&1
+check "run --verify of a damaged container exits 1" test $? -eq 1
+check "run --verify names the damage" contains "$work/v2.out" "do not match their checksum"
+"$coli" run --model /dev/zero --prompt-ids 1 --max-tokens 1 >"$work/z.out" 2>&1
+check "an endless --model is refused" test $? -eq 1
+check "the refusal says it is not a regular file" contains "$work/z.out" "/dev/zero is not a regular file"
 
 "$coli" run --model "$work/demo.coli" --tokenizer "$fixtures/tokenizer/ggml-vocab-gpt-2.gguf" --prompt "Hello world" \
   --max-tokens 8 --cap 3 --pin 1 >"$work/r.out" 2>&1
@@ -52,6 +67,10 @@ check "the refusal says to use coli-plan" contains "$work/p2.err" "coli-plan"
 # RSS watchdog arms at the plan's RAM plus margin (--rss-limit overrides it),
 # and a Vulkan plan runs the whole decoder on the GPU.
 plan="$(dirname "$coli")/coli-plan"
+timeout 20 "$plan" --profile "$work/profile.toml" --model /dev/zero >/dev/null 2>"$work/pz.err"
+rc=$?
+check "coli-plan refuses an endless --model at once (not 0, not killed by timeout)" test "$rc" -ne 0 -a "$rc" -ne 124
+check "the refusal names the file" contains "$work/pz.err" "/dev/zero is neither a regular file nor a directory"
 "$plan" --profile "$work/profile.toml" --model "$work/demo.coli" --prompt-ids --prompt-tokens 3 --kernel scalar \
   --out "$work/scalar.plan" >/dev/null 2>&1
 check "coli-plan plans a container with --kernel scalar" test $? -eq 0

@@ -2,6 +2,7 @@
 
 #include <filesystem>
 
+#include "coli/base/checked_math.h"
 #include "coli/base/cpu_set.h"
 #include "coli/base/files.h"
 #include "coli/base/text.h"
@@ -194,6 +195,23 @@ TEST(DenseFormat, NamesAndQuantisedFormats) {
   EXPECT_EQ(quantized_format(DenseFormat::q4_g64), WeightFormat::q4_g64);
   EXPECT_EQ(dense_format_of(WeightFormat::q8_row), DenseFormat::q8_row);
   EXPECT_EQ(dense_format_of(WeightFormat::bf16), DenseFormat::source);
+}
+
+TEST(CheckedMath, SaysWhenArithmeticWouldWrap) {
+  constexpr std::uint64_t kMax = ~std::uint64_t{0};
+  EXPECT_EQ(checked_add(kMax - 1, 1), kMax);
+  EXPECT_EQ(checked_add(kMax, 1), std::nullopt);
+  EXPECT_EQ(checked_mul(std::uint64_t{1} << 32, (std::uint64_t{1} << 32) - 1), kMax - ((std::uint64_t{1} << 32) - 1));
+  EXPECT_EQ(checked_mul(std::uint64_t{1} << 32, std::uint64_t{1} << 32), std::nullopt);
+  const std::vector<std::uint64_t> wraps_to_four = {(std::uint64_t{1} << 62) + 1, 4};
+  EXPECT_EQ(checked_product(wraps_to_four), std::nullopt);
+  const std::vector<std::uint64_t> shape = {3, 5, 7};
+  EXPECT_EQ(checked_product(shape), 105u);
+  EXPECT_EQ(checked_product({}), 1u);
+  EXPECT_TRUE(range_within(4096, 100, 4096, 4196));
+  EXPECT_FALSE(range_within(4096, 101, 4096, 4196));
+  EXPECT_FALSE(range_within(kMax - 7, 16, 4096, 1 << 20));  // the end wraps to 8
+  EXPECT_FALSE(range_within(0, 1, 4096, 1 << 20));
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 
 #include <tuple>
 
+#include "coli/base/checked_math.h"
 #include "coli/container/container.h"
 #include "container_format.h"
 
@@ -71,8 +72,11 @@ Status ContainerWriter::add_tensor(const std::string& name, WeightFormat dtype,
   if (s.experts_begun) return make_error("container: dense tensor " + name + " added after the experts");
   const std::uint64_t offset = s.end;
   if (Status w = s.write_at(offset, data.data(), data.size()); !w) return w;
-  s.index.tensors.push_back({name, dtype, std::move(shape), offset, data.size()});
   s.end = format::align_up(offset + data.size());
+  format::Checksum checksum;  // over the whole extent: the padding up to s.end stays a hole, read as zeros
+  checksum.update(data);
+  checksum.update_zeros(s.end - offset - data.size());
+  s.index.tensors.push_back({name, dtype, std::move(shape), offset, data.size(), checksum.digest()});
   return Ok{};
 }
 
@@ -98,12 +102,17 @@ Status ContainerWriter::begin_experts(WeightFormat expert_format, std::uint32_t 
   if (s.experts_begun) return make_error("container: begin_experts called twice");
   if (model_layers.size() != layers) return make_error("container: model_layers must list one entry per MoE layer");
   ExpertLayout& layout = s.index.experts;
-  layout = ExpertLayout{expert_format, layers, experts, std::move(model_layers), std::move(parts), 0, 0, {}};
+  layout = ExpertLayout{expert_format, layers, experts, std::move(model_layers), std::move(parts), 0, 0, {}, {}};
   for (const ExpertPart& part : layout.parts) {
     layout.record_bytes = std::max({layout.record_bytes, part.weights_offset + part.weights_bytes,
                                     part.scales_offset + part.scales_bytes});
   }
   layout.record_stride = format::align_up(layout.record_bytes);
+  const auto layer_bytes = checked_mul(experts, layout.record_stride);
+  if (!layer_bytes || !checked_mul(*layer_bytes, layers) || !checked_add(s.end, *layer_bytes * layers)) {
+    return make_error("container: " + std::to_string(layers) + " layers of " + std::to_string(experts) +
+                      " expert records of " + std::to_string(layout.record_stride) + " bytes pass 2^64 bytes");
+  }
   for (std::uint32_t layer = 0; layer < layers; ++layer) {
     layout.layer_offsets.push_back(s.end + static_cast<std::uint64_t>(layer) * experts * layout.record_stride);
   }
@@ -125,10 +134,29 @@ Status ContainerWriter::add_expert(std::span<const std::byte> record) {
   const auto expert = static_cast<std::uint32_t>(s.experts_written % layout.experts);
   const std::uint64_t offset = layout.record_offset(layer, expert);
   if (Status w = s.write_at(offset, record.data(), record.size()); !w) return w;
+  format::Checksum checksum;  // the stride's tail stays a hole, read as zeros
+  checksum.update(record);
+  checksum.update_zeros(layout.record_stride - record.size());
+  s.index.experts.record_checksums.push_back(checksum.digest());
   ++s.experts_written;
   s.end = offset + layout.record_stride;
   return Ok{};
 }
+
+namespace {
+
+// Re-reads the finished temporary file as any reader will, before it is
+// published: a write that went wrong never replaces a good container.
+Status verify_written(const std::filesystem::path& temp) {
+  auto reader = ContainerReader::open(temp);
+  if (!reader) return make_error("the container just written does not read back: " + reader.error().message);
+  if (auto verified = reader->verify_checksums(); !verified) {
+    return make_error("the container just written does not match what was written: " + verified.error().message);
+  }
+  return Ok{};
+}
+
+}  // namespace
 
 Status ContainerWriter::finish(const std::string& architecture, const std::string& config_json,
                                const std::string& source) {
@@ -141,25 +169,33 @@ Status ContainerWriter::finish(const std::string& architecture, const std::strin
   s.index.architecture = architecture;
   s.index.config_json = config_json;
   s.index.source = source;
+  std::vector<std::uint64_t> checksums;  // the table: tensors in index order, then records
+  for (const TensorEntry& t : s.index.tensors) checksums.push_back(t.checksum);
+  checksums.insert(checksums.end(), layout.record_checksums.begin(), layout.record_checksums.end());
+  const format::ChecksumTable table{s.end, checksums.size(), format::checksum_of(std::as_bytes(std::span(checksums)))};
+  if (Status w = s.write_at(table.offset, checksums.data(), checksums.size() * 8); !w) return w;
   std::string index_text;
   try {
-    index_text = format::index_to_json(s.index).dump();
+    index_text = format::index_to_json(s.index, table).dump();
   } catch (const nlohmann::json::exception& error) {
     return make_error("container: config.json is not valid JSON: " + std::string(error.what()));
   }
-  const std::uint64_t index_offset = s.end;
+  const std::uint64_t index_offset = table.offset + checksums.size() * 8;
   if (Status w = s.write_at(index_offset, index_text.data(), index_text.size()); !w) return w;
   std::array<char, format::kTrailerBytes> trailer{};
   const std::uint64_t index_bytes = index_text.size();
+  const std::uint64_t index_checksum = format::checksum_of(std::as_bytes(std::span(index_text)));
   std::memcpy(trailer.data(), &index_offset, 8);
   std::memcpy(trailer.data() + 8, &index_bytes, 8);
-  std::memcpy(trailer.data() + 16, format::kTrailerMagic.data(), 8);
+  std::memcpy(trailer.data() + 16, &index_checksum, 8);
+  std::memcpy(trailer.data() + 24, format::kTrailerMagic.data(), 8);
   if (Status w = s.write_at(index_offset + index_bytes, trailer.data(), trailer.size()); !w) return w;
   if (::fsync(s.fd) != 0 || ::close(s.fd) != 0) {
     s.fd = -1;
     return make_error("cannot flush " + s.temp.string() + ": " + std::strerror(errno));
   }
   s.fd = -1;
+  if (Status verified = verify_written(s.temp); !verified) return verified;
   if (::rename(s.temp.c_str(), s.path.c_str()) != 0) {
     return make_error("cannot rename " + s.temp.string() + " to " + s.path.string() + ": " + std::strerror(errno));
   }

@@ -21,9 +21,51 @@ model::TensorInfo info_of(const model::DescribedTensor& t) {
   return model::TensorInfo{t.name, t.dtype, t.shape, t.file, t.offset, t.bytes};
 }
 
+// The first NaN or +-Inf element of a float tensor's little-endian bytes,
+// found from the exponent bits alone (all ones), so no format is widened.
+struct NonFinite {
+  std::uint64_t element = 0;
+  bool nan = false;  // else an infinity
+};
+
+template <typename Bits>
+std::optional<NonFinite> first_all_ones_exponent(std::span<const std::byte> bytes, Bits exponent, Bits mantissa) {
+  const std::size_t count = bytes.size() / sizeof(Bits);
+  for (std::size_t i = 0; i < count; ++i) {
+    Bits bits;
+    std::memcpy(&bits, bytes.data() + i * sizeof(Bits), sizeof(Bits));
+    if ((bits & exponent) == exponent) return NonFinite{i, (bits & mantissa) != 0};
+  }
+  return std::nullopt;
+}
+
+std::optional<NonFinite> first_non_finite(model::DType dtype, std::span<const std::byte> bytes) {
+  switch (dtype) {
+    case model::DType::F32: return first_all_ones_exponent<std::uint32_t>(bytes, 0x7f800000u, 0x007fffffu);
+    case model::DType::F16: return first_all_ones_exponent<std::uint16_t>(bytes, 0x7c00, 0x03ff);
+    case model::DType::BF16: return first_all_ones_exponent<std::uint16_t>(bytes, 0x7f80, 0x007f);
+    default: return std::nullopt;  // integer tensors hold no NaN
+  }
+}
+
+// A NaN or Inf weight would convert into a container that runs and prints
+// garbage: refused, naming the tensor and its first bad element.
+Status check_finite(const model::DescribedTensor& tensor, std::span<const std::byte> bytes) {
+  const auto bad = first_non_finite(tensor.dtype, bytes);
+  if (!bad) return Ok{};
+  std::string where = "element " + std::to_string(bad->element);
+  if (tensor.shape.size() == 2) {
+    where += " (row " + std::to_string(bad->element / tensor.shape[1]) + ", column " + std::to_string(bad->element % tensor.shape[1]) + ")";
+  }
+  return make_error("convert: tensor " + tensor.name + " in " + tensor.file.string() + " holds " + (bad->nan ? "NaN" : "an infinity") +
+                    " at " + where + ": the checkpoint is damaged (or was saved after training diverged); "
+                    "export or download it again");
+}
+
 Result<std::vector<float>> read_f32(const model::DescribedTensor& tensor) {
   auto bytes = model::read_tensor_bytes(info_of(tensor), 0, tensor.bytes);
   if (!bytes) return bytes.error();
+  if (Status s = check_finite(tensor, *bytes); !s) return s.error();
   std::vector<float> values(tensor.bytes / model::dtype_size(tensor.dtype));
   if (Status s = model::convert_to_f32(tensor.dtype, *bytes, values); !s) return s.error();
   return values;
@@ -165,6 +207,7 @@ Result<ConvertReport> convert_model(const std::filesystem::path& model_dir, cons
     }
     auto bytes = model::read_tensor_bytes(info_of(t), 0, t.bytes);
     if (!bytes) return bytes.error();
+    if (Status s = check_finite(t, *bytes); !s) return s.error();
     auto dtype = parse_container_dtype(model::dtype_name(t.dtype), model_dir.string() + ": tensor " + t.name);
     if (!dtype) return dtype.error();
     if (Status s = writer->add_tensor(t.name, *dtype, t.shape, *bytes); !s) return s.error();

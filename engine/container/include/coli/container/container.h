@@ -1,9 +1,21 @@
 // coli's model container: what `coli convert` writes and the engine reads.
 //
 //   [0, 16)          "COLIMOE\0", u32 format version, u32 reserved (little-endian)
+//   [16, 4096)       zero
 //   [4096, ...)      data: dense tensors, then routed experts, every block 4096-aligned
-//   index            UTF-8 JSON: architecture, config, tensors, expert layout
-//   last 24 bytes    trailer: u64 index offset, u64 index bytes, "COLIEND\0"
+//   checksum table   u64 XXH3-64 per dense tensor (index order), then per expert record
+//   index            UTF-8 JSON: architecture, config, tensors, expert layout,
+//                    the table's offset, count and XXH3-64
+//   last 32 bytes    trailer: u64 index offset, u64 index bytes, u64 XXH3-64 of
+//                    the index, "COLIEND\0"
+//
+// Checksums (XXH3-64, libxxhash): the index's (trailer) and the table's
+// (index) are checked on every open: a chain that costs a hash of a few
+// hundred KB at most. Each dense tensor and expert record has its own, over
+// its whole 4096-aligned extent (padding included), which `coli run --verify`
+// and the converter, before it publishes a file, check. With the zero header
+// they cover every byte of the file. Format version 1 had none: it is
+// refused with the advice to convert again.
 //
 // The index comes last so conversion can stream (never holding a model in
 // RAM); the writer works in a temporary file and renames it into place, so a
@@ -30,8 +42,11 @@
 #include "coli/base/weight_format.h"
 
 namespace coli::container {
+namespace format {
+struct ParsedIndex;
+}
 
-inline constexpr std::uint32_t kFormatVersion = 1;
+inline constexpr std::uint32_t kFormatVersion = 2;  // 2: index and record checksums
 inline constexpr std::uint64_t kAlignment = 4096;  // O_DIRECT-friendly
 
 // Dense tensors are F32, BF16, F16, or (2-D only) Q8_ROW or Q4_G64, laid out
@@ -44,6 +59,7 @@ struct TensorEntry {
   std::vector<std::uint64_t> shape;
   std::uint64_t offset = 0;          // from the start of the file
   std::uint64_t bytes = 0;
+  std::uint64_t checksum = 0;        // XXH3-64 of [offset, align_up(offset + bytes)): padding reads as zeros
 };
 
 // One projection inside an expert record: rows x cols quantised.
@@ -75,6 +91,7 @@ struct ExpertLayout {
   std::uint64_t record_bytes = 0;    // meaningful bytes of one expert
   std::uint64_t record_stride = 0;   // record_bytes rounded up to kAlignment
   std::vector<std::uint64_t> layer_offsets;  // first record of each MoE layer
+  std::vector<std::uint64_t> record_checksums;  // layer-major; XXH3-64 of each record's whole stride
   std::uint64_t record_offset(std::uint32_t layer, std::uint32_t expert) const {
     return layer_offsets[layer] + static_cast<std::uint64_t>(expert) * record_stride;
   }
@@ -122,9 +139,17 @@ class ContainerWriter {
   std::unique_ptr<State> state_;
 };
 
-// Opens and validates a container: magic, version, trailer, index JSON, and
-// every offset and size against the file. Errors name the file and say what
-// to do (usually: convert again).
+// What verify_checksums read.
+struct VerifySummary {
+  std::uint64_t tensors = 0;
+  std::uint64_t records = 0;
+  std::uint64_t bytes = 0;
+};
+
+// Opens and validates a container: a regular file, magic, version, zero
+// header, trailer, the index's checksum and JSON, and every offset and size
+// against the file (overflow-safe). Errors name the file and the field and
+// say what to do (usually: convert again).
 class ContainerReader {
  public:
   static Result<ContainerReader> open(const std::filesystem::path& path);
@@ -138,10 +163,17 @@ class ContainerReader {
   // Reads a byte range with pread (the engine's expert store does its own, aligned, I/O).
   Status read(std::uint64_t offset, std::span<std::byte> out) const;
   int fd() const;
+  std::uint64_t data_end() const;  // the data region is [kAlignment, data_end()): the index follows
+  // Reads every dense tensor and expert record and compares its checksum
+  // (the whole data region, so as long as reading the file takes). The error
+  // names each damaged tensor or record (layer, expert) and its bytes.
+  Result<VerifySummary> verify_checksums() const;
 
  private:
   struct State;
   explicit ContainerReader(std::unique_ptr<State> state);
+  Status read_index(std::uint64_t file_size);  // trailer, checksum, JSON, bounds
+  Status read_checksum_table(format::ParsedIndex& parsed, std::uint64_t index_offset);
   std::unique_ptr<State> state_;
 };
 
