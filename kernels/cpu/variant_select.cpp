@@ -11,6 +11,7 @@ namespace {
 
 constexpr CpuKernelVariant kAllVariants[] = {CpuKernelVariant::scalar, CpuKernelVariant::avx2, CpuKernelVariant::avx512,
                                              CpuKernelVariant::avx512_vnni};
+static_assert(std::size(kAllVariants) == kCpuKernelVariants.size(), "one name per variant, in the enum's order");
 
 std::string names_of(std::span<const CpuKernelVariant> variants) {
   std::string names;
