@@ -331,12 +331,12 @@ int main(int argc, char** argv) {
   for (const char* knob : {"--threads", "--cap", "--ctx", "--pin", "--io-threads", "--no-direct-io"}) {
     run.knobs_given = run.knobs_given || run_cmd->count(knob) > 0;
   }
-  if (run.plan.empty() && run.profile.empty() && !run.knobs_given && run_cmd->count("--kernel") == 0) {
-    use_default_profile(run);
-  }
   if (run.prompt.empty() && run.prompt_ids.empty()) {
     std::fprintf(stderr, "coli run: give --prompt TEXT or --prompt-ids N...\n");
     return 2;
+  }
+  if (run.plan.empty() && run.profile.empty() && !run.knobs_given && run_cmd->count("--kernel") == 0) {
+    use_default_profile(run);
   }
   return run_generate(run);
 }
