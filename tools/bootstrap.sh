@@ -21,6 +21,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libvulkan-dev libvulkan1 glslc libspirv-cross-c-shared-dev mesa-vulkan-drivers nlohmann-json3-dev
   libxxhash-dev
+  help2man python3  # man pages and shell completions, generated from --help at build time
 )
 
 install_missing() {

@@ -11,8 +11,11 @@
 
 #include <CLI/CLI.hpp>
 
+#include "coli/base/cpu_kernels.h"
 #include "coli/base/text.h"
 #include "coli/container/container.h"
+#include "coli/cli/command_line.h"
+#include "coli/cli/default_profile.h"
 #include "coli/convert/convert.h"
 #include "coli/experts/usage_history.h"
 #include "coli/runtime/moe_model.h"
@@ -150,6 +153,18 @@ bool verify_container(const std::string& model) {
   return true;
 }
 
+// No --plan, --profile or knob: plan from this machine's profile when there
+// is one (said on stderr), else run with the engine's defaults.
+void use_default_profile(RunArgs& args) {
+  auto chosen = coli::cli::choose_profile("");
+  if (!chosen) {
+    std::fprintf(stderr, "coli run: %s; running with the engine's defaults\n", chosen.error().message.c_str());
+    return;
+  }
+  args.profile = chosen->path.string();
+  std::fprintf(stderr, "coli run: profile %s (%s)\n", args.profile.c_str(), chosen->why.c_str());
+}
+
 int run_generate(const RunArgs& args) {
   if (coli::Status s = coli::tools::check_sampling({args.temperature, args.top_p, args.seed}); !s) {
     std::fprintf(stderr, "coli run: %s\n", s.error().message.c_str());
@@ -196,15 +211,16 @@ int run_generate(const RunArgs& args) {
       return 2;
     }
     const int history_pins = history.loaded ? shape.experts : 0;
+    bool refused = false;
     auto knobs = args.plan.empty() ? coli::tools::knobs_from_profile(
                                                        args.profile, shape, history_pins,
                                                        {static_cast<int>(prompt.size()), tokenizer.has_value(),
-                                                        history.loaded ? &*history.loaded : nullptr})
+                                                        history.loaded ? &*history.loaded : nullptr}, &refused)
                                    : coli::tools::knobs_from_plan(args.plan, shape,
-                                                                  history.loaded ? &*history.loaded : nullptr);
+                                                                  history.loaded ? &*history.loaded : nullptr, &refused);
     if (!knobs) {
-      std::fprintf(stderr, "coli run: %s\n", knobs.error().message.c_str());
-      return 1;
+      std::fprintf(stderr, "coli run: %s%s\n", refused ? "refused: " : "", knobs.error().message.c_str());
+      return refused ? coli::cli::kExitRefused : coli::cli::kExitError;
     }
     planned = std::move(*knobs);
     options = planned->options;  // pins and the RSS watchdog (the plan's RAM plus its margin) included
@@ -304,7 +320,9 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--pin", run.pin,
                       "N: pin each layer's N most-used experts (usage history); FILE: that history, all but top_k slots");
   run_cmd->add_option("--plan", run.plan, "Take every knob from a plan written by coli-plan --out")->check(CLI::ExistingFile);
-  run_cmd->add_option("--profile", run.profile, "Plan on the spot from this device profile (coli-probe)")->check(CLI::ExistingFile);
+  run_cmd->add_option("--profile", run.profile,
+                      "Plan on the spot from this device profile (default without --plan or knobs: this machine's, "
+                      "from the profile search path)")->check(CLI::ExistingFile);
   run_cmd->add_flag("--report", run.report,
                     "Print memory per component and peak RSS at the end (with --plan/--profile: planned vs measured, "
                     "always printed)");
@@ -321,12 +339,16 @@ int main(int argc, char** argv) {
                       "the plan's RAM plus its margin; 0 = off)");
   run_cmd->add_option("--io-threads", run.options.io_threads, "Threads reading expert misses (0 = read on the compute thread)")->check(CLI::Range(0, 256))->capture_default_str();
   run_cmd->add_flag("--no-direct-io{false}", run.options.direct_io, "Read streamed experts through the page cache instead of O_DIRECT");
-  run_cmd->add_option("--kernel", run.options.cpu_kernel, "CPU kernel: scalar, avx2, avx512, avx512_vnni or exact (default: best)");
+  run_cmd->add_option("--kernel", run.options.cpu_kernel, "CPU kernel: " + coli::cpu_kernel_names_text() + " (default: best)")
+      ->check(CLI::IsMember(coli::cpu_kernel_names()));
   run_cmd->add_option("--temperature", run.temperature, "0 = greedy; finite, >= 0")->capture_default_str();
   run_cmd->add_option("--top-p", run.top_p, "Nucleus sampling mass, in (0, 1]")->capture_default_str();
   run_cmd->add_option("--seed", run.seed, "Sampling seed")->capture_default_str();
   const coli::tools::ProfileCommand profile_cmd(app);  // coli profile ... (docs/fleet.md)
-  CLI11_PARSE(app, argc, argv);
+  app.footer("Exit status: 0 done, 1 error (a file, the model, the machine), 2 usage, 3 refused (the plan does not "
+             "fit this machine).");
+  coli::cli::add_version_flag(app, "coli");
+  if (const auto done = coli::cli::parse(app, argc, argv)) return *done;
 
   if (profile_cmd.parsed()) return profile_cmd.run();
   if (convert->parsed()) return run_convert(model_dir, out, experts, dense);
@@ -336,6 +358,9 @@ int main(int argc, char** argv) {
   if (run.prompt.empty() && run.prompt_ids.empty()) {
     std::fprintf(stderr, "coli run: give --prompt TEXT or --prompt-ids N...\n");
     return 2;
+  }
+  if (run.plan.empty() && run.profile.empty() && !run.knobs_given && run_cmd->count("--kernel") == 0) {
+    use_default_profile(run);
   }
   return run_generate(run);
 }

@@ -12,8 +12,11 @@
 
 #include "coli/shaders/catalogue.h"
 
+#include "coli/base/cpu_kernels.h"
 #include "coli/base/files.h"
 #include "coli/base/text.h"
+#include "coli/cli/command_line.h"
+#include "coli/cli/default_profile.h"
 #include "coli/container/container.h"
 #include "coli/experts/usage_history.h"
 #include "coli/model/model_desc.h"
@@ -146,145 +149,173 @@ void print_human(const planner::PlanFile& f, const planner::ModelFootprint& fp, 
   std::printf("  prefill    %.1f tok/s  %s\n", s.prefill_tok_per_s, s.prefill_inputs.c_str());
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app{"coli-plan: plan how to run a MoE model on a profiled machine (memory per component, knobs, speed)"};
+struct PlanArgs {
   std::string profile_path, model_path, ram_text, out, experts_name = "q4_g64", dense_name = "source";
-  planner::PlanRequest request;
   std::string usage_path, vram_text;
   bool json = false, toml = false, prompt_ids = false, offline = false;
-  app.add_option("--profile", profile_path, "Device profile written by coli-probe")->required();
-  app.add_option("--model", model_path, "Hugging Face model directory (headers only are read) or its config.json")
+  planner::PlanRequest request;
+};
+
+void add_options(CLI::App& app, PlanArgs& a) {
+  app.add_option("--profile", a.profile_path,
+                 "Device profile written by coli-probe (default: this machine's, from the profile search path)");
+  app.add_option("--model", a.model_path, "Hugging Face model directory (headers only are read) or its config.json")
       ->required();
-  app.add_option("--threads", request.threads, "Force the decode thread count");
-  app.add_option("--cap", request.cap, "Force the expert cache slots per MoE layer (pins included)");
-  app.add_option("--pin", request.pins, "Force the pinned experts per MoE layer");
-  app.add_option("--ram", ram_text, "RAM the plan may use, e.g. 16G (at most the profile's measured headroom)");
-  app.add_option("--ctx", request.ctx, "Context length to reserve the KV cache for");
-  app.add_option("--experts", experts_name, "Expert format in the container")
+  app.add_option("--threads", a.request.threads, "Force the decode thread count");
+  app.add_option("--cap", a.request.cap, "Force the expert cache slots per MoE layer (pins included)");
+  app.add_option("--pin", a.request.pins, "Force the pinned experts per MoE layer");
+  app.add_option("--ram", a.ram_text, "RAM the plan may use, e.g. 16G (at most the profile's measured headroom)");
+  app.add_option("--ctx", a.request.ctx, "Context length to reserve the KV cache for");
+  app.add_option("--experts", a.experts_name, "Expert format in the container")
       ->check(CLI::IsMember({"q4_g64", "q8_row"}))
       ->capture_default_str();
-  app.add_option("--dense", dense_name, "Dense weight format")
+  app.add_option("--dense", a.dense_name, "Dense weight format")
       ->check(CLI::IsMember({"source", "q8_row", "q4_g64"}))
       ->capture_default_str();
-  app.add_option("--gpu", request.gpu,
+  app.add_option("--gpu", a.request.gpu,
                  "none, auto (a GPU only when this build's engine runs experts there) or a Vulkan device index "
                  "(plans a VRAM tier)")
       ->capture_default_str();
   std::vector<std::string> variant_names;
   for (const coli::shaders::ShaderVariant& v : coli::shaders::gemv_catalogue()) variant_names.emplace_back(v.name);
-  app.add_option("--gpu-variant", request.gpu_variant, "Force this shader variant for every expert shape (checked against the GPU's limits)")
+  app.add_option("--gpu-variant", a.request.gpu_variant, "Force this shader variant for every expert shape (checked against the GPU's limits)")
       ->check(CLI::IsMember(variant_names));
-  app.add_option("--kernel", request.cpu_kernel, "Force the CPU kernel variant: avx512vnni, avx512, avx2, scalar or exact");
-  app.add_option("--vram", vram_text, "VRAM the tier may use, e.g. 40G (at most the device's budget)");
-  app.add_option("--usage", usage_path,
+  app.add_option("--kernel", a.request.cpu_kernel, "Force the CPU kernel variant: " + coli::cpu_kernel_names_text())
+      ->check(CLI::IsMember(coli::cpu_kernel_names()));
+  app.add_option("--vram", a.vram_text, "VRAM the tier may use, e.g. 40G (at most the device's budget)");
+  app.add_option("--usage", a.usage_path,
                  "Routing history (MODEL.usage from coli run): pins the most-used experts and predicts the hit rate");
-  app.add_option("--prompt-tokens", request.prompt_tokens,
+  app.add_option("--prompt-tokens", a.request.prompt_tokens,
                  "Longest prompt the runs will give, in tokens (default: the whole context)");
-  app.add_flag("--prompt-ids", prompt_ids, "Runs pass token ids, so no tokenizer tables are planned");
-  auto* json_flag = app.add_flag("--json", json, "Print the plan as JSON instead of the table");
-  app.add_flag("--toml", toml, "Print the plan as TOML instead of the table")->excludes(json_flag);
-  app.add_option("--out", out, "Write the plan file (TOML) here, atomically");
-  app.add_flag("--offline", offline, "Plan for the machine the profile describes, not this one (no live re-validation)");
-  CLI11_PARSE(app, argc, argv);
+  app.add_flag("--prompt-ids", a.prompt_ids, "Runs pass token ids, so no tokenizer tables are planned");
+  auto* json_flag = app.add_flag("--json", a.json, "Print the plan as JSON instead of the table (a refusal too: \"fits\": false)");
+  app.add_flag("--toml", a.toml, "Print the plan as TOML instead of the table")->excludes(json_flag);
+  app.add_option("--out", a.out, "Write the plan file (TOML) here, atomically");
+  app.add_flag("--offline", a.offline, "Plan for the machine the profile describes, not this one (no live re-validation)");
+  app.footer("Exit status: 0 planned, 1 error (a file, the machine or the model), 2 usage, 3 refused (does not fit, "
+             "or an override breaks a rule; with --json the refusal is printed as JSON on stdout).");
+}
 
+// The size options: text -> bytes; a malformed size is a usage error.
+bool parse_sizes(PlanArgs& a) {
+  if (!a.ram_text.empty()) {
+    a.request.ram = coli::parse_size(a.ram_text);
+    if (!a.request.ram) {
+      std::fprintf(stderr, "coli-plan: --ram '%s' is not a size: give a unit, e.g. 16G, 512M or 1073741824B\n", a.ram_text.c_str());
+      return false;
+    }
+  }
+  if (!a.vram_text.empty()) {
+    a.request.vram = coli::parse_size(a.vram_text);
+    if (!a.request.vram) {
+      std::fprintf(stderr, "coli-plan: --vram '%s' is not a size: give a unit, e.g. 40G or 512M\n", a.vram_text.c_str());
+      return false;
+    }
+  }
+  if (a.request.prompt_tokens && *a.request.prompt_tokens < 1) {
+    std::fprintf(stderr, "coli-plan: --prompt-tokens %d holds no token: use 1 or more\n", *a.request.prompt_tokens);
+    return false;
+  }
+  return true;
+}
+
+// The profile to plan with: read, then (unless --offline) re-validated against
+// this machine. Prints which file and why on stderr.
+coli::Result<coli::DeviceProfile> load_profile_for_plan(PlanArgs& a, double& live_probe_ms) {
+  auto chosen = coli::cli::choose_profile(a.profile_path);
+  if (!chosen) return chosen.error();
+  a.profile_path = chosen->path.string();
+  if (chosen->why != "--profile") std::fprintf(stderr, "coli-plan: profile %s (%s)\n", a.profile_path.c_str(), chosen->why.c_str());
+  auto profile = coli::fleet::load_shared_profile(a.profile_path);
+  if (!profile) return profile.error();
+  if (a.offline) {
+    std::fprintf(stderr, "coli-plan: --offline: planning for the machine %s describes, from its recorded memory; "
+                         "coli run --plan checks the plan against the live headroom\n", a.profile_path.c_str());
+    return profile;
+  }
+  // live re-validation (docs/fleet.md): memory always live, tuned values only
+  // for a matching class. A quick probe of this machine (GPU drivers included:
+  // 50 ms with lavapipe, ~0.4 s with NVIDIA's): timed apart from planning itself.
+  const auto probe_start = Clock::now();
+  auto checked = coli::fleet::revalidate_here(*profile);
+  live_probe_ms = std::chrono::duration<double, std::milli>(Clock::now() - probe_start).count();
+  if (!checked) return coli::make_error(checked.error().message + " (or plan for another machine with --offline)");
+  for (const std::string& line : checked->report(a.profile_path)) std::fprintf(stderr, "coli-plan: %s\n", line.c_str());
+  return std::move(checked->effective);
+}
+
+void print_plan(const PlanArgs& a, const planner::PlanFile& file, const LoadedModel& model, double live_probe_ms) {
+  if (a.json) {
+    std::fputs(planner::plan_to_json(file).c_str(), stdout);
+  } else if (a.toml) {
+    std::fputs(planner::plan_to_toml(file).c_str(), stdout);
+  } else {
+    print_human(file, model.footprint, model.source);
+    const std::string probe_note =
+        a.offline ? "" : "; the live re-validation probe took " + std::to_string(static_cast<int>(live_probe_ms + 0.5)) + " ms more";
+    std::printf("\nplanned in %.1f ms (profile, model headers, plan, speed%s)%s\n", file.planning_ms, probe_note.c_str(),
+                a.out.empty() ? "" : (" -> " + a.out).c_str());
+  }
+}
+
+int fail(const std::string& message, int code = coli::cli::kExitError) {
+  std::fprintf(stderr, "coli-plan: %s\n", message.c_str());
+  return code;
+}
+
+int plan(PlanArgs& a) {
+  using coli::cli::kExitRefused;
   const auto start = Clock::now();
   double live_probe_ms = 0;
-  if (!ram_text.empty()) {
-    request.ram = coli::parse_size(ram_text);
-    if (!request.ram) {
-      std::fprintf(stderr, "coli-plan: --ram '%s' is not a size: give a unit, e.g. 16G, 512M or 1073741824B\n", ram_text.c_str());
-      return 1;
-    }
-  }
-  auto profile = coli::fleet::load_shared_profile(profile_path);
-  if (!profile) {
-    std::fprintf(stderr, "coli-plan: %s\n", profile.error().message.c_str());
-    return 1;
-  }
-  if (offline) {
-    std::fprintf(stderr, "coli-plan: --offline: planning for the machine %s describes, from its recorded memory; "
-                         "coli run --plan checks the plan against the live headroom\n", profile_path.c_str());
-  } else {  // live re-validation (docs/fleet.md): memory always live, tuned values only for a matching class
-    // A quick probe of this machine (GPU drivers included: 50 ms with
-    // lavapipe, ~0.4 s with NVIDIA's): timed apart from planning itself.
-    const auto probe_start = Clock::now();
-    auto checked = coli::fleet::revalidate_here(*profile);
-    live_probe_ms = std::chrono::duration<double, std::milli>(Clock::now() - probe_start).count();
-    if (!checked) {
-      std::fprintf(stderr, "coli-plan: %s (or plan for another machine with --offline)\n", checked.error().message.c_str());
-      return 1;
-    }
-    for (const std::string& line : checked->report(profile_path)) std::fprintf(stderr, "coli-plan: %s\n", line.c_str());
-    *profile = std::move(checked->effective);
-  }
+  if (!parse_sizes(a)) return coli::cli::kExitUsage;
+  auto profile = load_profile_for_plan(a, live_probe_ms);
+  if (!profile) return fail(profile.error().message);
   // CLI11 checked both names against the valid ones.
-  auto model = load_model(model_path, *coli::parse_weight_format(experts_name, "--experts"),
-                          *coli::parse_dense_format(dense_name, "--dense"));
-  if (!model) {
-    std::fprintf(stderr, "coli-plan: %s\n", model.error().message.c_str());
-    return 1;
-  }
-  request.tokenizer = !prompt_ids;
-  if (!vram_text.empty()) {
-    request.vram = coli::parse_size(vram_text);
-    if (!request.vram) {
-      std::fprintf(stderr, "coli-plan: --vram '%s' is not a size: give a unit, e.g. 40G or 512M\n", vram_text.c_str());
-      return 1;
-    }
-  }
-  if (request.prompt_tokens && *request.prompt_tokens < 1) {
-    std::fprintf(stderr, "coli-plan: --prompt-tokens %d holds no token: use 1 or more\n", *request.prompt_tokens);
-    return 1;
-  }
+  auto model = load_model(a.model_path, *coli::parse_weight_format(a.experts_name, "--experts"),
+                          *coli::parse_dense_format(a.dense_name, "--dense"));
+  if (!model) return fail(model.error().message);
+  a.request.tokenizer = !a.prompt_ids;
   std::optional<coli::experts::UsageHistory> history;
-  if (!usage_path.empty()) {
+  if (!a.usage_path.empty()) {
     const auto& fp = model->footprint;
     const coli::experts::UsageHistoryKey key{static_cast<int>(fp.moe_layer_count()), fp.n_experts, fp.top_k, model->identity};
-    auto loaded = coli::experts::UsageHistory::load(usage_path, key);
-    if (!loaded) {
-      std::fprintf(stderr, "coli-plan: %s\n", loaded.error().message.c_str());
-      return 1;
-    }
+    auto loaded = coli::experts::UsageHistory::load(a.usage_path, key);
+    if (!loaded) return fail(loaded.error().message);
     history = std::move(*loaded);
-    request.history_pins = fp.n_experts;  // as many as the round allows; decide_pins_and_round shrinks them
+    a.request.history_pins = fp.n_experts;  // as many as the round allows; decide_pins_and_round shrinks them
   }
-  request.history = history ? &*history : nullptr;
-  auto plan = planner::make_plan(*profile, model->footprint, request);
-  if (!plan) {
-    std::fprintf(stderr, "coli-plan: refused: %s\n", plan.error().message.c_str());
-    return 1;
+  a.request.history = history ? &*history : nullptr;
+  auto outcome = planner::plan_or_refusal(*profile, model->footprint, a.request);
+  if (const auto* refusal = std::get_if<planner::Refusal>(&outcome)) {
+    if (a.json) std::fputs(planner::refusal_to_json(*refusal).c_str(), stdout);
+    return fail("refused: " + refusal->message, kExitRefused);
   }
   planner::PlanFile file;
   file.profile_fingerprint = profile->fingerprint;
-  file.profile_path = profile_path;
-  file.model_name = model_path;
+  file.profile_path = a.profile_path;
+  file.model_name = a.model_path;
   file.model_identity = model->identity;
   file.expert_format = model->footprint.expert_format;
   file.dense_format = model->footprint.dense_format;
   file.top_k = model->footprint.top_k;
-  file.plan = std::move(*plan);
+  file.plan = std::move(std::get<planner::Plan>(outcome));
   file.speed = planner::predict_speed(*profile, model->footprint, file.plan, history ? &*history : nullptr);
   // Everything from reading the profile to the prediction: the < 50 ms target.
   file.planning_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count() - live_probe_ms;
+  if (!a.out.empty()) {
+    if (auto saved = planner::save_plan(a.out, file); !saved) return fail(saved.error().message + " (choose another place with --out)");
+  }
+  print_plan(a, file, *model, live_probe_ms);
+  return coli::cli::kExitOk;
+}
 
-  if (!out.empty()) {
-    if (auto saved = planner::save_plan(out, file); !saved) {
-      std::fprintf(stderr, "coli-plan: %s (choose another place with --out)\n", saved.error().message.c_str());
-      return 1;
-    }
-  }
-  if (json) {
-    std::fputs(planner::plan_to_json(file).c_str(), stdout);
-  } else if (toml) {
-    std::fputs(planner::plan_to_toml(file).c_str(), stdout);
-  } else {
-    print_human(file, model->footprint, model->source);
-    const std::string probe_note =
-        offline ? "" : "; the live re-validation probe took " + std::to_string(static_cast<int>(live_probe_ms + 0.5)) + " ms more";
-    std::printf("\nplanned in %.1f ms (profile, model headers, plan, speed%s)%s\n", file.planning_ms, probe_note.c_str(),
-                out.empty() ? "" : (" -> " + out).c_str());
-  }
-  return 0;
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"coli-plan: plan how to run a MoE model on a profiled machine (memory per component, knobs, speed)"};
+  PlanArgs args;
+  add_options(app, args);
+  coli::cli::add_version_flag(app, "coli-plan");
+  if (const auto done = coli::cli::parse(app, argc, argv)) return *done;
+  return plan(args);
 }

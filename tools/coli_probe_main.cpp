@@ -10,6 +10,7 @@
 #include <CLI/CLI.hpp>
 
 #include "coli/base/text.h"
+#include "coli/cli/command_line.h"
 #include "coli/probe/fleet_machine.h"
 #include "coli/probe/probe.h"
 #include "coli/probe/profile_io.h"
@@ -132,7 +133,7 @@ int validate_profiles(const std::vector<std::string>& paths) {
       ++invalid;
     }
   }
-  return invalid == 0 ? 0 : 1;
+  return invalid == 0 ? coli::cli::kExitOk : coli::cli::kExitError;
 }
 
 }  // namespace
@@ -169,7 +170,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> validate;
   bool gpu_selftest = false;
   coli::vulkan::SelftestOptions selftest;
-  app.add_option("--out", out, "Where to write the profile ('-' = TOML on stdout)")->capture_default_str();
+  app.add_option("--out", out, "Where to write the profile ('-' = stdout: TOML, or JSON with --json)")->capture_default_str();
   app.add_flag("--quick", options.quick, "Facts only: skip the bandwidth measurements");
   app.add_flag("--json", json, "Print the profile as JSON on stdout instead of the summary");
   app.add_option("--disk-dir", options.disk_dir, "Directory on the filesystem that holds your models")
@@ -198,7 +199,9 @@ int main(int argc, char** argv) {
                  "Pretend each GPU allows at most this many bytes of shared memory in the self-test")
       ->check(CLI::Range(1024u, 1u << 24));
   app.add_option("--validate", validate, "Check existing profile files and exit (nothing is probed)");
-  CLI11_PARSE(app, argc, argv);
+  app.footer("Exit status: 0 done, 1 error (probe failed, profile invalid, file not written), 2 usage.");
+  coli::cli::add_version_flag(app, "coli-probe");
+  if (const auto done = coli::cli::parse(app, argc, argv)) return *done;
 
   if (!validate.empty()) return validate_profiles(validate);
 
@@ -214,7 +217,7 @@ int main(int argc, char** argv) {
   auto profile = coli::run_probe(options);
   if (!profile) {
     std::fprintf(stderr, "coli-probe: %s\n", profile.error().message.c_str());
-    return 1;
+    return coli::cli::kExitError;
   }
   coli::fleet::assign_identity(*profile, coli::fleet::kernel_catalogue_digest());  // docs/fleet.md
   if (profile->provenance.mode == "full") {  // host-to-device upload bandwidth, 5% of the budget
@@ -236,19 +239,19 @@ int main(int argc, char** argv) {
   auto destination = output_path(out, app.count("--out") > 0, *profile, replay);
   if (!destination) {
     std::fprintf(stderr, "coli-probe: %s\n", destination.error().message.c_str());
-    return 2;
+    return coli::cli::kExitUsage;
   }
   out = *destination;
   // A shared profile of this class (COLI_PROFILE_PATH, user and system dirs): say so.
   const std::string shared_match = coli::fleet::describe_class_match(*profile, out == "-" ? fs::path() : fs::path(out));
-  if (out == "-") {
-    std::fputs(coli::profile_to_toml(*profile).c_str(), stdout);
+  if (out == "-") {  // the format --json asks for, else TOML
+    std::fputs((json ? coli::profile_to_json(*profile) : coli::profile_to_toml(*profile)).c_str(), stdout);
     std::fprintf(stderr, "coli-probe: %s\n", shared_match.c_str());
     return 0;
   }
   if (auto saved = coli::save_profile(out, *profile); !saved) {
     std::fprintf(stderr, "coli-probe: %s (choose another place with --out)\n", saved.error().message.c_str());
-    return 1;
+    return coli::cli::kExitError;
   }
   if (json) {
     std::fputs(coli::profile_to_json(*profile).c_str(), stdout);

@@ -65,7 +65,7 @@ void print_rss_kinds() {
 }  // namespace
 
 Result<PlannedKnobs> knobs_from_plan(const std::filesystem::path& plan_file, const runtime::ModelShape& shape,
-                                     const experts::UsageHistory* history) {
+                                     const experts::UsageHistory* history, bool* refused) {
   auto plan = planner::load_plan(plan_file);
   if (!plan) return plan.error();
   // A plan made elsewhere (coli-plan --offline) never takes more than this machine's live headroom.
@@ -76,6 +76,7 @@ Result<PlannedKnobs> knobs_from_plan(const std::filesystem::path& plan_file, con
   const std::uint64_t needed = plan->plan.planned_ram_bytes() + plan->plan.margin.bytes;
   const std::uint64_t available = live->memory.headroom_bytes + process_resident_bytes();
   if (needed > available) {
+    if (refused) *refused = true;
     return make_error(plan_file.string() + " needs " + format_bytes(needed) + " of RAM with its margin, but this "
                       "machine's live headroom is " + format_bytes(available) + " (" + live->memory.headroom_source +
                       ", this process's resident set included): re-plan here with coli-plan --profile");
@@ -98,7 +99,7 @@ Result<PlannedKnobs> knobs_from_plan(const std::filesystem::path& plan_file, con
 }
 
 Result<PlannedKnobs> knobs_from_profile(const std::filesystem::path& profile_file, const runtime::ModelShape& shape,
-                                        int history_pins, const RunWorkload& workload) {
+                                        int history_pins, const RunWorkload& workload, bool* refused) {
   auto profile = fleet::load_shared_profile(profile_file.string());
   if (!profile) return profile.error();
   // Live re-validation (docs/fleet.md): memory, cgroup limits and GPU memory
@@ -116,7 +117,10 @@ Result<PlannedKnobs> knobs_from_profile(const std::filesystem::path& profile_fil
   request.tokenizer = workload.tokenizer;
   request.history = workload.history;
   auto plan = planner::make_plan(*profile, footprint, request);
-  if (!plan) return plan.error();
+  if (!plan) {
+    if (refused) *refused = true;
+    return plan.error();
+  }
   if (Status s = check_runnable(*plan, "the plan from " + profile_file.string(), profile->cpu.usable.pus); !s) {
     return s.error();
   }

@@ -24,8 +24,10 @@ struct PlannedKnobs {
 // Errors: an unreadable or invalid plan/profile, a plan made for another
 // model, a plan the planner refuses (what to change).
 // Pins are picked from `history` (nullptr: none recorded yet; a plan's pins are then dropped, with a warning).
+// `refused` (when given) is set when the error is a refusal: the plan does not
+// fit this machine's live headroom, or the planner refused (coli run exits 3).
 Result<PlannedKnobs> knobs_from_plan(const std::filesystem::path& plan_file, const runtime::ModelShape& shape,
-                                     const experts::UsageHistory* history);
+                                     const experts::UsageHistory* history, bool* refused = nullptr);
 // The run's own workload sizes the plan: its prompt length (the largest
 // forward pass) and whether a tokenizer is loaded.
 struct RunWorkload {
@@ -34,7 +36,7 @@ struct RunWorkload {
   const experts::UsageHistory* history = nullptr;  // ranks pins; nullptr when none was recorded
 };
 Result<PlannedKnobs> knobs_from_profile(const std::filesystem::path& profile_file, const runtime::ModelShape& shape,
-                                        int history_pins, const RunWorkload& workload);
+                                        int history_pins, const RunWorkload& workload, bool* refused = nullptr);
 
 // Planned vs measured: RAM total (plus margin) against peak RSS, and the
 // large components against the engine's own accounting. Returns false when

@@ -3,6 +3,7 @@
 #include <span>
 #include <string>
 
+#include "coli/base/cpu_kernels.h"
 #include "cpu/gemv_cpu.h"
 
 namespace coli::kernels::cpu {
@@ -10,6 +11,7 @@ namespace {
 
 constexpr CpuKernelVariant kAllVariants[] = {CpuKernelVariant::scalar, CpuKernelVariant::avx2, CpuKernelVariant::avx512,
                                              CpuKernelVariant::avx512_vnni};
+static_assert(std::size(kAllVariants) == kCpuKernelVariants.size(), "one name per variant, in the enum's order");
 
 std::string names_of(std::span<const CpuKernelVariant> variants) {
   std::string names;
@@ -20,13 +22,8 @@ std::string names_of(std::span<const CpuKernelVariant> variants) {
 }  // namespace
 
 std::string_view variant_name(CpuKernelVariant variant) {
-  switch (variant) {
-    case CpuKernelVariant::scalar: return "scalar";
-    case CpuKernelVariant::avx2: return "avx2";
-    case CpuKernelVariant::avx512: return "avx512";
-    case CpuKernelVariant::avx512_vnni: return "avx512vnni";
-  }
-  return "unknown";
+  const auto index = static_cast<std::size_t>(variant);  // the enum follows kCpuKernelVariants' order
+  return index < kCpuKernelVariants.size() ? kCpuKernelVariants[index] : "unknown";
 }
 
 // __builtin_cpu_supports also checks that the OS saves the wide registers (XCR0).

@@ -63,27 +63,33 @@ std::string summary(const CacheChoice& c) {
 }
 
 // What would make cap = top_k fit, each with its numbers.
-std::string remedies(const ModelFootprint& fp, const CacheRequest& req, const CacheChoice& smallest) {
-  std::string out;
+std::vector<std::string> remedies(const ModelFootprint& fp, const CacheRequest& req, const CacheChoice& smallest) {
+  std::vector<std::string> out;
   const std::uint64_t short_by = needed(smallest) - req.headroom_bytes;
-  if (req.ram_limited_by_user) out += "; raise --ram (it is " + format_bytes(req.headroom_bytes) + ")";
+  if (req.ram_limited_by_user) out.push_back("raise --ram (it is " + format_bytes(req.headroom_bytes) + ")");
   for (int ctx = req.knobs.ctx / 2; ctx >= 256; ctx /= 2) {
     MemoryKnobs k = req.knobs;
     k.ctx = ctx;
     k.prompt_tokens = std::min(k.prompt_tokens, ctx);
     if (auto c = evaluate(fp, req, fp.top_k, k); c && needed(*c) <= req.headroom_bytes) {
-      out += "; lower --ctx to " + std::to_string(ctx) + " (KV cache " +
-             format_bytes(smallest.memory.find("KV cache")->bytes) + " at ctx " + std::to_string(req.knobs.ctx) + ")";
+      out.push_back("lower --ctx to " + std::to_string(ctx) + " (KV cache " +
+                    format_bytes(smallest.memory.find("KV cache")->bytes) + " at ctx " + std::to_string(req.knobs.ctx) + ")");
       break;
     }
   }
   if (fp.expert_format != WeightFormat::q4_g64) {
-    out += "; use int4 experts (convert --experts q4_g64: " + format_bytes(fp.q4_g64.record_stride) + " per slot instead of " +
-           format_bytes(fp.expert().record_stride) + ")";
+    out.push_back("use int4 experts (convert --experts q4_g64: " + format_bytes(fp.q4_g64.record_stride) +
+                  " per slot instead of " + format_bytes(fp.expert().record_stride) + ")");
   }
-  if (fp.dense_format == DenseFormat::source) out += "; quantise dense weights (convert --dense q8_row)";
-  out += "; or free " + format_bytes(short_by) + " of RAM";
+  if (fp.dense_format == DenseFormat::source) out.push_back("quantise dense weights (convert --dense q8_row)");
+  out.push_back("or free " + format_bytes(short_by) + " of RAM");
   return out;
+}
+
+std::string joined(const std::vector<std::string>& advice) {
+  std::string text;
+  for (const std::string& item : advice) text += "; " + item;
+  return text;
 }
 
 }  // namespace
@@ -104,11 +110,9 @@ Result<CacheChoice> decide_cache(const ModelFootprint& fp, const CacheRequest& r
     }
     auto c = evaluate(fp, req, cap, req.knobs);
     if (!c) return c.error();
-    if (needed(*c) > req.headroom_bytes) {
-      const auto fitting = largest_fitting(fp, req, req.knobs);
-      return make_error("--cap " + std::to_string(cap) + " needs " + summary(*c) + ", more than the headroom " + headroom +
-                        (fitting ? "; use --cap " + std::to_string(fitting->cap) + " or less"
-                                 : "; no cap fits: lower --ctx or use a smaller model format"));
+    if (const auto shortfall = cache_shortfall(fp, req)) {
+      return make_error("--cap " + std::to_string(cap) + " needs " + shortfall->needs + ", more than the headroom " +
+                        headroom + joined(shortfall->advice));
     }
     c->reason = "cap " + std::to_string(cap) + " (forced)" + clamp_note + ": needs " + summary(*c) + " of " + headroom;
     return c;
@@ -129,8 +133,26 @@ Result<CacheChoice> decide_cache(const ModelFootprint& fp, const CacheRequest& r
   }
   auto smallest = evaluate(fp, req, fp.top_k, req.knobs);
   if (!smallest) return make_error("no expert cache fits: " + smallest.error().message);
+  const auto shortfall = cache_shortfall(fp, req);
   return make_error("the model does not fit: even cap = top_k = " + std::to_string(fp.top_k) + " needs " +
-                    summary(*smallest) + ", but the headroom is " + headroom + remedies(fp, req, *smallest));
+                    summary(*smallest) + ", but the headroom is " + headroom +
+                    (shortfall ? joined(shortfall->advice) : std::string()));
+}
+
+std::optional<CacheShortfall> cache_shortfall(const ModelFootprint& fp, const CacheRequest& req) {
+  const int cap = req.cap ? std::min(*req.cap, fp.n_experts) : fp.top_k;
+  if (cap < fp.top_k) return std::nullopt;
+  auto tried = evaluate(fp, req, cap, req.knobs);
+  if (!tried || needed(*tried) <= req.headroom_bytes) return std::nullopt;
+  CacheShortfall s{cap, needed(*tried), req.headroom_bytes, summary(*tried), {}};
+  if (!req.cap) {
+    s.advice = remedies(fp, req, *tried);
+  } else if (const auto fitting = largest_fitting(fp, req, req.knobs)) {
+    s.advice = {"use --cap " + std::to_string(fitting->cap) + " or less"};
+  } else {
+    s.advice = {"no cap fits: lower --ctx or use a smaller model format"};
+  }
+  return s;
 }
 
 }  // namespace coli::planner

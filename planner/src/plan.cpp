@@ -1,6 +1,7 @@
 #include "coli/planner/plan.h"
 
 #include <algorithm>
+#include <limits>
 
 namespace coli::planner {
 namespace {
@@ -51,7 +52,27 @@ const Decision* Plan::decision(const std::string& knob) const {
   return nullptr;
 }
 
-Result<Plan> make_plan(const DeviceProfile& profile, const ModelFootprint& fp, const PlanRequest& request) {
+namespace {
+
+// TOML integers are signed 64-bit; no machine has 8 EiB.
+std::int64_t bytes_number(std::uint64_t bytes) {
+  return static_cast<std::int64_t>(std::min<std::uint64_t>(bytes, std::numeric_limits<std::int64_t>::max()));
+}
+
+// A cache refusal for lack of RAM (and the VRAM the tier takes beside it).
+void explain_shortfall(const ModelFootprint& fp, const CacheRequest& cache, const GpuTier& tier, Refusal& refusal) {
+  const auto shortfall = cache_shortfall(fp, cache);
+  if (!shortfall) return;
+  refusal.does_not_fit = true;
+  refusal.tiers.push_back({Tier::ram, shortfall->needed_bytes, shortfall->headroom_bytes});
+  std::uint64_t vram = 0;
+  for (const MemoryLine& line : tier.lines) vram += line.tier == Tier::vram ? line.bytes : 0;
+  if (vram > 0) refusal.tiers.push_back({Tier::vram, vram, tier.vram_headroom_bytes});
+  refusal.advice = shortfall->advice;
+}
+
+Result<Plan> make_plan_explained(const DeviceProfile& profile, const ModelFootprint& fp, const PlanRequest& request,
+                       Refusal& refusal) {
   if (fp.n_experts < 1 || fp.top_k < 1 || fp.top_k > fp.n_experts) {
     return make_error("the model has " + std::to_string(fp.n_experts) + " experts and top_k " + std::to_string(fp.top_k) +
                       ": not an MoE model the engine can plan for");
@@ -71,19 +92,20 @@ Result<Plan> make_plan(const DeviceProfile& profile, const ModelFootprint& fp, c
   if (!kernel) return kernel.error();
   plan.cpu_kernel = kernel->variant;
   plan.decisions.push_back({"kernel", plan.cpu_kernel, kernel->reason});
-  plan.decisions.push_back({"threads", std::to_string(plan.threads), threads->reason});
+  plan.decisions.push_back({"threads", std::to_string(plan.threads), threads->reason, plan.threads, "threads"});
 
   std::string ctx_reason;
   auto ctx = decide_ctx(fp, request.ctx, ctx_reason);
   if (!ctx) return ctx.error();
   plan.ctx = *ctx;
-  plan.decisions.push_back({"ctx", std::to_string(plan.ctx), ctx_reason});
+  plan.decisions.push_back({"ctx", std::to_string(plan.ctx), ctx_reason, plan.ctx, "tokens"});
 
   bool user_limited = false;
   auto headroom = decide_headroom(profile, request.ram, plan.headroom_source, user_limited);
   if (!headroom) return headroom.error();
   plan.headroom_bytes = *headroom;
-  plan.decisions.push_back({"ram", format_bytes(plan.headroom_bytes), "headroom from " + plan.headroom_source});
+  plan.decisions.push_back({"ram", format_bytes(plan.headroom_bytes), "headroom from " + plan.headroom_source,
+                            bytes_number(plan.headroom_bytes), "bytes"});
 
   CacheRequest cache;
   cache.headroom_bytes = plan.headroom_bytes;
@@ -155,7 +177,10 @@ Result<Plan> make_plan(const DeviceProfile& profile, const ModelFootprint& fp, c
       choice = decide_cache(fp, cache);
     }
   }
-  if (!choice) return choice.error();
+  if (!choice) {
+    explain_shortfall(fp, cache, *tier, refusal);
+    return choice.error();
+  }
   if (cache.knobs.gpu_decoder && !cache.knobs.host_experts) {
     const std::string none = "no host expert cache: every expert is in VRAM on " + tier->device.gpu.describe();
     choice->reason = request.cap ? choice->reason + "; " + none : none;
@@ -167,11 +192,28 @@ Result<Plan> make_plan(const DeviceProfile& profile, const ModelFootprint& fp, c
   plan.prefill_round_tokens = choice->pins_round.round_tokens;
   plan.memory = std::move(choice->memory);
   plan.margin = choice->margin;
-  plan.decisions.push_back({"cap", std::to_string(plan.cap), choice->reason});
-  plan.decisions.push_back({"pins", std::to_string(plan.pins), choice->pins_round.reason});
-  plan.decisions.push_back({"prefill_round_tokens", std::to_string(plan.prefill_round_tokens), choice->pins_round.reason});
-  plan.decisions.push_back({"margin", format_bytes(plan.margin.bytes), plan.margin.reason});
+  plan.decisions.push_back({"cap", std::to_string(plan.cap), choice->reason, plan.cap, "slots"});
+  plan.decisions.push_back({"pins", std::to_string(plan.pins), choice->pins_round.reason, plan.pins, "experts"});
+  plan.decisions.push_back({"prefill_round_tokens", std::to_string(plan.prefill_round_tokens), choice->pins_round.reason,
+                            plan.prefill_round_tokens, "tokens"});
+  plan.decisions.push_back({"margin", format_bytes(plan.margin.bytes), plan.margin.reason, bytes_number(plan.margin.bytes), "bytes"});
   return plan;
+}
+
+}  // namespace
+
+Result<Plan> make_plan(const DeviceProfile& profile, const ModelFootprint& fp, const PlanRequest& request) {
+  Refusal ignored;
+  return make_plan_explained(profile, fp, request, ignored);
+}
+
+std::variant<Plan, Refusal> plan_or_refusal(const DeviceProfile& profile, const ModelFootprint& fp,
+                                            const PlanRequest& request) {
+  Refusal refusal;
+  auto plan = make_plan_explained(profile, fp, request, refusal);
+  if (plan) return std::move(*plan);
+  refusal.message = plan.error().message;
+  return refusal;
 }
 
 }  // namespace coli::planner

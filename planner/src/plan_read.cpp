@@ -9,6 +9,7 @@
 
 #include <toml++/toml.h>
 
+#include "coli/base/cpu_kernels.h"
 #include "coli/base/files.h"
 #include "coli/planner/plan_io.h"
 #include "coli/probe/toml_fields.h"
@@ -33,9 +34,9 @@ void read_knobs(const Reader& k, PlanFile& f) {
   p.direct_io = k.boolean("direct_io");
   if (k.has("cpu_kernel")) {  // schema 2
     p.cpu_kernel = k.text("cpu_kernel");
-    static const char* const kKernels[] = {"", "avx512vnni", "avx512", "avx2", "scalar", "exact"};
-    if (std::find(std::begin(kKernels), std::end(kKernels), p.cpu_kernel) == std::end(kKernels)) {
-      k.fail("cpu_kernel", "= \"" + p.cpu_kernel + "\" is not a CPU kernel variant (avx512vnni, avx512, avx2, scalar, exact)");
+    const std::vector<std::string> kernels = cpu_kernel_names();
+    if (!p.cpu_kernel.empty() && std::find(kernels.begin(), kernels.end(), p.cpu_kernel) == kernels.end()) {
+      k.fail("cpu_kernel", "= \"" + p.cpu_kernel + "\" is not a CPU kernel variant (" + cpu_kernel_names_text() + ")");
     }
   }
   if (k.has("compute_pus")) {  // schema 2
@@ -166,7 +167,12 @@ PlanFile read_plan(const Reader& root) {
   read_knobs(root.table("knobs"), f);
   read_memory(root.table("memory"), f.plan);
   for (const Reader& d : root.tables("decisions")) {
-    f.plan.decisions.push_back({d.text("knob"), d.text("value"), d.text("reason")});
+    Decision decision{d.text("knob"), d.text("value"), d.text("reason")};
+    if (d.has("number")) {  // schema 4
+      decision.number = d.integer("number", 0, std::numeric_limits<std::int64_t>::max());
+      decision.unit = d.text("unit");
+    }
+    f.plan.decisions.push_back(std::move(decision));
   }
   read_speed(root.table("speed"), f.speed);
   if (root.has("gpu")) read_gpu(root.table("gpu"), f.plan);  // schema 2

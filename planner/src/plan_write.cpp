@@ -28,7 +28,9 @@ toml::table plan_table(const PlanFile& f) {
   }
   toml::array decisions;
   for (const Decision& d : p.decisions) {
-    decisions.push_back(toml::table{{"knob", d.knob}, {"value", d.value}, {"reason", d.reason}});
+    toml::table decision{{"knob", d.knob}, {"value", d.value}, {"reason", d.reason}};
+    if (d.number) decision.insert("number", *d.number), decision.insert("unit", d.unit);  // schema 4
+    decisions.push_back(std::move(decision));
   }
   const SpeedPrediction& s = f.speed;
   toml::array variants, vram_experts;
@@ -113,8 +115,28 @@ std::string plan_to_toml(const PlanFile& plan) {
 }
 
 std::string plan_to_json(const PlanFile& plan) {
+  toml::table table = plan_table(plan);
+  table.insert("fits", true);  // what a script checks first; refusal_to_json says false
   std::ostringstream out;
-  out << toml::json_formatter{plan_table(plan)} << "\n";
+  out << toml::json_formatter{table} << "\n";
+  return out.str();
+}
+
+std::string refusal_to_json(const Refusal& refusal) {
+  toml::table tiers;
+  for (const TierNeed& need : refusal.tiers) {
+    tiers.insert(tier_name(need.tier), toml::table{{"needed_bytes", as_int(need.needed_bytes)},
+                                                   {"available_bytes", as_int(need.available_bytes)}});
+  }
+  toml::array advice;
+  for (const std::string& item : refusal.advice) advice.push_back(item);
+  const toml::table table{{"fits", false},
+                          {"does_not_fit", refusal.does_not_fit},
+                          {"refused", refusal.message},
+                          {"tiers", std::move(tiers)},
+                          {"advice", std::move(advice)}};
+  std::ostringstream out;
+  out << toml::json_formatter{table} << "\n";
   return out.str();
 }
 

@@ -114,6 +114,15 @@ fs::path system_profile_dir() {
   return "/etc/coli/profiles";
 }
 
+fs::path installed_profile_dir() {
+  // Beside the installed programs (share/coli/profiles from bin/), so a
+  // relocated install (cmake --install --prefix DIR) finds its own copy.
+  std::error_code error;
+  const fs::path program = fs::read_symlink("/proc/self/exe", error);
+  if (error) return {};
+  return (program.parent_path() / COLI_RELATIVE_PROFILE_DIR).lexically_normal();
+}
+
 std::vector<SearchEntry> profile_search_path(const std::optional<fs::path>& explicit_profile) {
   std::vector<SearchEntry> path;
   if (explicit_profile) path.push_back({*explicit_profile, "--profile"});
@@ -130,6 +139,7 @@ std::vector<SearchEntry> profile_search_path(const std::optional<fs::path>& expl
   path.push_back({default_profile_path(), "user"});
   path.push_back({user_profile_dir(), "user"});
   path.push_back({system_profile_dir(), "system"});
+  if (const fs::path installed = installed_profile_dir(); !installed.empty()) path.push_back({installed, "installed"});
   return path;
 }
 

@@ -3,6 +3,10 @@
 # and finish, which prints the closing "N passed, N failed" line and sets the exit code.
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+# Hermetic: no profile of the user's or the system's is found by default
+# (coli-plan and coli run look for one when --profile is not given).
+export XDG_CONFIG_HOME="$work/config" COLI_SYSTEM_PROFILE_DIR="$work/system-profiles"
+unset COLI_PROFILE_PATH
 passed=0
 failed=0
 

@@ -34,8 +34,8 @@ check "run prints the hit rate" contains "$work/r.out" "hit rate"
 check "run prints peak RSS" contains "$work/r.out" "peak RSS"
 
 # Same tokens whatever the cache: greedy ids with all experts vs 2 slots.
-"$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 12 >"$work/a.out" 2>&1
-"$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 12 --cap 2 --threads 2 >"$work/b.out" 2>&1
+"$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 12 >"$work/a.out" 2>"$work/a.err"
+"$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 12 --cap 2 --threads 2 >"$work/b.out" 2>"$work/b.err"
 check "tokens independent of cap and threads" test "$(head -1 "$work/a.out")" = "$(head -1 "$work/b.out")"
 
 # Usage history: a run records it, the next one pins from it; a broken or
@@ -137,5 +137,26 @@ mkdir -p "$work/broken" && cp "$fixtures/models/olmoe/config.json" "$work/broken
 "$coli" convert --model "$work/broken" --out "$work/y.coli" >/dev/null 2>"$work/e6"
 check "truncated safetensors refused" test $? -eq 1
 check "no container from a failed conversion" test ! -e "$work/y.coli"
+
+# Issue 12: one kernel spelling, --version, and the default profile.
+"$coli" run --model "$work/demo.coli" --prompt-ids 1 --kernel avx512_vnni >/dev/null 2>&1
+check "--kernel avx512_vnni is a usage error" test $? -eq 2
+"$coli" run --help >"$work/help.out" 2>&1
+check "run --help spells the kernels as the parser does" contains "$work/help.out" "avx512vnni or exact"
+check "run --help never says avx512_vnni" test "$(grep -c avx512_vnni "$work/help.out")" -eq 0
+"$coli" --version >"$work/version.out" 2>&1
+check "coli --version exits 0 with the commit" contains "$work/version.out" "^coli [0-9.]* (commit "
+XDG_CONFIG_HOME="$work/empty-config" "$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 2 \
+  >/dev/null 2>"$work/nodefault.err"
+check "no profile: runs with the engine's defaults" test $? -eq 0
+check "no profile: says so" contains "$work/nodefault.err" "running with the engine's defaults"
+mkdir -p "$XDG_CONFIG_HOME/coli"
+cp "$work/profile.toml" "$XDG_CONFIG_HOME/coli/device-profile.toml"
+"$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 2 >/dev/null 2>"$work/default.err"
+check "the default profile: run exits 0" test $? -eq 0
+check "the default profile: says which file" contains "$work/default.err" "profile $XDG_CONFIG_HOME/coli/device-profile.toml"
+check "the default profile: knobs planned from it" contains "$work/default.err" "knobs from profile"
+"$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 2 --threads 1 >/dev/null 2>"$work/knobs.err"
+check "explicit knobs: no default profile" test "$(grep -c 'knobs from profile' "$work/knobs.err")" -eq 0
 
 finish

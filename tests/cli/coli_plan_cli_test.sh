@@ -24,16 +24,16 @@ check "planning time printed" contains "$work/h.out" "^planned in [0-9.]* ms"
 # --json parses; --toml and --out write the same plan, with its schema version.
 "$plan" --profile "$profile" --model "$model" --ram 16G --json >"$work/p.json" 2>/dev/null
 check "--json exits 0" test $? -eq 0
-check "--json parses" python3 -c "import json,sys; d=json.load(sys.stdin); assert d['schema_version']==3 and d['knobs']['cap']<128" <"$work/p.json"
+check "--json parses" python3 -c "import json,sys; d=json.load(sys.stdin); assert d['schema_version']==4 and d['fits'] and d['knobs']['cap']<128" <"$work/p.json"
 "$plan" --profile "$profile" --model "$model" --ram 16G --toml --out "$work/p.toml" >"$work/p.stdout" 2>/dev/null
-check "--out writes the plan" contains "$work/p.toml" "^schema_version = 3$"
+check "--out writes the plan" contains "$work/p.toml" "^schema_version = 4$"
 check "the plan names the profile it was made for" contains "$work/p.toml" "^profile_fingerprint = 'fnv1a64:"
 check "--toml prints the plan" contains "$work/p.stdout" "^\[knobs\]$"
 check "no temporary files left" test "$(ls "$work" | grep -c '\.tmp')" -eq 0
 
 # 1 GiB cannot hold the dense weights: refused, saying what to change.
 "$plan" --profile "$profile" --model "$model" --ram 1G >"$work/r.out" 2>"$work/r.err"
-check "1G plan refused with 1" test $? -eq 1
+check "1G plan refused with 3" test $? -eq 3
 check "refusal says refused" contains "$work/r.err" "refused"
 check "refusal names what to change" grep -qiE -- "--ram|raise|use " "$work/r.err"
 check "refusal prints no table" test ! -s "$work/r.out"
@@ -46,14 +46,57 @@ check "broken profile named" contains "$work/b.err" "broken.toml"
 
 # Bad arguments: a size that is not one, an override that would crash.
 "$plan" --profile "$profile" --model "$model" --ram 16 --offline >/dev/null 2>"$work/s16.err"
+check "a bare --ram number is a usage error (2)" test $? -eq 2
 check "a bare --ram number (16 bytes?) is refused" contains "$work/s16.err" "give a unit"
 "$plan" --profile "$profile" --model "$model" --ram 16g --gpu none --offline >/dev/null 2>&1
 check "--ram 16g is 16 GiB" test $? -eq 0
 "$plan" --profile "$profile" --model "$model" --ram lots >/dev/null 2>"$work/s.err"
-check "bad --ram exits 1" test $? -eq 1
+check "bad --ram is a usage error (2)" test $? -eq 2
 check "bad --ram explained" contains "$work/s.err" "not a size"
 "$plan" --profile "$profile" --model "$model" --ctx 10000000 >/dev/null 2>"$work/c.err"
-check "--ctx past the trained range refused" test $? -eq 1
+check "--ctx past the trained range refused (3)" test $? -eq 3
 check "--ctx refusal names the fix" contains "$work/c.err" "use --ctx"
+
+# Issue 12: outcomes a script can tell apart.
+check "--json: numbers beside the formatted decisions" python3 - "$work/p.json" <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+by_knob = {x["knob"]: x for x in d["decisions"]}
+assert by_knob["cap"]["number"] == d["knobs"]["cap"] and by_knob["cap"]["unit"] == "slots"
+assert by_knob["ram"]["number"] == d["memory"]["headroom_bytes"] and by_knob["ram"]["unit"] == "bytes"
+assert by_knob["margin"]["number"] == d["memory"]["margin_bytes"]
+assert "number" not in by_knob["kernel"]
+EOF
+"$plan" --profile "$profile" --model "$model" --ram 1G --offline --json >"$work/r.json" 2>"$work/rj.err"
+check "--json refusal exits 3" test $? -eq 3
+check "--json refusal is JSON on stdout: fits false, bytes per tier, advice" python3 - "$work/r.json" <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["fits"] is False and d["does_not_fit"] is True
+ram = d["tiers"]["ram"]
+assert ram["available_bytes"] == 1 << 30 and ram["needed_bytes"] > ram["available_bytes"]
+assert any("raise --ram" in a for a in d["advice"]) and d["refused"].startswith("the model does not fit")
+EOF
+check "--json refusal also on stderr" contains "$work/rj.err" "refused"
+"$plan" --model "$model" --ram 16G >/dev/null 2>"$work/np.err"
+check "no profile anywhere: exit 1" test $? -eq 1
+check "no profile anywhere: says to run coli-probe" contains "$work/np.err" "run coli-probe"
+mkdir -p "$XDG_CONFIG_HOME/coli"
+cp "$profile" "$XDG_CONFIG_HOME/coli/device-profile.toml"
+"$plan" --model "$model" --ram 16G --gpu none --offline --json >"$work/d.json" 2>"$work/d.err"
+check "without --profile the default profile is used" test $? -eq 0
+check "and coli-plan says which file" contains "$work/d.err" "profile $XDG_CONFIG_HOME/coli/device-profile.toml"
+check "the plan was made from it" python3 -c "import json,sys; assert json.load(sys.stdin)['made_for']['profile_path'].endswith('coli/device-profile.toml')" <"$work/d.json"
+"$plan" --version >"$work/v.out" 2>&1
+check "--version exits 0" test $? -eq 0
+check "--version: program, version and commit" contains "$work/v.out" "^coli-plan [0-9.]* (commit [0-9a-z+]*)"
+check "--version: schema versions" contains "$work/v.out" "device profile [0-9]*, plan 4, container [0-9]*, usage history [0-9]*"
+"$plan" --profile "$profile" --model "$model" --kernel avx512_vnni >/dev/null 2>&1
+check "a kernel name the parser does not know is a usage error" test $? -eq 2
+"$plan" --help >"$work/help.out" 2>&1
+check "--help names the kernel as the parser spells it" contains "$work/help.out" "avx512vnni or exact"
+check "--help never says avx512_vnni" test "$(grep -c avx512_vnni "$work/help.out")" -eq 0
+"$plan" --no-such-option >/dev/null 2>&1
+check "an unknown option is a usage error" test $? -eq 2
 
 finish

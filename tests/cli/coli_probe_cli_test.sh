@@ -25,6 +25,12 @@ check "--out - prints TOML" contains "$work/stdout.toml" "^schema_version = [0-9
 "$probe" --quick --json --out "$work/j.toml" >"$work/j.json" 2>/dev/null
 check "--json prints JSON" contains "$work/j.json" '"schema_version" : [0-9]'
 
+# Issue 12: --json --out - prints JSON (it printed TOML); --version.
+"$probe" --quick --json --out - >"$work/stdout.json" 2>/dev/null
+check "--json --out - prints JSON" python3 -c "import json,sys; assert json.load(sys.stdin)['schema_version'] >= 3" <"$work/stdout.json"
+"$probe" --version >"$work/version.out"
+check "--version names the schemas" contains "$work/version.out" "^schemas: device profile [0-9]*, plan [0-9]*"
+
 # Issue 12: a quick probe never replaces a full profile in the default
 # location, and a replay writes nothing there (both lost tuned profiles).
 xdg="$(mktemp -d)"; mkdir -p "$xdg/coli"

@@ -66,7 +66,22 @@ EOF
 check "second sweep exits 0" test $? -eq 0
 check "second sweep pins from the given history" contains "$work/s2.out" "pins from the usage history"
 
-# Bad input: exit 1 and a message that says what is wrong, never a crash.
+# "auto" is the engine's choice on this CPU (COLI_CPU_KERNEL forces it): with
+# that variant named too, the two are one configuration, and the sweep says so.
+COLI_CPU_KERNEL=scalar "$sweep" --model "$work/demo.coli" --profile "$work/profile.toml" --threads 1 --caps 4 --pins off \
+  --kernels auto,scalar --prompts 1 --prompt-tokens 3 --tokens 2 --repeats 1 --out "$work/out3" >"$work/s3.out" 2>&1
+check "auto and its variant: sweep exits 0" test $? -eq 0
+check "auto and its variant merged, said so" contains "$work/s3.out" "kernels: auto and scalar are scalar .*merged"
+check "auto and its variant run once" python3 - "$work/out3/sweep.json" <<'EOF'
+import json, sys
+configs = json.load(open(sys.argv[1]))["configs"]
+labels = [c["label"] for c in configs]
+assert not any(l.endswith("| auto") for l in labels), labels
+assert len(labels) == len(set(labels)), labels
+EOF
+
+# Bad input: a message that says what is wrong (exit 1 error, 2 usage, 3 the
+# planner refused), never a crash.
 "$sweep" --model "$work/none.coli" --profile "$work/profile.toml" --out "$work/e" >/dev/null 2>"$work/e1"
 check "missing model exits 1" test $? -eq 1
 check "missing model named" contains "$work/e1" "none.coli: no such file"
@@ -75,15 +90,15 @@ head -c 200 "$work/profile.toml" >"$work/broken.toml"
 check "broken profile exits 1" test $? -eq 1
 check "broken profile named" contains "$work/e2" "broken.toml"
 "$sweep" --model "$work/demo.coli" --profile "$work/profile.toml" --caps 1 --out "$work/e" >/dev/null 2>"$work/e3"
-check "cap below top_k exits 1" test $? -eq 1
+check "cap below top_k is a usage error" test $? -eq 2
 check "cap error names top_k" contains "$work/e3" "cap 1 is outside \[top_k 2"
 "$sweep" --model "$work/demo.coli" --profile "$work/profile.toml" --threads 999 --out "$work/e" >/dev/null 2>"$work/e4"
-check "empty grid exits 1" test $? -eq 1
+check "empty grid is a usage error" test $? -eq 2
 check "empty grid explained" contains "$work/e4" "no thread set"
 "$sweep" --model "$work/demo.coli" --profile "$work/profile.toml" --pins maybe --out "$work/e" >/dev/null 2>"$work/e5"
-check "bad --pins exits 1" test $? -eq 1
+check "bad --pins is a usage error" test $? -eq 2
 "$sweep" --model "$work/demo.coli" --profile "$work/profile.toml" --ram 100M --out "$work/e" >/dev/null 2>"$work/e7"
-check "a plan that does not fit exits 1" test $? -eq 1
+check "a plan that does not fit exits 3" test $? -eq 3
 check "the planner's refusal is shown" contains "$work/e7" "the planner refused: .*raise --ram"
 head -c 100000 "$work/demo.coli" >"$work/cut.coli"
 "$sweep" --model "$work/cut.coli" --profile "$work/profile.toml" --out "$work/e" >/dev/null 2>"$work/e6"

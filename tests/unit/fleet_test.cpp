@@ -307,12 +307,16 @@ TEST(Fleet, SearchPathOrderAndClassMatch) {
   ::setenv("COLI_PROFILE_PATH", (extra.string() + ":" + (dir / "missing.toml").string()).c_str(), 1);
   ::setenv("COLI_SYSTEM_PROFILE_DIR", system.c_str(), 1);
   const auto path = profile_search_path(dir / "explicit.toml");
-  ASSERT_EQ(path.size(), 6u);
+  ASSERT_EQ(path.size(), 7u);
   EXPECT_EQ(path[0].origin, "--profile");
   EXPECT_EQ(path[1].path, extra);
   EXPECT_EQ(path[3].path, dir / "config/coli/device-profile.toml");
   EXPECT_EQ(path[4].path, dir / "config/coli/profiles");
   EXPECT_EQ(path[5].path, system);
+  // Last, the curated profiles installed beside the programs (issue 12):
+  // <prefix>/share/coli/profiles for <prefix>/bin, whatever the prefix.
+  EXPECT_EQ(path[6].origin, "installed");
+  EXPECT_EQ(path[6].path, (fs::canonical("/proc/self/exe").parent_path().parent_path() / "share/coli/profiles"));
   const DeviceProfile shared = replay(kMachines / "h200-xeon-16c", kH200Gpus);
   ASSERT_TRUE(write_file_atomically(system / "h200.toml", export_profile(shared, {})).ok());
   ASSERT_TRUE(write_file_atomically(extra / "broken.toml", "schema_version = 3\n").ok());

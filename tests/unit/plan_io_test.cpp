@@ -79,6 +79,38 @@ TEST(PlanFile, JsonCarriesTheSameTable) {
   EXPECT_NE(json.find("\"cap\" : " + std::to_string(f.plan.cap)), std::string::npos);
 }
 
+// Issue 12: scripts read numbers, not "15.6 GiB".
+TEST(PlanFile, DecisionsHaveNumbersAndUnitsInTomlAndJson) {
+  const PlanFile f = h200_qwen3_plan();
+  const std::string json = plan_to_json(f);
+  EXPECT_NE(json.find("\"fits\" : true"), std::string::npos);
+  EXPECT_NE(json.find("\"number\" : " + std::to_string(f.plan.margin.bytes)), std::string::npos);
+  EXPECT_NE(json.find("\"unit\" : \"bytes\""), std::string::npos);
+  const std::string toml = plan_to_toml(f);
+  EXPECT_NE(toml.find("number = " + std::to_string(f.plan.cap) + "\n"), std::string::npos);
+}
+
+// A plan of schema 3 (decisions as text only) is still read.
+TEST(PlanFile, ReadsSchemaThreeWithoutNumbers) {
+  PlanFile f = h200_qwen3_plan();
+  for (Decision& d : f.plan.decisions) d.number.reset(), d.unit.clear();
+  f.schema_version = 3;
+  std::string text = plan_to_toml(f);
+  ASSERT_EQ(text.find("number = "), std::string::npos);
+  auto back = parse_plan(text, "v3.toml");
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(*back, f);
+}
+
+TEST(PlanFile, RefusalJsonHasFitsFalseBytesPerTierAndAdvice) {
+  Refusal refusal{"the model does not fit: ...", true, {{Tier::ram, 5ull << 30, 1ull << 30}}, {"raise --ram", "or free 4 GiB"}};
+  const std::string json = refusal_to_json(refusal);
+  EXPECT_NE(json.find("\"fits\" : false"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"needed_bytes\" : " + std::to_string(5ull << 30)), std::string::npos) << json;
+  EXPECT_NE(json.find("\"available_bytes\" : " + std::to_string(1ull << 30)), std::string::npos) << json;
+  EXPECT_NE(json.find("\"or free 4 GiB\""), std::string::npos) << json;
+}
+
 TEST(PlanFile, SaveIsAtomicAndLoads) {
   const auto dir = std::filesystem::temp_directory_path() / ("coli_plan_io_" + std::to_string(::getpid()));
   const PlanFile f = h200_qwen3_plan();
@@ -103,8 +135,9 @@ TEST(PlanFile, RefusesBrokenFieldsNamingFileLineAndField) {
   const std::string good = plan_to_toml(plan);
   const std::string pins_past_cap = "pins = " + std::to_string(plan.plan.cap + 1);
   const std::string pins_range = "out of range [0, " + std::to_string(plan.plan.cap) + "]";
+  const std::string future = "schema_version = " + std::to_string(kPlanSchemaVersion + 1);
   const BadPlan cases[] = {
-      {"from the future", "schema_version = ", "schema_version = 4", "schema_version", "newer than this build"},
+      {"from the future", "schema_version = ", future.c_str(), "schema_version", "newer than this build"},
       {"pinned to fewer CPUs than threads", "compute_pus = ", "compute_pus = '0'", "knobs.compute_pus", "one CPU per thread"},
       {"pinned to no CPU list", "compute_pus = ", "compute_pus = 'x'", "knobs.compute_pus", "not a CPU list"},
       {"unknown CPU kernel", "cpu_kernel = ", "cpu_kernel = 'sse9'", "knobs.cpu_kernel", "not a CPU kernel variant"},

@@ -225,6 +225,44 @@ TEST(PlannerScenario, RefusalSaysWhatToChange) {
   EXPECT_TRUE(mentions(limited.error().message, "raise --ram")) << limited.error().message;
 }
 
+// Issue 12: a refusal carries its numbers (coli-plan --json prints them).
+TEST(PlannerScenario, RefusalCarriesNeededAndAvailableBytesAndAdvice) {
+  auto outcome = plan_or_refusal(made_up_profile(8 * kGiB), footprint("Mixtral-8x7B-v0.1.json"), PlanRequest{});
+  const auto* refusal = std::get_if<Refusal>(&outcome);
+  ASSERT_NE(refusal, nullptr);
+  EXPECT_TRUE(refusal->does_not_fit);
+  ASSERT_EQ(refusal->tiers.size(), 1u);
+  EXPECT_EQ(refusal->tiers[0].tier, Tier::ram);
+  EXPECT_EQ(refusal->tiers[0].available_bytes, 8 * kGiB);
+  EXPECT_GT(refusal->tiers[0].needed_bytes, refusal->tiers[0].available_bytes);
+  ASSERT_FALSE(refusal->advice.empty());
+  EXPECT_TRUE(mentions(refusal->advice.back(), "or free")) << refusal->advice.back();
+  EXPECT_TRUE(mentions(refusal->message, refusal->advice.back())) << refusal->message;
+
+  PlanRequest below_top_k;  // refused, but not for memory: no numbers to give
+  below_top_k.cap = 1;
+  auto cap = plan_or_refusal(made_up_profile(8 * kGiB), footprint("Qwen3-30B-A3B.json"), below_top_k);
+  ASSERT_NE(std::get_if<Refusal>(&cap), nullptr);
+  EXPECT_FALSE(std::get<Refusal>(cap).does_not_fit);
+  EXPECT_TRUE(std::get<Refusal>(cap).tiers.empty());
+}
+
+// Issue 12: every numeric decision has its number beside the text.
+TEST(PlannerScenario, DecisionsCarryNumbersBesideTheirText) {
+  auto plan = make_plan(made_up_profile(8 * kGiB), footprint("Qwen3-30B-A3B.json"), PlanRequest{});
+  ASSERT_TRUE(plan.ok()) << plan.error().message;
+  const Decision* cap = plan->decision("cap");
+  ASSERT_NE(cap, nullptr);
+  EXPECT_EQ(cap->number, plan->cap);
+  EXPECT_EQ(cap->unit, "slots");
+  EXPECT_EQ(plan->decision("ram")->number, static_cast<std::int64_t>(plan->headroom_bytes));
+  EXPECT_EQ(plan->decision("ram")->unit, "bytes");
+  EXPECT_EQ(plan->decision("margin")->number, static_cast<std::int64_t>(plan->margin.bytes));
+  EXPECT_EQ(plan->decision("threads")->number, plan->threads);
+  EXPECT_EQ(plan->decision("ctx")->number, plan->ctx);
+  EXPECT_FALSE(plan->decision("kernel")->number.has_value());  // a name, not a number
+}
+
 // Field note 2 lives in the probe; the plan takes its recommendation and says what kind it was.
 TEST(PlannerThreads, ProfileRecommendationWithItsBasis) {
   auto three_tier = decide_threads(made_up_profile(8 * kGiB, 12, "all-but-efficiency-kind"), std::nullopt);

@@ -79,6 +79,21 @@ TEST(SweepGrid, KernelsFollowTheIsaFlags) {
   EXPECT_EQ(kernels_from_isa({"neon"}), (std::vector<std::string>{""}));
 }
 
+// Issue 12: "auto" is the engine's choice; naming that variant too runs it once.
+TEST(SweepGrid, AutoResolvesToTheEnginesVariantAndDuplicatesMerge) {
+  const ResolvedKernels same = resolve_kernels({"", "avx2", "scalar"}, "avx2");
+  EXPECT_EQ(same.kernels, (std::vector<std::string>{"avx2", "scalar"}));
+  ASSERT_EQ(same.merged.size(), 1u);
+  EXPECT_NE(same.merged[0].find("auto and avx2 are avx2 (auto: the engine's choice"), std::string::npos) << same.merged[0];
+  const ResolvedKernels auto_second = resolve_kernels({"avx512", ""}, "avx512");
+  EXPECT_EQ(auto_second.kernels, (std::vector<std::string>{"avx512"}));
+  ASSERT_EQ(auto_second.merged.size(), 1u);
+  EXPECT_NE(auto_second.merged[0].find("avx512 and auto are avx512"), std::string::npos) << auto_second.merged[0];
+  const ResolvedKernels distinct = resolve_kernels({"", "scalar"}, "avx2");
+  EXPECT_EQ(distinct.kernels, (std::vector<std::string>{"avx2", "scalar"}));
+  EXPECT_TRUE(distinct.merged.empty());
+}
+
 TEST(SweepGrid, GridCombinesAndDropsPinsThatEqualOff) {
   const auto fp = olmoe();
   GridSpec spec;

@@ -23,6 +23,9 @@
 
 #include <CLI/CLI.hpp>
 
+#include "coli/base/cpu_kernels.h"
+#include "coli/cli/command_line.h"
+
 #include "bytes_per_token.h"
 #include "sweep_grid.h"
 #include "coli/base/text.h"
@@ -259,14 +262,17 @@ int main(int argc, char** argv) {
   app.add_option("--model", args.model, "Container (coli convert or coli-make-synthetic)")->required()->check(CLI::ExistingFile);
   app.add_option("--threads", args.threads, "Thread counts, comma-separated")->delimiter(',')->capture_default_str();
   app.add_option("--cap", args.caps, "Expert cache slots per layer, comma-separated ('all' = every expert resident)")->delimiter(',')->capture_default_str();
-  app.add_option("--kernel", args.kernels, "CPU kernels, comma-separated (default: best; scalar, avx2, avx512, avx512_vnni)")->delimiter(',');
+  app.add_option("--kernel", args.kernels, "CPU kernels, comma-separated (default: best; " + coli::cpu_kernel_names_text() + ")")
+      ->delimiter(',')
+      ->check(CLI::IsMember(coli::cpu_kernel_names()));
   app.add_option("--prompt-tokens", args.prompt_tokens, "Prompt length")->check(CLI::Range(1, 1 << 16))->capture_default_str();
   app.add_option("--tokens", args.decode_tokens, "Timed decode tokens per run")->check(CLI::Range(1, 1 << 16))->capture_default_str();
   app.add_option("--repeats", args.repeats, "Runs per configuration")->check(CLI::Range(1, 1000))->capture_default_str();
   app.add_option("--ctx", args.context, "KV cache positions (0 = prompt + tokens)")->check(CLI::Range(0, 1 << 24))->capture_default_str();
   auto* profile = app.add_option("--profile", args.profile, "Device profile (coli-probe) with memory bandwidth")->check(CLI::ExistingFile);
   app.add_option("--bandwidth", args.bandwidth_gb_s, "Memory read bandwidth in GB/s (instead of --profile)")->excludes(profile);
-  CLI11_PARSE(app, argc, argv);
+  coli::cli::add_version_flag(app, "coli-decode-bench");
+  if (const auto done = coli::cli::parse(app, argc, argv)) return *done;
   if (args.context > 0 && args.prompt_tokens + args.decode_tokens > args.context) {
     std::fprintf(stderr, "coli-decode-bench: --prompt-tokens + --tokens exceeds --ctx\n");
     return 2;

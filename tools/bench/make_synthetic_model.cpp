@@ -13,6 +13,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "coli/cli/command_line.h"
+
 #include "coli/base/text.h"
 #include "coli/container/container.h"
 #include "reference/gemv_reference.h"
@@ -168,7 +170,8 @@ int main(int argc, char** argv) {
   app.add_option("--kv-heads", s.kv_heads, "Key/value heads")->check(CLI::Range(1, 1024))->capture_default_str();
   app.add_option("--vocab", s.vocab, "Vocabulary size")->check(CLI::Range(1, 1 << 22))->capture_default_str();
   app.add_option("--seed", o.seed, "Random seed")->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
+  coli::cli::add_version_flag(app, "coli-make-synthetic");
+  if (const auto done = coli::cli::parse(app, argc, argv)) return *done;
   if (const std::string problem = validate(o); !problem.empty()) {
     std::fprintf(stderr, "coli-make-synthetic: %s\n", problem.c_str());
     return 2;

@@ -19,6 +19,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "coli/cli/command_line.h"
+
 #include "bytes_per_token.h"
 #include "coli/base/text.h"
 #include "coli/container/container.h"
@@ -145,7 +147,8 @@ int main(int argc, char** argv) {
   app.add_option("--batch", args.batch, "Tokens per GPU submission")->check(CLI::Range(1, 1 << 16))->capture_default_str();
   app.add_option("--cap", args.cap, "CPU expert cache slots per layer (0 = every expert)")->check(CLI::Range(0, 1 << 20))->capture_default_str();
   app.add_option("--bandwidth", args.bandwidth_gb_s, "Memory bandwidth (GB/s) for the decode bound")->check(CLI::Range(0.0, 1e6));
-  CLI11_PARSE(app, argc, argv);
+  coli::cli::add_version_flag(app, "coli-speed-bench");
+  if (const auto done = coli::cli::parse(app, argc, argv)) return *done;
 
   auto reader = coli::container::ContainerReader::open(args.model);
   if (!reader) return std::fprintf(stderr, "coli-speed-bench: %s\n", reader.error().message.c_str()), 1;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "coli/base/cpu_kernels.h"
 #include "coli/base/text.h"
 #include "coli/planner/deciders.h"
 
@@ -84,6 +85,30 @@ std::vector<std::string> kernels_from_isa(const std::vector<std::string>& isa) {
   return kernels;
 }
 
+ResolvedKernels resolve_kernels(const std::vector<std::string>& kernels, const std::string& auto_kernel) {
+  ResolvedKernels resolved;
+  std::vector<std::vector<std::string>> given;  // per resolved kernel, the names that asked for it
+  for (const std::string& name : kernels) {
+    const std::string kernel = name.empty() ? auto_kernel : name;
+    auto at = std::find(resolved.kernels.begin(), resolved.kernels.end(), kernel);
+    if (at == resolved.kernels.end()) {
+      resolved.kernels.push_back(kernel);
+      given.emplace_back();
+      at = resolved.kernels.end() - 1;
+    }
+    given[static_cast<std::size_t>(at - resolved.kernels.begin())].push_back(name.empty() ? "auto" : name);
+  }
+  for (std::size_t i = 0; i < given.size(); ++i) {
+    if (given[i].size() < 2) continue;
+    std::string names;
+    for (const std::string& name : given[i]) names += (names.empty() ? "" : " and ") + name;
+    const bool has_auto = std::find(given[i].begin(), given[i].end(), "auto") != given[i].end();
+    resolved.merged.push_back(names + " are " + resolved.kernels[i] +
+                              (has_auto ? " (auto: the engine's choice on this CPU)" : "") + ": merged into one configuration");
+  }
+  return resolved;
+}
+
 bool SweepConfig::same_knobs(const SweepConfig& other) const {
   return threads.pus == other.threads.pus && cap == other.cap && pins == other.pins &&
          round_tokens == other.round_tokens && kernel == other.kernel;
@@ -101,8 +126,9 @@ Result<std::vector<SweepConfig>> build_grid(const planner::ModelFootprint& fp, c
   if (spec.pins.empty()) return make_error("the grid has no pin setting (--pins off,on)");
   if (spec.kernels.empty()) return make_error("the grid has no kernel (--kernels)");
   for (const std::string& kernel : spec.kernels) {
-    if (!kernel.empty() && kernel != "scalar" && kernel != "avx2" && kernel != "avx512" && kernel != "avx512vnni") {
-      return make_error("unknown CPU kernel '" + kernel + "': use scalar, avx2, avx512 or avx512vnni");
+    const std::vector<std::string> names = cpu_kernel_names();
+    if (!kernel.empty() && std::find(names.begin(), names.end(), kernel) == names.end()) {
+      return make_error("unknown CPU kernel '" + kernel + "': use auto or one of " + cpu_kernel_names_text());
     }
   }
   std::vector<SweepConfig> grid;

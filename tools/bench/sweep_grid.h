@@ -37,6 +37,16 @@ std::vector<ThreadSet> thread_sets_from_profile(const CpuFacts& cpu);
 // "avx512vnni"), slowest first, after "" (the engine picks the best).
 std::vector<std::string> kernels_from_isa(const std::vector<std::string>& isa);
 
+// The kernel names with "" (the engine's choice) replaced by `auto_kernel`,
+// the variant the engine picks on this CPU, and duplicates dropped: where the
+// engine's best is avx2, "auto" and "avx2" are one configuration. `merged`
+// says which names became one.
+struct ResolvedKernels {
+  std::vector<std::string> kernels;
+  std::vector<std::string> merged;  // "auto and avx2 are avx2 (auto: the engine's choice on this CPU): merged ..."
+};
+ResolvedKernels resolve_kernels(const std::vector<std::string>& kernels, const std::string& auto_kernel);
+
 struct SweepConfig {
   ThreadSet threads;
   int cap = 0;           // expert slots per MoE layer; n_experts = all resident (as in a plan)

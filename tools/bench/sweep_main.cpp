@@ -14,8 +14,10 @@
 
 #include <CLI/CLI.hpp>
 
+#include "coli/base/cpu_kernels.h"
 #include "coli/base/files.h"
 #include "coli/base/text.h"
+#include "coli/cli/command_line.h"
 #include "coli/model/model_config.h"
 #include "coli/planner/footprint.h"
 #include "coli/planner/plan.h"
@@ -23,6 +25,7 @@
 #include "coli/planner/speed.h"
 #include "coli/probe/profile_io.h"
 #include "coli/runtime/plan_options.h"
+#include "cpu/gemv_cpu.h"
 #include "sweep_grid.h"
 #include "sweep_report.h"
 #include "sweep_run.h"
@@ -119,13 +122,20 @@ int run_sweep(const Args& args) {
       spec.thread_sets.push_back(set);
   }
   auto caps = args.caps.empty() ? Result<std::vector<int>>(default_caps(s.footprint)) : parse_caps(args.caps, s.footprint.n_experts, "--caps");
-  if (!caps) return fail(caps.error().message);
+  if (!caps) return fail(caps.error().message, cli::kExitUsage);
   for (const std::string& p : args.pins) {
-    if (p != "off" && p != "on") return fail("--pins: '" + p + "' is not off or on");
+    if (p != "off" && p != "on") return fail("--pins: '" + p + "' is not off or on", cli::kExitUsage);
     spec.pins.push_back(p == "on");
   }
   for (const std::string& k : args.kernels.empty() ? kernels_from_isa(s.profile.cpu.isa) : args.kernels)
     spec.kernels.push_back(k == "auto" ? "" : k);
+  // "auto" is whatever the engine picks here: one configuration with that variant.
+  const auto engine_choice = kernels::cpu::selected_variant();
+  if (!engine_choice) return fail(engine_choice.error().message);
+  const std::string auto_kernel(kernels::cpu::variant_name(*engine_choice));
+  ResolvedKernels resolved = resolve_kernels(spec.kernels, auto_kernel);
+  for (const std::string& note : resolved.merged) std::printf("kernels: %s\n", note.c_str());
+  spec.kernels = std::move(resolved.kernels);
   const bool pins_wanted = std::find(spec.pins.begin(), spec.pins.end(), true) != spec.pins.end();
 
   // The plan for this machine, model and workload (what coli run --profile would run).
@@ -133,13 +143,15 @@ int run_sweep(const Args& args) {
   s.request.prompt_tokens = args.prompt_tokens;
   if (!args.ram.empty()) {
     s.request.ram = parse_size(args.ram);
-    if (!s.request.ram) return fail("--ram '" + args.ram + "' is not a size (e.g. 16G)");
+    if (!s.request.ram) return fail("--ram '" + args.ram + "' is not a size (e.g. 16G)", cli::kExitUsage);
   }
   spec.caps = *caps;  // checked now: a bad cap or an empty grid is an input error, not a planner refusal
-  if (auto checked = build_grid(s.footprint, spec); !checked) return fail(checked.error().message);
+  if (auto checked = build_grid(s.footprint, spec); !checked) return fail(checked.error().message, cli::kExitUsage);
   spec.caps.clear();
   // A plan this memory refuses fails before a usage history is recorded (pins never change what fits).
-  if (auto early = plan_with_cap(s, args.plan_cap); !early) return fail("the planner refused: " + early.error().message);
+  if (auto early = plan_with_cap(s, args.plan_cap); !early) {
+    return fail("the planner refused: " + early.error().message, cli::kExitRefused);
+  }
   fs::create_directories(args.out);
   auto history = open_history(args, s, pins_wanted);
   if (!history) return fail("recording a usage history: " + history.error().message);
@@ -148,7 +160,7 @@ int run_sweep(const Args& args) {
   s.request.history_pins = s.history ? s.footprint.n_experts : 0;
   s.request.history = s.history ? &*s.history : nullptr;  // pins only where the history predicts a gain
   auto plan = plan_with_cap(s, args.plan_cap);
-  if (!plan) return fail("the planner refused: " + plan.error().message);
+  if (!plan) return fail("the planner refused: " + plan.error().message, cli::kExitRefused);
 
   // Caps the planner refuses in this memory are not configurations this machine can run.
   for (int cap : *caps) {
@@ -158,7 +170,9 @@ int run_sweep(const Args& args) {
   }
   auto grid = build_grid(s.footprint, spec);
   if (!grid) return fail(grid.error().message);
-  const std::size_t planned = add_planned(*grid, planned_config(*plan, s.profile, profile_sets));
+  SweepConfig planned_one = planned_config(*plan, s.profile, profile_sets);
+  if (planned_one.kernel.empty()) planned_one.kernel = auto_kernel;  // a plan that leaves the kernel to the engine
+  const std::size_t planned = add_planned(*grid, std::move(planned_one));
 
   SweepReport report;
   report.model = args.model;
@@ -254,7 +268,10 @@ int main(int argc, char** argv) {
   app.add_option("--threads", args.threads, "Keep thread sets of these sizes (default: every set from the profile)")->delimiter(',');
   app.add_option("--caps", args.caps, "Expert slots per layer, comma-separated, 'all' = resident (default: all + a streaming cap)")->delimiter(',');
   app.add_option("--pins", args.pins, "Pins from the usage history: off,on")->delimiter(',')->capture_default_str();
-  app.add_option("--kernels", args.kernels, "CPU kernels: auto,scalar,avx2,avx512,avx512vnni (default: auto + what the profile's ISA allows)")->delimiter(',');
+  app.add_option("--kernels", args.kernels,
+                 "CPU kernels, comma-separated: auto or " + cpu_kernel_names_text() +
+                     " (default: what the profile's ISA allows; auto and the variant it is here run once)")
+      ->delimiter(',');
   app.add_option("--ram", args.ram, "RAM the planner may use, e.g. 8G (default: the profile's headroom)");
   app.add_option("--plan-cap", args.plan_cap, "Cap the planner is told to use (0: it decides)")->check(CLI::Range(0, 1 << 20));
   app.add_option("--prompts", args.prompts, "Fixed prompts in the workload")->check(CLI::Range(1, 64))->capture_default_str();
@@ -264,6 +281,9 @@ int main(int argc, char** argv) {
   app.add_option("--token-check", args.token_check, "Runs whose tokens must agree: all, or per-kernel (one reference per kernel variant)")
       ->check(CLI::IsMember({"all", "per-kernel"}))->capture_default_str();
   app.add_option("--out", args.out, "Directory for sweep.csv, sweep.json, sweep.svg")->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
+  app.footer("Exit status: 0 done, 1 error (a file, the model, a token mismatch), 2 usage (including a grid the "
+             "options leave empty), 3 the planner refused.");
+  cli::add_version_flag(app, "coli-sweep");
+  if (const auto done = cli::parse(app, argc, argv)) return *done;
   return run_sweep(args);
 }

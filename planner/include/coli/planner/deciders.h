@@ -112,6 +112,18 @@ struct CacheChoice {
 // the error names needed vs headroom and what to change.
 Result<CacheChoice> decide_cache(const ModelFootprint& footprint, const CacheRequest& request);
 
+// Why decide_cache refuses when memory is the reason: the smallest plan it
+// tried (the forced cap, else cap = top_k) needs more RAM than the headroom.
+struct CacheShortfall {
+  int cap = 0;                        // the cap that was tried
+  std::uint64_t needed_bytes = 0;     // its RAM lines plus the safety margin
+  std::uint64_t headroom_bytes = 0;
+  std::string needs;                  // what the needed bytes are made of, for messages
+  std::vector<std::string> advice;    // what to change, each with its numbers
+};
+// nullopt when that plan fits or is refused for another reason (a --cap below top_k).
+std::optional<CacheShortfall> cache_shortfall(const ModelFootprint& footprint, const CacheRequest& request);
+
 // "17.3 GiB" for messages.
 std::string format_bytes(std::uint64_t bytes);
 

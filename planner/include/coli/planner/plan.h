@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "coli/base/result.h"
@@ -45,8 +46,13 @@ struct PlanRequest {
 
 struct Decision {
   std::string knob;    // "threads", "cap", "pins", "prefill_round_tokens", "ctx", "ram", "margin"
-  std::string value;
+  std::string value;   // for people: "4", "15.6 GiB", "avx512vnni"
   std::string reason;
+  // For scripts, beside the text: the value as a number and its unit
+  // ("threads", "tokens", "slots", "experts", "bytes"); nullopt for names
+  // (kernel, gpu) and in plans of schema 3 and older.
+  std::optional<std::int64_t> number;
+  std::string unit;
   bool operator==(const Decision&) const = default;
 };
 
@@ -78,5 +84,22 @@ struct Plan {
 inline constexpr int kDefaultContext = 4096;  // runtime::ModelOptions::max_context
 
 Result<Plan> make_plan(const DeviceProfile& profile, const ModelFootprint& footprint, const PlanRequest& request);
+
+// Why make_plan refused, with the numbers a script acts on (coli-plan --json).
+struct TierNeed {
+  Tier tier = Tier::ram;
+  std::uint64_t needed_bytes = 0;     // the smallest plan tried: its lines plus the safety margin
+  std::uint64_t available_bytes = 0;  // the headroom of that tier
+  bool operator==(const TierNeed&) const = default;
+};
+struct Refusal {
+  std::string message;                // make_plan's error
+  bool does_not_fit = false;          // memory is the reason; tiers say how much
+  std::vector<TierNeed> tiers;
+  std::vector<std::string> advice;    // what to change, each with its numbers
+};
+// make_plan, or its refusal with the numbers.
+std::variant<Plan, Refusal> plan_or_refusal(const DeviceProfile& profile, const ModelFootprint& footprint,
+                                            const PlanRequest& request);
 
 }  // namespace coli::planner

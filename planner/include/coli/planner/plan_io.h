@@ -19,7 +19,9 @@ namespace coli::planner {
 // v2: knobs.compute_pus (thread placement) and [gpu] (the VRAM tier).
 // v3: gpu.device_index and gpu.device_uuid (identical GPUs are told apart;
 //     a v2 plan with a GPU is refused: re-plan).
-inline constexpr int kPlanSchemaVersion = 3;
+// v4: decisions[].number and .unit, the value as a number beside its text
+//     (a v3 plan is still read; its decisions have no number).
+inline constexpr int kPlanSchemaVersion = 4;
 
 struct PlanFile {
   int schema_version = kPlanSchemaVersion;
@@ -42,7 +44,10 @@ struct PlanFile {
 std::string model_identity(std::string_view config_text, const model::ModelConfig& config);
 
 std::string plan_to_toml(const PlanFile& plan);
-std::string plan_to_json(const PlanFile& plan);
+std::string plan_to_json(const PlanFile& plan);  // the plan's table plus "fits": true
+// {"fits": false, "does_not_fit", "refused": message, "tiers": {"ram": {"needed_bytes",
+// "available_bytes"}, ...}, "advice": [...]}: what coli-plan --json prints on a refusal.
+std::string refusal_to_json(const Refusal& refusal);
 
 // `source_name` (usually the path) prefixes every error.
 Result<PlanFile> parse_plan(std::string_view toml_text, const std::string& source_name);

@@ -28,12 +28,14 @@ Result<Revalidation> revalidate_here(const DeviceProfile& shared, ProbeOptions o
 
 struct SearchEntry {
   std::filesystem::path path;  // a file or a directory of *.toml
-  std::string origin;          // "--profile", "COLI_PROFILE_PATH", "user", "system"
+  std::string origin;          // "--profile", "COLI_PROFILE_PATH", "user", "system", "installed"
 };
 // --profile FILE, then $COLI_PROFILE_PATH (':'-separated files or directories),
 // then the user's config dir (device-profile.toml, profiles/), then the
-// system dir ($COLI_SYSTEM_PROFILE_DIR, else /etc/coli/profiles).
+// system dir ($COLI_SYSTEM_PROFILE_DIR, else /etc/coli/profiles), then the
+// curated profiles installed with the programs (share/coli/profiles).
 std::vector<SearchEntry> profile_search_path(const std::optional<std::filesystem::path>& explicit_profile = {});
+std::filesystem::path installed_profile_dir();  // <prefix>/share/coli/profiles of the running program
 std::filesystem::path user_profile_dir();    // <config>/coli/profiles: where import writes
 std::filesystem::path system_profile_dir();  // $COLI_SYSTEM_PROFILE_DIR, else /etc/coli/profiles
 
