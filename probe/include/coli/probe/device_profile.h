@@ -255,6 +255,10 @@ struct DiskBandwidthPoint {
   bool operator==(const DiskBandwidthPoint&) const = default;
 };
 
+// A disk entry without points whose note starts with this: the probe tried
+// the (default) directory and could not measure it; the rest says why.
+inline constexpr const char* kDiskNotMeasured = "not measured: ";
+
 struct DiskBandwidth {
   std::string directory;           // where the test file lived (the model's filesystem)
   std::string filesystem;          // "ext4", "xfs", "tmpfs", ...
