@@ -222,6 +222,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "coli-probe: disk bandwidth %s (recorded in the profile; --disk-dir DIR measures another)\n",
                  disk->note.c_str());
   }
+  if (profile->measurements.kernel_tuning && profile->threads.reason.find(coli::kTuningFallback) != std::string::npos) {
+    std::fprintf(stderr, "coli-probe: threads: %s\n", profile->threads.reason.c_str());
+  }
   for (const std::string& source : profile->provenance.sources) {  // what a replay's recording lacks
     if (source.rfind("not recorded:", 0) == 0) std::fprintf(stderr, "coli-probe: replay: %s\n", source.c_str());
   }

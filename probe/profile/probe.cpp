@@ -219,6 +219,8 @@ ThreadRecommendation recommend(const ProbeOptions& options, const DeviceProfile&
   if (!profile.measurements.kernel_tuning) return rule;
   auto measured = probe::recommend_from_measurements(profile.measurements.kernel_tuning->points);
   if (measured) return std::move(*measured);
+  // Said in the profile (coli-probe prints it on stderr too): a fallback is never silent.
+  rule.reason += std::string(" (") + kTuningFallback + measured.error().message + ")";
   report(options, measured.error().message + "; keeping the " + rule.rule + " rule");
   return rule;
 }
