@@ -19,8 +19,8 @@ check "run prints the hit rate" contains "$work/r.out" "hit rate"
 check "run prints peak RSS" contains "$work/r.out" "peak RSS"
 
 # Same tokens whatever the cache: greedy ids with all experts vs 2 slots.
-"$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 12 >"$work/a.out" 2>&1
-"$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 12 --cap 2 --threads 2 >"$work/b.out" 2>&1
+"$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 12 >"$work/a.out" 2>/dev/null
+"$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 12 --cap 2 --threads 2 >"$work/b.out" 2>/dev/null
 check "tokens independent of cap and threads" test "$(head -1 "$work/a.out")" = "$(head -1 "$work/b.out")"
 
 # Usage history: a run records it, the next one pins from it; a broken or
@@ -59,6 +59,20 @@ check "coli-plan plans a container with --kernel scalar" test $? -eq 0
 check "run --plan uses the plan's kernel" contains "$work/k.out" "kernel scalar"
 "$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 2 --rss-limit 1 >"$work/w.out" 2>&1
 check "the RSS watchdog warns past its limit" contains "$work/w.out" "WARNING: RSS .* is past the plan's limit"
+# Issue 12: without a plan the run's memory is checked before loading (it was
+# OOM-killed in a 2 GiB cgroup) and the watchdog armed at it, as with a plan.
+"$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 2 >"$work/m0.out" 2>"$work/m0.err"
+check "a run without a plan that fits exits 0" test $? -eq 0
+check "and says its memory and watchdog" contains "$work/m0.err" "coli run: memory: .* RSS watchdog at"
+"$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 2 --ram 64M >"$work/m1.out" 2>"$work/m1.err"
+check "a run without a plan that does not fit is refused" test $? -eq 1
+check "the refusal names needed and available" contains "$work/m1.err" "need .* of RAM .* but 64.0 MiB is available (--ram)"
+check "the refusal says what to do" contains "$work/m1.err" "lower --cap"
+check "nothing was generated" test ! -s "$work/m1.out"
+"$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 2 --ram 64M --no-memory-check >"$work/m2.out" 2>&1
+check "--no-memory-check runs anyway" test $? -eq 0
+"$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 2 --ram 64 >/dev/null 2>"$work/m3.err"
+check "--ram without a unit is a usage error" test $? -eq 2
 "$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 2 --report >"$work/r.out" 2>&1
 check "--report prints the engine's accounting without a plan" contains "$work/r.out" "process RSS (peak)"
 if grep -q "^Vulkan *[1-9]" <("$(dirname "$coli")/coli-probe" --quick 2>/dev/null); then
