@@ -67,7 +67,7 @@ check "and says its memory and watchdog" contains "$work/m0.err" "coli run: memo
 "$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 2 --ram 64M >"$work/m1.out" 2>"$work/m1.err"
 check "a run without a plan that does not fit is refused" test $? -eq 1
 check "the refusal names needed and available" contains "$work/m1.err" "need .* of RAM .* but 64.0 MiB is available (--ram)"
-check "the refusal says what to do" contains "$work/m1.err" "lower --cap"
+check "the refusal says what to do" contains "$work/m1.err" "--cap .* --ctx"
 check "nothing was generated" test ! -s "$work/m1.out"
 "$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 2 --ram 64M --no-memory-check >"$work/m2.out" 2>&1
 check "--no-memory-check runs anyway" test $? -eq 0

@@ -137,6 +137,8 @@ TEST(KnobsMemory, RefusesNamingNeededAndAvailableAndWhatToChange) {
   need.planned_bytes = 6 * kGiB;
   need.margin_bytes = 256 * kMiB;
   need.slot_bytes = 100 * kMiB;
+  need.cap = 60;
+  need.min_cap = 8;
   need.summary = "dense weights 1.0 GiB, expert cache 5.0 GiB";
   const Status refused = check_headroom(need, 2 * kGiB, "cgroup v2 memory.max headroom");
   ASSERT_FALSE(refused.ok());
@@ -144,9 +146,14 @@ TEST(KnobsMemory, RefusesNamingNeededAndAvailableAndWhatToChange) {
   EXPECT_NE(message.find("need " + format_bytes(6 * kGiB + 256 * kMiB) + " of RAM"), std::string::npos) << message;
   EXPECT_NE(message.find(format_bytes(2 * kGiB) + " is available (cgroup v2 memory.max headroom)"), std::string::npos)
       << message;
-  EXPECT_NE(message.find("lower --cap by at least 44"), std::string::npos) << message;  // 4.25 GiB / 100 MiB
+  EXPECT_NE(message.find("lower --cap to at most 16 (from 60"), std::string::npos) << message;  // 4.25 GiB / 100 MiB = 44 slots
   EXPECT_NE(message.find("--profile"), std::string::npos) << message;
   EXPECT_NE(message.find("--no-memory-check"), std::string::npos) << message;
+
+  need.cap = 50;  // 44 fewer slots would leave 6, below top_k 8: the cap cannot make it fit
+  const Status no_cap = check_headroom(need, 2 * kGiB, "MemAvailable");
+  ASSERT_FALSE(no_cap.ok());
+  EXPECT_NE(no_cap.error().message.find("even --cap 8 would not fit"), std::string::npos) << no_cap.error().message;
 
   EXPECT_TRUE(check_headroom(need, need.needed(), "MemAvailable").ok());  // exactly enough fits
   EXPECT_TRUE(check_headroom(need, 64 * kGiB, "MemAvailable").ok());

@@ -83,6 +83,8 @@ Result<KnobsMemory> memory_for_options(const ModelShape& shape, const ModelOptio
   memory.planned_bytes = preview.total(planner::Tier::ram);
   memory.margin_bytes = planner::decide_safety_margin(memory.planned_bytes, knobs.threads, knobs.io_threads).bytes;
   memory.slot_bytes = footprint.moe_layer_count() * footprint.expert().record_stride;
+  memory.cap = knobs.cap;
+  memory.min_cap = shape.top_k;
   for (const planner::MemoryLine& line : preview.lines) {
     if (line.tier != planner::Tier::ram || line.bytes == 0) continue;
     memory.summary += (memory.summary.empty() ? "" : ", ") + line.component + " " + format_bytes(line.bytes);
@@ -94,12 +96,16 @@ Status check_headroom(const KnobsMemory& need, std::uint64_t headroom_bytes, con
   if (need.needed() <= headroom_bytes) return Ok{};
   const std::uint64_t short_by = need.needed() - headroom_bytes;
   const std::uint64_t fewer_slots = need.slot_bytes > 0 ? (short_by + need.slot_bytes - 1) / need.slot_bytes : 0;
+  const bool cap_helps = need.slot_bytes > 0 && fewer_slots <= static_cast<std::uint64_t>(need.cap - need.min_cap);
+  const std::string cap_advice =
+      cap_helps ? "lower --cap to at most " + std::to_string(need.cap - static_cast<int>(fewer_slots)) + " (from " +
+                      std::to_string(need.cap) + "; each expert slot per layer costs " + format_bytes(need.slot_bytes) +
+                      ") or --ctx"
+                : "even --cap " + std::to_string(need.min_cap) + " would not fit: lower --ctx, give the run more RAM";
   return make_error("these knobs need " + format_bytes(need.needed()) + " of RAM (" + need.summary + "; margin " +
                     format_bytes(need.margin_bytes) + "), but " + format_bytes(headroom_bytes) + " is available (" +
-                    headroom_source + "): lower --cap by at least " + std::to_string(fewer_slots) +
-                    " (each expert slot per layer costs " + format_bytes(need.slot_bytes) +
-                    ") or --ctx, or let the planner size the run (--profile FILE or --plan FILE); "
-                    "--no-memory-check runs anyway");
+                    headroom_source + "): " + cap_advice +
+                    ", or let the planner size the run (--profile FILE or --plan FILE); --no-memory-check runs anyway");
 }
 
 }  // namespace coli::runtime

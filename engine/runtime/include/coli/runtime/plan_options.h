@@ -28,6 +28,8 @@ struct KnobsMemory {
   std::uint64_t planned_bytes = 0;  // the RAM lines
   std::uint64_t margin_bytes = 0;   // the plan's safety margin for them
   std::uint64_t slot_bytes = 0;     // one expert slot in every MoE layer (what --cap 1 less saves)
+  int cap = 0;                      // expert slots per layer these knobs hold
+  int min_cap = 0;                  // the fewest the engine runs with (top_k)
   std::string summary;              // "dense 1.2 GiB, KV 64 MiB, expert slots 3.0 GiB, ..."
   std::uint64_t needed() const { return planned_bytes + margin_bytes; }
 };
