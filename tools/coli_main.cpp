@@ -81,6 +81,8 @@ struct RunArgs {
   bool report = false;  // --report: the engine's own accounting even without a plan
   bool verify = false;  // --verify: every tensor's and expert record's checksum before loading
   std::optional<std::uint64_t> rss_limit;  // --rss-limit bytes (the watchdog's limit)  // --threads/--cap/--ctx/... given explicitly
+  std::string ram;              // --ram SIZE: RAM a run without a plan may use (default: the live headroom)
+  bool no_memory_check = false;  // --no-memory-check: run without a plan even when it does not fit
   double usage_decay = 0.9;
   std::vector<std::int32_t> prompt_ids;
   int max_tokens = 32;
@@ -234,6 +236,21 @@ int run_generate(const RunArgs& args) {
       return 1;
     }
     options.pins = std::move(*pins);
+    // No plan sized this run: check its memory before loading, and watch it as a plan would.
+    std::optional<std::uint64_t> ram;
+    if (!args.ram.empty() && !(ram = coli::parse_size(args.ram))) {
+      std::fprintf(stderr, "coli run: --ram '%s' is not a size: give a unit, e.g. 16G or 512M\n", args.ram.c_str());
+      return 2;
+    }
+    bool refused = false;
+    auto limit = coli::tools::check_memory_without_plan(
+        shape, options, {static_cast<int>(prompt.size()), tokenizer.has_value(), nullptr}, ram, args.no_memory_check,
+        &refused);
+    if (!limit) {
+      std::fprintf(stderr, "coli run: %s\n", limit.error().message.c_str());
+      return refused ? coli::cli::kExitRefused : coli::cli::kExitError;
+    }
+    options.rss_limit_bytes = *limit;
   }
   if (args.rss_limit) options.rss_limit_bytes = *args.rss_limit;
   options.on_warning = [](const std::string& message) { std::fprintf(stderr, "coli run: WARNING: %s\n", message.c_str()); };
@@ -335,8 +352,11 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   run_cmd->add_option("--ctx", run.options.max_context, "KV cache positions")->check(CLI::Range(1, 1 << 24))->capture_default_str();
   run_cmd->add_option("--rss-limit", run.rss_limit,
-                      "RSS watchdog: past this many bytes the expert cache gives slots back (default with --plan/--profile: "
-                      "the plan's RAM plus its margin; 0 = off)");
+                      "RSS watchdog: past this many bytes the expert cache gives slots back (default: the plan's or the knobs' "
+                      "RAM plus margin; 0 = off)");
+  run_cmd->add_option("--ram", run.ram, "Without --plan/--profile: RAM this run may use, e.g. 8G (default: the live headroom)");
+  run_cmd->add_flag("--no-memory-check", run.no_memory_check,
+                    "Without --plan/--profile: run even when the knobs need more RAM than is available");
   run_cmd->add_option("--io-threads", run.options.io_threads, "Threads reading expert misses (0 = read on the compute thread)")->check(CLI::Range(0, 256))->capture_default_str();
   run_cmd->add_flag("--no-direct-io{false}", run.options.direct_io, "Read streamed experts through the page cache instead of O_DIRECT");
   run_cmd->add_option("--kernel", run.options.cpu_kernel, "CPU kernel: " + coli::cpu_kernel_names_text() + " (default: best)")

@@ -173,7 +173,8 @@ int main(int argc, char** argv) {
   app.add_option("--out", out, "Where to write the profile ('-' = stdout: TOML, or JSON with --json)")->capture_default_str();
   app.add_flag("--quick", options.quick, "Facts only: skip the bandwidth measurements");
   app.add_flag("--json", json, "Print the profile as JSON on stdout instead of the summary");
-  app.add_option("--disk-dir", options.disk_dir, "Directory on the filesystem that holds your models")
+  app.add_option("--disk-dir", options.disk_dir,
+                 "Directory on the filesystem that holds your models (one that cannot be measured is an error)")
       ->check(CLI::ExistingDirectory)
       ->capture_default_str();
   app.add_option("--budget", options.budget_seconds, "Upper bound for all measurements, in seconds")
@@ -204,6 +205,7 @@ int main(int argc, char** argv) {
   if (const auto done = coli::cli::parse(app, argc, argv)) return *done;
 
   if (!validate.empty()) return validate_profiles(validate);
+  options.disk_dir_given = app.count("--disk-dir") > 0;
 
   if (!replay_machine.empty()) coli::apply_replay_machine(replay_machine, options);
   if (!replay_root.empty()) options.root = coli::SystemRoot(replay_root);
@@ -218,6 +220,16 @@ int main(int argc, char** argv) {
   if (!profile) {
     std::fprintf(stderr, "coli-probe: %s\n", profile.error().message.c_str());
     return coli::cli::kExitError;
+  }
+  if (const auto& disk = profile->measurements.disk; disk && disk->points.empty()) {
+    std::fprintf(stderr, "coli-probe: disk bandwidth %s (recorded in the profile; --disk-dir DIR measures another)\n",
+                 disk->note.c_str());
+  }
+  if (profile->measurements.kernel_tuning && profile->threads.reason.find(coli::kTuningFallback) != std::string::npos) {
+    std::fprintf(stderr, "coli-probe: threads: %s\n", profile->threads.reason.c_str());
+  }
+  for (const std::string& source : profile->provenance.sources) {  // what a replay's recording lacks
+    if (source.rfind("not recorded:", 0) == 0) std::fprintf(stderr, "coli-probe: replay: %s\n", source.c_str());
   }
   coli::fleet::assign_identity(*profile, coli::fleet::kernel_catalogue_digest());  // docs/fleet.md
   if (profile->provenance.mode == "full") {  // host-to-device upload bandwidth, 5% of the budget

@@ -138,6 +138,33 @@ Result<PlannedKnobs> knobs_from_profile(const std::filesystem::path& profile_fil
   return PlannedKnobs{std::move(*options), file, "profile " + profile_file.string()};
 }
 
+Result<std::uint64_t> check_memory_without_plan(const runtime::ModelShape& shape, const runtime::ModelOptions& options,
+                                                const RunWorkload& workload, std::optional<std::uint64_t> ram,
+                                                bool skip_check, bool* refused) {
+  auto need = runtime::memory_for_options(shape, options, workload.prompt_tokens, workload.tokenizer);
+  if (!need) return need.error();
+  if (skip_check) {
+    std::fprintf(stderr, "coli run: --no-memory-check: not checking %s of RAM against the headroom\n",
+                 format_bytes(need->needed()).c_str());
+    return need->needed();
+  }
+  auto live = fleet::probe_live();
+  if (!live) return make_error("cannot read this machine's live memory facts to check the run's memory: " +
+                               live.error().message + " (--no-memory-check skips the check)");
+  // The need counts this whole process, so what it already holds is ours, not the machine's.
+  std::uint64_t headroom = live->memory.headroom_bytes + process_resident_bytes();
+  std::string source = "live headroom, " + live->memory.headroom_source + ", this process's resident set included";
+  if (ram && *ram < headroom) headroom = *ram, source = "--ram";
+  if (Status fits = runtime::check_headroom(*need, headroom, source); !fits) {
+    if (refused) *refused = true;
+    return fits.error();
+  }
+  std::fprintf(stderr, "coli run: memory: %s of RAM with margin, within %s (%s); RSS watchdog at %s\n",
+               format_bytes(need->needed()).c_str(), format_bytes(headroom).c_str(), source.c_str(),
+               format_bytes(need->needed()).c_str());
+  return need->needed();
+}
+
 bool print_plan_vs_actual(const planner::PlanFile& file, const runtime::ModelStats& stats, std::uint64_t peak_rss) {
   const planner::Plan& plan = file.plan;
   auto line_bytes = [&](std::initializer_list<const char*> components) {

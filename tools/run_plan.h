@@ -38,6 +38,17 @@ struct RunWorkload {
 Result<PlannedKnobs> knobs_from_profile(const std::filesystem::path& profile_file, const runtime::ModelShape& shape,
                                         int history_pins, const RunWorkload& workload, bool* refused = nullptr);
 
+// `coli run` without --plan/--profile: the memory its knobs need (priced as a
+// plan prices them) against this machine's live headroom (meminfo and cgroup
+// limits, read fresh), or `ram` when smaller. Refuses before any weight is
+// loaded when it does not fit, unless `skip_check`; returns the RSS
+// watchdog's limit, the needed bytes (RAM plus margin), as a plan arms it.
+// `refused` (optional) tells "does not fit" from an error.
+Result<std::uint64_t> check_memory_without_plan(const runtime::ModelShape& shape, const runtime::ModelOptions& options,
+                                                const RunWorkload& workload, std::optional<std::uint64_t> ram,
+                                                bool skip_check,
+                                                bool* refused = nullptr);
+
 // Planned vs measured: RAM total (plus margin) against peak RSS, and the
 // large components against the engine's own accounting. Returns false when
 // the measured RSS ran past the plan plus its margin.

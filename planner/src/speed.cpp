@@ -63,6 +63,18 @@ std::optional<Bandwidth> disk_bandwidth(const DeviceProfile& profile, u64 record
                                               format_bytes(record_stride) + ")"};
 }
 
+// Why a measured profile has no disk figure, and what to run: the probe
+// records why it could not measure its default directory (kDiskNotMeasured).
+std::string missing_disk_bandwidth(const DeviceProfile& profile) {
+  const std::string advice = "run coli-probe --disk-dir DIR with a writable directory on the models' filesystem";
+  const auto& disk = profile.measurements.disk;
+  if (disk && disk->points.empty() && disk->note.rfind(kDiskNotMeasured, 0) == 0) {
+    return "no measured disk bandwidth: the probe could not measure " + disk->directory + " (" +
+           disk->note.substr(std::string_view(kDiskNotMeasured).size()) + "): " + advice;
+  }
+  return "no measured disk bandwidth: " + advice;
+}
+
 // The GEMV bandwidth the self-test measured on the tier's device for this
 // expert format (the median of the passing variant nearest the expert shape).
 std::optional<Bandwidth> vram_bandwidth(const DeviceProfile& profile, const ModelFootprint& fp, const GpuTier& tier) {
@@ -142,8 +154,12 @@ SpeedPrediction predict_speed(const DeviceProfile& profile, const ModelFootprint
   const auto ram = ram_bandwidth(profile, plan.threads);
   const auto disk = disk_bandwidth(profile, stride);
   // A plan that streams needs the disk figure; one that holds every expert does not.
-  if (!ram || (plan.streaming() && s.hit_rate < 1.0 && !disk)) {
+  if (!ram) {
     s.unavailable = kNoMeasuredBandwidth;
+    return s;
+  }
+  if (plan.streaming() && s.hit_rate < 1.0 && !disk) {
+    s.unavailable = missing_disk_bandwidth(profile);
     return s;
   }
   const double layers = static_cast<double>(fp.moe_layer_count()), top_k = fp.top_k;

@@ -26,7 +26,6 @@ constexpr std::uint64_t kMiB = 1ull << 20;
 constexpr std::uint64_t kMinPool = 128 * kMiB, kMaxPool = 1024 * kMiB, kSmallestPool = 32 * kMiB;
 constexpr double kFillShare = 0.35;      // of the budget, at most, for first-touching the pool
 constexpr double kMinUnitSeconds = 0.03; // per round: a slice below this is mostly noise
-constexpr int kRounds = 3;             // interleaved rounds over every (set, kernel)
 
 std::uint64_t matrix_bytes(WeightFormat format, int rows, int cols) {
   return traits(format).matrix_bytes(static_cast<std::uint64_t>(rows), static_cast<std::uint64_t>(cols));
@@ -242,6 +241,30 @@ struct Unpin {
   ~Unpin() { (void)cpu::release_openmp_team(); }
 };
 
+// One kernel on one set; each round adds the median of its slice, so a
+// point's figures (and spread) are over rounds: a round disturbed by other
+// processes is one sample, not hundreds.
+struct Work {
+  std::size_t set;
+  KernelRunner runner;
+  std::vector<double> round_medians;
+};
+
+Result<std::vector<KernelThroughputPoint>> points_of(const std::vector<Work>& work) {
+  std::vector<KernelThroughputPoint> points;
+  for (const Work& w : work) {
+    if (w.round_medians.empty()) continue;
+    auto point = w.runner.point(w.round_medians);
+    if (!point) return point.error();
+    points.push_back(std::move(*point));
+  }
+  return points;
+}
+
+void add_note(KernelTuning& tuning, const std::string& note) {
+  tuning.note += (tuning.note.empty() ? "" : "; ") + note;
+}
+
 }  // namespace
 
 Result<KernelTuning> measure_kernel_tuning(const CpuFacts& facts, const MemoryFacts& memory,
@@ -286,13 +309,13 @@ Result<KernelTuning> measure_kernel_tuning(const CpuFacts& facts, const MemoryFa
   double units_per_set = 0;
   for (const auto& spec : specs) units_per_set += spec.weight;
   // Keep the sets the budget can time (priority order), at least one.
-  const auto affordable = static_cast<std::size_t>(std::max(1.0, left() / (kRounds * kMinUnitSeconds * units_per_set)));
+  const auto affordable =
+      static_cast<std::size_t>(std::max(1.0, left() / (kMinTuningRounds * kMinUnitSeconds * units_per_set)));
   if (sets.size() > affordable) {
     tuning.note = "timed the first " + std::to_string(affordable) + " of " + std::to_string(sets.size()) +
                   " candidate sets (budget)";
     sets.resize(affordable);
   }
-  struct Work { std::size_t set; KernelRunner runner; std::vector<double> samples; };
   std::vector<Work> work;
   for (std::size_t i = 0; i < sets.size(); ++i)
     for (const KernelSpec& spec : specs) work.push_back({i, KernelRunner(spec, sets[i], *variant, pool, options.prefill_tokens), {}});
@@ -300,12 +323,17 @@ Result<KernelTuning> measure_kernel_tuning(const CpuFacts& facts, const MemoryFa
   Unpin unpin;
   // Rounds over every (set, kernel): load from other processes and frequency
   // drift then touch every set alike instead of whichever ran at a bad moment.
-  for (int round = 0; round < kRounds && left() > 0; ++round) {
-    const double unit = left() / ((kRounds - round) * units_per_set * static_cast<double>(sets.size()));
+  // Sized so the most rounds fit the budget (a slice never below
+  // kMinUnitSeconds); after the fewest, stop as soon as the decode sets
+  // separate (separate_sets), when they cannot, or at the budget.
+  int rounds = 0;
+  for (int round = 0; round < kMaxTuningRounds && left() > 0; ++round) {
+    const double unit = std::max(kMinUnitSeconds, left() / ((kMaxTuningRounds - round) * units_per_set *
+                                                              static_cast<double>(sets.size())));
     for (std::size_t i = 0; i < sets.size(); ++i) {
       if (!pinnable[i]) continue;
       if (Status pinned = cpu::pin_openmp_team(sets[i].pus); !pinned) {
-        tuning.note += (tuning.note.empty() ? "" : "; ") + sets[i].name + " skipped: " + pinned.error().message;
+        add_note(tuning, sets[i].name + " skipped: " + pinned.error().message);
         pinnable[i] = false;
         continue;
       }
@@ -314,17 +342,30 @@ Result<KernelTuning> measure_kernel_tuning(const CpuFacts& facts, const MemoryFa
         if (w.set != i) continue;
         const auto slice_end = Clock::now() + std::chrono::duration<double>(unit * w.runner.spec().weight);
         if (!w.runner.spec().prefill) w.runner.run();  // warm-up after switching kernels or sets
-        do w.samples.push_back(w.runner.run());
-        while (Clock::now() < slice_end && w.samples.size() < 400);
+        std::vector<double> samples;
+        do samples.push_back(w.runner.run());
+        while (Clock::now() < slice_end && samples.size() < 400);
+        w.round_medians.push_back(summarize(std::move(samples)).median);
       }
     }
+    rounds = round + 1;
+    if (rounds < kMinTuningRounds) continue;
+    auto points = points_of(work);
+    if (!points) return points.error();
+    const SeparationResult separation = separate_sets(decode_scores(*points), rounds, kMaxTuningRounds);
+    if (separation.outcome == Separation::more_rounds) continue;
+    add_note(tuning, std::to_string(rounds) + " rounds: " +
+                         (separation.outcome == Separation::chosen ? "the decode thread sets separated"
+                                                                   : "the decode thread sets did not separate (" +
+                                                                         separation.reason + ")"));
+    break;
   }
-  if (left() < 0 && tuning.note.empty()) tuning.note = "the last round overran the budget by " + std::to_string(-left()) + " s";
-  for (Work& w : work) {
-    if (w.samples.empty()) continue;
-    auto point = w.runner.point(std::move(w.samples));
-    if (!point) return point.error();
-    tuning.points.push_back(std::move(*point));
+  if (left() < 0) add_note(tuning, "the last round overran the budget by " + std::to_string(-left()) + " s");
+  auto points = points_of(work);
+  if (!points) return points.error();
+  tuning.points = std::move(*points);
+  if (rounds < kMaxTuningRounds && tuning.note.find(" rounds: ") == std::string::npos) {
+    add_note(tuning, std::to_string(rounds) + " rounds before the budget ran out");
   }
   tuning.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   return tuning;

@@ -58,10 +58,17 @@ std::map<std::string, SetTimes> by_set(const std::vector<KernelThroughputPoint>&
 
 double seconds_per_token(const KernelThroughputPoint& point) { return 1.0 / point.tokens_per_s.median; }
 
-// "kind0:1c 210, kind0:2c 312" in candidate order.
+// "kind0:1c 210 ±1.2%" (the margin only when there is one).
+std::string describe_score(const SetScore& score) {
+  std::string text = score.thread_set + " " + format_figure(score.score);
+  if (score.margin > 0) text += " ±" + format_figure(100 * score.margin) + "%";
+  return text;
+}
+
+// "kind0:1c 210 ±1.2%, kind0:2c 312 ±0.8%" in candidate order.
 std::string list_scores(const std::vector<SetScore>& scores) {
   std::string text;
-  for (const SetScore& score : scores) text += (text.empty() ? "" : ", ") + score.thread_set + " " + format_figure(score.score);
+  for (const SetScore& score : scores) text += (text.empty() ? "" : ", ") + describe_score(score);
   return text;
 }
 
@@ -137,18 +144,68 @@ int choose_set(const std::vector<SetScore>& scores, double tolerance) {
   return chosen;
 }
 
+SeparationResult separate_sets(const std::vector<SetScore>& scores, int rounds, int max_rounds, double tolerance) {
+  SeparationResult result;
+  result.chosen = choose_set(scores, tolerance);
+  if (result.chosen < 0) {
+    result.reason = "no thread set was timed";
+    return result;
+  }
+  const auto low = [](const SetScore& s) { return s.score * (1 - s.margin); };
+  const auto high = [](const SetScore& s) { return s.score * (1 + s.margin); };
+  const SetScore& pick = scores[static_cast<std::size_t>(result.chosen)];
+  double best_low = 0;
+  for (const SetScore& s : scores) best_low = std::max(best_low, low(s));
+  for (const SetScore& other : scores) {
+    if (&other == &pick || other.score <= 0) continue;
+    const bool preferred = std::pair(other.pus.size(), other.smt) < std::pair(pick.pus.size(), pick.smt);
+    if (low(pick) < (1 - tolerance) * high(other)) {
+      result.reason = describe_score(pick) + " may be more than " + format_figure(100 * tolerance) + "% below " + describe_score(other);
+    } else if (preferred && high(other) >= (1 - tolerance) * best_low) {
+      result.reason = describe_score(other) + " may be within " + format_figure(100 * tolerance) + "% of " +
+                      describe_score(pick);
+    } else {
+      continue;
+    }
+    break;
+  }
+  if (rounds < kMinTuningRounds && result.reason.empty()) {
+    result.reason = "only " + std::to_string(rounds) + " round(s): no spread to judge by";
+  }
+  if (result.reason.empty()) {
+    result.outcome = Separation::chosen;
+  } else {
+    result.outcome = rounds < max_rounds ? Separation::more_rounds : Separation::cannot_separate;
+    result.reason += " after " + std::to_string(rounds) + " round(s)";
+  }
+  return result;
+}
+
 namespace {
 
 // Tokens/s of each thread set: per token, `expert_kernel`'s time (for
 // prefill, the token's share of its round) plus its own attention GEMVs.
+// The margin weighs each kernel's spread by its share of the time.
 std::vector<SetScore> scores_with(const std::vector<KernelThroughputPoint>& points, const char* expert_kernel) {
   std::vector<SetScore> scores;
   for (const auto& [name, set] : by_set(points)) {
     const auto expert = set.kernels.find(expert_kernel), dense = set.kernels.find("dense_q8_decode");
     if (expert == set.kernels.end() || dense == set.kernels.end()) continue;
-    scores.push_back({name, set.pus, set.smt, 1.0 / (seconds_per_token(*expert->second) + seconds_per_token(*dense->second))});
+    const SampleStats& e = expert->second->tokens_per_s;
+    const SampleStats& d = dense->second->tokens_per_s;
+    const double te = seconds_per_token(*expert->second), td = seconds_per_token(*dense->second);
+    const int rounds = std::min(e.samples, d.samples);
+    const double spread = (te * e.spread + td * d.spread) / (te + td);
+    const double margin = rounds > 0 ? spread / (2 * std::sqrt(static_cast<double>(rounds))) : 0;
+    scores.push_back({name, set.pus, set.smt, 1.0 / (te + td), margin, rounds});
   }
   return scores;
+}
+
+int fewest_rounds(const std::vector<SetScore>& scores) {
+  int rounds = INT_MAX;
+  for (const SetScore& s : scores) rounds = std::min(rounds, s.rounds);
+  return scores.empty() ? 0 : rounds;
 }
 
 }  // namespace
@@ -165,11 +222,20 @@ Result<ThreadRecommendation> recommend_from_measurements(const std::vector<Kerne
   const std::vector<SetScore> decode = decode_scores(points);
   const int decode_pick = choose_set(decode);
   if (decode_pick < 0) return make_error("kernel tuning: no thread set has both decode kernels timed");
+  const int decode_rounds = fewest_rounds(decode);
+  const SeparationResult decode_separation = separate_sets(decode, decode_rounds, decode_rounds);
+  if (decode_separation.outcome != Separation::chosen) {
+    return make_error("kernel tuning could not separate the decode thread sets (" + decode_separation.reason +
+                      "; measured " + list_scores(decode) + ")");
+  }
   const std::vector<SetScore> prefill = prefill_scores(points);
   int prefill_pick = choose_set(prefill);
+  const int prefill_rounds = fewest_rounds(prefill);
+  const SeparationResult prefill_separation = separate_sets(prefill, prefill_rounds, prefill_rounds);
+  const bool prefill_separated = prefill_separation.outcome == Separation::chosen;
   // The engine runs one thread team for both phases: keep decode's set for
   // prefill too when it is within the tolerance there as well.
-  if (prefill_pick >= 0) {
+  if (prefill_pick >= 0 && prefill_separated) {
     for (int i = 0; i < static_cast<int>(prefill.size()); ++i) {
       const auto& s = prefill[static_cast<std::size_t>(i)];
       const auto& picked = prefill[static_cast<std::size_t>(prefill_pick)];
@@ -183,7 +249,7 @@ Result<ThreadRecommendation> recommend_from_measurements(const std::vector<Kerne
   out.decode_pus = d.pus;
   out.decode_threads = d.pus.size();
   out.reason = describe_choice("decode on", decode, decode_pick);
-  if (prefill_pick >= 0) {
+  if (prefill_pick >= 0 && prefill_separated) {
     const SetScore& p = prefill[static_cast<std::size_t>(prefill_pick)];
     out.prefill_pus = p.pus;
     out.prefill_threads = p.pus.size();
@@ -191,7 +257,9 @@ Result<ThreadRecommendation> recommend_from_measurements(const std::vector<Kerne
   } else {
     out.prefill_pus = d.pus;
     out.prefill_threads = d.pus.size();
-    out.reason += "; prefill not timed, so the decode set";
+    out.reason += prefill_pick < 0 ? "; prefill not timed, so the decode set"
+                                   : "; prefill's sets did not separate (" + prefill_separation.reason +
+                                         "; measured " + list_scores(prefill) + "), so the decode set";
   }
   out.reason += "; the fewest threads within " + format_figure(100 * kTuningTolerance) + "% of the best win.";
   return out;

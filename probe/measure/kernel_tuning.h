@@ -41,10 +41,30 @@ struct SetScore {
   std::string thread_set;
   CpuSet pus;
   bool smt = false;
-  double score = 0;  // tokens/s, higher is better
+  double score = 0;   // tokens/s, higher is better
+  double margin = 0;  // relative ± on the score: half the spread of its rounds over √rounds
+  int rounds = 0;     // rounds the score is the median of
 };
 // Index into `scores` of the chosen set; -1 when `scores` is empty or no score is positive.
 int choose_set(const std::vector<SetScore>& scores, double tolerance = kTuningTolerance);
+
+// Whether the rule's choice would survive a re-run (two probes on a busy
+// machine chose 1 and 2 threads). Each score spans score·(1 ± margin); the
+// choice stands when it is within the tolerance of every other set at both
+// ends of their spans, and every set the rule prefers (fewer threads, no SMT)
+// is below the tolerance line even at its best. Otherwise: more rounds while
+// fewer than `max_rounds` were run, then `cannot_separate` naming the sets
+// that overlap, and the caller falls back to the tier rule and says so.
+inline constexpr int kMinTuningRounds = 3;  // a spread from fewer says nothing
+inline constexpr int kMaxTuningRounds = 6;
+enum class Separation { chosen, more_rounds, cannot_separate };
+struct SeparationResult {
+  Separation outcome = Separation::cannot_separate;
+  int chosen = -1;     // index into scores (the rule's pick, also when not separated)
+  std::string reason;  // why not separated; "" when chosen
+};
+SeparationResult separate_sets(const std::vector<SetScore>& scores, int rounds, int max_rounds,
+                               double tolerance = kTuningTolerance);
 
 // Decode and prefill scores per set from the points (pure; sets lacking a
 // kernel are left out):
@@ -55,10 +75,11 @@ std::vector<SetScore> decode_scores(const std::vector<KernelThroughputPoint>& po
 std::vector<SetScore> prefill_scores(const std::vector<KernelThroughputPoint>& points);
 
 // ThreadRecommendation with rule "measured-kernel-throughput" and a reason
-// naming the figures. Prefill keeps decode's set when that set is within the
-// tolerance of the prefill choice too (the engine runs one team for both);
-// an error when the points cannot decide (then the
-// caller keeps the tier rule).
+// naming the figures and their margins. Prefill keeps decode's set when that
+// set is within the tolerance of the prefill choice too (the engine runs one
+// team for both), or when prefill's sets do not separate; an error when the
+// points cannot decide or decode's sets do not separate (separate_sets with
+// no rounds left; then the caller keeps the tier rule and says why).
 Result<ThreadRecommendation> recommend_from_measurements(const std::vector<KernelThroughputPoint>& points);
 
 struct KernelTuningOptions {

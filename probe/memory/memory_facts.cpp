@@ -284,7 +284,7 @@ MemoryFacts memory_facts_from_total(std::uint64_t total_bytes, const std::string
   facts.headroom_bytes = total_bytes;
   facts.sources.push_back({"total", total_bytes, origin, true, "the only memory figure in the recording"});
   facts.sources.push_back({"available (assumed = total)", total_bytes, origin, false,
-                           "no live availability in a recorded sysctl; planner must re-read live. Headroom is "
+                           "the recording holds no availability; planner must re-read live. Headroom is "
                            "set to the total, which overstates it"});
   facts.headroom_source = facts.sources.back().name;
   return facts;

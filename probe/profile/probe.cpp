@@ -25,6 +25,8 @@
 namespace coli {
 namespace {
 
+namespace fs = std::filesystem;
+
 void report(const ProbeOptions& options, std::string_view line) {
   if (options.progress) options.progress(line);
 }
@@ -45,28 +47,96 @@ Status read_sysctl_machine(const std::string& text, const std::string& source, D
   return Ok{};
 }
 
+// Where a replay finds a recorded /proc or /sys file: below its recorded
+// root; a replay without one reads nothing (never this machine's /proc).
+struct ReplayFiles {
+  const ProbeOptions& options;
+  bool replay() const { return is_replay(options); }
+  bool nothing_recorded() const { return replay() && options.root.is_live(); }
+  std::optional<std::string> read(std::string_view absolute) const {
+    if (nothing_recorded()) return std::nullopt;
+    return options.root.read(absolute);
+  }
+  std::string path(std::string_view absolute) const {
+    if (!options.root.is_live() || !replay()) return options.root.map(absolute).string();
+    const fs::path dir = options.replay_machine.value_or(fs::path("<recording>")) / "root";
+    return (dir / std::string(absolute.substr(1))).string();
+  }
+  // The provenance line of a fact this recording lacks.
+  std::string not_recorded(std::string_view absolute, std::string_view consequence) const {
+    return "not recorded: " + path(absolute) + " (" + std::string(consequence) + ")";
+  }
+};
+
+// The topology's NUMA total stands in for memory when /proc/meminfo was not
+// recorded; a topology without one cannot say how much memory the machine has.
+Result<MemoryFacts> replay_memory_without_meminfo(const ReplayFiles& files, const CpuFacts& cpu,
+                                                  std::uint64_t numa_total, std::vector<std::string>& unknown) {
+  if (numa_total == 0) {
+    return make_error("the replay cannot know the recorded machine's memory: " + files.path("/proc/meminfo") +
+                      " was not recorded and " + cpu.topology_source +
+                      " records no NUMA memory; record the machine with tools/fixtures/capture_machine.sh");
+  }
+  unknown.push_back(files.not_recorded("/proc/meminfo", "memory is the topology's NUMA total; availability and "
+                                                        "cgroup limits are unknown"));
+  return probe::memory_facts_from_total(numa_total, cpu.topology_source + " NUMA total");
+}
+
 // CPU facts through hwloc plus /proc and /sys (Linux, live or recorded).
-Status read_linux_machine(const ProbeOptions& options, DeviceProfile& profile) {
+// `unknown` collects what a replay's recording lacks (provenance says so).
+Status read_linux_machine(const ProbeOptions& options, DeviceProfile& profile, std::vector<std::string>& unknown) {
   auto cpu = probe::read_hwloc_topology(options.hwloc_xml);
   if (!cpu) return cpu.error();
   profile.cpu = std::move(*cpu);
-  if (const auto cpuinfo = options.root.read("/proc/cpuinfo")) {
+  const ReplayFiles files{options};
+  if (const auto cpuinfo = files.read("/proc/cpuinfo")) {
     profile.cpu.isa = probe::isa_from_cpuinfo(*cpuinfo);
-    profile.cpu.isa_source = options.root.map("/proc/cpuinfo").string();
+    profile.cpu.isa_source = files.path("/proc/cpuinfo");
   } else {
-    profile.cpu.isa_source = "none (" + options.root.map("/proc/cpuinfo").string() + " unreadable)";
+    profile.cpu.isa_source = "unknown (" + files.path("/proc/cpuinfo") + (files.replay() ? " not recorded)" : " unreadable)");
+    if (files.replay()) unknown.push_back(files.not_recorded("/proc/cpuinfo", "ISA unknown: the scalar kernel"));
   }
   CpuSet machine_pus;
   for (const CpuKind& kind : profile.cpu.kinds) machine_pus = machine_pus.unite(kind.pus);
-  profile.cpu.usable = probe::read_usable_cpus(options.root, machine_pus);
+  if (files.nothing_recorded()) {
+    profile.cpu.usable.pus = profile.cpu.usable.affinity = machine_pus;
+  } else {
+    profile.cpu.usable = probe::read_usable_cpus(options.root, machine_pus);
+  }
+  if (files.replay() && !files.read("/proc/self/status")) {
+    unknown.push_back(files.not_recorded("/proc/self/status", "affinity unknown: all " +
+                                                                  std::to_string(machine_pus.size()) +
+                                                                  " PUs of the topology assumed allowed"));
+  }
+  if (files.replay() && !files.read("/proc/self/cgroup")) {
+    unknown.push_back(files.not_recorded("/proc/self/cgroup", "cgroup cpuset, CPU quota and memory limit unknown"));
+  }
 
   std::uint64_t numa_total = 0;
   for (const NumaNode& node : profile.cpu.numa_nodes) numa_total += node.memory_bytes;
+  if (files.replay() && !files.read("/proc/meminfo")) {
+    auto memory = replay_memory_without_meminfo(files, profile.cpu, numa_total, unknown);
+    if (!memory) return memory.error();
+    profile.memory = std::move(*memory);
+    return Ok{};
+  }
   auto memory = probe::read_memory_facts(
       options.root, numa_total > 0 ? std::optional<std::uint64_t>(numa_total) : std::nullopt);
   if (!memory) return memory.error();
   profile.memory = std::move(*memory);
   return Ok{};
+}
+
+// A replay describes another machine, so its CPU must be recorded too:
+// recorded /proc or GPU facts on this machine's topology would mix two machines.
+Status check_replay_is_whole(const ProbeOptions& options) {
+  if (!is_replay(options) || options.hwloc_xml || options.sysctl_file) return Ok{};
+  const std::string recorded = options.replay_machine ? options.replay_machine->string() + " (no topology.xml or sysctl.txt in it)"
+                               : !options.root.is_live() ? "the recorded tree " + options.root.prefix().string()
+                                                         : "the recorded GPU facts " + options.gpu_record.value_or("").string();
+  return make_error("a replay reads only recorded sources, and " + recorded +
+                    " lacks the recorded CPU topology: add topology.xml (`lstopo --of xml`) or sysctl.txt, or pass "
+                    "--replay-hwloc-xml FILE / --replay-sysctl FILE (tools/fixtures/capture_machine.sh records a machine)");
 }
 
 // Live GPUs, a recorded file, or (replaying a CPU-only recording) nothing:
@@ -96,21 +166,41 @@ Status read_gpus(const ProbeOptions& options, GpuFacts& gpus) {
   return Ok{};
 }
 
-void measure(const ProbeOptions& options, DeviceProfile& profile) {
+// Disk read bandwidth where the models live. A --disk-dir the user named
+// that cannot be measured is an error; the default directory failing is
+// recorded (a disk entry without points whose note says why) so coli-plan
+// can give the real reason instead of "run without --quick".
+Status measure_disk(const ProbeOptions& options, DeviceProfile& profile) {
+  std::error_code error;
+  fs::path directory = fs::absolute(options.disk_dir, error).lexically_normal();
+  if (error) directory = options.disk_dir;
+  if (!directory.has_filename() && directory.has_parent_path()) directory = directory.parent_path();  // "/a/." -> "/a"
+  const probe::DiskBandwidthOptions disk_options{options.budget_seconds * 0.25, 0};
+  auto disk = probe::measure_disk_bandwidth(directory, disk_options, options.progress);
+  if (disk) {
+    profile.measurements.disk = std::move(*disk);
+    return Ok{};
+  }
+  if (options.disk_dir_given) return make_error("--disk-dir " + options.disk_dir.string() + ": " + disk.error().message);
+  DiskBandwidth unmeasured;
+  unmeasured.directory = directory.string();
+  std::string reason = disk.error().message;
+  if (reason.rfind("disk bandwidth: ", 0) == 0) reason.erase(0, std::string_view("disk bandwidth: ").size());
+  unmeasured.note = kDiskNotMeasured + reason;
+  profile.measurements.disk = std::move(unmeasured);
+  return Ok{};
+}
+
+// Disk first: a --disk-dir that cannot be measured fails before the rest of the budget is spent.
+Status measure(const ProbeOptions& options, DeviceProfile& profile) {
   // Shares of the budget: memory 40%, disk 25%, kernel tuning 30%.
+  if (auto disk = measure_disk(options, profile); !disk) return disk;
   const probe::MemoryBandwidthOptions memory_options{options.budget_seconds * 0.4, 0};
   auto memory = probe::measure_memory_bandwidth(profile.cpu, profile.memory, memory_options, options.progress);
   if (memory) {
     profile.measurements.memory = std::move(*memory);
   } else {
     report(options, "memory bandwidth not measured: " + memory.error().message);
-  }
-  const probe::DiskBandwidthOptions disk_options{options.budget_seconds * 0.25, 0};
-  auto disk = probe::measure_disk_bandwidth(options.disk_dir, disk_options, options.progress);
-  if (disk) {
-    profile.measurements.disk = std::move(*disk);
-  } else {
-    report(options, "disk bandwidth not measured: " + disk.error().message);
   }
   probe::KernelTuningOptions tuning_options;
   tuning_options.budget_seconds = options.budget_seconds * 0.3;
@@ -120,6 +210,7 @@ void measure(const ProbeOptions& options, DeviceProfile& profile) {
   } else {
     report(options, "kernel tuning not measured: " + tuning.error().message);
   }
+  return Ok{};
 }
 
 // The tier rule, replaced by the tuning phase's choice when it could decide.
@@ -128,6 +219,8 @@ ThreadRecommendation recommend(const ProbeOptions& options, const DeviceProfile&
   if (!profile.measurements.kernel_tuning) return rule;
   auto measured = probe::recommend_from_measurements(profile.measurements.kernel_tuning->points);
   if (measured) return std::move(*measured);
+  // Said in the profile (coli-probe prints it on stderr too): a fallback is never silent.
+  rule.reason += std::string(" (") + kTuningFallback + measured.error().message + ")";
   report(options, measured.error().message + "; keeping the " + rule.rule + " rule");
   return rule;
 }
@@ -135,7 +228,7 @@ ThreadRecommendation recommend(const ProbeOptions& options, const DeviceProfile&
 }  // namespace
 
 void apply_replay_machine(const std::filesystem::path& dir, ProbeOptions& options) {
-  namespace fs = std::filesystem;
+  options.replay_machine = dir;
   if (fs::exists(dir / "topology.xml")) options.hwloc_xml = dir / "topology.xml";
   if (fs::exists(dir / "sysctl.txt")) options.sysctl_file = dir / "sysctl.txt";
   if (fs::exists(dir / "root")) options.root = SystemRoot(dir / "root");
@@ -144,7 +237,7 @@ void apply_replay_machine(const std::filesystem::path& dir, ProbeOptions& option
 
 bool is_replay(const ProbeOptions& options) {
   return options.hwloc_xml.has_value() || options.sysctl_file.has_value() || options.gpu_record.has_value() ||
-         !options.root.is_live();
+         options.replay_machine.has_value() || !options.root.is_live();
 }
 
 Result<DeviceProfile> run_probe(const ProbeOptions& options) {
@@ -153,6 +246,8 @@ Result<DeviceProfile> run_probe(const ProbeOptions& options) {
   Provenance& provenance = profile.provenance;
 
   report(options, "reading CPU and memory facts");
+  if (auto whole = check_replay_is_whole(options); !whole) return whole.error();
+  std::vector<std::string> unknown;  // what a replay's recording lacks
   if (options.sysctl_file) {
     auto text = read_text_file(*options.sysctl_file);
     if (!text) return text.error();
@@ -167,8 +262,10 @@ Result<DeviceProfile> run_probe(const ProbeOptions& options) {
     if (auto status = read_sysctl_machine(*text, "sysctl:live", profile); !status) return status.error();
     provenance.sources = {"sysctl:live"};
 #else
-    if (auto status = read_linux_machine(options, profile); !status) return status.error();
-    provenance.sources = {profile.cpu.topology_source, "procfs+sysfs:" + options.root.describe()};
+    if (auto status = read_linux_machine(options, profile, unknown); !status) return status.error();
+    const bool no_root = is_replay(options) && options.root.is_live();
+    provenance.sources = {profile.cpu.topology_source, "procfs+sysfs:" + (no_root ? "not recorded" : options.root.describe())};
+    provenance.sources.insert(provenance.sources.end(), unknown.begin(), unknown.end());
 #endif
   }
 
@@ -177,7 +274,9 @@ Result<DeviceProfile> run_probe(const ProbeOptions& options) {
   provenance.sources.push_back("gpus:" + profile.gpus.source);
 
   const bool measured = !options.quick && !is_replay(options);
-  if (measured) measure(options, profile);
+  if (measured) {
+    if (auto status = measure(options, profile); !status) return status.error();
+  }
   if (!options.quick && is_replay(options)) {
     report(options, "replaying a recorded machine: measurements skipped (they would time this machine)");
   }

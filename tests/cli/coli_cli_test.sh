@@ -79,6 +79,20 @@ check "run --plan uses the plan's kernel" contains "$work/k.out" "kernel scalar"
 check "run --plan reports the RSS watchdog's limit" contains "$work/k.out" "RSS watchdog: limit .*; shrank the expert cache 0 time"
 "$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 2 --rss-limit 1 >"$work/w.out" 2>&1
 check "the RSS watchdog warns past its limit" contains "$work/w.out" "WARNING: RSS .* is past the plan's limit"
+# Issue 12: without a plan the run's memory is checked before loading (it was
+# OOM-killed in a 2 GiB cgroup) and the watchdog armed at it, as with a plan.
+"$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 2 >"$work/m0.out" 2>"$work/m0.err"
+check "a run without a plan that fits exits 0" test $? -eq 0
+check "and says its memory and watchdog" contains "$work/m0.err" "coli run: memory: .* RSS watchdog at"
+"$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 2 --ram 64M >"$work/m1.out" 2>"$work/m1.err"
+check "a run without a plan that does not fit is refused (exit 3)" test $? -eq 3
+check "the refusal names needed and available" contains "$work/m1.err" "need .* of RAM .* but 64.0 MiB is available (--ram)"
+check "the refusal says what to do" contains "$work/m1.err" "--cap .* --ctx"
+check "nothing was generated" test ! -s "$work/m1.out"
+"$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 2 --ram 64M --no-memory-check >"$work/m2.out" 2>&1
+check "--no-memory-check runs anyway" test $? -eq 0
+"$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 2 --ram 64 >/dev/null 2>"$work/m3.err"
+check "--ram without a unit is a usage error" test $? -eq 2
 "$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 2 --report >"$work/r.out" 2>&1
 check "--report prints the engine's accounting without a plan" contains "$work/r.out" "process RSS (peak)"
 if grep -q "^Vulkan *[1-9]" <("$(dirname "$coli")/coli-probe" --quick 2>/dev/null); then

@@ -52,6 +52,24 @@ check "3-tier replay: 6 decode threads" contains "$work/m.toml" "^decode_threads
 "$probe" --replay-machine "$fixtures/machines/container-cgroup-8g" --out - >"$work/c.toml" 2>/dev/null
 check "container replay: headroom from the cgroup" contains "$work/c.toml" "^headroom_source = 'cgroup"
 
+# Issue 12: a replay reads only recorded sources. The 2-socket EPYC's topology
+# alone gives its 128 cores and its NUMA memory, never this machine's affinity,
+# ISA or /proc/meminfo, and stderr says what was not recorded.
+mkdir -p "$work/epyc-topology-only"
+cp "$fixtures/machines/amd-epyc-2s/topology.xml" "$work/epyc-topology-only/"
+"$probe" --replay-machine "$work/epyc-topology-only" --out - >"$work/epyc.toml" 2>"$work/epyc.err"
+check "topology-only replay exits 0" test $? -eq 0
+check "topology-only replay: 128 decode threads" contains "$work/epyc.toml" "^decode_threads = 128$"
+check "topology-only replay: no ISA" contains "$work/epyc.toml" "^isa = \[\]"
+check "topology-only replay: memory from the topology" contains "$work/epyc.toml" "^total_bytes = 540773502976$"
+check "topology-only replay names what was not recorded" contains "$work/epyc.err" "not recorded: .*epyc-topology-only/root/proc/cpuinfo"
+"$probe" --replay-hwloc-xml "$fixtures/machines/amd-epyc-2s/topology.xml" --out - >"$work/epyc2.toml" 2>/dev/null
+check "--replay-hwloc-xml alone: 128 decode threads" contains "$work/epyc2.toml" "^decode_threads = 128$"
+"$probe" --replay-root "$fixtures/machines/amd-epyc-2s/root" --out - >/dev/null 2>"$work/rootonly.err"
+check "--replay-root without a topology is refused" test $? -eq 1
+check "and says the topology is missing" contains "$work/rootonly.err" "recorded CPU topology"
+rm -rf "$work/epyc-topology-only"
+
 # A short full probe measures memory and disk bandwidth within its budget.
 "$probe" --budget 4 --disk-dir "$work" --out "$work/full.toml" >"$work/full.out" 2>&1
 check "full probe exits 0" test $? -eq 0
@@ -59,6 +77,29 @@ check "full mode recorded" contains "$work/full.toml" "^mode = 'full'"
 check "memory bandwidth measured" contains "$work/full.toml" "^\[measurements.memory_bandwidth\]"
 check "disk bandwidth measured" contains "$work/full.toml" "^\[measurements.disk\]"
 check "disk test file removed" test "$(ls "$work" | grep -vc -E '\.(toml|out|err|json)$')" -eq 0
+
+# Issue 12: a --disk-dir that cannot be measured is an error naming it and the
+# reason (it used to exit 0 with no disk figure and no word); /proc/self has no
+# free space even for root. A default directory that fails is a note in the profile.
+"$probe" --budget 2 --disk-dir /proc/self --out "$work/nodisk.toml" >/dev/null 2>"$work/nodisk.err"
+check "unmeasurable --disk-dir fails with 1" test $? -eq 1
+check "unmeasurable --disk-dir is named with the reason" contains "$work/nodisk.err" "disk-dir /proc/self: .*free"
+check "and nothing is written" test ! -e "$work/nodisk.toml"
+probe_path=$(realpath "$probe")
+(cd /proc/self && "$probe_path" --budget 2 --out "$work/nodisk.toml" >/dev/null 2>"$work/nodisk2.err")
+check "an unmeasurable default directory still writes the profile" test $? -eq 0
+check "the profile records why the disk was not measured" contains "$work/nodisk.toml" "^note = 'not measured: .*free"
+check "and stderr says so" contains "$work/nodisk2.err" "disk bandwidth not measured"
+rm -f "$work/nodisk.toml"
+unwritable="$work/unwritable"
+mkdir "$unwritable" && chmod 555 "$unwritable"
+touch "$unwritable/x" 2>/dev/null && { rm -f "$unwritable/x"; chattr +i "$unwritable" 2>/dev/null; }
+if ! touch "$unwritable/x" 2>/dev/null; then  # root: only where chattr +i works
+  "$probe" --budget 2 --disk-dir "$unwritable" --out "$work/nodisk.toml" >/dev/null 2>"$work/nodisk3.err"
+  check "unwritable --disk-dir fails with 1" test $? -eq 1
+  check "unwritable --disk-dir gives the OS reason" contains "$work/nodisk3.err" "cannot create a test file: .*$unwritable"
+fi
+chattr -i "$unwritable" 2>/dev/null; rm -f "$unwritable/x"
 
 # Bad input: clear errors, non-zero exit, never a crash.
 "$probe" --quick --out /proc/coli-nope/p.toml >/dev/null 2>"$work/e1"

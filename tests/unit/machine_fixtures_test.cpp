@@ -4,12 +4,18 @@
 // fixture's SOURCE.md says where it came from.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cctype>
 #include <filesystem>
+#include <fstream>
+#include <regex>
 #include <set>
+#include <sstream>
 
 #include "coli/probe/probe.h"
 #include "coli/probe/profile_io.h"
+#include "memory/memory_facts.h"
 
 namespace coli {
 namespace {
@@ -113,6 +119,116 @@ TEST(MachineFixtures, FingerprintsTellMachinesApart) {
     fingerprints.insert(profile->fingerprint);
   }
   EXPECT_EQ(fingerprints.size(), std::size(kMachines));
+}
+
+// Issue 12: a replay reads only recorded sources. The 2-socket EPYC (256 PUs,
+// 128 cores, 504 GiB over two NUMA nodes) differs from any machine the tests
+// run on, so a live fact mixed into its replay shows.
+const fs::path kEpyc = fs::path(COLI_FIXTURES_DIR) / "machines" / "amd-epyc-2s";
+constexpr std::uint64_t kEpycNumaTotal = 270193930240ull + 270579572736ull;  // local_memory in topology.xml
+
+// A copy of the EPYC recording with only `files` (relative paths) in it.
+fs::path partial_recording(const std::string& name, const std::vector<std::string>& files) {
+  const fs::path dir = fs::temp_directory_path() / ("coli_replay_" + std::to_string(::getpid())) / name;
+  fs::remove_all(dir);
+  for (const std::string& file : files) {
+    fs::create_directories((dir / file).parent_path());
+    fs::copy_file(kEpyc / file, dir / file);
+  }
+  return dir;
+}
+
+bool has_source(const DeviceProfile& profile, const std::string& text) {
+  for (const std::string& source : profile.provenance.sources) {
+    if (source.find(text) != std::string::npos) return true;
+  }
+  return false;
+}
+
+// Nothing of this machine: every PU of the topology (no live affinity or
+// cpuset), no ISA (no live cpuinfo), memory from the topology (no live meminfo).
+void expect_only_the_topology(const DeviceProfile& profile) {
+  EXPECT_EQ(profile.cpu.usable.pus.size(), 256);
+  EXPECT_EQ(profile.cpu.usable.affinity.size(), 256);
+  EXPECT_FALSE(profile.cpu.usable.cgroup_cpuset.has_value());
+  EXPECT_FALSE(profile.cpu.usable.quota_cpus.has_value());
+  EXPECT_EQ(profile.threads.decode_threads, 128) << profile.threads.reason;
+  EXPECT_TRUE(profile.cpu.isa.empty());
+  EXPECT_NE(profile.cpu.isa_source.find("not recorded"), std::string::npos) << profile.cpu.isa_source;
+  EXPECT_EQ(profile.memory.total_bytes, kEpycNumaTotal);
+  EXPECT_EQ(profile.memory.headroom_bytes, kEpycNumaTotal);
+  EXPECT_FALSE(profile.memory.cgroup_limit_bytes.has_value());
+  EXPECT_TRUE(has_source(profile, "procfs+sysfs:not recorded"));
+  auto live = probe::read_memory_facts(SystemRoot(), std::nullopt);
+  ASSERT_TRUE(live.ok()) << live.error().message;
+  EXPECT_NE(profile.memory.total_bytes, live->total_bytes) << "the replay took this machine's MemTotal";
+}
+
+TEST(HermeticReplay, MachineDirectoryWithTopologyAloneTakesNothingLive) {
+  const fs::path dir = partial_recording("topology-only", {"topology.xml"});
+  auto profile = run_probe(replay_options(dir));
+  ASSERT_TRUE(profile.ok()) << profile.error().message;
+  expect_only_the_topology(*profile);
+  EXPECT_TRUE(has_source(*profile, "not recorded: " + (dir / "root/proc/cpuinfo").string()));
+  EXPECT_TRUE(has_source(*profile, "not recorded: " + (dir / "root/proc/self/status").string()));
+  EXPECT_TRUE(has_source(*profile, "not recorded: " + (dir / "root/proc/meminfo").string()));
+}
+
+TEST(HermeticReplay, HwlocXmlAloneTakesNothingLive) {
+  ProbeOptions options;
+  options.quick = true;
+  options.hwloc_xml = kEpyc / "topology.xml";
+  auto profile = run_probe(options);
+  ASSERT_TRUE(profile.ok()) << profile.error().message;
+  expect_only_the_topology(*profile);
+}
+
+TEST(HermeticReplay, PartlyRecordedRootKeepsWhatWasRecordedAndMarksTheRest) {
+  const fs::path dir = partial_recording("meminfo-only", {"topology.xml", "root/proc/meminfo"});
+  auto profile = run_probe(replay_options(dir));
+  ASSERT_TRUE(profile.ok()) << profile.error().message;
+  EXPECT_EQ(profile->memory.headroom_bytes, 521917084 * kKiB);  // MemAvailable of the recording
+  EXPECT_EQ(profile->memory.headroom_source, "MemAvailable");
+  EXPECT_EQ(profile->cpu.usable.pus.size(), 256);
+  EXPECT_TRUE(profile->cpu.isa.empty());
+  EXPECT_TRUE(has_source(*profile, "not recorded: " + (dir / "root/proc/cpuinfo").string()));
+  EXPECT_FALSE(has_source(*profile, "not recorded: " + (dir / "root/proc/meminfo").string()));
+}
+
+TEST(HermeticReplay, TopologyWithoutMemoryIsRefusedNamingMeminfo) {
+  const fs::path dir = partial_recording("no-memory", {});
+  fs::create_directories(dir);
+  std::ifstream in(kEpyc / "topology.xml");
+  std::stringstream xml;
+  xml << in.rdbuf();
+  std::ofstream(dir / "topology.xml") << std::regex_replace(xml.str(), std::regex(" local_memory=\"[0-9]+\""), "");
+  auto profile = run_probe(replay_options(dir));
+  ASSERT_FALSE(profile.ok());
+  EXPECT_NE(profile.error().message.find((dir / "root/proc/meminfo").string()), std::string::npos)
+      << profile.error().message;
+}
+
+TEST(HermeticReplay, RecordedRootWithoutTopologyIsRefused) {
+  ProbeOptions options;
+  options.quick = true;
+  options.root = SystemRoot(kEpyc / "root");
+  auto profile = run_probe(options);
+  ASSERT_FALSE(profile.ok()) << "this machine's topology was mixed with a recorded /proc";
+  EXPECT_NE(profile.error().message.find("topology"), std::string::npos) << profile.error().message;
+
+  const fs::path dir = partial_recording("root-only", {"root/proc/meminfo"});
+  profile = run_probe(replay_options(dir));
+  ASSERT_FALSE(profile.ok());
+  EXPECT_NE(profile.error().message.find(dir.string()), std::string::npos) << profile.error().message;
+}
+
+TEST(HermeticReplay, GpuRecordAloneIsRefused) {
+  ProbeOptions options;
+  options.quick = true;
+  options.gpu_record = fs::path(COLI_FIXTURES_DIR) / "gpus" / "nvidia-h200" / "gpus.toml";
+  auto profile = run_probe(options);
+  ASSERT_FALSE(profile.ok()) << "this machine's CPU was mixed with recorded GPUs";
+  EXPECT_NE(profile.error().message.find("gpus.toml"), std::string::npos) << profile.error().message;
 }
 
 }  // namespace

@@ -231,6 +231,24 @@ TEST(PlanSpeed, QuickProfileSaysToMeasureInsteadOfGuessing) {
   EXPECT_EQ(s.decode_tok_per_s, 0);
 }
 
+// Issue 12: a full profile whose default disk directory could not be measured
+// used to get "run coli-probe without --quick"; the advice now gives the real reason.
+TEST(PlanSpeed, UnmeasuredDiskGivesTheProbesReasonNotQuick) {
+  DeviceProfile profile = measured_profile(10);
+  profile.measurements.disk = DiskBandwidth{"/models", "", false,
+                                            std::string(kDiskNotMeasured) + "cannot create a test file: Permission denied",
+                                            0, {}};
+  const SpeedPrediction s = predict_speed(profile, qwen3(), h200_qwen3_plan().plan);
+  EXPECT_FALSE(s.available);
+  EXPECT_NE(s.unavailable.find("could not measure /models (cannot create a test file: Permission denied)"),
+            std::string::npos) << s.unavailable;
+  EXPECT_NE(s.unavailable.find("--disk-dir"), std::string::npos) << s.unavailable;
+  EXPECT_EQ(s.unavailable.find("--quick"), std::string::npos) << s.unavailable;
+
+  profile.measurements.disk.reset();  // measured RAM, no disk entry at all: still not "--quick"
+  EXPECT_EQ(predict_speed(profile, qwen3(), h200_qwen3_plan().plan).unavailable.find("--quick"), std::string::npos);
+}
+
 TEST(PlanSpeed, HistoryHitRateIsTheMassOfTheCachedExperts) {
   auto history = experts::UsageHistory::create({2, 4, 1, "test-model"});
   ASSERT_TRUE(history.ok());

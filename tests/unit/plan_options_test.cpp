@@ -3,6 +3,12 @@
 
 #include "coli/runtime/plan_options.h"
 
+#include "coli/base/files.h"
+#include "coli/base/text.h"
+#include "coli/model/model_config.h"
+#include "coli/planner/deciders.h"
+#include "coli/planner/memory_preview.h"
+
 namespace coli::runtime {
 namespace {
 
@@ -86,6 +92,71 @@ TEST(OptionsFromPlan, RefusesPlansThatDoNotFitTheModel) {
   auto no_history = options_from_plan(pinned, shape);
   ASSERT_FALSE(no_history.ok());
   EXPECT_NE(no_history.error().message.find("no usage history"), std::string::npos);
+}
+
+// Issue 12: `coli run` without a plan had no memory check (OOM-killed in a
+// 2 GiB cgroup). Its knobs are priced as a plan prices them, then checked.
+ModelShape olmoe_shape() {
+  ModelShape shape = shape_of(16, 64, 8);
+  auto json = read_text_file(std::string(COLI_FIXTURES_DIR) + "/model-configs/OLMoE-1B-7B-0924.json");
+  EXPECT_TRUE(json.ok());
+  shape.config_json = *json;
+  return shape;
+}
+
+TEST(KnobsMemory, ThePlannersFiguresForTheseKnobs) {
+  const ModelShape shape = olmoe_shape();
+  ModelOptions options;
+  options.cache_capacity = 16;
+  options.max_context = 512;
+  options.threads = 2;
+  options.io_threads = 4;
+  options.pins = {{1, 2, 3}};
+  auto memory = memory_for_options(shape, options, 32, true);
+  ASSERT_TRUE(memory.ok()) << memory.error().message;
+
+  auto config = model::parse_model_config(shape.config_json, "olmoe");
+  ASSERT_TRUE(config.ok());
+  const planner::ModelFootprint footprint = planner::describe_footprint(*config, shape.expert_format, shape.dense_format);
+  const planner::MemoryKnobs knobs{.cap = 16, .pins = 3, .ctx = 512, .prompt_tokens = 32, .round_tokens = 64,
+                                   .threads = 2, .io_threads = 4, .tokenizer = true};
+  const std::uint64_t planned = planner::preview_memory(footprint, knobs).total(planner::Tier::ram);
+  EXPECT_EQ(memory->planned_bytes, planned);
+  EXPECT_EQ(memory->margin_bytes, planner::decide_safety_margin(planned, 2, 4).bytes);
+  EXPECT_EQ(memory->slot_bytes, 16 * footprint.expert().record_stride);
+
+  options.cache_capacity = kAllExperts;  // every expert resident: the cap is the expert count
+  auto resident = memory_for_options(shape, options, 32, true);
+  ASSERT_TRUE(resident.ok());
+  EXPECT_GE(resident->planned_bytes, memory->planned_bytes + 48 * memory->slot_bytes);
+}
+
+TEST(KnobsMemory, RefusesNamingNeededAndAvailableAndWhatToChange) {
+  constexpr std::uint64_t kMiB = 1ull << 20, kGiB = 1ull << 30;
+  KnobsMemory need;
+  need.planned_bytes = 6 * kGiB;
+  need.margin_bytes = 256 * kMiB;
+  need.slot_bytes = 100 * kMiB;
+  need.cap = 60;
+  need.min_cap = 8;
+  need.summary = "dense weights 1.0 GiB, expert cache 5.0 GiB";
+  const Status refused = check_headroom(need, 2 * kGiB, "cgroup v2 memory.max headroom");
+  ASSERT_FALSE(refused.ok());
+  const std::string& message = refused.error().message;
+  EXPECT_NE(message.find("need " + format_bytes(6 * kGiB + 256 * kMiB) + " of RAM"), std::string::npos) << message;
+  EXPECT_NE(message.find(format_bytes(2 * kGiB) + " is available (cgroup v2 memory.max headroom)"), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("lower --cap to at most 16 (from 60"), std::string::npos) << message;  // 4.25 GiB / 100 MiB = 44 slots
+  EXPECT_NE(message.find("--profile"), std::string::npos) << message;
+  EXPECT_NE(message.find("--no-memory-check"), std::string::npos) << message;
+
+  need.cap = 50;  // 44 fewer slots would leave 6, below top_k 8: the cap cannot make it fit
+  const Status no_cap = check_headroom(need, 2 * kGiB, "MemAvailable");
+  ASSERT_FALSE(no_cap.ok());
+  EXPECT_NE(no_cap.error().message.find("even --cap 8 would not fit"), std::string::npos) << no_cap.error().message;
+
+  EXPECT_TRUE(check_headroom(need, need.needed(), "MemAvailable").ok());  // exactly enough fits
+  EXPECT_TRUE(check_headroom(need, 64 * kGiB, "MemAvailable").ok());
 }
 
 }  // namespace

@@ -1,6 +1,13 @@
 #include "coli/runtime/plan_options.h"
 
+#include <algorithm>
 #include <string>
+
+#include "coli/base/text.h"
+#include "coli/model/model_config.h"
+#include "coli/planner/deciders.h"
+#include "coli/planner/footprint.h"
+#include "coli/planner/memory_preview.h"
 
 namespace coli::runtime {
 namespace {
@@ -55,6 +62,50 @@ Result<ModelOptions> options_from_plan(const planner::Plan& plan, const ModelSha
     options.vram_experts = planner::vram_expert_ids(plan.gpu.vram_experts, plan.n_experts, history);
   }
   return options;
+}
+
+Result<KnobsMemory> memory_for_options(const ModelShape& shape, const ModelOptions& options, int prompt_tokens,
+                                       bool tokenizer) {
+  auto config = model::parse_model_config(shape.config_json, "the container's config");
+  if (!config) return config.error();
+  const planner::ModelFootprint footprint = planner::describe_footprint(*config, shape.expert_format, shape.dense_format);
+  planner::MemoryKnobs knobs;
+  knobs.cap = std::clamp(options.cache_capacity, shape.top_k, shape.experts);
+  for (const auto& layer_pins : options.pins) knobs.pins = std::max(knobs.pins, static_cast<int>(layer_pins.size()));
+  knobs.ctx = options.max_context;
+  knobs.prompt_tokens = std::max(1, prompt_tokens);
+  knobs.round_tokens = options.prefill_round_tokens;
+  knobs.threads = options.compute_pus.empty() ? options.threads : options.compute_pus.size();
+  knobs.io_threads = options.io_threads;
+  knobs.tokenizer = tokenizer;
+  const planner::MemoryPreview preview = planner::preview_memory(footprint, knobs);
+  KnobsMemory memory;
+  memory.planned_bytes = preview.total(planner::Tier::ram);
+  memory.margin_bytes = planner::decide_safety_margin(memory.planned_bytes, knobs.threads, knobs.io_threads).bytes;
+  memory.slot_bytes = footprint.moe_layer_count() * footprint.expert().record_stride;
+  memory.cap = knobs.cap;
+  memory.min_cap = shape.top_k;
+  for (const planner::MemoryLine& line : preview.lines) {
+    if (line.tier != planner::Tier::ram || line.bytes == 0) continue;
+    memory.summary += (memory.summary.empty() ? "" : ", ") + line.component + " " + format_bytes(line.bytes);
+  }
+  return memory;
+}
+
+Status check_headroom(const KnobsMemory& need, std::uint64_t headroom_bytes, const std::string& headroom_source) {
+  if (need.needed() <= headroom_bytes) return Ok{};
+  const std::uint64_t short_by = need.needed() - headroom_bytes;
+  const std::uint64_t fewer_slots = need.slot_bytes > 0 ? (short_by + need.slot_bytes - 1) / need.slot_bytes : 0;
+  const bool cap_helps = need.slot_bytes > 0 && fewer_slots <= static_cast<std::uint64_t>(need.cap - need.min_cap);
+  const std::string cap_advice =
+      cap_helps ? "lower --cap to at most " + std::to_string(need.cap - static_cast<int>(fewer_slots)) + " (from " +
+                      std::to_string(need.cap) + "; each expert slot per layer costs " + format_bytes(need.slot_bytes) +
+                      ") or --ctx"
+                : "even --cap " + std::to_string(need.min_cap) + " would not fit: lower --ctx, give the run more RAM";
+  return make_error("these knobs need " + format_bytes(need.needed()) + " of RAM (" + need.summary + "; margin " +
+                    format_bytes(need.margin_bytes) + "), but " + format_bytes(headroom_bytes) + " is available (" +
+                    headroom_source + "): " + cap_advice +
+                    ", or let the planner size the run (--profile FILE or --plan FILE); --no-memory-check runs anyway");
 }
 
 }  // namespace coli::runtime

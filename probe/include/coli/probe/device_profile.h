@@ -255,6 +255,10 @@ struct DiskBandwidthPoint {
   bool operator==(const DiskBandwidthPoint&) const = default;
 };
 
+// A disk entry without points whose note starts with this: the probe tried
+// the (default) directory and could not measure it; the rest says why.
+inline constexpr const char* kDiskNotMeasured = "not measured: ";
+
 struct DiskBandwidth {
   std::string directory;           // where the test file lived (the model's filesystem)
   std::string filesystem;          // "ext4", "xfs", "tmpfs", ...
@@ -297,7 +301,7 @@ struct KernelThroughputPoint {
   int threads = 0;
   CpuSet pus;              // OpenMP member i pinned to the i-th lowest PU
   bool smt = false;        // SMT siblings included
-  SampleStats gb_per_s;      // weight bytes (with scales) streamed per second
+  SampleStats gb_per_s;      // weight bytes (with scales) streamed per second; samples = rounds (each its slice's median)
   SampleStats tokens_per_s;  // batch / call time: tokens through this kernel of one layer
   bool operator==(const KernelThroughputPoint&) const = default;
 };
@@ -306,7 +310,7 @@ struct KernelTuning {
   std::string cpu_kernel;        // variant timed ("avx2", "avx512vnni", ...), the engine's default
   std::uint64_t pool_bytes = 0;  // weights cycled through; larger than the LLC so calls stream from RAM
   double seconds = 0;            // wall time of the tuning phase
-  std::string note;              // what was cut short and why; "" when complete
+  std::string note;              // what was cut short and why; how many rounds ran and whether the sets separated
   std::vector<KernelThroughputPoint> points;
   bool operator==(const KernelTuning&) const = default;
 };
@@ -332,6 +336,10 @@ struct Measurements {
 };
 
 // --------------------------------------------------------- recommendations
+
+// Starts the part of ThreadRecommendation::reason that says a full probe's
+// tuning phase could not decide and the tier rule was kept instead.
+inline constexpr const char* kTuningFallback = "the tier rule, because ";
 
 struct ThreadRecommendation {
   int decode_threads = 0;

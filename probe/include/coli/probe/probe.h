@@ -19,14 +19,21 @@ struct ProbeOptions {
   std::optional<std::filesystem::path> hwloc_xml;      // replay a topology instead of the live one
   std::optional<std::filesystem::path> sysctl_file;    // replay macOS sysctl values (no hwloc then)
   std::optional<std::filesystem::path> gpu_record;     // replay recorded GPU facts (a [gpus] TOML file)
+  std::optional<std::filesystem::path> replay_machine; // the recorded machine directory, when one was given
   std::filesystem::path disk_dir = ".";                // filesystem whose read bandwidth is measured
+  bool disk_dir_given = false;                         // the user named disk_dir: failing to measure it is an error
   double budget_seconds = 25;                          // upper bound for all measurements
   std::function<void(std::string_view)> progress;      // one line per step; may be empty
 };
 
 // A recorded machine (the layout of tests/fixtures/machines/<name>/, what
 // `--replay-machine DIR` reads): topology.xml, sysctl.txt, root/ (/proc and
-// /sys) and gpus.toml, each used when present.
+// /sys) and gpus.toml, each used when present. A replay reads nothing live:
+// run_probe refuses one without a recorded CPU topology (topology.xml or
+// sysctl.txt), and marks unknown what the recording lacks (ISA without
+// root/proc/cpuinfo, affinity without root/proc/self/status, cgroups without
+// root/proc/self/cgroup; memory falls back to the topology's NUMA total and is
+// refused, naming root/proc/meminfo, when the topology records none).
 void apply_replay_machine(const std::filesystem::path& dir, ProbeOptions& options);
 
 // True when any replay source is set: such a profile describes a recorded
