@@ -17,44 +17,51 @@ export XDG_CONFIG_HOME="$work/config" COLI_SYSTEM_PROFILE_DIR="$work/system"
 now_ms() { date +%s%3N; }
 sleep_ms() { sleep "$(($1 / 1000)).$(printf '%03d' $(($1 % 1000)))"; }
 
-# Runs COMMAND... to the end; echoes its duration in ms (only to scale delays).
+# Runs COMMAND... to the end twice; echoes the shorter duration in ms (only
+# to scale the kill delays).
 duration_ms() {
-  local start
+  local start first second
   start=$(now_ms)
-  "$@" >/dev/null 2>&1 || echo "FAIL: an uninterrupted run failed: $*" >&2
-  echo $(($(now_ms) - start))
+  ("$@") >/dev/null 2>&1 || echo "FAIL: an uninterrupted run failed: $*" >&2
+  first=$(($(now_ms) - start))
+  start=$(now_ms)
+  ("$@") >/dev/null 2>&1
+  second=$(($(now_ms) - start))
+  echo $((first < second ? first : second))
 }
 
 # Temporaries of DESTINATION beside it (files or staging directories).
 temporaries() { find "$(dirname "$1")" -maxdepth 1 \( -name "$(basename "$1").tmp.*" -o -name "$(basename "$1").partial.*" \) | wc -l; }
 
 # stress NAME DESTINATION CHECKER COMMAND... : runs COMMAND (each run's
-# variant chosen by $run, which COMMAND may read) and SIGKILLs it after a
-# random delay until it was killed $kills_wanted times; CHECKER judges the
-# destination after each run.
+# variant chosen by $run, which COMMAND may read; a shell function must exec
+# the writer, so that the kill reaches it) and SIGKILLs it after a random
+# delay until it was killed $kills_wanted times; CHECKER judges the
+# destination after each run, once the writer is gone.
 stress() {
   local name="$1" destination="$2" checker="$3"
   shift 3
   run=0
   local full_ms kills=0 bad=0 most=0 left
   full_ms=$(duration_ms "$@")
-  while [ "$kills" -lt "$kills_wanted" ] && [ "$run" -lt $((kills_wanted * 4)) ]; do
+  while [ "$kills" -lt "$kills_wanted" ] && [ "$run" -lt $((kills_wanted * 6)) ]; do
     run=$((run + 1))
     "$@" >/dev/null 2>&1 &
     local pid=$!
-    sleep_ms $((RANDOM * (full_ms * 3 / 2 + 2) / 32768))
+    sleep_ms $((RANDOM * (full_ms + 1) / 32768))
     kill -KILL "$pid" 2>/dev/null
-    wait "$pid"
+    wait "$pid" 2>/dev/null
     [ $? -eq 137 ] && kills=$((kills + 1))
     "$checker" "$destination" || { bad=$((bad + 1)); echo "$name: run $run left a corrupt or partial $destination" >&2; }
     left=$(temporaries "$destination")
     [ "$left" -gt "$most" ] && most=$left
   done
+  local runs=$run
   run=0
-  "$@" >/dev/null 2>&1  # the next run, complete: it sweeps what the kills left
+  ("$@") >/dev/null 2>&1  # the next run, complete: it sweeps what the kills left
   left=$(temporaries "$destination")
-  echo "$name: $kills kills (delays 0-$((full_ms * 3 / 2)) ms, one run $full_ms ms), $bad corrupt or partial" \
-       "destinations, $left temporaries after the next run (at most $most right after a kill)"
+  echo "$name: $kills kills in $runs runs (delays 0-$full_ms ms), $bad corrupt or partial destinations," \
+       "$left temporaries after the next run (at most $most right after a kill)"
   check "$name: killed $kills_wanted times" test "$kills" -ge "$kills_wanted"
   check "$name: the destination was always absent, old or new" test "$bad" -eq 0
   check "$name: no temporaries after the next run" test "$left" -eq 0
@@ -74,7 +81,7 @@ mkdir -p "$work/convert"
 check "two reference containers" test -s "$work/convert/a.coli" -a -s "$work/convert/b.coli"
 old_or_new_container() { [ ! -e "$1" ] || cmp -s "$1" "$work/convert/a.coli" || cmp -s "$1" "$work/convert/b.coli"; }
 convert_variant() {  # odd runs q8_row; every third run a named temporary instead of O_TMPFILE
-  COLI_NO_TMPFILE=$((run % 3 == 0 ? 1 : 0)) "$coli" convert --model "$model" --out "$work/convert/model.coli" \
+  COLI_NO_TMPFILE=$((run % 3 == 0 ? 1 : 0)) exec "$coli" convert --model "$model" --out "$work/convert/model.coli" \
     --experts "$([ $((run % 2)) -eq 1 ] && echo q8_row || echo q4_g64)"
 }
 stress "converter (coli convert)" "$work/convert/model.coli" old_or_new_container convert_variant
@@ -84,7 +91,7 @@ mkdir -p "$work/usage"
 "$usage_writer" write a "$work/usage/a.txt" && "$usage_writer" write b "$work/usage/b.txt"
 check "two reference histories" test -s "$work/usage/a.txt" -a -s "$work/usage/b.txt"
 old_or_new_history() { [ ! -e "$1" ] || cmp -s "$1" "$work/usage/a.txt" || cmp -s "$1" "$work/usage/b.txt"; }
-stress "usage-history save" "$work/usage/history.txt" old_or_new_history "$usage_writer" loop "$work/usage/history.txt"
+stress "usage-history save" "$work/usage/history.txt" old_or_new_history "$usage_writer" loop 8 "$work/usage/history.txt"
 
 # --- coli profile import of 8 files: all or nothing --------------------------------
 mkdir -p "$work/import/old" "$work/import/new"
@@ -98,7 +105,7 @@ old_or_new_set() { [ ! -e "$1" ] || diff -r -q "$1" "$work/import/old" >/dev/nul
 import_variant() {
   local set=old
   [ $((run % 2)) -eq 1 ] && set=new
-  "$coli" profile import "$work/import/$set/"*.toml --dir "$work/import/profiles" --force
+  exec "$coli" profile import "$work/import/$set/"*.toml --dir "$work/import/profiles" --force
 }
 stress "coli profile import (8 files)" "$work/import/profiles" old_or_new_set import_variant
 
@@ -114,7 +121,7 @@ for run in $(seq 1 $((kills_wanted < 10 ? 10 : kills_wanted))); do
   pid=$!
   sleep_ms $((RANDOM * (full_ms * 9 / 10 + 1) / 32768))
   kill -"$signal" "$pid" 2>/dev/null
-  wait "$pid"
+  wait "$pid" 2>/dev/null
   status=$?
   [ "$status" -eq 130 ] || [ "$status" -eq 143 ] && signalled=$((signalled + 1))
   [ "$(temporaries "$work/convert/model.coli")" -eq 0 ] || left_behind=$((left_behind + 1))

@@ -1,10 +1,11 @@
 // Drives the real usage-history save (UsageHistory::save) for the crash-safety
 // test (tests/cli/crash_safety_test.sh), which kills it at random points:
 //   usage_history_writer write a|b FILE   save history A or B once
-//   usage_history_writer loop FILE        save A, B, A, ... until killed
+//   usage_history_writer loop N FILE      save A, B, A, ... N times
 // A and B are fixed, distinct and large enough (48 layers x 128 experts) that
 // a save takes a while.
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <string_view>
 
@@ -42,11 +43,13 @@ int main(int argc, char** argv) {
     const coli::Status saved = history(std::string_view(argv[2]) == "b" ? 1 : 0).save(argv[3]);
     return saved ? 0 : fail(saved.error().message);
   }
-  if (mode == "loop" && argc == 3) {
+  if (mode == "loop" && argc == 4) {
     const UsageHistory both[] = {history(0), history(1)};
-    for (unsigned i = 0;; ++i) {
-      if (const coli::Status saved = both[i % 2].save(argv[2]); !saved) return fail(saved.error().message);
+    const long saves = std::strtol(argv[2], nullptr, 10);
+    for (long i = 0; i < saves; ++i) {
+      if (const coli::Status saved = both[i % 2].save(argv[3]); !saved) return fail(saved.error().message);
     }
+    return 0;
   }
-  return fail("usage: usage_history_writer write a|b FILE | loop FILE");
+  return fail("usage: usage_history_writer write a|b FILE | loop N FILE");
 }
