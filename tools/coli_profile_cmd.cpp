@@ -8,6 +8,7 @@
 #include <set>
 
 #include "coli/base/files.h"
+#include "coli/base/pending_file.h"
 #include "coli/base/text.h"
 #include "coli/probe/fleet_machine.h"
 #include "coli/probe/profile_io.h"
@@ -245,14 +246,13 @@ int ProfileCommand::import_files() const {
     for (const std::string& error : errors) std::fprintf(stderr, "coli profile: %s\n", error.c_str());
     return fail("nothing imported (" + std::to_string(errors.size()) + " problem(s)); fix or remove those files");
   }
-  std::vector<fs::path> created;
-  for (const auto& [destination, text] : writes) {
-    const bool existed = fs::exists(destination);
-    if (auto saved = write_file_atomically(destination, text); !saved) {
-      for (const fs::path& path : created) fs::remove(path);  // all or nothing
-      return fail(saved.error().message + "; nothing imported");
-    }
-    if (!existed) created.push_back(destination);
+  std::vector<NamedContent> files;
+  for (const auto& [destination, text] : writes) files.push_back({destination.filename().string(), text});
+  auto update = write_files_together(dir, files);  // all or nothing, also under kill -9 (docs/fleet.md)
+  if (!update) return fail(update.error().message + "; nothing imported");
+  if (*update == DirectoryUpdate::one_by_one) {
+    std::fprintf(stderr, "coli profile: %s cannot swap directories (RENAME_EXCHANGE): each file was replaced "
+                         "atomically, one after the other\n", dir.c_str());
   }
   for (const auto& [destination, text] : writes) std::printf("imported %s\n", destination.c_str());
   return 0;

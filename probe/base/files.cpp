@@ -1,51 +1,23 @@
 #include "coli/base/files.h"
 
+#include "coli/base/pending_file.h"
+
 #include <fcntl.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <fstream>
-#include <random>
 #include <sstream>
 
 namespace coli {
 namespace fs = std::filesystem;
 
 Status write_file_atomically(const fs::path& path, std::string_view content) {
-  std::error_code ec;
-  if (path.has_parent_path()) fs::create_directories(path.parent_path(), ec);
-  if (ec) return make_error("cannot create directory " + path.parent_path().string() + ": " + ec.message());
-
-  const std::string temp = path.string() + ".tmp." + std::to_string(::getpid()) + "." +
-                           std::to_string(std::random_device{}());
-  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) return make_error("cannot write " + path.string() + ": " + std::strerror(errno));
-  const char* data = content.data();
-  size_t left = content.size();
-  while (left > 0) {
-    const ssize_t n = ::write(fd, data, left);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const std::string reason = std::strerror(errno);
-      ::close(fd);
-      ::unlink(temp.c_str());
-      return make_error("cannot write " + path.string() + ": " + reason);
-    }
-    data += n;
-    left -= static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    const std::string reason = std::strerror(errno);
-    ::unlink(temp.c_str());
-    return make_error("cannot flush " + path.string() + ": " + reason);
-  }
-  if (::rename(temp.c_str(), path.c_str()) != 0) {
-    const std::string reason = std::strerror(errno);
-    ::unlink(temp.c_str());
-    return make_error("cannot rename " + temp + " to " + path.string() + ": " + reason);
-  }
-  return Ok{};
+  auto file = PendingFile::create(path);
+  if (!file) return file.error();
+  if (Status written = file->write_all(content); !written) return written;
+  return file->commit();
 }
 
 Result<std::string> read_text_file(const fs::path& path) {

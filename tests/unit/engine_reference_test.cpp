@@ -269,6 +269,25 @@ TEST_P(EngineReference, MissingNormTensorIsRefusedAtLoad) {
   EXPECT_NE(model.error().message.find(dropped), std::string::npos) << model.error().message;
 }
 
+// Issue 12: convert checked no free space and failed (or filled the disk)
+// midway. The size it checks against bounds the file it then writes: the
+// data exactly, the index within a small margin.
+TEST_P(EngineReference, PlannedContainerBytesBoundTheWrittenFile) {
+  const fs::path dir = fs::path(COLI_FIXTURES_DIR) / "models" / GetParam();
+  const fs::path out = scratch_dir() / (GetParam() + "_planned.coli");
+  for (auto [experts, dense] : {std::tuple{WeightFormat::f32, DenseFormat::source},
+                                {WeightFormat::q8_row, DenseFormat::q8_row}, {WeightFormat::q4_g64, DenseFormat::q4_g64}}) {
+    SCOPED_TRACE(std::string(name_of(experts)));
+    auto planned = convert::planned_container_bytes(dir, experts, dense);
+    ASSERT_TRUE(planned.ok()) << planned.error().message;
+    fs::remove(out);
+    auto report = convert::convert_model(dir, out, experts, dense);
+    ASSERT_TRUE(report.ok()) << report.error().message;
+    EXPECT_GE(*planned, report->file_bytes);
+    EXPECT_LT(*planned - report->file_bytes, 256u << 10) << "planned " << *planned << ", written " << report->file_bytes;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllArchitectures, EngineReference,
                          testing::Values("qwen3_moe", "olmoe", "mixtral", "qwen2_moe"));
 

@@ -3,11 +3,11 @@
 
 #include <cerrno>
 #include <cstring>
-#include <random>
-
+#include <optional>
 #include <tuple>
 
 #include "coli/base/checked_math.h"
+#include "coli/base/pending_file.h"
 #include "coli/container/container.h"
 #include "container_format.h"
 
@@ -15,25 +15,19 @@ namespace coli::container {
 
 struct ContainerWriter::State {
   std::filesystem::path path;
-  std::filesystem::path temp;
-  int fd = -1;
+  std::optional<PendingFile> file;  // unpublished until finish(); a kill leaves no temporary behind
+  int fd = -1;                      // file->fd()
   std::uint64_t end = 0;  // next free byte
   ContainerIndex index;
   bool experts_begun = false;
   std::uint64_t experts_written = 0;
-  bool finished = false;
-
-  ~State() {
-    if (fd >= 0) ::close(fd);
-    if (!finished && !temp.empty()) ::unlink(temp.c_str());
-  }
 
   Status write_at(std::uint64_t offset, const void* data, std::size_t size) {
     const char* bytes = static_cast<const char*>(data);
     while (size > 0) {
       const ssize_t n = ::pwrite(fd, bytes, size, static_cast<off_t>(offset));
       if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return make_error("cannot write " + temp.string() + ": " + std::strerror(errno));
+      if (n <= 0) return make_error("cannot write " + path.string() + ": " + std::strerror(errno));
       bytes += n;
       offset += static_cast<std::uint64_t>(n);
       size -= static_cast<std::size_t>(n);
@@ -50,13 +44,10 @@ ContainerWriter::~ContainerWriter() = default;
 Result<ContainerWriter> ContainerWriter::create(const std::filesystem::path& path) {
   auto state = std::make_unique<State>();
   state->path = path;
-  state->temp = path.string() + ".partial." + std::to_string(::getpid()) + "." + std::to_string(std::random_device{}());
-  state->fd = ::open(state->temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (state->fd < 0) {
-    state->temp.clear();
-    return make_error("cannot create " + path.string() + ": " + std::strerror(errno) +
-                      " (choose a writable directory with enough space)");
-  }
+  auto file = PendingFile::create(path);
+  if (!file) return make_error(file.error().message + " (choose a writable directory with enough space)");
+  state->file.emplace(std::move(*file));
+  state->fd = state->file->fd();
   std::array<char, format::kHeaderBytes> header{};
   std::memcpy(header.data(), format::kMagic.data(), format::kMagic.size());
   const std::uint32_t version = kFormatVersion;  // little-endian hosts only (x86-64, arm64)
@@ -190,16 +181,10 @@ Status ContainerWriter::finish(const std::string& architecture, const std::strin
   std::memcpy(trailer.data() + 16, &index_checksum, 8);
   std::memcpy(trailer.data() + 24, format::kTrailerMagic.data(), 8);
   if (Status w = s.write_at(index_offset + index_bytes, trailer.data(), trailer.size()); !w) return w;
-  if (::fsync(s.fd) != 0 || ::close(s.fd) != 0) {
-    s.fd = -1;
-    return make_error("cannot flush " + s.temp.string() + ": " + std::strerror(errno));
-  }
   s.fd = -1;
-  if (Status verified = verify_written(s.temp); !verified) return verified;
-  if (::rename(s.temp.c_str(), s.path.c_str()) != 0) {
-    return make_error("cannot rename " + s.temp.string() + " to " + s.path.string() + ": " + std::strerror(errno));
-  }
-  s.finished = true;
+  // Read back through the descriptor: the file may have no name until commit.
+  if (Status verified = verify_written("/proc/self/fd/" + std::to_string(s.file->fd())); !verified) return verified;
+  if (Status published = s.file->commit(); !published) return published;
   return Ok{};
 }
 

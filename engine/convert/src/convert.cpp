@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "coli/base/files.h"
+#include "coli/base/pending_file.h"
 #include "coli/container/container.h"
 #include "coli/model/model_desc.h"
 #include "coli/model/tensor_data.h"
@@ -156,7 +157,43 @@ std::vector<std::byte> quantized_tensor(WeightFormat format, const std::vector<f
   return bytes;
 }
 
+// Bytes the container will take: the writer's layout (the header's block,
+// each dense tensor aligned, then layers x experts aligned records) and a
+// generous bound on the index and trailer.
+std::uint64_t planned_bytes(const model::ModelDesc& desc, WeightFormat format, DenseFormat dense,
+                            std::uint64_t config_bytes) {
+  auto align = [](std::uint64_t v) { return (v + container::kAlignment - 1) / container::kAlignment * container::kAlignment; };
+  const std::optional<WeightFormat> dense_quantized = quantized_format(dense);
+  std::uint64_t end = container::kAlignment, index = 4096 + 2 * config_bytes;
+  for (const auto& t : desc.tensors) {
+    if (t.role == model::TensorRole::Expert) continue;
+    const bool quantised = dense_quantized && quantisable_dense(t) && traits(*dense_quantized).valid_cols(t.shape[1]);
+    end = align(end + (quantised ? traits(*dense_quantized).matrix_bytes(t.shape[0], t.shape[1]) : t.bytes));
+    index += 256 + 2 * t.name.size();
+  }
+  const std::uint64_t records = desc.moe_layers.size() * desc.config.num_experts;
+  const container::ExpertRecordLayout layout =
+      container::expert_record_layout(format, desc.config.hidden_size, desc.config.moe_intermediate_size);
+  return end + records * align(layout.record_bytes) + index + records * 128;
+}
+
+// Refuses before anything is written when the output's filesystem lacks the room.
+Status check_room_for(const std::filesystem::path& output, std::uint64_t needed) {
+  auto available = free_bytes_at(output.has_parent_path() ? output.parent_path() : std::filesystem::path("."));
+  if (!available) return available.error();
+  return check_free_space(output, needed, *available);
+}
+
 }  // namespace
+
+Result<std::uint64_t> planned_container_bytes(const std::filesystem::path& model_dir, WeightFormat format,
+                                              DenseFormat dense) {
+  auto desc = model::describe_model(model_dir);
+  if (!desc) return desc.error();
+  std::error_code error;
+  const std::uintmax_t config_bytes = std::filesystem::file_size(model_dir / "config.json", error);
+  return planned_bytes(*desc, format, dense, error ? 0 : config_bytes);
+}
 
 // The CLI also takes int4/int8 for the quantised formats.
 Result<WeightFormat> parse_expert_format(std::string_view name) {
@@ -189,6 +226,9 @@ Result<ConvertReport> convert_model(const std::filesystem::path& model_dir, cons
   if (!experts) return experts.error();
   auto config_text = read_text_file(model_dir / "config.json");
   if (!config_text) return config_text.error();
+  if (Status room = check_room_for(output, planned_bytes(*desc, format, dense, config_text->size())); !room) {
+    return room.error();
+  }
   auto writer = container::ContainerWriter::create(output);
   if (!writer) return writer.error();
 

@@ -12,9 +12,11 @@
 
 namespace coli {
 
-// Writes `content` to `path` through a temporary file in the same directory,
-// fsync, then rename: readers see the old file or the new one, never half.
-// Creates missing parent directories.
+// Writes `content` to `path` through a temporary in the same directory
+// (a PendingFile: nameless where the filesystem allows), fsync, then rename:
+// readers see the old file or the new one, never half, and no temporary
+// outlives the writer (coli/base/pending_file.h). Creates missing parent
+// directories.
 Status write_file_atomically(const std::filesystem::path& path, std::string_view content);
 
 // Reads a whole (small) file; an error names the path and the OS reason.

@@ -34,6 +34,12 @@ struct ConvertReport {
 
 using ConvertProgress = std::function<void(std::string_view)>;
 
+// An upper bound on the container's size (exact for the tensor and expert
+// data, a bound for the index): convert_model refuses up front, with needed
+// and available bytes, when the output's filesystem has less free space.
+Result<std::uint64_t> planned_container_bytes(const std::filesystem::path& model_dir, WeightFormat format,
+                                              DenseFormat dense = DenseFormat::source);
+
 Result<ConvertReport> convert_model(const std::filesystem::path& model_dir, const std::filesystem::path& output,
                                     WeightFormat format, DenseFormat dense = DenseFormat::source,
                                     const ConvertProgress& progress = {});
