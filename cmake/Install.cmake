@@ -77,7 +77,8 @@ endforeach()
 add_library(coli_planner_package STATIC ${coli_planner_objects})
 set_target_properties(coli_planner_package PROPERTIES OUTPUT_NAME coli-planner EXPORT_NAME planner LINKER_LANGUAGE CXX)
 target_include_directories(coli_planner_package INTERFACE $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
-target_link_libraries(coli_planner_package INTERFACE tomlplusplus::tomlplusplus)
+# The container index reader inside it checksums with xxHash (Debian libxxhash-dev: -lxxhash).
+target_link_libraries(coli_planner_package INTERFACE tomlplusplus::tomlplusplus $<INSTALL_INTERFACE:xxhash>)
 target_compile_features(coli_planner_package INTERFACE cxx_std_20)
 install(TARGETS coli_planner_package EXPORT coliTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 foreach(include_dir probe/include planner/include engine/experts/include engine/model/include engine/backend/include
