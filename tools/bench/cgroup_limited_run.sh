@@ -4,9 +4,12 @@
 # RSS watchdog's figures are printed beside the cgroup's own peak.
 #
 #   tools/bench/cgroup_limited_run.sh BUILD_DIR MODEL.coli PLAN [EXTRA_BYTES]
+#   LIMIT=BYTES tools/bench/cgroup_limited_run.sh BUILD_DIR MODEL.coli - [coli run flags...]
 #
 # EXTRA_BYTES (default 0) is added to the limit on top of the plan's RAM and
-# margin. Uses cgroup v2 (memory.max, memory.peak, memory.events) where the
+# margin. With PLAN "-", `coli run` runs without a plan (its own memory check
+# against the cgroup's headroom) inside a cgroup of LIMIT bytes, with the
+# flags given. Uses cgroup v2 (memory.max, memory.peak, memory.events) where the
 # memory controller is there, else cgroup v1 (memory.limit_in_bytes,
 # memory.max_usage_in_bytes, memory.oom_control). Needs root (or a delegated
 # cgroup). The page cache of the streamed experts is charged to the cgroup
@@ -15,14 +18,22 @@ set -euo pipefail
 build=${1:?usage: cgroup_limited_run.sh BUILD_DIR MODEL.coli PLAN [EXTRA_BYTES]}
 model=${2:?usage: cgroup_limited_run.sh BUILD_DIR MODEL.coli PLAN [EXTRA_BYTES]}
 plan=${3:?usage: cgroup_limited_run.sh BUILD_DIR MODEL.coli PLAN [EXTRA_BYTES]}
-extra=${4:-0}
-
-# The plan's RAM total and margin, in bytes, from its own fields.
-field() { sed -n "s/^$1 *= *\([0-9]*\).*/\1/p" "$plan" | head -1; }
-planned=$(field planned_ram_bytes)
-margin=$(field margin_bytes)
-[[ -n "$planned" && -n "$margin" ]] || { echo "cgroup_limited_run: $plan has no planned_ram_bytes/margin_bytes" >&2; exit 2; }
-limit=$((planned + margin + extra))
+shift 3
+if [[ "$plan" == - ]]; then
+  limit=${LIMIT:?with PLAN -, set LIMIT to the cgroup limit in bytes}
+  run_flags=("$@")
+  describe="LIMIT, a run without a plan: ${run_flags[*]}"
+else
+  extra=${1:-0}
+  # The plan's RAM total and margin, in bytes, from its own fields.
+  field() { sed -n "s/^$1 *= *\([0-9]*\).*/\1/p" "$plan" | head -1; }
+  planned=$(field planned_ram_bytes)
+  margin=$(field margin_bytes)
+  [[ -n "$planned" && -n "$margin" ]] || { echo "cgroup_limited_run: $plan has no planned_ram_bytes/margin_bytes" >&2; exit 2; }
+  limit=$((planned + margin + extra))
+  run_flags=(--plan "$plan")
+  describe="plan RAM $planned + margin $margin + extra $extra"
+fi
 
 name="coli-limited-$$"
 if grep -qw memory /sys/fs/cgroup/cgroup.controllers 2>/dev/null; then
@@ -44,13 +55,13 @@ else
   exit 1
 fi
 trap 'rmdir "$group" 2>/dev/null || true' EXIT
-echo "cgroup v$version $group: limit $limit B = plan RAM $planned + margin $margin + extra $extra"
+echo "cgroup v$version $group: limit $limit B = $describe"
 
 # The run joins the cgroup before it execs, so every byte it touches is charged.
 log=$(mktemp)
 set +e
 bash -c 'echo $$ > "$1/cgroup.procs"; shift; exec "$@"' _ "$group" \
-  "$build/tools/coli" run --model "$model" --plan "$plan" --prompt-ids $(seq -s" " 1 3 190) \
+  "$build/tools/coli" run --model "$model" "${run_flags[@]}" --prompt-ids $(seq -s" " 1 3 190) \
   --max-tokens "${TOKENS:-64}" >"$log" 2>&1
 status=$?
 set -e
