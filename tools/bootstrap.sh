@@ -2,12 +2,14 @@
 # The README's two set-up commands. On a fresh Debian 12 machine:
 #   tools/bootstrap.sh demo   install what is missing, build, run the main job end to end
 #   tools/bootstrap.sh test   install what is missing, build, run every test
+#   tools/bootstrap.sh fuzz   install what is missing, build the parsers' libFuzzer harnesses with clang
+#                             (in BUILD_DIR-fuzz), run each for COLI_FUZZ_SECONDS (default 15; docs/fuzzing.md)
 # Environment: COLI_BUILD_DIR (default build), COLI_JOBS (default nproc).
 set -euo pipefail
 
 mode="${1:-}"
-if [[ "$mode" != demo && "$mode" != test ]]; then
-  echo "usage: $0 demo|test" >&2
+if [[ "$mode" != demo && "$mode" != test && "$mode" != fuzz ]]; then
+  echo "usage: $0 demo|test|fuzz" >&2
   exit 2
 fi
 cd "$(dirname "$0")/.."
@@ -20,6 +22,7 @@ packages=(
   libhwloc-dev hwloc libtomlplusplus-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libvulkan-dev libvulkan1 glslc libspirv-cross-c-shared-dev mesa-vulkan-drivers nlohmann-json3-dev
+  clang libclang-rt-14-dev  # fuzz: libFuzzer and the sanitizers' runtimes
 )
 
 install_missing() {
@@ -40,7 +43,19 @@ build() {
   cmake --build "$build_dir" -j "$jobs"
 }
 
+fuzz() {
+  local fuzz_dir="$build_dir-fuzz"
+  cmake -S . -B "$fuzz_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
+    -DCMAKE_C_COMPILER=clang -DCOLI_FUZZ=ON -DCOLI_BUILD_TESTS=OFF -DCOLI_BUILD_BENCHMARKS=OFF -DCOLI_WERROR=ON
+  cmake --build "$fuzz_dir" -j "$jobs" --target coli_fuzzers
+  tests/fuzz/run_fuzzers.sh "$fuzz_dir" "${COLI_FUZZ_SECONDS:-15}"
+}
+
 install_missing
+if [[ "$mode" == fuzz ]]; then
+  fuzz
+  exit 0
+fi
 build
 case "$mode" in
   test)
