@@ -3,7 +3,7 @@
 #   tools/bootstrap.sh demo   install what is missing, build, run the main job end to end
 #   tools/bootstrap.sh test   install what is missing, build, run every test
 #   tools/bootstrap.sh fuzz   install what is missing, build the parsers' libFuzzer harnesses with clang
-#                             (in BUILD_DIR-fuzz), run each for COLI_FUZZ_SECONDS (default 15; docs/fuzzing.md)
+#                             (in BUILD_DIR-fuzz), run each for COLI_FUZZ_SECONDS (default 12; docs/fuzzing.md)
 # Environment: COLI_BUILD_DIR (default build), COLI_JOBS (default nproc).
 set -euo pipefail
 
@@ -48,7 +48,7 @@ fuzz() {
   cmake -S . -B "$fuzz_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
     -DCMAKE_C_COMPILER=clang -DCOLI_FUZZ=ON -DCOLI_BUILD_TESTS=OFF -DCOLI_BUILD_BENCHMARKS=OFF -DCOLI_WERROR=ON
   cmake --build "$fuzz_dir" -j "$jobs" --target coli_fuzzers
-  tests/fuzz/run_fuzzers.sh "$fuzz_dir" "${COLI_FUZZ_SECONDS:-15}"
+  tests/fuzz/run_fuzzers.sh "$fuzz_dir" "${COLI_FUZZ_SECONDS:-12}"
 }
 
 install_missing
