@@ -316,6 +316,16 @@ TEST(TokenizerErrors, WrongMagicAndCorruptCountsAreRefused) {
   tokenizer = Tokenizer::from_gguf(path);
   ASSERT_FALSE(tokenizer.ok());
   EXPECT_NE(tokenizer.error().message.find("tokenizer.ggml.tokens"), std::string::npos) << tokenizer.error().message;
+
+  // A header claiming 2^62 key/values in a 24-byte file is refused before the first key.
+  corrupt = std::string("GGUF", 4);  // `put` appends to it
+  put(3, 4), put(0, 8), put(std::uint64_t{1} << 62, 8);
+  write_bytes(path, corrupt);
+  tokenizer = Tokenizer::from_gguf(path);
+  ASSERT_FALSE(tokenizer.ok());
+  EXPECT_NE(tokenizer.error().message.find("key/value count 4611686018427387904 cannot fit in the 0 bytes left"),
+            std::string::npos)
+      << tokenizer.error().message;
   fs::remove(path);
 }
 
