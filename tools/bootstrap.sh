@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # The README's two set-up commands. On a fresh Debian 12 machine:
 #   tools/bootstrap.sh demo   install what is missing, build, run the main job end to end
-#   tools/bootstrap.sh test   install what is missing, build, run every test
+#   tools/bootstrap.sh test   install what is missing, build, run every test, then a short fuzzing
+#                             run of every parser (clang build in BUILD_DIR-fuzz, COLI_FUZZ_SECONDS
+#                             each, default 6; docs/fuzzing.md)
+# and, beside them, tools/bootstrap.sh fuzz: only the fuzzing step (longer runs: COLI_FUZZ_SECONDS).
 # Environment: COLI_BUILD_DIR (default build), COLI_JOBS (default nproc).
 set -euo pipefail
 
 mode="${1:-}"
-if [[ "$mode" != demo && "$mode" != test ]]; then
-  echo "usage: $0 demo|test" >&2
+if [[ "$mode" != demo && "$mode" != test && "$mode" != fuzz ]]; then
+  echo "usage: $0 demo|test|fuzz" >&2
   exit 2
 fi
 cd "$(dirname "$0")/.."
@@ -22,6 +25,7 @@ packages=(
   libvulkan-dev libvulkan1 glslc libspirv-cross-c-shared-dev mesa-vulkan-drivers nlohmann-json3-dev
   libxxhash-dev
   help2man python3  # man pages and shell completions, generated from --help at build time
+  clang libclang-rt-14-dev  # fuzz: libFuzzer and the sanitizers' runtimes
 )
 
 install_missing() {
@@ -42,11 +46,24 @@ build() {
   cmake --build "$build_dir" -j "$jobs"
 }
 
+fuzz() {
+  local fuzz_dir="$build_dir-fuzz"
+  cmake -S . -B "$fuzz_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
+    -DCMAKE_C_COMPILER=clang -DCOLI_FUZZ=ON -DCOLI_BUILD_TESTS=OFF -DCOLI_BUILD_BENCHMARKS=OFF -DCOLI_WERROR=ON
+  cmake --build "$fuzz_dir" -j "$jobs" --target coli_fuzzers
+  tests/fuzz/run_fuzzers.sh "$fuzz_dir" "${COLI_FUZZ_SECONDS:-6}"
+}
+
 install_missing
+if [[ "$mode" == fuzz ]]; then
+  fuzz
+  exit 0
+fi
 build
 case "$mode" in
   test)
     ctest --test-dir "$build_dir" --output-on-failure -j "$jobs"
+    fuzz
     ;;
   demo)
     # The main job, end to end on the bundled tiny model: measure this

@@ -164,6 +164,12 @@ Status read_header(GgufCursor& c, GgufMetadata& meta, std::uint64_t& kv_count) {
   meta.tensor_count = *tensors;
   auto kvs = c.read_scalar<std::uint64_t>("metadata key/value count");
   if (!kvs) return kvs.error();
+  // Each key/value takes at least its name's length, its type and one byte.
+  constexpr std::uint64_t kMinKeyValueBytes = 8 + 4 + 1;
+  if (*kvs > c.remaining() / kMinKeyValueBytes) {
+    return c.error("metadata key/value count " + std::to_string(*kvs) + " cannot fit in the " +
+                   std::to_string(c.remaining()) + " bytes left; truncated or corrupt");
+  }
   kv_count = *kvs;
   return Ok{};
 }

@@ -1,5 +1,7 @@
 // Tokenizer::from_tokenizer_json: a Hugging Face tokenizers file whose model
 // is byte-level BPE, with the pre-tokeniser and normaliser GPT-2 or Qwen2 ship.
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "coli/base/files.h"
@@ -65,9 +67,28 @@ void read_merges(const json& merges, VocabularySource& source) {
   }
 }
 
+// The id table grows to the largest id, so ids are bounded by what the file
+// lists: at most twice its token count plus kIdSlack (a few holes are fine;
+// a table that is mostly holes is a corrupt file asking for gigabytes).
+constexpr std::uint64_t kIdSlack = 1024;
+
+std::uint64_t id_limit(std::size_t listed_tokens) {
+  return std::min<std::uint64_t>(2 * static_cast<std::uint64_t>(listed_tokens) + kIdSlack, INT32_MAX);
+}
+
+// A token id: a non-negative integer below `limit` (never a float, whose
+// conversion to an integer is undefined when out of range).
+std::int64_t token_id(const json& id, std::uint64_t limit, const std::string& where) {
+  if (!id.is_number_integer()) throw Unsupported{where + " has id " + id.dump() + ", which is not an integer"};
+  const bool negative = !id.is_number_unsigned() && id.get<std::int64_t>() < 0;
+  if (negative || id.get<std::uint64_t>() >= limit)
+    throw Unsupported{where + " has id " + id.dump() + "; ids must be in [0, " + std::to_string(limit) +
+                      "), at most twice the tokens the file lists plus " + std::to_string(kIdSlack)};
+  return static_cast<std::int64_t>(id.get<std::uint64_t>());
+}
+
 // Places token `text` at `id`, growing the table; holes stay unused slots.
 void put_token(VocabularySource& source, std::int64_t id, std::string text, TokenKind kind) {
-  if (id < 0 || id > INT32_MAX - 1) throw Unsupported{"token id " + std::to_string(id) + " out of range"};
   const auto index = static_cast<std::size_t>(id);
   if (index >= source.tokens.size()) {
     source.tokens.resize(index + 1);
@@ -89,15 +110,22 @@ VocabularySource source_from_json(const json& root, const std::string& origin) {
   source.ignore_merges = model.value("ignore_merges", false);
   source.pre_tokenizer = classify_pre_tokenizer(root.value("pre_tokenizer", json()));
   source.normalize_nfc = wants_nfc(root.value("normalizer", json()));
-  for (const auto& [text, id] : model.at("vocab").items()) {
-    put_token(source, id.get<std::int64_t>(), text, TokenKind::kNormal);
+  const json& vocab = model.at("vocab");
+  const json added_tokens = root.value("added_tokens", json::array());
+  if (!vocab.is_object()) throw Unsupported{"model.vocab is not an object of token: id"};
+  if (!added_tokens.is_array()) throw Unsupported{"added_tokens is not a list"};
+  const std::uint64_t limit = id_limit(vocab.size() + added_tokens.size());
+  for (const auto& [text, id] : vocab.items()) {
+    put_token(source, token_id(id, limit, "vocab token '" + text + "'"), text, TokenKind::kNormal);
   }
   read_merges(model.at("merges"), source);
   // Added tokens match their content exactly; the lstrip / rstrip /
   // single_word flags are not applied (Qwen2/Qwen3 and GPT-2 set none).
-  for (const json& added : root.value("added_tokens", json::array())) {
+  for (const json& added : added_tokens) {
     const TokenKind kind = added.value("special", false) ? TokenKind::kControl : TokenKind::kUserDefined;
-    put_token(source, added.at("id").get<std::int64_t>(), added.at("content").get<std::string>(), kind);
+    std::string content = added.at("content").get<std::string>();
+    const std::int64_t id = token_id(added.at("id"), limit, "added token '" + content + "'");
+    put_token(source, id, std::move(content), kind);
   }
   return source;
 }

@@ -12,6 +12,7 @@
 #include "coli/base/cpu_kernels.h"
 #include "coli/base/files.h"
 #include "coli/planner/plan_io.h"
+#include "coli/base/checked_math.h"
 #include "coli/probe/toml_fields.h"
 
 namespace coli::planner {
@@ -63,6 +64,9 @@ void read_memory(const Reader& m, Plan& p) {
   p.headroom_source = m.text("headroom_source");
   p.margin.bytes = m.bytes("margin_bytes");
   p.margin.reason = m.text("margin_reason");
+  // Every sum over the lines (planned RAM, the VRAM lines) stays below this
+  // total, so none of them can wrap past 2^64 into a small, harmless number.
+  std::uint64_t all_lines = 0;
   for (const Reader& l : m.tables("lines")) {
     MemoryLine line;
     line.component = l.text("component");
@@ -70,6 +74,11 @@ void read_memory(const Reader& m, Plan& p) {
     if (!tier) l.fail("tier", "must be \"vram\", \"ram\" or \"disk\"");
     line.tier = *tier;
     line.bytes = l.bytes("bytes");
+    const auto sum = checked_add(all_lines, line.bytes);
+    if (!sum || *sum > static_cast<std::uint64_t>(kTomlMaxBytes)) {
+      l.fail("bytes", "brings the memory lines past " + std::to_string(kTomlMaxBytes) + " bytes (4 PiB), which no plan needs");
+    }
+    all_lines = *sum;
     line.formula = l.text("formula");
     p.memory.lines.push_back(std::move(line));
   }

@@ -18,7 +18,7 @@ CpuSet::CpuSet(std::vector<int> cpus) : cpus_(std::move(cpus)) {
 }
 
 Result<CpuSet> CpuSet::parse(std::string_view list) {
-  std::vector<int> cpus;
+  std::vector<std::pair<int, int>> ranges;
   const std::string_view body = trim(list);
   if (body.empty()) return CpuSet{};
   for (std::string_view item : split(body, ',')) {
@@ -30,7 +30,16 @@ Result<CpuSet> CpuSet::parse(std::string_view list) {
       return make_error("invalid CPU list item '" + std::string(item) + "' in '" + std::string(body) +
                         "' (expected e.g. 0-3,8)");
     }
-    for (auto cpu = *first; cpu <= *last; ++cpu) cpus.push_back(static_cast<int>(cpu));
+    ranges.emplace_back(static_cast<int>(*first), static_cast<int>(*last));
+  }
+  // Overlapping ranges are merged before they are expanded, so a list that
+  // repeats "0-65536" still yields each CPU once, not 65537 per repetition.
+  std::sort(ranges.begin(), ranges.end());
+  std::vector<int> cpus;
+  int next = 0;  // the first CPU not yet listed
+  for (const auto& [first, last] : ranges) {
+    for (int cpu = std::max(first, next); cpu <= last; ++cpu) cpus.push_back(cpu);
+    next = std::max(next, last + 1);
   }
   return CpuSet(std::move(cpus));
 }

@@ -28,6 +28,20 @@ TEST(CpuSet, RefusesMalformedLists) {
   }
 }
 
+// Issue 12: a profile field repeating "0-65536" expanded every repetition
+// (65537 ints per 8 bytes of text: 20 000 repetitions asked for 5 GiB).
+// Overlapping ranges are merged first, so each CPU is listed once.
+TEST(CpuSet, RepeatedRangesAreMergedNotExpandedEachTime) {
+  std::string list;
+  for (int i = 0; i < 20000; ++i) list += (i % 2 ? "1-65536," : "0-65535,");
+  list += "7";
+  auto set = CpuSet::parse(list);
+  ASSERT_TRUE(set.ok()) << set.error().message;
+  EXPECT_EQ(set->size(), 65537);
+  EXPECT_EQ(set->to_list(), "0-65536");
+  EXPECT_EQ(CpuSet::parse("8-9,0-3,2-5,9")->to_list(), "0-5,8-9");
+}
+
 TEST(CpuSet, ParsesHexMasks) {
   EXPECT_EQ(CpuSet::parse_hex_mask("0x00000003")->to_list(), "0-1");
   EXPECT_EQ(CpuSet::parse_hex_mask("ff,00000000")->to_list(), "32-39");

@@ -170,6 +170,65 @@ TEST(ConfigErrors, InconsistentNumbersAreRefused) {
                        "sliding-window attention is enabled"));
 }
 
+// `tiny_qwen3()` with one of its fields set to `value`.
+std::string tiny_qwen3_with(const std::string& field, const std::string& value) {
+  std::string text = tiny_qwen3();
+  const std::size_t key = text.find("\"" + field + "\": ");
+  EXPECT_NE(key, std::string::npos) << field;
+  const std::size_t begin = key + field.size() + 4;
+  text.replace(begin, text.find_first_of(",}", begin) - begin, value);
+  return text;
+}
+
+// Issue 12: num_hidden_layers = 2^63-1 hung coli convert and coli-plan,
+// num_local_experts = 2^31 grew coli-plan past 3 GiB and vocab_size = 2^63-1
+// wrapped to a tiny plan. Each count has a bound that names the field.
+TEST(ConfigBounds, AbsurdCountsAreRefusedNamingTheField) {
+  const std::string max_int64 = "9223372036854775807";
+  EXPECT_TRUE(Contains(config_error(tiny_qwen3_with("num_hidden_layers", max_int64)),
+                       "field 'num_hidden_layers' is 9223372036854775807, more than the 4096 coli accepts"));
+  EXPECT_TRUE(Contains(config_error(tiny_qwen3_with("vocab_size", max_int64)),
+                       "field 'vocab_size' is 9223372036854775807, more than the 16777216 coli accepts"));
+  EXPECT_TRUE(Contains(config_error(tiny_qwen3_with("num_experts", "2147483648")),
+                       "field 'num_experts' is 2147483648, more than the 65536 coli accepts"));
+  EXPECT_TRUE(Contains(config_error(tiny_qwen3_with("hidden_size", "18446744073709551615")),
+                       "field 'hidden_size' is 18446744073709551615, more than the 1048576 coli accepts"));
+  EXPECT_TRUE(Contains(config_error(tiny_qwen3_with("moe_intermediate_size", "4294967296")),
+                       "field 'moe_intermediate_size' is 4294967296"));
+  EXPECT_TRUE(Contains(config_error(tiny_qwen3(R"(, "max_position_embeddings": 1e300)")),
+                       "field 'max_position_embeddings' must be a positive integer"));
+}
+
+// Each count is in bounds, but together they would list hundreds of
+// millions of expert tensors, or more parameters than fit any machine.
+TEST(ConfigBounds, AbsurdCombinationsAreRefused) {
+  std::string many_experts = tiny_qwen3_with("num_hidden_layers", "4096");
+  many_experts.replace(many_experts.find("\"num_experts\": 4"), 16, "\"num_experts\": 65536");
+  EXPECT_TRUE(Contains(config_error(many_experts), "4096 layers x 65536 experts is more than the 262144 routed experts"));
+  std::string huge = tiny_qwen3_with("hidden_size", "1048576");
+  huge.replace(huge.find("\"num_experts\": 4"), 16, "\"num_experts\": 64");
+  huge.replace(huge.find("\"moe_intermediate_size\": 4"), 26, "\"moe_intermediate_size\": 1048576");
+  EXPECT_TRUE(Contains(config_error(huge), "more than 2^48 parameters"));
+  EXPECT_TRUE(Contains(config_error(tiny_qwen3(R"(, "mlp_only_layers": [0, 1, 0])")),
+                       "field 'mlp_only_layers' lists 3 layers but the model has 2"));
+}
+
+// The bounds admit the largest open MoE models: Kimi K2's sizes (1 T
+// parameters, 384 experts, 61 layers) in DeepSeek-V3's layout.
+TEST(ConfigBounds, TheLargestRealModelsAreAccepted) {
+  auto kimi = parse_model_config(R"({"model_type": "deepseek_v3", "hidden_size": 7168, "num_hidden_layers": 61,
+      "vocab_size": 163840, "num_attention_heads": 64, "num_key_value_heads": 64, "q_lora_rank": 1536,
+      "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
+      "n_routed_experts": 384, "n_shared_experts": 1, "num_experts_per_tok": 8, "moe_intermediate_size": 2048,
+      "intermediate_size": 18432, "first_k_dense_replace": 1, "max_position_embeddings": 131072,
+      "num_nextn_predict_layers": 0})",
+                                 "kimi-k2/config.json");
+  ASSERT_TRUE(kimi.ok()) << kimi.error().message;
+  EXPECT_EQ(kimi->num_experts, 384u);
+  const ModelConfig deepseek = fixture_config("DeepSeek-V3.json");
+  EXPECT_EQ(deepseek.num_hidden_layers, 61u);
+}
+
 TEST(ConfigRope, YarnIsRecordedOtherTypesRefused) {
   auto yarn = parse_model_config(tiny_qwen3(R"(, "rope_theta": 1000000.0,
       "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768})"),

@@ -171,6 +171,20 @@ TEST(PlanFile, RefusesBrokenFieldsNamingFileLineAndField) {
   }
 }
 
+// Issue 12: 4096 RAM lines of 2^52 bytes add up to exactly 2^64, which
+// wrapped to 0: the planned RAM and headroom checks passed and the plan was
+// obeyed. The lines' total is checked as it is read.
+TEST(PlanFile, RefusesMemoryLinesWhoseSumWouldWrap) {
+  std::string text = plan_to_toml(h200_qwen3_plan());
+  for (int i = 0; i < 4096; ++i)
+    text += "\n[[memory.lines]]\ncomponent = \"x\"\ntier = \"ram\"\nbytes = 4503599627370496\nformula = \"f\"\n";
+  auto parsed = parse_plan(text, "wrap.toml");
+  ASSERT_FALSE(parsed.ok()) << "a plan whose RAM lines wrap 2^64 was accepted";
+  EXPECT_NE(parsed.error().message.find("wrap.toml:"), std::string::npos) << parsed.error().message;
+  EXPECT_NE(parsed.error().message.find("'memory.lines["), std::string::npos) << parsed.error().message;
+  EXPECT_NE(parsed.error().message.find("brings the memory lines past"), std::string::npos) << parsed.error().message;
+}
+
 TEST(PlanFile, RefusesTruncatedToml) {
   const std::string good = plan_to_toml(h200_qwen3_plan());
   auto parsed = parse_plan(good.substr(0, good.find("[[memory.lines]]") + 10), "cut.toml");

@@ -316,6 +316,16 @@ TEST(TokenizerErrors, WrongMagicAndCorruptCountsAreRefused) {
   tokenizer = Tokenizer::from_gguf(path);
   ASSERT_FALSE(tokenizer.ok());
   EXPECT_NE(tokenizer.error().message.find("tokenizer.ggml.tokens"), std::string::npos) << tokenizer.error().message;
+
+  // A header claiming 2^62 key/values in a 24-byte file is refused before the first key.
+  corrupt = std::string("GGUF", 4);  // `put` appends to it
+  put(3, 4), put(0, 8), put(std::uint64_t{1} << 62, 8);
+  write_bytes(path, corrupt);
+  tokenizer = Tokenizer::from_gguf(path);
+  ASSERT_FALSE(tokenizer.ok());
+  EXPECT_NE(tokenizer.error().message.find("key/value count 4611686018427387904 cannot fit in the 0 bytes left"),
+            std::string::npos)
+      << tokenizer.error().message;
   fs::remove(path);
 }
 
@@ -336,6 +346,31 @@ TEST(TokenizerErrors, UnsupportedTokenizerJsonSaysWhy) {
   auto broken = Tokenizer::from_tokenizer_json(path);
   ASSERT_FALSE(broken.ok());
   EXPECT_NE(broken.error().message.find("not valid JSON"), std::string::npos);
+  fs::remove(path);
+}
+
+// Issue 12: a token id of 2^31-2 in a small tokenizer.json asked for a
+// 2^31-entry table (64 GiB), and a float id was converted to an integer with
+// undefined behaviour. Ids are integers bounded by what the file lists.
+TEST(TokenizerErrors, TokenIdsMustBeIntegersWithinWhatTheFileLists) {
+  const fs::path path = temp_path("ids.json");
+  const auto refusal = [&](const std::string& vocab, const std::string& added = "[]") {
+    write_bytes(path, R"({"model": {"type": "BPE", "vocab": )" + vocab + R"(, "merges": []},
+                          "pre_tokenizer": {"type": "ByteLevel", "use_regex": true}, "added_tokens": )" + added + "}");
+    auto tokenizer = Tokenizer::from_tokenizer_json(path);
+    return tokenizer.ok() ? std::string("accepted") : tokenizer.error().message;
+  };
+  std::string huge = refusal(R"({"a": 0, "b": 2147483646})");
+  EXPECT_NE(huge.find("ids.json"), std::string::npos) << huge;
+  EXPECT_NE(huge.find("vocab token 'b' has id 2147483646; ids must be in [0, 1028)"), std::string::npos) << huge;
+  std::string added = refusal(R"({"a": 0})", R"([{"id": 4000000000, "content": "<x>"}])");
+  EXPECT_NE(added.find("added token '<x>' has id 4000000000"), std::string::npos) << added;
+  for (const char* id : {"1.5", "1e300", "-1e300", "\"7\"", "null"}) {
+    const std::string message = refusal(std::string(R"({"a": )") + id + "}");
+    EXPECT_NE(message.find("vocab token 'a' has id"), std::string::npos) << id << ": " << message;
+    EXPECT_NE(message.find("not an integer"), std::string::npos) << id << ": " << message;
+  }
+  EXPECT_NE(refusal(R"({"a": -1})").find("ids must be in [0, 1026)"), std::string::npos);
   fs::remove(path);
 }
 

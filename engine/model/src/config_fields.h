@@ -15,6 +15,11 @@
 
 namespace coli::model::detail {
 
+// The most a count field may hold (docs/engine.md, "config.json bounds");
+// required_count, count_or and non_negative_or refuse larger values.
+inline constexpr std::uint64_t kMaxLayers = 4096;
+std::uint64_t config_count_limit(std::string_view field);
+
 class ConfigFields {
  public:
   ConfigFields(const nlohmann::json& root, std::string source) : root_(root), source_(std::move(source)) {}
@@ -34,6 +39,8 @@ class ConfigFields {
   Result<std::vector<std::uint64_t>> index_list(std::string_view field) const;  // absent/null: empty
 
   const nlohmann::json* find(std::string_view field) const;  // nullptr when absent or null
+  // `number` itself, or an error naming the field when it is over config_count_limit(field).
+  Result<std::uint64_t> bounded(std::string_view field, std::uint64_t number) const;
   Error field_error(std::string_view field, const std::string& problem) const;
   const std::string& source() const { return source_; }
 

@@ -11,7 +11,9 @@
 #include <algorithm>
 #include <array>
 
+#include "coli/base/checked_math.h"
 #include "coli/base/files.h"
+#include "coli/model/tensor_layout.h"
 #include "config_fields.h"
 #include "json_text.h"
 
@@ -151,6 +153,10 @@ Status read_sparse_layout(const ConfigFields& fields, ModelConfig& config) {
   if (!step) return step.error();
   auto dense_layers = fields.index_list("mlp_only_layers");
   if (!dense_layers) return dense_layers.error();
+  if (dense_layers->size() > config.num_hidden_layers)
+    return fields.field_error("mlp_only_layers", "lists " + std::to_string(dense_layers->size()) +
+                                                     " layers but the model has " +
+                                                     std::to_string(config.num_hidden_layers));
   for (std::uint64_t layer : *dense_layers)
     if (layer >= config.num_hidden_layers)
       return fields.field_error("mlp_only_layers", "names layer " + std::to_string(layer) + " but the model has " +
@@ -203,6 +209,34 @@ Status read_rope_and_norms(const ConfigFields& fields, const ArchitectureRow& ro
   auto rope = detail::read_rope(fields, row.rope_theta, config.rope_theta);
   if (!rope) return rope.error();
   config.rope_scaling = std::move(*rope);
+  return Ok{};
+}
+
+// Bounds on the whole model, beyond each count's own (config_fields.cpp):
+// the layout lists every routed expert's tensors, and the planner adds up
+// their bytes, so both stay far from exhausting memory or wrapping.
+constexpr std::uint64_t kMaxExpertInstances = std::uint64_t{1} << 18;  // Kimi K2: 61 x 384 = 23424
+constexpr std::uint64_t kMaxParameters = std::uint64_t{1} << 48;       // 281 T; Kimi K2 has 1 T
+
+Status check_model_scale(const ModelConfig& config, const std::string& source) {
+  const std::uint64_t layers = config.num_hidden_layers + config.num_nextn_predict_layers;
+  if (layers * config.num_experts > kMaxExpertInstances)
+    return make_error(source + ": " + std::to_string(layers) + " layers x " + std::to_string(config.num_experts) +
+                      " experts is more than the " + std::to_string(kMaxExpertInstances) +
+                      " routed experts coli accepts (no real model comes close): the file is corrupt; fix or "
+                      "re-download it");
+  std::uint64_t parameters = 0;
+  std::vector<ExpectedTensor> tensors = expected_tensors(config);
+  for (ExpectedTensor& tensor : mtp_tensors(config)) tensors.push_back(std::move(tensor));
+  for (const ExpectedTensor& tensor : tensors) {
+    const auto elements = checked_product(tensor.shape);
+    const auto sum = elements ? checked_add(parameters, *elements) : std::nullopt;
+    if (!sum || *sum > kMaxParameters)
+      return make_error(source + ": the sizes give " + tensor.name + " " + detail::format_shape(tensor.shape) +
+                        " and the model more than 2^48 parameters, more than coli accepts (no real model comes "
+                        "close): the file is corrupt; fix or re-download it");
+    parameters = *sum;
+  }
   return Ok{};
 }
 
@@ -288,6 +322,7 @@ Result<ModelConfig> parse_model_config(std::string_view json_text, std::string_v
     if (Status s = read_sparse_layout(fields, config); !s) return s.error();
   }
   if (Status s = refuse_sliding_window(fields, config); !s) return s.error();
+  if (Status s = check_model_scale(config, source); !s) return s.error();
   return config;
 }
 

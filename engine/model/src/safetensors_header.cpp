@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "coli/base/checked_math.h"
 #include "coli/model/safetensors.h"
 #include "json_text.h"
 
@@ -19,11 +20,6 @@ namespace {
 
 constexpr std::uint64_t kLengthPrefixBytes = 8;
 const std::string kRedownload = " (the file is truncated or corrupt: re-download it)";
-
-std::optional<std::uint64_t> checked_multiply(std::uint64_t a, std::uint64_t b) {
-  if (a != 0 && b > UINT64_MAX / a) return std::nullopt;
-  return a * b;
-}
 
 std::optional<std::uint64_t> as_unsigned(const json& value) {
   if (value.is_number_unsigned()) return value.get<std::uint64_t>();
@@ -76,9 +72,8 @@ Result<TensorInfo> parse_tensor_entry(const std::string& name, const json& entry
     return make_error(where + ": data_offsets " + detail::format_shape(*offsets) + " run past the end of the file (" +
                       std::to_string(data_size) + " data bytes after the header)" + kRedownload);
 
-  std::optional<std::uint64_t> elements = 1;
-  for (std::uint64_t dim : *shape) elements = elements ? checked_multiply(*elements, dim) : std::nullopt;
-  const auto expected_bytes = elements ? checked_multiply(*elements, dtype_size(*dtype)) : std::nullopt;
+  const auto elements = checked_product(*shape);
+  const auto expected_bytes = elements ? checked_mul(*elements, dtype_size(*dtype)) : std::nullopt;
   if (!expected_bytes || *expected_bytes != end - begin)
     return make_error(where + ": data_offsets " + detail::format_shape(*offsets) + " hold " +
                       std::to_string(end - begin) + " bytes but shape " + detail::format_shape(*shape) + " x " +
