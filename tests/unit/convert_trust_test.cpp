@@ -13,6 +13,7 @@
 #include "coli/container/container.h"
 #include "coli/convert/convert.h"
 #include "coli/model/model_desc.h"
+#include "test_support.h"
 
 namespace coli {
 namespace {
@@ -21,11 +22,6 @@ namespace fs = std::filesystem;
 
 class ConvertTrustTest : public testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("coli_convert_trust_" + std::to_string(::getpid()));
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
 
   static fs::path fixture() { return fs::path(COLI_FIXTURES_DIR) / "models" / "olmoe"; }
 
@@ -47,7 +43,8 @@ class ConvertTrustTest : public testing::Test {
     return copy;
   }
 
-  fs::path dir_;
+  testing_support::TempDir temp_{"coli_convert_trust"};
+  const fs::path& dir_ = temp_.path();
 };
 
 // 300 single-byte changes at deterministic random positions of a converted
