@@ -62,6 +62,18 @@ void print_rss_kinds() {
   }
 }
 
+// The RAM a run may take, read fresh: the live headroom (meminfo and cgroup
+// limits) plus what this process already holds, since a plan and a knob
+// estimate both count the whole process as the run's own.
+struct RunRoom {
+  std::uint64_t bytes = 0;
+  std::string source;
+};
+RunRoom room_for_this_run(const DeviceProfile& live) {
+  return {live.memory.headroom_bytes + process_resident_bytes(),
+          live.memory.headroom_source + ", this process's resident set included"};
+}
+
 }  // namespace
 
 Result<PlannedKnobs> knobs_from_plan(const std::filesystem::path& plan_file, const runtime::ModelShape& shape,
@@ -72,14 +84,13 @@ Result<PlannedKnobs> knobs_from_plan(const std::filesystem::path& plan_file, con
   auto live = fleet::probe_live();
   if (!live) return make_error("cannot read this machine's live memory facts to check " + plan_file.string() + ": " +
                                live.error().message);
-  // The plan counts this whole process, so what it already holds is ours, not the machine's.
   const std::uint64_t needed = plan->plan.planned_ram_bytes() + plan->plan.margin.bytes;
-  const std::uint64_t available = live->memory.headroom_bytes + process_resident_bytes();
-  if (needed > available) {
+  const RunRoom room = room_for_this_run(*live);
+  if (needed > room.bytes) {
     if (refused) *refused = true;
     return make_error(plan_file.string() + " needs " + format_bytes(needed) + " of RAM with its margin, but this "
-                      "machine's live headroom is " + format_bytes(available) + " (" + live->memory.headroom_source +
-                      ", this process's resident set included): re-plan here with coli-plan --profile");
+                      "machine's live headroom is " + format_bytes(room.bytes) + " (" + room.source +
+                      "): re-plan here with coli-plan --profile");
   }
   if (Status s = check_runnable(plan->plan, plan_file.string(), live->cpu.usable.pus); !s) return s.error();
   if (plan->model_identity != shape_identity(shape)) {
@@ -151,16 +162,16 @@ Result<std::uint64_t> check_memory_without_plan(const runtime::ModelShape& shape
   auto live = fleet::probe_live();
   if (!live) return make_error("cannot read this machine's live memory facts to check the run's memory: " +
                                live.error().message + " (--no-memory-check skips the check)");
-  // The need counts this whole process, so what it already holds is ours, not the machine's.
-  std::uint64_t headroom = live->memory.headroom_bytes + process_resident_bytes();
-  std::string source = "live headroom, " + live->memory.headroom_source + ", this process's resident set included";
-  if (ram && *ram < headroom) headroom = *ram, source = "--ram";
-  if (Status fits = runtime::check_headroom(*need, headroom, source); !fits) {
+  RunRoom room = room_for_this_run(*live);
+  room.source = "live headroom, " + room.source;
+  if (ram && *ram < room.bytes) room = {*ram, "--ram"};
+  const std::uint64_t headroom = room.bytes;
+  if (Status fits = runtime::check_headroom(*need, headroom, room.source); !fits) {
     if (refused) *refused = true;
     return fits.error();
   }
   std::fprintf(stderr, "coli run: memory: %s of RAM with margin, within %s (%s); RSS watchdog at %s\n",
-               format_bytes(need->needed()).c_str(), format_bytes(headroom).c_str(), source.c_str(),
+               format_bytes(need->needed()).c_str(), format_bytes(headroom).c_str(), room.source.c_str(),
                format_bytes(need->needed()).c_str());
   return need->needed();
 }

@@ -340,6 +340,7 @@ Result<MoeModel> MoeModel::load(const std::filesystem::path& path, const ModelOp
   state->v.resize(kv_width);
   state->router_logits.resize(c.num_experts);
   state->stats.backend = options.backend;
+  state->stats.rss_watchdog_limit = options.rss_limit_bytes;
   if (on_gpu) {
     auto gpu = GpuRun::start(options, *state->reader, c, state->dense, std::move(vram),
                              host_experts ? &state->experts : nullptr);
@@ -403,7 +404,6 @@ Status MoeModel::forward(std::span<const std::int32_t> tokens, int start_positio
 // see: field note 5), give expert-cache slots back rather than be OOM-killed.
 Status MoeModel::State::watch_rss() {
   const std::uint64_t limit = options.rss_limit_bytes;
-  stats.rss_watchdog_limit = limit;
   if (limit == 0) return Ok{};
   const std::uint64_t rss = coli::process_resident_bytes();
   if (rss <= limit) return Ok{};
