@@ -1,7 +1,6 @@
 #include "measure/disk_bandwidth.h"
 
 #include <fcntl.h>
-#include <sys/statvfs.h>
 #include <unistd.h>
 #if defined(__linux__)
 #include <sys/vfs.h>
@@ -24,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "coli/base/pending_file.h"
 #include "coli/base/text.h"
 #include "measure/stats.h"
 
@@ -260,9 +260,9 @@ Result<DiskBandwidth> measure_disk_bandwidth(const std::filesystem::path& direct
   if (!std::filesystem::is_directory(directory, error))
     return make_error("disk bandwidth: directory " + directory.string() + " does not exist or is not a directory" +
                       "; choose another with --disk-dir");
-  struct statvfs space {};
-  if (statvfs(directory.c_str(), &space) != 0) return os_error("cannot read free space", directory, errno);
-  const std::uint64_t free_bytes = static_cast<std::uint64_t>(space.f_bavail) * space.f_frsize;
+  auto free_space = free_bytes_at(directory);
+  if (!free_space) return make_error("disk bandwidth: " + free_space.error().message + where(directory));
+  const std::uint64_t free_bytes = *free_space;
   const std::uint64_t file_bytes = choose_file_bytes(options, free_bytes);
   if (file_bytes < kMinFileBytes)
     return make_error("disk bandwidth: only " + format_bytes(free_bytes) + " free; the test needs a file of " +
