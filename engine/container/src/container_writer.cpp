@@ -16,7 +16,6 @@ namespace coli::container {
 struct ContainerWriter::State {
   std::filesystem::path path;
   std::optional<PendingFile> file;  // unpublished until finish(); a kill leaves no temporary behind
-  int fd = -1;                      // file->fd()
   std::uint64_t end = 0;  // next free byte
   ContainerIndex index;
   bool experts_begun = false;
@@ -25,7 +24,7 @@ struct ContainerWriter::State {
   Status write_at(std::uint64_t offset, const void* data, std::size_t size) {
     const char* bytes = static_cast<const char*>(data);
     while (size > 0) {
-      const ssize_t n = ::pwrite(fd, bytes, size, static_cast<off_t>(offset));
+      const ssize_t n = ::pwrite(file->fd(), bytes, size, static_cast<off_t>(offset));
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) return make_error("cannot write " + path.string() + ": " + std::strerror(errno));
       bytes += n;
@@ -47,7 +46,6 @@ Result<ContainerWriter> ContainerWriter::create(const std::filesystem::path& pat
   auto file = PendingFile::create(path);
   if (!file) return make_error(file.error().message + " (choose a writable directory with enough space)");
   state->file.emplace(std::move(*file));
-  state->fd = state->file->fd();
   std::array<char, format::kHeaderBytes> header{};
   std::memcpy(header.data(), format::kMagic.data(), format::kMagic.size());
   const std::uint32_t version = kFormatVersion;  // little-endian hosts only (x86-64, arm64)
@@ -181,7 +179,6 @@ Status ContainerWriter::finish(const std::string& architecture, const std::strin
   std::memcpy(trailer.data() + 16, &index_checksum, 8);
   std::memcpy(trailer.data() + 24, format::kTrailerMagic.data(), 8);
   if (Status w = s.write_at(index_offset + index_bytes, trailer.data(), trailer.size()); !w) return w;
-  s.fd = -1;
   // Read back through the descriptor: the file may have no name until commit.
   if (Status verified = verify_written("/proc/self/fd/" + std::to_string(s.file->fd())); !verified) return verified;
   if (Status published = s.file->commit(); !published) return published;
