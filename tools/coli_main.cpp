@@ -167,6 +167,57 @@ void use_default_profile(RunArgs& args) {
   std::fprintf(stderr, "coli run: profile %s (%s)\n", args.profile.c_str(), chosen->why.c_str());
 }
 
+// The engine's knobs: every one from --plan/--profile (pins and the RSS
+// watchdog included; explicit knobs would fight it), else the explicit ones
+// with pins from the usage history, their memory checked against the live
+// headroom before loading. Returns kExitOk or the status to exit with.
+int resolve_knobs(const RunArgs& args, const coli::runtime::ModelShape& shape, const History& history,
+                  const coli::tools::RunWorkload& workload, coli::runtime::ModelOptions& options,
+                  std::optional<coli::tools::PlannedKnobs>& planned) {
+  if (!args.plan.empty() || !args.profile.empty()) {
+    if (args.knobs_given) {
+      std::fprintf(stderr, "coli run: --threads/--cap/--ctx/--pin/--io-threads come from the plan; change them with coli-plan\n");
+      return coli::cli::kExitUsage;
+    }
+    const int history_pins = history.loaded ? shape.experts : 0;
+    bool refused = false;
+    auto knobs = args.plan.empty()
+                     ? coli::tools::knobs_from_profile(args.profile, shape, history_pins, workload, &refused)
+                     : coli::tools::knobs_from_plan(args.plan, shape, workload.history, &refused);
+    if (!knobs) {
+      std::fprintf(stderr, "coli run: %s%s\n", refused ? "refused: " : "", knobs.error().message.c_str());
+      return refused ? coli::cli::kExitRefused : coli::cli::kExitError;
+    }
+    planned = std::move(*knobs);
+    options = planned->options;  // pins and the RSS watchdog (the plan's RAM plus its margin) included
+    std::fprintf(stderr, "coli run: knobs from %s: %d threads, cap %d, %d pins, rounds of %d tokens, ctx %d, backend %s\n",
+                 planned->source.c_str(), options.threads, planned->plan.plan.cap, planned->plan.plan.pins,
+                 options.prefill_round_tokens, options.max_context, options.backend.c_str());
+  } else {
+    auto pins = choose_pins(args, history, shape.top_k, std::min(options.cache_capacity, shape.experts));
+    if (!pins) {
+      std::fprintf(stderr, "coli run: %s\n", pins.error().message.c_str());
+      return coli::cli::kExitError;
+    }
+    options.pins = std::move(*pins);
+    // No plan sized this run: check its memory before loading, and watch it as a plan would.
+    std::optional<std::uint64_t> ram;
+    if (!args.ram.empty() && !(ram = coli::parse_size(args.ram))) {
+      std::fprintf(stderr, "coli run: --ram '%s' is not a size: give a unit, e.g. 16G or 512M\n", args.ram.c_str());
+      return coli::cli::kExitUsage;
+    }
+    bool refused = false;
+    auto limit = coli::tools::check_memory_without_plan(
+        shape, options, {workload.prompt_tokens, workload.tokenizer, nullptr}, ram, args.no_memory_check, &refused);
+    if (!limit) {
+      std::fprintf(stderr, "coli run: %s\n", limit.error().message.c_str());
+      return refused ? coli::cli::kExitRefused : coli::cli::kExitError;
+    }
+    options.rss_limit_bytes = *limit;
+  }
+  return coli::cli::kExitOk;
+}
+
 int run_generate(const RunArgs& args) {
   if (coli::Status s = coli::tools::check_sampling({args.temperature, args.top_p, args.seed}); !s) {
     std::fprintf(stderr, "coli run: %s\n", s.error().message.c_str());
@@ -205,52 +256,11 @@ int run_generate(const RunArgs& args) {
   const bool pin_is_file = !args.pin.empty() && !coli::parse_int(args.pin);
   History history = open_history(pin_is_file ? args.pin : (args.usage.empty() ? args.model + ".usage" : args.usage),
                                  coli::runtime::usage_history_key(shape));
-  // --plan / --profile: every knob from the plan (explicit knobs would fight it).
   std::optional<coli::tools::PlannedKnobs> planned;
-  if (!args.plan.empty() || !args.profile.empty()) {
-    if (args.knobs_given) {
-      std::fprintf(stderr, "coli run: --threads/--cap/--ctx/--pin/--io-threads come from the plan; change them with coli-plan\n");
-      return 2;
-    }
-    const int history_pins = history.loaded ? shape.experts : 0;
-    bool refused = false;
-    auto knobs = args.plan.empty() ? coli::tools::knobs_from_profile(
-                                                       args.profile, shape, history_pins,
-                                                       {static_cast<int>(prompt.size()), tokenizer.has_value(),
-                                                        history.loaded ? &*history.loaded : nullptr}, &refused)
-                                   : coli::tools::knobs_from_plan(args.plan, shape,
-                                                                  history.loaded ? &*history.loaded : nullptr, &refused);
-    if (!knobs) {
-      std::fprintf(stderr, "coli run: %s%s\n", refused ? "refused: " : "", knobs.error().message.c_str());
-      return refused ? coli::cli::kExitRefused : coli::cli::kExitError;
-    }
-    planned = std::move(*knobs);
-    options = planned->options;  // pins and the RSS watchdog (the plan's RAM plus its margin) included
-    std::fprintf(stderr, "coli run: knobs from %s: %d threads, cap %d, %d pins, rounds of %d tokens, ctx %d, backend %s\n",
-                 planned->source.c_str(), options.threads, planned->plan.plan.cap, planned->plan.plan.pins,
-                 options.prefill_round_tokens, options.max_context, options.backend.c_str());
-  } else {
-    auto pins = choose_pins(args, history, shape.top_k, std::min(options.cache_capacity, shape.experts));
-    if (!pins) {
-      std::fprintf(stderr, "coli run: %s\n", pins.error().message.c_str());
-      return 1;
-    }
-    options.pins = std::move(*pins);
-    // No plan sized this run: check its memory before loading, and watch it as a plan would.
-    std::optional<std::uint64_t> ram;
-    if (!args.ram.empty() && !(ram = coli::parse_size(args.ram))) {
-      std::fprintf(stderr, "coli run: --ram '%s' is not a size: give a unit, e.g. 16G or 512M\n", args.ram.c_str());
-      return 2;
-    }
-    bool refused = false;
-    auto limit = coli::tools::check_memory_without_plan(
-        shape, options, {static_cast<int>(prompt.size()), tokenizer.has_value(), nullptr}, ram, args.no_memory_check,
-        &refused);
-    if (!limit) {
-      std::fprintf(stderr, "coli run: %s\n", limit.error().message.c_str());
-      return refused ? coli::cli::kExitRefused : coli::cli::kExitError;
-    }
-    options.rss_limit_bytes = *limit;
+  const coli::tools::RunWorkload workload{static_cast<int>(prompt.size()), tokenizer.has_value(),
+                                          history.loaded ? &*history.loaded : nullptr};
+  if (int status = resolve_knobs(args, shape, history, workload, options, planned); status != coli::cli::kExitOk) {
+    return status;
   }
   if (args.rss_limit) options.rss_limit_bytes = *args.rss_limit;
   options.on_warning = [](const std::string& message) { std::fprintf(stderr, "coli run: WARNING: %s\n", message.c_str()); };
