@@ -60,14 +60,14 @@ TEST(ForwardOps, RoutingPerNormalisation) {
 TEST(ForwardOps, AttentionOverOnePositionReturnsItsValue) {
   const std::vector<float> q = {1, 2, 3, 4}, k = {5, 6}, v = {7, 8};
   std::vector<float> out(4);
-  attention(q, k, v, 1, 2, 1, 2, out);  // 2 query heads share 1 KV head
+  attention_by_position(q, k, v, 1, 2, 1, 2, out);  // 2 query heads share 1 KV head
   EXPECT_EQ(out, (std::vector<float>{7, 8, 7, 8}));
 }
 
 TEST(ForwardOps, AttentionWeighsPositionsBySoftmaxOfScaledScores) {
   const std::vector<float> q = {1, 0}, k = {1, 0, 0, 1}, v = {1, 0, 0, 1};
   std::vector<float> out(2);
-  attention(q, k, v, 2, 1, 1, 2, out);
+  attention_by_position(q, k, v, 2, 1, 1, 2, out);
   const double a = std::exp(1 / std::sqrt(2.0)), b = 1.0;
   EXPECT_NEAR(out[0], a / (a + b), 1e-6);
   EXPECT_NEAR(out[1], b / (a + b), 1e-6);

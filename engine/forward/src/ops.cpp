@@ -177,8 +177,8 @@ Routing route(std::span<const float> router_logits, int top_k, RouterNorm norm) 
   return routing;
 }
 
-void attention(std::span<const float> q, std::span<const float> k_cache, std::span<const float> v_cache,
-               int positions, int heads, int kv_heads, int head_dim, std::span<float> out, int threads) {
+void attention_by_position(std::span<const float> q, std::span<const float> k_cache, std::span<const float> v_cache,
+                           int positions, int heads, int kv_heads, int head_dim, std::span<float> out, int threads) {
   const int group = heads / kv_heads;
   const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
   const std::size_t kv_stride = static_cast<std::size_t>(kv_heads) * head_dim;

@@ -10,6 +10,8 @@
 #include "coli/base/process_memory.h"
 #include "coli/base/text.h"
 #include "coli/container/container.h"
+#include "coli/forward/attention.h"
+#include "coli/forward/kv_cache.h"
 #include "coli/forward/ops.h"
 #include "coli/model/model_config.h"
 #include "coli/model/tensor_layout.h"
@@ -71,13 +73,14 @@ struct MoeModel::State {
   ModelStats stats;
   int used = 0;  // KV positions filled
   std::vector<std::vector<std::uint64_t>> routing_counts;  // [MoE layer][expert], for the usage history
-  std::vector<std::vector<float>> k_cache, v_cache;
+  forward::KvCache kv;  // every layer's K and V (CPU backend; the GPU keeps its own)
   std::unique_ptr<GpuRun> gpu;  // backend "vulkan": the decoder on the GPU
   // scratch
   std::vector<float> h, q, k, v, attn, o, router_logits, moe_out, mlp_a, mlp_b, shared_out;
 
   Status load_layers();
   void attention_step(std::size_t l, std::span<float> x_t, int position);
+  void attend(std::size_t l, std::span<const float> q_rows, int count, int first_position, std::span<float> out);
   Status mlp_step(std::size_t l, std::span<float> xs, int count);
   Status forward_cpu(std::span<const std::int32_t> tokens, int start_position, std::span<float> logits);
   void dense_mlp(const LayerWeights& w, std::span<const float> in, std::span<float> out);
@@ -159,9 +162,7 @@ void MoeModel::State::attention_step(std::size_t l, std::span<float> x_t, int po
   const auto& c = config;
   const LayerWeights& w = layers[l];
   const int heads = static_cast<int>(c.num_attention_heads), kv_heads = static_cast<int>(c.num_key_value_heads);
-  const int head_dim = static_cast<int>(c.head_dim);
   const float eps = static_cast<float>(c.rms_norm_eps);
-  const std::size_t kv_width = static_cast<std::size_t>(kv_heads) * head_dim;
   forward::rms_norm(x_t, w.input_norm, eps, h);
   backend->matmul(w.q, h, q, w.q_bias);
   backend->matmul(w.k, h, k, w.k_bias);
@@ -179,12 +180,18 @@ void MoeModel::State::attention_step(std::size_t l, std::span<float> x_t, int po
   }
   rope->apply(q, heads, position);
   rope->apply(k, kv_heads, position);
-  std::copy(k.begin(), k.end(), k_cache[l].begin() + static_cast<std::ptrdiff_t>(position * kv_width));
-  std::copy(v.begin(), v.end(), v_cache[l].begin() + static_cast<std::ptrdiff_t>(position * kv_width));
-  forward::attention(q, k_cache[l], v_cache[l], position + 1, heads, kv_heads, head_dim, attn,
-                     backend->props().threads);
+  kv.store(static_cast<int>(l), position, k, v);
+  attend(l, q, 1, position, attn);
   backend->matmul(w.o, attn, o, w.o_bias);
   for (std::size_t i = 0; i < x_t.size(); ++i) x_t[i] += o[i];
+}
+
+// Attention of `count` tokens at first_position.. of layer `l` (their K and
+// V stored), q_rows and out token-major: the one call into forward::attention.
+void MoeModel::State::attend(std::size_t l, std::span<const float> q_rows, int count, int first_position,
+                             std::span<float> out) {
+  forward::attention(kv, static_cast<int>(l), q_rows, count, first_position, static_cast<int>(config.num_attention_heads),
+                     out, backend->props().threads);
 }
 
 // The MLP half of layer `l` for `count` tokens (rows of xs). MoE layers run
@@ -348,9 +355,10 @@ Result<MoeModel> MoeModel::load(const std::filesystem::path& path, const ModelOp
     state->gpu = std::move(*gpu);
     state->stats.gpu = state->gpu->memory();
   } else {
-    state->k_cache.assign(c.num_hidden_layers, std::vector<float>(static_cast<std::size_t>(options.max_context) * kv_width));
-    state->v_cache = state->k_cache;
-    state->stats.kv_cache_bytes = 2ull * c.num_hidden_layers * static_cast<std::uint64_t>(options.max_context) * kv_width * 4;
+    state->kv = forward::KvCache(static_cast<int>(c.num_hidden_layers), static_cast<int>(c.num_key_value_heads),
+                                 static_cast<int>(c.head_dim), options.max_context, options.kv_type);
+    state->stats.kv_cache_bytes = state->kv.bytes();
+    state->stats.kv_type = options.kv_type;
   }
   state->stats.dense_bytes = state->dense.bytes();
   state->stats.expert_cache_bytes = state->experts.slab_bytes();

@@ -65,11 +65,12 @@ struct Routing {
 
 Routing route(std::span<const float> router_logits, int top_k, RouterNorm norm);
 
-// Causal attention of one query position over `positions` cached keys and
-// values (grouped-query: heads / kv_heads queries share each KV head).
+// The engine's attention before issue 13 (forward::attention in
+// coli/forward/attention.h replaced it), kept as the baseline its benchmark
+// compares with: one query position over `positions` cached f32 keys and
+// values, scores in double, one thread per head.
 // q: heads*head_dim; k_cache, v_cache: [positions][kv_heads*head_dim].
-// Heads are split over `threads` (each head's arithmetic is unchanged).
-void attention(std::span<const float> q, std::span<const float> k_cache, std::span<const float> v_cache,
-               int positions, int heads, int kv_heads, int head_dim, std::span<float> out, int threads = 1);
+void attention_by_position(std::span<const float> q, std::span<const float> k_cache, std::span<const float> v_cache,
+                           int positions, int heads, int kv_heads, int head_dim, std::span<float> out, int threads = 1);
 
 }  // namespace coli::forward

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "coli/base/cpu_set.h"
+#include "coli/base/kv_type.h"
 #include "coli/base/result.h"
 #include "coli/base/weight_format.h"
 #include "coli/experts/usage_history.h"
@@ -39,6 +40,10 @@ struct ModelOptions {
   // Experts never evicted (expert ids), per MoE layer; a single entry applies to every layer.
   std::vector<std::vector<int>> pins;
   int max_context = 4096;                 // KV cache positions
+  // How the CPU's KV cache holds keys and values (coli/base/kv_type.h);
+  // the Vulkan decoder keeps its own f32 cache in VRAM and ignores it
+  // (ModelStats::kv_type says which was used).
+  KvType kv_type = kDefaultKvType;
   // Tokens per prefill round at most; the expert store shrinks it so a
   // round's distinct experts always fit the evictable cache slots.
   int prefill_round_tokens = 64;
@@ -99,6 +104,7 @@ struct ModelStats {
   std::uint64_t rss_watchdog_shrinks = 0;   // times the watchdog retired slots
   std::uint64_t rss_watchdog_released = 0;  // bytes it gave back
   std::uint64_t kv_cache_bytes = 0;       // K and V for max_context positions
+  KvType kv_type = KvType::f32;           // how they are held (the GPU's cache: f32)
   std::string backend = "cpu";
   GpuMemoryStats gpu;                     // backend "vulkan" only
 };

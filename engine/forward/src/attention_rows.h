@@ -1,0 +1,29 @@
+// The few loops attention spends its time in, one table per instruction set
+// (attention_rows_{scalar,avx2,avx512}.cpp), chosen once for this CPU. Every
+// variant accumulates in f32; widening f16 and bf16 is exact in all of them.
+#pragma once
+
+#include <cstddef>
+
+#include "coli/base/kv_type.h"
+
+namespace coli::forward::detail {
+
+struct AttentionRowOps {
+  const char* isa;  // "avx512", "avx2", "scalar"
+  // out[0..n) = the n stored values of `row` as f32 (f16, bf16; f32 rows are read in place).
+  void (*widen)(const std::byte* row, KvType type, float* out, int n);
+  float (*dot)(const float* a, const float* b, int n);
+  void (*axpy)(float w, const float* x, float* y, int n);                  // y += w x
+  void (*rescale_add)(float a, float* y, float b, const float* x, int n);  // y = a y + b x
+};
+
+const AttentionRowOps& scalar_row_ops();
+const AttentionRowOps& avx2_row_ops();
+const AttentionRowOps& avx512_row_ops();
+const AttentionRowOps& best_row_ops();  // the widest this CPU (and its OS) runs
+
+// Scalar widening of one element (the SIMD variants' tails use it too).
+float widen_one(const std::byte* row, KvType type, int index);
+
+}  // namespace coli::forward::detail

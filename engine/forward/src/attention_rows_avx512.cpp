@@ -1,0 +1,78 @@
+// AVX-512F (+ the AVX2/F16C it implies on every such CPU); chosen only on
+// CPUs that have it (best_row_ops). Tails use masked loads, so any head_dim works.
+#include <immintrin.h>
+
+// GCC 12's own _mm512_undefined_* (`__m512 __Y = __Y;`) trips
+// -W(maybe-)uninitialized once inlined (GCC bug 105593, fixed in 13).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC target("avx512f,avx2,fma,f16c")
+
+#include "attention_rows.h"
+
+namespace coli::forward::detail {
+namespace {
+
+__mmask16 tail_mask(int remaining) { return static_cast<__mmask16>((1u << remaining) - 1u); }
+
+void widen(const std::byte* row, KvType type, float* out, int n) {
+  int i = 0;
+  if (type == KvType::f16) {
+    for (; i + 16 <= n; i += 16) {
+      _mm512_storeu_ps(out + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * i))));
+    }
+  } else if (type == KvType::bf16) {
+    for (; i + 16 <= n; i += 16) {
+      const __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * i)));
+      _mm512_storeu_ps(out + i, _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16)));
+    }
+  }
+  for (; i < n; ++i) out[i] = widen_one(row, type, i);
+}
+
+float dot(const float* a, const float* b, int n) {
+  __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+  int i = 0;
+  for (; i + 32 <= n; i += 32) {
+    s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s0);
+    s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), s1);
+  }
+  for (; i + 16 <= n; i += 16) s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s0);
+  if (i < n) {
+    const __mmask16 m = tail_mask(n - i);
+    s1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), s1);
+  }
+  return _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+}
+
+void axpy(float w, const float* x, float* y, int n) {
+  const __m512 weight = _mm512_set1_ps(w);
+  int i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_fmadd_ps(weight, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
+  if (i < n) {
+    const __mmask16 m = tail_mask(n - i);
+    _mm512_mask_storeu_ps(y + i, m, _mm512_fmadd_ps(weight, _mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i)));
+  }
+}
+
+void rescale_add(float a, float* y, float b, const float* x, int n) {
+  const __m512 va = _mm512_set1_ps(a), vb = _mm512_set1_ps(b);
+  int i = 0;
+  for (; i + 16 <= n; i += 16) {
+    _mm512_storeu_ps(y + i, _mm512_fmadd_ps(va, _mm512_loadu_ps(y + i), _mm512_mul_ps(vb, _mm512_loadu_ps(x + i))));
+  }
+  if (i < n) {
+    const __mmask16 m = tail_mask(n - i);
+    const __m512 yv = _mm512_maskz_loadu_ps(m, y + i), xv = _mm512_maskz_loadu_ps(m, x + i);
+    _mm512_mask_storeu_ps(y + i, m, _mm512_fmadd_ps(va, yv, _mm512_mul_ps(vb, xv)));
+  }
+}
+
+}  // namespace
+
+const AttentionRowOps& avx512_row_ops() {
+  static const AttentionRowOps ops{"avx512", widen, dot, axpy, rescale_add};
+  return ops;
+}
+
+}  // namespace coli::forward::detail
