@@ -37,7 +37,7 @@ class EngineReference : public testing::TestWithParam<std::string> {
 TEST_P(EngineReference, F32MatchesTransformersLogitsAndTokens) {
   const fs::path dir = fs::path(COLI_FIXTURES_DIR) / "models" / GetParam();
   const Reference ref = load_reference(dir, "reference");
-  const EngineRun run = run_model(container_for(GetParam(), WeightFormat::f32), {}, ref);
+  const EngineRun run = run_model(container_for(GetParam(), WeightFormat::f32), f32_kv_options(), ref);
   ASSERT_EQ(run.prompt_logits.size(), ref.prompt.size());
   for (std::size_t i = 0; i < ref.prompt.size(); ++i) {
     const std::span<const float> expected(ref.logits.data() + i * ref.vocab, ref.vocab);
@@ -53,7 +53,7 @@ TEST_P(EngineReference, QuantisedExpertsMatchTransformersOnDequantisedWeights) {
                               std::pair{WeightFormat::q4_g64, "reference_q4"}}) {
     SCOPED_TRACE(name);
     const Reference ref = load_reference(dir, name);
-    runtime::ModelOptions options;
+    runtime::ModelOptions options = f32_kv_options();
     options.cpu_kernel = "exact";
     const EngineRun run = run_model(container_for(GetParam(), format), options, ref);
     EXPECT_LT(run.worst_generated_error, 1e-4);
@@ -81,7 +81,7 @@ TEST_P(EngineReference, TokensDoNotDependOnThreadsCapacityOrPins) {
   for (const Setting& s : settings) {
     SCOPED_TRACE("threads " + std::to_string(s.threads) + " cap " + std::to_string(s.cap) + " pins " +
                  std::to_string(s.pins.size()) + (s.one_prefill_call ? " one prefill call" : ""));
-    runtime::ModelOptions options;
+    runtime::ModelOptions options = f32_kv_options();
     options.threads = s.threads;
     options.cache_capacity = s.cap;
     options.pins = {s.pins};
@@ -103,7 +103,7 @@ TEST_P(EngineReference, SimdResultsDoNotDependOnHowExpertsAreBatched) {
   const fs::path container = container_for(GetParam(), WeightFormat::q4_g64);
   std::optional<EngineRun> first;
   for (auto [threads, cap, one_call] : {std::tuple{1, 8, false}, {2, 2, true}, {1, 3, true}, {2, 5, false}}) {
-    runtime::ModelOptions options;
+    runtime::ModelOptions options = f32_kv_options();
     options.threads = threads;
     options.cache_capacity = cap;
     EngineRun run = run_model(container, options, ref, one_call);
@@ -134,7 +134,7 @@ TEST_P(EngineReference, QuantisedDenseAndExpertsStayCloseToTheReference) {
     fs::remove(out);
     auto report = convert::convert_model(dir, out, experts, dense);
     ASSERT_TRUE(report.ok()) << report.error().message;
-    runtime::ModelOptions options;
+    runtime::ModelOptions options = f32_kv_options();
     options.cpu_kernel = kernel;
     const EngineRun run = run_model(out, options, ref);
     // Per prompt position; a router that flips one expert on rounding noise
@@ -163,7 +163,7 @@ TEST_P(EngineReference, TokensDoNotDependOnIoThreadsOrDirectIo) {
     for (auto [io_threads, direct] : {std::pair{0, false}, {0, true}, {1, true}, {4, true}, {4, false}}) {
       SCOPED_TRACE("cap " + std::to_string(cap) + " io threads " + std::to_string(io_threads) +
                    (direct ? " O_DIRECT" : " buffered"));
-      runtime::ModelOptions options;
+      runtime::ModelOptions options = f32_kv_options();
       options.cache_capacity = cap;
       options.io_threads = io_threads;
       options.direct_io = direct;
@@ -176,7 +176,7 @@ TEST_P(EngineReference, TokensDoNotDependOnIoThreadsOrDirectIo) {
   }
   // The mode in use is reported: O_DIRECT only when experts stream.
   for (auto [cap, direct] : {std::pair{top_k, true}, {top_k, false}, {experts, true}}) {
-    runtime::ModelOptions options;
+    runtime::ModelOptions options = f32_kv_options();
     options.cache_capacity = cap;
     options.direct_io = direct;
     auto model = runtime::MoeModel::load(container, options);
@@ -195,7 +195,7 @@ TEST_P(EngineReference, RssWatchdogShrinksTheCacheWithoutChangingTokens) {
   const fs::path dir = fs::path(COLI_FIXTURES_DIR) / "models" / GetParam();
   const Reference ref = load_reference(dir, "reference");
   const fs::path container = container_for(GetParam(), WeightFormat::f32);
-  runtime::ModelOptions options;
+  runtime::ModelOptions options = f32_kv_options();
   options.cache_capacity = 8;  // every expert resident
   const EngineRun unlimited = run_model(container, options, ref, /*one_prefill_call=*/true);
   std::vector<std::string> warnings;
@@ -285,6 +285,36 @@ TEST_P(EngineReference, PlannedContainerBytesBoundTheWrittenFile) {
     ASSERT_TRUE(report.ok()) << report.error().message;
     EXPECT_GE(*planned, report->file_bytes);
     EXPECT_LT(*planned - report->file_bytes, 256u << 10) << "planned " << *planned << ", written " << report->file_bytes;
+  }
+}
+
+// KV held in f16 or bf16 against transformers' f32 logits, same greedy tokens.
+// The tolerance comes from the precision: every stored K and V value carries
+// a relative rounding error of at most u (f16 2^-11, bf16 2^-8, round to
+// nearest). An attention output is a convex combination of V rows, so V
+// rounding moves it by at most u; K rounding moves a score by up to
+// u * sum|q_i k_i| / sqrt(head_dim), which the softmax passes on, so a model
+// amplifies u by a factor set by its score magnitudes and its 2 layers:
+// measured 1-4 for qwen3_moe, olmoe and mixtral and 34-44 for qwen2_moe
+// (its q/k biases make the scores large), the same factor for f16 and bf16
+// as error proportional to u predicts. The bound is 2x the measured factor:
+// a store that truncated instead of rounding, or a kernel reading a
+// neighbouring row, would go past it.
+TEST_P(EngineReference, ReducedPrecisionKvStaysWithinItsRounding) {
+  const fs::path dir = fs::path(COLI_FIXTURES_DIR) / "models" / GetParam();
+  const Reference ref = load_reference(dir, "reference");
+  const double amplification = GetParam() == "qwen2_moe" ? 96 : 8;
+  for (auto [type, unit_roundoff] : {std::pair{KvType::f16, 0x1p-11}, std::pair{KvType::bf16, 0x1p-8}}) {
+    SCOPED_TRACE(std::string(kv_type_name(type)));
+    runtime::ModelOptions options = f32_kv_options();
+    options.kv_type = type;
+    const EngineRun run = run_model(container_for(GetParam(), WeightFormat::f32), options, ref);
+    double worst = run.worst_generated_error;
+    for (std::size_t i = 0; i < ref.prompt.size(); ++i) {
+      worst = std::max(worst, max_relative_error(run.prompt_logits[i], std::span(ref.logits.data() + i * ref.vocab, ref.vocab)));
+    }
+    EXPECT_LT(worst, amplification * unit_roundoff) << "= " << worst / unit_roundoff << " u";
+    EXPECT_EQ(run.tokens, ref.generated);
   }
 }
 

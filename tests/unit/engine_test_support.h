@@ -77,6 +77,15 @@ struct EngineRun {
   double worst_generated_error = 0;
 };
 
+// Options with the KV cache in f32: what the 1e-4 comparisons with
+// transformers assume (the engine's default is f16; see
+// EngineReference.ReducedPrecisionKvStaysWithinItsRounding for it).
+inline runtime::ModelOptions f32_kv_options() {
+  runtime::ModelOptions options;
+  options.kv_type = KvType::f32;
+  return options;
+}
+
 // Prompt token by token (logits after each) or in one prefill call (rounds),
 // then greedy decode of as many tokens as the reference has.
 inline EngineRun run_model(const fs::path& container, const runtime::ModelOptions& options, const Reference& ref,
