@@ -12,6 +12,7 @@
 #include <CLI/CLI.hpp>
 
 #include "coli/base/cpu_kernels.h"
+#include "coli/base/kv_type.h"
 #include "coli/base/text.h"
 #include "coli/container/container.h"
 #include "coli/cli/command_line.h"
@@ -81,6 +82,7 @@ struct RunArgs {
   bool report = false;  // --report: the engine's own accounting even without a plan
   bool verify = false;  // --verify: every tensor's and expert record's checksum before loading
   std::optional<std::uint64_t> rss_limit;  // --rss-limit bytes (the watchdog's limit)  // --threads/--cap/--ctx/... given explicitly
+  std::string kv_type = "f16";  // --kv-type (a knob: the plan decides it otherwise)
   std::string ram;              // --ram SIZE: RAM a run without a plan may use (default: the live headroom)
   bool no_memory_check = false;  // --no-memory-check: run without a plan even when it does not fit
   double usage_decay = 0.9;
@@ -176,7 +178,7 @@ int resolve_knobs(const RunArgs& args, const coli::runtime::ModelShape& shape, c
                   std::optional<coli::tools::PlannedKnobs>& planned) {
   if (!args.plan.empty() || !args.profile.empty()) {
     if (args.knobs_given) {
-      std::fprintf(stderr, "coli run: --threads/--cap/--ctx/--pin/--io-threads come from the plan; change them with coli-plan\n");
+      std::fprintf(stderr, "coli run: --threads/--cap/--ctx/--kv-type/--pin/--io-threads come from the plan; change them with coli-plan\n");
       return coli::cli::kExitUsage;
     }
     const int history_pins = history.loaded ? shape.experts : 0;
@@ -371,6 +373,9 @@ int main(int argc, char** argv) {
   run_cmd->add_flag("--no-direct-io{false}", run.options.direct_io, "Read streamed experts through the page cache instead of O_DIRECT");
   run_cmd->add_option("--kernel", run.options.cpu_kernel, "CPU kernel: " + coli::cpu_kernel_names_text() + " (default: best)")
       ->check(CLI::IsMember(coli::cpu_kernel_names()));
+  run_cmd->add_option("--kv-type", run.kv_type, "KV cache precision: " + coli::kv_type_names_text() + " (f16 halves its memory and bandwidth; f32 is exact)")
+      ->check(CLI::IsMember(coli::kv_type_names()))
+      ->capture_default_str();
   run_cmd->add_option("--temperature", run.temperature, "0 = greedy; finite, >= 0")->capture_default_str();
   run_cmd->add_option("--top-p", run.top_p, "Nucleus sampling mass, in (0, 1]")->capture_default_str();
   run_cmd->add_option("--seed", run.seed, "Sampling seed")->capture_default_str();
@@ -382,9 +387,10 @@ int main(int argc, char** argv) {
 
   if (profile_cmd.parsed()) return profile_cmd.run();
   if (convert->parsed()) return run_convert(model_dir, out, experts, dense);
-  for (const char* knob : {"--threads", "--cap", "--ctx", "--pin", "--io-threads", "--no-direct-io"}) {
+  for (const char* knob : {"--threads", "--cap", "--ctx", "--kv-type", "--pin", "--io-threads", "--no-direct-io"}) {
     run.knobs_given = run.knobs_given || run_cmd->count(knob) > 0;
   }
+  run.options.kv_type = *coli::parse_kv_type(run.kv_type, "--kv-type");  // the check above admits only valid names
   if (run.prompt.empty() && run.prompt_ids.empty()) {
     std::fprintf(stderr, "coli run: give --prompt TEXT or --prompt-ids N...\n");
     return 2;

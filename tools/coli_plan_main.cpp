@@ -10,6 +10,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "coli/base/kv_type.h"
 #include "coli/shaders/catalogue.h"
 
 #include "coli/base/cpu_kernels.h"
@@ -151,7 +152,7 @@ void print_human(const planner::PlanFile& f, const planner::ModelFootprint& fp, 
 
 struct PlanArgs {
   std::string profile_path, model_path, ram_text, out, experts_name = "q4_g64", dense_name = "source";
-  std::string usage_path, vram_text;
+  std::string usage_path, vram_text, kv_type;
   bool json = false, toml = false, prompt_ids = false, offline = false;
   planner::PlanRequest request;
 };
@@ -166,6 +167,8 @@ void add_options(CLI::App& app, PlanArgs& a) {
   app.add_option("--pin", a.request.pins, "Force the pinned experts per MoE layer");
   app.add_option("--ram", a.ram_text, "RAM the plan may use, e.g. 16G (at most the profile's measured headroom)");
   app.add_option("--ctx", a.request.ctx, "Context length to reserve the KV cache for");
+  app.add_option("--kv-type", a.kv_type, "KV cache precision: " + coli::kv_type_names_text() + " (default: f16)")
+      ->check(CLI::IsMember(coli::kv_type_names()));
   app.add_option("--experts", a.experts_name, "Expert format in the container")
       ->check(CLI::IsMember({"q4_g64", "q8_row"}))
       ->capture_default_str();
@@ -198,6 +201,7 @@ void add_options(CLI::App& app, PlanArgs& a) {
 
 // The size options: text -> bytes; a malformed size is a usage error.
 bool parse_sizes(PlanArgs& a) {
+  if (!a.kv_type.empty()) a.request.kv_type = *coli::parse_kv_type(a.kv_type, "--kv-type");  // checked by the option
   if (!a.ram_text.empty()) {
     a.request.ram = coli::parse_size(a.ram_text);
     if (!a.request.ram) {

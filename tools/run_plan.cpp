@@ -194,7 +194,7 @@ bool print_plan_vs_actual(const planner::PlanFile& file, const runtime::ModelSta
   row("dense weights", line_bytes({"dense weights"}), stats.dense_bytes);
   row("expert cache slabs", line_bytes({"expert cache: pinned slots", "expert cache: evictable slots"}),
       stats.expert_cache_bytes);
-  row("KV cache", line_bytes({"KV cache"}), stats.kv_cache_bytes);
+  row(("KV cache (" + std::string(kv_type_name(stats.kv_type)) + ")").c_str(), line_bytes({"KV cache"}), stats.kv_cache_bytes);
   if (stats.backend != "cpu") {
     const runtime::GpuMemoryStats& g = stats.gpu;
     std::printf("  on %s (%s):\n", g.device.c_str(), stats.backend.c_str());
@@ -231,7 +231,8 @@ void print_measured(const runtime::ModelStats& stats, std::uint64_t peak_rss) {
   std::printf("memory (the engine's own accounting; plan with coli-plan to compare):\n");
   std::printf("  %-28s %10s\n", "dense weights", format_bytes(stats.dense_bytes).c_str());
   std::printf("  %-28s %10s\n", "expert cache slabs", format_bytes(stats.expert_cache_bytes).c_str());
-  std::printf("  %-28s %10s\n", "KV cache", format_bytes(stats.kv_cache_bytes).c_str());
+  std::printf("  %-28s %10s\n", ("KV cache (" + std::string(kv_type_name(stats.kv_type)) + ")").c_str(),
+              format_bytes(stats.kv_cache_bytes).c_str());
   std::printf("  %-28s %10s\n", "process RSS (peak)", format_bytes(peak_rss).c_str());
   print_rss_kinds();
 }

@@ -77,6 +77,22 @@ Result<ThreadChoice> decide_threads(const DeviceProfile& profile, std::optional<
   return out;
 }
 
+KvTypeChoice decide_kv_type(const ModelFootprint& fp, std::optional<KvType> requested, bool gpu_decoder, int ctx) {
+  if (gpu_decoder) {
+    std::string reason = "the GPU decoder keeps its KV cache in f32 in VRAM (the GPU KV cache line)";
+    if (requested && *requested != KvType::f32) {
+      reason += "; --kv-type " + std::string(kv_type_name(*requested)) + " applies to the CPU engine and is ignored";
+    }
+    return {KvType::f32, reason};
+  }
+  const KvType type = requested.value_or(kDefaultKvType);
+  const std::string sizes = format_bytes(kv_cache_bytes(fp.config, ctx, type)) + " at ctx " + std::to_string(ctx) +
+                            (type == KvType::f32 ? "" : " (f32: " + format_bytes(kv_cache_bytes(fp.config, ctx, KvType::f32)) + ")");
+  if (requested) return {type, "--kv-type " + std::string(kv_type_name(type)) + ": KV cache " + sizes};
+  return {type, "f16 by default (as llama.cpp): KV cache " + sizes +
+                    ", and half the bytes a decoded token reads at depth; --kv-type f32 keeps K and V exact"};
+}
+
 SafetyMargin decide_safety_margin(std::uint64_t plan_bytes, int threads, int io_threads) {
   const auto share = static_cast<std::uint64_t>(static_cast<double>(plan_bytes) * kUncertaintyShare);
   const std::uint64_t uncertainty = std::max(share, kMinimumUncertainty);

@@ -53,8 +53,6 @@ std::uint64_t page_rounding(std::uint64_t bytes) {
   return bytes < kMmapThreshold ? 0 : round_up(bytes, kPage) + kPage - bytes;
 }
 
-constexpr std::uint64_t kKvElementBytes = 4;  // the engine's KV cache is f32
-
 // KV elements one layer caches per position.
 std::uint64_t kv_elements_per_layer(const model::ModelConfig& c) {
   if (!c.mla) return 2 * c.num_key_value_heads * c.head_dim;  // K and V of every kv head
@@ -90,17 +88,20 @@ ExpertRecordSize ModelFootprint::expert() const {
   return q4_g64;
 }
 
-std::uint64_t kv_bytes_per_position(const model::ModelConfig& config) {
-  return config.num_hidden_layers * kv_elements_per_layer(config) * kKvElementBytes;
+std::uint64_t kv_bytes_per_position(const model::ModelConfig& config, KvType type) {
+  // The engine's own formula (coli/base/kv_type.h) for grouped-query caches.
+  if (!config.mla) return coli::kv_cache_bytes(config.num_hidden_layers, config.num_key_value_heads, config.head_dim, 1, type);
+  return config.num_hidden_layers * kv_elements_per_layer(config) * kv_element_bytes(type);
 }
 
-std::string kv_layout(const model::ModelConfig& c) {
+std::string kv_layout(const model::ModelConfig& c, KvType type) {
   const std::string layers = n(c.num_hidden_layers) + " layers x ";
+  const std::string element = n(kv_element_bytes(type)) + " B (" + std::string(kv_type_name(type));
   if (!c.mla)
-    return layers + "2 (K,V) x " + n(c.num_key_value_heads) + " kv heads x head_dim " + n(c.head_dim) + " x 4 B (f32)";
+    return layers + "2 (K,V) x " + n(c.num_key_value_heads) + " kv heads x head_dim " + n(c.head_dim) + " x " + element + ")";
   std::string per_layer = "(kv_lora_rank " + n(c.mla->kv_lora_rank) + " + qk_rope_head_dim " + n(c.mla->qk_rope_head_dim);
   if (c.indexer) per_layer += " + index_head_dim " + n(c.indexer->head_dim);
-  return layers + per_layer + ") x 4 B (f32, MLA latent cache)";
+  return layers + per_layer + ") x " + element + ", MLA latent cache)";
 }
 
 // The GPU decoder places each dense tensor at a 256-byte boundary.

@@ -46,7 +46,9 @@ const MemoryLine* MemoryPreview::find(const std::string& component) const {
 }
 
 // Per architecture (GQA K and V, or the MLA latent): footprint.cpp kv_bytes_per_position.
-u64 kv_cache_bytes(const model::ModelConfig& c, int ctx) { return kv_bytes_per_position(c) * static_cast<u64>(ctx); }
+u64 kv_cache_bytes(const model::ModelConfig& c, int ctx, KvType type) {
+  return kv_bytes_per_position(c, type) * static_cast<u64>(ctx);
+}
 
 MemoryPreview preview_memory(const ModelFootprint& fp, const MemoryKnobs& k) {
   const model::ModelConfig& c = fp.config;
@@ -77,8 +79,8 @@ MemoryPreview preview_memory(const ModelFootprint& fp, const MemoryKnobs& k) {
       experts_here ? n(layers) + " MoE layers x " + n(pins) + slot : no_cache);
   add("expert cache: evictable slots", Tier::ram, experts_here ? layers * (cap - pins) * stride : 0,
       experts_here ? n(layers) + " MoE layers x " + n(cap - pins) + slot : no_cache);
-  add("KV cache", Tier::ram, gpu ? 0 : kv_cache_bytes(c, k.ctx),
-      gpu ? on_gpu : "ctx " + n(static_cast<u64>(k.ctx)) + " x (" + fp.kv_layout + ")");
+  add("KV cache", Tier::ram, gpu ? 0 : kv_cache_bytes(c, k.ctx, k.kv_type),
+      gpu ? on_gpu : "ctx " + n(static_cast<u64>(k.ctx)) + " x (" + kv_layout(c, k.kv_type) + ")");
   // The whole prompt goes through forward() at once: its hidden states and
   // their normed copy live for the whole prefill.
   add("activations: prompt", Tier::ram, gpu ? 0 : 2 * prompt * hidden * 4,

@@ -139,6 +139,8 @@ Result<Plan> make_plan_explained(const DeviceProfile& profile, const ModelFootpr
     cache.knobs.host_experts = !cache.knobs.gpu_decoder || !t.all_experts_in_vram(fp.n_experts);
   };
   gpu_knobs(*tier);
+  const KvTypeChoice kv = decide_kv_type(fp, request.kv_type, cache.knobs.gpu_decoder, plan.ctx);
+  plan.kv_type = cache.knobs.kv_type = kv.type;
   // RAM slots serve the experts the VRAM tier does not hold.
   auto useful_cap = [&](const GpuTier& t) {
     if (t.vram_slots() == 0) return 0;
@@ -187,6 +189,7 @@ Result<Plan> make_plan_explained(const DeviceProfile& profile, const ModelFootpr
   }
   plan.gpu = std::move(*tier);
   plan.decisions.push_back({"gpu", plan.gpu.device.gpu.chosen() ? plan.gpu.device.gpu.describe() : "none", plan.gpu.reason});
+  plan.decisions.push_back({"kv_type", std::string(kv_type_name(plan.kv_type)), kv.reason});
   plan.cap = choice->cap;
   plan.pins = choice->pins_round.pins;
   plan.prefill_round_tokens = choice->pins_round.round_tokens;

@@ -31,6 +31,11 @@ void read_knobs(const Reader& k, PlanFile& f) {
   p.pins = static_cast<int>(k.integer("pins", 0, p.cap));
   p.prefill_round_tokens = k.count("prefill_round_tokens", 1);
   p.ctx = k.count("ctx", 1);
+  if (k.has("kv_type")) {  // schema 5; older plans' engines kept f32
+    const auto type = parse_kv_type(k.text("kv_type"), "kv_type");
+    if (!type) k.fail("kv_type", "= \"" + k.text("kv_type") + "\" is not a KV type (" + kv_type_names_text() + ")");
+    p.kv_type = *type;
+  }
   p.io_threads = static_cast<int>(k.integer("io_threads", 0, 1024));
   p.direct_io = k.boolean("direct_io");
   if (k.has("cpu_kernel")) {  // schema 2

@@ -75,6 +75,7 @@ toml::table plan_table(const PlanFile& f) {
                             {"pins", p.pins},
                             {"prefill_round_tokens", p.prefill_round_tokens},
                             {"ctx", p.ctx},
+                            {"kv_type", kv_type_name(p.kv_type)},
                             {"io_threads", p.io_threads},
                             {"direct_io", p.direct_io},
                             {"compute_pus", p.compute_pus.to_list()},

@@ -168,7 +168,7 @@ SpeedPrediction predict_speed(const DeviceProfile& profile, const ModelFootprint
   const double disk_gbs = disk ? disk->gb_per_s : 1.0;  // unused when nothing misses
 
   // Decode: KV read at the mean position of a full context (ctx / 2).
-  const u64 dense = dense_bytes_per_token(fp), kv = kv_cache_bytes(fp.config, plan.ctx / 2);
+  const u64 dense = dense_bytes_per_token(fp), kv = kv_cache_bytes(fp.config, plan.ctx / 2, plan.kv_type);
   const double experts = layers * top_k * (1.0 - vram_share) * static_cast<double>(record);
   const double in_vram = layers * top_k * vram_share * static_cast<double>(record);
   const double resident = static_cast<double>(dense + kv) + experts;

@@ -13,6 +13,12 @@ std::string_view kv_type_name(KvType type) {
 
 std::uint64_t kv_element_bytes(KvType type) { return type == KvType::f32 ? 4 : 2; }
 
+std::vector<std::string> kv_type_names() {
+  std::vector<std::string> names;
+  for (KvType type : kAllKvTypes) names.emplace_back(kv_type_name(type));
+  return names;
+}
+
 std::string kv_type_names_text() {
   std::string text;
   for (KvType type : kAllKvTypes) text += (text.empty() ? "" : ", ") + std::string(kv_type_name(type));

@@ -59,6 +59,15 @@ check "run --profile exits 0" test $? -eq 0
 check "run --profile says where its knobs come from" contains "$work/p1.out" "knobs from profile"
 check "run --profile reports plan vs actual" contains "$work/p1.out" "plan vs actual"
 check "dense weights match the plan exactly" contains "$work/p1.out" "dense weights .*(+0.0%)"
+check "the f16 KV cache matches the plan exactly" contains "$work/p1.out" "KV cache (f16) .*(+0.0%)"
+"$coli" run --model "$work/demo.coli" --prompt-ids 1 --profile "$work/profile.toml" --kv-type f32 >/dev/null 2>"$work/kv1.err"
+check "--kv-type with a plan refused" test $? -eq 2
+"$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 4 --kv-type bf16 --report >"$work/kv2.out" 2>&1
+check "--kv-type bf16 runs" test $? -eq 0
+check "and its KV cache is bf16" contains "$work/kv2.out" "KV cache (bf16)"
+"$coli" run --model "$work/demo.coli" --prompt-ids 1 --kv-type f8 >/dev/null 2>"$work/kv3.err"
+check "--kv-type f8 is a usage error" test $? -eq 2
+check "and the error names the option" contains "$work/kv3.err" "kv-type"
 "$coli" run --model "$work/demo.coli" --prompt-ids 1 --profile "$work/profile.toml" --cap 3 >/dev/null 2>"$work/p2.err"
 check "explicit knobs with a plan refused" test $? -eq 2
 check "the refusal says to use coli-plan" contains "$work/p2.err" "coli-plan"

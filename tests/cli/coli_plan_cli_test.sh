@@ -24,12 +24,24 @@ check "planning time printed" contains "$work/h.out" "^planned in [0-9.]* ms"
 # --json parses; --toml and --out write the same plan, with its schema version.
 "$plan" --profile "$profile" --model "$model" --ram 16G --json >"$work/p.json" 2>/dev/null
 check "--json exits 0" test $? -eq 0
-check "--json parses" python3 -c "import json,sys; d=json.load(sys.stdin); assert d['schema_version']==4 and d['fits'] and d['knobs']['cap']<128" <"$work/p.json"
+check "--json parses" python3 -c "import json,sys; d=json.load(sys.stdin); assert d['schema_version']==5 and d['fits'] and d['knobs']['cap']<128" <"$work/p.json"
 "$plan" --profile "$profile" --model "$model" --ram 16G --toml --out "$work/p.toml" >"$work/p.stdout" 2>/dev/null
-check "--out writes the plan" contains "$work/p.toml" "^schema_version = 4$"
+check "--out writes the plan" contains "$work/p.toml" "^schema_version = 5$"
 check "the plan names the profile it was made for" contains "$work/p.toml" "^profile_fingerprint = 'fnv1a64:"
 check "--toml prints the plan" contains "$work/p.stdout" "^\[knobs\]$"
 check "no temporary files left" test "$(ls "$work" | grep -c '\.tmp')" -eq 0
+
+# --kv-type: f16 by default with its reason; bf16 on request, its KV line half of f32's; a bad name is a usage error.
+"$plan" --profile "$profile" --model "$model" --ram 16G --gpu none --offline --json >"$work/kv16.json" 2>/dev/null
+"$plan" --profile "$profile" --model "$model" --ram 16G --gpu none --offline --json --kv-type bf16 >"$work/kvbf.json" 2>/dev/null
+"$plan" --profile "$profile" --model "$model" --ram 16G --gpu none --offline --json --kv-type f32 >"$work/kv32.json" 2>/dev/null
+check "KV f16 by default, with a reason" python3 -c "import json,sys; d=json.load(sys.stdin); assert d['knobs']['kv_type']=='f16'; assert [x for x in d['decisions'] if x['knob']=='kv_type' and 'default' in x['reason']]" <"$work/kv16.json"
+kv_line="import json,sys; kv=lambda f: [l['bytes'] for l in json.load(open(f))['memory']['lines'] if l['component']=='KV cache'][0]"
+check "--kv-type bf16 halves the priced KV" python3 -c "$kv_line; assert kv('$work/kvbf.json')*2 == kv('$work/kv32.json') == kv('$work/kv16.json')*2 > 0"
+check "--kv-type f32 recorded" python3 -c "import json; assert json.load(open('$work/kv32.json'))['knobs']['kv_type']=='f32'"
+"$plan" --profile "$profile" --model "$model" --ram 16G --offline --kv-type f8 >/dev/null 2>"$work/kvbad.err"
+check "--kv-type f8 is a usage error" test $? -eq 2
+check "and the error lists the KV types" grep -q "f32" "$work/kvbad.err"
 
 # 1 GiB cannot hold the dense weights: refused, saying what to change.
 "$plan" --profile "$profile" --model "$model" --ram 1G >"$work/r.out" 2>"$work/r.err"
@@ -90,7 +102,7 @@ check "the plan was made from it" python3 -c "import json,sys; assert json.load(
 "$plan" --version >"$work/v.out" 2>&1
 check "--version exits 0" test $? -eq 0
 check "--version: program, version and commit" contains "$work/v.out" "^coli-plan [0-9.]* (commit [0-9a-z+]*)"
-check "--version: schema versions" contains "$work/v.out" "device profile [0-9]*, plan 4, container [0-9]*, usage history [0-9]*"
+check "--version: schema versions" contains "$work/v.out" "device profile [0-9]*, plan 5, container [0-9]*, usage history [0-9]*"
 "$plan" --profile "$profile" --model "$model" --kernel avx512_vnni >/dev/null 2>&1
 check "a kernel name the parser does not know is a usage error" test $? -eq 2
 "$plan" --help >"$work/help.out" 2>&1

@@ -90,6 +90,21 @@ TEST(PlanFile, DecisionsHaveNumbersAndUnitsInTomlAndJson) {
   EXPECT_NE(toml.find("number = " + std::to_string(f.plan.cap) + "\n"), std::string::npos);
 }
 
+// A plan of schema 4 has no kv_type: its engine kept KV in f32, and so
+// does the run that obeys it (the plan priced f32).
+TEST(PlanFile, ReadsSchemaFourAsF32Kv) {
+  PlanFile f = h200_qwen3_plan();
+  ASSERT_EQ(f.plan.kv_type, KvType::f16);  // the default
+  f.schema_version = 4;
+  const std::string text = edit(plan_to_toml(f), "kv_type = ", "");
+  ASSERT_EQ(text.find("kv_type = "), std::string::npos);
+  auto back = parse_plan(text, "v4.toml");
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(back->plan.kv_type, KvType::f32);
+  f.plan.kv_type = KvType::f32;
+  EXPECT_EQ(*back, f);
+}
+
 // A plan of schema 3 (decisions as text only) is still read.
 TEST(PlanFile, ReadsSchemaThreeWithoutNumbers) {
   PlanFile f = h200_qwen3_plan();
@@ -140,6 +155,7 @@ TEST(PlanFile, RefusesBrokenFieldsNamingFileLineAndField) {
       {"from the future", "schema_version = ", future.c_str(), "schema_version", "newer than this build"},
       {"pinned to fewer CPUs than threads", "compute_pus = ", "compute_pus = '0'", "knobs.compute_pus", "one CPU per thread"},
       {"pinned to no CPU list", "compute_pus = ", "compute_pus = 'x'", "knobs.compute_pus", "not a CPU list"},
+      {"unknown KV type", "kv_type = ", "kv_type = 'f8'", "knobs.kv_type", "not a KV type (f32, f16, bf16)"},
       {"unknown CPU kernel", "cpu_kernel = ", "cpu_kernel = 'sse9'", "knobs.cpu_kernel", "not a CPU kernel variant"},
       {"missing knob", "threads = ", "", "knobs.threads", "is missing"},
       {"knob of the wrong type", "threads = ", "threads = 'many'", "knobs.threads", "must be an integer"},

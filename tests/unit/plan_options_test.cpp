@@ -29,6 +29,7 @@ planner::Plan plan_of(int cap, int n_experts) {
   plan.n_experts = n_experts;
   plan.prefill_round_tokens = 5;
   plan.ctx = 777;
+  plan.kv_type = KvType::bf16;  // not the engine's default: carried, not defaulted
   plan.io_threads = 2;
   plan.direct_io = false;
   plan.margin.bytes = 1000;
@@ -59,6 +60,7 @@ TEST(OptionsFromPlan, EveryKnobTheStreamingPlanDecides) {
   EXPECT_EQ(options->cache_capacity, 5);
   EXPECT_EQ(options->prefill_round_tokens, 5);
   EXPECT_EQ(options->max_context, 777);
+  EXPECT_EQ(options->kv_type, KvType::bf16);
   EXPECT_EQ(options->io_threads, 2);
   EXPECT_FALSE(options->direct_io);
   EXPECT_EQ(options->rss_limit_bytes, 51000u);  // the plan's RAM plus its margin
@@ -118,12 +120,19 @@ TEST(KnobsMemory, ThePlannersFiguresForTheseKnobs) {
   auto config = model::parse_model_config(shape.config_json, "olmoe");
   ASSERT_TRUE(config.ok());
   const planner::ModelFootprint footprint = planner::describe_footprint(*config, shape.expert_format, shape.dense_format);
-  const planner::MemoryKnobs knobs{.cap = 16, .pins = 3, .ctx = 512, .prompt_tokens = 32, .round_tokens = 64,
-                                   .threads = 2, .io_threads = 4, .tokenizer = true};
+  planner::MemoryKnobs knobs{.cap = 16, .pins = 3, .ctx = 512, .kv_type = KvType::f16, .prompt_tokens = 32,
+                             .round_tokens = 64, .threads = 2, .io_threads = 4, .tokenizer = true};
   const std::uint64_t planned = planner::preview_memory(footprint, knobs).total(planner::Tier::ram);
   EXPECT_EQ(memory->planned_bytes, planned);
   EXPECT_EQ(memory->margin_bytes, planner::decide_safety_margin(planned, 2, 4).bytes);
   EXPECT_EQ(memory->slot_bytes, 16 * footprint.expert().record_stride);
+  // The KV line follows the options' KV type: f32 costs the difference, no more.
+  options.kv_type = KvType::f32;
+  auto with_f32_kv = memory_for_options(shape, options, 32, true);
+  ASSERT_TRUE(with_f32_kv.ok());
+  EXPECT_EQ(with_f32_kv->planned_bytes - memory->planned_bytes,
+            coli::kv_cache_bytes(16, 16, 128, 512, KvType::f32) - coli::kv_cache_bytes(16, 16, 128, 512, KvType::f16));
+  options.kv_type = KvType::f16;
 
   options.cache_capacity = kAllExperts;  // every expert resident: the cap is the expert count
   auto resident = memory_for_options(shape, options, 32, true);

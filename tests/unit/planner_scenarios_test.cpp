@@ -159,6 +159,43 @@ TEST(ScenarioDescription, Glm5MatchesItsConfigAndPublishedCounts) {
   EXPECT_EQ(fp.excluded[0].parameters, c.mtp);
 }
 
+// The KV line is priced in the plan's KV type with the engine's own formula
+// (coli::kv_cache_bytes, what forward::KvCache allocates), and says which.
+TEST(ScenarioPlan, KvCacheIsPricedInItsType) {
+  const ModelFootprint fp = footprint("OLMoE-1B-7B-0924.json");
+  const DeviceProfile h200 = h200_profile();
+  for (KvType type : kAllKvTypes) {
+    const std::string name(kv_type_name(type));
+    auto plan = make_plan(h200, fp, PlanRequest{.ctx = 4096, .gpu = "none", .kv_type = type});
+    ASSERT_TRUE(plan.ok()) << plan.error().message;
+    EXPECT_EQ(plan->kv_type, type);
+    const MemoryLine* kv = plan->memory.find("KV cache");
+    ASSERT_NE(kv, nullptr);
+    EXPECT_EQ(kv->bytes, 16ull * 2 * 16 * 128 * 4096 * (type == KvType::f32 ? 4 : 2)) << name;
+    EXPECT_EQ(kv->bytes, coli::kv_cache_bytes(16, 16, 128, 4096, type));
+    EXPECT_TRUE(mentions(kv->formula, "(" + name + ")")) << kv->formula;
+    const Decision* decision = plan->decision("kv_type");
+    ASSERT_NE(decision, nullptr);
+    EXPECT_EQ(decision->value, name);
+    EXPECT_TRUE(mentions(decision->reason, "--kv-type " + name)) << decision->reason;
+  }
+  auto by_default = make_plan(h200, fp, PlanRequest{.ctx = 4096, .gpu = "none"});
+  ASSERT_TRUE(by_default.ok());
+  EXPECT_EQ(by_default->kv_type, KvType::f16);
+  EXPECT_TRUE(mentions(by_default->decision("kv_type")->reason, "f16 by default")) << by_default->decision("kv_type")->reason;
+}
+
+// The GPU decoder keeps its own f32 KV in VRAM: f32 in the plan, and a
+// request for another type is said to be ignored.
+TEST(ScenarioPlan, GpuDecoderKeepsF32KvAndSaysSo) {
+  const ModelFootprint fp = footprint("OLMoE-1B-7B-0924.json");
+  const KvTypeChoice gpu = decide_kv_type(fp, KvType::bf16, true, 4096);
+  EXPECT_EQ(gpu.type, KvType::f32);
+  EXPECT_TRUE(mentions(gpu.reason, "--kv-type bf16 applies to the CPU engine and is ignored")) << gpu.reason;
+  EXPECT_EQ(decide_kv_type(fp, std::nullopt, true, 4096).type, KvType::f32);
+  EXPECT_EQ(decide_kv_type(fp, std::nullopt, false, 4096).type, KvType::f16);
+}
+
 // Models the engine runs keep their numbers: GQA K and V in f32.
 TEST(ScenarioDescription, Qwen3AndOlmoeClassesMatchPublishedCounts) {
   const ModelFootprint qwen = footprint("Qwen3-30B-A3B.json");
@@ -183,7 +220,9 @@ TEST(ScenarioPlan, DeepSeekOnTheH200StreamsExpertsFarBeyondRam) {
   EXPECT_TRUE(plan->streaming());
   EXPECT_LT(plan->cap, fp.n_experts);
   expect_plan_fits(*plan, fp);
-  EXPECT_EQ(plan->memory.find("KV cache")->bytes, fp.kv_bytes_per_position * static_cast<u64>(plan->ctx));
+  EXPECT_EQ(plan->kv_type, KvType::f16);  // the default
+  EXPECT_EQ(plan->memory.find("KV cache")->bytes, kv_bytes_per_position(fp.config, KvType::f16) * static_cast<u64>(plan->ctx));
+  EXPECT_EQ(2 * kv_bytes_per_position(fp.config, KvType::f16), fp.kv_bytes_per_position);  // MLA latent in f16: half of f32
   // One more slot per MoE layer does not fit.
   auto bigger = make_plan(h200, fp, PlanRequest{.cap = plan->cap + 1});
   EXPECT_FALSE(bigger.ok());

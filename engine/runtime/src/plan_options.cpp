@@ -41,6 +41,7 @@ Result<ModelOptions> options_from_plan(const planner::Plan& plan, const ModelSha
   options.cpu_kernel = plan.cpu_kernel;
   options.cache_capacity = plan.cap;
   options.max_context = plan.ctx;
+  options.kv_type = plan.kv_type;
   options.prefill_round_tokens = plan.prefill_round_tokens;
   options.io_threads = plan.io_threads;
   options.direct_io = plan.direct_io;
@@ -73,6 +74,7 @@ Result<KnobsMemory> memory_for_options(const ModelShape& shape, const ModelOptio
   knobs.cap = std::clamp(options.cache_capacity, shape.top_k, shape.experts);
   for (const auto& layer_pins : options.pins) knobs.pins = std::max(knobs.pins, static_cast<int>(layer_pins.size()));
   knobs.ctx = options.max_context;
+  knobs.kv_type = options.kv_type;
   knobs.prompt_tokens = std::max(1, prompt_tokens);
   knobs.round_tokens = options.prefill_round_tokens;
   knobs.threads = options.compute_pus.empty() ? options.threads : options.compute_pus.size();

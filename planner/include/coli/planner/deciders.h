@@ -30,6 +30,18 @@ struct ThreadChoice {
 // was). An override below 1 or above the usable CPUs is refused.
 Result<ThreadChoice> decide_threads(const DeviceProfile& profile, std::optional<int> override_threads);
 
+// ------------------------------------------------------------------ KV type
+
+struct KvTypeChoice {
+  KvType type = kDefaultKvType;
+  std::string reason;
+};
+
+// --kv-type, else f16 (llama.cpp's default too: half of f32's KV memory and
+// of the bytes each decoded token reads at depth). The GPU decoder keeps its
+// own f32 cache in VRAM: f32 there, a request for another type ignored and said.
+KvTypeChoice decide_kv_type(const ModelFootprint& footprint, std::optional<KvType> requested, bool gpu_decoder, int ctx);
+
 // ------------------------------------------------------------ safety margin
 
 struct SafetyMargin {

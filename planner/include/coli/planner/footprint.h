@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "coli/base/kv_type.h"
 #include "coli/base/result.h"
 #include "coli/base/weight_format.h"
 #include "coli/model/model_config.h"
@@ -76,7 +77,8 @@ struct ModelFootprint {
   std::uint64_t gpu_dense_bytes = 0;
   std::uint64_t container_bytes = 0;      // the whole file: header, dense, records, index estimate
 
-  // KV cache bytes per context position, all layers (the engine keeps f32):
+  // KV cache bytes per context position, all layers, in f32 (the GPU
+  // decoder's cache; the CPU's type is a knob: MemoryKnobs::kv_type):
   // GQA 2 x kv_heads x head_dim per layer; MLA the kv_lora_rank latent plus
   // the qk_rope_head_dim key (+ index_head_dim indexer key with DSA).
   std::uint64_t kv_bytes_per_position = 0;
@@ -97,8 +99,8 @@ struct ModelFootprint {
 };
 
 // Per-position KV bytes and its formula as text, per architecture (see above).
-std::uint64_t kv_bytes_per_position(const model::ModelConfig& config);
-std::string kv_layout(const model::ModelConfig& config);
+std::uint64_t kv_bytes_per_position(const model::ModelConfig& config, KvType type = KvType::f32);
+std::string kv_layout(const model::ModelConfig& config, KvType type = KvType::f32);
 
 ModelFootprint describe_footprint(const model::ModelConfig& config, WeightFormat experts, DenseFormat dense);
 

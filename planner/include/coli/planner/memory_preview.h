@@ -34,6 +34,7 @@ struct MemoryKnobs {
   int cap = 0;                // expert slots per MoE layer (pins included)
   int pins = 0;               // of which pinned
   int ctx = 4096;             // KV positions (max_context)
+  KvType kv_type = KvType::f32;  // how the CPU's KV cache holds them (runtime::ModelOptions::kv_type)
   int prompt_tokens = 4096;   // tokens of the longest single forward() (the whole prompt)
   int round_tokens = 64;      // prefill tokens per expert round
   int threads = 1;
@@ -50,7 +51,7 @@ struct MemoryKnobs {
 // The disk line is the container every expert not in RAM is read from.
 MemoryPreview preview_memory(const ModelFootprint& footprint, const MemoryKnobs& knobs);
 
-// Bytes of the KV cache: ctx x footprint kv_bytes_per_position (GQA K and V, or the MLA latent).
-std::uint64_t kv_cache_bytes(const model::ModelConfig& config, int ctx);
+// Bytes of the KV cache: ctx x kv_bytes_per_position (GQA K and V, or the MLA latent) in `type`.
+std::uint64_t kv_cache_bytes(const model::ModelConfig& config, int ctx, KvType type = KvType::f32);
 
 }  // namespace coli::planner

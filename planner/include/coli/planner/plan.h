@@ -40,12 +40,13 @@ struct PlanRequest {
   std::string gpu_variant;             // --gpu-variant (shader catalogue name)
   int gpu_batch_tokens = 128;          // tokens per GPU submission (runtime::ModelOptions::gpu_batch_tokens)
   std::string cpu_kernel;              // --kernel (avx512vnni|avx512|avx2|scalar|exact)
+  std::optional<KvType> kv_type;       // --kv-type (default: f16)
   std::optional<BackendMemory> backend;
   const experts::UsageHistory* history = nullptr;
 };
 
 struct Decision {
-  std::string knob;    // "threads", "cap", "pins", "prefill_round_tokens", "ctx", "ram", "margin"
+  std::string knob;    // "threads", "cap", "pins", "prefill_round_tokens", "ctx", "kv_type", "ram", "margin"
   std::string value;   // for people: "4", "15.6 GiB", "avx512vnni"
   std::string reason;
   // For scripts, beside the text: the value as a number and its unit
@@ -64,6 +65,7 @@ struct Plan {
   int pins = 0;                // per MoE layer
   int prefill_round_tokens = 1;
   int ctx = 0;
+  KvType kv_type = KvType::f32;  // the CPU's KV cache (f32 in plans of schema 4 and older, and on the GPU decoder)
   int io_threads = 0;
   bool direct_io = true;
   bool streaming() const { return cap < n_experts; }

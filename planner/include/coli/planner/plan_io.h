@@ -21,7 +21,10 @@ namespace coli::planner {
 //     a v2 plan with a GPU is refused: re-plan).
 // v4: decisions[].number and .unit, the value as a number beside its text
 //     (a v3 plan is still read; its decisions have no number).
-inline constexpr int kPlanSchemaVersion = 4;
+// v5: knobs.kv_type (f32|f16|bf16), the CPU KV cache's precision, priced in
+//     the KV line (a v4 plan is still read, as f32: what its engine used;
+//     an older build refuses a v5 plan rather than hold KV in f32 unpriced).
+inline constexpr int kPlanSchemaVersion = 5;
 
 struct PlanFile {
   int schema_version = kPlanSchemaVersion;

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "coli/base/result.h"
 
@@ -22,6 +23,7 @@ inline constexpr KvType kDefaultKvType = KvType::f16;
 
 std::string_view kv_type_name(KvType type);       // "f32", "f16", "bf16"
 std::uint64_t kv_element_bytes(KvType type);      // 4, 2, 2
+std::vector<std::string> kv_type_names();         // {"f32", "f16", "bf16"} (the CLIs' allowed values)
 std::string kv_type_names_text();                 // "f32, f16, bf16" (for messages and --help)
 // "f16" -> KvType::f16; the error names `where` (the option or field) and lists the valid names.
 Result<KvType> parse_kv_type(std::string_view name, std::string_view where);
