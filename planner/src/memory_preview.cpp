@@ -1,6 +1,9 @@
 #include "coli/planner/memory_preview.h"
 
+#include <algorithm>
 #include <numeric>
+
+#include "coli/forward/attention.h"
 
 namespace coli::planner {
 namespace {
@@ -94,13 +97,15 @@ MemoryPreview preview_memory(const ModelFootprint& fp, const MemoryKnobs& k) {
                          n(width) + " x 4 + ~1.25 B x (hidden + width))"
                    : no_cache);
   // Decode scratch: a few hidden/head vectors, router logits, the logits,
-  // and one attention score row per thread.
+  // and attention's split-K partials and per-thread tiles (forward/attention.h).
   const u64 q_width = c.num_attention_heads * c.head_dim, kv_width = c.num_key_value_heads * c.head_dim;
-  const u64 scratch = (4 * hidden + 2 * q_width + 2 * kv_width + static_cast<u64>(fp.n_experts) + c.vocab_size +
-                       static_cast<u64>(k.threads) * static_cast<u64>(k.ctx)) * 4;
+  const u64 attention = forward::attention_scratch_bytes(c.num_attention_heads, std::max<u64>(1, c.num_key_value_heads),
+                                                         c.head_dim, static_cast<u64>(k.ctx), static_cast<u64>(k.threads));
+  const u64 scratch = (4 * hidden + 2 * q_width + 2 * kv_width + static_cast<u64>(fp.n_experts) + c.vocab_size) * 4 + attention;
   add("activations: decode scratch", Tier::ram, scratch,
       "(4 x hidden + 2 x q width " + n(q_width) + " + 2 x kv width " + n(kv_width) + " + experts + vocab " +
-          n(c.vocab_size) + " + threads " + n(static_cast<u64>(k.threads)) + " x ctx) x 4 B");
+          n(c.vocab_size) + ") x 4 B + attention " + n(attention) + " B (ctx/64 tiles x heads x (head_dim + 2) partials + " +
+          n(static_cast<u64>(k.threads)) + " threads x a block's tiles)");
   add("I/O buffers", Tier::ram, experts_here ? static_cast<u64>(k.io_threads) * kIoThreadBytes + stride : 0,
       experts_here ? n(static_cast<u64>(k.io_threads)) + " I/O threads x 256 KiB + one record stride (O_DIRECT alignment probe)"
                    : no_cache);

@@ -18,7 +18,7 @@ using detail::AttentionRowOps;
 constexpr float kNoRow = -std::numeric_limits<float>::infinity();  // a row with no position in the tile
 // Prefill: query rows (tokens x group heads) per block; each K/V row is read
 // once for all of them, and a block's scratch stays in L2.
-constexpr int kRowsPerBlock = 32;
+constexpr int kRowsPerBlock = kAttentionRowsPerBlock;
 
 // What one call reads: the cache's KV head `kv_head` of `layer`, the
 // row-loop table and the score scale.

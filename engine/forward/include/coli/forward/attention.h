@@ -15,6 +15,8 @@
 // Scratch is kept per thread between calls: no allocation once warm.
 #pragma once
 
+#include <algorithm>
+#include <cstdint>
 #include <span>
 
 #include "coli/forward/kv_cache.h"
@@ -22,6 +24,19 @@
 namespace coli::forward {
 
 inline constexpr int kAttentionTile = 64;
+inline constexpr int kAttentionRowsPerBlock = 32;  // prefill: query rows (tokens x group heads) per block
+
+// The scratch attention keeps (bytes, f32): the split-K partials of one
+// decode token (every KV head's tiles: max, sum and head_dim values per
+// query head), and per thread a widened K and V row, a tile of scores and
+// the tile and running partials of one prefill block. The planner prices it.
+inline std::uint64_t attention_scratch_bytes(std::uint64_t heads, std::uint64_t kv_heads, std::uint64_t head_dim,
+                                             std::uint64_t ctx, std::uint64_t threads) {
+  const std::uint64_t tiles = (ctx + kAttentionTile - 1) / kAttentionTile;
+  const std::uint64_t rows = std::max<std::uint64_t>(kAttentionRowsPerBlock, heads / kv_heads);
+  const std::uint64_t per_thread = 2 * head_dim + rows * kAttentionTile + 2 * rows * (head_dim + 2);
+  return 4 * (tiles * heads * (head_dim + 2) + threads * per_thread);
+}
 
 enum class AttentionIsa { best, scalar, avx2, avx512 };
 bool attention_isa_supported(AttentionIsa isa);  // this CPU and OS run it
