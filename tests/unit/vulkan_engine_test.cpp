@@ -120,7 +120,7 @@ TEST_P(VulkanEngine, QuantisedDenseWeightsMatchTheCpuExactPath) {
     const fs::path container = scratch_dir() / (GetParam() + "_dense_" + std::string(dense_format_name(dense)) + ".coli");
     auto report = convert::convert_model(dir(), container, WeightFormat::q8_row, dense);
     ASSERT_TRUE(report.ok()) << report.error().message;
-    runtime::ModelOptions cpu;
+    runtime::ModelOptions cpu = f32_kv_options();  // the GPU decoder keeps f32 KV
     cpu.cpu_kernel = "exact";
     const EngineRun expected = run_model(container, cpu, ref);
     const EngineRun gpu = run_model(container, gpu_options(), ref);
