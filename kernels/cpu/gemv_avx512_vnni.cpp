@@ -109,8 +109,9 @@ inline __m512i add_interleaved(__m512i a, __m512i b) {
   return _mm512_add_epi32(_mm512_mask_blend_epi32(from_b, a, b), _mm512_permutex2var_epi32(a, swap, b));
 }
 
-// v[i] holds 16 int32 partial sums of one row or block i. Returns 0-7 in low (lane
-// i < 8: row i's lanes 0-7, lane 8 + i: its lanes 8-15) and rows 8-15 in high.
+// v[i] holds 16 int32 partial sums of one row or block i. Returns v[0..7] in
+// low (lane i < 8: v[i]'s lanes 0-7 summed, lane 8 + i: its lanes 8-15) and
+// v[8..15] the same way in high.
 inline void sum_row_octets(const __m512i (&v)[16], __m512i& low, __m512i& high) {
   __m512i pairs[8], quads[4];
   for (int i = 0; i < 8; ++i) pairs[i] = add_interleaved<1>(v[2 * i], v[2 * i + 1]);
@@ -194,7 +195,6 @@ inline __m512i dot_accumulate(__m512i acc, __m512i u, __m512i s) {
   asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(u), "v"(s));
   return acc;
 }
-
 
 inline __m512i q8_block_of_row(const std::int8_t* address, bool full, __mmask64 tail_mask) {
   const __m512i weights = full ? _mm512_loadu_si512(address) : _mm512_maskz_loadu_epi8(tail_mask, address);
