@@ -5,6 +5,13 @@
 # items/s or bytes/s computed from CPU time (real time on a busy machine
 # counts the time other processes held the core).
 #   kernels_old_vs_new.sh OLD_BENCH NEW_BENCH [FILTER] > figures.txt
+# The old build (kernels of abd0240 with this branch's bench source), as run
+# for docs/benchmarks.md:
+#   mkdir -p /tmp/old && git archive abd0240 kernels probe/include probe/base | tar -x -C /tmp/old
+#   cp kernels/bench/gemv_bench.cpp /tmp/old/kernels/bench/ && cd /tmp/old
+#   g++ -std=gnu++20 -O3 -DNDEBUG -fopenmp -Ikernels -Iprobe/include kernels/bench/gemv_bench.cpp \
+#     $(ls kernels/cpu/*.cpp | grep -v thread_placement) kernels/reference/gemv_reference.cpp \
+#     probe/base/weight_format.cpp -lbenchmark -o gemv_bench_old
 set -eu
 old=$1 new=$2
 filter=${3:-'(decode|in_cache|prefill)/q[48]_[a-z0-9]+/avx512vnni/threads:1'}
