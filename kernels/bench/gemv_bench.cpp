@@ -212,14 +212,18 @@ void register_benchmarks(CpuKernelVariant selected) {
       decode(s, small, options);
     })->UseRealTime();
   }
-  const GemvOptions best{selected, all_threads};
-  const std::string suffix = "/" + std::string(variant_name(best.variant)) + "/threads:" + std::to_string(all_threads);
-  for (int count : {8, 32}) {
-    const std::string tokens = "/tokens:" + std::to_string(count);
-    benchmark::RegisterBenchmark(("prefill/q4_g64" + suffix + tokens).c_str(),
-                                 [=](benchmark::State& s) { prefill(s, q4_experts(), best, count); })->UseRealTime();
-    benchmark::RegisterBenchmark(("prefill/q8_row" + suffix + tokens).c_str(),
-                                 [=](benchmark::State& s) { prefill(s, q8_experts(), best, count); })->UseRealTime();
+  // Prefill: 8 tokens (a lightly used expert), 64 (an average expert of a
+  // 512-token OLMoE prefill: 512 * 8 / 64) and 512 (a dense projection).
+  for (int threads : thread_counts) {
+    const GemvOptions options{selected, threads};
+    const std::string suffix = "/" + std::string(variant_name(options.variant)) + "/threads:" + std::to_string(threads);
+    for (int count : {8, 64, 512}) {
+      const std::string tokens = "/tokens:" + std::to_string(count);
+      benchmark::RegisterBenchmark(("prefill/q4_g64" + suffix + tokens).c_str(),
+                                   [=](benchmark::State& s) { prefill(s, q4_experts(), options, count); })->UseRealTime();
+      benchmark::RegisterBenchmark(("prefill/q8_row" + suffix + tokens).c_str(),
+                                   [=](benchmark::State& s) { prefill(s, q8_experts(), options, count); })->UseRealTime();
+    }
   }
 }
 

@@ -13,7 +13,6 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")
-#define COLI_AVX512_VNNI 0
 #include "cpu/gemv_avx512_impl.h"
 #pragma GCC diagnostic pop
 #pragma GCC pop_options

@@ -1,6 +1,7 @@
-// Internal: the AVX-512 (F/BW/VL) kernels, compiled twice: gemv_avx512.cpp
-// (maddubs + madd dot products) and gemv_avx512_vnni.cpp (vpdpbusd). Include
-// only inside a #pragma GCC target region, with COLI_AVX512_VNNI set to 0 or 1.
+// Internal: the AVX-512 (F/BW/VL) kernels without VNNI (maddubs + madd dot
+// products), used by gemv_avx512.cpp. Include only inside a #pragma GCC
+// target region. (The VNNI variant, gemv_avx512_vnni.cpp, has its own
+// kernels: exact block sums, and a GEMM for many tokens.)
 //   q8 packed: int8 q[blocks * 64] (zero-padded), then float d[blocks]
 //   q4 packed: per pair of groups (g, g+1) 192 bytes: int8 even[g], even[g+1],
 //              odd[g], odd[g+1] (32 each; see split_even_odd), int32
@@ -18,23 +19,15 @@
 #include "cpu/simd_helpers_avx2.h"
 #include "cpu/variant_kernels.h"
 
-#ifndef COLI_AVX512_VNNI
-#error "define COLI_AVX512_VNNI to 0 or 1 before including gemv_avx512_impl.h"
-#endif
-
 namespace coli::kernels::cpu::detail {
 namespace {
 
 constexpr std::size_t kQ4PairBytes = 192;
 
-// acc + sum(u * s) per group of 4 bytes. Without VNNI, maddubs cannot
-// saturate: every caller keeps |u * s| pairs below 2^15 (see gemv_avx2.cpp).
+// acc + sum(u * s) per group of 4 bytes. maddubs cannot saturate: every
+// caller keeps |u * s| pairs below 2^15 (see gemv_avx2.cpp).
 inline __m512i dot_accumulate(__m512i acc, __m512i u, __m512i s) {
-#if COLI_AVX512_VNNI
-  return _mm512_dpbusd_epi32(acc, u, s);
-#else
   return _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(u, s), _mm512_set1_epi16(1)));
-#endif
 }
 
 // Two accumulators per token (even and odd blocks/pairs) halve the FMA
@@ -137,14 +130,10 @@ void q4_rows(const Q4G64View& w, const std::byte* packed, std::size_t stride, in
       for (int t = 0; t < kTokens; ++t) {
         const std::byte* q = x[t] + static_cast<std::size_t>(p) * kQ4PairBytes;
         const __m512i offsets = _mm512_loadu_si512(q + 128);  // the -8 of every nibble
-#if COLI_AVX512_VNNI
-        const __m512i dot = dot_accumulate(dot_accumulate(offsets, low, _mm512_loadu_si512(q)), high, _mm512_loadu_si512(q + 64));
-#else
         // <= 2 * 15 * 127 per maddubs, so the int16 sum of two cannot overflow.
         const __m512i products = _mm512_add_epi16(_mm512_maddubs_epi16(low, _mm512_loadu_si512(q)),
                                                   _mm512_maddubs_epi16(high, _mm512_loadu_si512(q + 64)));
         const __m512i dot = _mm512_add_epi32(offsets, _mm512_madd_epi16(products, _mm512_set1_epi16(1)));
-#endif
         const __m512 scale = _mm512_permutexvar_ps(scale_lanes, combined[t]);
         pair_sums[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, pair_sums[t]);
       }

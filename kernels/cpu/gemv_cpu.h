@@ -11,6 +11,14 @@
 //     q4_g64: y[r] = sum_g (d_g * scale[r][g]) * sum_{i in g} (nibble[r][i] - 8) * q_i
 //   with exact int32 inner sums and float outer sums (the order of the float
 //   sums differs between variants, so variants agree to float rounding only).
+//   avx512vnni fixes that order as the "exact block sum" definition: S_b, the
+//   int32 sum of block b, is exact; 16 float lanes take
+//     lane[b % 16] = fma(float(S_b), c_b, lane[b % 16])  in block order,
+//   c_b = d_b (q8) or the float product d_g * scale[r][g] (q4), and the lanes
+//   add as a tree (j + j+8, then j + j+4, j + j+2, j + j+1), times scale[r]
+//   for q8. Its decode kernel (one row at a time) and its prefill GEMM (from
+//   4 tokens: 16 rows per vector, weights repacked once per call, tiles of 8
+//   tokens) compute that same expression, so they agree bit for bit.
 //   Since |x_i - d_b q_i| <= d_b / 2 (up to float rounding of 127/m), the
 //   deviation from the reference on exact x is bounded per row by
 //     sum_b (d_b / 2) * sum_{i in b} |w_eff[r][i]| + float summation error,
@@ -114,7 +122,9 @@ void gemv(const Q8RowView& w, std::span<const float> x, std::span<float> y, cons
 void gemv(const Q4G64View& w, std::span<const float> x, std::span<float> y, const GemvOptions& options);
 
 // Y[t] = W X[t] for t < count (x: count * cols, y: count * rows). Each weight
-// block is loaded once per few tokens; every Y[t] equals gemv() of X[t] bit for bit.
+// block is loaded once per few tokens (avx512vnni: once per call, for all
+// tokens); every Y[t] equals gemv() of X[t] bit for bit, whatever count and
+// the thread count.
 void gemv_batched(const Q8RowView& w, std::span<const float> x, int count, std::span<float> y,
                   const GemvOptions& options);
 void gemv_batched(const Q4G64View& w, std::span<const float> x, int count, std::span<float> y,

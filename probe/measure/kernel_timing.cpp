@@ -93,8 +93,10 @@ cpu::Q8RowView view_at(const std::byte* p, int rows, int cols) {
 
 float silu(float v) { return v / (1.0f + std::exp(-v)); }
 
-// What ExpertStore::ffn_batch does for `tasks` (token index, expert record):
-// quantise each task's x, all gates and ups in one region, silu, all downs.
+// What the CPU backend's expert FFN does for `tasks` (token index, expert
+// record; one expert's tokens adjacent): one job per expert carrying all its
+// tokens (the GEMM path of the kernels from a few tokens on), quantise each
+// expert's x once, all gates and ups in one region, silu, all downs.
 template <class View, class Job>
 class ExpertBatch {
  public:
@@ -102,33 +104,46 @@ class ExpertBatch {
 
   void run(const std::vector<std::pair<int, const std::byte*>>& tasks, const std::vector<float>& xs, int threads) {
     const std::size_t n = tasks.size(), width = kWidth;
-    inputs_.resize(n), hidden_.resize(n), gate_.resize(n * width), up_.resize(n * width), y_.resize(n * kHidden);
+    std::vector<std::size_t> starts;  // first task of each expert, then n
+    for (std::size_t i = 0; i < n; ++i)
+      if (i == 0 || tasks[i].second != tasks[i - 1].second) starts.push_back(i);
+    starts.push_back(n);
+    const std::size_t experts = starts.size() - 1;
+    inputs_.resize(experts), hidden_.resize(experts), gate_.resize(n * width), up_.resize(n * width), y_.resize(n * kHidden);
+    gathered_.resize(n * kHidden);
     const std::uint64_t gate_bytes = round64(matrix_bytes(format_, kWidth, kHidden));
     std::vector<Job> jobs;
-    for (std::size_t i = 0; i < n; ++i) {
-      const auto [token, record] = tasks[i];
-      inputs_[i].quantize(variant_, format_, std::span(xs).subspan(static_cast<std::size_t>(token) * kHidden, kHidden), 1, kHidden);
-      jobs.push_back({view_at<View>(record, kWidth, kHidden), &inputs_[i], std::span(gate_).subspan(i * width, width)});
-      jobs.push_back({view_at<View>(record + gate_bytes, kWidth, kHidden), &inputs_[i], std::span(up_).subspan(i * width, width)});
+    for (std::size_t e = 0; e < experts; ++e) {
+      const std::size_t first = starts[e], count = starts[e + 1] - first;
+      for (std::size_t i = first; i < first + count; ++i)
+        std::copy_n(xs.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(tasks[i].first) * kHidden), kHidden,
+                    gathered_.begin() + static_cast<std::ptrdiff_t>(i * kHidden));
+      inputs_[e].quantize(variant_, format_, std::span<const float>(gathered_).subspan(first * kHidden, count * kHidden),
+                          static_cast<int>(count), kHidden);
+      const std::byte* record = tasks[first].second;
+      jobs.push_back({view_at<View>(record, kWidth, kHidden), &inputs_[e], std::span(gate_).subspan(first * width, count * width)});
+      jobs.push_back({view_at<View>(record + gate_bytes, kWidth, kHidden), &inputs_[e], std::span(up_).subspan(first * width, count * width)});
     }
     cpu::gemv_quantized_many(std::span<const Job>(jobs), threads);
+    for (std::size_t j = 0; j < n * width; ++j) gate_[j] = silu(gate_[j]) * up_[j];
     jobs.clear();
-    for (std::size_t i = 0; i < n; ++i) {
-      float* gate = gate_.data() + i * width;
-      for (std::size_t j = 0; j < width; ++j) gate[j] = silu(gate[j]) * up_[i * width + j];
-      hidden_[i].quantize(variant_, format_, std::span<const float>(gate, width), 1, kWidth);
-      jobs.push_back({view_at<View>(tasks[i].second + 2 * gate_bytes, kHidden, kWidth), &hidden_[i],
-                      std::span(y_).subspan(i * kHidden, kHidden)});
+    for (std::size_t e = 0; e < experts; ++e) {
+      const std::size_t first = starts[e], count = starts[e + 1] - first;
+      hidden_[e].quantize(variant_, format_, std::span<const float>(gate_).subspan(first * width, count * width),
+                          static_cast<int>(count), kWidth);
+      jobs.push_back({view_at<View>(tasks[first].second + 2 * gate_bytes, kHidden, kWidth), &hidden_[e],
+                      std::span(y_).subspan(first * kHidden, count * kHidden)});
     }
     cpu::gemv_quantized_many(std::span<const Job>(jobs), threads);
   }
+
   bool finite() const { return std::all_of(y_.begin(), y_.end(), [](float v) { return std::isfinite(v); }); }
 
  private:
   cpu::CpuKernelVariant variant_;
   WeightFormat format_;
   std::vector<cpu::QuantizedActivations> inputs_, hidden_;
-  std::vector<float> gate_, up_, y_;
+  std::vector<float> gate_, up_, y_, gathered_;
 };
 
 struct KernelSpec {

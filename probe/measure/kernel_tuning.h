@@ -85,7 +85,10 @@ Result<ThreadRecommendation> recommend_from_measurements(const std::vector<Kerne
 struct KernelTuningOptions {
   double budget_seconds = 7.5;         // the whole phase, buffer fill included
   std::uint64_t pool_bytes = 0;        // weights to cycle through; 0 = 2x the LLC within [128 MiB, 1 GiB]
-  int prefill_tokens = 32;             // tokens of the prefill round timed
+  // Tokens of the prefill round timed: 128 tokens top-8 over 64 experts give
+  // each expert 16 on average, so the kernels run their many-token GEMM as
+  // in a real prefill (more would make a one-core slice too long).
+  int prefill_tokens = 128;
   std::vector<ThreadCandidate> candidates;  // empty = tuning_candidates(cpu)
 };
 

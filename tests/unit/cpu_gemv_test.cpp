@@ -172,7 +172,8 @@ TEST(CpuGemv, ExtremeValuesStayExact) {
 
 template <class Matrix>
 void expect_batched_equals_single_calls(const Matrix& w, CpuKernelVariant variant) {
-  for (int count : {1, 2, 3, 4, 5, 9}) {
+  // 4+ tokens take the avx512vnni GEMM; 8 is its token tile, 67 has a tail.
+  for (int count : {1, 2, 3, 4, 5, 9, 17, 67}) {
     const std::vector<float> x = activations(count, w.cols, count);
     std::vector<float> batched(static_cast<std::size_t>(count) * w.rows), single(w.rows);
     gemv_batched(view_of(w), x, count, batched, {variant, 2});
@@ -195,14 +196,37 @@ TEST(CpuGemv, BatchedEqualsSingleCallsBitForBit) {
 
 template <class Matrix>
 void expect_thread_count_independent(const Matrix& w, CpuKernelVariant variant) {
-  const int count = 3;
-  const std::vector<float> x = activations(count, w.cols, 7);
-  std::vector<float> one(static_cast<std::size_t>(count) * w.rows), many(one.size());
-  gemv_batched(view_of(w), x, count, one, {variant, 1});
-  for (int threads : {2, 3, 64}) {
-    std::fill(many.begin(), many.end(), NAN);
-    gemv_batched(view_of(w), x, count, many, {variant, threads});
-    EXPECT_EQ(0, std::memcmp(one.data(), many.data(), one.size() * 4)) << label_of(variant, w.rows, w.cols) << " threads " << threads;
+  for (int count : {3, 21}) {  // the decode kernel, and the GEMM where a variant has one
+    const std::vector<float> x = activations(count, w.cols, 7);
+    std::vector<float> one(static_cast<std::size_t>(count) * w.rows), many(one.size());
+    gemv_batched(view_of(w), x, count, one, {variant, 1});
+    for (int threads : {2, 3, 16, 64}) {
+      std::fill(many.begin(), many.end(), NAN);
+      gemv_batched(view_of(w), x, count, many, {variant, threads});
+      EXPECT_EQ(0, std::memcmp(one.data(), many.data(), one.size() * 4))
+          << label_of(variant, w.rows, w.cols) << " count " << count << " threads " << threads;
+    }
+  }
+}
+
+// Every token of a batched call (the GEMM path where a variant has one)
+// within the bounds of a single call.
+TEST(CpuGemv, BatchedMatchesReferenceOnOddShapes) {
+  const Q8RowMatrix q8 = quantize_q8_row(random_values(37 * 333, 21), 37, 333);
+  const Q4G64Matrix q4 = quantize_q4_g64(random_values(53 * 1088, 22), 53, 1088);
+  constexpr int kCount = 19;
+  for (CpuKernelVariant variant : supported_variants()) {
+    const std::vector<float> x8 = activations(kCount, q8.cols, 23), x4 = activations(kCount, q4.cols, 24);
+    std::vector<float> y8(static_cast<std::size_t>(kCount) * q8.rows), y4(static_cast<std::size_t>(kCount) * q4.rows);
+    gemv_batched(view_of(q8), x8, kCount, y8, {variant, 3});
+    gemv_batched(view_of(q4), x4, kCount, y4, {variant, 3});
+    for (int t = 0; t < kCount; ++t) {
+      const std::string label = label_of(variant, 0, 0) + " token " + std::to_string(t);
+      check_against_bounds(q8, x8.data() + static_cast<std::size_t>(t) * q8.cols,
+                           {y8.begin() + t * q8.rows, y8.begin() + (t + 1) * q8.rows}, label + " q8");
+      check_against_bounds(q4, x4.data() + static_cast<std::size_t>(t) * q4.cols,
+                           {y4.begin() + t * q4.rows, y4.begin() + (t + 1) * q4.rows}, label + " q4");
+    }
   }
 }
 
