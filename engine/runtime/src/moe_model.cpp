@@ -73,14 +73,19 @@ struct MoeModel::State {
   std::vector<std::vector<std::uint64_t>> routing_counts;  // [MoE layer][expert], for the usage history
   std::vector<std::vector<float>> k_cache, v_cache;
   std::unique_ptr<GpuRun> gpu;  // backend "vulkan": the decoder on the GPU
-  // scratch
-  std::vector<float> h, q, k, v, attn, o, router_logits, moe_out, mlp_a, mlp_b, shared_out;
+  // scratch, rows of every token of a pass
+  std::vector<float> h, normed, q_rows, k_rows, v_rows, attn_rows, o_rows, router_rows, moe_out, mlp_a, mlp_b,
+      shared_rows, shared_gates;
 
   Status load_layers();
-  void attention_step(std::size_t l, std::span<float> x_t, int position);
+  void attention_pass(std::size_t l, std::span<float> xs, int count, int first_position);
+  void rotate_and_norm(const LayerWeights& w, std::span<float> q, std::span<float> k, std::span<float> v, int position);
+  void store_kv(std::size_t l, int count, int first_position);
+  void attend(std::size_t l, std::span<const float> q, int count, int first_position, std::span<float> out);
   Status mlp_step(std::size_t l, std::span<float> xs, int count);
   Status forward_cpu(std::span<const std::int32_t> tokens, int start_position, std::span<float> logits);
-  void dense_mlp(const LayerWeights& w, std::span<const float> in, std::span<float> out);
+  void dense_mlp(const LayerWeights& w, std::span<const float> in, int count, std::span<float> out,
+                 std::span<float> shared_gate_logits = {});
   Status watch_rss();
   bool warned_floor = false;  // the watchdog said once that the cache cannot shrink further
   int layers_with_experts() const { return static_cast<int>(routing_counts.size()); }
@@ -145,30 +150,59 @@ Status MoeModel::State::load_layers() {
   return Ok{};
 }
 
-void MoeModel::State::dense_mlp(const LayerWeights& w, std::span<const float> in, std::span<float> out) {
-  mlp_a.resize(static_cast<std::size_t>(w.mlp_gate.rows));
-  mlp_b.resize(mlp_a.size());
-  backend->matmul(w.mlp_gate, in, mlp_a);
-  backend->matmul(w.mlp_up, in, mlp_b);
-  for (std::size_t i = 0; i < mlp_a.size(); ++i) mlp_a[i] = forward::silu(mlp_a[i]) * mlp_b[i];
-  backend->matmul(w.mlp_down, mlp_a, out);
+// The dense MLP (or qwen2_moe's shared expert) over `count` rows: gate and
+// up (and the shared expert's gate logit, when asked for) in one call, then down.
+void MoeModel::State::dense_mlp(const LayerWeights& w, std::span<const float> in, int count, std::span<float> out,
+                                std::span<float> shared_gate_logits) {
+  const std::size_t rows = static_cast<std::size_t>(count) * static_cast<std::size_t>(w.mlp_gate.rows);
+  mlp_a.resize(rows);
+  mlp_b.resize(rows);
+  std::vector<backend::MatmulOutput> gate_up = {{w.mlp_gate, mlp_a, {}}, {w.mlp_up, mlp_b, {}}};
+  if (!shared_gate_logits.empty()) gate_up.push_back({w.shared_gate, shared_gate_logits, {}});
+  backend->matmul_rows(in, count, gate_up);
+  for (std::size_t i = 0; i < rows; ++i) mlp_a[i] = forward::silu(mlp_a[i]) * mlp_b[i];
+  backend->matmul_rows(w.mlp_down, mlp_a, count, out);
 }
 
-// Attention of one token at `position` for layer `l`; x += its output.
-void MoeModel::State::attention_step(std::size_t l, std::span<float> x_t, int position) {
+// The attention half of layer `l` for `count` tokens at first_position..:
+// every projection is one call over all the tokens (q, k and v together),
+// the per-token steps (clip, q/k norms, rope) in between; xs += the output.
+void MoeModel::State::attention_pass(std::size_t l, std::span<float> xs, int count, int first_position) {
   const auto& c = config;
   const LayerWeights& w = layers[l];
+  const std::size_t hidden = c.hidden_size, rows = static_cast<std::size_t>(count);
+  const std::size_t q_width = c.num_attention_heads * c.head_dim, kv_width = c.num_key_value_heads * c.head_dim;
+  normed.resize(rows * hidden);
+  for (std::size_t t = 0; t < rows; ++t) {
+    forward::rms_norm(xs.subspan(t * hidden, hidden), w.input_norm, static_cast<float>(c.rms_norm_eps),
+                      std::span(normed).subspan(t * hidden, hidden));
+  }
+  q_rows.resize(rows * q_width);
+  k_rows.resize(rows * kv_width);
+  v_rows.resize(rows * kv_width);
+  const backend::MatmulOutput qkv[] = {{w.q, q_rows, w.q_bias}, {w.k, k_rows, w.k_bias}, {w.v, v_rows, w.v_bias}};
+  backend->matmul_rows(normed, count, qkv);
+  for (std::size_t t = 0; t < rows; ++t) {
+    rotate_and_norm(w, std::span(q_rows).subspan(t * q_width, q_width), std::span(k_rows).subspan(t * kv_width, kv_width),
+                    std::span(v_rows).subspan(t * kv_width, kv_width), first_position + static_cast<int>(t));
+  }
+  store_kv(l, count, first_position);
+  attn_rows.resize(rows * q_width);
+  attend(l, q_rows, count, first_position, attn_rows);
+  o_rows.resize(rows * hidden);
+  backend->matmul_rows(w.o, attn_rows, count, o_rows, w.o_bias);
+  for (std::size_t i = 0; i < rows * hidden; ++i) xs[i] += o_rows[i];
+}
+
+// One token's q, k, v after the projections: clip, q/k norms, rope at `position`.
+void MoeModel::State::rotate_and_norm(const LayerWeights& w, std::span<float> q, std::span<float> k, std::span<float> v,
+                                      int position) {
+  const auto& c = config;
   const int heads = static_cast<int>(c.num_attention_heads), kv_heads = static_cast<int>(c.num_key_value_heads);
-  const int head_dim = static_cast<int>(c.head_dim);
   const float eps = static_cast<float>(c.rms_norm_eps);
-  const std::size_t kv_width = static_cast<std::size_t>(kv_heads) * head_dim;
-  forward::rms_norm(x_t, w.input_norm, eps, h);
-  backend->matmul(w.q, h, q, w.q_bias);
-  backend->matmul(w.k, h, k, w.k_bias);
-  backend->matmul(w.v, h, v, w.v_bias);
   if (c.clip_qkv) {
     const float clip = static_cast<float>(*c.clip_qkv);
-    for (auto* t : {&q, &k, &v}) for (float& value : *t) value = std::clamp(value, -clip, clip);
+    for (auto t : {q, k, v}) for (float& value : t) value = std::clamp(value, -clip, clip);
   }
   if (c.qk_norm == model::QkNorm::PerHead) {
     forward::rms_norm_groups(q, heads, w.q_norm, eps);
@@ -179,12 +213,29 @@ void MoeModel::State::attention_step(std::size_t l, std::span<float> x_t, int po
   }
   rope->apply(q, heads, position);
   rope->apply(k, kv_heads, position);
-  std::copy(k.begin(), k.end(), k_cache[l].begin() + static_cast<std::ptrdiff_t>(position * kv_width));
-  std::copy(v.begin(), v.end(), v_cache[l].begin() + static_cast<std::ptrdiff_t>(position * kv_width));
-  forward::attention(q, k_cache[l], v_cache[l], position + 1, heads, kv_heads, head_dim, attn,
-                     backend->props().threads);
-  backend->matmul(w.o, attn, o, w.o_bias);
-  for (std::size_t i = 0; i < x_t.size(); ++i) x_t[i] += o[i];
+}
+
+// The KV cache: k_rows / v_rows of `count` tokens stored at first_position..
+void MoeModel::State::store_kv(std::size_t l, int count, int first_position) {
+  const auto kv_width = static_cast<std::ptrdiff_t>(config.num_key_value_heads * config.head_dim);
+  const std::ptrdiff_t at = first_position * kv_width, values = count * kv_width;
+  std::copy(k_rows.begin(), k_rows.begin() + values, k_cache[l].begin() + at);
+  std::copy(v_rows.begin(), v_rows.begin() + values, v_cache[l].begin() + at);
+}
+
+// Causal attention of `count` queries (rows of q) at first_position.. over
+// layer l's KV cache, which already holds them: out row t sees positions
+// up to first_position + t.
+void MoeModel::State::attend(std::size_t l, std::span<const float> q, int count, int first_position, std::span<float> out) {
+  const auto& c = config;
+  const int heads = static_cast<int>(c.num_attention_heads), kv_heads = static_cast<int>(c.num_key_value_heads);
+  const int head_dim = static_cast<int>(c.head_dim);
+  const std::size_t q_width = static_cast<std::size_t>(heads) * static_cast<std::size_t>(head_dim);
+  for (int t = 0; t < count; ++t) {
+    forward::attention(q.subspan(static_cast<std::size_t>(t) * q_width, q_width), k_cache[l], v_cache[l],
+                       first_position + t + 1, heads, kv_heads, head_dim,
+                       out.subspan(static_cast<std::size_t>(t) * q_width, q_width), backend->props().threads);
+  }
 }
 
 // The MLP half of layer `l` for `count` tokens (rows of xs). MoE layers run
@@ -196,23 +247,25 @@ Status MoeModel::State::mlp_step(std::size_t l, std::span<float> xs, int count) 
   const LayerWeights& w = layers[l];
   const std::size_t hidden = c.hidden_size;
   const float eps = static_cast<float>(c.rms_norm_eps);
-  std::vector<float> normed(static_cast<std::size_t>(count) * hidden);
-  for (int t = 0; t < count; ++t) {
+  const std::size_t rows = static_cast<std::size_t>(count);
+  normed.resize(rows * hidden);
+  for (std::size_t t = 0; t < rows; ++t) {
     forward::rms_norm(xs.subspan(t * hidden, hidden), w.post_norm, eps, std::span(normed).subspan(t * hidden, hidden));
   }
   if (w.moe_index < 0) {
-    for (int t = 0; t < count; ++t) {
-      dense_mlp(w, std::span(normed).subspan(t * hidden, hidden), moe_out);
-      for (std::size_t i = 0; i < hidden; ++i) xs[t * hidden + i] += moe_out[i];
-    }
+    moe_out.resize(rows * hidden);
+    dense_mlp(w, normed, count, moe_out);
+    for (std::size_t i = 0; i < rows * hidden; ++i) xs[i] += moe_out[i];
     return Ok{};
   }
   std::vector<forward::Routing> routings;
   std::vector<float> expert_rows;  // per (token, expert) of a round: the FFN output
-  for (int t = 0; t < count; ++t) {
-    backend->matmul(w.router, std::span(normed).subspan(t * hidden, hidden), router_logits);
-    routings.push_back(forward::route(router_logits, static_cast<int>(c.num_experts_per_tok),
-                                      router_norm(c.router_normalization)));
+  const std::size_t n_experts = c.num_experts;
+  router_rows.resize(rows * n_experts);
+  backend->matmul_rows(w.router, normed, count, router_rows);
+  for (std::size_t t = 0; t < rows; ++t) {
+    routings.push_back(forward::route(std::span(router_rows).subspan(t * n_experts, n_experts),
+                                      static_cast<int>(c.num_experts_per_tok), router_norm(c.router_normalization)));
     for (int expert : routings.back().experts) ++routing_counts[static_cast<std::size_t>(w.moe_index)][static_cast<std::size_t>(expert)];
   }
   const int round = experts.tokens_per_round(std::max(1, options.prefill_round_tokens));
@@ -249,17 +302,22 @@ Status MoeModel::State::mlp_step(std::size_t l, std::span<float> xs, int count) 
       if (Status s = experts.wait(w.moe_index, e); !s) return s;
     }
     experts.ffn_batch(w.moe_index, normed, expert_rows, missed);
+    const int round_count = last - first;
+    if (w.has_shared) {
+      shared_rows.resize(static_cast<std::size_t>(round_count) * hidden);
+      shared_gates.resize(static_cast<std::size_t>(round_count));
+      dense_mlp(w, std::span<const float>(normed).subspan(first * hidden, round_count * hidden), round_count, shared_rows,
+                shared_gates);
+    }
+    moe_out.resize(hidden);
     for (int t = first; t < last; ++t) {
-      const auto h_t = std::span<const float>(normed).subspan(t * hidden, hidden);
       std::fill(moe_out.begin(), moe_out.end(), 0.0f);
       for (std::size_t i = 0; i < routings[t].experts.size(); ++i) {
         ExpertStore::add_scaled(routings[t].weights[i], row(t, i), moe_out);
       }
       if (w.has_shared) {
-        dense_mlp(w, h_t, shared_out);
-        float gate_logit = 0;
-        backend->matmul(w.shared_gate, h_t, std::span(&gate_logit, 1));
-        const float gate = 1.0f / (1.0f + std::exp(-gate_logit));
+        const float gate = 1.0f / (1.0f + std::exp(-shared_gates[static_cast<std::size_t>(t - first)]));
+        const float* shared_out = shared_rows.data() + static_cast<std::size_t>(t - first) * hidden;
         for (std::size_t i = 0; i < hidden; ++i) moe_out[i] += gate * shared_out[i];
       }
       for (std::size_t i = 0; i < hidden; ++i) xs[t * hidden + i] += moe_out[i];
@@ -331,14 +389,8 @@ Result<MoeModel> MoeModel::load(const std::filesystem::path& path, const ModelOp
   state->stats.cpu_kernel = state->backend->props().cpu_kernel;
   state->rope = std::make_unique<forward::Rope>(static_cast<int>(c.head_dim), c.rope_theta);
 
-  const std::size_t hidden = c.hidden_size, q_width = c.num_attention_heads * c.head_dim;
-  const std::size_t kv_width = c.num_key_value_heads * c.head_dim;
-  for (auto* buffer : {&state->h, &state->o, &state->moe_out, &state->shared_out}) buffer->resize(hidden);
-  state->q.resize(q_width);
-  state->attn.resize(q_width);
-  state->k.resize(kv_width);
-  state->v.resize(kv_width);
-  state->router_logits.resize(c.num_experts);
+  const std::size_t hidden = c.hidden_size, kv_width = c.num_key_value_heads * c.head_dim;
+  state->h.resize(hidden);
   state->stats.backend = options.backend;
   state->stats.rss_watchdog_limit = options.rss_limit_bytes;
   if (on_gpu) {
@@ -366,7 +418,7 @@ Status MoeModel::State::forward_cpu(std::span<const std::int32_t> tokens, int st
   std::vector<float> xs(static_cast<std::size_t>(count) * hidden);
   for (int t = 0; t < count; ++t) forward::dense_row(embed, tokens[static_cast<std::size_t>(t)], std::span(xs).subspan(t * hidden, hidden));
   for (std::size_t l = 0; l < layers.size(); ++l) {
-    for (int t = 0; t < count; ++t) attention_step(l, std::span(xs).subspan(t * hidden, hidden), start_position + t);
+    attention_pass(l, xs, count, start_position);
     if (Status st = mlp_step(l, xs, count); !st) return st;
   }
   forward::rms_norm(std::span(xs).subspan((count - 1) * hidden, hidden), final_norm,
