@@ -87,6 +87,8 @@ struct MoeModel::State {
   void dense_mlp(const LayerWeights& w, std::span<const float> in, int count, std::span<float> out,
                  std::span<float> shared_gate_logits = {});
   Status watch_rss();
+  Status use_thread_set(int count);
+  bool on_prefill_set = false;  // the team runs (and is pinned to) the prefill set now
   bool warned_floor = false;  // the watchdog said once that the cache cannot shrink further
   int layers_with_experts() const { return static_cast<int>(routing_counts.size()); }
 };
@@ -410,10 +412,40 @@ Result<MoeModel> MoeModel::load(const std::filesystem::path& path, const ModelOp
   return MoeModel(std::move(state));
 }
 
+namespace {
+
+// "2 threads on PUs 0-1" / "2 threads, not pinned".
+std::string thread_set_text(int threads, const CpuSet& pus) {
+  return std::to_string(threads) + (threads == 1 ? " thread" : " threads") +
+         (pus.empty() ? ", not pinned" : " on PUs " + pus.to_list());
+}
+
+}  // namespace
+
+// A pass of several tokens runs on the prefill set when the options carry
+// one, a single token on the decode set. The team is re-pinned and resized
+// only when the phase changes: at most once per forward call, and not at
+// all while decoding (libgomp rebuilds its team when a region's size differs).
+Status MoeModel::State::use_thread_set(int count) {
+  const bool prefill = count > 1 && (options.prefill_threads > 0 || !options.prefill_pus.empty());
+  const CpuSet& pus = prefill ? options.prefill_pus : options.compute_pus;
+  const int threads = pus.empty() ? std::max(1, prefill ? options.prefill_threads : options.threads) : pus.size();
+  if (prefill != on_prefill_set) {
+    const Status placed = pus.empty() ? kernels::cpu::release_openmp_team() : kernels::cpu::pin_openmp_team(pus);
+    if (!placed) return placed;
+    backend->set_threads(threads);
+    on_prefill_set = prefill;
+  }
+  std::string& phase_set = count > 1 ? stats.prefill_thread_set : stats.decode_thread_set;
+  if (phase_set.empty()) phase_set = thread_set_text(threads, pus) + (prefill ? " (prefill set)" : " (decode set)");
+  return Ok{};
+}
+
 // Layer by layer over all tokens (a prefill round per layer), so each
 // layer's experts are leased once for many tokens.
 Status MoeModel::State::forward_cpu(std::span<const std::int32_t> tokens, int start_position, std::span<float> logits) {
   const int count = static_cast<int>(tokens.size());
+  if (Status s = use_thread_set(count); !s) return s;
   const std::size_t hidden = config.hidden_size;
   std::vector<float> xs(static_cast<std::size_t>(count) * hidden);
   for (int t = 0; t < count; ++t) forward::dense_row(embed, tokens[static_cast<std::size_t>(t)], std::span(xs).subspan(t * hidden, hidden));
