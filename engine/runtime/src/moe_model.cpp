@@ -84,8 +84,12 @@ struct MoeModel::State {
   void attend(std::size_t l, std::span<const float> q, int count, int first_position, std::span<float> out);
   Status mlp_step(std::size_t l, std::span<float> xs, int count);
   Status forward_cpu(std::span<const std::int32_t> tokens, int start_position, std::span<float> logits);
-  void dense_mlp(const LayerWeights& w, std::span<const float> in, int count, std::span<float> out,
-                 std::span<float> shared_gate_logits = {});
+  std::vector<forward::Routing> route_tokens(const LayerWeights& w, int count, bool with_shared_gate_up);
+  Status moe_round(const LayerWeights& w, std::span<float> xs, int first, int last,
+                   const std::vector<forward::Routing>& routings, bool shared_gate_up_done);
+  void dense_mlp(const LayerWeights& w, std::span<const float> in, int count, std::span<float> out);
+  std::vector<backend::MatmulOutput> mlp_gate_up(const LayerWeights& w, int count);
+  void mlp_down(const LayerWeights& w, int count, std::span<float> out);
   Status watch_rss();
   Status use_thread_set(int count);
   bool on_prefill_set = false;  // the team runs (and is pinned to) the prefill set now
@@ -153,15 +157,28 @@ Status MoeModel::State::load_layers() {
 }
 
 // The dense MLP (or qwen2_moe's shared expert) over `count` rows: gate and
-// up (and the shared expert's gate logit, when asked for) in one call, then down.
-void MoeModel::State::dense_mlp(const LayerWeights& w, std::span<const float> in, int count, std::span<float> out,
-                                std::span<float> shared_gate_logits) {
+// up in one call (mlp_gate_up), then SwiGLU and down (mlp_down).
+void MoeModel::State::dense_mlp(const LayerWeights& w, std::span<const float> in, int count, std::span<float> out) {
+  backend->matmul_rows(in, count, mlp_gate_up(w, count));
+  mlp_down(w, count, out);
+}
+
+// Gate and up of `count` rows into mlp_a / mlp_b, and for a shared expert its
+// gate logit into shared_gates: outputs for one matmul_rows over the same input.
+std::vector<backend::MatmulOutput> MoeModel::State::mlp_gate_up(const LayerWeights& w, int count) {
   const std::size_t rows = static_cast<std::size_t>(count) * static_cast<std::size_t>(w.mlp_gate.rows);
   mlp_a.resize(rows);
   mlp_b.resize(rows);
-  std::vector<backend::MatmulOutput> gate_up = {{w.mlp_gate, mlp_a, {}}, {w.mlp_up, mlp_b, {}}};
-  if (!shared_gate_logits.empty()) gate_up.push_back({w.shared_gate, shared_gate_logits, {}});
-  backend->matmul_rows(in, count, gate_up);
+  std::vector<backend::MatmulOutput> outputs = {{w.mlp_gate, mlp_a, {}}, {w.mlp_up, mlp_b, {}}};
+  if (w.has_shared) {
+    shared_gates.resize(static_cast<std::size_t>(count));
+    outputs.push_back({w.shared_gate, shared_gates, {}});
+  }
+  return outputs;
+}
+
+void MoeModel::State::mlp_down(const LayerWeights& w, int count, std::span<float> out) {
+  const std::size_t rows = static_cast<std::size_t>(count) * static_cast<std::size_t>(w.mlp_gate.rows);
   for (std::size_t i = 0; i < rows; ++i) mlp_a[i] = forward::silu(mlp_a[i]) * mlp_b[i];
   backend->matmul_rows(w.mlp_down, mlp_a, count, out);
 }
@@ -247,12 +264,11 @@ void MoeModel::State::attend(std::size_t l, std::span<const float> q, int count,
 Status MoeModel::State::mlp_step(std::size_t l, std::span<float> xs, int count) {
   const auto& c = config;
   const LayerWeights& w = layers[l];
-  const std::size_t hidden = c.hidden_size;
-  const float eps = static_cast<float>(c.rms_norm_eps);
-  const std::size_t rows = static_cast<std::size_t>(count);
+  const std::size_t hidden = c.hidden_size, rows = static_cast<std::size_t>(count);
   normed.resize(rows * hidden);
   for (std::size_t t = 0; t < rows; ++t) {
-    forward::rms_norm(xs.subspan(t * hidden, hidden), w.post_norm, eps, std::span(normed).subspan(t * hidden, hidden));
+    forward::rms_norm(xs.subspan(t * hidden, hidden), w.post_norm, static_cast<float>(c.rms_norm_eps),
+                      std::span(normed).subspan(t * hidden, hidden));
   }
   if (w.moe_index < 0) {
     moe_out.resize(rows * hidden);
@@ -260,72 +276,88 @@ Status MoeModel::State::mlp_step(std::size_t l, std::span<float> xs, int count) 
     for (std::size_t i = 0; i < rows * hidden; ++i) xs[i] += moe_out[i];
     return Ok{};
   }
-  std::vector<forward::Routing> routings;
-  std::vector<float> expert_rows;  // per (token, expert) of a round: the FFN output
+  const int round = experts.tokens_per_round(std::max(1, options.prefill_round_tokens));
+  // One round (every decode token): the shared expert's gate and up share the router's call.
+  const bool shared_with_router = w.has_shared && count <= round;
+  const std::vector<forward::Routing> routings = route_tokens(w, count, shared_with_router);
+  for (int first = 0; first < count; first += round) {
+    if (Status s = moe_round(w, xs, first, std::min(count, first + round), routings, shared_with_router); !s) return s;
+  }
+  return Ok{};
+}
+
+// The router over all `count` rows of `normed` in one call (with the shared
+// expert's gate and up when asked: the same input), then each token's top-k.
+std::vector<forward::Routing> MoeModel::State::route_tokens(const LayerWeights& w, int count, bool with_shared_gate_up) {
+  const auto& c = config;
   const std::size_t n_experts = c.num_experts;
-  router_rows.resize(rows * n_experts);
-  backend->matmul_rows(w.router, normed, count, router_rows);
-  for (std::size_t t = 0; t < rows; ++t) {
+  router_rows.resize(static_cast<std::size_t>(count) * n_experts);
+  std::vector<backend::MatmulOutput> outputs;
+  if (with_shared_gate_up) outputs = mlp_gate_up(w, count);
+  outputs.push_back({w.router, router_rows, {}});
+  backend->matmul_rows(normed, count, outputs);
+  std::vector<forward::Routing> routings;
+  for (std::size_t t = 0; t < static_cast<std::size_t>(count); ++t) {
     routings.push_back(forward::route(std::span(router_rows).subspan(t * n_experts, n_experts),
                                       static_cast<int>(c.num_experts_per_tok), router_norm(c.router_normalization)));
     for (int expert : routings.back().experts) ++routing_counts[static_cast<std::size_t>(w.moe_index)][static_cast<std::size_t>(expert)];
   }
-  const int round = experts.tokens_per_round(std::max(1, options.prefill_round_tokens));
-  for (int first = 0; first < count; first += round) {
-    const int last = std::min(count, first + round);
-    std::vector<int> needed;
-    for (int t = first; t < last; ++t) needed.insert(needed.end(), routings[t].experts.begin(), routings[t].experts.end());
-    if (Status s = experts.begin(w.moe_index, needed); !s) return s;
-    // Experts run in the store's order (resident ones while the misses are
-    // still being read); each (token, expert) output gets its own row, so
-    // below every token still sums its experts in routing order, bit for bit.
-    const std::size_t top_k = c.num_experts_per_tok;
-    expert_rows.resize(static_cast<std::size_t>(last - first) * top_k * hidden);
-    const auto row_index = [&](int t, std::size_t i) { return static_cast<int>(static_cast<std::size_t>(t - first) * top_k + i); };
-    const auto row = [&](int t, std::size_t i) {
-      return std::span(expert_rows).subspan(static_cast<std::size_t>(row_index(t, i)) * hidden, hidden);
-    };
-    // Two batches: the experts already resident (computed while the misses
-    // are read), then the misses once they have landed.
-    std::vector<ExpertStore::FfnTask> resident, missed;
-    std::vector<int> missing;
-    for (int e : experts.round_order(w.moe_index)) {
-      const bool ready = experts.landed(w.moe_index, e);
-      if (!ready) missing.push_back(e);
-      for (int t = first; t < last; ++t) {
-        for (std::size_t i = 0; i < routings[t].experts.size(); ++i) {
-          if (routings[t].experts[i] != e) continue;
-          (ready ? resident : missed).push_back({e, t, row_index(t, i)});
-        }
-      }
-    }
-    experts.ffn_batch(w.moe_index, normed, expert_rows, resident);
-    for (int e : missing) {
-      if (Status s = experts.wait(w.moe_index, e); !s) return s;
-    }
-    experts.ffn_batch(w.moe_index, normed, expert_rows, missed);
-    const int round_count = last - first;
-    if (w.has_shared) {
-      shared_rows.resize(static_cast<std::size_t>(round_count) * hidden);
-      shared_gates.resize(static_cast<std::size_t>(round_count));
-      dense_mlp(w, std::span<const float>(normed).subspan(first * hidden, round_count * hidden), round_count, shared_rows,
-                shared_gates);
-    }
-    moe_out.resize(hidden);
+  return routings;
+}
+
+// Tokens [first, last) of an MoE layer: lease their experts, run the FFNs
+// (resident experts while the misses are read, then the misses), the shared
+// expert, and add each token's sum to xs.
+Status MoeModel::State::moe_round(const LayerWeights& w, std::span<float> xs, int first, int last,
+                                  const std::vector<forward::Routing>& routings, bool shared_gate_up_done) {
+  const std::size_t hidden = config.hidden_size, top_k = config.num_experts_per_tok;
+  std::vector<int> needed;
+  for (int t = first; t < last; ++t) needed.insert(needed.end(), routings[t].experts.begin(), routings[t].experts.end());
+  if (Status s = experts.begin(w.moe_index, needed); !s) return s;
+  // Experts run in the store's order; each (token, expert) output gets its
+  // own row, so below every token still sums its experts in routing order, bit for bit.
+  std::vector<float> expert_rows(static_cast<std::size_t>(last - first) * top_k * hidden);
+  const auto row_index = [&](int t, std::size_t i) { return static_cast<int>(static_cast<std::size_t>(t - first) * top_k + i); };
+  std::vector<ExpertStore::FfnTask> resident, missed;
+  std::vector<int> missing;
+  for (int e : experts.round_order(w.moe_index)) {
+    const bool ready = experts.landed(w.moe_index, e);
+    if (!ready) missing.push_back(e);
     for (int t = first; t < last; ++t) {
-      std::fill(moe_out.begin(), moe_out.end(), 0.0f);
       for (std::size_t i = 0; i < routings[t].experts.size(); ++i) {
-        ExpertStore::add_scaled(routings[t].weights[i], row(t, i), moe_out);
+        if (routings[t].experts[i] == e) (ready ? resident : missed).push_back({e, t, row_index(t, i)});
       }
-      if (w.has_shared) {
-        const float gate = 1.0f / (1.0f + std::exp(-shared_gates[static_cast<std::size_t>(t - first)]));
-        const float* shared_out = shared_rows.data() + static_cast<std::size_t>(t - first) * hidden;
-        for (std::size_t i = 0; i < hidden; ++i) moe_out[i] += gate * shared_out[i];
-      }
-      for (std::size_t i = 0; i < hidden; ++i) xs[t * hidden + i] += moe_out[i];
     }
-    experts.end(w.moe_index);
   }
+  experts.ffn_batch(w.moe_index, normed, expert_rows, resident);
+  for (int e : missing) {
+    if (Status s = experts.wait(w.moe_index, e); !s) return s;
+  }
+  experts.ffn_batch(w.moe_index, normed, expert_rows, missed);
+  const int round_count = last - first;
+  if (w.has_shared) {
+    shared_rows.resize(static_cast<std::size_t>(round_count) * hidden);
+    if (!shared_gate_up_done) {
+      backend->matmul_rows(std::span<const float>(normed).subspan(first * hidden, round_count * hidden), round_count,
+                           mlp_gate_up(w, round_count));
+    }
+    mlp_down(w, round_count, shared_rows);
+  }
+  moe_out.resize(hidden);
+  for (int t = first; t < last; ++t) {
+    std::fill(moe_out.begin(), moe_out.end(), 0.0f);
+    for (std::size_t i = 0; i < routings[t].experts.size(); ++i) {
+      const auto row = std::span<const float>(expert_rows).subspan(static_cast<std::size_t>(row_index(t, i)) * hidden, hidden);
+      ExpertStore::add_scaled(routings[t].weights[i], row, moe_out);
+    }
+    if (w.has_shared) {
+      const float gate = 1.0f / (1.0f + std::exp(-shared_gates[static_cast<std::size_t>(t - first)]));
+      const float* shared_out = shared_rows.data() + static_cast<std::size_t>(t - first) * hidden;
+      for (std::size_t i = 0; i < hidden; ++i) moe_out[i] += gate * shared_out[i];
+    }
+    for (std::size_t i = 0; i < hidden; ++i) xs[t * hidden + i] += moe_out[i];
+  }
+  experts.end(w.moe_index);
   return Ok{};
 }
 
