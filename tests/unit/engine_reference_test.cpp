@@ -308,6 +308,30 @@ TEST(EngineThreadSets, PrefillRunsOnItsOwnSetWithTheSameTokens) {
   EXPECT_EQ(both.prompt_logits.back(), decode_set_only.prompt_logits.back());
 }
 
+// Speculative prefetch reads the next layer's predicted experts into its
+// cache early: the tokens and logits stay those of the run without it, its
+// own lookups are not counted as hits or misses, and it did predict and read.
+TEST(EngineSpeculativePrefetch, ReadsPredictedExpertsWithoutChangingTokens) {
+  const fs::path dir = fs::path(COLI_FIXTURES_DIR) / "models" / "olmoe";
+  const Reference ref = load_reference(dir, "reference_q4");
+  const fs::path container = converted_fixture("olmoe", WeightFormat::q4_g64);
+  runtime::ModelOptions streaming;
+  streaming.cache_capacity = 3;
+  streaming.prefill_round_tokens = 1;  // a prompt of several rounds: no prefetch there
+  const EngineRun plain = run_model(container, streaming, ref, true);
+  runtime::ModelOptions speculative = streaming;
+  speculative.speculative_prefetch = true;
+  const EngineRun prefetched = run_model(container, speculative, ref, true);
+  EXPECT_EQ(prefetched.tokens, plain.tokens);
+  EXPECT_EQ(prefetched.prompt_logits.back(), plain.prompt_logits.back());
+  EXPECT_EQ(prefetched.stats.expert_hits + prefetched.stats.expert_misses,
+            plain.stats.expert_hits + plain.stats.expert_misses);
+  EXPECT_GT(prefetched.stats.predicted_experts, 0u);
+  EXPECT_LE(prefetched.stats.predicted_correct, prefetched.stats.predicted_experts);
+  EXPECT_GT(prefetched.stats.prefetch_reads, 0u);
+  EXPECT_EQ(plain.stats.predicted_experts, 0u);
+}
+
 INSTANTIATE_TEST_SUITE_P(AllArchitectures, EngineReference,
                          testing::Values("qwen3_moe", "olmoe", "mixtral", "qwen2_moe"));
 

@@ -92,6 +92,9 @@ struct MoeModel::State {
   void mlp_down(const LayerWeights& w, int count, std::span<float> out);
   Status watch_rss();
   Status use_thread_set(int count);
+  Status prefetch_next_layer(std::size_t l, std::span<const float> xs, int count);
+  std::vector<std::vector<int>> predicted;  // per MoE layer: experts the previous layer predicted
+  std::vector<float> spec_normed, spec_logits;
   bool on_prefill_set = false;  // the team runs (and is pinned to) the prefill set now
   bool warned_floor = false;  // the watchdog said once that the cache cannot shrink further
   int layers_with_experts() const { return static_cast<int>(routing_counts.size()); }
@@ -280,10 +283,44 @@ Status MoeModel::State::mlp_step(std::size_t l, std::span<float> xs, int count) 
   // One round (every decode token): the shared expert's gate and up share the router's call.
   const bool shared_with_router = w.has_shared && count <= round;
   const std::vector<forward::Routing> routings = route_tokens(w, count, shared_with_router);
+  if (options.speculative_prefetch && count <= round) {
+    if (Status s = prefetch_next_layer(l, xs, count); !s) return s;
+  }
   for (int first = 0; first < count; first += round) {
     if (Status s = moe_round(w, xs, first, std::min(count, first + round), routings, shared_with_router); !s) return s;
   }
   return Ok{};
+}
+
+// Speculative prefetch: the next MoE layer's router on this layer's
+// post-attention hidden state (xs, normed with the next layer's own
+// post-attention norm: the residual stream changes little from one layer to
+// the next), and reads started for its top-k experts that are not resident.
+// They land in the next layer's cache while this layer's experts compute.
+Status MoeModel::State::prefetch_next_layer(std::size_t l, std::span<const float> xs, int count) {
+  std::size_t next = l + 1;
+  while (next < layers.size() && layers[next].moe_index < 0) ++next;
+  if (next >= layers.size()) return Ok{};
+  const LayerWeights& w = layers[next];
+  const auto& c = config;
+  const std::size_t hidden = c.hidden_size, n_experts = c.num_experts, rows = static_cast<std::size_t>(count);
+  spec_normed.resize(rows * hidden);
+  spec_logits.resize(rows * n_experts);
+  for (std::size_t t = 0; t < rows; ++t) {
+    forward::rms_norm(xs.subspan(t * hidden, hidden), w.post_norm, static_cast<float>(c.rms_norm_eps),
+                      std::span(spec_normed).subspan(t * hidden, hidden));
+  }
+  backend->matmul_rows(w.router, spec_normed, count, spec_logits);
+  std::vector<int>& guess = predicted[static_cast<std::size_t>(w.moe_index)];
+  guess.clear();
+  for (std::size_t t = 0; t < rows; ++t) {
+    const forward::Routing r = forward::route(std::span(spec_logits).subspan(t * n_experts, n_experts),
+                                              static_cast<int>(c.num_experts_per_tok), router_norm(c.router_normalization));
+    for (int e : r.experts) {
+      if (std::find(guess.begin(), guess.end(), e) == guess.end()) guess.push_back(e);
+    }
+  }
+  return experts.prefetch(w.moe_index, guess);
 }
 
 // The router over all `count` rows of `normed` in one call (with the shared
@@ -302,6 +339,16 @@ std::vector<forward::Routing> MoeModel::State::route_tokens(const LayerWeights& 
                                       static_cast<int>(c.num_experts_per_tok), router_norm(c.router_normalization)));
     for (int expert : routings.back().experts) ++routing_counts[static_cast<std::size_t>(w.moe_index)][static_cast<std::size_t>(expert)];
   }
+  // How well the previous layer predicted these experts (speculative prefetch).
+  std::vector<int>& guess = predicted[static_cast<std::size_t>(w.moe_index)];
+  for (int e : guess) {
+    const bool routed = std::any_of(routings.begin(), routings.end(), [&](const forward::Routing& r) {
+      return std::find(r.experts.begin(), r.experts.end(), e) != r.experts.end();
+    });
+    ++stats.predicted_experts;
+    stats.predicted_correct += routed ? 1 : 0;
+  }
+  guess.clear();
   return routings;
 }
 
@@ -416,6 +463,9 @@ Result<MoeModel> MoeModel::load(const std::filesystem::path& path, const ModelOp
   }
   const auto& layout = state->reader->index().experts;
   state->routing_counts.assign(layout.layers, std::vector<std::uint64_t>(layout.experts, 0));
+  state->predicted.assign(layout.layers, {});
+  // Prefetching pays only when experts stream.
+  state->options.speculative_prefetch = options.speculative_prefetch && options.cache_capacity < static_cast<int>(layout.experts);
 
   if (!options.compute_pus.empty()) {
     if (Status s = kernels::cpu::pin_openmp_team(options.compute_pus); !s) return s.error();
@@ -512,6 +562,8 @@ Status MoeModel::forward(std::span<const std::int32_t> tokens, int start_positio
   s.stats.expert_hits = s.experts.hits();
   s.stats.expert_misses = s.experts.misses();
   s.stats.expert_bytes_read = s.experts.bytes_read();
+  s.stats.prefetch_reads = s.experts.prefetched();
+  s.stats.prefetch_reads_used = s.experts.prefetch_used();
   return s.watch_rss();
 }
 

@@ -53,6 +53,12 @@ struct ModelOptions {
   // quantise activations to int8); "exact" = f32 activations, de-quantised
   // weights (reference accuracy, slow).
   std::string cpu_kernel;
+  // When experts stream (cache_capacity < experts): run the next MoE
+  // layer's router on this layer's post-attention hidden state (normed with
+  // the next layer's post-attention norm) and start reads of the experts it
+  // predicts, so they load while this layer computes. Passes of one expert
+  // round only (decode, short prompts). Never changes tokens.
+  bool speculative_prefetch = false;
   // Threads reading expert misses while compute runs on resident experts;
   // 0 = synchronous reads on the compute thread.
   int io_threads = 4;
@@ -97,6 +103,11 @@ struct ModelStats {
   std::uint64_t expert_hits = 0;
   std::uint64_t expert_misses = 0;
   std::uint64_t expert_bytes_read = 0;
+  // Speculative prefetch (ModelOptions::speculative_prefetch): experts the
+  // next layer's router predicted, how many of them that layer then used,
+  // and the reads the prediction started / that turned out needed.
+  std::uint64_t predicted_experts = 0, predicted_correct = 0;
+  std::uint64_t prefetch_reads = 0, prefetch_reads_used = 0;
   std::string cpu_kernel;                 // the variant in use
   // The thread sets the passes ran on, e.g. "2 threads on PUs 0-1"; empty
   // for a phase that has not run. Prefill: passes of several tokens.
