@@ -35,6 +35,11 @@ struct LayerWeights {
 };
 
 constexpr const char* kEmbedding = "model.embed_tokens.weight";
+// Tokens per batched pass of the attention half and of a dense MLP: enough
+// to reuse every weight row many times over (the kernels' tiles are 4 to 8
+// tokens), few enough that q, k, v, attention and MLP rows stay a few MiB
+// whatever the prompt's length.
+constexpr int kPassSlice = 128;
 
 // The CPU backend as the options ask for it (kernel variant or "exact",
 // threads, their PUs).
@@ -274,9 +279,12 @@ Status MoeModel::State::mlp_step(std::size_t l, std::span<float> xs, int count) 
                       std::span(normed).subspan(t * hidden, hidden));
   }
   if (w.moe_index < 0) {
-    moe_out.resize(rows * hidden);
-    dense_mlp(w, normed, count, moe_out);
-    for (std::size_t i = 0; i < rows * hidden; ++i) xs[i] += moe_out[i];
+    for (std::size_t first = 0; first < rows; first += kPassSlice) {
+      const std::size_t slice = std::min<std::size_t>(kPassSlice, rows - first);
+      moe_out.resize(slice * hidden);
+      dense_mlp(w, std::span<const float>(normed).subspan(first * hidden, slice * hidden), static_cast<int>(slice), moe_out);
+      for (std::size_t i = 0; i < slice * hidden; ++i) xs[first * hidden + i] += moe_out[i];
+    }
     return Ok{};
   }
   const int round = experts.tokens_per_round(std::max(1, options.prefill_round_tokens));
@@ -532,7 +540,12 @@ Status MoeModel::State::forward_cpu(std::span<const std::int32_t> tokens, int st
   std::vector<float> xs(static_cast<std::size_t>(count) * hidden);
   for (int t = 0; t < count; ++t) forward::dense_row(embed, tokens[static_cast<std::size_t>(t)], std::span(xs).subspan(t * hidden, hidden));
   for (std::size_t l = 0; l < layers.size(); ++l) {
-    attention_pass(l, xs, count, start_position);
+    // In slices of the prompt, so the per-token scratch stays bounded
+    // (the plan prices only the hidden rows per prompt token).
+    for (int first = 0; first < count; first += kPassSlice) {
+      const int slice = std::min(kPassSlice, count - first);
+      attention_pass(l, std::span(xs).subspan(first * hidden, slice * hidden), slice, start_position + first);
+    }
     if (Status st = mlp_step(l, xs, count); !st) return st;
   }
   forward::rms_norm(std::span(xs).subspan((count - 1) * hidden, hidden), final_norm,
