@@ -311,10 +311,12 @@ int run_generate(const RunArgs& args) {
   std::printf("\n---\nload %.2f s | TTFT %.3f s | prefill %.1f tok/s (%zu tokens) | decode %.1f tok/s (%d tokens)\n",
               load_seconds, ttft, static_cast<double>(prompt.size()) / ttft, prompt.size(),
               generated > 1 ? (generated - 1) / decode_seconds : 0.0, generated);
-  std::printf("experts: hit rate %.1f%% (%llu hits, %llu misses), %s read from disk | kernel %s | threads %d | I/O %s | peak RSS %s\n",
+  std::printf("experts: hit rate %.1f%% (%llu hits, %llu misses), %s read from disk | kernel %s | threads: prefill %s, decode %s | I/O %s | peak RSS %s\n",
               lookups > 0 ? 100.0 * static_cast<double>(stats.expert_hits) / lookups : 0.0,
               static_cast<unsigned long long>(stats.expert_hits), static_cast<unsigned long long>(stats.expert_misses),
-              coli::format_bytes(stats.expert_bytes_read).c_str(), stats.cpu_kernel.c_str(), options.threads,
+              coli::format_bytes(stats.expert_bytes_read).c_str(), stats.cpu_kernel.c_str(),
+              stats.prefill_thread_set.empty() ? "-" : stats.prefill_thread_set.c_str(),
+              stats.decode_thread_set.empty() ? "-" : stats.decode_thread_set.c_str(),
               stats.io_mode.c_str(),
               coli::format_bytes(peak_rss_bytes()).c_str());
   if (planned) coli::tools::print_plan_vs_actual(planned->plan, model->stats(), peak_rss_bytes());

@@ -65,10 +65,12 @@ Result<ThreadChoice> decide_threads(const DeviceProfile& profile, std::optional<
     // The tuning phase timed the engine's own kernels per thread set; its figures are in rec.reason.
     out.reason = std::to_string(out.threads) + " threads" + on_pus + ", measured by coli-probe (" + rec.rule + ": " +
                  rec.reason + ")";
-    if (rec.prefill_threads > 0 && rec.prefill_pus != rec.decode_pus) {
+    if (rec.prefill_threads > 0 && (rec.prefill_pus != rec.decode_pus || rec.prefill_threads != out.threads)) {
+      out.prefill_threads = rec.prefill_threads;
+      if (rec.prefill_pus.size() == rec.prefill_threads) out.prefill_pus = rec.prefill_pus;
       out.reason += "; prefill measured best on " + std::to_string(rec.prefill_threads) + " threads" +
                     (rec.prefill_pus.empty() ? "" : " (PUs " + rec.prefill_pus.to_list() + ")") +
-                    ", but the engine runs one thread team for both phases, so decode's set is used";
+                    ": passes of several tokens run there, single tokens on decode's set";
     }
     return out;
   }

@@ -88,6 +88,8 @@ Result<Plan> make_plan_explained(const DeviceProfile& profile, const ModelFootpr
   if (!threads) return threads.error();
   plan.threads = threads->threads;
   plan.compute_pus = threads->pus;
+  plan.prefill_threads = threads->prefill_threads;
+  plan.prefill_pus = threads->prefill_pus;
   auto kernel = decide_cpu_kernel(profile, request.cpu_kernel);
   if (!kernel) return kernel.error();
   plan.cpu_kernel = kernel->variant;

@@ -54,6 +54,16 @@ void read_knobs(const Reader& k, PlanFile& f) {
                                 " threads: one CPU per thread, or \"\" for none");
     }
   }
+  if (k.has("prefill_threads")) {  // a prefill thread set of its own
+    p.prefill_threads = static_cast<int>(k.integer("prefill_threads", 1, 1 << 16));
+    auto pus = CpuSet::parse(k.has("prefill_pus") ? k.text("prefill_pus") : "");
+    if (!pus) k.fail("prefill_pus", "is not a CPU list such as \"0-3,8\": " + pus.error().message);
+    p.prefill_pus = *pus;
+    if (!p.prefill_pus.empty() && p.prefill_pus.size() != p.prefill_threads) {
+      k.fail("prefill_pus", "names " + std::to_string(p.prefill_pus.size()) + " CPUs for " +
+                                std::to_string(p.prefill_threads) + " prefill threads: one CPU per thread, or \"\" for none");
+    }
+  }
   // Field note 1: the evictable slots must hold every distinct expert a
   // round can touch, or the round evicts experts it still needs.
   const long long distinct = std::min<long long>(p.n_experts - p.pins, 1LL * f.top_k * p.prefill_round_tokens);

@@ -58,7 +58,7 @@ toml::table plan_table(const PlanFile& f) {
                   {"reason", p.gpu.reason},
                   {"device_reason", p.gpu.device.reason},
                   {"variants", std::move(variants)}};
-  return toml::table{
+  toml::table table{
       {"gpu", std::move(gpu)},
       {"schema_version", f.schema_version},
       {"planning_ms", f.planning_ms},
@@ -97,6 +97,13 @@ toml::table plan_table(const PlanFile& f) {
                             {"decode_inputs", s.decode_inputs},
                             {"prefill_tok_per_s", s.prefill_tok_per_s},
                             {"prefill_inputs", s.prefill_inputs}}}};
+  // Only when prefill has a set of its own, so plans without one read as before.
+  if (p.prefill_threads > 0) {
+    toml::table& knobs = *table["knobs"].as_table();
+    knobs.insert("prefill_threads", p.prefill_threads);
+    knobs.insert("prefill_pus", p.prefill_pus.to_list());
+  }
+  return table;
 }
 
 }  // namespace

@@ -9,6 +9,8 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <random>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -70,13 +72,16 @@ TEST_P(CpuBackendExperts, BatchEqualsTheOldPerExpertPathBitForBit) {
     ASSERT_TRUE((*backend)->upload(**storage, experts - 1 - e, record).ok());
   }
   const std::size_t in_width = layout.parts[0].cols, out_width = layout.parts[2].rows;
-  const int tokens = 3;
+  // Each expert gets 5 or 6 of the 11 tokens (a full tile of 4 and a short
+  // one), in an order that interleaves experts: the backend groups them.
+  const int tokens = 11;
   std::vector<float> in(tokens * in_width);
   for (std::size_t i = 0; i < in.size(); ++i) in[i] = std::sin(0.37f * static_cast<float>(i)) * 2.0f;
   std::vector<ExpertRow> rows;
   for (int t = 0; t < tokens; ++t) {
-    for (int e = t; e < experts; e += 2) rows.push_back({experts - 1 - e, t, static_cast<int>(rows.size())});
+    for (int e = t % 2; e < experts; e += 2) rows.push_back({experts - 1 - e, t, static_cast<int>(rows.size())});
   }
+  std::swap(rows.front(), rows.back());  // output rows out of order too
   std::vector<float> out(rows.size() * out_width);
   (*backend)->expert_ffn_batch({storage->get(), &layout, in, out, rows});
 
@@ -107,6 +112,52 @@ INSTANTIATE_TEST_SUITE_P(
     testing::Combine(testing::Values("qwen3_moe", "mixtral"),
                      testing::Values(WeightFormat::q4_g64, WeightFormat::q8_row),
                      testing::Values("scalar", "exact", "")));
+
+// q, k and v (and gate/up) of all a pass's tokens go through matmul_rows:
+// each output row must equal a one-row matmul bit for bit, for quantised
+// and float weights mixed in one call, with and without bias.
+TEST(CpuBackend, MatmulRowsEqualsOneRowMatmulBitForBit) {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> dist(-1, 1);
+  const int cols = 128, count = 9, rows = 40;
+  std::vector<std::int8_t> q8(rows * cols);
+  std::vector<float> q8_scales(rows), f32(rows * cols), bias(rows), x(count * cols);
+  std::vector<std::uint8_t> q4(rows * cols / 2);
+  std::vector<std::uint16_t> q4_scales(rows * cols / 64), bf16(rows * cols);
+  for (auto& v : q8) v = static_cast<std::int8_t>(static_cast<int>(rng() % 255) - 127);
+  for (auto& v : q4) v = static_cast<std::uint8_t>(rng());
+  for (auto& v : q8_scales) v = 0.01f + 0.01f * (dist(rng) + 1);
+  for (auto& v : q4_scales) v = kernels::float_to_half(0.02f + 0.01f * dist(rng));
+  for (auto* values : {&f32, &bias, &x}) for (auto& v : *values) v = dist(rng);
+  for (std::size_t i = 0; i < bf16.size(); ++i) bf16[i] = kernels::float_to_half(f32[i]) ^ 0x0100;  // f16 bits
+  auto bytes = [](const auto& v) { return reinterpret_cast<const std::byte*>(v.data()); };
+  const WeightView weights[] = {{bytes(q8), bytes(q8_scales), WeightFormat::q8_row, rows, cols},
+                                {bytes(q4), bytes(q4_scales), WeightFormat::q4_g64, rows, cols},
+                                {bytes(f32), nullptr, WeightFormat::f32, rows, cols},
+                                {bytes(bf16), nullptr, WeightFormat::f16, rows, cols},
+                                {bytes(q8), bytes(q8_scales), WeightFormat::q8_row, rows / 2, cols}};
+  for (const std::string kernel : {"", "exact"}) {
+    SCOPED_TRACE("kernel '" + kernel + "'");
+    auto backend = create_backend({.kind = BackendKind::cpu, .name = "cpu", .cpu_kernel = kernel, .threads = 2});
+    ASSERT_TRUE(backend.ok()) << backend.error().message;
+    std::vector<std::vector<float>> ys;
+    std::vector<MatmulOutput> outputs;
+    for (const WeightView& w : weights) ys.emplace_back(static_cast<std::size_t>(count * w.rows));
+    for (std::size_t i = 0; i < ys.size(); ++i) {
+      outputs.push_back({weights[i], ys[i], i % 2 == 0 ? std::span<const float>(bias).first(weights[i].rows) : std::span<const float>{}});
+    }
+    (*backend)->matmul_rows(x, count, outputs);
+    for (std::size_t i = 0; i < outputs.size(); ++i) {
+      const auto out_rows = static_cast<std::size_t>(weights[i].rows);
+      for (int t = 0; t < count; ++t) {
+        std::vector<float> one(out_rows);
+        (*backend)->matmul(weights[i], std::span<const float>(x).subspan(t * cols, cols), one, outputs[i].bias);
+        EXPECT_EQ(std::memcmp(one.data(), ys[i].data() + t * out_rows, out_rows * sizeof(float)), 0)
+            << "output " << i << " token " << t;
+      }
+    }
+  }
+}
 
 TEST(CpuBackend, PropsSayWhatRuns) {
   auto backend = create_backend({.kind = BackendKind::cpu, .name = "cpu", .cpu_kernel = "", .threads = 3});

@@ -318,6 +318,50 @@ TEST_P(EngineReference, ReducedPrecisionKvStaysWithinItsRounding) {
   }
 }
 
+// A plan with a prefill thread set of its own: the prompt (one pass of
+// several tokens) runs on it, single tokens on the decode set, and the
+// tokens and logits are those of one set for everything, bit for bit.
+TEST(EngineThreadSets, PrefillRunsOnItsOwnSetWithTheSameTokens) {
+  const fs::path dir = fs::path(COLI_FIXTURES_DIR) / "models" / "olmoe";
+  const Reference ref = load_reference(dir, "reference_q4");
+  const fs::path container = converted_fixture("olmoe", WeightFormat::q4_g64);
+  runtime::ModelOptions one_set;
+  one_set.threads = 1;
+  const EngineRun decode_set_only = run_model(container, one_set, ref, true);
+  EXPECT_EQ(decode_set_only.stats.prefill_thread_set, "1 thread, not pinned (decode set)");
+  runtime::ModelOptions two_sets = one_set;
+  two_sets.prefill_threads = 2;
+  const EngineRun both = run_model(container, two_sets, ref, true);
+  EXPECT_EQ(both.stats.prefill_thread_set, "2 threads, not pinned (prefill set)");
+  EXPECT_EQ(both.stats.decode_thread_set, "1 thread, not pinned (decode set)");
+  EXPECT_EQ(both.tokens, decode_set_only.tokens);
+  EXPECT_EQ(both.prompt_logits.back(), decode_set_only.prompt_logits.back());
+}
+
+// Speculative prefetch reads the next layer's predicted experts into its
+// cache early: the tokens and logits stay those of the run without it, its
+// own lookups are not counted as hits or misses, and it did predict and read.
+TEST(EngineSpeculativePrefetch, ReadsPredictedExpertsWithoutChangingTokens) {
+  const fs::path dir = fs::path(COLI_FIXTURES_DIR) / "models" / "olmoe";
+  const Reference ref = load_reference(dir, "reference_q4");
+  const fs::path container = converted_fixture("olmoe", WeightFormat::q4_g64);
+  runtime::ModelOptions streaming;
+  streaming.cache_capacity = 3;
+  streaming.prefill_round_tokens = 1;  // a prompt of several rounds: no prefetch there
+  const EngineRun plain = run_model(container, streaming, ref, true);
+  runtime::ModelOptions speculative = streaming;
+  speculative.speculative_prefetch = true;
+  const EngineRun prefetched = run_model(container, speculative, ref, true);
+  EXPECT_EQ(prefetched.tokens, plain.tokens);
+  EXPECT_EQ(prefetched.prompt_logits.back(), plain.prompt_logits.back());
+  EXPECT_EQ(prefetched.stats.expert_hits + prefetched.stats.expert_misses,
+            plain.stats.expert_hits + plain.stats.expert_misses);
+  EXPECT_GT(prefetched.stats.predicted_experts, 0u);
+  EXPECT_LE(prefetched.stats.predicted_correct, prefetched.stats.predicted_experts);
+  EXPECT_GT(prefetched.stats.prefetch_reads, 0u);
+  EXPECT_EQ(plain.stats.predicted_experts, 0u);
+}
+
 INSTANTIATE_TEST_SUITE_P(AllArchitectures, EngineReference,
                          testing::Values("qwen3_moe", "olmoe", "mixtral", "qwen2_moe"));
 

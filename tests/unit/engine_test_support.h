@@ -75,6 +75,7 @@ struct EngineRun {
   std::vector<std::int32_t> tokens;
   std::vector<std::vector<float>> prompt_logits;  // after each prompt token
   double worst_generated_error = 0;
+  runtime::ModelStats stats;  // after the last token
 };
 
 // Options with the KV cache in f32: what the 1e-4 comparisons with
@@ -112,6 +113,7 @@ inline EngineRun run_model(const fs::path& container, const runtime::ModelOption
     run.tokens.push_back(next);
     EXPECT_TRUE(model->forward(std::span(&next, 1), position++, logits).ok());
   }
+  run.stats = model->stats();
   return run;
 }
 

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
+#include <vector>
 
 #include "coli/forward/ops.h"
 
@@ -95,6 +97,41 @@ TEST(ForwardOps, DenseGemvInEveryDtypeWithBias) {
   std::vector<float> row(cols);
   dense_row({WeightFormat::bf16, rows, cols, w_bf16.data()}, 5, row);
   EXPECT_EQ(row[3], w[5 * cols + 3]);
+}
+
+// Prefill's many-token products read each weight row once per tile of
+// tokens; every token's result must be gemv_dense's bit for bit, in every
+// float dtype, with tiles cut short and rows whose width leaves a tail.
+TEST(ForwardOps, DenseManyEqualsOneTokenGemvBitForBit) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> dist(-1, 1);
+  const int cols = 70, count = 19, rows_a = 37, rows_b = 5;
+  std::vector<float> x(count * cols), bias(rows_a), w32(rows_a * cols);
+  for (auto* values : {&x, &bias, &w32}) for (float& v : *values) v = dist(rng);
+  for (auto dtype : {WeightFormat::f32, WeightFormat::bf16, WeightFormat::f16}) {
+    SCOPED_TRACE(std::string(name_of(dtype)));
+    // bf16: the f32 values truncated; f16: random finite bit patterns below 1
+    // in magnitude (exponent field at most 14).
+    std::vector<std::uint16_t> a16(w32.size()), b16(rows_b * cols);
+    for (std::size_t i = 0; i < a16.size(); ++i) {
+      a16[i] = dtype == WeightFormat::bf16 ? to_bf16(w32[i]) : static_cast<std::uint16_t>(rng() & 0xbbffu);
+    }
+    for (std::size_t i = 0; i < b16.size(); ++i) b16[i] = a16[(i * 7) % a16.size()];
+    const WeightFormat b_dtype = dtype == WeightFormat::f32 ? WeightFormat::f16 : dtype;
+    const DenseMatrix a{dtype, rows_a, cols, dtype == WeightFormat::f32 ? static_cast<const void*>(w32.data()) : a16.data()};
+    const DenseMatrix b{b_dtype, rows_b, cols, b16.data()};
+    std::vector<float> ya(count * rows_a), yb(count * rows_b);
+    const DenseProduct products[] = {{a, ya, bias}, {b, yb, {}}};
+    gemv_dense_many(products, x, count, 2);
+    for (int t = 0; t < count; ++t) {
+      std::vector<float> one_a(rows_a), one_b(rows_b);
+      const auto x_t = std::span<const float>(x).subspan(t * cols, cols);
+      gemv_dense(a, x_t, one_a, 1, bias);
+      gemv_dense(b, x_t, one_b, 1);
+      EXPECT_EQ(std::memcmp(one_a.data(), ya.data() + t * rows_a, rows_a * sizeof(float)), 0) << "token " << t;
+      EXPECT_EQ(std::memcmp(one_b.data(), yb.data() + t * rows_b, rows_b * sizeof(float)), 0) << "token " << t;
+    }
+  }
 }
 
 }  // namespace

@@ -71,6 +71,23 @@ TEST(PlanFile, RoundTripsThroughToml) {
   EXPECT_EQ(plan_to_toml(*back), text);  // stable: writing what was read changes nothing
 }
 
+// A prefill thread set of its own travels through the file (the engine
+// switches to it for passes of several tokens); a wrong PU count is refused.
+TEST(PlanFile, RoundTripsThePrefillThreadSet) {
+  PlanFile f = h200_qwen3_plan();
+  ASSERT_EQ(f.plan.prefill_threads, 0) << "the curated profile's prefill set is decode's";
+  f.plan.prefill_threads = 12;
+  f.plan.prefill_pus = *CpuSet::parse("0-11");
+  const std::string text = plan_to_toml(f);
+  EXPECT_NE(text.find("\nprefill_pus = '0-11'\n"), std::string::npos) << text;
+  auto back = parse_plan(text, "plan.toml");
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(*back, f);
+  auto wrong = parse_plan(edit(text, "prefill_pus = ", "prefill_pus = '0-3'"), "plan.toml");
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_NE(wrong.error().message.find("4 CPUs for 12 prefill threads"), std::string::npos) << wrong.error().message;
+}
+
 TEST(PlanFile, JsonCarriesTheSameTable) {
   const PlanFile f = h200_qwen3_plan();
   const std::string json = plan_to_json(f);

@@ -56,6 +56,13 @@ TEST(OptionsFromPlan, EveryKnobTheStreamingPlanDecides) {
   ASSERT_TRUE(options.ok()) << options.error().message;
   EXPECT_EQ(options->threads, 3);
   EXPECT_EQ(options->compute_pus.to_list(), "2,4,6");
+  EXPECT_EQ(options->prefill_threads, 0) << "no prefill set of its own: decode's for every pass";
+  plan.prefill_threads = 4;
+  plan.prefill_pus = CpuSet({2, 3, 4, 6});
+  auto with_prefill = options_from_plan(plan, shape, &history);
+  ASSERT_TRUE(with_prefill.ok()) << with_prefill.error().message;
+  EXPECT_EQ(with_prefill->prefill_threads, 4);
+  EXPECT_EQ(with_prefill->prefill_pus.to_list(), "2-4,6");
   EXPECT_EQ(options->cpu_kernel, "avx2");
   EXPECT_EQ(options->cache_capacity, 5);
   EXPECT_EQ(options->prefill_round_tokens, 5);

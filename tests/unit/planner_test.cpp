@@ -290,10 +290,14 @@ TEST(PlannerThreads, TuningPhaseChoiceIsMeasuredWithItsFigures) {
   EXPECT_TRUE(mentions(choice->reason, "on PUs 0-7, measured by coli-probe")) << choice->reason;
   EXPECT_TRUE(mentions(choice->reason, "41.2 tokens/s per layer")) << choice->reason;
   EXPECT_TRUE(mentions(choice->reason, "prefill measured best on 16 threads (PUs 0-15)")) << choice->reason;
+  // The plan carries the prefill set to the engine (it ran decode's before).
+  EXPECT_EQ(choice->prefill_threads, 16);
+  EXPECT_EQ(choice->prefill_pus, *CpuSet::parse("0-15"));
   p.threads.rule = "single-kind-physical-cores";  // the tier rule: said so, no measurement claimed
   auto rule = decide_threads(p, std::nullopt);
   ASSERT_TRUE(rule.ok());
   EXPECT_EQ(rule->basis, "rule");
+  EXPECT_EQ(rule->prefill_threads, 0) << "the tier rule measured nothing for prefill";
   EXPECT_FALSE(mentions(rule->reason, "measured by coli-probe")) << rule->reason;
 }
 

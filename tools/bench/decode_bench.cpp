@@ -46,6 +46,7 @@ struct Args {
   std::vector<std::string> caps{"all"};  // "all" or slots per layer
   std::vector<std::string> kernels{""};
   int prompt_tokens = 16, decode_tokens = 64, repeats = 3, context = 0;  // 0: prompt + tokens
+  std::string speculative_prefetch = "off";  // ModelOptions::speculative_prefetch
 };
 
 struct Config {
@@ -88,6 +89,7 @@ coli::Result<Run> run_once(const Args& args, const Config& config, const coli::r
   plan.direct_io = defaults.direct_io;
   auto options = coli::runtime::options_from_plan(plan, shape);
   if (!options) return options.error();
+  options->speculative_prefetch = args.speculative_prefetch == "on";
   auto model = coli::runtime::MoeModel::load(args.model, *options);
   if (!model) return model.error();
   std::vector<float> logits(static_cast<std::size_t>(model->vocab_size()));
@@ -112,6 +114,12 @@ coli::Result<Run> run_once(const Args& args, const Config& config, const coli::r
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - begin).count();
   const coli::runtime::ModelStats& after = model->stats();
+  if (options->speculative_prefetch) {
+    std::fprintf(stderr, "  speculative prefetch: %.1f%% of predicted experts routed to (%llu of %llu), %llu reads started, %llu used\n",
+                 after.predicted_experts ? 100.0 * static_cast<double>(after.predicted_correct) / static_cast<double>(after.predicted_experts) : 0.0,
+                 static_cast<unsigned long long>(after.predicted_correct), static_cast<unsigned long long>(after.predicted_experts),
+                 static_cast<unsigned long long>(after.prefetch_reads), static_cast<unsigned long long>(after.prefetch_reads_used));
+  }
   return Run{args.decode_tokens / seconds, after.expert_hits - before.expert_hits,
              after.expert_misses - before.expert_misses, after.expert_bytes_read - before.expert_bytes_read,
              rss_bytes("VmRSS:"), after.cpu_kernel};
@@ -269,6 +277,10 @@ int main(int argc, char** argv) {
   app.add_option("--tokens", args.decode_tokens, "Timed decode tokens per run")->check(CLI::Range(1, 1 << 16))->capture_default_str();
   app.add_option("--repeats", args.repeats, "Runs per configuration")->check(CLI::Range(1, 1000))->capture_default_str();
   app.add_option("--ctx", args.context, "KV cache positions (0 = prompt + tokens)")->check(CLI::Range(0, 1 << 24))->capture_default_str();
+  app.add_option("--speculative-prefetch", args.speculative_prefetch,
+                 "Run the next layer's router early and read its predicted experts (streaming only): on|off")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
   auto* profile = app.add_option("--profile", args.profile, "Device profile (coli-probe) with memory bandwidth")->check(CLI::ExistingFile);
   app.add_option("--bandwidth", args.bandwidth_gb_s, "Memory read bandwidth in GB/s (instead of --profile)")->excludes(profile);
   coli::cli::add_version_flag(app, "coli-decode-bench");

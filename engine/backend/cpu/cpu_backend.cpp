@@ -1,6 +1,8 @@
 #include "cpu_backend.h"
 
+#include <algorithm>
 #include <cstring>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <tuple>
@@ -99,6 +101,61 @@ void CpuBackend::matmul(const WeightView& w, std::span<const float> x, std::span
   for (std::size_t i = 0; i < bias.size(); ++i) y[i] += bias[i];
 }
 
+void CpuBackend::matmul_rows(std::span<const float> x, int count, std::span<const MatmulOutput> outputs) {
+  if (outputs.empty() || count <= 0) return;
+  for (const MatmulOutput& o : outputs) {
+    if (o.w.cols != outputs[0].w.cols || x.size() != static_cast<std::size_t>(count) * static_cast<std::size_t>(o.w.cols) ||
+        o.y.size() != static_cast<std::size_t>(count) * static_cast<std::size_t>(o.w.rows)) {
+      throw std::invalid_argument("matmul_rows: x must hold count * cols floats, each y count * rows, one cols for all");
+    }
+  }
+  // Float matrices: one region over the rows of all of them.
+  std::vector<forward::DenseProduct> dense;
+  for (const MatmulOutput& o : outputs) {
+    if (!traits(o.w.format).quantized) dense.push_back({{o.w.format, o.w.rows, o.w.cols, o.w.data}, o.y, o.bias});
+  }
+  if (!dense.empty()) forward::gemv_dense_many(dense, x, count, gemv_.threads);
+  // Quantised ones: the rows quantised once per format, then one region per format.
+  for (const WeightFormat format : {WeightFormat::q8_row, WeightFormat::q4_g64}) {
+    std::vector<const MatmulOutput*> of_format;
+    for (const MatmulOutput& o : outputs) {
+      if (o.w.format == format) of_format.push_back(&o);
+    }
+    if (of_format.empty()) continue;
+    if (exact_) {
+      const std::size_t cols = static_cast<std::size_t>(of_format[0]->w.cols);
+      for (const MatmulOutput* o : of_format) {
+        const std::size_t rows = static_cast<std::size_t>(o->w.rows);
+        for (int t = 0; t < count; ++t) matmul(o->w, x.subspan(t * cols, cols), o->y.subspan(t * rows, rows), o->bias);
+      }
+      continue;
+    }
+    cpu::QuantizedActivations& activations = format == WeightFormat::q8_row ? rows_q8_ : rows_q4_;
+    activations.quantize(gemv_.variant, format, x, count, of_format[0]->w.cols,
+                         count >= kParallelQuantizeRows ? gemv_.threads : 1);
+    std::vector<cpu::Q4GemvJob> q4_jobs;
+    std::vector<cpu::Q8GemvJob> q8_jobs;
+    for (const MatmulOutput* o : of_format) {
+      const WeightView& w = o->w;
+      if (format == WeightFormat::q4_g64) q4_jobs.push_back({q4_view(w.data, w.scales, w.rows, w.cols), &activations, o->y});
+      else q8_jobs.push_back({q8_view(w.data, w.scales, w.rows, w.cols), &activations, o->y});
+    }
+    if (format == WeightFormat::q4_g64) cpu::gemv_quantized_many(q4_jobs, gemv_.threads);
+    else cpu::gemv_quantized_many(q8_jobs, gemv_.threads);
+    for (const MatmulOutput* o : of_format) {
+      const std::size_t rows = static_cast<std::size_t>(o->w.rows);
+      for (int t = 0; t < count && !o->bias.empty(); ++t) {
+        for (std::size_t i = 0; i < rows; ++i) o->y[t * rows + i] += o->bias[i];
+      }
+    }
+  }
+}
+
+void CpuBackend::set_threads(int threads) {
+  gemv_.threads = std::max(1, threads);
+  props_.threads = gemv_.threads;
+}
+
 void CpuBackend::project(const container::ExpertPart& part, WeightFormat format, const std::byte* record,
                          std::span<const float> x, std::span<float> y) {
   matmul({record + part.weights_offset, record + part.scales_offset, format, static_cast<int>(part.rows),
@@ -128,53 +185,108 @@ void CpuBackend::ffn_each(const ExpertBatch& batch) {
   }
 }
 
-// With the SIMD kernels, all gates and ups run in one parallel region and
-// all downs in another (the fork/join of a region costs about as much as
-// streaming 0.3 MB at 16 threads); every output equals ffn_each's bit for bit.
+// With the SIMD kernels every expert of the batch is one job with all of
+// its rows (the tokens routed to it, quantised one after another), so each
+// weight row is read once per tile of tokens: all gates and ups run in one
+// parallel region, all downs in another (the fork/join of a region costs
+// about as much as streaming 0.3 MB at 16 threads). Every output equals
+// ffn_each's bit for bit: quantisation is per row and every Y[t] of a
+// many-token job equals the one-token product.
 void CpuBackend::ffn_quantized(const ExpertBatch& batch) {
   const WeightFormat format = batch.layout->format;
-  const bool q4 = format == WeightFormat::q4_g64;
   const auto& [gate_part, up_part, down_part] = std::tie(batch.layout->parts[0], batch.layout->parts[1], batch.layout->parts[2]);
   const std::size_t width = gate_part.rows, in_width = gate_part.cols, out_width = down_part.rows;
-  const std::size_t count = batch.rows.size();
-  inputs_.resize(count);
-  hidden_.resize(count);
-  gate_.resize(count * width);
-  up_.resize(count * width);
+  const std::vector<ExpertGroup>& groups = group_by_slot(batch.rows);
+  const std::size_t total = batch.rows.size();
+  gathered_.resize(total * in_width);
+  for (std::size_t i = 0; i < total; ++i) {
+    const auto x = batch.in.subspan(static_cast<std::size_t>(batch.rows[grouped_rows_[i]].input_row) * in_width, in_width);
+    std::copy(x.begin(), x.end(), gathered_.begin() + static_cast<std::ptrdiff_t>(i * in_width));
+  }
+  inputs_.resize(groups.size());
+  hidden_.resize(groups.size());
+  gate_.resize(total * width);
+  up_.resize(total * width);
+  down_.resize(total * out_width);
+  auto rows_of = [](std::vector<float>& buffer, const ExpertGroup& g, std::size_t row_width) {
+    return std::span(buffer).subspan(g.first * row_width, g.count * row_width);
+  };
+  for_each_group(groups, [&](std::size_t g) {
+    inputs_[g].quantize(gemv_.variant, format, rows_of(gathered_, groups[g], in_width), static_cast<int>(groups[g].count),
+                        static_cast<int>(in_width));
+  });
+  std::vector<QuantizedJob> jobs;
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    const std::byte* record = record_of(batch, groups[g].slot);
+    jobs.push_back({&gate_part, record, &inputs_[g], rows_of(gate_, groups[g], width)});
+    jobs.push_back({&up_part, record, &inputs_[g], rows_of(up_, groups[g], width)});
+  }
+  run_quantized(format, jobs);
+  for_each_group(groups, [&](std::size_t g) {
+    const auto gate = rows_of(gate_, groups[g], width), up = rows_of(up_, groups[g], width);
+    for (std::size_t j = 0; j < gate.size(); ++j) gate[j] = forward::silu(gate[j]) * up[j];
+    hidden_[g].quantize(gemv_.variant, format, gate, static_cast<int>(groups[g].count), static_cast<int>(width));
+  });
+  jobs.clear();
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    jobs.push_back({&down_part, record_of(batch, groups[g].slot), &hidden_[g], rows_of(down_, groups[g], out_width)});
+  }
+  run_quantized(format, jobs);
+  for (std::size_t i = 0; i < total; ++i) {
+    const auto from = std::span(down_).subspan(i * out_width, out_width);
+    std::copy(from.begin(), from.end(),
+              batch.out.begin() + static_cast<std::ptrdiff_t>(batch.rows[grouped_rows_[i]].output_row) * out_width);
+  }
+}
+
+// The batch's rows grouped by slot (groups in order of first appearance,
+// rows in batch order inside a group): grouped_rows_ lists row indices group
+// after group.
+const std::vector<CpuBackend::ExpertGroup>& CpuBackend::group_by_slot(std::span<const ExpertRow> rows) {
+  groups_.clear();
+  grouped_rows_.clear();
+  std::vector<std::size_t> group_of_row(rows.size());
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    std::size_t g = 0;
+    while (g < groups_.size() && groups_[g].slot != rows[i].slot) ++g;
+    if (g == groups_.size()) groups_.push_back({rows[i].slot, 0, 0});
+    ++groups_[g].count;
+    group_of_row[i] = g;
+  }
+  for (std::size_t g = 0, first = 0; g < groups_.size(); first += groups_[g].count, ++g) groups_[g].first = first;
+  for (std::size_t g = 0; g < groups_.size(); ++g) {
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      if (group_of_row[i] == g) grouped_rows_.push_back(i);
+    }
+  }
+  return groups_;
+}
+
+// Per-group preparation (quantising, SwiGLU): across the team when the batch
+// has prefill's many rows, on this thread for decode's few (no extra region).
+void CpuBackend::for_each_group(const std::vector<ExpertGroup>& groups, const std::function<void(std::size_t)>& prepare) {
+  const bool parallel = gemv_.threads > 1 && grouped_rows_.size() >= kParallelPrepareRows;
+  if (!parallel) {
+    for (std::size_t g = 0; g < groups.size(); ++g) prepare(g);
+    return;
+  }
+  const long long count = static_cast<long long>(groups.size());
+#pragma omp parallel for num_threads(gemv_.threads) schedule(dynamic)
+  for (long long g = 0; g < count; ++g) prepare(static_cast<std::size_t>(g));
+}
+
+void CpuBackend::run_quantized(WeightFormat format, std::span<const QuantizedJob> jobs) {
   std::vector<cpu::Q4GemvJob> q4_jobs;
   std::vector<cpu::Q8GemvJob> q8_jobs;
-  // One job list per stage, then one parallel region for it.
-  auto add_job = [&](const container::ExpertPart& part, const std::byte* record, const cpu::QuantizedActivations& x,
-                     std::span<float> y) {
-    const std::byte* weights = record + part.weights_offset;
-    const std::byte* scales = record + part.scales_offset;
-    const int rows = static_cast<int>(part.rows), cols = static_cast<int>(part.cols);
-    if (q4) q4_jobs.push_back({q4_view(weights, scales, rows, cols), &x, y});
-    else q8_jobs.push_back({q8_view(weights, scales, rows, cols), &x, y});
-  };
-  auto run_jobs = [&] {
-    if (q4) cpu::gemv_quantized_many(q4_jobs, gemv_.threads);
-    else cpu::gemv_quantized_many(q8_jobs, gemv_.threads);
-    q4_jobs.clear();
-    q8_jobs.clear();
-  };
-  for (std::size_t i = 0; i < count; ++i) {
-    const auto x = batch.in.subspan(static_cast<std::size_t>(batch.rows[i].input_row) * in_width, in_width);
-    inputs_[i].quantize(gemv_.variant, format, x, 1, static_cast<int>(in_width));
-    const std::byte* record = record_of(batch, batch.rows[i].slot);
-    add_job(gate_part, record, inputs_[i], std::span(gate_).subspan(i * width, width));
-    add_job(up_part, record, inputs_[i], std::span(up_).subspan(i * width, width));
+  for (const QuantizedJob& job : jobs) {
+    const std::byte* weights = job.record + job.part->weights_offset;
+    const std::byte* scales = job.record + job.part->scales_offset;
+    const int rows = static_cast<int>(job.part->rows), cols = static_cast<int>(job.part->cols);
+    if (format == WeightFormat::q4_g64) q4_jobs.push_back({q4_view(weights, scales, rows, cols), job.x, job.y});
+    else q8_jobs.push_back({q8_view(weights, scales, rows, cols), job.x, job.y});
   }
-  run_jobs();
-  for (std::size_t i = 0; i < count; ++i) {
-    float* gate = gate_.data() + i * width;
-    const float* up = up_.data() + i * width;
-    for (std::size_t j = 0; j < width; ++j) gate[j] = forward::silu(gate[j]) * up[j];
-    hidden_[i].quantize(gemv_.variant, format, std::span<const float>(gate, width), 1, static_cast<int>(width));
-    add_job(down_part, record_of(batch, batch.rows[i].slot), hidden_[i],
-            batch.out.subspan(static_cast<std::size_t>(batch.rows[i].output_row) * out_width, out_width));
-  }
-  run_jobs();
+  if (!q4_jobs.empty()) cpu::gemv_quantized_many(q4_jobs, gemv_.threads);
+  if (!q8_jobs.empty()) cpu::gemv_quantized_many(q8_jobs, gemv_.threads);
 }
 
 }  // namespace coli::backend

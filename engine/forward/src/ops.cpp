@@ -2,6 +2,8 @@
 
 #include "reference/gemv_reference.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -69,6 +71,11 @@ double dot_row(const DenseMatrix& w, int r, const float* x) {
   return 0;
 }
 
+// Tokens per pass over a stored row in gemv_dense_many: the row is read
+// from memory once and from L1 for the others, and the tile's activations
+// (8 x 8 KiB for 2048 f32 columns) stay in L2.
+constexpr int kDenseTokenTile = 8;
+
 // Quantised matrices belong to kernels::cpu; reaching here is a programming error.
 void require_float(const DenseMatrix& w) {
   if (!traits(w.dtype).cpu_float_kernels) {
@@ -92,6 +99,44 @@ void gemv_dense(const DenseMatrix& w, std::span<const float> x, std::span<float>
   for (int r = 0; r < w.rows; ++r) {
     const double sum = dot_row(w, r, x.data());
     y[static_cast<std::size_t>(r)] = static_cast<float>(bias.empty() ? sum : sum + bias[static_cast<std::size_t>(r)]);
+  }
+}
+
+void gemv_dense_many(std::span<const DenseProduct> products, std::span<const float> x, int count, int threads) {
+  long long total_rows = 0;
+  std::vector<long long> first_row;  // of each product in the flattened row range
+  for (const DenseProduct& p : products) {
+    require_float(p.w);
+    if (x.size() != static_cast<std::size_t>(count) * static_cast<std::size_t>(p.w.cols) ||
+        p.y.size() != static_cast<std::size_t>(count) * static_cast<std::size_t>(p.w.rows)) {
+      throw std::invalid_argument("gemv_dense_many: x must hold count * cols floats and y count * rows");
+    }
+    first_row.push_back(total_rows);
+    total_rows += p.w.rows;
+  }
+  // Row `flat` of the products times tokens [t0, t0 + tokens): each token's
+  // sum is dot_row's, so the bits are gemv_dense's.
+  auto run_row = [&](long long flat, int t0, int tokens) {
+    const auto product = static_cast<std::size_t>(std::upper_bound(first_row.begin(), first_row.end(), flat) - first_row.begin()) - 1;
+    const DenseProduct& p = products[product];
+    const int r = static_cast<int>(flat - first_row[product]);
+    const std::size_t cols = static_cast<std::size_t>(p.w.cols), rows = static_cast<std::size_t>(p.w.rows);
+    for (int t = t0; t < t0 + tokens; ++t) {
+      const double sum = dot_row(p.w, r, x.data() + static_cast<std::size_t>(t) * cols);
+      p.y[static_cast<std::size_t>(t) * rows + static_cast<std::size_t>(r)] =
+          static_cast<float>(p.bias.empty() ? sum : sum + p.bias[static_cast<std::size_t>(r)]);
+    }
+  };
+  // Contiguous rows per thread (as gemv_dense's static schedule); a tile of
+  // tokens over all of a thread's rows, then the next tile.
+#pragma omp parallel num_threads(std::max(1, threads))
+  {
+    const long long team = omp_get_num_threads(), member = omp_get_thread_num();
+    const long long begin = total_rows * member / team, end = total_rows * (member + 1) / team;
+    for (int t0 = 0; t0 < count; t0 += kDenseTokenTile) {
+      const int tokens = std::min(kDenseTokenTile, count - t0);
+      for (long long flat = begin; flat < end; ++flat) run_row(flat, t0, tokens);
+    }
   }
 }
 

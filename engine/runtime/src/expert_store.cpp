@@ -95,8 +95,38 @@ void ExpertStore::setup_io(const ExpertIo& io, bool streaming) {
   io_mode_ = why.empty() ? "O_DIRECT, " + threads : "buffered, " + threads + " (" + why + ")";
 }
 
+Status ExpertStore::prefetch(int moe_layer, std::span<const int> experts) {
+  const auto layer = static_cast<std::size_t>(moe_layer);
+  if (caches_[layer].in_round()) return Ok{};
+  const std::uint64_t hits_before = caches_[layer].stats().hits, misses_before = caches_[layer].stats().misses;
+  if (Status s = begin(moe_layer, experts); !s) return s;
+  Round& round = rounds_[layer];
+  round.speculative = true;
+  round.prefetched.clear();
+  for (int e : round.order) {
+    if (round.read_of_expert[static_cast<std::size_t>(e)] >= 0) round.prefetched.push_back(e);
+  }
+  prefetched_ += round.prefetched.size();
+  uncounted_hits_ += caches_[layer].stats().hits - hits_before;
+  uncounted_misses_ += caches_[layer].stats().misses - misses_before;
+  return Ok{};
+}
+
+void ExpertStore::close_speculative(int moe_layer, std::span<const int> needed) {
+  const auto layer = static_cast<std::size_t>(moe_layer);
+  Round& round = rounds_[layer];
+  round.speculative = false;
+  for (int e : round.prefetched) {
+    if (std::find(needed.begin(), needed.end(), e) != needed.end()) ++prefetch_used_;
+  }
+  round.prefetched.clear();
+  if (drain(round)) caches_[layer].abort_round();
+  else caches_[layer].end_round();
+}
+
 Status ExpertStore::begin(int moe_layer, std::span<const int> experts) {
   const auto layer = static_cast<std::size_t>(moe_layer);
+  if (rounds_[layer].speculative) close_speculative(moe_layer, experts);
   experts::ExpertCache& cache = caches_[layer];
   auto plan = cache.begin_round(experts);
   if (!plan) return plan.error();
@@ -248,13 +278,13 @@ void ExpertStore::commit_slabs() {
 std::uint64_t ExpertStore::hits() const {
   std::uint64_t total = 0;
   for (const auto& cache : caches_) total += cache.stats().hits;
-  return total;
+  return total - uncounted_hits_;
 }
 
 std::uint64_t ExpertStore::misses() const {
   std::uint64_t total = 0;
   for (const auto& cache : caches_) total += cache.stats().misses;
-  return total;
+  return total - uncounted_misses_;
 }
 
 }  // namespace coli::runtime

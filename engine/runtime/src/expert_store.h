@@ -46,6 +46,17 @@ class ExpertStore {
   // Leases `experts` of MoE layer `moe_layer` and submits the misses' reads;
   // returns before they land (wait() before using a miss).
   Status begin(int moe_layer, std::span<const int> experts);
+  // Starts reads of `experts` of a layer whose round is not open (the next
+  // layer's predicted experts, while this layer computes): a speculative
+  // round that leases and reads them into that layer's own cache, so it can
+  // never evict an expert another layer's open round uses. The layer's next
+  // begin() waits for those reads and closes it first; its hits and misses
+  // are not counted (prefetched() and prefetch_used() are). Ok and nothing
+  // done when the layer's round is open.
+  Status prefetch(int moe_layer, std::span<const int> experts);
+  std::uint64_t prefetched() const { return prefetched_; }          // reads a prefetch started
+  std::uint64_t prefetch_used() const { return prefetch_used_; }    // of those, experts the real round needed
+
   // The open round's distinct experts in compute order: resident ones first,
   // then the misses in the order their reads were submitted.
   std::span<const int> round_order(int moe_layer) const;
@@ -100,7 +111,12 @@ class ExpertStore {
     std::vector<int> order;
     std::vector<std::future<Status>> reads;
     std::vector<int> read_of_expert;  // index into reads; -1: none pending
+    bool speculative = false;         // opened by prefetch(); closed by the next begin()
+    std::vector<int> prefetched;      // experts a speculative round read
   };
+  // Waits for a speculative round's reads and closes it (a failed read only
+  // aborts it: the real round reads the expert again and reports).
+  void close_speculative(int moe_layer, std::span<const int> needed);
 
   void setup_io(const ExpertIo& io, bool streaming);
   std::function<Status()> read_job(int moe_layer, const experts::SlotLoad& load, std::uint64_t offset);
@@ -123,6 +139,8 @@ class ExpertStore {
   std::size_t read_bytes_ = 0;  // per record: record_stride (O_DIRECT) or record_bytes
   std::string io_mode_;
   std::uint64_t bytes_read_ = 0;
+  std::uint64_t prefetched_ = 0, prefetch_used_ = 0;
+  std::uint64_t uncounted_hits_ = 0, uncounted_misses_ = 0;  // speculative rounds' lookups
 };
 
 }  // namespace coli::runtime

@@ -37,6 +37,11 @@ struct LayerWeights {
 };
 
 constexpr const char* kEmbedding = "model.embed_tokens.weight";
+// Tokens per batched pass of the attention half and of a dense MLP: enough
+// to reuse every weight row many times over (the kernels' tiles are 4 to 8
+// tokens), few enough that q, k, v, attention and MLP rows stay a few MiB
+// whatever the prompt's length.
+constexpr int kPassSlice = 128;
 
 // The CPU backend as the options ask for it (kernel variant or "exact",
 // threads, their PUs).
@@ -75,16 +80,29 @@ struct MoeModel::State {
   std::vector<std::vector<std::uint64_t>> routing_counts;  // [MoE layer][expert], for the usage history
   forward::KvCache kv;  // every layer's K and V (CPU backend; the GPU keeps its own)
   std::unique_ptr<GpuRun> gpu;  // backend "vulkan": the decoder on the GPU
-  // scratch
-  std::vector<float> h, q, k, v, attn, o, router_logits, moe_out, mlp_a, mlp_b, shared_out;
+  // scratch, rows of every token of a pass
+  std::vector<float> h, normed, q_rows, k_rows, v_rows, attn_rows, o_rows, router_rows, moe_out, mlp_a, mlp_b,
+      shared_rows, shared_gates;
 
   Status load_layers();
-  void attention_step(std::size_t l, std::span<float> x_t, int position);
-  void attend(std::size_t l, std::span<const float> q_rows, int count, int first_position, std::span<float> out);
+  void attention_pass(std::size_t l, std::span<float> xs, int count, int first_position);
+  void rotate_and_norm(const LayerWeights& w, std::span<float> q, std::span<float> k, std::span<float> v, int position);
+  void store_kv(std::size_t l, int count, int first_position);
+  void attend(std::size_t l, std::span<const float> q, int count, int first_position, std::span<float> out);
   Status mlp_step(std::size_t l, std::span<float> xs, int count);
   Status forward_cpu(std::span<const std::int32_t> tokens, int start_position, std::span<float> logits);
-  void dense_mlp(const LayerWeights& w, std::span<const float> in, std::span<float> out);
+  std::vector<forward::Routing> route_tokens(const LayerWeights& w, int count, bool with_shared_gate_up);
+  Status moe_round(const LayerWeights& w, std::span<float> xs, int first, int last,
+                   const std::vector<forward::Routing>& routings, bool shared_gate_up_done);
+  void dense_mlp(const LayerWeights& w, std::span<const float> in, int count, std::span<float> out);
+  std::vector<backend::MatmulOutput> mlp_gate_up(const LayerWeights& w, int count);
+  void mlp_down(const LayerWeights& w, int count, std::span<float> out);
   Status watch_rss();
+  Status use_thread_set(int count);
+  Status prefetch_next_layer(std::size_t l, std::span<const float> xs, int count);
+  std::vector<std::vector<int>> predicted;  // per MoE layer: experts the previous layer predicted
+  std::vector<float> spec_normed, spec_logits;
+  bool on_prefill_set = false;  // the team runs (and is pinned to) the prefill set now
   bool warned_floor = false;  // the watchdog said once that the cache cannot shrink further
   int layers_with_experts() const { return static_cast<int>(routing_counts.size()); }
 };
@@ -148,28 +166,72 @@ Status MoeModel::State::load_layers() {
   return Ok{};
 }
 
-void MoeModel::State::dense_mlp(const LayerWeights& w, std::span<const float> in, std::span<float> out) {
-  mlp_a.resize(static_cast<std::size_t>(w.mlp_gate.rows));
-  mlp_b.resize(mlp_a.size());
-  backend->matmul(w.mlp_gate, in, mlp_a);
-  backend->matmul(w.mlp_up, in, mlp_b);
-  for (std::size_t i = 0; i < mlp_a.size(); ++i) mlp_a[i] = forward::silu(mlp_a[i]) * mlp_b[i];
-  backend->matmul(w.mlp_down, mlp_a, out);
+// The dense MLP (or qwen2_moe's shared expert) over `count` rows: gate and
+// up in one call (mlp_gate_up), then SwiGLU and down (mlp_down).
+void MoeModel::State::dense_mlp(const LayerWeights& w, std::span<const float> in, int count, std::span<float> out) {
+  backend->matmul_rows(in, count, mlp_gate_up(w, count));
+  mlp_down(w, count, out);
 }
 
-// Attention of one token at `position` for layer `l`; x += its output.
-void MoeModel::State::attention_step(std::size_t l, std::span<float> x_t, int position) {
+// Gate and up of `count` rows into mlp_a / mlp_b, and for a shared expert its
+// gate logit into shared_gates: outputs for one matmul_rows over the same input.
+std::vector<backend::MatmulOutput> MoeModel::State::mlp_gate_up(const LayerWeights& w, int count) {
+  const std::size_t rows = static_cast<std::size_t>(count) * static_cast<std::size_t>(w.mlp_gate.rows);
+  mlp_a.resize(rows);
+  mlp_b.resize(rows);
+  std::vector<backend::MatmulOutput> outputs = {{w.mlp_gate, mlp_a, {}}, {w.mlp_up, mlp_b, {}}};
+  if (w.has_shared) {
+    shared_gates.resize(static_cast<std::size_t>(count));
+    outputs.push_back({w.shared_gate, shared_gates, {}});
+  }
+  return outputs;
+}
+
+void MoeModel::State::mlp_down(const LayerWeights& w, int count, std::span<float> out) {
+  const std::size_t rows = static_cast<std::size_t>(count) * static_cast<std::size_t>(w.mlp_gate.rows);
+  for (std::size_t i = 0; i < rows; ++i) mlp_a[i] = forward::silu(mlp_a[i]) * mlp_b[i];
+  backend->matmul_rows(w.mlp_down, mlp_a, count, out);
+}
+
+// The attention half of layer `l` for `count` tokens at first_position..:
+// every projection is one call over all the tokens (q, k and v together),
+// the per-token steps (clip, q/k norms, rope) in between; xs += the output.
+void MoeModel::State::attention_pass(std::size_t l, std::span<float> xs, int count, int first_position) {
   const auto& c = config;
   const LayerWeights& w = layers[l];
+  const std::size_t hidden = c.hidden_size, rows = static_cast<std::size_t>(count);
+  const std::size_t q_width = c.num_attention_heads * c.head_dim, kv_width = c.num_key_value_heads * c.head_dim;
+  normed.resize(rows * hidden);
+  for (std::size_t t = 0; t < rows; ++t) {
+    forward::rms_norm(xs.subspan(t * hidden, hidden), w.input_norm, static_cast<float>(c.rms_norm_eps),
+                      std::span(normed).subspan(t * hidden, hidden));
+  }
+  q_rows.resize(rows * q_width);
+  k_rows.resize(rows * kv_width);
+  v_rows.resize(rows * kv_width);
+  const backend::MatmulOutput qkv[] = {{w.q, q_rows, w.q_bias}, {w.k, k_rows, w.k_bias}, {w.v, v_rows, w.v_bias}};
+  backend->matmul_rows(normed, count, qkv);
+  for (std::size_t t = 0; t < rows; ++t) {
+    rotate_and_norm(w, std::span(q_rows).subspan(t * q_width, q_width), std::span(k_rows).subspan(t * kv_width, kv_width),
+                    std::span(v_rows).subspan(t * kv_width, kv_width), first_position + static_cast<int>(t));
+  }
+  store_kv(l, count, first_position);
+  attn_rows.resize(rows * q_width);
+  attend(l, q_rows, count, first_position, attn_rows);
+  o_rows.resize(rows * hidden);
+  backend->matmul_rows(w.o, attn_rows, count, o_rows, w.o_bias);
+  for (std::size_t i = 0; i < rows * hidden; ++i) xs[i] += o_rows[i];
+}
+
+// One token's q, k, v after the projections: clip, q/k norms, rope at `position`.
+void MoeModel::State::rotate_and_norm(const LayerWeights& w, std::span<float> q, std::span<float> k, std::span<float> v,
+                                      int position) {
+  const auto& c = config;
   const int heads = static_cast<int>(c.num_attention_heads), kv_heads = static_cast<int>(c.num_key_value_heads);
   const float eps = static_cast<float>(c.rms_norm_eps);
-  forward::rms_norm(x_t, w.input_norm, eps, h);
-  backend->matmul(w.q, h, q, w.q_bias);
-  backend->matmul(w.k, h, k, w.k_bias);
-  backend->matmul(w.v, h, v, w.v_bias);
   if (c.clip_qkv) {
     const float clip = static_cast<float>(*c.clip_qkv);
-    for (auto* t : {&q, &k, &v}) for (float& value : *t) value = std::clamp(value, -clip, clip);
+    for (auto t : {q, k, v}) for (float& value : t) value = std::clamp(value, -clip, clip);
   }
   if (c.qk_norm == model::QkNorm::PerHead) {
     forward::rms_norm_groups(q, heads, w.q_norm, eps);
@@ -180,10 +242,16 @@ void MoeModel::State::attention_step(std::size_t l, std::span<float> x_t, int po
   }
   rope->apply(q, heads, position);
   rope->apply(k, kv_heads, position);
-  kv.store(static_cast<int>(l), position, k, v);
-  attend(l, q, 1, position, attn);
-  backend->matmul(w.o, attn, o, w.o_bias);
-  for (std::size_t i = 0; i < x_t.size(); ++i) x_t[i] += o[i];
+}
+
+// The KV cache: k_rows / v_rows of `count` tokens stored at first_position..
+void MoeModel::State::store_kv(std::size_t l, int count, int first_position) {
+  const std::size_t kv_width = config.num_key_value_heads * config.head_dim;
+  for (int t = 0; t < count; ++t) {
+    const std::size_t at = static_cast<std::size_t>(t) * kv_width;
+    kv.store(static_cast<int>(l), first_position + t, std::span<const float>(k_rows).subspan(at, kv_width),
+             std::span<const float>(v_rows).subspan(at, kv_width));
+  }
 }
 
 // Attention of `count` tokens at first_position.. of layer `l` (their K and
@@ -201,78 +269,147 @@ void MoeModel::State::attend(std::size_t l, std::span<const float> q_rows, int c
 Status MoeModel::State::mlp_step(std::size_t l, std::span<float> xs, int count) {
   const auto& c = config;
   const LayerWeights& w = layers[l];
-  const std::size_t hidden = c.hidden_size;
-  const float eps = static_cast<float>(c.rms_norm_eps);
-  std::vector<float> normed(static_cast<std::size_t>(count) * hidden);
-  for (int t = 0; t < count; ++t) {
-    forward::rms_norm(xs.subspan(t * hidden, hidden), w.post_norm, eps, std::span(normed).subspan(t * hidden, hidden));
+  const std::size_t hidden = c.hidden_size, rows = static_cast<std::size_t>(count);
+  normed.resize(rows * hidden);
+  for (std::size_t t = 0; t < rows; ++t) {
+    forward::rms_norm(xs.subspan(t * hidden, hidden), w.post_norm, static_cast<float>(c.rms_norm_eps),
+                      std::span(normed).subspan(t * hidden, hidden));
   }
   if (w.moe_index < 0) {
-    for (int t = 0; t < count; ++t) {
-      dense_mlp(w, std::span(normed).subspan(t * hidden, hidden), moe_out);
-      for (std::size_t i = 0; i < hidden; ++i) xs[t * hidden + i] += moe_out[i];
+    for (std::size_t first = 0; first < rows; first += kPassSlice) {
+      const std::size_t slice = std::min<std::size_t>(kPassSlice, rows - first);
+      moe_out.resize(slice * hidden);
+      dense_mlp(w, std::span<const float>(normed).subspan(first * hidden, slice * hidden), static_cast<int>(slice), moe_out);
+      for (std::size_t i = 0; i < slice * hidden; ++i) xs[first * hidden + i] += moe_out[i];
     }
     return Ok{};
   }
+  const int round = experts.tokens_per_round(std::max(1, options.prefill_round_tokens));
+  // One round (every decode token): the shared expert's gate and up share the router's call.
+  const bool shared_with_router = w.has_shared && count <= round;
+  const std::vector<forward::Routing> routings = route_tokens(w, count, shared_with_router);
+  if (options.speculative_prefetch && count <= round) {
+    if (Status s = prefetch_next_layer(l, xs, count); !s) return s;
+  }
+  for (int first = 0; first < count; first += round) {
+    if (Status s = moe_round(w, xs, first, std::min(count, first + round), routings, shared_with_router); !s) return s;
+  }
+  return Ok{};
+}
+
+// Speculative prefetch: the next MoE layer's router on this layer's
+// post-attention hidden state (xs, normed with the next layer's own
+// post-attention norm: the residual stream changes little from one layer to
+// the next), and reads started for its top-k experts that are not resident.
+// They land in the next layer's cache while this layer's experts compute.
+Status MoeModel::State::prefetch_next_layer(std::size_t l, std::span<const float> xs, int count) {
+  std::size_t next = l + 1;
+  while (next < layers.size() && layers[next].moe_index < 0) ++next;
+  if (next >= layers.size()) return Ok{};
+  const LayerWeights& w = layers[next];
+  const auto& c = config;
+  const std::size_t hidden = c.hidden_size, n_experts = c.num_experts, rows = static_cast<std::size_t>(count);
+  spec_normed.resize(rows * hidden);
+  spec_logits.resize(rows * n_experts);
+  for (std::size_t t = 0; t < rows; ++t) {
+    forward::rms_norm(xs.subspan(t * hidden, hidden), w.post_norm, static_cast<float>(c.rms_norm_eps),
+                      std::span(spec_normed).subspan(t * hidden, hidden));
+  }
+  backend->matmul_rows(w.router, spec_normed, count, spec_logits);
+  std::vector<int>& guess = predicted[static_cast<std::size_t>(w.moe_index)];
+  guess.clear();
+  for (std::size_t t = 0; t < rows; ++t) {
+    const forward::Routing r = forward::route(std::span(spec_logits).subspan(t * n_experts, n_experts),
+                                              static_cast<int>(c.num_experts_per_tok), router_norm(c.router_normalization));
+    for (int e : r.experts) {
+      if (std::find(guess.begin(), guess.end(), e) == guess.end()) guess.push_back(e);
+    }
+  }
+  return experts.prefetch(w.moe_index, guess);
+}
+
+// The router over all `count` rows of `normed` in one call (with the shared
+// expert's gate and up when asked: the same input), then each token's top-k.
+std::vector<forward::Routing> MoeModel::State::route_tokens(const LayerWeights& w, int count, bool with_shared_gate_up) {
+  const auto& c = config;
+  const std::size_t n_experts = c.num_experts;
+  router_rows.resize(static_cast<std::size_t>(count) * n_experts);
+  std::vector<backend::MatmulOutput> outputs;
+  if (with_shared_gate_up) outputs = mlp_gate_up(w, count);
+  outputs.push_back({w.router, router_rows, {}});
+  backend->matmul_rows(normed, count, outputs);
   std::vector<forward::Routing> routings;
-  std::vector<float> expert_rows;  // per (token, expert) of a round: the FFN output
-  for (int t = 0; t < count; ++t) {
-    backend->matmul(w.router, std::span(normed).subspan(t * hidden, hidden), router_logits);
-    routings.push_back(forward::route(router_logits, static_cast<int>(c.num_experts_per_tok),
-                                      router_norm(c.router_normalization)));
+  for (std::size_t t = 0; t < static_cast<std::size_t>(count); ++t) {
+    routings.push_back(forward::route(std::span(router_rows).subspan(t * n_experts, n_experts),
+                                      static_cast<int>(c.num_experts_per_tok), router_norm(c.router_normalization)));
     for (int expert : routings.back().experts) ++routing_counts[static_cast<std::size_t>(w.moe_index)][static_cast<std::size_t>(expert)];
   }
-  const int round = experts.tokens_per_round(std::max(1, options.prefill_round_tokens));
-  for (int first = 0; first < count; first += round) {
-    const int last = std::min(count, first + round);
-    std::vector<int> needed;
-    for (int t = first; t < last; ++t) needed.insert(needed.end(), routings[t].experts.begin(), routings[t].experts.end());
-    if (Status s = experts.begin(w.moe_index, needed); !s) return s;
-    // Experts run in the store's order (resident ones while the misses are
-    // still being read); each (token, expert) output gets its own row, so
-    // below every token still sums its experts in routing order, bit for bit.
-    const std::size_t top_k = c.num_experts_per_tok;
-    expert_rows.resize(static_cast<std::size_t>(last - first) * top_k * hidden);
-    const auto row_index = [&](int t, std::size_t i) { return static_cast<int>(static_cast<std::size_t>(t - first) * top_k + i); };
-    const auto row = [&](int t, std::size_t i) {
-      return std::span(expert_rows).subspan(static_cast<std::size_t>(row_index(t, i)) * hidden, hidden);
-    };
-    // Two batches: the experts already resident (computed while the misses
-    // are read), then the misses once they have landed.
-    std::vector<ExpertStore::FfnTask> resident, missed;
-    std::vector<int> missing;
-    for (int e : experts.round_order(w.moe_index)) {
-      const bool ready = experts.landed(w.moe_index, e);
-      if (!ready) missing.push_back(e);
-      for (int t = first; t < last; ++t) {
-        for (std::size_t i = 0; i < routings[t].experts.size(); ++i) {
-          if (routings[t].experts[i] != e) continue;
-          (ready ? resident : missed).push_back({e, t, row_index(t, i)});
-        }
-      }
-    }
-    experts.ffn_batch(w.moe_index, normed, expert_rows, resident);
-    for (int e : missing) {
-      if (Status s = experts.wait(w.moe_index, e); !s) return s;
-    }
-    experts.ffn_batch(w.moe_index, normed, expert_rows, missed);
-    for (int t = first; t < last; ++t) {
-      const auto h_t = std::span<const float>(normed).subspan(t * hidden, hidden);
-      std::fill(moe_out.begin(), moe_out.end(), 0.0f);
-      for (std::size_t i = 0; i < routings[t].experts.size(); ++i) {
-        ExpertStore::add_scaled(routings[t].weights[i], row(t, i), moe_out);
-      }
-      if (w.has_shared) {
-        dense_mlp(w, h_t, shared_out);
-        float gate_logit = 0;
-        backend->matmul(w.shared_gate, h_t, std::span(&gate_logit, 1));
-        const float gate = 1.0f / (1.0f + std::exp(-gate_logit));
-        for (std::size_t i = 0; i < hidden; ++i) moe_out[i] += gate * shared_out[i];
-      }
-      for (std::size_t i = 0; i < hidden; ++i) xs[t * hidden + i] += moe_out[i];
-    }
-    experts.end(w.moe_index);
+  // How well the previous layer predicted these experts (speculative prefetch).
+  std::vector<int>& guess = predicted[static_cast<std::size_t>(w.moe_index)];
+  for (int e : guess) {
+    const bool routed = std::any_of(routings.begin(), routings.end(), [&](const forward::Routing& r) {
+      return std::find(r.experts.begin(), r.experts.end(), e) != r.experts.end();
+    });
+    ++stats.predicted_experts;
+    stats.predicted_correct += routed ? 1 : 0;
   }
+  guess.clear();
+  return routings;
+}
+
+// Tokens [first, last) of an MoE layer: lease their experts, run the FFNs
+// (resident experts while the misses are read, then the misses), the shared
+// expert, and add each token's sum to xs.
+Status MoeModel::State::moe_round(const LayerWeights& w, std::span<float> xs, int first, int last,
+                                  const std::vector<forward::Routing>& routings, bool shared_gate_up_done) {
+  const std::size_t hidden = config.hidden_size, top_k = config.num_experts_per_tok;
+  std::vector<int> needed;
+  for (int t = first; t < last; ++t) needed.insert(needed.end(), routings[t].experts.begin(), routings[t].experts.end());
+  if (Status s = experts.begin(w.moe_index, needed); !s) return s;
+  // Experts run in the store's order; each (token, expert) output gets its
+  // own row, so below every token still sums its experts in routing order, bit for bit.
+  std::vector<float> expert_rows(static_cast<std::size_t>(last - first) * top_k * hidden);
+  const auto row_index = [&](int t, std::size_t i) { return static_cast<int>(static_cast<std::size_t>(t - first) * top_k + i); };
+  std::vector<ExpertStore::FfnTask> resident, missed;
+  std::vector<int> missing;
+  for (int e : experts.round_order(w.moe_index)) {
+    const bool ready = experts.landed(w.moe_index, e);
+    if (!ready) missing.push_back(e);
+    for (int t = first; t < last; ++t) {
+      for (std::size_t i = 0; i < routings[t].experts.size(); ++i) {
+        if (routings[t].experts[i] == e) (ready ? resident : missed).push_back({e, t, row_index(t, i)});
+      }
+    }
+  }
+  experts.ffn_batch(w.moe_index, normed, expert_rows, resident);
+  for (int e : missing) {
+    if (Status s = experts.wait(w.moe_index, e); !s) return s;
+  }
+  experts.ffn_batch(w.moe_index, normed, expert_rows, missed);
+  const int round_count = last - first;
+  if (w.has_shared) {
+    shared_rows.resize(static_cast<std::size_t>(round_count) * hidden);
+    if (!shared_gate_up_done) {
+      backend->matmul_rows(std::span<const float>(normed).subspan(first * hidden, round_count * hidden), round_count,
+                           mlp_gate_up(w, round_count));
+    }
+    mlp_down(w, round_count, shared_rows);
+  }
+  moe_out.resize(hidden);
+  for (int t = first; t < last; ++t) {
+    std::fill(moe_out.begin(), moe_out.end(), 0.0f);
+    for (std::size_t i = 0; i < routings[t].experts.size(); ++i) {
+      const auto row = std::span<const float>(expert_rows).subspan(static_cast<std::size_t>(row_index(t, i)) * hidden, hidden);
+      ExpertStore::add_scaled(routings[t].weights[i], row, moe_out);
+    }
+    if (w.has_shared) {
+      const float gate = 1.0f / (1.0f + std::exp(-shared_gates[static_cast<std::size_t>(t - first)]));
+      const float* shared_out = shared_rows.data() + static_cast<std::size_t>(t - first) * hidden;
+      for (std::size_t i = 0; i < hidden; ++i) moe_out[i] += gate * shared_out[i];
+    }
+    for (std::size_t i = 0; i < hidden; ++i) xs[t * hidden + i] += moe_out[i];
+  }
+  experts.end(w.moe_index);
   return Ok{};
 }
 
@@ -331,6 +468,9 @@ Result<MoeModel> MoeModel::load(const std::filesystem::path& path, const ModelOp
   }
   const auto& layout = state->reader->index().experts;
   state->routing_counts.assign(layout.layers, std::vector<std::uint64_t>(layout.experts, 0));
+  state->predicted.assign(layout.layers, {});
+  // Prefetching pays only when experts stream.
+  state->options.speculative_prefetch = options.speculative_prefetch && options.cache_capacity < static_cast<int>(layout.experts);
 
   if (!options.compute_pus.empty()) {
     if (Status s = kernels::cpu::pin_openmp_team(options.compute_pus); !s) return s.error();
@@ -338,14 +478,8 @@ Result<MoeModel> MoeModel::load(const std::filesystem::path& path, const ModelOp
   state->stats.cpu_kernel = state->backend->props().cpu_kernel;
   state->rope = std::make_unique<forward::Rope>(static_cast<int>(c.head_dim), c.rope_theta);
 
-  const std::size_t hidden = c.hidden_size, q_width = c.num_attention_heads * c.head_dim;
-  const std::size_t kv_width = c.num_key_value_heads * c.head_dim;
-  for (auto* buffer : {&state->h, &state->o, &state->moe_out, &state->shared_out}) buffer->resize(hidden);
-  state->q.resize(q_width);
-  state->attn.resize(q_width);
-  state->k.resize(kv_width);
-  state->v.resize(kv_width);
-  state->router_logits.resize(c.num_experts);
+  const std::size_t hidden = c.hidden_size, kv_width = c.num_key_value_heads * c.head_dim;
+  state->h.resize(hidden);
   state->stats.backend = options.backend;
   state->stats.rss_watchdog_limit = options.rss_limit_bytes;
   if (on_gpu) {
@@ -366,15 +500,50 @@ Result<MoeModel> MoeModel::load(const std::filesystem::path& path, const ModelOp
   return MoeModel(std::move(state));
 }
 
+namespace {
+
+// "2 threads on PUs 0-1" / "2 threads, not pinned".
+std::string thread_set_text(int threads, const CpuSet& pus) {
+  return std::to_string(threads) + (threads == 1 ? " thread" : " threads") +
+         (pus.empty() ? ", not pinned" : " on PUs " + pus.to_list());
+}
+
+}  // namespace
+
+// A pass of several tokens runs on the prefill set when the options carry
+// one, a single token on the decode set. The team is re-pinned and resized
+// only when the phase changes: at most once per forward call, and not at
+// all while decoding (libgomp rebuilds its team when a region's size differs).
+Status MoeModel::State::use_thread_set(int count) {
+  const bool prefill = count > 1 && (options.prefill_threads > 0 || !options.prefill_pus.empty());
+  const CpuSet& pus = prefill ? options.prefill_pus : options.compute_pus;
+  const int threads = pus.empty() ? std::max(1, prefill ? options.prefill_threads : options.threads) : pus.size();
+  if (prefill != on_prefill_set) {
+    const Status placed = pus.empty() ? kernels::cpu::release_openmp_team() : kernels::cpu::pin_openmp_team(pus);
+    if (!placed) return placed;
+    backend->set_threads(threads);
+    on_prefill_set = prefill;
+  }
+  std::string& phase_set = count > 1 ? stats.prefill_thread_set : stats.decode_thread_set;
+  if (phase_set.empty()) phase_set = thread_set_text(threads, pus) + (prefill ? " (prefill set)" : " (decode set)");
+  return Ok{};
+}
+
 // Layer by layer over all tokens (a prefill round per layer), so each
 // layer's experts are leased once for many tokens.
 Status MoeModel::State::forward_cpu(std::span<const std::int32_t> tokens, int start_position, std::span<float> logits) {
   const int count = static_cast<int>(tokens.size());
+  if (Status s = use_thread_set(count); !s) return s;
   const std::size_t hidden = config.hidden_size;
   std::vector<float> xs(static_cast<std::size_t>(count) * hidden);
   for (int t = 0; t < count; ++t) forward::dense_row(embed, tokens[static_cast<std::size_t>(t)], std::span(xs).subspan(t * hidden, hidden));
   for (std::size_t l = 0; l < layers.size(); ++l) {
-    for (int t = 0; t < count; ++t) attention_step(l, std::span(xs).subspan(t * hidden, hidden), start_position + t);
+    // In slices of the prompt, so the per-token scratch stays bounded
+    // (the plan prices only the hidden rows per prompt token).
+    for (int first = 0; first < count; first += kPassSlice) {
+      const int slice = std::min(kPassSlice, count - first);
+      attention_pass(l, std::span(xs).subspan(first * hidden, slice * hidden), slice, start_position + first);
+    }
     if (Status st = mlp_step(l, xs, count); !st) return st;
   }
   forward::rms_norm(std::span(xs).subspan((count - 1) * hidden, hidden), final_norm,
@@ -404,6 +573,8 @@ Status MoeModel::forward(std::span<const std::int32_t> tokens, int start_positio
   s.stats.expert_hits = s.experts.hits();
   s.stats.expert_misses = s.experts.misses();
   s.stats.expert_bytes_read = s.experts.bytes_read();
+  s.stats.prefetch_reads = s.experts.prefetched();
+  s.stats.prefetch_reads_used = s.experts.prefetch_used();
   return s.watch_rss();
 }
 

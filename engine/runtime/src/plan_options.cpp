@@ -38,6 +38,8 @@ Result<ModelOptions> options_from_plan(const planner::Plan& plan, const ModelSha
   ModelOptions options;
   options.threads = plan.threads;
   options.compute_pus = plan.compute_pus;
+  options.prefill_threads = plan.prefill_threads;
+  options.prefill_pus = plan.prefill_pus;
   options.cpu_kernel = plan.cpu_kernel;
   options.cache_capacity = plan.cap;
   options.max_context = plan.ctx;

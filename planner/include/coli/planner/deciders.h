@@ -21,6 +21,10 @@ namespace coli::planner {
 struct ThreadChoice {
   int threads = 1;
   CpuSet pus;          // where the engine pins them; empty = not pinned (the OS places them)
+  // Passes of several tokens (prefill), when the tuning phase measured
+  // another set best for them; 0 = decode's set for every pass.
+  int prefill_threads = 0;
+  CpuSet prefill_pus;
   std::string basis;   // "measured" (the profile's rule names a measurement) or "rule"
   std::string reason;
 };

@@ -60,6 +60,10 @@ struct Decision {
 struct Plan {
   int threads = 1;
   CpuSet compute_pus;          // where the engine pins its threads; empty = not pinned
+  // Passes of several tokens (prefill), when measured best on another set;
+  // 0 = the set above for every pass (plans of schema 3 and older).
+  int prefill_threads = 0;
+  CpuSet prefill_pus;
   std::string cpu_kernel;      // the CPU GEMV variant ("" in plans of schema 1: the engine's own choice)
   int cap = 0;                 // slots per MoE layer, pins included
   int pins = 0;                // per MoE layer

@@ -53,6 +53,13 @@ struct ExpertBatch {
   std::span<const ExpertRow> rows;
 };
 
+// One product of matmul_rows: y = W x[t] (+ bias) for every row t of x.
+struct MatmulOutput {
+  WeightView w;
+  std::span<float> y;            // count * w.rows floats, row t after row t-1
+  std::span<const float> bias;   // w.rows floats, or empty
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -76,6 +83,19 @@ class Backend {
   // y = W x (+ bias): x has w.cols floats, y w.rows.
   virtual void matmul(const WeightView& w, std::span<const float> x, std::span<float> y,
                       std::span<const float> bias = {}) = 0;
+  // Several matrices times the same `count` rows of x (count * cols floats),
+  // as one piece of work: each weight row is read once per tile of rows, the
+  // activations are prepared once for all outputs (q, k and v of a layer;
+  // gate and up). Row t of every y equals matmul() of row t bit for bit.
+  virtual void matmul_rows(std::span<const float> x, int count, std::span<const MatmulOutput> outputs) = 0;
+  void matmul_rows(const WeightView& w, std::span<const float> x, int count, std::span<float> y,
+                   std::span<const float> bias = {}) {
+    const MatmulOutput output{w, y, bias};
+    matmul_rows(x, count, std::span(&output, 1));
+  }
+  // The compute threads from now on (a prefill and a decode thread set);
+  // the caller pins them. Calls in flight are not affected.
+  virtual void set_threads(int threads) = 0;
 };
 
 // The backend `props` describe, made for this process. Errors: a kind this

@@ -26,6 +26,19 @@ struct DenseMatrix {
 void gemv_dense(const DenseMatrix& w, std::span<const float> x, std::span<float> y, int threads,
                 std::span<const float> bias = {});
 
+// Y[t] = W X[t] (+ bias) for t < count, for several matrices over the same
+// activations (x: count * cols floats; each y: count * rows, row t after
+// row t-1), all in one parallel region over the rows of every product. Each
+// weight row is read from memory once per tile of 8 tokens (from L1 for the
+// rest of the tile); every Y[t] equals gemv_dense of X[t] bit for bit (the
+// same dot product per token).
+struct DenseProduct {
+  DenseMatrix w;
+  std::span<float> y;
+  std::span<const float> bias;  // w.rows floats, or empty
+};
+void gemv_dense_many(std::span<const DenseProduct> products, std::span<const float> x, int count, int threads);
+
 // One row of W as float32 (embedding lookup).
 void dense_row(const DenseMatrix& w, int row, std::span<float> out);
 

@@ -36,6 +36,13 @@ struct ModelOptions {
   // lowest PU (kernels/cpu/thread_placement.h); when set, its size is the
   // thread count and `threads` is ignored. Empty = not pinned.
   CpuSet compute_pus;
+  // Passes of several tokens (prefill) on a thread set of their own, when the
+  // profile measured one best for them: prefill_pus as compute_pus above,
+  // else prefill_threads threads; 0 and empty = the set above for every pass.
+  // The team switches only when the phase changes (libgomp rebuilds its team
+  // when consecutive regions differ in size).
+  int prefill_threads = 0;
+  CpuSet prefill_pus;
   int cache_capacity = kAllExperts;       // expert slots per layer, pins included (see kAllExperts)
   // Experts never evicted (expert ids), per MoE layer; a single entry applies to every layer.
   std::vector<std::vector<int>> pins;
@@ -51,6 +58,12 @@ struct ModelOptions {
   // quantise activations to int8); "exact" = f32 activations, de-quantised
   // weights (reference accuracy, slow).
   std::string cpu_kernel;
+  // When experts stream (cache_capacity < experts): run the next MoE
+  // layer's router on this layer's post-attention hidden state (normed with
+  // the next layer's post-attention norm) and start reads of the experts it
+  // predicts, so they load while this layer computes. Passes of one expert
+  // round only (decode, short prompts). Never changes tokens.
+  bool speculative_prefetch = false;
   // Threads reading expert misses while compute runs on resident experts;
   // 0 = synchronous reads on the compute thread.
   int io_threads = 4;
@@ -95,7 +108,15 @@ struct ModelStats {
   std::uint64_t expert_hits = 0;
   std::uint64_t expert_misses = 0;
   std::uint64_t expert_bytes_read = 0;
+  // Speculative prefetch (ModelOptions::speculative_prefetch): experts the
+  // next layer's router predicted, how many of them that layer then used,
+  // and the reads the prediction started / that turned out needed.
+  std::uint64_t predicted_experts = 0, predicted_correct = 0;
+  std::uint64_t prefetch_reads = 0, prefetch_reads_used = 0;
   std::string cpu_kernel;                 // the variant in use
+  // The thread sets the passes ran on, e.g. "2 threads on PUs 0-1"; empty
+  // for a phase that has not run. Prefill: passes of several tokens.
+  std::string prefill_thread_set, decode_thread_set;
   std::string io_mode;
   // The engine's own accounting of its large allocations, for plan vs actual.
   std::uint64_t dense_bytes = 0;          // dense weights held in memory
