@@ -255,10 +255,10 @@ void MoeModel::State::store_kv(std::size_t l, int count, int first_position) {
 }
 
 // Attention of `count` tokens at first_position.. of layer `l` (their K and
-// V stored), q_rows and out token-major: the one call into forward::attention.
-void MoeModel::State::attend(std::size_t l, std::span<const float> q_rows, int count, int first_position,
+// V stored), q and out token-major: the one call into forward::attention.
+void MoeModel::State::attend(std::size_t l, std::span<const float> q, int count, int first_position,
                              std::span<float> out) {
-  forward::attention(kv, static_cast<int>(l), q_rows, count, first_position, static_cast<int>(config.num_attention_heads),
+  forward::attention(kv, static_cast<int>(l), q, count, first_position, static_cast<int>(config.num_attention_heads),
                      out, backend->props().threads);
 }
 
@@ -478,7 +478,7 @@ Result<MoeModel> MoeModel::load(const std::filesystem::path& path, const ModelOp
   state->stats.cpu_kernel = state->backend->props().cpu_kernel;
   state->rope = std::make_unique<forward::Rope>(static_cast<int>(c.head_dim), c.rope_theta);
 
-  const std::size_t hidden = c.hidden_size, kv_width = c.num_key_value_heads * c.head_dim;
+  const std::size_t hidden = c.hidden_size;
   state->h.resize(hidden);
   state->stats.backend = options.backend;
   state->stats.rss_watchdog_limit = options.rss_limit_bytes;
