@@ -73,6 +73,7 @@ struct MoeModel::State {
   std::vector<std::vector<std::uint64_t>> routing_counts;  // [MoE layer][expert], for the usage history
   std::vector<std::vector<float>> k_cache, v_cache;
   std::unique_ptr<GpuRun> gpu;  // backend "vulkan": the decoder on the GPU
+  std::unique_ptr<OpTimes> op_times;  // ModelOptions::op_timing on the CPU backend
   // scratch
   std::vector<float> h, q, k, v, attn, o, router_logits, moe_out, mlp_a, mlp_b, shared_out;
 
@@ -162,7 +163,9 @@ void MoeModel::State::attention_step(std::size_t l, std::span<float> x_t, int po
   const int head_dim = static_cast<int>(c.head_dim);
   const float eps = static_cast<float>(c.rms_norm_eps);
   const std::size_t kv_width = static_cast<std::size_t>(kv_heads) * head_dim;
+  OpPhase phase(op_times.get(), Op::norm_rope);
   forward::rms_norm(x_t, w.input_norm, eps, h);
+  phase.to(Op::attention_qkv);
   backend->matmul(w.q, h, q, w.q_bias);
   backend->matmul(w.k, h, k, w.k_bias);
   backend->matmul(w.v, h, v, w.v_bias);
@@ -170,6 +173,7 @@ void MoeModel::State::attention_step(std::size_t l, std::span<float> x_t, int po
     const float clip = static_cast<float>(*c.clip_qkv);
     for (auto* t : {&q, &k, &v}) for (float& value : *t) value = std::clamp(value, -clip, clip);
   }
+  phase.to(Op::norm_rope);
   if (c.qk_norm == model::QkNorm::PerHead) {
     forward::rms_norm_groups(q, heads, w.q_norm, eps);
     forward::rms_norm_groups(k, kv_heads, w.k_norm, eps);
@@ -179,10 +183,12 @@ void MoeModel::State::attention_step(std::size_t l, std::span<float> x_t, int po
   }
   rope->apply(q, heads, position);
   rope->apply(k, kv_heads, position);
+  phase.to(Op::attention_core);
   std::copy(k.begin(), k.end(), k_cache[l].begin() + static_cast<std::ptrdiff_t>(position * kv_width));
   std::copy(v.begin(), v.end(), v_cache[l].begin() + static_cast<std::ptrdiff_t>(position * kv_width));
   forward::attention(q, k_cache[l], v_cache[l], position + 1, heads, kv_heads, head_dim, attn,
                      backend->props().threads);
+  phase.to(Op::attention_output);
   backend->matmul(w.o, attn, o, w.o_bias);
   for (std::size_t i = 0; i < x_t.size(); ++i) x_t[i] += o[i];
 }
@@ -196,10 +202,12 @@ Status MoeModel::State::mlp_step(std::size_t l, std::span<float> xs, int count) 
   const LayerWeights& w = layers[l];
   const std::size_t hidden = c.hidden_size;
   const float eps = static_cast<float>(c.rms_norm_eps);
+  OpPhase phase(op_times.get(), Op::norm_rope);
   std::vector<float> normed(static_cast<std::size_t>(count) * hidden);
   for (int t = 0; t < count; ++t) {
     forward::rms_norm(xs.subspan(t * hidden, hidden), w.post_norm, eps, std::span(normed).subspan(t * hidden, hidden));
   }
+  phase.to(Op::dense_mlp);
   if (w.moe_index < 0) {
     for (int t = 0; t < count; ++t) {
       dense_mlp(w, std::span(normed).subspan(t * hidden, hidden), moe_out);
@@ -207,6 +215,7 @@ Status MoeModel::State::mlp_step(std::size_t l, std::span<float> xs, int count) 
     }
     return Ok{};
   }
+  phase.to(Op::router);
   std::vector<forward::Routing> routings;
   std::vector<float> expert_rows;  // per (token, expert) of a round: the FFN output
   for (int t = 0; t < count; ++t) {
@@ -220,7 +229,9 @@ Status MoeModel::State::mlp_step(std::size_t l, std::span<float> xs, int count) 
     const int last = std::min(count, first + round);
     std::vector<int> needed;
     for (int t = first; t < last; ++t) needed.insert(needed.end(), routings[t].experts.begin(), routings[t].experts.end());
+    phase.to(Op::expert_io_wait);
     if (Status s = experts.begin(w.moe_index, needed); !s) return s;
+    phase.to(Op::experts);
     // Experts run in the store's order (resident ones while the misses are
     // still being read); each (token, expert) output gets its own row, so
     // below every token still sums its experts in routing order, bit for bit.
@@ -245,9 +256,11 @@ Status MoeModel::State::mlp_step(std::size_t l, std::span<float> xs, int count) 
       }
     }
     experts.ffn_batch(w.moe_index, normed, expert_rows, resident);
+    phase.to(Op::expert_io_wait);
     for (int e : missing) {
       if (Status s = experts.wait(w.moe_index, e); !s) return s;
     }
+    phase.to(Op::experts);
     experts.ffn_batch(w.moe_index, normed, expert_rows, missed);
     for (int t = first; t < last; ++t) {
       const auto h_t = std::span<const float>(normed).subspan(t * hidden, hidden);
@@ -256,11 +269,13 @@ Status MoeModel::State::mlp_step(std::size_t l, std::span<float> xs, int count) 
         ExpertStore::add_scaled(routings[t].weights[i], row(t, i), moe_out);
       }
       if (w.has_shared) {
+        phase.to(Op::dense_mlp);
         dense_mlp(w, h_t, shared_out);
         float gate_logit = 0;
         backend->matmul(w.shared_gate, h_t, std::span(&gate_logit, 1));
         const float gate = 1.0f / (1.0f + std::exp(-gate_logit));
         for (std::size_t i = 0; i < hidden; ++i) moe_out[i] += gate * shared_out[i];
+        phase.to(Op::experts);
       }
       for (std::size_t i = 0; i < hidden; ++i) xs[t * hidden + i] += moe_out[i];
     }
@@ -352,6 +367,7 @@ Result<MoeModel> MoeModel::load(const std::filesystem::path& path, const ModelOp
     state->v_cache = state->k_cache;
     state->stats.kv_cache_bytes = 2ull * c.num_hidden_layers * static_cast<std::uint64_t>(options.max_context) * kv_width * 4;
   }
+  if (options.op_timing && !on_gpu) state->op_times = std::make_unique<OpTimes>();
   state->stats.dense_bytes = state->dense.bytes();
   state->stats.expert_cache_bytes = state->experts.slab_bytes();
   if (options.commit_expert_cache) state->experts.commit_slabs();
@@ -362,6 +378,7 @@ Result<MoeModel> MoeModel::load(const std::filesystem::path& path, const ModelOp
 // layer's experts are leased once for many tokens.
 Status MoeModel::State::forward_cpu(std::span<const std::int32_t> tokens, int start_position, std::span<float> logits) {
   const int count = static_cast<int>(tokens.size());
+  const OpPass pass(op_times.get(), count);
   const std::size_t hidden = config.hidden_size;
   std::vector<float> xs(static_cast<std::size_t>(count) * hidden);
   for (int t = 0; t < count; ++t) forward::dense_row(embed, tokens[static_cast<std::size_t>(t)], std::span(xs).subspan(t * hidden, hidden));
@@ -369,8 +386,10 @@ Status MoeModel::State::forward_cpu(std::span<const std::int32_t> tokens, int st
     for (int t = 0; t < count; ++t) attention_step(l, std::span(xs).subspan(t * hidden, hidden), start_position + t);
     if (Status st = mlp_step(l, xs, count); !st) return st;
   }
+  OpPhase phase(op_times.get(), Op::norm_rope);
   forward::rms_norm(std::span(xs).subspan((count - 1) * hidden, hidden), final_norm,
                     static_cast<float>(config.rms_norm_eps), h);
+  phase.to(Op::lm_head);
   backend->matmul(lm_head, h, logits);
   return Ok{};
 }
@@ -432,6 +451,7 @@ void MoeModel::reset() { state_->used = 0; }
 int MoeModel::vocab_size() const { return static_cast<int>(state_->config.vocab_size); }
 int MoeModel::context_used() const { return state_->used; }
 const ModelStats& MoeModel::stats() const { return state_->stats; }
+OpTimes* MoeModel::op_times() { return state_->op_times.get(); }
 const std::vector<std::vector<std::uint64_t>>& MoeModel::routing_counts() const { return state_->routing_counts; }
 
 namespace {
