@@ -2,7 +2,7 @@
 # coli-decode-bench and coli-speed-bench as a user runs them on the tiny
 # fixture model: llama-bench's tests by default (pp512, tg at depths 0 and
 # 512), -p/-n/-d/-r honoured, the op-level breakdown's three tables, the
-# JSON for scripts. Shapes only: nothing here is timed.
+# JSON for scripts; coli run --op-times. Shapes only: nothing here is timed.
 # usage: coli_bench_cli_test.sh PATH/TO/coli PATH/TO/coli-decode-bench PATH/TO/coli-speed-bench PATH/TO/tests/fixtures
 set -u
 coli="$1"
@@ -35,12 +35,20 @@ check "speed-bench prints pp and tg rows" test "$(grep -cE "^cpu +1.00 (pp6|tg3 
 check "speed-bench JSON: every repeat per test" python3 - "$work/s.json" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
+assert len(d["decode_bytes_per_token"]) == 2 and 0 < d["decode_bytes_per_token"][0] < d["decode_bytes_per_token"][1]
 assert d["prefill_tokens"] == 6 and d["decode_tokens"] == 3 and d["depths"] == [0, 4] and d["repeats"] == 2
 tests = d["configs"][0]["tests"]
 assert [t["test"] for t in tests] == ["pp6", "tg3 @ d0", "tg3 @ d4"], tests
 assert [t["n_depth"] for t in tests] == [0, 0, 4]
 assert all(len(t["tok_s"]) == 2 and min(t["tok_s"]) > 0 for t in tests)
 PY
+
+"$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 3 --op-times >"$work/r.out" 2>&1
+check "coli run --op-times exits 0" test $? -eq 0
+check "coli run --op-times: the prefill's table" contains "$work/r.out" "^prefill: 1 pass(es), 3 token(s)"
+check "coli run --op-times: the decode steps' table" contains "$work/r.out" "^decode: 2 pass(es), 2 token(s)"
+"$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 3 >"$work/r0.out" 2>&1
+check "no tables without --op-times" test "$(grep -c "pass(es)" "$work/r0.out")" -eq 0
 
 "$decode_bench" --model "$work/demo.coli" -d 0,-1 >"$work/bad.out" 2>&1
 check "a negative depth is a usage error" test $? -ne 0

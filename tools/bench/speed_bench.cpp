@@ -115,10 +115,15 @@ void print_table(const Args& args, const coli::container::ContainerReader& reade
 }
 
 // Every repeat's tok/s per test, for scripts (llama_side_by_side.sh).
-std::string figures_json(const Args& args, const std::vector<Config>& configs) {
+// decode_bytes_per_token: what one decode step at that depth reads (bytes_per_token.h).
+std::string figures_json(const Args& args, const coli::container::ContainerReader& reader, const std::vector<Config>& configs) {
   const coli::bench::SpeedTests& tests = args.tests;
   nlohmann::json out = {{"model", args.model}, {"threads", args.threads}, {"prefill_tokens", tests.prefill_tokens},
                         {"decode_tokens", tests.decode_tokens}, {"depths", tests.depths}, {"repeats", tests.repeats}};
+  for (int depth : tests.depths) {
+    auto traffic = coli::bench::decode_traffic(reader, depth, tests.decode_tokens);
+    out["decode_bytes_per_token"].push_back(traffic ? traffic->total() : 0);
+  }
   for (const Config& c : configs) {
     nlohmann::json config = {{"backend", c.backend}, {"vram_share", c.vram_share}, {"kernel", c.model->stats().cpu_kernel}};
     config["tests"].push_back({{"test", tests.prefill_label()}, {"n_prompt", tests.prefill_tokens}, {"n_gen", 0}, {"n_depth", 0},
@@ -177,7 +182,7 @@ int main(int argc, char** argv) {
   }
   print_table(args, *reader, configs);
   if (!args.json.empty()) {
-    if (coli::Status s = coli::write_file_atomically(args.json, figures_json(args, configs)); !s) return fail(s.error().message);
+    if (coli::Status s = coli::write_file_atomically(args.json, figures_json(args, *reader, configs)); !s) return fail(s.error().message);
   }
   struct rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
