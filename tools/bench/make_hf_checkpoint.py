@@ -5,7 +5,10 @@
 ggml-vocab-gpt-2.gguf with gguf-py): the one checkpoint both engines convert
 in llama_side_by_side.sh. With torch + transformers it is OlmoeForCausalLM's
 own random init (save_pretrained); without them numpy writes the same tensor
-names and shapes (normal init, std 0.02; norms 1), which is all speed needs.
+names and shapes (random bf16 bits: random sign and mantissa at the exponent
+of 2^-6, so |w| is in [0.0156, 0.031), std ~0.023 like OLMoE's 0.02 init;
+norms 1), three times faster than drawing normals, and speed does not depend
+on the values.
 
 usage: make_hf_checkpoint.py OUT_DIR --shape olmoe-1b-7b|small --vocab-gguf GGUF --gguf-py DIR
 """
@@ -96,11 +99,10 @@ def with_numpy(out, config):
         f.write(text)
         for name, shape in shapes:
             if name.endswith("norm.weight"):
-                values = np.ones(shape, dtype=np.float32)
-            else:
-                values = rng.standard_normal(shape, dtype=np.float32) * np.float32(0.02)
-            bits = values.view(np.uint32)
-            f.write(((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16).tobytes())  # round to nearest even
+                f.write(np.full(shape, 0x3F80, dtype=np.uint16).tobytes())  # 1.0
+            else:  # random sign and mantissa, exponent of 2^-6: |w| in [0.0156, 0.031), std ~0.023
+                bits = rng.integers(0, 1 << 16, size=shape, dtype=np.uint16)
+                f.write(((bits & np.uint16(0x807F)) | np.uint16(121 << 7)).tobytes())
     partial.rename(out / "model.safetensors")
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
 
