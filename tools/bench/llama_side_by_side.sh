@@ -111,11 +111,11 @@ for spec in "int4 q4_g64" "int8 q8_row"; do
 done
 echo "converter: $converter" | tee -a "$log"
 
-if [[ -z $bandwidth ]]; then  # read bandwidth at these threads, from coli-probe
-  "$coli_build/tools/coli-probe" --quick --out "$work/profile.toml" >>"$log" 2>&1
+if [[ -z $bandwidth ]]; then  # read bandwidth at these threads, from coli-probe (at most 25 s; kept in --work)
+  [[ -s $work/profile.toml ]] || "$coli_build/tools/coli-probe" --disk-dir "$work" --out "$work/profile.toml" >>"$log" 2>&1
   bandwidth=$("$py" - "$work/profile.toml" "$threads" <<'PY'
 import sys, tomllib
-points = tomllib.load(open(sys.argv[1], "rb"))["measurements"]["memory_bandwidth"]["points"]
+points = tomllib.load(open(sys.argv[1], "rb")).get("measurements", {}).get("memory_bandwidth", {}).get("points", [])
 reads = [p for p in points if p["kernel"] == "read" and p["kind_rank"] == -1]
 print(min(reads, key=lambda p: abs(p["threads"] - int(sys.argv[2])))["median_gb_per_s"] if reads else 0)
 PY
