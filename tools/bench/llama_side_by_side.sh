@@ -112,8 +112,8 @@ done
 echo "converter: $converter" | tee -a "$log"
 
 if [[ -z $bandwidth ]]; then  # read bandwidth at these threads, from coli-probe (at most 25 s; kept in --work)
-  [[ -s $work/profile.toml ]] || "$coli_build/tools/coli-probe" --disk-dir "$work" --out "$work/profile.toml" >>"$log" 2>&1
-  bandwidth=$("$py" - "$work/profile.toml" "$threads" <<'PY'
+  [[ -s $work/bandwidth-profile.toml ]] || "$coli_build/tools/coli-probe" --disk-dir "$work" --out "$work/bandwidth-profile.toml" >>"$log" 2>&1
+  bandwidth=$("$py" - "$work/bandwidth-profile.toml" "$threads" <<'PY'
 import sys, tomllib
 points = tomllib.load(open(sys.argv[1], "rb")).get("measurements", {}).get("memory_bandwidth", {}).get("points", [])
 reads = [p for p in points if p["kernel"] == "read" and p["kind_rank"] == -1]
