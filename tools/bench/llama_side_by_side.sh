@@ -30,6 +30,7 @@
 set -euo pipefail
 usage() { sed -n '/^# usage:/,/^set /p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 2; }
 [[ $# -ge 3 ]] || usage
+call="$0 $*"
 llama_build=$(realpath "$1") llama_src=$(realpath "$2") out=$3
 shift 3
 here=$(cd "$(dirname "$0")" && pwd)
@@ -68,7 +69,7 @@ done
 mkdir -p "$out/raw" "$work"
 [[ $reconvert == 1 ]] && rm -rf "${work:?}"/*
 log="$out/conversion.log"
-: >"$log"
+echo "== $(date -u +%FT%TZ): $call" >>"$log"  # appended: a reusing call keeps the conversion's lines
 need() {  # need FILE: with --skip-build, a missing converted file is an error
   [[ -s $1 ]] && return 1
   [[ $skip_build == 1 ]] && { echo "llama_side_by_side.sh: --skip-build but $1 is missing" >&2; exit 1; }
