@@ -81,6 +81,7 @@ struct RunArgs {
   bool knobs_given = false;
   bool report = false;  // --report: the engine's own accounting even without a plan
   bool verify = false;  // --verify: every tensor's and expert record's checksum before loading
+  bool op_times = false;  // --op-times: per-op wall time of the prefill and of the decode steps
   std::optional<std::uint64_t> rss_limit;  // --rss-limit bytes (the watchdog's limit)  // --threads/--cap/--ctx/... given explicitly
   std::string kv_type = "f16";  // --kv-type (a knob: the plan decides it otherwise)
   std::string ram;              // --ram SIZE: RAM a run without a plan may use (default: the live headroom)
@@ -265,6 +266,7 @@ int run_generate(const RunArgs& args) {
     return status;
   }
   if (args.rss_limit) options.rss_limit_bytes = *args.rss_limit;
+  options.op_timing = args.op_times;
   options.on_warning = [](const std::string& message) { std::fprintf(stderr, "coli run: WARNING: %s\n", message.c_str()); };
   auto model = coli::runtime::MoeModel::load(args.model, options);
   if (!model) {
@@ -279,6 +281,11 @@ int run_generate(const RunArgs& args) {
     return 1;
   }
   const double ttft = seconds_since(prefill_start);
+  std::string prefill_op_times;  // printed after the generated text
+  if (auto* times = model->op_times()) {
+    prefill_op_times = coli::runtime::op_times_table(*times, "prefill");
+    times->clear();
+  }
   coli::tools::Sampler sampler({args.temperature, args.top_p, args.seed});
   std::optional<coli::StreamDecoder> decoder;
   if (tokenizer) decoder.emplace(*tokenizer);
@@ -321,6 +328,7 @@ int run_generate(const RunArgs& args) {
               coli::format_bytes(peak_rss_bytes()).c_str());
   if (planned) coli::tools::print_plan_vs_actual(planned->plan, model->stats(), peak_rss_bytes());
   else if (args.report) coli::tools::print_measured(model->stats(), peak_rss_bytes());
+  if (auto* times = model->op_times()) std::printf("\n%s\n%s", prefill_op_times.c_str(), coli::runtime::op_times_table(*times, "decode").c_str());
   return 0;
 }
 
@@ -336,7 +344,7 @@ int main(int argc, char** argv) {
   convert->add_option("--model", model_dir, "Checkpoint directory (config.json + *.safetensors)")->required()->check(CLI::ExistingDirectory);
   convert->add_option("--out", out, "Container file to write (atomically)")->required();
   convert->add_option("--experts", experts, "Routed expert format: q4_g64 (int4), q8_row (int8) or f32")->capture_default_str();
-  convert->add_option("--dense", dense, "Dense projections: source (keep dtype) or q8_row (int8)")->capture_default_str();
+  convert->add_option("--dense", dense, "Dense projections: source (keep dtype), q8_row (int8) or q4_g64 (int4)")->capture_default_str();
 
   RunArgs run;
   CLI::App* run_cmd = app.add_subcommand("run", "Generate text with a converted model");
@@ -357,6 +365,9 @@ int main(int argc, char** argv) {
   run_cmd->add_flag("--report", run.report,
                     "Print memory per component and peak RSS at the end (with --plan/--profile: planned vs measured, "
                     "always printed)");
+  run_cmd->add_flag("--op-times", run.op_times,
+                    "Print where the CPU forward passes spent their wall time, per op category (ms per token, % of the pass), "
+                    "for the prefill and for the decode steps");
   run_cmd->add_flag("--verify", run.verify,
                     "Before loading, re-read every tensor and expert record against its checksum (reads the whole file; "
                     "the index's checksum is checked on every load)");

@@ -16,11 +16,13 @@ check "probe exits 0" test $? -eq 0
 
 # A tiny grid: 1 thread (plus the plan's set), resident and 4 of 8 slots, pins off and on.
 "$sweep" --model "$work/demo.coli" --profile "$work/profile.toml" --threads 1 --caps all,4 --pins off,on \
-  --kernels auto --prompts 2 --prompt-tokens 5 --tokens 4 --repeats 2 --out "$work/out" >"$work/s.out" 2>"$work/s.err"
+  --kernels auto -p 5 -n 4 -d 0,3 --repeats 2 --out "$work/out" >"$work/s.out" 2>"$work/s.err"
 check "sweep exits 0" test $? -eq 0
 check "no history: one recorded from the workload" contains "$work/s.out" "recorded one from this workload"
 check "history written into --out" contains "$work/out/sweep.usage" "coli-usage-history"
 check "the table marks the planned row" grep -qE "^ +[0-9]+ \* " "$work/s.out"
+check "the table has a decode column per depth" grep -qE "kernel +tg@d0  tg@d3$" "$work/s.out"
+check "the workload is llama-bench's tests" contains "$work/s.out" "workload: pp5, then 4 greedy decode tokens at depths 0 3"
 check "decode rank and % of best printed" grep -qE "^decode: +planned: rank [0-9]+ of [0-9]+, [0-9.]+% of the best" "$work/s.out"
 check "prefill rank and % of best printed" grep -qE "^prefill: planned: rank [0-9]+ of [0-9]+, [0-9.]+% of the best" "$work/s.out"
 check "token check passed" contains "$work/s.out" "token check: all [0-9]* runs produced the same tokens"
@@ -39,7 +41,10 @@ EOF
 check "JSON: schema, planned, ranking, token check" python3 - "$work/out/sweep.json" <<'EOF'
 import json, sys
 d = json.load(open(sys.argv[1]))
-assert d["schema_version"] == 1
+assert d["schema_version"] == 2
+assert d["workload"]["prompt_tokens"] == 5 and d["workload"]["depths"] == [0, 3]
+assert all([x["depth"] for x in c["decode_at_depth"]] == [0, 3] and x["median_tok_s"] > 0 for c in d["configs"] for x in c["decode_at_depth"])
+assert all(len(r["decode_tok_s_at_depth"]) == 2 for c in d["configs"] for r in c["runs"])
 planned = [c for c in d["configs"] if c["planned"]]
 assert len(planned) == 1 and planned[0]["id"] == d["planned_config"]
 assert d["token_check"]["passed"] and d["token_check"]["mismatches"] == []
@@ -61,15 +66,15 @@ assert any("(planned)" in (e.text or "") for e in root.iter("{http://www.w3.org/
 EOF
 
 # A second sweep reads the history it is given instead of recording one.
-"$sweep" --model "$work/demo.coli" --profile "$work/profile.toml" --threads 1 --caps 4 --kernels auto --prompts 1 \
-  --prompt-tokens 3 --tokens 2 --repeats 1 --usage "$work/out/sweep.usage" --out "$work/out2" >"$work/s2.out" 2>&1
+"$sweep" --model "$work/demo.coli" --profile "$work/profile.toml" --threads 1 --caps 4 --kernels auto \
+  -p 3 -n 2 -d 0 --repeats 1 --usage "$work/out/sweep.usage" --out "$work/out2" >"$work/s2.out" 2>&1
 check "second sweep exits 0" test $? -eq 0
 check "second sweep pins from the given history" contains "$work/s2.out" "pins from the usage history"
 
 # "auto" is the engine's choice on this CPU (COLI_CPU_KERNEL forces it): with
 # that variant named too, the two are one configuration, and the sweep says so.
 COLI_CPU_KERNEL=scalar "$sweep" --model "$work/demo.coli" --profile "$work/profile.toml" --threads 1 --caps 4 --pins off \
-  --kernels auto,scalar --prompts 1 --prompt-tokens 3 --tokens 2 --repeats 1 --out "$work/out3" >"$work/s3.out" 2>&1
+  --kernels auto,scalar -p 3 -n 2 -d 0 --repeats 1 --out "$work/out3" >"$work/s3.out" 2>&1
 check "auto and its variant: sweep exits 0" test $? -eq 0
 check "auto and its variant merged, said so" contains "$work/s3.out" "kernels: auto and scalar are scalar .*merged"
 check "auto and its variant run once" python3 - "$work/out3/sweep.json" <<'EOF'

@@ -209,7 +209,7 @@ TEST(SweepReport, TokenMismatchNamesBothConfigurationsAndWhere) {
   EXPECT_FALSE(token_mismatch(reference, "a", reference, "b").has_value());
   auto differs = token_mismatch({{1, 2, 3}, {4, 9, 6}}, "2t k0 | cap 16", reference, "1t k0 | cap all");
   ASSERT_TRUE(differs.has_value());
-  EXPECT_EQ(*differs, "'2t k0 | cap 16' and '1t k0 | cap all' differ on prompt 1 at generated token 1: 9 vs 5");
+  EXPECT_EQ(*differs, "'2t k0 | cap 16' and '1t k0 | cap all' differ on decode test 1 at generated token 1: 9 vs 5");
   auto shorter = token_mismatch({{1, 2, 3}, {4, 5}}, "a", reference, "b");
   ASSERT_TRUE(shorter.has_value());
   EXPECT_NE(shorter->find("token 2: (end) vs 6"), std::string::npos) << *shorter;
@@ -220,7 +220,8 @@ SweepReport two_config_report() {
   SweepReport r;
   r.model = "m<&>.coli";
   r.n_experts = 64;
-  r.prompts = 1, r.prompt_tokens = 4, r.decode_tokens = 2, r.repeats = 2;
+  r.prompt_tokens = 4, r.decode_tokens = 2, r.repeats = 2;
+  r.depths = {0, 512};
   r.grid = {{{"1t k0", CpuSet({0})}, 64, 0, 64, "", false}, {{"2t k0", CpuSet({0, 1})}, 16, 4, 32, "avx2", true}};
   r.planned = 1;
   for (int repeat = 0; repeat < 2; ++repeat) {
@@ -229,6 +230,7 @@ SweepReport two_config_report() {
       run.config = c, run.repeat = repeat;
       run.prefill_tokens = 4, run.prefill_seconds = 0.1 * static_cast<double>(c + 1 + repeat);
       run.decode_tokens = 2, run.decode_seconds = 0.2 / static_cast<double>(c + 1);
+      run.depth_tok_s = {10.0 * static_cast<double>(c + 1) + repeat, 5.0 * static_cast<double>(c + 1)};
       run.expert_hits = 3, run.expert_misses = 1;
       r.runs.push_back(run);
     }
@@ -243,6 +245,26 @@ TEST(SweepReport, SummariesFollowTheRuns) {
   EXPECT_DOUBLE_EQ(r.summaries[0].prefill.median, 30);  // 40 and 20 tok/s
   EXPECT_DOUBLE_EQ(r.summaries[0].hit_rate, 0.75);
   EXPECT_EQ(r.summaries[0].repeats, 2);
+  ASSERT_EQ(r.summaries[1].decode_at_depth.size(), 2u);
+  EXPECT_DOUBLE_EQ(r.summaries[1].decode_at_depth[0].median, 20.5);  // 20 and 21 tok/s at depth 0
+  EXPECT_DOUBLE_EQ(r.summaries[1].decode_at_depth[1].median, 10);
+}
+
+TEST(SweepReport, TableHasADecodeColumnPerDepth) {
+  const std::string table = sweep_table(two_config_report());
+  EXPECT_NE(table.find("tg@d0  tg@d512\n"), std::string::npos) << table;
+  EXPECT_NE(table.find("  20.50    10.00\n"), std::string::npos) << table;
+  EXPECT_NE(table.find("prefill: pp4; decode: tg2 over every depth"), std::string::npos) << table;
+}
+
+TEST(SpeedTests, LabelsAndContextFollowLlamaBench) {
+  SpeedTests tests;  // defaults: pp512, tg64 at depths 0 and 512
+  EXPECT_EQ(tests.prefill_label(), "pp512");
+  EXPECT_EQ(tests.decode_label(512), "tg64 @ d512");
+  EXPECT_EQ(tests.context(), 576);
+  tests.depths = {0};
+  EXPECT_EQ(tests.context(), 512);
+  EXPECT_EQ(format_stats(metric_stats({3, 1, 2})), "2.00 [1.00 .. 3.00]");
 }
 
 TEST(SweepReport, CsvJsonAndSvgCarryEveryRunAndThePlannedMark) {
@@ -259,6 +281,9 @@ TEST(SweepReport, CsvJsonAndSvgCarryEveryRunAndThePlannedMark) {
   EXPECT_EQ(json["ranking"]["decode"]["rank"], 1);
   EXPECT_NEAR(json["ranking"]["prefill"]["percent_of_best"].get<double>(), 100.0 * (20 + 40.0 / 3) / 2 / 30, 1e-9);
   EXPECT_TRUE(json["token_check"]["passed"]);
+  EXPECT_EQ(json["workload"]["depths"], nlohmann::json::array({0, 512}));
+  EXPECT_EQ(json["configs"][0]["decode_at_depth"][1]["depth"], 512);
+  EXPECT_EQ(json["configs"][0]["runs"][0]["decode_tok_s_at_depth"].size(), 2u);
 
   const std::string svg = sweep_svg(r);
   EXPECT_EQ(svg.rfind("<svg", 0), 0u);

@@ -1,15 +1,18 @@
-// coli-decode-bench: decode speed of a container under MoeModel, next to the
-// memory-bandwidth bound (bytes one decode step touches / measured read
-// bandwidth). Every configuration (threads x cap x kernel) is run several
-// times, interleaved so drift in the machine spreads over all of them.
+// coli-decode-bench: llama-bench's speed tests (speed_tests.h: pp of -p
+// tokens, tg of -n tokens at each -d depth) for a container under MoeModel,
+// each decode figure next to the memory-bandwidth bound (bytes one decode
+// step touches / measured read bandwidth). Every configuration (threads x
+// cap x kernel) is loaded once per repeat and run once, interleaved so drift
+// in the machine spreads over all of them.
 //
-// One run: load the model, warm up with the prompt and N greedy decode
-// tokens, reset the KV cache and replay the same prompt and tokens, timing
-// the N decode steps. The warm-up makes "resident" (cap all = experts)
-// really resident (the hit rate column shows 100%), and leaves a streaming
-// cache in its steady state. Streamed experts are read with O_DIRECT where
-// the filesystem allows it (the engine's default), so "disk MiB/tok" then
-// comes from the device; with every expert resident nothing is read.
+// One run: load the model, warm up with one untimed prefill of the prompt
+// (it routes to most experts: "resident" (cap all) becomes resident, a
+// streaming cache reaches its steady state), then one pass of the tests.
+// Streamed experts are read with O_DIRECT where the filesystem allows it
+// (the engine's default), so "disk MiB/tok" then comes from the device.
+// --op-times adds the op-level time breakdown (op_timing.h) of the first
+// configuration: one decode token at depth 0 and at --op-depth, and one
+// prefill pass of -p tokens.
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -27,6 +30,7 @@
 #include "coli/cli/command_line.h"
 
 #include "bytes_per_token.h"
+#include "speed_measure.h"
 #include "sweep_grid.h"
 #include "coli/base/text.h"
 #include "coli/container/container.h"
@@ -37,15 +41,15 @@
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
 struct Args {
   std::string model, profile;
   double bandwidth_gb_s = 0;
   std::vector<int> threads{1};
   std::vector<std::string> caps{"all"};  // "all" or slots per layer
   std::vector<std::string> kernels{""};
-  int prompt_tokens = 16, decode_tokens = 64, repeats = 3, context = 0;  // 0: prompt + tokens
+  coli::bench::SpeedTests tests;
+  bool op_times = false;
+  int op_depth = 4096;
   std::string speculative_prefetch = "off";  // ModelOptions::speculative_prefetch
 };
 
@@ -55,8 +59,10 @@ struct Config {
 };
 
 struct Run {
-  double tokens_per_s = 0;
-  std::uint64_t hits = 0, misses = 0, bytes_read = 0, rss = 0;
+  double prefill_tok_s = 0;
+  std::vector<double> decode_tok_s;  // per depth
+  coli::bench::ExpertTraffic traffic;  // timed decode steps
+  std::uint64_t rss = 0;
   std::string kernel;
 };
 
@@ -68,51 +74,37 @@ std::uint64_t rss_bytes(const char* field) {  // "VmRSS:" or "VmHWM:" from /proc
   return 0;
 }
 
-std::int32_t argmax(const std::vector<float>& logits) {
-  return static_cast<std::int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-}
-
 // A configuration is a plan of its own (the engine's defaults for what the
 // bench does not vary; no memory budget, so no RSS watchdog), run through
 // the one plan-to-engine translation.
-coli::Result<Run> run_once(const Args& args, const Config& config, const coli::runtime::ModelShape& shape,
-                           const std::vector<std::int32_t>& prompt) {
+coli::Result<coli::runtime::ModelOptions> options_of(const Args& args, const Config& config,
+                                                    const coli::runtime::ModelShape& shape) {
   const coli::runtime::ModelOptions defaults;
   coli::planner::Plan plan;
   plan.threads = config.threads;
   plan.cap = config.cap;
   plan.n_experts = shape.experts;
   plan.cpu_kernel = config.kernel;
-  plan.ctx = args.context > 0 ? args.context : args.prompt_tokens + args.decode_tokens;
+  plan.ctx = std::max(args.tests.context(), args.op_times ? args.op_depth + 1 : 0);
   plan.prefill_round_tokens = defaults.prefill_round_tokens;
   plan.io_threads = defaults.io_threads;
   plan.direct_io = defaults.direct_io;
   auto options = coli::runtime::options_from_plan(plan, shape);
+  if (options) options->speculative_prefetch = args.speculative_prefetch == "on";
+  return options;
+}
+
+coli::Result<Run> run_once(const Args& args, const Config& config, const coli::runtime::ModelShape& shape,
+                           const coli::bench::BenchTokens& tokens) {
+  auto options = options_of(args, config, shape);
   if (!options) return options.error();
-  options->speculative_prefetch = args.speculative_prefetch == "on";
   auto model = coli::runtime::MoeModel::load(args.model, *options);
   if (!model) return model.error();
-  std::vector<float> logits(static_cast<std::size_t>(model->vocab_size()));
-  const int start = static_cast<int>(prompt.size());
-
-  // Warm-up: the greedy continuation, whose experts the timed replay will need.
-  std::vector<std::int32_t> continuation;
-  if (coli::Status s = model->forward(prompt, 0, logits); !s) return s.error();
-  for (int i = 0; i < args.decode_tokens; ++i) {
-    continuation.push_back(argmax(logits));
-    if (coli::Status s = model->forward(std::span(&continuation.back(), 1), start + i, logits); !s) return s.error();
-  }
-
-  model->reset();
-  if (coli::Status s = model->forward(prompt, 0, logits); !s) return s.error();
-  const coli::runtime::ModelStats before = model->stats();
-  const auto begin = Clock::now();
-  for (int i = 0; i < args.decode_tokens; ++i) {
-    if (coli::Status s = model->forward(std::span(&continuation[static_cast<std::size_t>(i)], 1), start + i, logits); !s) {
-      return s.error();
-    }
-  }
-  const double seconds = std::chrono::duration<double>(Clock::now() - begin).count();
+  if (auto warm = coli::bench::time_prefill(*model, tokens.prompt); !warm) return warm.error();
+  auto pass = coli::bench::measure_pass(*model, args.tests, tokens);
+  if (!pass) return pass.error();
+  Run run{args.tests.prefill_tokens / pass->prefill_seconds, {}, pass->decode_traffic, rss_bytes("VmRSS:"), model->stats().cpu_kernel};
+  for (double seconds : pass->decode_seconds) run.decode_tok_s.push_back(args.tests.decode_tokens / seconds);
   const coli::runtime::ModelStats& after = model->stats();
   if (options->speculative_prefetch) {
     std::fprintf(stderr, "  speculative prefetch: %.1f%% of predicted experts routed to (%llu of %llu), %llu reads started, %llu used\n",
@@ -120,9 +112,37 @@ coli::Result<Run> run_once(const Args& args, const Config& config, const coli::r
                  static_cast<unsigned long long>(after.predicted_correct), static_cast<unsigned long long>(after.predicted_experts),
                  static_cast<unsigned long long>(after.prefetch_reads), static_cast<unsigned long long>(after.prefetch_reads_used));
   }
-  return Run{args.decode_tokens / seconds, after.expert_hits - before.expert_hits,
-             after.expert_misses - before.expert_misses, after.expert_bytes_read - before.expert_bytes_read,
-             rss_bytes("VmRSS:"), after.cpu_kernel};
+  return run;
+}
+
+// The op-level breakdown of `config`: per-token tables of one decode token
+// at depth 0 and at --op-depth, and of one prefill pass.
+coli::Status print_op_times(const Args& args, const Config& config, const coli::runtime::ModelShape& shape,
+                            const coli::bench::BenchTokens& tokens) {
+  auto options = options_of(args, config, shape);
+  if (!options) return options.error();
+  options->op_timing = true;
+  auto model = coli::runtime::MoeModel::load(args.model, *options);
+  if (!model) return model.error();
+  coli::runtime::OpTimes& times = *model->op_times();
+  if (auto warm = coli::bench::time_prefill(*model, tokens.prompt); !warm) return warm.error();
+  std::vector<std::int32_t> context = tokens.context;
+  for (int i = static_cast<int>(context.size()); i <= args.op_depth; ++i) context.push_back(tokens.prompt[static_cast<std::size_t>(i) % tokens.prompt.size()]);
+  std::printf("\nop-level time breakdown (threads %d, cap %d, wall time on the calling thread)\n", config.threads, config.cap);
+  std::vector<float> logits(static_cast<std::size_t>(model->vocab_size()));
+  for (int depth : {0, args.op_depth}) {
+    model->reset();
+    if (depth > 0) {
+      if (coli::Status s = model->forward(std::span(context).first(static_cast<std::size_t>(depth)), 0, logits); !s) return s;
+    }
+    times.clear();
+    if (coli::Status s = model->forward(std::span(&context[static_cast<std::size_t>(depth)], 1), depth, logits); !s) return s;
+    std::printf("\n%s", coli::runtime::op_times_table(times, "one decode token at depth " + std::to_string(depth)).c_str());
+  }
+  times.clear();
+  if (auto prefill = coli::bench::time_prefill(*model, tokens.prompt); !prefill) return prefill.error();
+  std::printf("\n%s", coli::runtime::op_times_table(times, "one prefill pass of " + std::to_string(args.tests.prefill_tokens) + " tokens").c_str());
+  return coli::Ok{};
 }
 
 // Read bandwidth (GB/s) at `threads` from a device profile: the "read" point
@@ -139,12 +159,6 @@ std::optional<double> profile_bandwidth(const coli::DeviceProfile& profile, int 
   return best->gb_per_s.median;
 }
 
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const std::size_t n = values.size();
-  return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
-}
-
 std::string mib(double bytes) {
   char text[32];
   std::snprintf(text, sizeof text, "%.1f", bytes / (1024.0 * 1024.0));
@@ -152,113 +166,137 @@ std::string mib(double bytes) {
 }
 
 struct ContainerFacts {
-  coli::bench::TokenTraffic traffic;
-  std::int32_t vocab = 0;
+  std::vector<coli::bench::TokenTraffic> traffic;  // per depth
   coli::runtime::ModelShape shape;
 };
 
-// Prints what the container is and what one decode step touches.
+// Prints what the container is and what one decode step touches at each depth.
 coli::Result<ContainerFacts> describe_container(const Args& args) {
   auto reader = coli::container::ContainerReader::open(args.model);
   if (!reader) return reader.error();
-  auto traffic = coli::bench::decode_traffic(*reader, args.prompt_tokens, args.decode_tokens);
-  if (!traffic) return traffic.error();
-  const coli::container::TensorEntry* embedding = reader->find_tensor("model.embed_tokens.weight");
-  if (!embedding) return coli::make_error(args.model + ": no model.embed_tokens.weight");
+  ContainerFacts facts;
   const auto& experts = reader->index().experts;
   std::printf("model %s: %s on disk, %s, experts %s (%u layers x %u, record %s)\n", args.model.c_str(),
               coli::format_bytes(std::filesystem::file_size(args.model)).c_str(), reader->index().source.c_str(),
               std::string(coli::name_of(experts.format)).c_str(), experts.layers, experts.experts, coli::format_bytes(experts.record_bytes).c_str());
-  std::printf("bytes touched per decode token: %s\n", coli::bench::describe_traffic(*traffic).c_str());
-  std::printf("prompt %d tokens, %d timed decode tokens after a warm-up pass, %d repeats\n", args.prompt_tokens,
-              args.decode_tokens, args.repeats);
-  std::printf("'disk MiB/tok': bytes read for expert-cache misses (O_DIRECT when experts stream and the filesystem\n"
-              "allows it, else through the page cache)\n\n");
+  for (int depth : args.tests.depths) {
+    auto traffic = coli::bench::decode_traffic(*reader, depth, args.tests.decode_tokens);
+    if (!traffic) return traffic.error();
+    std::printf("bytes touched per decode token at depth %d: %s\n", depth, coli::bench::describe_traffic(*traffic).c_str());
+    facts.traffic.push_back(*traffic);
+  }
+  std::printf("tests: %s and %d decode tokens at depths", args.tests.prefill_label().c_str(), args.tests.decode_tokens);
+  for (int depth : args.tests.depths) std::printf(" %d", depth);
+  std::printf(", after one untimed prefill per run; %d repeats\n", args.tests.repeats);
+  std::printf("'disk MiB/tok': bytes read for expert-cache misses while decoding (O_DIRECT when experts stream and the\n"
+              "filesystem allows it, else through the page cache)\n\n");
   auto shape = coli::runtime::MoeModel::read_shape(args.model);
   if (!shape) return shape.error();
-  return ContainerFacts{*traffic, static_cast<std::int32_t>(embedding->shape.at(0)), std::move(*shape)};
+  facts.shape = std::move(*shape);
+  return facts;
+}
+
+// One row: a test's median tok/s and spread, and for decode the bound.
+void print_row(const Config& config, const std::string& cap, const std::string& kernel, const std::string& test,
+               const std::vector<double>& speeds, const std::string& decode_columns) {
+  const coli::bench::MetricStats stats = coli::bench::metric_stats(speeds);
+  std::printf("%7d %5s %12s %-14s %9.2f %6.0f%% %s\n", config.threads, cap.c_str(), kernel.c_str(), test.c_str(),
+              stats.median, 100.0 * stats.spread, decode_columns.c_str());
+}
+
+void print_results(const Args& args, const ContainerFacts& facts, const std::optional<coli::DeviceProfile>& profile,
+                   const std::vector<Config>& configs, const std::vector<std::vector<Run>>& runs) {
+  const coli::bench::SpeedTests& tests = args.tests;
+  std::printf("%7s %5s %12s %-14s %9s %7s %8s %12s %15s %10s %8s %6s %9s\n", "threads", "cap", "kernel", "test", "tok/s",
+              "spread", "hit rate", "disk MiB/tok", "touched MiB/tok", "bandwidth", "bound", "ratio", "RSS MiB");
+  for (std::size_t c = 0; c < configs.size(); ++c) {
+    coli::bench::ExpertTraffic sum;
+    std::uint64_t rss = 0;
+    std::vector<double> prefill;
+    for (const Run& r : runs[c]) {
+      prefill.push_back(r.prefill_tok_s);
+      sum.hits += r.traffic.hits, sum.misses += r.traffic.misses, sum.bytes_read += r.traffic.bytes_read;
+      rss = std::max(rss, r.rss);
+    }
+    const std::string cap = configs[c].cap >= facts.shape.experts ? "all" : std::to_string(configs[c].cap);
+    const std::string& kernel = runs[c].front().kernel;
+    print_row(configs[c], cap, kernel, tests.prefill_label(), prefill, "");
+    const double lookups = static_cast<double>(sum.hits + sum.misses);
+    const double decoded = static_cast<double>(runs[c].size() * tests.depths.size()) * tests.decode_tokens;
+    int measured_threads = configs[c].threads;
+    std::optional<double> gb_s = args.bandwidth_gb_s > 0 ? std::optional(args.bandwidth_gb_s) : std::nullopt;
+    if (!gb_s && profile) gb_s = profile_bandwidth(*profile, configs[c].threads, measured_threads);
+    for (std::size_t d = 0; d < tests.depths.size(); ++d) {
+      std::vector<double> speeds;
+      for (const Run& r : runs[c]) speeds.push_back(r.decode_tok_s[d]);
+      const double touched = static_cast<double>(facts.traffic[d].total());
+      std::string bandwidth = "-", bound = "-", ratio = "-";
+      if (gb_s) {
+        const double bound_tok_s = *gb_s * 1e9 / touched;
+        char text[64];
+        std::snprintf(text, sizeof text, "%.1f GB/s%s", *gb_s, measured_threads != configs[c].threads ? "*" : "");
+        bandwidth = text;
+        std::snprintf(text, sizeof text, "%.1f", bound_tok_s);
+        bound = text;
+        std::snprintf(text, sizeof text, "%.0f%%", 100.0 * coli::bench::metric_stats(speeds).median / bound_tok_s);
+        ratio = text;
+      }
+      char columns[160];
+      std::snprintf(columns, sizeof columns, "%7.1f%% %12s %15s %10s %8s %6s %9s", lookups > 0 ? 100.0 * static_cast<double>(sum.hits) / lookups : 0.0,
+                    mib(static_cast<double>(sum.bytes_read) / decoded).c_str(), mib(touched).c_str(), bandwidth.c_str(),
+                    bound.c_str(), ratio.c_str(), mib(static_cast<double>(rss)).c_str());
+      print_row(configs[c], cap, kernel, tests.decode_label(tests.depths[d]), speeds, columns);
+    }
+  }
+  std::printf("\ntok/s: median of the repeats; spread: (max - min) / median; pp: one forward pass of the prompt;\n"
+              "tg @ dD: decode after D tokens are in the KV cache; hit rate and disk: over every decode test;\n"
+              "bound: bandwidth / touched bytes at that depth; ratio: tok/s / bound; RSS: resident set at the end of a\n"
+              "run (peak of the process %s)%s\n",
+              coli::format_bytes(rss_bytes("VmHWM:")).c_str(),
+              args.bandwidth_gb_s > 0 ? "" : "; * = bandwidth measured at another thread count");
+}
+
+int fail(const std::string& message, int status = 1) {
+  std::fprintf(stderr, "coli-decode-bench: %s\n", message.c_str());
+  return status;
 }
 
 int run_bench(const Args& args) {
   std::optional<coli::DeviceProfile> profile;
   if (!args.profile.empty()) {
     auto loaded = coli::load_profile(args.profile);
-    if (!loaded) {
-      std::fprintf(stderr, "coli-decode-bench: %s\n", loaded.error().message.c_str());
-      return 1;
-    }
+    if (!loaded) return fail(loaded.error().message);
     profile = std::move(*loaded);
   }
   auto facts = describe_container(args);
-  if (!facts) {
-    std::fprintf(stderr, "coli-decode-bench: %s\n", facts.error().message.c_str());
-    return 1;
-  }
-  const coli::bench::TokenTraffic& traffic = facts->traffic;
-  std::vector<std::int32_t> prompt;  // fixed, spread over the vocabulary
-  for (int i = 0; i < args.prompt_tokens; ++i) prompt.push_back(static_cast<std::int32_t>((i * 7919 + 13) % facts->vocab));
+  if (!facts) return fail(facts.error().message);
+  const auto caps = coli::bench::parse_caps(args.caps, facts->shape.experts, "--cap");
+  if (!caps) return fail(caps.error().message, 2);
+  auto reader = coli::container::ContainerReader::open(args.model);
+  if (!reader) return fail(reader.error().message);
+  const coli::container::TensorEntry* embedding = reader->find_tensor("model.embed_tokens.weight");
+  if (!embedding) return fail(args.model + ": no model.embed_tokens.weight");
+  const auto tokens = coli::bench::bench_tokens(args.tests, static_cast<int>(embedding->shape.at(0)));
 
-  const int n_experts = facts->shape.experts;
-  const auto caps = coli::bench::parse_caps(args.caps, n_experts, "--cap");
-  if (!caps) {
-    std::fprintf(stderr, "coli-decode-bench: %s\n", caps.error().message.c_str());
-    return 2;
-  }
   std::vector<Config> configs;
   for (int threads : args.threads)
     for (int cap : *caps)
       for (const std::string& kernel : args.kernels) configs.push_back({threads, cap, kernel});
   std::vector<std::vector<Run>> runs(configs.size());
-  for (int repeat = 0; repeat < args.repeats; ++repeat) {
+  for (int repeat = 0; repeat < args.tests.repeats; ++repeat) {
     for (std::size_t c = 0; c < configs.size(); ++c) {
-      auto run = run_once(args, configs[c], facts->shape, prompt);
-      if (!run) {
-        std::fprintf(stderr, "coli-decode-bench: %s\n", run.error().message.c_str());
-        return 1;
-      }
-      std::fprintf(stderr, "  repeat %d: threads %d cap %d kernel %s: %.2f tok/s\n", repeat + 1, configs[c].threads,
-                   configs[c].cap, run->kernel.c_str(), run->tokens_per_s);
-      runs[c].push_back(*run);
+      auto run = run_once(args, configs[c], facts->shape, tokens);
+      if (!run) return fail(run.error().message);
+      std::fprintf(stderr, "  repeat %d: threads %d cap %d kernel %s: %s %.2f tok/s, %s %.2f tok/s\n", repeat + 1,
+                   configs[c].threads, configs[c].cap, run->kernel.c_str(), args.tests.prefill_label().c_str(),
+                   run->prefill_tok_s, args.tests.decode_label(args.tests.depths.front()).c_str(), run->decode_tok_s.front());
+      runs[c].push_back(std::move(*run));
     }
   }
-
-  std::printf("%7s %5s %12s %9s %7s %8s %12s %13s %10s %8s %6s %9s\n", "threads", "cap", "kernel", "tok/s", "spread",
-              "hit rate", "disk MiB/tok", "touched MiB/tok", "bandwidth", "bound", "ratio", "RSS MiB");
-  for (std::size_t c = 0; c < configs.size(); ++c) {
-    std::vector<double> speeds;
-    std::uint64_t hits = 0, misses = 0, bytes_read = 0, rss = 0;
-    for (const Run& r : runs[c]) {
-      speeds.push_back(r.tokens_per_s);
-      hits += r.hits, misses += r.misses, bytes_read += r.bytes_read, rss = std::max(rss, r.rss);
-    }
-    const double mid = median(speeds);
-    const double spread = (*std::max_element(speeds.begin(), speeds.end()) - *std::min_element(speeds.begin(), speeds.end())) / mid;
-    const double lookups = static_cast<double>(hits + misses);
-    const double disk_per_token = static_cast<double>(bytes_read) / (static_cast<double>(runs[c].size()) * args.decode_tokens);
-    int measured_threads = configs[c].threads;
-    std::optional<double> gb_s = args.bandwidth_gb_s > 0 ? std::optional(args.bandwidth_gb_s) : std::nullopt;
-    if (!gb_s && profile) gb_s = profile_bandwidth(*profile, configs[c].threads, measured_threads);
-    std::string bandwidth = "-", bound = "-", ratio = "-";
-    if (gb_s) {
-      const double bound_tok_s = *gb_s * 1e9 / static_cast<double>(traffic.total());
-      char text[64];
-      std::snprintf(text, sizeof text, "%.1f GB/s%s", *gb_s, measured_threads != configs[c].threads ? "*" : "");
-      bandwidth = text;
-      std::snprintf(text, sizeof text, "%.1f", bound_tok_s);
-      bound = text;
-      std::snprintf(text, sizeof text, "%.0f%%", 100.0 * mid / bound_tok_s);
-      ratio = text;
-    }
-    const std::string cap = configs[c].cap >= n_experts ? "all" : std::to_string(configs[c].cap);
-    std::printf("%7d %5s %12s %9.2f %6.0f%% %7.1f%% %12s %15s %10s %8s %6s %9s\n", configs[c].threads, cap.c_str(),
-                runs[c].front().kernel.c_str(), mid, 100.0 * spread, lookups > 0 ? 100.0 * hits / lookups : 0.0,
-                mib(disk_per_token).c_str(), mib(static_cast<double>(traffic.total())).c_str(), bandwidth.c_str(),
-                bound.c_str(), ratio.c_str(), mib(static_cast<double>(rss)).c_str());
+  print_results(args, *facts, profile, configs, runs);
+  if (args.op_times) {
+    if (coli::Status s = print_op_times(args, configs.front(), facts->shape, tokens); !s) return fail(s.error().message);
   }
-  std::printf("\ntok/s: median of the repeats; spread: (max - min) / median; bound: bandwidth / touched bytes;\n"
-              "ratio: tok/s / bound; RSS: resident set at the end of a run (peak of the process %s)%s\n",
-              coli::format_bytes(rss_bytes("VmHWM:")).c_str(),
-              args.bandwidth_gb_s > 0 ? "" : "; * = bandwidth measured at another thread count");
   return 0;
 }
 
@@ -266,28 +304,25 @@ int run_bench(const Args& args) {
 
 int main(int argc, char** argv) {
   Args args;
-  CLI::App app{"coli-decode-bench: MoE decode tok/s against the memory-bandwidth bound"};
+  CLI::App app{"coli-decode-bench: prefill and decode tok/s (llama-bench's -p, -n, -d), decode against the memory-bandwidth bound"};
   app.add_option("--model", args.model, "Container (coli convert or coli-make-synthetic)")->required()->check(CLI::ExistingFile);
   app.add_option("--threads", args.threads, "Thread counts, comma-separated")->delimiter(',')->capture_default_str();
   app.add_option("--cap", args.caps, "Expert cache slots per layer, comma-separated ('all' = every expert resident)")->delimiter(',')->capture_default_str();
   app.add_option("--kernel", args.kernels, "CPU kernels, comma-separated (default: best; " + coli::cpu_kernel_names_text() + ")")
       ->delimiter(',')
       ->check(CLI::IsMember(coli::cpu_kernel_names()));
-  app.add_option("--prompt-tokens", args.prompt_tokens, "Prompt length")->check(CLI::Range(1, 1 << 16))->capture_default_str();
-  app.add_option("--tokens", args.decode_tokens, "Timed decode tokens per run")->check(CLI::Range(1, 1 << 16))->capture_default_str();
-  app.add_option("--repeats", args.repeats, "Runs per configuration")->check(CLI::Range(1, 1000))->capture_default_str();
-  app.add_option("--ctx", args.context, "KV cache positions (0 = prompt + tokens)")->check(CLI::Range(0, 1 << 24))->capture_default_str();
+  coli::bench::add_speed_options(app, args.tests);
+  auto* profile = app.add_option("--profile", args.profile, "Device profile (coli-probe) with memory bandwidth")->check(CLI::ExistingFile);
+  app.add_option("--bandwidth", args.bandwidth_gb_s, "Memory read bandwidth in GB/s (instead of --profile)")->excludes(profile);
+  app.add_flag("--op-times", args.op_times,
+               "Also print the op-level time breakdown (first configuration): a decode token at depth 0 and at "
+               "--op-depth, and one prefill pass of -p tokens");
   app.add_option("--speculative-prefetch", args.speculative_prefetch,
                  "Run the next layer's router early and read its predicted experts (streaming only): on|off")
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
-  auto* profile = app.add_option("--profile", args.profile, "Device profile (coli-probe) with memory bandwidth")->check(CLI::ExistingFile);
-  app.add_option("--bandwidth", args.bandwidth_gb_s, "Memory read bandwidth in GB/s (instead of --profile)")->excludes(profile);
+  app.add_option("--op-depth", args.op_depth, "Depth of the second --op-times decode token")->check(CLI::Range(1, 1 << 24))->capture_default_str();
   coli::cli::add_version_flag(app, "coli-decode-bench");
   if (const auto done = coli::cli::parse(app, argc, argv)) return *done;
-  if (args.context > 0 && args.prompt_tokens + args.decode_tokens > args.context) {
-    std::fprintf(stderr, "coli-decode-bench: --prompt-tokens + --tokens exceeds --ctx\n");
-    return 2;
-  }
   return run_bench(args);
 }

@@ -21,21 +21,23 @@
 
 #include "coli/cli/command_line.h"
 
+#include <nlohmann/json.hpp>
+
 #include "bytes_per_token.h"
+#include "coli/base/files.h"
+#include "speed_measure.h"
 #include "coli/base/text.h"
 #include "coli/container/container.h"
 #include "coli/runtime/moe_model.h"
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
 struct Args {
-  std::string model;
+  std::string model, json;
   std::vector<std::string> backends{"cpu"};
   std::vector<double> vram_shares{1.0};
-  int threads = 1, prefill = 512, decode = 64, repeats = 5, gpu = 0, batch = 512, cap = 0;
-  std::vector<int> depths{0, 512};
+  int threads = 1, gpu = 0, batch = 512, cap = 0;
+  coli::bench::SpeedTests tests;
   double bandwidth_gb_s = 0;
 };
 
@@ -47,40 +49,6 @@ struct Config {
   std::vector<std::vector<double>> decode;     // [depth][repeat]
 };
 
-std::vector<std::int32_t> random_tokens(int count, int vocab, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int> pick(0, vocab - 1);
-  std::vector<std::int32_t> out(static_cast<std::size_t>(count));
-  for (auto& t : out) t = pick(rng);
-  return out;
-}
-
-coli::Result<double> time_prefill(coli::runtime::MoeModel& model, const std::vector<std::int32_t>& prompt) {
-  std::vector<float> logits(static_cast<std::size_t>(model.vocab_size()));
-  model.reset();
-  const auto begin = Clock::now();
-  if (coli::Status s = model.forward(prompt, 0, logits); !s) return s.error();
-  return static_cast<double>(prompt.size()) / std::chrono::duration<double>(Clock::now() - begin).count();
-}
-
-coli::Result<double> time_decode(coli::runtime::MoeModel& model, const std::vector<std::int32_t>& context, int depth,
-                                 int tokens) {
-  std::vector<float> logits(static_cast<std::size_t>(model.vocab_size()));
-  model.reset();
-  if (depth > 0) {
-    if (coli::Status s = model.forward(std::span(context).first(static_cast<std::size_t>(depth)), 0, logits); !s) {
-      return s.error();
-    }
-  }
-  std::int32_t next = context[static_cast<std::size_t>(depth)];
-  const auto begin = Clock::now();
-  for (int i = 0; i < tokens; ++i) {
-    if (coli::Status s = model.forward(std::span(&next, 1), depth + i, logits); !s) return s.error();
-    next = static_cast<std::int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-  }
-  return tokens / std::chrono::duration<double>(Clock::now() - begin).count();
-}
-
 // The experts 0 .. share * experts - 1 of every layer (uniform routing makes
 // which ones immaterial for speed).
 std::vector<std::vector<int>> vram_share_experts(const coli::container::ExpertLayout& layout, double share) {
@@ -88,15 +56,6 @@ std::vector<std::vector<int>> vram_share_experts(const coli::container::ExpertLa
   std::vector<int> layer(static_cast<std::size_t>(count));
   for (int e = 0; e < count; ++e) layer[static_cast<std::size_t>(e)] = e;
   return std::vector<std::vector<int>>(layout.layers, layer);
-}
-
-std::string spread(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const std::size_t n = values.size();
-  const double median = n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
-  char text[96];
-  std::snprintf(text, sizeof text, "%9.2f  [%.2f .. %.2f]", median, values.front(), values.back());
-  return text;
 }
 
 coli::Result<std::unique_ptr<coli::runtime::MoeModel>> load(const Args& args, const std::string& backend, double share,
@@ -108,7 +67,7 @@ coli::Result<std::unique_ptr<coli::runtime::MoeModel>> load(const Args& args, co
   options.gpu_batch_tokens = args.batch;
   options.cache_capacity = args.cap > 0 ? args.cap : coli::runtime::kAllExperts;
   options.prefill_round_tokens = 64;
-  options.max_context = std::max(args.prefill, *std::max_element(args.depths.begin(), args.depths.end()) + args.decode) + 1;
+  options.max_context = args.tests.context() + 1;
   if (backend == "vulkan" && share < 1) options.vram_experts = vram_share_experts(layout, share);
   auto model = coli::runtime::MoeModel::load(args.model, options);
   if (!model) return model.error();
@@ -129,6 +88,55 @@ void print_memory(const Config& c) {
   std::printf("\n");
 }
 
+int fail(const std::string& message) {
+  std::fprintf(stderr, "coli-speed-bench: %s\n", message.c_str());
+  return 1;
+}
+
+void print_table(const Args& args, const coli::container::ContainerReader& reader, const std::vector<Config>& configs) {
+  const coli::bench::SpeedTests& tests = args.tests;
+  std::printf("\n%-8s %6s %-14s %-32s  (median [min .. max] of %d runs, tok/s)\n", "backend", "vram", "test", "tok/s",
+              tests.repeats);
+  for (const Config& c : configs) {
+    std::printf("%-8s %6.2f %-14s %s\n", c.backend.c_str(), c.vram_share, tests.prefill_label().c_str(),
+                coli::bench::format_stats(coli::bench::metric_stats(c.prefill)).c_str());
+    for (std::size_t d = 0; d < tests.depths.size(); ++d) {
+      std::printf("%-8s %6.2f %-14s %s", c.backend.c_str(), c.vram_share, tests.decode_label(tests.depths[d]).c_str(),
+                  coli::bench::format_stats(coli::bench::metric_stats(c.decode[d])).c_str());
+      if (args.bandwidth_gb_s > 0) {
+        if (auto traffic = coli::bench::decode_traffic(reader, tests.depths[d], tests.decode_tokens)) {
+          std::printf("   bound %.1f tok/s (%s/token at %.0f GB/s)", args.bandwidth_gb_s * 1e9 / static_cast<double>(traffic->total()),
+                      coli::format_bytes(traffic->total()).c_str(), args.bandwidth_gb_s);
+        }
+      }
+      std::printf("\n");
+    }
+  }
+}
+
+// Every repeat's tok/s per test, for scripts (llama_side_by_side.sh).
+// decode_bytes_per_token: what one decode step at that depth reads (bytes_per_token.h).
+std::string figures_json(const Args& args, const coli::container::ContainerReader& reader, const std::vector<Config>& configs) {
+  const coli::bench::SpeedTests& tests = args.tests;
+  nlohmann::json out = {{"model", args.model}, {"threads", args.threads}, {"prefill_tokens", tests.prefill_tokens},
+                        {"decode_tokens", tests.decode_tokens}, {"depths", tests.depths}, {"repeats", tests.repeats}};
+  for (int depth : tests.depths) {
+    auto traffic = coli::bench::decode_traffic(reader, depth, tests.decode_tokens);
+    out["decode_bytes_per_token"].push_back(traffic ? traffic->total() : 0);
+  }
+  for (const Config& c : configs) {
+    nlohmann::json config = {{"backend", c.backend}, {"vram_share", c.vram_share}, {"kernel", c.model->stats().cpu_kernel}};
+    config["tests"].push_back({{"test", tests.prefill_label()}, {"n_prompt", tests.prefill_tokens}, {"n_gen", 0}, {"n_depth", 0},
+                               {"tok_s", c.prefill}});
+    for (std::size_t d = 0; d < tests.depths.size(); ++d) {
+      config["tests"].push_back({{"test", tests.decode_label(tests.depths[d])}, {"n_prompt", 0}, {"n_gen", tests.decode_tokens},
+                                 {"n_depth", tests.depths[d]}, {"tok_s", c.decode[d]}});
+    }
+    out["configs"].push_back(std::move(config));
+  }
+  return out.dump(2) + "\n";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -139,10 +147,8 @@ int main(int argc, char** argv) {
   app.add_option("--vram-share", args.vram_shares, "Shares of each layer's experts in VRAM (vulkan), comma-separated")
       ->delimiter(',')->check(CLI::Range(0.0, 1.0))->capture_default_str();
   app.add_option("--threads", args.threads, "CPU threads")->check(CLI::Range(1, 4096))->capture_default_str();
-  app.add_option("-p", args.prefill, "Prefill tokens")->check(CLI::Range(1, 1 << 16))->capture_default_str();
-  app.add_option("-n", args.decode, "Decode tokens")->check(CLI::Range(1, 1 << 16))->capture_default_str();
-  app.add_option("-d", args.depths, "Decode depths, comma-separated")->delimiter(',')->check(CLI::Range(0, 1 << 20))->capture_default_str();
-  app.add_option("--repeats", args.repeats, "Runs of each figure")->check(CLI::Range(1, 1000))->capture_default_str();
+  coli::bench::add_speed_options(app, args.tests);
+  app.add_option("--json", args.json, "Also write the figures (every repeat) as JSON to this file");
   app.add_option("--gpu", args.gpu, "Vulkan device index")->check(CLI::Range(0, 64))->capture_default_str();
   app.add_option("--batch", args.batch, "Tokens per GPU submission")->check(CLI::Range(1, 1 << 16))->capture_default_str();
   app.add_option("--cap", args.cap, "CPU expert cache slots per layer (0 = every expert)")->check(CLI::Range(0, 1 << 20))->capture_default_str();
@@ -151,49 +157,32 @@ int main(int argc, char** argv) {
   if (const auto done = coli::cli::parse(app, argc, argv)) return *done;
 
   auto reader = coli::container::ContainerReader::open(args.model);
-  if (!reader) return std::fprintf(stderr, "coli-speed-bench: %s\n", reader.error().message.c_str()), 1;
+  if (!reader) return fail(reader.error().message);
   std::vector<Config> configs;
   for (const std::string& backend : args.backends) {
     for (double share : backend == "vulkan" ? args.vram_shares : std::vector<double>{1.0}) {
       auto model = load(args, backend, share, reader->index().experts);
-      if (!model) return std::fprintf(stderr, "coli-speed-bench: %s: %s\n", backend.c_str(), model.error().message.c_str()), 1;
-      configs.push_back({backend, share, std::move(*model), {}, std::vector<std::vector<double>>(args.depths.size())});
+      if (!model) return fail(backend + ": " + model.error().message);
+      configs.push_back({backend, share, std::move(*model), {}, std::vector<std::vector<double>>(args.tests.depths.size())});
       print_memory(configs.back());
     }
   }
-  const int vocab = configs.front().model->vocab_size();
-  const auto prompt = random_tokens(args.prefill, vocab, 7);
-  const auto context = random_tokens(*std::max_element(args.depths.begin(), args.depths.end()) + 1, vocab, 11);
+  const coli::bench::SpeedTests& tests = args.tests;
+  const auto tokens = coli::bench::bench_tokens(tests, configs.front().model->vocab_size());
   for (Config& c : configs) {  // warm-up: first submissions record command buffers, first reads fill caches
-    if (auto warm = time_prefill(*c.model, prompt); !warm) return std::fprintf(stderr, "coli-speed-bench: %s\n", warm.error().message.c_str()), 1;
+    if (auto warm = coli::bench::time_prefill(*c.model, tokens.prompt); !warm) return fail(warm.error().message);
   }
-  for (int r = 0; r < args.repeats; ++r) {
+  for (int r = 0; r < tests.repeats; ++r) {
     for (Config& c : configs) {
-      auto p = time_prefill(*c.model, prompt);
-      if (!p) return std::fprintf(stderr, "coli-speed-bench: %s\n", p.error().message.c_str()), 1;
-      c.prefill.push_back(*p);
-      for (std::size_t d = 0; d < args.depths.size(); ++d) {
-        auto t = time_decode(*c.model, context, args.depths[d], args.decode);
-        if (!t) return std::fprintf(stderr, "coli-speed-bench: %s\n", t.error().message.c_str()), 1;
-        c.decode[d].push_back(*t);
-      }
+      auto pass = coli::bench::measure_pass(*c.model, tests, tokens);
+      if (!pass) return fail(pass.error().message);
+      c.prefill.push_back(tests.prefill_tokens / pass->prefill_seconds);
+      for (std::size_t d = 0; d < tests.depths.size(); ++d) c.decode[d].push_back(tests.decode_tokens / pass->decode_seconds[d]);
     }
   }
-  std::printf("\n%-8s %6s %-12s %-32s  (median [min .. max] of %d runs, tok/s)\n", "backend", "vram", "test", "tok/s",
-              args.repeats);
-  for (const Config& c : configs) {
-    std::printf("%-8s %6.2f pp%-9d %s\n", c.backend.c_str(), c.vram_share, args.prefill, spread(c.prefill).c_str());
-    for (std::size_t d = 0; d < args.depths.size(); ++d) {
-      std::printf("%-8s %6.2f tg%d@d%-6d %s", c.backend.c_str(), c.vram_share, args.decode, args.depths[d],
-                  spread(c.decode[d]).c_str());
-      if (args.bandwidth_gb_s > 0) {
-        if (auto traffic = coli::bench::decode_traffic(*reader, args.depths[d], args.decode)) {
-          std::printf("   bound %.1f tok/s (%s/token at %.0f GB/s)", args.bandwidth_gb_s * 1e9 / static_cast<double>(traffic->total()),
-                      coli::format_bytes(traffic->total()).c_str(), args.bandwidth_gb_s);
-        }
-      }
-      std::printf("\n");
-    }
+  print_table(args, *reader, configs);
+  if (!args.json.empty()) {
+    if (coli::Status s = coli::write_file_atomically(args.json, figures_json(args, *reader, configs)); !s) return fail(s.error().message);
   }
   struct rusage usage{};
   getrusage(RUSAGE_SELF, &usage);

@@ -43,7 +43,11 @@ struct Args {
   std::vector<std::string> pins{"off", "on"};
   std::vector<std::string> kernels;       // "auto" = engine's choice; empty: what the profile's ISA allows
   int plan_cap = 0;                       // 0: the planner decides
-  int prompts = 3, prompt_tokens = 32, decode_tokens = 16, repeats = 3;
+  SpeedTests tests = [] {  // llama-bench's pp512 and decode at depths 0 and 512, fewer tokens per grid point
+    SpeedTests t;
+    t.decode_tokens = 16;
+    return t;
+  }();
   std::string token_check = "per-kernel";  // "all" or "per-kernel" (variants round differently: moe_model.h)
 };
 
@@ -112,7 +116,7 @@ int run_sweep(const Args& args) {
   auto model_config = model::parse_model_config(s.shape.config_json, args.model + " (config)");
   if (!model_config) return fail(model_config.error().message);
   s.footprint = planner::describe_footprint(*model_config, s.shape.expert_format, s.shape.dense_format);
-  s.workload = make_workload(args.prompts, args.prompt_tokens, args.decode_tokens, model_config->vocab_size);
+  s.workload = make_workload(args.tests, model_config->vocab_size);
 
   // Grid dimensions before anything runs, so bad input fails fast.
   GridSpec spec;
@@ -140,7 +144,7 @@ int run_sweep(const Args& args) {
 
   // The plan for this machine, model and workload (what coli run --profile would run).
   s.request.ctx = s.workload.context();
-  s.request.prompt_tokens = args.prompt_tokens;
+  s.request.prompt_tokens = args.tests.prefill_tokens;
   if (!args.ram.empty()) {
     s.request.ram = parse_size(args.ram);
     if (!s.request.ram) return fail("--ram '" + args.ram + "' is not a size (e.g. 16G)", cli::kExitUsage);
@@ -179,10 +183,10 @@ int run_sweep(const Args& args) {
   report.profile = args.profile;
   report.profile_fingerprint = s.profile.fingerprint;
   report.n_experts = s.footprint.n_experts;
-  report.prompts = args.prompts;
-  report.prompt_tokens = args.prompt_tokens;
-  report.decode_tokens = args.decode_tokens;
-  report.repeats = args.repeats;
+  report.prompt_tokens = args.tests.prefill_tokens;
+  report.decode_tokens = args.tests.decode_tokens;
+  report.depths = args.tests.depths;
+  report.repeats = args.tests.repeats;
   report.token_check = args.token_check;
   report.planned = planned;
   for (const auto& d : plan->decisions) report.plan_decisions.push_back(d.knob + " = " + d.value + ": " + d.reason);
@@ -191,14 +195,15 @@ int run_sweep(const Args& args) {
   std::printf("model %s: %d MoE layers x %d experts, top %d, experts %s, dense %s\n", args.model.c_str(),
               s.shape.moe_layers, s.shape.experts, s.shape.top_k, std::string(name_of(s.shape.expert_format)).c_str(),
               std::string(dense_format_name(s.shape.dense_format)).c_str());
-  std::printf("workload: %d prompts x %d tokens, then %d greedy decode tokens each; %d repeats, interleaved\n",
-              args.prompts, args.prompt_tokens, args.decode_tokens, args.repeats);
+  std::printf("workload: %s, then %d greedy decode tokens at depths", args.tests.prefill_label().c_str(), args.tests.decode_tokens);
+  for (int depth : args.tests.depths) std::printf(" %d", depth);
+  std::printf("; %d repeats, interleaved\n", args.tests.repeats);
   std::printf("planned: %s\n", config_label(report.grid[planned], report.n_experts).c_str());
   for (const std::string& d : report.plan_decisions) std::printf("  %s\n", d.c_str());
   const planner::SpeedPrediction predicted = planner::predict_speed(s.profile, s.footprint, *plan, s.history ? &*s.history : nullptr);
   if (predicted.available)
     std::printf("  predicted: decode %.2f tok/s, prefill %.2f tok/s\n", predicted.decode_tok_per_s, predicted.prefill_tok_per_s);
-  std::printf("grid: %zu configurations x %d repeats\n\n", report.grid.size(), args.repeats);
+  std::printf("grid: %zu configurations x %d repeats\n\n", report.grid.size(), args.tests.repeats);
 
   // Round-robin: every configuration once per repeat, so drift spreads over all of them.
   // The first run of each token group is its reference: one group, or one
@@ -210,7 +215,7 @@ int run_sweep(const Args& args) {
   };
   std::map<std::string, Reference> references;
   const bool per_kernel = args.token_check == "per-kernel";
-  for (int repeat = 0; repeat < args.repeats; ++repeat) {
+  for (int repeat = 0; repeat < args.tests.repeats; ++repeat) {
     for (std::size_t c = 0; c < report.grid.size(); ++c) {
       const SweepConfig& config = report.grid[c];
       const std::string label = config_label(config, report.n_experts);
@@ -221,7 +226,7 @@ int run_sweep(const Args& args) {
       if (!run) return fail(label + ": " + run.error().message);
       run->record.config = c;
       run->record.repeat = repeat;
-      std::fprintf(stderr, "  repeat %d/%d  %-44s prefill %8.2f tok/s  decode %7.2f tok/s\n", repeat + 1, args.repeats,
+      std::fprintf(stderr, "  repeat %d/%d  %-44s prefill %8.2f tok/s  decode %7.2f tok/s\n", repeat + 1, args.tests.repeats,
                    label.c_str(), run->record.prefill_tok_s(), run->record.decode_tok_s());
       const std::string run_label = label + " (repeat " + std::to_string(repeat + 1) + ")";
       const std::string& kernel = run->record.kernel_used;
@@ -274,10 +279,7 @@ int main(int argc, char** argv) {
       ->delimiter(',');
   app.add_option("--ram", args.ram, "RAM the planner may use, e.g. 8G (default: the profile's headroom)");
   app.add_option("--plan-cap", args.plan_cap, "Cap the planner is told to use (0: it decides)")->check(CLI::Range(0, 1 << 20));
-  app.add_option("--prompts", args.prompts, "Fixed prompts in the workload")->check(CLI::Range(1, 64))->capture_default_str();
-  app.add_option("--prompt-tokens", args.prompt_tokens, "Tokens per prompt")->check(CLI::Range(1, 1 << 16))->capture_default_str();
-  app.add_option("--tokens", args.decode_tokens, "Greedy decode tokens per prompt")->check(CLI::Range(1, 1 << 16))->capture_default_str();
-  app.add_option("--repeats", args.repeats, "Interleaved repeats of the whole grid")->check(CLI::Range(1, 1000))->capture_default_str();
+  add_speed_options(app, args.tests);
   app.add_option("--token-check", args.token_check, "Runs whose tokens must agree: all, or per-kernel (one reference per kernel variant)")
       ->check(CLI::IsMember({"all", "per-kernel"}))->capture_default_str();
   app.add_option("--out", args.out, "Directory for sweep.csv, sweep.json, sweep.svg")->capture_default_str();

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <numeric>
 
 #include <nlohmann/json.hpp>
@@ -53,33 +54,25 @@ nlohmann::ordered_json ranking_json(const SweepReport& r, Metric metric) {
 
 }  // namespace
 
-MetricStats metric_stats(std::vector<double> values) {
-  MetricStats s;
-  if (values.empty()) return s;
-  std::sort(values.begin(), values.end());
-  const std::size_t n = values.size();
-  s.median = n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
-  s.min = values.front();
-  s.max = values.back();
-  s.spread = s.median > 0 ? (s.max - s.min) / s.median : 0;
-  return s;
-}
-
 std::vector<ConfigSummary> summarize(std::size_t configs, const std::vector<RunRecord>& runs) {
   std::vector<ConfigSummary> out(configs);
   for (std::size_t c = 0; c < configs; ++c) {
     std::vector<double> prefill, decode;
+    std::vector<std::vector<double>> depths;
     double hits = 0, lookups = 0;
     for (const RunRecord& run : runs) {
       if (run.config != c) continue;
       prefill.push_back(run.prefill_tok_s());
       decode.push_back(run.decode_tok_s());
+      depths.resize(std::max(depths.size(), run.depth_tok_s.size()));
+      for (std::size_t d = 0; d < run.depth_tok_s.size(); ++d) depths[d].push_back(run.depth_tok_s[d]);
       hits += static_cast<double>(run.expert_hits);
       lookups += static_cast<double>(run.expert_hits + run.expert_misses);
     }
     out[c].repeats = static_cast<int>(decode.size());
     out[c].prefill = metric_stats(prefill);
     out[c].decode = metric_stats(decode);
+    for (auto& speeds : depths) out[c].decode_at_depth.push_back(metric_stats(std::move(speeds)));
     out[c].hit_rate = lookups > 0 ? hits / lookups : 0;
   }
   return out;
@@ -120,7 +113,7 @@ std::optional<std::string> token_mismatch(const std::vector<std::vector<std::int
                                           const std::string& reference_label) {
   const std::string both = "'" + label + "' and '" + reference_label + "' differ";
   if (tokens.size() != reference.size()) {
-    return both + " in prompts run: " + std::to_string(tokens.size()) + " vs " + std::to_string(reference.size());
+    return both + " in decode tests run: " + std::to_string(tokens.size()) + " vs " + std::to_string(reference.size());
   }
   for (std::size_t p = 0; p < reference.size(); ++p) {
     const auto& a = tokens[p];
@@ -129,7 +122,7 @@ std::optional<std::string> token_mismatch(const std::vector<std::vector<std::int
     while (i < a.size() && i < b.size() && a[i] == b[i]) ++i;
     if (i == a.size() && i == b.size()) continue;
     const auto at = [i](const std::vector<std::int32_t>& t) { return i < t.size() ? std::to_string(t[i]) : "(end)"; };
-    return both + " on prompt " + std::to_string(p) + " at generated token " + std::to_string(i) + ": " + at(a) +
+    return both + " on decode test " + std::to_string(p) + " at generated token " + std::to_string(i) + ": " + at(a) +
            " vs " + at(b);
   }
   return std::nullopt;
@@ -161,8 +154,8 @@ std::string sweep_json(const SweepReport& r) {
   j["model"] = r.model;
   j["profile"] = r.profile;
   j["profile_fingerprint"] = r.profile_fingerprint;
-  j["workload"] = {{"prompts", r.prompts}, {"prompt_tokens", r.prompt_tokens},
-                   {"decode_tokens", r.decode_tokens}, {"repeats", r.repeats}};
+  j["workload"] = {{"prompt_tokens", r.prompt_tokens}, {"decode_tokens", r.decode_tokens},
+                   {"depths", r.depths}, {"repeats", r.repeats}};
   j["plan_decisions"] = r.plan_decisions;
   j["planned_config"] = r.planned;
   j["token_check"] = {{"mode", r.token_check}, {"passed", r.token_mismatches.empty()},
@@ -177,17 +170,24 @@ std::string sweep_json(const SweepReport& r) {
       runs.push_back({{"repeat", run.repeat}, {"prefill_tokens", run.prefill_tokens},
                       {"prefill_s", run.prefill_seconds}, {"prefill_tok_s", run.prefill_tok_s()},
                       {"decode_tokens", run.decode_tokens}, {"decode_s", run.decode_seconds},
-                      {"decode_tok_s", run.decode_tok_s()}, {"load_s", run.load_seconds},
+                      {"decode_tok_s", run.decode_tok_s()}, {"decode_tok_s_at_depth", run.depth_tok_s},
+                      {"load_s", run.load_seconds},
                       {"expert_hits", run.expert_hits}, {"expert_misses", run.expert_misses},
                       {"expert_bytes_read", run.expert_bytes_read}, {"kernel_used", run.kernel_used}});
     }
     const ConfigSummary& s = r.summaries[i];
+    nlohmann::ordered_json at_depth = nlohmann::ordered_json::array();
+    for (std::size_t d = 0; d < s.decode_at_depth.size() && d < r.depths.size(); ++d) {
+      nlohmann::ordered_json one = stats_json(s.decode_at_depth[d]);
+      one["depth"] = r.depths[d];
+      at_depth.push_back(std::move(one));
+    }
     configs.push_back({{"id", i}, {"label", config_label(c, r.n_experts)}, {"planned", c.planned},
                        {"thread_set", c.threads.label}, {"threads", c.threads.threads()},
                        {"pus", c.threads.pus.to_list()}, {"cap", c.cap}, {"resident", c.cap >= r.n_experts},
                        {"pins", c.pins}, {"round_tokens", c.round_tokens}, {"kernel", c.kernel},
                        {"decode", stats_json(s.decode)}, {"prefill", stats_json(s.prefill)},
-                       {"hit_rate", s.hit_rate}, {"runs", std::move(runs)}});
+                       {"decode_at_depth", std::move(at_depth)}, {"hit_rate", s.hit_rate}, {"runs", std::move(runs)}});
   }
   return j.dump(2) + "\n";
 }
@@ -201,9 +201,9 @@ std::string sweep_svg(const SweepReport& r) {
                     std::to_string(height) + "\" font-family=\"monospace\" font-size=\"12\">\n";
   svg += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
   svg += "<text x=\"10\" y=\"20\" font-size=\"14\" font-weight=\"bold\">" +
-         xml_escaped("coli-sweep: " + r.model + " (" + std::to_string(r.prompts) + " prompts x " +
-                     std::to_string(r.prompt_tokens) + " tokens, " + std::to_string(r.decode_tokens) +
-                     " decode tokens, median of " + std::to_string(r.repeats) + ")") + "</text>\n";
+         xml_escaped("coli-sweep: " + r.model + " (pp" + std::to_string(r.prompt_tokens) + ", tg" +
+                     std::to_string(r.decode_tokens) + " at " + std::to_string(r.depths.size()) +
+                     " depth(s), median of " + std::to_string(r.repeats) + ")") + "</text>\n";
   svg += "<text x=\"10\" y=\"38\">" + xml_escaped("bars: median tok/s; whiskers: min-max over repeats; red: planned") +
          "</text>\n";
   int top = 60;
@@ -242,9 +242,11 @@ std::string sweep_svg(const SweepReport& r) {
 
 std::string sweep_table(const SweepReport& r) {
   char line[512];
-  std::snprintf(line, sizeof line, "%4s  %-44s %11s %7s %12s %7s %8s  %s\n", "rank", "configuration", "decode tok/s",
+  std::snprintf(line, sizeof line, "%4s  %-44s %11s %7s %12s %7s %8s  %s", "rank", "configuration", "decode tok/s",
                 "spread", "prefill tok/s", "spread", "hit rate", "kernel");
   std::string out = line;
+  for (int depth : r.depths) out += "  tg@d" + std::to_string(depth);
+  out += "\n";
   int rank = 0;
   for (std::size_t i : order_by(r.summaries, Metric::decode)) {
     const ConfigSummary& s = r.summaries[i];
@@ -254,9 +256,17 @@ std::string sweep_table(const SweepReport& r) {
     std::snprintf(line, sizeof line, "%4d%s %-44s %11.2f %6.0f%% %12.2f %6.0f%% %7.1f%%  %s\n", ++rank,
                   r.grid[i].planned ? " *" : "  ", config_label(r.grid[i], r.n_experts).c_str(), s.decode.median,
                   100 * s.decode.spread, s.prefill.median, 100 * s.prefill.spread, 100 * s.hit_rate, kernel.c_str());
-    out += line;
+    out.append(line, std::strlen(line) - 1);  // the depth columns go before the newline
+    for (std::size_t d = 0; d < s.decode_at_depth.size(); ++d) {
+      std::snprintf(line, sizeof line, "  %*.2f", static_cast<int>(4 + std::to_string(d < r.depths.size() ? r.depths[d] : 0).size()),
+                    s.decode_at_depth[d].median);
+      out += line;
+    }
+    out += "\n";
   }
-  out += "* = planned; tok/s: median of " + std::to_string(r.repeats) + " interleaved repeats; spread: (max - min) / median\n";
+  out += "* = planned; tok/s: median of " + std::to_string(r.repeats) + " interleaved repeats; spread: (max - min) / median;\n"
+         "prefill: pp" + std::to_string(r.prompt_tokens) + "; decode: tg" + std::to_string(r.decode_tokens) +
+         " over every depth; tg@dD: decode after D tokens are in the KV cache\n";
   out += "decode:  " + ranking_line(r, Metric::decode) + "\n";
   out += "prefill: " + ranking_line(r, Metric::prefill) + "\n";
   return out;

@@ -9,19 +9,21 @@
 #include <string>
 #include <vector>
 
+#include "speed_tests.h"
 #include "sweep_grid.h"
 
 namespace coli::bench {
 
-inline constexpr int kSweepSchemaVersion = 1;
+inline constexpr int kSweepSchemaVersion = 2;  // 2: llama-bench tests (pp, tg at depths) instead of prompts
 
 struct RunRecord {
   std::size_t config = 0;      // index into the grid
   int repeat = 0;              // 0-based
-  int prefill_tokens = 0;      // summed over the prompts
+  int prefill_tokens = 0;      // the pp test's prompt
   double prefill_seconds = 0;
-  int decode_tokens = 0;
+  int decode_tokens = 0;      // summed over the depths
   double decode_seconds = 0;
+  std::vector<double> depth_tok_s;  // decode tok/s per depth (SweepReport::depths)
   double load_seconds = 0;
   std::uint64_t expert_hits = 0, expert_misses = 0, expert_bytes_read = 0;  // timed part only
   std::string kernel_used;     // what the engine ran ("" config: its own choice)
@@ -29,19 +31,12 @@ struct RunRecord {
   double decode_tok_s() const { return decode_seconds > 0 ? decode_tokens / decode_seconds : 0; }
 };
 
-struct MetricStats {
-  double median = 0;
-  double min = 0, max = 0;
-  double spread = 0;  // (max - min) / median
-};
-
 struct ConfigSummary {
-  MetricStats prefill, decode;
+  MetricStats prefill, decode;  // decode: every depth's tokens over their seconds
+  std::vector<MetricStats> decode_at_depth;
   double hit_rate = 0;  // over every repeat's timed part
   int repeats = 0;
 };
-
-MetricStats metric_stats(std::vector<double> values);  // an empty list gives zeros
 
 // One summary per grid entry (in grid order).
 std::vector<ConfigSummary> summarize(std::size_t configs, const std::vector<RunRecord>& runs);
@@ -64,9 +59,9 @@ Ranking rank_planned(const std::vector<ConfigSummary>& summaries, std::size_t pl
 // Indices sorted fastest first by `metric` (ties keep grid order).
 std::vector<std::size_t> order_by(const std::vector<ConfigSummary>& summaries, Metric metric);
 
-// Greedy tokens per prompt of one run against the reference run's: nullopt
-// when equal, else "'LABEL' and 'REFERENCE' differ on prompt P at generated
-// token I: X vs Y" (the first difference).
+// Greedy tokens per decode test (depth) of one run against the reference
+// run's: nullopt when equal, else "'LABEL' and 'REFERENCE' differ on decode
+// test P at generated token I: X vs Y" (the first difference).
 std::optional<std::string> token_mismatch(const std::vector<std::vector<std::int32_t>>& tokens, const std::string& label,
                                           const std::vector<std::vector<std::int32_t>>& reference,
                                           const std::string& reference_label);
@@ -75,7 +70,8 @@ std::optional<std::string> token_mismatch(const std::vector<std::vector<std::int
 struct SweepReport {
   std::string model, profile, profile_fingerprint;
   int n_experts = 0;
-  int prompts = 0, prompt_tokens = 0, decode_tokens = 0, repeats = 0;
+  int prompt_tokens = 0, decode_tokens = 0, repeats = 0;  // pp prompt, tg tokens per depth
+  std::vector<int> depths;
   std::vector<std::string> plan_decisions;  // "threads = 2: reason", ...
   std::vector<SweepConfig> grid;
   std::vector<RunRecord> runs;

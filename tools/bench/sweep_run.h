@@ -12,29 +12,29 @@
 #include "coli/base/result.h"
 #include "coli/experts/usage_history.h"
 #include "coli/runtime/moe_model.h"
+#include "speed_measure.h"
 #include "sweep_report.h"
 
 namespace coli::bench {
 
-// A few fixed token-id prompts (the same ids on every run and machine), each
-// prefilled, then decode_tokens greedy steps.
+// llama-bench's tests (speed_tests.h) on fixed token ids.
 struct Workload {
-  std::vector<std::vector<std::int32_t>> prompts;
-  int decode_tokens = 0;
-  int context() const;  // KV positions one prompt needs
+  SpeedTests tests;
+  BenchTokens tokens;
+  int context() const { return tests.context(); }
 };
 
-Workload make_workload(int prompts, int prompt_tokens, int decode_tokens, std::uint64_t vocab);
+Workload make_workload(const SpeedTests& tests, std::uint64_t vocab);
 
 struct RunOutput {
   RunRecord record;
-  std::vector<std::vector<std::int32_t>> tokens;  // per prompt: the greedy tokens, prefill's first
+  std::vector<std::vector<std::int32_t>> tokens;  // per depth: the decode test's greedy tokens
 };
 
-// Loads the model with `options`, warms up untimed (every prompt's prefill,
-// the first prompt's decode: a resident cache then holds nearly every expert
-// the timed pass needs, a streaming one is in its steady state), then times
-// every prompt: prefill, then decode steps, the KV cache reset between prompts. The record's config and repeat are left to the caller.
+// Loads the model with `options`, warms up with one untimed prefill (it
+// routes to most experts: a resident cache then holds nearly every expert the
+// timed pass needs, a streaming one is in its steady state), then one pass of
+// the tests (speed_measure.h). The record's config and repeat are left to the caller.
 Result<RunOutput> run_config(const std::filesystem::path& model, const runtime::ModelOptions& options,
                              const Workload& workload);
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 
 #include "coli/backend/backend.h"
 #include "coli/base/process_memory.h"
@@ -13,6 +14,7 @@
 #include "coli/forward/attention.h"
 #include "coli/forward/kv_cache.h"
 #include "coli/forward/ops.h"
+#include "coli/runtime/op_timing.h"
 #include "coli/model/model_config.h"
 #include "coli/model/tensor_layout.h"
 #include "cpu/thread_placement.h"
@@ -78,6 +80,7 @@ struct MoeModel::State {
   ModelStats stats;
   int used = 0;  // KV positions filled
   std::vector<std::vector<std::uint64_t>> routing_counts;  // [MoE layer][expert], for the usage history
+  std::unique_ptr<OpTimes> op_times;  // ModelOptions::op_timing on the CPU backend
   forward::KvCache kv;  // every layer's K and V (CPU backend; the GPU keeps its own)
   std::unique_ptr<GpuRun> gpu;  // backend "vulkan": the decoder on the GPU
   // scratch, rows of every token of a pass
@@ -201,6 +204,7 @@ void MoeModel::State::attention_pass(std::size_t l, std::span<float> xs, int cou
   const LayerWeights& w = layers[l];
   const std::size_t hidden = c.hidden_size, rows = static_cast<std::size_t>(count);
   const std::size_t q_width = c.num_attention_heads * c.head_dim, kv_width = c.num_key_value_heads * c.head_dim;
+  OpPhase phase(op_times.get(), Op::norm_rope);
   normed.resize(rows * hidden);
   for (std::size_t t = 0; t < rows; ++t) {
     forward::rms_norm(xs.subspan(t * hidden, hidden), w.input_norm, static_cast<float>(c.rms_norm_eps),
@@ -210,14 +214,18 @@ void MoeModel::State::attention_pass(std::size_t l, std::span<float> xs, int cou
   k_rows.resize(rows * kv_width);
   v_rows.resize(rows * kv_width);
   const backend::MatmulOutput qkv[] = {{w.q, q_rows, w.q_bias}, {w.k, k_rows, w.k_bias}, {w.v, v_rows, w.v_bias}};
+  phase.to(Op::attention_qkv);
   backend->matmul_rows(normed, count, qkv);
+  phase.to(Op::norm_rope);
   for (std::size_t t = 0; t < rows; ++t) {
     rotate_and_norm(w, std::span(q_rows).subspan(t * q_width, q_width), std::span(k_rows).subspan(t * kv_width, kv_width),
                     std::span(v_rows).subspan(t * kv_width, kv_width), first_position + static_cast<int>(t));
   }
+  phase.to(Op::attention_core);
   store_kv(l, count, first_position);
   attn_rows.resize(rows * q_width);
   attend(l, q_rows, count, first_position, attn_rows);
+  phase.to(Op::attention_output);
   o_rows.resize(rows * hidden);
   backend->matmul_rows(w.o, attn_rows, count, o_rows, w.o_bias);
   for (std::size_t i = 0; i < rows * hidden; ++i) xs[i] += o_rows[i];
@@ -270,12 +278,15 @@ Status MoeModel::State::mlp_step(std::size_t l, std::span<float> xs, int count) 
   const auto& c = config;
   const LayerWeights& w = layers[l];
   const std::size_t hidden = c.hidden_size, rows = static_cast<std::size_t>(count);
+  std::optional<OpPhase> phase;  // closed before moe_round, which times its own phases
+  phase.emplace(op_times.get(), Op::norm_rope);
   normed.resize(rows * hidden);
   for (std::size_t t = 0; t < rows; ++t) {
     forward::rms_norm(xs.subspan(t * hidden, hidden), w.post_norm, static_cast<float>(c.rms_norm_eps),
                       std::span(normed).subspan(t * hidden, hidden));
   }
   if (w.moe_index < 0) {
+    phase->to(Op::dense_mlp);
     for (std::size_t first = 0; first < rows; first += kPassSlice) {
       const std::size_t slice = std::min<std::size_t>(kPassSlice, rows - first);
       moe_out.resize(slice * hidden);
@@ -287,7 +298,9 @@ Status MoeModel::State::mlp_step(std::size_t l, std::span<float> xs, int count) 
   const int round = experts.tokens_per_round(std::max(1, options.prefill_round_tokens));
   // One round (every decode token): the shared expert's gate and up share the router's call.
   const bool shared_with_router = w.has_shared && count <= round;
+  phase->to(Op::router);
   const std::vector<forward::Routing> routings = route_tokens(w, count, shared_with_router);
+  phase.reset();
   if (options.speculative_prefetch && count <= round) {
     if (Status s = prefetch_next_layer(l, xs, count); !s) return s;
   }
@@ -365,7 +378,9 @@ Status MoeModel::State::moe_round(const LayerWeights& w, std::span<float> xs, in
   const std::size_t hidden = config.hidden_size, top_k = config.num_experts_per_tok;
   std::vector<int> needed;
   for (int t = first; t < last; ++t) needed.insert(needed.end(), routings[t].experts.begin(), routings[t].experts.end());
+  OpPhase phase(op_times.get(), Op::expert_io_wait);
   if (Status s = experts.begin(w.moe_index, needed); !s) return s;
+  phase.to(Op::experts);
   // Experts run in the store's order; each (token, expert) output gets its
   // own row, so below every token still sums its experts in routing order, bit for bit.
   std::vector<float> expert_rows(static_cast<std::size_t>(last - first) * top_k * hidden);
@@ -382,18 +397,22 @@ Status MoeModel::State::moe_round(const LayerWeights& w, std::span<float> xs, in
     }
   }
   experts.ffn_batch(w.moe_index, normed, expert_rows, resident);
+  phase.to(Op::expert_io_wait);
   for (int e : missing) {
     if (Status s = experts.wait(w.moe_index, e); !s) return s;
   }
+  phase.to(Op::experts);
   experts.ffn_batch(w.moe_index, normed, expert_rows, missed);
   const int round_count = last - first;
   if (w.has_shared) {
+    phase.to(Op::dense_mlp);
     shared_rows.resize(static_cast<std::size_t>(round_count) * hidden);
     if (!shared_gate_up_done) {
       backend->matmul_rows(std::span<const float>(normed).subspan(first * hidden, round_count * hidden), round_count,
                            mlp_gate_up(w, round_count));
     }
     mlp_down(w, round_count, shared_rows);
+    phase.to(Op::experts);
   }
   moe_out.resize(hidden);
   for (int t = first; t < last; ++t) {
@@ -497,6 +516,7 @@ Result<MoeModel> MoeModel::load(const std::filesystem::path& path, const ModelOp
   state->stats.dense_bytes = state->dense.bytes();
   state->stats.expert_cache_bytes = state->experts.slab_bytes();
   if (options.commit_expert_cache) state->experts.commit_slabs();
+  if (options.op_timing && !on_gpu) state->op_times = std::make_unique<OpTimes>();
   return MoeModel(std::move(state));
 }
 
@@ -533,6 +553,7 @@ Status MoeModel::State::use_thread_set(int count) {
 // layer's experts are leased once for many tokens.
 Status MoeModel::State::forward_cpu(std::span<const std::int32_t> tokens, int start_position, std::span<float> logits) {
   const int count = static_cast<int>(tokens.size());
+  const OpPass pass(op_times.get(), count);
   if (Status s = use_thread_set(count); !s) return s;
   const std::size_t hidden = config.hidden_size;
   std::vector<float> xs(static_cast<std::size_t>(count) * hidden);
@@ -546,8 +567,10 @@ Status MoeModel::State::forward_cpu(std::span<const std::int32_t> tokens, int st
     }
     if (Status st = mlp_step(l, xs, count); !st) return st;
   }
+  OpPhase phase(op_times.get(), Op::norm_rope);
   forward::rms_norm(std::span(xs).subspan((count - 1) * hidden, hidden), final_norm,
                     static_cast<float>(config.rms_norm_eps), h);
+  phase.to(Op::lm_head);
   backend->matmul(lm_head, h, logits);
   return Ok{};
 }
@@ -611,6 +634,7 @@ void MoeModel::reset() { state_->used = 0; }
 int MoeModel::vocab_size() const { return static_cast<int>(state_->config.vocab_size); }
 int MoeModel::context_used() const { return state_->used; }
 const ModelStats& MoeModel::stats() const { return state_->stats; }
+OpTimes* MoeModel::op_times() { return state_->op_times.get(); }
 const std::vector<std::vector<std::uint64_t>>& MoeModel::routing_counts() const { return state_->routing_counts; }
 
 namespace {

@@ -22,6 +22,7 @@
 #include "coli/base/result.h"
 #include "coli/base/weight_format.h"
 #include "coli/experts/usage_history.h"
+#include "coli/runtime/op_timing.h"
 
 namespace coli::runtime {
 
@@ -89,6 +90,9 @@ struct ModelOptions {
   std::vector<std::vector<int>> vram_experts;
   std::uint32_t gpu_shared_memory_limit = 0;  // pretend a smaller device (tests); 0 = its own
   int gpu_batch_tokens = 128;              // tokens per GPU submission (prefill chunks)
+  // Wall time per op category of CPU forward passes (op_timing.h), read
+  // through MoeModel::op_times(); off = one branch per phase change.
+  bool op_timing = false;
 };
 
 // What the GPU holds, as allocated (plan vs actual).
@@ -162,6 +166,9 @@ class MoeModel {
   int vocab_size() const;
   int context_used() const;
   const ModelStats& stats() const;
+  // Per-op wall time of the CPU passes since load or clear(); null unless
+  // ModelOptions::op_timing (and on the GPU backend, which has no CPU ops).
+  OpTimes* op_times();
   // How often each expert of each MoE layer was routed to (prompt and
   // generated tokens), for the usage history that picks pins next time.
   const std::vector<std::vector<std::uint64_t>>& routing_counts() const;
