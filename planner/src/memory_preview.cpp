@@ -90,10 +90,12 @@ MemoryPreview preview_memory(const ModelFootprint& fp, const MemoryKnobs& k) {
       gpu ? on_gpu : "2 buffers (hidden, normed) x " + n(prompt) + " prompt tokens x hidden " + n(hidden) + " x 4 B");
   // Per round: one output row per (token, expert), gate and up outputs of the
   // expert width, and int8-quantised inputs (1 B + a scale per 32 values).
-  const u64 tasks = round * top_k;
+  // A round never holds more tokens than the longest pass.
+  const u64 round_held = prompt > 0 ? std::min(round, prompt) : round;
+  const u64 tasks = round_held * top_k;
   const u64 quantised = (hidden + width) * 5 / 4;
   add("activations: prefill round", Tier::ram, experts_here ? tasks * (hidden * 4 + 2 * width * 4 + quantised) : 0,
-      experts_here ? n(round) + " round tokens x top_k " + n(top_k) + " x (hidden " + n(hidden) + " x 4 + 2 x width " +
+      experts_here ? n(round_held) + " round tokens x top_k " + n(top_k) + " x (hidden " + n(hidden) + " x 4 + 2 x width " +
                          n(width) + " x 4 + ~1.25 B x (hidden + width))"
                    : no_cache);
   // Decode scratch: a few hidden/head vectors, router logits, the logits,

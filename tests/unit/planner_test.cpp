@@ -134,7 +134,7 @@ TEST(PlannerScenario, ForcedPinsShrinkTheRoundOrAreRefused) {
   ASSERT_TRUE(plan.ok()) << plan.error().message;
   EXPECT_EQ(plan->pins, 40);
   EXPECT_EQ(plan->prefill_round_tokens, 3);  // (64 - 40) / top_k 8
-  EXPECT_TRUE(mentions(plan->decision("prefill_round_tokens")->reason, "shrunk from 64 to 3"));
+  EXPECT_TRUE(mentions(plan->decision("prefill_round_tokens")->reason, "shrunk from 512 to 3"));
   expect_round_fits(*plan, fp);
 
   request.pins = 60;  // 4 evictable slots cannot hold one token's 8 experts

@@ -66,7 +66,7 @@ coli::Result<std::unique_ptr<coli::runtime::MoeModel>> load(const Args& args, co
   options.gpu_index = args.gpu;
   options.gpu_batch_tokens = args.batch;
   options.cache_capacity = args.cap > 0 ? args.cap : coli::runtime::kAllExperts;
-  options.prefill_round_tokens = 64;
+  options.prefill_round_tokens = coli::runtime::ModelOptions{}.prefill_round_tokens;
   options.max_context = args.tests.context() + 1;
   if (backend == "vulkan" && share < 1) options.vram_experts = vram_share_experts(layout, share);
   auto model = coli::runtime::MoeModel::load(args.model, options);

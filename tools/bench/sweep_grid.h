@@ -66,7 +66,7 @@ struct GridSpec {
   std::vector<int> caps;             // 0 = every expert resident
   std::vector<bool> pins;            // false = off, true = the planner's pin count for that cap
   std::vector<std::string> kernels;  // "" = engine's best
-  int requested_round = 64;
+  int requested_round = 512;  // PlanRequest::prefill_round_tokens
 };
 
 // Every combination, in a fixed order (thread set, cap, pins, kernel). Pins

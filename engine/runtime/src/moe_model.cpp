@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <optional>
 
 #include "coli/backend/backend.h"
 #include "coli/base/process_memory.h"
@@ -278,15 +277,14 @@ Status MoeModel::State::mlp_step(std::size_t l, std::span<float> xs, int count) 
   const auto& c = config;
   const LayerWeights& w = layers[l];
   const std::size_t hidden = c.hidden_size, rows = static_cast<std::size_t>(count);
-  std::optional<OpPhase> phase;  // closed before moe_round, which times its own phases
-  phase.emplace(op_times.get(), Op::norm_rope);
+  OpPhase phase(op_times.get(), Op::norm_rope);
   normed.resize(rows * hidden);
   for (std::size_t t = 0; t < rows; ++t) {
     forward::rms_norm(xs.subspan(t * hidden, hidden), w.post_norm, static_cast<float>(c.rms_norm_eps),
                       std::span(normed).subspan(t * hidden, hidden));
   }
   if (w.moe_index < 0) {
-    phase->to(Op::dense_mlp);
+    phase.to(Op::dense_mlp);
     for (std::size_t first = 0; first < rows; first += kPassSlice) {
       const std::size_t slice = std::min<std::size_t>(kPassSlice, rows - first);
       moe_out.resize(slice * hidden);
@@ -298,9 +296,9 @@ Status MoeModel::State::mlp_step(std::size_t l, std::span<float> xs, int count) 
   const int round = experts.tokens_per_round(std::max(1, options.prefill_round_tokens));
   // One round (every decode token): the shared expert's gate and up share the router's call.
   const bool shared_with_router = w.has_shared && count <= round;
-  phase->to(Op::router);
+  phase.to(Op::router);
   const std::vector<forward::Routing> routings = route_tokens(w, count, shared_with_router);
-  phase.reset();
+  phase.stop();  // moe_round times its own phases
   if (options.speculative_prefetch && count <= round) {
     if (Status s = prefetch_next_layer(l, xs, count); !s) return s;
   }

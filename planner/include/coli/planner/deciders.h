@@ -108,7 +108,7 @@ struct CacheRequest {
   std::optional<int> cap;             // --cap
   int pins = 0;
   bool pins_forced = false;           // --pin
-  int requested_round = 64;
+  int requested_round = 512;  // PlanRequest::prefill_round_tokens
   MemoryKnobs knobs;                  // ctx, prompt, threads, io_threads (cap/pins/round are decided here)
   const RoutingConcentration* routing = nullptr;  // suggested pins are kept only where they pay
   std::vector<MemoryLine> extra_lines;  // what other tiers add (the GPU backend's VRAM and host lines)

@@ -28,7 +28,8 @@ struct PlanRequest {
   std::optional<int> ctx;              // --ctx (default 4096, at most max_position_embeddings)
   // Not overrides: inputs the planner shrinks when they would break a rule.
   int history_pins = 0;                // pins the usage history suggests
-  int prefill_round_tokens = 64;       // what the engine would like per round
+  int prefill_round_tokens = 512;      // what the engine would like per round: a whole 512-token prompt, so
+                                       // each expert multiplies its ~64 tokens in one GEMM (fewer when the cache streams)
   std::optional<int> prompt_tokens;    // longest prompt; default: the whole context
   bool tokenizer = true;               // the run loads a tokenizer (false: it is given token ids)
   int io_threads = 4;
