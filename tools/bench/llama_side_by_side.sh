@@ -26,7 +26,7 @@
 #
 # usage: tools/bench/llama_side_by_side.sh LLAMA_BUILD_DIR LLAMA_SRC_DIR OUT_DIR [--threads N] [--depths 0,512,4096]
 #          [--rounds 3] [--shape olmoe-1b-7b|small] [-p 512] [-n 64] [--work DIR] [--coli-build DIR]
-#          [--bandwidth GB/S] [--reconvert] [--skip-build]
+#          [--bandwidth GB/S] [--reconvert] [--skip-build] [--convert-only]
 set -euo pipefail
 usage() { sed -n '/^# usage:/,/^set /p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 2; }
 [[ $# -ge 3 ]] || usage
@@ -36,7 +36,7 @@ shift 3
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 threads=$(nproc) depths=0,512,4096 rounds=3 shape=olmoe-1b-7b prompt=512 gen=64
-work="" coli_build="$repo/build" bandwidth="" reconvert=0 skip_build=0
+work="" coli_build="$repo/build" bandwidth="" reconvert=0 skip_build=0 convert_only=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --threads) threads=$2; shift 2 ;;
@@ -49,7 +49,8 @@ while [[ $# -gt 0 ]]; do
     --coli-build) coli_build=$(realpath "$2"); shift 2 ;;
     --bandwidth) bandwidth=$2; shift 2 ;;
     --reconvert) reconvert=1; shift ;;
-    --skip-build) skip_build=1; shift ;;  # every converted file must already be in --work
+    --skip-build) skip_build=1; shift ;;
+    --convert-only) convert_only=1; shift ;;  # stop after converting and measuring the bandwidth (a first call)  # every converted file must already be in --work
     *) echo "llama_side_by_side.sh: unknown option $1" >&2; usage ;;
   esac
 done
@@ -121,6 +122,11 @@ reads = [p for p in points if p["kernel"] == "read" and p["kind_rank"] == -1]
 print(min(reads, key=lambda p: abs(p["threads"] - int(sys.argv[2])))["median_gb_per_s"] if reads else 0)
 PY
 )
+fi
+
+if [[ $convert_only == 1 ]]; then
+  echo "converted into $work (read bandwidth $bandwidth GB/s); no rounds (--convert-only)" | tee -a "$log"
+  exit 0
 fi
 
 llama_round() {  # llama_round PAIR QUANT ROUND
