@@ -84,7 +84,7 @@ struct MoeModel::State {
   std::unique_ptr<GpuRun> gpu;  // backend "vulkan": the decoder on the GPU
   // scratch, rows of every token of a pass
   std::vector<float> h, normed, q_rows, k_rows, v_rows, attn_rows, o_rows, router_rows, moe_out, mlp_a, mlp_b,
-      shared_rows, shared_gates;
+      shared_rows, shared_gates, expert_rows;
 
   Status load_layers();
   void attention_pass(std::size_t l, std::span<float> xs, int count, int first_position);
@@ -381,7 +381,9 @@ Status MoeModel::State::moe_round(const LayerWeights& w, std::span<float> xs, in
   phase.to(Op::experts);
   // Experts run in the store's order; each (token, expert) output gets its
   // own row, so below every token still sums its experts in routing order, bit for bit.
-  std::vector<float> expert_rows(static_cast<std::size_t>(last - first) * top_k * hidden);
+  // Kept between rounds: a fresh 32 MiB vector per layer and round was
+  // page-faulted and zeroed again each time (every row is written below).
+  expert_rows.resize(static_cast<std::size_t>(last - first) * top_k * hidden);
   const auto row_index = [&](int t, std::size_t i) { return static_cast<int>(static_cast<std::size_t>(t - first) * top_k + i); };
   std::vector<ExpertStore::FfnTask> resident, missed;
   std::vector<int> missing;
@@ -514,6 +516,9 @@ Result<MoeModel> MoeModel::load(const std::filesystem::path& path, const ModelOp
   state->stats.dense_bytes = state->dense.bytes();
   state->stats.expert_cache_bytes = state->experts.slab_bytes();
   if (options.commit_expert_cache) state->experts.commit_slabs();
+  if (options.preload_experts && host_experts) {
+    if (Status s = state->experts.load_every_expert(); !s) return s.error();
+  }
   if (options.op_timing && !on_gpu) state->op_times = std::make_unique<OpTimes>();
   return MoeModel(std::move(state));
 }
