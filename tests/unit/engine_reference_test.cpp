@@ -366,4 +366,24 @@ INSTANTIATE_TEST_SUITE_P(AllArchitectures, EngineReference,
                          testing::Values("qwen3_moe", "olmoe", "mixtral", "qwen2_moe"));
 
 }  // namespace
+// With every expert resident the store reads them all at load: the run then
+// counts no hit-or-miss reads of its own (every lookup is a hit), has read
+// every record once, and gives the tokens and logits of a lazily filled cache.
+TEST(EnginePreload, EveryResidentExpertIsReadAtLoadWithTheSameTokens) {
+  const fs::path dir = fs::path(COLI_FIXTURES_DIR) / "models" / "olmoe";
+  const Reference ref = load_reference(dir, "reference_q4");
+  const fs::path container = converted_fixture("olmoe", WeightFormat::q4_g64);
+  runtime::ModelOptions lazy;
+  lazy.preload_experts = false;
+  const EngineRun lazily = run_model(container, lazy, ref, true);
+  EXPECT_GT(lazily.stats.expert_misses, 0u);
+  runtime::ModelOptions preload;
+  const EngineRun preloaded = run_model(container, preload, ref, true);
+  EXPECT_EQ(preloaded.stats.expert_misses, 0u);
+  EXPECT_GT(preloaded.stats.expert_hits, 0u);
+  EXPECT_GE(preloaded.stats.expert_bytes_read, lazily.stats.expert_bytes_read);
+  EXPECT_EQ(preloaded.tokens, lazily.tokens);
+  EXPECT_EQ(preloaded.prompt_logits.back(), lazily.prompt_logits.back());
+}
+
 }  // namespace coli

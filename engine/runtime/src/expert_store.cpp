@@ -3,6 +3,7 @@
 #include <fcntl.h>
 
 #include <algorithm>
+#include <numeric>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -52,6 +53,7 @@ Result<ExpertStore> ExpertStore::create(const container::ContainerReader& reader
   if (!planner) return planner.error();
   store.planner_ = std::move(*planner);
   store.setup_io(io, capacity > 0 && capacity < experts);
+  store.every_expert_fits_ = capacity <= 0 || capacity >= experts;
   return store;
 }
 
@@ -273,6 +275,24 @@ void ExpertStore::commit_slabs() {
       if (!bytes.empty()) std::memset(bytes.data(), 0, bytes.size());
     }
   }
+}
+
+Status ExpertStore::load_every_expert() {
+  if (!every_expert_fits_ || caches_.empty()) return Ok{};
+  std::vector<int> every(layout_.experts);
+  std::iota(every.begin(), every.end(), 0);
+  for (std::size_t layer = 0; layer < caches_.size(); ++layer) {
+    const auto before = caches_[layer].stats();
+    const int moe_layer = static_cast<int>(layer);
+    if (Status s = begin(moe_layer, every); !s) return s;
+    for (int expert : every) {
+      if (Status s = wait(moe_layer, expert); !s) return s;
+    }
+    end(moe_layer);
+    uncounted_hits_ += caches_[layer].stats().hits - before.hits;
+    uncounted_misses_ += caches_[layer].stats().misses - before.misses;
+  }
+  return Ok{};
 }
 
 std::uint64_t ExpertStore::hits() const {

@@ -97,6 +97,12 @@ class ExpertStore {
   int retirable_slots() const;
   std::uint64_t slot_stride() const { return layout_.record_stride; }  // the most retire_slots can still give back per layer
   void commit_slabs();               // touch every slot page (see ModelOptions::commit_expert_cache)
+  // Reads every expert of every layer into its slot, the I/O threads in
+  // parallel, when the cache holds them all (a resident plan): the first
+  // tokens then wait for no reads, as llama.cpp's load leaves every weight
+  // in memory. Not counted as hits or misses. Errors: a failed read (named).
+  // Ok and nothing read when the cache streams.
+  Status load_every_expert();
 
   std::uint64_t hits() const;
   std::uint64_t misses() const;
@@ -140,7 +146,8 @@ class ExpertStore {
   std::string io_mode_;
   std::uint64_t bytes_read_ = 0;
   std::uint64_t prefetched_ = 0, prefetch_used_ = 0;
-  std::uint64_t uncounted_hits_ = 0, uncounted_misses_ = 0;  // speculative rounds' lookups
+  std::uint64_t uncounted_hits_ = 0, uncounted_misses_ = 0;  // speculative rounds' and the preload's lookups
+  bool every_expert_fits_ = false;  // the cache holds every expert of a layer
 };
 
 }  // namespace coli::runtime

@@ -75,6 +75,10 @@ struct ModelOptions {
   // committed up front: a plan that does not fit fails at load, not mid-run,
   // and RSS matches the plan from the first token.
   bool commit_expert_cache = true;
+  // With every expert resident (cache_capacity >= experts), read them all at
+  // load (I/O threads in parallel) instead of on first use, so the first
+  // tokens wait for no reads (llama.cpp's load does the same); false = lazily.
+  bool preload_experts = true;
   // RSS watchdog: after each forward pass, when the process's resident set
   // is above this many bytes (the plan's total plus its margin), every
   // layer's expert cache gives slots back (least recently used first) until
