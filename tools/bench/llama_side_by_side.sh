@@ -25,7 +25,7 @@
 # JSON of every round (raw/) and the conversion log.
 #
 # usage: tools/bench/llama_side_by_side.sh LLAMA_BUILD_DIR LLAMA_SRC_DIR OUT_DIR [--threads N] [--depths 0,512,4096]
-#          [--rounds 3] [--shape olmoe-1b-7b|small] [-p 512] [-n 64] [--work DIR] [--coli-build DIR]
+#          [--rounds 3] [--shape olmoe-1b-7b|olmoe-4-layers|small] [-p 512] [-n 64] [--work DIR] [--coli-build DIR]
 #          [--bandwidth GB/S] [--reconvert] [--skip-build] [--convert-only]
 set -euo pipefail
 usage() { sed -n '/^# usage:/,/^set /p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 2; }
@@ -54,7 +54,7 @@ while [[ $# -gt 0 ]]; do
     *) echo "llama_side_by_side.sh: unknown option $1" >&2; usage ;;
   esac
 done
-case "$shape" in olmoe-1b-7b|small) ;; *) echo "llama_side_by_side.sh: --shape is olmoe-1b-7b or small" >&2; exit 2 ;; esac
+case "$shape" in olmoe-1b-7b|olmoe-4-layers|small) ;; *) echo "llama_side_by_side.sh: --shape is olmoe-1b-7b, olmoe-4-layers or small" >&2; exit 2 ;; esac
 work=${work:-/tmp/coli-side-by-side-$shape}
 py=${PYTHON:-}  # the first python3 with numpy (torch + transformers, where present, make it llama.cpp's converter)
 if [[ -z $py ]]; then
