@@ -82,6 +82,8 @@ struct RunArgs {
   bool report = false;  // --report: the engine's own accounting even without a plan
   bool verify = false;  // --verify: every tensor's and expert record's checksum before loading
   bool op_times = false;  // --op-times: per-op wall time of the prefill and of the decode steps
+  bool no_preload = false;            // --no-preload: ModelOptions::preload_experts off
+  bool speculative_prefetch = false;  // --speculative-prefetch: ModelOptions::speculative_prefetch
   std::optional<std::uint64_t> rss_limit;  // --rss-limit bytes (the watchdog's limit)  // --threads/--cap/--ctx/... given explicitly
   std::string kv_type = "f16";  // --kv-type (a knob: the plan decides it otherwise)
   std::string ram;              // --ram SIZE: RAM a run without a plan may use (default: the live headroom)
@@ -267,6 +269,9 @@ int run_generate(const RunArgs& args) {
   }
   if (args.rss_limit) options.rss_limit_bytes = *args.rss_limit;
   options.op_timing = args.op_times;
+  // Speed only (no memory, no tokens): given after the plan's knobs, never by it.
+  options.preload_experts = !args.no_preload;
+  options.speculative_prefetch = args.speculative_prefetch;
   options.on_warning = [](const std::string& message) { std::fprintf(stderr, "coli run: WARNING: %s\n", message.c_str()); };
   auto model = coli::runtime::MoeModel::load(args.model, options);
   if (!model) {
@@ -368,6 +373,12 @@ int main(int argc, char** argv) {
   run_cmd->add_flag("--op-times", run.op_times,
                     "Print where the CPU forward passes spent their wall time, per op category (ms per token, % of the pass), "
                     "for the prefill and for the decode steps");
+  run_cmd->add_flag("--no-preload", run.no_preload,
+                    "With every expert resident, read each on first use instead of all at load (the default reads them "
+                    "at load, so the first tokens wait for no reads)");
+  run_cmd->add_flag("--speculative-prefetch", run.speculative_prefetch,
+                    "When experts stream, run the next layer's router early and start reading its predicted experts "
+                    "(off by default: slower on random weights, see docs/engine.md)");
   run_cmd->add_flag("--verify", run.verify,
                     "Before loading, re-read every tensor and expert record against its checksum (reads the whole file; "
                     "the index's checksum is checked on every load)");

@@ -1,6 +1,6 @@
 # Shared by the CLI test scripts (source it): a scratch directory removed on
 # exit, check NAME COMMAND... counting passes and failures, contains FILE PATTERN,
-# and finish, which prints the closing "N passed, N failed" line and sets the exit code.
+# lacks FILE PATTERN, and finish, which prints the closing "N passed, N failed" line and sets the exit code.
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 # Hermetic: no profile of the user's or the system's is found by default
@@ -22,6 +22,7 @@ check() {  # check NAME CONDITION-COMMAND...
 }
 
 contains() { grep -q -- "$2" "$1"; }
+lacks() { ! grep -q -- "$2" "$1"; }
 
 finish() {
   echo "$passed passed, $failed failed"

@@ -65,6 +65,19 @@ check "--kv-type with a plan refused" test $? -eq 2
 "$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 4 --kv-type bf16 --report >"$work/kv2.out" 2>&1
 check "--kv-type bf16 runs" test $? -eq 0
 check "and its KV cache is bf16" contains "$work/kv2.out" "KV cache (bf16)"
+# A resident run reads every expert at load (no misses while running);
+# --no-preload reads on first use; neither, nor --speculative-prefetch on a
+# streaming cache, changes the tokens.
+"$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 6 >"$work/pre1.out" 2>"$work/pre1.err"
+check "a resident run misses no expert" contains "$work/pre1.out" "(.* hits, 0 misses)"
+"$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 6 --no-preload >"$work/pre2.out" 2>"$work/pre2.err"
+check "--no-preload reads experts on first use" lacks "$work/pre2.out" "(.* hits, 0 misses)"
+check "--no-preload gives the same tokens" test "$(head -1 "$work/pre1.out")" = "$(head -1 "$work/pre2.out")"
+"$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 6 --cap 2 >"$work/spec1.out" 2>"$work/spec1.err"
+"$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 6 --cap 2 --speculative-prefetch >"$work/spec2.out" 2>"$work/spec2.err"
+check "--speculative-prefetch runs" test $? -eq 0
+check "both streaming runs finished" contains "$work/spec1.out" "experts:"
+check "--speculative-prefetch gives the same tokens" test "$(head -1 "$work/spec1.out")" = "$(head -1 "$work/spec2.out")"
 "$coli" run --model "$work/demo.coli" --prompt-ids 1 --kv-type f8 >/dev/null 2>"$work/kv3.err"
 check "--kv-type f8 is a usage error" test $? -eq 2
 check "and the error names the option" contains "$work/kv3.err" "kv-type"
