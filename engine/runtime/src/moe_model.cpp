@@ -97,6 +97,7 @@ struct MoeModel::State {
   Status moe_round(const LayerWeights& w, std::span<float> xs, int first, int last,
                    const std::vector<forward::Routing>& routings, bool shared_gate_up_done);
   void dense_mlp(const LayerWeights& w, std::span<const float> in, int count, std::span<float> out);
+  void norm_rows(std::span<const float> xs, std::span<const float> weight, int count, std::vector<float>& out) const;
   std::vector<backend::MatmulOutput> mlp_gate_up(const LayerWeights& w, int count);
   void mlp_down(const LayerWeights& w, int count, std::span<float> out);
   Status watch_rss();
@@ -168,6 +169,17 @@ Status MoeModel::State::load_layers() {
   return Ok{};
 }
 
+// RMSNorm of each of the `count` hidden rows of xs with `weight`, into out.
+void MoeModel::State::norm_rows(std::span<const float> xs, std::span<const float> weight, int count,
+                                std::vector<float>& out) const {
+  const std::size_t hidden = config.hidden_size, rows = static_cast<std::size_t>(count);
+  out.resize(rows * hidden);
+  for (std::size_t t = 0; t < rows; ++t) {
+    forward::rms_norm(xs.subspan(t * hidden, hidden), weight, static_cast<float>(config.rms_norm_eps),
+                      std::span(out).subspan(t * hidden, hidden));
+  }
+}
+
 // The dense MLP (or qwen2_moe's shared expert) over `count` rows: gate and
 // up in one call (mlp_gate_up), then SwiGLU and down (mlp_down).
 void MoeModel::State::dense_mlp(const LayerWeights& w, std::span<const float> in, int count, std::span<float> out) {
@@ -204,11 +216,7 @@ void MoeModel::State::attention_pass(std::size_t l, std::span<float> xs, int cou
   const std::size_t hidden = c.hidden_size, rows = static_cast<std::size_t>(count);
   const std::size_t q_width = c.num_attention_heads * c.head_dim, kv_width = c.num_key_value_heads * c.head_dim;
   OpPhase phase(op_times.get(), Op::norm_rope);
-  normed.resize(rows * hidden);
-  for (std::size_t t = 0; t < rows; ++t) {
-    forward::rms_norm(xs.subspan(t * hidden, hidden), w.input_norm, static_cast<float>(c.rms_norm_eps),
-                      std::span(normed).subspan(t * hidden, hidden));
-  }
+  norm_rows(xs, w.input_norm, count, normed);
   q_rows.resize(rows * q_width);
   k_rows.resize(rows * kv_width);
   v_rows.resize(rows * kv_width);
@@ -278,11 +286,7 @@ Status MoeModel::State::mlp_step(std::size_t l, std::span<float> xs, int count) 
   const LayerWeights& w = layers[l];
   const std::size_t hidden = c.hidden_size, rows = static_cast<std::size_t>(count);
   OpPhase phase(op_times.get(), Op::norm_rope);
-  normed.resize(rows * hidden);
-  for (std::size_t t = 0; t < rows; ++t) {
-    forward::rms_norm(xs.subspan(t * hidden, hidden), w.post_norm, static_cast<float>(c.rms_norm_eps),
-                      std::span(normed).subspan(t * hidden, hidden));
-  }
+  norm_rows(xs, w.post_norm, count, normed);
   if (w.moe_index < 0) {
     phase.to(Op::dense_mlp);
     for (std::size_t first = 0; first < rows; first += kPassSlice) {
@@ -319,13 +323,9 @@ Status MoeModel::State::prefetch_next_layer(std::size_t l, std::span<const float
   if (next >= layers.size()) return Ok{};
   const LayerWeights& w = layers[next];
   const auto& c = config;
-  const std::size_t hidden = c.hidden_size, n_experts = c.num_experts, rows = static_cast<std::size_t>(count);
-  spec_normed.resize(rows * hidden);
+  const std::size_t n_experts = c.num_experts, rows = static_cast<std::size_t>(count);
+  norm_rows(xs, w.post_norm, count, spec_normed);
   spec_logits.resize(rows * n_experts);
-  for (std::size_t t = 0; t < rows; ++t) {
-    forward::rms_norm(xs.subspan(t * hidden, hidden), w.post_norm, static_cast<float>(c.rms_norm_eps),
-                      std::span(spec_normed).subspan(t * hidden, hidden));
-  }
   backend->matmul_rows(w.router, spec_normed, count, spec_logits);
   std::vector<int>& guess = predicted[static_cast<std::size_t>(w.moe_index)];
   guess.clear();
