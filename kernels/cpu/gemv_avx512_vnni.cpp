@@ -37,13 +37,10 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")
 #include "cpu/simd_helpers_avx2.h"
+#include "cpu/vnni_panel.h"
 
 namespace coli::kernels::cpu::detail {
 namespace {
-
-constexpr int kRowsPerVector = 16;  // int32/float lanes of one zmm
-constexpr std::size_t kQ4PairBytes = 192;
-constexpr std::size_t kBlockPanelBytes = kRowsPerVector * kActivationBlock;  // 16 rows x 64 columns
 
 // ---------------------------------------------------------------- packing
 
@@ -63,9 +60,6 @@ void q8_quantize_vnni(const float* x, int cols, std::byte* packed) {
   for (int b = 0; b < blocks; ++b) correction[b] = -128 * sum_of_bytes(packed + static_cast<std::size_t>(b) * kActivationBlock);
 }
 
-std::size_t q4_groups_padded(int cols) { return round_up(static_cast<std::size_t>(cols / kQ4GroupSize), 16); }
-std::size_t q4_scales_offset(int cols) { return static_cast<std::size_t>(ceil_div(cols / kQ4GroupSize, 2)) * kQ4PairBytes; }
-std::size_t q4_correction_offset(int cols) { return q4_scales_offset(cols) + q4_groups_padded(cols) * sizeof(float); }
 
 std::size_t q4_packed_bytes_vnni(int cols) {
   return q4_correction_offset(cols) + static_cast<std::size_t>(cols / kQ4GroupSize) * sizeof(std::int32_t);
@@ -135,56 +129,8 @@ inline __m512i sum_pair_halves(const __m512i (&dots)[8]) {
   return add_interleaved<4>(add_interleaved<2>(pairs[0], pairs[1]), add_interleaved<2>(pairs[2], pairs[3]));
 }
 
-// 16x16 transpose of 32-bit lanes: v[i] lane k -> v[k] lane i.
-inline void transpose16(__m512i (&v)[16]) {
-  __m512i t[16], u[16];
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]);
-  }
-  for (int m = 0; m < 4; ++m) {  // u[4m + e] chunk c: rows 4m..4m+3, element 4c + e
-    u[4 * m + 0] = _mm512_unpacklo_epi64(t[4 * m], t[4 * m + 2]);
-    u[4 * m + 1] = _mm512_unpackhi_epi64(t[4 * m], t[4 * m + 2]);
-    u[4 * m + 2] = _mm512_unpacklo_epi64(t[4 * m + 1], t[4 * m + 3]);
-    u[4 * m + 3] = _mm512_unpackhi_epi64(t[4 * m + 1], t[4 * m + 3]);
-  }
-  for (int e = 0; e < 4; ++e) {
-    const __m512i low_even = _mm512_shuffle_i32x4(u[e], u[4 + e], 0x88), low_odd = _mm512_shuffle_i32x4(u[e], u[4 + e], 0xdd);
-    const __m512i high_even = _mm512_shuffle_i32x4(u[8 + e], u[12 + e], 0x88),
-                  high_odd = _mm512_shuffle_i32x4(u[8 + e], u[12 + e], 0xdd);
-    v[e] = _mm512_shuffle_i32x4(low_even, high_even, 0x88);
-    v[8 + e] = _mm512_shuffle_i32x4(low_even, high_even, 0xdd);
-    v[4 + e] = _mm512_shuffle_i32x4(low_odd, high_odd, 0x88);
-    v[12 + e] = _mm512_shuffle_i32x4(low_odd, high_odd, 0xdd);
-  }
-}
 
-// The rows [first, first + 16) of a matrix with `rows` rows: row pointers
-// (rows past the end repeat the last, their results are not stored) and the
-// store mask.
-struct RowVector {
-  int first = 0;
-  __mmask16 valid = 0;
-  RowVector(int first_row, int rows) : first(first_row) {
-    const int present = std::min(kRowsPerVector, rows - first_row);
-    valid = _cvtu32_mask16(present >= 16 ? 0xffffu : (1u << present) - 1);
-  }
-  int row(int i, int rows) const { return std::min(first + i, rows - 1); }
-};
 
-// Weight scales of 16 rows x 16 groups (from group g) as floats, transposed:
-// out[k] lane i = scale of row i, group g + k (zero past the last group).
-void row_scales_transposed(const Q4G64View& w, const RowVector& rows, int g, __m512 (&out)[16]) {
-  const int groups = w.cols / kQ4GroupSize;
-  const __mmask16 present = _cvtu32_mask16(groups - g >= 16 ? 0xffffu : (1u << (groups - g)) - 1);
-  __m512i v[16];
-  for (int i = 0; i < 16; ++i) {
-    const std::uint16_t* scales = w.scales + static_cast<std::size_t>(rows.row(i, w.rows)) * groups + g;
-    v[i] = _mm512_castps_si512(_mm512_cvtph_ps(_mm256_maskz_loadu_epi16(present, scales)));
-  }
-  transpose16(v);
-  for (int k = 0; k < 16; ++k) out[k] = _mm512_castsi512_ps(v[k]);
-}
 
 // ------------------------------------------- decode: one row at a time
 
@@ -285,17 +231,6 @@ float q4_row_one_token(const Q4G64View& w, int r, const std::byte* x) {
 // broadcast to all lanes feed one vpdpbusd for 16 rows. q8: w + 128. q4:
 // per pair of groups the low nibbles (even columns) then the high ones, in
 // the order of the packed activations' even/odd vectors.
-struct AlignedFree { void operator()(std::byte* bytes) const { ::operator delete[](bytes, std::align_val_t{64}); } };
-
-std::byte* thread_scratch(std::size_t bytes) {
-  thread_local std::unique_ptr<std::byte[], AlignedFree> buffer;
-  thread_local std::size_t capacity = 0;
-  if (bytes > capacity) {
-    buffer.reset(static_cast<std::byte*>(::operator new[](bytes, std::align_val_t{64})));
-    capacity = bytes;
-  }
-  return buffer.get();
-}
 
 void q8_pack_panel(const Q8RowView& w, const RowVector& rows, std::byte* panel) {
   const int blocks = ceil_div(w.cols, kActivationBlock), full_blocks = w.cols / kActivationBlock;
@@ -334,14 +269,6 @@ void q4_pack_panel(const Q4G64View& w, const RowVector& rows, std::byte* panel, 
     row_scales_transposed(w, rows, g, transposed);
     for (int k = 0; k < 16 && g + k < groups; ++k) _mm512_store_ps(scales_out + (g + k) * 16, transposed[k]);
   }
-}
-
-// Asks for the next panel's weights while this one's tokens are computed:
-// the repack reads 16 rows at once, too many streams for the hardware
-// prefetchers to run ahead of (it was most of a call's time at 8 tokens).
-inline void prefetch_lines(const void* begin, std::size_t bytes) {
-  const char* first = static_cast<const char*>(begin);
-  for (std::size_t offset = 0; offset < bytes; offset += 64) _mm_prefetch(first + offset, _MM_HINT_T1);
 }
 
 inline __m512i broadcast_dword(const std::byte* address) {

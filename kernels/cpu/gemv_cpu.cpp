@@ -18,10 +18,10 @@ namespace {
 using detail::VariantKernels;
 
 const VariantKernels& kernels_for(CpuKernelVariant variant) {
-  static const std::array<bool, 4> supported = {variant_supported(CpuKernelVariant::scalar),
-                                                variant_supported(CpuKernelVariant::avx2),
-                                                variant_supported(CpuKernelVariant::avx512),
-                                                variant_supported(CpuKernelVariant::avx512_vnni)};
+  static const std::array<bool, 5> supported = {
+      variant_supported(CpuKernelVariant::scalar), variant_supported(CpuKernelVariant::avx2),
+      variant_supported(CpuKernelVariant::avx512), variant_supported(CpuKernelVariant::avx512_vnni),
+      variant_supported(CpuKernelVariant::amx)};
   if (!supported.at(static_cast<std::size_t>(variant)))
     throw std::invalid_argument("CPU kernel variant " + std::string(variant_name(variant)) + " is not supported by this CPU");
   switch (variant) {
@@ -29,6 +29,7 @@ const VariantKernels& kernels_for(CpuKernelVariant variant) {
     case CpuKernelVariant::avx2: return detail::avx2_kernels();
     case CpuKernelVariant::avx512: return detail::avx512_kernels();
     case CpuKernelVariant::avx512_vnni: return detail::avx512_vnni_kernels();
+    case CpuKernelVariant::amx: return detail::amx_kernels();
   }
   throw std::invalid_argument("unknown CPU kernel variant");
 }
@@ -82,6 +83,8 @@ void check_job(const Job& job, WeightFormat format) {
   kernels_for(x.variant());  // throws for a variant this CPU cannot run
 }
 
+constexpr std::size_t kTokenGroup = 16;
+
 // From this many vectors on, quantising them in parallel pays for a fork/join.
 constexpr int kParallelQuantizeCount = 8;
 
@@ -103,7 +106,9 @@ void QuantizedActivations::quantize(CpuKernelVariant variant, WeightFormat forma
   const VariantKernels& kernels = kernels_for(variant);
   const bool q8 = format == WeightFormat::q8_row;
   const std::size_t stride = detail::round_up(q8 ? kernels.q8_packed_bytes(cols) : kernels.q4_packed_bytes(cols), 64);
-  const std::size_t needed = stride * static_cast<std::size_t>(std::max(count, 1));
+  // Room for whole 16-token groups: the amx GEMM loads 16 tokens per tile
+  // and drops the sums of those past the count.
+  const std::size_t needed = stride * detail::round_up(static_cast<std::size_t>(std::max(count, 1)), kTokenGroup);
   if (needed > capacity_) {
     bytes_.reset(static_cast<std::byte*>(::operator new[](needed, std::align_val_t{64})));
     capacity_ = needed;

@@ -49,9 +49,12 @@
 namespace coli::kernels::cpu {
 
 // Ordered slowest to fastest.
-enum class CpuKernelVariant { scalar, avx2, avx512, avx512_vnni };
+enum class CpuKernelVariant { scalar, avx2, avx512, avx512_vnni, amx };
 
-// "scalar", "avx2" (AVX2+FMA+F16C), "avx512" (F/BW/VL), "avx512vnni" (+VNNI).
+// "scalar", "avx2" (AVX2+FMA+F16C), "avx512" (F/BW/VL), "avx512vnni" (+VNNI),
+// "amx" (+AMX-TILE/AMX-INT8, and the OS's permission for tile state, asked
+// for by variant_supported: Linux 5.16+). amx computes what avx512vnni does,
+// bit for bit: decode runs the same kernels, 4+ tokens the GEMM on tiles.
 std::string_view variant_name(CpuKernelVariant variant);
 bool variant_supported(CpuKernelVariant variant);  // by the CPU this runs on
 std::vector<CpuKernelVariant> supported_variants();  // slowest first; always holds scalar
@@ -61,7 +64,7 @@ Result<CpuKernelVariant> parse_variant(std::string_view name);
 // The value of COLI_CPU_KERNEL -> variant: null or empty means the best
 // supported, otherwise parse_variant (errors name the variable).
 Result<CpuKernelVariant> variant_from_override(const char* value);
-// The variant to use: COLI_CPU_KERNEL=scalar|avx2|avx512|avx512vnni when set
+// The variant to use: COLI_CPU_KERNEL=scalar|avx2|avx512|avx512vnni|amx when set
 // (read here and nowhere else), else the best supported. Evaluated once per
 // process; later calls return the same answer.
 Result<CpuKernelVariant> selected_variant();

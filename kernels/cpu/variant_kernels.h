@@ -45,6 +45,7 @@ const VariantKernels& scalar_kernels();
 const VariantKernels& avx2_kernels();
 const VariantKernels& avx512_kernels();
 const VariantKernels& avx512_vnni_kernels();
+const VariantKernels& amx_kernels();  // avx512vnni arithmetic, the GEMM on AMX tiles
 
 // The definition of activation quantisation for one block of n <= 64 values
 // (gemv_cpu.h); q receives n values, the return value is d. The SIMD variants

@@ -3,6 +3,14 @@
 #include <span>
 #include <string>
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
 #include "coli/base/cpu_kernels.h"
 #include "cpu/gemv_cpu.h"
 
@@ -10,13 +18,32 @@ namespace coli::kernels::cpu {
 namespace {
 
 constexpr CpuKernelVariant kAllVariants[] = {CpuKernelVariant::scalar, CpuKernelVariant::avx2, CpuKernelVariant::avx512,
-                                             CpuKernelVariant::avx512_vnni};
+                                             CpuKernelVariant::avx512_vnni, CpuKernelVariant::amx};
 static_assert(std::size(kAllVariants) == kCpuKernelVariants.size(), "one name per variant, in the enum's order");
 
 std::string names_of(std::span<const CpuKernelVariant> variants) {
   std::string names;
   for (CpuKernelVariant variant : variants) names += (names.empty() ? "" : ", ") + std::string(variant_name(variant));
   return names;
+}
+
+// AMX-TILE and AMX-INT8 in CPUID, and Linux's permission to use tile data
+// (a process must ask before its first tile instruction, or it is killed
+// with SIGILL; kernels before 5.16 have no such request and no AMX support).
+// Asked once; the permission holds for every thread of the process.
+bool amx_usable() {
+#if defined(__x86_64__) && defined(__linux__)
+  static const bool usable = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
+    const bool tile = (edx >> 24) & 1u, int8 = (edx >> 25) & 1u;
+    constexpr long kArchRequestXcompPerm = 0x1023, kXfeatureTileData = 18;  // asm/prctl.h, fpu/xstate.h
+    return tile && int8 && syscall(SYS_arch_prctl, kArchRequestXcompPerm, kXfeatureTileData) == 0;
+  }();
+  return usable;
+#else
+  return false;
+#endif
 }
 
 }  // namespace
@@ -37,6 +64,7 @@ bool variant_supported(CpuKernelVariant variant) {
     case CpuKernelVariant::avx2: return avx2;
     case CpuKernelVariant::avx512: return avx512;
     case CpuKernelVariant::avx512_vnni: return avx512 && __builtin_cpu_supports("avx512vnni");
+    case CpuKernelVariant::amx: return avx512 && __builtin_cpu_supports("avx512vnni") && amx_usable();
   }
   return false;
 #else
@@ -57,8 +85,9 @@ Result<CpuKernelVariant> parse_variant(std::string_view name) {
   for (CpuKernelVariant variant : kAllVariants) {
     if (name != variant_name(variant)) continue;
     if (!variant_supported(variant))
-      return make_error("CPU kernel variant '" + std::string(name) +
-                        "' needs instructions this CPU lacks; this CPU supports: " + names_of(supported_variants()));
+      return make_error("CPU kernel variant '" + std::string(name) + "' needs instructions this CPU lacks" +
+                        (variant == CpuKernelVariant::amx ? " (AMX-TILE and AMX-INT8, and Linux 5.16+ granting tile state)" : "") +
+                        "; this CPU supports: " + names_of(supported_variants()));
     return variant;
   }
   return make_error("unknown CPU kernel variant '" + std::string(name) + "'; expected one of: " + names_of(kAllVariants));

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "coli/base/cpu_kernels.h"
 #include "coli/base/text.h"
 #include "coli/shaders/selection.h"
 
@@ -88,37 +89,39 @@ Result<GpuDecision> decide_gpu(const DeviceProfile& profile, const model::ModelC
 
 Result<CpuKernelChoice> decide_cpu_kernel(const DeviceProfile& profile, const std::string& override_kernel) {
   const auto& isa = profile.cpu.isa;
-  auto has = [&](const char* flag) { return std::find(isa.begin(), isa.end(), flag) != isa.end(); };
-  const bool avx2 = has("avx2") && has("fma") && has("f16c");
-  const bool avx512 = avx2 && has("avx512f") && has("avx512bw") && has("avx512vl");
-  const bool vnni = avx512 && has("avx512_vnni");
-  struct Variant {
-    const char* name;
-    bool supported;
-    const char* needs;
+  auto runs = [&](std::size_t variant) {
+    for (const std::string& flag : cpu_kernel_needs(variant))
+      if (std::find(isa.begin(), isa.end(), flag) == isa.end()) return false;
+    return true;
   };
-  const Variant variants[] = {{"avx512vnni", vnni, "avx512f, avx512bw, avx512vl, avx512_vnni"},
-                              {"avx512", avx512, "avx512f, avx512bw, avx512vl"},
-                              {"avx2", avx2, "avx2, fma, f16c"},
-                              {"scalar", true, "nothing"}};
+  auto needs = [](std::size_t variant) {
+    std::string text;
+    for (const std::string& flag : cpu_kernel_needs(variant)) text += (text.empty() ? "" : ", ") + flag;
+    return text.empty() ? std::string("nothing") : text;
+  };
+  auto amx_note = [](std::size_t variant) {
+    return kCpuKernelVariants[variant] == "amx" ? std::string("; the engine asks Linux for AMX tile state and refuses amx if it is denied") : "";
+  };
+  if (override_kernel == kExactCpuKernel)
+    return CpuKernelChoice{"exact", "--kernel exact: f32 activations on de-quantised weights (reference accuracy, slow)"};
   if (!override_kernel.empty()) {
-    if (override_kernel == "exact") return CpuKernelChoice{"exact", "--kernel exact: f32 activations on de-quantised weights (reference accuracy, slow)"};
-    for (const Variant& v : variants) {
-      if (override_kernel != v.name) continue;
-      if (!v.supported) {
-        return make_error("--kernel " + override_kernel + " needs " + v.needs + ", which the profile's CPU (" +
-                          profile.cpu.model + ") lacks: the engine would refuse it at load; choose a supported variant "
-                          "or leave --kernel out");
-      }
-      return CpuKernelChoice{v.name, "--kernel " + override_kernel};
+    const auto at = std::find(kCpuKernelVariants.begin(), kCpuKernelVariants.end(), override_kernel);
+    if (at == kCpuKernelVariants.end())
+      return make_error("--kernel " + override_kernel + " is not a CPU kernel variant: use " + cpu_kernel_names_text());
+    const auto variant = static_cast<std::size_t>(at - kCpuKernelVariants.begin());
+    if (!runs(variant)) {
+      return make_error("--kernel " + override_kernel + " needs " + needs(variant) + ", which the profile's CPU (" +
+                        profile.cpu.model + ") lacks: the engine would refuse it at load; choose a supported variant "
+                        "or leave --kernel out");
     }
-    return make_error("--kernel " + override_kernel + " is not a CPU kernel variant: use avx512vnni, avx512, avx2, scalar or exact");
+    return CpuKernelChoice{override_kernel, "--kernel " + override_kernel + amx_note(variant)};
   }
-  for (const Variant& v : variants) {
-    if (v.supported) {
-      return CpuKernelChoice{v.name, std::string(v.name) + ": the widest variant the profile's ISA allows (needs " + v.needs +
-                                         "); wider variants move more weights per instruction on the same bandwidth"};
-    }
+  for (std::size_t variant = kCpuKernelVariants.size(); variant-- > 0;) {
+    if (!runs(variant)) continue;
+    const std::string name(kCpuKernelVariants[variant]);
+    return CpuKernelChoice{name, name + ": the widest variant the profile's ISA allows (needs " + needs(variant) +
+                                     "); wider variants move more weights per instruction on the same bandwidth" +
+                                     (name == "amx" ? ", and amx runs prefill's int8 GEMM on AMX tiles" : "") + amx_note(variant)};
   }
   return CpuKernelChoice{"scalar", "scalar"};
 }

@@ -178,7 +178,7 @@ check "no container from a failed conversion" test ! -e "$work/y.coli"
 "$coli" run --model "$work/demo.coli" --prompt-ids 1 --kernel avx512_vnni >/dev/null 2>&1
 check "--kernel avx512_vnni is a usage error" test $? -eq 2
 "$coli" run --help >"$work/help.out" 2>&1
-check "run --help spells the kernels as the parser does" contains "$work/help.out" "avx512vnni or exact"
+check "run --help spells the kernels as the parser does" contains "$work/help.out" "avx512vnni, amx or exact"
 check "run --help never says avx512_vnni" test "$(grep -c avx512_vnni "$work/help.out")" -eq 0
 "$coli" --version >"$work/version.out" 2>&1
 check "coli --version exits 0 with the commit" contains "$work/version.out" "^coli [0-9.]* (commit "

@@ -106,7 +106,7 @@ check "--version: schema versions" contains "$work/v.out" "device profile [0-9]*
 "$plan" --profile "$profile" --model "$model" --kernel avx512_vnni >/dev/null 2>&1
 check "a kernel name the parser does not know is a usage error" test $? -eq 2
 "$plan" --help >"$work/help.out" 2>&1
-check "--help names the kernel as the parser spells it" contains "$work/help.out" "avx512vnni or exact"
+check "--help names the kernel as the parser spells it" contains "$work/help.out" "avx512vnni, amx or exact"
 check "--help never says avx512_vnni" test "$(grep -c avx512_vnni "$work/help.out")" -eq 0
 "$plan" --no-such-option >/dev/null 2>&1
 check "an unknown option is a usage error" test $? -eq 2

@@ -105,7 +105,7 @@ std::vector<float> model(const Q4G64Matrix& w, const std::vector<float>& x, int 
 
 // Every prefix count of one set of tokens, on several thread counts.
 template <class Matrix>
-void expect_kernels_equal_model(const Matrix& w, unsigned seed) {
+void expect_kernels_equal_model(const Matrix& w, unsigned seed, CpuKernelVariant variant = CpuKernelVariant::avx512_vnni) {
   const std::vector<float> x = activations(kMaxTokens, w.cols, seed);
   const std::vector<float> expected = model(w, x, kMaxTokens);
   const std::string shape = std::to_string(w.rows) + "x" + std::to_string(w.cols);
@@ -113,10 +113,10 @@ void expect_kernels_equal_model(const Matrix& w, unsigned seed) {
     for (int threads : {1, 2, 3, 16}) {
       std::vector<float> y(static_cast<std::size_t>(count) * w.rows, NAN);
       gemv_batched(view_of(w), std::span<const float>(x).first(static_cast<std::size_t>(count) * w.cols), count, y,
-                   {CpuKernelVariant::avx512_vnni, threads});
+                   {variant, threads});
       for (std::size_t i = 0; i < y.size(); ++i)
         ASSERT_EQ(0, std::memcmp(&y[i], &expected[i], sizeof(float)))
-            << shape << " count " << count << " threads " << threads << " token " << i / w.rows << " row " << i % w.rows
+            << variant_name(variant) << " " << shape << " count " << count << " threads " << threads << " token " << i / w.rows << " row " << i % w.rows
             << ": " << y[i] << " vs " << expected[i];
     }
   }
@@ -137,6 +137,32 @@ TEST(CpuGemm, VnniQ4EqualsExactBlockSumDefinition) {
   expect_kernels_equal_model(quantize_q4_g64(random_values(37 * 640, 4), 37, 640), 14);
   expect_kernels_equal_model(quantize_q4_g64(random_values(21 * 192, 5), 21, 192), 15);
   expect_kernels_equal_model(quantize_q4_g64(random_values(40 * 2112, 6), 40, 2112), 16);
+}
+
+// The amx variant computes the same definition on AMX tiles (16 tokens x 16
+// rows per tdpbssd, up to 4 token tiles per pass): every count above covers
+// whole and partial tiles and passes of 64 tokens; the same shapes as VNNI.
+TEST(CpuGemm, AmxQ8EqualsExactBlockSumDefinition) {
+  if (!variant_supported(CpuKernelVariant::amx)) GTEST_SKIP() << "this CPU (or its OS) offers no AMX-INT8 tiles";
+  expect_kernels_equal_model(quantize_q8_row(random_values(37 * 333, 1), 37, 333), 11, CpuKernelVariant::amx);
+  expect_kernels_equal_model(quantize_q8_row(random_values(50 * 1100, 2), 50, 1100), 12, CpuKernelVariant::amx);
+  expect_kernels_equal_model(quantize_q8_row(random_values(3 * 64, 3), 3, 64), 13, CpuKernelVariant::amx);
+}
+
+TEST(CpuGemm, AmxQ4EqualsExactBlockSumDefinition) {
+  if (!variant_supported(CpuKernelVariant::amx)) GTEST_SKIP() << "this CPU (or its OS) offers no AMX-INT8 tiles";
+  expect_kernels_equal_model(quantize_q4_g64(random_values(37 * 640, 4), 37, 640), 14, CpuKernelVariant::amx);
+  expect_kernels_equal_model(quantize_q4_g64(random_values(21 * 192, 5), 21, 192), 15, CpuKernelVariant::amx);
+  expect_kernels_equal_model(quantize_q4_g64(random_values(40 * 2112, 6), 40, 2112), 16, CpuKernelVariant::amx);
+}
+
+// Where AMX is missing the variant is refused by name, with what it needs.
+TEST(CpuGemm, AmxRefusedWhereTheCpuLacksIt) {
+  if (variant_supported(CpuKernelVariant::amx)) GTEST_SKIP() << "this CPU has AMX";
+  const auto parsed = parse_variant("amx");
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_NE(parsed.error().message.find("AMX-TILE and AMX-INT8"), std::string::npos) << parsed.error().message;
+  EXPECT_NE(best_supported_variant(), CpuKernelVariant::amx);
 }
 
 }  // namespace

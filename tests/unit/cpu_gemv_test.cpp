@@ -303,7 +303,7 @@ TEST(CpuGemvVariants, NamesParseAndOverrideSelects) {
   const auto supported = supported_variants();
   ASSERT_EQ(supported.front(), CpuKernelVariant::scalar);
   for (CpuKernelVariant variant : {CpuKernelVariant::scalar, CpuKernelVariant::avx2, CpuKernelVariant::avx512,
-                                   CpuKernelVariant::avx512_vnni}) {
+                                   CpuKernelVariant::avx512_vnni, CpuKernelVariant::amx}) {
     const std::string name(variant_name(variant));
     const auto forced = variant_from_override(name.c_str());
     if (variant_supported(variant)) {
@@ -321,7 +321,7 @@ TEST(CpuGemvVariants, NamesParseAndOverrideSelects) {
   EXPECT_EQ(*variant_from_override(""), best_supported_variant());
   const auto unknown = variant_from_override("avx1024");
   ASSERT_FALSE(unknown.ok());
-  EXPECT_NE(unknown.error().message.find("scalar, avx2, avx512, avx512vnni"), std::string::npos) << unknown.error().message;
+  EXPECT_NE(unknown.error().message.find("scalar, avx2, avx512, avx512vnni, amx"), std::string::npos) << unknown.error().message;
   ASSERT_TRUE(selected_variant().ok()) << selected_variant().error().message;
 }
 

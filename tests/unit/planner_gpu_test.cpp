@@ -108,7 +108,13 @@ TEST(PlannerKernel, WidestVariantTheIsaAllowsAndOverridesChecked) {
   DeviceProfile profile = h200();
   auto chosen = decide_cpu_kernel(profile, "");
   ASSERT_TRUE(chosen.ok());
-  EXPECT_EQ(chosen->variant, "avx512vnni");
+  EXPECT_EQ(chosen->variant, "amx");  // the H200 machine's Xeon lists amx_tile and amx_int8
+  EXPECT_NE(chosen->reason.find("AMX tile state"), std::string::npos) << chosen->reason;
+  // Without the AMX flags, the VNNI variant.
+  DeviceProfile no_amx = profile;
+  std::erase_if(no_amx.cpu.isa, [](const std::string& flag) { return flag.rfind("amx", 0) == 0; });
+  EXPECT_EQ(decide_cpu_kernel(no_amx, "")->variant, "avx512vnni");
+  EXPECT_FALSE(decide_cpu_kernel(no_amx, "amx").ok());
   // A made-up AVX2-only CPU (no AVX-512 flags).
   std::erase_if(profile.cpu.isa, [](const std::string& flag) { return flag.rfind("avx512", 0) == 0; });
   chosen = decide_cpu_kernel(profile, "");

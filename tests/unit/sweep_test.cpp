@@ -73,7 +73,7 @@ TEST(SweepGrid, ThreadSetsKeepToUsableCpusAndTheQuota) {
 }
 
 TEST(SweepGrid, KernelsFollowTheIsaFlags) {
-  EXPECT_EQ(kernels_from_isa(h200_profile().cpu.isa), (std::vector<std::string>{"", "avx2", "avx512", "avx512vnni"}));
+  EXPECT_EQ(kernels_from_isa(h200_profile().cpu.isa), (std::vector<std::string>{"", "avx2", "avx512", "avx512vnni", "amx"}));
   EXPECT_EQ(kernels_from_isa({"avx2", "f16c", "fma"}), (std::vector<std::string>{"", "avx2"}));
   EXPECT_EQ(kernels_from_isa({"avx2", "fma"}), (std::vector<std::string>{""}));  // no F16C: not the engine's AVX2
   EXPECT_EQ(kernels_from_isa({"neon"}), (std::vector<std::string>{""}));

@@ -74,14 +74,13 @@ std::vector<ThreadSet> thread_sets_from_profile(const CpuFacts& cpu) {
 }
 
 std::vector<std::string> kernels_from_isa(const std::vector<std::string>& isa) {
-  // The engine's requirements (kernels/cpu/variant_select.cpp): AVX2+FMA+F16C,
-  // then AVX-512 F/BW/VL, then VNNI on top.
+  // The engine's requirements, as coli/base/cpu_kernels.h spells them.
   std::vector<std::string> kernels{""};
-  const bool avx2 = has(isa, "avx2") && has(isa, "fma") && has(isa, "f16c");
-  const bool avx512 = avx2 && has(isa, "avx512f") && has(isa, "avx512bw") && has(isa, "avx512vl");
-  if (avx2) kernels.push_back("avx2");
-  if (avx512) kernels.push_back("avx512");
-  if (avx512 && has(isa, "avx512_vnni")) kernels.push_back("avx512vnni");
+  for (std::size_t variant = 1; variant < kCpuKernelVariants.size(); ++variant) {
+    const std::vector<std::string> needs = cpu_kernel_needs(variant);
+    if (std::all_of(needs.begin(), needs.end(), [&](const std::string& flag) { return has(isa, flag.c_str()); }))
+      kernels.emplace_back(kCpuKernelVariants[variant]);
+  }
   return kernels;
 }
 

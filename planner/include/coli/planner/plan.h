@@ -40,7 +40,7 @@ struct PlanRequest {
   std::optional<std::uint64_t> vram;
   std::string gpu_variant;             // --gpu-variant (shader catalogue name)
   int gpu_batch_tokens = 128;          // tokens per GPU submission (runtime::ModelOptions::gpu_batch_tokens)
-  std::string cpu_kernel;              // --kernel (avx512vnni|avx512|avx2|scalar|exact)
+  std::string cpu_kernel;              // --kernel (amx|avx512vnni|avx512|avx2|scalar|exact)
   std::optional<KvType> kv_type;       // --kv-type (default: f16)
   std::optional<BackendMemory> backend;
   const experts::UsageHistory* history = nullptr;

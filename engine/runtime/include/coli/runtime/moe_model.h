@@ -55,7 +55,7 @@ struct ModelOptions {
   // Tokens per prefill round at most; the expert store shrinks it so a
   // round's distinct experts always fit the evictable cache slots.
   int prefill_round_tokens = 512;  // PlanRequest::prefill_round_tokens
-  // "" = best for this CPU; scalar|avx2|avx512|avx512vnni force one (all
+  // "" = best for this CPU; scalar|avx2|avx512|avx512vnni|amx force one (all
   // quantise activations to int8); "exact" = f32 activations, de-quantised
   // weights (reference accuracy, slow).
   std::string cpu_kernel;

@@ -1,0 +1,283 @@
+// The amx variant: the avx512vnni variant's arithmetic (the "exact block
+// sum" definition of gemv_cpu.h) with the int32 block sums of 4+ tokens
+// computed on AMX tiles: one TDPBSSD multiplies 16 tokens by 16 weight rows
+// over one 64-column block. Fewer tokens (decode) run the avx512vnni kernels.
+// Every S_b is exact either way and the float steps are the definition's, so
+// the results equal avx512vnni's bit for bit.
+//
+// Packed activations: avx512vnni's bytes; for q4 then an "A-row" copy, per
+// group 64 bytes: the group's even columns, then its odd ones (the nibble
+// order of the weight panel below), so 16 tokens' rows of one group are one
+// strided tile load. q8's zero-padded 64-byte blocks already are A rows.
+// Tiles read whole 16-token groups: QuantizedActivations keeps room for
+// them (rows of tokens past the count are read and their sums dropped).
+//
+// Weight panel of 16 rows, per block (q8) or group (q4) 1 KiB: B-tile row k
+// holds columns 4k..4k+3 (in A-row order) of the 16 rows as signed bytes
+// (q4: nibble - 8), so C[t][i] = S of token t and row i, with no correction.
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "cpu/variant_kernels.h"
+
+#pragma GCC push_options
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC bug 105593, as in gemv_avx512_vnni.cpp
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c,amx-tile,amx-int8")
+#include "cpu/simd_helpers_avx2.h"
+#include "cpu/vnni_panel.h"
+
+namespace coli::kernels::cpu::detail {
+namespace {
+
+constexpr int kTileTokens = 16;
+constexpr int kMaxTokenTiles = 4;  // C tiles tmm0-3; B in tmm4; A in tmm5-7
+constexpr int kBlockTokens = kTileTokens * kMaxTokenTiles;
+constexpr std::size_t kTileBytes = 1024;
+// From this many tokens on the tiles beat the avx512vnni GEMM (its threshold).
+constexpr int kAmxMinTokens = 4;
+
+// Palette 1, all eight tiles 16 rows x 64 bytes.
+struct alignas(64) TileConfig {
+  std::uint8_t palette = 1;
+  std::uint8_t start_row = 0;
+  std::uint8_t reserved[14] = {};
+  std::uint16_t bytes_per_row[16] = {64, 64, 64, 64, 64, 64, 64, 64};
+  std::uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
+};
+static_assert(sizeof(TileConfig) == 64);
+
+// GCC's tile intrinsics are asm statements without a memory clobber: this
+// keeps the compiler's own loads and stores on their side of the tile ops.
+inline void compiler_fence() { asm volatile("" ::: "memory"); }
+
+// Tile state is per thread: loaded on entry, released on exit so a thread
+// that leaves the kernels does not carry 8 KiB of tile state.
+struct TileSession {
+  TileSession() {
+    static const TileConfig config;
+    _tile_loadconfig(&config);
+  }
+  ~TileSession() { _tile_release(); }
+  TileSession(const TileSession&) = delete;
+  TileSession& operator=(const TileSession&) = delete;
+};
+
+// ------------------------------------------------------------- packing
+
+std::size_t q8_packed_bytes_amx(int cols) { return avx512_vnni_kernels().q8_packed_bytes(cols); }
+void q8_quantize_amx(const float* x, int cols, std::byte* packed) { avx512_vnni_kernels().q8_quantize(x, cols, packed); }
+
+std::size_t q4_a_rows_offset(int cols) { return round_up(avx512_vnni_kernels().q4_packed_bytes(cols), 64); }
+std::size_t q4_packed_bytes_amx(int cols) {
+  return q4_a_rows_offset(cols) + static_cast<std::size_t>(cols / kQ4GroupSize) * kActivationBlock;
+}
+
+void q4_quantize_amx(const float* x, int cols, std::byte* packed) {
+  avx512_vnni_kernels().q4_quantize(x, cols, packed);
+  std::byte* a_rows = packed + q4_a_rows_offset(cols);
+  for (int g = 0; g < cols / kQ4GroupSize; ++g) {
+    const std::byte* pair = packed + static_cast<std::size_t>(g / 2) * kQ4PairBytes + 32 * (g % 2);
+    std::memcpy(a_rows + g * kActivationBlock, pair, 32);            // even columns
+    std::memcpy(a_rows + g * kActivationBlock + 32, pair + 64, 32);  // odd columns
+  }
+}
+
+void q8_pack_amx_panel(const Q8RowView& w, const RowVector& rows, std::byte* panel) {
+  const int blocks = ceil_div(w.cols, kActivationBlock), full_blocks = w.cols / kActivationBlock;
+  const __mmask64 tail_mask = _cvtu64_mask64(~0ull >> ((kActivationBlock - (w.cols - full_blocks * kActivationBlock)) % 64));
+  for (int b = 0; b < blocks; ++b) {
+    __m512i v[16];
+    for (int i = 0; i < 16; ++i) {
+      const std::int8_t* address = w.weights + static_cast<std::size_t>(rows.row(i, w.rows)) * w.cols + b * kActivationBlock;
+      v[i] = b < full_blocks ? _mm512_loadu_si512(address) : _mm512_maskz_loadu_epi8(tail_mask, address);
+    }
+    transpose16(v);
+    for (int k = 0; k < 16; ++k) _mm512_store_si512(panel + b * kTileBytes + k * 64, v[k]);
+  }
+}
+
+// Also the weight scales, transposed: scales_out[g] = 16 rows' scales of group g.
+void q4_pack_amx_panel(const Q4G64View& w, const RowVector& rows, std::byte* panel, float* scales_out) {
+  const int groups = w.cols / kQ4GroupSize, pairs = ceil_div(groups, 2);
+  const __m512i low_nibbles = _mm512_set1_epi8(0x0f), eight = _mm512_set1_epi8(8);
+  for (int p = 0; p < pairs; ++p) {
+    __m512i columns[16];  // dword j: bytes 4j..4j+3 of the pair (j < 8: group 2p, else 2p + 1)
+    for (int i = 0; i < 16; ++i) {
+      const std::uint8_t* address = w.nibbles + static_cast<std::size_t>(rows.row(i, w.rows)) * w.cols / 2 + p * kActivationBlock;
+      columns[i] = 2 * p + 1 < groups ? _mm512_loadu_si512(address) : _mm512_maskz_loadu_epi8(_cvtu64_mask64(0xffffffffull), address);
+    }
+    transpose16(columns);
+    for (int j = 0; j < 16 && 2 * p + j / 8 < groups; ++j) {
+      std::byte* tile = panel + static_cast<std::size_t>(2 * p + j / 8) * kTileBytes;
+      const __m512i even = _mm512_and_si512(columns[j], low_nibbles);
+      const __m512i odd = _mm512_and_si512(_mm512_srli_epi16(columns[j], 4), low_nibbles);
+      _mm512_store_si512(tile + (j % 8) * 64, _mm512_sub_epi8(even, eight));
+      _mm512_store_si512(tile + (8 + j % 8) * 64, _mm512_sub_epi8(odd, eight));
+    }
+  }
+  for (int g = 0; g < groups; g += 16) {
+    __m512 transposed[16];
+    row_scales_transposed(w, rows, g, transposed);
+    for (int k = 0; k < 16 && g + k < groups; ++k) _mm512_store_ps(scales_out + (g + k) * 16, transposed[k]);
+  }
+}
+
+// ------------------------------------------------------------- the GEMM
+
+// One block (or group) of up to 4 token tiles through the panel's B tile:
+// C tile i = tokens t0 + 16i.. times the 16 rows, stored to sums[i].
+template <int kTiles>
+void block_sums(const std::byte* b_tile, const std::byte* a_rows, std::size_t stride, std::int32_t* sums) {
+  static_assert(kTiles >= 1 && kTiles <= kMaxTokenTiles);
+  const std::size_t tile_stride = stride * kTileTokens;
+  compiler_fence();
+  _tile_loadd(4, b_tile, 64);
+  _tile_zero(0);
+  _tile_loadd(5, a_rows, stride);
+  _tile_dpbssd(0, 5, 4);
+  if constexpr (kTiles > 1) {
+    _tile_zero(1);
+    _tile_loadd(6, a_rows + tile_stride, stride);
+    _tile_dpbssd(1, 6, 4);
+  }
+  if constexpr (kTiles > 2) {
+    _tile_zero(2);
+    _tile_loadd(7, a_rows + 2 * tile_stride, stride);
+    _tile_dpbssd(2, 7, 4);
+  }
+  if constexpr (kTiles > 3) {
+    _tile_zero(3);
+    _tile_loadd(5, a_rows + 3 * tile_stride, stride);
+    _tile_dpbssd(3, 5, 4);
+  }
+  _tile_stored(0, sums, 64);
+  if constexpr (kTiles > 1) _tile_stored(1, sums + 256, 64);
+  if constexpr (kTiles > 2) _tile_stored(2, sums + 512, 64);
+  if constexpr (kTiles > 3) _tile_stored(3, sums + 768, 64);
+  compiler_fence();
+}
+
+// Per-thread working memory of one call: the panel, its scales, the C
+// tiles' sums and the definition's 16 float lanes per token of a block.
+struct GemmScratch {
+  std::byte* panel;
+  float* row_scales;
+  std::int32_t* sums;  // kMaxTokenTiles x 16 tokens x 16 rows
+  __m512* lanes;       // kBlockTokens x 16
+  explicit GemmScratch(int blocks) {
+    const std::size_t panel_bytes = static_cast<std::size_t>(blocks) * kTileBytes, scales_bytes = static_cast<std::size_t>(blocks) * 64;
+    const std::size_t sums_bytes = kMaxTokenTiles * kTileBytes, lanes_bytes = kBlockTokens * 16 * sizeof(__m512);
+    std::byte* base = thread_scratch(panel_bytes + scales_bytes + sums_bytes + lanes_bytes);
+    panel = base;
+    row_scales = reinterpret_cast<float*>(base + panel_bytes);
+    sums = reinterpret_cast<std::int32_t*>(base + panel_bytes + scales_bytes);
+    lanes = reinterpret_cast<__m512*>(base + panel_bytes + scales_bytes + sums_bytes);
+  }
+};
+
+// `tokens` tokens from t0 through one panel. block_scale(t, b) is c_b of
+// the definition for token t0 + t (a vector over the 16 rows); a_row(b) the
+// A row of token t0, block b. Returns the lanes; the caller takes the tree.
+template <class ARow, class BlockScale>
+void panel_block(int blocks, int tokens, std::size_t stride, const GemmScratch& scratch, const ARow& a_row,
+                 const BlockScale& block_scale) {
+  const int tiles = ceil_div(tokens, kTileTokens);
+  for (int i = 0; i < tokens * 16; ++i) scratch.lanes[i] = _mm512_setzero_ps();
+  for (int b = 0; b < blocks; ++b) {
+    const std::byte* b_tile = scratch.panel + static_cast<std::size_t>(b) * kTileBytes;
+    switch (tiles) {
+      case 1: block_sums<1>(b_tile, a_row(b), stride, scratch.sums); break;
+      case 2: block_sums<2>(b_tile, a_row(b), stride, scratch.sums); break;
+      case 3: block_sums<3>(b_tile, a_row(b), stride, scratch.sums); break;
+      default: block_sums<4>(b_tile, a_row(b), stride, scratch.sums); break;
+    }
+    for (int t = 0; t < tokens; ++t) {
+      __m512& lane = scratch.lanes[t * 16 + b % 16];
+      const __m512 sum = _mm512_cvtepi32_ps(_mm512_load_si512(scratch.sums + t * 16));
+      lane = _mm512_fmadd_ps(sum, block_scale(t, b), lane);
+    }
+  }
+}
+
+// The definition's tree over token t's 16 lanes (16 rows at once).
+inline __m512 lanes_tree(__m512* v) {
+  for (int width = 8; width >= 1; width /= 2)
+    for (int j = 0; j < width; ++j) v[j] = _mm512_add_ps(v[j], v[j + width]);
+  return v[0];
+}
+
+void q8_rows_amx(const Q8RowView& w, const std::byte* packed, std::size_t stride, int count, int row_begin, int row_end,
+                 float* y) {
+  if (count < kAmxMinTokens) return avx512_vnni_kernels().q8_rows(w, packed, stride, count, row_begin, row_end, y);
+  const int blocks = ceil_div(w.cols, kActivationBlock);
+  const std::size_t scales_offset = static_cast<std::size_t>(blocks) * kActivationBlock;
+  const GemmScratch scratch(blocks);
+  const TileSession tiles;
+  for (int r = row_begin; r < row_end; r += kRowsPerVector) {
+    const RowVector rows(r, row_end);
+    q8_pack_amx_panel(w, rows, scratch.panel);
+    const int next = std::min(r + kRowsPerVector, row_end), next_rows = std::min(kRowsPerVector, row_end - next);
+    prefetch_lines(w.weights + static_cast<std::size_t>(next) * w.cols, static_cast<std::size_t>(next_rows) * w.cols);
+    const __m512 row_scales = _mm512_maskz_loadu_ps(rows.valid, w.scales + rows.first);
+    for (int t0 = 0; t0 < count; t0 += kBlockTokens) {
+      const int tokens = std::min(kBlockTokens, count - t0);
+      const std::byte* first = packed + static_cast<std::size_t>(t0) * stride;
+      auto a_row = [&](int b) { return first + static_cast<std::size_t>(b) * kActivationBlock; };
+      auto d = [&](int t, int b) {
+        return _mm512_set1_ps(reinterpret_cast<const float*>(first + static_cast<std::size_t>(t) * stride + scales_offset)[b]);
+      };
+      panel_block(blocks, tokens, stride, scratch, a_row, d);
+      for (int t = 0; t < tokens; ++t)
+        _mm512_mask_storeu_ps(y + static_cast<std::size_t>(t0 + t) * w.rows + rows.first, rows.valid,
+                              _mm512_mul_ps(lanes_tree(scratch.lanes + t * 16), row_scales));
+    }
+  }
+}
+
+void q4_rows_amx(const Q4G64View& w, const std::byte* packed, std::size_t stride, int count, int row_begin, int row_end,
+                 float* y) {
+  if (count < kAmxMinTokens) return avx512_vnni_kernels().q4_rows(w, packed, stride, count, row_begin, row_end, y);
+  const int groups = w.cols / kQ4GroupSize;
+  const std::size_t scales_offset = q4_scales_offset(w.cols), a_rows_offset = q4_a_rows_offset(w.cols);
+  const GemmScratch scratch(groups);
+  const TileSession tiles;
+  for (int r = row_begin; r < row_end; r += kRowsPerVector) {
+    const RowVector rows(r, row_end);
+    q4_pack_amx_panel(w, rows, scratch.panel, scratch.row_scales);
+    const int next = std::min(r + kRowsPerVector, row_end), next_rows = std::min(kRowsPerVector, row_end - next);
+    prefetch_lines(w.nibbles + static_cast<std::size_t>(next) * w.cols / 2, static_cast<std::size_t>(next_rows) * w.cols / 2);
+    prefetch_lines(w.scales + static_cast<std::size_t>(next) * groups, static_cast<std::size_t>(next_rows) * groups * 2);
+    for (int t0 = 0; t0 < count; t0 += kBlockTokens) {
+      const int tokens = std::min(kBlockTokens, count - t0);
+      const std::byte* first = packed + static_cast<std::size_t>(t0) * stride;
+      auto a_row = [&](int g) { return first + a_rows_offset + static_cast<std::size_t>(g) * kActivationBlock; };
+      auto scale = [&](int t, int g) {  // d_g * weight scale, one float product as in avx512vnni
+        const float d = reinterpret_cast<const float*>(first + static_cast<std::size_t>(t) * stride + scales_offset)[g];
+        return _mm512_mul_ps(_mm512_load_ps(scratch.row_scales + g * 16), _mm512_set1_ps(d));
+      };
+      panel_block(groups, tokens, stride, scratch, a_row, scale);
+      for (int t = 0; t < tokens; ++t)
+        _mm512_mask_storeu_ps(y + static_cast<std::size_t>(t0 + t) * w.rows + rows.first, rows.valid,
+                              lanes_tree(scratch.lanes + t * 16));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace coli::kernels::cpu::detail
+
+#pragma GCC diagnostic pop
+#pragma GCC pop_options
+
+namespace coli::kernels::cpu::detail {
+
+const VariantKernels& amx_kernels() {
+  static constexpr VariantKernels kernels{q8_packed_bytes_amx, q8_quantize_amx, q8_rows_amx,
+                                          q4_packed_bytes_amx, q4_quantize_amx, q4_rows_amx};
+  return kernels;
+}
+
+}  // namespace coli::kernels::cpu::detail
