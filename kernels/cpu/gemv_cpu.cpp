@@ -39,36 +39,45 @@ void require(bool condition, const char* message) {
 }
 
 // The rows of all jobs, in whole 16-row units, are split into one
-// contiguous range per thread; run(job, row_begin, row_end) does each piece.
-// With one thread the caller's thread does everything and OpenMP is never
-// entered.
+// contiguous range per thread, balanced by cost: a unit of a job with
+// `count` tokens costs count + kRowStreamCost (its products, plus reading
+// its weights, about as much as a few tokens' products), so prefill's
+// experts with many tokens get fewer rows per thread than those with few
+// (decode: every job has one token, and the split is by rows). A unit goes
+// to the thread whose cost range holds its start. run(job, row_begin,
+// row_end) does each piece. With one thread the caller's thread does
+// everything and OpenMP is never entered.
+constexpr long long kRowStreamCost = 4;
+
 template <class Job, class Run>
 void split_jobs(std::span<const Job> jobs, int threads, const Run& run) {
   auto units_of = [](const Job& job) { return static_cast<long long>(detail::ceil_div(job.w.rows, detail::kRowAlignment)); };
-  long long units = 0;
-  for (const Job& job : jobs) units += units_of(job);
-  auto run_units = [&](long long begin, long long end) {
-    long long job_first = 0;
+  auto unit_cost = [](const Job& job) { return static_cast<long long>(job.x->count()) + kRowStreamCost; };
+  long long total = 0;
+  for (const Job& job : jobs) total += units_of(job) * unit_cost(job);
+  auto run_cost_range = [&](long long begin, long long end) {
+    long long job_first = 0;  // the cost where job j starts
     for (std::size_t j = 0; j < jobs.size() && job_first < end; ++j) {
-      const long long job_units = units_of(jobs[j]);
-      const long long from = std::max(begin, job_first), to = std::min(end, job_first + job_units);
+      const long long units = units_of(jobs[j]), cost = unit_cost(jobs[j]);
+      auto first_unit_from = [&](long long at) { return std::clamp((at - job_first + cost - 1) / cost, 0LL, units); };
+      const long long from = first_unit_from(begin), to = first_unit_from(end);
       if (from < to)
-        run(jobs[j], static_cast<int>((from - job_first) * detail::kRowAlignment),
-            static_cast<int>(std::min<long long>(jobs[j].w.rows, (to - job_first) * detail::kRowAlignment)));
-      job_first += job_units;
+        run(jobs[j], static_cast<int>(from * detail::kRowAlignment),
+            static_cast<int>(std::min<long long>(jobs[j].w.rows, to * detail::kRowAlignment)));
+      job_first += units * cost;
     }
   };
   // The team size stays what the caller asked even when some threads get no
   // rows: libgomp re-docks its pool when consecutive regions differ in size,
   // which costs far more than idle threads (seen: 10x on 16 cores).
   if (threads <= 1) {
-    run_units(0, units);
+    run_cost_range(0, total);
     return;
   }
 #pragma omp parallel num_threads(threads)
   {
     const long long team = omp_get_num_threads(), member = omp_get_thread_num();
-    run_units(units * member / team, units * (member + 1) / team);
+    run_cost_range(total * member / team, total * (member + 1) / team);
   }
 }
 

@@ -199,10 +199,10 @@ void CpuBackend::ffn_quantized(const ExpertBatch& batch) {
   const std::vector<ExpertGroup>& groups = group_by_slot(batch.rows);
   const std::size_t total = batch.rows.size();
   gathered_.resize(total * in_width);
-  for (std::size_t i = 0; i < total; ++i) {
+  for_each_row(total, [&](std::size_t i) {
     const auto x = batch.in.subspan(static_cast<std::size_t>(batch.rows[grouped_rows_[i]].input_row) * in_width, in_width);
     std::copy(x.begin(), x.end(), gathered_.begin() + static_cast<std::ptrdiff_t>(i * in_width));
-  }
+  });
   inputs_.resize(groups.size());
   hidden_.resize(groups.size());
   gate_.resize(total * width);
@@ -232,11 +232,11 @@ void CpuBackend::ffn_quantized(const ExpertBatch& batch) {
     jobs.push_back({&down_part, record_of(batch, groups[g].slot), &hidden_[g], rows_of(down_, groups[g], out_width)});
   }
   run_quantized(format, jobs);
-  for (std::size_t i = 0; i < total; ++i) {
+  for_each_row(total, [&](std::size_t i) {
     const auto from = std::span(down_).subspan(i * out_width, out_width);
     std::copy(from.begin(), from.end(),
               batch.out.begin() + static_cast<std::ptrdiff_t>(batch.rows[grouped_rows_[i]].output_row) * out_width);
-  }
+  });
 }
 
 // The batch's rows grouped by slot (groups in order of first appearance,
@@ -273,6 +273,18 @@ void CpuBackend::for_each_group(const std::vector<ExpertGroup>& groups, const st
   const long long count = static_cast<long long>(groups.size());
 #pragma omp parallel for num_threads(gemv_.threads) schedule(dynamic)
   for (long long g = 0; g < count; ++g) prepare(static_cast<std::size_t>(g));
+}
+
+// Row copies in and out of the grouped buffers: prefill's 4096 rows of 8 KiB
+// per layer were serial, and at 16 threads the other 15 waited on them.
+void CpuBackend::for_each_row(std::size_t rows, const std::function<void(std::size_t)>& copy) {
+  if (gemv_.threads <= 1 || rows < kParallelPrepareRows) {
+    for (std::size_t i = 0; i < rows; ++i) copy(i);
+    return;
+  }
+  const auto count = static_cast<long long>(rows);
+#pragma omp parallel for num_threads(gemv_.threads) schedule(static)
+  for (long long i = 0; i < count; ++i) copy(static_cast<std::size_t>(i));
 }
 
 void CpuBackend::run_quantized(WeightFormat format, std::span<const QuantizedJob> jobs) {

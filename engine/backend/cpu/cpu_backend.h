@@ -60,6 +60,8 @@ class CpuBackend final : public Backend {
     std::span<float> y;
   };
   void run_quantized(WeightFormat format, std::span<const QuantizedJob> jobs);
+  // copy(i) for every row i < rows, across the team from kParallelPrepareRows rows on.
+  void for_each_row(std::size_t rows, const std::function<void(std::size_t)>& copy);
 
   // From this many rows on, quantising in parallel pays for a fork/join
   // (the kernels' own threshold for gemv_batched).
