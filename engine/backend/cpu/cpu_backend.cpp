@@ -196,11 +196,12 @@ void CpuBackend::ffn_quantized(const ExpertBatch& batch) {
   const WeightFormat format = batch.layout->format;
   const auto& [gate_part, up_part, down_part] = std::tie(batch.layout->parts[0], batch.layout->parts[1], batch.layout->parts[2]);
   const std::size_t width = gate_part.rows, in_width = gate_part.cols, out_width = down_part.rows;
-  const std::vector<ExpertGroup>& groups = group_by_slot(batch.rows);
+  const std::vector<ExpertGroup>& groups = grouping_.group(batch.rows, batch.storage->slot_count());
+  const std::vector<std::size_t>& row_order = grouping_.row_order();
   const std::size_t total = batch.rows.size();
   gathered_.resize(total * in_width);
   for (std::size_t i = 0; i < total; ++i) {
-    const auto x = batch.in.subspan(static_cast<std::size_t>(batch.rows[grouped_rows_[i]].input_row) * in_width, in_width);
+    const auto x = batch.in.subspan(static_cast<std::size_t>(batch.rows[row_order[i]].input_row) * in_width, in_width);
     std::copy(x.begin(), x.end(), gathered_.begin() + static_cast<std::ptrdiff_t>(i * in_width));
   }
   inputs_.resize(groups.size());
@@ -235,29 +236,39 @@ void CpuBackend::ffn_quantized(const ExpertBatch& batch) {
   for (std::size_t i = 0; i < total; ++i) {
     const auto from = std::span(down_).subspan(i * out_width, out_width);
     std::copy(from.begin(), from.end(),
-              batch.out.begin() + static_cast<std::ptrdiff_t>(batch.rows[grouped_rows_[i]].output_row) * out_width);
+              batch.out.begin() + static_cast<std::ptrdiff_t>(batch.rows[row_order[i]].output_row) * out_width);
   }
 }
 
-// The batch's rows grouped by slot (groups in order of first appearance,
-// rows in batch order inside a group): grouped_rows_ lists row indices group
-// after group.
-const std::vector<CpuBackend::ExpertGroup>& CpuBackend::group_by_slot(std::span<const ExpertRow> rows) {
-  groups_.clear();
-  grouped_rows_.clear();
-  std::vector<std::size_t> group_of_row(rows.size());
-  for (std::size_t i = 0; i < rows.size(); ++i) {
-    std::size_t g = 0;
-    while (g < groups_.size() && groups_[g].slot != rows[i].slot) ++g;
-    if (g == groups_.size()) groups_.push_back({rows[i].slot, 0, 0});
-    ++groups_[g].count;
-    group_of_row[i] = g;
-  }
-  for (std::size_t g = 0, first = 0; g < groups_.size(); first += groups_[g].count, ++g) groups_[g].first = first;
-  for (std::size_t g = 0; g < groups_.size(); ++g) {
-    for (std::size_t i = 0; i < rows.size(); ++i) {
-      if (group_of_row[i] == g) grouped_rows_.push_back(i);
+const std::vector<ExpertGrouping::Group>& ExpertGrouping::group(std::span<const ExpertRow> rows, std::size_t slot_count) {
+  for (const ExpertRow& row : rows) {
+    if (row.slot < 0 || static_cast<std::size_t>(row.slot) >= slot_count) {
+      throw std::invalid_argument("expert row for slot " + std::to_string(row.slot) + " of a storage with " +
+                                  std::to_string(slot_count) + " slots");
     }
+  }
+  if (group_of_slot_.size() < slot_count) group_of_slot_.resize(slot_count, -1);
+  groups_.clear();
+  group_of_row_.resize(rows.size());
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    int& g = group_of_slot_[static_cast<std::size_t>(rows[i].slot)];
+    if (g < 0) {
+      g = static_cast<int>(groups_.size());
+      groups_.push_back({rows[i].slot, 0, 0});
+    }
+    ++groups_[static_cast<std::size_t>(g)].count;
+    group_of_row_[i] = static_cast<std::size_t>(g);
+  }
+  // A stable counting sort: each group's count is rebuilt as its rows are placed.
+  for (std::size_t g = 0, first = 0; g < groups_.size(); first += groups_[g].count, ++g) {
+    groups_[g].first = first;
+    group_of_slot_[static_cast<std::size_t>(groups_[g].slot)] = -1;
+  }
+  for (Group& g : groups_) g.count = 0;
+  row_order_.resize(rows.size());
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    Group& g = groups_[group_of_row_[i]];
+    row_order_[g.first + g.count++] = i;
   }
   return groups_;
 }
@@ -265,7 +276,7 @@ const std::vector<CpuBackend::ExpertGroup>& CpuBackend::group_by_slot(std::span<
 // Per-group preparation (quantising, SwiGLU): across the team when the batch
 // has prefill's many rows, on this thread for decode's few (no extra region).
 void CpuBackend::for_each_group(const std::vector<ExpertGroup>& groups, const std::function<void(std::size_t)>& prepare) {
-  const bool parallel = gemv_.threads > 1 && grouped_rows_.size() >= kParallelPrepareRows;
+  const bool parallel = gemv_.threads > 1 && grouping_.row_order().size() >= kParallelPrepareRows;
   if (!parallel) {
     for (std::size_t g = 0; g < groups.size(); ++g) prepare(g);
     return;
