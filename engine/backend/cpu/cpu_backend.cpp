@@ -29,6 +29,24 @@ cpu::Q8RowView q8_view(const std::byte* weights, const std::byte* scales, int ro
   return {reinterpret_cast<const std::int8_t*>(weights), reinterpret_cast<const float*>(scales), rows, cols};
 }
 
+// An expert matrix: a part of a record.
+WeightView part_view(const container::ExpertPart& part, WeightFormat format, const std::byte* record) {
+  return {record + part.weights_offset, record + part.scales_offset, format, static_cast<int>(part.rows),
+          static_cast<int>(part.cols)};
+}
+
+// The jobs as the kernels' jobs of one format (Q4GemvJob or Q8GemvJob, the
+// view made by `view`), all in one parallel region.
+template <class KernelJob, class Job, class MakeView>
+void run_as(std::span<const Job> jobs, MakeView view, int threads) {
+  std::vector<KernelJob> kernel_jobs;
+  kernel_jobs.reserve(jobs.size());
+  for (const Job& job : jobs) {
+    kernel_jobs.push_back({view(job.w.data, job.w.scales, job.w.rows, job.w.cols), job.x, job.y});
+  }
+  if (!kernel_jobs.empty()) cpu::gemv_quantized_many(kernel_jobs, threads);
+}
+
 }  // namespace
 
 Result<std::unique_ptr<CpuBackend>> CpuBackend::create(const BackendProps& props) {
@@ -133,15 +151,9 @@ void CpuBackend::matmul_rows(std::span<const float> x, int count, std::span<cons
     cpu::QuantizedActivations& activations = format == WeightFormat::q8_row ? rows_q8_ : rows_q4_;
     activations.quantize(gemv_.variant, format, x, count, of_format[0]->w.cols,
                          count >= kParallelQuantizeRows ? gemv_.threads : 1);
-    std::vector<cpu::Q4GemvJob> q4_jobs;
-    std::vector<cpu::Q8GemvJob> q8_jobs;
-    for (const MatmulOutput* o : of_format) {
-      const WeightView& w = o->w;
-      if (format == WeightFormat::q4_g64) q4_jobs.push_back({q4_view(w.data, w.scales, w.rows, w.cols), &activations, o->y});
-      else q8_jobs.push_back({q8_view(w.data, w.scales, w.rows, w.cols), &activations, o->y});
-    }
-    if (format == WeightFormat::q4_g64) cpu::gemv_quantized_many(q4_jobs, gemv_.threads);
-    else cpu::gemv_quantized_many(q8_jobs, gemv_.threads);
+    std::vector<QuantizedJob> jobs;
+    for (const MatmulOutput* o : of_format) jobs.push_back({o->w, &activations, o->y});
+    run_quantized(format, jobs);
     for (const MatmulOutput* o : of_format) {
       const std::size_t rows = static_cast<std::size_t>(o->w.rows);
       for (int t = 0; t < count && !o->bias.empty(); ++t) {
@@ -158,9 +170,7 @@ void CpuBackend::set_threads(int threads) {
 
 void CpuBackend::project(const container::ExpertPart& part, WeightFormat format, const std::byte* record,
                          std::span<const float> x, std::span<float> y) {
-  matmul({record + part.weights_offset, record + part.scales_offset, format, static_cast<int>(part.rows),
-          static_cast<int>(part.cols)},
-         x, y);
+  matmul(part_view(part, format, record), x, y);
 }
 
 void CpuBackend::expert_ffn_batch(const ExpertBatch& batch) {
@@ -219,8 +229,8 @@ void CpuBackend::ffn_quantized(const ExpertBatch& batch) {
   std::vector<QuantizedJob> jobs;
   for (std::size_t g = 0; g < groups.size(); ++g) {
     const std::byte* record = record_of(batch, groups[g].slot);
-    jobs.push_back({&gate_part, record, &inputs_[g], rows_of(gate_, groups[g], width)});
-    jobs.push_back({&up_part, record, &inputs_[g], rows_of(up_, groups[g], width)});
+    jobs.push_back({part_view(gate_part, format, record), &inputs_[g], rows_of(gate_, groups[g], width)});
+    jobs.push_back({part_view(up_part, format, record), &inputs_[g], rows_of(up_, groups[g], width)});
   }
   run_quantized(format, jobs);
   for_each_group(groups, [&](std::size_t g) {
@@ -230,7 +240,8 @@ void CpuBackend::ffn_quantized(const ExpertBatch& batch) {
   });
   jobs.clear();
   for (std::size_t g = 0; g < groups.size(); ++g) {
-    jobs.push_back({&down_part, record_of(batch, groups[g].slot), &hidden_[g], rows_of(down_, groups[g], out_width)});
+    jobs.push_back({part_view(down_part, format, record_of(batch, groups[g].slot)), &hidden_[g],
+                    rows_of(down_, groups[g], out_width)});
   }
   run_quantized(format, jobs);
   for (std::size_t i = 0; i < total; ++i) {
@@ -287,17 +298,8 @@ void CpuBackend::for_each_group(const std::vector<ExpertGroup>& groups, const st
 }
 
 void CpuBackend::run_quantized(WeightFormat format, std::span<const QuantizedJob> jobs) {
-  std::vector<cpu::Q4GemvJob> q4_jobs;
-  std::vector<cpu::Q8GemvJob> q8_jobs;
-  for (const QuantizedJob& job : jobs) {
-    const std::byte* weights = job.record + job.part->weights_offset;
-    const std::byte* scales = job.record + job.part->scales_offset;
-    const int rows = static_cast<int>(job.part->rows), cols = static_cast<int>(job.part->cols);
-    if (format == WeightFormat::q4_g64) q4_jobs.push_back({q4_view(weights, scales, rows, cols), job.x, job.y});
-    else q8_jobs.push_back({q8_view(weights, scales, rows, cols), job.x, job.y});
-  }
-  if (!q4_jobs.empty()) cpu::gemv_quantized_many(q4_jobs, gemv_.threads);
-  if (!q8_jobs.empty()) cpu::gemv_quantized_many(q8_jobs, gemv_.threads);
+  if (format == WeightFormat::q4_g64) run_as<cpu::Q4GemvJob>(jobs, q4_view, gemv_.threads);
+  else run_as<cpu::Q8GemvJob>(jobs, q8_view, gemv_.threads);
 }
 
 }  // namespace coli::backend

@@ -71,13 +71,14 @@ class CpuBackend final : public Backend {
   void ffn_quantized(const ExpertBatch& batch);
   using ExpertGroup = ExpertGrouping::Group;
   void for_each_group(const std::vector<ExpertGroup>& groups, const std::function<void(std::size_t)>& prepare);
-  // One expert matrix (a part of a record) times a group's quantised rows.
+  // A quantised matrix (an expert's part, or a matmul_rows output) times
+  // quantised rows: y holds x->count() rows of w.rows floats.
   struct QuantizedJob {
-    const container::ExpertPart* part = nullptr;
-    const std::byte* record = nullptr;
+    WeightView w;
     const kernels::cpu::QuantizedActivations* x = nullptr;
     std::span<float> y;
   };
+  // Quantised matrices (all of `format`) times their rows, in one parallel region.
   void run_quantized(WeightFormat format, std::span<const QuantizedJob> jobs);
 
   // From this many rows on, quantising in parallel pays for a fork/join
