@@ -52,12 +52,12 @@ Result<ExpertStore> ExpertStore::create(const container::ContainerReader& reader
   auto planner = experts::RoundPlanner::create(shapes);
   if (!planner) return planner.error();
   store.planner_ = std::move(*planner);
-  store.setup_io(io, capacity > 0 && capacity < experts);
-  store.every_expert_fits_ = capacity <= 0 || capacity >= experts;
+  store.experts_stream_ = capacity > 0 && capacity < experts;
+  store.setup_io(io);
   return store;
 }
 
-void ExpertStore::setup_io(const ExpertIo& io, bool streaming) {
+void ExpertStore::setup_io(const ExpertIo& io) {
   io_ = std::make_unique<IoPool>(std::max(0, io.threads));
   read_fd_ = reader_->fd();
   read_bytes_ = layout_.record_bytes;
@@ -92,7 +92,7 @@ void ExpertStore::setup_io(const ExpertIo& io, bool streaming) {
   };
   std::string why;
   if (!io.direct_io) why = "O_DIRECT off";
-  else if (!streaming) why = "all experts resident: page cache";
+  else if (!experts_stream_) why = "all experts resident: page cache";
   else why = try_direct();
   io_mode_ = why.empty() ? "O_DIRECT, " + threads : "buffered, " + threads + " (" + why + ")";
 }
@@ -278,7 +278,7 @@ void ExpertStore::commit_slabs() {
 }
 
 Status ExpertStore::load_every_expert() {
-  if (!every_expert_fits_ || caches_.empty()) return Ok{};
+  if (experts_stream_ || caches_.empty()) return Ok{};
   std::vector<int> every(layout_.experts);
   std::iota(every.begin(), every.end(), 0);
   for (std::size_t layer = 0; layer < caches_.size(); ++layer) {

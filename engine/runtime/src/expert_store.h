@@ -104,6 +104,11 @@ class ExpertStore {
   // Ok and nothing read when the cache streams.
   Status load_every_expert();
 
+  // Whether experts stream: the capacity given to create() is below the
+  // expert count, so rounds read misses. The one place that fact is decided:
+  // O_DIRECT, the preload and speculative prefetch all follow it.
+  bool experts_stream() const { return experts_stream_; }
+
   std::uint64_t hits() const;
   std::uint64_t misses() const;
   // Bytes transferred from the container (whole aligned records under O_DIRECT).
@@ -124,7 +129,7 @@ class ExpertStore {
   // aborts it: the real round reads the expert again and reports).
   void close_speculative(int moe_layer, std::span<const int> needed);
 
-  void setup_io(const ExpertIo& io, bool streaming);
+  void setup_io(const ExpertIo& io);
   std::function<Status()> read_job(int moe_layer, const experts::SlotLoad& load, std::uint64_t offset);
   // Waits for every read still pending; the first error, if any.
   std::optional<Error> drain(Round& round);
@@ -147,7 +152,7 @@ class ExpertStore {
   std::uint64_t bytes_read_ = 0;
   std::uint64_t prefetched_ = 0, prefetch_used_ = 0;
   std::uint64_t uncounted_hits_ = 0, uncounted_misses_ = 0;  // speculative rounds' and the preload's lookups
-  bool every_expert_fits_ = false;  // the cache holds every expert of a layer
+  bool experts_stream_ = false;  // see experts_stream()
 };
 
 }  // namespace coli::runtime
