@@ -98,10 +98,12 @@ class ExpertStore {
   std::uint64_t slot_stride() const { return layout_.record_stride; }  // the most retire_slots can still give back per layer
   void commit_slabs();               // touch every slot page (see ModelOptions::commit_expert_cache)
   // Reads every expert of every layer into its slot, the I/O threads in
-  // parallel, when the cache holds them all (a resident plan): the first
-  // tokens then wait for no reads, as llama.cpp's load leaves every weight
-  // in memory. Not counted as hits or misses. Errors: a failed read (named).
-  // Ok and nothing read when the cache streams.
+  // parallel (every layer's reads queued at once), when the cache holds them
+  // all (a resident plan): the first tokens then wait for no reads, as
+  // llama.cpp's load leaves every weight in memory. Not counted as hits or
+  // misses. Errors: the first failed read in layer-then-expert order (named),
+  // returned once every read has finished. Ok and nothing read when the
+  // cache streams.
   Status load_every_expert();
 
   // Whether experts stream: the capacity given to create() is below the
