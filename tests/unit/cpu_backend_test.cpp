@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "coli/backend/backend.h"
+#include "cpu/cpu_backend.h"
 #include "coli/container/container.h"
 #include "coli/convert/convert.h"
 #include "coli/forward/ops.h"
@@ -185,6 +186,78 @@ TEST(CpuBackend, RefusesWhatItCannotDo) {
   EXPECT_FALSE((*backend)->upload(**storage, 0, too_big).ok());
   EXPECT_FALSE((*backend)->upload(**storage, 2, std::span(too_big).first(16)).ok());
   EXPECT_FALSE((*backend)->create_slot_storage(2, 4096, 48).ok()) << "alignment not a power of two";
+}
+
+// The grouping the expert jobs are built from: groups in order of first
+// appearance, rows in batch order inside a group, exactly as the linear
+// search per row it replaced put them (the old code, kept here as the
+// reference), on hand-made and random batches, with the lookup table
+// reused between calls.
+std::pair<std::vector<ExpertGrouping::Group>, std::vector<std::size_t>> quadratic_grouping(std::span<const ExpertRow> rows) {
+  std::vector<ExpertGrouping::Group> groups;
+  std::vector<std::size_t> order, group_of_row(rows.size());
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    std::size_t g = 0;
+    while (g < groups.size() && groups[g].slot != rows[i].slot) ++g;
+    if (g == groups.size()) groups.push_back({rows[i].slot, 0, 0});
+    ++groups[g].count;
+    group_of_row[i] = g;
+  }
+  for (std::size_t g = 0, first = 0; g < groups.size(); first += groups[g].count, ++g) groups[g].first = first;
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      if (group_of_row[i] == g) order.push_back(i);
+    }
+  }
+  return {groups, order};
+}
+
+TEST(ExpertGrouping, KeepsFirstAppearanceAndBatchOrder) {
+  ExpertGrouping grouping;
+  const std::vector<ExpertRow> rows = {{5, 0, 0}, {2, 0, 1}, {5, 1, 2}, {0, 1, 3}, {2, 2, 4}, {5, 2, 5}};
+  const auto& groups = grouping.group(rows, 6);
+  ASSERT_EQ(groups.size(), 3u);
+  EXPECT_EQ(groups[0].slot, 5);
+  EXPECT_EQ(groups[0].first, 0u);
+  EXPECT_EQ(groups[0].count, 3u);
+  EXPECT_EQ(groups[1].slot, 2);
+  EXPECT_EQ(groups[1].first, 3u);
+  EXPECT_EQ(groups[1].count, 2u);
+  EXPECT_EQ(groups[2].slot, 0);
+  EXPECT_EQ(groups[2].first, 5u);
+  EXPECT_EQ(groups[2].count, 1u);
+  EXPECT_EQ(grouping.row_order(), (std::vector<std::size_t>{0, 2, 5, 1, 4, 3}));
+
+  std::mt19937 random(13);
+  for (int batch = 0; batch < 200; ++batch) {
+    const int slots = 1 + batch % 64;
+    std::uniform_int_distribution<int> slot(0, slots - 1);
+    std::vector<ExpertRow> random_rows(static_cast<std::size_t>(batch % 97));
+    for (ExpertRow& row : random_rows) row.slot = slot(random);
+    const auto [expected_groups, expected_order] = quadratic_grouping(random_rows);
+    const auto& actual = grouping.group(random_rows, static_cast<std::size_t>(slots));
+    ASSERT_EQ(actual.size(), expected_groups.size()) << "batch " << batch;
+    for (std::size_t g = 0; g < actual.size(); ++g) {
+      EXPECT_EQ(actual[g].slot, expected_groups[g].slot) << "batch " << batch << " group " << g;
+      EXPECT_EQ(actual[g].first, expected_groups[g].first) << "batch " << batch << " group " << g;
+      EXPECT_EQ(actual[g].count, expected_groups[g].count) << "batch " << batch << " group " << g;
+    }
+    ASSERT_EQ(grouping.row_order(), expected_order) << "batch " << batch;
+  }
+}
+
+TEST(ExpertGrouping, SlotOutsideTheStorageIsAWiringMistake) {
+  ExpertGrouping grouping;
+  const std::vector<ExpertRow> past_the_end = {{1, 0, 0}, {4, 1, 1}};
+  EXPECT_THROW(grouping.group(past_the_end, 4), std::invalid_argument);
+  const std::vector<ExpertRow> negative = {{-1, 0, 0}};
+  EXPECT_THROW(grouping.group(negative, 4), std::invalid_argument);
+  // A refused batch leaves nothing behind: the next one groups as usual.
+  const std::vector<ExpertRow> fine = {{3, 0, 0}, {1, 0, 1}, {3, 1, 2}};
+  const auto& groups = grouping.group(fine, 4);
+  ASSERT_EQ(groups.size(), 2u);
+  EXPECT_EQ(groups[0].count, 2u);
+  EXPECT_EQ(grouping.row_order(), (std::vector<std::size_t>{0, 2, 1}));
 }
 
 TEST(BackendProps, ComeFromTheProfile) {

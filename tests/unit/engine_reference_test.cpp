@@ -362,6 +362,31 @@ TEST(EngineSpeculativePrefetch, ReadsPredictedExpertsWithoutChangingTokens) {
   EXPECT_EQ(plain.stats.predicted_experts, 0u);
 }
 
+// The store decides whether experts stream, and prefetch follows it: a
+// capacity of 0 (the store's "every expert resident") or one at or above the
+// expert count predicts and reads nothing ahead, with the same tokens. (It
+// was once decided twice, and capacity 0 ran the speculative router for a
+// cache that never misses.)
+TEST(EngineSpeculativePrefetch, OffWhenEveryExpertIsResident) {
+  const fs::path dir = fs::path(COLI_FIXTURES_DIR) / "models" / "olmoe";
+  const Reference ref = load_reference(dir, "reference_q4");
+  const fs::path container = converted_fixture("olmoe", WeightFormat::q4_g64);
+  runtime::ModelOptions plain;
+  plain.preload_experts = false;
+  const EngineRun without = run_model(container, plain, ref, true);
+  for (int capacity : {0, runtime::kAllExperts}) {
+    SCOPED_TRACE("capacity " + std::to_string(capacity));
+    runtime::ModelOptions resident = plain;
+    resident.cache_capacity = capacity;
+    resident.speculative_prefetch = true;
+    const EngineRun run = run_model(container, resident, ref, true);
+    EXPECT_EQ(run.stats.predicted_experts, 0u);
+    EXPECT_EQ(run.stats.prefetch_reads, 0u);
+    EXPECT_EQ(run.tokens, without.tokens);
+    EXPECT_EQ(run.prompt_logits.back(), without.prompt_logits.back());
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllArchitectures, EngineReference,
                          testing::Values("qwen3_moe", "olmoe", "mixtral", "qwen2_moe"));
 

@@ -1,7 +1,8 @@
 // The expert-read I/O pool: every submitted job completes (also when the pool
 // is destroyed with a full queue), errors come back through the futures, and
 // a container that loses its expert records after loading makes forward()
-// return an error naming the file and offset: not a hang, not a crash.
+// (or the preload) return an error naming the file and offset: not a hang,
+// not a crash.
 #include <gtest/gtest.h>
 #include <fcntl.h>
 #include <unistd.h>
@@ -11,9 +12,11 @@
 #include <filesystem>
 #include <vector>
 
+#include "coli/backend/backend.h"
 #include "coli/container/container.h"
 #include "coli/convert/convert.h"
 #include "coli/runtime/moe_model.h"
+#include "expert_store.h"
 #include "io_pool.h"
 
 namespace coli::runtime {
@@ -156,6 +159,55 @@ TEST(ExpertReads, TruncatedContainerIsAnErrorNotAHang) {
           EXPECT_NE(s.error().message.find(cut.string()), std::string::npos) << s.error().message;
           EXPECT_NE(s.error().message.find("bytes at offset "), std::string::npos) << s.error().message;
         }
+      }
+    }
+  }
+  fs::remove(cut);
+  fs::remove(pristine);
+}
+
+// The preload reads every layer's records at once: records cut off after
+// the reader opened the container make it return the first failed read in
+// layer-then-expert order (expert, layer, file, offset), whatever the I/O
+// threads' timing, and leave every round closed (a second preload reports
+// the same read, not "a round is open").
+TEST(ExpertReads, PreloadOfATruncatedContainerNamesTheFirstFailedRead) {
+  const fs::path source = fs::path(COLI_FIXTURES_DIR) / "models" / "qwen3_moe";
+  const fs::path pristine = fs::temp_directory_path() / ("coli_preload_" + std::to_string(::getpid()) + ".coli");
+  auto report = convert::convert_model(source, pristine, WeightFormat::f32);
+  ASSERT_TRUE(report.ok()) << report.error().message;
+  container::ExpertLayout layout;
+  {
+    auto reader = container::ContainerReader::open(pristine);
+    ASSERT_TRUE(reader.ok());
+    layout = reader->index().experts;
+  }
+  ASSERT_GE(layout.layers, 2u);
+  ASSERT_GE(layout.experts, 4u);
+  auto backend = backend::create_backend({.kind = backend::BackendKind::cpu, .name = "cpu", .threads = 1});
+  ASSERT_TRUE(backend.ok()) << backend.error().message;
+  const fs::path cut = pristine.string() + ".cut";
+  struct Cut {
+    std::uint32_t layer, expert;  // the first record lost
+  };
+  for (const Cut lost : {Cut{0, 3}, Cut{layout.layers - 1, 1}}) {
+    const std::uint64_t offset = layout.record_offset(lost.layer, lost.expert);
+    for (int threads : {0, 1, 4}) {
+      SCOPED_TRACE("layer " + std::to_string(lost.layer) + " threads " + std::to_string(threads));
+      fs::copy_file(pristine, cut, fs::copy_options::overwrite_existing);
+      auto reader = container::ContainerReader::open(cut);
+      ASSERT_TRUE(reader.ok()) << reader.error().message;
+      auto store = ExpertStore::create(*reader, **backend, 2, 0, {}, ExpertIo{threads, true});
+      ASSERT_TRUE(store.ok()) << store.error().message;
+      fs::resize_file(cut, offset);
+      const std::string expected = "reading every expert at load: expert " + std::to_string(lost.expert) +
+                                   " of MoE layer " + std::to_string(lost.layer) + ": ";
+      for (int attempt = 0; attempt < 2; ++attempt) {
+        const Status s = store->load_every_expert();
+        ASSERT_FALSE(s.ok());
+        EXPECT_EQ(s.error().message.rfind(expected, 0), 0u) << s.error().message;
+        EXPECT_NE(s.error().message.find("offset " + std::to_string(offset) + " of " + cut.string()), std::string::npos)
+            << s.error().message;
       }
     }
   }

@@ -29,6 +29,24 @@ cpu::Q8RowView q8_view(const std::byte* weights, const std::byte* scales, int ro
   return {reinterpret_cast<const std::int8_t*>(weights), reinterpret_cast<const float*>(scales), rows, cols};
 }
 
+// An expert matrix: a part of a record.
+WeightView part_view(const container::ExpertPart& part, WeightFormat format, const std::byte* record) {
+  return {record + part.weights_offset, record + part.scales_offset, format, static_cast<int>(part.rows),
+          static_cast<int>(part.cols)};
+}
+
+// The jobs as the kernels' jobs of one format (Q4GemvJob or Q8GemvJob, the
+// view made by `view`), all in one parallel region.
+template <class KernelJob, class Job, class MakeView>
+void run_as(std::span<const Job> jobs, MakeView view, int threads) {
+  std::vector<KernelJob> kernel_jobs;
+  kernel_jobs.reserve(jobs.size());
+  for (const Job& job : jobs) {
+    kernel_jobs.push_back({view(job.w.data, job.w.scales, job.w.rows, job.w.cols), job.x, job.y});
+  }
+  if (!kernel_jobs.empty()) cpu::gemv_quantized_many(kernel_jobs, threads);
+}
+
 }  // namespace
 
 Result<std::unique_ptr<CpuBackend>> CpuBackend::create(const BackendProps& props) {
@@ -133,15 +151,9 @@ void CpuBackend::matmul_rows(std::span<const float> x, int count, std::span<cons
     cpu::QuantizedActivations& activations = format == WeightFormat::q8_row ? rows_q8_ : rows_q4_;
     activations.quantize(gemv_.variant, format, x, count, of_format[0]->w.cols,
                          count >= kParallelQuantizeRows ? gemv_.threads : 1);
-    std::vector<cpu::Q4GemvJob> q4_jobs;
-    std::vector<cpu::Q8GemvJob> q8_jobs;
-    for (const MatmulOutput* o : of_format) {
-      const WeightView& w = o->w;
-      if (format == WeightFormat::q4_g64) q4_jobs.push_back({q4_view(w.data, w.scales, w.rows, w.cols), &activations, o->y});
-      else q8_jobs.push_back({q8_view(w.data, w.scales, w.rows, w.cols), &activations, o->y});
-    }
-    if (format == WeightFormat::q4_g64) cpu::gemv_quantized_many(q4_jobs, gemv_.threads);
-    else cpu::gemv_quantized_many(q8_jobs, gemv_.threads);
+    std::vector<QuantizedJob> jobs;
+    for (const MatmulOutput* o : of_format) jobs.push_back({o->w, &activations, o->y});
+    run_quantized(format, jobs);
     for (const MatmulOutput* o : of_format) {
       const std::size_t rows = static_cast<std::size_t>(o->w.rows);
       for (int t = 0; t < count && !o->bias.empty(); ++t) {
@@ -158,9 +170,7 @@ void CpuBackend::set_threads(int threads) {
 
 void CpuBackend::project(const container::ExpertPart& part, WeightFormat format, const std::byte* record,
                          std::span<const float> x, std::span<float> y) {
-  matmul({record + part.weights_offset, record + part.scales_offset, format, static_cast<int>(part.rows),
-          static_cast<int>(part.cols)},
-         x, y);
+  matmul(part_view(part, format, record), x, y);
 }
 
 void CpuBackend::expert_ffn_batch(const ExpertBatch& batch) {
@@ -196,11 +206,12 @@ void CpuBackend::ffn_quantized(const ExpertBatch& batch) {
   const WeightFormat format = batch.layout->format;
   const auto& [gate_part, up_part, down_part] = std::tie(batch.layout->parts[0], batch.layout->parts[1], batch.layout->parts[2]);
   const std::size_t width = gate_part.rows, in_width = gate_part.cols, out_width = down_part.rows;
-  const std::vector<ExpertGroup>& groups = group_by_slot(batch.rows);
+  const std::vector<ExpertGroup>& groups = grouping_.group(batch.rows, batch.storage->slot_count());
+  const std::vector<std::size_t>& row_order = grouping_.row_order();
   const std::size_t total = batch.rows.size();
   gathered_.resize(total * in_width);
   for_each_row(total, [&](std::size_t i) {
-    const auto x = batch.in.subspan(static_cast<std::size_t>(batch.rows[grouped_rows_[i]].input_row) * in_width, in_width);
+    const auto x = batch.in.subspan(static_cast<std::size_t>(batch.rows[row_order[i]].input_row) * in_width, in_width);
     std::copy(x.begin(), x.end(), gathered_.begin() + static_cast<std::ptrdiff_t>(i * in_width));
   });
   inputs_.resize(groups.size());
@@ -218,8 +229,8 @@ void CpuBackend::ffn_quantized(const ExpertBatch& batch) {
   std::vector<QuantizedJob> jobs;
   for (std::size_t g = 0; g < groups.size(); ++g) {
     const std::byte* record = record_of(batch, groups[g].slot);
-    jobs.push_back({&gate_part, record, &inputs_[g], rows_of(gate_, groups[g], width)});
-    jobs.push_back({&up_part, record, &inputs_[g], rows_of(up_, groups[g], width)});
+    jobs.push_back({part_view(gate_part, format, record), &inputs_[g], rows_of(gate_, groups[g], width)});
+    jobs.push_back({part_view(up_part, format, record), &inputs_[g], rows_of(up_, groups[g], width)});
   }
   run_quantized(format, jobs);
   for_each_group(groups, [&](std::size_t g) {
@@ -229,35 +240,46 @@ void CpuBackend::ffn_quantized(const ExpertBatch& batch) {
   });
   jobs.clear();
   for (std::size_t g = 0; g < groups.size(); ++g) {
-    jobs.push_back({&down_part, record_of(batch, groups[g].slot), &hidden_[g], rows_of(down_, groups[g], out_width)});
+    jobs.push_back({part_view(down_part, format, record_of(batch, groups[g].slot)), &hidden_[g],
+                    rows_of(down_, groups[g], out_width)});
   }
   run_quantized(format, jobs);
   for_each_row(total, [&](std::size_t i) {
     const auto from = std::span(down_).subspan(i * out_width, out_width);
     std::copy(from.begin(), from.end(),
-              batch.out.begin() + static_cast<std::ptrdiff_t>(batch.rows[grouped_rows_[i]].output_row) * out_width);
+              batch.out.begin() + static_cast<std::ptrdiff_t>(batch.rows[row_order[i]].output_row) * out_width);
   });
 }
 
-// The batch's rows grouped by slot (groups in order of first appearance,
-// rows in batch order inside a group): grouped_rows_ lists row indices group
-// after group.
-const std::vector<CpuBackend::ExpertGroup>& CpuBackend::group_by_slot(std::span<const ExpertRow> rows) {
-  groups_.clear();
-  grouped_rows_.clear();
-  std::vector<std::size_t> group_of_row(rows.size());
-  for (std::size_t i = 0; i < rows.size(); ++i) {
-    std::size_t g = 0;
-    while (g < groups_.size() && groups_[g].slot != rows[i].slot) ++g;
-    if (g == groups_.size()) groups_.push_back({rows[i].slot, 0, 0});
-    ++groups_[g].count;
-    group_of_row[i] = g;
-  }
-  for (std::size_t g = 0, first = 0; g < groups_.size(); first += groups_[g].count, ++g) groups_[g].first = first;
-  for (std::size_t g = 0; g < groups_.size(); ++g) {
-    for (std::size_t i = 0; i < rows.size(); ++i) {
-      if (group_of_row[i] == g) grouped_rows_.push_back(i);
+const std::vector<ExpertGrouping::Group>& ExpertGrouping::group(std::span<const ExpertRow> rows, std::size_t slot_count) {
+  for (const ExpertRow& row : rows) {
+    if (row.slot < 0 || static_cast<std::size_t>(row.slot) >= slot_count) {
+      throw std::invalid_argument("expert row for slot " + std::to_string(row.slot) + " of a storage with " +
+                                  std::to_string(slot_count) + " slots");
     }
+  }
+  if (group_of_slot_.size() < slot_count) group_of_slot_.resize(slot_count, -1);
+  groups_.clear();
+  group_of_row_.resize(rows.size());
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    int& g = group_of_slot_[static_cast<std::size_t>(rows[i].slot)];
+    if (g < 0) {
+      g = static_cast<int>(groups_.size());
+      groups_.push_back({rows[i].slot, 0, 0});
+    }
+    ++groups_[static_cast<std::size_t>(g)].count;
+    group_of_row_[i] = static_cast<std::size_t>(g);
+  }
+  // A stable counting sort: each group's count is rebuilt as its rows are placed.
+  for (std::size_t g = 0, first = 0; g < groups_.size(); first += groups_[g].count, ++g) {
+    groups_[g].first = first;
+    group_of_slot_[static_cast<std::size_t>(groups_[g].slot)] = -1;
+  }
+  for (Group& g : groups_) g.count = 0;
+  row_order_.resize(rows.size());
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    Group& g = groups_[group_of_row_[i]];
+    row_order_[g.first + g.count++] = i;
   }
   return groups_;
 }
@@ -265,7 +287,7 @@ const std::vector<CpuBackend::ExpertGroup>& CpuBackend::group_by_slot(std::span<
 // Per-group preparation (quantising, SwiGLU): across the team when the batch
 // has prefill's many rows, on this thread for decode's few (no extra region).
 void CpuBackend::for_each_group(const std::vector<ExpertGroup>& groups, const std::function<void(std::size_t)>& prepare) {
-  const bool parallel = gemv_.threads > 1 && grouped_rows_.size() >= kParallelPrepareRows;
+  const bool parallel = gemv_.threads > 1 && grouping_.row_order().size() >= kParallelPrepareRows;
   if (!parallel) {
     for (std::size_t g = 0; g < groups.size(); ++g) prepare(g);
     return;
@@ -288,17 +310,8 @@ void CpuBackend::for_each_row(std::size_t rows, const std::function<void(std::si
 }
 
 void CpuBackend::run_quantized(WeightFormat format, std::span<const QuantizedJob> jobs) {
-  std::vector<cpu::Q4GemvJob> q4_jobs;
-  std::vector<cpu::Q8GemvJob> q8_jobs;
-  for (const QuantizedJob& job : jobs) {
-    const std::byte* weights = job.record + job.part->weights_offset;
-    const std::byte* scales = job.record + job.part->scales_offset;
-    const int rows = static_cast<int>(job.part->rows), cols = static_cast<int>(job.part->cols);
-    if (format == WeightFormat::q4_g64) q4_jobs.push_back({q4_view(weights, scales, rows, cols), job.x, job.y});
-    else q8_jobs.push_back({q8_view(weights, scales, rows, cols), job.x, job.y});
-  }
-  if (!q4_jobs.empty()) cpu::gemv_quantized_many(q4_jobs, gemv_.threads);
-  if (!q8_jobs.empty()) cpu::gemv_quantized_many(q8_jobs, gemv_.threads);
+  if (format == WeightFormat::q4_g64) run_as<cpu::Q4GemvJob>(jobs, q4_view, gemv_.threads);
+  else run_as<cpu::Q8GemvJob>(jobs, q8_view, gemv_.threads);
 }
 
 }  // namespace coli::backend

@@ -16,6 +16,30 @@
 
 namespace coli::backend {
 
+// An expert batch's rows grouped by slot, in O(rows): groups in order of
+// first appearance, rows in batch order inside a group (the order decides
+// which jobs run together, so it is kept exactly).
+class ExpertGrouping {
+ public:
+  struct Group {
+    int slot = -1;
+    std::size_t first = 0;  // index into row_order()
+    std::size_t count = 0;
+  };
+  // Throws std::invalid_argument for a slot outside [0, slot_count): a
+  // wiring mistake, not a runtime condition.
+  const std::vector<Group>& group(std::span<const ExpertRow> rows, std::size_t slot_count);
+  const std::vector<Group>& groups() const { return groups_; }
+  // Indices into the rows, group after group.
+  const std::vector<std::size_t>& row_order() const { return row_order_; }
+
+ private:
+  std::vector<Group> groups_;
+  std::vector<std::size_t> row_order_;
+  std::vector<std::size_t> group_of_row_;
+  std::vector<int> group_of_slot_;  // -1 for every slot between calls
+};
+
 class CpuBackend final : public Backend {
  public:
   // Errors: props of another kind, a kernel name that is not a variant or
@@ -45,20 +69,16 @@ class CpuBackend final : public Backend {
   // One job per expert with all its rows: gates and ups in one parallel
   // region, downs in another.
   void ffn_quantized(const ExpertBatch& batch);
-  struct ExpertGroup {
-    int slot = -1;
-    std::size_t first = 0;  // index into grouped_rows_
-    std::size_t count = 0;
-  };
-  const std::vector<ExpertGroup>& group_by_slot(std::span<const ExpertRow> rows);
+  using ExpertGroup = ExpertGrouping::Group;
   void for_each_group(const std::vector<ExpertGroup>& groups, const std::function<void(std::size_t)>& prepare);
-  // One expert matrix (a part of a record) times a group's quantised rows.
+  // A quantised matrix (an expert's part, or a matmul_rows output) times
+  // quantised rows: y holds x->count() rows of w.rows floats.
   struct QuantizedJob {
-    const container::ExpertPart* part = nullptr;
-    const std::byte* record = nullptr;
+    WeightView w;
     const kernels::cpu::QuantizedActivations* x = nullptr;
     std::span<float> y;
   };
+  // Quantised matrices (all of `format`) times their rows, in one parallel region.
   void run_quantized(WeightFormat format, std::span<const QuantizedJob> jobs);
   // copy(i) for every row i < rows, across the team from kParallelPrepareRows rows on.
   void for_each_row(std::size_t rows, const std::function<void(std::size_t)>& copy);
@@ -77,8 +97,7 @@ class CpuBackend final : public Backend {
   std::vector<float> gate_, up_, down_, gathered_;
   std::vector<kernels::cpu::QuantizedActivations> inputs_, hidden_;
   kernels::cpu::QuantizedActivations rows_q8_, rows_q4_;  // matmul_rows
-  std::vector<ExpertGroup> groups_;
-  std::vector<std::size_t> grouped_rows_;
+  ExpertGrouping grouping_;
 };
 
 }  // namespace coli::backend

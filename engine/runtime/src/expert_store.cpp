@@ -52,12 +52,12 @@ Result<ExpertStore> ExpertStore::create(const container::ContainerReader& reader
   auto planner = experts::RoundPlanner::create(shapes);
   if (!planner) return planner.error();
   store.planner_ = std::move(*planner);
-  store.setup_io(io, capacity > 0 && capacity < experts);
-  store.every_expert_fits_ = capacity <= 0 || capacity >= experts;
+  store.experts_stream_ = capacity > 0 && capacity < experts;
+  store.setup_io(io);
   return store;
 }
 
-void ExpertStore::setup_io(const ExpertIo& io, bool streaming) {
+void ExpertStore::setup_io(const ExpertIo& io) {
   io_ = std::make_unique<IoPool>(std::max(0, io.threads));
   read_fd_ = reader_->fd();
   read_bytes_ = layout_.record_bytes;
@@ -92,7 +92,7 @@ void ExpertStore::setup_io(const ExpertIo& io, bool streaming) {
   };
   std::string why;
   if (!io.direct_io) why = "O_DIRECT off";
-  else if (!streaming) why = "all experts resident: page cache";
+  else if (!experts_stream_) why = "all experts resident: page cache";
   else why = try_direct();
   io_mode_ = why.empty() ? "O_DIRECT, " + threads : "buffered, " + threads + " (" + why + ")";
 }
@@ -277,22 +277,32 @@ void ExpertStore::commit_slabs() {
   }
 }
 
+// Every layer's round is opened (its reads submitted) before any read is
+// waited for, so the I/O threads' queue holds every record and never runs
+// dry at a layer's end. Waiting layer by layer, expert by expert, makes the
+// error reported the first failed read in that order, whatever the timing;
+// every round is closed (its reads drained) before returning.
 Status ExpertStore::load_every_expert() {
-  if (!every_expert_fits_ || caches_.empty()) return Ok{};
+  if (experts_stream_ || caches_.empty()) return Ok{};
   std::vector<int> every(layout_.experts);
   std::iota(every.begin(), every.end(), 0);
-  for (std::size_t layer = 0; layer < caches_.size(); ++layer) {
-    const auto before = caches_[layer].stats();
-    const int moe_layer = static_cast<int>(layer);
-    if (Status s = begin(moe_layer, every); !s) return s;
-    for (int expert : every) {
-      if (Status s = wait(moe_layer, expert); !s) return s;
-    }
-    end(moe_layer);
-    uncounted_hits_ += caches_[layer].stats().hits - before.hits;
-    uncounted_misses_ += caches_[layer].stats().misses - before.misses;
+  std::vector<experts::ExpertCacheStats> before;
+  Status result = Ok{};
+  std::size_t opened = 0;
+  for (; opened < caches_.size() && result; ++opened) {
+    before.push_back(caches_[opened].stats());
+    result = begin(static_cast<int>(opened), every);
   }
-  return Ok{};
+  if (!result) --opened;  // the failed begin() left its round closed
+  for (std::size_t layer = 0; layer < opened; ++layer) {
+    const int moe_layer = static_cast<int>(layer);
+    for (std::size_t e = 0; e < every.size() && result; ++e) result = wait(moe_layer, every[e]);
+    end(moe_layer);  // after a failed wait() the round is closed already
+    uncounted_hits_ += caches_[layer].stats().hits - before[layer].hits;
+    uncounted_misses_ += caches_[layer].stats().misses - before[layer].misses;
+  }
+  if (!result) return make_error("reading every expert at load: " + result.error().message);
+  return result;
 }
 
 std::uint64_t ExpertStore::hits() const {

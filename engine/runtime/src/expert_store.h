@@ -98,11 +98,18 @@ class ExpertStore {
   std::uint64_t slot_stride() const { return layout_.record_stride; }  // the most retire_slots can still give back per layer
   void commit_slabs();               // touch every slot page (see ModelOptions::commit_expert_cache)
   // Reads every expert of every layer into its slot, the I/O threads in
-  // parallel, when the cache holds them all (a resident plan): the first
-  // tokens then wait for no reads, as llama.cpp's load leaves every weight
-  // in memory. Not counted as hits or misses. Errors: a failed read (named).
-  // Ok and nothing read when the cache streams.
+  // parallel (every layer's reads queued at once), when the cache holds them
+  // all (a resident plan): the first tokens then wait for no reads, as
+  // llama.cpp's load leaves every weight in memory. Not counted as hits or
+  // misses. Errors: the first failed read in layer-then-expert order (named),
+  // returned once every read has finished. Ok and nothing read when the
+  // cache streams.
   Status load_every_expert();
+
+  // Whether experts stream: the capacity given to create() is below the
+  // expert count, so rounds read misses. The one place that fact is decided:
+  // O_DIRECT, the preload and speculative prefetch all follow it.
+  bool experts_stream() const { return experts_stream_; }
 
   std::uint64_t hits() const;
   std::uint64_t misses() const;
@@ -124,7 +131,7 @@ class ExpertStore {
   // aborts it: the real round reads the expert again and reports).
   void close_speculative(int moe_layer, std::span<const int> needed);
 
-  void setup_io(const ExpertIo& io, bool streaming);
+  void setup_io(const ExpertIo& io);
   std::function<Status()> read_job(int moe_layer, const experts::SlotLoad& load, std::uint64_t offset);
   // Waits for every read still pending; the first error, if any.
   std::optional<Error> drain(Round& round);
@@ -147,7 +154,7 @@ class ExpertStore {
   std::uint64_t bytes_read_ = 0;
   std::uint64_t prefetched_ = 0, prefetch_used_ = 0;
   std::uint64_t uncounted_hits_ = 0, uncounted_misses_ = 0;  // speculative rounds' and the preload's lookups
-  bool every_expert_fits_ = false;  // the cache holds every expert of a layer
+  bool experts_stream_ = false;  // see experts_stream()
 };
 
 }  // namespace coli::runtime

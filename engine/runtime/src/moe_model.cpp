@@ -509,7 +509,7 @@ Result<MoeModel> MoeModel::load(const std::filesystem::path& path, const ModelOp
   state->routing_counts.assign(layout.layers, std::vector<std::uint64_t>(layout.experts, 0));
   state->predicted.assign(layout.layers, {});
   // Prefetching pays only when experts stream.
-  state->options.speculative_prefetch = options.speculative_prefetch && options.cache_capacity < static_cast<int>(layout.experts);
+  state->options.speculative_prefetch = options.speculative_prefetch && state->experts.experts_stream();
 
   if (!options.compute_pus.empty()) {
     if (Status s = kernels::cpu::pin_openmp_team(options.compute_pus); !s) return s.error();

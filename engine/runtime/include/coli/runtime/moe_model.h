@@ -59,7 +59,7 @@ struct ModelOptions {
   // quantise activations to int8); "exact" = f32 activations, de-quantised
   // weights (reference accuracy, slow).
   std::string cpu_kernel;
-  // When experts stream (cache_capacity < experts): run the next MoE
+  // When experts stream (0 < cache_capacity < experts): run the next MoE
   // layer's router on this layer's post-attention hidden state (normed with
   // the next layer's post-attention norm) and start reads of the experts it
   // predicts, so they load while this layer computes. Passes of one expert
@@ -68,14 +68,14 @@ struct ModelOptions {
   // Threads reading expert misses while compute runs on resident experts;
   // 0 = synchronous reads on the compute thread.
   int io_threads = 4;
-  // O_DIRECT expert reads when experts stream (cache_capacity < experts), if
+  // O_DIRECT expert reads when experts stream (0 < cache_capacity < experts), if
   // the filesystem allows; with every expert resident the page cache is used.
   bool direct_io = true;
   // Touch every expert-cache page at load, so the memory the plan grants is
   // committed up front: a plan that does not fit fails at load, not mid-run,
   // and RSS matches the plan from the first token.
   bool commit_expert_cache = true;
-  // With every expert resident (cache_capacity >= experts), read them all at
+  // With every expert resident (cache_capacity 0 or >= experts), read them all at
   // load (I/O threads in parallel) instead of on first use, so the first
   // tokens wait for no reads (llama.cpp's load does the same); false = lazily.
   bool preload_experts = true;
