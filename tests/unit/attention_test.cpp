@@ -5,12 +5,15 @@
 // instruction set this CPU runs.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <vector>
 
 #include "coli/forward/attention.h"
 #include "coli/forward/kv_cache.h"
+#include "reference/gemv_reference.h"
 
 namespace coli::forward {
 namespace {
@@ -197,6 +200,34 @@ TEST(KvCache, BytesAreTheSharedFormulaAndRoundTripsRoundToNearestEven) {
   EXPECT_EQ(kv_round_trip(1.0f + 3.0f / 256, KvType::bf16), 1.0f + 2.0f / 128);   // bf16 tie to even (ulp 2^-7)
   EXPECT_EQ(kv_round_trip(0.1f, KvType::f32), 0.1f);
   EXPECT_TRUE(std::isnan(kv_round_trip(std::nanf(""), KvType::bf16)));
+}
+
+// The f16 store (F16C where the CPU has it) rounds exactly as the reference
+// conversion: normal, subnormal, overflowing, infinite and NaN values, and
+// rows whose length is not a multiple of the 8-value groups.
+TEST(KvCache, F16StoreEqualsTheReferenceConversionBitForBit) {
+  std::mt19937 generator(7);
+  for (int head_dim : {128, 13}) {
+    KvCache cache(1, 1, head_dim, 1, KvType::f16);
+    std::vector<float> k(static_cast<std::size_t>(head_dim)), v(k.size());
+    for (int trial = 0; trial < 2000; ++trial) {
+      for (std::size_t i = 0; i < k.size(); ++i) {
+        const std::uint32_t bits = generator();
+        // Mostly the exponents f16 can hold (or just not), some anywhere.
+        const std::uint32_t exponent = trial % 4 == 0 ? (bits >> 23) & 0xff : 96 + (bits >> 23) % 48;
+        k[i] = std::bit_cast<float>((bits & 0x807fffffu) | (exponent << 23));
+        v[i] = -k[i] * 0.75f;
+      }
+      if (trial == 1) k[3] = std::numeric_limits<float>::infinity(), v[5] = std::nanf("");
+      cache.store(0, 0, k, v);
+      const auto* keys = reinterpret_cast<const std::uint16_t*>(cache.keys(0, 0));
+      const auto* values = reinterpret_cast<const std::uint16_t*>(cache.values(0, 0));
+      for (std::size_t i = 0; i < k.size(); ++i) {
+        ASSERT_EQ(keys[i], kernels::float_to_half(k[i])) << "k " << k[i] << " head_dim " << head_dim;
+        ASSERT_EQ(values[i], kernels::float_to_half(v[i])) << "v " << v[i] << " head_dim " << head_dim;
+      }
+    }
+  }
 }
 
 TEST(KvCache, StoresEachHeadsRowsContiguously) {

@@ -2,6 +2,10 @@
 
 #include <bit>
 #include <cstring>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 #include <new>
 #include <stdexcept>
 #include <string>
@@ -21,6 +25,37 @@ std::uint16_t float_to_bf16(float value) {
 }
 
 float bf16_to_f32(std::uint16_t bits) { return std::bit_cast<float>(static_cast<std::uint32_t>(bits) << 16); }
+
+void halves_portable(const float* in, std::uint16_t* out, int n) {
+  for (int d = 0; d < n; ++d) out[d] = kernels::float_to_half(in[d]);
+}
+
+#if defined(__x86_64__)
+// F16C's conversion rounds to nearest even like kernels::float_to_half, 8
+// values per instruction (the portable loop took ~9 ns a value: half a
+// millisecond of every decode token at 16 layers x 4096 values). A group
+// holding a NaN takes the portable path, which gives the canonical NaN.
+__attribute__((target("avx2,f16c"))) void halves_f16c(const float* in, std::uint16_t* out, int n) {
+  int d = 0;
+  for (; d + 8 <= n; d += 8) {
+    const __m256 x = _mm256_loadu_ps(in + d);
+    if (_mm256_movemask_ps(_mm256_cmp_ps(x, x, _CMP_UNORD_Q)) != 0) {
+      halves_portable(in + d, out + d, 8);
+      continue;
+    }
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + d), _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+  halves_portable(in + d, out + d, n - d);
+}
+#endif
+
+void to_halves(const float* in, std::uint16_t* out, int n) {
+#if defined(__x86_64__)
+  static const bool f16c = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  if (f16c) return halves_f16c(in, out, n);
+#endif
+  halves_portable(in, out, n);
+}
 
 }  // namespace
 
@@ -61,7 +96,8 @@ void KvCache::store(int layer, int position, std::span<const float> k, std::span
         continue;
       }
       auto* out = reinterpret_cast<std::uint16_t*>(row);
-      for (int d = 0; d < head_dim_; ++d) out[d] = type_ == KvType::f16 ? kernels::float_to_half(in[d]) : float_to_bf16(in[d]);
+      if (type_ == KvType::f16) to_halves(in, out, head_dim_);
+      else for (int d = 0; d < head_dim_; ++d) out[d] = float_to_bf16(in[d]);
     }
   }
 }

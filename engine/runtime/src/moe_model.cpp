@@ -280,11 +280,12 @@ void MoeModel::State::rotate_and_norm(const LayerWeights& w, std::span<float> q,
 // The KV cache: k_rows / v_rows of `count` tokens stored at first_position..
 void MoeModel::State::store_kv(std::size_t l, int count, int first_position) {
   const std::size_t kv_width = config.num_key_value_heads * config.head_dim;
-  for (int t = 0; t < count; ++t) {
-    const std::size_t at = static_cast<std::size_t>(t) * kv_width;
-    kv.store(static_cast<int>(l), first_position + t, std::span<const float>(k_rows).subspan(at, kv_width),
+  // Each token its own position; f16/bf16 rounding is per value, so prefill's run across the team.
+  for_tokens(static_cast<std::size_t>(count), [&](std::size_t t) {
+    const std::size_t at = t * kv_width;
+    kv.store(static_cast<int>(l), first_position + static_cast<int>(t), std::span<const float>(k_rows).subspan(at, kv_width),
              std::span<const float>(v_rows).subspan(at, kv_width));
-  }
+  });
 }
 
 // Attention of `count` tokens at first_position.. of layer `l` (their K and
