@@ -154,5 +154,5 @@ for f in "$out"/raw/llama-*-pp.json; do
 done
 notes="shape $shape, $threads threads, $rounds interleaved round(s), -p $prompt -n $gen -d $depths; converter: $converter; "
 notes+="llama.cpp $(git -C "$llama_src" describe --tags --always 2>/dev/null || basename "$llama_src"); "
-notes+="coli $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo '?'); read bandwidth ${bandwidth} GB/s (coli-probe); $(nproc) CPUs, $(uname -m)"
+notes+="coli ${COLI_COMMIT:-$(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo '?')}; read bandwidth ${bandwidth} GB/s (coli-probe); $(nproc) CPUs, $(uname -m)"
 "$py" "$here/side_by_side_report.py" "$out/raw" "$out" --bandwidth "$bandwidth" --notes "$notes"
