@@ -92,7 +92,7 @@ void check_job(const Job& job, WeightFormat format) {
   kernels_for(x.variant());  // throws for a variant this CPU cannot run
 }
 
-constexpr std::size_t kTokenGroup = 16;
+constexpr std::size_t kAmxTileTokens = 16;
 
 // From this many vectors on, quantising them in parallel pays for a fork/join.
 constexpr int kParallelQuantizeCount = 8;
@@ -115,9 +115,11 @@ void QuantizedActivations::quantize(CpuKernelVariant variant, WeightFormat forma
   const VariantKernels& kernels = kernels_for(variant);
   const bool q8 = format == WeightFormat::q8_row;
   const std::size_t stride = detail::round_up(q8 ? kernels.q8_packed_bytes(cols) : kernels.q4_packed_bytes(cols), 64);
-  // Room for whole 16-token groups: the amx GEMM loads 16 tokens per tile
-  // and drops the sums of those past the count.
-  const std::size_t needed = stride * detail::round_up(static_cast<std::size_t>(std::max(count, 1)), kTokenGroup);
+  // amx: room for whole 16-token groups (its GEMM loads 16 tokens per tile
+  // and drops the sums of those past the count).
+  const std::size_t vectors = detail::round_up(static_cast<std::size_t>(std::max(count, 1)),
+                                               variant == CpuKernelVariant::amx ? kAmxTileTokens : 1);
+  const std::size_t needed = stride * vectors;
   if (needed > capacity_) {
     bytes_.reset(static_cast<std::byte*>(::operator new[](needed, std::align_val_t{64})));
     capacity_ = needed;

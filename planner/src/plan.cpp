@@ -121,6 +121,7 @@ Result<Plan> make_plan_explained(const DeviceProfile& profile, const ModelFootpr
   cache.knobs.prompt_tokens = std::clamp(request.prompt_tokens.value_or(plan.ctx), 1, plan.ctx);
   cache.knobs.threads = plan.threads;
   cache.knobs.io_threads = plan.io_threads;
+  cache.knobs.amx_tiles = plan.cpu_kernel == "amx";
   cache.knobs.tokenizer = request.tokenizer;
   const auto routing = routing_concentration(fp, request.history);
   cache.routing = routing ? &*routing : nullptr;

@@ -8,6 +8,7 @@
 #include "coli/planner/deciders.h"
 #include "coli/planner/footprint.h"
 #include "coli/planner/memory_preview.h"
+#include "cpu/gemv_cpu.h"
 
 namespace coli::runtime {
 namespace {
@@ -82,6 +83,10 @@ Result<KnobsMemory> memory_for_options(const ModelShape& shape, const ModelOptio
   knobs.threads = options.compute_pus.empty() ? options.threads : options.compute_pus.size();
   knobs.io_threads = options.io_threads;
   knobs.tokenizer = tokenizer;
+  // "" runs what the CPU backend selects (COLI_CPU_KERNEL or the best supported).
+  const auto selected = kernels::cpu::selected_variant();
+  knobs.amx_tiles = options.cpu_kernel == "amx" ||
+                    (options.cpu_kernel.empty() && selected && *selected == kernels::cpu::CpuKernelVariant::amx);
   const planner::MemoryPreview preview = planner::preview_memory(footprint, knobs);
   KnobsMemory memory;
   memory.planned_bytes = preview.total(planner::Tier::ram);

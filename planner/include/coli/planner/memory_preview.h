@@ -40,6 +40,9 @@ struct MemoryKnobs {
   int threads = 1;
   int io_threads = 4;
   bool tokenizer = true;      // a tokenizer is loaded (its tables are priced); false with prompt ids
+  // The amx CPU variant: q4 activations carry a tile-row copy (1 B more per
+  // value) and quantised buffers hold whole 16-token tiles.
+  bool amx_tiles = false;
   // The whole decoder runs on the GPU: the host holds only the embedding
   // table and, when some experts stay outside VRAM, their cache and I/O
   // (the GPU's own lines come from the VRAM tier).
