@@ -48,6 +48,25 @@ TEST(ForwardOps, RopeRotatesHalvesByPositionTimesFrequency) {
   EXPECT_NEAR(x[3], std::cos(0.03), 1e-6);
 }
 
+// Each call keeps its position's cos/sin for the next call at that position;
+// a second Rope (other theta, maybe at a reused address) must not see them.
+TEST(ForwardOps, RopeCachedAnglesBelongToTheirRopeAndPosition) {
+  auto rotated = [](const Rope& rope, int position) {
+    std::vector<float> x = {1, 0.5f, 0.25f, 1};
+    rope.apply(x, 1, position);
+    return x;
+  };
+  for (int round = 0; round < 2; ++round) {
+    const Rope slow(4, 10000.0), fast(4, 10.0);
+    const std::vector<float> slow_at_7 = rotated(slow, 7);
+    EXPECT_NE(rotated(fast, 7), slow_at_7);            // same position, other Rope
+    EXPECT_EQ(rotated(slow, 7), slow_at_7);            // recomputed after the other Rope
+    EXPECT_EQ(rotated(slow, 7), rotated(slow, 7));     // served from the kept angles
+    EXPECT_NE(rotated(slow, 8), slow_at_7);            // other position
+    EXPECT_NEAR(slow_at_7[0], std::cos(7.0) * 1 - std::sin(7.0) * 0.25f, 1e-6);
+  }
+}
+
 TEST(ForwardOps, RoutingPerNormalisation) {
   const std::vector<float> logits = {0.0f, 2.0f, 1.0f, 2.0f};
   const Routing plain = route(logits, 2, RouterNorm::softmax_topk);

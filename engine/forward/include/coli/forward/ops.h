@@ -57,8 +57,10 @@ class Rope {
   void apply(std::span<float> x, int heads, int position) const;  // x: heads * head_dim, in place
 
  private:
+  void rotate(std::span<float> x, int heads, const std::vector<double>& cosines, const std::vector<double>& sines) const;
   int head_dim_;
   std::vector<double> inv_freq_;
+  std::uint64_t id_;  // which Rope a thread's cached cos/sin belong to (addresses are reused)
 };
 
 void softmax(std::span<float> x);
