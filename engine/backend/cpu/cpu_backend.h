@@ -70,7 +70,7 @@ class CpuBackend final : public Backend {
   // region, downs in another.
   void ffn_quantized(const ExpertBatch& batch);
   using ExpertGroup = ExpertGrouping::Group;
-  void for_each_group(const std::vector<ExpertGroup>& groups, const std::function<void(std::size_t)>& prepare);
+  void for_each_group(const std::vector<ExpertGroup>& groups, std::size_t width, const std::function<void(std::size_t)>& prepare);
   // A quantised matrix (an expert's part, or a matmul_rows output) times
   // quantised rows: y holds x->count() rows of w.rows floats.
   struct QuantizedJob {
@@ -86,8 +86,10 @@ class CpuBackend final : public Backend {
   // From this many rows on, quantising in parallel pays for a fork/join
   // (the kernels' own threshold for gemv_batched).
   static constexpr int kParallelQuantizeRows = 8;
-  // From this many expert rows on (prefill), per-expert preparation runs across the team.
+  // From this many expert rows on (prefill), row copies run across the team.
   static constexpr std::size_t kParallelPrepareRows = 16;
+  // From this many values (rows x width) on, per-expert preparation does.
+  static constexpr std::size_t kParallelPrepareValues = 4096;
 
   BackendProps props_;
   kernels::cpu::GemvOptions gemv_;
