@@ -318,13 +318,17 @@ TEST_P(EngineReference, ReducedPrecisionKvStaysWithinItsRounding) {
   }
 }
 
+// The olmoe fixture's int4 reference and its container, which several tests below share.
+std::pair<Reference, fs::path> olmoe_q4() {
+  return {load_reference(fs::path(COLI_FIXTURES_DIR) / "models" / "olmoe", "reference_q4"),
+          converted_fixture("olmoe", WeightFormat::q4_g64)};
+}
+
 // A plan with a prefill thread set of its own: the prompt (one pass of
 // several tokens) runs on it, single tokens on the decode set, and the
 // tokens and logits are those of one set for everything, bit for bit.
 TEST(EngineThreadSets, PrefillRunsOnItsOwnSetWithTheSameTokens) {
-  const fs::path dir = fs::path(COLI_FIXTURES_DIR) / "models" / "olmoe";
-  const Reference ref = load_reference(dir, "reference_q4");
-  const fs::path container = converted_fixture("olmoe", WeightFormat::q4_g64);
+  const auto [ref, container] = olmoe_q4();
   runtime::ModelOptions one_set;
   one_set.threads = 1;
   const EngineRun decode_set_only = run_model(container, one_set, ref, true);
@@ -342,9 +346,7 @@ TEST(EngineThreadSets, PrefillRunsOnItsOwnSetWithTheSameTokens) {
 // cache early: the tokens and logits stay those of the run without it, its
 // own lookups are not counted as hits or misses, and it did predict and read.
 TEST(EngineSpeculativePrefetch, ReadsPredictedExpertsWithoutChangingTokens) {
-  const fs::path dir = fs::path(COLI_FIXTURES_DIR) / "models" / "olmoe";
-  const Reference ref = load_reference(dir, "reference_q4");
-  const fs::path container = converted_fixture("olmoe", WeightFormat::q4_g64);
+  const auto [ref, container] = olmoe_q4();
   runtime::ModelOptions streaming;
   streaming.cache_capacity = 3;
   streaming.prefill_round_tokens = 1;  // a prompt of several rounds: no prefetch there
@@ -368,9 +370,7 @@ TEST(EngineSpeculativePrefetch, ReadsPredictedExpertsWithoutChangingTokens) {
 // was once decided twice, and capacity 0 ran the speculative router for a
 // cache that never misses.)
 TEST(EngineSpeculativePrefetch, OffWhenEveryExpertIsResident) {
-  const fs::path dir = fs::path(COLI_FIXTURES_DIR) / "models" / "olmoe";
-  const Reference ref = load_reference(dir, "reference_q4");
-  const fs::path container = converted_fixture("olmoe", WeightFormat::q4_g64);
+  const auto [ref, container] = olmoe_q4();
   runtime::ModelOptions plain;
   plain.preload_experts = false;
   const EngineRun without = run_model(container, plain, ref, true);
@@ -395,9 +395,7 @@ INSTANTIATE_TEST_SUITE_P(AllArchitectures, EngineReference,
 // counts no hit-or-miss reads of its own (every lookup is a hit), has read
 // every record once, and gives the tokens and logits of a lazily filled cache.
 TEST(EnginePreload, EveryResidentExpertIsReadAtLoadWithTheSameTokens) {
-  const fs::path dir = fs::path(COLI_FIXTURES_DIR) / "models" / "olmoe";
-  const Reference ref = load_reference(dir, "reference_q4");
-  const fs::path container = converted_fixture("olmoe", WeightFormat::q4_g64);
+  const auto [ref, container] = olmoe_q4();
   runtime::ModelOptions lazy;
   lazy.preload_experts = false;
   const EngineRun lazily = run_model(container, lazy, ref, true);
