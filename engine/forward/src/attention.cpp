@@ -19,6 +19,8 @@ constexpr float kNoRow = -std::numeric_limits<float>::infinity();  // a row with
 // Prefill: query rows (tokens x group heads) per block; each K/V row is read
 // once for all of them, and a block's scratch stays in L2.
 constexpr int kRowsPerBlock = kAttentionRowsPerBlock;
+// At most this many query rows per tile take the fused row loops (fused_rows).
+constexpr int kFusedRowsMax = 8;
 
 // What one call reads: the cache's KV head `kv_head` of `layer`, the
 // row-loop table and the score scale.
@@ -67,19 +69,67 @@ const float* row_as_f32(const Head& head, const std::byte* block, int position, 
   return buffer;
 }
 
-// The partials of `rows` query rows over positions [first, first + kAttentionTile).
-void tile_partials(const Head& head, const float* const* q_rows, const int* limits, int rows, int first, Scratch& s,
-                   Partials out) {
+// A few query rows (decode: one KV head's group) use the table's fused row
+// loops where it has them: each row's keys and values convert in registers.
+// Many rows (prefill blocks) widen each K/V row once for all of them. Both
+// give the same bits.
+bool fused_rows(const Head& head, int rows) {
+  return head.ops.dot_rows != nullptr && rows <= kFusedRowsMax && head.cache.head_dim() % 16 == 0;
+}
+
+// scores[r][p - first] = q_r . k_p * scale for the positions row r sees.
+void tile_scores(const Head& head, const float* const* q_rows, const int* limits, int rows, int first, int end, Scratch& s) {
   const int head_dim = head.cache.head_dim();
-  const int end = std::min(first + kAttentionTile, *std::max_element(limits, limits + rows) + 1);
   const std::byte* keys = head.cache.keys(head.layer, head.kv_head);
-  const std::byte* values = head.cache.values(head.layer, head.kv_head);
+  if (fused_rows(head, rows)) {
+    const std::uint64_t row_bytes = head.cache.row_bytes();
+    for (int r = 0; r < rows; ++r) {
+      float* w = s.scores.data() + static_cast<std::size_t>(r) * kAttentionTile;
+      const int seen = std::min(end, limits[r] + 1) - first;
+      if (seen <= 0) continue;
+      head.ops.dot_rows(q_rows[r], keys + first * row_bytes, row_bytes, head.cache.type(), seen, head_dim, w);
+      for (int i = 0; i < seen; ++i) w[i] = w[i] * head.scale;
+    }
+    return;
+  }
   for (int p = first; p < end; ++p) {
     const float* k = row_as_f32(head, keys, p, s.key.data());
     for (int r = 0; r < rows; ++r) {
       if (p <= limits[r]) s.scores[static_cast<std::size_t>(r) * kAttentionTile + (p - first)] = head.ops.dot(q_rows[r], k, head_dim) * head.scale;
     }
   }
+}
+
+// acc_r += weight_rp v_p over the positions row r sees, in position order.
+void tile_values(const Head& head, const int* limits, int rows, int first, int end, Scratch& s, float* acc) {
+  const int head_dim = head.cache.head_dim();
+  const std::byte* values = head.cache.values(head.layer, head.kv_head);
+  if (fused_rows(head, rows)) {
+    const std::uint64_t row_bytes = head.cache.row_bytes();
+    for (int r = 0; r < rows; ++r) {
+      const int seen = std::min(end, limits[r] + 1) - first;
+      if (seen <= 0) continue;
+      head.ops.axpy_rows(s.scores.data() + static_cast<std::size_t>(r) * kAttentionTile, values + first * row_bytes, row_bytes,
+                         head.cache.type(), seen, head_dim, acc + static_cast<std::size_t>(r) * head_dim);
+    }
+    return;
+  }
+  for (int p = first; p < end; ++p) {
+    const float* v = row_as_f32(head, values, p, s.value.data());
+    for (int r = 0; r < rows; ++r) {
+      if (p > limits[r]) continue;
+      const float weight = s.scores[static_cast<std::size_t>(r) * kAttentionTile + (p - first)];
+      head.ops.axpy(weight, v, acc + static_cast<std::size_t>(r) * head_dim, head_dim);
+    }
+  }
+}
+
+// The partials of `rows` query rows over positions [first, first + kAttentionTile).
+void tile_partials(const Head& head, const float* const* q_rows, const int* limits, int rows, int first, Scratch& s,
+                   Partials out) {
+  const int head_dim = head.cache.head_dim();
+  const int end = std::min(first + kAttentionTile, *std::max_element(limits, limits + rows) + 1);
+  tile_scores(head, q_rows, limits, rows, first, end, s);
   for (int r = 0; r < rows; ++r) {
     float* w = s.scores.data() + static_cast<std::size_t>(r) * kAttentionTile;
     const int seen = std::min(end, limits[r] + 1) - first;
@@ -89,14 +139,7 @@ void tile_partials(const Head& head, const float* const* q_rows, const int* limi
     out.sum[r] = sum;
     std::fill_n(out.acc + static_cast<std::size_t>(r) * head_dim, head_dim, 0.0f);
   }
-  for (int p = first; p < end; ++p) {
-    const float* v = row_as_f32(head, values, p, s.value.data());
-    for (int r = 0; r < rows; ++r) {
-      if (p > limits[r]) continue;
-      const float weight = s.scores[static_cast<std::size_t>(r) * kAttentionTile + (p - first)];
-      head.ops.axpy(weight, v, out.acc + static_cast<std::size_t>(r) * head_dim, head_dim);
-    }
-  }
+  tile_values(head, limits, rows, first, end, s, out.acc);
 }
 
 // Running state of one row (max, sum, acc) += one tile's partial, in position order.

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "coli/base/kv_type.h"
 
@@ -16,6 +17,15 @@ struct AttentionRowOps {
   float (*dot)(const float* a, const float* b, int n);
   void (*axpy)(float w, const float* x, float* y, int n);                  // y += w x
   void (*rescale_add)(float a, float* y, float b, const float* x, int n);  // y = a y + b x
+  // Optional (null: widen, dot and axpy row by row), for n a multiple of 16:
+  // the same sums over `count` consecutive rows of a head block, row_bytes
+  // apart, converting in registers instead of through a widened copy.
+  //   scores[i] = dot(q, row i)            (bit for bit dot's result)
+  //   acc += w[i] row i, i = 0, 1, ...     (bit for bit axpy's, in that order)
+  void (*dot_rows)(const float* q, const std::byte* rows, std::uint64_t row_bytes, KvType type, int count, int n,
+                   float* scores) = nullptr;
+  void (*axpy_rows)(const float* w, const std::byte* rows, std::uint64_t row_bytes, KvType type, int count, int n,
+                    float* acc) = nullptr;
 };
 
 const AttentionRowOps& scalar_row_ops();

@@ -2,6 +2,8 @@
 // CPUs that have it (best_row_ops). Tails use masked loads, so any head_dim works.
 #include <immintrin.h>
 
+#include <algorithm>
+
 // GCC 12's own _mm512_undefined_* (`__m512 __Y = __Y;`) trips
 // -W(maybe-)uninitialized once inlined (GCC bug 105593, fixed in 13).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -68,10 +70,66 @@ void rescale_add(float a, float* y, float b, const float* x, int n) {
   }
 }
 
+// 16 stored values of `row` from column c as f32 (exact for f16 and bf16).
+inline __m512 load16(const std::byte* row, KvType type, int c) {
+  if (type == KvType::f16) return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * c)));
+  if (type == KvType::bf16) {
+    const __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * c)));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
+  }
+  return _mm512_loadu_ps(reinterpret_cast<const float*>(row) + c);
+}
+
+// dot's accumulators and order, n % 16 == 0 (no masked tail).
+void dot_rows(const float* q, const std::byte* rows, std::uint64_t row_bytes, KvType type, int count, int n, float* scores) {
+  for (int i = 0; i < count; ++i) {
+    const std::byte* row = rows + static_cast<std::uint64_t>(i) * row_bytes;
+    __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+    int c = 0;
+    for (; c + 32 <= n; c += 32) {
+      s0 = _mm512_fmadd_ps(_mm512_loadu_ps(q + c), load16(row, type, c), s0);
+      s1 = _mm512_fmadd_ps(_mm512_loadu_ps(q + c + 16), load16(row, type, c + 16), s1);
+    }
+    for (; c + 16 <= n; c += 16) s0 = _mm512_fmadd_ps(_mm512_loadu_ps(q + c), load16(row, type, c), s0);
+    scores[i] = _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+  }
+}
+
+// kChunks x 16 columns of acc from column c: row after row, every column's
+// register its own chain (one chain over the rows was FMA latency-bound).
+template <int kChunks>
+void axpy_rows_chunks(const float* w, const std::byte* rows, std::uint64_t row_bytes, KvType type, int count, int c, float* acc) {
+  __m512 sum[kChunks];
+  for (int k = 0; k < kChunks; ++k) sum[k] = _mm512_loadu_ps(acc + c + 16 * k);
+  for (int i = 0; i < count; ++i) {
+    const std::byte* row = rows + static_cast<std::uint64_t>(i) * row_bytes;
+    const __m512 weight = _mm512_set1_ps(w[i]);
+    for (int k = 0; k < kChunks; ++k) sum[k] = _mm512_fmadd_ps(weight, load16(row, type, c + 16 * k), sum[k]);
+  }
+  for (int k = 0; k < kChunks; ++k) _mm512_storeu_ps(acc + c + 16 * k, sum[k]);
+}
+
+// axpy row after row (each column's FMAs in row order, as axpy's), up to 8
+// registers of columns at a time.
+void axpy_rows(const float* w, const std::byte* rows, std::uint64_t row_bytes, KvType type, int count, int n, float* acc) {
+  for (int c = 0; c < n; c += 128) {
+    switch (std::min(8, (n - c) / 16)) {
+      case 8: axpy_rows_chunks<8>(w, rows, row_bytes, type, count, c, acc); break;
+      case 7: axpy_rows_chunks<7>(w, rows, row_bytes, type, count, c, acc); break;
+      case 6: axpy_rows_chunks<6>(w, rows, row_bytes, type, count, c, acc); break;
+      case 5: axpy_rows_chunks<5>(w, rows, row_bytes, type, count, c, acc); break;
+      case 4: axpy_rows_chunks<4>(w, rows, row_bytes, type, count, c, acc); break;
+      case 3: axpy_rows_chunks<3>(w, rows, row_bytes, type, count, c, acc); break;
+      case 2: axpy_rows_chunks<2>(w, rows, row_bytes, type, count, c, acc); break;
+      default: axpy_rows_chunks<1>(w, rows, row_bytes, type, count, c, acc); break;
+    }
+  }
+}
+
 }  // namespace
 
 const AttentionRowOps& avx512_row_ops() {
-  static const AttentionRowOps ops{"avx512", widen, dot, axpy, rescale_add};
+  static const AttentionRowOps ops{"avx512", widen, dot, axpy, rescale_add, dot_rows, axpy_rows};
   return ops;
 }
 
