@@ -20,12 +20,12 @@ check "default prefill test is pp512" grep -qE "^ +1 +all +[a-z0-9]+ +pp512 +[0-
 check "default decode depth 0 with its bound" grep -qE "^ +1 +all +[a-z0-9]+ +tg64 @ d0 .* [0-9.]+%" "$work/d.out"
 check "default decode depth 512" grep -qE "tg64 @ d512 " "$work/d.out"
 
-"$decode_bench" --model "$work/demo.coli" -p 8 -n 2 -d 0,5,9 -r 2 --op-times --op-depth 20 >"$work/o.out" 2>"$work/o.err"
+"$decode_bench" --model "$work/demo.coli" -p 8 -n 2 -d 0,5,9 -r 2 --op-times --op-depth 20 --op-tokens 3 >"$work/o.out" 2>"$work/o.err"
 check "decode-bench -p -n -d -r --op-times exits 0" test $? -eq 0
 check "one row per test" test "$(grep -cE "^ +1 +all .*(pp8|tg2 @ d[059]) " "$work/o.out")" -eq 4
 check "two repeats run" test "$(grep -c "repeat " "$work/o.err")" -eq 2
-check "op table: decode at depth 0" contains "$work/o.out" "one decode token at depth 0: 1 pass(es), 1 token(s)"
-check "op table: decode at --op-depth" contains "$work/o.out" "one decode token at depth 20: 1 pass(es), 1 token(s)"
+check "op table: decode at depth 0" contains "$work/o.out" "decode tokens at depth 0..2: 3 pass(es), 3 token(s)"
+check "op table: decode at --op-depth" contains "$work/o.out" "decode tokens at depth 20..22: 3 pass(es), 3 token(s)"
 check "op table: one prefill pass" contains "$work/o.out" "one prefill pass of 8 tokens: 1 pass(es), 8 token(s)"
 check "op tables list every category" test "$(grep -cE "^\| (attention q/k/v projections|experts \(compute\)|expert I/O wait|lm_head|other) " "$work/o.out")" -eq 15
 

@@ -11,8 +11,8 @@
 // Streamed experts are read with O_DIRECT where the filesystem allows it
 // (the engine's default), so "disk MiB/tok" then comes from the device.
 // --op-times adds the op-level time breakdown (op_timing.h) of the first
-// configuration: one decode token at depth 0 and at --op-depth, and one
-// prefill pass of -p tokens.
+// configuration: --op-tokens decode tokens from depth 0 and from
+// --op-depth, and one prefill pass of -p tokens.
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -50,6 +50,7 @@ struct Args {
   coli::bench::SpeedTests tests;
   bool op_times = false;
   int op_depth = 4096;
+  int op_tokens = 16;  // decode tokens averaged per --op-times table
   std::string speculative_prefetch = "off";  // ModelOptions::speculative_prefetch
 };
 
@@ -85,7 +86,7 @@ coli::Result<coli::runtime::ModelOptions> options_of(const Args& args, const Con
   plan.cap = config.cap;
   plan.n_experts = shape.experts;
   plan.cpu_kernel = config.kernel;
-  plan.ctx = std::max(args.tests.context(), args.op_times ? args.op_depth + 1 : 0);
+  plan.ctx = std::max(args.tests.context(), args.op_times ? args.op_depth + args.op_tokens : 0);
   plan.prefill_round_tokens = defaults.prefill_round_tokens;
   plan.io_threads = defaults.io_threads;
   plan.direct_io = defaults.direct_io;
@@ -115,8 +116,8 @@ coli::Result<Run> run_once(const Args& args, const Config& config, const coli::r
   return run;
 }
 
-// The op-level breakdown of `config`: per-token tables of one decode token
-// at depth 0 and at --op-depth, and of one prefill pass.
+// The op-level breakdown of `config`: per-token tables of --op-tokens decode
+// tokens from depth 0 and from --op-depth, and of one prefill pass.
 coli::Status print_op_times(const Args& args, const Config& config, const coli::runtime::ModelShape& shape,
                             const coli::bench::BenchTokens& tokens) {
   auto options = options_of(args, config, shape);
@@ -127,7 +128,7 @@ coli::Status print_op_times(const Args& args, const Config& config, const coli::
   coli::runtime::OpTimes& times = *model->op_times();
   if (auto warm = coli::bench::time_prefill(*model, tokens.prompt); !warm) return warm.error();
   std::vector<std::int32_t> context = tokens.context;
-  for (int i = static_cast<int>(context.size()); i <= args.op_depth; ++i) context.push_back(tokens.prompt[static_cast<std::size_t>(i) % tokens.prompt.size()]);
+  for (int i = static_cast<int>(context.size()); i < args.op_depth + args.op_tokens; ++i) context.push_back(tokens.prompt[static_cast<std::size_t>(i) % tokens.prompt.size()]);
   std::printf("\nop-level time breakdown (threads %d, cap %d, wall time on the calling thread)\n", config.threads, config.cap);
   std::vector<float> logits(static_cast<std::size_t>(model->vocab_size()));
   for (int depth : {0, args.op_depth}) {
@@ -135,9 +136,13 @@ coli::Status print_op_times(const Args& args, const Config& config, const coli::
     if (depth > 0) {
       if (coli::Status s = model->forward(std::span(context).first(static_cast<std::size_t>(depth)), 0, logits); !s) return s;
     }
-    times.clear();
-    if (coli::Status s = model->forward(std::span(&context[static_cast<std::size_t>(depth)], 1), depth, logits); !s) return s;
-    std::printf("\n%s", coli::runtime::op_times_table(times, "one decode token at depth " + std::to_string(depth)).c_str());
+    times.clear();  // --op-tokens single-token passes from `depth` on: one token's table at 16 threads was noisy
+    for (int i = 0; i < args.op_tokens; ++i) {
+      const auto at = static_cast<std::size_t>(depth + i);
+      if (coli::Status s = model->forward(std::span(&context[at], 1), depth + i, logits); !s) return s;
+    }
+    std::printf("\n%s", coli::runtime::op_times_table(times, "decode tokens at depth " + std::to_string(depth) + ".." +
+                                                                  std::to_string(depth + args.op_tokens - 1)).c_str());
   }
   times.clear();
   if (auto prefill = coli::bench::time_prefill(*model, tokens.prompt); !prefill) return prefill.error();
@@ -321,7 +326,10 @@ int main(int argc, char** argv) {
                  "Run the next layer's router early and read its predicted experts (streaming only): on|off")
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
-  app.add_option("--op-depth", args.op_depth, "Depth of the second --op-times decode token")->check(CLI::Range(1, 1 << 24))->capture_default_str();
+  app.add_option("--op-depth", args.op_depth, "Depth of the second --op-times decode table")->check(CLI::Range(1, 1 << 24))->capture_default_str();
+  app.add_option("--op-tokens", args.op_tokens, "Decode tokens averaged in each --op-times decode table")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
   coli::cli::add_version_flag(app, "coli-decode-bench");
   if (const auto done = coli::cli::parse(app, argc, argv)) return *done;
   return run_bench(args);
