@@ -128,8 +128,9 @@ void QuantizedActivations::quantize(CpuKernelVariant variant, WeightFormat forma
   auto quantize_one = q8 ? kernels.q8_quantize : kernels.q4_quantize;
   std::byte* out = bytes_.get();
   const float* in = x.data();
-  const int team = std::max(threads, 1);  // not capped by count: see split_jobs
-  if (team == 1 || count == 1) {
+  // Not capped by count (see split_jobs), but not entered for a few vectors.
+  const int team = count >= kParallelQuantizeCount ? std::max(threads, 1) : 1;
+  if (team == 1) {
     for (int t = 0; t < count; ++t) quantize_one(in + static_cast<std::size_t>(t) * cols, cols, out + static_cast<std::size_t>(t) * stride);
     return;
   }
@@ -179,12 +180,12 @@ void gemv_quantized(const Q4G64View& w, const QuantizedActivations& x, std::span
 }
 
 void gemv_batched(const Q8RowView& w, std::span<const float> x, int count, std::span<float> y, const GemvOptions& options) {
-  call_scratch.quantize(options.variant, WeightFormat::q8_row, x, count, w.cols, count >= kParallelQuantizeCount ? options.threads : 1);
+  call_scratch.quantize(options.variant, WeightFormat::q8_row, x, count, w.cols, options.threads);
   gemv_quantized(w, call_scratch, y, options.threads);
 }
 
 void gemv_batched(const Q4G64View& w, std::span<const float> x, int count, std::span<float> y, const GemvOptions& options) {
-  call_scratch.quantize(options.variant, WeightFormat::q4_g64, x, count, w.cols, count >= kParallelQuantizeCount ? options.threads : 1);
+  call_scratch.quantize(options.variant, WeightFormat::q4_g64, x, count, w.cols, options.threads);
   gemv_quantized(w, call_scratch, y, options.threads);
 }
 

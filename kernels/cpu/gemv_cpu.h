@@ -92,7 +92,8 @@ Q4G64View view_of(const Q4G64Matrix& matrix);
 class QuantizedActivations {
  public:
   // x: count vectors of cols floats, one after another; threads > 1 splits
-  // the vectors across OpenMP threads (worth it for prefill, not decode).
+  // the vectors across OpenMP threads once there are enough of them for the
+  // fork/join to pay (prefill, not decode).
   void quantize(CpuKernelVariant variant, WeightFormat format, std::span<const float> x, int count, int cols,
                 int threads = 1);
 

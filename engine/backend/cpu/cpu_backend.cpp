@@ -149,8 +149,7 @@ void CpuBackend::matmul_rows(std::span<const float> x, int count, std::span<cons
       continue;
     }
     cpu::QuantizedActivations& activations = format == WeightFormat::q8_row ? rows_q8_ : rows_q4_;
-    activations.quantize(gemv_.variant, format, x, count, of_format[0]->w.cols,
-                         count >= kParallelQuantizeRows ? gemv_.threads : 1);
+    activations.quantize(gemv_.variant, format, x, count, of_format[0]->w.cols, gemv_.threads);
     std::vector<QuantizedJob> jobs;
     for (const MatmulOutput* o : of_format) jobs.push_back({o->w, &activations, o->y});
     run_quantized(format, jobs);

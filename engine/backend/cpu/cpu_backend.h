@@ -83,9 +83,6 @@ class CpuBackend final : public Backend {
   // copy(i) for every row i < rows, across the team from kParallelPrepareRows rows on.
   void for_each_row(std::size_t rows, const std::function<void(std::size_t)>& copy);
 
-  // From this many rows on, quantising in parallel pays for a fork/join
-  // (the kernels' own threshold for gemv_batched).
-  static constexpr int kParallelQuantizeRows = 8;
   // From this many expert rows on (prefill), row copies run across the team.
   static constexpr std::size_t kParallelPrepareRows = 16;
   // From this many values (rows x width) on, per-expert preparation does.
