@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "cpu/parallel_for.h"
 #include "cpu/variant_kernels.h"
 
 namespace coli::kernels::cpu {
@@ -128,14 +129,8 @@ void QuantizedActivations::quantize(CpuKernelVariant variant, WeightFormat forma
   auto quantize_one = q8 ? kernels.q8_quantize : kernels.q4_quantize;
   std::byte* out = bytes_.get();
   const float* in = x.data();
-  // Not capped by count (see split_jobs), but not entered for a few vectors.
-  const int team = count >= kParallelQuantizeCount ? std::max(threads, 1) : 1;
-  if (team == 1) {
-    for (int t = 0; t < count; ++t) quantize_one(in + static_cast<std::size_t>(t) * cols, cols, out + static_cast<std::size_t>(t) * stride);
-    return;
-  }
-#pragma omp parallel for num_threads(team) schedule(static)
-  for (int t = 0; t < count; ++t) quantize_one(in + static_cast<std::size_t>(t) * cols, cols, out + static_cast<std::size_t>(t) * stride);
+  parallel_for(static_cast<std::size_t>(count), threads, count >= kParallelQuantizeCount,
+               [&](std::size_t t) { quantize_one(in + t * static_cast<std::size_t>(cols), cols, out + t * stride); });
 }
 
 Q8RowView view_of(const Q8RowMatrix& matrix) {

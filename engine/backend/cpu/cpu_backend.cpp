@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "coli/forward/ops.h"
+#include "cpu/parallel_for.h"
 #include "reference/gemv_reference.h"
 
 namespace coli::backend {
@@ -299,26 +300,14 @@ const std::vector<ExpertGrouping::Group>& ExpertGrouping::group(std::span<const 
 // waited, a region costs a few; a tiny model's few values stay here.
 void CpuBackend::for_each_group(const std::vector<ExpertGroup>& groups, std::size_t width,
                                 const std::function<void(std::size_t)>& prepare) {
-  const bool parallel = gemv_.threads > 1 && groups.size() > 1 && grouping_.row_order().size() * width >= kParallelPrepareValues;
-  if (!parallel) {
-    for (std::size_t g = 0; g < groups.size(); ++g) prepare(g);
-    return;
-  }
-  const long long count = static_cast<long long>(groups.size());
-#pragma omp parallel for num_threads(gemv_.threads) schedule(dynamic)
-  for (long long g = 0; g < count; ++g) prepare(static_cast<std::size_t>(g));
+  const bool pays = groups.size() > 1 && grouping_.row_order().size() * width >= kParallelPrepareValues;
+  cpu::parallel_for(groups.size(), gemv_.threads, pays, prepare, cpu::StepCost::unequal_steps);
 }
 
 // Row copies in and out of the grouped buffers: prefill's 4096 rows of 8 KiB
 // per layer were serial, and at 16 threads the other 15 waited on them.
 void CpuBackend::for_each_row(std::size_t rows, const std::function<void(std::size_t)>& copy) {
-  if (gemv_.threads <= 1 || rows < kParallelPrepareRows) {
-    for (std::size_t i = 0; i < rows; ++i) copy(i);
-    return;
-  }
-  const auto count = static_cast<long long>(rows);
-#pragma omp parallel for num_threads(gemv_.threads) schedule(static)
-  for (long long i = 0; i < count; ++i) copy(static_cast<std::size_t>(i));
+  cpu::parallel_for(rows, gemv_.threads, rows >= kParallelPrepareRows, copy);
 }
 
 void CpuBackend::run_quantized(WeightFormat format, std::span<const QuantizedJob> jobs) {

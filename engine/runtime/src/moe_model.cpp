@@ -16,6 +16,7 @@
 #include "coli/runtime/op_timing.h"
 #include "coli/model/model_config.h"
 #include "coli/model/tensor_layout.h"
+#include "cpu/parallel_for.h"
 #include "cpu/thread_placement.h"
 #include "dense_weights.h"
 #include "expert_store.h"
@@ -105,14 +106,7 @@ struct MoeModel::State {
   // step(t) for t < count: on the backend's team from kParallelTokens on (prefill), else here (decode).
   template <class Step>
   void for_tokens(std::size_t count, const Step& step) const {
-    const int threads = backend->props().threads;
-    if (threads <= 1 || count < kParallelTokens) {
-      for (std::size_t t = 0; t < count; ++t) step(t);
-      return;
-    }
-    const auto tokens = static_cast<long long>(count);
-#pragma omp parallel for num_threads(threads) schedule(static)
-    for (long long t = 0; t < tokens; ++t) step(static_cast<std::size_t>(t));
+    kernels::cpu::parallel_for(count, backend->props().threads, count >= kParallelTokens, step);
   }
   std::vector<backend::MatmulOutput> mlp_gate_up(const LayerWeights& w, int count);
   void mlp_down(const LayerWeights& w, int count, std::span<float> out);
