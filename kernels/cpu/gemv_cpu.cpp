@@ -5,7 +5,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <array>
 #include <new>
 #include <stdexcept>
 #include <string>
@@ -19,11 +18,8 @@ namespace {
 using detail::VariantKernels;
 
 const VariantKernels& kernels_for(CpuKernelVariant variant) {
-  static const std::array<bool, 5> supported = {
-      variant_supported(CpuKernelVariant::scalar), variant_supported(CpuKernelVariant::avx2),
-      variant_supported(CpuKernelVariant::avx512), variant_supported(CpuKernelVariant::avx512_vnni),
-      variant_supported(CpuKernelVariant::amx)};
-  if (!supported.at(static_cast<std::size_t>(variant)))
+  static const std::vector<CpuKernelVariant> supported = supported_variants();  // evaluated once
+  if (std::find(supported.begin(), supported.end(), variant) == supported.end())
     throw std::invalid_argument("CPU kernel variant " + std::string(variant_name(variant)) + " is not supported by this CPU");
   switch (variant) {
     case CpuKernelVariant::scalar: return detail::scalar_kernels();

@@ -89,11 +89,7 @@ Result<GpuDecision> decide_gpu(const DeviceProfile& profile, const model::ModelC
 
 Result<CpuKernelChoice> decide_cpu_kernel(const DeviceProfile& profile, const std::string& override_kernel) {
   const auto& isa = profile.cpu.isa;
-  auto runs = [&](std::size_t variant) {
-    for (const std::string& flag : cpu_kernel_needs(variant))
-      if (std::find(isa.begin(), isa.end(), flag) == isa.end()) return false;
-    return true;
-  };
+  auto runs = [&](std::size_t variant) { return cpu_kernel_runs_on(variant, isa); };
   auto needs = [](std::size_t variant) {
     std::string text;
     for (const std::string& flag : cpu_kernel_needs(variant)) text += (text.empty() ? "" : ", ") + flag;

@@ -10,10 +10,6 @@
 namespace coli::bench {
 namespace {
 
-bool has(const std::vector<std::string>& isa, const char* flag) {
-  return std::find(isa.begin(), isa.end(), flag) != isa.end();
-}
-
 // 1, 2, 4, ... below n, then n itself.
 std::vector<int> doubling_counts(int n) {
   std::vector<int> counts;
@@ -77,9 +73,7 @@ std::vector<std::string> kernels_from_isa(const std::vector<std::string>& isa) {
   // The engine's requirements, as coli/base/cpu_kernels.h spells them.
   std::vector<std::string> kernels{""};
   for (std::size_t variant = 1; variant < kCpuKernelVariants.size(); ++variant) {
-    const std::vector<std::string> needs = cpu_kernel_needs(variant);
-    if (std::all_of(needs.begin(), needs.end(), [&](const std::string& flag) { return has(isa, flag.c_str()); }))
-      kernels.emplace_back(kCpuKernelVariants[variant]);
+    if (cpu_kernel_runs_on(variant, isa)) kernels.emplace_back(kCpuKernelVariants[variant]);
   }
   return kernels;
 }

@@ -33,6 +33,13 @@ inline std::vector<std::string> cpu_kernel_needs(std::size_t index) {
   return flags;
 }
 
+// Whether a profile's ISA flags hold everything variant `index` needs.
+inline bool cpu_kernel_runs_on(std::size_t index, const std::vector<std::string>& isa) {
+  const std::vector<std::string> needs = cpu_kernel_needs(index);
+  return std::all_of(needs.begin(), needs.end(),
+                     [&](const std::string& flag) { return std::find(isa.begin(), isa.end(), flag) != isa.end(); });
+}
+
 // Not a variant: f32 activations on de-quantised weights (the reference path).
 inline constexpr std::string_view kExactCpuKernel = "exact";
 
