@@ -86,30 +86,20 @@ void q4_quantize_amx(const float* x, int cols, std::byte* packed) {
 }
 
 void q8_pack_amx_panel(const Q8RowView& w, const RowVector& rows, std::byte* panel) {
-  const int blocks = ceil_div(w.cols, kActivationBlock), full_blocks = w.cols / kActivationBlock;
-  const __mmask64 tail_mask = _cvtu64_mask64(~0ull >> ((kActivationBlock - (w.cols - full_blocks * kActivationBlock)) % 64));
-  for (int b = 0; b < blocks; ++b) {
+  for (int b = 0; b < ceil_div(w.cols, kActivationBlock); ++b) {
     __m512i v[16];
-    for (int i = 0; i < 16; ++i) {
-      const std::int8_t* address = w.weights + static_cast<std::size_t>(rows.row(i, w.rows)) * w.cols + b * kActivationBlock;
-      v[i] = b < full_blocks ? _mm512_loadu_si512(address) : _mm512_maskz_loadu_epi8(tail_mask, address);
-    }
-    transpose16(v);
+    q8_block_columns(w, rows, b, v);
     for (int k = 0; k < 16; ++k) _mm512_store_si512(panel + b * kTileBytes + k * 64, v[k]);
   }
 }
 
 // Also the weight scales, transposed: scales_out[g] = 16 rows' scales of group g.
 void q4_pack_amx_panel(const Q4G64View& w, const RowVector& rows, std::byte* panel, float* scales_out) {
-  const int groups = w.cols / kQ4GroupSize, pairs = ceil_div(groups, 2);
+  const int groups = w.cols / kQ4GroupSize;
   const __m512i low_nibbles = _mm512_set1_epi8(0x0f), eight = _mm512_set1_epi8(8);
-  for (int p = 0; p < pairs; ++p) {
-    __m512i columns[16];  // dword j: bytes 4j..4j+3 of the pair (j < 8: group 2p, else 2p + 1)
-    for (int i = 0; i < 16; ++i) {
-      const std::uint8_t* address = w.nibbles + static_cast<std::size_t>(rows.row(i, w.rows)) * w.cols / 2 + p * kActivationBlock;
-      columns[i] = 2 * p + 1 < groups ? _mm512_loadu_si512(address) : _mm512_maskz_loadu_epi8(_cvtu64_mask64(0xffffffffull), address);
-    }
-    transpose16(columns);
+  for (int p = 0; p < ceil_div(groups, 2); ++p) {
+    __m512i columns[16];
+    q4_pair_columns(w, rows, p, columns);
     for (int j = 0; j < 16 && 2 * p + j / 8 < groups; ++j) {
       std::byte* tile = panel + static_cast<std::size_t>(2 * p + j / 8) * kTileBytes;
       const __m512i even = _mm512_and_si512(columns[j], low_nibbles);
@@ -118,11 +108,7 @@ void q4_pack_amx_panel(const Q4G64View& w, const RowVector& rows, std::byte* pan
       _mm512_store_si512(tile + (8 + j % 8) * 64, _mm512_sub_epi8(odd, eight));
     }
   }
-  for (int g = 0; g < groups; g += 16) {
-    __m512 transposed[16];
-    row_scales_transposed(w, rows, g, transposed);
-    for (int k = 0; k < 16 && g + k < groups; ++k) _mm512_store_ps(scales_out + (g + k) * 16, transposed[k]);
-  }
+  q4_panel_scales(w, rows, scales_out);
 }
 
 // ------------------------------------------------------------- the GEMM
@@ -219,8 +205,7 @@ void q8_rows_amx(const Q8RowView& w, const std::byte* packed, std::size_t stride
   for (int r = row_begin; r < row_end; r += kRowsPerVector) {
     const RowVector rows(r, row_end);
     q8_pack_amx_panel(w, rows, scratch.panel);
-    const int next = std::min(r + kRowsPerVector, row_end), next_rows = std::min(kRowsPerVector, row_end - next);
-    prefetch_lines(w.weights + static_cast<std::size_t>(next) * w.cols, static_cast<std::size_t>(next_rows) * w.cols);
+    prefetch_next_panel(w, r, row_end);
     const __m512 row_scales = _mm512_maskz_loadu_ps(rows.valid, w.scales + rows.first);
     for (int t0 = 0; t0 < count; t0 += kBlockTokens) {
       const int tokens = std::min(kBlockTokens, count - t0);
@@ -247,9 +232,7 @@ void q4_rows_amx(const Q4G64View& w, const std::byte* packed, std::size_t stride
   for (int r = row_begin; r < row_end; r += kRowsPerVector) {
     const RowVector rows(r, row_end);
     q4_pack_amx_panel(w, rows, scratch.panel, scratch.row_scales);
-    const int next = std::min(r + kRowsPerVector, row_end), next_rows = std::min(kRowsPerVector, row_end - next);
-    prefetch_lines(w.nibbles + static_cast<std::size_t>(next) * w.cols / 2, static_cast<std::size_t>(next_rows) * w.cols / 2);
-    prefetch_lines(w.scales + static_cast<std::size_t>(next) * groups, static_cast<std::size_t>(next_rows) * groups * 2);
+    prefetch_next_panel(w, r, row_end);
     for (int t0 = 0; t0 < count; t0 += kBlockTokens) {
       const int tokens = std::min(kBlockTokens, count - t0);
       const std::byte* first = packed + static_cast<std::size_t>(t0) * stride;

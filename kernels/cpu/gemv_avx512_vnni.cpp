@@ -233,42 +233,27 @@ float q4_row_one_token(const Q4G64View& w, int r, const std::byte* x) {
 // the order of the packed activations' even/odd vectors.
 
 void q8_pack_panel(const Q8RowView& w, const RowVector& rows, std::byte* panel) {
-  const int blocks = ceil_div(w.cols, kActivationBlock), full_blocks = w.cols / kActivationBlock;
-  const __mmask64 tail_mask = _cvtu64_mask64(~0ull >> ((kActivationBlock - (w.cols - full_blocks * kActivationBlock)) % 64));
-  for (int b = 0; b < blocks; ++b) {
+  const __m512i to_unsigned = _mm512_set1_epi8(static_cast<char>(0x80));
+  for (int b = 0; b < ceil_div(w.cols, kActivationBlock); ++b) {
     __m512i v[16];
-    for (int i = 0; i < 16; ++i)
-      v[i] = q8_block_of_row(w.weights + static_cast<std::size_t>(rows.row(i, w.rows)) * w.cols + b * kActivationBlock,
-                             b < full_blocks, tail_mask);
-    transpose16(v);
-    for (int j = 0; j < 16; ++j) _mm512_store_si512(panel + b * kBlockPanelBytes + j * 64, v[j]);
+    q8_block_columns(w, rows, b, v);
+    for (int j = 0; j < 16; ++j) _mm512_store_si512(panel + b * kBlockPanelBytes + j * 64, _mm512_xor_si512(v[j], to_unsigned));
   }
 }
 
 // Also the weight scales, transposed: scales_out[g] = 16 rows' scales of group g.
 void q4_pack_panel(const Q4G64View& w, const RowVector& rows, std::byte* panel, float* scales_out) {
-  const int groups = w.cols / kQ4GroupSize, pairs = ceil_div(groups, 2);
   const __m512i low_nibbles = _mm512_set1_epi8(0x0f);
-  for (int p = 0; p < pairs; ++p) {
-    // Transposing the bytes first and splitting the nibbles after is the
-    // same (the split is per byte) and needs one transpose, not two.
+  for (int p = 0; p < ceil_div(w.cols / kQ4GroupSize, 2); ++p) {
     __m512i columns[16];
-    for (int i = 0; i < 16; ++i) {
-      const std::uint8_t* address = w.nibbles + static_cast<std::size_t>(rows.row(i, w.rows)) * w.cols / 2 + p * kActivationBlock;
-      columns[i] = 2 * p + 1 < groups ? _mm512_loadu_si512(address) : _mm512_maskz_loadu_epi8(_cvtu64_mask64(0xffffffffull), address);
-    }
-    transpose16(columns);
+    q4_pair_columns(w, rows, p, columns);
     std::byte* out = panel + static_cast<std::size_t>(p) * 2 * kBlockPanelBytes;
     for (int j = 0; j < 16; ++j) {
       _mm512_store_si512(out + j * 64, _mm512_and_si512(columns[j], low_nibbles));
       _mm512_store_si512(out + kBlockPanelBytes + j * 64, _mm512_and_si512(_mm512_srli_epi16(columns[j], 4), low_nibbles));
     }
   }
-  for (int g = 0; g < groups; g += 16) {
-    __m512 transposed[16];
-    row_scales_transposed(w, rows, g, transposed);
-    for (int k = 0; k < 16 && g + k < groups; ++k) _mm512_store_ps(scales_out + (g + k) * 16, transposed[k]);
-  }
+  q4_panel_scales(w, rows, scales_out);
 }
 
 inline __m512i broadcast_dword(const std::byte* address) {
@@ -382,8 +367,7 @@ void q8_rows_vnni(const Q8RowView& w, const std::byte* packed, std::size_t strid
       continue;
     }
     q8_pack_panel(w, rows, panel);
-    const int next = std::min(r + kRowsPerVector, row_end), next_rows = std::min(kRowsPerVector, row_end - next);
-    prefetch_lines(w.weights + static_cast<std::size_t>(next) * w.cols, static_cast<std::size_t>(next_rows) * w.cols);
+    prefetch_next_panel(w, r, row_end);
     for_each_token_tile(count, [&]<int kTokens>(int t0) { q8_panel_tokens<kTokens>(w, rows, panel, packed, stride, t0, y); });
   }
 }
@@ -404,9 +388,7 @@ void q4_rows_vnni(const Q4G64View& w, const std::byte* packed, std::size_t strid
       continue;
     }
     q4_pack_panel(w, rows, panel, row_scales);
-    const int next = std::min(r + kRowsPerVector, row_end), next_rows = std::min(kRowsPerVector, row_end - next);
-    prefetch_lines(w.nibbles + static_cast<std::size_t>(next) * w.cols / 2, static_cast<std::size_t>(next_rows) * w.cols / 2);
-    prefetch_lines(w.scales + static_cast<std::size_t>(next) * groups, static_cast<std::size_t>(next_rows) * groups * 2);
+    prefetch_next_panel(w, r, row_end);
     for_each_token_tile(count, [&]<int kTokens>(int t0) { q4_panel_tokens<kTokens>(w, rows, panel, row_scales, packed, stride, t0, y); });
   }
 }

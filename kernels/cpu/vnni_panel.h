@@ -94,5 +94,52 @@ inline void prefetch_lines(const void* begin, std::size_t bytes) {
   for (std::size_t offset = 0; offset < bytes; offset += 64) _mm_prefetch(first + offset, _MM_HINT_T1);
 }
 
+// The rows after the panel of rows [r, r + 16) (up to row_end), prefetched.
+inline void prefetch_next_panel(const Q8RowView& w, int r, int row_end) {
+  const int next = std::min(r + kRowsPerVector, row_end), next_rows = std::min(kRowsPerVector, row_end - next);
+  prefetch_lines(w.weights + static_cast<std::size_t>(next) * w.cols, static_cast<std::size_t>(next_rows) * w.cols);
+}
+inline void prefetch_next_panel(const Q4G64View& w, int r, int row_end) {
+  const int groups = w.cols / kQ4GroupSize;
+  const int next = std::min(r + kRowsPerVector, row_end), next_rows = std::min(kRowsPerVector, row_end - next);
+  prefetch_lines(w.nibbles + static_cast<std::size_t>(next) * w.cols / 2, static_cast<std::size_t>(next_rows) * w.cols / 2);
+  prefetch_lines(w.scales + static_cast<std::size_t>(next) * groups, static_cast<std::size_t>(next_rows) * groups * 2);
+}
+
+// Block b (64 columns) of 16 q8 rows, transposed: v[j] lane i = row i's
+// columns 4j..4j+3 as signed bytes (zero past the last column).
+inline void q8_block_columns(const Q8RowView& w, const RowVector& rows, int b, __m512i (&v)[16]) {
+  const int full_blocks = w.cols / kActivationBlock;
+  const __mmask64 tail_mask = _cvtu64_mask64(~0ull >> ((kActivationBlock - (w.cols - full_blocks * kActivationBlock)) % 64));
+  for (int i = 0; i < 16; ++i) {
+    const std::int8_t* address = w.weights + static_cast<std::size_t>(rows.row(i, w.rows)) * w.cols + b * kActivationBlock;
+    v[i] = b < full_blocks ? _mm512_loadu_si512(address) : _mm512_maskz_loadu_epi8(tail_mask, address);
+  }
+  transpose16(v);
+}
+
+// Pair p (groups 2p and 2p + 1) of 16 q4 rows' nibble bytes, transposed:
+// v[j] lane i = row i's bytes 4j..4j+3 of the pair (j < 8: group 2p, else
+// 2p + 1; zero for a missing last group). Transposing the bytes first and
+// splitting the nibbles after is the same (the split is per byte).
+inline void q4_pair_columns(const Q4G64View& w, const RowVector& rows, int p, __m512i (&v)[16]) {
+  const int groups = w.cols / kQ4GroupSize;
+  for (int i = 0; i < 16; ++i) {
+    const std::uint8_t* address = w.nibbles + static_cast<std::size_t>(rows.row(i, w.rows)) * w.cols / 2 + p * kActivationBlock;
+    v[i] = 2 * p + 1 < groups ? _mm512_loadu_si512(address) : _mm512_maskz_loadu_epi8(_cvtu64_mask64(0xffffffffull), address);
+  }
+  transpose16(v);
+}
+
+// scales_out[g * 16 + i] = the weight scale of row i, group g, as float.
+inline void q4_panel_scales(const Q4G64View& w, const RowVector& rows, float* scales_out) {
+  const int groups = w.cols / kQ4GroupSize;
+  for (int g = 0; g < groups; g += 16) {
+    __m512 transposed[16];
+    row_scales_transposed(w, rows, g, transposed);
+    for (int k = 0; k < 16 && g + k < groups; ++k) _mm512_store_ps(scales_out + (g + k) * 16, transposed[k]);
+  }
+}
+
 }  // namespace
 }  // namespace coli::kernels::cpu::detail
