@@ -209,11 +209,19 @@ void CpuBackend::ffn_quantized(const ExpertBatch& batch) {
   const std::vector<ExpertGroup>& groups = grouping_.group(batch.rows, batch.storage->slot_count());
   const std::vector<std::size_t>& row_order = grouping_.row_order();
   const std::size_t total = batch.rows.size();
-  gathered_.resize(total * in_width);
-  for_each_row(total, [&](std::size_t i) {
-    const auto x = batch.in.subspan(static_cast<std::size_t>(batch.rows[row_order[i]].input_row) * in_width, in_width);
-    std::copy(x.begin(), x.end(), gathered_.begin() + static_cast<std::ptrdiff_t>(i * in_width));
-  });
+  auto input_of = [&](const ExpertRow& row) { return batch.in.subspan(static_cast<std::size_t>(row.input_row) * in_width, in_width); };
+  // Decode: every expert takes the one token's row, quantised once for all
+  // (quantisation is per row, so the bytes are the same) and not gathered.
+  const bool one_row = std::all_of(groups.begin(), groups.end(), [](const ExpertGroup& g) { return g.count == 1; }) &&
+                       std::all_of(batch.rows.begin(), batch.rows.end(),
+                                   [&](const ExpertRow& row) { return row.input_row == batch.rows.front().input_row; });
+  if (!one_row) {
+    gathered_.resize(total * in_width);
+    for_each_row(total, [&](std::size_t i) {
+      const auto x = input_of(batch.rows[row_order[i]]);
+      std::copy(x.begin(), x.end(), gathered_.begin() + static_cast<std::ptrdiff_t>(i * in_width));
+    });
+  }
   inputs_.resize(groups.size());
   hidden_.resize(groups.size());
   gate_.resize(total * width);
@@ -222,13 +230,8 @@ void CpuBackend::ffn_quantized(const ExpertBatch& batch) {
   auto rows_of = [](std::vector<float>& buffer, const ExpertGroup& g, std::size_t row_width) {
     return std::span(buffer).subspan(g.first * row_width, g.count * row_width);
   };
-  // Decode: every expert takes the one token's row, quantised once for all
-  // (quantisation is per row, so the bytes are the same).
-  const bool one_row = std::all_of(groups.begin(), groups.end(), [](const ExpertGroup& g) { return g.count == 1; }) &&
-                       std::all_of(batch.rows.begin(), batch.rows.end(),
-                                   [&](const ExpertRow& row) { return row.input_row == batch.rows.front().input_row; });
   if (one_row) {
-    inputs_.front().quantize(gemv_.variant, format, rows_of(gathered_, groups.front(), in_width), 1, static_cast<int>(in_width));
+    inputs_.front().quantize(gemv_.variant, format, input_of(batch.rows.front()), 1, static_cast<int>(in_width));
   } else {
     for_each_group(groups, in_width, [&](std::size_t g) {
       inputs_[g].quantize(gemv_.variant, format, rows_of(gathered_, groups[g], in_width), static_cast<int>(groups[g].count),

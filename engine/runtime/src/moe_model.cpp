@@ -306,7 +306,9 @@ Status MoeModel::State::mlp_step(std::size_t l, std::span<float> xs, int count) 
       const std::size_t slice = std::min<std::size_t>(kPassSlice, rows - first);
       moe_out.resize(slice * hidden);
       dense_mlp(w, std::span<const float>(normed).subspan(first * hidden, slice * hidden), static_cast<int>(slice), moe_out);
-      for (std::size_t i = 0; i < slice * hidden; ++i) xs[first * hidden + i] += moe_out[i];
+      for_tokens(slice, [&](std::size_t t) {
+        for (std::size_t i = t * hidden; i < (t + 1) * hidden; ++i) xs[first * hidden + i] += moe_out[i];
+      });
     }
     return Ok{};
   }
