@@ -93,14 +93,15 @@ MemoryPreview preview_memory(const ModelFootprint& fp, const MemoryKnobs& k) {
   // A round never holds more tokens than the longest pass.
   const u64 round_held = prompt > 0 ? std::min(round, prompt) : round;
   const u64 tasks = round_held * top_k;
-  // amx: q4's tile-row copy, and up to 15 padding tokens per expert's tiles.
+  // amx: q4's tile-row copy, and up to 15 padding tokens per expert's 16-token tiles.
   const u64 quantised_quarters = 5 + (k.amx_tiles && fp.expert_format == WeightFormat::q4_g64 ? 4 : 0);
   const u64 quantised = (hidden + width) * quantised_quarters / 4;
-  const u64 tile_padding = k.amx_tiles ? static_cast<u64>(fp.n_experts) * 15 * quantised : 0;
+  const u64 padding_tokens = 15;
+  const u64 tile_padding = k.amx_tiles ? static_cast<u64>(fp.n_experts) * padding_tokens * quantised : 0;
   add("activations: prefill round", Tier::ram, experts_here ? tasks * (hidden * 4 + 2 * width * 4 + quantised) + tile_padding : 0,
       experts_here ? n(round_held) + " round tokens x top_k " + n(top_k) + " x (hidden " + n(hidden) + " x 4 + 2 x width " +
                          n(width) + " x 4 + ~" + (quantised_quarters == 5 ? "1.25" : "2.25") + " B x (hidden + width))" +
-                         (k.amx_tiles ? " + " + n(static_cast<u64>(fp.n_experts)) + " experts x 15 padding tokens (amx tiles)" : "")
+                         (k.amx_tiles ? " + " + n(static_cast<u64>(fp.n_experts)) + " experts x " + n(padding_tokens) + " padding tokens (amx tiles)" : "")
                    : no_cache);
   // Decode scratch: a few hidden/head vectors, router logits, the logits,
   // and attention's split-K partials and per-thread tiles (forward/attention.h).
