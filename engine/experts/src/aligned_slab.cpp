@@ -4,12 +4,9 @@
 #include <limits>
 #include <new>
 #include <string>
+#include <utility>
 
 namespace coli::experts {
-
-void detail::AlignedDelete::operator()(std::byte* p) const {
-  ::operator delete[](p, std::align_val_t{alignment});
-}
 
 Result<AlignedSlab> AlignedSlab::allocate(std::size_t slot_count, std::size_t slot_bytes, std::size_t alignment) {
   if (alignment == 0 || (alignment & (alignment - 1)) != 0)
@@ -21,12 +18,12 @@ Result<AlignedSlab> AlignedSlab::allocate(std::size_t slot_count, std::size_t sl
   if (stride > max / slot_count) return make_error("expert slab size overflows");
   const std::size_t total = stride * slot_count;
 
-  auto* raw = static_cast<std::byte*>(::operator new[](total, std::align_val_t{alignment}, std::nothrow));
-  if (raw == nullptr)
-    return make_error("cannot allocate " + std::to_string(total) + " bytes for " + std::to_string(slot_count) +
-                      " expert slots; lower the cache cap");
+  // WeightMemory starts on a 2 MiB boundary, so every slot is aligned.
+  if (alignment > (std::size_t{2} << 20)) return make_error("expert slab alignment " + std::to_string(alignment) + " is above 2 MiB");
+  auto memory = WeightMemory::allocate(total, std::to_string(slot_count) + " expert slots (lower the cache cap)");
+  if (!memory) return memory.error();
   AlignedSlab slab;
-  slab.memory_ = std::unique_ptr<std::byte[], detail::AlignedDelete>(raw, detail::AlignedDelete{alignment});
+  slab.memory_ = std::move(*memory);
   slab.slot_count_ = slot_count;
   slab.slot_bytes_ = slot_bytes;
   slab.slot_stride_ = stride;
@@ -36,12 +33,12 @@ Result<AlignedSlab> AlignedSlab::allocate(std::size_t slot_count, std::size_t sl
 
 std::span<std::byte> AlignedSlab::slot(std::size_t index) {
   assert(index < slot_count_);
-  return {memory_.get() + index * slot_stride_, slot_bytes_};
+  return {memory_.data() + index * slot_stride_, slot_bytes_};
 }
 
 std::span<const std::byte> AlignedSlab::slot(std::size_t index) const {
   assert(index < slot_count_);
-  return {memory_.get() + index * slot_stride_, slot_bytes_};
+  return {memory_.data() + index * slot_stride_, slot_bytes_};
 }
 
 }  // namespace coli::experts

@@ -4,23 +4,35 @@ namespace coli::runtime {
 
 Result<DenseWeights> DenseWeights::load(const container::ContainerReader& reader,
                                         const std::function<bool(const std::string&)>& wanted) {
-  DenseWeights weights;
+  // Every tensor at a 64-byte boundary of one block: first the offsets, then the reads.
+  constexpr std::uint64_t kTensorAlignment = 64;
+  std::vector<std::pair<const container::TensorEntry*, std::uint64_t>> placed;
+  std::uint64_t total = 0;
   for (const container::TensorEntry& entry : reader.index().tensors) {
     if (wanted && !wanted(entry.name)) continue;
+    placed.emplace_back(&entry, total);
+    total += (entry.bytes + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment;
+  }
+  DenseWeights weights;
+  auto memory = WeightMemory::allocate(static_cast<std::size_t>(total), "the model's dense weights");
+  if (!memory) return memory.error();
+  weights.memory_ = std::move(*memory);
+  for (const auto& [entry, offset] : placed) {
     Tensor tensor;
-    tensor.format = entry.dtype;  // the reader checked it is a known dtype of the right size
-    tensor.shape = entry.shape;
-    tensor.data.resize(entry.bytes);
-    if (Status s = reader.read(entry.offset, tensor.data); !s) return s.error();
-    weights.bytes_ += entry.bytes;
-    weights.tensors_.emplace(entry.name, std::move(tensor));
+    tensor.format = entry->dtype;  // the reader checked it is a known dtype of the right size
+    tensor.shape = entry->shape;
+    const std::span<std::byte> data(weights.memory_.data() + offset, static_cast<std::size_t>(entry->bytes));
+    if (Status s = reader.read(entry->offset, data); !s) return s.error();
+    tensor.data = data;
+    weights.bytes_ += entry->bytes;
+    weights.tensors_.emplace(entry->name, std::move(tensor));
   }
   return weights;
 }
 
 std::span<const std::byte> DenseWeights::bytes_of(const std::string& name) const {
   const auto found = tensors_.find(name);
-  return found == tensors_.end() ? std::span<const std::byte>() : std::span<const std::byte>(found->second.data);
+  return found == tensors_.end() ? std::span<const std::byte>() : found->second.data;
 }
 
 Result<forward::DenseMatrix> DenseWeights::matrix(const std::string& name) const {

@@ -1,5 +1,6 @@
 // The model's dense tensors (everything but routed experts), read from the
-// container into memory once and looked up by their Hugging Face names.
+// container into one WeightMemory block once (huge pages where granted: they
+// are streamed every token) and looked up by their Hugging Face names.
 #pragma once
 
 #include <functional>
@@ -10,6 +11,7 @@
 
 #include "coli/backend/backend.h"
 #include "coli/base/result.h"
+#include "coli/base/weight_memory.h"
 #include "coli/container/container.h"
 #include "coli/forward/ops.h"
 
@@ -42,8 +44,9 @@ class DenseWeights {
   struct Tensor {
     WeightFormat format = WeightFormat::f32;
     std::vector<std::uint64_t> shape;
-    std::vector<std::byte> data;
+    std::span<const std::byte> data;  // in memory_
   };
+  WeightMemory memory_;
   std::map<std::string, Tensor> tensors_;
   std::uint64_t bytes_ = 0;
 };

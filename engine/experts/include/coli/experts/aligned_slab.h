@@ -8,20 +8,16 @@
 #include <span>
 
 #include "coli/base/result.h"
+#include "coli/base/weight_memory.h"
 
 namespace coli::experts {
-namespace detail {
-struct AlignedDelete {
-  std::size_t alignment = 64;
-  void operator()(std::byte* p) const;
-};
-}  // namespace detail
 
 class AlignedSlab {
  public:
   // Errors: alignment not a power of two, zero slots or bytes, size overflow,
-  // allocation failure (names the byte count). Memory is not touched here, so
-  // pages are committed only when a slot is first filled.
+  // alignment above 2 MiB, allocation failure (names the byte count). Memory
+  // is not touched here, so pages are committed only when a slot is first
+  // filled. It is WeightMemory (huge pages where the kernel grants them).
   static Result<AlignedSlab> allocate(std::size_t slot_count, std::size_t slot_bytes, std::size_t alignment);
 
   std::size_t slot_count() const { return slot_count_; }
@@ -34,7 +30,7 @@ class AlignedSlab {
   std::span<const std::byte> slot(std::size_t index) const;
 
  private:
-  std::unique_ptr<std::byte[], detail::AlignedDelete> memory_;
+  WeightMemory memory_;
   std::size_t slot_count_ = 0;
   std::size_t slot_bytes_ = 0;
   std::size_t slot_stride_ = 0;
