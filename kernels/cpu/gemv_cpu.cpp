@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <new>
 #include <stdexcept>
 #include <string>
@@ -35,16 +36,19 @@ void require(bool condition, const char* message) {
   if (!condition) throw std::invalid_argument(message);
 }
 
-// The rows of all jobs, in whole 16-row units, are split into one
-// contiguous range per thread, balanced by cost: a unit of a job with
-// `count` tokens costs count + kRowStreamCost (its products, plus reading
-// its weights, about as much as a few tokens' products), so prefill's
-// experts with many tokens get fewer rows per thread than those with few
-// (decode: every job has one token, and the split is by rows). A unit goes
-// to the thread whose cost range holds its start. run(job, row_begin,
-// row_end) does each piece. With one thread the caller's thread does
-// everything and OpenMP is never entered.
+// The rows of all jobs, in whole 16-row units, are split into contiguous
+// pieces of equal cost: a unit of a job with `count` tokens costs count +
+// kRowStreamCost (its products, plus reading its weights, about as much as
+// a few tokens' products), so prefill's experts with many tokens get fewer
+// rows per piece than those with few (decode: every job has one token, and
+// the split is by rows). A unit goes to the piece whose cost range holds its
+// start. There are kPiecesPerThread pieces per thread, taken in turn from a
+// shared counter, so a thread that streams slower (a busy core, a farther
+// memory controller) takes fewer of them instead of holding the region up.
+// run(job, row_begin, row_end) does each piece. With one thread the
+// caller's thread does everything and OpenMP is never entered.
 constexpr long long kRowStreamCost = 4;
+constexpr long long kPiecesPerThread = 4;
 
 template <class Job, class Run>
 void split_jobs(std::span<const Job> jobs, int threads, const Run& run) {
@@ -71,10 +75,13 @@ void split_jobs(std::span<const Job> jobs, int threads, const Run& run) {
     run_cost_range(0, total);
     return;
   }
+  std::atomic<long long> next_piece{0};
 #pragma omp parallel num_threads(threads)
   {
-    const long long team = omp_get_num_threads(), member = omp_get_thread_num();
-    run_cost_range(total * member / team, total * (member + 1) / team);
+    const long long pieces = omp_get_num_threads() * kPiecesPerThread;
+    for (long long piece = next_piece++; piece < pieces; piece = next_piece++) {
+      run_cost_range(total * piece / pieces, total * (piece + 1) / pieces);
+    }
   }
 }
 

@@ -226,7 +226,7 @@ void CpuBackend::ffn_quantized(const ExpertBatch& batch) {
   hidden_.resize(groups.size());
   gate_.resize(total * width);
   up_.resize(total * width);
-  down_.resize(total * out_width);
+  if (!one_row) down_.resize(total * out_width);
   auto rows_of = [](std::vector<float>& buffer, const ExpertGroup& g, std::size_t row_width) {
     return std::span(buffer).subspan(g.first * row_width, g.count * row_width);
   };
@@ -251,16 +251,21 @@ void CpuBackend::ffn_quantized(const ExpertBatch& batch) {
     for (std::size_t j = 0; j < gate.size(); ++j) gate[j] = forward::silu(gate[j]) * up[j];
     hidden_[g].quantize(gemv_.variant, format, gate, static_cast<int>(groups[g].count), static_cast<int>(width));
   });
+  // Decode writes every expert's output row in place; otherwise the grouped
+  // rows are scattered to theirs afterwards.
+  auto output_row = [&](std::size_t i) {
+    return batch.out.subspan(static_cast<std::size_t>(batch.rows[row_order[i]].output_row) * out_width, out_width);
+  };
   jobs.clear();
   for (std::size_t g = 0; g < groups.size(); ++g) {
     jobs.push_back({part_view(down_part, format, record_of(batch, groups[g].slot)), &hidden_[g],
-                    rows_of(down_, groups[g], out_width)});
+                    one_row ? output_row(groups[g].first) : rows_of(down_, groups[g], out_width)});
   }
   run_quantized(format, jobs);
+  if (one_row) return;
   for_each_row(total, [&](std::size_t i) {
     const auto from = std::span(down_).subspan(i * out_width, out_width);
-    std::copy(from.begin(), from.end(),
-              batch.out.begin() + static_cast<std::ptrdiff_t>(batch.rows[row_order[i]].output_row) * out_width);
+    std::copy(from.begin(), from.end(), output_row(i).begin());
   });
 }
 
