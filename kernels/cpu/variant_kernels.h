@@ -22,8 +22,13 @@ inline constexpr int kTokenTile = 4;
 // per-thread row blocks of a decode GEMV; without it one thread's compute and
 // memory time add up instead of overlapping (16-core Xeon, 1 thread: 7.6 ->
 // 11.8 GB/s for q4). Of 0, 1, 2 and 4 KiB, 4 KiB was best; 8 and 16 KiB were
-// within that machine's run-to-run noise.
-inline std::size_t prefetch_bytes() { return 4096; }
+// within that machine's run-to-run noise. COLI_PREFETCH_BYTES overrides it
+// (read once) to measure other distances at other thread counts.
+std::size_t prefetch_bytes_from_environment();
+inline std::size_t prefetch_bytes() {
+  static const std::size_t bytes = prefetch_bytes_from_environment();
+  return bytes;
+}
 
 inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
 inline std::size_t round_up(std::size_t value, std::size_t multiple) { return (value + multiple - 1) / multiple * multiple; }

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# A/B of environment settings on one model: coli-decode-bench once per
+# setting per round, settings interleaved (their order alternating per round),
+# then per setting the median and range of pp and tg over the rounds. For the
+# engine's environment overrides (COLI_HUGE_PAGES, COLI_PREFETCH_BYTES,
+# COLI_CPU_KERNEL): which default a machine should get, measured side by side.
+# usage: tools/bench/decode_env_ab.sh BUILD_DIR MODEL ROUNDS "SETTING" ["SETTING" ...] [-- decode-bench flags]
+#   SETTING: space-separated VAR=value pairs ("" or "default" = the environment as it is)
+#   default flags: --threads 16 -p 512 -n 64 -d 0 --bandwidth 1
+set -euo pipefail
+build=${1:?usage: $0 BUILD_DIR MODEL ROUNDS SETTING... [-- flags]} model=${2:?model} rounds=${3:?rounds}
+shift 3
+settings=()
+while [[ $# -gt 0 && "$1" != "--" ]]; do settings+=("$1"); shift; done
+[[ "${1:-}" == "--" ]] && shift
+flags=("$@")
+[[ ${#flags[@]} -gt 0 ]] || flags=(--threads 16 -p 512 -n 64 -d 0 --bandwidth 1)
+[[ ${#settings[@]} -gt 0 ]] || { echo "$0: give at least one SETTING" >&2; exit 2; }
+bench="$build/tools/bench/coli-decode-bench"
+[[ -x "$bench" ]] || { echo "$0: no $bench (build the coli-decode-bench target)" >&2; exit 2; }
+results=$(mktemp)
+trap 'rm -f "$results"' EXIT
+for round in $(seq 1 "$rounds"); do
+  order=$(seq 0 $((${#settings[@]} - 1)))
+  (( round % 2 == 0 )) && order=$(echo "$order" | tac)
+  for i in $order; do
+    setting=${settings[$i]}
+    [[ "$setting" == default ]] && setting=""
+    # The bench's table rows: "threads cap kernel test... tok/s ..."; keep test name and tok/s.
+    env $setting "$bench" --model "$model" -r 1 "${flags[@]}" 2>&1 |
+      awk -v s="$i" '$1 ~ /^[0-9]+$/ && ($4 ~ /^pp/ || $4 ~ /^tg/) {
+        name = $4; for (f = 5; f <= NF && $f !~ /^[0-9.]+$/; ++f) name = name " " $f; print s "\t" name "\t" $f }' >>"$results"
+  done
+done
+printf '%-48s %-14s %10s %22s\n' setting test median "range (tok/s)"
+for i in "${!settings[@]}"; do
+  for test in $(awk -F'\t' -v s="$i" '$1 == s { print $2 }' "$results" | tr ' ' '_' | sort -u); do
+    awk -F'\t' -v s="$i" -v t="$test" '$1 == s { n = $2; gsub(/ /, "_", n); if (n == t) print $3 }' "$results" | sort -g |
+      awk -v name="${settings[$i]:-default}" -v t="$test" '{ v[NR] = $1 } END {
+        m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
+        printf "%-48s %-14s %10.2f %10.2f .. %-10.2f\n", name, t, m, v[1], v[NR] }'
+  done
+done
