@@ -5,6 +5,7 @@
 # engine's environment overrides (COLI_HUGE_PAGES, COLI_PREFETCH_BYTES,
 # COLI_CPU_KERNEL): which default a machine should get, measured side by side.
 # usage: tools/bench/decode_env_ab.sh BUILD_DIR MODEL ROUNDS "SETTING" ["SETTING" ...] [-- decode-bench flags]
+#   AB_LOG=FILE keeps every run's full output (the bound and ratio columns too).
 #   SETTING: space-separated VAR=value pairs ("" or "default" = the environment as it is)
 #   default flags: --threads 16 -p 512 -n 64 -d 0 --bandwidth 1
 set -euo pipefail
@@ -27,7 +28,8 @@ for round in $(seq 1 "$rounds"); do
     setting=${settings[$i]}
     [[ "$setting" == default ]] && setting=""
     # The bench's table rows: "threads cap kernel test... tok/s ..."; keep test name and tok/s.
-    env $setting "$bench" --model "$model" -r 1 "${flags[@]}" 2>&1 |
+    echo "== round $round, setting: ${settings[$i]}" >>"${AB_LOG:-/dev/null}"
+    env $setting "$bench" --model "$model" -r 1 "${flags[@]}" 2>&1 | tee -a "${AB_LOG:-/dev/null}" |
       awk -v s="$i" '$1 ~ /^[0-9]+$/ && ($4 ~ /^pp/ || $4 ~ /^tg/) {
         name = $4; for (f = 5; f <= NF && $f !~ /^[0-9.]+$/; ++f) name = name " " $f; print s "\t" name "\t" $f }' >>"$results"
   done

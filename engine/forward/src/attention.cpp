@@ -185,18 +185,27 @@ void decode(const Call& c, const float* q, int position, float* out, int threads
       float* base = stash + static_cast<std::size_t>(item) * per_item;
       tile_partials(c.head(kv_head), s.q_rows.data(), s.limits.data(), group, tile * kAttentionTile, s,
                     Partials{base, base + group, base + 2 * group});
-    }
-#pragma omp for schedule(static)
-    for (int h = 0; h < c.heads; ++h) {
-      const int kv_head = h / group, g = h % group;
-      float run_max = kNoRow, run_sum = 0;
-      float* run_acc = s.run_acc.data();
-      std::fill_n(run_acc, d, 0.0f);
-      for (int tile = 0; tile < tiles; ++tile) {
-        const float* base = stash + static_cast<std::size_t>(kv_head * tiles + tile) * per_item;
-        merge(c.ops, run_max, run_sum, run_acc, base[g], base[group + g], base + 2 * group + static_cast<std::size_t>(g) * d, d);
+      // One tile (a context shorter than a tile): merging it into the empty
+      // running state gives its own sum and acc exactly, so finish here and
+      // skip the merge loop and its barrier.
+      for (int g = 0; g < group && tiles == 1; ++g) {
+        finish(base[group + g], base + 2 * group + static_cast<std::size_t>(g) * d,
+               out + static_cast<std::size_t>(kv_head * group + g) * d, d);
       }
-      finish(run_sum, run_acc, out + static_cast<std::size_t>(h) * d, d);
+    }
+    if (tiles > 1) {  // the same for the whole team, so every thread meets this loop or none does
+#pragma omp for schedule(static)
+      for (int h = 0; h < c.heads; ++h) {
+        const int kv_head = h / group, g = h % group;
+        float run_max = kNoRow, run_sum = 0;
+        float* run_acc = s.run_acc.data();
+        std::fill_n(run_acc, d, 0.0f);
+        for (int tile = 0; tile < tiles; ++tile) {
+          const float* base = stash + static_cast<std::size_t>(kv_head * tiles + tile) * per_item;
+          merge(c.ops, run_max, run_sum, run_acc, base[g], base[group + g], base + 2 * group + static_cast<std::size_t>(g) * d, d);
+        }
+        finish(run_sum, run_acc, out + static_cast<std::size_t>(h) * d, d);
+      }
     }
   }
 }
