@@ -331,7 +331,13 @@ int run_generate(const RunArgs& args) {
               stats.decode_thread_set.empty() ? "-" : stats.decode_thread_set.c_str(),
               stats.io_mode.c_str(),
               coli::format_bytes(peak_rss_bytes()).c_str());
-  if (planned) coli::tools::print_plan_vs_actual(planned->plan, model->stats(), peak_rss_bytes());
+  if (planned) {
+    coli::tools::print_plan_vs_actual(planned->plan, model->stats(), peak_rss_bytes());
+    const coli::tools::MeasuredSpeed measured{static_cast<double>(prompt.size()) / ttft, static_cast<int>(prompt.size()),
+                                              generated > 1 ? (generated - 1) / decode_seconds : 0.0,
+                                              static_cast<double>(prompt.size()) + (generated - 1) / 2.0};
+    coli::tools::print_speed_vs_plan(planned->plan.speed, planned->plan.plan.ctx, measured);
+  }
   else if (args.report) coli::tools::print_measured(model->stats(), peak_rss_bytes());
   if (auto* times = model->op_times()) std::printf("\n%s\n%s", prefill_op_times.c_str(), coli::runtime::op_times_table(*times, "decode").c_str());
   return 0;

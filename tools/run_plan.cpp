@@ -227,6 +227,25 @@ bool print_plan_vs_actual(const planner::PlanFile& file, const runtime::ModelSta
   return within;
 }
 
+void print_speed_vs_plan(const planner::SpeedPrediction& predicted, int planned_ctx, const MeasuredSpeed& measured) {
+  if (!predicted.available) {
+    std::printf("speed: the plan has no prediction (%s)\n", predicted.unavailable.c_str());
+    return;
+  }
+  auto row = [](const char* what, double planned, double actual, const std::string& note) {
+    if (actual <= 0) return;
+    std::printf("  %-28s planned %8.1f tok/s  measured %8.1f tok/s  (%+.1f%%)%s\n", what, planned, actual,
+                (planned / actual - 1) * 100, note.c_str());
+  };
+  std::printf("speed: plan vs actual (error = planned / measured - 1):\n");
+  row("prefill", predicted.prefill_tok_per_s, measured.prefill_tok_s,
+      "  pp" + std::to_string(measured.prompt_tokens) + "; planned for rounds of the plan");
+  char depths[96];
+  std::snprintf(depths, sizeof depths, "  planned at KV depth %d (ctx/2), measured at %.0f on average", planned_ctx / 2,
+                measured.decode_mean_depth);
+  row("decode", predicted.decode_tok_per_s, measured.decode_tok_s, depths);
+}
+
 void print_measured(const runtime::ModelStats& stats, std::uint64_t peak_rss) {
   std::printf("memory (the engine's own accounting; plan with coli-plan to compare):\n");
   std::printf("  %-28s %10s\n", "dense weights", format_bytes(stats.dense_bytes).c_str());

@@ -53,6 +53,16 @@ Result<std::uint64_t> check_memory_without_plan(const runtime::ModelShape& shape
 // large components against the engine's own accounting. Returns false when
 // the measured RSS ran past the plan plus its margin.
 bool print_plan_vs_actual(const planner::PlanFile& plan, const runtime::ModelStats& stats, std::uint64_t peak_rss);
+
+// This run's speed next to the plan's prediction (issue 15: the error of the
+// speed model, as plan vs actual is for memory).
+struct MeasuredSpeed {
+  double prefill_tok_s = 0;
+  int prompt_tokens = 0;
+  double decode_tok_s = 0;       // 0: fewer than two generated tokens
+  double decode_mean_depth = 0;  // KV positions the decode steps saw, on average
+};
+void print_speed_vs_plan(const planner::SpeedPrediction& predicted, int planned_ctx, const MeasuredSpeed& measured);
 // The engine's own accounting and the process's RSS, for a run without a plan (--report).
 void print_measured(const runtime::ModelStats& stats, std::uint64_t peak_rss);
 

@@ -134,7 +134,7 @@ double expected_hit_rate(const ModelFootprint& fp, int cap, const experts::Usage
 }
 
 SpeedPrediction predict_speed(const DeviceProfile& profile, const ModelFootprint& fp, const Plan& plan,
-                              const experts::UsageHistory* history) {
+                              const experts::UsageHistory* history, int decode_depth) {
   SpeedPrediction s;
   // With a VRAM tier, RAM and VRAM together hold the cap + VRAM slots most
   // used experts of a layer (mean VRAM slots per layer).
@@ -167,8 +167,9 @@ SpeedPrediction predict_speed(const DeviceProfile& profile, const ModelFootprint
   const double miss = streams ? 1.0 - s.hit_rate : 0.0;
   const double disk_gbs = disk ? disk->gb_per_s : 1.0;  // unused when nothing misses
 
-  // Decode: KV read at the mean position of a full context (ctx / 2).
-  const u64 dense = dense_bytes_per_token(fp), kv = kv_cache_bytes(fp.config, plan.ctx / 2, plan.kv_type);
+  // Decode: the KV cache of `depth` positions (the mean of a full context, ctx / 2, unless asked).
+  const int depth = decode_depth >= 0 ? decode_depth : plan.ctx / 2;
+  const u64 dense = dense_bytes_per_token(fp), kv = kv_cache_bytes(fp.config, depth, plan.kv_type);
   const double experts = layers * top_k * (1.0 - vram_share) * static_cast<double>(record);
   const double in_vram = layers * top_k * vram_share * static_cast<double>(record);
   const double resident = static_cast<double>(dense + kv) + experts;
@@ -177,7 +178,7 @@ SpeedPrediction predict_speed(const DeviceProfile& profile, const ModelFootprint
                           (vram ? in_vram / (vram->gb_per_s * 1e9) : 0.0);
   s.decode_tok_per_s = 1.0 / decode_s;
   s.decode_inputs = "resident " + format_bytes(static_cast<u64>(resident)) + "/token (dense " + format_bytes(dense) +
-                    " + KV at ctx/2 " + format_bytes(kv) + " + " + fixed(layers, 0) + " layers x top_k " +
+                    " + KV at " + (decode_depth >= 0 ? "depth " + std::to_string(depth) : "ctx/2") + " " + format_bytes(kv) + " + " + fixed(layers, 0) + " layers x top_k " +
                      fixed(top_k, 0) + " x " + format_bytes(record) +
                     (vram ? " x RAM share " + fixed(1.0 - vram_share, 3) : "") + ") / " + ram->text + " + missed " +
                     format_bytes(static_cast<u64>(missed)) + "/token (miss rate " + fixed(miss, 3) + ")" +

@@ -25,6 +25,7 @@ check "the table has a decode column per depth" grep -qE "kernel +tg@d0  tg@d3$"
 check "the workload is llama-bench's tests" contains "$work/s.out" "workload: pp5, then 4 greedy decode tokens at depths 0 3"
 check "decode rank and % of best printed" grep -qE "^decode: +planned: rank [0-9]+ of [0-9]+, [0-9.]+% of the best" "$work/s.out"
 check "prefill rank and % of best printed" grep -qE "^prefill: planned: rank [0-9]+ of [0-9]+, [0-9.]+% of the best" "$work/s.out"
+check "no prediction without a measured bandwidth, and why" grep -qE "^decode: +predicted: none \(the profile lacks" "$work/s.out"
 check "token check passed" contains "$work/s.out" "token check: all [0-9]* runs produced the same tokens"
 check "progress on stderr" contains "$work/s.err" "repeat 2/2"
 check "no temporary files left" test "$(ls "$work/out" | grep -c '\.tmp')" -eq 0
@@ -41,7 +42,11 @@ EOF
 check "JSON: schema, planned, ranking, token check" python3 - "$work/out/sweep.json" <<'EOF'
 import json, sys
 d = json.load(open(sys.argv[1]))
-assert d["schema_version"] == 2
+assert d["schema_version"] == 3
+# Every configuration says what the planner predicted for it; a --quick profile has no measured
+# bandwidth, so here each says why it has no prediction (the values are checked in sweep_test).
+assert all("coli-probe" in c["predicted"]["unavailable"] for c in d["configs"]), d["configs"][0]["predicted"]
+assert d["prediction"]["decode"]["points"] == 0
 assert d["workload"]["prompt_tokens"] == 5 and d["workload"]["depths"] == [0, 3]
 assert all([x["depth"] for x in c["decode_at_depth"]] == [0, 3] and x["median_tok_s"] > 0 for c in d["configs"] for x in c["decode_at_depth"])
 assert all(len(r["decode_tok_s_at_depth"]) == 2 for c in d["configs"] for r in c["runs"])

@@ -2,6 +2,8 @@
 // footprint, the planned configuration in it, ranking, and the renderings.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <algorithm>
 #include <string>
 
@@ -255,6 +257,54 @@ TEST(SweepReport, TableHasADecodeColumnPerDepth) {
   EXPECT_NE(table.find("tg@d0  tg@d512\n"), std::string::npos) << table;
   EXPECT_NE(table.find("  20.50    10.00\n"), std::string::npos) << table;
   EXPECT_NE(table.find("prefill: pp4; decode: tg2 over every depth"), std::string::npos) << table;
+}
+
+TEST(SweepPrediction, SpearmanRanksWithTiesAndRefusesWhatHasNoOrder) {
+  EXPECT_DOUBLE_EQ(*spearman_rank_correlation({1, 2, 3, 4}, {10, 20, 30, 40}), 1.0);
+  EXPECT_DOUBLE_EQ(*spearman_rank_correlation({1, 2, 3, 4}, {40, 30, 20, 10}), -1.0);
+  // Ranks, not values: any increasing map of one side changes nothing.
+  EXPECT_DOUBLE_EQ(*spearman_rank_correlation({1, 2, 3}, {1, 100, 101}), 1.0);
+  // Ties share the mean rank: a = ranks 1, 2.5, 2.5, 4; b = 1, 2, 3, 4.
+  // Pearson of those: covariance 4.5 / sqrt(4.5 * 5).
+  EXPECT_NEAR(*spearman_rank_correlation({1, 5, 5, 9}, {1, 2, 3, 4}), 4.5 / std::sqrt(4.5 * 5), 1e-12);
+  EXPECT_FALSE(spearman_rank_correlation({1}, {2}).has_value());
+  EXPECT_FALSE(spearman_rank_correlation({3, 3, 3}, {1, 2, 3}).has_value());
+  EXPECT_FALSE(spearman_rank_correlation({1, 2}, {1, 2, 3}).has_value());
+}
+
+TEST(SweepPrediction, QualityTakesTheWorstErrorAndSkipsWhatWasNotPredicted) {
+  std::vector<ConfigSummary> s(3);
+  s[0].decode.median = 100, s[1].decode.median = 50, s[2].decode.median = 80;
+  s[0].prefill.median = 200, s[1].prefill.median = 100, s[2].prefill.median = 10;
+  std::vector<ConfigPrediction> p(3);
+  p[0] = {true, "", 110, 100};  // +10% decode, -50% prefill
+  p[1] = {true, "", 40, 150};   // -20% decode, +50% prefill
+  p[2] = {false, "no bandwidth", 0, 0};
+  const PredictionQuality decode = prediction_quality(s, p, Metric::decode);
+  EXPECT_EQ(decode.points, 2);
+  EXPECT_NEAR(decode.worst_error, -0.2, 1e-12);
+  EXPECT_EQ(decode.worst, 1u);
+  EXPECT_NEAR(decode.mean_abs_error, 0.15, 1e-12);
+  EXPECT_DOUBLE_EQ(*decode.rank_correlation, 1.0);  // 110 > 40 as 100 > 50
+  const PredictionQuality prefill = prediction_quality(s, p, Metric::prefill);
+  EXPECT_NEAR(std::abs(prefill.worst_error), 0.5, 1e-12);
+  EXPECT_DOUBLE_EQ(*prefill.rank_correlation, -1.0);  // 100 < 150 where 200 > 100
+}
+
+TEST(SweepPrediction, TableJsonAndCsvCarryThePredictionAndItsError) {
+  SweepReport r = two_config_report();  // decode medians 10 and 20, prefill 30 and 20
+  r.predictions = {{true, "", 12, 15}, {false, "no measured bandwidth", 0, 0}};
+  const std::string table = sweep_table(r);
+  EXPECT_NE(table.find("20%"), std::string::npos) << table;   // decode 12 vs 10
+  EXPECT_NE(table.find("-50%"), std::string::npos) << table;  // prefill 15 vs 30
+  EXPECT_NE(table.find("predicted vs measured over 1 configurations: worst error 20.0%"), std::string::npos) << table;
+  const auto json = nlohmann::json::parse(sweep_json(r));
+  EXPECT_NEAR(json["configs"][0]["predicted"]["decode_error"].get<double>(), 0.2, 1e-12);
+  EXPECT_EQ(json["configs"][1]["predicted"]["unavailable"], "no measured bandwidth");
+  EXPECT_EQ(json["prediction"]["decode"]["points"], 1);
+  EXPECT_TRUE(json["prediction"]["decode"]["rank_correlation"].is_null());
+  const std::string csv = sweep_csv(r);
+  EXPECT_NE(csv.find(",15.000,12.000\n"), std::string::npos) << csv;
 }
 
 TEST(SpeedTests, LabelsAndContextFollowLlamaBench) {

@@ -80,6 +80,28 @@ Result<planner::Plan> plan_with_cap(const Setup& s, int cap) {
   return planner::make_plan(s.profile, s.footprint, request);
 }
 
+// The planner's prediction for one configuration: decode at each depth of
+// the tests (a test's tokens see on average depth + n/2 positions), combined
+// as the measured figure is (every depth's tokens over the summed seconds),
+// and prefill of the prompt.
+ConfigPrediction predict_config(const Setup& s, const planner::Plan& plan, const SpeedTests& tests) {
+  const experts::UsageHistory* history = s.history ? &*s.history : nullptr;
+  ConfigPrediction out;
+  double seconds = 0;
+  for (int depth : tests.depths) {
+    const planner::SpeedPrediction p = planner::predict_speed(s.profile, s.footprint, plan, history, depth + tests.decode_tokens / 2);
+    if (!p.available) {
+      out.unavailable = p.unavailable;
+      return out;
+    }
+    out.prefill_tok_s = p.prefill_tok_per_s;
+    seconds += tests.decode_tokens / p.decode_tok_per_s;
+  }
+  out.available = seconds > 0;
+  out.decode_tok_s = seconds > 0 ? tests.decode_tokens * static_cast<double>(tests.depths.size()) / seconds : 0;
+  return out;
+}
+
 // The usage history pins come from: --usage (default MODEL.usage), else one
 // recorded from this workload into OUT (the model's own file is left alone).
 Result<std::optional<experts::UsageHistory>> open_history(const Args& args, const Setup& s, bool pins_wanted) {
@@ -191,6 +213,9 @@ int run_sweep(const Args& args) {
   report.planned = planned;
   for (const auto& d : plan->decisions) report.plan_decisions.push_back(d.knob + " = " + d.value + ": " + d.reason);
   report.grid = *grid;
+  for (const SweepConfig& config : report.grid) {
+    report.predictions.push_back(predict_config(s, plan_of_config(*plan, config), args.tests));
+  }
 
   std::printf("model %s: %d MoE layers x %d experts, top %d, experts %s, dense %s\n", args.model.c_str(),
               s.shape.moe_layers, s.shape.experts, s.shape.top_k, std::string(name_of(s.shape.expert_format)).c_str(),

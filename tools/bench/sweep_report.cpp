@@ -1,6 +1,7 @@
 #include "sweep_report.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <numeric>
@@ -40,6 +41,19 @@ std::string ranking_line(const SweepReport& r, Metric metric) {
   const Ranking rank = rank_planned(r.summaries, r.planned, metric);
   return "planned: rank " + std::to_string(rank.rank) + " of " + std::to_string(rank.of) + ", " +
          fixed(rank.percent_of_best, 1) + "% of the best (" + config_label(r.grid[rank.best], r.n_experts) + ")";
+}
+
+std::string prediction_line(const SweepReport& r, Metric metric) {
+  const PredictionQuality q = prediction_quality(r.summaries, r.predictions, metric);
+  if (q.points == 0) return "predicted: none (the profile lacks a measurement the prediction needs)";
+  return "predicted vs measured over " + std::to_string(q.points) + " configurations: worst error " +
+         fixed(100 * q.worst_error, 1) + "% (" + config_label(r.grid[q.worst], r.n_experts) + "), mean |error| " +
+         fixed(100 * q.mean_abs_error, 1) + "%, rank correlation " +
+         (q.rank_correlation ? fixed(*q.rank_correlation, 2) : std::string("- (fewer than 2 distinct values)"));
+}
+
+const ConfigPrediction* prediction_of(const SweepReport& r, std::size_t config) {
+  return config < r.predictions.size() && r.predictions[config].available ? &r.predictions[config] : nullptr;
 }
 
 nlohmann::ordered_json stats_json(const MetricStats& s) {
@@ -128,10 +142,59 @@ std::optional<std::string> token_mismatch(const std::vector<std::vector<std::int
   return std::nullopt;
 }
 
+std::optional<double> spearman_rank_correlation(const std::vector<double>& a, const std::vector<double>& b) {
+  if (a.size() != b.size() || a.size() < 2) return std::nullopt;
+  auto ranks_of = [](const std::vector<double>& values) {
+    std::vector<std::size_t> order(values.size());
+    std::iota(order.begin(), order.end(), std::size_t{0});
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) { return values[x] < values[y]; });
+    std::vector<double> ranks(values.size());
+    for (std::size_t first = 0; first < order.size();) {
+      std::size_t last = first;  // ties share the mean of ranks first + 1 .. last + 1
+      while (last + 1 < order.size() && values[order[last + 1]] == values[order[first]]) ++last;
+      for (std::size_t k = first; k <= last; ++k) ranks[order[k]] = (static_cast<double>(first + last) + 2) / 2;
+      first = last + 1;
+    }
+    return ranks;
+  };
+  const std::vector<double> ra = ranks_of(a), rb = ranks_of(b);
+  const double n = static_cast<double>(a.size());
+  const double mean_a = std::accumulate(ra.begin(), ra.end(), 0.0) / n, mean_b = std::accumulate(rb.begin(), rb.end(), 0.0) / n;
+  double covariance = 0, var_a = 0, var_b = 0;
+  for (std::size_t i = 0; i < ra.size(); ++i) {
+    covariance += (ra[i] - mean_a) * (rb[i] - mean_b);
+    var_a += (ra[i] - mean_a) * (ra[i] - mean_a);
+    var_b += (rb[i] - mean_b) * (rb[i] - mean_b);
+  }
+  if (var_a <= 0 || var_b <= 0) return std::nullopt;
+  return covariance / std::sqrt(var_a * var_b);
+}
+
+PredictionQuality prediction_quality(const std::vector<ConfigSummary>& summaries,
+                                     const std::vector<ConfigPrediction>& predictions, Metric metric) {
+  PredictionQuality q;
+  std::vector<double> predicted, measured;
+  for (std::size_t i = 0; i < summaries.size() && i < predictions.size(); ++i) {
+    const double p = metric == Metric::decode ? predictions[i].decode_tok_s : predictions[i].prefill_tok_s;
+    const double m = metric_median(summaries[i], metric);
+    if (!predictions[i].available || p <= 0 || m <= 0) continue;
+    const double error = p / m - 1;
+    if (q.points == 0 || std::abs(error) > std::abs(q.worst_error)) q.worst_error = error, q.worst = i;
+    q.mean_abs_error += std::abs(error);
+    ++q.points;
+    predicted.push_back(p);
+    measured.push_back(m);
+  }
+  if (q.points > 0) q.mean_abs_error /= q.points;
+  q.rank_correlation = spearman_rank_correlation(predicted, measured);
+  return q;
+}
+
 std::string sweep_csv(const SweepReport& r) {
   std::string out =
       "config,label,planned,threads,pus,cap,pins,round_tokens,kernel,kernel_used,repeat,prefill_tokens,prefill_s,"
-      "prefill_tok_s,decode_tokens,decode_s,decode_tok_s,load_s,expert_hits,expert_misses,expert_bytes_read\n";
+      "prefill_tok_s,decode_tokens,decode_s,decode_tok_s,load_s,expert_hits,expert_misses,expert_bytes_read,"
+      "predicted_prefill_tok_s,predicted_decode_tok_s\n";
   for (const RunRecord& run : r.runs) {
     const SweepConfig& c = r.grid[run.config];
     out += std::to_string(run.config) + "," + csv_quoted(config_label(c, r.n_experts)) + "," +
@@ -142,7 +205,9 @@ std::string sweep_csv(const SweepReport& r) {
            "," + fixed(run.prefill_tok_s(), 3) + "," + std::to_string(run.decode_tokens) + "," +
            fixed(run.decode_seconds, 6) + "," + fixed(run.decode_tok_s(), 3) + "," + fixed(run.load_seconds, 3) + "," +
            std::to_string(run.expert_hits) + "," + std::to_string(run.expert_misses) + "," +
-           std::to_string(run.expert_bytes_read) + "\n";
+           std::to_string(run.expert_bytes_read) + ",";
+    const ConfigPrediction* p = prediction_of(r, run.config);
+    out += (p ? fixed(p->prefill_tok_s, 3) + "," + fixed(p->decode_tok_s, 3) : std::string(",")) + "\n";
   }
   return out;
 }
@@ -188,7 +253,21 @@ std::string sweep_json(const SweepReport& r) {
                        {"pins", c.pins}, {"round_tokens", c.round_tokens}, {"kernel", c.kernel},
                        {"decode", stats_json(s.decode)}, {"prefill", stats_json(s.prefill)},
                        {"decode_at_depth", std::move(at_depth)}, {"hit_rate", s.hit_rate}, {"runs", std::move(runs)}});
+    const ConfigPrediction* p = prediction_of(r, i);
+    configs.back()["predicted"] =
+        p ? nlohmann::ordered_json{{"decode_tok_s", p->decode_tok_s}, {"prefill_tok_s", p->prefill_tok_s},
+                                   {"decode_error", s.decode.median > 0 ? p->decode_tok_s / s.decode.median - 1 : 0.0},
+                                   {"prefill_error", s.prefill.median > 0 ? p->prefill_tok_s / s.prefill.median - 1 : 0.0}}
+          : nlohmann::ordered_json{{"unavailable", i < r.predictions.size() ? r.predictions[i].unavailable : "not predicted"}};
   }
+  auto quality_json = [&](Metric metric) {
+    const PredictionQuality q = prediction_quality(r.summaries, r.predictions, metric);
+    nlohmann::ordered_json out{{"points", q.points}, {"worst_error", q.worst_error}, {"worst_config", q.worst},
+                               {"mean_abs_error", q.mean_abs_error}};
+    out["rank_correlation"] = q.rank_correlation ? nlohmann::ordered_json(*q.rank_correlation) : nlohmann::ordered_json();
+    return out;
+  };
+  j["prediction"] = {{"decode", quality_json(Metric::decode)}, {"prefill", quality_json(Metric::prefill)}};
   return j.dump(2) + "\n";
 }
 
@@ -242,8 +321,8 @@ std::string sweep_svg(const SweepReport& r) {
 
 std::string sweep_table(const SweepReport& r) {
   char line[512];
-  std::snprintf(line, sizeof line, "%4s  %-44s %11s %7s %12s %7s %8s  %s", "rank", "configuration", "decode tok/s",
-                "spread", "prefill tok/s", "spread", "hit rate", "kernel");
+  std::snprintf(line, sizeof line, "%4s  %-44s %11s %7s %9s %12s %7s %9s %8s  %s", "rank", "configuration", "decode tok/s",
+                "spread", "predicted", "prefill tok/s", "spread", "predicted", "hit rate", "kernel");
   std::string out = line;
   for (int depth : r.depths) out += "  tg@d" + std::to_string(depth);
   out += "\n";
@@ -253,9 +332,15 @@ std::string sweep_table(const SweepReport& r) {
     std::string kernel;
     for (const RunRecord& run : r.runs)
       if (run.config == i) kernel = run.kernel_used;
-    std::snprintf(line, sizeof line, "%4d%s %-44s %11.2f %6.0f%% %12.2f %6.0f%% %7.1f%%  %s\n", ++rank,
+    const ConfigPrediction* p = prediction_of(r, i);
+    auto error = [&](double predicted, double measured) {
+      return p && measured > 0 ? fixed(100 * (predicted / measured - 1), 0) + "%" : std::string("-");
+    };
+    std::snprintf(line, sizeof line, "%4d%s %-44s %11.2f %6.0f%% %9s %12.2f %6.0f%% %9s %7.1f%%  %s\n", ++rank,
                   r.grid[i].planned ? " *" : "  ", config_label(r.grid[i], r.n_experts).c_str(), s.decode.median,
-                  100 * s.decode.spread, s.prefill.median, 100 * s.prefill.spread, 100 * s.hit_rate, kernel.c_str());
+                  100 * s.decode.spread, p ? error(p->decode_tok_s, s.decode.median).c_str() : "-", s.prefill.median,
+                  100 * s.prefill.spread, p ? error(p->prefill_tok_s, s.prefill.median).c_str() : "-", 100 * s.hit_rate,
+                  kernel.c_str());
     out.append(line, std::strlen(line) - 1);  // the depth columns go before the newline
     for (std::size_t d = 0; d < s.decode_at_depth.size(); ++d) {
       std::snprintf(line, sizeof line, "  %*.2f", static_cast<int>(4 + std::to_string(d < r.depths.size() ? r.depths[d] : 0).size()),
@@ -266,9 +351,14 @@ std::string sweep_table(const SweepReport& r) {
   }
   out += "* = planned; tok/s: median of " + std::to_string(r.repeats) + " interleaved repeats; spread: (max - min) / median;\n"
          "prefill: pp" + std::to_string(r.prompt_tokens) + "; decode: tg" + std::to_string(r.decode_tokens) +
-         " over every depth; tg@dD: decode after D tokens are in the KV cache\n";
+         " over every depth; tg@dD: decode after D tokens are in the KV cache;\n"
+         "predicted: the planner's prediction (coli-plan) for that configuration, as its error against the median\n";
   out += "decode:  " + ranking_line(r, Metric::decode) + "\n";
   out += "prefill: " + ranking_line(r, Metric::prefill) + "\n";
+  if (!r.predictions.empty()) {
+    out += "decode:  " + prediction_line(r, Metric::decode) + "\n";
+    out += "prefill: " + prediction_line(r, Metric::prefill) + "\n";
+  }
   return out;
 }
 

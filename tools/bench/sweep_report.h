@@ -14,7 +14,7 @@
 
 namespace coli::bench {
 
-inline constexpr int kSweepSchemaVersion = 2;  // 2: llama-bench tests (pp, tg at depths) instead of prompts
+inline constexpr int kSweepSchemaVersion = 3;  // 2: llama-bench tests (pp, tg at depths); 3: predicted next to measured
 
 struct RunRecord {
   std::size_t config = 0;      // index into the grid
@@ -66,6 +66,35 @@ std::optional<std::string> token_mismatch(const std::vector<std::vector<std::int
                                           const std::vector<std::vector<std::int32_t>>& reference,
                                           const std::string& reference_label);
 
+// The planner's prediction (coli/planner/speed.h) for one configuration of
+// the grid: decode over the sweep's depths (their tokens over the predicted
+// seconds, as the measured decode figure is made) and prefill.
+struct ConfigPrediction {
+  bool available = false;
+  std::string unavailable;  // why not (the profile lacks a measurement)
+  double decode_tok_s = 0, prefill_tok_s = 0;
+};
+
+// Predicted against measured over the configurations that have both: the
+// worst relative error (predicted / measured - 1) and which configuration
+// had it, and Spearman's rank correlation (1: the prediction orders the
+// configurations as the measurements do; undefined below 2 points or
+// when one side has no spread, then nullopt).
+struct PredictionQuality {
+  int points = 0;
+  double worst_error = 0;
+  std::size_t worst = 0;
+  double mean_abs_error = 0;
+  std::optional<double> rank_correlation;
+};
+PredictionQuality prediction_quality(const std::vector<ConfigSummary>& summaries,
+                                     const std::vector<ConfigPrediction>& predictions, Metric metric);
+
+// Spearman's rho of two equally long lists: Pearson's correlation of their
+// ranks, ties sharing the mean of their ranks. nullopt below 2 values or
+// when either list has every value equal.
+std::optional<double> spearman_rank_correlation(const std::vector<double>& a, const std::vector<double>& b);
+
 // What the renderings need besides the numbers.
 struct SweepReport {
   std::string model, profile, profile_fingerprint;
@@ -76,6 +105,7 @@ struct SweepReport {
   std::vector<SweepConfig> grid;
   std::vector<RunRecord> runs;
   std::vector<ConfigSummary> summaries;
+  std::vector<ConfigPrediction> predictions;  // one per grid entry (empty: none made)
   std::size_t planned = 0;
   std::string token_check = "all";            // "all" or "per-kernel": which runs must agree
   std::vector<std::string> token_mismatches;  // empty: every run produced its reference's tokens

@@ -34,7 +34,11 @@ struct SpeedPrediction {
 double expected_hit_rate(const ModelFootprint& footprint, int cap, const experts::UsageHistory* history,
                          std::string& inputs);
 
+// Decode reads the KV cache of `decode_depth` positions (a context that
+// deep before the token); kPlanMeanDepth: the mean over a full context of
+// the plan (ctx / 2), what a plan's one decode figure assumes.
+inline constexpr int kPlanMeanDepth = -1;
 SpeedPrediction predict_speed(const DeviceProfile& profile, const ModelFootprint& footprint, const Plan& plan,
-                              const experts::UsageHistory* history = nullptr);
+                              const experts::UsageHistory* history = nullptr, int decode_depth = kPlanMeanDepth);
 
 }  // namespace coli::planner
