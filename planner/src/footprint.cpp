@@ -10,9 +10,8 @@ namespace coli::planner {
 namespace {
 
 constexpr std::uint64_t kPage = 4096;
-// glibc serves allocations from this size up with mmap (its default
-// threshold), so each is rounded to whole pages plus one header page.
-constexpr std::uint64_t kMmapThreshold = 128 * 1024;
+// Dense tensors start on these boundaries in the engine's block of them.
+constexpr std::uint64_t kDenseTensorAlignment = 64;
 // The container index is JSON: about this much per tensor entry, plus the config.
 constexpr std::uint64_t kIndexBytesPerTensor = 256;
 
@@ -47,10 +46,6 @@ std::pair<std::string, std::uint64_t> source_dtype(const model::ModelConfig& con
   if (config.torch_dtype == "float32") return {"float32", 4};
   if (config.torch_dtype == "bfloat16" || config.torch_dtype == "float16") return {config.torch_dtype, 2};
   return {"bfloat16 (assumed: torch_dtype is '" + config.torch_dtype + "')", 2};
-}
-
-std::uint64_t page_rounding(std::uint64_t bytes) {
-  return bytes < kMmapThreshold ? 0 : round_up(bytes, kPage) + kPage - bytes;
 }
 
 // KV elements one layer caches per position.
@@ -129,7 +124,7 @@ ModelFootprint describe_footprint(const model::ModelConfig& config, WeightFormat
   fp.expert_parameters = 3 * hidden * width;
   if (config.num_nextn_predict_layers > 0) fp.excluded.push_back(mtp_component(config, fp.source_dtype_bytes));
 
-  std::uint64_t container_dense = 0;
+  std::uint64_t container_dense = 0, dense_block = 0;
   for (const model::ExpectedTensor& t : model::expected_tensors(config)) {
     fp.total_parameters += elements(t);
     if (t.role != model::TensorRole::Expert && t.role != model::TensorRole::Embedding)
@@ -151,7 +146,7 @@ ModelFootprint describe_footprint(const model::ModelConfig& config, WeightFormat
     found->held_bytes += held;
     fp.dense_held_bytes += held;
     fp.dense_tensor_count += 1;
-    fp.dense_page_rounding_bytes += page_rounding(held);
+    dense_block += round_up(held, kDenseTensorAlignment);
     if (copied_to_f32(t)) fp.norm_f32_copy_bytes += elements(t) * 4;
     const bool embedding = t.role == model::TensorRole::Embedding;
     if (embedding) fp.embedding_held_bytes += held;
@@ -160,6 +155,9 @@ ModelFootprint describe_footprint(const model::ModelConfig& config, WeightFormat
     }
     container_dense += round_up(held, container::kAlignment);
   }
+  // The engine reads every dense tensor into one WeightMemory block
+  // (runtime/dense_weights.cpp): 64-byte boundaries, the block a whole number of pages.
+  fp.dense_page_rounding_bytes = round_up(dense_block, kPage) - fp.dense_held_bytes;
   fp.active_parameters += fp.moe_layer_count() * static_cast<std::uint64_t>(fp.top_k) * fp.expert_parameters;
   const std::uint64_t index = (fp.dense_tensor_count + 1) * kIndexBytesPerTensor + 4096;
   fp.container_bytes = container::kAlignment + container_dense + fp.all_expert_records_bytes() + index + 24;

@@ -120,8 +120,9 @@ MemoryPreview preview_memory(const ModelFootprint& fp, const MemoryKnobs& k) {
   // allocations: a header page and rounding to a page each.
   const u64 big_allocations = (experts_here ? layers : 0) + (gpu ? 0 : 2 * c.num_hidden_layers);
   add("allocator rounding", Tier::ram, (gpu ? kPage : fp.dense_page_rounding_bytes) + big_allocations * 2 * kPage,
-      (gpu ? std::string("the embedding buffer") : n(fp.dense_tensor_count) + " dense tensor buffers") +
-          " rounded to pages + " + n(big_allocations) + " slab/KV allocations x 8 KiB");
+      (gpu ? std::string("the embedding buffer rounded to pages")
+           : n(fp.dense_tensor_count) + " dense tensors at 64-byte boundaries of one block rounded to pages") +
+          " + " + n(big_allocations) + " slab/KV allocations x 8 KiB");
   const u64 tokenizer = k.tokenizer ? c.vocab_size * kTokenizerBytesPerToken : 0;
   add("runtime reserve", Tier::ram, kProcessBaseBytes + tokenizer,
       "20 MiB process base (code, libraries, stacks; 16 MiB measured) + " +

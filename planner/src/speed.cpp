@@ -97,11 +97,13 @@ std::optional<Bandwidth> vram_bandwidth(const DeviceProfile& profile, const Mode
 }
 
 // Dense bytes one decode token reads: every dense tensor except the
-// embedding table, of which it reads one row.
+// embedding table, of which it reads one row, unless the lm_head is that
+// table (tied embeddings): then every token reads all of it.
 u64 dense_bytes_per_token(const ModelFootprint& fp) {
   u64 bytes = fp.dense_held_bytes;
   for (const DenseComponent& c : fp.dense) {
-    if (c.role == "embedding") bytes -= c.held_bytes - std::min<u64>(c.held_bytes, fp.config.hidden_size * fp.source_dtype_bytes);
+    if (c.role == "embedding" && !fp.config.tie_word_embeddings)
+      bytes -= c.held_bytes - std::min<u64>(c.held_bytes, fp.config.hidden_size * fp.source_dtype_bytes);
   }
   return bytes;
 }

@@ -269,6 +269,36 @@ TEST(PlanSpeed, AllResidentScalesWithRamBandwidthAndBeatsStreaming) {
   EXPECT_DOUBLE_EQ(slow.hit_rate, 1.0);
 }
 
+// Issue 15: with tied embeddings the lm_head is the embedding table, read
+// whole by every token; the prediction counted one row of it (the bundled
+// demo model, 50257 x 64 f32: 12.9 MB of its ~13 MB per token, predicted
+// 200x too fast).
+TEST(PlanSpeed, TiedEmbeddingsAreReadWholeEveryToken) {
+  const ModelFootprint untied = qwen3();
+  ModelFootprint tied = untied;
+  tied.config.tie_word_embeddings = true;
+  Plan plan = h200_qwen3_plan().plan;
+  plan.cap = untied.n_experts;  // resident: RAM bandwidth only
+  const SpeedPrediction a = predict_speed(measured_profile(10), untied, plan);
+  const SpeedPrediction b = predict_speed(measured_profile(10), tied, plan);
+  ASSERT_TRUE(a.available && b.available);
+  const double table = static_cast<double>(tied.embedding_held_bytes);
+  const double row = static_cast<double>(tied.config.hidden_size * tied.source_dtype_bytes);
+  EXPECT_NEAR(1 / b.decode_tok_per_s - 1 / a.decode_tok_per_s, (table - row) / 10e9, 1e-12);
+}
+
+TEST(PlanSpeed, DecodeDepthPricesThatManyKvPositions) {
+  const ModelFootprint fp = qwen3();
+  Plan plan = h200_qwen3_plan().plan;
+  plan.cap = fp.n_experts;
+  const SpeedPrediction at0 = predict_speed(measured_profile(10), fp, plan, nullptr, 0);
+  const SpeedPrediction at4k = predict_speed(measured_profile(10), fp, plan, nullptr, 4096);
+  ASSERT_TRUE(at0.available && at4k.available);
+  EXPECT_NEAR(1 / at4k.decode_tok_per_s - 1 / at0.decode_tok_per_s,
+              4096.0 * static_cast<double>(kv_bytes_per_position(fp.config, plan.kv_type)) / 10e9, 1e-12);
+  EXPECT_NE(at4k.decode_inputs.find("KV at depth 4096"), std::string::npos) << at4k.decode_inputs;
+}
+
 TEST(PlanSpeed, QuickProfileSaysToMeasureInsteadOfGuessing) {
   DeviceProfile quick = h200();
   quick.measurements = {};

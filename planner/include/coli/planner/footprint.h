@@ -63,9 +63,9 @@ struct ModelFootprint {
 
   std::vector<DenseComponent> dense;      // by role, in first-appearance order
   std::uint64_t dense_held_bytes = 0;     // sum of held_bytes
-  std::uint64_t dense_tensor_count = 0;   // one heap allocation each in the engine
-  // Large allocations are mmap-served and rounded to whole pages; summed
-  // over the dense tensors the engine reads into their own buffers.
+  std::uint64_t dense_tensor_count = 0;
+  // The engine's block of dense tensors (one WeightMemory, each tensor at a
+  // 64-byte boundary, the whole rounded to pages) less dense_held_bytes.
   std::uint64_t dense_page_rounding_bytes = 0;
   // The engine copies norm weights and biases into float vectors per layer.
   std::uint64_t norm_f32_copy_bytes = 0;
