@@ -108,6 +108,39 @@ u64 dense_bytes_per_token(const ModelFootprint& fp) {
   return bytes;
 }
 
+// Parallel steps of one CPU decode token, as the engine runs them
+// (engine/runtime/src/moe_model.cpp, engine/backend/cpu): per layer q/k/v,
+// attention and the o projection; per MoE layer the router, the experts'
+// gate/up and down, their SwiGLU step when it is spread over the team (from
+// 4096 values, CpuBackend::kParallelPrepareValues) and a shared expert's two;
+// per dense-MLP layer its gate/up and down; then the lm_head.
+int cpu_decode_parallel_steps(const ModelFootprint& fp) {
+  constexpr std::uint64_t kTeamSwigluValues = 4096;
+  const int layers = static_cast<int>(fp.config.num_hidden_layers), moe = static_cast<int>(fp.moe_layer_count());
+  const bool team_swiglu = static_cast<std::uint64_t>(fp.top_k) * fp.config.moe_intermediate_size >= kTeamSwigluValues;
+  const int per_moe = 1 + 2 + (team_swiglu ? 1 : 0) + (fp.config.has_shared_expert() ? 2 : 0);
+  return layers * 3 + moe * per_moe + (layers - moe) * 2 + 1;
+}
+
+struct StepCost {
+  double seconds = 0;  // one parallel step: a region plus its threads reading what the calling thread wrote
+  std::string text;
+};
+
+// The probe's OpenMP costs at the team size nearest the plan's.
+std::optional<StepCost> parallel_step_cost(const DeviceProfile& profile, int threads) {
+  if (!profile.measurements.parallel_overhead) return std::nullopt;
+  const ParallelOverheadPoint* best = nullptr;
+  for (const ParallelOverheadPoint& p : profile.measurements.parallel_overhead->points) {
+    if (!best || std::abs(p.threads - threads) < std::abs(best->threads - threads)) best = &p;
+  }
+  if (!best) return std::nullopt;
+  const double us = best->region_us + best->broadcast_us;
+  return StepCost{us * 1e-6, fixed(us) + " us per step (region " + fixed(best->region_us) + " + broadcast read " +
+                                 fixed(best->broadcast_us) + " us, measured at " + std::to_string(best->threads) +
+                                 " threads)"};
+}
+
 }  // namespace
 
 double expected_hit_rate(const ModelFootprint& fp, int cap, const experts::UsageHistory* history, std::string& inputs) {
@@ -176,8 +209,12 @@ SpeedPrediction predict_speed(const DeviceProfile& profile, const ModelFootprint
   const double in_vram = layers * top_k * vram_share * static_cast<double>(record);
   const double resident = static_cast<double>(dense + kv) + experts;
   const double missed = layers * top_k * miss * static_cast<double>(stride);
+  // OpenMP's fixed costs, for a plan the CPU engine runs alone.
+  const std::optional<StepCost> step = vram ? std::nullopt : parallel_step_cost(profile, plan.threads);
+  const int steps = cpu_decode_parallel_steps(fp);
+  const double steps_s = step ? steps * step->seconds : 0.0;
   const double decode_s = resident / (ram->gb_per_s * 1e9) + missed / (disk_gbs * 1e9) +
-                          (vram ? in_vram / (vram->gb_per_s * 1e9) : 0.0);
+                          (vram ? in_vram / (vram->gb_per_s * 1e9) : 0.0) + steps_s;
   s.decode_tok_per_s = 1.0 / decode_s;
   s.decode_inputs = "resident " + format_bytes(static_cast<u64>(resident)) + "/token (dense " + format_bytes(dense) +
                     " + KV at " + (decode_depth >= 0 ? "depth " + std::to_string(depth) : "ctx/2") + " " + format_bytes(kv) + " + " + fixed(layers, 0) + " layers x top_k " +
@@ -187,7 +224,11 @@ SpeedPrediction predict_speed(const DeviceProfile& profile, const ModelFootprint
                     (disk ? " / " + disk->text : "") +
                     (vram ? " + VRAM " + format_bytes(static_cast<u64>(in_vram)) + "/token (share " +
                                 fixed(vram_share, 3) + ") / " + vram->text
-                          : "");
+                          : "") +
+                    (vram   ? ""
+                     : step ? " + " + std::to_string(steps) + " parallel steps x " + step->text
+                            : " (OpenMP step costs not in this profile: re-probe to price " + std::to_string(steps) +
+                                  " parallel steps per token)");
 
   // Prefill, rough: one round of R tokens reads the dense weights once and
   // each distinct expert it touches once (uniform routing: n(1 - (1-1/n)^(R k))).

@@ -20,10 +20,14 @@
 #include "measure/disk_bandwidth.h"
 #include "measure/kernel_tuning.h"
 #include "measure/memory_bandwidth.h"
+#include "measure/parallel_overhead.h"
 #include "memory/memory_facts.h"
 
 namespace coli {
 namespace {
+
+// Each OpenMP overhead figure is the median of this many timings.
+constexpr int kParallelOverheadRepetitions = 2000;
 
 namespace fs = std::filesystem;
 
@@ -210,6 +214,10 @@ Status measure(const ProbeOptions& options, DeviceProfile& profile) {
   } else {
     report(options, "kernel tuning not measured: " + tuning.error().message);
   }
+  // Well under a second: no share of the budget.
+  const int usable = std::max(1, profile.cpu.usable.pus.size());
+  profile.measurements.parallel_overhead =
+      probe::measure_parallel_overhead(probe::parallel_overhead_team_sizes(usable), kParallelOverheadRepetitions);
   return Ok{};
 }
 

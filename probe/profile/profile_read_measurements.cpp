@@ -52,6 +52,20 @@ Measurements read_measurements(const Reader& r, const CpuFacts& cpu) {
     }
     out.memory = std::move(bandwidth);
   }
+  if (r.has("parallel_overhead")) {
+    const Reader po = r.table("parallel_overhead");
+    ParallelOverhead overhead;
+    overhead.repetitions = po.small_int("repetitions", 1, 100000000);
+    // Microseconds: a team that took a second to fork is a broken file, not a machine.
+    constexpr double kMostMicroseconds = 1e6;
+    for (const Reader& p : po.tables("points")) {
+      overhead.points.push_back(ParallelOverheadPoint{p.small_int("threads", 1, kMaxCpus),
+                                                      p.real("region_us", 0, kMostMicroseconds),
+                                                      p.real("barrier_us", 0, kMostMicroseconds),
+                                                      p.real("broadcast_us", 0, kMostMicroseconds)});
+    }
+    out.parallel_overhead = std::move(overhead);
+  }
   if (r.has("disk")) {
     const Reader d = r.table("disk");
     DiskBandwidth disk{d.text("directory"), d.text("filesystem"), d.boolean("direct_io"), d.text("note"),

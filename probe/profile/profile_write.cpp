@@ -212,6 +212,17 @@ toml::table measurements_table(const Measurements& measurements) {
     table.insert("memory_bandwidth",
                  toml::table{{"buffer_bytes", as_int(measurements.memory->buffer_bytes)}, {"points", std::move(points)}});
   }
+  if (measurements.parallel_overhead) {
+    toml::array points;
+    for (const ParallelOverheadPoint& point : measurements.parallel_overhead->points) {
+      points.push_back(toml::table{{"threads", point.threads},
+                                   {"region_us", point.region_us},
+                                   {"barrier_us", point.barrier_us},
+                                   {"broadcast_us", point.broadcast_us}});
+    }
+    table.insert("parallel_overhead", toml::table{{"repetitions", measurements.parallel_overhead->repetitions},
+                                                  {"points", std::move(points)}});
+  }
   if (measurements.disk) {
     const DiskBandwidth& disk = *measurements.disk;
     toml::array points;

@@ -299,6 +299,28 @@ TEST(PlanSpeed, DecodeDepthPricesThatManyKvPositions) {
   EXPECT_NE(at4k.decode_inputs.find("KV at depth 4096"), std::string::npos) << at4k.decode_inputs;
 }
 
+// Issue 15: every parallel step of a CPU decode token costs a region and a
+// read of what the calling thread wrote (measured on the H200: 4.54 + 4.24 us
+// at 16 threads, ~1 ms of a 7.5 ms OLMoE token). Qwen3-30B-A3B: 48 MoE layers
+// x (q/k/v, attention, o, router, gate/up, SwiGLU over 8 x 768 values, down)
+// + the lm_head = 337 steps.
+TEST(PlanSpeed, ParallelStepsCostWhatTheProbeMeasuredAtTheTeamSize) {
+  const ModelFootprint fp = qwen3();
+  Plan plan = h200_qwen3_plan().plan;
+  plan.cap = fp.n_experts;
+  plan.threads = 15;
+  const DeviceProfile without = measured_profile(10);
+  DeviceProfile with = without;
+  with.measurements.parallel_overhead = ParallelOverhead{100, {{1, 0.5, 0.2, 2.0}, {16, 4.54, 1.48, 4.24}}};
+  const SpeedPrediction a = predict_speed(without, fp, plan);
+  const SpeedPrediction b = predict_speed(with, fp, plan);
+  ASSERT_TRUE(a.available && b.available);
+  EXPECT_NEAR(1 / b.decode_tok_per_s - 1 / a.decode_tok_per_s, 337 * (4.54 + 4.24) * 1e-6, 1e-12);
+  EXPECT_NE(b.decode_inputs.find("337 parallel steps x 8.78 us per step (region 4.54 + broadcast read 4.24 us, measured at 16 threads)"),
+            std::string::npos) << b.decode_inputs;
+  EXPECT_NE(a.decode_inputs.find("OpenMP step costs not in this profile: re-probe"), std::string::npos) << a.decode_inputs;
+}
+
 TEST(PlanSpeed, QuickProfileSaysToMeasureInsteadOfGuessing) {
   DeviceProfile quick = h200();
   quick.measurements = {};

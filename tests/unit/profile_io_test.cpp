@@ -274,6 +274,26 @@ TEST(ProfileIo, RefusesBadTuningFieldsWithTheFieldNamed) {
   }
 }
 
+// Schema 4: OpenMP's fixed costs per team size.
+TEST(ProfileIo, ParallelOverheadRoundTripsAndBadValuesNameTheField) {
+  DeviceProfile original = tuned_profile();
+  original.measurements.parallel_overhead = ParallelOverhead{2000, {{1, 0.37, 0.21, 1.95}, {16, 4.54, 1.48, 4.24}}};
+  const std::string text = profile_to_toml(original);
+  auto parsed = parse_profile(text, "overhead.toml");
+  ASSERT_TRUE(parsed.ok()) << parsed.error().message << "\n" << text;
+  EXPECT_EQ(*parsed, original);
+  EXPECT_EQ(profile_to_toml(*parsed), text);
+  // A v3 file (the profiles in profiles/) has no such table and still loads.
+  auto v3 = parse_profile(profile_to_toml(tuned_profile()), "v3.toml");
+  ASSERT_TRUE(v3.ok()) << v3.error().message;
+  EXPECT_FALSE(v3->measurements.parallel_overhead);
+  int line = 0;
+  auto bad = parse_profile(with_field(text, "[[measurements.parallel_overhead.points]]", "region_us", "-3", &line), "bad.toml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("'measurements.parallel_overhead.points[0].region_us' = -3"), std::string::npos)
+      << bad.error().message;
+}
+
 TEST(ProfileIo, MissingFileSaysHowToCreateOne) {
   auto loaded = load_profile("/nonexistent/coli/device-profile.toml");
   ASSERT_FALSE(loaded.ok());

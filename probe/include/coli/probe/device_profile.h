@@ -20,7 +20,9 @@ namespace coli {
 // v3: kernel tuning (measured engine-kernel throughput per thread set, host to
 //     device upload bandwidth) and fleet identity (equivalence class, export).
 //     Readers accept v1-v3; the v3 tables are optional in older files.
-inline constexpr int kDeviceProfileSchemaVersion = 3;
+// v4: [measurements.parallel_overhead] (OpenMP region, barrier and broadcast
+//     costs per team size); optional, so v1-v3 files read as before.
+inline constexpr int kDeviceProfileSchemaVersion = 4;
 
 // ---------------------------------------------------------------- CPU facts
 
@@ -247,6 +249,23 @@ struct MemoryBandwidth {
   bool operator==(const MemoryBandwidth&) const = default;
 };
 
+// What OpenMP's fixed costs are at one team size (unpinned team, already
+// formed and spinning, as between the engine's steps), microseconds. A
+// decode token pays them once per parallel step (issue 15's speed model).
+struct ParallelOverheadPoint {
+  int threads = 0;
+  double region_us = 0;     // fork and join of an empty parallel region
+  double barrier_us = 0;    // one barrier inside a region
+  double broadcast_us = 0;  // what a region costs more when all threads read 8 KiB the calling thread just wrote
+  bool operator==(const ParallelOverheadPoint&) const = default;
+};
+
+struct ParallelOverhead {
+  int repetitions = 0;  // each figure is a median of this many
+  std::vector<ParallelOverheadPoint> points;
+  bool operator==(const ParallelOverhead&) const = default;
+};
+
 struct DiskBandwidthPoint {
   std::string pattern;             // "sequential" or "random"
   std::uint64_t block_bytes = 0;   // one read, sized like an expert (1-20 MB)
@@ -332,6 +351,7 @@ struct Measurements {
   std::optional<KernelTuning> kernel_tuning;  // schema 3
   std::string upload_status;                  // schema 3: what was measured, or why nothing was
   std::vector<UploadBandwidthPoint> uploads;  // schema 3
+  std::optional<ParallelOverhead> parallel_overhead;  // schema 4
   bool operator==(const Measurements&) const = default;
 };
 

@@ -1,0 +1,87 @@
+#include "measure/parallel_overhead.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+
+namespace coli::probe {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+template <class Body>
+double raw_time_us(int repetitions, const Body& body) {
+  std::vector<double> samples;
+  samples.reserve(static_cast<std::size_t>(repetitions));
+  for (int i = 0; i < repetitions; ++i) {
+    const auto start = Clock::now();
+    body();
+    samples.push_back(std::chrono::duration<double, std::micro>(Clock::now() - start).count());
+  }
+  return median(std::move(samples));
+}
+
+// Less what reading the clock twice costs (a VM's clock can take as long as the region).
+template <class Body>
+double time_us(int repetitions, const Body& body) {
+  static const double clock_us = raw_time_us(10000, [] {});
+  return std::max(0.0, raw_time_us(repetitions, body) - clock_us);
+}
+
+ParallelOverheadPoint measure_one(int threads, int repetitions) {
+  volatile float sink = 0;
+  auto empty_region = [&] {
+#pragma omp parallel num_threads(threads)
+    { sink = sink + 0.0f; }
+  };
+  for (int i = 0; i < 200; ++i) empty_region();  // the team formed and spinning
+  ParallelOverheadPoint point{threads, time_us(repetitions, empty_region), 0, 0};
+  constexpr int kBarriers = 100;
+  const double barriers = time_us(std::max(10, repetitions / 10), [&] {
+#pragma omp parallel num_threads(threads)
+    {
+      for (int b = 0; b < kBarriers; ++b) {
+#pragma omp barrier
+      }
+    }
+  });
+  point.barrier_us = std::max(0.0, (barriers - point.region_us) / kBarriers);
+  std::vector<float> hidden(2048);  // 8 KiB, a hidden state of 2048 floats
+  float value = 1;
+  const double with_read = time_us(repetitions, [&] {
+    value += 1;
+    for (float& h : hidden) h = value;
+#pragma omp parallel num_threads(threads)
+    {
+      float sum = 0;
+      for (float h : hidden) sum += h;
+      if (sum < 0) sink = sum;
+    }
+  });
+  point.broadcast_us = std::max(0.0, with_read - point.region_us);
+  return point;
+}
+
+}  // namespace
+
+ParallelOverhead measure_parallel_overhead(const std::vector<int>& threads, int repetitions) {
+  ParallelOverhead out;
+  out.repetitions = std::max(10, repetitions);
+  for (int t : threads) out.points.push_back(measure_one(std::max(1, t), out.repetitions));
+  return out;
+}
+
+std::vector<int> parallel_overhead_team_sizes(int usable_cpus) {
+  std::vector<int> sizes;
+  for (int t = 1; t < usable_cpus; t *= 2) sizes.push_back(t);
+  sizes.push_back(std::max(1, usable_cpus));
+  return sizes;
+}
+
+}  // namespace coli::probe
