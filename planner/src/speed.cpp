@@ -141,6 +141,37 @@ std::optional<StepCost> parallel_step_cost(const DeviceProfile& profile, int thr
                                  " threads)"};
 }
 
+struct ComputeRate {
+  double macs_per_s = 0;  // int8 multiply-adds per second
+  std::string text;
+};
+
+// The engine's expert GEMM as the probe's tuning phase timed it
+// (expert_q4_prefill / expert_q8_prefill: a prefill call of `batch` tokens
+// routed over its experts, `matrices` token x matrix products of rows x
+// cols), at the team size nearest `threads`.
+std::optional<ComputeRate> prefill_compute_rate(const DeviceProfile& profile, WeightFormat experts, int threads) {
+  if (!profile.measurements.kernel_tuning) return std::nullopt;
+  const std::string kernel = experts == WeightFormat::q4_g64 ? "expert_q4_prefill" : "expert_q8_prefill";
+  const KernelThroughputPoint* best = nullptr;
+  for (const KernelThroughputPoint& p : profile.measurements.kernel_tuning->points) {
+    if (p.kernel != kernel || p.batch < 1 || p.tokens_per_s.median <= 0) continue;
+    if (!best || std::abs(p.threads - threads) < std::abs(best->threads - threads)) best = &p;
+  }
+  if (!best) return std::nullopt;
+  const double macs_per_call = static_cast<double>(best->matrices) * best->rows * best->cols;
+  const double rate = macs_per_call * best->tokens_per_s.median / best->batch;
+  return ComputeRate{rate, fixed(rate / 1e9, 1) + " GMAC/s (" + kernel + ", " + std::to_string(best->batch) +
+                               " tokens per call, measured at " + std::to_string(best->threads) + " threads)"};
+}
+
+// Multiply-adds one prefill token costs: every active weight but the lm_head
+// (prefill projects only the last token to the vocabulary).
+double prefill_macs_per_token(const ModelFootprint& fp) {
+  const double lm_head = fp.config.tie_word_embeddings ? 0.0 : static_cast<double>(fp.config.vocab_size) * fp.config.hidden_size;
+  return std::max(0.0, static_cast<double>(fp.active_parameters) - lm_head);
+}
+
 }  // namespace
 
 double expected_hit_rate(const ModelFootprint& fp, int cap, const experts::UsageHistory* history, std::string& inputs) {
@@ -238,11 +269,21 @@ SpeedPrediction predict_speed(const DeviceProfile& profile, const ModelFootprint
   const double distinct = n * (1.0 - std::pow(1.0 - 1.0 / n, round * top_k));
   const double round_ram = static_cast<double>(dense) + layers * distinct * static_cast<double>(record);
   const double round_disk = layers * distinct * miss * static_cast<double>(stride);
-  s.prefill_tok_per_s = round / (round_ram / (ram->gb_per_s * 1e9) + round_disk / (disk_gbs * 1e9));
-  s.prefill_inputs = "rough, bandwidth only (compute ignored: real prefill is slower): rounds of " +
-                     fixed(round, 0) + " tokens, each reading dense " + format_bytes(dense) + " + " +
-                     fixed(distinct, 1) + " distinct experts x " + fixed(layers, 0) + " layers, of which " +
-                     fixed(miss * 100, 1) + "% from disk";
+  const double memory_s = round_ram / (ram->gb_per_s * 1e9) + round_disk / (disk_gbs * 1e9);
+  const std::string memory_text = "rounds of " + fixed(round, 0) + " tokens, each reading dense " + format_bytes(dense) +
+                                  " + " + fixed(distinct, 1) + " distinct experts x " + fixed(layers, 0) +
+                                  " layers, of which " + fixed(miss * 100, 1) + "% from disk";
+  // Compute, where the tuning phase timed the engine's expert GEMM: every
+  // active weight's multiply-add per token at that rate. A round takes the
+  // longer of its compute and its reads.
+  const int prefill_threads = plan.prefill_threads > 0 ? plan.prefill_threads : plan.threads;
+  const auto compute = vram ? std::nullopt : prefill_compute_rate(profile, fp.expert_format, prefill_threads);
+  const double compute_s = compute ? round * prefill_macs_per_token(fp) / compute->macs_per_s : 0.0;
+  s.prefill_tok_per_s = round / std::max(memory_s, compute_s);
+  s.prefill_inputs =
+      compute ? "the longer of compute, " + fixed(prefill_macs_per_token(fp) / 1e9, 2) + " GMAC per token / " +
+                    compute->text + ", and memory, " + memory_text
+              : "rough, bandwidth only (no timed prefill kernel in this profile: real prefill is slower): " + memory_text;
   s.available = true;
   return s;
 }

@@ -321,6 +321,33 @@ TEST(PlanSpeed, ParallelStepsCostWhatTheProbeMeasuredAtTheTeamSize) {
   EXPECT_NE(a.decode_inputs.find("OpenMP step costs not in this profile: re-probe"), std::string::npos) << a.decode_inputs;
 }
 
+// Issue 15: prefill was predicted from bandwidth alone (396 tok/s where 47
+// were measured for Qwen3-30B-A3B on the H200). With the tuning phase's
+// expert GEMM timed, a round takes the longer of compute and reads.
+TEST(PlanSpeed, PrefillIsComputeBoundAtTheTunedGemmRate) {
+  const ModelFootprint fp = qwen3();
+  Plan plan = h200_qwen3_plan().plan;
+  plan.cap = fp.n_experts;
+  plan.threads = 8;
+  DeviceProfile profile = measured_profile(10);
+  const SpeedPrediction rough = predict_speed(profile, fp, plan);
+  KernelTuning tuning{"avx512vnni", 1ull << 30, 1, "", {}};
+  KernelThroughputPoint point{"expert_q4_prefill", 1024, 2048, 32, 768, "kind0:8c", 8, CpuSet({0, 1, 2, 3, 4, 5, 6, 7}), false,
+                              {}, {}};
+  point.tokens_per_s = {3, 100, 100, 100, 0};  // slow enough that compute, not the reads, bounds the round
+  tuning.points.push_back(point);
+  profile.measurements.kernel_tuning = tuning;
+  const SpeedPrediction timed = predict_speed(profile, fp, plan);
+  ASSERT_TRUE(rough.available && timed.available);
+  const double rate = 768.0 * 1024 * 2048 * 100 / 32;  // multiply-adds per second of the timed call
+  const double macs = static_cast<double>(fp.active_parameters) - static_cast<double>(fp.config.vocab_size) * fp.config.hidden_size;
+  EXPECT_NEAR(timed.prefill_tok_per_s, rate / macs, 1e-9 * rate / macs);
+  EXPECT_LT(timed.prefill_tok_per_s, rough.prefill_tok_per_s);
+  EXPECT_NE(timed.prefill_inputs.find("GMAC/s (expert_q4_prefill, 32 tokens per call, measured at 8 threads)"), std::string::npos)
+      << timed.prefill_inputs;
+  EXPECT_NE(rough.prefill_inputs.find("no timed prefill kernel"), std::string::npos) << rough.prefill_inputs;
+}
+
 TEST(PlanSpeed, QuickProfileSaysToMeasureInsteadOfGuessing) {
   DeviceProfile quick = h200();
   quick.measurements = {};
