@@ -141,6 +141,25 @@ std::optional<StepCost> parallel_step_cost(const DeviceProfile& profile, int thr
                                  " threads)"};
 }
 
+// How fast the engine's own decode GEMV streams weights of `format` at the
+// team size nearest `threads`, as the tuning phase timed it (one layer's top-k
+// experts per call; dense_q8_decode for q8 dense matrices, which the engine
+// multiplies four to a layer). Below the RAM bandwidth, the kernel, not the
+// memory, bounds decode (one core streams less than the bus carries).
+std::optional<Bandwidth> decode_kernel_rate(const DeviceProfile& profile, WeightFormat format, bool dense, int threads) {
+  if (!profile.measurements.kernel_tuning || !traits(format).quantized) return std::nullopt;
+  const bool q4 = format == WeightFormat::q4_g64;
+  const std::string kernel = q4 ? "expert_q4_decode" : dense ? "dense_q8_decode" : "expert_q8_decode";
+  const KernelThroughputPoint* best = nullptr;
+  for (const KernelThroughputPoint& p : profile.measurements.kernel_tuning->points) {
+    if (p.kernel != kernel || p.gb_per_s.median <= 0) continue;
+    if (!best || std::abs(p.threads - threads) < std::abs(best->threads - threads)) best = &p;
+  }
+  if (!best) return std::nullopt;
+  return Bandwidth{best->gb_per_s.median, kernel + " " + fixed(best->gb_per_s.median, 1) + " GB/s (measured at " +
+                                              std::to_string(best->threads) + " threads)"};
+}
+
 struct ComputeRate {
   double macs_per_s = 0;  // int8 multiply-adds per second
   std::string text;
@@ -244,8 +263,16 @@ SpeedPrediction predict_speed(const DeviceProfile& profile, const ModelFootprint
   const std::optional<StepCost> step = vram ? std::nullopt : parallel_step_cost(profile, plan.threads);
   const int steps = cpu_decode_parallel_steps(fp);
   const double steps_s = step ? steps * step->seconds : 0.0;
-  const double decode_s = resident / (ram->gb_per_s * 1e9) + missed / (disk_gbs * 1e9) +
-                          (vram ? in_vram / (vram->gb_per_s * 1e9) : 0.0) + steps_s;
+  // Weights stream at the RAM bandwidth or at the kernel's own rate, whichever is lower.
+  const std::optional<WeightFormat> dense_format = quantized_format(fp.dense_format);
+  const auto expert_kernel = decode_kernel_rate(profile, fp.expert_format, false, plan.threads);
+  const auto dense_kernel = dense_format ? decode_kernel_rate(profile, *dense_format, true, plan.threads) : std::nullopt;
+  auto streams_at = [&](const std::optional<Bandwidth>& kernel) {
+    return kernel ? std::min(kernel->gb_per_s, ram->gb_per_s) : ram->gb_per_s;
+  };
+  const double ram_s = static_cast<double>(dense) / (streams_at(dense_kernel) * 1e9) +
+                       static_cast<double>(kv) / (ram->gb_per_s * 1e9) + experts / (streams_at(expert_kernel) * 1e9);
+  const double decode_s = ram_s + missed / (disk_gbs * 1e9) + (vram ? in_vram / (vram->gb_per_s * 1e9) : 0.0) + steps_s;
   s.decode_tok_per_s = 1.0 / decode_s;
   s.decode_inputs = "resident " + format_bytes(static_cast<u64>(resident)) + "/token (dense " + format_bytes(dense) +
                     " + KV at " + (decode_depth >= 0 ? "depth " + std::to_string(depth) : "ctx/2") + " " + format_bytes(kv) + " + " + fixed(layers, 0) + " layers x top_k " +
@@ -256,6 +283,8 @@ SpeedPrediction predict_speed(const DeviceProfile& profile, const ModelFootprint
                     (vram ? " + VRAM " + format_bytes(static_cast<u64>(in_vram)) + "/token (share " +
                                 fixed(vram_share, 3) + ") / " + vram->text
                           : "") +
+                    (expert_kernel ? "; experts at most " + expert_kernel->text : "") +
+                    (dense_kernel ? "; dense at most " + dense_kernel->text : "") +
                     (vram   ? ""
                      : step ? " + " + std::to_string(steps) + " parallel steps x " + step->text
                             : " (OpenMP step costs not in this profile: re-probe to price " + std::to_string(steps) +

@@ -348,6 +348,32 @@ TEST(PlanSpeed, PrefillIsComputeBoundAtTheTunedGemmRate) {
   EXPECT_NE(rough.prefill_inputs.find("no timed prefill kernel"), std::string::npos) << rough.prefill_inputs;
 }
 
+// Issue 15: decode streams weights no faster than the engine's own GEMV does
+// at the plan's team size (the tuning phase's expert_q4_decode), when that is
+// below the RAM bandwidth: a few cores cannot drain the bus.
+TEST(PlanSpeed, DecodeExpertsStreamAtMostAtTheTunedKernelRate) {
+  const ModelFootprint fp = qwen3();  // int4 experts, source dense
+  Plan plan = h200_qwen3_plan().plan;
+  plan.cap = fp.n_experts;
+  plan.threads = 8;
+  DeviceProfile profile = measured_profile(10);
+  const SpeedPrediction ram_only = predict_speed(profile, fp, plan);
+  KernelTuning tuning{"avx512vnni", 1ull << 30, 1, "", {}};
+  KernelThroughputPoint slow{"expert_q4_decode", 768, 2048, 1, 24, "kind0:8c", 8, CpuSet({0, 1, 2, 3, 4, 5, 6, 7}), false,
+                             {3, 5, 5, 5, 0}, {3, 100, 100, 100, 0}};
+  tuning.points.push_back(slow);
+  profile.measurements.kernel_tuning = tuning;
+  const SpeedPrediction capped = predict_speed(profile, fp, plan);
+  ASSERT_TRUE(ram_only.available && capped.available);
+  const double experts = static_cast<double>(fp.moe_layer_count()) * fp.top_k * static_cast<double>(fp.expert().record_bytes);
+  EXPECT_NEAR(1 / capped.decode_tok_per_s - 1 / ram_only.decode_tok_per_s, experts * (1 / 5e9 - 1 / 10e9), 1e-12);
+  EXPECT_NE(capped.decode_inputs.find("experts at most expert_q4_decode 5.0 GB/s (measured at 8 threads)"), std::string::npos)
+      << capped.decode_inputs;
+  // A kernel faster than the RAM changes nothing: the bus bounds it.
+  profile.measurements.kernel_tuning->points[0].gb_per_s = {3, 50, 50, 50, 0};
+  EXPECT_DOUBLE_EQ(predict_speed(profile, fp, plan).decode_tok_per_s, ram_only.decode_tok_per_s);
+}
+
 TEST(PlanSpeed, QuickProfileSaysToMeasureInsteadOfGuessing) {
   DeviceProfile quick = h200();
   quick.measurements = {};
