@@ -218,6 +218,89 @@ double expected_hit_rate(const ModelFootprint& fp, int cap, const experts::Usage
   return layers > 0 ? sum / layers : uniform;
 }
 
+namespace {
+
+// What both predictions read: the measured rates the plan needs and the
+// expert cache's expected behaviour.
+struct PlanRates {
+  Bandwidth ram;
+  std::optional<Bandwidth> disk, vram;
+  double miss = 0;        // share of expert reads that go to disk
+  double vram_share = 0;  // share of expert reads served from VRAM
+  double disk_gbs() const { return disk ? disk->gb_per_s : 1.0; }  // unused when nothing misses
+};
+
+// Decode: seconds per token as planner/README.md's formula says, and its inputs.
+void predict_decode(const DeviceProfile& profile, const ModelFootprint& fp, const Plan& plan, const PlanRates& r,
+                    int decode_depth, SpeedPrediction& s) {
+  const double layers = static_cast<double>(fp.moe_layer_count()), top_k = fp.top_k;
+  const u64 stride = fp.expert().record_stride, record = fp.expert().record_bytes;
+  // The KV cache of `depth` positions (the mean of a full context, ctx / 2, unless asked).
+  const int depth = decode_depth >= 0 ? decode_depth : plan.ctx / 2;
+  const u64 dense = dense_bytes_per_token(fp), kv = kv_cache_bytes(fp.config, depth, plan.kv_type);
+  const double experts = layers * top_k * (1.0 - r.vram_share) * static_cast<double>(record);
+  const double in_vram = layers * top_k * r.vram_share * static_cast<double>(record);
+  const double resident = static_cast<double>(dense + kv) + experts;
+  const double missed = layers * top_k * r.miss * static_cast<double>(stride);
+  // OpenMP's fixed costs, for a plan the CPU engine runs alone.
+  const std::optional<StepCost> step = r.vram ? std::nullopt : parallel_step_cost(profile, plan.threads);
+  const int steps = cpu_decode_parallel_steps(fp);
+  // Weights stream at the RAM bandwidth or at the kernel's own rate, whichever is lower.
+  const std::optional<WeightFormat> dense_format = quantized_format(fp.dense_format);
+  const auto expert_kernel = decode_kernel_rate(profile, fp.expert_format, false, plan.threads);
+  const auto dense_kernel = dense_format ? decode_kernel_rate(profile, *dense_format, true, plan.threads) : std::nullopt;
+  auto streams_at = [&](const std::optional<Bandwidth>& kernel) {
+    return kernel ? std::min(kernel->gb_per_s, r.ram.gb_per_s) : r.ram.gb_per_s;
+  };
+  const double ram_s = static_cast<double>(dense) / (streams_at(dense_kernel) * 1e9) +
+                       static_cast<double>(kv) / (r.ram.gb_per_s * 1e9) + experts / (streams_at(expert_kernel) * 1e9);
+  s.decode_tok_per_s = 1.0 / (ram_s + missed / (r.disk_gbs() * 1e9) + (r.vram ? in_vram / (r.vram->gb_per_s * 1e9) : 0.0) +
+                              (step ? steps * step->seconds : 0.0));
+  s.decode_inputs = "resident " + format_bytes(static_cast<u64>(resident)) + "/token (dense " + format_bytes(dense) +
+                    " + KV at " + (decode_depth >= 0 ? "depth " + std::to_string(depth) : "ctx/2") + " " + format_bytes(kv) +
+                    " + " + fixed(layers, 0) + " layers x top_k " + fixed(top_k, 0) + " x " + format_bytes(record) +
+                    (r.vram ? " x RAM share " + fixed(1.0 - r.vram_share, 3) : "") + ") / " + r.ram.text + " + missed " +
+                    format_bytes(static_cast<u64>(missed)) + "/token (miss rate " + fixed(r.miss, 3) + ")" +
+                    (r.disk ? " / " + r.disk->text : "") +
+                    (r.vram ? " + VRAM " + format_bytes(static_cast<u64>(in_vram)) + "/token (share " +
+                                  fixed(r.vram_share, 3) + ") / " + r.vram->text
+                            : "") +
+                    (expert_kernel ? "; experts at most " + expert_kernel->text : "") +
+                    (dense_kernel ? "; dense at most " + dense_kernel->text : "") +
+                    (r.vram ? ""
+                     : step ? " + " + std::to_string(steps) + " parallel steps x " + step->text
+                            : " (OpenMP step costs not in this profile: re-probe to price " + std::to_string(steps) +
+                                  " parallel steps per token)");
+}
+
+// Prefill: a round of R tokens reads the dense weights once and each distinct
+// expert it touches once (uniform routing: n(1 - (1-1/n)^(R k))), and, where
+// the tuning phase timed the engine's expert GEMM, multiplies every active
+// weight once per token at that rate; it takes the longer of the two.
+void predict_prefill(const DeviceProfile& profile, const ModelFootprint& fp, const Plan& plan, const PlanRates& r,
+                     SpeedPrediction& s) {
+  const double layers = static_cast<double>(fp.moe_layer_count()), top_k = fp.top_k;
+  const double n = fp.n_experts, round = plan.prefill_round_tokens;
+  const u64 dense = dense_bytes_per_token(fp);
+  const double distinct = n * (1.0 - std::pow(1.0 - 1.0 / n, round * top_k));
+  const double round_ram = static_cast<double>(dense) + layers * distinct * static_cast<double>(fp.expert().record_bytes);
+  const double round_disk = layers * distinct * r.miss * static_cast<double>(fp.expert().record_stride);
+  const double memory_s = round_ram / (r.ram.gb_per_s * 1e9) + round_disk / (r.disk_gbs() * 1e9);
+  const std::string memory_text = "rounds of " + fixed(round, 0) + " tokens, each reading dense " + format_bytes(dense) +
+                                  " + " + fixed(distinct, 1) + " distinct experts x " + fixed(layers, 0) +
+                                  " layers, of which " + fixed(r.miss * 100, 1) + "% from disk";
+  const int prefill_threads = plan.prefill_threads > 0 ? plan.prefill_threads : plan.threads;
+  const auto compute = r.vram ? std::nullopt : prefill_compute_rate(profile, fp.expert_format, prefill_threads);
+  const double compute_s = compute ? round * prefill_macs_per_token(fp) / compute->macs_per_s : 0.0;
+  s.prefill_tok_per_s = round / std::max(memory_s, compute_s);
+  s.prefill_inputs =
+      compute ? "the longer of compute, " + fixed(prefill_macs_per_token(fp) / 1e9, 2) + " GMAC per token / " +
+                    compute->text + ", and memory, " + memory_text
+              : "rough, bandwidth only (no timed prefill kernel in this profile: real prefill is slower): " + memory_text;
+}
+
+}  // namespace
+
 SpeedPrediction predict_speed(const DeviceProfile& profile, const ModelFootprint& fp, const Plan& plan,
                               const experts::UsageHistory* history, int decode_depth) {
   SpeedPrediction s;
@@ -226,93 +309,30 @@ SpeedPrediction predict_speed(const DeviceProfile& profile, const ModelFootprint
   const int layers_n = std::max<int>(1, static_cast<int>(fp.moe_layer_count()));
   const int vram_per_layer = static_cast<int>(std::lround(static_cast<double>(plan.gpu.vram_slots()) / layers_n));
   s.hit_rate = expected_hit_rate(fp, std::min(fp.n_experts, plan.cap + vram_per_layer), history, s.hit_rate_inputs);
-  const double vram_share = std::min(plan.gpu.vram_share, s.hit_rate);
-  std::optional<Bandwidth> vram;
+  PlanRates rates;
+  rates.vram_share = std::min(plan.gpu.vram_share, s.hit_rate);
   if (plan.gpu.vram_slots() > 0) {
-    vram = vram_bandwidth(profile, fp, plan.gpu);
-    if (!vram) {
+    rates.vram = vram_bandwidth(profile, fp, plan.gpu);
+    if (!rates.vram) {
       s.unavailable = "no measured GPU GEMV bandwidth for " + plan.gpu.device.gpu.describe() + ": run coli-probe --gpu-selftest";
       return s;
     }
   }
-  const u64 stride = fp.expert().record_stride, record = fp.expert().record_bytes;
   const auto ram = ram_bandwidth(profile, plan.threads);
-  const auto disk = disk_bandwidth(profile, stride);
+  rates.disk = disk_bandwidth(profile, fp.expert().record_stride);
   // A plan that streams needs the disk figure; one that holds every expert does not.
   if (!ram) {
     s.unavailable = kNoMeasuredBandwidth;
     return s;
   }
-  if (plan.streaming() && s.hit_rate < 1.0 && !disk) {
+  if (plan.streaming() && s.hit_rate < 1.0 && !rates.disk) {
     s.unavailable = missing_disk_bandwidth(profile);
     return s;
   }
-  const double layers = static_cast<double>(fp.moe_layer_count()), top_k = fp.top_k;
-  const bool streams = plan.streaming() && s.hit_rate < 1.0;
-  const double miss = streams ? 1.0 - s.hit_rate : 0.0;
-  const double disk_gbs = disk ? disk->gb_per_s : 1.0;  // unused when nothing misses
-
-  // Decode: the KV cache of `depth` positions (the mean of a full context, ctx / 2, unless asked).
-  const int depth = decode_depth >= 0 ? decode_depth : plan.ctx / 2;
-  const u64 dense = dense_bytes_per_token(fp), kv = kv_cache_bytes(fp.config, depth, plan.kv_type);
-  const double experts = layers * top_k * (1.0 - vram_share) * static_cast<double>(record);
-  const double in_vram = layers * top_k * vram_share * static_cast<double>(record);
-  const double resident = static_cast<double>(dense + kv) + experts;
-  const double missed = layers * top_k * miss * static_cast<double>(stride);
-  // OpenMP's fixed costs, for a plan the CPU engine runs alone.
-  const std::optional<StepCost> step = vram ? std::nullopt : parallel_step_cost(profile, plan.threads);
-  const int steps = cpu_decode_parallel_steps(fp);
-  const double steps_s = step ? steps * step->seconds : 0.0;
-  // Weights stream at the RAM bandwidth or at the kernel's own rate, whichever is lower.
-  const std::optional<WeightFormat> dense_format = quantized_format(fp.dense_format);
-  const auto expert_kernel = decode_kernel_rate(profile, fp.expert_format, false, plan.threads);
-  const auto dense_kernel = dense_format ? decode_kernel_rate(profile, *dense_format, true, plan.threads) : std::nullopt;
-  auto streams_at = [&](const std::optional<Bandwidth>& kernel) {
-    return kernel ? std::min(kernel->gb_per_s, ram->gb_per_s) : ram->gb_per_s;
-  };
-  const double ram_s = static_cast<double>(dense) / (streams_at(dense_kernel) * 1e9) +
-                       static_cast<double>(kv) / (ram->gb_per_s * 1e9) + experts / (streams_at(expert_kernel) * 1e9);
-  const double decode_s = ram_s + missed / (disk_gbs * 1e9) + (vram ? in_vram / (vram->gb_per_s * 1e9) : 0.0) + steps_s;
-  s.decode_tok_per_s = 1.0 / decode_s;
-  s.decode_inputs = "resident " + format_bytes(static_cast<u64>(resident)) + "/token (dense " + format_bytes(dense) +
-                    " + KV at " + (decode_depth >= 0 ? "depth " + std::to_string(depth) : "ctx/2") + " " + format_bytes(kv) + " + " + fixed(layers, 0) + " layers x top_k " +
-                     fixed(top_k, 0) + " x " + format_bytes(record) +
-                    (vram ? " x RAM share " + fixed(1.0 - vram_share, 3) : "") + ") / " + ram->text + " + missed " +
-                    format_bytes(static_cast<u64>(missed)) + "/token (miss rate " + fixed(miss, 3) + ")" +
-                    (disk ? " / " + disk->text : "") +
-                    (vram ? " + VRAM " + format_bytes(static_cast<u64>(in_vram)) + "/token (share " +
-                                fixed(vram_share, 3) + ") / " + vram->text
-                          : "") +
-                    (expert_kernel ? "; experts at most " + expert_kernel->text : "") +
-                    (dense_kernel ? "; dense at most " + dense_kernel->text : "") +
-                    (vram   ? ""
-                     : step ? " + " + std::to_string(steps) + " parallel steps x " + step->text
-                            : " (OpenMP step costs not in this profile: re-probe to price " + std::to_string(steps) +
-                                  " parallel steps per token)");
-
-  // Prefill, rough: one round of R tokens reads the dense weights once and
-  // each distinct expert it touches once (uniform routing: n(1 - (1-1/n)^(R k))).
-  // Bandwidth only: it ignores compute, which usually bounds prefill, so
-  // real prefill is slower; it says whether the disk or RAM would cap it.
-  const double n = fp.n_experts, round = plan.prefill_round_tokens;
-  const double distinct = n * (1.0 - std::pow(1.0 - 1.0 / n, round * top_k));
-  const double round_ram = static_cast<double>(dense) + layers * distinct * static_cast<double>(record);
-  const double round_disk = layers * distinct * miss * static_cast<double>(stride);
-  const double memory_s = round_ram / (ram->gb_per_s * 1e9) + round_disk / (disk_gbs * 1e9);
-  const std::string memory_text = "rounds of " + fixed(round, 0) + " tokens, each reading dense " + format_bytes(dense) +
-                                  " + " + fixed(distinct, 1) + " distinct experts x " + fixed(layers, 0) +
-                                  " layers, of which " + fixed(miss * 100, 1) + "% from disk";
-  // Compute, where the tuning phase timed the engine's expert GEMM: every
-  // active weight's multiply-add per token at that rate. A round takes the
-  // longer of its compute and its reads.
-  const int prefill_threads = plan.prefill_threads > 0 ? plan.prefill_threads : plan.threads;
-  const auto compute = vram ? std::nullopt : prefill_compute_rate(profile, fp.expert_format, prefill_threads);
-  const double compute_s = compute ? round * prefill_macs_per_token(fp) / compute->macs_per_s : 0.0;
-  s.prefill_tok_per_s = round / std::max(memory_s, compute_s);
-  s.prefill_inputs =
-      compute ? "the longer of compute, " + fixed(prefill_macs_per_token(fp) / 1e9, 2) + " GMAC per token / " +
-                    compute->text + ", and memory, " + memory_text
-              : "rough, bandwidth only (no timed prefill kernel in this profile: real prefill is slower): " + memory_text;
+  rates.ram = *ram;
+  rates.miss = plan.streaming() && s.hit_rate < 1.0 ? 1.0 - s.hit_rate : 0.0;
+  predict_decode(profile, fp, plan, rates, decode_depth, s);
+  predict_prefill(profile, fp, plan, rates, s);
   s.available = true;
   return s;
 }
