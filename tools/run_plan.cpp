@@ -6,6 +6,7 @@
 #include "coli/base/files.h"
 #include "coli/base/process_memory.h"
 #include "coli/base/text.h"
+#include "coli/base/weight_memory.h"
 #include "coli/experts/usage_history.h"
 #include "coli/model/model_config.h"
 #include "coli/planner/footprint.h"
@@ -60,6 +61,10 @@ void print_rss_kinds() {
       std::printf("  %s %.*s\n", field, static_cast<int>(value.size()), value.data());
     }
   }
+  // Whether the weights could get huge pages (coli/base/weight_memory.h), for
+  // anyone comparing decode speed with the probe's bandwidth.
+  std::printf("  transparent huge pages: %s; weights advised: %s\n", transparent_huge_page_mode().c_str(),
+              weight_memory_huge_pages() ? "yes" : "no (COLI_HUGE_PAGES=off)");
 }
 
 // The RAM a run may take, read fresh: the live headroom (meminfo and cgroup
