@@ -1,6 +1,8 @@
 #include "sampler.h"
 
 #include <algorithm>
+#include <cstddef>
+#include <functional>
 #include <cmath>
 #include <string>
 #include <utility>
@@ -18,6 +20,41 @@ Status check_sampling(const SamplingOptions& options) {
   return Ok{};
 }
 
+namespace {
+
+using Candidate = std::pair<double, std::int32_t>;  // (weight, token), most probable first by std::greater
+
+// The nucleus: the most probable candidates, in order, until they hold
+// top_p of `total` (at least one). Only as many are sorted as it needs (a
+// full sort of a 150k vocabulary each token cost more than the token's
+// forward pass on small models): the top k by std::partial_sort, k growing
+// until its mass suffices. The comparator orders every pair strictly, so
+// the prefix is the one a full sort would give.
+std::size_t sort_nucleus(std::vector<Candidate>& candidates, double top_p, double total) {
+  for (std::size_t k = std::min<std::size_t>(candidates.size(), 64);; k = std::min(candidates.size(), 4 * k)) {
+    std::partial_sort(candidates.begin(), candidates.begin() + static_cast<std::ptrdiff_t>(k), candidates.end(),
+                      std::greater<>());
+    double kept = candidates.front().first;
+    std::size_t count = 1;
+    while (count < k && kept < top_p * total) kept += candidates[count++].first;
+    if (kept >= top_p * total || k == candidates.size()) return count;
+  }
+}
+
+// A token drawn with probability weight / sum of the weights of candidates[0, count).
+std::int32_t draw(const std::vector<Candidate>& candidates, std::size_t count, std::mt19937_64& rng) {
+  double kept = 0;
+  for (std::size_t i = 0; i < count; ++i) kept += candidates[i].first;
+  double target = std::uniform_real_distribution<double>(0, kept)(rng);
+  for (std::size_t i = 0; i < count; ++i) {
+    target -= candidates[i].first;
+    if (target <= 0) return candidates[i].second;
+  }
+  return candidates[count - 1].second;
+}
+
+}  // namespace
+
 Result<std::int32_t> Sampler::pick(std::span<const float> logits) {
   std::size_t best = logits.size();
   for (std::size_t i = 0; i < logits.size(); ++i) {
@@ -26,7 +63,8 @@ Result<std::int32_t> Sampler::pick(std::span<const float> logits) {
   if (best == logits.size()) return make_error("the model produced no finite logit: its weights or the run are broken");
   if (options_.temperature <= 0) return static_cast<std::int32_t>(best);
   const double peak = logits[best];
-  std::vector<std::pair<double, std::int32_t>> candidates;
+  std::vector<Candidate> candidates;
+  candidates.reserve(logits.size());
   double total = 0;
   for (std::size_t i = 0; i < logits.size(); ++i) {
     if (!std::isfinite(logits[i])) continue;
@@ -34,17 +72,9 @@ Result<std::int32_t> Sampler::pick(std::span<const float> logits) {
     candidates.emplace_back(p, static_cast<std::int32_t>(i));
     total += p;
   }
-  std::sort(candidates.begin(), candidates.end(), std::greater<>());
-  // The nucleus: the most probable tokens until top_p of the mass, at least one.
-  double kept = candidates.front().first;
-  std::size_t count = 1;
-  while (count < candidates.size() && kept < options_.top_p * total) kept += candidates[count++].first;
-  double target = std::uniform_real_distribution<double>(0, kept)(rng_);
-  for (std::size_t i = 0; i < count; ++i) {
-    target -= candidates[i].first;
-    if (target <= 0) return candidates[i].second;
-  }
-  return candidates[count - 1].second;
+  // top_p 1 keeps every token: no order is needed to draw from all of them.
+  const std::size_t count = options_.top_p >= 1 ? candidates.size() : sort_nucleus(candidates, options_.top_p, total);
+  return draw(candidates, count, rng_);
 }
 
 }  // namespace coli::tools

@@ -3,6 +3,7 @@
 // and never make it read past the candidates; greedy is the finite argmax.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -48,6 +49,36 @@ TEST(Sampler, NonFiniteLogitsNeverWinAndTinyTopPKeepsOneToken) {
     ASSERT_TRUE(picked.ok());
     EXPECT_TRUE(*picked == 1 || *picked == 2 || *picked == 5) << *picked;
   }
+}
+
+// top_p 1 draws from every token without ordering them (a sort of the whole
+// vocabulary each token cost more than a small model's forward pass): the
+// frequencies still follow the probabilities. Logits 0 and ln 3 at
+// temperature 1 are 1 : 3; the seed fixes the draws, so the bounds are not flaky.
+TEST(Sampler, FullNucleusDrawsInProportionWithoutSorting) {
+  Sampler sampler({1.0, 1.0, 11});
+  const std::vector<float> logits{0.0f, std::log(3.0f)};
+  int ones = 0;
+  constexpr int kDraws = 4000;
+  for (int i = 0; i < kDraws; ++i) ones += *sampler.pick(logits) == 1;
+  EXPECT_NEAR(static_cast<double>(ones) / kDraws, 0.75, 0.03);
+}
+
+// The nucleus past the first 64 candidates it sorts: 100 equally likely
+// tokens and 4900 unlikely ones (e^-30 each); top_p 0.95 keeps 96 of the 100
+// (95 fall short of 0.95 of the total by the tail's tiny mass; ties go to the
+// higher index, as the full sort ordered them), never the rest.
+TEST(Sampler, NucleusLargerThanTheFirstSortedBlockKeepsExactlyItsTokens) {
+  std::vector<float> logits(5000, 0.0f);
+  for (int i = 0; i < 100; ++i) logits[static_cast<std::size_t>(i)] = 30.0f;
+  Sampler sampler({1.0, 0.95, 3});
+  int lowest = 5000, highest = -1;
+  for (int i = 0; i < 3000; ++i) {
+    const int picked = *sampler.pick(logits);
+    lowest = std::min(lowest, picked), highest = std::max(highest, picked);
+  }
+  EXPECT_EQ(lowest, 4);
+  EXPECT_EQ(highest, 99);
 }
 
 TEST(Sampler, NoFiniteLogitIsAnError) {
