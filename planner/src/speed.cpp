@@ -122,6 +122,18 @@ int cpu_decode_parallel_steps(const ModelFootprint& fp) {
   return layers * 3 + moe * per_moe + (layers - moe) * 2 + 1;
 }
 
+// The point measured at the team size nearest `threads` among those `usable`
+// accepts (the first of equally near ones), or null.
+template <class Point, class Usable>
+const Point* nearest_team(const std::vector<Point>& points, int threads, const Usable& usable) {
+  const Point* best = nullptr;
+  for (const Point& p : points) {
+    if (!usable(p)) continue;
+    if (!best || std::abs(p.threads - threads) < std::abs(best->threads - threads)) best = &p;
+  }
+  return best;
+}
+
 struct StepCost {
   double seconds = 0;  // one parallel step: a region plus its threads reading what the calling thread wrote
   std::string text;
@@ -130,10 +142,8 @@ struct StepCost {
 // The probe's OpenMP costs at the team size nearest the plan's.
 std::optional<StepCost> parallel_step_cost(const DeviceProfile& profile, int threads) {
   if (!profile.measurements.parallel_overhead) return std::nullopt;
-  const ParallelOverheadPoint* best = nullptr;
-  for (const ParallelOverheadPoint& p : profile.measurements.parallel_overhead->points) {
-    if (!best || std::abs(p.threads - threads) < std::abs(best->threads - threads)) best = &p;
-  }
+  const ParallelOverheadPoint* best =
+      nearest_team(profile.measurements.parallel_overhead->points, threads, [](const ParallelOverheadPoint&) { return true; });
   if (!best) return std::nullopt;
   const double us = best->region_us + best->broadcast_us;
   return StepCost{us * 1e-6, fixed(us) + " us per step (region " + fixed(best->region_us) + " + broadcast read " +
@@ -150,11 +160,10 @@ std::optional<Bandwidth> decode_kernel_rate(const DeviceProfile& profile, Weight
   if (!profile.measurements.kernel_tuning || !traits(format).quantized) return std::nullopt;
   const bool q4 = format == WeightFormat::q4_g64;
   const std::string kernel = q4 ? "expert_q4_decode" : dense ? "dense_q8_decode" : "expert_q8_decode";
-  const KernelThroughputPoint* best = nullptr;
-  for (const KernelThroughputPoint& p : profile.measurements.kernel_tuning->points) {
-    if (p.kernel != kernel || p.gb_per_s.median <= 0) continue;
-    if (!best || std::abs(p.threads - threads) < std::abs(best->threads - threads)) best = &p;
-  }
+  const KernelThroughputPoint* best = nearest_team(profile.measurements.kernel_tuning->points, threads,
+                                                   [&](const KernelThroughputPoint& p) {
+                                                     return p.kernel == kernel && p.gb_per_s.median > 0;
+                                                   });
   if (!best) return std::nullopt;
   return Bandwidth{best->gb_per_s.median, kernel + " " + fixed(best->gb_per_s.median, 1) + " GB/s (measured at " +
                                               std::to_string(best->threads) + " threads)"};
@@ -172,11 +181,10 @@ struct ComputeRate {
 std::optional<ComputeRate> prefill_compute_rate(const DeviceProfile& profile, WeightFormat experts, int threads) {
   if (!profile.measurements.kernel_tuning) return std::nullopt;
   const std::string kernel = experts == WeightFormat::q4_g64 ? "expert_q4_prefill" : "expert_q8_prefill";
-  const KernelThroughputPoint* best = nullptr;
-  for (const KernelThroughputPoint& p : profile.measurements.kernel_tuning->points) {
-    if (p.kernel != kernel || p.batch < 1 || p.tokens_per_s.median <= 0) continue;
-    if (!best || std::abs(p.threads - threads) < std::abs(best->threads - threads)) best = &p;
-  }
+  const KernelThroughputPoint* best = nearest_team(profile.measurements.kernel_tuning->points, threads,
+                                                   [&](const KernelThroughputPoint& p) {
+                                                     return p.kernel == kernel && p.batch >= 1 && p.tokens_per_s.median > 0;
+                                                   });
   if (!best) return std::nullopt;
   const double macs_per_call = static_cast<double>(best->matrices) * best->rows * best->cols;
   const double rate = macs_per_call * best->tokens_per_s.median / best->batch;
