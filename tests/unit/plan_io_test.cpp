@@ -244,6 +244,23 @@ DeviceProfile measured_profile(double gbs) {
   return p;
 }
 
+// The Qwen3 plan with every expert resident (RAM bandwidth only, no disk) on `threads` threads.
+Plan resident_qwen3_plan(int threads) {
+  Plan plan = h200_qwen3_plan().plan;
+  plan.cap = qwen3().n_experts;
+  plan.threads = threads;
+  return plan;
+}
+
+// One tuning-phase point of `kernel` on 8 threads (PUs 0-7), as the probe records it.
+KernelTuning tuned_on_8_threads(const char* kernel, int rows, int batch, int matrices, SampleStats gb_per_s,
+                                SampleStats tokens_per_s) {
+  KernelTuning tuning{"avx512vnni", 1ull << 30, 1, "", {}};
+  tuning.points.push_back({kernel, rows, 2048, batch, matrices, "kind0:8c", 8, CpuSet({0, 1, 2, 3, 4, 5, 6, 7}), false,
+                           gb_per_s, tokens_per_s});
+  return tuning;
+}
+
 TEST(PlanSpeed, UsesNearestThreadsAndRecordSizedRandomReads) {
   const ModelFootprint fp = qwen3();
   Plan plan = h200_qwen3_plan().plan;
@@ -289,8 +306,7 @@ TEST(PlanSpeed, TiedEmbeddingsAreReadWholeEveryToken) {
 
 TEST(PlanSpeed, DecodeDepthPricesThatManyKvPositions) {
   const ModelFootprint fp = qwen3();
-  Plan plan = h200_qwen3_plan().plan;
-  plan.cap = fp.n_experts;
+  const Plan plan = resident_qwen3_plan(h200_qwen3_plan().plan.threads);
   const SpeedPrediction at0 = predict_speed(measured_profile(10), fp, plan, nullptr, 0);
   const SpeedPrediction at4k = predict_speed(measured_profile(10), fp, plan, nullptr, 4096);
   ASSERT_TRUE(at0.available && at4k.available);
@@ -306,9 +322,7 @@ TEST(PlanSpeed, DecodeDepthPricesThatManyKvPositions) {
 // + the lm_head = 337 steps.
 TEST(PlanSpeed, ParallelStepsCostWhatTheProbeMeasuredAtTheTeamSize) {
   const ModelFootprint fp = qwen3();
-  Plan plan = h200_qwen3_plan().plan;
-  plan.cap = fp.n_experts;
-  plan.threads = 15;
+  const Plan plan = resident_qwen3_plan(15);
   const DeviceProfile without = measured_profile(10);
   DeviceProfile with = without;
   with.measurements.parallel_overhead = ParallelOverhead{100, {{1, 0.5, 0.2, 2.0}, {16, 4.54, 1.48, 4.24}}};
@@ -326,17 +340,11 @@ TEST(PlanSpeed, ParallelStepsCostWhatTheProbeMeasuredAtTheTeamSize) {
 // expert GEMM timed, a round takes the longer of compute and reads.
 TEST(PlanSpeed, PrefillIsComputeBoundAtTheTunedGemmRate) {
   const ModelFootprint fp = qwen3();
-  Plan plan = h200_qwen3_plan().plan;
-  plan.cap = fp.n_experts;
-  plan.threads = 8;
+  const Plan plan = resident_qwen3_plan(8);
   DeviceProfile profile = measured_profile(10);
   const SpeedPrediction rough = predict_speed(profile, fp, plan);
-  KernelTuning tuning{"avx512vnni", 1ull << 30, 1, "", {}};
-  KernelThroughputPoint point{"expert_q4_prefill", 1024, 2048, 32, 768, "kind0:8c", 8, CpuSet({0, 1, 2, 3, 4, 5, 6, 7}), false,
-                              {}, {}};
-  point.tokens_per_s = {3, 100, 100, 100, 0};  // slow enough that compute, not the reads, bounds the round
-  tuning.points.push_back(point);
-  profile.measurements.kernel_tuning = tuning;
+  // 100 tokens/s: slow enough that compute, not the reads, bounds the round.
+  profile.measurements.kernel_tuning = tuned_on_8_threads("expert_q4_prefill", 1024, 32, 768, {}, {3, 100, 100, 100, 0});
   const SpeedPrediction timed = predict_speed(profile, fp, plan);
   ASSERT_TRUE(rough.available && timed.available);
   const double rate = 768.0 * 1024 * 2048 * 100 / 32;  // multiply-adds per second of the timed call
@@ -353,16 +361,10 @@ TEST(PlanSpeed, PrefillIsComputeBoundAtTheTunedGemmRate) {
 // below the RAM bandwidth: a few cores cannot drain the bus.
 TEST(PlanSpeed, DecodeExpertsStreamAtMostAtTheTunedKernelRate) {
   const ModelFootprint fp = qwen3();  // int4 experts, source dense
-  Plan plan = h200_qwen3_plan().plan;
-  plan.cap = fp.n_experts;
-  plan.threads = 8;
+  const Plan plan = resident_qwen3_plan(8);
   DeviceProfile profile = measured_profile(10);
   const SpeedPrediction ram_only = predict_speed(profile, fp, plan);
-  KernelTuning tuning{"avx512vnni", 1ull << 30, 1, "", {}};
-  KernelThroughputPoint slow{"expert_q4_decode", 768, 2048, 1, 24, "kind0:8c", 8, CpuSet({0, 1, 2, 3, 4, 5, 6, 7}), false,
-                             {3, 5, 5, 5, 0}, {3, 100, 100, 100, 0}};
-  tuning.points.push_back(slow);
-  profile.measurements.kernel_tuning = tuning;
+  profile.measurements.kernel_tuning = tuned_on_8_threads("expert_q4_decode", 768, 1, 24, {3, 5, 5, 5, 0}, {3, 100, 100, 100, 0});
   const SpeedPrediction capped = predict_speed(profile, fp, plan);
   ASSERT_TRUE(ram_only.available && capped.available);
   const double experts = static_cast<double>(fp.moe_layer_count()) * fp.top_k * static_cast<double>(fp.expert().record_bytes);
