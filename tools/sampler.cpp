@@ -24,33 +24,36 @@ namespace {
 
 using Candidate = std::pair<double, std::int32_t>;  // (weight, token), most probable first by std::greater
 
+struct Nucleus {
+  std::size_t count = 0;  // candidates[0, count)
+  double mass = 0;        // their weights summed in that order
+};
+
 // The nucleus: the most probable candidates, in order, until they hold
 // top_p of `total` (at least one). Only as many are sorted as it needs (a
 // full sort of a 150k vocabulary each token cost more than the token's
 // forward pass on small models): the top k by std::partial_sort, k growing
 // until its mass suffices. The comparator orders every pair strictly, so
 // the prefix is the one a full sort would give.
-std::size_t sort_nucleus(std::vector<Candidate>& candidates, double top_p, double total) {
+Nucleus sort_nucleus(std::vector<Candidate>& candidates, double top_p, double total) {
   for (std::size_t k = std::min<std::size_t>(candidates.size(), 64);; k = std::min(candidates.size(), 4 * k)) {
     std::partial_sort(candidates.begin(), candidates.begin() + static_cast<std::ptrdiff_t>(k), candidates.end(),
                       std::greater<>());
     double kept = candidates.front().first;
     std::size_t count = 1;
     while (count < k && kept < top_p * total) kept += candidates[count++].first;
-    if (kept >= top_p * total || k == candidates.size()) return count;
+    if (kept >= top_p * total || k == candidates.size()) return {count, kept};
   }
 }
 
-// A token drawn with probability weight / sum of the weights of candidates[0, count).
-std::int32_t draw(const std::vector<Candidate>& candidates, std::size_t count, std::mt19937_64& rng) {
-  double kept = 0;
-  for (std::size_t i = 0; i < count; ++i) kept += candidates[i].first;
-  double target = std::uniform_real_distribution<double>(0, kept)(rng);
-  for (std::size_t i = 0; i < count; ++i) {
+// A token of the nucleus drawn with probability weight / its mass.
+std::int32_t draw(const std::vector<Candidate>& candidates, const Nucleus& nucleus, std::mt19937_64& rng) {
+  double target = std::uniform_real_distribution<double>(0, nucleus.mass)(rng);
+  for (std::size_t i = 0; i < nucleus.count; ++i) {
     target -= candidates[i].first;
     if (target <= 0) return candidates[i].second;
   }
-  return candidates[count - 1].second;
+  return candidates[nucleus.count - 1].second;
 }
 
 }  // namespace
@@ -72,9 +75,10 @@ Result<std::int32_t> Sampler::pick(std::span<const float> logits) {
     candidates.emplace_back(p, static_cast<std::int32_t>(i));
     total += p;
   }
-  // top_p 1 keeps every token: no order is needed to draw from all of them.
-  const std::size_t count = options_.top_p >= 1 ? candidates.size() : sort_nucleus(candidates, options_.top_p, total);
-  return draw(candidates, count, rng_);
+  // top_p 1 keeps every token: no order is needed to draw from all of them,
+  // and their mass is the total, summed in the same order.
+  const Nucleus nucleus = options_.top_p >= 1 ? Nucleus{candidates.size(), total} : sort_nucleus(candidates, options_.top_p, total);
+  return draw(candidates, nucleus, rng_);
 }
 
 }  // namespace coli::tools
