@@ -7,8 +7,9 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <utility>
+
+#include "coli/base/files.h"
 
 namespace coli {
 namespace {
@@ -28,9 +29,9 @@ bool weight_memory_huge_pages() {
 }
 
 std::string transparent_huge_page_mode() {
-  std::ifstream in("/sys/kernel/mm/transparent_hugepage/enabled");
-  std::string line;
-  if (!std::getline(in, line)) return "unknown";
+  const Result<std::string> text = read_text_file("/sys/kernel/mm/transparent_hugepage/enabled");
+  if (!text) return "unknown";
+  const std::string& line = *text;
   // "always [madvise] never": the bracketed word is the mode in force.
   const auto open = line.find('['), close = line.find(']');
   if (open == std::string::npos || close == std::string::npos || close < open) return "unknown";

@@ -5,15 +5,12 @@
 #include <algorithm>
 #include <chrono>
 
+#include "measure/stats.h"
+
 namespace coli::probe {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
 
 template <class Body>
 double raw_time_us(int repetitions, const Body& body) {
@@ -24,7 +21,7 @@ double raw_time_us(int repetitions, const Body& body) {
     body();
     samples.push_back(std::chrono::duration<double, std::micro>(Clock::now() - start).count());
   }
-  return median(std::move(samples));
+  return summarize(std::move(samples)).median;
 }
 
 // Less what reading the clock twice costs (a VM's clock can take as long as the region).
