@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "coli/base/stream_prefetch.h"
 #include "cpu/gemv_cpu.h"
 
 namespace coli::kernels::cpu::detail {
@@ -17,18 +18,9 @@ inline constexpr int kRowAlignment = 16;     // rows per thread block: 64 bytes 
 // weight block is reused this many times while it is in registers/L1.
 inline constexpr int kTokenTile = 4;
 
-// How far ahead of the weights being multiplied the SIMD kernels prefetch.
-// Hardware prefetchers stop at 4 KiB pages and ramp up slowly on the short
-// per-thread row blocks of a decode GEMV; without it one thread's compute and
-// memory time add up instead of overlapping (16-core Xeon, 1 thread: 7.6 ->
-// 11.8 GB/s for q4). Of 0, 1, 2 and 4 KiB, 4 KiB was best; 8 and 16 KiB were
-// within that machine's run-to-run noise. COLI_PREFETCH_BYTES overrides it
-// (read once) to measure other distances at other thread counts.
-std::size_t prefetch_bytes_from_environment();
-inline std::size_t prefetch_bytes() {
-  static const std::size_t bytes = prefetch_bytes_from_environment();
-  return bytes;
-}
+// How far ahead of the weights being multiplied the SIMD kernels prefetch:
+// coli/base/stream_prefetch.h (4 KiB; COLI_PREFETCH_BYTES overrides it).
+inline std::size_t prefetch_bytes() { return stream_prefetch_bytes(); }
 
 inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
 inline std::size_t round_up(std::size_t value, std::size_t multiple) { return (value + multiple - 1) / multiple * multiple; }

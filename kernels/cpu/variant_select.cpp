@@ -107,17 +107,3 @@ Result<CpuKernelVariant> selected_variant() {
 }
 
 }  // namespace coli::kernels::cpu
-
-namespace coli::kernels::cpu::detail {
-
-std::size_t prefetch_bytes_from_environment() {
-  constexpr std::size_t kDefault = 4096, kMost = std::size_t{1} << 20;
-  const char* value = std::getenv("COLI_PREFETCH_BYTES");
-  if (value == nullptr || *value == '\0') return kDefault;
-  char* end = nullptr;
-  const unsigned long long bytes = std::strtoull(value, &end, 10);
-  // Anything but a plain number up to 1 MiB keeps the default: the kernels must run.
-  return *end == '\0' && bytes <= kMost ? static_cast<std::size_t>(bytes) : kDefault;
-}
-
-}  // namespace coli::kernels::cpu::detail

@@ -11,6 +11,7 @@
 #pragma GCC target("avx512f,avx2,fma,f16c")
 
 #include "attention_rows.h"
+#include "coli/base/stream_prefetch.h"
 
 namespace coli::forward::detail {
 namespace {
@@ -80,10 +81,23 @@ inline __m512 load16(const std::byte* row, KvType type, int c) {
   return _mm512_loadu_ps(reinterpret_cast<const float*>(row) + c);
 }
 
+// The cache lines of the row `ahead` bytes past `row`: a head's rows are one
+// contiguous stream, and the hardware prefetchers stop at every 4 KiB page
+// (16 f16 rows of head_dim 128), so without this each thread waits on DRAM
+// at every page of K and V. Past a tile's last row it fetches the next
+// tile's, which the same thread reads next; past the block's end it only
+// warms the next head's rows (a prefetch never faults).
+inline void prefetch_ahead(const std::byte* row, std::uint64_t row_bytes, std::size_t ahead) {
+  if (ahead == 0) return;
+  for (std::uint64_t b = 0; b < row_bytes; b += 64) _mm_prefetch(reinterpret_cast<const char*>(row + ahead + b), _MM_HINT_T0);
+}
+
 // dot's accumulators and order, n % 16 == 0 (no masked tail).
 void dot_rows(const float* q, const std::byte* rows, std::uint64_t row_bytes, KvType type, int count, int n, float* scores) {
+  const std::size_t ahead = stream_prefetch_bytes();
   for (int i = 0; i < count; ++i) {
     const std::byte* row = rows + static_cast<std::uint64_t>(i) * row_bytes;
+    prefetch_ahead(row, row_bytes, ahead);
     __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
     int c = 0;
     for (; c + 32 <= n; c += 32) {
@@ -97,12 +111,15 @@ void dot_rows(const float* q, const std::byte* rows, std::uint64_t row_bytes, Kv
 
 // kChunks x 16 columns of acc from column c: row after row, every column's
 // register its own chain (one chain over the rows was FMA latency-bound).
+// The first pass over the rows (c == 0) prefetches them whole.
 template <int kChunks>
 void axpy_rows_chunks(const float* w, const std::byte* rows, std::uint64_t row_bytes, KvType type, int count, int c, float* acc) {
+  const std::size_t ahead = c == 0 ? stream_prefetch_bytes() : 0;
   __m512 sum[kChunks];
   for (int k = 0; k < kChunks; ++k) sum[k] = _mm512_loadu_ps(acc + c + 16 * k);
   for (int i = 0; i < count; ++i) {
     const std::byte* row = rows + static_cast<std::uint64_t>(i) * row_bytes;
+    prefetch_ahead(row, row_bytes, ahead);
     const __m512 weight = _mm512_set1_ps(w[i]);
     for (int k = 0; k < kChunks; ++k) sum[k] = _mm512_fmadd_ps(weight, load16(row, type, c + 16 * k), sum[k]);
   }
