@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <utility>
 
+#include "coli/base/stream_prefetch.h"
 #include "coli/base/weight_memory.h"
 
 namespace coli {
@@ -45,6 +46,25 @@ TEST(WeightMemory, AbsurdSizesAreAnErrorNamingWhatWasAsked) {
 TEST(WeightMemory, TransparentHugePageModeIsOneTheKernelNames) {
   const std::string mode = transparent_huge_page_mode();
   EXPECT_TRUE(mode == "always" || mode == "madvise" || mode == "never" || mode == "unknown") << mode;
+}
+
+}  // namespace
+}  // namespace coli
+
+namespace coli {
+namespace {
+
+// COLI_PREFETCH_BYTES: a plain number up to 1 MiB is taken as is (0 turns
+// prefetching off); anything else keeps the default, so the kernels still run.
+TEST(StreamPrefetch, TakesPlainByteCountsAndOtherwiseKeepsTheDefault) {
+  EXPECT_EQ(stream_prefetch_bytes_from(nullptr), kDefaultStreamPrefetchBytes);
+  EXPECT_EQ(stream_prefetch_bytes_from(""), kDefaultStreamPrefetchBytes);
+  EXPECT_EQ(stream_prefetch_bytes_from("0"), 0u);
+  EXPECT_EQ(stream_prefetch_bytes_from("2048"), 2048u);
+  EXPECT_EQ(stream_prefetch_bytes_from("1048576"), std::size_t{1} << 20);
+  EXPECT_EQ(stream_prefetch_bytes_from("1048577"), kDefaultStreamPrefetchBytes);
+  EXPECT_EQ(stream_prefetch_bytes_from("4k"), kDefaultStreamPrefetchBytes);
+  EXPECT_EQ(stream_prefetch_bytes_from("-1"), kDefaultStreamPrefetchBytes);
 }
 
 }  // namespace

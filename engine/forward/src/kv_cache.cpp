@@ -15,6 +15,8 @@
 namespace coli::forward {
 namespace {
 
+constexpr std::size_t kAlignment = 64;  // rows start on cache lines when head_dim allows
+
 std::uint16_t float_to_bf16(float value) {
   const std::uint32_t bits = std::bit_cast<std::uint32_t>(value);
   if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((bits >> 16) | 0x40);  // NaN stays NaN
@@ -62,9 +64,9 @@ KvCache::KvCache(int layers, int kv_heads, int head_dim, int capacity, KvType ty
   if (layers < 1 || kv_heads < 1 || head_dim < 1 || capacity < 1) {
     throw std::invalid_argument("KvCache: layers, kv_heads, head_dim and capacity must be positive");
   }
-  auto memory = WeightMemory::allocate(bytes(), "the KV cache");
-  if (!memory) throw std::bad_alloc();
-  memory_ = std::move(*memory);
+  const std::size_t size = (bytes() + kAlignment - 1) / kAlignment * kAlignment;
+  data_.reset(static_cast<std::byte*>(std::aligned_alloc(kAlignment, size)));
+  if (!data_) throw std::bad_alloc();
 }
 
 std::uint64_t KvCache::bytes() const {
@@ -75,7 +77,7 @@ std::uint64_t KvCache::bytes() const {
 std::byte* KvCache::block(int layer, int kind, int kv_head) const {
   const std::uint64_t head_block = static_cast<std::uint64_t>(capacity_) * row_bytes();
   const std::uint64_t index = (static_cast<std::uint64_t>(layer) * 2 + static_cast<std::uint64_t>(kind)) * kv_heads_ + kv_head;
-  return memory_.data() + index * head_block;
+  return data_.get() + index * head_block;
 }
 
 void KvCache::store(int layer, int position, std::span<const float> k, std::span<const float> v) {

@@ -3,16 +3,15 @@
 // for attention stream from one contiguous block (the old [position][kv
 // width] layout strided across heads). Elements are f32, f16 or bf16
 // (coli/base/kv_type.h); values are rounded to nearest-even when stored and
-// widened to f32 when read, and attention accumulates in f32. The memory is
-// WeightMemory (2 MiB-aligned, advised huge pages): at depth, decode streams
-// the KV cache as it streams the weights.
+// widened to f32 when read, and attention accumulates in f32.
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
+#include <memory>
 #include <span>
 
 #include "coli/base/kv_type.h"
-#include "coli/base/weight_memory.h"
 
 namespace coli::forward {
 
@@ -20,8 +19,7 @@ class KvCache {
  public:
   KvCache() = default;
   // Room for `capacity` positions of `layers` layers; the memory is
-  // reserved, pages are touched as positions fill (std::bad_alloc when it
-  // cannot be mapped). bytes() ==
+  // reserved, pages are touched as positions fill. bytes() ==
   // kv_cache_bytes(layers, kv_heads, head_dim, capacity, type).
   KvCache(int layers, int kv_heads, int head_dim, int capacity, KvType type);
 
@@ -43,7 +41,10 @@ class KvCache {
 
  private:
   std::byte* block(int layer, int kind, int kv_head) const;  // kind 0: keys, 1: values
-  WeightMemory memory_;
+  struct Free {
+    void operator()(std::byte* p) const { std::free(p); }
+  };
+  std::unique_ptr<std::byte[], Free> data_;
   int layers_ = 0, kv_heads_ = 0, head_dim_ = 0, capacity_ = 0;
   KvType type_ = KvType::f32;
 };
