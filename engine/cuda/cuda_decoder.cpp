@@ -72,9 +72,9 @@ Status check_model(const gpu::DecoderModel& model, const gpu::DecoderTensor* emb
 
 Result<std::string> select_device(int index) {
   const kernels::cuda::CudaDeviceCount count = kernels::cuda::cuda_device_count();
-  if (count.devices == 0) return make_error("the plan runs on CUDA device " + std::to_string(index) + ", but " + count.reason);
+  if (count.devices == 0) return make_error("the CUDA decoder needs CUDA device " + std::to_string(index) + ", but " + count.reason);
   if (index < 0 || index >= count.devices) {
-    return make_error("the plan runs on CUDA device " + std::to_string(index) + ", but this machine has " +
+    return make_error("the CUDA decoder needs CUDA device " + std::to_string(index) + ", but this machine has " +
                       std::to_string(count.devices) + " (0.." + std::to_string(count.devices - 1) + "): re-plan here");
   }
   if (Status s = cuda_call("cudaSetDevice(" + std::to_string(index) + ")", cudaSetDevice(index)); !s) return s.error();

@@ -145,7 +145,7 @@ TEST(CudaEngineWithoutDevice, SaysWhyItCannotRun) {
   ASSERT_FALSE(model.ok());
   const std::string& message = model.error().message;
 #if COLI_TEST_CUDA
-  EXPECT_NE(message.find("the plan runs on CUDA device 0, but"), std::string::npos) << message;
+  EXPECT_NE(message.find("the CUDA decoder needs CUDA device 0, but"), std::string::npos) << message;
   EXPECT_NE(message.find(why), std::string::npos) << message;
 #else
   EXPECT_NE(message.find("this build has no CUDA backend: rebuild with nvcc (-DCOLI_CUDA=ON)"), std::string::npos)

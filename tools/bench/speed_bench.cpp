@@ -79,7 +79,7 @@ void print_memory(const Config& c) {
   std::printf("%s share %.2f: host dense %s, expert cache %s, KV %s", c.backend.c_str(), c.vram_share,
               coli::format_bytes(s.dense_bytes).c_str(), coli::format_bytes(s.expert_cache_bytes).c_str(),
               coli::format_bytes(s.kv_cache_bytes).c_str());
-  if (c.backend == "vulkan") {
+  if (c.backend != "cpu") {
     std::printf("; %s VRAM %s (dense %s, experts %s, KV %s, activations %s), host-visible %s", s.gpu.device.c_str(),
                 coli::format_bytes(s.gpu.vram_bytes()).c_str(), coli::format_bytes(s.gpu.dense_bytes).c_str(),
                 coli::format_bytes(s.gpu.expert_bytes).c_str(), coli::format_bytes(s.gpu.kv_cache_bytes).c_str(),
@@ -143,7 +143,7 @@ int main(int argc, char** argv) {
   Args args;
   CLI::App app{"coli-speed-bench: prefill and decode tok/s per backend, llama-bench style (-p, -n, -d)"};
   app.add_option("--model", args.model, "Container")->required()->check(CLI::ExistingFile);
-  app.add_option("--backend", args.backends, "Backends, comma-separated (cpu, vulkan)")->delimiter(',')->capture_default_str();
+  app.add_option("--backend", args.backends, "Backends, comma-separated (cpu, vulkan, cuda: all-in-VRAM only)")->delimiter(',')->capture_default_str();
   app.add_option("--vram-share", args.vram_shares, "Shares of each layer's experts in VRAM (vulkan), comma-separated")
       ->delimiter(',')->check(CLI::Range(0.0, 1.0))->capture_default_str();
   app.add_option("--threads", args.threads, "CPU threads")->check(CLI::Range(1, 4096))->capture_default_str();
