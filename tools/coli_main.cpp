@@ -404,7 +404,7 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--kernel", run.options.cpu_kernel, "CPU kernel: " + coli::cpu_kernel_names_text() + " (default: best)")
       ->check(CLI::IsMember(coli::cpu_kernel_names()));
   run_cmd->add_option("--backend", run.options.backend,
-                      "Without --plan/--profile: cpu, vulkan or cuda (the whole decoder on GPU --gpu; cuda: all experts in VRAM)")
+                      "Without --plan/--profile: cpu, vulkan or cuda (the whole decoder on GPU --gpu, every expert in VRAM)")
       ->check(CLI::IsMember({"cpu", "vulkan", "cuda"}))
       ->capture_default_str();
   run_cmd->add_option("--gpu", run.options.gpu_index, "Without --plan/--profile: the GPU's index for --backend vulkan or cuda")

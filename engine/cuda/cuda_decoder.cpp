@@ -61,11 +61,9 @@ Status check_model(const gpu::DecoderModel& model, const gpu::DecoderTensor* emb
     return make_error("top-" + std::to_string(c.num_experts_per_tok) + " of " + std::to_string(c.num_experts) +
                       " experts is not a routing the CUDA decoder runs");
   }
-  if (model.vram_experts.size() != layout.layers ||
-      std::any_of(model.vram_experts.begin(), model.vram_experts.end(),
-                  [&](const std::vector<int>& l) { return l.size() != layout.experts; })) {
-    return make_error("the CUDA decoder runs all-in-VRAM plans only so far, and this plan keeps experts outside VRAM: "
-                      "plan with more --vram (or --gpu none), or use --backend vulkan for a hybrid plan");
+  if (model.vram_experts.size() != layout.layers) {
+    return make_error("the VRAM tier lists " + std::to_string(model.vram_experts.size()) + " MoE layers; the model has " +
+                      std::to_string(layout.layers) + ": re-plan for this model");
   }
   return Ok{};
 }
@@ -83,6 +81,20 @@ Result<std::string> select_device(int index) {
   return std::string(props.name);
 }
 
+// One captured piece of the step; a hybrid MoE layer ends one after its
+// routing, and the host computes its other experts before the next.
+struct Segment {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  int host_layer = -1;  // the MoE layer the host computes after this segment, or -1
+};
+
+// The uncaptured warm-up: no host work (its output is discarded).
+class NoHostWork final : public StepSegments {
+ public:
+  Status end(int /*moe_layer*/) override { return Ok{}; }
+};
+
 }  // namespace
 
 struct CudaDecoder::State {
@@ -93,26 +105,75 @@ struct CudaDecoder::State {
   CudaWeights weights;
   StepBuffers buffers;
   cudaStream_t stream = nullptr;
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t step = nullptr;  // one token's step, replayed per token
+  std::vector<Segment> segments;  // one token's step (one segment unless hybrid), replayed per token
   Pinned input;      // float[batch][hidden]: embedding rows
   Pinned positions;  // int[batch]
   Pinned logits;     // float[vocab]
   Pinned counts;     // unsigned[moe layers][experts]
+  Pinned host_ids;   // int[top_k]: a hybrid layer's choices
+  Pinned host_h;     // float[hidden]: its input
+  Pinned host_rows;  // float[top_k][hidden]: the rows the host computed
   std::map<std::string, int> launches;  // per step, by kernel
   gpu::DecoderMemory memory;
   std::vector<std::vector<std::uint64_t>> routing;  // of the last forward
 
   ~State() {
     if (stream) cudaStreamSynchronize(stream);
-    if (step) cudaGraphExecDestroy(step);
-    if (graph) cudaGraphDestroy(graph);
+    for (const Segment& segment : segments) {
+      if (segment.exec) cudaGraphExecDestroy(segment.exec);
+      if (segment.graph) cudaGraphDestroy(segment.graph);
+    }
     if (stream) cudaStreamDestroy(stream);
   }
+  class CaptureSegments;
+  bool hybrid() const;
   Status capture();
-  Status run_chunk(std::span<const std::int32_t> tokens, int position);
+  Status run_chunk(std::span<const std::int32_t> tokens, int position, gpu::HostExperts* host);
+  Status run_host_experts(int moe_layer, gpu::HostExperts* host);
   Status finish(std::span<float> out);
 };
+
+// Captures the step into segments: begin() starts one, end() (a hybrid
+// layer, from record_step) sends the layer's ids and input to pinned memory,
+// closes the segment and starts the next with the host's rows copied up;
+// close(-1) ends the last.
+class CudaDecoder::State::CaptureSegments final : public StepSegments {
+ public:
+  explicit CaptureSegments(State& s) : s_(s) {}
+  Status begin() {
+    return cuda_call("cudaStreamBeginCapture", cudaStreamBeginCapture(s_.stream, cudaStreamCaptureModeThreadLocal));
+  }
+  Status close(int host_layer) {
+    Segment segment;
+    segment.host_layer = host_layer;
+    const Status ended = cuda_call("cudaStreamEndCapture", cudaStreamEndCapture(s_.stream, &segment.graph));
+    if (!ended) return ended;
+    s_.segments.push_back(segment);
+    return cuda_call("cudaGraphInstantiate", cudaGraphInstantiate(&s_.segments.back().exec, segment.graph, 0));
+  }
+  Status end(int moe_layer) override {
+    StepBuffers& b = s_.buffers;
+    for (Status s : {cuda_call("cudaMemcpyAsync (hybrid ids)", cudaMemcpyAsync(s_.host_ids.as<int>(), b.ids.data(),
+                                                                               s_.host_ids.bytes(), cudaMemcpyDeviceToHost, s_.stream)),
+                     cuda_call("cudaMemcpyAsync (hybrid input)", cudaMemcpyAsync(s_.host_h.as<float>(), b.h.data(),
+                                                                                 s_.host_h.bytes(), cudaMemcpyDeviceToHost, s_.stream)),
+                     close(moe_layer), begin(),
+                     cuda_call("cudaMemcpyAsync (hybrid rows)", cudaMemcpyAsync(b.host_rows.data(), s_.host_rows.as<float>(),
+                                                                                s_.host_rows.bytes(), cudaMemcpyHostToDevice, s_.stream))}) {
+      if (!s) return s;
+    }
+    return Ok{};
+  }
+
+ private:
+  State& s_;
+};
+
+bool CudaDecoder::State::hybrid() const {
+  const int experts = static_cast<int>(model.config->num_experts);
+  const auto& slots = weights.experts.slot_counts;
+  return std::any_of(slots.begin(), slots.end(), [&](int n) { return n < experts; });
+}
 
 // Runs the step once uncaptured (every kernel's module loaded, its launch
 // checked with a name, the position 0), then captures it into the graph.
@@ -126,16 +187,15 @@ Status CudaDecoder::State::capture() {
   // cudaMemcpy from pageable memory may return before its DMA lands, and the
   // legacy stream does not order our non-blocking one: wait for every upload.
   if (Status s = kernels::cuda::synchronize(); !s) return s;
-  if (Status s = record_step(stream, c, weights, buffers, warmup); !s) return s;
+  NoHostWork uncaptured;
+  if (Status s = record_step(stream, c, weights, buffers, warmup, uncaptured); !s) return s;
   if (Status s = cuda_call("the CUDA decoder's first step (cudaStreamSynchronize)", cudaStreamSynchronize(stream)); !s) return s;
-  if (Status s = cuda_call("cudaStreamBeginCapture", cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal)); !s) {
-    return s;
-  }
-  const Status recorded = record_step(stream, c, weights, buffers, launches);
-  const Status ended = cuda_call("cudaStreamEndCapture", cudaStreamEndCapture(stream, &graph));
+  CaptureSegments capture(*this);
+  if (Status s = capture.begin(); !s) return s;
+  const Status recorded = record_step(stream, c, weights, buffers, launches, capture);
+  const Status closed = capture.close(-1);  // ends the capture even after an error
   if (!recorded) return recorded;
-  if (!ended) return ended;
-  if (Status s = cuda_call("cudaGraphInstantiate", cudaGraphInstantiate(&step, graph, 0)); !s) return s;
+  if (!closed) return closed;
   // The warm-up's routing is no one's.
   return cuda_call("cudaMemsetAsync (routing counts)", cudaMemsetAsync(buffers.counts.data(), 0, buffers.counts.bytes(), stream));
 }
@@ -143,7 +203,7 @@ Status CudaDecoder::State::capture() {
 // Embeddings of the chunk on the host, then per token: its row and position
 // copied up and the step replayed, all queued on the stream; one wait at the
 // end so the pinned rows can be reused.
-Status CudaDecoder::State::run_chunk(std::span<const std::int32_t> tokens, int position) {
+Status CudaDecoder::State::run_chunk(std::span<const std::int32_t> tokens, int position, gpu::HostExperts* host) {
   const std::size_t hidden = model.config->hidden_size;
   const forward::DenseMatrix table{embed->dtype, static_cast<int>(embed->shape[0]), static_cast<int>(hidden),
                                    embed->bytes.data()};
@@ -161,12 +221,30 @@ Status CudaDecoder::State::run_chunk(std::span<const std::int32_t> tokens, int p
                                                cudaMemcpyHostToDevice, stream)),
                      cuda_call("cudaMemcpyAsync (position)",
                                cudaMemcpyAsync(buffers.position.data(), positions.as<int>() + t, sizeof(int),
-                                               cudaMemcpyHostToDevice, stream)),
-                     cuda_call("cudaGraphLaunch (decoder step)", cudaGraphLaunch(step, stream))}) {
+                                               cudaMemcpyHostToDevice, stream))}) {
       if (!s) return s;
+    }
+    for (const Segment& segment : segments) {
+      if (Status s = cuda_call("cudaGraphLaunch (decoder step)", cudaGraphLaunch(segment.exec, stream)); !s) return s;
+      if (segment.host_layer < 0) continue;
+      if (Status s = run_host_experts(segment.host_layer, host); !s) return s;
     }
   }
   return cuda_call("cudaStreamSynchronize (decoder steps)", cudaStreamSynchronize(stream));
+}
+
+// A hybrid layer's choices without a VRAM slot, computed by the host into
+// the pinned rows the next segment copies up (after waiting for this one).
+Status CudaDecoder::State::run_host_experts(int moe_layer, gpu::HostExperts* host) {
+  if (!host) return make_error("MoE layer " + std::to_string(moe_layer) + " has experts outside VRAM but no host expert store");
+  if (Status s = cuda_call("cudaStreamSynchronize (hybrid layer)", cudaStreamSynchronize(stream)); !s) return s;
+  const std::size_t k = model.config->num_experts_per_tok;
+  const std::span<const int> ids(host_ids.as<int>(), k);
+  const std::vector<int>& slots = weights.experts.slot_of[static_cast<std::size_t>(moe_layer)];
+  std::vector<std::uint8_t> on_gpu(k);
+  for (std::size_t i = 0; i < k; ++i) on_gpu[i] = slots[static_cast<std::size_t>(ids[i])] >= 0 ? 1 : 0;
+  return host->run(moe_layer, ids, on_gpu, std::span<const float>(host_h.as<float>(), model.config->hidden_size),
+                   std::span<float>(host_rows.as<float>(), k * model.config->hidden_size));
 }
 
 // The last token's logits and the forward's routing, downloaded once.
@@ -211,7 +289,10 @@ Result<std::unique_ptr<CudaDecoder>> CudaDecoder::create(int device_index, const
   for (Status s : {cuda_call("cudaStreamCreateWithFlags", cudaStreamCreateWithFlags(&state->stream, cudaStreamNonBlocking)),
                    state->input.allocate(batch * c.hidden_size * sizeof(float)),
                    state->positions.allocate(batch * sizeof(int)), state->logits.allocate(state->buffers.logits.bytes()),
-                   state->counts.allocate(state->buffers.counts.bytes())}) {
+                   state->counts.allocate(state->buffers.counts.bytes()),
+                   state->host_ids.allocate(c.num_experts_per_tok * sizeof(int)),
+                   state->host_h.allocate(c.hidden_size * sizeof(float)),
+                   state->host_rows.allocate(c.num_experts_per_tok * c.hidden_size * sizeof(float))}) {
     if (!s) return s.error();
   }
   if (Status s = state->capture(); !s) return s.error();
@@ -220,7 +301,8 @@ Result<std::unique_ptr<CudaDecoder>> CudaDecoder::create(int device_index, const
   m.experts = state->weights.experts.bytes();
   m.kv_cache = state->buffers.kv.bytes();
   m.activations = state->buffers.activation_bytes() + state->weights.experts.slot_tables.bytes();
-  m.host_visible = state->input.bytes() + state->positions.bytes() + state->logits.bytes() + state->counts.bytes();
+  m.host_visible = state->input.bytes() + state->positions.bytes() + state->logits.bytes() + state->counts.bytes() +
+                   state->host_ids.bytes() + state->host_h.bytes() + state->host_rows.bytes();
   state->routing.assign(moe_layers, std::vector<std::uint64_t>(c.num_experts, 0));
   return std::unique_ptr<CudaDecoder>(new CudaDecoder(std::move(state)));
 }
@@ -229,7 +311,7 @@ CudaDecoder::CudaDecoder(std::unique_ptr<State> state) : state_(std::move(state)
 CudaDecoder::~CudaDecoder() = default;
 
 Status CudaDecoder::forward(std::span<const std::int32_t> tokens, int start_position, std::span<float> logits,
-                            gpu::HostExperts* /*host: every expert is in VRAM*/) {
+                            gpu::HostExperts* host) {
   State& s = *state_;
   if (tokens.empty()) return make_error("forward needs at least one token");
   if (start_position < 0 || start_position + static_cast<int>(tokens.size()) > s.model.max_context) {
@@ -239,7 +321,7 @@ Status CudaDecoder::forward(std::span<const std::int32_t> tokens, int start_posi
   const std::size_t chunk = s.input.bytes() / (s.model.config->hidden_size * sizeof(float));
   for (std::size_t first = 0; first < tokens.size(); first += chunk) {
     const auto part = tokens.subspan(first, std::min(chunk, tokens.size() - first));
-    if (Status st = s.run_chunk(part, start_position + static_cast<int>(first)); !st) return st;
+    if (Status st = s.run_chunk(part, start_position + static_cast<int>(first), host); !st) return st;
   }
   return s.finish(logits);
 }
@@ -255,10 +337,13 @@ void CudaDecoder::add_routing_counts(std::vector<std::vector<std::uint64_t>>& co
 std::vector<std::string> CudaDecoder::kernel_names() const {
   int total = 0;
   for (const auto& entry : state_->launches) total += entry.second;
-  std::vector<std::string> out = {"cuda graph: " + std::to_string(total) + " kernel launches per token, replayed"};
+  std::vector<std::string> out = {"cuda graph: " + std::to_string(total) + " kernel launches per token in " +
+                                  std::to_string(state_->segments.size()) + " segment(s), replayed"};
   for (const auto& [name, count] : state_->launches) out.push_back(name + " x" + std::to_string(count));
   return out;
 }
+
+bool CudaDecoder::hybrid() const { return state_->hybrid(); }
 
 std::string CudaDecoder::device_name() const { return state_->device_name; }
 

@@ -11,8 +11,12 @@
 // token through that graph (a first, correct prefill; a grouped-GEMM prefill
 // is later work).
 //
-// All-in-VRAM plans only so far: a plan with experts outside VRAM is refused
-// with a message naming the alternatives.
+// Hybrid plans (experts outside VRAM) as the Vulkan decoder runs them: a
+// hybrid MoE layer ends a graph segment after its routing, the host computes
+// the choices whose expert has no VRAM slot (HostExperts: the engine's RAM
+// cache and disk), and the next segment copies its rows up and combines them
+// with the device's, in routing order. That costs a host wait per hybrid
+// layer and token.
 #pragma once
 
 #include <memory>
@@ -27,9 +31,9 @@ namespace coli::cuda {
 
 class CudaDecoder final : public gpu::GpuDecoder {
  public:
-  // Uploads weights and experts to CUDA device `device_index`. Errors: no
-  // driver or device (with the runtime's reason), a shape or format the
-  // kernels cannot take (named), a hybrid plan, a failed CUDA call (named).
+  // Uploads weights and the planned experts to CUDA device `device_index`.
+  // Errors: no driver or device (with the runtime's reason), a shape or
+  // format the kernels cannot take (named), a failed CUDA call (named).
   static Result<std::unique_ptr<CudaDecoder>> create(int device_index, const gpu::DecoderModel& model);
   ~CudaDecoder() override;
   CudaDecoder(const CudaDecoder&) = delete;
@@ -40,7 +44,7 @@ class CudaDecoder final : public gpu::GpuDecoder {
   const gpu::DecoderMemory& memory() const override;
   void add_routing_counts(std::vector<std::vector<std::uint64_t>>& counts) const override;
   std::vector<std::string> kernel_names() const override;
-  bool hybrid() const override { return false; }
+  bool hybrid() const override;
   std::string device_name() const override;
 
  private:

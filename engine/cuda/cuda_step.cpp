@@ -101,23 +101,29 @@ Status mlp_block(Recorder& r, const CudaLayer& w, StepBuffers& b) {
   return matvec(r, w.mlp_down, at(b.mlp_a), dense ? at(b.x) : at(b.shared_out), nullptr, dense);
 }
 
-Status moe_block(Recorder& r, const model::ModelConfig& c, const CudaWeights& weights, const CudaLayer& w, StepBuffers& b) {
+Status moe_block(Recorder& r, const model::ModelConfig& c, const CudaWeights& weights, const CudaLayer& w, StepBuffers& b,
+                 StepSegments& segments) {
   const int experts = static_cast<int>(c.num_experts);
   const int top_k = static_cast<int>(c.num_experts_per_tok);
   const auto moe = static_cast<std::size_t>(w.moe);
+  const bool hybrid = weights.experts.slot_counts[moe] < experts;
   auto* choices = at<ExpertChoice>(b.choices, moe * static_cast<std::size_t>(top_k));
   if (Status s = matvec(r, w.router, at(b.h), at(b.router_logits)); !s) return s;
   // As the CPU engine: every normalisation but SoftmaxTopK renormalises the chosen k.
   const k::Route route{at(b.router_logits), at<const int>(weights.experts.slot_tables, moe * experts), choices,
-                       at<unsigned>(b.counts, moe * experts), experts, top_k,
+                       hybrid ? at<int>(b.ids) : nullptr, at<unsigned>(b.counts, moe * experts), experts, top_k,
                        c.router_normalization != model::RouterNormalization::SoftmaxTopK};
   if (Status s = r.check("route_topk", k::route_topk(r.stream(), route)); !s) return s;
+  // The host computes the choices without a VRAM slot between two segments.
+  if (hybrid) {
+    if (Status s = segments.end(w.moe); !s) return s;
+  }
   if (w.has_shared) {
     if (Status s = mlp_block(r, w, b); !s) return s;
     if (Status s = matvec(r, w.shared_gate, at(b.h), at(b.shared_gate)); !s) return s;
   }
   const k::Experts e{weights.experts.layout, at<const std::uint8_t>(weights.experts.slabs[moe]),
-                     weights.experts.slot_counts[moe], choices, top_k};
+                     weights.experts.slot_counts[moe], choices, top_k, hybrid ? at<const float>(b.host_rows) : nullptr};
   const std::string format(name_of(e.layout.format));
   if (Status s = r.check("expert_gate_up " + format, k::expert_gate_up(r.stream(), e, at(b.h), at(b.act))); !s) return s;
   return r.check("expert_down_add " + format,
@@ -130,7 +136,7 @@ Status moe_block(Recorder& r, const model::ModelConfig& c, const CudaWeights& we
 std::uint64_t StepBuffers::activation_bytes() const {
   std::uint64_t sum = 0;
   for (const DeviceBuffer* d : {&x, &h, &q, &k, &v, &attn, &scores, &mlp_a, &router_logits, &act, &shared_out,
-                                &shared_gate, &final_h, &logits, &position, &choices, &counts, &rope}) {
+                                &shared_gate, &final_h, &logits, &position, &choices, &counts, &ids, &host_rows, &rope}) {
     sum += d->bytes();
   }
   return sum;
@@ -155,6 +161,8 @@ Result<StepBuffers> make_step_buffers(const model::ModelConfig& c, const CudaWei
       {&b.logits, static_cast<std::uint64_t>(w.lm_head.rows) * f}, {&b.position, 4},
       {&b.choices, std::max<std::uint64_t>(moe_layers * c.num_experts_per_tok, 1) * sizeof(ExpertChoice)},
       {&b.counts, std::max<std::uint64_t>(moe_layers * c.num_experts, 1) * 4},
+      {&b.ids, std::max<std::uint64_t>(c.num_experts_per_tok, 1) * 4},
+      {&b.host_rows, std::max<std::uint64_t>(c.num_experts_per_tok, 1) * c.hidden_size * f},
       {&b.rope, ctx * (c.head_dim / 2) * 2 * f}, {&b.kv, c.num_hidden_layers * 2 * ctx * kv_width * f}};
   for (const auto& [buffer, bytes] : sizes) {
     auto made = DeviceBuffer::allocate(bytes);
@@ -163,18 +171,21 @@ Result<StepBuffers> make_step_buffers(const model::ModelConfig& c, const CudaWei
   }
   const std::vector<float> table = rope_table(c, context);
   if (Status s = b.rope.upload(table.data(), table.size() * f); !s) return s.error();
-  const std::vector<unsigned> zeros(b.counts.bytes() / 4, 0);
-  if (Status s = b.counts.upload(zeros.data(), b.counts.bytes()); !s) return s.error();
+  // Zeroed: the uncaptured first step runs before any host rows exist.
+  for (DeviceBuffer* zeroed : {&b.counts, &b.host_rows}) {
+    const std::vector<std::byte> zeros(zeroed->bytes());
+    if (Status s = zeroed->upload(zeros.data(), zeros.size()); !s) return s.error();
+  }
   return b;
 }
 
 Status record_step(void* stream, const model::ModelConfig& c, const CudaWeights& w, StepBuffers& b,
-                   std::map<std::string, int>& launches) {
+                   std::map<std::string, int>& launches, StepSegments& segments) {
   Recorder r(stream, launches);
   for (std::size_t i = 0; i < w.layers.size(); ++i) {
     const CudaLayer& layer = w.layers[i];
     if (Status s = attention_block(r, c, layer, b, static_cast<int>(i)); !s) return s;
-    const Status s = layer.moe < 0 ? mlp_block(r, layer, b) : moe_block(r, c, w, layer, b);
+    const Status s = layer.moe < 0 ? mlp_block(r, layer, b) : moe_block(r, c, w, layer, b, segments);
     if (!s) return s;
   }
   const auto hidden = static_cast<int>(c.hidden_size);

@@ -215,7 +215,7 @@ Status upload_experts(const gpu::DecoderModel& model, CudaExperts& out) {
   out.slabs.resize(layout.layers);
   out.slot_counts.assign(layout.layers, 0);
   for (std::uint32_t l = 0; l < layout.layers; ++l) {
-    const std::vector<int>& chosen = model.vram_experts[l];
+    const std::vector<int>& chosen = l < model.vram_experts.size() ? model.vram_experts[l] : std::vector<int>{};
     for (std::size_t slot = 0; slot < chosen.size(); ++slot) {
       const int e = chosen[slot];
       const std::size_t at = static_cast<std::size_t>(l) * layout.experts + static_cast<std::size_t>(e);
@@ -227,6 +227,11 @@ Status upload_experts(const gpu::DecoderModel& model, CudaExperts& out) {
     }
     out.slot_counts[l] = static_cast<int>(chosen.size());
     if (Status s = upload_layer_experts(model, l, chosen, out.slabs[l]); !s) return s;
+  }
+  out.slot_of.resize(layout.layers);
+  for (std::uint32_t l = 0; l < layout.layers; ++l) {
+    const auto first = tables.begin() + static_cast<std::ptrdiff_t>(l * layout.experts);
+    out.slot_of[l].assign(first, first + layout.experts);
   }
   auto buffer = DeviceBuffer::allocate(std::max<std::size_t>(tables.size(), 1) * 4);
   if (!buffer) return buffer.error();

@@ -2,7 +2,7 @@
 // tensors packed into one buffer (norms and biases widened to f32 there), the
 // routed experts of each MoE layer in slots of the container's record stride,
 // and per MoE layer the slot table (expert -> slot) the router reads on the
-// device. Only all-in-VRAM plans so far (CudaDecoder refuses hybrid ones).
+// device (-1: no VRAM slot; a hybrid plan's host computes that expert).
 #pragma once
 
 #include <cstdint>
@@ -37,9 +37,10 @@ struct CudaLayer {
 
 struct CudaExperts {
   kernels::cuda::ExpertRecordLayout layout;
-  std::vector<DeviceBuffer> slabs;     // per MoE layer: every expert, slot = expert id order of the plan
+  std::vector<DeviceBuffer> slabs;     // per MoE layer: the plan's VRAM experts, slot i = its i-th
   DeviceBuffer slot_tables;            // int[moe layers][experts]
   std::vector<int> slot_counts;        // per MoE layer
+  std::vector<std::vector<int>> slot_of;  // host copy of the tables (-1: the host computes that expert)
   std::uint64_t bytes() const;
 };
 

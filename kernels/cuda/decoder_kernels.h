@@ -73,11 +73,14 @@ int attention(Stream stream, const Attention& a);
 
 // The router's choice: softmax over the experts' logits, the top_k highest
 // (ties keep the lower expert id), renormalised to sum 1 when asked; writes
-// choices[i] = {slot_of[expert], weight} and adds 1 to counts[expert].
+// choices[i] = {slot_of[expert], weight} (slot -1: no VRAM slot), the expert
+// ids when `ids` is given (for the host, in a hybrid layer) and adds 1 to
+// counts[expert].
 struct Route {
   const float* logits = nullptr;
   const int* slot_of = nullptr;  // this MoE layer's expert -> slot
   ExpertChoice* choices = nullptr;
+  int* ids = nullptr;            // optional: int[top_k]
   unsigned* counts = nullptr;    // this MoE layer's experts
   int experts = 0, top_k = 0;
   bool renormalize = false;
@@ -85,18 +88,23 @@ struct Route {
 int route_topk(Stream stream, const Route& r);
 
 // One MoE layer's selected experts (records as in cuda_kernels.h, any
-// expert format: f32, q8_row, q4_g64).
+// expert format: f32, q8_row, q4_g64). A choice whose slot is outside the
+// slab is the host's when `host_rows` is given (a hybrid layer: its output
+// row, [k][hidden], computed by the host), else its output is NaN (wrong
+// output that shows, never a read outside the slab).
 struct Experts {
   ExpertRecordLayout layout;
   const std::uint8_t* slab = nullptr;
   int slot_count = 0;
   const ExpertChoice* choices = nullptr;
   int k = 0;
+  const float* host_rows = nullptr;
 };
-// act[e][j] = silu(gate_e x)[j] * (up_e x)[j]
+// act[e][j] = silu(gate_e x)[j] * (up_e x)[j] (choices on the device)
 int expert_gate_up(Stream stream, const Experts& e, const float* x, float* act);
-// x[r] += sum_e weight_e (down_e act_e)[r], in routing order
-//         + (shared ? sigmoid(*shared_gate or 0 -> 1) * shared[r] : 0)
+// x[r] += sum_e weight_e y_e[r], in routing order, y_e = (down_e act_e) on
+//         the device or host_rows[e] from the host,
+//         + (shared ? sigmoid(*shared_gate) * shared[r] : 0)
 // shared_gate null means the shared expert is added with weight 1.
 int expert_down_add(Stream stream, const Experts& e, const float* act, const float* shared, const float* shared_gate,
                     float* x);

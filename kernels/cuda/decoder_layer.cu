@@ -177,6 +177,7 @@ __global__ void __launch_bounds__(kWarpSize) route_topk_kernel(Route r) {
     }
     if (best < 0) {  // NaN logits: no expert ranks; slot -1 makes the layer's output NaN, which shows
       if (lane == 0) r.choices[i] = ExpertChoice{-1, detail::quiet_nan()};
+      if (lane == 0 && r.ids != nullptr) r.ids[i] = 0;  // a valid id for the host; the weight is NaN
       continue;
     }
     previous = best;  // every lane holds the same winner
@@ -184,6 +185,7 @@ __global__ void __launch_bounds__(kWarpSize) route_topk_kernel(Route r) {
     chosen_sum += best_p;
     if (lane == 0) {
       r.choices[i] = ExpertChoice{r.slot_of[best], best_p};
+      if (r.ids != nullptr) r.ids[i] = best;
       r.counts[best] += 1;
     }
   }

@@ -49,6 +49,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
   if (row >= l.width) return;
   const int choice = static_cast<int>(blockIdx.y);
   const std::uint8_t* record = record_of(e, e.choices[choice].slot);
+  if (record == nullptr && e.host_rows != nullptr) return;  // the host computes this choice
   float value = detail::quiet_nan();
   if (record != nullptr) {  // the same for the whole warp
     const float g = row_dot<kFormat>(part(e, record, l.gate_weights, l.gate_scales, l.width, l.hidden), row, x);
@@ -68,6 +69,10 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
   for (int i = 0; i < e.k; ++i) {
     const ExpertChoice choice = e.choices[i];
     const std::uint8_t* record = record_of(e, choice.slot);
+    if (record == nullptr && e.host_rows != nullptr) {
+      sum += choice.weight * e.host_rows[static_cast<std::size_t>(i) * l.hidden + row];
+      continue;
+    }
     if (record == nullptr) {
       sum = detail::quiet_nan();
       break;

@@ -4,8 +4,8 @@
 // as transformers and the CPU engine, int8/int4 experts against transformers
 // on the de-quantised weights, one prefill call over the whole prompt (token
 // by token through the captured graph, in chunks), int8/int4 dense
-// projections against the CPU engine's exact path, and a hybrid plan refused
-// with its reason. Without a CUDA device (or in a build without nvcc) these
+// projections against the CPU engine's exact path, and hybrid plans (the
+// CPU computes the experts outside VRAM). Without a CUDA device (or in a build without nvcc) these
 // skip, unless COLI_REQUIRE_CUDA=1 makes that a failure. The no-device test
 // runs everywhere: backend "cuda" there is a clear error, never a crash.
 #include <gtest/gtest.h>
@@ -122,16 +122,28 @@ TEST_P(CudaEngine, QuantisedDenseWeightsMatchTheCpuExactPath) {
   }
 }
 
-// Hybrid plans are not run yet: refused with the reason and the way out.
-TEST_P(CudaEngine, HybridPlansAreRefusedWithTheReason) {
+// Hybrid plans: the experts without a VRAM slot computed by the CPU between
+// two graph segments, token by token and in one prefill call.
+TEST_P(CudaEngine, HybridPlansComputeTheOtherExpertsOnTheCpu) {
   REQUIRE_CUDA();
+  const Reference ref = load_reference(dir(), "reference");
+  const fs::path container = converted_fixture(GetParam(), WeightFormat::f32);
   runtime::ModelOptions options = cuda_options();
-  options.vram_experts = {{0, 2, 4, 6}, {7, 1}};
-  options.cache_capacity = 4;
-  auto model = runtime::MoeModel::load(converted_fixture(GetParam(), WeightFormat::q4_g64), options);
-  ASSERT_FALSE(model.ok());
-  EXPECT_NE(model.error().message.find("all-in-VRAM plans only"), std::string::npos) << model.error().message;
-  EXPECT_NE(model.error().message.find("--backend vulkan"), std::string::npos) << model.error().message;
+  options.cpu_kernel = "exact";                   // f32 activations on the CPU, as the GPU computes them
+  options.vram_experts = {{0, 2, 4, 6}, {7, 1}};  // 2 MoE layers of 8 experts: half, then a quarter in VRAM
+  options.cache_capacity = 4;                     // the CPU's share streams through a small cache
+  options.prefill_round_tokens = 2;
+  for (bool one_prefill_call : {false, true}) {
+    SCOPED_TRACE(one_prefill_call ? "one prefill call" : "token by token");
+    const EngineRun run = run_model(container, options, ref, one_prefill_call);
+    EXPECT_LT(run.worst_generated_error, 1e-4);
+    EXPECT_EQ(run.tokens, ref.generated);
+  }
+  // A layer with no expert in VRAM at all runs on the CPU alone.
+  options.vram_experts = {{}, {3}};
+  const EngineRun run = run_model(container, options, ref);
+  EXPECT_LT(run.worst_generated_error, 1e-4);
+  EXPECT_EQ(run.tokens, ref.generated);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllArchitectures, CudaEngine, testing::Values("qwen3_moe", "olmoe", "mixtral", "qwen2_moe"));
