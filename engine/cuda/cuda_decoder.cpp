@@ -89,6 +89,11 @@ struct Segment {
   int host_layer = -1;  // the MoE layer the host computes after this segment, or -1
 };
 
+void destroy(const Segment& segment) {
+  if (segment.exec) cudaGraphExecDestroy(segment.exec);
+  if (segment.graph) cudaGraphDestroy(segment.graph);
+}
+
 // The uncaptured warm-up: no host work (its output is discarded).
 class NoHostWork final : public StepSegments {
  public:
@@ -106,6 +111,7 @@ struct CudaDecoder::State {
   StepBuffers buffers;
   cudaStream_t stream = nullptr;
   std::vector<Segment> segments;  // one token's step (one segment unless hybrid), replayed per token
+  Segment head;                   // final norm and lm_head, after a forward's last token
   Pinned input;      // float[batch][hidden]: embedding rows
   Pinned positions;  // int[batch]
   Pinned logits;     // float[vocab]
@@ -119,10 +125,8 @@ struct CudaDecoder::State {
 
   ~State() {
     if (stream) cudaStreamSynchronize(stream);
-    for (const Segment& segment : segments) {
-      if (segment.exec) cudaGraphExecDestroy(segment.exec);
-      if (segment.graph) cudaGraphDestroy(segment.graph);
-    }
+    for (const Segment& segment : segments) destroy(segment);
+    destroy(head);
     if (stream) cudaStreamDestroy(stream);
   }
   class CaptureSegments;
@@ -143,13 +147,15 @@ class CudaDecoder::State::CaptureSegments final : public StepSegments {
   Status begin() {
     return cuda_call("cudaStreamBeginCapture", cudaStreamBeginCapture(s_.stream, cudaStreamCaptureModeThreadLocal));
   }
-  Status close(int host_layer) {
-    Segment segment;
-    segment.host_layer = host_layer;
-    const Status ended = cuda_call("cudaStreamEndCapture", cudaStreamEndCapture(s_.stream, &segment.graph));
+  // Ends the capture into `out` (graph kept for destruction even when instantiation fails).
+  Status close_into(Segment& out) {
+    const Status ended = cuda_call("cudaStreamEndCapture", cudaStreamEndCapture(s_.stream, &out.graph));
     if (!ended) return ended;
-    s_.segments.push_back(segment);
-    return cuda_call("cudaGraphInstantiate", cudaGraphInstantiate(&s_.segments.back().exec, segment.graph, 0));
+    return cuda_call("cudaGraphInstantiate", cudaGraphInstantiate(&out.exec, out.graph, 0));
+  }
+  Status close(int host_layer) {
+    s_.segments.emplace_back().host_layer = host_layer;
+    return close_into(s_.segments.back());
   }
   Status end(int moe_layer) override {
     StepBuffers& b = s_.buffers;
@@ -189,6 +195,7 @@ Status CudaDecoder::State::capture() {
   if (Status s = kernels::cuda::synchronize(); !s) return s;
   NoHostWork uncaptured;
   if (Status s = record_step(stream, c, weights, buffers, warmup, uncaptured); !s) return s;
+  if (Status s = record_head(stream, c, weights, buffers, warmup); !s) return s;
   if (Status s = cuda_call("the CUDA decoder's first step (cudaStreamSynchronize)", cudaStreamSynchronize(stream)); !s) return s;
   CaptureSegments capture(*this);
   if (Status s = capture.begin(); !s) return s;
@@ -196,6 +203,11 @@ Status CudaDecoder::State::capture() {
   const Status closed = capture.close(-1);  // ends the capture even after an error
   if (!recorded) return recorded;
   if (!closed) return closed;
+  if (Status s = capture.begin(); !s) return s;
+  const Status head_recorded = record_head(stream, c, weights, buffers, launches);
+  const Status head_closed = capture.close_into(head);
+  if (!head_recorded) return head_recorded;
+  if (!head_closed) return head_closed;
   // The warm-up's routing is no one's.
   return cuda_call("cudaMemsetAsync (routing counts)", cudaMemsetAsync(buffers.counts.data(), 0, buffers.counts.bytes(), stream));
 }
@@ -247,9 +259,11 @@ Status CudaDecoder::State::run_host_experts(int moe_layer, gpu::HostExperts* hos
                    std::span<float>(host_rows.as<float>(), k * model.config->hidden_size));
 }
 
-// The last token's logits and the forward's routing, downloaded once.
+// The last token's logits (the head replayed once) and the forward's
+// routing, downloaded once.
 Status CudaDecoder::State::finish(std::span<float> out) {
-  for (Status s : {cuda_call("cudaMemcpyAsync (logits)", cudaMemcpyAsync(logits.as<float>(), buffers.logits.data(),
+  for (Status s : {cuda_call("cudaGraphLaunch (lm_head)", cudaGraphLaunch(head.exec, stream)),
+                   cuda_call("cudaMemcpyAsync (logits)", cudaMemcpyAsync(logits.as<float>(), buffers.logits.data(),
                                                                          buffers.logits.bytes(), cudaMemcpyDeviceToHost, stream)),
                    cuda_call("cudaMemcpyAsync (routing counts)",
                              cudaMemcpyAsync(counts.as<unsigned>(), buffers.counts.data(), buffers.counts.bytes(),
@@ -337,8 +351,9 @@ void CudaDecoder::add_routing_counts(std::vector<std::vector<std::uint64_t>>& co
 std::vector<std::string> CudaDecoder::kernel_names() const {
   int total = 0;
   for (const auto& entry : state_->launches) total += entry.second;
-  std::vector<std::string> out = {"cuda graph: " + std::to_string(total) + " kernel launches per token in " +
-                                  std::to_string(state_->segments.size()) + " segment(s), replayed"};
+  std::vector<std::string> out = {"cuda graphs: " + std::to_string(total) + " kernel launches per token in " +
+                                  std::to_string(state_->segments.size()) +
+                                  " segment(s), the last two (final norm, lm_head) once per forward"};
   for (const auto& [name, count] : state_->launches) out.push_back(name + " x" + std::to_string(count));
   return out;
 }

@@ -188,6 +188,12 @@ Status record_step(void* stream, const model::ModelConfig& c, const CudaWeights&
     const Status s = layer.moe < 0 ? mlp_block(r, layer, b) : moe_block(r, c, w, layer, b, segments);
     if (!s) return s;
   }
+  return Ok{};
+}
+
+Status record_head(void* stream, const model::ModelConfig& c, const CudaWeights& w, StepBuffers& b,
+                   std::map<std::string, int>& launches) {
+  Recorder r(stream, launches);
   const auto hidden = static_cast<int>(c.hidden_size);
   if (Status s = r.check("rms_norm", k::rms_norm(stream, at(b.x), w.final_norm, at(b.final_h), hidden,
                                                   static_cast<float>(c.rms_norm_eps)));
