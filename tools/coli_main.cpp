@@ -181,7 +181,7 @@ int resolve_knobs(const RunArgs& args, const coli::runtime::ModelShape& shape, c
                   std::optional<coli::tools::PlannedKnobs>& planned) {
   if (!args.plan.empty() || !args.profile.empty()) {
     if (args.knobs_given) {
-      std::fprintf(stderr, "coli run: --threads/--cap/--ctx/--kv-type/--pin/--io-threads come from the plan; change them with coli-plan\n");
+      std::fprintf(stderr, "coli run: --threads/--cap/--ctx/--kv-type/--pin/--io-threads/--backend/--gpu come from the plan; change them with coli-plan\n");
       return coli::cli::kExitUsage;
     }
     const int history_pins = history.loaded ? shape.experts : 0;
@@ -403,6 +403,13 @@ int main(int argc, char** argv) {
   run_cmd->add_flag("--no-direct-io{false}", run.options.direct_io, "Read streamed experts through the page cache instead of O_DIRECT");
   run_cmd->add_option("--kernel", run.options.cpu_kernel, "CPU kernel: " + coli::cpu_kernel_names_text() + " (default: best)")
       ->check(CLI::IsMember(coli::cpu_kernel_names()));
+  run_cmd->add_option("--backend", run.options.backend,
+                      "Without --plan/--profile: cpu, vulkan or cuda (the whole decoder on GPU --gpu, every expert in VRAM)")
+      ->check(CLI::IsMember({"cpu", "vulkan", "cuda"}))
+      ->capture_default_str();
+  run_cmd->add_option("--gpu", run.options.gpu_index, "Without --plan/--profile: the GPU's index for --backend vulkan or cuda")
+      ->check(CLI::Range(0, 1024))
+      ->capture_default_str();
   run_cmd->add_option("--kv-type", run.kv_type, "KV cache precision: " + coli::kv_type_names_text() + " (f16 halves its memory and bandwidth; f32 is exact)")
       ->check(CLI::IsMember(coli::kv_type_names()))
       ->capture_default_str();
@@ -417,7 +424,8 @@ int main(int argc, char** argv) {
 
   if (profile_cmd.parsed()) return profile_cmd.run();
   if (convert->parsed()) return run_convert(model_dir, out, experts, dense);
-  for (const char* knob : {"--threads", "--cap", "--ctx", "--kv-type", "--pin", "--io-threads", "--no-direct-io"}) {
+  for (const char* knob : {"--threads", "--cap", "--ctx", "--kv-type", "--pin", "--io-threads", "--no-direct-io",
+                           "--backend", "--gpu"}) {
     run.knobs_given = run.knobs_given || run_cmd->count(knob) > 0;
   }
   run.options.kv_type = *coli::parse_kv_type(run.kv_type, "--kv-type");  // the check above admits only valid names

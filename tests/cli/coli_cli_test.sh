@@ -81,6 +81,12 @@ check "--speculative-prefetch gives the same tokens" test "$(head -1 "$work/spec
 "$coli" run --model "$work/demo.coli" --prompt-ids 1 --kv-type f8 >/dev/null 2>"$work/kv3.err"
 check "--kv-type f8 is a usage error" test $? -eq 2
 check "and the error names the option" contains "$work/kv3.err" "kv-type"
+# Without a CUDA device (or in a build without nvcc) --backend cuda is an error that says why.
+if ! nvidia-smi -L >/dev/null 2>&1; then
+  "$coli" run --model "$work/demo.coli" --prompt-ids 1 --backend cuda >/dev/null 2>"$work/cuda.err"
+  check "--backend cuda without a device exits 1" test $? -eq 1
+  check "and says why" contains "$work/cuda.err" "no CUDA backend\|needs CUDA device 0, but"
+fi
 "$coli" run --model "$work/demo.coli" --prompt-ids 1 --profile "$work/profile.toml" --cap 3 >/dev/null 2>"$work/p2.err"
 check "explicit knobs with a plan refused" test $? -eq 2
 check "the refusal says to use coli-plan" contains "$work/p2.err" "coli-plan"

@@ -68,7 +68,7 @@ coli::Result<std::unique_ptr<coli::runtime::MoeModel>> load(const Args& args, co
   options.cache_capacity = args.cap > 0 ? args.cap : coli::runtime::kAllExperts;
   options.prefill_round_tokens = coli::runtime::ModelOptions{}.prefill_round_tokens;
   options.max_context = args.tests.context() + 1;
-  if (backend == "vulkan" && share < 1) options.vram_experts = vram_share_experts(layout, share);
+  if (backend != "cpu" && share < 1) options.vram_experts = vram_share_experts(layout, share);
   auto model = coli::runtime::MoeModel::load(args.model, options);
   if (!model) return model.error();
   return std::make_unique<coli::runtime::MoeModel>(std::move(*model));
@@ -79,7 +79,7 @@ void print_memory(const Config& c) {
   std::printf("%s share %.2f: host dense %s, expert cache %s, KV %s", c.backend.c_str(), c.vram_share,
               coli::format_bytes(s.dense_bytes).c_str(), coli::format_bytes(s.expert_cache_bytes).c_str(),
               coli::format_bytes(s.kv_cache_bytes).c_str());
-  if (c.backend == "vulkan") {
+  if (c.backend != "cpu") {
     std::printf("; %s VRAM %s (dense %s, experts %s, KV %s, activations %s), host-visible %s", s.gpu.device.c_str(),
                 coli::format_bytes(s.gpu.vram_bytes()).c_str(), coli::format_bytes(s.gpu.dense_bytes).c_str(),
                 coli::format_bytes(s.gpu.expert_bytes).c_str(), coli::format_bytes(s.gpu.kv_cache_bytes).c_str(),
@@ -143,8 +143,8 @@ int main(int argc, char** argv) {
   Args args;
   CLI::App app{"coli-speed-bench: prefill and decode tok/s per backend, llama-bench style (-p, -n, -d)"};
   app.add_option("--model", args.model, "Container")->required()->check(CLI::ExistingFile);
-  app.add_option("--backend", args.backends, "Backends, comma-separated (cpu, vulkan)")->delimiter(',')->capture_default_str();
-  app.add_option("--vram-share", args.vram_shares, "Shares of each layer's experts in VRAM (vulkan), comma-separated")
+  app.add_option("--backend", args.backends, "Backends, comma-separated (cpu, vulkan, cuda)")->delimiter(',')->capture_default_str();
+  app.add_option("--vram-share", args.vram_shares, "Shares of each layer's experts in VRAM (vulkan, cuda), comma-separated")
       ->delimiter(',')->check(CLI::Range(0.0, 1.0))->capture_default_str();
   app.add_option("--threads", args.threads, "CPU threads")->check(CLI::Range(1, 4096))->capture_default_str();
   coli::bench::add_speed_options(app, args.tests);
@@ -160,7 +160,7 @@ int main(int argc, char** argv) {
   if (!reader) return fail(reader.error().message);
   std::vector<Config> configs;
   for (const std::string& backend : args.backends) {
-    for (double share : backend == "vulkan" ? args.vram_shares : std::vector<double>{1.0}) {
+    for (double share : backend != "cpu" ? args.vram_shares : std::vector<double>{1.0}) {
       auto model = load(args, backend, share, reader->index().experts);
       if (!model) return fail(backend + ": " + model.error().message);
       configs.push_back({backend, share, std::move(*model), {}, std::vector<std::vector<double>>(args.tests.depths.size())});

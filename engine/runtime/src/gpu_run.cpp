@@ -3,14 +3,18 @@
 #include <algorithm>
 #include <map>
 
+#include "coli/gpu/gpu_decoder.h"
 #include "vulkan/decoder/vulkan_decoder.h"
+#if COLI_HAS_CUDA_DECODER
+#include "cuda/cuda_decoder.h"
+#endif
 
 namespace coli::runtime {
 namespace {
 
 // The host half of a hybrid layer: the choices whose expert has no VRAM
 // slot, computed from the expert store in rounds that fit its cache.
-class StoreExperts final : public vulkan::HostExperts {
+class StoreExperts final : public gpu::HostExperts {
  public:
   StoreExperts(ExpertStore& store, int top_k) : store_(store), top_k_(top_k) {}
 
@@ -46,11 +50,42 @@ class StoreExperts final : public vulkan::HostExperts {
 }  // namespace
 
 struct GpuRun::State {
-  std::unique_ptr<vulkan::ComputeContext> context;
-  std::map<std::string, vulkan::DecoderTensor> tensors;
-  std::unique_ptr<vulkan::VulkanDecoder> decoder;  // destroyed before the context (declared after)
+  std::unique_ptr<vulkan::ComputeContext> context;  // backend "vulkan" only
+  std::map<std::string, gpu::DecoderTensor> tensors;
+  std::unique_ptr<gpu::GpuDecoder> decoder;  // destroyed before the context (declared after)
   std::unique_ptr<StoreExperts> host;
+
+  Status start_vulkan(const ModelOptions& options, const gpu::DecoderModel& model);
+  Status start_cuda(const ModelOptions& options, const gpu::DecoderModel& model);
 };
+
+Status GpuRun::State::start_vulkan(const ModelOptions& options, const gpu::DecoderModel& model) {
+  vulkan::ContextOptions context_options;
+  context_options.device_index = options.gpu_index;
+  context_options.shared_memory_limit_bytes = options.gpu_shared_memory_limit;
+  auto created = vulkan::ComputeContext::create(context_options);
+  if (!created) {
+    return make_error("the plan runs on Vulkan device " + std::to_string(options.gpu_index) + ", but " +
+                      created.error().message);
+  }
+  context = std::move(*created);
+  auto made = vulkan::VulkanDecoder::create(*context, model);
+  if (!made) return made.error();
+  decoder = std::move(*made);
+  return Ok{};
+}
+
+Status GpuRun::State::start_cuda([[maybe_unused]] const ModelOptions& options,
+                                 [[maybe_unused]] const gpu::DecoderModel& model) {
+#if COLI_HAS_CUDA_DECODER
+  auto made = cuda::CudaDecoder::create(options.gpu_index, model);
+  if (!made) return made.error();
+  decoder = std::move(*made);
+  return Ok{};
+#else
+  return make_error(std::string(kNoCudaBackend));
+#endif
+}
 
 Result<std::vector<std::vector<int>>> vram_experts_of(const ModelOptions& options, const container::ExpertLayout& layout) {
   std::vector<std::vector<int>> out(layout.layers);
@@ -84,18 +119,12 @@ Result<std::unique_ptr<GpuRun>> GpuRun::start(const ModelOptions& options, const
                                               const model::ModelConfig& config, const DenseWeights& dense,
                                               std::vector<std::vector<int>> vram, ExpertStore* experts) {
   auto state = std::make_unique<State>();
-  vulkan::ContextOptions context_options;
-  context_options.device_index = options.gpu_index;
-  context_options.shared_memory_limit_bytes = options.gpu_shared_memory_limit;
-  auto context = vulkan::ComputeContext::create(context_options);
-  if (!context) return make_error("the plan runs on Vulkan device " + std::to_string(options.gpu_index) + ", but " + context.error().message);
-  state->context = std::move(*context);
   for (const container::TensorEntry& entry : reader.index().tensors) {
     state->tensors[entry.name] = {entry.dtype, entry.shape, dense.bytes_of(entry.name), entry.offset, entry.bytes};
   }
-  vulkan::DecoderModel model;
+  gpu::DecoderModel model;
   model.config = &config;
-  model.tensor = [&tensors = state->tensors](const std::string& name) -> const vulkan::DecoderTensor* {
+  model.tensor = [&tensors = state->tensors](const std::string& name) -> const gpu::DecoderTensor* {
     const auto found = tensors.find(name);
     return found == tensors.end() ? nullptr : &found->second;
   };
@@ -103,9 +132,8 @@ Result<std::unique_ptr<GpuRun>> GpuRun::start(const ModelOptions& options, const
   model.vram_experts = std::move(vram);
   model.max_context = options.max_context;
   model.max_batch_tokens = std::max(1, options.gpu_batch_tokens);
-  auto decoder = vulkan::VulkanDecoder::create(*state->context, model);
-  if (!decoder) return decoder.error();
-  state->decoder = std::move(*decoder);
+  const Status started = options.backend == "cuda" ? state->start_cuda(options, model) : state->start_vulkan(options, model);
+  if (!started) return started.error();
   if (state->decoder->hybrid()) {
     if (!experts) return make_error("a hybrid GPU plan needs the host expert store (a coli bug)");
     state->host = std::make_unique<StoreExperts>(*experts, static_cast<int>(config.num_experts_per_tok));
@@ -124,9 +152,9 @@ Status GpuRun::forward(std::span<const std::int32_t> tokens, int start_position,
 }
 
 GpuMemoryStats GpuRun::memory() const {
-  const vulkan::DecoderMemory& m = state_->decoder->memory();
+  const gpu::DecoderMemory& m = state_->decoder->memory();
   GpuMemoryStats out;
-  out.device = state_->context->facts().name;
+  out.device = state_->decoder->device_name();
   out.dense_bytes = m.dense;
   out.expert_bytes = m.experts;
   out.kv_cache_bytes = m.kv_cache;

@@ -1,6 +1,7 @@
-// MoeModel on a Vulkan device (ModelOptions::backend == "vulkan"): the whole
-// decoder runs there (engine/vulkan/decoder); experts outside the plan's VRAM
-// tier are computed here from the expert store (RAM cache, then disk).
+// MoeModel on a GPU (ModelOptions::backend "vulkan" or "cuda"): the whole
+// decoder runs there (a gpu::GpuDecoder: engine/vulkan/decoder or
+// engine/cuda); experts outside the plan's VRAM tier are computed here from
+// the expert store (RAM cache, then disk).
 #pragma once
 
 #include <memory>
@@ -15,6 +16,10 @@
 #include "expert_store.h"
 
 namespace coli::runtime {
+
+// What `coli run --backend cuda` says in a build without nvcc.
+inline constexpr const char* kNoCudaBackend =
+    "this build has no CUDA backend: rebuild with nvcc (-DCOLI_CUDA=ON), or use --backend vulkan";
 
 class GpuRun {
  public:

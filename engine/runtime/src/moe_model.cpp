@@ -86,7 +86,7 @@ struct MoeModel::State {
   std::vector<std::vector<std::uint64_t>> routing_counts;  // [MoE layer][expert], for the usage history
   std::unique_ptr<OpTimes> op_times;  // ModelOptions::op_timing on the CPU backend
   forward::KvCache kv;  // every layer's K and V (CPU backend; the GPU keeps its own)
-  std::unique_ptr<GpuRun> gpu;  // backend "vulkan": the decoder on the GPU
+  std::unique_ptr<GpuRun> gpu;  // backend "vulkan" or "cuda": the decoder on the GPU
   // scratch, rows of every token of a pass
   std::vector<float> h, normed, q_rows, k_rows, v_rows, attn_rows, o_rows, router_rows, moe_out, mlp_a, mlp_b,
       shared_rows, shared_gates, expert_rows;
@@ -468,12 +468,12 @@ Result<MoeModel> MoeModel::load(const std::filesystem::path& path, const ModelOp
   if (c.rope_scaling.type != "default") {
     return make_error(path.string() + ": rope_scaling is not supported by the engine yet; convert a model without it");
   }
-  if (options.backend != "cpu" && options.backend != "vulkan") {
-    return make_error("backend '" + options.backend + "' is not one this engine runs (cpu, vulkan)");
+  if (options.backend != "cpu" && options.backend != "vulkan" && options.backend != "cuda") {
+    return make_error("backend '" + options.backend + "' is not one this engine runs (cpu, vulkan, cuda)");
   }
   // On the GPU the host keeps only the embedding table (its row lookups);
   // the decoder reads every other dense tensor from the container into VRAM.
-  const bool on_gpu = options.backend == "vulkan";
+  const bool on_gpu = options.backend == "vulkan" || options.backend == "cuda";
   auto dense = DenseWeights::load(*state->reader, on_gpu ? std::function<bool(const std::string&)>(
                                                                [](const std::string& name) { return name == kEmbedding; })
                                                          : nullptr);

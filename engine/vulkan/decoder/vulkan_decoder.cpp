@@ -207,6 +207,8 @@ void VulkanDecoder::add_routing_counts(std::vector<std::vector<std::uint64_t>>& 
 
 std::vector<std::string> VulkanDecoder::kernel_names() const { return state_->kernels.names(); }
 
+std::string VulkanDecoder::device_name() const { return state_->context->facts().name; }
+
 bool VulkanDecoder::hybrid() const {
   const GpuExperts& e = state_->weights.experts;
   for (std::size_t l = 0; l < e.slot_of.size(); ++l) {

@@ -1,0 +1,206 @@
+#include "cuda/cuda_step.h"
+
+#include <cmath>
+#include <vector>
+
+#include "cuda/kernel_launch.h"
+
+namespace coli::cuda {
+namespace {
+
+namespace k = kernels::cuda::decoder;
+using kernels::cuda::ExpertChoice;
+
+template <typename T = float>
+T* at(const DeviceBuffer& b, std::size_t offset = 0) {
+  return static_cast<T*>(b.data()) + offset;
+}
+
+// cos/sin of every (position, pair), computed in double as forward::Rope does.
+std::vector<float> rope_table(const model::ModelConfig& c, int context) {
+  const std::size_t half = c.head_dim / 2;
+  std::vector<float> table(static_cast<std::size_t>(context) * half * 2);
+  for (std::size_t i = 0; i < half; ++i) {
+    const double inv_freq = 1.0 / std::pow(c.rope_theta, 2.0 * static_cast<double>(i) / static_cast<double>(c.head_dim));
+    for (int p = 0; p < context; ++p) {
+      const double angle = p * inv_freq;
+      table[(static_cast<std::size_t>(p) * half + i) * 2] = static_cast<float>(std::cos(angle));
+      table[(static_cast<std::size_t>(p) * half + i) * 2 + 1] = static_cast<float>(std::sin(angle));
+    }
+  }
+  return table;
+}
+
+// Launches in order, each checked; the first failure names its kernel.
+class Recorder {
+ public:
+  Recorder(void* stream, std::map<std::string, int>& launches) : stream_(stream), launches_(launches) {}
+  void* stream() const { return stream_; }
+  Status check(const std::string& name, int code) {
+    ++launches_[name];
+    return kernels::cuda::detail::launch_status(name + " launch", code);
+  }
+
+ private:
+  void* stream_;
+  std::map<std::string, int>& launches_;
+};
+
+std::string matvec_name(const Matrix& m) { return "matvec " + std::string(name_of(m.format)); }
+
+Status matvec(Recorder& r, const Matrix& m, const float* x, float* y, const float* bias = nullptr, bool accumulate = false) {
+  return r.check(matvec_name(m), k::matvec(r.stream(), m, x, y, bias, accumulate));
+}
+
+Status attention_block(Recorder& r, const model::ModelConfig& c, const CudaLayer& w, StepBuffers& b, int layer) {
+  const int kv_width = static_cast<int>(c.num_key_value_heads * c.head_dim);
+  const std::size_t kv_layer = static_cast<std::size_t>(b.context) * kv_width;
+  float* k_cache = at(b.kv, 2 * static_cast<std::size_t>(layer) * kv_layer);
+  float* v_cache = k_cache + kv_layer;
+  const auto eps = static_cast<float>(c.rms_norm_eps);
+  const int hidden = static_cast<int>(c.hidden_size);
+  for (Status s : {r.check("rms_norm", k::rms_norm(r.stream(), at(b.x), w.input_norm, at(b.h), hidden, eps)),
+                   matvec(r, w.q, at(b.h), at(b.q), w.q_bias), matvec(r, w.k, at(b.h), at(b.k), w.k_bias),
+                   matvec(r, w.v, at(b.h), at(b.v), w.v_bias)}) {
+    if (!s) return s;
+  }
+  k::QkPrep prep;
+  prep.q = at(b.q);
+  prep.k = at(b.k);
+  prep.v = at(b.v);
+  prep.k_cache = k_cache;
+  prep.v_cache = v_cache;
+  prep.q_norm = w.q_norm;
+  prep.k_norm = w.k_norm;
+  prep.rope = at(b.rope);
+  prep.position = at<const int>(b.position);
+  prep.heads = static_cast<int>(c.num_attention_heads);
+  prep.kv_heads = static_cast<int>(c.num_key_value_heads);
+  prep.head_dim = static_cast<int>(c.head_dim);
+  prep.norm_mode = c.qk_norm == model::QkNorm::PerHead ? 1 : c.qk_norm == model::QkNorm::FullProjection ? 2 : 0;
+  prep.clip = c.clip_qkv ? static_cast<float>(*c.clip_qkv) : 0.0f;
+  prep.eps = eps;
+  k::Attention a{at(b.q), k_cache, v_cache, at(b.attn), at(b.scores), at<const int>(b.position), prep.heads,
+                 prep.kv_heads, prep.head_dim, b.context, static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim)))};
+  for (Status s : {r.check("qk_prep", k::qk_prep(r.stream(), prep)), r.check("attention", k::attention(r.stream(), a)),
+                   matvec(r, w.o, at(b.attn), at(b.x), w.o_bias, true),
+                   r.check("rms_norm", k::rms_norm(r.stream(), at(b.x), w.post_norm, at(b.h), hidden, eps))}) {
+    if (!s) return s;
+  }
+  return Ok{};
+}
+
+// SwiGLU MLP of h: added to x (a dense layer) or written to shared_out.
+Status mlp_block(Recorder& r, const CudaLayer& w, StepBuffers& b) {
+  const bool dense = w.moe < 0;
+  if (Status s = r.check("swiglu " + std::string(name_of(w.mlp_gate.format)),
+                         k::swiglu(r.stream(), w.mlp_gate, w.mlp_up, at(b.h), at(b.mlp_a)));
+      !s) {
+    return s;
+  }
+  return matvec(r, w.mlp_down, at(b.mlp_a), dense ? at(b.x) : at(b.shared_out), nullptr, dense);
+}
+
+Status moe_block(Recorder& r, const model::ModelConfig& c, const CudaWeights& weights, const CudaLayer& w, StepBuffers& b,
+                 StepSegments& segments) {
+  const int experts = static_cast<int>(c.num_experts);
+  const int top_k = static_cast<int>(c.num_experts_per_tok);
+  const auto moe = static_cast<std::size_t>(w.moe);
+  const bool hybrid = weights.experts.slot_counts[moe] < experts;
+  auto* choices = at<ExpertChoice>(b.choices, moe * static_cast<std::size_t>(top_k));
+  if (Status s = matvec(r, w.router, at(b.h), at(b.router_logits)); !s) return s;
+  // As the CPU engine: every normalisation but SoftmaxTopK renormalises the chosen k.
+  const k::Route route{at(b.router_logits), at<const int>(weights.experts.slot_tables, moe * experts), choices,
+                       hybrid ? at<int>(b.ids) : nullptr, at<unsigned>(b.counts, moe * experts), experts, top_k,
+                       c.router_normalization != model::RouterNormalization::SoftmaxTopK};
+  if (Status s = r.check("route_topk", k::route_topk(r.stream(), route)); !s) return s;
+  // The host computes the choices without a VRAM slot between two segments.
+  if (hybrid) {
+    if (Status s = segments.end(w.moe); !s) return s;
+  }
+  if (w.has_shared) {
+    if (Status s = mlp_block(r, w, b); !s) return s;
+    if (Status s = matvec(r, w.shared_gate, at(b.h), at(b.shared_gate)); !s) return s;
+  }
+  const k::Experts e{weights.experts.layout, at<const std::uint8_t>(weights.experts.slabs[moe]),
+                     weights.experts.slot_counts[moe], choices, top_k, hybrid ? at<const float>(b.host_rows) : nullptr};
+  const std::string format(name_of(e.layout.format));
+  if (Status s = r.check("expert_gate_up " + format, k::expert_gate_up(r.stream(), e, at(b.h), at(b.act))); !s) return s;
+  return r.check("expert_down_add " + format,
+                 k::expert_down_add(r.stream(), e, at(b.act), w.has_shared ? at(b.shared_out) : nullptr,
+                                    w.has_shared ? at(b.shared_gate) : nullptr, at(b.x)));
+}
+
+}  // namespace
+
+std::uint64_t StepBuffers::activation_bytes() const {
+  std::uint64_t sum = 0;
+  for (const DeviceBuffer* d : {&x, &h, &q, &k, &v, &attn, &scores, &mlp_a, &router_logits, &act, &shared_out,
+                                &shared_gate, &final_h, &logits, &position, &choices, &counts, &ids, &host_rows, &rope}) {
+    sum += d->bytes();
+  }
+  return sum;
+}
+
+Result<StepBuffers> make_step_buffers(const model::ModelConfig& c, const CudaWeights& w, int context) {
+  StepBuffers b;
+  b.context = context;
+  const std::uint64_t moe_layers = w.experts.slabs.size();
+  std::uint64_t mlp_width = 1;
+  for (const CudaLayer& layer : w.layers) mlp_width = std::max<std::uint64_t>(mlp_width, static_cast<std::uint64_t>(layer.mlp_gate.rows));
+  const std::uint64_t f = sizeof(float);
+  const std::uint64_t ctx = static_cast<std::uint64_t>(context);
+  const std::uint64_t kv_width = c.num_key_value_heads * c.head_dim;
+  const std::pair<DeviceBuffer*, std::uint64_t> sizes[] = {
+      {&b.x, c.hidden_size * f}, {&b.h, c.hidden_size * f}, {&b.q, c.num_attention_heads * c.head_dim * f},
+      {&b.k, kv_width * f}, {&b.v, kv_width * f}, {&b.attn, c.num_attention_heads * c.head_dim * f},
+      {&b.scores, c.num_attention_heads * ctx * f}, {&b.mlp_a, mlp_width * f},
+      {&b.router_logits, std::max<std::uint64_t>(c.num_experts, 1) * f},
+      {&b.act, std::max<std::uint64_t>(c.num_experts_per_tok * c.moe_intermediate_size, 1) * f},
+      {&b.shared_out, c.hidden_size * f}, {&b.shared_gate, f}, {&b.final_h, c.hidden_size * f},
+      {&b.logits, static_cast<std::uint64_t>(w.lm_head.rows) * f}, {&b.position, 4},
+      {&b.choices, std::max<std::uint64_t>(moe_layers * c.num_experts_per_tok, 1) * sizeof(ExpertChoice)},
+      {&b.counts, std::max<std::uint64_t>(moe_layers * c.num_experts, 1) * 4},
+      {&b.ids, std::max<std::uint64_t>(c.num_experts_per_tok, 1) * 4},
+      {&b.host_rows, std::max<std::uint64_t>(c.num_experts_per_tok, 1) * c.hidden_size * f},
+      {&b.rope, ctx * (c.head_dim / 2) * 2 * f}, {&b.kv, c.num_hidden_layers * 2 * ctx * kv_width * f}};
+  for (const auto& [buffer, bytes] : sizes) {
+    auto made = DeviceBuffer::allocate(bytes);
+    if (!made) return make_error("the CUDA decoder's working memory: " + made.error().message);
+    *buffer = std::move(*made);
+  }
+  const std::vector<float> table = rope_table(c, context);
+  if (Status s = b.rope.upload(table.data(), table.size() * f); !s) return s.error();
+  // Zeroed: the uncaptured first step runs before any host rows exist.
+  for (DeviceBuffer* zeroed : {&b.counts, &b.host_rows}) {
+    const std::vector<std::byte> zeros(zeroed->bytes());
+    if (Status s = zeroed->upload(zeros.data(), zeros.size()); !s) return s.error();
+  }
+  return b;
+}
+
+Status record_step(void* stream, const model::ModelConfig& c, const CudaWeights& w, StepBuffers& b,
+                   std::map<std::string, int>& launches, StepSegments& segments) {
+  Recorder r(stream, launches);
+  for (std::size_t i = 0; i < w.layers.size(); ++i) {
+    const CudaLayer& layer = w.layers[i];
+    if (Status s = attention_block(r, c, layer, b, static_cast<int>(i)); !s) return s;
+    const Status s = layer.moe < 0 ? mlp_block(r, layer, b) : moe_block(r, c, w, layer, b, segments);
+    if (!s) return s;
+  }
+  return Ok{};
+}
+
+Status record_head(void* stream, const model::ModelConfig& c, const CudaWeights& w, StepBuffers& b,
+                   std::map<std::string, int>& launches) {
+  Recorder r(stream, launches);
+  const auto hidden = static_cast<int>(c.hidden_size);
+  if (Status s = r.check("rms_norm", k::rms_norm(stream, at(b.x), w.final_norm, at(b.final_h), hidden,
+                                                  static_cast<float>(c.rms_norm_eps)));
+      !s) {
+    return s;
+  }
+  return matvec(r, w.lm_head, at(b.final_h), at(b.logits));
+}
+
+}  // namespace coli::cuda

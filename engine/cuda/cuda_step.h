@@ -1,0 +1,48 @@
+// One token's decoder step on the CUDA device: the working buffers (one per
+// role, sized from the model's shape and the context) and the launches of
+// the whole step in order, which CudaDecoder captures once into a CUDA graph.
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "cuda/cuda_weights.h"
+
+namespace coli::cuda {
+
+struct StepBuffers {
+  DeviceBuffer x, h, q, k, v, attn, scores, mlp_a, router_logits, act, shared_out, shared_gate, final_h, logits;
+  DeviceBuffer position;  // int: the token's position, written before each replay
+  DeviceBuffer choices;   // ExpertChoice[moe layers][top_k]
+  DeviceBuffer counts;    // unsigned[moe layers][experts]: routing since the last download
+  DeviceBuffer ids;       // int[top_k]: a hybrid layer's expert ids, for the host
+  DeviceBuffer host_rows; // float[top_k][hidden]: a hybrid layer's rows the host computed
+  DeviceBuffer rope;      // float[context][head_dim/2][2]
+  DeviceBuffer kv;        // float[layers][2][context][kv_width]
+  int context = 0;
+  std::uint64_t activation_bytes() const;
+};
+
+// Errors name the CUDA allocation that failed.
+Result<StepBuffers> make_step_buffers(const model::ModelConfig& c, const CudaWeights& w, int context);
+
+// Where a hybrid MoE layer (experts outside VRAM) hands over to the host:
+// after its routing (ids in StepBuffers::ids, input in h) the step calls
+// end(); the host's rows must be in host_rows before the experts run.
+class StepSegments {
+ public:
+  virtual ~StepSegments() = default;
+  virtual Status end(int moe_layer) = 0;
+};
+
+// Launches one token's step through every layer on `stream` (x in, x out);
+// `launches` counts each kernel by name ("matvec q4_g64" ...); `segments`
+// is called at every hybrid layer. Errors name the launch that failed.
+Status record_step(void* stream, const model::ModelConfig& c, const CudaWeights& w, StepBuffers& b,
+                   std::map<std::string, int>& launches, StepSegments& segments);
+// The final norm and the lm_head of x into logits: once per forward, after
+// its last token (a prompt's other tokens need no logits).
+Status record_head(void* stream, const model::ModelConfig& c, const CudaWeights& w, StepBuffers& b,
+                   std::map<std::string, int>& launches);
+
+}  // namespace coli::cuda

@@ -1,0 +1,60 @@
+// The model's weights in CUDA device memory, for the CUDA decoder: dense
+// tensors packed into one buffer (norms and biases widened to f32 there), the
+// routed experts of each MoE layer in slots of the container's record stride,
+// and per MoE layer the slot table (expert -> slot) the router reads on the
+// device (-1: no VRAM slot; a hybrid plan's host computes that expert).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "coli/base/result.h"
+#include "coli/gpu/gpu_decoder.h"
+#include "cuda/cuda_kernels.h"
+#include "cuda/decoder_kernels.h"
+
+namespace coli::cuda {
+
+using kernels::cuda::DeviceBuffer;
+using Matrix = kernels::cuda::decoder::Matrix;
+
+struct CudaLayer {
+  const float* input_norm = nullptr;  // f32; null: absent
+  const float* post_norm = nullptr;
+  const float* q_norm = nullptr;
+  const float* k_norm = nullptr;
+  Matrix q, k, v, o;
+  const float* q_bias = nullptr;
+  const float* k_bias = nullptr;
+  const float* v_bias = nullptr;
+  const float* o_bias = nullptr;
+  int moe = -1;                        // MoE layer index; -1: dense MLP
+  Matrix router;
+  Matrix mlp_gate, mlp_up, mlp_down;   // dense MLP, or the shared expert
+  Matrix shared_gate;                  // qwen2_moe's sigmoid gate of the shared expert
+  bool has_shared = false;
+};
+
+struct CudaExperts {
+  kernels::cuda::ExpertRecordLayout layout;
+  std::vector<DeviceBuffer> slabs;     // per MoE layer: the plan's VRAM experts, slot i = its i-th
+  DeviceBuffer slot_tables;            // int[moe layers][experts]
+  std::vector<int> slot_counts;        // per MoE layer
+  std::vector<std::vector<int>> slot_of;  // host copy of the tables (-1: the host computes that expert)
+  std::uint64_t bytes() const;
+};
+
+struct CudaWeights {
+  DeviceBuffer dense;
+  std::vector<CudaLayer> layers;
+  const float* final_norm = nullptr;
+  Matrix lm_head;
+  CudaExperts experts;
+  std::vector<WeightFormat> dense_formats;  // the matvec formats this model uses
+};
+
+// Uploads everything on the current device; errors name the tensor and what
+// is wrong with it, or the CUDA call that failed.
+Result<CudaWeights> upload_cuda_weights(const gpu::DecoderModel& model);
+
+}  // namespace coli::cuda

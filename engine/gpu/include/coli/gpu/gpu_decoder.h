@@ -1,0 +1,84 @@
+// The one seam for whole-decoder GPU backends (Vulkan, CUDA): what a decoder
+// is given (DecoderModel: the config, dense tensors, the container with the
+// experts, the plan's VRAM tier), what it reports (DecoderMemory) and what it
+// does (GpuDecoder::forward). engine/runtime's GpuRun holds a GpuDecoder made
+// for ModelOptions::backend and knows no backend's types beyond this header.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "coli/base/result.h"
+#include "coli/base/weight_format.h"
+#include "coli/container/container.h"
+#include "coli/model/model_config.h"
+
+namespace coli::gpu {
+
+// A dense tensor as the container holds it: in host memory (`bytes`), or
+// only in the container file, from which it is read straight into VRAM.
+struct DecoderTensor {
+  WeightFormat dtype = WeightFormat::f32;  // as the container holds it
+  std::vector<std::uint64_t> shape;
+  std::span<const std::byte> bytes;  // empty: read it from the container
+  std::uint64_t file_offset = 0;
+  std::uint64_t file_bytes = 0;
+};
+
+// Experts without a VRAM slot, computed by the host (hybrid plans).
+class HostExperts {
+ public:
+  virtual ~HostExperts() = default;
+  // For every choice c whose on_gpu[c] is 0: y[c] = expert ids[c] of MoE layer
+  // `moe_layer` applied to x[c / top_k] (x: tokens x hidden, y: choices x hidden).
+  virtual Status run(int moe_layer, std::span<const int> ids, std::span<const std::uint8_t> on_gpu,
+                     std::span<const float> x, std::span<float> y) = 0;
+};
+
+struct DecoderModel {
+  const model::ModelConfig* config = nullptr;
+  // Dense tensors by Hugging Face name; nullptr when absent.
+  std::function<const DecoderTensor*(const std::string&)> tensor;
+  const container::ContainerReader* container = nullptr;  // routed experts are read from it
+  // Per MoE layer, the experts held in VRAM (the plan's VRAM tier); a layer
+  // listing every expert needs no host work.
+  std::vector<std::vector<int>> vram_experts;
+  int max_context = 4096;
+  int max_batch_tokens = 128;  // tokens per submission (prefill runs in such chunks)
+};
+
+// Device memory by component, as allocated (plan vs actual).
+struct DecoderMemory {
+  std::uint64_t dense = 0;        // attention, norms, routers, shared experts, lm_head
+  std::uint64_t experts = 0;      // expert slots of every MoE layer
+  std::uint64_t kv_cache = 0;
+  std::uint64_t activations = 0;  // per-batch scratch, rope table, slot tables
+  std::uint64_t host_visible = 0; // mapped or pinned host memory: staging, per-call input/output, routing
+  std::uint64_t vram() const { return dense + experts + kv_cache + activations; }
+};
+
+// The whole decoder on one GPU. Made by a backend's create() (VulkanDecoder,
+// CudaDecoder); used through this interface only.
+class GpuDecoder {
+ public:
+  virtual ~GpuDecoder() = default;
+  // Runs `tokens` at positions start_position.. and writes the last one's
+  // logits. `host` computes experts outside VRAM (may be null when every
+  // expert is in VRAM).
+  virtual Status forward(std::span<const std::int32_t> tokens, int start_position, std::span<float> logits,
+                         HostExperts* host) = 0;
+  virtual const DecoderMemory& memory() const = 0;
+  // Adds the last forward's routing to counts[MoE layer][expert].
+  virtual void add_routing_counts(std::vector<std::vector<std::uint64_t>>& counts) const = 0;
+  // The kernels the decoder made or captured, one line each.
+  virtual std::vector<std::string> kernel_names() const = 0;
+  // True when some MoE layer has experts outside VRAM.
+  virtual bool hybrid() const = 0;
+  // The device, in words ("NVIDIA H200", "llvmpipe ...").
+  virtual std::string device_name() const = 0;
+};
+
+}  // namespace coli::gpu

@@ -1,0 +1,101 @@
+// Device code the decoder kernels share: a row of any container format
+// dotted with float activations by one warp, and block-wide reductions.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "cuda/decoder_kernels.h"
+#include "cuda/quantized_rows.cuh"
+
+namespace coli::kernels::cuda::decoder {
+
+using detail::kWarpSize;
+using detail::kWarpsPerBlock;
+using detail::lane_zero;
+using detail::warp_row;
+using detail::warp_sum;
+
+// Element i of a float-format row (f32, bf16, f16).
+template <WeightFormat kFormat>
+__device__ __forceinline__ float float_weight(const void* row, int i) {
+  if constexpr (kFormat == WeightFormat::f32) {
+    return __ldg(static_cast<const float*>(row) + i);
+  } else if constexpr (kFormat == WeightFormat::bf16) {
+    const unsigned short bits = __ldg(static_cast<const unsigned short*>(row) + i);
+    return __uint_as_float(static_cast<unsigned>(bits) << 16);
+  } else {
+    return __half2float(__ushort_as_half(__ldg(static_cast<const unsigned short*>(row) + i)));
+  }
+}
+
+// (W x)[row], every lane of the warp holding the sum. Quantised rows take
+// the reference-layout loaders of quantized_rows.cuh; float rows one element
+// per lane per step (consecutive lanes, consecutive elements).
+template <WeightFormat kFormat>
+__device__ __forceinline__ float row_dot(const Matrix& m, int row, const float* x) {
+  if constexpr (kFormat == WeightFormat::q8_row || kFormat == WeightFormat::q4_g64) {
+    const detail::MatrixPointers p{static_cast<const std::uint8_t*>(m.weights), m.scales, m.rows, m.cols};
+    float dots[1];
+    detail::row_dots<kFormat, 1>(p, row, x, 1, dots);
+    return dots[0];
+  } else {
+    const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
+    const std::size_t bytes = kFormat == WeightFormat::f32 ? 4 : 2;
+    const void* weights = static_cast<const std::uint8_t*>(m.weights) + static_cast<std::size_t>(row) * m.cols * bytes;
+    float sum = 0;
+    for (int c = lane; c < m.cols; c += kWarpSize) sum += float_weight<kFormat>(weights, c) * x[c];
+    return warp_sum(sum);
+  }
+}
+
+__device__ __forceinline__ float silu(float v) { return v / (1.0f + expf(-v)); }
+
+__device__ __forceinline__ float warp_max(float value) {
+  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
+    value = fmaxf(value, __shfl_xor_sync(detail::kFullWarp, value, offset));
+  }
+  return value;
+}
+
+// The sum (or max) over the block, returned to every thread; blockDim.x a
+// multiple of 32, at most 1024. Every thread of the block must call it.
+template <bool kMax>
+__device__ float block_reduce(float value) {
+  __shared__ float partial[32];
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
+  const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
+  const int warps = static_cast<int>(blockDim.x) / kWarpSize;
+  value = kMax ? warp_max(value) : warp_sum(value);
+  if (lane == 0) partial[warp] = value;
+  __syncthreads();
+  if (warp == 0) {
+    float v = lane < warps ? partial[lane] : (kMax ? -3.402823e38f : 0.0f);
+    v = kMax ? warp_max(v) : warp_sum(v);
+    if (lane == 0) partial[0] = v;
+  }
+  __syncthreads();
+  const float result = partial[0];
+  __syncthreads();  // partial is reused by the next call
+  return result;
+}
+__device__ __forceinline__ float block_sum(float value) { return block_reduce<false>(value); }
+__device__ __forceinline__ float block_max(float value) { return block_reduce<true>(value); }
+
+inline dim3 row_grid(int rows, int y = 1) { return dim3((rows + kWarpsPerBlock - 1) / kWarpsPerBlock, y); }
+inline dim3 row_block() { return dim3(kWarpsPerBlock * kWarpSize); }
+
+// Launch<format>::run(args...) for the runtime format: the one switch from a
+// format to a kernel instantiation.
+template <template <WeightFormat> class Launch, typename... Args>
+void for_format(WeightFormat format, const Args&... args) {
+  switch (format) {
+    case WeightFormat::f32: Launch<WeightFormat::f32>::run(args...); break;
+    case WeightFormat::bf16: Launch<WeightFormat::bf16>::run(args...); break;
+    case WeightFormat::f16: Launch<WeightFormat::f16>::run(args...); break;
+    case WeightFormat::q8_row: Launch<WeightFormat::q8_row>::run(args...); break;
+    case WeightFormat::q4_g64: Launch<WeightFormat::q4_g64>::run(args...); break;
+  }
+}
+
+}  // namespace coli::kernels::cuda::decoder

@@ -1,0 +1,112 @@
+// The CUDA decoder's kernels (engine/cuda), behind a plain C++ API like
+// cuda_kernels.h: no CUDA header here, raw device pointers, a stream given as
+// an opaque pointer (a cudaStream_t). Each launcher returns the CUDA error of
+// its launch as an int (0 = success); the caller (CudaDecoder) has checked
+// shapes, formats and buffer sizes once when it made its buffers, because
+// these are called while a CUDA graph is captured, once per token count.
+//
+// Every kernel computes one token (decode, and prefill token by token):
+// one warp per output row for the matrix kernels, float accumulation.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "coli/base/weight_format.h"
+#include "cuda/cuda_kernels.h"
+
+namespace coli::kernels::cuda::decoder {
+
+using Stream = void*;  // cudaStream_t
+
+// A dense matrix [rows][cols] in any container format: f32, bf16, f16
+// (weights only) or q8_row / q4_g64 (scales as the reference lays them out).
+struct Matrix {
+  WeightFormat format = WeightFormat::f32;
+  int rows = 0;
+  int cols = 0;
+  const void* weights = nullptr;
+  const void* scales = nullptr;  // quantised formats only
+};
+
+// y[r] = (accumulate ? y[r] : 0) + (W x)[r] + (bias ? bias[r] : 0)
+int matvec(Stream stream, const Matrix& w, const float* x, float* y, const float* bias, bool accumulate);
+// out[j] = silu((gate x)[j]) * (up x)[j] (a dense MLP or shared expert's first half)
+int swiglu(Stream stream, const Matrix& gate, const Matrix& up, const float* x, float* out);
+// out = x / sqrt(mean(x^2) + eps) * weight, n floats
+int rms_norm(Stream stream, const float* x, const float* weight, float* out, int n, float eps);
+
+// Between the q/k/v projections and attention: clip (clip > 0), q/k RMSNorm
+// (norm_mode 1: per head, 2: over the whole projection), RoPE from `rope`
+// (float[context][head_dim/2][2]: cos, sin) at *position, then k and v
+// written to row *position of this layer's caches (float[context][kv_width]).
+struct QkPrep {
+  float* q = nullptr;
+  float* k = nullptr;
+  float* v = nullptr;
+  float* k_cache = nullptr;
+  float* v_cache = nullptr;
+  const float* q_norm = nullptr;
+  const float* k_norm = nullptr;
+  const float* rope = nullptr;
+  const int* position = nullptr;  // device memory: one graph serves every position
+  int heads = 0, kv_heads = 0, head_dim = 0, norm_mode = 0;
+  float clip = 0, eps = 0;
+};
+int qk_prep(Stream stream, const QkPrep& p);
+
+// Causal attention of one token over positions 0..*position, one block per
+// head (grouped-query), softmax with the maximum subtracted; `scores` is
+// float[heads][context] scratch.
+struct Attention {
+  const float* q = nullptr;
+  const float* k_cache = nullptr;
+  const float* v_cache = nullptr;
+  float* out = nullptr;
+  float* scores = nullptr;
+  const int* position = nullptr;
+  int heads = 0, kv_heads = 0, head_dim = 0, context = 0;
+  float scale = 1;
+};
+inline constexpr int kMaxHeadDim = 512;
+int attention(Stream stream, const Attention& a);
+
+// The router's choice: softmax over the experts' logits, the top_k highest
+// (ties keep the lower expert id), renormalised to sum 1 when asked; writes
+// choices[i] = {slot_of[expert], weight} (slot -1: no VRAM slot), the expert
+// ids when `ids` is given (for the host, in a hybrid layer) and adds 1 to
+// counts[expert].
+struct Route {
+  const float* logits = nullptr;
+  const int* slot_of = nullptr;  // this MoE layer's expert -> slot
+  ExpertChoice* choices = nullptr;
+  int* ids = nullptr;            // optional: int[top_k]
+  unsigned* counts = nullptr;    // this MoE layer's experts
+  int experts = 0, top_k = 0;
+  bool renormalize = false;
+};
+int route_topk(Stream stream, const Route& r);
+
+// One MoE layer's selected experts (records as in cuda_kernels.h, any
+// expert format: f32, q8_row, q4_g64). A choice whose slot is outside the
+// slab is the host's when `host_rows` is given (a hybrid layer: its output
+// row, [k][hidden], computed by the host), else its output is NaN (wrong
+// output that shows, never a read outside the slab).
+struct Experts {
+  ExpertRecordLayout layout;
+  const std::uint8_t* slab = nullptr;
+  int slot_count = 0;
+  const ExpertChoice* choices = nullptr;
+  int k = 0;
+  const float* host_rows = nullptr;
+};
+// act[e][j] = silu(gate_e x)[j] * (up_e x)[j] (choices on the device)
+int expert_gate_up(Stream stream, const Experts& e, const float* x, float* act);
+// x[r] += sum_e weight_e y_e[r], in routing order, y_e = (down_e act_e) on
+//         the device or host_rows[e] from the host,
+//         + (shared ? sigmoid(*shared_gate) * shared[r] : 0)
+// shared_gate null means the shared expert is added with weight 1.
+int expert_down_add(Stream stream, const Experts& e, const float* act, const float* shared, const float* shared_gate,
+                    float* x);
+
+}  // namespace coli::kernels::cuda::decoder

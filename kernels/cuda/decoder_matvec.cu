@@ -1,0 +1,144 @@
+// The decoder's matrix kernels for one token: dense matvec (+ bias,
+// accumulate), the SwiGLU half of a dense MLP, and the routed experts' gate/up
+// and weighted down (added to the residual). One warp per output row.
+#include <cuda_runtime.h>
+
+#include "cuda/decoder_common.cuh"
+
+namespace coli::kernels::cuda::decoder {
+namespace {
+
+template <WeightFormat kFormat>
+__global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
+    matvec_kernel(Matrix m, const float* x, float* y, const float* bias, bool accumulate) {
+  const int row = warp_row();
+  if (row >= m.rows) return;  // the whole warp
+  float value = row_dot<kFormat>(m, row, x);
+  if (!lane_zero()) return;
+  if (bias != nullptr) value += bias[row];
+  y[row] = accumulate ? y[row] + value : value;
+}
+
+template <WeightFormat kFormat>
+__global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
+    swiglu_kernel(Matrix gate, Matrix up, const float* x, float* out) {
+  const int row = warp_row();
+  if (row >= gate.rows) return;
+  const float g = row_dot<kFormat>(gate, row, x);
+  const float u = row_dot<kFormat>(up, row, x);
+  if (lane_zero()) out[row] = silu(g) * u;
+}
+
+// The record of a choice, or null when its slot is outside the slab (the
+// output then turns NaN: wrong output that shows, never a stray read).
+__device__ __forceinline__ const std::uint8_t* record_of(const Experts& e, int slot) {
+  if (slot < 0 || slot >= e.slot_count) return nullptr;
+  return e.slab + static_cast<std::size_t>(slot) * e.layout.record_stride;
+}
+
+__device__ __forceinline__ Matrix part(const Experts& e, const std::uint8_t* record, std::size_t weights,
+                                       std::size_t scales, int rows, int cols) {
+  return Matrix{e.layout.format, rows, cols, record + weights, record + scales};
+}
+
+template <WeightFormat kFormat>
+__global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
+    expert_gate_up_kernel(Experts e, const float* x, float* act) {
+  const int row = warp_row();
+  const ExpertRecordLayout& l = e.layout;
+  if (row >= l.width) return;
+  const int choice = static_cast<int>(blockIdx.y);
+  const std::uint8_t* record = record_of(e, e.choices[choice].slot);
+  if (record == nullptr && e.host_rows != nullptr) return;  // the host computes this choice
+  float value = detail::quiet_nan();
+  if (record != nullptr) {  // the same for the whole warp
+    const float g = row_dot<kFormat>(part(e, record, l.gate_weights, l.gate_scales, l.width, l.hidden), row, x);
+    const float u = row_dot<kFormat>(part(e, record, l.up_weights, l.up_scales, l.width, l.hidden), row, x);
+    value = silu(g) * u;
+  }
+  if (lane_zero()) act[static_cast<std::size_t>(choice) * l.width + row] = value;
+}
+
+template <WeightFormat kFormat>
+__global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
+    expert_down_add_kernel(Experts e, const float* act, const float* shared, const float* shared_gate, float* x) {
+  const int row = warp_row();
+  const ExpertRecordLayout& l = e.layout;
+  if (row >= l.hidden) return;
+  float sum = 0;
+  for (int i = 0; i < e.k; ++i) {
+    const ExpertChoice choice = e.choices[i];
+    const std::uint8_t* record = record_of(e, choice.slot);
+    if (record == nullptr && e.host_rows != nullptr) {
+      sum += choice.weight * e.host_rows[static_cast<std::size_t>(i) * l.hidden + row];
+      continue;
+    }
+    if (record == nullptr) {
+      sum = detail::quiet_nan();
+      break;
+    }
+    const Matrix down = part(e, record, l.down_weights, l.down_scales, l.hidden, l.width);
+    sum += choice.weight * row_dot<kFormat>(down, row, act + static_cast<std::size_t>(i) * l.width);
+  }
+  if (!lane_zero()) return;
+  if (shared != nullptr) {
+    const float gate = shared_gate != nullptr ? 1.0f / (1.0f + expf(-shared_gate[0])) : 1.0f;
+    sum += gate * shared[row];
+  }
+  x[row] += sum;
+}
+
+template <WeightFormat kFormat>
+struct MatvecLaunch {
+  static void run(cudaStream_t s, const Matrix& w, const float* x, float* y, const float* bias, bool accumulate) {
+    matvec_kernel<kFormat><<<row_grid(w.rows), row_block(), 0, s>>>(w, x, y, bias, accumulate);
+  }
+};
+template <WeightFormat kFormat>
+struct SwigluLaunch {
+  static void run(cudaStream_t s, const Matrix& gate, const Matrix& up, const float* x, float* out) {
+    swiglu_kernel<kFormat><<<row_grid(gate.rows), row_block(), 0, s>>>(gate, up, x, out);
+  }
+};
+template <WeightFormat kFormat>
+struct GateUpLaunch {
+  static void run(cudaStream_t s, const Experts& e, const float* x, float* act) {
+    expert_gate_up_kernel<kFormat><<<row_grid(e.layout.width, e.k), row_block(), 0, s>>>(e, x, act);
+  }
+};
+template <WeightFormat kFormat>
+struct DownAddLaunch {
+  static void run(cudaStream_t s, const Experts& e, const float* act, const float* shared, const float* gate, float* x) {
+    expert_down_add_kernel<kFormat><<<row_grid(e.layout.hidden), row_block(), 0, s>>>(e, act, shared, gate, x);
+  }
+};
+
+cudaStream_t stream_of(Stream s) { return static_cast<cudaStream_t>(s); }
+
+}  // namespace
+
+int matvec(Stream stream, const Matrix& w, const float* x, float* y, const float* bias, bool accumulate) {
+  for_format<MatvecLaunch>(w.format, stream_of(stream), w, x, y, bias, accumulate);
+  return static_cast<int>(cudaGetLastError());
+}
+
+int swiglu(Stream stream, const Matrix& gate, const Matrix& up, const float* x, float* out) {
+  if (gate.format != up.format || gate.rows != up.rows || gate.cols != up.cols) {
+    return static_cast<int>(cudaErrorInvalidValue);  // the caller checked; never a mixed pair
+  }
+  for_format<SwigluLaunch>(gate.format, stream_of(stream), gate, up, x, out);
+  return static_cast<int>(cudaGetLastError());
+}
+
+int expert_gate_up(Stream stream, const Experts& e, const float* x, float* act) {
+  for_format<GateUpLaunch>(e.layout.format, stream_of(stream), e, x, act);
+  return static_cast<int>(cudaGetLastError());
+}
+
+int expert_down_add(Stream stream, const Experts& e, const float* act, const float* shared, const float* shared_gate,
+                    float* x) {
+  for_format<DownAddLaunch>(e.layout.format, stream_of(stream), e, act, shared, shared_gate, x);
+  return static_cast<int>(cudaGetLastError());
+}
+
+}  // namespace coli::kernels::cuda::decoder

@@ -1,0 +1,169 @@
+// The whole decoder on a CUDA device (engine/cuda) against the transformers
+// references and the CPU engine, as vulkan_engine_test.cpp does for Vulkan:
+// the four architectures, f32 experts to 1e-4 with the same 32 greedy tokens
+// as transformers and the CPU engine, int8/int4 experts against transformers
+// on the de-quantised weights, one prefill call over the whole prompt (token
+// by token through the captured graph, in chunks), int8/int4 dense
+// projections against the CPU engine's exact path, and hybrid plans (the
+// CPU computes the experts outside VRAM). Without a CUDA device (or in a build without nvcc) these
+// skip, unless COLI_REQUIRE_CUDA=1 makes that a failure. The no-device test
+// runs everywhere: backend "cuda" there is a clear error, never a crash.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "engine_test_support.h"
+#if COLI_TEST_CUDA
+#include "cuda/cuda_kernels.h"
+#endif
+
+namespace coli {
+namespace {
+
+// The CUDA devices here, or 0 with the reason.
+int cuda_devices(std::string& why) {
+#if COLI_TEST_CUDA
+  const kernels::cuda::CudaDeviceCount count = kernels::cuda::cuda_device_count();
+  why = count.reason;
+  return count.devices;
+#else
+  why = "this build has no CUDA backend (configure with -DCOLI_CUDA=ON and nvcc)";
+  return 0;
+#endif
+}
+
+#define REQUIRE_CUDA()                                                            \
+  do {                                                                            \
+    std::string why;                                                              \
+    if (cuda_devices(why) == 0) {                                                 \
+      const char* required = std::getenv("COLI_REQUIRE_CUDA");                    \
+      if (required && std::string(required) == "1") FAIL() << why;                \
+      GTEST_SKIP() << why;                                                        \
+    }                                                                             \
+  } while (0)
+
+runtime::ModelOptions cuda_options() {
+  runtime::ModelOptions options;
+  options.backend = "cuda";
+  return options;
+}
+
+class CudaEngine : public testing::TestWithParam<std::string> {
+ protected:
+  fs::path dir() const { return fs::path(COLI_FIXTURES_DIR) / "models" / GetParam(); }
+};
+
+TEST_P(CudaEngine, F32MatchesTransformersAndTheCpuEngine) {
+  REQUIRE_CUDA();
+  const Reference ref = load_reference(dir(), "reference");
+  const fs::path container = converted_fixture(GetParam(), WeightFormat::f32);
+  const EngineRun gpu = run_model(container, cuda_options(), ref);
+  const EngineRun cpu = run_model(container, {}, ref);
+  ASSERT_EQ(gpu.prompt_logits.size(), ref.prompt.size());
+  for (std::size_t i = 0; i < ref.prompt.size(); ++i) {
+    const std::span<const float> expected(ref.logits.data() + i * ref.vocab, ref.vocab);
+    EXPECT_LT(max_relative_error(gpu.prompt_logits[i], expected), 1e-4) << "prompt position " << i;
+  }
+  EXPECT_LT(gpu.worst_generated_error, 1e-4);
+  EXPECT_EQ(gpu.tokens, ref.generated);
+  EXPECT_EQ(gpu.tokens, cpu.tokens);
+  EXPECT_EQ(gpu.stats.backend, "cuda");
+  EXPECT_GT(gpu.stats.gpu.expert_bytes, 0u);
+  EXPECT_GT(gpu.stats.gpu.kv_cache_bytes, 0u);
+}
+
+TEST_P(CudaEngine, QuantisedExpertsMatchTransformersOnDequantisedWeights) {
+  REQUIRE_CUDA();
+  for (auto [format, name] : {std::pair{WeightFormat::q8_row, "reference_q8"},
+                              std::pair{WeightFormat::q4_g64, "reference_q4"}}) {
+    SCOPED_TRACE(name);
+    const Reference ref = load_reference(dir(), name);
+    const EngineRun run = run_model(converted_fixture(GetParam(), format), cuda_options(), ref);
+    EXPECT_LT(run.worst_generated_error, 1e-4);
+    EXPECT_EQ(run.tokens, ref.generated);
+  }
+}
+
+// The whole prompt in one forward call: token by token through the same
+// graph, in chunks of 5 pinned rows (12 prompt tokens: 5, 5 and 2).
+TEST_P(CudaEngine, OnePrefillCallGivesTheSameTokens) {
+  REQUIRE_CUDA();
+  const Reference ref = load_reference(dir(), "reference");
+  runtime::ModelOptions options = cuda_options();
+  options.gpu_batch_tokens = 5;
+  const EngineRun run = run_model(converted_fixture(GetParam(), WeightFormat::f32), options, ref, true);
+  ASSERT_EQ(run.prompt_logits.size(), 1u);
+  const std::span<const float> expected(ref.logits.data() + (ref.prompt.size() - 1) * ref.vocab, ref.vocab);
+  EXPECT_LT(max_relative_error(run.prompt_logits[0], expected), 1e-4);
+  EXPECT_EQ(run.tokens, ref.generated);
+}
+
+// Quantised dense projections (attention, lm_head; coli convert --dense):
+// the CUDA matvecs against the CPU engine's exact path, which computes the
+// same f32 activations on the de-quantised weights.
+TEST_P(CudaEngine, QuantisedDenseWeightsMatchTheCpuExactPath) {
+  REQUIRE_CUDA();
+  const Reference ref = load_reference(dir(), "reference_q8");
+  for (DenseFormat dense : {DenseFormat::q8_row, DenseFormat::q4_g64}) {
+    SCOPED_TRACE(std::string(dense_format_name(dense)));
+    const fs::path container = scratch_dir() / (GetParam() + "_dense_" + std::string(dense_format_name(dense)) + ".coli");
+    auto report = convert::convert_model(dir(), container, WeightFormat::q8_row, dense);
+    ASSERT_TRUE(report.ok()) << report.error().message;
+    runtime::ModelOptions cpu = f32_kv_options();  // the CUDA decoder keeps f32 KV
+    cpu.cpu_kernel = "exact";
+    const EngineRun expected = run_model(container, cpu, ref);
+    const EngineRun gpu = run_model(container, cuda_options(), ref);
+    ASSERT_EQ(gpu.prompt_logits.size(), expected.prompt_logits.size());
+    for (std::size_t i = 0; i < gpu.prompt_logits.size(); ++i) {
+      EXPECT_LT(max_relative_error(gpu.prompt_logits[i], expected.prompt_logits[i]), 1e-4) << "prompt position " << i;
+    }
+    EXPECT_EQ(gpu.tokens, expected.tokens);
+  }
+}
+
+// Hybrid plans: the experts without a VRAM slot computed by the CPU between
+// two graph segments, token by token and in one prefill call.
+TEST_P(CudaEngine, HybridPlansComputeTheOtherExpertsOnTheCpu) {
+  REQUIRE_CUDA();
+  const Reference ref = load_reference(dir(), "reference");
+  const fs::path container = converted_fixture(GetParam(), WeightFormat::f32);
+  runtime::ModelOptions options = cuda_options();
+  options.cpu_kernel = "exact";                   // f32 activations on the CPU, as the GPU computes them
+  options.vram_experts = {{0, 2, 4, 6}, {7, 1}};  // 2 MoE layers of 8 experts: half, then a quarter in VRAM
+  options.cache_capacity = 4;                     // the CPU's share streams through a small cache
+  options.prefill_round_tokens = 2;
+  for (bool one_prefill_call : {false, true}) {
+    SCOPED_TRACE(one_prefill_call ? "one prefill call" : "token by token");
+    const EngineRun run = run_model(container, options, ref, one_prefill_call);
+    EXPECT_LT(run.worst_generated_error, 1e-4);
+    EXPECT_EQ(run.tokens, ref.generated);
+  }
+  // A layer with no expert in VRAM at all runs on the CPU alone.
+  options.vram_experts = {{}, {3}};
+  const EngineRun run = run_model(container, options, ref);
+  EXPECT_LT(run.worst_generated_error, 1e-4);
+  EXPECT_EQ(run.tokens, ref.generated);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllArchitectures, CudaEngine, testing::Values("qwen3_moe", "olmoe", "mixtral", "qwen2_moe"));
+
+// Runs everywhere: on a machine without a CUDA device (or a build without
+// nvcc), backend "cuda" is an error that says why, and nothing crashes.
+TEST(CudaEngineWithoutDevice, SaysWhyItCannotRun) {
+  std::string why;
+  if (cuda_devices(why) > 0) GTEST_SKIP() << "a CUDA device is present; the device tests cover it";
+  auto model = runtime::MoeModel::load(converted_fixture("olmoe", WeightFormat::q4_g64), cuda_options());
+  ASSERT_FALSE(model.ok());
+  const std::string& message = model.error().message;
+#if COLI_TEST_CUDA
+  EXPECT_NE(message.find("the CUDA decoder needs CUDA device 0, but"), std::string::npos) << message;
+  EXPECT_NE(message.find(why), std::string::npos) << message;
+#else
+  EXPECT_NE(message.find("this build has no CUDA backend: rebuild with nvcc (-DCOLI_CUDA=ON)"), std::string::npos)
+      << message;
+#endif
+}
+
+}  // namespace
+}  // namespace coli
