@@ -8,6 +8,7 @@
 
 #include "coli/forward/ops.h"
 #include "cuda/cuda_step.h"
+#include "cuda/kernel_timer.h"
 
 namespace coli::cuda {
 namespace {
@@ -122,8 +123,10 @@ struct CudaDecoder::State {
   std::map<std::string, int> launches;  // per step, by kernel
   gpu::DecoderMemory memory;
   std::vector<std::vector<std::uint64_t>> routing;  // of the last forward
+  std::unique_ptr<KernelTimer> timer;  // COLI_GPU_PROFILE=1: steps run uncaptured, timed per kernel
 
   ~State() {
+    timer.reset();  // prints its table, while the stream still exists
     if (stream) cudaStreamSynchronize(stream);
     for (const Segment& segment : segments) destroy(segment);
     destroy(head);
@@ -134,6 +137,7 @@ struct CudaDecoder::State {
   Status capture();
   Status run_chunk(std::span<const std::int32_t> tokens, int position, gpu::HostExperts* host);
   Status run_host_experts(int moe_layer, gpu::HostExperts* host);
+  Status run_step(gpu::HostExperts* host);
   Status finish(std::span<float> out);
 };
 
@@ -236,13 +240,28 @@ Status CudaDecoder::State::run_chunk(std::span<const std::int32_t> tokens, int p
                                                cudaMemcpyHostToDevice, stream))}) {
       if (!s) return s;
     }
-    for (const Segment& segment : segments) {
-      if (Status s = cuda_call("cudaGraphLaunch (decoder step)", cudaGraphLaunch(segment.exec, stream)); !s) return s;
-      if (segment.host_layer < 0) continue;
-      if (Status s = run_host_experts(segment.host_layer, host); !s) return s;
-    }
+    if (Status s = run_step(host); !s) return s;
   }
   return cuda_call("cudaStreamSynchronize (decoder steps)", cudaStreamSynchronize(stream));
+}
+
+// One token's step: the captured segments (and the host's experts between
+// them), or under COLI_GPU_PROFILE=1 the same launches uncaptured and timed.
+Status CudaDecoder::State::run_step(gpu::HostExperts* host) {
+  if (timer && !hybrid()) {
+    std::map<std::string, int> uncounted;
+    NoHostWork none;
+    if (Status s = timer->begin(); !s) return s;
+    const Status ran = record_step(stream, *model.config, weights, buffers, uncounted, none, timer.get());
+    const Status timed = timer->collect();  // opens the gate even after a failed launch
+    return ran ? timed : ran;
+  }
+  for (const Segment& segment : segments) {
+    if (Status s = cuda_call("cudaGraphLaunch (decoder step)", cudaGraphLaunch(segment.exec, stream)); !s) return s;
+    if (segment.host_layer < 0) continue;
+    if (Status s = run_host_experts(segment.host_layer, host); !s) return s;
+  }
+  return Ok{};
 }
 
 // A hybrid layer's choices without a VRAM slot, computed by the host into
@@ -310,6 +329,7 @@ Result<std::unique_ptr<CudaDecoder>> CudaDecoder::create(int device_index, const
     if (!s) return s.error();
   }
   if (Status s = state->capture(); !s) return s.error();
+  state->timer = KernelTimer::from_environment(state->stream);
   gpu::DecoderMemory& m = state->memory;
   m.dense = state->weights.dense.bytes();
   m.experts = state->weights.experts.bytes();

@@ -34,16 +34,19 @@ std::vector<float> rope_table(const model::ModelConfig& c, int context) {
 // Launches in order, each checked; the first failure names its kernel.
 class Recorder {
  public:
-  Recorder(void* stream, std::map<std::string, int>& launches) : stream_(stream), launches_(launches) {}
+  Recorder(void* stream, std::map<std::string, int>& launches, LaunchObserver* observer)
+      : stream_(stream), launches_(launches), observer_(observer) {}
   void* stream() const { return stream_; }
   Status check(const std::string& name, int code) {
     ++launches_[name];
+    if (observer_ != nullptr) observer_->launched(name);
     return kernels::cuda::detail::launch_status(name + " launch", code);
   }
 
  private:
   void* stream_;
   std::map<std::string, int>& launches_;
+  LaunchObserver* observer_;
 };
 
 std::string matvec_name(const Matrix& m) { return "matvec " + std::string(name_of(m.format)); }
@@ -154,7 +157,7 @@ Result<StepBuffers> make_step_buffers(const model::ModelConfig& c, const CudaWei
   const std::pair<DeviceBuffer*, std::uint64_t> sizes[] = {
       {&b.x, c.hidden_size * f}, {&b.h, c.hidden_size * f}, {&b.q, c.num_attention_heads * c.head_dim * f},
       {&b.k, kv_width * f}, {&b.v, kv_width * f}, {&b.attn, c.num_attention_heads * c.head_dim * f},
-      {&b.scores, c.num_attention_heads * ctx * f}, {&b.mlp_a, mlp_width * f},
+      {&b.scores, k::attention_scratch_floats(static_cast<int>(c.num_attention_heads), static_cast<int>(c.head_dim), context) * f}, {&b.mlp_a, mlp_width * f},
       {&b.router_logits, std::max<std::uint64_t>(c.num_experts, 1) * f},
       {&b.act, std::max<std::uint64_t>(c.num_experts_per_tok * c.moe_intermediate_size, 1) * f},
       {&b.shared_out, c.hidden_size * f}, {&b.shared_gate, f}, {&b.final_h, c.hidden_size * f},
@@ -180,8 +183,8 @@ Result<StepBuffers> make_step_buffers(const model::ModelConfig& c, const CudaWei
 }
 
 Status record_step(void* stream, const model::ModelConfig& c, const CudaWeights& w, StepBuffers& b,
-                   std::map<std::string, int>& launches, StepSegments& segments) {
-  Recorder r(stream, launches);
+                   std::map<std::string, int>& launches, StepSegments& segments, LaunchObserver* observer) {
+  Recorder r(stream, launches, observer);
   for (std::size_t i = 0; i < w.layers.size(); ++i) {
     const CudaLayer& layer = w.layers[i];
     if (Status s = attention_block(r, c, layer, b, static_cast<int>(i)); !s) return s;
@@ -192,8 +195,8 @@ Status record_step(void* stream, const model::ModelConfig& c, const CudaWeights&
 }
 
 Status record_head(void* stream, const model::ModelConfig& c, const CudaWeights& w, StepBuffers& b,
-                   std::map<std::string, int>& launches) {
-  Recorder r(stream, launches);
+                   std::map<std::string, int>& launches, LaunchObserver* observer) {
+  Recorder r(stream, launches, observer);
   const auto hidden = static_cast<int>(c.hidden_size);
   if (Status s = r.check("rms_norm", k::rms_norm(stream, at(b.x), w.final_norm, at(b.final_h), hidden,
                                                   static_cast<float>(c.rms_norm_eps)));

@@ -35,14 +35,21 @@ class StepSegments {
   virtual Status end(int moe_layer) = 0;
 };
 
+// Told after every launch (COLI_GPU_PROFILE=1 times the kernels with it).
+class LaunchObserver {
+ public:
+  virtual ~LaunchObserver() = default;
+  virtual void launched(const std::string& name) = 0;
+};
+
 // Launches one token's step through every layer on `stream` (x in, x out);
 // `launches` counts each kernel by name ("matvec q4_g64" ...); `segments`
 // is called at every hybrid layer. Errors name the launch that failed.
 Status record_step(void* stream, const model::ModelConfig& c, const CudaWeights& w, StepBuffers& b,
-                   std::map<std::string, int>& launches, StepSegments& segments);
+                   std::map<std::string, int>& launches, StepSegments& segments, LaunchObserver* observer = nullptr);
 // The final norm and the lm_head of x into logits: once per forward, after
 // its last token (a prompt's other tokens need no logits).
 Status record_head(void* stream, const model::ModelConfig& c, const CudaWeights& w, StepBuffers& b,
-                   std::map<std::string, int>& launches);
+                   std::map<std::string, int>& launches, LaunchObserver* observer = nullptr);
 
 }  // namespace coli::cuda

@@ -55,9 +55,13 @@ struct QkPrep {
 };
 int qk_prep(Stream stream, const QkPrep& p);
 
-// Causal attention of one token over positions 0..*position, one block per
-// head (grouped-query), softmax with the maximum subtracted; `scores` is
-// float[heads][context] scratch.
+// Causal attention of one token over positions 0..*position, split across
+// the positions (flash-decoding): one block per (head, chunk of
+// kAttentionChunk positions) writes its softmax partials (max, sum, the
+// unnormalised weighted sum of V) to `scores`, then one block per head
+// merges its chunks in position order. The grid covers the whole context
+// (a captured graph serves every position); chunks past the position exit.
+// `scores` holds attention_scratch_floats() floats.
 struct Attention {
   const float* q = nullptr;
   const float* k_cache = nullptr;
@@ -68,6 +72,11 @@ struct Attention {
   int heads = 0, kv_heads = 0, head_dim = 0, context = 0;
   float scale = 1;
 };
+inline constexpr int kAttentionChunk = 32;
+inline std::size_t attention_scratch_floats(int heads, int head_dim, int context) {
+  const std::size_t chunks = (static_cast<std::size_t>(context) + kAttentionChunk - 1) / kAttentionChunk;
+  return static_cast<std::size_t>(heads) * chunks * (static_cast<std::size_t>(head_dim) + 2);
+}
 inline constexpr int kMaxHeadDim = 512;
 int attention(Stream stream, const Attention& a);
 

@@ -11,7 +11,6 @@ namespace {
 
 constexpr int kNormThreads = 256;
 constexpr int kAttentionThreads = 128;
-constexpr int kDimsPerLane = kMaxHeadDim / kAttentionThreads;
 
 __global__ void __launch_bounds__(kNormThreads) rms_norm_kernel(const float* x, const float* weight, float* out, int n,
                                                                float eps) {
@@ -87,53 +86,98 @@ __global__ void __launch_bounds__(kNormThreads) qk_prep_kernel(QkPrep p) {
   }
 }
 
-// One block per head: this thread scores positions lane, lane + 128, ...
-// (into `scores`, which it alone reads back), then the softmax-weighted sum
-// of V over tiles of 128 probabilities in shared memory.
-__global__ void __launch_bounds__(kAttentionThreads) attention_kernel(Attention a) {
-  __shared__ float q[kMaxHeadDim];
-  __shared__ float tile[kAttentionThreads];
-  const int head = static_cast<int>(blockIdx.x);
-  const int lane = static_cast<int>(threadIdx.x);
+// A block's softmax partial over its positions: running max `m`, sum `l`
+// of exp(score - m) and acc[d] = sum of exp(score - m) * v[d].
+constexpr int kAttentionWarps = kAttentionThreads / kWarpSize;
+constexpr int kLaneDims = kMaxHeadDim / kWarpSize;  // dims per lane: d = lane + 32 i
+static_assert(kAttentionChunk % kAttentionWarps == 0, "each warp takes the same number of a chunk's positions");
+
+// One block per (head, chunk): warp w scores positions first + w, first + w +
+// 4, ... (a coalesced row of K per position, lanes over the head's dims),
+// keeping an online softmax; the warps' partials are then combined.
+__global__ void __launch_bounds__(kAttentionThreads) attention_chunk_kernel(Attention a) {
+  __shared__ float warp_m[kAttentionWarps], warp_l[kAttentionWarps];
+  __shared__ float warp_acc[kAttentionWarps][kMaxHeadDim];
+  const int head = static_cast<int>(blockIdx.x), chunk = static_cast<int>(blockIdx.y);
   const int positions = *a.position + 1;
+  const int first = chunk * kAttentionChunk;
+  if (first >= positions) return;  // the whole block
+  const int last = min(first + kAttentionChunk, positions);
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize, warp = static_cast<int>(threadIdx.x) / kWarpSize;
   const int kv_width = a.kv_heads * a.head_dim;
   const int kv_offset = head / (a.heads / a.kv_heads) * a.head_dim;
-  float* scores = a.scores + static_cast<std::size_t>(head) * a.context;
-  for (int d = lane; d < a.head_dim; d += kAttentionThreads) q[d] = a.q[head * a.head_dim + d];
-  __syncthreads();
-  float peak = -3.402823e38f;
-  for (int p = lane; p < positions; p += kAttentionThreads) {
+  float q[kLaneDims], acc[kLaneDims];
+#pragma unroll
+  for (int i = 0; i < kLaneDims; ++i) {
+    const int d = lane + i * kWarpSize;
+    q[i] = d < a.head_dim ? a.q[head * a.head_dim + d] : 0.0f;
+    acc[i] = 0.0f;
+  }
+  float m = -3.402823e38f, l = 0.0f;
+  for (int p = first + warp; p < last; p += kAttentionWarps) {
     const float* k = a.k_cache + static_cast<std::size_t>(p) * kv_width + kv_offset;
-    float dot = 0;
-    for (int d = 0; d < a.head_dim; ++d) dot += q[d] * k[d];
-    scores[p] = dot * a.scale;
-    peak = fmaxf(peak, scores[p]);
-  }
-  peak = block_max(peak);
-  float sum = 0;
-  for (int p = lane; p < positions; p += kAttentionThreads) sum += expf(scores[p] - peak);
-  const float inv = 1.0f / block_sum(sum);
-  float acc[kDimsPerLane] = {};
-  for (int first = 0; first < positions; first += kAttentionThreads) {
-    const int p = first + lane;  // this thread scored p itself
-    tile[lane] = p < positions ? expf(scores[p] - peak) : 0.0f;
-    __syncthreads();
-    const int count = min(kAttentionThreads, positions - first);
+    const float* v = a.v_cache + static_cast<std::size_t>(p) * kv_width + kv_offset;
+    float dot = 0.0f;
 #pragma unroll
-    for (int i = 0; i < kDimsPerLane; ++i) {
-      const int d = lane + i * kAttentionThreads;
-      if (d >= a.head_dim) break;
-      const float* v = a.v_cache + static_cast<std::size_t>(first) * kv_width + kv_offset + d;
-      float value = acc[i];
-      for (int j = 0; j < count; ++j) value += tile[j] * v[static_cast<std::size_t>(j) * kv_width];
-      acc[i] = value;
+    for (int i = 0; i < kLaneDims; ++i) {
+      const int d = lane + i * kWarpSize;
+      if (d < a.head_dim) dot += q[i] * k[d];
     }
-    __syncthreads();
+    const float score = warp_sum(dot) * a.scale;
+    const float m_new = fmaxf(m, score);
+    const float rescale = expf(m - m_new), weight = expf(score - m_new);
+    l = l * rescale + weight;
+#pragma unroll
+    for (int i = 0; i < kLaneDims; ++i) {
+      const int d = lane + i * kWarpSize;
+      if (d < a.head_dim) acc[i] = acc[i] * rescale + weight * v[d];
+    }
+    m = m_new;
+  }
+  if (lane == 0) {
+    warp_m[warp] = m;
+    warp_l[warp] = l;
   }
 #pragma unroll
-  for (int i = 0; i < kDimsPerLane; ++i) {
-    const int d = lane + i * kAttentionThreads;
-    if (d < a.head_dim) a.out[head * a.head_dim + d] = acc[i] * inv;
+  for (int i = 0; i < kLaneDims; ++i) {
+    const int d = lane + i * kWarpSize;
+    if (d < a.head_dim) warp_acc[warp][d] = acc[i];
+  }
+  __syncthreads();
+  float peak = warp_m[0];
+  for (int w = 1; w < kAttentionWarps; ++w) peak = fmaxf(peak, warp_m[w]);
+  const std::size_t chunks = (static_cast<std::size_t>(a.context) + kAttentionChunk - 1) / kAttentionChunk;
+  float* partial = a.scores + (static_cast<std::size_t>(head) * chunks + chunk) * (a.head_dim + 2);
+  if (threadIdx.x == 0) {
+    float sum = 0.0f;
+    for (int w = 0; w < kAttentionWarps; ++w) sum += warp_l[w] * expf(warp_m[w] - peak);
+    partial[0] = peak;
+    partial[1] = sum;
+  }
+  for (int d = static_cast<int>(threadIdx.x); d < a.head_dim; d += kAttentionThreads) {
+    float value = 0.0f;
+    for (int w = 0; w < kAttentionWarps; ++w) value += warp_acc[w][d] * expf(warp_m[w] - peak);
+    partial[2 + d] = value;
+  }
+}
+
+// One block per head: the chunks' partials merged in position order.
+__global__ void __launch_bounds__(kAttentionThreads) attention_merge_kernel(Attention a) {
+  const int head = static_cast<int>(blockIdx.x);
+  const int positions = *a.position + 1;
+  const int used = (positions + kAttentionChunk - 1) / kAttentionChunk;
+  const std::size_t chunks = (static_cast<std::size_t>(a.context) + kAttentionChunk - 1) / kAttentionChunk;
+  const std::size_t stride = static_cast<std::size_t>(a.head_dim) + 2;
+  const float* partials = a.scores + static_cast<std::size_t>(head) * chunks * stride;
+  float peak = -3.402823e38f;
+  for (int c = 0; c < used; ++c) peak = fmaxf(peak, partials[c * stride]);
+  float sum = 0.0f;
+  for (int c = 0; c < used; ++c) sum += partials[c * stride + 1] * expf(partials[c * stride] - peak);
+  const float inv = 1.0f / sum;
+  for (int d = static_cast<int>(threadIdx.x); d < a.head_dim; d += kAttentionThreads) {
+    float value = 0.0f;
+    for (int c = 0; c < used; ++c) value += partials[c * stride + 2 + d] * expf(partials[c * stride] - peak);
+    a.out[head * a.head_dim + d] = value * inv;
   }
 }
 
@@ -210,7 +254,10 @@ int qk_prep(Stream stream, const QkPrep& p) {
 }
 
 int attention(Stream stream, const Attention& a) {
-  attention_kernel<<<a.heads, kAttentionThreads, 0, stream_of(stream)>>>(a);
+  const int chunks = (a.context + kAttentionChunk - 1) / kAttentionChunk;
+  attention_chunk_kernel<<<dim3(a.heads, chunks), kAttentionThreads, 0, stream_of(stream)>>>(a);
+  if (const cudaError_t launched = cudaGetLastError(); launched != cudaSuccess) return static_cast<int>(launched);
+  attention_merge_kernel<<<a.heads, kAttentionThreads, 0, stream_of(stream)>>>(a);
   return static_cast<int>(cudaGetLastError());
 }
 

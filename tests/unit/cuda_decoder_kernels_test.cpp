@@ -237,7 +237,8 @@ TEST(CudaDecoderKernels, QkPrepAndAttentionMatchTheCpu) {
   DeviceBuffer dv = device_copy(std::vector<float>(kv_width)), position = device_copy(std::vector<int>{0});
   DeviceBuffer k_cache = device_copy(std::vector<float>(context * kv_width)), v_cache = device_copy(std::vector<float>(context * kv_width));
   DeviceBuffer dqn = device_copy(q_norm), dkn = device_copy(k_norm), table = device_copy(rope_table(head_dim, theta, context));
-  DeviceBuffer out = device_copy(std::vector<float>(q_width)), scores = device_copy(std::vector<float>(heads * context));
+  DeviceBuffer out = device_copy(std::vector<float>(q_width));
+  DeviceBuffer scores = device_copy(std::vector<float>(dk::attention_scratch_floats(heads, head_dim, context)));
   std::vector<float> q, keys, values;  // the CPU's, after prep
   for (int p = 0; p < tokens; ++p) {
     q = random_floats(rng, q_width);
@@ -295,6 +296,51 @@ TEST(CudaDecoderKernels, QkPrepAndAttentionMatchTheCpu) {
       EXPECT_NEAR(got[h * head_dim + d], expected, 1e-4) << "head " << h << " dim " << d;
     }
   }
+}
+
+// Attention of one token over `tokens` cached positions of a `context`-long
+// cache (random K, V and q), against a softmax in double: many chunks of
+// kAttentionChunk positions, the last one partial, merged per head.
+void check_long_attention(int heads, int kv_heads, int head_dim, int context, int tokens) {
+  std::mt19937 rng(static_cast<unsigned>(head_dim * 131 + tokens));
+  const int q_width = heads * head_dim, kv_width = kv_heads * head_dim;
+  const std::vector<float> q = random_floats(rng, q_width);
+  std::vector<float> keys = random_floats(rng, static_cast<std::size_t>(context) * kv_width);
+  const std::vector<float> values = random_floats(rng, static_cast<std::size_t>(context) * kv_width);
+  for (float& k : keys) k *= 2.0f;  // peaked softmaxes, so a wrong merge shows
+  DeviceBuffer dq = device_copy(q), k_cache = device_copy(keys), v_cache = device_copy(values);
+  DeviceBuffer out = device_copy(std::vector<float>(q_width));
+  DeviceBuffer scores = device_copy(std::vector<float>(dk::attention_scratch_floats(heads, head_dim, context)));
+  DeviceBuffer position = device_copy(std::vector<int>{tokens - 1});
+  const dk::Attention a{static_cast<float*>(dq.data()), static_cast<float*>(k_cache.data()), static_cast<float*>(v_cache.data()),
+                        static_cast<float*>(out.data()), static_cast<float*>(scores.data()), static_cast<int*>(position.data()),
+                        heads, kv_heads, head_dim, context, static_cast<float>(1.0 / std::sqrt(head_dim))};
+  ASSERT_EQ(dk::attention(nullptr, a), 0);
+  const std::vector<float> got = host_copy<float>(out, q_width);
+  for (int h = 0; h < heads; ++h) {
+    const int kv = h / (heads / kv_heads);
+    std::vector<double> s(tokens);
+    for (int p = 0; p < tokens; ++p) {
+      for (int d = 0; d < head_dim; ++d) s[p] += static_cast<double>(q[h * head_dim + d]) * keys[p * kv_width + kv * head_dim + d];
+      s[p] /= std::sqrt(static_cast<double>(head_dim));
+    }
+    const double peak = *std::max_element(s.begin(), s.end());
+    double total = 0;
+    for (double& v : s) total += (v = std::exp(v - peak));
+    for (int d = 0; d < head_dim; ++d) {
+      double expected = 0;
+      for (int p = 0; p < tokens; ++p) expected += s[p] / total * values[p * kv_width + kv * head_dim + d];
+      ASSERT_NEAR(got[h * head_dim + d], expected, 1e-4) << "head " << h << " dim " << d << " of " << tokens << " positions";
+    }
+  }
+}
+
+TEST(CudaDecoderKernels, AttentionMergesChunksOverALongContext) {
+  REQUIRE_CUDA();
+  check_long_attention(4, 2, 128, 300, 300);  // every chunk of the cache, the last one partial
+  check_long_attention(4, 2, 128, 300, 97);   // chunks past the position skipped
+  check_long_attention(2, 1, 80, 200, 1);     // one position; head_dim not a multiple of 32
+  check_long_attention(2, 2, 512, 70, 65);    // the widest head
 }
 
 // f32 experts, k = 3 with the second choice the host's (slot -1, its row
