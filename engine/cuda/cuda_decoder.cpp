@@ -58,7 +58,8 @@ Status check_model(const gpu::DecoderModel& model, const gpu::DecoderTensor* emb
   }
   const container::ExpertLayout& layout = model.container->index().experts;
   if (c.num_experts_per_tok < 1 || c.num_experts_per_tok > c.num_experts ||
-      c.num_experts_per_tok > static_cast<std::uint64_t>(kernels::cuda::kMaxSelectedExperts)) {
+      c.num_experts_per_tok > static_cast<std::uint64_t>(kernels::cuda::kMaxSelectedExperts) ||
+      c.num_experts > static_cast<std::uint64_t>(kernels::cuda::decoder::kMaxRoutedExperts)) {
     return make_error("top-" + std::to_string(c.num_experts_per_tok) + " of " + std::to_string(c.num_experts) +
                       " experts is not a routing the CUDA decoder runs");
   }

@@ -55,6 +55,24 @@ Status matvec(Recorder& r, const Matrix& m, const float* x, float* y, const floa
   return r.check(matvec_name(m), k::matvec(r.stream(), m, x, y, bias, accumulate));
 }
 
+// q, k and v of h: one launch when they share a format and cols (always,
+// for the containers coli convert writes), else three.
+Status qkv(Recorder& r, const CudaLayer& w, StepBuffers& b) {
+  if (w.q.format == w.k.format && w.q.format == w.v.format && w.q.cols == w.k.cols && w.q.cols == w.v.cols) {
+    k::Matvecs m;
+    m.w[0] = w.q, m.w[1] = w.k, m.w[2] = w.v;
+    m.y[0] = at(b.q), m.y[1] = at(b.k), m.y[2] = at(b.v);
+    m.bias[0] = w.q_bias, m.bias[1] = w.k_bias, m.bias[2] = w.v_bias;
+    m.count = 3;
+    return r.check("matvec q/k/v " + std::string(name_of(w.q.format)), k::matvecs(r.stream(), m, at(b.h)));
+  }
+  for (Status s : {matvec(r, w.q, at(b.h), at(b.q), w.q_bias), matvec(r, w.k, at(b.h), at(b.k), w.k_bias),
+                   matvec(r, w.v, at(b.h), at(b.v), w.v_bias)}) {
+    if (!s) return s;
+  }
+  return Ok{};
+}
+
 Status attention_block(Recorder& r, const model::ModelConfig& c, const CudaLayer& w, StepBuffers& b, int layer) {
   const int kv_width = static_cast<int>(c.num_key_value_heads * c.head_dim);
   const std::size_t kv_layer = static_cast<std::size_t>(b.context) * kv_width;
@@ -62,11 +80,8 @@ Status attention_block(Recorder& r, const model::ModelConfig& c, const CudaLayer
   float* v_cache = k_cache + kv_layer;
   const auto eps = static_cast<float>(c.rms_norm_eps);
   const int hidden = static_cast<int>(c.hidden_size);
-  for (Status s : {r.check("rms_norm", k::rms_norm(r.stream(), at(b.x), w.input_norm, at(b.h), hidden, eps)),
-                   matvec(r, w.q, at(b.h), at(b.q), w.q_bias), matvec(r, w.k, at(b.h), at(b.k), w.k_bias),
-                   matvec(r, w.v, at(b.h), at(b.v), w.v_bias)}) {
-    if (!s) return s;
-  }
+  if (Status s = r.check("rms_norm", k::rms_norm(r.stream(), at(b.x), w.input_norm, at(b.h), hidden, eps)); !s) return s;
+  if (Status s = qkv(r, w, b); !s) return s;
   k::QkPrep prep;
   prep.q = at(b.q);
   prep.k = at(b.k);

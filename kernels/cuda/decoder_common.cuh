@@ -29,24 +29,30 @@ __device__ __forceinline__ float float_weight(const void* row, int i) {
   }
 }
 
-// (W x)[row], every lane of the warp holding the sum. Quantised rows take
-// the reference-layout loaders of quantized_rows.cuh; float rows one element
-// per lane per step (consecutive lanes, consecutive elements).
+// This lane's share of (W x)[row] (row_dot sums it over the warp). Quantised
+// rows take the loaders of quantized_rows.cuh; float rows one element per
+// lane per step (consecutive lanes, consecutive elements).
 template <WeightFormat kFormat>
-__device__ __forceinline__ float row_dot(const Matrix& m, int row, const float* x) {
+__device__ __forceinline__ float row_partial(const Matrix& m, int row, const float* x) {
   if constexpr (kFormat == WeightFormat::q8_row || kFormat == WeightFormat::q4_g64) {
     const detail::MatrixPointers p{static_cast<const std::uint8_t*>(m.weights), m.scales, m.rows, m.cols};
-    float dots[1];
-    detail::row_dots<kFormat, 1>(p, row, x, 1, dots);
-    return dots[0];
+    float partial[1];
+    detail::row_partials<kFormat, 1>(p, row, x, 1, partial);
+    return partial[0];
   } else {
     const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
     const std::size_t bytes = kFormat == WeightFormat::f32 ? 4 : 2;
     const void* weights = static_cast<const std::uint8_t*>(m.weights) + static_cast<std::size_t>(row) * m.cols * bytes;
     float sum = 0;
     for (int c = lane; c < m.cols; c += kWarpSize) sum += float_weight<kFormat>(weights, c) * x[c];
-    return warp_sum(sum);
+    return sum;
   }
+}
+
+// (W x)[row], every lane of the warp holding the sum.
+template <WeightFormat kFormat>
+__device__ __forceinline__ float row_dot(const Matrix& m, int row, const float* x) {
+  return warp_sum(row_partial<kFormat>(m, row, x));
 }
 
 __device__ __forceinline__ float silu(float v) { return v / (1.0f + expf(-v)); }

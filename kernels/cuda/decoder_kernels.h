@@ -31,6 +31,16 @@ struct Matrix {
 
 // y[r] = (accumulate ? y[r] : 0) + (W x)[r] + (bias ? bias[r] : 0)
 int matvec(Stream stream, const Matrix& w, const float* x, float* y, const float* bias, bool accumulate);
+// Up to kMaxMatvecs products of the same x in one launch (q, k and v): y_i =
+// W_i x (+ bias_i), the matrices of one format and one cols.
+inline constexpr int kMaxMatvecs = 3;
+struct Matvecs {
+  Matrix w[kMaxMatvecs];
+  float* y[kMaxMatvecs] = {};
+  const float* bias[kMaxMatvecs] = {};
+  int count = 0;
+};
+int matvecs(Stream stream, const Matvecs& m, const float* x);
 // out[j] = silu((gate x)[j]) * (up x)[j] (a dense MLP or shared expert's first half)
 int swiglu(Stream stream, const Matrix& gate, const Matrix& up, const float* x, float* out);
 // out = x / sqrt(mean(x^2) + eps) * weight, n floats
@@ -85,6 +95,7 @@ int attention(Stream stream, const Attention& a);
 // choices[i] = {slot_of[expert], weight} (slot -1: no VRAM slot), the expert
 // ids when `ids` is given (for the host, in a hybrid layer) and adds 1 to
 // counts[expert].
+inline constexpr int kMaxRoutedExperts = 1024;  // the router's probabilities stay in registers
 struct Route {
   const float* logits = nullptr;
   const int* slot_of = nullptr;  // this MoE layer's expert -> slot
@@ -111,8 +122,9 @@ struct Experts {
 };
 // act[e][j] = silu(gate_e x)[j] * (up_e x)[j] (choices on the device)
 int expert_gate_up(Stream stream, const Experts& e, const float* x, float* act);
-// x[r] += sum_e weight_e y_e[r], in routing order, y_e = (down_e act_e) on
-//         the device or host_rows[e] from the host,
+// x[r] += sum_e weight_e y_e[r], y_e = (down_e act_e) on the device (summed
+//         lane-wise over the experts, then over the warp) plus the host's
+//         host_rows[e] in routing order,
 //         + (shared ? sigmoid(*shared_gate) * shared[r] : 0)
 // shared_gate null means the shared expert is added with weight 1.
 int expert_down_add(Stream stream, const Experts& e, const float* act, const float* shared, const float* shared_gate,

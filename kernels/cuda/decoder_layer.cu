@@ -186,29 +186,38 @@ __device__ __forceinline__ bool ranks_before(float p, int e, float best_p, int b
   return best < 0 || p > best_p || (p == best_p && e < best);
 }
 
-// One warp: each lane holds experts lane, lane + 32, ...; each of the top_k
-// rounds is an argmax across the warp among the experts after the previous
-// choice (in the same order).
+constexpr int kRouterSlots = kMaxRoutedExperts / kWarpSize;
+
+// One warp: lane holds the probabilities of experts lane, lane + 32, ... in
+// registers (computed once); each of the top_k rounds is an argmax across
+// the warp (probability desc, id asc), and the winner's lane drops it.
+// Only probabilities >= 0 compete, so NaN logits choose nothing.
 __global__ void __launch_bounds__(kWarpSize) route_topk_kernel(Route r) {
   const int lane = static_cast<int>(threadIdx.x);
   float peak = -3.402823e38f;
   for (int e = lane; e < r.experts; e += kWarpSize) peak = fmaxf(peak, r.logits[e]);
   peak = warp_max(peak);
+  float prob[kRouterSlots];
   float total = 0;
-  for (int e = lane; e < r.experts; e += kWarpSize) total += expf(r.logits[e] - peak);
+#pragma unroll
+  for (int j = 0; j < kRouterSlots; ++j) {
+    const int e = lane + j * kWarpSize;
+    prob[j] = e < r.experts ? expf(r.logits[e] - peak) : -1.0f;
+    total += e < r.experts ? prob[j] : 0.0f;
+  }
   total = warp_sum(total);
-  int previous = -1;
-  float previous_p = 3.402823e38f;
+#pragma unroll
+  for (int j = 0; j < kRouterSlots; ++j) prob[j] = prob[j] >= 0.0f ? prob[j] / total : prob[j];
   float chosen_sum = 0;
   for (int i = 0; i < r.top_k; ++i) {
     int best = -1;
     float best_p = -1;
-    for (int e = lane; e < r.experts; e += kWarpSize) {
-      const float p = expf(r.logits[e] - peak) / total;
-      const bool after_previous = p < previous_p || (p == previous_p && e > previous);
-      if (after_previous && ranks_before(p, e, best_p, best)) {
+#pragma unroll
+    for (int j = 0; j < kRouterSlots; ++j) {
+      const int e = lane + j * kWarpSize;
+      if (prob[j] >= 0.0f && ranks_before(prob[j], e, best_p, best)) {
         best = e;
-        best_p = p;
+        best_p = prob[j];
       }
     }
     for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
@@ -224,8 +233,10 @@ __global__ void __launch_bounds__(kWarpSize) route_topk_kernel(Route r) {
       if (lane == 0 && r.ids != nullptr) r.ids[i] = 0;  // a valid id for the host; the weight is NaN
       continue;
     }
-    previous = best;  // every lane holds the same winner
-    previous_p = best_p;
+#pragma unroll
+    for (int j = 0; j < kRouterSlots; ++j) {
+      if (lane + j * kWarpSize == best) prob[j] = -1.0f;  // every lane holds the same winner
+    }
     chosen_sum += best_p;
     if (lane == 0) {
       r.choices[i] = ExpertChoice{r.slot_of[best], best_p};

@@ -19,14 +19,28 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
   y[row] = accumulate ? y[row] + value : value;
 }
 
+// One grid over the rows of every matrix, one after another.
+template <WeightFormat kFormat>
+__global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize) matvecs_kernel(Matvecs m, const float* x) {
+  int row = warp_row();
+  int i = 0;
+  while (i < m.count && row >= m.w[i].rows) row -= m.w[i++].rows;
+  if (i >= m.count) return;  // the whole warp
+  float value = row_dot<kFormat>(m.w[i], row, x);
+  if (!lane_zero()) return;
+  if (m.bias[i] != nullptr) value += m.bias[i][row];
+  m.y[i][row] = value;
+}
+
 template <WeightFormat kFormat>
 __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
     swiglu_kernel(Matrix gate, Matrix up, const float* x, float* out) {
   const int row = warp_row();
   if (row >= gate.rows) return;
-  const float g = row_dot<kFormat>(gate, row, x);
-  const float u = row_dot<kFormat>(up, row, x);
-  if (lane_zero()) out[row] = silu(g) * u;
+  const float g = row_partial<kFormat>(gate, row, x);
+  const float u = row_partial<kFormat>(up, row, x);
+  const float value = silu(warp_sum(g)) * warp_sum(u);
+  if (lane_zero()) out[row] = value;
 }
 
 // The record of a choice, or null when its slot is outside the slab (the
@@ -41,6 +55,7 @@ __device__ __forceinline__ Matrix part(const Experts& e, const std::uint8_t* rec
   return Matrix{e.layout.format, rows, cols, record + weights, record + scales};
 }
 
+// Gate and up of one row: both rows' loads in flight before the two sums.
 template <WeightFormat kFormat>
 __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
     expert_gate_up_kernel(Experts e, const float* x, float* act) {
@@ -52,34 +67,41 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
   if (record == nullptr && e.host_rows != nullptr) return;  // the host computes this choice
   float value = detail::quiet_nan();
   if (record != nullptr) {  // the same for the whole warp
-    const float g = row_dot<kFormat>(part(e, record, l.gate_weights, l.gate_scales, l.width, l.hidden), row, x);
-    const float u = row_dot<kFormat>(part(e, record, l.up_weights, l.up_scales, l.width, l.hidden), row, x);
-    value = silu(g) * u;
+    const float g = row_partial<kFormat>(part(e, record, l.gate_weights, l.gate_scales, l.width, l.hidden), row, x);
+    const float u = row_partial<kFormat>(part(e, record, l.up_weights, l.up_scales, l.width, l.hidden), row, x);
+    value = silu(warp_sum(g)) * warp_sum(u);
   }
   if (lane_zero()) act[static_cast<std::size_t>(choice) * l.width + row] = value;
 }
 
+// Row `row` of every choice's down projection, weighted: each lane sums its
+// weighted partials over the k experts (their loads independent), one
+// warp sum at the end; the host's rows are added by lane 0 in the same
+// routing order.
 template <WeightFormat kFormat>
 __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
     expert_down_add_kernel(Experts e, const float* act, const float* shared, const float* shared_gate, float* x) {
   const int row = warp_row();
   const ExpertRecordLayout& l = e.layout;
   if (row >= l.hidden) return;
-  float sum = 0;
+  float device_sum = 0, host_sum = 0;
+  bool missing = false;
   for (int i = 0; i < e.k; ++i) {
     const ExpertChoice choice = e.choices[i];
     const std::uint8_t* record = record_of(e, choice.slot);
     if (record == nullptr && e.host_rows != nullptr) {
-      sum += choice.weight * e.host_rows[static_cast<std::size_t>(i) * l.hidden + row];
+      host_sum += choice.weight * e.host_rows[static_cast<std::size_t>(i) * l.hidden + row];
       continue;
     }
     if (record == nullptr) {
-      sum = detail::quiet_nan();
+      missing = true;
       break;
     }
     const Matrix down = part(e, record, l.down_weights, l.down_scales, l.hidden, l.width);
-    sum += choice.weight * row_dot<kFormat>(down, row, act + static_cast<std::size_t>(i) * l.width);
+    device_sum += choice.weight * row_partial<kFormat>(down, row, act + static_cast<std::size_t>(i) * l.width);
   }
+  float sum = warp_sum(device_sum) + host_sum;
+  if (missing) sum = detail::quiet_nan();
   if (!lane_zero()) return;
   if (shared != nullptr) {
     const float gate = shared_gate != nullptr ? 1.0f / (1.0f + expf(-shared_gate[0])) : 1.0f;
@@ -92,6 +114,14 @@ template <WeightFormat kFormat>
 struct MatvecLaunch {
   static void run(cudaStream_t s, const Matrix& w, const float* x, float* y, const float* bias, bool accumulate) {
     matvec_kernel<kFormat><<<row_grid(w.rows), row_block(), 0, s>>>(w, x, y, bias, accumulate);
+  }
+};
+template <WeightFormat kFormat>
+struct MatvecsLaunch {
+  static void run(cudaStream_t s, const Matvecs& m, const float* x) {
+    int rows = 0;
+    for (int i = 0; i < m.count; ++i) rows += m.w[i].rows;
+    matvecs_kernel<kFormat><<<row_grid(rows), row_block(), 0, s>>>(m, x);
   }
 };
 template <WeightFormat kFormat>
@@ -119,6 +149,15 @@ cudaStream_t stream_of(Stream s) { return static_cast<cudaStream_t>(s); }
 
 int matvec(Stream stream, const Matrix& w, const float* x, float* y, const float* bias, bool accumulate) {
   for_format<MatvecLaunch>(w.format, stream_of(stream), w, x, y, bias, accumulate);
+  return static_cast<int>(cudaGetLastError());
+}
+
+int matvecs(Stream stream, const Matvecs& m, const float* x) {
+  if (m.count < 1 || m.count > kMaxMatvecs) return static_cast<int>(cudaErrorInvalidValue);
+  for (int i = 1; i < m.count; ++i) {
+    if (m.w[i].format != m.w[0].format || m.w[i].cols != m.w[0].cols) return static_cast<int>(cudaErrorInvalidValue);
+  }
+  for_format<MatvecsLaunch>(m.w[0].format, stream_of(stream), m, x);
   return static_cast<int>(cudaGetLastError());
 }
 
