@@ -101,8 +101,7 @@ Status attention_block(Recorder& r, const model::ModelConfig& c, const CudaLayer
   k::Attention a{at(b.q), k_cache, v_cache, at(b.attn), at(b.scores), at<const int>(b.position), prep.heads,
                  prep.kv_heads, prep.head_dim, b.context, static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim)))};
   for (Status s : {r.check("qk_prep", k::qk_prep(r.stream(), prep)), r.check("attention", k::attention(r.stream(), a)),
-                   matvec(r, w.o, at(b.attn), at(b.x), w.o_bias, true),
-                   r.check("rms_norm", k::rms_norm(r.stream(), at(b.x), w.post_norm, at(b.h), hidden, eps))}) {
+                   matvec(r, w.o, at(b.attn), at(b.x), w.o_bias, true)}) {
     if (!s) return s;
   }
   return Ok{};
@@ -119,6 +118,22 @@ Status mlp_block(Recorder& r, const CudaLayer& w, StepBuffers& b) {
   return matvec(r, w.mlp_down, at(b.mlp_a), dense ? at(b.x) : at(b.shared_out), nullptr, dense);
 }
 
+// h = the post-attention RMSNorm of x, then the router's choice: one launch
+// for float routers (norm_route), else rms_norm, the router's matvec and route_topk.
+Status norm_and_route(Recorder& r, const model::ModelConfig& c, const CudaLayer& w, StepBuffers& b, const k::Route& route) {
+  const int hidden = static_cast<int>(c.hidden_size);
+  const auto eps = static_cast<float>(c.rms_norm_eps);
+  if (k::norm_route_fits(w.router, hidden)) {
+    const k::NormRoute fused{at(b.x), w.post_norm, at(b.h), hidden, eps, w.router, route};
+    return r.check("norm_route " + std::string(name_of(w.router.format)), k::norm_route(r.stream(), fused));
+  }
+  for (Status s : {r.check("rms_norm", k::rms_norm(r.stream(), at(b.x), w.post_norm, at(b.h), hidden, eps)),
+                   matvec(r, w.router, at(b.h), at(b.router_logits)), r.check("route_topk", k::route_topk(r.stream(), route))}) {
+    if (!s) return s;
+  }
+  return Ok{};
+}
+
 Status moe_block(Recorder& r, const model::ModelConfig& c, const CudaWeights& weights, const CudaLayer& w, StepBuffers& b,
                  StepSegments& segments) {
   const int experts = static_cast<int>(c.num_experts);
@@ -126,12 +141,11 @@ Status moe_block(Recorder& r, const model::ModelConfig& c, const CudaWeights& we
   const auto moe = static_cast<std::size_t>(w.moe);
   const bool hybrid = weights.experts.slot_counts[moe] < experts;
   auto* choices = at<ExpertChoice>(b.choices, moe * static_cast<std::size_t>(top_k));
-  if (Status s = matvec(r, w.router, at(b.h), at(b.router_logits)); !s) return s;
   // As the CPU engine: every normalisation but SoftmaxTopK renormalises the chosen k.
   const k::Route route{at(b.router_logits), at<const int>(weights.experts.slot_tables, moe * experts), choices,
                        hybrid ? at<int>(b.ids) : nullptr, at<unsigned>(b.counts, moe * experts), experts, top_k,
                        c.router_normalization != model::RouterNormalization::SoftmaxTopK};
-  if (Status s = r.check("route_topk", k::route_topk(r.stream(), route)); !s) return s;
+  if (Status s = norm_and_route(r, c, w, b, route); !s) return s;
   // The host computes the choices without a VRAM slot between two segments.
   if (hybrid) {
     if (Status s = segments.end(w.moe); !s) return s;
@@ -203,8 +217,16 @@ Status record_step(void* stream, const model::ModelConfig& c, const CudaWeights&
   for (std::size_t i = 0; i < w.layers.size(); ++i) {
     const CudaLayer& layer = w.layers[i];
     if (Status s = attention_block(r, c, layer, b, static_cast<int>(i)); !s) return s;
-    const Status s = layer.moe < 0 ? mlp_block(r, layer, b) : moe_block(r, c, w, layer, b, segments);
-    if (!s) return s;
+    if (layer.moe >= 0) {  // its post-attention norm is part of the routing
+      if (Status s = moe_block(r, c, w, layer, b, segments); !s) return s;
+      continue;
+    }
+    const auto eps = static_cast<float>(c.rms_norm_eps);
+    if (Status s = r.check("rms_norm", k::rms_norm(r.stream(), at(b.x), layer.post_norm, at(b.h), static_cast<int>(c.hidden_size), eps));
+        !s) {
+      return s;
+    }
+    if (Status s = mlp_block(r, layer, b); !s) return s;
   }
   return Ok{};
 }

@@ -107,6 +107,24 @@ struct Route {
 };
 int route_topk(Stream stream, const Route& r);
 
+// The post-attention RMSNorm of x into h, the router's logits of h and
+// route_topk's choice, in one block (one launch instead of three per MoE
+// layer; a launch cost more than the router's 256 KB on an H200). For float
+// routers (f32, bf16, f16) of at most kMaxRouterHidden columns; the caller
+// launches the three kernels otherwise.
+inline constexpr int kMaxRouterHidden = 8192;
+struct NormRoute {
+  const float* x = nullptr;
+  const float* norm = nullptr;
+  float* h = nullptr;
+  int hidden = 0;
+  float eps = 0;
+  Matrix router;  // [experts][hidden]
+  Route route;    // its logits pointer is unused (they stay in shared memory)
+};
+bool norm_route_fits(const Matrix& router, int hidden);
+int norm_route(Stream stream, const NormRoute& r);
+
 // One MoE layer's selected experts (records as in cuda_kernels.h, any
 // expert format: f32, q8_row, q4_g64). A choice whose slot is outside the
 // slab is the host's when `host_rows` is given (a hybrid layer: its output

@@ -192,17 +192,17 @@ constexpr int kRouterSlots = kMaxRoutedExperts / kWarpSize;
 // registers (computed once); each of the top_k rounds is an argmax across
 // the warp (probability desc, id asc), and the winner's lane drops it.
 // Only probabilities >= 0 compete, so NaN logits choose nothing.
-__global__ void __launch_bounds__(kWarpSize) route_topk_kernel(Route r) {
-  const int lane = static_cast<int>(threadIdx.x);
+// Called by one warp (lane = its lane); `logits` in global or shared memory.
+__device__ void route_warp(const Route& r, const float* logits, int lane) {
   float peak = -3.402823e38f;
-  for (int e = lane; e < r.experts; e += kWarpSize) peak = fmaxf(peak, r.logits[e]);
+  for (int e = lane; e < r.experts; e += kWarpSize) peak = fmaxf(peak, logits[e]);
   peak = warp_max(peak);
   float prob[kRouterSlots];
   float total = 0;
 #pragma unroll
   for (int j = 0; j < kRouterSlots; ++j) {
     const int e = lane + j * kWarpSize;
-    prob[j] = e < r.experts ? expf(r.logits[e] - peak) : -1.0f;
+    prob[j] = e < r.experts ? expf(logits[e] - peak) : -1.0f;
     total += e < r.experts ? prob[j] : 0.0f;
   }
   total = warp_sum(total);
@@ -250,6 +250,42 @@ __global__ void __launch_bounds__(kWarpSize) route_topk_kernel(Route r) {
   }
 }
 
+__global__ void __launch_bounds__(kWarpSize) route_topk_kernel(Route r) {
+  route_warp(r, r.logits, static_cast<int>(threadIdx.x));
+}
+
+constexpr int kNormRouteThreads = 1024;
+
+// One block: h = RMSNorm(x) (to global memory for the experts, and to shared
+// memory for the router: data this kernel wrote is not read through __ldg),
+// the router's rows by the block's warps, then warp 0 routes.
+template <WeightFormat kFormat>
+__global__ void __launch_bounds__(kNormRouteThreads) norm_route_kernel(NormRoute r) {
+  __shared__ float h[kMaxRouterHidden];
+  __shared__ float logits[kMaxRoutedExperts];
+  float sum = 0;
+  for (int i = static_cast<int>(threadIdx.x); i < r.hidden; i += kNormRouteThreads) sum += r.x[i] * r.x[i];
+  const float scale = rsqrtf(block_sum(sum) / static_cast<float>(r.hidden) + r.eps);
+  for (int i = static_cast<int>(threadIdx.x); i < r.hidden; i += kNormRouteThreads) {
+    const float value = r.x[i] * scale * r.norm[i];
+    h[i] = value;
+    r.h[i] = value;
+  }
+  __syncthreads();
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize, warp = static_cast<int>(threadIdx.x) / kWarpSize;
+  for (int row = warp; row < r.router.rows; row += kNormRouteThreads / kWarpSize) {
+    const float value = row_dot<kFormat>(r.router, row, h);
+    if (lane == 0) logits[row] = value;
+  }
+  __syncthreads();
+  if (warp == 0) route_warp(r.route, logits, lane);
+}
+
+template <WeightFormat kFormat>
+struct NormRouteLaunch {
+  static void run(cudaStream_t s, const NormRoute& r) { norm_route_kernel<kFormat><<<1, kNormRouteThreads, 0, s>>>(r); }
+};
+
 cudaStream_t stream_of(Stream s) { return static_cast<cudaStream_t>(s); }
 
 }  // namespace
@@ -269,6 +305,23 @@ int attention(Stream stream, const Attention& a) {
   attention_chunk_kernel<<<dim3(a.heads, chunks), kAttentionThreads, 0, stream_of(stream)>>>(a);
   if (const cudaError_t launched = cudaGetLastError(); launched != cudaSuccess) return static_cast<int>(launched);
   attention_merge_kernel<<<a.heads, kAttentionThreads, 0, stream_of(stream)>>>(a);
+  return static_cast<int>(cudaGetLastError());
+}
+
+bool norm_route_fits(const Matrix& router, int hidden) {
+  const bool float_rows = router.format == WeightFormat::f32 || router.format == WeightFormat::bf16 ||
+                          router.format == WeightFormat::f16;
+  return float_rows && hidden <= kMaxRouterHidden && router.cols == hidden && router.rows <= kMaxRoutedExperts;
+}
+
+int norm_route(Stream stream, const NormRoute& r) {
+  if (!norm_route_fits(r.router, r.hidden)) return static_cast<int>(cudaErrorInvalidValue);
+  switch (r.router.format) {
+    case WeightFormat::f32: NormRouteLaunch<WeightFormat::f32>::run(stream_of(stream), r); break;
+    case WeightFormat::bf16: NormRouteLaunch<WeightFormat::bf16>::run(stream_of(stream), r); break;
+    case WeightFormat::f16: NormRouteLaunch<WeightFormat::f16>::run(stream_of(stream), r); break;
+    default: return static_cast<int>(cudaErrorInvalidValue);
+  }
   return static_cast<int>(cudaGetLastError());
 }
 

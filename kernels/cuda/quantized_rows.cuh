@@ -63,7 +63,7 @@ __device__ void q8_row_partials(const MatrixPointers& m, int row, const float* x
   for (int t = 0; t < kTile; ++t) partial[t] = 0;
   if (cols % 4 == 0 && aligned16(x) && (reinterpret_cast<std::uintptr_t>(weights) & 3u) == 0) {
     const unsigned* words = reinterpret_cast<const unsigned*>(weights);
-#pragma unroll 4
+#pragma unroll 8
     for (std::size_t w = lane; w < cols / 4; w += kWarpSize) {
       const unsigned word = __ldg(words + w);
 #pragma unroll
@@ -94,7 +94,7 @@ __device__ void q4_row_partials(const MatrixPointers& m, int row, const float* x
   const auto* scales = static_cast<const unsigned short*>(m.scales) + static_cast<std::size_t>(row) * (cols / 64);
 #pragma unroll
   for (int t = 0; t < kTile; ++t) partial[t] = 0;
-#pragma unroll 4
+#pragma unroll 8
   for (std::size_t w = lane; w < cols / 8; w += kWarpSize) {
     const unsigned word = __ldg(words + w);
     const float scale = __half2float(__ushort_as_half(__ldg(scales + w / 8)));
