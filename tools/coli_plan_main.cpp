@@ -152,7 +152,7 @@ void print_human(const planner::PlanFile& f, const planner::ModelFootprint& fp, 
 
 struct PlanArgs {
   std::string profile_path, model_path, ram_text, out, experts_name = "q4_g64", dense_name = "source";
-  std::string usage_path, vram_text, kv_type;
+  std::string usage_path, vram_text, kv_type, gpu_backend = "auto";
   bool json = false, toml = false, prompt_ids = false, offline = false;
   planner::PlanRequest request;
 };
@@ -178,6 +178,11 @@ void add_options(CLI::App& app, PlanArgs& a) {
   app.add_option("--gpu", a.request.gpu,
                  "none, auto (a GPU only when this build's engine runs experts there) or a Vulkan device index "
                  "(plans a VRAM tier)")
+      ->capture_default_str();
+  app.add_option("--gpu-backend", a.gpu_backend,
+                 "auto (cuda when this build has the CUDA decoder and the profile lists a CUDA device, else vulkan), "
+                 "vulkan or cuda: the decoder a GPU plan runs, and whose device list --gpu indexes")
+      ->check(CLI::IsMember({"auto", "vulkan", "cuda"}))
       ->capture_default_str();
   std::vector<std::string> variant_names;
   for (const coli::shaders::ShaderVariant& v : coli::shaders::gemv_catalogue()) variant_names.emplace_back(v.name);
@@ -289,6 +294,7 @@ int plan(PlanArgs& a) {
     a.request.history_pins = fp.n_experts;  // as many as the round allows; decide_pins_and_round shrinks them
   }
   a.request.history = history ? &*history : nullptr;
+  a.request.backend = coli::planner::gpu_backend_memory(a.gpu_backend, *profile);
   auto outcome = planner::plan_or_refusal(*profile, model->footprint, a.request);
   if (const auto* refusal = std::get_if<planner::Refusal>(&outcome)) {
     if (a.json) std::fputs(planner::refusal_to_json(*refusal).c_str(), stdout);

@@ -25,10 +25,12 @@ std::string shape_identity(const runtime::ModelShape& shape) {
 // that GPU must be this machine's device of the same index.
 Status check_gpu_here(const planner::Plan& plan, const GpuFacts& gpus) {
   if (!plan.gpu.whole_decoder || !plan.gpu.device.gpu.chosen()) return Ok{};
-  const auto here = find_gpu(gpus, plan.gpu.device.gpu);
+  const bool cuda = plan.gpu.backend == "cuda";  // CUDA ordinals and UUIDs, else Vulkan's
+  const auto here = cuda ? find_cuda_gpu(gpus, plan.gpu.device.gpu) : find_gpu(gpus, plan.gpu.device.gpu);
   if (!here || *here != plan.gpu.device.gpu.index) {
     return make_error("the plan runs on " + plan.gpu.device.gpu.describe() +
-                      (here ? ", which is device " + std::to_string(*here) + " here" : ", which this machine does not have") +
+                      (here ? ", which is " + std::string(cuda ? "CUDA" : "Vulkan") + " device " + std::to_string(*here) + " here"
+            : ", which this machine does not have") +
                       ": re-plan here with coli-plan --profile");
   }
   return Ok{};
@@ -132,6 +134,7 @@ Result<PlannedKnobs> knobs_from_profile(const std::filesystem::path& profile_fil
   if (workload.prompt_tokens > 0) request.prompt_tokens = workload.prompt_tokens;
   request.tokenizer = workload.tokenizer;
   request.history = workload.history;
+  request.backend = planner::gpu_backend_memory("auto", *profile);  // as coli-plan's default --gpu-backend
   auto plan = planner::make_plan(*profile, footprint, request);
   if (!plan) {
     if (refused) *refused = true;

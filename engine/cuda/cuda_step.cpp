@@ -3,6 +3,7 @@
 #include <cmath>
 #include <vector>
 
+#include "cuda/cuda_layout.h"
 #include "cuda/kernel_launch.h"
 
 namespace coli::cuda {
@@ -175,32 +176,23 @@ std::uint64_t StepBuffers::activation_bytes() const {
 }
 
 Result<StepBuffers> make_step_buffers(const model::ModelConfig& c, const CudaWeights& w, int context) {
+  static_assert(static_cast<u64>(k::kAttentionChunk) == kLayoutAttentionChunk, "cuda_layout.h prices attention's chunks");
   StepBuffers b;
   b.context = context;
-  const std::uint64_t moe_layers = w.experts.slabs.size();
-  std::uint64_t mlp_width = 1;
-  for (const CudaLayer& layer : w.layers) mlp_width = std::max<std::uint64_t>(mlp_width, static_cast<std::uint64_t>(layer.mlp_gate.rows));
-  const std::uint64_t f = sizeof(float);
-  const std::uint64_t ctx = static_cast<std::uint64_t>(context);
-  const std::uint64_t kv_width = c.num_key_value_heads * c.head_dim;
-  const std::pair<DeviceBuffer*, std::uint64_t> sizes[] = {
-      {&b.x, c.hidden_size * f}, {&b.h, c.hidden_size * f}, {&b.q, c.num_attention_heads * c.head_dim * f},
-      {&b.k, kv_width * f}, {&b.v, kv_width * f}, {&b.attn, c.num_attention_heads * c.head_dim * f},
-      {&b.scores, k::attention_scratch_floats(static_cast<int>(c.num_attention_heads), static_cast<int>(c.head_dim), context) * f}, {&b.mlp_a, mlp_width * f},
-      {&b.router_logits, std::max<std::uint64_t>(c.num_experts, 1) * f},
-      {&b.act, std::max<std::uint64_t>(c.num_experts_per_tok * c.moe_intermediate_size, 1) * f},
-      {&b.shared_out, c.hidden_size * f}, {&b.shared_gate, f}, {&b.final_h, c.hidden_size * f},
-      {&b.logits, static_cast<std::uint64_t>(w.lm_head.rows) * f}, {&b.position, 4},
-      {&b.choices, std::max<std::uint64_t>(moe_layers * c.num_experts_per_tok, 1) * sizeof(ExpertChoice)},
-      {&b.counts, std::max<std::uint64_t>(moe_layers * c.num_experts, 1) * 4},
-      {&b.ids, std::max<std::uint64_t>(c.num_experts_per_tok, 1) * 4},
-      {&b.host_rows, std::max<std::uint64_t>(c.num_experts_per_tok, 1) * c.hidden_size * f},
-      {&b.rope, ctx * (c.head_dim / 2) * 2 * f}, {&b.kv, c.num_hidden_layers * 2 * ctx * kv_width * f}};
+  const StepBufferBytes n = step_buffer_bytes(c, w.experts.slabs.size(), static_cast<u64>(w.lm_head.rows),
+                                              static_cast<u64>(context));
+  const std::pair<DeviceBuffer*, u64> sizes[] = {
+      {&b.x, n.x}, {&b.h, n.h}, {&b.q, n.q}, {&b.k, n.k}, {&b.v, n.v}, {&b.attn, n.attn}, {&b.scores, n.scores},
+      {&b.mlp_a, n.mlp_a}, {&b.router_logits, n.router_logits}, {&b.act, n.act}, {&b.shared_out, n.shared_out},
+      {&b.shared_gate, n.shared_gate}, {&b.final_h, n.final_h}, {&b.logits, n.logits}, {&b.position, n.position},
+      {&b.choices, n.choices}, {&b.counts, n.counts}, {&b.ids, n.ids}, {&b.host_rows, n.host_rows}, {&b.rope, n.rope},
+      {&b.kv, n.kv}};
   for (const auto& [buffer, bytes] : sizes) {
     auto made = DeviceBuffer::allocate(bytes);
     if (!made) return make_error("the CUDA decoder's working memory: " + made.error().message);
     *buffer = std::move(*made);
   }
+  const u64 f = sizeof(float);
   const std::vector<float> table = rope_table(c, context);
   if (Status s = b.rope.upload(table.data(), table.size() * f); !s) return s.error();
   // Zeroed: the uncaptured first step runs before any host rows exist.

@@ -1,5 +1,7 @@
 #include "cuda/cuda_weights.h"
 
+#include "cuda/cuda_layout.h"
+
 #include <algorithm>
 #include <cstring>
 #include <memory>
@@ -12,7 +14,7 @@ namespace coli::cuda {
 namespace {
 
 constexpr std::size_t kTensorAlignment = 256;       // every row kernel's 16-byte loads, and then some
-constexpr std::size_t kUploadChunk = 64ull << 20;   // host bytes read from the file per upload
+constexpr std::size_t kUploadChunk = kUploadChunkBytes;  // host bytes read from the file per upload (cuda_layout.h)
 
 std::size_t align_up(std::size_t n) { return (n + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment; }
 

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <numeric>
 
+#include "coli/base/text.h"
 #include "coli/planner/deciders.h"
 #include "coli/shaders/decoder_modules.h"
+#include "cuda/cuda_layout.h"
 #include "vulkan/decoder/decoder_layout.h"
 
 namespace coli::planner {
@@ -77,7 +79,28 @@ std::vector<Ranked> rank_experts(const ModelFootprint& fp, const experts::UsageH
 
 // What the whole-decoder backend holds beside the expert slots: dense
 // weights, KV cache and activations in VRAM; mapped buffers in RAM.
+// The CUDA decoder's own layout (engine/cuda/cuda_layout.h).
+void add_cuda_decoder_lines(GpuTier& tier, const ModelFootprint& fp, const GpuTierRequest& request) {
+  const model::ModelConfig& c = fp.config;
+  const u64 moe_layers = fp.moe_layer_count(), ctx = static_cast<u64>(request.ctx);
+  const cuda::StepBufferBytes step = cuda::step_buffer_bytes(c, moe_layers, c.vocab_size, ctx);
+  const u64 pinned = cuda::pinned_bytes(c, moe_layers, c.vocab_size, static_cast<u64>(std::max(1, request.batch_tokens)));
+  tier.lines.push_back({"GPU dense weights", Tier::vram, fp.gpu_dense_bytes,
+                        n(fp.dense_tensor_count) + " dense tensors but the embedding, vectors as f32, 256-aligned"});
+  tier.lines.push_back({"GPU KV cache", Tier::vram, step.kv,
+                        n(c.num_hidden_layers) + " layers x 2 (K,V) x ctx " + n(ctx) + " x kv width " +
+                            n(c.num_key_value_heads * c.head_dim) + " x 4 B"});
+  tier.lines.push_back({"GPU activations", Tier::vram, step.activations() + cuda::slot_table_bytes(c, moe_layers),
+                        "one token's step buffers (hidden, q/k/v, attention partials over ctx, expert rows, logits) + "
+                        "rope table + slot tables"});
+  tier.lines.push_back({"GPU host-visible buffers", Tier::ram, request.backend.staging_bytes + pinned,
+                        format_bytes(request.backend.staging_bytes) + " load buffer + " + format_bytes(pinned) +
+                            " pinned (a batch of " + n(static_cast<u64>(std::max(1, request.batch_tokens))) +
+                            " embedding rows, logits, routing and hybrid rows)"});
+}
+
 void add_whole_decoder_lines(GpuTier& tier, const ModelFootprint& fp, const GpuTierRequest& request) {
+  if (request.backend.name == "cuda") return add_cuda_decoder_lines(tier, fp, request);
   const vulkan::DecoderLayout layout = vulkan::layout_decoder(vulkan::decoder_shape(
       fp.config, fp.moe_layer_count(), static_cast<u64>(request.ctx), static_cast<u64>(std::max(1, request.batch_tokens))));
   const BackendMemory& b = request.backend;
@@ -161,9 +184,8 @@ u64 tier_vram(const GpuTier& tier) {
 // faster than the CPU reads RAM (decode is bandwidth-bound on both): the
 // GPU's best passing self-test GEMV against the CPU's best read bandwidth.
 // nullopt: take the GPU; else the reason the CPU stays.
-std::optional<std::string> auto_prefers_cpu(const DeviceProfile& profile, const VulkanDevice& device,
+std::optional<std::string> auto_prefers_cpu(const DeviceProfile& profile, const std::string& gpu,
                                             const std::string& backend) {
-  const std::string& gpu = device.name;
   double gpu_gb_s = 0, cpu_gb_s = 0;
   for (const GpuKernelResult& r : profile.measurements.gpu_kernels) {
     if (r.device == gpu && r.backend == backend && r.passed) gpu_gb_s = std::max(gpu_gb_s, r.gb_per_s.median);
@@ -182,6 +204,12 @@ std::optional<std::string> auto_prefers_cpu(const DeviceProfile& profile, const 
 }
 
 }  // namespace
+
+BackendMemory gpu_backend_memory(const std::string& choice, const DeviceProfile& profile) {
+  const BackendMemory cuda = backend::cuda_backend_memory({.kind = backend::BackendKind::cuda, .name = "cuda"});
+  if (choice == "cuda" || (choice == "auto" && cuda.engine_runs_experts && !profile.gpus.cuda.empty())) return cuda;
+  return backend::vulkan_backend_memory({.kind = backend::BackendKind::vulkan, .name = "vulkan"});
+}
 
 int GpuTier::vram_slots() const { return std::accumulate(vram_experts.begin(), vram_experts.end(), 0); }
 
@@ -203,7 +231,100 @@ std::vector<std::vector<int>> vram_expert_ids(const std::vector<int>& vram_exper
   return out;
 }
 
+namespace {
+
+// The tier's budget (the device's, or --vram below it), its reserve and as
+// many VRAM slots as fit beside everything else the backend holds there.
+Status fill_tier(GpuTier& tier, const ModelFootprint& fp, const GpuTierRequest& request, u64 budget, std::string source) {
+  if (request.vram) {
+    if (*request.vram > budget) {
+      return make_error("--vram " + format_bytes(*request.vram) + " exceeds " + format_bytes(budget) + " (" + source +
+                        "): use --vram " + format_bytes(budget) + " or less");
+    }
+    budget = *request.vram;
+    source = "--vram " + format_bytes(*request.vram);
+  }
+  tier.vram_headroom_bytes = budget;
+  tier.vram_headroom_source = source;
+  tier.vram_reserve_bytes = std::max(static_cast<u64>(static_cast<double>(budget) * kVramReserveShare), kVramReserveMinimum);
+  tier.whole_decoder = request.backend.whole_decoder;
+  place(tier, fp, request, 0);
+  const u64 fixed = tier_vram(tier);  // everything in VRAM but expert slots, and the reserve
+  const auto vram_slot =
+      static_cast<u64>(static_cast<double>(fp.expert().record_stride) * request.backend.vram_bytes_per_record_byte);
+  const u64 all = fp.moe_layer_count() * static_cast<u64>(fp.n_experts);
+  const u64 fits = budget > fixed && vram_slot > 0 ? (budget - fixed) / vram_slot : 0;
+  if (fits == 0) {
+    return make_error(tier.device.gpu.describe() + ": " + format_bytes(budget) + " of VRAM (" + source + ") holds no expert of " +
+                      format_bytes(vram_slot) + " beside its " + format_bytes(fixed) + " reserve: use --gpu none");
+  }
+  place(tier, fp, request, static_cast<int>(std::min(fits, all)));
+  tier.reason = (request.gpu == "auto" ? "auto: " : "--gpu " + request.gpu + ": ") + tier.device.gpu.describe() + " (" +
+                request.backend.name + "), " + n(static_cast<u64>(tier.vram_slots())) + " of " + n(all) +
+                " experts in VRAM (" + source + "); " + tier.share_inputs;
+  return Ok{};
+}
+
+// --gpu none|auto|N over the profile's CUDA devices (the CUDA decoder: no
+// shader variants; the budget is the device's free memory at probe time).
+Result<GpuTier> decide_cuda_tier(const DeviceProfile& profile, const ModelFootprint& fp, const GpuTierRequest& request) {
+  GpuTier tier;
+  tier.backend = "cpu";
+  if (request.vram && request.gpu == "none") return make_error("--vram needs a GPU: drop --gpu none or --vram");
+  if (!request.force_variant.empty()) {
+    return make_error("--gpu-variant " + request.force_variant + " picks a Vulkan shader; the CUDA decoder has none: drop "
+                      "--gpu-variant or use --gpu-backend vulkan");
+  }
+  const auto cpu_only = [&](const std::string& reason) {
+    tier.reason = reason;
+    tier.device = GpuDecision{{}, {}, reason};
+    return tier;
+  };
+  if (request.gpu == "none") return cpu_only("--gpu none: experts run on the CPU");
+  const std::vector<CudaDevice>& devices = profile.gpus.cuda;
+  int index = 0;
+  if (request.gpu == "auto") {
+    if (devices.empty()) return cpu_only("auto: CPU; the profile lists no CUDA device (" + profile.gpus.cuda_status + ")");
+    for (int i = 1; i < static_cast<int>(devices.size()); ++i) {
+      if (devices[i].free_memory_bytes > devices[index].free_memory_bytes) index = i;
+    }
+  } else {
+    const auto parsed = parse_int(request.gpu);
+    if (!parsed || *parsed < 0 || static_cast<std::size_t>(*parsed) >= devices.size()) {
+      return make_error("--gpu " + request.gpu + ": the profile has " + std::to_string(devices.size()) + " CUDA device(s) (" +
+                        profile.gpus.cuda_status + "); use none, auto or a CUDA ordinal, or --gpu-backend vulkan");
+    }
+    index = static_cast<int>(*parsed);
+  }
+  const CudaDevice& device = devices[static_cast<std::size_t>(index)];
+  const GpuIdentity id = cuda_identity(profile.gpus, index);
+  const bool engine_runs = request.backend.engine_runs_experts && !fp.config.planning_only();
+  if (request.gpu == "auto") {
+    if (!engine_runs) {
+      return cpu_only("auto: CPU; " + id.describe() + " fits, but " +
+                      (request.backend.engine_runs_experts ? "the CUDA decoder does not run " + fp.config.model_type
+                                                           : std::string("this build has no CUDA decoder (rebuild with nvcc)")) +
+                      " (--gpu N previews a VRAM tier)");
+    }
+    if (auto cpu = auto_prefers_cpu(profile, device.name, "cuda")) return cpu_only(*cpu);
+  }
+  tier.device = GpuDecision{id, {}, (request.gpu == "auto" ? "auto: " : "--gpu " + request.gpu + ": ") + id.describe()};
+  tier.backend = "cuda";
+  tier.engine_runs_it = engine_runs;
+  tier.device_type = "discrete";
+  tier.vendor_id = 0x10de;
+  const u64 budget = device.free_memory_bytes > 0 ? device.free_memory_bytes : device.total_memory_bytes;
+  if (budget == 0) return make_error(id.describe() + " reports no memory: use --gpu none");
+  const std::string source = "CUDA device " + std::to_string(index) + (device.free_memory_bytes > 0 ? " free memory at probe time" : " total memory");
+  if (Status s = fill_tier(tier, fp, request, budget, source); !s) return s.error();
+  if (!tier.engine_runs_it) tier.reason += "; PREVIEW: this build's engine does not run this tier";
+  return tier;
+}
+
+}  // namespace
+
 Result<GpuTier> decide_gpu_tier(const DeviceProfile& profile, const ModelFootprint& fp, const GpuTierRequest& request) {
+  if (request.backend.name == "cuda") return decide_cuda_tier(profile, fp, request);
   GpuTier tier;
   tier.backend = "cpu";
   auto device = decide_gpu(profile, fp.config, fp.expert_format, request.gpu, request.force_variant);
@@ -234,7 +355,7 @@ Result<GpuTier> decide_gpu_tier(const DeviceProfile& profile, const ModelFootpri
       tier.device = GpuDecision{{}, {}, tier.reason};
       return tier;
     }
-    if (auto cpu = auto_prefers_cpu(profile, *vk, request.backend.name)) {
+    if (auto cpu = auto_prefers_cpu(profile, vk->name, request.backend.name)) {
       tier.reason = *cpu;
       tier.device = GpuDecision{{}, {}, tier.reason};
       return tier;
@@ -246,32 +367,7 @@ Result<GpuTier> decide_gpu_tier(const DeviceProfile& profile, const ModelFootpri
   tier.vendor_id = vk->vendor_id;
   auto [budget, source] = vram_budget(*vk);
   if (budget == 0) return make_error(tier.device.gpu.describe() + " reports no device-local memory: use --gpu none");
-  if (request.vram) {
-    if (*request.vram > budget) {
-      return make_error("--vram " + format_bytes(*request.vram) + " exceeds " + format_bytes(budget) + " (" + source +
-                        "): use --vram " + format_bytes(budget) + " or less");
-    }
-    budget = *request.vram;
-    source = "--vram " + format_bytes(*request.vram);
-  }
-  tier.vram_headroom_bytes = budget;
-  tier.vram_headroom_source = source;
-  tier.vram_reserve_bytes = std::max(static_cast<u64>(static_cast<double>(budget) * kVramReserveShare), kVramReserveMinimum);
-  tier.whole_decoder = request.backend.whole_decoder;
-  place(tier, fp, request, 0);
-  const u64 fixed = tier_vram(tier);  // everything in VRAM but expert slots, and the reserve
-  const auto vram_slot =
-      static_cast<u64>(static_cast<double>(fp.expert().record_stride) * request.backend.vram_bytes_per_record_byte);
-  const u64 all = fp.moe_layer_count() * static_cast<u64>(fp.n_experts);
-  const u64 fits = budget > fixed && vram_slot > 0 ? (budget - fixed) / vram_slot : 0;
-  if (fits == 0) {
-    return make_error(tier.device.gpu.describe() + ": " + format_bytes(budget) + " of VRAM (" + source + ") holds no expert of " +
-                      format_bytes(vram_slot) + " beside its " + format_bytes(fixed) + " reserve: use --gpu none");
-  }
-  place(tier, fp, request, static_cast<int>(std::min(fits, all)));
-  tier.reason = (request.gpu == "auto" ? "auto: " : "--gpu " + request.gpu + ": ") + tier.device.gpu.describe() + " (" +
-                request.backend.name + "), " + n(static_cast<u64>(tier.vram_slots())) + " of " + n(all) +
-                " experts in VRAM (" + source + "); " + tier.share_inputs;
+  if (Status s = fill_tier(tier, fp, request, budget, source); !s) return s.error();
   if (request.backend.whole_decoder && vk) {
     const shaders::DecoderRowShape shape =
         shaders::decoder_row_shape(vk->max_workgroup_invocations, vk->max_compute_shared_memory_bytes);

@@ -1,5 +1,6 @@
 #include "coli/backend/backend_memory.h"
 
+#include "cuda/cuda_layout.h"                // kUploadChunkBytes (header only)
 #include "vulkan/decoder/decoder_layout.h"  // kDecoderStagingBytes (header only)
 
 namespace coli::backend {
@@ -38,6 +39,25 @@ BackendMemory vulkan_backend_memory([[maybe_unused]] const BackendProps& props) 
       {0, "cpu", 44 * kMiB, "lavapipe (LLVM) mapped into the process: 44 MiB measured"},
       {0x10de, "", 96 * kMiB,
        "NVIDIA Vulkan driver: 86-92 MiB measured on an H200 (driver 580, docs/results/issue11), rounded up"}};
+  return b;
+}
+
+
+BackendMemory cuda_backend_memory([[maybe_unused]] const BackendProps& props) {
+  BackendMemory b;
+  b.name = "cuda";
+#ifdef COLI_CUDA_DECODER_BUILT
+  b.engine_runs_experts = true;  // engine/cuda: the whole decoder, experts outside VRAM on the CPU
+#endif
+  b.whole_decoder = true;
+  b.vram_bytes_per_record_byte = 1;  // records copied up as the container holds them
+  b.staging_slots = 0;
+  b.staging_bytes = cuda::kUploadChunkBytes;  // the load's read buffer; the pinned buffers are the decoder's layout
+  b.driver_host_bytes = 160 * kMiB;
+  b.driver_host_basis =
+      "CUDA driver and runtime in the process: ~156 MiB measured on an H200 (driver 580, CUDA 13; coli-speed-bench "
+      "--backend cuda peak RSS 372.9 MiB less the 196.5 MiB host embedding table, 4.3 MiB pinned buffers and ~16 MiB "
+      "process baseline, docs/results/issue14/session8), rounded up";
   return b;
 }
 

@@ -34,6 +34,11 @@ struct GpuTierRequest {
   int batch_tokens = 128;                   // tokens per GPU submission (runtime::ModelOptions::gpu_batch_tokens)
 };
 
+// --gpu-backend: "vulkan", "cuda", or "auto" = cuda when this build has the
+// CUDA decoder and the profile lists a CUDA device, else vulkan. The
+// memory description comes from the backend (engine/backend).
+BackendMemory gpu_backend_memory(const std::string& choice, const DeviceProfile& profile);
+
 struct GpuTier {
   GpuDecision device;                       // device name and shader variants ("" = CPU only)
   std::string backend = "cpu";              // "cpu" or the backend's name

@@ -221,6 +221,9 @@ GpuIdentity vulkan_identity(const GpuFacts& gpus, int index);
 // The index in `gpus.vulkan` of the GPU `id` names: by UUID when both sides
 // have one, else by index and model name; nullopt when this machine has no such GPU.
 std::optional<int> find_gpu(const GpuFacts& gpus, const GpuIdentity& id);
+// The same over `gpus.cuda` (CUDA ordinals and UUIDs), for plans of the CUDA decoder.
+GpuIdentity cuda_identity(const GpuFacts& gpus, int index);
+std::optional<int> find_cuda_gpu(const GpuFacts& gpus, const GpuIdentity& id);
 
 // ------------------------------------------------------------- measurements
 

@@ -60,5 +60,10 @@ BackendMemory cpu_backend_memory(const BackendProps& props);
 // and the driver's host share as measured per driver (256 MiB assumed for a
 // driver no run has measured).
 BackendMemory vulkan_backend_memory(const BackendProps& props);
+// What engine/cuda holds: the whole decoder on the device (its step buffers
+// and pinned buffers: engine/cuda/cuda_layout.h), records packed as the
+// container holds them, the load's read buffer, and the driver's host share
+// measured on an H200. engine_runs_experts only in builds with the CUDA decoder.
+BackendMemory cuda_backend_memory(const BackendProps& props);
 
 }  // namespace coli::backend

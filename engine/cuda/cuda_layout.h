@@ -1,0 +1,85 @@
+// The CUDA decoder's memory from the model's shape, the context and the
+// prefill batch: CudaDecoder allocates exactly these buffers (its step
+// buffers in VRAM, its pinned host buffers) and coli-plan prices them
+// (planner/src/gpu_tiers.cpp), so a plan's CUDA lines are the decoder's own.
+// Plain C++: the planner includes it in builds without nvcc.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include "coli/model/model_config.h"
+
+namespace coli::cuda {
+
+using u64 = std::uint64_t;
+
+// Host bytes read from the container per upload while the weights go up
+// (a transient buffer, part of the load's peak resident set).
+inline constexpr u64 kUploadChunkBytes = 64ull << 20;
+
+// Attention's split over positions (kernels/cuda/decoder_kernels.h has the
+// kernels' copy; cuda_step.cpp checks that the two agree).
+inline constexpr u64 kLayoutAttentionChunk = 32;
+
+// The widest SwiGLU MLP the decoder runs besides the routed experts: dense
+// layers' or the shared expert's (at least 1: the buffer always exists).
+inline u64 mlp_width_of(const model::ModelConfig& c) {
+  u64 width = 1;
+  for (u64 l = 0; l < c.num_hidden_layers; ++l) {
+    if (!c.is_moe_layer(l)) width = std::max(width, c.dense_intermediate_size);
+  }
+  return std::max(width, c.shared_expert_intermediate_size);
+}
+
+// Bytes of each step buffer (engine/cuda/cuda_step.h's StepBuffers).
+struct StepBufferBytes {
+  u64 x, h, q, k, v, attn, scores, mlp_a, router_logits, act, shared_out, shared_gate, final_h, logits, position,
+      choices, counts, ids, host_rows, rope, kv;
+  u64 activations() const {  // everything but the KV cache
+    return x + h + q + k + v + attn + scores + mlp_a + router_logits + act + shared_out + shared_gate + final_h + logits +
+           position + choices + counts + ids + host_rows + rope;
+  }
+};
+
+inline StepBufferBytes step_buffer_bytes(const model::ModelConfig& c, u64 moe_layers, u64 lm_head_rows, u64 context) {
+  const u64 f = sizeof(float);
+  const u64 kv_width = c.num_key_value_heads * c.head_dim;
+  const u64 q_width = c.num_attention_heads * c.head_dim;
+  const u64 chunks = (context + kLayoutAttentionChunk - 1) / kLayoutAttentionChunk;
+  const u64 top_k = std::max<u64>(c.num_experts_per_tok, 1);
+  StepBufferBytes b{};
+  b.x = b.h = b.shared_out = b.final_h = c.hidden_size * f;
+  b.q = b.attn = q_width * f;
+  b.k = b.v = kv_width * f;
+  b.scores = c.num_attention_heads * chunks * (c.head_dim + 2) * f;  // attention's partials per (head, chunk)
+  b.mlp_a = mlp_width_of(c) * f;
+  b.router_logits = std::max<u64>(c.num_experts, 1) * f;
+  b.act = std::max<u64>(c.num_experts_per_tok * c.moe_intermediate_size, 1) * f;
+  b.shared_gate = f;
+  b.logits = lm_head_rows * f;
+  b.position = 4;
+  b.choices = std::max<u64>(moe_layers * c.num_experts_per_tok, 1) * 8;  // ExpertChoice {slot, weight}
+  b.counts = std::max<u64>(moe_layers * c.num_experts, 1) * 4;
+  b.ids = top_k * 4;
+  b.host_rows = top_k * c.hidden_size * f;
+  b.rope = context * (c.head_dim / 2) * 2 * f;
+  b.kv = c.num_hidden_layers * 2 * context * kv_width * f;
+  return b;
+}
+
+// The per-layer expert -> slot tables (int32, every expert of every MoE layer).
+inline u64 slot_table_bytes(const model::ModelConfig& c, u64 moe_layers) {
+  return std::max<u64>(moe_layers * c.num_experts, 1) * 4;
+}
+
+// Page-locked host memory: embedding rows and positions of a prefill batch,
+// the logits, the routing counts and a hybrid layer's ids, input and rows.
+inline u64 pinned_bytes(const model::ModelConfig& c, u64 moe_layers, u64 lm_head_rows, u64 batch) {
+  const u64 f = sizeof(float);
+  batch = std::max<u64>(batch, 1);
+  return batch * c.hidden_size * f + batch * 4 + lm_head_rows * f + std::max<u64>(moe_layers * c.num_experts, 1) * 4 +
+         c.num_experts_per_tok * 4 + c.hidden_size * f + c.num_experts_per_tok * c.hidden_size * f;
+}
+
+}  // namespace coli::cuda

@@ -1,0 +1,171 @@
+// The CUDA decoder's VRAM tier (issue 14): coli-plan --gpu-backend cuda
+// plans on the profile's CUDA devices (the H200's recorded properties), its
+// VRAM and host lines are engine/cuda/cuda_layout.h's (what CudaDecoder
+// allocates), `auto` stays on the CPU without a measured CUDA speed, and bad
+// requests are refused by name. Replay only: no live CUDA fact is read.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "coli/planner/plan.h"
+#include "coli/planner/plan_io.h"
+#include "coli/planner/speed.h"
+#include "coli/probe/profile_io.h"
+#include "cuda/cuda_layout.h"
+
+namespace coli::planner {
+namespace {
+
+namespace fs = std::filesystem;
+const fs::path kFixtures = COLI_FIXTURES_DIR;
+constexpr std::uint64_t kGiB = 1ull << 30;
+
+ModelFootprint qwen3() {
+  auto fp = read_footprint(kFixtures / "model-configs" / "Qwen3-30B-A3B.json", WeightFormat::q4_g64, DenseFormat::source);
+  EXPECT_TRUE(fp.ok()) << (fp.ok() ? "" : fp.error().message);
+  return *fp;
+}
+
+// Recorded on the H200 machine (profiles/h200-xeon-16c.toml: gpus.cuda[0]).
+DeviceProfile h200() {
+  auto profile = load_profile(kFixtures / ".." / ".." / "profiles" / "h200-xeon-16c.toml");
+  EXPECT_TRUE(profile.ok()) << (profile.ok() ? "" : profile.error().message);
+  return *profile;
+}
+
+// The CUDA decoder as a build with it describes it (engine_runs_experts is
+// the build's: set here so the test means the same in every build).
+BackendMemory cuda_decoder(bool built = true) {
+  BackendMemory b = backend::cuda_backend_memory({.kind = backend::BackendKind::cuda, .name = "cuda"});
+  b.engine_runs_experts = built;
+  return b;
+}
+
+PlanRequest cuda_request(const std::string& gpu) {
+  PlanRequest request;
+  request.gpu = gpu;
+  request.backend = cuda_decoder();
+  return request;
+}
+
+TEST(PlannerCudaTier, PlansTheWholeDecoderOnTheCudaDeviceWithItsOwnLayout) {
+  const ModelFootprint fp = qwen3();
+  const DeviceProfile profile = h200();
+  auto plan = make_plan(profile, fp, cuda_request("0"));
+  ASSERT_TRUE(plan.ok()) << plan.error().message;
+  const GpuTier& tier = plan->gpu;
+  EXPECT_EQ(tier.backend, "cuda");
+  EXPECT_TRUE(tier.whole_decoder && tier.engine_runs_it);
+  EXPECT_EQ(tier.device.gpu.uuid, profile.gpus.cuda.at(0).uuid) << "the CUDA UUID, not the Vulkan one";
+  EXPECT_EQ(tier.vram_headroom_bytes, profile.gpus.cuda.at(0).free_memory_bytes);
+  EXPECT_EQ(tier.vram_slots(), static_cast<int>(fp.moe_layer_count()) * fp.n_experts);
+  const model::ModelConfig& c = fp.config;
+  const auto ctx = static_cast<std::uint64_t>(plan->ctx);
+  const cuda::StepBufferBytes step = cuda::step_buffer_bytes(c, fp.moe_layer_count(), c.vocab_size, ctx);
+  EXPECT_EQ(plan->memory.find("GPU KV cache")->bytes, c.num_hidden_layers * 2 * ctx * c.num_key_value_heads * c.head_dim * 4);
+  EXPECT_EQ(plan->memory.find("GPU activations")->bytes, step.activations() + cuda::slot_table_bytes(c, fp.moe_layer_count()));
+  EXPECT_EQ(plan->memory.find("GPU dense weights")->bytes, fp.gpu_dense_bytes);
+  EXPECT_EQ(plan->memory.find("GPU host-visible buffers")->bytes,
+            cuda::kUploadChunkBytes + cuda::pinned_bytes(c, fp.moe_layer_count(), c.vocab_size, 128));
+  EXPECT_EQ(plan->memory.find("dense weights")->bytes, fp.embedding_held_bytes) << "the host keeps the embedding only";
+  EXPECT_NE(plan->memory.find("GPU driver (host)")->formula.find("CUDA"), std::string::npos);
+  EXPECT_LE(plan->memory.total(Tier::vram), tier.vram_headroom_bytes);
+}
+
+TEST(PlannerCudaTier, VramLimitShrinksTheTierAndTheRestRunsOnTheCpu) {
+  const ModelFootprint fp = qwen3();
+  PlanRequest request = cuda_request("0");
+  request.vram = 8 * kGiB;
+  auto plan = make_plan(h200(), fp, request);
+  ASSERT_TRUE(plan.ok()) << plan.error().message;
+  const int all = static_cast<int>(fp.moe_layer_count()) * fp.n_experts;
+  EXPECT_GT(plan->gpu.vram_slots(), 0);
+  EXPECT_LT(plan->gpu.vram_slots(), all);
+  EXPECT_LE(plan->memory.total(Tier::vram), 8 * kGiB);
+  std::uint64_t host_cache = 0;
+  for (const MemoryLine& line : plan->memory.lines) host_cache += line.component.rfind("expert cache", 0) == 0 ? line.bytes : 0;
+  EXPECT_GT(host_cache, 0u) << "a host expert cache for the experts outside VRAM";
+}
+
+TEST(PlannerCudaTier, AutoStaysOnTheCpuWithoutAMeasuredCudaSpeedOrACudaDecoder) {
+  auto plan = make_plan(h200(), qwen3(), cuda_request("auto"));
+  ASSERT_TRUE(plan.ok()) << plan.error().message;
+  EXPECT_EQ(plan->gpu.backend, "cpu");
+  EXPECT_NE(plan->gpu.reason.find("no measured GPU speed"), std::string::npos) << plan->gpu.reason;
+  DeviceProfile measured = h200();
+  GpuKernelResult result;
+  result.device = measured.gpus.cuda.at(0).name;
+  result.backend = "cuda";
+  result.passed = true;
+  result.gb_per_s.median = 3000;
+  measured.measurements.gpu_kernels.push_back(result);
+  auto gpu = make_plan(measured, qwen3(), cuda_request("auto"));
+  ASSERT_TRUE(gpu.ok()) << gpu.error().message;
+  EXPECT_EQ(gpu->gpu.backend, "cuda") << gpu->gpu.reason;
+  PlanRequest unbuilt = cuda_request("auto");
+  unbuilt.backend = cuda_decoder(false);
+  auto cpu = make_plan(measured, qwen3(), unbuilt);
+  ASSERT_TRUE(cpu.ok());
+  EXPECT_EQ(cpu->gpu.backend, "cpu");
+  EXPECT_NE(cpu->gpu.reason.find("no CUDA decoder"), std::string::npos) << cpu->gpu.reason;
+  unbuilt.gpu = "0";  // an explicit device previews the tier
+  auto preview = make_plan(measured, qwen3(), unbuilt);
+  ASSERT_TRUE(preview.ok()) << preview.error().message;
+  EXPECT_FALSE(preview->gpu.engine_runs_it);
+  EXPECT_NE(preview->gpu.reason.find("PREVIEW"), std::string::npos);
+}
+
+TEST(PlannerCudaTier, BadRequestsAreRefusedByName) {
+  auto missing = make_plan(h200(), qwen3(), cuda_request("1"));
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.error().message.find("1 CUDA device"), std::string::npos) << missing.error().message;
+  PlanRequest variant = cuda_request("0");
+  variant.gpu_variant = "q4_g64_rows4";
+  auto refused = make_plan(h200(), qwen3(), variant);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().message.find("--gpu-variant"), std::string::npos) << refused.error().message;
+  DeviceProfile no_cuda = h200();
+  no_cuda.gpus.cuda.clear();
+  no_cuda.gpus.cuda_status = "no CUDA driver (libcuda.so.1 not found)";
+  auto none = make_plan(no_cuda, qwen3(), cuda_request("0"));
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.error().message.find("libcuda.so.1"), std::string::npos) << none.error().message;
+  auto cpu = make_plan(no_cuda, qwen3(), cuda_request("auto"));
+  ASSERT_TRUE(cpu.ok());
+  EXPECT_EQ(cpu->gpu.backend, "cpu");
+}
+
+TEST(PlannerCudaTier, PlanFileKeepsTheCudaDeviceAndItIsFoundByUuid) {
+  const DeviceProfile profile = h200();
+  auto plan = make_plan(profile, qwen3(), cuda_request("0"));
+  ASSERT_TRUE(plan.ok()) << plan.error().message;
+  PlanFile file;
+  file.profile_fingerprint = profile.fingerprint;
+  file.model_identity = "id";
+  file.top_k = qwen3().top_k;
+  file.plan = *plan;
+  file.speed = predict_speed(profile, qwen3(), *plan);
+  auto parsed = parse_plan(plan_to_toml(file), "cuda.plan");
+  ASSERT_TRUE(parsed.ok()) << parsed.error().message;
+  EXPECT_EQ(parsed->plan.gpu, plan->gpu);
+  EXPECT_EQ(find_cuda_gpu(profile.gpus, parsed->plan.gpu.device.gpu), 0);
+  GpuFacts other = profile.gpus;
+  other.cuda.at(0).uuid = "00000000000000000000000000000009";
+  EXPECT_FALSE(find_cuda_gpu(other, parsed->plan.gpu.device.gpu)) << "another H200 with another UUID is not this plan's GPU";
+}
+
+// --gpu-backend auto: CUDA exactly when this build runs it and the profile
+// lists a CUDA device; vulkan and cuda as asked.
+TEST(PlannerCudaTier, GpuBackendAutoTakesCudaOnlyWhereItRuns) {
+  const DeviceProfile profile = h200();
+  const bool built = backend::cuda_backend_memory({.kind = backend::BackendKind::cuda, .name = "cuda"}).engine_runs_experts;
+  EXPECT_EQ(gpu_backend_memory("auto", profile).name, built ? "cuda" : "vulkan");
+  EXPECT_EQ(gpu_backend_memory("vulkan", profile).name, "vulkan");
+  EXPECT_EQ(gpu_backend_memory("cuda", profile).name, "cuda");
+  DeviceProfile no_cuda = profile;
+  no_cuda.gpus.cuda.clear();
+  EXPECT_EQ(gpu_backend_memory("auto", no_cuda).name, "vulkan");
+}
+
+}  // namespace
+}  // namespace coli::planner
