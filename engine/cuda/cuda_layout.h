@@ -18,6 +18,17 @@ using u64 = std::uint64_t;
 // (a transient buffer, part of the load's peak resident set).
 inline constexpr u64 kUploadChunkBytes = 64ull << 20;
 
+// The load's transient host memory (engine/cuda/cuda_weights.cpp): dense
+// matrices are read from the container one at a time, then each MoE layer's
+// VRAM experts go up in chunks of whole records of at most kUploadChunkBytes,
+// while the norms widened to f32 are held until the load ends.
+inline u64 load_buffer_bytes(u64 record_stride, u64 most_vram_experts_in_a_layer, u64 largest_dense_matrix,
+                             u64 widened_norms) {
+  const u64 per_chunk = std::max<u64>(1, kUploadChunkBytes / std::max<u64>(record_stride, 1));
+  const u64 experts = std::min(per_chunk, most_vram_experts_in_a_layer) * record_stride;
+  return std::max(experts, largest_dense_matrix) + widened_norms;
+}
+
 // Attention's split over positions (kernels/cuda/decoder_kernels.h has the
 // kernels' copy; cuda_step.cpp checks that the two agree).
 inline constexpr u64 kLayoutAttentionChunk = 32;

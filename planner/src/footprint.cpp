@@ -153,6 +153,7 @@ ModelFootprint describe_footprint(const model::ModelConfig& config, WeightFormat
     if (!embedding || config.tie_word_embeddings) {
       fp.gpu_dense_bytes += round_up(copied_to_f32(t) ? elements(t) * 4 : held, kGpuTensorAlignment);
     }
+    if (!embedding && !copied_to_f32(t)) fp.largest_gpu_dense_matrix_bytes = std::max(fp.largest_gpu_dense_matrix_bytes, held);
     container_dense += round_up(held, container::kAlignment);
   }
   // The engine reads every dense tensor into one WeightMemory block

@@ -93,9 +93,13 @@ void add_cuda_decoder_lines(GpuTier& tier, const ModelFootprint& fp, const GpuTi
   tier.lines.push_back({"GPU activations", Tier::vram, step.activations() + cuda::slot_table_bytes(c, moe_layers),
                         "one token's step buffers (hidden, q/k/v, attention partials over ctx, expert rows, logits) + "
                         "rope table + slot tables"});
-  tier.lines.push_back({"GPU host-visible buffers", Tier::ram, request.backend.staging_bytes + pinned,
-                        format_bytes(request.backend.staging_bytes) + " load buffer + " + format_bytes(pinned) +
-                            " pinned (a batch of " + n(static_cast<u64>(std::max(1, request.batch_tokens))) +
+  const u64 load = cuda::load_buffer_bytes(fp.expert().record_stride,
+                                          tier.vram_experts.empty() ? 0 : static_cast<u64>(*std::max_element(tier.vram_experts.begin(), tier.vram_experts.end())),
+                                          fp.largest_gpu_dense_matrix_bytes, fp.norm_f32_copy_bytes);
+  tier.lines.push_back({"GPU host-visible buffers", Tier::ram, load + pinned,
+                        format_bytes(load) + " while loading (the larger of an upload chunk of expert records and the "
+                        "largest dense matrix, + the norms widened to f32) + " + format_bytes(pinned) + " pinned (a batch of " +
+                            n(static_cast<u64>(std::max(1, request.batch_tokens))) +
                             " embedding rows, logits, routing and hybrid rows)"});
 }
 

@@ -83,6 +83,8 @@ std::optional<Bandwidth> vram_bandwidth(const DeviceProfile& profile, const Mode
   const GpuKernelResult* best = nullptr;
   auto distance = [&](const GpuKernelResult& r) { return std::abs(std::log(static_cast<double>(r.rows) * r.cols / size)); };
   for (const GpuKernelResult& r : profile.measurements.gpu_kernels) {
+    // The plan's backend only: the Vulkan self-test says nothing of the CUDA decoder's kernels.
+    if (r.backend != tier.backend) continue;
     if (!r.measured_on(tier.device.gpu.index, tier.device.gpu.name) || !r.passed || r.gb_per_s.median <= 0) continue;
     if (r.variant.find(format) == std::string::npos) continue;
     if (!best || distance(r) < distance(*best) - 1e-9 ||

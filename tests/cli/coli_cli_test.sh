@@ -142,6 +142,19 @@ else
   check "--gpu 0 without a Vulkan device is refused" contains "$work/g.err" "Vulkan device"
 fi
 
+# The CUDA decoder planned on the H200's recorded profile (a replay: --offline
+# plans for the machine the profile describes); a build without nvcc plans
+# it as a preview.
+h200_profile="$fixtures/../../profiles/h200-xeon-16c.toml"
+"$plan" --profile "$h200_profile" --offline --model "$work/demo.coli" --gpu 0 --gpu-backend cuda --prompt-ids \
+  --prompt-tokens 3 --out "$work/cuda.plan" >"$work/cp.out" 2>&1
+check "coli-plan --gpu-backend cuda plans the CUDA decoder" grep -q "^backend = 'cuda'" "$work/cuda.plan"
+cuda_uuid=$(awk '/^\[\[gpus.cuda\]\]/ { in_cuda = 1 } in_cuda && /^uuid/ { print $3; exit }' "$h200_profile")
+check "on the CUDA device by its UUID" grep -qF "device_uuid = $cuda_uuid" "$work/cuda.plan"
+check "with the CUDA decoder's pinned buffers" contains "$work/cp.out" "pinned"
+"$plan" --profile "$h200_profile" --offline --model "$work/demo.coli" --gpu 3 --gpu-backend cuda >/dev/null 2>"$work/c3.err"
+check "a CUDA device the profile lacks is refused" contains "$work/c3.err" "1 CUDA device"
+
 # Bad input: clear errors, never a crash.
 "$coli" run --model "$work/demo.coli" --prompt-ids 1 --cap 1 >/dev/null 2>"$work/e1"
 rc=$?

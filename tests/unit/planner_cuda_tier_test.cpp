@@ -65,11 +65,28 @@ TEST(PlannerCudaTier, PlansTheWholeDecoderOnTheCudaDeviceWithItsOwnLayout) {
   EXPECT_EQ(plan->memory.find("GPU KV cache")->bytes, c.num_hidden_layers * 2 * ctx * c.num_key_value_heads * c.head_dim * 4);
   EXPECT_EQ(plan->memory.find("GPU activations")->bytes, step.activations() + cuda::slot_table_bytes(c, fp.moe_layer_count()));
   EXPECT_EQ(plan->memory.find("GPU dense weights")->bytes, fp.gpu_dense_bytes);
+  // Loading: the lm_head (bf16, 151936 x 2048) is the largest matrix read, above a 64 MiB chunk of experts.
+  EXPECT_EQ(fp.largest_gpu_dense_matrix_bytes, c.vocab_size * c.hidden_size * 2);
+  EXPECT_EQ(cuda::load_buffer_bytes(fp.expert().record_stride, static_cast<std::uint64_t>(fp.n_experts),
+                                    fp.largest_gpu_dense_matrix_bytes, fp.norm_f32_copy_bytes),
+            fp.largest_gpu_dense_matrix_bytes + fp.norm_f32_copy_bytes);
   EXPECT_EQ(plan->memory.find("GPU host-visible buffers")->bytes,
-            cuda::kUploadChunkBytes + cuda::pinned_bytes(c, fp.moe_layer_count(), c.vocab_size, 128));
+            fp.largest_gpu_dense_matrix_bytes + fp.norm_f32_copy_bytes +
+                cuda::pinned_bytes(c, fp.moe_layer_count(), c.vocab_size, 128));
   EXPECT_EQ(plan->memory.find("dense weights")->bytes, fp.embedding_held_bytes) << "the host keeps the embedding only";
   EXPECT_NE(plan->memory.find("GPU driver (host)")->formula.find("CUDA"), std::string::npos);
   EXPECT_LE(plan->memory.total(Tier::vram), tier.vram_headroom_bytes);
+}
+
+// Loading takes the larger of a chunk of whole expert records (at most
+// 64 MiB, at most a layer's VRAM experts) and the largest dense matrix read,
+// plus the norms widened to f32 that stay until the load ends.
+TEST(PlannerCudaTier, LoadBufferIsTheLargerOfAnExpertChunkAndADenseMatrix) {
+  constexpr std::uint64_t kMiB = 1 << 20;
+  EXPECT_EQ(cuda::load_buffer_bytes(3 * kMiB, 64, 10 * kMiB, kMiB), 21 * 3 * kMiB + kMiB);  // 21 records fit 64 MiB
+  EXPECT_EQ(cuda::load_buffer_bytes(3 * kMiB, 5, 10 * kMiB, kMiB), 16 * kMiB);             // 5 records: 15 MiB
+  EXPECT_EQ(cuda::load_buffer_bytes(3 * kMiB, 2, 10 * kMiB, kMiB), 11 * kMiB);             // the matrix is larger
+  EXPECT_EQ(cuda::load_buffer_bytes(100 * kMiB, 4, 0, 0), 100 * kMiB) << "one record even when it exceeds a chunk";
 }
 
 TEST(PlannerCudaTier, VramLimitShrinksTheTierAndTheRestRunsOnTheCpu) {

@@ -53,11 +53,11 @@ BackendMemory cuda_backend_memory([[maybe_unused]] const BackendProps& props) {
   b.vram_bytes_per_record_byte = 1;  // records copied up as the container holds them
   b.staging_slots = 0;
   b.staging_bytes = cuda::kUploadChunkBytes;  // the load's read buffer; the pinned buffers are the decoder's layout
-  b.driver_host_bytes = 160 * kMiB;
+  b.driver_host_bytes = 96 * kMiB;
   b.driver_host_basis =
-      "CUDA driver and runtime in the process: ~156 MiB measured on an H200 (driver 580, CUDA 13; coli-speed-bench "
-      "--backend cuda peak RSS 372.9 MiB less the 196.5 MiB host embedding table, 4.3 MiB pinned buffers and ~16 MiB "
-      "process baseline, docs/results/issue14/session8), rounded up";
+      "CUDA driver and runtime in the process: ~91 MiB measured on an H200 (driver 580, CUDA 13; coli-speed-bench "
+      "--backend cuda peak RSS 372.9 MiB less the 196.5 MiB host embedding table, the load's ~61 MiB upload chunk, "
+      "4.3 MiB pinned buffers and the 20 MiB process base; docs/results/issue14/session8), rounded up";
   return b;
 }
 

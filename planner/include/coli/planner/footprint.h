@@ -75,6 +75,10 @@ struct ModelFootprint {
   // the embedding (read again as lm_head when tied), vectors widened to f32,
   // each 256-aligned.
   std::uint64_t gpu_dense_bytes = 0;
+  // The largest dense matrix a GPU decoder reads from the container to
+  // upload (one at a time: its load's transient host buffer); not the
+  // embedding, which the host keeps and uploads from where it is.
+  std::uint64_t largest_gpu_dense_matrix_bytes = 0;
   std::uint64_t container_bytes = 0;      // the whole file: header, dense, records, index estimate
 
   // KV cache bytes per context position, all layers, in f32 (the GPU
