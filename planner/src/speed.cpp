@@ -324,7 +324,10 @@ SpeedPrediction predict_speed(const DeviceProfile& profile, const ModelFootprint
   if (plan.gpu.vram_slots() > 0) {
     rates.vram = vram_bandwidth(profile, fp, plan.gpu);
     if (!rates.vram) {
-      s.unavailable = "no measured GPU GEMV bandwidth for " + plan.gpu.device.gpu.describe() + ": run coli-probe --gpu-selftest";
+      s.unavailable = "no measured GPU GEMV bandwidth for " + plan.gpu.device.gpu.describe() + " (" + plan.gpu.backend + "): " +
+                      (plan.gpu.backend == "cuda" ? "the probe's self-test times Vulkan kernels only so far, so a CUDA "
+                                                    "plan has no predicted speed yet"
+                                                  : "run coli-probe --gpu-selftest");
       return s;
     }
   }

@@ -162,6 +162,9 @@ TEST(PlannerCudaTier, PlanFileKeepsTheCudaDeviceAndItIsFoundByUuid) {
   file.top_k = qwen3().top_k;
   file.plan = *plan;
   file.speed = predict_speed(profile, qwen3(), *plan);
+  // The profile's GPU self-test is Vulkan's: it predicts nothing for the CUDA decoder.
+  EXPECT_FALSE(file.speed.available);
+  EXPECT_NE(file.speed.unavailable.find("CUDA plan"), std::string::npos) << file.speed.unavailable;
   auto parsed = parse_plan(plan_to_toml(file), "cuda.plan");
   ASSERT_TRUE(parsed.ok()) << parsed.error().message;
   EXPECT_EQ(parsed->plan.gpu, plan->gpu);
