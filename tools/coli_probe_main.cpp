@@ -16,6 +16,9 @@
 #include "coli/probe/profile_io.h"
 #include "gpu/cuda_upload.h"
 #include "vulkan/gpu_selftest.h"
+#ifdef COLI_HAS_CUDA_SELFTEST
+#include "cuda/cuda_selftest.h"
+#endif
 #include "vulkan/upload_bandwidth.h"
 
 namespace {
@@ -245,6 +248,10 @@ int main(int argc, char** argv) {
   if (gpu_selftest) {
     if (options.progress) options.progress("GPU self-test: running every fitting shader variant");
     profile->measurements.gpu_kernels = coli::vulkan::run_gpu_selftest(selftest);
+#ifdef COLI_HAS_CUDA_SELFTEST
+    if (options.progress) options.progress("GPU self-test: the CUDA decoder's matvec on each CUDA device");
+    for (coli::GpuKernelResult& r : coli::cuda::run_cuda_selftest()) profile->measurements.gpu_kernels.push_back(std::move(r));
+#endif
   }
   const bool replay = !replay_machine.empty() || !replay_root.empty() || !replay_xml.empty() ||
                       !replay_sysctl.empty() || !replay_gpus.empty();

@@ -78,8 +78,10 @@ Measurements read_measurements(const Reader& r, const CpuFacts& cpu) {
   }
   if (r.has("gpu_kernels")) {
     for (const Reader& k : r.tables("gpu_kernels")) {
+      // A device-level status line (no variant: "no Vulkan device", "no CUDA self-test: ...") has no shape.
+      const int least = k.text("variant").empty() ? 0 : 1;
       out.gpu_kernels.push_back(GpuKernelResult{k.text("device"), k.text("backend"), k.text("variant"),
-                                                k.small_int("rows", 1, 1 << 24), k.small_int("cols", 1, 1 << 24),
+                                                k.small_int("rows", least, 1 << 24), k.small_int("cols", least, 1 << 24),
                                                 k.u32("shared_memory_bytes", kMaxSharedMemory), k.boolean("passed"),
                                                 k.real("max_relative_error", 0, 1e30), k.text("note"),
                                                 read_stats(k),

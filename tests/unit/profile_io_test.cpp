@@ -81,7 +81,9 @@ DeviceProfile sample_profile() {
       GpuKernelResult{"Made-up GPU", "vulkan", "gemv_q4_g64_direct", 2048, 1024, 0, true, 1e-6, "", stats(90, 100, 110, 5),
                       0},  // device_index round-trips; the second result has none (an older profile's)
       GpuKernelResult{"Made-up GPU", "vulkan", "gemv_q4_g64_tile64k", 2048, 1024, 65536, false, 0, "needs 65536 B",
-                      SampleStats{}}};
+                      SampleStats{}},
+      // A device-level status line: no variant, no shape (a machine without a CUDA driver).
+      GpuKernelResult{"", "cuda", "", 0, 0, 0, false, 0, "no CUDA self-test: no CUDA driver is installed", SampleStats{}}};
   p.threads = ThreadRecommendation{2, 2, CpuSet({0, 2}), CpuSet({0, 2}), "all-but-efficiency-kind", "because"};
   assign_fingerprint(p);
   return p;
