@@ -320,10 +320,13 @@ int run_generate(const RunArgs& args) {
   const double decode_seconds = seconds_since(decode_start);
   const auto& stats = model->stats();
   const double lookups = static_cast<double>(stats.expert_hits + stats.expert_misses);
-  std::printf("\n---\nload %.2f s | TTFT %.3f s | prefill %.1f tok/s (%zu tokens) | decode %.1f tok/s (%d tokens)\n",
+  // The text alone on stdout (`coli run > out.txt` keeps only it); the statistics on stderr.
+  std::fputs("\n", stdout);
+  std::fflush(stdout);
+  std::fprintf(stderr, "---\nload %.2f s | TTFT %.3f s | prefill %.1f tok/s (%zu tokens) | decode %.1f tok/s (%d tokens)\n",
               load_seconds, ttft, static_cast<double>(prompt.size()) / ttft, prompt.size(),
               generated > 1 ? (generated - 1) / decode_seconds : 0.0, generated);
-  std::printf("experts: hit rate %.1f%% (%llu hits, %llu misses), %s read from disk | kernel %s | threads: prefill %s, decode %s | I/O %s | peak RSS %s\n",
+  std::fprintf(stderr, "experts: hit rate %.1f%% (%llu hits, %llu misses), %s read from disk | kernel %s | threads: prefill %s, decode %s | I/O %s | peak RSS %s\n",
               lookups > 0 ? 100.0 * static_cast<double>(stats.expert_hits) / lookups : 0.0,
               static_cast<unsigned long long>(stats.expert_hits), static_cast<unsigned long long>(stats.expert_misses),
               coli::format_bytes(stats.expert_bytes_read).c_str(), stats.cpu_kernel.c_str(),
@@ -339,7 +342,7 @@ int run_generate(const RunArgs& args) {
     coli::tools::print_speed_vs_plan(planned->plan.speed, planned->plan.plan.ctx, measured);
   }
   else if (args.report) coli::tools::print_measured(model->stats(), peak_rss_bytes());
-  if (auto* times = model->op_times()) std::printf("\n%s\n%s", prefill_op_times.c_str(), coli::runtime::op_times_table(*times, "decode").c_str());
+  if (auto* times = model->op_times()) std::fprintf(stderr, "\n%s\n%s", prefill_op_times.c_str(), coli::runtime::op_times_table(*times, "decode").c_str());
   return 0;
 }
 

@@ -60,12 +60,12 @@ void print_rss_kinds() {
       const auto end = status->find('\n', at);
       const std::size_t name = std::string_view(field).size();
       const std::string_view value = trim(std::string_view(*status).substr(at + name, end - at - name));
-      std::printf("  %s %.*s\n", field, static_cast<int>(value.size()), value.data());
+      std::fprintf(stderr, "  %s %.*s\n", field, static_cast<int>(value.size()), value.data());
     }
   }
   // Whether the weights could get huge pages (coli/base/weight_memory.h), for
   // anyone comparing decode speed with the probe's bandwidth.
-  std::printf("  transparent huge pages: %s; weights advised: %s\n", transparent_huge_page_mode().c_str(),
+  std::fprintf(stderr, "  transparent huge pages: %s; weights advised: %s\n", transparent_huge_page_mode().c_str(),
               weight_memory_huge_pages() ? "yes" : "no (COLI_HUGE_PAGES=off)");
 }
 
@@ -195,17 +195,17 @@ bool print_plan_vs_actual(const planner::PlanFile& file, const runtime::ModelSta
   };
   auto row = [](const char* what, std::uint64_t planned, std::uint64_t actual) {
     const double ratio = planned > 0 ? static_cast<double>(actual) / static_cast<double>(planned) : actual > 0 ? 2 : 1;
-    std::printf("  %-28s planned %10s  measured %10s  (%+.1f%%)\n", what, format_bytes(planned).c_str(),
+    std::fprintf(stderr, "  %-28s planned %10s  measured %10s  (%+.1f%%)\n", what, format_bytes(planned).c_str(),
                 format_bytes(actual).c_str(), (ratio - 1) * 100);
   };
-  std::printf("plan vs actual:\n");
+  std::fprintf(stderr, "plan vs actual:\n");
   row("dense weights", line_bytes({"dense weights"}), stats.dense_bytes);
   row("expert cache slabs", line_bytes({"expert cache: pinned slots", "expert cache: evictable slots"}),
       stats.expert_cache_bytes);
   row(("KV cache (" + std::string(kv_type_name(stats.kv_type)) + ")").c_str(), line_bytes({"KV cache"}), stats.kv_cache_bytes);
   if (stats.backend != "cpu") {
     const runtime::GpuMemoryStats& g = stats.gpu;
-    std::printf("  on %s (%s):\n", g.device.c_str(), stats.backend.c_str());
+    std::fprintf(stderr, "  on %s (%s):\n", g.device.c_str(), stats.backend.c_str());
     row("VRAM dense weights", line_bytes({"GPU dense weights"}), g.dense_bytes);
     row("VRAM expert slots", line_bytes({"expert tier: VRAM slots"}), g.expert_bytes);
     row("VRAM KV cache", line_bytes({"GPU KV cache"}), g.kv_cache_bytes);
@@ -215,21 +215,21 @@ bool print_plan_vs_actual(const planner::PlanFile& file, const runtime::ModelSta
     row("host-visible buffers", line_bytes({"GPU host-visible buffers"}), g.host_visible_bytes);
   }
   if (stats.rss_watchdog_limit == 0) {
-    std::printf("  RSS watchdog: off (--rss-limit 0)\n");
+    std::fprintf(stderr, "  RSS watchdog: off (--rss-limit 0)\n");
   } else {
-    std::printf("  RSS watchdog: limit %s; shrank the expert cache %llu time(s), %s given back\n",
+    std::fprintf(stderr, "  RSS watchdog: limit %s; shrank the expert cache %llu time(s), %s given back\n",
                 format_bytes(stats.rss_watchdog_limit).c_str(), static_cast<unsigned long long>(stats.rss_watchdog_shrinks),
                 format_bytes(stats.rss_watchdog_released).c_str());
   }
   const std::uint64_t planned = plan.planned_ram_bytes();
   row("process RSS (peak)", planned, peak_rss);
   print_rss_kinds();
-  std::printf("  peak RSS bytes: %llu, planned RAM bytes: %llu, margin bytes: %llu\n",
+  std::fprintf(stderr, "  peak RSS bytes: %llu, planned RAM bytes: %llu, margin bytes: %llu\n",
               static_cast<unsigned long long>(peak_rss), static_cast<unsigned long long>(planned),
               static_cast<unsigned long long>(plan.margin.bytes));
   const bool within = peak_rss <= planned + plan.margin.bytes;
   if (!within) {
-    std::printf("  WARNING: peak RSS %s exceeds the plan %s plus its margin %s: re-plan with a smaller --cap or --ctx\n",
+    std::fprintf(stderr, "  WARNING: peak RSS %s exceeds the plan %s plus its margin %s: re-plan with a smaller --cap or --ctx\n",
                 format_bytes(peak_rss).c_str(), format_bytes(planned).c_str(), format_bytes(plan.margin.bytes).c_str());
   }
   return within;
@@ -237,15 +237,15 @@ bool print_plan_vs_actual(const planner::PlanFile& file, const runtime::ModelSta
 
 void print_speed_vs_plan(const planner::SpeedPrediction& predicted, int planned_ctx, const MeasuredSpeed& measured) {
   if (!predicted.available) {
-    std::printf("speed: the plan has no prediction (%s)\n", predicted.unavailable.c_str());
+    std::fprintf(stderr, "speed: the plan has no prediction (%s)\n", predicted.unavailable.c_str());
     return;
   }
   auto row = [](const char* what, double planned, double actual, const std::string& note) {
     if (actual <= 0) return;
-    std::printf("  %-28s planned %8.1f tok/s  measured %8.1f tok/s  (%+.1f%%)%s\n", what, planned, actual,
+    std::fprintf(stderr, "  %-28s planned %8.1f tok/s  measured %8.1f tok/s  (%+.1f%%)%s\n", what, planned, actual,
                 (planned / actual - 1) * 100, note.c_str());
   };
-  std::printf("speed: plan vs actual (error = planned / measured - 1):\n");
+  std::fprintf(stderr, "speed: plan vs actual (error = planned / measured - 1):\n");
   row("prefill", predicted.prefill_tok_per_s, measured.prefill_tok_s,
       "  pp" + std::to_string(measured.prompt_tokens) + "; planned for rounds of the plan");
   char depths[96];
@@ -255,12 +255,12 @@ void print_speed_vs_plan(const planner::SpeedPrediction& predicted, int planned_
 }
 
 void print_measured(const runtime::ModelStats& stats, std::uint64_t peak_rss) {
-  std::printf("memory (the engine's own accounting; plan with coli-plan to compare):\n");
-  std::printf("  %-28s %10s\n", "dense weights", format_bytes(stats.dense_bytes).c_str());
-  std::printf("  %-28s %10s\n", "expert cache slabs", format_bytes(stats.expert_cache_bytes).c_str());
-  std::printf("  %-28s %10s\n", ("KV cache (" + std::string(kv_type_name(stats.kv_type)) + ")").c_str(),
+  std::fprintf(stderr, "memory (the engine's own accounting; plan with coli-plan to compare):\n");
+  std::fprintf(stderr, "  %-28s %10s\n", "dense weights", format_bytes(stats.dense_bytes).c_str());
+  std::fprintf(stderr, "  %-28s %10s\n", "expert cache slabs", format_bytes(stats.expert_cache_bytes).c_str());
+  std::fprintf(stderr, "  %-28s %10s\n", ("KV cache (" + std::string(kv_type_name(stats.kv_type)) + ")").c_str(),
               format_bytes(stats.kv_cache_bytes).c_str());
-  std::printf("  %-28s %10s\n", "process RSS (peak)", format_bytes(peak_rss).c_str());
+  std::fprintf(stderr, "  %-28s %10s\n", "process RSS (peak)", format_bytes(peak_rss).c_str());
   print_rss_kinds();
 }
 

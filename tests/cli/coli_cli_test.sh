@@ -35,6 +35,8 @@ check "run prints peak RSS" contains "$work/r.out" "peak RSS"
 
 # Same tokens whatever the cache: greedy ids with all experts vs 2 slots.
 "$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 12 >"$work/a.out" 2>"$work/a.err"
+check "stdout holds the generated text only" lacks "$work/a.out" "TTFT\|hit rate\|peak RSS\|^---"
+check "the statistics go to stderr" contains "$work/a.err" "TTFT"
 "$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 12 --cap 2 --threads 2 >"$work/b.out" 2>"$work/b.err"
 check "tokens independent of cap and threads" test "$(head -1 "$work/a.out")" = "$(head -1 "$work/b.out")"
 
@@ -69,14 +71,14 @@ check "and its KV cache is bf16" contains "$work/kv2.out" "KV cache (bf16)"
 # --no-preload reads on first use; neither, nor --speculative-prefetch on a
 # streaming cache, changes the tokens.
 "$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 6 >"$work/pre1.out" 2>"$work/pre1.err"
-check "a resident run misses no expert" contains "$work/pre1.out" "(.* hits, 0 misses)"
+check "a resident run misses no expert" contains "$work/pre1.err" "(.* hits, 0 misses)"
 "$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 6 --no-preload >"$work/pre2.out" 2>"$work/pre2.err"
-check "--no-preload reads experts on first use" lacks "$work/pre2.out" "(.* hits, 0 misses)"
+check "--no-preload reads experts on first use" lacks "$work/pre2.err" "(.* hits, 0 misses)"
 check "--no-preload gives the same tokens" test "$(head -1 "$work/pre1.out")" = "$(head -1 "$work/pre2.out")"
 "$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 6 --cap 2 >"$work/spec1.out" 2>"$work/spec1.err"
 "$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 6 --cap 2 --speculative-prefetch >"$work/spec2.out" 2>"$work/spec2.err"
 check "--speculative-prefetch runs" test $? -eq 0
-check "both streaming runs finished" contains "$work/spec1.out" "experts:"
+check "both streaming runs finished" contains "$work/spec1.err" "experts:"
 check "--speculative-prefetch gives the same tokens" test "$(head -1 "$work/spec1.out")" = "$(head -1 "$work/spec2.out")"
 "$coli" run --model "$work/demo.coli" --prompt-ids 1 --kv-type f8 >/dev/null 2>"$work/kv3.err"
 check "--kv-type f8 is a usage error" test $? -eq 2
@@ -132,7 +134,7 @@ if grep -q "^Vulkan *[1-9]" <("$(dirname "$coli")/coli-probe" --quick 2>/dev/nul
   "$coli" run --model "$work/demo.coli" --plan "$work/gpu.plan" --prompt-ids 1 2 3 --max-tokens 12 >"$work/g.out" 2>"$work/g.err"
   check "a Vulkan plan runs end to end" test $? -eq 0
   check "the run says its backend" contains "$work/g.err" "backend vulkan"
-  check "VRAM as planned" contains "$work/g.out" "VRAM (without the reserve) .*(+0.0%)"
+  check "VRAM as planned" contains "$work/g.err" "VRAM (without the reserve) .*(+0.0%)"
   "$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 12 --kernel exact >"$work/x.out" 2>/dev/null
   check "GPU tokens equal the CPU's (f32 activations)" test "$(head -1 "$work/g.out")" = "$(head -1 "$work/x.out")"
 elif [[ "${COLI_REQUIRE_VULKAN:-0}" == 1 ]]; then
