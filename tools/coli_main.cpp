@@ -91,6 +91,8 @@ struct RunArgs {
   double usage_decay = 0.9;
   std::vector<std::int32_t> prompt_ids;
   int max_tokens = 32;
+  std::optional<std::int32_t> eos_id;  // --eos-id: the end-of-sequence token (default: the tokenizer's)
+  bool ignore_eos = false;             // --ignore-eos: generate all --max-tokens (llama.cpp's flag)
   float temperature = 0, top_p = 1;
   std::uint64_t seed = 1;
   coli::runtime::ModelOptions options;
@@ -294,6 +296,10 @@ int run_generate(const RunArgs& args) {
   coli::tools::Sampler sampler({args.temperature, args.top_p, args.seed});
   std::optional<coli::StreamDecoder> decoder;
   if (tokenizer) decoder.emplace(*tokenizer);
+  // Generation ends at the end-of-sequence token (not printed), as llama.cpp's does.
+  const std::optional<std::int32_t> eos = args.ignore_eos ? std::nullopt : args.eos_id ? args.eos_id
+                                          : tokenizer ? tokenizer->eos_id() : std::nullopt;
+  bool stopped_at_eos = false;
   const auto decode_start = Clock::now();
   int generated = 0;
   for (int position = static_cast<int>(prompt.size()); generated < args.max_tokens; ++position) {
@@ -303,6 +309,10 @@ int run_generate(const RunArgs& args) {
       return 1;
     }
     const std::int32_t next = *picked;
+    if (eos && next == *eos) {
+      stopped_at_eos = true;
+      break;
+    }
     ++generated;
     if (decoder) std::fputs(decoder->push(next).c_str(), stdout);
     else std::printf("%d ", next);
@@ -323,6 +333,7 @@ int run_generate(const RunArgs& args) {
   // The text alone on stdout (`coli run > out.txt` keeps only it); the statistics on stderr.
   std::fputs("\n", stdout);
   std::fflush(stdout);
+  if (stopped_at_eos) std::fprintf(stderr, "coli run: stopped at the end-of-sequence token %d (--ignore-eos generates on)\n", *eos);
   std::fprintf(stderr, "---\nload %.2f s | TTFT %.3f s | prefill %.1f tok/s (%zu tokens) | decode %.1f tok/s (%d tokens)\n",
               load_seconds, ttft, static_cast<double>(prompt.size()) / ttft, prompt.size(),
               generated > 1 ? (generated - 1) / decode_seconds : 0.0, generated);
@@ -367,7 +378,15 @@ int main(int argc, char** argv) {
   auto* ids = run_cmd->add_option("--prompt-ids", run.prompt_ids, "Prompt as token ids (no tokenizer needed)");
   prompt->excludes(ids);
   run_cmd->add_option("--tokenizer", run.tokenizer, "tokenizer.json or GGUF vocabulary (default: next to the model)");
-  run_cmd->add_option("--max-tokens", run.max_tokens, "Tokens to generate")->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  run_cmd->add_option("--max-tokens", run.max_tokens, "Most tokens to generate (fewer when the end-of-sequence token comes)")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  auto* eos_option = run_cmd->add_option("--eos-id", run.eos_id,
+                                         "The end-of-sequence token id that ends generation (default: the tokenizer's, "
+                                         "tokenizer.ggml.eos_token_id; none with --prompt-ids)")
+                         ->check(CLI::Range(0, (1 << 30)));
+  run_cmd->add_flag("--ignore-eos", run.ignore_eos, "Generate all --max-tokens, through the end-of-sequence token")
+      ->excludes(eos_option);
   run_cmd->add_option("--threads", run.options.threads, "Compute threads")->check(CLI::Range(1, 4096))->capture_default_str();
   run_cmd->add_option("--cap", run.options.cache_capacity, "Expert slots per layer, pins included (default: all experts resident)")->check(CLI::Range(1, 1 << 20));
   run_cmd->add_option("--pin", run.pin,

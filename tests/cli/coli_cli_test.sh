@@ -37,6 +37,15 @@ check "run prints peak RSS" contains "$work/r.out" "peak RSS"
 "$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 12 >"$work/a.out" 2>"$work/a.err"
 check "stdout holds the generated text only" lacks "$work/a.out" "TTFT\|hit rate\|peak RSS\|^---"
 check "the statistics go to stderr" contains "$work/a.err" "TTFT"
+# Generation ends at the end-of-sequence token (--eos-id here: the demo's
+# random weights never pick the GPT-2 vocabulary's own), which is not printed.
+first=$(awk '{ print $1 }' "$work/a.out")
+"$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 12 --eos-id "$first" >"$work/eos.out" 2>"$work/eos.err"
+check "--eos-id stops generation at that token, unprinted" test -z "$(tr -d ' \n' <"$work/eos.out")"
+check "and says it stopped there" contains "$work/eos.err" "stopped at the end-of-sequence token $first"
+check "after 0 tokens" contains "$work/eos.err" "decode .* (0 tokens)"
+"$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 2 --eos-id 1 --ignore-eos >/dev/null 2>&1
+check "--ignore-eos with --eos-id is a usage error" test $? -eq 2
 "$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 12 --cap 2 --threads 2 >"$work/b.out" 2>"$work/b.err"
 check "tokens independent of cap and threads" test "$(head -1 "$work/a.out")" = "$(head -1 "$work/b.out")"
 
