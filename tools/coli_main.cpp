@@ -7,11 +7,14 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <iostream>
+#include <iterator>
 #include <random>
 
 #include <CLI/CLI.hpp>
 
 #include "coli/base/cpu_kernels.h"
+#include "coli/base/files.h"
 #include "coli/base/kv_type.h"
 #include "coli/base/text.h"
 #include "coli/container/container.h"
@@ -95,6 +98,9 @@ struct RunArgs {
   bool ignore_eos = false;             // --ignore-eos: generate all --max-tokens (llama.cpp's flag)
   float temperature = 0, top_p = 1;
   std::uint64_t seed = 1;
+  int top_k = 0, repeat_last_n = 64;       // --top-k, --repeat-last-n
+  float min_p = 0, repeat_penalty = 1;     // --min-p, --repeat-penalty (llama.cpp's samplers)
+  std::string prompt_file;                 // --prompt-file FILE ("-": stdin)
   coli::runtime::ModelOptions options;
 };
 
@@ -225,8 +231,29 @@ int resolve_knobs(const RunArgs& args, const coli::runtime::ModelShape& shape, c
   return coli::cli::kExitOk;
 }
 
+coli::tools::SamplingOptions sampling_of(const RunArgs& args) {
+  coli::tools::SamplingOptions o{args.temperature, args.top_p, args.seed};
+  o.top_k = args.top_k;
+  o.min_p = args.min_p;
+  o.repeat_penalty = args.repeat_penalty;
+  o.repeat_last_n = args.repeat_last_n;
+  return o;
+}
+
+// --prompt-file: the whole file (or stdin for "-") as the prompt text, as is.
+coli::Result<std::string> read_prompt_file(const std::string& path) {
+  if (path != "-") {
+    auto text = coli::read_text_file(path);
+    if (!text) return coli::make_error("--prompt-file " + path + ": " + text.error().message);
+    return *text;
+  }
+  std::string text((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
+  if (std::cin.bad()) return coli::make_error("--prompt-file -: reading stdin failed");
+  return text;
+}
+
 int run_generate(const RunArgs& args) {
-  if (coli::Status s = coli::tools::check_sampling({args.temperature, args.top_p, args.seed}); !s) {
+  if (coli::Status s = coli::tools::check_sampling(sampling_of(args)); !s) {
     std::fprintf(stderr, "coli run: %s\n", s.error().message.c_str());
     return 2;
   }
@@ -244,7 +271,16 @@ int run_generate(const RunArgs& args) {
       return 1;
     }
     tokenizer = std::move(*loaded);
-    prompt = tokenizer->encode(args.prompt);
+    std::string text = args.prompt;
+    if (!args.prompt_file.empty()) {
+      auto read = read_prompt_file(args.prompt_file);
+      if (!read) {
+        std::fprintf(stderr, "coli run: %s\n", read.error().message.c_str());
+        return 1;
+      }
+      text = std::move(*read);
+    }
+    prompt = tokenizer->encode(text);
     if (prompt.empty()) {
       std::fprintf(stderr, "coli run: the prompt is empty\n");
       return 2;
@@ -293,7 +329,8 @@ int run_generate(const RunArgs& args) {
     prefill_op_times = coli::runtime::op_times_table(*times, "prefill");
     times->clear();
   }
-  coli::tools::Sampler sampler({args.temperature, args.top_p, args.seed});
+  coli::tools::Sampler sampler(sampling_of(args));
+  for (std::int32_t token : prompt) sampler.accept(token);  // the repeat penalty sees the prompt too
   std::optional<coli::StreamDecoder> decoder;
   if (tokenizer) decoder.emplace(*tokenizer);
   // Generation ends at the end-of-sequence token (not printed), as llama.cpp's does.
@@ -314,6 +351,7 @@ int run_generate(const RunArgs& args) {
       break;
     }
     ++generated;
+    sampler.accept(next);
     if (decoder) std::fputs(decoder->push(next).c_str(), stdout);
     else std::printf("%d ", next);
     std::fflush(stdout);
@@ -377,6 +415,8 @@ int main(int argc, char** argv) {
   auto* prompt = run_cmd->add_option("--prompt", run.prompt, "Prompt text");
   auto* ids = run_cmd->add_option("--prompt-ids", run.prompt_ids, "Prompt as token ids (no tokenizer needed)");
   prompt->excludes(ids);
+  auto* prompt_file = run_cmd->add_option("--prompt-file", run.prompt_file, "Prompt text from this file, as is (\"-\": stdin)");
+  prompt_file->excludes(prompt)->excludes(ids);
   run_cmd->add_option("--tokenizer", run.tokenizer, "tokenizer.json or GGUF vocabulary (default: next to the model)");
   run_cmd->add_option("--max-tokens", run.max_tokens, "Most tokens to generate (fewer when the end-of-sequence token comes)")
       ->check(CLI::Range(1, 1 << 20))
@@ -437,6 +477,14 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   run_cmd->add_option("--temperature", run.temperature, "0 = greedy; finite, >= 0")->capture_default_str();
   run_cmd->add_option("--top-p", run.top_p, "Nucleus sampling mass, in (0, 1]")->capture_default_str();
+  run_cmd->add_option("--top-k", run.top_k, "Sample from the k most probable tokens only (0 = all)")->capture_default_str();
+  run_cmd->add_option("--min-p", run.min_p, "Drop tokens below this share of the most probable's probability, in [0, 1]")
+      ->capture_default_str();
+  run_cmd->add_option("--repeat-penalty", run.repeat_penalty,
+                      "Divide a recent token's logit by this (multiply when negative); 1 = off")
+      ->capture_default_str();
+  run_cmd->add_option("--repeat-last-n", run.repeat_last_n, "Recent tokens the penalty looks at (the prompt's included)")
+      ->capture_default_str();
   run_cmd->add_option("--seed", run.seed, "Sampling seed")->capture_default_str();
   const coli::tools::ProfileCommand profile_cmd(app);  // coli profile ... (docs/fleet.md)
   app.footer("Exit status: 0 done, 1 error (a file, the model, the machine), 2 usage, 3 refused (the plan does not "
@@ -451,8 +499,8 @@ int main(int argc, char** argv) {
     run.knobs_given = run.knobs_given || run_cmd->count(knob) > 0;
   }
   run.options.kv_type = *coli::parse_kv_type(run.kv_type, "--kv-type");  // the check above admits only valid names
-  if (run.prompt.empty() && run.prompt_ids.empty()) {
-    std::fprintf(stderr, "coli run: give --prompt TEXT or --prompt-ids N...\n");
+  if (run.prompt.empty() && run.prompt_ids.empty() && run.prompt_file.empty()) {
+    std::fprintf(stderr, "coli run: give --prompt TEXT, --prompt-file FILE (- for stdin) or --prompt-ids N...\n");
     return 2;
   }
   if (run.plan.empty() && run.profile.empty() && !run.knobs_given && run_cmd->count("--kernel") == 0) {

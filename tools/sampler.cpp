@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <functional>
+#include <limits>
 #include <cmath>
 #include <string>
 #include <utility>
@@ -16,6 +17,16 @@ Status check_sampling(const SamplingOptions& options) {
   }
   if (!std::isfinite(options.top_p) || options.top_p <= 0 || options.top_p > 1) {
     return make_error("--top-p " + std::to_string(options.top_p) + " must be in (0, 1] (1 = every token)");
+  }
+  if (options.top_k < 0) return make_error("--top-k " + std::to_string(options.top_k) + " must be >= 0 (0 = every token)");
+  if (!std::isfinite(options.min_p) || options.min_p < 0 || options.min_p > 1) {
+    return make_error("--min-p " + std::to_string(options.min_p) + " must be in [0, 1] (0 = off)");
+  }
+  if (!std::isfinite(options.repeat_penalty) || options.repeat_penalty <= 0) {
+    return make_error("--repeat-penalty " + std::to_string(options.repeat_penalty) + " must be a finite number > 0 (1 = off)");
+  }
+  if (options.repeat_last_n < 0) {
+    return make_error("--repeat-last-n " + std::to_string(options.repeat_last_n) + " must be >= 0");
   }
   return Ok{};
 }
@@ -58,7 +69,26 @@ std::int32_t draw(const std::vector<Candidate>& candidates, const Nucleus& nucle
 
 }  // namespace
 
+void Sampler::accept(std::int32_t token) {
+  if (options_.repeat_last_n <= 0 || options_.repeat_penalty == 1) return;
+  recent_.push_back(token);
+  if (recent_.size() > static_cast<std::size_t>(options_.repeat_last_n)) recent_.erase(recent_.begin());
+}
+
 Result<std::int32_t> Sampler::pick(std::span<const float> logits) {
+  if (!recent_.empty()) {  // llama.cpp's penalty: once per distinct recent token
+    penalised_.assign(logits.begin(), logits.end());
+    std::vector<std::int32_t> distinct = recent_;
+    std::sort(distinct.begin(), distinct.end());
+    distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+    const auto penalty = static_cast<float>(options_.repeat_penalty);
+    for (std::int32_t t : distinct) {
+      if (t < 0 || static_cast<std::size_t>(t) >= penalised_.size()) continue;
+      float& l = penalised_[static_cast<std::size_t>(t)];
+      l = l > 0 ? l / penalty : l * penalty;
+    }
+    logits = penalised_;
+  }
   std::size_t best = logits.size();
   for (std::size_t i = 0; i < logits.size(); ++i) {
     if (std::isfinite(logits[i]) && (best == logits.size() || logits[i] > logits[best])) best = i;
@@ -66,15 +96,22 @@ Result<std::int32_t> Sampler::pick(std::span<const float> logits) {
   if (best == logits.size()) return make_error("the model produced no finite logit: its weights or the run are broken");
   if (options_.temperature <= 0) return static_cast<std::int32_t>(best);
   const double peak = logits[best];
+  // min-p on the untempered probabilities: exp(l - peak) >= min_p.
+  const double floor = options_.min_p > 0 ? peak + std::log(options_.min_p) : -std::numeric_limits<double>::infinity();
   std::vector<Candidate> candidates;
   candidates.reserve(logits.size());
-  double total = 0;
   for (std::size_t i = 0; i < logits.size(); ++i) {
-    if (!std::isfinite(logits[i])) continue;
-    const double p = std::exp((logits[i] - peak) / options_.temperature);
-    candidates.emplace_back(p, static_cast<std::int32_t>(i));
-    total += p;
+    if (!std::isfinite(logits[i]) || logits[i] < floor) continue;
+    candidates.emplace_back(std::exp((logits[i] - peak) / options_.temperature), static_cast<std::int32_t>(i));
   }
+  // top-k: the k heaviest (ties between equal weights by the higher token id, as the comparator orders them).
+  if (options_.top_k > 0 && static_cast<std::size_t>(options_.top_k) < candidates.size()) {
+    const auto kth = candidates.begin() + options_.top_k;
+    std::nth_element(candidates.begin(), kth - 1, candidates.end(), std::greater<>());  // [0, k): the k heaviest
+    candidates.erase(kth, candidates.end());
+  }
+  double total = 0;
+  for (const Candidate& c : candidates) total += c.first;
   // top_p 1 keeps every token: no order is needed to draw from all of them,
   // and their mass is the total, summed in the same order.
   const Nucleus nucleus = options_.top_p >= 1 ? Nucleus{candidates.size(), total} : sort_nucleus(candidates, options_.top_p, total);

@@ -46,6 +46,20 @@ check "and says it stopped there" contains "$work/eos.err" "stopped at the end-o
 check "after 0 tokens" contains "$work/eos.err" "decode .* (0 tokens)"
 "$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 2 --eos-id 1 --ignore-eos >/dev/null 2>&1
 check "--ignore-eos with --eos-id is a usage error" test $? -eq 2
+# The prompt from a file or stdin, as --prompt gives it; llama.cpp's samplers.
+vocab="$fixtures/tokenizer/ggml-vocab-gpt-2.gguf"
+printf 'Hello world' >"$work/prompt.txt"
+"$coli" run --model "$work/demo.coli" --tokenizer "$vocab" --prompt "Hello world" --max-tokens 6 >"$work/pt.out" 2>/dev/null
+"$coli" run --model "$work/demo.coli" --tokenizer "$vocab" --prompt-file "$work/prompt.txt" --max-tokens 6 >"$work/pf.out" 2>/dev/null
+check "--prompt-file gives --prompt's tokens" cmp -s "$work/pt.out" "$work/pf.out"
+"$coli" run --model "$work/demo.coli" --tokenizer "$vocab" --prompt-file - --max-tokens 6 <"$work/prompt.txt" >"$work/ps.out" 2>/dev/null
+check "--prompt-file - reads stdin" cmp -s "$work/pt.out" "$work/ps.out"
+"$coli" run --model "$work/demo.coli" --tokenizer "$vocab" --prompt-file "$work/missing.txt" --max-tokens 2 >/dev/null 2>"$work/pm.err"
+check "a missing --prompt-file is an error naming it" contains "$work/pm.err" "prompt-file .*missing.txt"
+"$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 12 --temperature 1.5 --top-k 1 >"$work/k1.out" 2>/dev/null
+check "--top-k 1 samples the greedy tokens" test "$(head -1 "$work/k1.out")" = "$(head -1 "$work/a.out")"
+"$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 2 --min-p 2 >/dev/null 2>"$work/mp.err"
+check "--min-p outside [0, 1] is refused by name" contains "$work/mp.err" "min-p"
 "$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 12 --cap 2 --threads 2 >"$work/b.out" 2>"$work/b.err"
 check "tokens independent of cap and threads" test "$(head -1 "$work/a.out")" = "$(head -1 "$work/b.out")"
 

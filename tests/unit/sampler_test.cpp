@@ -87,5 +87,79 @@ TEST(Sampler, NoFiniteLogitIsAnError) {
   EXPECT_FALSE(sampler.pick(std::vector<float>{}).ok());
 }
 
+SamplingOptions sampling(double temperature, int top_k, double min_p, double penalty = 1) {
+  SamplingOptions o;
+  o.temperature = temperature;
+  o.seed = 7;
+  o.top_k = top_k;
+  o.min_p = min_p;
+  o.repeat_penalty = penalty;
+  return o;
+}
+
+TEST(Sampler, RefusesTopKMinPAndPenaltyOutsideTheirRange) {
+  for (const auto& [bad, name] : {std::pair{sampling(0.7, -1, 0), "--top-k"}, {sampling(0.7, 0, 1.5), "--min-p"},
+                                  {sampling(0.7, 0, std::nan("")), "--min-p"}, {sampling(0.7, 0, 0, 0), "--repeat-penalty"},
+                                  {sampling(0.7, 0, 0, -kInf), "--repeat-penalty"}}) {
+    const Status s = check_sampling(bad);
+    ASSERT_FALSE(s.ok()) << name;
+    EXPECT_NE(s.error().message.find(name), std::string::npos) << s.error().message;
+  }
+  SamplingOptions last_n = sampling(0.7, 0, 0);
+  last_n.repeat_last_n = -1;
+  EXPECT_FALSE(check_sampling(last_n).ok());
+  EXPECT_TRUE(check_sampling(sampling(0.7, 40, 0.05, 1.1)).ok());
+}
+
+// top-k 2 at a high temperature: only the two largest logits are ever drawn,
+// and both are.
+TEST(Sampler, TopKDrawsOnlyTheKMostProbable) {
+  Sampler sampler(sampling(5.0, 2, 0));
+  const std::vector<float> logits{0.1f, 3, 0.2f, 2.9f, 0.3f, kNaN};
+  std::vector<int> seen(logits.size(), 0);
+  for (int i = 0; i < 400; ++i) {
+    auto picked = sampler.pick(logits);
+    ASSERT_TRUE(picked.ok());
+    ++seen[static_cast<std::size_t>(*picked)];
+  }
+  EXPECT_GT(seen[1], 0);
+  EXPECT_GT(seen[3], 0);
+  EXPECT_EQ(seen[1] + seen[3], 400) << "a token outside the top 2 was drawn";
+}
+
+// min-p 0.1 on the untempered probabilities: exp(-1) = 0.37 of the best stays,
+// exp(-5) = 0.007 goes, however high the temperature.
+TEST(Sampler, MinPDropsTokensFarBelowTheBest) {
+  Sampler sampler(sampling(10.0, 0, 0.1));
+  const std::vector<float> logits{0, -1, -5};
+  std::vector<int> seen(3, 0);
+  for (int i = 0; i < 400; ++i) ++seen[static_cast<std::size_t>(*sampler.pick(logits))];
+  EXPECT_GT(seen[0], 0);
+  EXPECT_GT(seen[1], 0);
+  EXPECT_EQ(seen[2], 0);
+}
+
+// llama.cpp's repeat penalty: a recent token's positive logit is divided by
+// it and a negative one multiplied; greedy sees the penalised logits; only
+// the last repeat_last_n tokens count.
+TEST(Sampler, RepeatPenaltyLowersRecentTokensOnly) {
+  SamplingOptions options = sampling(0, 0, 0, 1.2);
+  options.repeat_last_n = 2;
+  Sampler sampler(options);
+  const std::vector<float> logits{2.0f, 1.9f, -0.5f, -0.55f};
+  EXPECT_EQ(*sampler.pick(logits), 0);
+  sampler.accept(0);  // 2.0 / 1.2 = 1.67 < 1.9
+  EXPECT_EQ(*sampler.pick(logits), 1);
+  sampler.accept(1);  // both penalised: 1.67 vs 1.58
+  EXPECT_EQ(*sampler.pick(logits), 0);
+  sampler.accept(2);
+  sampler.accept(3);  // 0 and 1 fell out of the last 2
+  EXPECT_EQ(*sampler.pick(logits), 0);
+  const std::vector<float> negative{-0.5f, -0.55f};
+  Sampler negatives(options);
+  negatives.accept(0);  // -0.5 x 1.2 = -0.6 < -0.55
+  EXPECT_EQ(*negatives.pick(negative), 1);
+}
+
 }  // namespace
 }  // namespace coli::tools
