@@ -3,6 +3,7 @@
 #include <cmath>
 #include <vector>
 
+#include "coli/forward/ops.h"
 #include "cuda/cuda_layout.h"
 #include "cuda/kernel_launch.h"
 
@@ -15,21 +16,6 @@ using kernels::cuda::ExpertChoice;
 template <typename T = float>
 T* at(const DeviceBuffer& b, std::size_t offset = 0) {
   return static_cast<T*>(b.data()) + offset;
-}
-
-// cos/sin of every (position, pair), computed in double as forward::Rope does.
-std::vector<float> rope_table(const model::ModelConfig& c, int context) {
-  const std::size_t half = c.head_dim / 2;
-  std::vector<float> table(static_cast<std::size_t>(context) * half * 2);
-  for (std::size_t i = 0; i < half; ++i) {
-    const double inv_freq = 1.0 / std::pow(c.rope_theta, 2.0 * static_cast<double>(i) / static_cast<double>(c.head_dim));
-    for (int p = 0; p < context; ++p) {
-      const double angle = p * inv_freq;
-      table[(static_cast<std::size_t>(p) * half + i) * 2] = static_cast<float>(std::cos(angle));
-      table[(static_cast<std::size_t>(p) * half + i) * 2 + 1] = static_cast<float>(std::sin(angle));
-    }
-  }
-  return table;
 }
 
 // Launches in order, each checked; the first failure names its kernel.
@@ -193,7 +179,7 @@ Result<StepBuffers> make_step_buffers(const model::ModelConfig& c, const CudaWei
     *buffer = std::move(*made);
   }
   const u64 f = sizeof(float);
-  const std::vector<float> table = rope_table(c, context);
+  const std::vector<float> table = forward::Rope(static_cast<int>(c.head_dim), c.rope_theta).cos_sin_table(context);
   if (Status s = b.rope.upload(table.data(), table.size() * f); !s) return s.error();
   // Zeroed: the uncaptured first step runs before any host rows exist.
   for (DeviceBuffer* zeroed : {&b.counts, &b.host_rows}) {

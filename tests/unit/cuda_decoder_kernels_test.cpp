@@ -207,20 +207,6 @@ TEST(CudaDecoderKernels, RouteTopkMatchesForwardRoute) {
   }
 }
 
-// cos/sin per (position, pair) in double, as the decoder's table is made.
-std::vector<float> rope_table(int head_dim, double theta, int context) {
-  const int half = head_dim / 2;
-  std::vector<float> table(static_cast<std::size_t>(context) * half * 2);
-  for (int i = 0; i < half; ++i) {
-    const double inv_freq = 1.0 / std::pow(theta, 2.0 * i / head_dim);
-    for (int p = 0; p < context; ++p) {
-      table[(static_cast<std::size_t>(p) * half + i) * 2] = static_cast<float>(std::cos(p * inv_freq));
-      table[(static_cast<std::size_t>(p) * half + i) * 2 + 1] = static_cast<float>(std::sin(p * inv_freq));
-    }
-  }
-  return table;
-}
-
 // Six tokens through qk_prep (clip, per-head norm, RoPE, KV append), then
 // attention of the last one over all six: against the CPU's norm, Rope and
 // a softmax in double. Grouped-query: 4 heads over 2 KV heads.
@@ -236,7 +222,7 @@ TEST(CudaDecoderKernels, QkPrepAndAttentionMatchTheCpu) {
   DeviceBuffer dq = device_copy(std::vector<float>(q_width)), dk_ = device_copy(std::vector<float>(kv_width));
   DeviceBuffer dv = device_copy(std::vector<float>(kv_width)), position = device_copy(std::vector<int>{0});
   DeviceBuffer k_cache = device_copy(std::vector<float>(context * kv_width)), v_cache = device_copy(std::vector<float>(context * kv_width));
-  DeviceBuffer dqn = device_copy(q_norm), dkn = device_copy(k_norm), table = device_copy(rope_table(head_dim, theta, context));
+  DeviceBuffer dqn = device_copy(q_norm), dkn = device_copy(k_norm), table = device_copy(rope.cos_sin_table(context));
   DeviceBuffer out = device_copy(std::vector<float>(q_width));
   DeviceBuffer scores = device_copy(std::vector<float>(dk::attention_scratch_floats(heads, head_dim, context)));
   std::vector<float> q, keys, values;  // the CPU's, after prep

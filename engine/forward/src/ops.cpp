@@ -208,6 +208,19 @@ void Rope::apply(std::span<float> x, int heads, int position) const {
   rotate(x, heads, cosines, sines);
 }
 
+std::vector<float> Rope::cos_sin_table(int positions) const {
+  const std::size_t half = inv_freq_.size();
+  std::vector<float> table(static_cast<std::size_t>(std::max(positions, 0)) * half * 2);
+  for (std::size_t i = 0; i < half; ++i) {
+    for (int p = 0; p < positions; ++p) {
+      const double angle = p * inv_freq_[i];
+      table[(static_cast<std::size_t>(p) * half + i) * 2] = static_cast<float>(std::cos(angle));
+      table[(static_cast<std::size_t>(p) * half + i) * 2 + 1] = static_cast<float>(std::sin(angle));
+    }
+  }
+  return table;
+}
+
 void Rope::rotate(std::span<float> x, int heads, const std::vector<double>& cosines, const std::vector<double>& sines) const {
   const int half = head_dim_ / 2;
   for (int h = 0; h < heads; ++h) {

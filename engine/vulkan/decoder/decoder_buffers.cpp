@@ -1,27 +1,9 @@
 #include <algorithm>
-#include <cmath>
 
+#include "coli/forward/ops.h"
 #include "vulkan/decoder/decoder_recorder.h"
 
 namespace coli::vulkan {
-namespace {
-
-// cos/sin of every (position, pair), computed in double as forward::Rope does.
-std::vector<float> rope_table(const model::ModelConfig& c, int context) {
-  const std::size_t half = c.head_dim / 2;
-  std::vector<float> table(static_cast<std::size_t>(context) * half * 2);
-  for (std::size_t i = 0; i < half; ++i) {
-    const double inv_freq = 1.0 / std::pow(c.rope_theta, 2.0 * static_cast<double>(i) / static_cast<double>(c.head_dim));
-    for (int p = 0; p < context; ++p) {
-      const double angle = p * inv_freq;
-      table[(static_cast<std::size_t>(p) * half + i) * 2] = static_cast<float>(std::cos(angle));
-      table[(static_cast<std::size_t>(p) * half + i) * 2 + 1] = static_cast<float>(std::sin(angle));
-    }
-  }
-  return table;
-}
-
-}  // namespace
 
 Result<DecoderBuffers> DecoderBuffers::create(ComputeContext& context, StagingRing& ring,
                                               const model::ModelConfig& c, const DecoderModel& model,
@@ -40,7 +22,7 @@ Result<DecoderBuffers> DecoderBuffers::create(ComputeContext& context, StagingRi
   auto scratch = AddressedBuffer::create(context, b.layout_.device_bytes, Placement::device, "decoder activations");
   if (!scratch) return scratch.error();
   b.scratch_ = std::move(*scratch);
-  const std::vector<float> table = rope_table(c, b.context_);
+  const std::vector<float> table = forward::Rope(static_cast<int>(c.head_dim), c.rope_theta).cos_sin_table(b.context_);
   if (Status st = ring.upload(*b.scratch_, b.layout_.device[rope], std::as_bytes(std::span(table))); !st) return st.error();
   if (Status st = ring.finish(); !st) return st.error();
   auto kv = AddressedBuffer::create(context, b.layout_.kv_bytes, Placement::device,

@@ -55,6 +55,10 @@ class Rope {
  public:
   Rope(int head_dim, double theta);
   void apply(std::span<float> x, int heads, int position) const;  // x: heads * head_dim, in place
+  // cos and sin of every (position, pair) for positions 0..positions-1, as
+  // float[positions][head_dim / 2][2], computed in double as apply() does:
+  // the GPU decoders' RoPE tables.
+  std::vector<float> cos_sin_table(int positions) const;
 
  private:
   void rotate(std::span<float> x, int heads, const std::vector<double>& cosines, const std::vector<double>& sines) const;
