@@ -207,6 +207,39 @@ TEST(CudaDecoderKernels, RouteTopkMatchesForwardRoute) {
   }
 }
 
+// The attention kernel's arguments over these buffers (1 / sqrt(head_dim) scale).
+dk::Attention attention_of(const DeviceBuffer& q, const DeviceBuffer& k_cache, const DeviceBuffer& v_cache, DeviceBuffer& out,
+                           DeviceBuffer& scores, const DeviceBuffer& position, int heads, int kv_heads, int head_dim,
+                           int context) {
+  return dk::Attention{static_cast<const float*>(q.data()), static_cast<const float*>(k_cache.data()),
+                       static_cast<const float*>(v_cache.data()), static_cast<float*>(out.data()),
+                       static_cast<float*>(scores.data()), static_cast<const int*>(position.data()), heads, kv_heads,
+                       head_dim, context, static_cast<float>(1.0 / std::sqrt(head_dim))};
+}
+
+// One token's attention over the first `tokens` cached rows (keys, values:
+// [position][kv_heads * head_dim]), a softmax in double; [heads][head_dim].
+std::vector<double> attention_in_double(const std::vector<float>& q, const std::vector<float>& keys,
+                                        const std::vector<float>& values, int heads, int kv_heads, int head_dim, int tokens) {
+  const int kv_width = kv_heads * head_dim;
+  std::vector<double> out(static_cast<std::size_t>(heads) * head_dim);
+  for (int h = 0; h < heads; ++h) {
+    const int kv = h / (heads / kv_heads);
+    std::vector<double> s(tokens);
+    for (int p = 0; p < tokens; ++p) {
+      for (int d = 0; d < head_dim; ++d) s[p] += static_cast<double>(q[h * head_dim + d]) * keys[p * kv_width + kv * head_dim + d];
+      s[p] /= std::sqrt(static_cast<double>(head_dim));
+    }
+    const double peak = *std::max_element(s.begin(), s.end());
+    double total = 0;
+    for (double& v : s) total += (v = std::exp(v - peak));
+    for (int d = 0; d < head_dim; ++d) {
+      for (int p = 0; p < tokens; ++p) out[h * head_dim + d] += s[p] / total * values[p * kv_width + kv * head_dim + d];
+    }
+  }
+  return out;
+}
+
 // Six tokens through qk_prep (clip, per-head norm, RoPE, KV append), then
 // attention of the last one over all six: against the CPU's norm, Rope and
 // a softmax in double. Grouped-query: 4 heads over 2 KV heads.
@@ -261,27 +294,11 @@ TEST(CudaDecoderKernels, QkPrepAndAttentionMatchTheCpu) {
   }
   const std::vector<float> got_keys = host_copy<float>(k_cache, tokens * kv_width);
   for (std::size_t i = 0; i < got_keys.size(); ++i) EXPECT_NEAR(got_keys[i], keys[i], 1e-4 * (1 + std::fabs(keys[i]))) << i;
-  const dk::Attention a{static_cast<float*>(dq.data()), static_cast<float*>(k_cache.data()), static_cast<float*>(v_cache.data()),
-                        static_cast<float*>(out.data()), static_cast<float*>(scores.data()), static_cast<int*>(position.data()),
-                        heads, kv_heads, head_dim, context, static_cast<float>(1.0 / std::sqrt(head_dim))};
-  ASSERT_EQ(dk::attention(nullptr, a), 0);
+  ASSERT_EQ(dk::attention(nullptr, attention_of(dq, k_cache, v_cache, out, scores, position, heads, kv_heads, head_dim, context)),
+            0);
   const std::vector<float> got = host_copy<float>(out, q_width);
-  for (int h = 0; h < heads; ++h) {
-    const int kv = h / (heads / kv_heads);
-    std::vector<double> s(tokens);
-    for (int p = 0; p < tokens; ++p) {
-      for (int d = 0; d < head_dim; ++d) s[p] += static_cast<double>(q[h * head_dim + d]) * keys[p * kv_width + kv * head_dim + d];
-      s[p] /= std::sqrt(static_cast<double>(head_dim));
-    }
-    const double peak = *std::max_element(s.begin(), s.end());
-    double total = 0;
-    for (double& v : s) total += (v = std::exp(v - peak));
-    for (int d = 0; d < head_dim; ++d) {
-      double expected = 0;
-      for (int p = 0; p < tokens; ++p) expected += s[p] / total * values[p * kv_width + kv * head_dim + d];
-      EXPECT_NEAR(got[h * head_dim + d], expected, 1e-4) << "head " << h << " dim " << d;
-    }
-  }
+  const std::vector<double> expected = attention_in_double(q, keys, values, heads, kv_heads, head_dim, tokens);
+  for (int i = 0; i < q_width; ++i) EXPECT_NEAR(got[i], expected[i], 1e-4) << "head " << i / head_dim << " dim " << i % head_dim;
 }
 
 // Attention of one token over `tokens` cached positions of a `context`-long
@@ -298,26 +315,12 @@ void check_long_attention(int heads, int kv_heads, int head_dim, int context, in
   DeviceBuffer out = device_copy(std::vector<float>(q_width));
   DeviceBuffer scores = device_copy(std::vector<float>(dk::attention_scratch_floats(heads, head_dim, context)));
   DeviceBuffer position = device_copy(std::vector<int>{tokens - 1});
-  const dk::Attention a{static_cast<float*>(dq.data()), static_cast<float*>(k_cache.data()), static_cast<float*>(v_cache.data()),
-                        static_cast<float*>(out.data()), static_cast<float*>(scores.data()), static_cast<int*>(position.data()),
-                        heads, kv_heads, head_dim, context, static_cast<float>(1.0 / std::sqrt(head_dim))};
-  ASSERT_EQ(dk::attention(nullptr, a), 0);
+  ASSERT_EQ(dk::attention(nullptr, attention_of(dq, k_cache, v_cache, out, scores, position, heads, kv_heads, head_dim, context)),
+            0);
   const std::vector<float> got = host_copy<float>(out, q_width);
-  for (int h = 0; h < heads; ++h) {
-    const int kv = h / (heads / kv_heads);
-    std::vector<double> s(tokens);
-    for (int p = 0; p < tokens; ++p) {
-      for (int d = 0; d < head_dim; ++d) s[p] += static_cast<double>(q[h * head_dim + d]) * keys[p * kv_width + kv * head_dim + d];
-      s[p] /= std::sqrt(static_cast<double>(head_dim));
-    }
-    const double peak = *std::max_element(s.begin(), s.end());
-    double total = 0;
-    for (double& v : s) total += (v = std::exp(v - peak));
-    for (int d = 0; d < head_dim; ++d) {
-      double expected = 0;
-      for (int p = 0; p < tokens; ++p) expected += s[p] / total * values[p * kv_width + kv * head_dim + d];
-      ASSERT_NEAR(got[h * head_dim + d], expected, 1e-4) << "head " << h << " dim " << d << " of " << tokens << " positions";
-    }
+  const std::vector<double> expected = attention_in_double(q, keys, values, heads, kv_heads, head_dim, tokens);
+  for (int i = 0; i < q_width; ++i) {
+    ASSERT_NEAR(got[i], expected[i], 1e-4) << "head " << i / head_dim << " dim " << i % head_dim << " of " << tokens << " positions";
   }
 }
 
