@@ -1,7 +1,5 @@
 #include "cuda/cuda_weights.h"
 
-#include "cuda/cuda_layout.h"
-
 #include <algorithm>
 #include <cstring>
 #include <memory>
@@ -9,6 +7,8 @@
 #include <tuple>
 
 #include "coli/forward/ops.h"
+#include "coli/gpu/decoder_tensors.h"
+#include "cuda/cuda_layout.h"
 
 namespace coli::cuda {
 namespace {
@@ -127,35 +127,13 @@ class DenseGatherer {
   std::size_t size_ = 0;
 };
 
-Status gather_layer(DenseGatherer& g, const model::ModelConfig& c, std::uint64_t i, int moe, CudaLayer& w) {
-  const std::string p = "model.layers." + std::to_string(i) + ".";
-  for (auto [name, out] : {std::pair{"input_layernorm.weight", &w.input_norm},
-                           {"post_attention_layernorm.weight", &w.post_norm},
-                           {"self_attn.q_norm.weight", &w.q_norm}, {"self_attn.k_norm.weight", &w.k_norm}}) {
-    if (Status s = g.vector(p + name, *out); !s) return s;
-  }
-  if (!g.has(p + "input_layernorm.weight") || !g.has(p + "post_attention_layernorm.weight")) {
-    return make_error("the container has no layer norms for layer " + std::to_string(i) + ": convert the model again");
-  }
-  for (auto [name, m, bias] : {std::tuple{"q", &w.q, &w.q_bias}, {"k", &w.k, &w.k_bias}, {"v", &w.v, &w.v_bias},
-                               {"o", &w.o, &w.o_bias}}) {
-    if (Status s = g.matrix(p + "self_attn." + name + "_proj.weight", *m); !s) return s;
-    if (Status s = g.vector(p + "self_attn." + name + "_proj.bias", *bias); !s) return s;
-  }
-  w.moe = moe;
-  const std::string mlp = moe >= 0 && c.has_shared_expert() ? p + "mlp.shared_expert." : p + "mlp.";
-  if (moe >= 0) {
-    const bool mixtral = c.architecture == model::Architecture::Mixtral;
-    if (Status s = g.matrix(p + (mixtral ? "block_sparse_moe.gate.weight" : "mlp.gate.weight"), w.router); !s) return s;
-    w.has_shared = c.has_shared_expert();
-    if (!w.has_shared) return Ok{};
-    if (Status s = g.matrix(p + "mlp.shared_expert_gate.weight", w.shared_gate); !s) return s;
-  }
-  for (auto [name, m] : {std::pair{"gate", &w.mlp_gate}, {"up", &w.mlp_up}, {"down", &w.mlp_down}}) {
-    if (Status s = g.matrix(mlp + name + "_proj.weight", *m); !s) return s;
-  }
-  if (w.mlp_gate.format != w.mlp_up.format || w.mlp_gate.rows != w.mlp_up.rows) {
-    return make_error("layer " + std::to_string(i) + "'s MLP gate and up differ in format or shape: convert the model again");
+// The SwiGLU kernels read gate and up as one pair of the same format and shape.
+Status check_mlp_pairs(const std::vector<CudaLayer>& layers) {
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    const CudaLayer& w = layers[i];
+    if (w.mlp_gate.format != w.mlp_up.format || w.mlp_gate.rows != w.mlp_up.rows) {
+      return make_error("layer " + std::to_string(i) + "'s MLP gate and up differ in format or shape: convert the model again");
+    }
   }
   return Ok{};
 }
@@ -250,20 +228,10 @@ std::uint64_t CudaExperts::bytes() const {
 }
 
 Result<CudaWeights> upload_cuda_weights(const gpu::DecoderModel& model) {
-  const model::ModelConfig& c = *model.config;
-  const auto& moe_layers = model.container->index().experts.model_layers;
   DenseGatherer g(model);
   CudaWeights out;
-  out.layers.resize(c.num_hidden_layers);
-  for (std::uint64_t i = 0; i < c.num_hidden_layers; ++i) {
-    const auto found = std::find(moe_layers.begin(), moe_layers.end(), i);
-    const int moe = found == moe_layers.end() ? -1 : static_cast<int>(found - moe_layers.begin());
-    if (Status s = gather_layer(g, c, i, moe, out.layers[i]); !s) return s.error();
-  }
-  if (!g.has("model.norm.weight")) return make_error("the container has no model.norm.weight: convert the model again");
-  if (Status s = g.vector("model.norm.weight", out.final_norm); !s) return s.error();
-  const std::string head = c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
-  if (Status s = g.matrix(head, out.lm_head); !s) return s.error();
+  if (Status s = gpu::gather_decoder_tensors(g, model, out); !s) return s.error();
+  if (Status s = check_mlp_pairs(out.layers); !s) return s.error();
   auto dense = g.finish();
   if (!dense) return dense.error();
   out.dense = std::move(*dense);

@@ -5,6 +5,7 @@
 
 #include "coli/base/text.h"
 #include "coli/forward/ops.h"
+#include "coli/gpu/decoder_tensors.h"
 
 namespace coli::vulkan {
 namespace {
@@ -142,35 +143,6 @@ class WeightGatherer {
   std::vector<WeightFormat> formats_;
 };
 
-Status gather_layer(WeightGatherer& g, const model::ModelConfig& c, std::uint64_t i, int moe, GpuLayer& w) {
-  const std::string p = "model.layers." + std::to_string(i) + ".";
-  for (auto [name, out] : {std::pair{"input_layernorm.weight", &w.input_norm}, {"post_attention_layernorm.weight", &w.post_norm},
-                           {"self_attn.q_norm.weight", &w.q_norm}, {"self_attn.k_norm.weight", &w.k_norm}}) {
-    if (Status s = g.vector(p + name, *out); !s) return s;
-  }
-  if (!g.has(p + "input_layernorm.weight") || !g.has(p + "post_attention_layernorm.weight")) {
-    return make_error("the container has no layer norms for layer " + std::to_string(i) + ": convert the model again");
-  }
-  for (auto [name, m, bias] : {std::tuple{"q", &w.q, &w.q_bias}, {"k", &w.k, &w.k_bias}, {"v", &w.v, &w.v_bias},
-                               {"o", &w.o, &w.o_bias}}) {
-    if (Status s = g.matrix(p + "self_attn." + name + "_proj.weight", *m); !s) return s;
-    if (Status s = g.vector(p + "self_attn." + name + "_proj.bias", *bias); !s) return s;
-  }
-  w.moe = moe;
-  const std::string mlp = moe >= 0 && c.has_shared_expert() ? p + "mlp.shared_expert." : p + "mlp.";
-  if (moe >= 0) {
-    const bool mixtral = c.architecture == model::Architecture::Mixtral;
-    if (Status s = g.matrix(p + (mixtral ? "block_sparse_moe.gate.weight" : "mlp.gate.weight"), w.router); !s) return s;
-    w.has_shared = c.has_shared_expert();
-    if (!w.has_shared) return Ok{};
-    if (Status s = g.matrix(p + "mlp.shared_expert_gate.weight", w.shared_gate); !s) return s;
-  }
-  for (auto [name, m] : {std::pair{"gate", &w.mlp_gate}, {"up", &w.mlp_up}, {"down", &w.mlp_down}}) {
-    if (Status s = g.matrix(mlp + name + "_proj.weight", *m); !s) return s;
-  }
-  return Ok{};
-}
-
 Result<std::uint32_t> part_offset(const container::ExpertLayout& layout, const std::string& name, bool scales) {
   for (const container::ExpertPart& part : layout.parts) {
     if (part.name == name) return static_cast<std::uint32_t>(scales ? part.scales_offset : part.weights_offset);
@@ -234,20 +206,9 @@ bool GpuExperts::all_in_vram(int moe_layer) const {
 }
 
 Result<GpuWeights> upload_weights(ComputeContext& context, StagingRing& ring, const DecoderModel& model) {
-  const model::ModelConfig& c = *model.config;
-  const auto& moe_layers = model.container->index().experts.model_layers;
   WeightGatherer g(model);
   GpuWeights out;
-  out.layers.resize(c.num_hidden_layers);
-  for (std::uint64_t i = 0; i < c.num_hidden_layers; ++i) {
-    const auto found = std::find(moe_layers.begin(), moe_layers.end(), i);
-    const int moe = found == moe_layers.end() ? -1 : static_cast<int>(found - moe_layers.begin());
-    if (Status s = gather_layer(g, c, i, moe, out.layers[i]); !s) return s.error();
-  }
-  if (!g.has("model.norm.weight")) return make_error("the container has no model.norm.weight: convert the model again");
-  if (Status s = g.vector("model.norm.weight", out.final_norm); !s) return s.error();
-  const std::string head = c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
-  if (Status s = g.matrix(head, out.lm_head); !s) return s.error();
+  if (Status s = gpu::gather_decoder_tensors(g, model, out); !s) return s.error();
   auto dense = g.finish(context, ring);
   if (!dense) return dense.error();
   out.dense = std::move(*dense);
