@@ -9,23 +9,11 @@
 
 #include "coli/planner/plan_io.h"
 #include "coli/probe/profile_io.h"
+#include "planner_fixtures.h"
 
 namespace coli::planner {
 namespace {
 
-const std::string kFixtures = COLI_FIXTURES_DIR;
-
-ModelFootprint qwen3() {
-  auto fp = read_footprint(kFixtures + "/model-configs/Qwen3-30B-A3B.json", WeightFormat::q4_g64, DenseFormat::source);
-  EXPECT_TRUE(fp.ok()) << (fp.ok() ? "" : fp.error().message);
-  return *fp;
-}
-
-DeviceProfile h200() {
-  auto p = load_profile(kFixtures + "/../../profiles/h200-xeon-16c.toml");
-  EXPECT_TRUE(p.ok()) << (p.ok() ? "" : p.error().message);
-  return *p;
-}
 
 // The --ram 16G plan of the pasted coli-plan output: it streams (cap < 128).
 PlanFile h200_qwen3_plan() {

@@ -5,33 +5,18 @@
 // requests are refused by name. Replay only: no live CUDA fact is read.
 #include <gtest/gtest.h>
 
-#include <filesystem>
 
 #include "coli/planner/plan.h"
 #include "coli/planner/plan_io.h"
 #include "coli/planner/speed.h"
 #include "coli/probe/profile_io.h"
 #include "cuda/cuda_layout.h"
+#include "planner_fixtures.h"
 
 namespace coli::planner {
 namespace {
 
-namespace fs = std::filesystem;
-const fs::path kFixtures = COLI_FIXTURES_DIR;
 constexpr std::uint64_t kGiB = 1ull << 30;
-
-ModelFootprint qwen3() {
-  auto fp = read_footprint(kFixtures / "model-configs" / "Qwen3-30B-A3B.json", WeightFormat::q4_g64, DenseFormat::source);
-  EXPECT_TRUE(fp.ok()) << (fp.ok() ? "" : fp.error().message);
-  return *fp;
-}
-
-// Recorded on the H200 machine (profiles/h200-xeon-16c.toml: gpus.cuda[0]).
-DeviceProfile h200() {
-  auto profile = load_profile(kFixtures / ".." / ".." / "profiles" / "h200-xeon-16c.toml");
-  EXPECT_TRUE(profile.ok()) << (profile.ok() ? "" : profile.error().message);
-  return *profile;
-}
 
 // The CUDA decoder as a build with it describes it (engine_runs_experts is
 // the build's: set here so the test means the same in every build).

@@ -10,6 +10,7 @@
 #include "coli/planner/variant_decider.h"
 #include "coli/probe/probe.h"
 #include "coli/probe/profile_io.h"
+#include "planner_fixtures.h"
 
 namespace coli::planner {
 namespace {
@@ -23,12 +24,6 @@ model::ModelConfig qwen3() {
                                   DenseFormat::source);
   EXPECT_TRUE(footprint.ok()) << (footprint.ok() ? "" : footprint.error().message);
   return footprint->config;
-}
-
-DeviceProfile h200() {
-  auto profile = load_profile(kProfiles / "h200-xeon-16c.toml");
-  EXPECT_TRUE(profile.ok()) << (profile.ok() ? "" : profile.error().message);
-  return *profile;
 }
 
 // The H200 machine's profile with its GPUs replaced by a recorded device.

@@ -6,32 +6,18 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <filesystem>
 
 #include "coli/experts/usage_history.h"
 #include "coli/planner/plan.h"
 #include "coli/planner/plan_io.h"
 #include "coli/planner/speed.h"
 #include "coli/probe/profile_io.h"
+#include "planner_fixtures.h"
 
 namespace coli::planner {
 namespace {
 
-namespace fs = std::filesystem;
-const fs::path kFixtures = COLI_FIXTURES_DIR;
 constexpr std::uint64_t kGiB = 1ull << 30;
-
-ModelFootprint qwen3() {
-  auto fp = read_footprint(kFixtures / "model-configs" / "Qwen3-30B-A3B.json", WeightFormat::q4_g64, DenseFormat::source);
-  EXPECT_TRUE(fp.ok()) << (fp.ok() ? "" : fp.error().message);
-  return *fp;
-}
-
-DeviceProfile h200() {
-  auto profile = load_profile(kFixtures / ".." / ".." / "profiles" / "h200-xeon-16c.toml");
-  EXPECT_TRUE(profile.ok()) << (profile.ok() ? "" : profile.error().message);
-  return *profile;
-}
 
 // Field note 4's CUDA path: a packed int4 mirror and an unpacked int8 copy per
 // slot (~4.5 MB per expert instead of ~1.7 MB), as a made-up backend the
