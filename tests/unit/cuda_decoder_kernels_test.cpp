@@ -18,6 +18,7 @@
 
 #include "coli/forward/ops.h"
 #include "cuda/cuda_kernels.h"
+#include "cuda_test_support.h"
 #include "cuda/decoder_kernels.h"
 #include "reference/gemv_reference.h"
 
@@ -25,16 +26,6 @@ namespace coli::kernels::cuda {
 namespace {
 
 namespace dk = decoder;
-
-#define REQUIRE_CUDA()                                                           \
-  do {                                                                           \
-    const CudaDeviceCount found = cuda_device_count();                           \
-    if (found.devices == 0) {                                                    \
-      const char* required = std::getenv("COLI_REQUIRE_CUDA");                   \
-      if (required && std::string(required) == "1") FAIL() << found.reason;      \
-      GTEST_SKIP() << found.reason;                                              \
-    }                                                                            \
-  } while (0)
 
 std::vector<float> random_floats(std::mt19937& rng, std::size_t n) {
   std::normal_distribution<float> normal(0.0f, 1.0f);

@@ -19,20 +19,11 @@
 #include <vector>
 
 #include "cuda/cuda_kernels.h"
+#include "cuda_test_support.h"
 #include "reference/gemv_reference.h"
 
 namespace coli::kernels::cuda {
 namespace {
-
-#define REQUIRE_CUDA()                                                           \
-  do {                                                                           \
-    const CudaDeviceCount found = cuda_device_count();                           \
-    if (found.devices == 0) {                                                    \
-      const char* required = std::getenv("COLI_REQUIRE_CUDA");                   \
-      if (required && std::string(required) == "1") FAIL() << found.reason;      \
-      GTEST_SKIP() << found.reason;                                              \
-    }                                                                            \
-  } while (0)
 
 // Float accumulation error bound. Each output is a sum of products computed
 // by one warp: a lane adds the products of its 16- or 32-column chunks in a

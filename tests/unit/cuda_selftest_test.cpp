@@ -10,6 +10,7 @@
 
 #include "cuda/cuda_kernels.h"
 #include "cuda/cuda_selftest.h"
+#include "cuda_test_support.h"
 
 namespace coli::cuda {
 namespace {
@@ -23,12 +24,8 @@ CudaSelftestOptions small() {
 }
 
 TEST(CudaSelftest, EveryCaseMatchesTheReferenceAndIsTimed) {
+  REQUIRE_CUDA();
   const kernels::cuda::CudaDeviceCount count = kernels::cuda::cuda_device_count();
-  if (count.devices == 0) {
-    const char* required = std::getenv("COLI_REQUIRE_CUDA");
-    if (required && std::string(required) == "1") FAIL() << count.reason;
-    GTEST_SKIP() << count.reason;
-  }
   const auto results = run_cuda_selftest(small());
   ASSERT_EQ(results.size(), static_cast<std::size_t>(count.devices) * 2 * 2);  // formats x shapes per device
   for (const GpuKernelResult& r : results) {
