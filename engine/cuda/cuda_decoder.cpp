@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "coli/forward/ops.h"
+#include "cuda/cuda_prefill.h"
 #include "cuda/cuda_step.h"
 #include "cuda/kernel_timer.h"
 
@@ -111,6 +112,7 @@ struct CudaDecoder::State {
   const gpu::DecoderTensor* embed = nullptr;
   CudaWeights weights;
   StepBuffers buffers;
+  BatchBuffers batch;  // the grouped-GEMM prefill's (empty: prompts run token by token)
   cudaStream_t stream = nullptr;
   std::vector<Segment> segments;  // one token's step (one segment unless hybrid), replayed per token
   Segment head;                   // final norm and lm_head, after a forward's last token
@@ -122,6 +124,7 @@ struct CudaDecoder::State {
   Pinned host_h;     // float[hidden]: its input
   Pinned host_rows;  // float[top_k][hidden]: the rows the host computed
   std::map<std::string, int> launches;  // per step, by kernel
+  std::map<std::string, int> batch_launches;  // per prefill batch, by kernel
   gpu::DecoderMemory memory;
   std::vector<std::vector<std::uint64_t>> routing;  // of the last forward
   std::unique_ptr<KernelTimer> timer;  // COLI_GPU_PROFILE=1: steps run uncaptured, timed per kernel
@@ -136,7 +139,9 @@ struct CudaDecoder::State {
   class CaptureSegments;
   bool hybrid() const;
   Status capture();
+  Status stage_embeddings(std::span<const std::int32_t> tokens, int position);
   Status run_chunk(std::span<const std::int32_t> tokens, int position, gpu::HostExperts* host);
+  Status run_batch(std::span<const std::int32_t> tokens, int position);
   Status run_host_experts(int moe_layer, gpu::HostExperts* host);
   Status run_step(gpu::HostExperts* host);
   Status finish(std::span<float> out);
@@ -217,10 +222,8 @@ Status CudaDecoder::State::capture() {
   return cuda_call("cudaMemsetAsync (routing counts)", cudaMemsetAsync(buffers.counts.data(), 0, buffers.counts.bytes(), stream));
 }
 
-// Embeddings of the chunk on the host, then per token: its row and position
-// copied up and the step replayed, all queued on the stream; one wait at the
-// end so the pinned rows can be reused.
-Status CudaDecoder::State::run_chunk(std::span<const std::int32_t> tokens, int position, gpu::HostExperts* host) {
+// The chunk's embedding rows and positions into the pinned buffers.
+Status CudaDecoder::State::stage_embeddings(std::span<const std::int32_t> tokens, int position) {
   const std::size_t hidden = model.config->hidden_size;
   const forward::DenseMatrix table{embed->dtype, static_cast<int>(embed->shape[0]), static_cast<int>(hidden),
                                    embed->bytes.data()};
@@ -232,6 +235,14 @@ Status CudaDecoder::State::run_chunk(std::span<const std::int32_t> tokens, int p
     forward::dense_row(table, tokens[t], std::span(input.as<float>() + t * hidden, hidden));
     positions.as<int>()[t] = position + static_cast<int>(t);
   }
+  return Ok{};
+}
+
+// Per token: its row and position copied up and the step replayed, all
+// queued on the stream; one wait at the end so the pinned rows can be reused.
+Status CudaDecoder::State::run_chunk(std::span<const std::int32_t> tokens, int position, gpu::HostExperts* host) {
+  const std::size_t hidden = model.config->hidden_size;
+  if (Status s = stage_embeddings(tokens, position); !s) return s;
   for (std::size_t t = 0; t < tokens.size(); ++t) {
     for (Status s : {cuda_call("cudaMemcpyAsync (embedding row)",
                                cudaMemcpyAsync(buffers.x.data(), input.as<float>() + t * hidden, hidden * sizeof(float),
@@ -244,6 +255,39 @@ Status CudaDecoder::State::run_chunk(std::span<const std::int32_t> tokens, int p
     if (Status s = run_step(host); !s) return s;
   }
   return cuda_call("cudaStreamSynchronize (decoder steps)", cudaStreamSynchronize(stream));
+}
+
+// The chunk as one prefill batch (record_batch), then its last token's
+// hidden state where the head and the next decode step read x.
+Status CudaDecoder::State::run_batch(std::span<const std::int32_t> tokens, int position) {
+  const std::size_t hidden = model.config->hidden_size;
+  const int count = static_cast<int>(tokens.size());
+  if (Status s = stage_embeddings(tokens, position); !s) return s;
+  for (Status s : {cuda_call("cudaMemcpyAsync (embedding rows)",
+                             cudaMemcpyAsync(batch.x.data(), input.as<float>(), tokens.size() * hidden * sizeof(float),
+                                             cudaMemcpyHostToDevice, stream)),
+                   cuda_call("cudaMemcpyAsync (position)", cudaMemcpyAsync(buffers.position.data(), positions.as<int>(),
+                                                                           sizeof(int), cudaMemcpyHostToDevice, stream))}) {
+    if (!s) return s;
+  }
+  if (timer) {
+    std::map<std::string, int> uncounted;
+    if (Status s = timer->begin(); !s) return s;
+    const Status ran = record_batch(stream, *model.config, weights, buffers, batch, count, uncounted, timer.get());
+    const Status timed = timer->collect();
+    if (!ran) return ran;
+    if (!timed) return timed;
+  } else {
+    batch_launches.clear();
+    if (Status s = record_batch(stream, *model.config, weights, buffers, batch, count, batch_launches); !s) return s;
+  }
+  for (Status s : {cuda_call("cudaMemcpyAsync (last hidden row)",
+                             cudaMemcpyAsync(buffers.x.data(), at(batch.x, (tokens.size() - 1) * hidden),
+                                             hidden * sizeof(float), cudaMemcpyDeviceToDevice, stream)),
+                   cuda_call("cudaStreamSynchronize (prefill batch)", cudaStreamSynchronize(stream))}) {
+    if (!s) return s;
+  }
+  return Ok{};
 }
 
 // One token's step: the captured segments (and the host's experts between
@@ -318,6 +362,9 @@ Result<std::unique_ptr<CudaDecoder>> CudaDecoder::create(int device_index, const
   auto buffers = make_step_buffers(c, state->weights, model.max_context);
   if (!buffers) return buffers.error();
   state->buffers = std::move(*buffers);
+  auto prefill = make_batch_buffers(c, model.max_batch_tokens, state->hybrid());
+  if (!prefill) return prefill.error();
+  state->batch = std::move(*prefill);
   const std::size_t batch = static_cast<std::size_t>(std::max(1, model.max_batch_tokens));
   const std::size_t moe_layers = state->weights.experts.slabs.size();
   for (Status s : {cuda_call("cudaStreamCreateWithFlags", cudaStreamCreateWithFlags(&state->stream, cudaStreamNonBlocking)),
@@ -335,7 +382,7 @@ Result<std::unique_ptr<CudaDecoder>> CudaDecoder::create(int device_index, const
   m.dense = state->weights.dense.bytes();
   m.experts = state->weights.experts.bytes();
   m.kv_cache = state->buffers.kv.bytes();
-  m.activations = state->buffers.activation_bytes() + state->weights.experts.slot_tables.bytes();
+  m.activations = state->buffers.activation_bytes() + state->batch.bytes() + state->weights.experts.slot_tables.bytes();
   m.host_visible = state->input.bytes() + state->positions.bytes() + state->logits.bytes() + state->counts.bytes() +
                    state->host_ids.bytes() + state->host_h.bytes() + state->host_rows.bytes();
   state->routing.assign(moe_layers, std::vector<std::uint64_t>(c.num_experts, 0));
@@ -356,7 +403,10 @@ Status CudaDecoder::forward(std::span<const std::int32_t> tokens, int start_posi
   const std::size_t chunk = s.input.bytes() / (s.model.config->hidden_size * sizeof(float));
   for (std::size_t first = 0; first < tokens.size(); first += chunk) {
     const auto part = tokens.subspan(first, std::min(chunk, tokens.size() - first));
-    if (Status st = s.run_chunk(part, start_position + static_cast<int>(first), host); !st) return st;
+    const int position = start_position + static_cast<int>(first);
+    // Batched when there are buffers for it (all-VRAM plans, batch > 1) and more than one token.
+    const Status st = s.batch.tokens > 0 && part.size() > 1 ? s.run_batch(part, position) : s.run_chunk(part, position, host);
+    if (!st) return st;
   }
   return s.finish(logits);
 }
@@ -376,6 +426,11 @@ std::vector<std::string> CudaDecoder::kernel_names() const {
                                   std::to_string(state_->segments.size()) +
                                   " segment(s), the last two (final norm, lm_head) once per forward"};
   for (const auto& [name, count] : state_->launches) out.push_back(name + " x" + std::to_string(count));
+  if (state_->batch.tokens > 0) {
+    out.push_back("prefill in batches of up to " + std::to_string(state_->batch.tokens) +
+                  " tokens, launches per batch (after the first batch):");
+    for (const auto& [name, count] : state_->batch_launches) out.push_back(name + " x" + std::to_string(count));
+  }
   return out;
 }
 

@@ -79,6 +79,40 @@ inline StepBufferBytes step_buffer_bytes(const model::ModelConfig& c, u64 moe_la
   return b;
 }
 
+// Bytes of each prefill batch buffer (engine/cuda/cuda_prefill.h's
+// BatchBuffers): `batch` tokens' rows of every activation, the batch's
+// expert choices grouped by slot, and one row per choice for the experts'
+// activations and outputs. None when batch < 2 (the prompt then runs token
+// by token) or the plan is hybrid (its prefill runs token by token).
+struct BatchBufferBytes {
+  u64 x, h, q, k, v, attn, mlp_a, shared_out, shared_gate, router_logits, choices, offsets, order, act, rows;
+  u64 total() const {
+    return x + h + q + k + v + attn + mlp_a + shared_out + shared_gate + router_logits + choices + offsets + order + act +
+           rows;
+  }
+};
+
+inline BatchBufferBytes batch_buffer_bytes(const model::ModelConfig& c, u64 batch, bool hybrid) {
+  if (batch < 2 || hybrid) return BatchBufferBytes{};
+  const u64 f = sizeof(float);
+  const u64 kv_width = c.num_key_value_heads * c.head_dim;
+  const u64 q_width = c.num_attention_heads * c.head_dim;
+  const u64 choices = batch * std::max<u64>(c.num_experts_per_tok, 1);
+  BatchBufferBytes b{};
+  b.x = b.h = b.shared_out = batch * c.hidden_size * f;
+  b.q = b.attn = batch * q_width * f;
+  b.k = b.v = batch * kv_width * f;
+  b.mlp_a = batch * mlp_width_of(c) * f;
+  b.shared_gate = batch * f;
+  b.router_logits = batch * std::max<u64>(c.num_experts, 1) * f;
+  b.choices = choices * 8;  // ExpertChoice {slot, weight}
+  b.offsets = (std::max<u64>(c.num_experts, 1) + 1) * 4;
+  b.order = choices * 4;
+  b.act = choices * std::max<u64>(c.moe_intermediate_size, 1) * f;
+  b.rows = choices * c.hidden_size * f;
+  return b;
+}
+
 // The per-layer expert -> slot tables (int32, every expert of every MoE layer).
 inline u64 slot_table_bytes(const model::ModelConfig& c, u64 moe_layers) {
   return std::max<u64>(moe_layers * c.num_experts, 1) * 4;

@@ -13,28 +13,7 @@ namespace {
 namespace k = kernels::cuda::decoder;
 using kernels::cuda::ExpertChoice;
 
-template <typename T = float>
-T* at(const DeviceBuffer& b, std::size_t offset = 0) {
-  return static_cast<T*>(b.data()) + offset;
-}
-
-// Launches in order, each checked; the first failure names its kernel.
-class Recorder {
- public:
-  Recorder(void* stream, std::map<std::string, int>& launches, LaunchObserver* observer)
-      : stream_(stream), launches_(launches), observer_(observer) {}
-  void* stream() const { return stream_; }
-  Status check(const std::string& name, int code) {
-    ++launches_[name];
-    if (observer_ != nullptr) observer_->launched(name);
-    return kernels::cuda::detail::launch_status(name + " launch", code);
-  }
-
- private:
-  void* stream_;
-  std::map<std::string, int>& launches_;
-  LaunchObserver* observer_;
-};
+using Recorder = LaunchRecorder;
 
 std::string matvec_name(const Matrix& m) { return "matvec " + std::string(name_of(m.format)); }
 

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "cuda/cuda_weights.h"
+#include "cuda/kernel_launch.h"
 
 namespace coli::cuda {
 
@@ -40,6 +41,30 @@ class LaunchObserver {
  public:
   virtual ~LaunchObserver() = default;
   virtual void launched(const std::string& name) = 0;
+};
+
+// A device buffer as T*, `offset` elements in.
+template <typename T = float>
+T* at(const DeviceBuffer& b, std::size_t offset = 0) {
+  return static_cast<T*>(b.data()) + offset;
+}
+
+// Launches in order, each checked; the first failure names its kernel.
+class LaunchRecorder {
+ public:
+  LaunchRecorder(void* stream, std::map<std::string, int>& launches, LaunchObserver* observer)
+      : stream_(stream), launches_(launches), observer_(observer) {}
+  void* stream() const { return stream_; }
+  Status check(const std::string& name, int code) {
+    ++launches_[name];
+    if (observer_ != nullptr) observer_->launched(name);
+    return kernels::cuda::detail::launch_status(name + " launch", code);
+  }
+
+ private:
+  void* stream_;
+  std::map<std::string, int>& launches_;
+  LaunchObserver* observer_;
 };
 
 // Launches one token's step through every layer on `stream` (x in, x out);

@@ -4,16 +4,20 @@
 // graph serves every position.
 #include <cuda_runtime.h>
 
+#include "cuda/decoder_batch.h"
+#include "cuda/decoder_attention.cuh"
 #include "cuda/decoder_common.cuh"
 
 namespace coli::kernels::cuda::decoder {
 namespace {
 
 constexpr int kNormThreads = 256;
-constexpr int kAttentionThreads = 128;
 
+// One block per row (decode: one row).
 __global__ void __launch_bounds__(kNormThreads) rms_norm_kernel(const float* x, const float* weight, float* out, int n,
                                                                float eps) {
+  x += static_cast<std::size_t>(blockIdx.x) * n;
+  out += static_cast<std::size_t>(blockIdx.x) * n;
   float sum = 0;
   for (int i = static_cast<int>(threadIdx.x); i < n; i += kNormThreads) sum += x[i] * x[i];
   const float scale = rsqrtf(block_sum(sum) / static_cast<float>(n) + eps);
@@ -56,9 +60,14 @@ __device__ void rotate(float* v, int heads, int head_dim, const float* table, in
   }
 }
 
+// One block per token (decode: one), token t at position *p.position + t.
 __global__ void __launch_bounds__(kNormThreads) qk_prep_kernel(QkPrep p) {
   const int q_width = p.heads * p.head_dim;
   const int kv_width = p.kv_heads * p.head_dim;
+  const int token = static_cast<int>(blockIdx.x);
+  p.q += static_cast<std::size_t>(token) * q_width;
+  p.k += static_cast<std::size_t>(token) * kv_width;
+  p.v += static_cast<std::size_t>(token) * kv_width;
   if (p.clip > 0) {
     for (int i = static_cast<int>(threadIdx.x); i < q_width; i += kNormThreads) p.q[i] = fminf(fmaxf(p.q[i], -p.clip), p.clip);
     for (int i = static_cast<int>(threadIdx.x); i < kv_width; i += kNormThreads) {
@@ -75,7 +84,7 @@ __global__ void __launch_bounds__(kNormThreads) qk_prep_kernel(QkPrep p) {
     norm_whole(p.k, kv_width, p.k_norm, p.eps);
   }
   __syncthreads();
-  const int position = *p.position;
+  const int position = *p.position + token;
   rotate(p.q, p.heads, p.head_dim, p.rope, position);
   rotate(p.k, p.kv_heads, p.head_dim, p.rope, position);
   __syncthreads();
@@ -86,79 +95,23 @@ __global__ void __launch_bounds__(kNormThreads) qk_prep_kernel(QkPrep p) {
   }
 }
 
-// A block's softmax partial over its positions: running max `m`, sum `l`
-// of exp(score - m) and acc[d] = sum of exp(score - m) * v[d].
-constexpr int kAttentionWarps = kAttentionThreads / kWarpSize;
-constexpr int kLaneDims = kMaxHeadDim / kWarpSize;  // dims per lane: d = lane + 32 i
-static_assert(kAttentionChunk % kAttentionWarps == 0, "each warp takes the same number of a chunk's positions");
-
-// One block per (head, chunk): warp w scores positions first + w, first + w +
-// 4, ... (a coalesced row of K per position, lanes over the head's dims),
-// keeping an online softmax; the warps' partials are then combined.
+// One block per (head, chunk): the block's warps attend the chunk's
+// positions (attend_span), then the block writes its softmax partial.
 __global__ void __launch_bounds__(kAttentionThreads) attention_chunk_kernel(Attention a) {
-  __shared__ float warp_m[kAttentionWarps], warp_l[kAttentionWarps];
-  __shared__ float warp_acc[kAttentionWarps][kMaxHeadDim];
+  __shared__ float weighted[kMaxHeadDim];
   const int head = static_cast<int>(blockIdx.x), chunk = static_cast<int>(blockIdx.y);
   const int positions = *a.position + 1;
   const int first = chunk * kAttentionChunk;
   if (first >= positions) return;  // the whole block
-  const int last = min(first + kAttentionChunk, positions);
-  const int lane = static_cast<int>(threadIdx.x) % kWarpSize, warp = static_cast<int>(threadIdx.x) / kWarpSize;
-  const int kv_width = a.kv_heads * a.head_dim;
-  const int kv_offset = head / (a.heads / a.kv_heads) * a.head_dim;
-  float q[kLaneDims], acc[kLaneDims];
-#pragma unroll
-  for (int i = 0; i < kLaneDims; ++i) {
-    const int d = lane + i * kWarpSize;
-    q[i] = d < a.head_dim ? a.q[head * a.head_dim + d] : 0.0f;
-    acc[i] = 0.0f;
-  }
-  float m = -3.402823e38f, l = 0.0f;
-  for (int p = first + warp; p < last; p += kAttentionWarps) {
-    const float* k = a.k_cache + static_cast<std::size_t>(p) * kv_width + kv_offset;
-    const float* v = a.v_cache + static_cast<std::size_t>(p) * kv_width + kv_offset;
-    float dot = 0.0f;
-#pragma unroll
-    for (int i = 0; i < kLaneDims; ++i) {
-      const int d = lane + i * kWarpSize;
-      if (d < a.head_dim) dot += q[i] * k[d];
-    }
-    const float score = warp_sum(dot) * a.scale;
-    const float m_new = fmaxf(m, score);
-    const float rescale = expf(m - m_new), weight = expf(score - m_new);
-    l = l * rescale + weight;
-#pragma unroll
-    for (int i = 0; i < kLaneDims; ++i) {
-      const int d = lane + i * kWarpSize;
-      if (d < a.head_dim) acc[i] = acc[i] * rescale + weight * v[d];
-    }
-    m = m_new;
-  }
-  if (lane == 0) {
-    warp_m[warp] = m;
-    warp_l[warp] = l;
-  }
-#pragma unroll
-  for (int i = 0; i < kLaneDims; ++i) {
-    const int d = lane + i * kWarpSize;
-    if (d < a.head_dim) warp_acc[warp][d] = acc[i];
-  }
-  __syncthreads();
-  float peak = warp_m[0];
-  for (int w = 1; w < kAttentionWarps; ++w) peak = fmaxf(peak, warp_m[w]);
+  const SpanPartial span =
+      attend_span(a, a.q + head * a.head_dim, head, first, min(first + kAttentionChunk, positions), weighted);
   const std::size_t chunks = (static_cast<std::size_t>(a.context) + kAttentionChunk - 1) / kAttentionChunk;
   float* partial = a.scores + (static_cast<std::size_t>(head) * chunks + chunk) * (a.head_dim + 2);
   if (threadIdx.x == 0) {
-    float sum = 0.0f;
-    for (int w = 0; w < kAttentionWarps; ++w) sum += warp_l[w] * expf(warp_m[w] - peak);
-    partial[0] = peak;
-    partial[1] = sum;
+    partial[0] = span.peak;
+    partial[1] = span.sum;
   }
-  for (int d = static_cast<int>(threadIdx.x); d < a.head_dim; d += kAttentionThreads) {
-    float value = 0.0f;
-    for (int w = 0; w < kAttentionWarps; ++w) value += warp_acc[w][d] * expf(warp_m[w] - peak);
-    partial[2 + d] = value;
-  }
+  for (int d = static_cast<int>(threadIdx.x); d < a.head_dim; d += kAttentionThreads) partial[2 + d] = weighted[d];
 }
 
 // One block per head: the chunks' partials merged in position order.
@@ -241,7 +194,7 @@ __device__ void route_warp(const Route& r, const float* logits, int lane) {
     if (lane == 0) {
       r.choices[i] = ExpertChoice{r.slot_of[best], best_p};
       if (r.ids != nullptr) r.ids[i] = best;
-      r.counts[best] += 1;
+      atomicAdd(r.counts + best, 1u);  // a prefill batch routes its tokens in parallel
     }
   }
   __syncwarp();
@@ -250,8 +203,17 @@ __device__ void route_warp(const Route& r, const float* logits, int lane) {
   }
 }
 
+// Route r for token blockIdx.x (decode: one token): its logits and choices.
+__device__ Route route_of_token(Route r) {
+  const int token = static_cast<int>(blockIdx.x);
+  r.choices += static_cast<std::size_t>(token) * r.top_k;
+  if (token > 0) r.ids = nullptr;  // ids are a hybrid decode step's
+  return r;
+}
+
 __global__ void __launch_bounds__(kWarpSize) route_topk_kernel(Route r) {
-  route_warp(r, r.logits, static_cast<int>(threadIdx.x));
+  route_warp(route_of_token(r), r.logits + static_cast<std::size_t>(blockIdx.x) * r.experts,
+             static_cast<int>(threadIdx.x));
 }
 
 constexpr int kNormRouteThreads = 1024;
@@ -259,10 +221,13 @@ constexpr int kNormRouteThreads = 1024;
 // One block: h = RMSNorm(x) (to global memory for the experts, and to shared
 // memory for the router: data this kernel wrote is not read through __ldg),
 // the router's rows by the block's warps, then warp 0 routes.
+// One block per token (decode: one).
 template <WeightFormat kFormat>
 __global__ void __launch_bounds__(kNormRouteThreads) norm_route_kernel(NormRoute r) {
   __shared__ float h[kMaxRouterHidden];
   __shared__ float logits[kMaxRoutedExperts];
+  r.x += static_cast<std::size_t>(blockIdx.x) * r.hidden;
+  r.h += static_cast<std::size_t>(blockIdx.x) * r.hidden;
   float sum = 0;
   for (int i = static_cast<int>(threadIdx.x); i < r.hidden; i += kNormRouteThreads) sum += r.x[i] * r.x[i];
   const float scale = rsqrtf(block_sum(sum) / static_cast<float>(r.hidden) + r.eps);
@@ -278,12 +243,14 @@ __global__ void __launch_bounds__(kNormRouteThreads) norm_route_kernel(NormRoute
     if (lane == 0) logits[row] = value;
   }
   __syncthreads();
-  if (warp == 0) route_warp(r.route, logits, lane);
+  if (warp == 0) route_warp(route_of_token(r.route), logits, lane);
 }
 
 template <WeightFormat kFormat>
 struct NormRouteLaunch {
-  static void run(cudaStream_t s, const NormRoute& r) { norm_route_kernel<kFormat><<<1, kNormRouteThreads, 0, s>>>(r); }
+  static void run(cudaStream_t s, const NormRoute& r, int tokens) {
+    norm_route_kernel<kFormat><<<tokens, kNormRouteThreads, 0, s>>>(r);
+  }
 };
 
 cudaStream_t stream_of(Stream s) { return static_cast<cudaStream_t>(s); }
@@ -291,12 +258,20 @@ cudaStream_t stream_of(Stream s) { return static_cast<cudaStream_t>(s); }
 }  // namespace
 
 int rms_norm(Stream stream, const float* x, const float* weight, float* out, int n, float eps) {
-  rms_norm_kernel<<<1, kNormThreads, 0, stream_of(stream)>>>(x, weight, out, n, eps);
+  return rms_norm_rows(stream, x, weight, out, n, 1, eps);
+}
+
+int rms_norm_rows(Stream stream, const float* x, const float* weight, float* out, int n, int rows, float eps) {
+  if (rows < 1) return static_cast<int>(cudaErrorInvalidValue);
+  rms_norm_kernel<<<rows, kNormThreads, 0, stream_of(stream)>>>(x, weight, out, n, eps);
   return static_cast<int>(cudaGetLastError());
 }
 
-int qk_prep(Stream stream, const QkPrep& p) {
-  qk_prep_kernel<<<1, kNormThreads, 0, stream_of(stream)>>>(p);
+int qk_prep(Stream stream, const QkPrep& p) { return qk_prep_rows(stream, p, 1); }
+
+int qk_prep_rows(Stream stream, const QkPrep& p, int tokens) {
+  if (tokens < 1) return static_cast<int>(cudaErrorInvalidValue);
+  qk_prep_kernel<<<tokens, kNormThreads, 0, stream_of(stream)>>>(p);
   return static_cast<int>(cudaGetLastError());
 }
 
@@ -314,19 +289,24 @@ bool norm_route_fits(const Matrix& router, int hidden) {
   return float_rows && hidden <= kMaxRouterHidden && router.cols == hidden && router.rows <= kMaxRoutedExperts;
 }
 
-int norm_route(Stream stream, const NormRoute& r) {
-  if (!norm_route_fits(r.router, r.hidden)) return static_cast<int>(cudaErrorInvalidValue);
+int norm_route(Stream stream, const NormRoute& r) { return norm_route_rows(stream, r, 1); }
+
+int norm_route_rows(Stream stream, const NormRoute& r, int tokens) {
+  if (!norm_route_fits(r.router, r.hidden) || tokens < 1) return static_cast<int>(cudaErrorInvalidValue);
   switch (r.router.format) {
-    case WeightFormat::f32: NormRouteLaunch<WeightFormat::f32>::run(stream_of(stream), r); break;
-    case WeightFormat::bf16: NormRouteLaunch<WeightFormat::bf16>::run(stream_of(stream), r); break;
-    case WeightFormat::f16: NormRouteLaunch<WeightFormat::f16>::run(stream_of(stream), r); break;
+    case WeightFormat::f32: NormRouteLaunch<WeightFormat::f32>::run(stream_of(stream), r, tokens); break;
+    case WeightFormat::bf16: NormRouteLaunch<WeightFormat::bf16>::run(stream_of(stream), r, tokens); break;
+    case WeightFormat::f16: NormRouteLaunch<WeightFormat::f16>::run(stream_of(stream), r, tokens); break;
     default: return static_cast<int>(cudaErrorInvalidValue);
   }
   return static_cast<int>(cudaGetLastError());
 }
 
-int route_topk(Stream stream, const Route& r) {
-  route_topk_kernel<<<1, kWarpSize, 0, stream_of(stream)>>>(r);
+int route_topk(Stream stream, const Route& r) { return route_rows(stream, r, 1); }
+
+int route_rows(Stream stream, const Route& r, int tokens) {
+  if (tokens < 1) return static_cast<int>(cudaErrorInvalidValue);
+  route_topk_kernel<<<tokens, kWarpSize, 0, stream_of(stream)>>>(r);
   return static_cast<int>(cudaGetLastError());
 }
 

@@ -90,9 +90,16 @@ void add_cuda_decoder_lines(GpuTier& tier, const ModelFootprint& fp, const GpuTi
   tier.lines.push_back({"GPU KV cache", Tier::vram, step.kv,
                         n(c.num_hidden_layers) + " layers x 2 (K,V) x ctx " + n(ctx) + " x kv width " +
                             n(c.num_key_value_heads * c.head_dim) + " x 4 B"});
-  tier.lines.push_back({"GPU activations", Tier::vram, step.activations() + cuda::slot_table_bytes(c, moe_layers),
+  const bool hybrid = std::any_of(tier.vram_experts.begin(), tier.vram_experts.end(),
+                                  [&](int slots) { return slots < fp.n_experts; });
+  const u64 batch_tokens = static_cast<u64>(std::max(1, request.batch_tokens));
+  const u64 batch = cuda::batch_buffer_bytes(c, batch_tokens, hybrid).total();
+  tier.lines.push_back({"GPU activations", Tier::vram, step.activations() + batch + cuda::slot_table_bytes(c, moe_layers),
                         "one token's step buffers (hidden, q/k/v, attention partials over ctx, expert rows, logits) + "
-                        "rope table + slot tables"});
+                        "rope table + slot tables + " +
+                            (batch > 0 ? format_bytes(batch) + " for prefill batches of " + n(batch_tokens) + " tokens"
+                                       : std::string("no prefill batch (") + (hybrid ? "hybrid: " : "") +
+                                             "prompts run token by token)")});
   const u64 load = cuda::load_buffer_bytes(fp.expert().record_stride,
                                           tier.vram_experts.empty() ? 0 : static_cast<u64>(*std::max_element(tier.vram_experts.begin(), tier.vram_experts.end())),
                                           fp.largest_gpu_dense_matrix_bytes, fp.norm_f32_copy_bytes);
@@ -263,6 +270,9 @@ Status fill_tier(GpuTier& tier, const ModelFootprint& fp, const GpuTierRequest& 
                       format_bytes(vram_slot) + " beside its " + format_bytes(fixed) + " reserve: use --gpu none");
   }
   place(tier, fp, request, static_cast<int>(std::min(fits, all)));
+  // An all-VRAM plan also holds the prefill batch's buffers (hybrid plans
+  // prefill token by token); where they do not fit too, one expert stays out.
+  if (fits >= all && all > 0 && tier_vram(tier) > budget) place(tier, fp, request, static_cast<int>(all - 1));
   tier.reason = (request.gpu == "auto" ? "auto: " : "--gpu " + request.gpu + ": ") + tier.device.gpu.describe() + " (" +
                 request.backend.name + "), " + n(static_cast<u64>(tier.vram_slots())) + " of " + n(all) +
                 " experts in VRAM (" + source + "); " + tier.share_inputs;

@@ -1,7 +1,7 @@
 // The CUDA decoder's VRAM tier (issue 14): coli-plan --gpu-backend cuda
 // plans on the profile's CUDA devices (the H200's recorded properties), its
 // VRAM and host lines are engine/cuda/cuda_layout.h's (what CudaDecoder
-// allocates), `auto` stays on the CPU without a measured CUDA speed, and bad
+// allocates, the prefill batch's buffers only in all-VRAM plans), `auto` stays on the CPU without a measured CUDA speed, and bad
 // requests are refused by name. Replay only: no live CUDA fact is read.
 #include <gtest/gtest.h>
 
@@ -48,7 +48,11 @@ TEST(PlannerCudaTier, PlansTheWholeDecoderOnTheCudaDeviceWithItsOwnLayout) {
   const auto ctx = static_cast<std::uint64_t>(plan->ctx);
   const cuda::StepBufferBytes step = cuda::step_buffer_bytes(c, fp.moe_layer_count(), c.vocab_size, ctx);
   EXPECT_EQ(plan->memory.find("GPU KV cache")->bytes, c.num_hidden_layers * 2 * ctx * c.num_key_value_heads * c.head_dim * 4);
-  EXPECT_EQ(plan->memory.find("GPU activations")->bytes, step.activations() + cuda::slot_table_bytes(c, fp.moe_layer_count()));
+  // All experts in VRAM: the prefill batch's buffers too (128 tokens, the request's default).
+  const cuda::BatchBufferBytes batch = cuda::batch_buffer_bytes(c, 128, false);
+  EXPECT_EQ(batch.act, 128 * c.num_experts_per_tok * c.moe_intermediate_size * 4) << "one activation row per choice";
+  EXPECT_EQ(plan->memory.find("GPU activations")->bytes,
+            step.activations() + batch.total() + cuda::slot_table_bytes(c, fp.moe_layer_count()));
   EXPECT_EQ(plan->memory.find("GPU dense weights")->bytes, fp.gpu_dense_bytes);
   // Loading: the lm_head (bf16, 151936 x 2048) is the largest matrix read, above a 64 MiB chunk of experts.
   EXPECT_EQ(fp.largest_gpu_dense_matrix_bytes, c.vocab_size * c.hidden_size * 2);
@@ -84,9 +88,47 @@ TEST(PlannerCudaTier, VramLimitShrinksTheTierAndTheRestRunsOnTheCpu) {
   EXPECT_GT(plan->gpu.vram_slots(), 0);
   EXPECT_LT(plan->gpu.vram_slots(), all);
   EXPECT_LE(plan->memory.total(Tier::vram), 8 * kGiB);
+  // Hybrid: the prompt runs token by token, so there is no prefill batch to price.
+  const model::ModelConfig& c = fp.config;
+  EXPECT_EQ(plan->memory.find("GPU activations")->bytes,
+            cuda::step_buffer_bytes(c, fp.moe_layer_count(), c.vocab_size, static_cast<std::uint64_t>(plan->ctx)).activations() +
+                cuda::slot_table_bytes(c, fp.moe_layer_count()));
+  EXPECT_EQ(cuda::batch_buffer_bytes(c, 128, true).total(), 0u);
+  EXPECT_EQ(cuda::batch_buffer_bytes(c, 1, false).total(), 0u) << "one token per submission: no batch";
   std::uint64_t host_cache = 0;
   for (const MemoryLine& line : plan->memory.lines) host_cache += line.component.rfind("expert cache", 0) == 0 ? line.bytes : 0;
   EXPECT_GT(host_cache, 0u) << "a host expert cache for the experts outside VRAM";
+}
+
+// A budget that holds every expert but not also the prefill batch an
+// all-VRAM plan brings: one expert stays out (a hybrid plan, which prefills
+// token by token), and the plan still fits.
+TEST(PlannerCudaTier, PrefillBatchBuffersCountWhenEveryExpertFits) {
+  const ModelFootprint fp = qwen3();
+  const DeviceProfile profile = h200();
+  const int all = static_cast<int>(fp.moe_layer_count()) * fp.n_experts;
+  const auto slots_at = [&](std::uint64_t vram) {
+    PlanRequest request = cuda_request("0");
+    request.vram = vram;
+    auto plan = make_plan(profile, fp, request);
+    if (!plan.ok()) {
+      ADD_FAILURE() << plan.error().message;
+      return -1;
+    }
+    EXPECT_LE(plan->memory.total(Tier::vram), vram);
+    return plan->gpu.vram_slots();
+  };
+  // The smallest budget that takes every expert (the reserve scales with the budget: search it).
+  std::uint64_t low = 8 * kGiB, high = 64 * kGiB;
+  ASSERT_LT(slots_at(low), all);
+  ASSERT_EQ(slots_at(high), all);
+  while (high - low > 1) {
+    const std::uint64_t mid = low + (high - low) / 2;
+    (slots_at(mid) == all ? high : low) = mid;
+  }
+  // One byte less: every expert would fit without the batch (larger than a slot), so exactly one stays out.
+  ASSERT_GT(cuda::batch_buffer_bytes(fp.config, 128, false).total(), fp.expert().record_stride);
+  EXPECT_EQ(slots_at(low), all - 1);
 }
 
 TEST(PlannerCudaTier, AutoStaysOnTheCpuWithoutAMeasuredCudaSpeedOrACudaDecoder) {

@@ -1,0 +1,212 @@
+#include "cuda/cuda_prefill.h"
+
+#include <cmath>
+#include <utility>
+
+#include "cuda/decoder_batch.h"
+
+namespace coli::cuda {
+namespace {
+
+namespace k = kernels::cuda::decoder;
+using kernels::cuda::ExpertChoice;
+
+std::string format_of(const Matrix& m) { return std::string(name_of(m.format)); }
+
+// One batch of one layer: its shape, buffers and the launches.
+class BatchLayer {
+ public:
+  BatchLayer(LaunchRecorder& r, const model::ModelConfig& c, const CudaWeights& w, StepBuffers& step, BatchBuffers& b,
+             int tokens)
+      : r_(r), c_(c), w_(w), step_(step), b_(b), tokens_(tokens),
+        hidden_(static_cast<int>(c.hidden_size)), eps_(static_cast<float>(c.rms_norm_eps)) {}
+
+  Status attention(const CudaLayer& l, int layer);
+  Status moe(const CudaLayer& l);
+  Status dense_mlp(const CudaLayer& l);
+
+ private:
+  k::GemmRows dense_rows(const DeviceBuffer& x, DeviceBuffer& y) const {
+    k::GemmRows rows;
+    rows.x = at(x);
+    rows.y = at(y);
+    rows.tokens = tokens_;
+    return rows;
+  }
+  Status gemm(const Matrix& m, const DeviceBuffer& x, DeviceBuffer& y, const float* bias = nullptr, bool accumulate = false) {
+    return r_.check("prefill gemm " + format_of(m), k::gemm(r_.stream(), m, dense_rows(x, y), bias, accumulate));
+  }
+  Status norm(const float* weight) {
+    return r_.check("prefill rms_norm", k::rms_norm_rows(r_.stream(), at(b_.x), weight, at(b_.h), hidden_, tokens_, eps_));
+  }
+  Status route(const CudaLayer& l);
+  Status experts(const CudaLayer& l);
+  Status swiglu_mlp(const CudaLayer& l, DeviceBuffer& out, bool accumulate);
+
+  LaunchRecorder& r_;
+  const model::ModelConfig& c_;
+  const CudaWeights& w_;
+  StepBuffers& step_;
+  BatchBuffers& b_;
+  int tokens_, hidden_;
+  float eps_;
+};
+
+Status BatchLayer::attention(const CudaLayer& l, int layer) {
+  const int kv_width = static_cast<int>(c_.num_key_value_heads * c_.head_dim);
+  const std::size_t kv_layer = static_cast<std::size_t>(step_.context) * kv_width;
+  float* k_cache = at(step_.kv, 2 * static_cast<std::size_t>(layer) * kv_layer);
+  float* v_cache = k_cache + kv_layer;
+  k::QkPrep prep;
+  prep.q = at(b_.q);
+  prep.k = at(b_.k);
+  prep.v = at(b_.v);
+  prep.k_cache = k_cache;
+  prep.v_cache = v_cache;
+  prep.q_norm = l.q_norm;
+  prep.k_norm = l.k_norm;
+  prep.rope = at(step_.rope);
+  prep.position = at<const int>(step_.position);
+  prep.heads = static_cast<int>(c_.num_attention_heads);
+  prep.kv_heads = static_cast<int>(c_.num_key_value_heads);
+  prep.head_dim = static_cast<int>(c_.head_dim);
+  prep.norm_mode = c_.qk_norm == model::QkNorm::PerHead ? 1 : c_.qk_norm == model::QkNorm::FullProjection ? 2 : 0;
+  prep.clip = c_.clip_qkv ? static_cast<float>(*c_.clip_qkv) : 0.0f;
+  prep.eps = eps_;
+  const k::Attention a{at(b_.q), k_cache, v_cache, at(b_.attn), nullptr, at<const int>(step_.position), prep.heads,
+                       prep.kv_heads, prep.head_dim, step_.context,
+                       static_cast<float>(1.0 / std::sqrt(static_cast<double>(c_.head_dim)))};
+  for (Status s : {norm(l.input_norm), gemm(l.q, b_.h, b_.q, l.q_bias), gemm(l.k, b_.h, b_.k, l.k_bias),
+                   gemm(l.v, b_.h, b_.v, l.v_bias),
+                   r_.check("prefill qk_prep", k::qk_prep_rows(r_.stream(), prep, tokens_)),
+                   r_.check("prefill attention", k::attention_rows(r_.stream(), a, tokens_)),
+                   gemm(l.o, b_.attn, b_.x, l.o_bias, true)}) {
+    if (!s) return s;
+  }
+  return Ok{};
+}
+
+// silu(h gate^T) * (h up^T), then its down projection into `out`.
+Status BatchLayer::swiglu_mlp(const CudaLayer& l, DeviceBuffer& out, bool accumulate) {
+  const Status first = r_.check("prefill gemm_swiglu " + format_of(l.mlp_gate),
+                                k::gemm_swiglu(r_.stream(), l.mlp_gate, l.mlp_up, dense_rows(b_.h, b_.mlp_a)));
+  if (!first) return first;
+  return gemm(l.mlp_down, b_.mlp_a, out, nullptr, accumulate);
+}
+
+Status BatchLayer::dense_mlp(const CudaLayer& l) {
+  if (Status s = norm(l.post_norm); !s) return s;
+  return swiglu_mlp(l, b_.x, true);
+}
+
+// h = the post-attention norm of x; the batch's choices [tokens][top_k].
+Status BatchLayer::route(const CudaLayer& l) {
+  const int experts = static_cast<int>(c_.num_experts);
+  const auto moe = static_cast<std::size_t>(l.moe);
+  const k::Route route{at(b_.router_logits), at<const int>(w_.experts.slot_tables, moe * experts),
+                       at<ExpertChoice>(b_.choices), nullptr, at<unsigned>(step_.counts, moe * experts), experts,
+                       static_cast<int>(c_.num_experts_per_tok),
+                       c_.router_normalization != model::RouterNormalization::SoftmaxTopK};
+  if (k::norm_route_fits(l.router, hidden_)) {
+    const k::NormRoute fused{at(b_.x), l.post_norm, at(b_.h), hidden_, eps_, l.router, route};
+    return r_.check("prefill norm_route " + format_of(l.router), k::norm_route_rows(r_.stream(), fused, tokens_));
+  }
+  for (Status s : {norm(l.post_norm), gemm(l.router, b_.h, b_.router_logits),
+                   r_.check("prefill route_topk", k::route_rows(r_.stream(), route, tokens_))}) {
+    if (!s) return s;
+  }
+  return Ok{};
+}
+
+// The routed experts: choices grouped by slot, one grouped gate/up and one
+// grouped down launch over every slot, then each token's weighted sum.
+Status BatchLayer::experts(const CudaLayer& l) {
+  const kernels::cuda::ExpertRecordLayout& layout = w_.experts.layout;
+  const auto moe = static_cast<std::size_t>(l.moe);
+  const int top_k = static_cast<int>(c_.num_experts_per_tok), slots = w_.experts.slot_counts[moe];
+  const auto* slab = at<const std::uint8_t>(w_.experts.slabs[moe]);
+  const Matrix gate{layout.format, layout.width, layout.hidden, slab + layout.gate_weights, slab + layout.gate_scales};
+  const Matrix up{layout.format, layout.width, layout.hidden, slab + layout.up_weights, slab + layout.up_scales};
+  const Matrix down{layout.format, layout.hidden, layout.width, slab + layout.down_weights, slab + layout.down_scales};
+  k::GemmRows grouped;
+  grouped.x = at(b_.h);
+  grouped.y = at(b_.act);
+  grouped.tokens = tokens_;
+  grouped.order = at<const int>(b_.order);
+  grouped.offsets = at<const int>(b_.offsets);
+  grouped.slots = slots;
+  grouped.x_divisor = top_k;
+  grouped.slot_stride = layout.record_stride;
+  k::GemmRows grouped_down = grouped;
+  grouped_down.x = at(b_.act);
+  grouped_down.y = at(b_.rows);
+  grouped_down.x_divisor = 1;
+  const k::ExpertCombine combine{at<const ExpertChoice>(b_.choices), at(b_.rows),
+                                 l.has_shared ? at(b_.shared_out) : nullptr,
+                                 l.has_shared ? at(b_.shared_gate) : nullptr,
+                                 at(b_.x), tokens_, top_k, hidden_, slots};
+  const std::string format(name_of(layout.format));
+  for (Status s : {r_.check("prefill group_by_slot", k::group_by_slot(r_.stream(), at<const ExpertChoice>(b_.choices),
+                                                                     tokens_ * top_k, slots, at<int>(b_.offsets), at<int>(b_.order))),
+                   r_.check("prefill expert gate_up " + format, k::gemm_swiglu(r_.stream(), gate, up, grouped)),
+                   r_.check("prefill expert down " + format, k::gemm(r_.stream(), down, grouped_down, nullptr, false)),
+                   r_.check("prefill combine_experts", k::combine_experts(r_.stream(), combine))}) {
+    if (!s) return s;
+  }
+  return Ok{};
+}
+
+Status BatchLayer::moe(const CudaLayer& l) {
+  if (Status s = route(l); !s) return s;
+  if (l.has_shared) {
+    if (Status s = swiglu_mlp(l, b_.shared_out, false); !s) return s;
+    if (Status s = gemm(l.shared_gate, b_.h, b_.shared_gate); !s) return s;  // qwen2_moe's sigmoid gate
+  }
+  return experts(l);
+}
+
+}  // namespace
+
+std::uint64_t BatchBuffers::bytes() const {
+  std::uint64_t sum = 0;
+  for (const DeviceBuffer* d : {&x, &h, &q, &k, &v, &attn, &mlp_a, &shared_out, &shared_gate, &router_logits, &choices,
+                                &offsets, &order, &act, &rows}) {
+    sum += d->bytes();
+  }
+  return sum;
+}
+
+Result<BatchBuffers> make_batch_buffers(const model::ModelConfig& c, int tokens, bool hybrid) {
+  BatchBuffers b;
+  const BatchBufferBytes n = batch_buffer_bytes(c, static_cast<u64>(std::max(tokens, 0)), hybrid);
+  if (n.total() == 0) return b;
+  b.tokens = tokens;
+  const std::pair<DeviceBuffer*, u64> sizes[] = {
+      {&b.x, n.x}, {&b.h, n.h}, {&b.q, n.q}, {&b.k, n.k}, {&b.v, n.v}, {&b.attn, n.attn}, {&b.mlp_a, n.mlp_a},
+      {&b.shared_out, n.shared_out}, {&b.shared_gate, n.shared_gate}, {&b.router_logits, n.router_logits},
+      {&b.choices, n.choices}, {&b.offsets, n.offsets}, {&b.order, n.order}, {&b.act, n.act}, {&b.rows, n.rows}};
+  for (const auto& [buffer, bytes] : sizes) {
+    auto made = DeviceBuffer::allocate(bytes);
+    if (!made) return make_error("the CUDA decoder's prefill batch of " + std::to_string(tokens) + " tokens: " + made.error().message);
+    *buffer = std::move(*made);
+  }
+  return b;
+}
+
+Status record_batch(void* stream, const model::ModelConfig& c, const CudaWeights& w, StepBuffers& step,
+                    BatchBuffers& batch, int tokens, std::map<std::string, int>& launches, LaunchObserver* observer) {
+  if (tokens < 1 || tokens > batch.tokens) {
+    return make_error("a prefill batch of " + std::to_string(tokens) + " tokens (the buffers take " +
+                      std::to_string(batch.tokens) + ")");
+  }
+  LaunchRecorder r(stream, launches, observer);
+  BatchLayer run(r, c, w, step, batch, tokens);
+  for (std::size_t i = 0; i < w.layers.size(); ++i) {
+    const CudaLayer& layer = w.layers[i];
+    if (Status s = run.attention(layer, static_cast<int>(i)); !s) return s;
+    if (Status s = layer.moe >= 0 ? run.moe(layer) : run.dense_mlp(layer); !s) return s;
+  }
+  return Ok{};
+}
+
+}  // namespace coli::cuda

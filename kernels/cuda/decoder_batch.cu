@@ -1,0 +1,101 @@
+// The prefill's non-matrix kernels (decoder_batch.h): causal attention of
+// a batch of queries, the grouping of the batch's expert choices by slot,
+// and the weighted sum of each token's expert rows.
+#include <cuda_runtime.h>
+
+#include "cuda/decoder_attention.cuh"
+#include "cuda/decoder_batch.h"
+
+namespace coli::kernels::cuda::decoder {
+namespace {
+
+// One block per (head, token): the token's query over positions 0..its own.
+__global__ void __launch_bounds__(kAttentionThreads) attention_rows_kernel(Attention a) {
+  __shared__ float weighted[kMaxHeadDim];
+  const int head = static_cast<int>(blockIdx.x), token = static_cast<int>(blockIdx.y);
+  const std::size_t row = static_cast<std::size_t>(token) * a.heads * a.head_dim + static_cast<std::size_t>(head) * a.head_dim;
+  const int positions = *a.position + token + 1;
+  const SpanPartial span = attend_span(a, a.q + row, head, 0, positions, weighted);
+  const float inv = 1.0f / span.sum;
+  for (int d = static_cast<int>(threadIdx.x); d < a.head_dim; d += kAttentionThreads) a.out[row + d] = weighted[d] * inv;
+}
+
+constexpr int kGroupThreads = 1024;
+
+// One block: counts per slot (shared atomics), exclusive prefix sums by
+// thread 0 (at most kMaxRoutedExperts slots), then each choice takes the
+// next place of its slot.
+__global__ void __launch_bounds__(kGroupThreads)
+    group_by_slot_kernel(const ExpertChoice* choices, int count, int slots, int* offsets, int* order) {
+  __shared__ int slot_count[kMaxRoutedExperts];
+  __shared__ int next[kMaxRoutedExperts];
+  for (int s = static_cast<int>(threadIdx.x); s < slots; s += kGroupThreads) slot_count[s] = 0;
+  __syncthreads();
+  for (int c = static_cast<int>(threadIdx.x); c < count; c += kGroupThreads) {
+    const int slot = choices[c].slot;
+    if (slot >= 0 && slot < slots) atomicAdd(&slot_count[slot], 1);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int sum = 0;
+    for (int s = 0; s < slots; ++s) {
+      offsets[s] = next[s] = sum;
+      sum += slot_count[s];
+    }
+    offsets[slots] = sum;
+  }
+  __syncthreads();
+  for (int c = static_cast<int>(threadIdx.x); c < count; c += kGroupThreads) {
+    const int slot = choices[c].slot;
+    if (slot >= 0 && slot < slots) order[atomicAdd(&next[slot], 1)] = c;
+  }
+}
+
+// One thread per (token, column): the k rows in routing order, then the
+// shared expert.
+__global__ void combine_experts_kernel(ExpertCombine c) {
+  const std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= static_cast<std::size_t>(c.tokens) * c.hidden) return;
+  const std::size_t token = i / c.hidden, column = i % c.hidden;
+  float sum = 0;
+  for (int j = 0; j < c.k; ++j) {
+    const std::size_t choice = token * c.k + j;
+    const ExpertChoice e = c.choices[choice];
+    if (e.slot < 0 || e.slot >= c.slots) {
+      sum = detail::quiet_nan();  // wrong output that shows (no VRAM slot in an all-VRAM batch)
+      break;
+    }
+    sum += e.weight * c.rows[choice * c.hidden + column];
+  }
+  if (c.shared != nullptr) {
+    const float gate = c.shared_gate != nullptr ? 1.0f / (1.0f + expf(-c.shared_gate[token])) : 1.0f;
+    sum += gate * c.shared[i];
+  }
+  c.x[i] += sum;
+}
+
+cudaStream_t stream_of(Stream s) { return static_cast<cudaStream_t>(s); }
+
+}  // namespace
+
+int attention_rows(Stream stream, const Attention& a, int tokens) {
+  if (tokens < 1 || a.head_dim > kMaxHeadDim) return static_cast<int>(cudaErrorInvalidValue);
+  attention_rows_kernel<<<dim3(a.heads, tokens), kAttentionThreads, 0, stream_of(stream)>>>(a);
+  return static_cast<int>(cudaGetLastError());
+}
+
+int group_by_slot(Stream stream, const ExpertChoice* choices, int count, int slots, int* offsets, int* order) {
+  if (count < 1 || slots < 1 || slots > kMaxRoutedExperts) return static_cast<int>(cudaErrorInvalidValue);
+  group_by_slot_kernel<<<1, kGroupThreads, 0, stream_of(stream)>>>(choices, count, slots, offsets, order);
+  return static_cast<int>(cudaGetLastError());
+}
+
+int combine_experts(Stream stream, const ExpertCombine& c) {
+  if (c.tokens < 1 || c.k < 1 || c.hidden < 1) return static_cast<int>(cudaErrorInvalidValue);
+  constexpr int kThreads = 256;
+  const std::size_t n = static_cast<std::size_t>(c.tokens) * c.hidden;
+  combine_experts_kernel<<<static_cast<unsigned>((n + kThreads - 1) / kThreads), kThreads, 0, stream_of(stream)>>>(c);
+  return static_cast<int>(cudaGetLastError());
+}
+
+}  // namespace coli::kernels::cuda::decoder

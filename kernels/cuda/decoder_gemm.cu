@@ -1,0 +1,328 @@
+// The prefill's matrix kernels (decoder_batch.h): one block computes a tile
+// of kGemmTileTokens rows (tokens, or a slot's choices) x 64 weight rows.
+// Tensor-core blocks (bf16, f16, q8_row, q4_g64 weights) de-quantise each
+// 64 x 64 weight tile to f16 in shared memory once for the tile's 64 rows;
+// f32 weights take a CUDA-core block with f32 tiles (exact f32 arithmetic).
+#include <cuda_runtime.h>
+#include <mma.h>
+
+#include "cuda/decoder_batch.h"
+#include "cuda/decoder_common.cuh"
+
+namespace coli::kernels::cuda::decoder {
+namespace {
+
+constexpr int kTileM = kGemmTileTokens;
+constexpr int kTileN = 64;
+constexpr int kGemmThreads = 128;
+static_assert(kTileM == 64 && kTileN == 64, "the loaders below assume 64 x 64 tiles");
+
+// The rows of this block's tile: x row and y row of each, and the slot's
+// matrices. `valid` = 0: nothing to do (past a slot's count, or the batch's).
+struct TileRows {
+  int x_row[kTileM];
+  int y_row[kTileM];
+  int valid;
+};
+
+__device__ void find_tile_rows(const GemmRows& r, TileRows& t) {
+  const int first = static_cast<int>(blockIdx.y) * kTileM;
+  if (threadIdx.x == 0) {
+    int begin = 0, end = r.tokens;
+    if (r.order != nullptr) {
+      begin = r.offsets[blockIdx.z];
+      end = r.offsets[blockIdx.z + 1];
+    }
+    t.valid = max(0, min(kTileM, end - begin - first));
+  }
+  __syncthreads();
+  for (int i = static_cast<int>(threadIdx.x); i < t.valid; i += kGemmThreads) {
+    if (r.order != nullptr) {
+      const int choice = r.order[r.offsets[blockIdx.z] + first + i];
+      t.x_row[i] = choice / r.x_divisor;
+      t.y_row[i] = choice;
+    } else {
+      t.x_row[i] = t.y_row[i] = first + i;
+    }
+  }
+  __syncthreads();
+}
+
+// The slot's matrix (grouped blocks: slot blockIdx.z's record).
+__device__ __forceinline__ Matrix slot_matrix(const Matrix& m, const GemmRows& r) {
+  Matrix out = m;
+  const std::size_t offset = static_cast<std::size_t>(blockIdx.z) * r.slot_stride;
+  out.weights = static_cast<const std::uint8_t*>(m.weights) + offset;
+  if (m.scales != nullptr) out.scales = static_cast<const std::uint8_t*>(m.scales) + offset;
+  return out;
+}
+
+// x[row][k] or 0 beyond the row's end.
+__device__ __forceinline__ float x_at(const float* row, int k, int cols) { return k < cols ? row[k] : 0.0f; }
+
+// f16 of an activation: saturated at the largest finite f16, NaN kept.
+__device__ __forceinline__ __half to_half(float v) {
+  return __float2half_rn(v != v ? v : fminf(fmaxf(v, -65504.0f), 65504.0f));
+}
+
+// ---- tensor-core blocks ---------------------------------------------------
+
+constexpr int kTileK = 64;
+constexpr int kHalfPitch = kTileK + 8;   // halves per shared row (bank spread; a multiple of 8 for wmma)
+constexpr int kFloatPitch = kTileN + 4;  // floats per row of the result tile
+
+template <bool kSwiglu>
+struct TensorShared {
+  union {
+    struct {
+      __half a[kTileM][kHalfPitch];
+      __half b[kSwiglu ? 2 : 1][kTileN][kHalfPitch];
+    } tiles;
+    float c[kTileM][kFloatPitch];
+  };
+};
+
+// Rows t.x_row[.] of x, columns k0..k0+63, as f16 into a.
+__device__ void load_x_tile(const GemmRows& r, const TileRows& t, int cols, int k0, __half (*a)[kHalfPitch]) {
+  const bool vector = cols % 4 == 0 && detail::aligned16(r.x);
+  for (int i = static_cast<int>(threadIdx.x); i < kTileM * (kTileK / 4); i += kGemmThreads) {
+    const int m = i / (kTileK / 4), k = (i % (kTileK / 4)) * 4;
+    float4 v = make_float4(0, 0, 0, 0);
+    if (m < t.valid) {
+      const float* row = r.x + static_cast<std::size_t>(t.x_row[m]) * cols;
+      if (vector && k0 + k + 4 <= cols) {
+        v = *reinterpret_cast<const float4*>(row + k0 + k);
+      } else {
+        v = make_float4(x_at(row, k0 + k, cols), x_at(row, k0 + k + 1, cols), x_at(row, k0 + k + 2, cols),
+                        x_at(row, k0 + k + 3, cols));
+      }
+    }
+    a[m][k] = to_half(v.x), a[m][k + 1] = to_half(v.y), a[m][k + 2] = to_half(v.z), a[m][k + 3] = to_half(v.w);
+  }
+}
+
+// Weight rows n0..n0+63, columns k0..k0+63, de-quantised to f16 into b.
+template <WeightFormat kFormat>
+__device__ void load_weight_tile(const Matrix& w, int n0, int k0, __half (*b)[kHalfPitch]) {
+  const std::size_t cols = static_cast<std::size_t>(w.cols);
+  if constexpr (kFormat == WeightFormat::q4_g64) {
+    // cols % 64 == 0 (checked at upload): a row's 64 columns are 32 bytes and one scale.
+    for (int i = static_cast<int>(threadIdx.x); i < kTileN * 2; i += kGemmThreads) {
+      const int n = i / 2, half = i % 2, row = n0 + n;
+      __half* out = &b[n][half * 32];
+      if (row >= w.rows) {
+        for (int j = 0; j < 32; ++j) out[j] = __float2half(0.0f);
+        continue;
+      }
+      const auto* bytes = static_cast<const std::uint8_t*>(w.weights) + row * (cols / 2) + k0 / 2 + half * 16;
+      const uint4 words = __ldg(reinterpret_cast<const uint4*>(bytes));
+      const float scale = __half2float(__ushort_as_half(
+          __ldg(static_cast<const unsigned short*>(w.scales) + row * (cols / 64) + k0 / 64)));
+      const unsigned packed[4] = {words.x, words.y, words.z, words.w};
+#pragma unroll
+      for (int j = 0; j < 32; ++j) {
+        const int nibble = static_cast<int>((packed[j / 8] >> (4 * (j % 8))) & 15u) - 8;
+        out[j] = __float2half(static_cast<float>(nibble) * scale);
+      }
+    }
+  } else if constexpr (kFormat == WeightFormat::q8_row) {
+    for (int i = static_cast<int>(threadIdx.x); i < kTileN * kTileK; i += kGemmThreads) {
+      const int n = i / kTileK, k = i % kTileK, row = n0 + n;
+      float v = 0;
+      if (row < w.rows && k0 + k < w.cols) {
+        const auto* q = static_cast<const signed char*>(w.weights) + row * cols;
+        v = static_cast<float>(q[k0 + k]) * __ldg(static_cast<const float*>(w.scales) + row);
+      }
+      b[n][k] = __float2half(v);
+    }
+  } else {
+    for (int i = static_cast<int>(threadIdx.x); i < kTileN * kTileK; i += kGemmThreads) {
+      const int n = i / kTileK, k = i % kTileK, row = n0 + n;
+      float v = 0;
+      if (row < w.rows && k0 + k < w.cols) {
+        v = float_weight<kFormat>(static_cast<const std::uint8_t*>(w.weights) + row * cols * (kFormat == WeightFormat::f32 ? 4 : 2),
+                                  k0 + k);
+      }
+      b[n][k] = to_half(v);
+    }
+  }
+}
+
+// Writes the block's result tile c: y = silu-combined or (accumulate ? y : 0) + c + bias.
+__device__ void store_tile(const GemmRows& r, const TileRows& t, const float (*c)[kFloatPitch], int n0, int rows,
+                           const float* bias, bool accumulate) {
+  for (int i = static_cast<int>(threadIdx.x); i < kTileM * kTileN; i += kGemmThreads) {
+    const int m = i / kTileN, n = i % kTileN;
+    if (m >= t.valid || n0 + n >= rows) continue;
+    float* y = r.y + static_cast<std::size_t>(t.y_row[m]) * rows + n0 + n;
+    float v = c[m][n] + (bias != nullptr ? bias[n0 + n] : 0.0f);
+    *y = accumulate ? *y + v : v;
+  }
+}
+
+using namespace nvcuda;
+using FragA = wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major>;
+using FragB = wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major>;
+using FragC = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
+
+// 4 warps, each a 32 x 32 quarter of the tile (2 x 2 fragments); with
+// kSwiglu the second weight (up) gets its own accumulators and the result is
+// silu(gate) * up, element by element (the two fragments share a layout).
+template <WeightFormat kFormat, bool kSwiglu>
+__global__ void __launch_bounds__(kGemmThreads)
+    tensor_gemm_kernel(Matrix w0, Matrix w1, GemmRows r, const float* bias, bool accumulate) {
+  __shared__ TileRows t;
+  __shared__ __align__(32) TensorShared<kSwiglu> s;
+  find_tile_rows(r, t);
+  if (t.valid == 0) return;  // the whole block
+  const Matrix gate = slot_matrix(w0, r);
+  const Matrix up = kSwiglu ? slot_matrix(w1, r) : gate;
+  const int n0 = static_cast<int>(blockIdx.x) * kTileN;
+  const int warp = static_cast<int>(threadIdx.x) / kWarpSize, wm = warp / 2, wn = warp % 2;
+  FragC acc[2][2], acc_up[kSwiglu ? 2 : 1][2];
+  for (auto& row : acc) for (auto& f : row) wmma::fill_fragment(f, 0.0f);
+  for (auto& row : acc_up) for (auto& f : row) wmma::fill_fragment(f, 0.0f);
+  for (int k0 = 0; k0 < gate.cols; k0 += kTileK) {
+    load_x_tile(r, t, gate.cols, k0, s.tiles.a);
+    load_weight_tile<kFormat>(gate, n0, k0, s.tiles.b[0]);
+    if constexpr (kSwiglu) load_weight_tile<kFormat>(up, n0, k0, s.tiles.b[kSwiglu ? 1 : 0]);
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < kTileK; kk += 16) {
+      FragA a[2];
+      for (int i = 0; i < 2; ++i) wmma::load_matrix_sync(a[i], &s.tiles.a[32 * wm + 16 * i][kk], kHalfPitch);
+      for (int j = 0; j < 2; ++j) {
+        FragB b;
+        wmma::load_matrix_sync(b, &s.tiles.b[0][32 * wn + 16 * j][kk], kHalfPitch);
+        for (int i = 0; i < 2; ++i) wmma::mma_sync(acc[i][j], a[i], b, acc[i][j]);
+        if constexpr (kSwiglu) {
+          wmma::load_matrix_sync(b, &s.tiles.b[kSwiglu ? 1 : 0][32 * wn + 16 * j][kk], kHalfPitch);
+          for (int i = 0; i < 2; ++i) wmma::mma_sync(acc_up[i][j], a[i], b, acc_up[i][j]);
+        }
+      }
+    }
+    __syncthreads();
+  }
+  for (int i = 0; i < 2; ++i) {
+    for (int j = 0; j < 2; ++j) {
+      if constexpr (kSwiglu) {
+        for (int e = 0; e < acc[i][j].num_elements; ++e) acc[i][j].x[e] = silu(acc[i][j].x[e]) * acc_up[i][j].x[e];
+      }
+      wmma::store_matrix_sync(&s.c[32 * wm + 16 * i][32 * wn + 16 * j], acc[i][j], kFloatPitch, wmma::mem_row_major);
+    }
+  }
+  __syncthreads();
+  store_tile(r, t, s.c, n0, gate.rows, kSwiglu ? nullptr : bias, !kSwiglu && accumulate);
+}
+
+// ---- f32 blocks (CUDA cores) ----------------------------------------------
+
+constexpr int kSimtTileK = 32;
+
+template <bool kSwiglu>
+struct SimtShared {
+  float a[kSimtTileK][kTileM + 1];                     // [k][m], padded: the loads' stores spread over banks
+  float b[kSwiglu ? 2 : 1][kSimtTileK][kTileN + 1];    // [k][n]
+};
+
+// Thread (tx, ty) computes rows ty + 16 i (i < 4) and columns tx + 8 j (j < 8).
+template <bool kSwiglu>
+__global__ void __launch_bounds__(kGemmThreads)
+    simt_gemm_kernel(Matrix w0, Matrix w1, GemmRows r, const float* bias, bool accumulate) {
+  __shared__ TileRows t;
+  __shared__ SimtShared<kSwiglu> s;
+  find_tile_rows(r, t);
+  if (t.valid == 0) return;
+  const Matrix gate = slot_matrix(w0, r);
+  const Matrix up = kSwiglu ? slot_matrix(w1, r) : gate;
+  const int n0 = static_cast<int>(blockIdx.x) * kTileN, cols = gate.cols;
+  const int tx = static_cast<int>(threadIdx.x) % 8, ty = static_cast<int>(threadIdx.x) / 8;
+  float acc[4][8] = {}, acc_up[kSwiglu ? 4 : 1][8] = {};
+  for (int k0 = 0; k0 < cols; k0 += kSimtTileK) {
+    for (int i = static_cast<int>(threadIdx.x); i < kTileM * kSimtTileK; i += kGemmThreads) {
+      const int m = i / kSimtTileK, k = i % kSimtTileK;
+      s.a[k][m] = m < t.valid ? x_at(r.x + static_cast<std::size_t>(t.x_row[m]) * cols, k0 + k, cols) : 0.0f;
+    }
+    for (int i = static_cast<int>(threadIdx.x); i < kTileN * kSimtTileK; i += kGemmThreads) {
+      const int n = i / kSimtTileK, k = i % kSimtTileK, row = n0 + n;
+      const bool inside = row < gate.rows && k0 + k < cols;
+      const std::size_t at = static_cast<std::size_t>(row) * cols + k0 + k;
+      s.b[0][k][n] = inside ? __ldg(static_cast<const float*>(gate.weights) + at) : 0.0f;
+      if constexpr (kSwiglu) s.b[kSwiglu ? 1 : 0][k][n] = inside ? __ldg(static_cast<const float*>(up.weights) + at) : 0.0f;
+    }
+    __syncthreads();
+    for (int k = 0; k < kSimtTileK; ++k) {
+      float a[4];
+      for (int i = 0; i < 4; ++i) a[i] = s.a[k][ty + 16 * i];
+      for (int j = 0; j < 8; ++j) {
+        const float b = s.b[0][k][tx + 8 * j];
+        for (int i = 0; i < 4; ++i) acc[i][j] = fmaf(a[i], b, acc[i][j]);
+        if constexpr (kSwiglu) {
+          const float u = s.b[kSwiglu ? 1 : 0][k][tx + 8 * j];
+          for (int i = 0; i < 4; ++i) acc_up[kSwiglu ? i : 0][j] = fmaf(a[i], u, acc_up[kSwiglu ? i : 0][j]);
+        }
+      }
+    }
+    __syncthreads();
+  }
+  for (int i = 0; i < 4; ++i) {
+    const int m = ty + 16 * i;
+    if (m >= t.valid) continue;
+    for (int j = 0; j < 8; ++j) {
+      const int n = n0 + tx + 8 * j;
+      if (n >= gate.rows) continue;
+      float* y = r.y + static_cast<std::size_t>(t.y_row[m]) * gate.rows + n;
+      if constexpr (kSwiglu) {
+        *y = silu(acc[i][j]) * acc_up[kSwiglu ? i : 0][j];
+      } else {
+        const float v = acc[i][j] + (bias != nullptr ? bias[n] : 0.0f);
+        *y = accumulate ? *y + v : v;
+      }
+    }
+  }
+}
+
+dim3 gemm_grid(int rows, const GemmRows& r) {
+  return dim3((rows + kTileN - 1) / kTileN, (r.tokens + kTileM - 1) / kTileM, r.order != nullptr ? r.slots : 1);
+}
+
+template <bool kSwiglu>
+struct GemmLaunch {
+  template <WeightFormat kFormat>
+  struct For {
+    static void run(cudaStream_t s, const Matrix& w0, const Matrix& w1, const GemmRows& r, const float* bias, bool acc) {
+      if constexpr (kFormat == WeightFormat::f32) {
+        simt_gemm_kernel<kSwiglu><<<gemm_grid(w0.rows, r), kGemmThreads, 0, s>>>(w0, w1, r, bias, acc);
+      } else {
+        tensor_gemm_kernel<kFormat, kSwiglu><<<gemm_grid(w0.rows, r), kGemmThreads, 0, s>>>(w0, w1, r, bias, acc);
+      }
+    }
+  };
+};
+
+bool rows_fit(const GemmRows& r) {
+  return r.tokens > 0 && r.x != nullptr && r.y != nullptr && r.x_divisor > 0 &&
+         (r.order == nullptr || (r.offsets != nullptr && r.slots > 0));
+}
+
+bool matrix_fits(const Matrix& m) {
+  return m.rows > 0 && m.cols > 0 && (m.format != WeightFormat::q4_g64 || m.cols % 64 == 0);
+}
+
+}  // namespace
+
+int gemm(Stream stream, const Matrix& w, const GemmRows& rows, const float* bias, bool accumulate) {
+  if (!rows_fit(rows) || !matrix_fits(w)) return static_cast<int>(cudaErrorInvalidValue);
+  for_format<GemmLaunch<false>::For>(w.format, static_cast<cudaStream_t>(stream), w, w, rows, bias, accumulate);
+  return static_cast<int>(cudaGetLastError());
+}
+
+int gemm_swiglu(Stream stream, const Matrix& gate, const Matrix& up, const GemmRows& rows) {
+  if (!rows_fit(rows) || !matrix_fits(gate) || gate.format != up.format || gate.rows != up.rows || gate.cols != up.cols) {
+    return static_cast<int>(cudaErrorInvalidValue);
+  }
+  for_format<GemmLaunch<true>::For>(gate.format, static_cast<cudaStream_t>(stream), gate, up, rows, nullptr, false);
+  return static_cast<int>(cudaGetLastError());
+}
+
+}  // namespace coli::kernels::cuda::decoder
