@@ -191,8 +191,9 @@ bool CudaDecoder::State::hybrid() const {
   return std::any_of(slots.begin(), slots.end(), [&](int n) { return n < experts; });
 }
 
-// Runs the step once uncaptured (every kernel's module loaded, its launch
-// checked with a name, the position 0), then captures it into the graph.
+// Runs the step (and a prefill batch) once uncaptured (every kernel's module
+// loaded, its launch checked with a name, the position 0), then captures the
+// step into the graph.
 Status CudaDecoder::State::capture() {
   const model::ModelConfig& c = *model.config;
   std::map<std::string, int> warmup;
@@ -205,6 +206,16 @@ Status CudaDecoder::State::capture() {
   if (Status s = kernels::cuda::synchronize(); !s) return s;
   NoHostWork uncaptured;
   if (Status s = record_step(stream, c, weights, buffers, warmup, uncaptured); !s) return s;
+  // The prefill's kernels too: CUDA loads a kernel's module at its first
+  // launch, which must not happen behind COLI_GPU_PROFILE's gate (it hangs
+  // there). Two zero rows at positions 0 and 1, which every forward rewrites.
+  if (batch.tokens > 0) {
+    for (Status s : {cuda_call("cudaMemsetAsync (warm-up batch)",
+                               cudaMemsetAsync(batch.x.data(), 0, 2 * c.hidden_size * sizeof(float), stream)),
+                     record_batch(stream, c, weights, buffers, batch, 2, warmup)}) {
+      if (!s) return s;
+    }
+  }
   if (Status s = record_head(stream, c, weights, buffers, warmup); !s) return s;
   if (Status s = cuda_call("the CUDA decoder's first step (cudaStreamSynchronize)", cudaStreamSynchronize(stream)); !s) return s;
   CaptureSegments capture(*this);

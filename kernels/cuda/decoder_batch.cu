@@ -10,15 +10,23 @@ namespace coli::kernels::cuda::decoder {
 namespace {
 
 // One block per (head, token): the token's query over positions 0..its own.
+template <int kLaneDims>
 __global__ void __launch_bounds__(kAttentionThreads) attention_rows_kernel(Attention a) {
   __shared__ float weighted[kMaxHeadDim];
   const int head = static_cast<int>(blockIdx.x), token = static_cast<int>(blockIdx.y);
   const std::size_t row = static_cast<std::size_t>(token) * a.heads * a.head_dim + static_cast<std::size_t>(head) * a.head_dim;
   const int positions = *a.position + token + 1;
-  const SpanPartial span = attend_span(a, a.q + row, head, 0, positions, weighted);
+  const SpanPartial span = attend_span<kLaneDims>(a, a.q + row, head, 0, positions, weighted);
   const float inv = 1.0f / span.sum;
   for (int d = static_cast<int>(threadIdx.x); d < a.head_dim; d += kAttentionThreads) a.out[row + d] = weighted[d] * inv;
 }
+
+template <int kLaneDims>
+struct AttentionRowsLaunch {
+  static void run(cudaStream_t s, const Attention& a, int tokens) {
+    attention_rows_kernel<kLaneDims><<<dim3(a.heads, tokens), kAttentionThreads, 0, s>>>(a);
+  }
+};
 
 constexpr int kGroupThreads = 1024;
 
@@ -80,7 +88,7 @@ cudaStream_t stream_of(Stream s) { return static_cast<cudaStream_t>(s); }
 
 int attention_rows(Stream stream, const Attention& a, int tokens) {
   if (tokens < 1 || a.head_dim > kMaxHeadDim) return static_cast<int>(cudaErrorInvalidValue);
-  attention_rows_kernel<<<dim3(a.heads, tokens), kAttentionThreads, 0, stream_of(stream)>>>(a);
+  for_lane_dims<AttentionRowsLaunch>(a.head_dim, stream_of(stream), a, tokens);
   return static_cast<int>(cudaGetLastError());
 }
 

@@ -6,6 +6,9 @@
 #include <cuda_runtime.h>
 #include <mma.h>
 
+#include <cstdlib>
+#include <cstring>
+
 #include "cuda/decoder_batch.h"
 #include "cuda/decoder_common.cuh"
 
@@ -82,10 +85,17 @@ struct TensorShared {
   };
 };
 
-// Rows t.x_row[.] of x, columns k0..k0+63, as f16 into a.
-__device__ void load_x_tile(const GemmRows& r, const TileRows& t, int cols, int k0, __half (*a)[kHalfPitch]) {
+// A k-step's tile of x in registers: rows t.x_row[.], columns k0..k0+63,
+// 8 float4 per thread (fetched a step ahead, stored as f16 the next).
+struct XFetch {
+  float4 v[kTileM * (kTileK / 4) / kGemmThreads];
+};
+
+__device__ void fetch_x_tile(const GemmRows& r, const TileRows& t, int cols, int k0, XFetch& f) {
   const bool vector = cols % 4 == 0 && detail::aligned16(r.x);
-  for (int i = static_cast<int>(threadIdx.x); i < kTileM * (kTileK / 4); i += kGemmThreads) {
+#pragma unroll
+  for (int j = 0; j < kTileM * (kTileK / 4) / kGemmThreads; ++j) {
+    const int i = static_cast<int>(threadIdx.x) + j * kGemmThreads;
     const int m = i / (kTileK / 4), k = (i % (kTileK / 4)) * 4;
     float4 v = make_float4(0, 0, 0, 0);
     if (m < t.valid) {
@@ -97,54 +107,120 @@ __device__ void load_x_tile(const GemmRows& r, const TileRows& t, int cols, int 
                         x_at(row, k0 + k + 3, cols));
       }
     }
-    a[m][k] = to_half(v.x), a[m][k + 1] = to_half(v.y), a[m][k + 2] = to_half(v.z), a[m][k + 3] = to_half(v.w);
+    f.v[j] = v;
   }
 }
 
-// Weight rows n0..n0+63, columns k0..k0+63, de-quantised to f16 into b.
+__device__ void store_x_tile(const XFetch& f, __half (*a)[kHalfPitch]) {
+#pragma unroll
+  for (int j = 0; j < kTileM * (kTileK / 4) / kGemmThreads; ++j) {
+    const int i = static_cast<int>(threadIdx.x) + j * kGemmThreads;
+    const int m = i / (kTileK / 4), k = (i % (kTileK / 4)) * 4;
+    const float4 v = f.v[j];
+    *reinterpret_cast<__half2*>(&a[m][k]) = __halves2half2(to_half(v.x), to_half(v.y));
+    *reinterpret_cast<__half2*>(&a[m][k + 2]) = __halves2half2(to_half(v.z), to_half(v.w));
+  }
+}
+
+// A k-step's tile of a q4_g64 or q8_row matrix in registers (16-byte
+// loads: q4_g64 one per thread, q8_row two), de-quantised when stored.
+// Other formats (and q8_row rows that are not 16-byte aligned) take
+// load_weight_tile below, unfetched.
+struct WeightFetch {
+  uint4 words[2];
+  float scale[2];
+};
+
+// q8_row rows fetched 16 bytes at a time: cols a multiple of 16, the matrix 16-byte aligned.
+__device__ __forceinline__ bool fetchable(const Matrix& w) { return w.cols % 16 == 0 && detail::aligned16(w.weights); }
+
+// q4_g64: thread i reads row i / 2, columns (i % 2) * 32 .. +32 (16 bytes, one
+// group scale); q8_row: thread i reads rows i / 4 and 32 + i / 4, columns
+// (i % 4) * 16 .. +16 (16 bytes each, the row's scale).
+template <WeightFormat kFormat>
+__device__ void fetch_weight_tile(const Matrix& w, int n0, int k0, WeightFetch& f) {
+  const std::size_t cols = static_cast<std::size_t>(w.cols);
+  const int i = static_cast<int>(threadIdx.x);
+  if constexpr (kFormat == WeightFormat::q4_g64) {
+    const int row = n0 + i / 2, half = i % 2;
+    f.words[0] = make_uint4(0, 0, 0, 0);
+    f.scale[0] = 0;
+    if (row < w.rows) {
+      const auto* bytes = static_cast<const std::uint8_t*>(w.weights) + row * (cols / 2) + k0 / 2 + half * 16;
+      f.words[0] = __ldg(reinterpret_cast<const uint4*>(bytes));
+      f.scale[0] = __half2float(__ushort_as_half(
+          __ldg(static_cast<const unsigned short*>(w.scales) + row * (cols / 64) + k0 / 64)));
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int row = n0 + i / 4 + 32 * j, k = k0 + (i % 4) * 16;
+      f.words[j] = make_uint4(0, 0, 0, 0);
+      f.scale[j] = 0;
+      if (row < w.rows && k < w.cols) {  // cols % 16 == 0: the 16 bytes are inside the row
+        f.words[j] = __ldg(reinterpret_cast<const uint4*>(static_cast<const std::uint8_t*>(w.weights) + row * cols + k));
+        f.scale[j] = __ldg(static_cast<const float*>(w.scales) + row);
+      }
+    }
+  }
+}
+
+// Eight f16 values as one 16-byte shared store.
+__device__ __forceinline__ void store8(__half* to, const float (&v)[8]) {
+  __half2 h[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) h[j] = __floats2half2_rn(v[2 * j], v[2 * j + 1]);
+  *reinterpret_cast<uint4*>(to) = *reinterpret_cast<const uint4*>(h);
+}
+
+template <WeightFormat kFormat>
+__device__ void store_weight_tile(const WeightFetch& f, __half (*b)[kHalfPitch]) {
+  const int i = static_cast<int>(threadIdx.x);
+  if constexpr (kFormat == WeightFormat::q4_g64) {
+    const unsigned packed[4] = {f.words[0].x, f.words[0].y, f.words[0].z, f.words[0].w};
+#pragma unroll
+    for (int word = 0; word < 4; ++word) {  // nibble n of a word is column 8 word + n, low nibble first
+      float v[8];
+#pragma unroll
+      for (int n = 0; n < 8; ++n) v[n] = static_cast<float>(static_cast<int>((packed[word] >> (4 * n)) & 15u) - 8) * f.scale[0];
+      store8(&b[i / 2][(i % 2) * 32 + word * 8], v);
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const unsigned packed[4] = {f.words[j].x, f.words[j].y, f.words[j].z, f.words[j].w};
+#pragma unroll
+      for (int pair = 0; pair < 2; ++pair) {  // byte n of a word is column 4 word + n
+        float v[8];
+#pragma unroll
+        for (int n = 0; n < 8; ++n) {
+          const unsigned word = packed[pair * 2 + n / 4];
+          v[n] = static_cast<float>(static_cast<signed char>(word >> (8 * (n % 4)))) * f.scale[j];
+        }
+        store8(&b[i / 4 + 32 * j][(i % 4) * 16 + pair * 8], v);
+      }
+    }
+  }
+}
+
+// Weight rows n0..n0+63, columns k0..k0+63, de-quantised to f16 into b,
+// one element per thread and step: the formats fetch_weight_tile does not
+// take (f16, bf16, unaligned q8_row).
 template <WeightFormat kFormat>
 __device__ void load_weight_tile(const Matrix& w, int n0, int k0, __half (*b)[kHalfPitch]) {
   const std::size_t cols = static_cast<std::size_t>(w.cols);
-  if constexpr (kFormat == WeightFormat::q4_g64) {
-    // cols % 64 == 0 (checked at upload): a row's 64 columns are 32 bytes and one scale.
-    for (int i = static_cast<int>(threadIdx.x); i < kTileN * 2; i += kGemmThreads) {
-      const int n = i / 2, half = i % 2, row = n0 + n;
-      __half* out = &b[n][half * 32];
-      if (row >= w.rows) {
-        for (int j = 0; j < 32; ++j) out[j] = __float2half(0.0f);
-        continue;
-      }
-      const auto* bytes = static_cast<const std::uint8_t*>(w.weights) + row * (cols / 2) + k0 / 2 + half * 16;
-      const uint4 words = __ldg(reinterpret_cast<const uint4*>(bytes));
-      const float scale = __half2float(__ushort_as_half(
-          __ldg(static_cast<const unsigned short*>(w.scales) + row * (cols / 64) + k0 / 64)));
-      const unsigned packed[4] = {words.x, words.y, words.z, words.w};
-#pragma unroll
-      for (int j = 0; j < 32; ++j) {
-        const int nibble = static_cast<int>((packed[j / 8] >> (4 * (j % 8))) & 15u) - 8;
-        out[j] = __float2half(static_cast<float>(nibble) * scale);
-      }
-    }
-  } else if constexpr (kFormat == WeightFormat::q8_row) {
-    for (int i = static_cast<int>(threadIdx.x); i < kTileN * kTileK; i += kGemmThreads) {
-      const int n = i / kTileK, k = i % kTileK, row = n0 + n;
-      float v = 0;
-      if (row < w.rows && k0 + k < w.cols) {
+  for (int i = static_cast<int>(threadIdx.x); i < kTileN * kTileK; i += kGemmThreads) {
+    const int n = i / kTileK, k = i % kTileK, row = n0 + n;
+    float v = 0;
+    if (row < w.rows && k0 + k < w.cols) {
+      if constexpr (kFormat == WeightFormat::q8_row) {
         const auto* q = static_cast<const signed char*>(w.weights) + row * cols;
         v = static_cast<float>(q[k0 + k]) * __ldg(static_cast<const float*>(w.scales) + row);
+      } else {
+        v = float_weight<kFormat>(static_cast<const std::uint8_t*>(w.weights) + row * cols * 2, k0 + k);
       }
-      b[n][k] = __float2half(v);
     }
-  } else {
-    for (int i = static_cast<int>(threadIdx.x); i < kTileN * kTileK; i += kGemmThreads) {
-      const int n = i / kTileK, k = i % kTileK, row = n0 + n;
-      float v = 0;
-      if (row < w.rows && k0 + k < w.cols) {
-        v = float_weight<kFormat>(static_cast<const std::uint8_t*>(w.weights) + row * cols * (kFormat == WeightFormat::f32 ? 4 : 2),
-                                  k0 + k);
-      }
-      b[n][k] = to_half(v);
-    }
+    b[n][k] = to_half(v);
   }
 }
 
@@ -161,6 +237,9 @@ __device__ void store_tile(const GemmRows& r, const TileRows& t, const float (*c
 }
 
 using namespace nvcuda;
+// At least 3 blocks per SM (<= 170 registers): the prefetched tiles cost
+// registers, and the blocks of an SM hide each other's loads.
+constexpr int kTensorBlocksPerSm = 3;
 using FragA = wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major>;
 using FragB = wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major>;
 using FragC = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
@@ -168,8 +247,8 @@ using FragC = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
 // 4 warps, each a 32 x 32 quarter of the tile (2 x 2 fragments); with
 // kSwiglu the second weight (up) gets its own accumulators and the result is
 // silu(gate) * up, element by element (the two fragments share a layout).
-template <WeightFormat kFormat, bool kSwiglu>
-__global__ void __launch_bounds__(kGemmThreads)
+template <WeightFormat kFormat, bool kSwiglu, bool kPrefetch>
+__global__ void __launch_bounds__(kGemmThreads, kTensorBlocksPerSm)
     tensor_gemm_kernel(Matrix w0, Matrix w1, GemmRows r, const float* bias, bool accumulate) {
   __shared__ TileRows t;
   __shared__ __align__(32) TensorShared<kSwiglu> s;
@@ -182,11 +261,32 @@ __global__ void __launch_bounds__(kGemmThreads)
   FragC acc[2][2], acc_up[kSwiglu ? 2 : 1][2];
   for (auto& row : acc) for (auto& f : row) wmma::fill_fragment(f, 0.0f);
   for (auto& row : acc_up) for (auto& f : row) wmma::fill_fragment(f, 0.0f);
+  // kPrefetch: the next k-step's tiles are fetched into registers before
+  // this step's products, so their global loads are in flight while the
+  // tensor cores work (more registers: fewer blocks per SM).
+  const bool fetched = kFormat == WeightFormat::q4_g64 || (kFormat == WeightFormat::q8_row && fetchable(gate));
+  XFetch x;
+  WeightFetch wg, wu;
+  const auto fetch = [&](int k0) {
+    fetch_x_tile(r, t, gate.cols, k0, x);
+    if (fetched) {
+      fetch_weight_tile<kFormat>(gate, n0, k0, wg);
+      if constexpr (kSwiglu) fetch_weight_tile<kFormat>(up, n0, k0, wu);
+    }
+  };
+  if constexpr (kPrefetch) fetch(0);
   for (int k0 = 0; k0 < gate.cols; k0 += kTileK) {
-    load_x_tile(r, t, gate.cols, k0, s.tiles.a);
-    load_weight_tile<kFormat>(gate, n0, k0, s.tiles.b[0]);
-    if constexpr (kSwiglu) load_weight_tile<kFormat>(up, n0, k0, s.tiles.b[kSwiglu ? 1 : 0]);
+    if constexpr (!kPrefetch) fetch(k0);
+    store_x_tile(x, s.tiles.a);
+    if (fetched) {
+      store_weight_tile<kFormat>(wg, s.tiles.b[0]);
+      if constexpr (kSwiglu) store_weight_tile<kFormat>(wu, s.tiles.b[kSwiglu ? 1 : 0]);
+    } else if constexpr (kFormat != WeightFormat::q4_g64) {
+      load_weight_tile<kFormat>(gate, n0, k0, s.tiles.b[0]);
+      if constexpr (kSwiglu) load_weight_tile<kFormat>(up, n0, k0, s.tiles.b[kSwiglu ? 1 : 0]);
+    }
     __syncthreads();
+    if (kPrefetch && k0 + kTileK < gate.cols) fetch(k0 + kTileK);
 #pragma unroll
     for (int kk = 0; kk < kTileK; kk += 16) {
       FragA a[2];
@@ -282,6 +382,16 @@ __global__ void __launch_bounds__(kGemmThreads)
   }
 }
 
+// COLI_CUDA_GEMM=simple: the tensor-core blocks load each k-step's tiles
+// when they need them (no register prefetch); the default prefetches.
+bool prefetch_tiles() {
+  static const bool prefetch = [] {
+    const char* choice = std::getenv("COLI_CUDA_GEMM");
+    return choice == nullptr || std::strcmp(choice, "simple") != 0;
+  }();
+  return prefetch;
+}
+
 dim3 gemm_grid(int rows, const GemmRows& r) {
   return dim3((rows + kTileN - 1) / kTileN, (r.tokens + kTileM - 1) / kTileM, r.order != nullptr ? r.slots : 1);
 }
@@ -294,7 +404,11 @@ struct GemmLaunch {
       if constexpr (kFormat == WeightFormat::f32) {
         simt_gemm_kernel<kSwiglu><<<gemm_grid(w0.rows, r), kGemmThreads, 0, s>>>(w0, w1, r, bias, acc);
       } else {
-        tensor_gemm_kernel<kFormat, kSwiglu><<<gemm_grid(w0.rows, r), kGemmThreads, 0, s>>>(w0, w1, r, bias, acc);
+        if (prefetch_tiles()) {
+          tensor_gemm_kernel<kFormat, kSwiglu, true><<<gemm_grid(w0.rows, r), kGemmThreads, 0, s>>>(w0, w1, r, bias, acc);
+        } else {
+          tensor_gemm_kernel<kFormat, kSwiglu, false><<<gemm_grid(w0.rows, r), kGemmThreads, 0, s>>>(w0, w1, r, bias, acc);
+        }
       }
     }
   };

@@ -97,6 +97,7 @@ __global__ void __launch_bounds__(kNormThreads) qk_prep_kernel(QkPrep p) {
 
 // One block per (head, chunk): the block's warps attend the chunk's
 // positions (attend_span), then the block writes its softmax partial.
+template <int kLaneDims>
 __global__ void __launch_bounds__(kAttentionThreads) attention_chunk_kernel(Attention a) {
   __shared__ float weighted[kMaxHeadDim];
   const int head = static_cast<int>(blockIdx.x), chunk = static_cast<int>(blockIdx.y);
@@ -104,7 +105,7 @@ __global__ void __launch_bounds__(kAttentionThreads) attention_chunk_kernel(Atte
   const int first = chunk * kAttentionChunk;
   if (first >= positions) return;  // the whole block
   const SpanPartial span =
-      attend_span(a, a.q + head * a.head_dim, head, first, min(first + kAttentionChunk, positions), weighted);
+      attend_span<kLaneDims>(a, a.q + head * a.head_dim, head, first, min(first + kAttentionChunk, positions), weighted);
   const std::size_t chunks = (static_cast<std::size_t>(a.context) + kAttentionChunk - 1) / kAttentionChunk;
   float* partial = a.scores + (static_cast<std::size_t>(head) * chunks + chunk) * (a.head_dim + 2);
   if (threadIdx.x == 0) {
@@ -113,6 +114,13 @@ __global__ void __launch_bounds__(kAttentionThreads) attention_chunk_kernel(Atte
   }
   for (int d = static_cast<int>(threadIdx.x); d < a.head_dim; d += kAttentionThreads) partial[2 + d] = weighted[d];
 }
+
+template <int kLaneDims>
+struct AttentionChunkLaunch {
+  static void run(cudaStream_t s, const Attention& a, int chunks) {
+    attention_chunk_kernel<kLaneDims><<<dim3(a.heads, chunks), kAttentionThreads, 0, s>>>(a);
+  }
+};
 
 // One block per head: the chunks' partials merged in position order.
 __global__ void __launch_bounds__(kAttentionThreads) attention_merge_kernel(Attention a) {
@@ -277,7 +285,7 @@ int qk_prep_rows(Stream stream, const QkPrep& p, int tokens) {
 
 int attention(Stream stream, const Attention& a) {
   const int chunks = (a.context + kAttentionChunk - 1) / kAttentionChunk;
-  attention_chunk_kernel<<<dim3(a.heads, chunks), kAttentionThreads, 0, stream_of(stream)>>>(a);
+  for_lane_dims<AttentionChunkLaunch>(a.head_dim, stream_of(stream), a, chunks);
   if (const cudaError_t launched = cudaGetLastError(); launched != cudaSuccess) return static_cast<int>(launched);
   attention_merge_kernel<<<a.heads, kAttentionThreads, 0, stream_of(stream)>>>(a);
   return static_cast<int>(cudaGetLastError());
