@@ -46,10 +46,10 @@ inline u64 mlp_width_of(const model::ModelConfig& c) {
 // Bytes of each step buffer (engine/cuda/cuda_step.h's StepBuffers).
 struct StepBufferBytes {
   u64 x, h, q, k, v, attn, scores, mlp_a, router_logits, act, shared_out, shared_gate, final_h, logits, position,
-      choices, counts, ids, host_rows, rope, kv;
+      choices, counts, ids, host_rows, rope, arrivals, kv;
   u64 activations() const {  // everything but the KV cache
     return x + h + q + k + v + attn + scores + mlp_a + router_logits + act + shared_out + shared_gate + final_h + logits +
-           position + choices + counts + ids + host_rows + rope;
+           position + choices + counts + ids + host_rows + rope + arrivals;
   }
 };
 
@@ -75,6 +75,7 @@ inline StepBufferBytes step_buffer_bytes(const model::ModelConfig& c, u64 moe_la
   b.ids = top_k * 4;
   b.host_rows = top_k * c.hidden_size * f;
   b.rope = context * (c.head_dim / 2) * 2 * f;
+  b.arrivals = 4;  // the router's split blocks count themselves here
   b.kv = c.num_hidden_layers * 2 * context * kv_width * f;
   return b;
 }

@@ -85,12 +85,14 @@ Status mlp_block(Recorder& r, const CudaLayer& w, StepBuffers& b) {
 }
 
 // h = the post-attention RMSNorm of x, then the router's choice: one launch
-// for float routers (norm_route), else rms_norm, the router's matvec and route_topk.
+// for float routers (norm_route, its rows over several blocks), else
+// rms_norm, the router's matvec and route_topk.
 Status norm_and_route(Recorder& r, const model::ModelConfig& c, const CudaLayer& w, StepBuffers& b, const k::Route& route) {
   const int hidden = static_cast<int>(c.hidden_size);
   const auto eps = static_cast<float>(c.rms_norm_eps);
   if (k::norm_route_fits(w.router, hidden)) {
-    const k::NormRoute fused{at(b.x), w.post_norm, at(b.h), hidden, eps, w.router, route};
+    const k::NormRoute fused{at(b.x), w.post_norm, at(b.h), hidden, eps, w.router, route, at<unsigned>(b.arrivals),
+                             at(b.router_logits)};
     return r.check("norm_route " + std::string(name_of(w.router.format)), k::norm_route(r.stream(), fused));
   }
   for (Status s : {r.check("rms_norm", k::rms_norm(r.stream(), at(b.x), w.post_norm, at(b.h), hidden, eps)),
@@ -134,7 +136,8 @@ Status moe_block(Recorder& r, const model::ModelConfig& c, const CudaWeights& we
 std::uint64_t StepBuffers::activation_bytes() const {
   std::uint64_t sum = 0;
   for (const DeviceBuffer* d : {&x, &h, &q, &k, &v, &attn, &scores, &mlp_a, &router_logits, &act, &shared_out,
-                                &shared_gate, &final_h, &logits, &position, &choices, &counts, &ids, &host_rows, &rope}) {
+                                &shared_gate, &final_h, &logits, &position, &choices, &counts, &ids, &host_rows, &rope,
+                                &arrivals}) {
     sum += d->bytes();
   }
   return sum;
@@ -151,7 +154,7 @@ Result<StepBuffers> make_step_buffers(const model::ModelConfig& c, const CudaWei
       {&b.mlp_a, n.mlp_a}, {&b.router_logits, n.router_logits}, {&b.act, n.act}, {&b.shared_out, n.shared_out},
       {&b.shared_gate, n.shared_gate}, {&b.final_h, n.final_h}, {&b.logits, n.logits}, {&b.position, n.position},
       {&b.choices, n.choices}, {&b.counts, n.counts}, {&b.ids, n.ids}, {&b.host_rows, n.host_rows}, {&b.rope, n.rope},
-      {&b.kv, n.kv}};
+      {&b.arrivals, n.arrivals}, {&b.kv, n.kv}};
   for (const auto& [buffer, bytes] : sizes) {
     auto made = DeviceBuffer::allocate(bytes);
     if (!made) return make_error("the CUDA decoder's working memory: " + made.error().message);
@@ -161,7 +164,7 @@ Result<StepBuffers> make_step_buffers(const model::ModelConfig& c, const CudaWei
   const std::vector<float> table = forward::Rope(static_cast<int>(c.head_dim), c.rope_theta).cos_sin_table(context);
   if (Status s = b.rope.upload(table.data(), table.size() * f); !s) return s.error();
   // Zeroed: the uncaptured first step runs before any host rows exist.
-  for (DeviceBuffer* zeroed : {&b.counts, &b.host_rows}) {
+  for (DeviceBuffer* zeroed : {&b.counts, &b.host_rows, &b.arrivals}) {
     const std::vector<std::byte> zeros(zeroed->bytes());
     if (Status s = zeroed->upload(zeros.data(), zeros.size()); !s) return s.error();
   }

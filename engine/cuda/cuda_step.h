@@ -19,6 +19,7 @@ struct StepBuffers {
   DeviceBuffer ids;       // int[top_k]: a hybrid layer's expert ids, for the host
   DeviceBuffer host_rows; // float[top_k][hidden]: a hybrid layer's rows the host computed
   DeviceBuffer rope;      // float[context][head_dim/2][2]
+  DeviceBuffer arrivals;  // unsigned: norm_route's block count (zero between launches)
   DeviceBuffer kv;        // float[layers][2][context][kv_width]
   int context = 0;
   std::uint64_t activation_bytes() const;

@@ -21,6 +21,86 @@ __global__ void __launch_bounds__(kAttentionThreads) attention_rows_kernel(Atten
   for (int d = static_cast<int>(threadIdx.x); d < a.head_dim; d += kAttentionThreads) a.out[row + d] = weighted[d] * inv;
 }
 
+// Heads of at most 128 dims: one block per (head, kQueryTile consecutive
+// queries) walks the cache in tiles of kPositionTile positions, each K and
+// V tile read once into shared memory for all of the block's queries (the
+// per-query kernel above reads it once per query). Scores with lanes over
+// positions (K rows padded: no bank conflicts), an online softmax per query
+// tile step, the weighted V sum with lanes over dims.
+constexpr int kQueryTile = 16;
+constexpr int kPositionTile = kWarpSize;
+constexpr int kTiledHeadDim = 128;
+constexpr int kQueriesPerWarp = kQueryTile / kAttentionWarps;
+
+__global__ void __launch_bounds__(kAttentionThreads) attention_tiles_kernel(Attention a, int tokens) {
+  __shared__ float k_tile[kPositionTile][kTiledHeadDim + 1];
+  __shared__ float v_tile[kPositionTile][kTiledHeadDim];
+  __shared__ float q_tile[kQueryTile][kTiledHeadDim];
+  const int head = static_cast<int>(blockIdx.x), first_query = static_cast<int>(blockIdx.y) * kQueryTile;
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize, warp = static_cast<int>(threadIdx.x) / kWarpSize;
+  const int queries = min(kQueryTile, tokens - first_query), start = *a.position, dims = a.head_dim;
+  const int q_width = a.heads * dims, kv_width = a.kv_heads * dims;
+  const int kv_offset = head / (a.heads / a.kv_heads) * dims;
+  for (int i = static_cast<int>(threadIdx.x); i < kQueryTile * dims; i += kAttentionThreads) {
+    const int query = i / dims, d = i % dims;
+    q_tile[query][d] = query < queries ? a.q[static_cast<std::size_t>(first_query + query) * q_width + head * dims + d] : 0.0f;
+  }
+  float m[kQueriesPerWarp], l[kQueriesPerWarp], acc[kQueriesPerWarp][kTiledHeadDim / kWarpSize];
+#pragma unroll
+  for (int j = 0; j < kQueriesPerWarp; ++j) {
+    m[j] = -3.402823e38f, l[j] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kTiledHeadDim / kWarpSize; ++i) acc[j][i] = 0.0f;
+  }
+  const int last_position = start + first_query + queries - 1;
+  for (int tile = 0; tile <= last_position; tile += kPositionTile) {
+    __syncthreads();  // the previous tile is used up (and q_tile written, the first time)
+    for (int i = static_cast<int>(threadIdx.x); i < kPositionTile * dims; i += kAttentionThreads) {
+      const int p = i / dims, d = i % dims;
+      const bool inside = tile + p <= last_position;
+      const std::size_t at = static_cast<std::size_t>(tile + p) * kv_width + kv_offset + d;
+      k_tile[p][d] = inside ? a.k_cache[at] : 0.0f;
+      v_tile[p][d] = inside ? a.v_cache[at] : 0.0f;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int j = 0; j < kQueriesPerWarp; ++j) {
+      const int query = warp * kQueriesPerWarp + j;
+      if (query >= queries) continue;  // the whole warp
+      const int position = tile + lane, own = start + first_query + query;
+      float score = 0.0f;
+      for (int d = 0; d < dims; ++d) score += q_tile[query][d] * k_tile[lane][d];
+      score = position <= own ? score * a.scale : -3.402823e38f;
+      const float m_new = fmaxf(m[j], warp_max(score));
+      const float rescale = expf(m[j] - m_new);
+      const float weight = position <= own ? expf(score - m_new) : 0.0f;
+      l[j] = l[j] * rescale + warp_sum(weight);
+#pragma unroll
+      for (int i = 0; i < kTiledHeadDim / kWarpSize; ++i) acc[j][i] *= rescale;
+      for (int p = 0; p < kPositionTile && tile + p <= own; ++p) {
+        const float w = __shfl_sync(detail::kFullWarp, weight, p);
+#pragma unroll
+        for (int i = 0; i < kTiledHeadDim / kWarpSize; ++i) {
+          const int d = lane + i * kWarpSize;
+          if (d < dims) acc[j][i] += w * v_tile[p][d];
+        }
+      }
+      m[j] = m_new;
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kQueriesPerWarp; ++j) {
+    const int query = warp * kQueriesPerWarp + j;
+    if (query >= queries) continue;
+    float* out = a.out + static_cast<std::size_t>(first_query + query) * q_width + head * dims;
+#pragma unroll
+    for (int i = 0; i < kTiledHeadDim / kWarpSize; ++i) {
+      const int d = lane + i * kWarpSize;
+      if (d < dims) out[d] = acc[j][i] / l[j];
+    }
+  }
+}
+
 template <int kLaneDims>
 struct AttentionRowsLaunch {
   static void run(cudaStream_t s, const Attention& a, int tokens) {
@@ -88,7 +168,12 @@ cudaStream_t stream_of(Stream s) { return static_cast<cudaStream_t>(s); }
 
 int attention_rows(Stream stream, const Attention& a, int tokens) {
   if (tokens < 1 || a.head_dim > kMaxHeadDim) return static_cast<int>(cudaErrorInvalidValue);
-  for_lane_dims<AttentionRowsLaunch>(a.head_dim, stream_of(stream), a, tokens);
+  if (a.head_dim <= kTiledHeadDim) {
+    attention_tiles_kernel<<<dim3(a.heads, (tokens + kQueryTile - 1) / kQueryTile), kAttentionThreads, 0,
+                             stream_of(stream)>>>(a, tokens);
+  } else {
+    for_lane_dims<AttentionRowsLaunch>(a.head_dim, stream_of(stream), a, tokens);
+  }
   return static_cast<int>(cudaGetLastError());
 }
 

@@ -120,7 +120,13 @@ struct NormRoute {
   int hidden = 0;
   float eps = 0;
   Matrix router;  // [experts][hidden]
-  Route route;    // its logits pointer is unused (they stay in shared memory)
+  Route route;    // one block: its logits pointer is unused (they stay in shared memory)
+  // Decode (norm_route): when given (a zeroed counter and experts floats),
+  // the router's rows are split over several blocks, each computing the
+  // norm itself and writing its logits; the last block to arrive routes and
+  // zeroes the counter again (so a captured graph replays it).
+  unsigned* arrivals = nullptr;
+  float* logits = nullptr;
 };
 bool norm_route_fits(const Matrix& router, int hidden);
 int norm_route(Stream stream, const NormRoute& r);

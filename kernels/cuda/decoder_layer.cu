@@ -60,38 +60,37 @@ __device__ void rotate(float* v, int heads, int head_dim, const float* table, in
   }
 }
 
-// One block per token (decode: one), token t at position *p.position + t.
-__global__ void __launch_bounds__(kNormThreads) qk_prep_kernel(QkPrep p) {
-  const int q_width = p.heads * p.head_dim;
-  const int kv_width = p.kv_heads * p.head_dim;
-  const int token = static_cast<int>(blockIdx.x);
-  p.q += static_cast<std::size_t>(token) * q_width;
-  p.k += static_cast<std::size_t>(token) * kv_width;
-  p.v += static_cast<std::size_t>(token) * kv_width;
+// Clip, norm and rotate one projection of `heads` heads in place.
+__device__ void prepare(float* v, int heads, const QkPrep& p, const float* norm, int position) {
+  const int width = heads * p.head_dim;
   if (p.clip > 0) {
-    for (int i = static_cast<int>(threadIdx.x); i < q_width; i += kNormThreads) p.q[i] = fminf(fmaxf(p.q[i], -p.clip), p.clip);
-    for (int i = static_cast<int>(threadIdx.x); i < kv_width; i += kNormThreads) {
-      p.k[i] = fminf(fmaxf(p.k[i], -p.clip), p.clip);
-      p.v[i] = fminf(fmaxf(p.v[i], -p.clip), p.clip);
-    }
+    for (int i = static_cast<int>(threadIdx.x); i < width; i += kNormThreads) v[i] = fminf(fmaxf(v[i], -p.clip), p.clip);
     __syncthreads();
   }
-  if (p.norm_mode == 1) {
-    norm_slices(p.q, p.heads, p.head_dim, p.q_norm, p.eps);
-    norm_slices(p.k, p.kv_heads, p.head_dim, p.k_norm, p.eps);
-  } else if (p.norm_mode == 2) {
-    norm_whole(p.q, q_width, p.q_norm, p.eps);
-    norm_whole(p.k, kv_width, p.k_norm, p.eps);
-  }
+  if (p.norm_mode == 1) norm_slices(v, heads, p.head_dim, norm, p.eps);
+  if (p.norm_mode == 2) norm_whole(v, width, norm, p.eps);
   __syncthreads();
+  rotate(v, heads, p.head_dim, p.rope, position);
+}
+
+// Blocks (token, 0) prepare q, blocks (token, 1) k and v and append them to
+// the caches; token t is at position *p.position + t (decode: one token).
+__global__ void __launch_bounds__(kNormThreads) qk_prep_kernel(QkPrep p) {
+  const int token = static_cast<int>(blockIdx.x);
   const int position = *p.position + token;
-  rotate(p.q, p.heads, p.head_dim, p.rope, position);
-  rotate(p.k, p.kv_heads, p.head_dim, p.rope, position);
+  if (blockIdx.y == 0) {
+    prepare(p.q + static_cast<std::size_t>(token) * p.heads * p.head_dim, p.heads, p, p.q_norm, position);
+    return;
+  }
+  const int kv_width = p.kv_heads * p.head_dim;
+  float* k = p.k + static_cast<std::size_t>(token) * kv_width;
+  const float* v = p.v + static_cast<std::size_t>(token) * kv_width;
+  prepare(k, p.kv_heads, p, p.k_norm, position);
   __syncthreads();
   const std::size_t row = static_cast<std::size_t>(position) * kv_width;
   for (int i = static_cast<int>(threadIdx.x); i < kv_width; i += kNormThreads) {
-    p.k_cache[row + i] = p.k[i];
-    p.v_cache[row + i] = p.v[i];
+    p.k_cache[row + i] = k[i];
+    p.v_cache[row + i] = p.clip > 0 ? fminf(fmaxf(v[i], -p.clip), p.clip) : v[i];
   }
 }
 
@@ -254,6 +253,51 @@ __global__ void __launch_bounds__(kNormRouteThreads) norm_route_kernel(NormRoute
   if (warp == 0) route_warp(route_of_token(r.route), logits, lane);
 }
 
+constexpr int kSplitRouteThreads = 256;
+constexpr int kSplitRouteWarps = kSplitRouteThreads / kWarpSize;
+
+// One token, the router's rows over the grid (a warp per row): every block
+// normalises x itself (block 0 also writes h for the experts), then the
+// last block to finish (a fenced arrival count) routes over all logits.
+template <WeightFormat kFormat>
+__global__ void __launch_bounds__(kSplitRouteThreads) norm_route_split_kernel(NormRoute r) {
+  __shared__ float h[kMaxRouterHidden];
+  __shared__ float logits[kMaxRoutedExperts];
+  __shared__ bool last;
+  float sum = 0;
+  for (int i = static_cast<int>(threadIdx.x); i < r.hidden; i += kSplitRouteThreads) sum += r.x[i] * r.x[i];
+  const float scale = rsqrtf(block_sum(sum) / static_cast<float>(r.hidden) + r.eps);
+  for (int i = static_cast<int>(threadIdx.x); i < r.hidden; i += kSplitRouteThreads) {
+    const float value = r.x[i] * scale * r.norm[i];
+    h[i] = value;
+    if (blockIdx.x == 0) r.h[i] = value;
+  }
+  __syncthreads();
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize, warp = static_cast<int>(threadIdx.x) / kWarpSize;
+  for (int row = static_cast<int>(blockIdx.x) * kSplitRouteWarps + warp; row < r.router.rows;
+       row += static_cast<int>(gridDim.x) * kSplitRouteWarps) {
+    const float value = row_dot<kFormat>(r.router, row, h);
+    if (lane == 0) r.logits[row] = value;
+  }
+  __threadfence();  // this block's logits visible to the last block before it counts itself
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(r.arrivals, 1u) == gridDim.x - 1;
+  __syncthreads();
+  if (!last) return;
+  for (int e = static_cast<int>(threadIdx.x); e < r.router.rows; e += kSplitRouteThreads) logits[e] = __ldcg(r.logits + e);
+  __syncthreads();
+  if (warp == 0) route_warp(r.route, logits, lane);  // one token: not route_of_token (blockIdx is the last block's)
+  if (threadIdx.x == 0) *r.arrivals = 0;
+}
+
+template <WeightFormat kFormat>
+struct NormRouteSplitLaunch {
+  static void run(cudaStream_t s, const NormRoute& r) {
+    const int blocks = (r.router.rows + kSplitRouteWarps - 1) / kSplitRouteWarps;
+    norm_route_split_kernel<kFormat><<<blocks, kSplitRouteThreads, 0, s>>>(r);
+  }
+};
+
 template <WeightFormat kFormat>
 struct NormRouteLaunch {
   static void run(cudaStream_t s, const NormRoute& r, int tokens) {
@@ -279,7 +323,7 @@ int qk_prep(Stream stream, const QkPrep& p) { return qk_prep_rows(stream, p, 1);
 
 int qk_prep_rows(Stream stream, const QkPrep& p, int tokens) {
   if (tokens < 1) return static_cast<int>(cudaErrorInvalidValue);
-  qk_prep_kernel<<<tokens, kNormThreads, 0, stream_of(stream)>>>(p);
+  qk_prep_kernel<<<dim3(tokens, 2), kNormThreads, 0, stream_of(stream)>>>(p);
   return static_cast<int>(cudaGetLastError());
 }
 
@@ -297,7 +341,17 @@ bool norm_route_fits(const Matrix& router, int hidden) {
   return float_rows && hidden <= kMaxRouterHidden && router.cols == hidden && router.rows <= kMaxRoutedExperts;
 }
 
-int norm_route(Stream stream, const NormRoute& r) { return norm_route_rows(stream, r, 1); }
+int norm_route(Stream stream, const NormRoute& r) {
+  if (r.arrivals == nullptr || r.logits == nullptr) return norm_route_rows(stream, r, 1);
+  if (!norm_route_fits(r.router, r.hidden)) return static_cast<int>(cudaErrorInvalidValue);
+  switch (r.router.format) {
+    case WeightFormat::f32: NormRouteSplitLaunch<WeightFormat::f32>::run(stream_of(stream), r); break;
+    case WeightFormat::bf16: NormRouteSplitLaunch<WeightFormat::bf16>::run(stream_of(stream), r); break;
+    case WeightFormat::f16: NormRouteSplitLaunch<WeightFormat::f16>::run(stream_of(stream), r); break;
+    default: return static_cast<int>(cudaErrorInvalidValue);
+  }
+  return static_cast<int>(cudaGetLastError());
+}
 
 int norm_route_rows(Stream stream, const NormRoute& r, int tokens) {
   if (!norm_route_fits(r.router, r.hidden) || tokens < 1) return static_cast<int>(cudaErrorInvalidValue);

@@ -204,12 +204,13 @@ TEST(CudaPrefillKernels, AChoiceWithoutASlotShowsAsNaN) {
   }
 }
 
-// 40 queries at positions 30..69 over a cache whose rows 0..69 are set:
-// query t sees rows 0..30+t only (causal), grouped-query heads.
-TEST(CudaPrefillKernels, AttentionRowsAreCausalOverTheCache) {
-  REQUIRE_CUDA();
-  std::mt19937 rng(23);
-  const int heads = 4, kv_heads = 2, head_dim = 96, context = 80, start = 30, tokens = 40;
+// `tokens` queries at positions start.. over a cache whose rows 0..start +
+// tokens - 1 are set: query t sees rows 0..start + t only (causal),
+// grouped-query heads.
+void check_attention_rows(int head_dim, int start, int tokens) {
+  SCOPED_TRACE("head_dim " + std::to_string(head_dim) + ", " + std::to_string(tokens) + " queries from " + std::to_string(start));
+  std::mt19937 rng(static_cast<unsigned>(23 + head_dim));
+  const int heads = 4, kv_heads = 2, context = start + tokens + 5;
   const int q_width = heads * head_dim, kv_width = kv_heads * head_dim;
   const std::vector<float> q = random_floats(rng, static_cast<std::size_t>(tokens) * q_width);
   std::vector<float> keys = random_floats(rng, static_cast<std::size_t>(context) * kv_width);
@@ -229,6 +230,17 @@ TEST(CudaPrefillKernels, AttentionRowsAreCausalOverTheCache) {
       ASSERT_NEAR(got[static_cast<std::size_t>(t) * q_width + i], expected[i], 1e-4) << "token " << t << " head " << i / head_dim;
     }
   }
+}
+
+// Heads of up to 128 dims take the tiled kernel (16 queries per block, 32
+// positions per tile): partial query and position tiles; wider heads the
+// per-query one.
+TEST(CudaPrefillKernels, AttentionRowsAreCausalOverTheCache) {
+  REQUIRE_CUDA();
+  check_attention_rows(96, 30, 40);
+  check_attention_rows(128, 0, 70);
+  check_attention_rows(64, 100, 1);
+  check_attention_rows(160, 30, 20);
 }
 
 }  // namespace
