@@ -53,14 +53,20 @@ inline void team_steps(int threads, std::span<const std::function<void()>> steps
 }
 
 // step(i) for every i < count, shared by the members of the team that runs
-// this (handed out one by one as members finish), with no barrier at the
-// end (team_steps has one between steps). Outside a parallel region the
-// calling thread runs them all.
+// this (as parallel_for: contiguous ranges for equal steps, one by one as
+// members finish for unequal ones), with no barrier at the end (team_steps
+// has one between steps). Outside a parallel region the calling thread runs
+// them all.
 template <class Step>
-void for_each_in_team(std::size_t count, const Step& step) {
+void for_each_in_team(std::size_t count, const Step& step, StepCost cost = StepCost::equal_steps) {
   const auto steps = static_cast<long long>(count);
+  if (cost == StepCost::unequal_steps) {
 #pragma omp for schedule(dynamic) nowait
-  for (long long i = 0; i < steps; ++i) step(static_cast<std::size_t>(i));
+    for (long long i = 0; i < steps; ++i) step(static_cast<std::size_t>(i));
+  } else {
+#pragma omp for schedule(static) nowait
+    for (long long i = 0; i < steps; ++i) step(static_cast<std::size_t>(i));
+  }
 }
 
 }  // namespace coli::kernels::cpu

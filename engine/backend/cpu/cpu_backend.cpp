@@ -273,7 +273,7 @@ void CpuBackend::ffn_quantized(const ExpertBatch& batch) {
           std::copy(x.begin(), x.end(), rows.begin() + static_cast<std::ptrdiff_t>(i * in_width));
         }
         inputs_[g].fill(rows);
-      });
+      }, cpu::StepCost::unequal_steps);
     });
   }
   steps.emplace_back([&] { gate_up->share(); });
@@ -282,7 +282,7 @@ void CpuBackend::ffn_quantized(const ExpertBatch& batch) {
       const auto gate = rows_of(gate_, groups[g], width), up = rows_of(up_, groups[g], width);
       for (std::size_t j = 0; j < gate.size(); ++j) gate[j] = forward::silu(gate[j]) * up[j];
       hidden_[g].fill(gate);
-    });
+    }, cpu::StepCost::unequal_steps);
   });
   steps.emplace_back([&] { down->share(); });
   if (!one_row) {
