@@ -113,9 +113,10 @@ u64 dense_bytes_per_token(const ModelFootprint& fp) {
 // Parallel steps of one CPU decode token, as the engine runs them
 // (engine/runtime/src/moe_model.cpp, engine/backend/cpu): per layer q/k/v,
 // attention and the o projection; per MoE layer the router, the experts (one
-// team: gate/up, SwiGLU and down meet at two barriers,
-// CpuBackend::ffn_quantized) and a shared expert's two; per dense-MLP layer
-// its gate/up and down; then the lm_head.
+// team, CpuBackend::ffn_quantized: gate/up, SwiGLU, down and, without a
+// shared expert, the weighted sums, meeting at two or three barriers) and a
+// shared expert's two; per dense-MLP layer its gate/up and down; then the
+// lm_head.
 struct DecodeParallelSteps {
   int regions = 0;
   int barriers = 0;
@@ -124,7 +125,7 @@ struct DecodeParallelSteps {
 DecodeParallelSteps cpu_decode_parallel_steps(const ModelFootprint& fp) {
   const int layers = static_cast<int>(fp.config.num_hidden_layers), moe = static_cast<int>(fp.moe_layer_count());
   const int per_moe = 1 + 1 + (fp.config.has_shared_expert() ? 2 : 0);
-  return {layers * 3 + moe * per_moe + (layers - moe) * 2 + 1, moe * 2};
+  return {layers * 3 + moe * per_moe + (layers - moe) * 2 + 1, moe * (fp.config.has_shared_expert() ? 2 : 3)};
 }
 
 // The point measured at the team size nearest `threads` among those `usable`

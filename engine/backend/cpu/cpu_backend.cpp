@@ -186,8 +186,53 @@ void CpuBackend::project(const container::ExpertPart& part, WeightFormat format,
 
 void CpuBackend::expert_ffn_batch(const ExpertBatch& batch) {
   if (batch.rows.empty()) return;
-  if (!exact_ && traits(batch.layout->format).cpu_int8_kernels) ffn_quantized(batch);
-  else ffn_each(batch);
+  group_sums(batch);
+  if (!exact_ && traits(batch.layout->format).cpu_int8_kernels) {
+    ffn_quantized(batch);
+    return;
+  }
+  ffn_each(batch);
+  const std::size_t width = batch.layout->parts[2].rows;
+  for (std::size_t i = 0; i < sum_items(width); ++i) add_sum_item(batch, width, i);
+}
+
+// The runs of batch.sums with one sum_row, checked against out and sum_into
+// (a term outside them is a wiring mistake: thrown here, before any team).
+void CpuBackend::group_sums(const ExpertBatch& batch) {
+  sum_groups_.clear();
+  const std::size_t width = batch.layout->parts[2].rows;
+  for (std::size_t i = 0; i < batch.sums.size(); ++i) {
+    const WeightedOutput& term = batch.sums[i];
+    if (term.output_row < 0 || static_cast<std::size_t>(term.output_row + 1) * width > batch.out.size() ||
+        term.sum_row < 0 || static_cast<std::size_t>(term.sum_row + 1) * width > batch.sum_into.size()) {
+      throw std::invalid_argument("expert batch: a weighted sum's rows are outside out or sum_into");
+    }
+    if (i == 0 || term.sum_row != batch.sums[i - 1].sum_row) sum_groups_.push_back(i);
+  }
+  if (!batch.sums.empty()) sum_groups_.push_back(batch.sums.size());
+}
+
+// Items of the weighted sums: each sum row cut into blocks of kSumBlock values.
+std::size_t CpuBackend::sum_items(std::size_t width) const {
+  const std::size_t sum_rows = sum_groups_.empty() ? 0 : sum_groups_.size() - 1;
+  return sum_rows * ((width + kSumBlock - 1) / kSumBlock);
+}
+
+// One block of one sum row: its terms summed from zero in their order
+// (forward::add_scaled, as the engine sums a token's experts), then added to
+// sum_into. Every value goes through the same operations in the same order
+// as a whole row summed on one thread, so the bits are the same.
+void CpuBackend::add_sum_item(const ExpertBatch& batch, std::size_t width, std::size_t item) const {
+  const std::size_t blocks = (width + kSumBlock - 1) / kSumBlock, group = item / blocks;
+  const std::size_t begin = item % blocks * kSumBlock, count = std::min(kSumBlock, width - begin);
+  float sum[kSumBlock] = {};
+  const std::span<float> block(sum, count);
+  for (std::size_t i = sum_groups_[group]; i < sum_groups_[group + 1]; ++i) {
+    const WeightedOutput& term = batch.sums[i];
+    forward::add_scaled(term.weight, batch.out.subspan(static_cast<std::size_t>(term.output_row) * width + begin, count), block);
+  }
+  float* row = batch.sum_into.data() + static_cast<std::size_t>(batch.sums[sum_groups_[group]].sum_row) * width + begin;
+  for (std::size_t j = 0; j < count; ++j) row[j] += sum[j];
 }
 
 void CpuBackend::ffn_each(const ExpertBatch& batch) {
@@ -211,7 +256,8 @@ void CpuBackend::ffn_each(const ExpertBatch& batch) {
 // weight row is read once per tile of tokens. The whole batch is one team
 // (cpu::team_steps) whose steps meet at barriers: rows gathered and
 // quantised per expert, all gates and ups, SwiGLU and its quantisation per
-// expert, all downs, rows scattered back. As separate parallel regions the
+// expert, all downs, rows scattered back, the weighted sums when the batch
+// asks for them. As separate parallel regions the
 // decode token's three (gate/up, SwiGLU, down) cost two more fork/joins
 // per layer, ~9 us each at 16 threads against ~1.5 us a barrier. Every output
 // equals ffn_each's bit for bit: quantisation is per row and every Y[t] of a
@@ -292,6 +338,9 @@ void CpuBackend::ffn_quantized(const ExpertBatch& batch) {
         std::copy(from.begin(), from.end(), output_row(i).begin());
       });
     });
+  }
+  if (!batch.sums.empty()) {
+    steps.emplace_back([&] { cpu::for_each_in_team(sum_items(out_width), [&](std::size_t i) { add_sum_item(batch, out_width, i); }); });
   }
   cpu::team_steps(gemv_.threads, steps);
 }

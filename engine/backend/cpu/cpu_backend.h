@@ -81,6 +81,13 @@ class CpuBackend final : public Backend {
   void run_quantized(WeightFormat format, std::span<const QuantizedJob> jobs);
   // The same as one step of a team (ffn_quantized's).
   static std::unique_ptr<kernels::cpu::GemvTeamWork> team_work(WeightFormat format, std::span<const QuantizedJob> jobs);
+  // The batch's weighted sums (ExpertBatch::sums): grouped and checked by
+  // group_sums, then cut into items (a block of one sum row) that any
+  // thread may add.
+  void group_sums(const ExpertBatch& batch);
+  std::size_t sum_items(std::size_t width) const;
+  void add_sum_item(const ExpertBatch& batch, std::size_t width, std::size_t item) const;
+  static constexpr std::size_t kSumBlock = 64;  // values: four cache lines of a row
 
   BackendProps props_;
   kernels::cpu::GemvOptions gemv_;
@@ -91,6 +98,7 @@ class CpuBackend final : public Backend {
   std::vector<kernels::cpu::QuantizedActivations> inputs_, hidden_;
   kernels::cpu::QuantizedActivations rows_q8_, rows_q4_;  // matmul_rows
   ExpertGrouping grouping_;
+  std::vector<std::size_t> sum_groups_;  // where each sum row's terms start in batch.sums, then the end
 };
 
 }  // namespace coli::backend
