@@ -164,6 +164,11 @@ TEST_P(CpuBackendExperts, WeightedSumsEqualTheEnginesSumBitForBit) {
   const WeightedOutput outside{1, 0, 1.0f};
   EXPECT_THROW((*backend)->expert_ffn_batch({storage->get(), &layout, in, out, std::span(&row, 1), std::span(&outside, 1), small}),
                std::invalid_argument);
+  // So is a row whose terms are not together: two threads could add to it at once.
+  std::vector<float> two_rows(2 * out_width);
+  const WeightedOutput unordered[] = {{1, 0, 1.0f}, {0, 0, 1.0f}};
+  EXPECT_THROW((*backend)->expert_ffn_batch({storage->get(), &layout, in, out, std::span(&row, 1), unordered, two_rows}),
+               std::invalid_argument);
 }
 
 INSTANTIATE_TEST_SUITE_P(

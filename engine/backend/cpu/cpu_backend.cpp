@@ -197,7 +197,8 @@ void CpuBackend::expert_ffn_batch(const ExpertBatch& batch) {
 }
 
 // The runs of batch.sums with one sum_row, checked against out and sum_into
-// (a term outside them is a wiring mistake: thrown here, before any team).
+// and for their order (two runs of one row could be added by two threads at
+// once): a wiring mistake, thrown here, before any team.
 void CpuBackend::group_sums(const ExpertBatch& batch) {
   sum_groups_.clear();
   const std::size_t width = batch.layout->parts[2].rows;
@@ -206,6 +207,9 @@ void CpuBackend::group_sums(const ExpertBatch& batch) {
     if (term.output_row < 0 || static_cast<std::size_t>(term.output_row + 1) * width > batch.out.size() ||
         term.sum_row < 0 || static_cast<std::size_t>(term.sum_row + 1) * width > batch.sum_into.size()) {
       throw std::invalid_argument("expert batch: a weighted sum's rows are outside out or sum_into");
+    }
+    if (i > 0 && term.sum_row < batch.sums[i - 1].sum_row) {
+      throw std::invalid_argument("expert batch: weighted sums must be ordered by sum row");
     }
     if (i == 0 || term.sum_row != batch.sums[i - 1].sum_row) sum_groups_.push_back(i);
   }

@@ -59,8 +59,8 @@ struct ExpertBatch {
   std::span<const float> in;
   std::span<float> out;
   std::span<const ExpertRow> rows;
-  // Optional: after the FFNs, each sum_row's terms (consecutive in `sums`)
-  // are summed from zero in their order with forward::add_scaled and the
+  // Optional: after the FFNs, each sum_row's terms (`sums` is ordered by
+  // sum_row) are summed from zero in their order with forward::add_scaled and the
   // sum added to that row of sum_into (rows as wide as out's): a token's
   // experts in routing order, as the engine sums them, by the backend's
   // threads instead of after the batch on one.
