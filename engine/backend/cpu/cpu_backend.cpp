@@ -261,11 +261,11 @@ void CpuBackend::ffn_each(const ExpertBatch& batch) {
 // (cpu::team_steps) whose steps meet at barriers: rows gathered and
 // quantised per expert, all gates and ups, SwiGLU and its quantisation per
 // expert, all downs, rows scattered back, the weighted sums when the batch
-// asks for them. As separate parallel regions the
-// decode token's three (gate/up, SwiGLU, down) cost two more fork/joins
-// per layer, ~9 us each at 16 threads against ~1.5 us a barrier. Every output
-// equals ffn_each's bit for bit: quantisation is per row and every Y[t] of a
-// many-token job equals the one-token product.
+// asks for them. As regions of their own, a decode token's gate/up, SwiGLU
+// and down cost two more fork/joins per layer (~4.5 us each at 16 threads,
+// a barrier ~1.5 us: docs/benchmarks.md). Every output equals ffn_each's
+// bit for bit: quantisation is per row and every Y[t] of a many-token job
+// equals the one-token product.
 void CpuBackend::ffn_quantized(const ExpertBatch& batch) {
   const WeightFormat format = batch.layout->format;
   const auto& [gate_part, up_part, down_part] = std::tie(batch.layout->parts[0], batch.layout->parts[1], batch.layout->parts[2]);
