@@ -6,20 +6,24 @@
 // read bandwidth. Variants: every one this CPU supports; threads: 1 and all.
 //
 //   coli_gemv_bench [--benchmark_filter=decode_layer] ...   (Google Benchmark flags)
+//   coli_gemv_bench --benchmark_filter=expert_steps          (three regions vs one team)
 #include <benchmark/benchmark.h>
 #include <omp.h>
 
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <string>
 #include <type_traits>
 #include <vector>
 
 #include "cpu/gemv_cpu.h"
+#include "cpu/parallel_for.h"
 
 namespace coli::kernels::cpu {
 namespace {
@@ -154,6 +158,57 @@ void decode_layer(benchmark::State& state, const std::vector<Matrix>& matrices, 
   state.SetBytesProcessed(static_cast<std::int64_t>(bytes));
 }
 
+// The fixed cost of one decode token's 8 experts as the engine runs them,
+// on small in-cache experts (gate/up 128x256, down 256x128) so the steps'
+// synchronisation is what is timed: gate/up, SwiGLU and its quantisation per
+// expert, down, either as three parallel regions (`team` false, the engine
+// before issue 13's cpu-decode work) or as one team meeting at two barriers
+// (team_steps, CpuBackend::ffn_quantized now).
+void expert_steps(benchmark::State& state, GemvOptions options, bool team) {
+  constexpr int kActive = 8, kIn = 256, kWidth = 128;
+  static const std::vector<Q4G64Matrix> gate_up = [] {
+    std::vector<Q4G64Matrix> m;
+    for (int i = 0; i < 2 * kActive; ++i) m.push_back(quantize_q4_g64(activations(kWidth * kIn / kHidden), kWidth, kIn));
+    return m;
+  }();
+  static const std::vector<Q4G64Matrix> down = [] {
+    std::vector<Q4G64Matrix> m;
+    for (int i = 0; i < kActive; ++i) m.push_back(quantize_q4_g64(activations(kIn * kWidth / kHidden), kIn, kWidth));
+    return m;
+  }();
+  const std::vector<float> one_token = activations(1), x(one_token.begin(), one_token.begin() + kIn);
+  std::vector<float> gate_out(2 * kActive * kWidth), y(kActive * kIn);
+  QuantizedActivations in;
+  std::vector<QuantizedActivations> hidden(kActive);
+  auto swiglu = [&](std::size_t e) {
+    float* g = gate_out.data() + 2 * e * kWidth;
+    for (int j = 0; j < kWidth; ++j) g[j] = g[j] / (1.0f + std::exp(-g[j])) * g[kWidth + j];
+    hidden[e].fill(std::span<const float>(g, kWidth));
+  };
+  for (auto _ : state) {
+    in.quantize(options.variant, WeightFormat::q4_g64, x, 1, kIn);
+    std::vector<Q4GemvJob> first, second;
+    for (int e = 0; e < kActive; ++e) {
+      hidden[e].shape(options.variant, WeightFormat::q4_g64, 1, kWidth);
+      for (int m = 0; m < 2; ++m)
+        first.push_back({view_of(gate_up[2 * e + m]), &in, std::span(gate_out).subspan((2 * e + m) * kWidth, kWidth)});
+      second.push_back({view_of(down[e]), &hidden[e], std::span(y).subspan(e * kIn, kIn)});
+    }
+    if (team) {
+      GemvTeamWork gate_up_work(std::move(first)), down_work(std::move(second));
+      const std::function<void()> steps[] = {[&] { gate_up_work.share(); },
+                                             [&] { for_each_in_team(kActive, swiglu, StepCost::unequal_steps); },
+                                             [&] { down_work.share(); }};
+      team_steps(options.threads, steps);
+    } else {
+      gemv_quantized_many(std::span<const Q4GemvJob>(first), options.threads);
+      parallel_for(kActive, options.threads, true, swiglu, StepCost::unequal_steps);
+      gemv_quantized_many(std::span<const Q4GemvJob>(second), options.threads);
+    }
+    benchmark::DoNotOptimize(y.data());
+  }
+}
+
 // Prefill: `count` tokens through each matrix; reports tokens/s per matrix
 // and weight bytes/s (each weight byte is read once per call).
 template <class Matrix>
@@ -211,6 +266,15 @@ void register_benchmarks(CpuKernelVariant selected) {
       static const std::vector<Q4G64Matrix> small{quantize_q4_g64(std::vector<float>(64 * kHidden, 1.0f), 64, kHidden)};
       decode(s, small, options);
     })->UseRealTime();
+  }
+  // One decode token's experts: three regions against one team.
+  for (int threads : thread_counts) {
+    const GemvOptions options{selected, threads};
+    const std::string suffix = "/" + std::string(variant_name(options.variant)) + "/threads:" + std::to_string(threads);
+    for (const bool team : {false, true}) {
+      benchmark::RegisterBenchmark(("expert_steps/" + std::string(team ? "team" : "regions") + suffix).c_str(),
+                                   [=](benchmark::State& s) { expert_steps(s, options, team); })->UseRealTime();
+    }
   }
   // Prefill: 8 tokens (a lightly used expert), 64 (an average expert of a
   // 512-token OLMoE prefill: 512 * 8 / 64) and 512 (a dense projection).

@@ -50,39 +50,71 @@ void require(bool condition, const char* message) {
 constexpr long long kRowStreamCost = 4;
 constexpr long long kPiecesPerThread = 4;
 
-template <class Job, class Run>
-void split_jobs(std::span<const Job> jobs, int threads, const Run& run) {
-  auto units_of = [](const Job& job) { return static_cast<long long>(detail::ceil_div(job.w.rows, detail::kRowAlignment)); };
-  auto unit_cost = [](const Job& job) { return static_cast<long long>(job.x->count()) + kRowStreamCost; };
+// The cost split of a set of jobs (see above): pieces of equal cost, each a
+// range of whole 16-row units, run(job, row_begin, row_end) per job it touches.
+template <class Job>
+long long units_of(const Job& job) {
+  return detail::ceil_div(job.w.rows, detail::kRowAlignment);
+}
+template <class Job>
+long long unit_cost(const Job& job) {
+  return job.x->count() + kRowStreamCost;
+}
+
+template <class Job>
+long long total_cost(std::span<const Job> jobs) {
   long long total = 0;
   for (const Job& job : jobs) total += units_of(job) * unit_cost(job);
-  auto run_cost_range = [&](long long begin, long long end) {
-    long long job_first = 0;  // the cost where job j starts
-    for (std::size_t j = 0; j < jobs.size() && job_first < end; ++j) {
-      const long long units = units_of(jobs[j]), cost = unit_cost(jobs[j]);
-      auto first_unit_from = [&](long long at) { return std::clamp((at - job_first + cost - 1) / cost, 0LL, units); };
-      const long long from = first_unit_from(begin), to = first_unit_from(end);
-      if (from < to)
-        run(jobs[j], static_cast<int>(from * detail::kRowAlignment),
-            static_cast<int>(std::min<long long>(jobs[j].w.rows, to * detail::kRowAlignment)));
-      job_first += units * cost;
-    }
-  };
+  return total;
+}
+
+template <class Job, class Run>
+void run_cost_range(std::span<const Job> jobs, long long begin, long long end, const Run& run) {
+  long long job_first = 0;  // the cost where job j starts
+  for (std::size_t j = 0; j < jobs.size() && job_first < end; ++j) {
+    const long long units = units_of(jobs[j]), cost = unit_cost(jobs[j]);
+    auto first_unit_from = [&](long long at) { return std::clamp((at - job_first + cost - 1) / cost, 0LL, units); };
+    const long long from = first_unit_from(begin), to = first_unit_from(end);
+    if (from < to)
+      run(jobs[j], static_cast<int>(from * detail::kRowAlignment),
+          static_cast<int>(std::min<long long>(jobs[j].w.rows, to * detail::kRowAlignment)));
+    job_first += units * cost;
+  }
+}
+
+// Called by every member of the running team (or by a lone thread): takes
+// pieces from `next_piece` until none is left. kPiecesPerThread pieces per
+// member of the team, so a slower member takes fewer.
+template <class Job, class Run>
+void take_pieces(std::span<const Job> jobs, std::atomic<long long>& next_piece, const Run& run) {
+  const long long total = total_cost(jobs), pieces = omp_get_num_threads() * kPiecesPerThread;
+  for (long long piece = next_piece++; piece < pieces; piece = next_piece++) {
+    run_cost_range(jobs, total * piece / pieces, total * (piece + 1) / pieces, run);
+  }
+}
+
+template <class Job, class Run>
+void split_jobs(std::span<const Job> jobs, int threads, const Run& run) {
   // The team size stays what the caller asked even when some threads get no
   // rows: libgomp re-docks its pool when consecutive regions differ in size,
   // which costs far more than idle threads (seen: 10x on 16 cores).
   if (threads <= 1) {
-    run_cost_range(0, total);
+    run_cost_range(jobs, 0, total_cost(jobs), run);
     return;
   }
   std::atomic<long long> next_piece{0};
 #pragma omp parallel num_threads(threads)
-  {
-    const long long pieces = omp_get_num_threads() * kPiecesPerThread;
-    for (long long piece = next_piece++; piece < pieces; piece = next_piece++) {
-      run_cost_range(total * piece / pieces, total * (piece + 1) / pieces);
-    }
-  }
+  take_pieces(jobs, next_piece, run);
+}
+
+void run_q8_rows(const Q8GemvJob& job, int begin, int end) {
+  const QuantizedActivations& x = *job.x;
+  kernels_for(x.variant()).q8_rows(job.w, x.vector_bytes(0), x.stride(), x.count(), begin, end, job.y.data());
+}
+
+void run_q4_rows(const Q4GemvJob& job, int begin, int end) {
+  const QuantizedActivations& x = *job.x;
+  kernels_for(x.variant()).q4_rows(job.w, x.vector_bytes(0), x.stride(), x.count(), begin, end, job.y.data());
 }
 
 template <class Job>
@@ -111,9 +143,12 @@ void QuantizedActivations::AlignedDelete::operator()(std::byte* bytes) const {
 
 void QuantizedActivations::quantize(CpuKernelVariant variant, WeightFormat format, std::span<const float> x, int count,
                                     int cols, int threads) {
+  shape(variant, format, count, cols);
+  fill(x, threads);
+}
+
+void QuantizedActivations::shape(CpuKernelVariant variant, WeightFormat format, int count, int cols) {
   require(count >= 0 && cols > 0, "quantize activations: count must be >= 0 and cols > 0");
-  require(x.size() == static_cast<std::size_t>(count) * static_cast<std::size_t>(cols),
-          "quantize activations: x must hold count * cols floats");
   require(traits(format).cpu_int8_kernels, "quantize activations: no int8 kernels for this weight format");
   require(traits(format).valid_cols(static_cast<std::uint64_t>(cols)), "quantize activations: q4_g64 needs cols % 64 == 0");
   const VariantKernels& kernels = kernels_for(variant);
@@ -129,11 +164,18 @@ void QuantizedActivations::quantize(CpuKernelVariant variant, WeightFormat forma
     capacity_ = needed;
   }
   variant_ = variant, format_ = format, count_ = count, cols_ = cols, stride_ = stride;
-  auto quantize_one = q8 ? kernels.q8_quantize : kernels.q4_quantize;
+}
+
+void QuantizedActivations::fill(std::span<const float> x, int threads) {
+  require(x.size() == static_cast<std::size_t>(count_) * static_cast<std::size_t>(cols_),
+          "quantize activations: x must hold count * cols floats");
+  const VariantKernels& kernels = kernels_for(variant_);
+  auto quantize_one = format_ == WeightFormat::q8_row ? kernels.q8_quantize : kernels.q4_quantize;
   std::byte* out = bytes_.get();
   const float* in = x.data();
-  parallel_for(static_cast<std::size_t>(count), threads, count >= kParallelQuantizeCount,
-               [&](std::size_t t) { quantize_one(in + t * static_cast<std::size_t>(cols), cols, out + t * stride); });
+  const std::size_t cols = static_cast<std::size_t>(cols_), stride = stride_;
+  parallel_for(static_cast<std::size_t>(count_), threads, count_ >= kParallelQuantizeCount,
+               [&](std::size_t t) { quantize_one(in + t * cols, static_cast<int>(cols), out + t * stride); });
 }
 
 Q8RowView view_of(const Q8RowMatrix& matrix) {
@@ -153,18 +195,26 @@ Q4G64View view_of(const Q4G64Matrix& matrix) {
 
 void gemv_quantized_many(std::span<const Q8GemvJob> jobs, int threads) {
   for (const Q8GemvJob& job : jobs) check_job(job, WeightFormat::q8_row);
-  split_jobs(jobs, threads, [](const Q8GemvJob& job, int begin, int end) {
-    const QuantizedActivations& x = *job.x;
-    kernels_for(x.variant()).q8_rows(job.w, x.vector_bytes(0), x.stride(), x.count(), begin, end, job.y.data());
-  });
+  split_jobs(jobs, threads, run_q8_rows);
 }
 
 void gemv_quantized_many(std::span<const Q4GemvJob> jobs, int threads) {
   for (const Q4GemvJob& job : jobs) check_job(job, WeightFormat::q4_g64);
-  split_jobs(jobs, threads, [](const Q4GemvJob& job, int begin, int end) {
-    const QuantizedActivations& x = *job.x;
-    kernels_for(x.variant()).q4_rows(job.w, x.vector_bytes(0), x.stride(), x.count(), begin, end, job.y.data());
-  });
+  split_jobs(jobs, threads, run_q4_rows);
+}
+
+GemvTeamWork::GemvTeamWork(std::vector<Q8GemvJob> jobs) : q8_(std::move(jobs)) {
+  for (const Q8GemvJob& job : q8_) check_job(job, WeightFormat::q8_row);
+}
+
+GemvTeamWork::GemvTeamWork(std::vector<Q4GemvJob> jobs) : q4_(std::move(jobs)) {
+  for (const Q4GemvJob& job : q4_) check_job(job, WeightFormat::q4_g64);
+}
+
+void GemvTeamWork::share() {
+  // One of the two is empty (one format per work): it must not take the pieces.
+  if (!q8_.empty()) take_pieces(std::span<const Q8GemvJob>(q8_), next_piece_, run_q8_rows);
+  if (!q4_.empty()) take_pieces(std::span<const Q4GemvJob>(q4_), next_piece_, run_q4_rows);
 }
 
 void gemv_quantized(const Q8RowView& w, const QuantizedActivations& x, std::span<float> y, int threads) {

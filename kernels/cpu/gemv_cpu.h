@@ -35,6 +35,7 @@
 // (about 2-3 us at 16 threads): batch them with gemv_quantized_many.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -96,6 +97,12 @@ class QuantizedActivations {
   // fork/join to pay (prefill, not decode).
   void quantize(CpuKernelVariant variant, WeightFormat format, std::span<const float> x, int count, int cols,
                 int threads = 1);
+  // quantize() in two steps: the shape (storage, and what count() and cols()
+  // say), then the values of x (count * cols floats). For jobs made and
+  // checked before a team starts (GemvTeamWork) whose activations one of its
+  // steps quantises; the bytes are quantize()'s.
+  void shape(CpuKernelVariant variant, WeightFormat format, int count, int cols);
+  void fill(std::span<const float> x, int threads = 1);
 
   CpuKernelVariant variant() const { return variant_; }
   WeightFormat format() const { return format_; }
@@ -155,5 +162,24 @@ struct Q4GemvJob {
 };
 void gemv_quantized_many(std::span<const Q8GemvJob> jobs, int threads);
 void gemv_quantized_many(std::span<const Q4GemvJob> jobs, int threads);
+
+// gemv_quantized_many's work as one step of a team that runs several steps
+// in one parallel region (team_steps in cpu/parallel_for.h). Made before
+// the region, so bad jobs throw here and never inside it (their activations
+// may be only shaped yet: QuantizedActivations::shape); then every member
+// of the team calls share(), which returns, without a barrier, when no piece
+// is left. The same pieces as gemv_quantized_many, so the same bits. One
+// share() outside a region does all the work on the calling thread.
+class GemvTeamWork {
+ public:
+  explicit GemvTeamWork(std::vector<Q8GemvJob> jobs);
+  explicit GemvTeamWork(std::vector<Q4GemvJob> jobs);
+  void share();
+
+ private:
+  std::vector<Q8GemvJob> q8_;
+  std::vector<Q4GemvJob> q4_;
+  std::atomic<long long> next_piece_{0};
+};
 
 }  // namespace coli::kernels::cpu

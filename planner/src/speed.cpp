@@ -112,16 +112,20 @@ u64 dense_bytes_per_token(const ModelFootprint& fp) {
 
 // Parallel steps of one CPU decode token, as the engine runs them
 // (engine/runtime/src/moe_model.cpp, engine/backend/cpu): per layer q/k/v,
-// attention and the o projection; per MoE layer the router, the experts'
-// gate/up and down, their SwiGLU step when it is spread over the team (from
-// 4096 values, CpuBackend::kParallelPrepareValues) and a shared expert's two;
-// per dense-MLP layer its gate/up and down; then the lm_head.
-int cpu_decode_parallel_steps(const ModelFootprint& fp) {
-  constexpr std::uint64_t kTeamSwigluValues = 4096;
+// attention and the o projection; per MoE layer the router, the experts (one
+// team, CpuBackend::ffn_quantized: gate/up, SwiGLU, down and, without a
+// shared expert, the weighted sums, meeting at two or three barriers) and a
+// shared expert's two; per dense-MLP layer its gate/up and down; then the
+// lm_head.
+struct DecodeParallelSteps {
+  int regions = 0;
+  int barriers = 0;
+};
+
+DecodeParallelSteps cpu_decode_parallel_steps(const ModelFootprint& fp) {
   const int layers = static_cast<int>(fp.config.num_hidden_layers), moe = static_cast<int>(fp.moe_layer_count());
-  const bool team_swiglu = static_cast<std::uint64_t>(fp.top_k) * fp.config.moe_intermediate_size >= kTeamSwigluValues;
-  const int per_moe = 1 + 2 + (team_swiglu ? 1 : 0) + (fp.config.has_shared_expert() ? 2 : 0);
-  return layers * 3 + moe * per_moe + (layers - moe) * 2 + 1;
+  const int per_moe = 1 + 1 + (fp.config.has_shared_expert() ? 2 : 0);
+  return {layers * 3 + moe * per_moe + (layers - moe) * 2 + 1, moe * (fp.config.has_shared_expert() ? 2 : 3)};
 }
 
 // The point measured at the team size nearest `threads` among those `usable`
@@ -138,19 +142,22 @@ const Point* nearest_team(const std::vector<Point>& points, int threads, const U
 
 struct StepCost {
   double seconds = 0;  // one parallel step: a region plus its threads reading what the calling thread wrote
+  double barrier_seconds = 0;  // one barrier inside a region
   std::string text;
 };
 
-// The probe's OpenMP costs at the team size nearest the plan's.
-std::optional<StepCost> parallel_step_cost(const DeviceProfile& profile, int threads) {
+// The probe's OpenMP costs at the team size nearest the plan's, for `steps`.
+std::optional<StepCost> parallel_step_cost(const DeviceProfile& profile, int threads, DecodeParallelSteps steps) {
   if (!profile.measurements.parallel_overhead) return std::nullopt;
   const ParallelOverheadPoint* best =
       nearest_team(profile.measurements.parallel_overhead->points, threads, [](const ParallelOverheadPoint&) { return true; });
   if (!best) return std::nullopt;
   const double us = best->region_us + best->broadcast_us;
-  return StepCost{us * 1e-6, fixed(us) + " us per step (region " + fixed(best->region_us) + " + broadcast read " +
-                                 fixed(best->broadcast_us) + " us, measured at " + std::to_string(best->threads) +
-                                 " threads)"};
+  return StepCost{us * 1e-6, best->barrier_us * 1e-6,
+                  std::to_string(steps.regions) + " parallel steps x " + fixed(us) + " us per step (region " +
+                      fixed(best->region_us) + " + broadcast read " + fixed(best->broadcast_us) + " us) + " +
+                      std::to_string(steps.barriers) + " barriers x " + fixed(best->barrier_us) + " us, measured at " +
+                      std::to_string(best->threads) + " threads"};
 }
 
 // How fast the engine's own decode GEMV streams weights of `format` at the
@@ -253,8 +260,8 @@ void predict_decode(const DeviceProfile& profile, const ModelFootprint& fp, cons
   const double resident = static_cast<double>(dense + kv) + experts;
   const double missed = layers * top_k * r.miss * static_cast<double>(stride);
   // OpenMP's fixed costs, for a plan the CPU engine runs alone.
-  const std::optional<StepCost> step = r.vram ? std::nullopt : parallel_step_cost(profile, plan.threads);
-  const int steps = cpu_decode_parallel_steps(fp);
+  const DecodeParallelSteps steps = cpu_decode_parallel_steps(fp);
+  const std::optional<StepCost> step = r.vram ? std::nullopt : parallel_step_cost(profile, plan.threads, steps);
   // Weights stream at the RAM bandwidth or at the kernel's own rate, whichever is lower.
   const std::optional<WeightFormat> dense_format = quantized_format(fp.dense_format);
   const auto expert_kernel = decode_kernel_rate(profile, fp.expert_format, false, plan.threads);
@@ -265,7 +272,7 @@ void predict_decode(const DeviceProfile& profile, const ModelFootprint& fp, cons
   const double ram_s = static_cast<double>(dense) / (streams_at(dense_kernel) * 1e9) +
                        static_cast<double>(kv) / (r.ram.gb_per_s * 1e9) + experts / (streams_at(expert_kernel) * 1e9);
   s.decode_tok_per_s = 1.0 / (ram_s + missed / (r.disk_gbs() * 1e9) + (r.vram ? in_vram / (r.vram->gb_per_s * 1e9) : 0.0) +
-                              (step ? steps * step->seconds : 0.0));
+                              (step ? steps.regions * step->seconds + steps.barriers * step->barrier_seconds : 0.0));
   s.decode_inputs = "resident " + format_bytes(static_cast<u64>(resident)) + "/token (dense " + format_bytes(dense) +
                     " + KV at " + (decode_depth >= 0 ? "depth " + std::to_string(depth) : "ctx/2") + " " + format_bytes(kv) +
                     " + " + fixed(layers, 0) + " layers x top_k " + fixed(top_k, 0) + " x " + format_bytes(record) +
@@ -278,9 +285,9 @@ void predict_decode(const DeviceProfile& profile, const ModelFootprint& fp, cons
                     (expert_kernel ? "; experts at most " + expert_kernel->text : "") +
                     (dense_kernel ? "; dense at most " + dense_kernel->text : "") +
                     (r.vram ? ""
-                     : step ? " + " + std::to_string(steps) + " parallel steps x " + step->text
-                            : " (OpenMP step costs not in this profile: re-probe to price " + std::to_string(steps) +
-                                  " parallel steps per token)");
+                     : step ? " + " + step->text
+                            : " (OpenMP step costs not in this profile: re-probe to price " +
+                                  std::to_string(steps.regions) + " parallel steps per token)");
 }
 
 // Prefill: a round of R tokens reads the dense weights once and each distinct

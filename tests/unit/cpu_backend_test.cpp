@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -106,6 +107,68 @@ TEST_P(CpuBackendExperts, BatchEqualsTheOldPerExpertPathBitForBit) {
     ASSERT_EQ(std::memcmp(single.data(), out.data() + static_cast<std::size_t>(row.output_row) * out_width,
                           out_width * sizeof(float)), 0);
   }
+}
+
+// With weighted sums in the batch, the backend adds each token's experts in
+// the order given, summed from zero with forward::add_scaled and then added
+// to its row: the bits of the engine's sum of the batch's outputs on one
+// thread, for one token (decode) and several (prefill).
+TEST_P(CpuBackendExperts, WeightedSumsEqualTheEnginesSumBitForBit) {
+  const auto& [arch, format, kernel] = GetParam();
+  auto reader = container::ContainerReader::open(converted(arch, format));
+  ASSERT_TRUE(reader.ok()) << reader.error().message;
+  const container::ExpertLayout& layout = reader->index().experts;
+  auto backend = create_backend({.kind = BackendKind::cpu, .name = "cpu", .cpu_kernel = kernel, .threads = 2});
+  ASSERT_TRUE(backend.ok()) << backend.error().message;
+  auto storage = (*backend)->create_slot_storage(layout.experts, layout.record_stride, container::kAlignment);
+  ASSERT_TRUE(storage.ok()) << storage.error().message;
+  const int experts = static_cast<int>(layout.experts);
+  std::vector<std::byte> record(layout.record_bytes);
+  for (int e = 0; e < experts; ++e) {
+    ASSERT_TRUE(reader->read(layout.record_offset(layout.layers - 1, static_cast<std::uint32_t>(e)), record).ok());
+    ASSERT_TRUE((*backend)->upload(**storage, e, record).ok());
+  }
+  const std::size_t in_width = layout.parts[0].cols, out_width = layout.parts[2].rows;
+  for (const int tokens : {1, 3}) {
+    std::vector<float> in(tokens * in_width), base(tokens * out_width);
+    for (std::size_t i = 0; i < in.size(); ++i) in[i] = std::sin(0.37f * static_cast<float>(i)) * 2.0f;
+    for (std::size_t i = 0; i < base.size(); ++i) base[i] = std::cos(0.11f * static_cast<float>(i));
+    // Each token: three experts in a token-dependent order and weights.
+    std::vector<ExpertRow> rows;
+    std::vector<WeightedOutput> sums;
+    for (int t = 0; t < tokens; ++t) {
+      for (int i = 0; i < 3; ++i) {
+        const int row = static_cast<int>(rows.size());
+        rows.push_back({(t + 2 * i + 1) % experts, t, row});
+        sums.push_back({t, row, 0.5f / static_cast<float>(i + 1) + 0.01f * static_cast<float>(t)});
+      }
+    }
+    std::vector<float> out(rows.size() * out_width), plain(out.size()), sum_into = base;
+    (*backend)->expert_ffn_batch({storage->get(), &layout, in, plain, rows});
+    (*backend)->expert_ffn_batch({storage->get(), &layout, in, out, rows, sums, sum_into});
+    std::vector<float> expected = base;
+    for (int t = 0; t < tokens; ++t) {
+      std::vector<float> sum(out_width, 0.0f);
+      for (const WeightedOutput& term : sums) {
+        if (term.sum_row == t) forward::add_scaled(term.weight, std::span<const float>(plain).subspan(term.output_row * out_width, out_width), sum);
+      }
+      for (std::size_t i = 0; i < out_width; ++i) expected[t * out_width + i] += sum[i];
+    }
+    EXPECT_EQ(std::memcmp(out.data(), plain.data(), out.size() * sizeof(float)), 0) << arch << " tokens " << tokens;
+    EXPECT_EQ(std::memcmp(sum_into.data(), expected.data(), expected.size() * sizeof(float)), 0)
+        << arch << " tokens " << tokens;
+  }
+  // A term outside sum_into is refused before anything runs.
+  std::vector<float> in(in_width), out(out_width), small(out_width);
+  const ExpertRow row{0, 0, 0};
+  const WeightedOutput outside{1, 0, 1.0f};
+  EXPECT_THROW((*backend)->expert_ffn_batch({storage->get(), &layout, in, out, std::span(&row, 1), std::span(&outside, 1), small}),
+               std::invalid_argument);
+  // So is a row whose terms are not together: two threads could add to it at once.
+  std::vector<float> two_rows(2 * out_width);
+  const WeightedOutput unordered[] = {{1, 0, 1.0f}, {0, 0, 1.0f}};
+  EXPECT_THROW((*backend)->expert_ffn_batch({storage->get(), &layout, in, out, std::span(&row, 1), unordered, two_rows}),
+               std::invalid_argument);
 }
 
 INSTANTIATE_TEST_SUITE_P(

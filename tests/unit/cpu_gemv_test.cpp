@@ -15,11 +15,14 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <stdexcept>
+#include <type_traits>
 #include <vector>
 
 #include "cpu/gemv_cpu.h"
+#include "cpu/parallel_for.h"
 #include "cpu/variant_kernels.h"
 
 namespace coli::kernels::cpu {
@@ -288,6 +291,62 @@ TEST(CpuGemv, ManyJobsEqualSeparateCalls) {
             << variant_name(variant) << " job " << j << " threads " << threads;
     }
   }
+}
+
+// Two products in a row with a step between them (gate/up, SwiGLU and its
+// quantisation, down: the experts' FFN) as one team (team_steps) give the
+// bits of separate regions, for 1, 2 and 5 threads and both formats; the
+// second product's activations are only shaped when its work is made.
+TEST(CpuGemv, TeamStepsEqualSeparateRegions) {
+  const Q4G64Matrix first_q4 = quantize_q4_g64(random_values(128 * 256, 20), 128, 256);
+  const Q4G64Matrix second_q4 = quantize_q4_g64(random_values(48 * 128, 21), 48, 128);
+  const Q8RowMatrix first_q8 = quantize_q8_row(random_values(128 * 256, 22), 128, 256);
+  const Q8RowMatrix second_q8 = quantize_q8_row(random_values(48 * 128, 23), 48, 128);
+  const std::vector<float> x = activations(2, 256, 24);
+  auto between = [](std::span<float> y) { for (float& v : y) v = v / (1.0f + std::exp(-v)); };
+  auto check = [&](const auto& first, const auto& second, WeightFormat format, CpuKernelVariant variant) {
+    using Job = std::conditional_t<std::is_same_v<std::decay_t<decltype(first)>, Q4G64Matrix>, Q4GemvJob, Q8GemvJob>;
+    QuantizedActivations in, hidden;
+    in.quantize(variant, format, x, 2, 256);
+    std::vector<float> y1(2 * 128), expected(2 * 48);
+    gemv_quantized(view_of(first), in, y1, 1);
+    between(y1);
+    hidden.quantize(variant, format, y1, 2, 128);
+    gemv_quantized(view_of(second), hidden, expected, 1);
+    for (int threads : {1, 2, 5}) {
+      std::vector<float> team_y1(2 * 128, NAN), team_y2(2 * 48, NAN);
+      QuantizedActivations team_hidden;
+      team_hidden.shape(variant, format, 2, 128);
+      GemvTeamWork first_work(std::vector<Job>{{view_of(first), &in, team_y1}});
+      GemvTeamWork second_work(std::vector<Job>{{view_of(second), &team_hidden, team_y2}});
+      const std::function<void()> steps[] = {
+          [&] { first_work.share(); },
+          [&] {
+            for_each_in_team(1, [&](std::size_t) {
+              between(team_y1);
+              team_hidden.fill(team_y1);
+            });
+          },
+          [&] { second_work.share(); }};
+      team_steps(threads, steps);
+      EXPECT_EQ(0, std::memcmp(expected.data(), team_y2.data(), expected.size() * 4))
+          << variant_name(variant) << " " << name_of(format) << " threads " << threads;
+    }
+  };
+  for (CpuKernelVariant variant : supported_variants()) {
+    check(first_q4, second_q4, WeightFormat::q4_g64, variant);
+    check(first_q8, second_q8, WeightFormat::q8_row, variant);
+  }
+}
+
+// Work is checked when it is made, before any team starts: activations
+// shaped for another width are refused there.
+TEST(CpuGemv, TeamWorkRefusesMismatchedActivationsWhenMade) {
+  const Q4G64Matrix w = quantize_q4_g64(random_values(32 * 256, 25), 32, 256);
+  QuantizedActivations x;
+  x.shape(best_supported_variant(), WeightFormat::q4_g64, 1, 128);
+  std::vector<float> y(32);
+  EXPECT_THROW(GemvTeamWork(std::vector<Q4GemvJob>{{view_of(w), &x, y}}), std::invalid_argument);
 }
 
 TEST(CpuGemv, FastHalfConversionMatchesReference) {

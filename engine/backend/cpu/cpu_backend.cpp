@@ -48,6 +48,17 @@ void run_as(std::span<const Job> jobs, MakeView view, int threads) {
   if (!kernel_jobs.empty()) cpu::gemv_quantized_many(kernel_jobs, threads);
 }
 
+// The jobs as one step of a team (cpu::GemvTeamWork), checked here.
+template <class KernelJob, class Job, class MakeView>
+std::unique_ptr<cpu::GemvTeamWork> team_work_as(std::span<const Job> jobs, MakeView view) {
+  std::vector<KernelJob> kernel_jobs;
+  kernel_jobs.reserve(jobs.size());
+  for (const Job& job : jobs) {
+    kernel_jobs.push_back({view(job.w.data, job.w.scales, job.w.rows, job.w.cols), job.x, job.y});
+  }
+  return std::make_unique<cpu::GemvTeamWork>(std::move(kernel_jobs));
+}
+
 }  // namespace
 
 Result<std::unique_ptr<CpuBackend>> CpuBackend::create(const BackendProps& props) {
@@ -175,8 +186,57 @@ void CpuBackend::project(const container::ExpertPart& part, WeightFormat format,
 
 void CpuBackend::expert_ffn_batch(const ExpertBatch& batch) {
   if (batch.rows.empty()) return;
-  if (!exact_ && traits(batch.layout->format).cpu_int8_kernels) ffn_quantized(batch);
-  else ffn_each(batch);
+  group_sums(batch);
+  if (!exact_ && traits(batch.layout->format).cpu_int8_kernels) {
+    ffn_quantized(batch);
+    return;
+  }
+  ffn_each(batch);
+  const std::size_t width = batch.layout->parts[2].rows;
+  for (std::size_t i = 0; i < sum_items(width); ++i) add_sum_item(batch, width, i);
+}
+
+// The runs of batch.sums with one sum_row, checked against out and sum_into
+// and for their order (two runs of one row could be added by two threads at
+// once): a wiring mistake, thrown here, before any team.
+void CpuBackend::group_sums(const ExpertBatch& batch) {
+  sum_groups_.clear();
+  const std::size_t width = batch.layout->parts[2].rows;
+  for (std::size_t i = 0; i < batch.sums.size(); ++i) {
+    const WeightedOutput& term = batch.sums[i];
+    if (term.output_row < 0 || static_cast<std::size_t>(term.output_row + 1) * width > batch.out.size() ||
+        term.sum_row < 0 || static_cast<std::size_t>(term.sum_row + 1) * width > batch.sum_into.size()) {
+      throw std::invalid_argument("expert batch: a weighted sum's rows are outside out or sum_into");
+    }
+    if (i > 0 && term.sum_row < batch.sums[i - 1].sum_row) {
+      throw std::invalid_argument("expert batch: weighted sums must be ordered by sum row");
+    }
+    if (i == 0 || term.sum_row != batch.sums[i - 1].sum_row) sum_groups_.push_back(i);
+  }
+  if (!batch.sums.empty()) sum_groups_.push_back(batch.sums.size());
+}
+
+// Items of the weighted sums: each sum row cut into blocks of kSumBlock values.
+std::size_t CpuBackend::sum_items(std::size_t width) const {
+  const std::size_t sum_rows = sum_groups_.empty() ? 0 : sum_groups_.size() - 1;
+  return sum_rows * ((width + kSumBlock - 1) / kSumBlock);
+}
+
+// One block of one sum row: its terms summed from zero in their order
+// (forward::add_scaled, as the engine sums a token's experts), then added to
+// sum_into. Every value goes through the same operations in the same order
+// as a whole row summed on one thread, so the bits are the same.
+void CpuBackend::add_sum_item(const ExpertBatch& batch, std::size_t width, std::size_t item) const {
+  const std::size_t blocks = (width + kSumBlock - 1) / kSumBlock, group = item / blocks;
+  const std::size_t begin = item % blocks * kSumBlock, count = std::min(kSumBlock, width - begin);
+  float sum[kSumBlock] = {};
+  const std::span<float> block(sum, count);
+  for (std::size_t i = sum_groups_[group]; i < sum_groups_[group + 1]; ++i) {
+    const WeightedOutput& term = batch.sums[i];
+    forward::add_scaled(term.weight, batch.out.subspan(static_cast<std::size_t>(term.output_row) * width + begin, count), block);
+  }
+  float* row = batch.sum_into.data() + static_cast<std::size_t>(batch.sums[sum_groups_[group]].sum_row) * width + begin;
+  for (std::size_t j = 0; j < count; ++j) row[j] += sum[j];
 }
 
 void CpuBackend::ffn_each(const ExpertBatch& batch) {
@@ -197,11 +257,15 @@ void CpuBackend::ffn_each(const ExpertBatch& batch) {
 
 // With the SIMD kernels every expert of the batch is one job with all of
 // its rows (the tokens routed to it, quantised one after another), so each
-// weight row is read once per tile of tokens: all gates and ups run in one
-// parallel region, all downs in another (the fork/join of a region costs
-// about as much as streaming 0.3 MB at 16 threads). Every output equals
-// ffn_each's bit for bit: quantisation is per row and every Y[t] of a
-// many-token job equals the one-token product.
+// weight row is read once per tile of tokens. The whole batch is one team
+// (cpu::team_steps) whose steps meet at barriers: rows gathered and
+// quantised per expert, all gates and ups, SwiGLU and its quantisation per
+// expert, all downs, rows scattered back, the weighted sums when the batch
+// asks for them. As regions of their own, a decode token's gate/up, SwiGLU
+// and down cost two more fork/joins per layer (~4.5 us each at 16 threads,
+// a barrier ~1.5 us: docs/benchmarks.md). Every output equals ffn_each's
+// bit for bit: quantisation is per row and every Y[t] of a many-token job
+// equals the one-token product.
 void CpuBackend::ffn_quantized(const ExpertBatch& batch) {
   const WeightFormat format = batch.layout->format;
   const auto& [gate_part, up_part, down_part] = std::tie(batch.layout->parts[0], batch.layout->parts[1], batch.layout->parts[2]);
@@ -215,58 +279,74 @@ void CpuBackend::ffn_quantized(const ExpertBatch& batch) {
   const bool one_row = std::all_of(groups.begin(), groups.end(), [](const ExpertGroup& g) { return g.count == 1; }) &&
                        std::all_of(batch.rows.begin(), batch.rows.end(),
                                    [&](const ExpertRow& row) { return row.input_row == batch.rows.front().input_row; });
-  if (!one_row) {
-    gathered_.resize(total * in_width);
-    for_each_row(total, [&](std::size_t i) {
-      const auto x = input_of(batch.rows[row_order[i]]);
-      std::copy(x.begin(), x.end(), gathered_.begin() + static_cast<std::ptrdiff_t>(i * in_width));
-    });
-  }
   inputs_.resize(groups.size());
   hidden_.resize(groups.size());
   gate_.resize(total * width);
   up_.resize(total * width);
-  if (!one_row) down_.resize(total * out_width);
+  if (!one_row) {
+    gathered_.resize(total * in_width);
+    down_.resize(total * out_width);
+  }
   auto rows_of = [](std::vector<float>& buffer, const ExpertGroup& g, std::size_t row_width) {
     return std::span(buffer).subspan(g.first * row_width, g.count * row_width);
   };
-  if (one_row) {
-    inputs_.front().quantize(gemv_.variant, format, input_of(batch.rows.front()), 1, static_cast<int>(in_width));
-  } else {
-    for_each_group(groups, in_width, [&](std::size_t g) {
-      inputs_[g].quantize(gemv_.variant, format, rows_of(gathered_, groups[g], in_width), static_cast<int>(groups[g].count),
-                          static_cast<int>(in_width));
-    });
-  }
-  std::vector<QuantizedJob> jobs;
+  // Every job's activations are shaped before the team starts, so the jobs
+  // are checked here; the team's steps fill them.
+  if (one_row) inputs_.front().quantize(gemv_.variant, format, input_of(batch.rows.front()), 1, static_cast<int>(in_width));
   for (std::size_t g = 0; g < groups.size(); ++g) {
-    const std::byte* record = record_of(batch, groups[g].slot);
-    const kernels::cpu::QuantizedActivations* input = one_row ? &inputs_.front() : &inputs_[g];
-    jobs.push_back({part_view(gate_part, format, record), input, rows_of(gate_, groups[g], width)});
-    jobs.push_back({part_view(up_part, format, record), input, rows_of(up_, groups[g], width)});
+    const int count = static_cast<int>(groups[g].count);
+    if (!one_row) inputs_[g].shape(gemv_.variant, format, count, static_cast<int>(in_width));
+    hidden_[g].shape(gemv_.variant, format, count, static_cast<int>(width));
   }
-  run_quantized(format, jobs);
-  for_each_group(groups, width, [&](std::size_t g) {
-    const auto gate = rows_of(gate_, groups[g], width), up = rows_of(up_, groups[g], width);
-    for (std::size_t j = 0; j < gate.size(); ++j) gate[j] = forward::silu(gate[j]) * up[j];
-    hidden_[g].quantize(gemv_.variant, format, gate, static_cast<int>(groups[g].count), static_cast<int>(width));
-  });
   // Decode writes every expert's output row in place; otherwise the grouped
   // rows are scattered to theirs afterwards.
   auto output_row = [&](std::size_t i) {
     return batch.out.subspan(static_cast<std::size_t>(batch.rows[row_order[i]].output_row) * out_width, out_width);
   };
-  jobs.clear();
+  std::vector<QuantizedJob> gate_up_jobs, down_jobs;
   for (std::size_t g = 0; g < groups.size(); ++g) {
-    jobs.push_back({part_view(down_part, format, record_of(batch, groups[g].slot)), &hidden_[g],
-                    one_row ? output_row(groups[g].first) : rows_of(down_, groups[g], out_width)});
+    const std::byte* record = record_of(batch, groups[g].slot);
+    const kernels::cpu::QuantizedActivations* input = one_row ? &inputs_.front() : &inputs_[g];
+    gate_up_jobs.push_back({part_view(gate_part, format, record), input, rows_of(gate_, groups[g], width)});
+    gate_up_jobs.push_back({part_view(up_part, format, record), input, rows_of(up_, groups[g], width)});
+    down_jobs.push_back({part_view(down_part, format, record), &hidden_[g],
+                         one_row ? output_row(groups[g].first) : rows_of(down_, groups[g], out_width)});
   }
-  run_quantized(format, jobs);
-  if (one_row) return;
-  for_each_row(total, [&](std::size_t i) {
-    const auto from = std::span(down_).subspan(i * out_width, out_width);
-    std::copy(from.begin(), from.end(), output_row(i).begin());
+  const auto gate_up = team_work(format, gate_up_jobs), down = team_work(format, down_jobs);
+  std::vector<std::function<void()>> steps;
+  if (!one_row) {
+    steps.emplace_back([&] {
+      cpu::for_each_in_team(groups.size(), [&](std::size_t g) {
+        const auto rows = rows_of(gathered_, groups[g], in_width);
+        for (std::size_t i = 0; i < groups[g].count; ++i) {
+          const auto x = input_of(batch.rows[row_order[groups[g].first + i]]);
+          std::copy(x.begin(), x.end(), rows.begin() + static_cast<std::ptrdiff_t>(i * in_width));
+        }
+        inputs_[g].fill(rows);
+      }, cpu::StepCost::unequal_steps);
+    });
+  }
+  steps.emplace_back([&] { gate_up->share(); });
+  steps.emplace_back([&] {
+    cpu::for_each_in_team(groups.size(), [&](std::size_t g) {
+      const auto gate = rows_of(gate_, groups[g], width), up = rows_of(up_, groups[g], width);
+      for (std::size_t j = 0; j < gate.size(); ++j) gate[j] = forward::silu(gate[j]) * up[j];
+      hidden_[g].fill(gate);
+    }, cpu::StepCost::unequal_steps);
   });
+  steps.emplace_back([&] { down->share(); });
+  if (!one_row) {
+    steps.emplace_back([&] {
+      cpu::for_each_in_team(total, [&](std::size_t i) {
+        const auto from = std::span(down_).subspan(i * out_width, out_width);
+        std::copy(from.begin(), from.end(), output_row(i).begin());
+      });
+    });
+  }
+  if (!batch.sums.empty()) {
+    steps.emplace_back([&] { cpu::for_each_in_team(sum_items(out_width), [&](std::size_t i) { add_sum_item(batch, out_width, i); }); });
+  }
+  cpu::team_steps(gemv_.threads, steps);
 }
 
 const std::vector<ExpertGrouping::Group>& ExpertGrouping::group(std::span<const ExpertRow> rows, std::size_t slot_count) {
@@ -302,20 +382,9 @@ const std::vector<ExpertGrouping::Group>& ExpertGrouping::group(std::span<const 
   return groups_;
 }
 
-// Per-group preparation (quantising, SwiGLU of rows of `width` values):
-// across the team when there is enough of it. Decode's top-8 SwiGLU of an
-// OLMoE layer (8 x 1024 exp) took ~20-30 us on one thread while the others
-// waited, a region costs a few; a tiny model's few values stay here.
-void CpuBackend::for_each_group(const std::vector<ExpertGroup>& groups, std::size_t width,
-                                const std::function<void(std::size_t)>& prepare) {
-  const bool pays = groups.size() > 1 && grouping_.row_order().size() * width >= kParallelPrepareValues;
-  cpu::parallel_for(groups.size(), gemv_.threads, pays, prepare, cpu::StepCost::unequal_steps);
-}
-
-// Row copies in and out of the grouped buffers: prefill's 4096 rows of 8 KiB
-// per layer were serial, and at 16 threads the other 15 waited on them.
-void CpuBackend::for_each_row(std::size_t rows, const std::function<void(std::size_t)>& copy) {
-  cpu::parallel_for(rows, gemv_.threads, rows >= kParallelPrepareRows, copy);
+std::unique_ptr<cpu::GemvTeamWork> CpuBackend::team_work(WeightFormat format, std::span<const QuantizedJob> jobs) {
+  if (format == WeightFormat::q4_g64) return team_work_as<cpu::Q4GemvJob>(jobs, q4_view);
+  return team_work_as<cpu::Q8GemvJob>(jobs, q8_view);
 }
 
 void CpuBackend::run_quantized(WeightFormat format, std::span<const QuantizedJob> jobs) {

@@ -66,11 +66,10 @@ class CpuBackend final : public Backend {
                std::span<const float> x, std::span<float> y);
   // One expert after another (exact and f32 experts).
   void ffn_each(const ExpertBatch& batch);
-  // One job per expert with all its rows: gates and ups in one parallel
-  // region, downs in another.
+  // One job per expert with all its rows; the whole batch in one parallel
+  // region whose steps meet at barriers.
   void ffn_quantized(const ExpertBatch& batch);
   using ExpertGroup = ExpertGrouping::Group;
-  void for_each_group(const std::vector<ExpertGroup>& groups, std::size_t width, const std::function<void(std::size_t)>& prepare);
   // A quantised matrix (an expert's part, or a matmul_rows output) times
   // quantised rows: y holds x->count() rows of w.rows floats.
   struct QuantizedJob {
@@ -80,13 +79,15 @@ class CpuBackend final : public Backend {
   };
   // Quantised matrices (all of `format`) times their rows, in one parallel region.
   void run_quantized(WeightFormat format, std::span<const QuantizedJob> jobs);
-  // copy(i) for every row i < rows, across the team from kParallelPrepareRows rows on.
-  void for_each_row(std::size_t rows, const std::function<void(std::size_t)>& copy);
-
-  // From this many expert rows on (prefill), row copies run across the team.
-  static constexpr std::size_t kParallelPrepareRows = 16;
-  // From this many values (rows x width) on, per-expert preparation does.
-  static constexpr std::size_t kParallelPrepareValues = 4096;
+  // The same as one step of a team (ffn_quantized's).
+  static std::unique_ptr<kernels::cpu::GemvTeamWork> team_work(WeightFormat format, std::span<const QuantizedJob> jobs);
+  // The batch's weighted sums (ExpertBatch::sums): grouped and checked by
+  // group_sums, then cut into items (a block of one sum row) that any
+  // thread may add.
+  void group_sums(const ExpertBatch& batch);
+  std::size_t sum_items(std::size_t width) const;
+  void add_sum_item(const ExpertBatch& batch, std::size_t width, std::size_t item) const;
+  static constexpr std::size_t kSumBlock = 64;  // values: four cache lines of a row
 
   BackendProps props_;
   kernels::cpu::GemvOptions gemv_;
@@ -97,6 +98,7 @@ class CpuBackend final : public Backend {
   std::vector<kernels::cpu::QuantizedActivations> inputs_, hidden_;
   kernels::cpu::QuantizedActivations rows_q8_, rows_q4_;  // matmul_rows
   ExpertGrouping grouping_;
+  std::vector<std::size_t> sum_groups_;  // where each sum row's terms start in batch.sums, then the end
 };
 
 }  // namespace coli::backend

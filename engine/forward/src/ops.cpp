@@ -246,6 +246,10 @@ void softmax(std::span<float> x) {
 
 float silu(float x) { return x / (1.0f + std::exp(-x)); }
 
+void add_scaled(float weight, std::span<const float> y, std::span<float> out) {
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] += weight * y[i];
+}
+
 Routing route(std::span<const float> router_logits, int top_k, RouterNorm norm) {
   std::vector<float> probabilities(router_logits.begin(), router_logits.end());
   softmax(probabilities);

@@ -226,16 +226,13 @@ bool ExpertStore::landed(int moe_layer, int expert) const {
 }
 
 void ExpertStore::ffn_batch(int moe_layer, std::span<const float> in, std::span<float> out,
-                            std::span<const FfnTask> tasks) {
+                            std::span<const FfnTask> tasks, std::span<const backend::WeightedOutput> sums,
+                            std::span<float> sum_into) {
   if (tasks.empty()) return;
   const experts::ExpertCache& cache = caches_[static_cast<std::size_t>(moe_layer)];
   batch_rows_.clear();
   for (const FfnTask& task : tasks) batch_rows_.push_back({*cache.slot_of(task.expert), task.input_row, task.output_row});
-  backend_->expert_ffn_batch({&cache.storage(), &layout_, in, out, batch_rows_});
-}
-
-void ExpertStore::add_scaled(float weight, std::span<const float> y, std::span<float> out) {
-  for (std::size_t i = 0; i < out.size(); ++i) out[i] += weight * y[i];
+  backend_->expert_ffn_batch({&cache.storage(), &layout_, in, out, batch_rows_, sums, sum_into});
 }
 
 int ExpertStore::retirable_slots() const {

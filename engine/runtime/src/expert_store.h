@@ -76,14 +76,13 @@ class ExpertStore {
     int output_row;
   };
   // Many FFNs at once on the backend (rows of hidden floats in `in` and
-  // `out`); results do not depend on how tasks are batched.
-  void ffn_batch(int moe_layer, std::span<const float> in, std::span<float> out, std::span<const FfnTask> tasks);
+  // `out`); results do not depend on how tasks are batched. With `sums`,
+  // the backend then adds those weighted outputs to rows of sum_into
+  // (backend::ExpertBatch::sums).
+  void ffn_batch(int moe_layer, std::span<const float> in, std::span<float> out, std::span<const FfnTask> tasks,
+                 std::span<const backend::WeightedOutput> sums = {}, std::span<float> sum_into = {});
   // True when `expert` of the open round needs no wait (resident, or landed).
   bool landed(int moe_layer, int expert) const;
-
-  // out += weight * y: the one place expert outputs are summed, so every
-  // caller rounds exactly alike.
-  static void add_scaled(float weight, std::span<const float> y, std::span<float> out);
 
   // Tokens one prefill round may hold so that its distinct misses always fit
   // every layer's evictable slots (field note 1); at most `requested`.

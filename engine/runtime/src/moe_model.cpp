@@ -411,7 +411,19 @@ Status MoeModel::State::moe_round(const LayerWeights& w, std::span<float> xs, in
       }
     }
   }
-  experts.ffn_batch(w.moe_index, normed, expert_rows, resident);
+  // One batch with nothing after it (every expert resident, no shared
+  // expert): the backend's threads add each token's weighted sum to xs,
+  // in routing order as below, instead of the calling thread afterwards.
+  const bool sums_in_batch = missing.empty() && !w.has_shared;
+  std::vector<backend::WeightedOutput> sums;
+  for (int t = first; t < last && sums_in_batch; ++t) {
+    for (std::size_t i = 0; i < routings[t].experts.size(); ++i) sums.push_back({t, row_index(t, i), routings[t].weights[i]});
+  }
+  experts.ffn_batch(w.moe_index, normed, expert_rows, resident, sums, xs);
+  if (sums_in_batch) {
+    experts.end(w.moe_index);
+    return Ok{};
+  }
   phase.to(Op::expert_io_wait);
   for (int e : missing) {
     if (Status s = experts.wait(w.moe_index, e); !s) return s;
@@ -436,7 +448,7 @@ Status MoeModel::State::moe_round(const LayerWeights& w, std::span<float> xs, in
     sum.assign(hidden, 0.0f);
     for (std::size_t i = 0; i < routings[t].experts.size(); ++i) {
       const auto row = std::span<const float>(expert_rows).subspan(static_cast<std::size_t>(row_index(t, i)) * hidden, hidden);
-      ExpertStore::add_scaled(routings[t].weights[i], row, sum);
+      forward::add_scaled(routings[t].weights[i], row, sum);
     }
     if (w.has_shared) {
       const float gate = 1.0f / (1.0f + std::exp(-shared_gates[static_cast<std::size_t>(t - first)]));

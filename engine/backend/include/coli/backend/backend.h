@@ -45,12 +45,27 @@ struct ExpertRow {
 // the layer's slot storage, the container's record layout (format and the
 // gate/up/down parts' offsets inside a record) and float activations, rows
 // of `layout.parts[0].cols` (in) and `layout.parts[2].rows` (out) floats.
+// One term of an expert batch's weighted sums: weight x out[output_row],
+// summed into row sum_row of ExpertBatch::sum_into.
+struct WeightedOutput {
+  int sum_row = 0;
+  int output_row = 0;
+  float weight = 0;
+};
+
 struct ExpertBatch {
   const experts::SlotStorage* storage = nullptr;
   const container::ExpertLayout* layout = nullptr;
   std::span<const float> in;
   std::span<float> out;
   std::span<const ExpertRow> rows;
+  // Optional: after the FFNs, each sum_row's terms (`sums` is ordered by
+  // sum_row) are summed from zero in their order with forward::add_scaled and the
+  // sum added to that row of sum_into (rows as wide as out's): a token's
+  // experts in routing order, as the engine sums them, by the backend's
+  // threads instead of after the batch on one.
+  std::span<const WeightedOutput> sums;
+  std::span<float> sum_into;
 };
 
 // One product of matmul_rows: y = W x[t] (+ bias) for every row t of x.

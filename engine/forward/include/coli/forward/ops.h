@@ -70,6 +70,11 @@ class Rope {
 void softmax(std::span<float> x);
 float silu(float x);
 
+// out += weight * y, element by element: the one place expert outputs are
+// summed (the engine's and the CPU backend's weighted sums), so every caller
+// rounds exactly alike.
+void add_scaled(float weight, std::span<const float> y, std::span<float> out);
+
 // How router probabilities become expert weights (see engine/model for which
 // architecture uses which).
 enum class RouterNorm {
