@@ -63,29 +63,50 @@ __global__ void __launch_bounds__(kAttentionThreads) attention_tiles_kernel(Atte
       v_tile[p][d] = inside ? a.v_cache[at] : 0.0f;
     }
     __syncthreads();
+    // Lane p scores position tile + p against the warp's queries: each K
+    // value read once for all of them (q values are broadcasts).
+    float score[kQueriesPerWarp] = {};
+#pragma unroll 8
+    for (int d = 0; d < kTiledHeadDim; ++d) {
+      if (d >= dims) break;
+      const float key = k_tile[lane][d];
+#pragma unroll
+      for (int j = 0; j < kQueriesPerWarp; ++j) score[j] += q_tile[warp * kQueriesPerWarp + j][d] * key;
+    }
+    // Per query: the online softmax's step (masked positions weigh 0).
+    float weight[kQueriesPerWarp];
+    const int warp_queries = min(kQueriesPerWarp, queries - warp * kQueriesPerWarp);  // may be <= 0
 #pragma unroll
     for (int j = 0; j < kQueriesPerWarp; ++j) {
-      const int query = warp * kQueriesPerWarp + j;
-      if (query >= queries) continue;  // the whole warp
-      const int position = tile + lane, own = start + first_query + query;
-      float score = 0.0f;
-      for (int d = 0; d < dims; ++d) score += q_tile[query][d] * k_tile[lane][d];
-      score = position <= own ? score * a.scale : -3.402823e38f;
-      const float m_new = fmaxf(m[j], warp_max(score));
+      weight[j] = 0.0f;
+      if (j >= warp_queries) continue;  // the whole warp
+      const int own = start + first_query + warp * kQueriesPerWarp + j;
+      const bool seen = tile + lane <= own;
+      const float scaled = seen ? score[j] * a.scale : -3.402823e38f;
+      const float m_new = fmaxf(m[j], warp_max(scaled));
       const float rescale = expf(m[j] - m_new);
-      const float weight = position <= own ? expf(score - m_new) : 0.0f;
-      l[j] = l[j] * rescale + warp_sum(weight);
+      weight[j] = seen ? expf(scaled - m_new) : 0.0f;
+      l[j] = l[j] * rescale + warp_sum(weight[j]);
 #pragma unroll
       for (int i = 0; i < kTiledHeadDim / kWarpSize; ++i) acc[j][i] *= rescale;
-      for (int p = 0; p < kPositionTile && tile + p <= own; ++p) {
-        const float w = __shfl_sync(detail::kFullWarp, weight, p);
-#pragma unroll
-        for (int i = 0; i < kTiledHeadDim / kWarpSize; ++i) {
-          const int d = lane + i * kWarpSize;
-          if (d < dims) acc[j][i] += w * v_tile[p][d];
-        }
-      }
       m[j] = m_new;
+    }
+    // The weighted V rows, each read once for all of the warp's queries;
+    // positions past the warp's last query are skipped.
+    const int seen_positions =
+        warp_queries > 0 ? min(kPositionTile, start + first_query + warp * kQueriesPerWarp + warp_queries - tile) : 0;
+    for (int p = 0; p < seen_positions; ++p) {
+      float w[kQueriesPerWarp];
+#pragma unroll
+      for (int j = 0; j < kQueriesPerWarp; ++j) w[j] = __shfl_sync(detail::kFullWarp, weight[j], p);
+#pragma unroll
+      for (int i = 0; i < kTiledHeadDim / kWarpSize; ++i) {
+        const int d = lane + i * kWarpSize;
+        if (d >= dims) continue;
+        const float value = v_tile[p][d];
+#pragma unroll
+        for (int j = 0; j < kQueriesPerWarp; ++j) acc[j][i] += w[j] * value;
+      }
     }
   }
 #pragma unroll
