@@ -7,9 +7,10 @@
 //
 // One token's step is captured once into a CUDA graph on a non-default
 // stream and replayed for every token: the position is read from device
-// memory, so the same graph serves every position. A prompt runs token by
-// token through that graph (a first, correct prefill; a grouped-GEMM prefill
-// is later work).
+// memory, so the same graph serves every position. A prompt of several
+// tokens runs in batches (cuda_prefill.h: matrix-matrix launches, experts
+// grouped by slot on the device) when every expert is in VRAM, else token
+// by token through that graph.
 //
 // Hybrid plans (experts outside VRAM) as the Vulkan decoder runs them: a
 // hybrid MoE layer ends a graph segment after its routing, the host computes

@@ -5,8 +5,9 @@
 // shapes, formats and buffer sizes once when it made its buffers, because
 // these are called while a CUDA graph is captured, once per token count.
 //
-// Every kernel computes one token (decode, and prefill token by token):
-// one warp per output row for the matrix kernels, float accumulation.
+// Every kernel here computes one token (decode; a prompt's batches take
+// decoder_batch.h's): one warp per output row for the matrix kernels, float
+// accumulation.
 #pragma once
 
 #include <cstddef>
