@@ -189,7 +189,7 @@ int resolve_knobs(const RunArgs& args, const coli::runtime::ModelShape& shape, c
                   std::optional<coli::tools::PlannedKnobs>& planned) {
   if (!args.plan.empty() || !args.profile.empty()) {
     if (args.knobs_given) {
-      std::fprintf(stderr, "coli run: --threads/--cap/--ctx/--kv-type/--pin/--io-threads/--backend/--gpu come from the plan; change them with coli-plan\n");
+      std::fprintf(stderr, "coli run: --threads/--cap/--ctx/--kv-type/--pin/--io-threads/--backend/--gpu/--gpu-batch come from the plan; change them with coli-plan\n");
       return coli::cli::kExitUsage;
     }
     const int history_pins = history.loaded ? shape.experts : 0;
@@ -203,9 +203,10 @@ int resolve_knobs(const RunArgs& args, const coli::runtime::ModelShape& shape, c
     }
     planned = std::move(*knobs);
     options = planned->options;  // pins and the RSS watchdog (the plan's RAM plus its margin) included
-    std::fprintf(stderr, "coli run: knobs from %s: %d threads, cap %d, %d pins, rounds of %d tokens, ctx %d, backend %s\n",
+    std::fprintf(stderr, "coli run: knobs from %s: %d threads, cap %d, %d pins, rounds of %d tokens, ctx %d, backend %s%s\n",
                  planned->source.c_str(), options.threads, planned->plan.plan.cap, planned->plan.plan.pins,
-                 options.prefill_round_tokens, options.max_context, options.backend.c_str());
+                 options.prefill_round_tokens, options.max_context, options.backend.c_str(),
+                 options.backend == "cpu" ? "" : (" (prefill batches of " + std::to_string(options.gpu_batch_tokens) + " tokens)").c_str());
   } else {
     auto pins = choose_pins(args, history, shape.top_k, std::min(options.cache_capacity, shape.experts));
     if (!pins) {
@@ -472,6 +473,10 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--gpu", run.options.gpu_index, "Without --plan/--profile: the GPU's index for --backend vulkan or cuda")
       ->check(CLI::Range(0, 1024))
       ->capture_default_str();
+  run_cmd->add_option("--gpu-batch", run.options.gpu_batch_tokens,
+                      "Without --plan/--profile: a prompt's tokens per GPU submission (default: the decoder's, 512 for "
+                      "cuda, 128 for vulkan; coli-plan --gpu-batch for a plan)")
+      ->check(CLI::Range(1, coli::planner::kMaxGpuBatchTokens));
   run_cmd->add_option("--kv-type", run.kv_type, "KV cache precision: " + coli::kv_type_names_text() + " (f16 halves its memory and bandwidth; f32 is exact)")
       ->check(CLI::IsMember(coli::kv_type_names()))
       ->capture_default_str();
@@ -495,8 +500,11 @@ int main(int argc, char** argv) {
   if (profile_cmd.parsed()) return profile_cmd.run();
   if (convert->parsed()) return run_convert(model_dir, out, experts, dense);
   for (const char* knob : {"--threads", "--cap", "--ctx", "--kv-type", "--pin", "--io-threads", "--no-direct-io",
-                           "--backend", "--gpu"}) {
+                           "--backend", "--gpu", "--gpu-batch"}) {
     run.knobs_given = run.knobs_given || run_cmd->count(knob) > 0;
+  }
+  if (run_cmd->count("--gpu-batch") == 0) {  // the decoder's own default, as coli-plan plans it
+    run.options.gpu_batch_tokens = coli::tools::default_gpu_batch_tokens(run.options.backend);
   }
   run.options.kv_type = *coli::parse_kv_type(run.kv_type, "--kv-type");  // the check above admits only valid names
   if (run.prompt.empty() && run.prompt_ids.empty() && run.prompt_file.empty()) {

@@ -191,6 +191,10 @@ void add_options(CLI::App& app, PlanArgs& a) {
   app.add_option("--kernel", a.request.cpu_kernel, "Force the CPU kernel variant: " + coli::cpu_kernel_names_text())
       ->check(CLI::IsMember(coli::cpu_kernel_names()));
   app.add_option("--vram", a.vram_text, "VRAM the tier may use, e.g. 40G (at most the device's budget)");
+  app.add_option("--gpu-batch", a.request.gpu_batch_tokens,
+                 "A prompt's tokens per GPU submission (the prefill batch; priced in VRAM; default: the decoder's, "
+                 "512 for cuda, 128 for vulkan)")
+      ->check(CLI::Range(1, coli::planner::kMaxGpuBatchTokens));
   app.add_option("--usage", a.usage_path,
                  "Routing history (MODEL.usage from coli run): pins the most-used experts and predicts the hit rate");
   app.add_option("--prompt-tokens", a.request.prompt_tokens,

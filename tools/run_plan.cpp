@@ -264,4 +264,12 @@ void print_measured(const runtime::ModelStats& stats, std::uint64_t peak_rss) {
   print_rss_kinds();
 }
 
+int default_gpu_batch_tokens(const std::string& backend) {
+  if (backend == "cuda") return backend::cuda_backend_memory({.kind = backend::BackendKind::cuda, .name = "cuda"}).prefill_batch_tokens;
+  if (backend == "vulkan") {
+    return backend::vulkan_backend_memory({.kind = backend::BackendKind::vulkan, .name = "vulkan"}).prefill_batch_tokens;
+  }
+  return runtime::ModelOptions{}.gpu_batch_tokens;  // the CPU engine does not read it
+}
+
 }  // namespace coli::tools

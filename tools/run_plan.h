@@ -21,6 +21,11 @@ struct PlannedKnobs {
   std::string source;         // "plan FILE" or "profile FILE" for messages
 };
 
+// A prompt's tokens per GPU submission for `coli run --backend B` without a
+// plan: the decoder's own default (BackendMemory::prefill_batch_tokens),
+// the value coli-plan would plan.
+int default_gpu_batch_tokens(const std::string& backend);
+
 // Errors: an unreadable or invalid plan/profile, a plan made for another
 // model, a plan the planner refuses (what to change).
 // Pins are picked from `history` (nullptr: none recorded yet; a plan's pins are then dropped, with a warning).

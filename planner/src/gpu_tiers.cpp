@@ -84,7 +84,7 @@ void add_cuda_decoder_lines(GpuTier& tier, const ModelFootprint& fp, const GpuTi
   const model::ModelConfig& c = fp.config;
   const u64 moe_layers = fp.moe_layer_count(), ctx = static_cast<u64>(request.ctx);
   const cuda::StepBufferBytes step = cuda::step_buffer_bytes(c, moe_layers, c.vocab_size, ctx);
-  const u64 pinned = cuda::pinned_bytes(c, moe_layers, c.vocab_size, static_cast<u64>(std::max(1, request.batch_tokens)));
+  const u64 pinned = cuda::pinned_bytes(c, moe_layers, c.vocab_size, static_cast<u64>(tier.batch_tokens));
   tier.lines.push_back({"GPU dense weights", Tier::vram, fp.gpu_dense_bytes,
                         n(fp.dense_tensor_count) + " dense tensors but the embedding, vectors as f32, 256-aligned"});
   tier.lines.push_back({"GPU KV cache", Tier::vram, step.kv,
@@ -92,7 +92,7 @@ void add_cuda_decoder_lines(GpuTier& tier, const ModelFootprint& fp, const GpuTi
                             n(c.num_key_value_heads * c.head_dim) + " x 4 B"});
   const bool hybrid = std::any_of(tier.vram_experts.begin(), tier.vram_experts.end(),
                                   [&](int slots) { return slots < fp.n_experts; });
-  const u64 batch_tokens = static_cast<u64>(std::max(1, request.batch_tokens));
+  const u64 batch_tokens = static_cast<u64>(tier.batch_tokens);
   const u64 batch = cuda::batch_buffer_bytes(c, batch_tokens, hybrid).total();
   tier.lines.push_back({"GPU activations", Tier::vram, step.activations() + batch + cuda::slot_table_bytes(c, moe_layers),
                         "one token's step buffers (hidden, q/k/v, attention partials over ctx, expert rows, logits) + "
@@ -106,14 +106,14 @@ void add_cuda_decoder_lines(GpuTier& tier, const ModelFootprint& fp, const GpuTi
   tier.lines.push_back({"GPU host-visible buffers", Tier::ram, load + pinned,
                         format_bytes(load) + " while loading (the larger of an upload chunk of expert records and the "
                         "largest dense matrix, + the norms widened to f32) + " + format_bytes(pinned) + " pinned (a batch of " +
-                            n(static_cast<u64>(std::max(1, request.batch_tokens))) +
+                            n(static_cast<u64>(tier.batch_tokens)) +
                             " embedding rows, logits, routing and hybrid rows)"});
 }
 
 void add_whole_decoder_lines(GpuTier& tier, const ModelFootprint& fp, const GpuTierRequest& request) {
   if (request.backend.name == "cuda") return add_cuda_decoder_lines(tier, fp, request);
   const vulkan::DecoderLayout layout = vulkan::layout_decoder(vulkan::decoder_shape(
-      fp.config, fp.moe_layer_count(), static_cast<u64>(request.ctx), static_cast<u64>(std::max(1, request.batch_tokens))));
+      fp.config, fp.moe_layer_count(), static_cast<u64>(request.ctx), static_cast<u64>(tier.batch_tokens)));
   const BackendMemory& b = request.backend;
   tier.lines.push_back({"GPU dense weights", Tier::vram, fp.gpu_dense_bytes,
                         n(fp.dense_tensor_count) + " dense tensors but the embedding, vectors as f32, 256-aligned"});
@@ -121,7 +121,7 @@ void add_whole_decoder_lines(GpuTier& tier, const ModelFootprint& fp, const GpuT
                         n(fp.config.num_hidden_layers) + " layers x 2 (K,V) x ctx " + n(static_cast<u64>(request.ctx)) +
                             " x kv width " + n(fp.config.num_key_value_heads * fp.config.head_dim) + " x 4 B"});
   tier.lines.push_back({"GPU activations", Tier::vram, layout.device_bytes + layout.slot_table_bytes,
-                        "batch " + n(static_cast<u64>(request.batch_tokens)) +
+                        "batch " + n(static_cast<u64>(tier.batch_tokens)) +
                             " tokens (hidden, q/k/v, attention scores over ctx, expert rows) + rope table + slot tables"});
   tier.lines.push_back({"GPU host-visible buffers", Tier::ram, b.staging_bytes + layout.host_bytes,
                         format_bytes(b.staging_bytes) + " upload ring + per-batch input, logits, routing and hybrid rows"});
@@ -259,6 +259,11 @@ Status fill_tier(GpuTier& tier, const ModelFootprint& fp, const GpuTierRequest& 
   tier.vram_headroom_source = source;
   tier.vram_reserve_bytes = std::max(static_cast<u64>(static_cast<double>(budget) * kVramReserveShare), kVramReserveMinimum);
   tier.whole_decoder = request.backend.whole_decoder;
+  tier.batch_tokens = request.batch_tokens.value_or(request.backend.prefill_batch_tokens);
+  if (tier.batch_tokens < 1 || tier.batch_tokens > kMaxGpuBatchTokens) {
+    return make_error("--gpu-batch " + std::to_string(tier.batch_tokens) + " is outside 1.." +
+                      std::to_string(kMaxGpuBatchTokens) + ": give a prompt's tokens per GPU submission, e.g. 512");
+  }
   place(tier, fp, request, 0);
   const u64 fixed = tier_vram(tier);  // everything in VRAM but expert slots, and the reserve
   const auto vram_slot =

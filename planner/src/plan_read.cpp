@@ -144,6 +144,8 @@ void read_gpu(const Reader& g, Plan& p) {
   t.vram_reserve_bytes = g.bytes("vram_reserve_bytes");
   t.vram_experts = g.ints("vram_experts", 0, p.n_experts);
   t.vram_share = g.real("vram_share", 0, 1);
+  // Plans written before --gpu-batch: the engine's default then.
+  if (g.has("batch_tokens")) t.batch_tokens = static_cast<int>(g.integer("batch_tokens", 1, kMaxGpuBatchTokens));
   t.share_inputs = g.text("share_inputs");
   t.reason = g.text("reason");
   t.device.reason = g.text("device_reason");

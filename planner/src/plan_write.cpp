@@ -54,6 +54,7 @@ toml::table plan_table(const PlanFile& f) {
                   {"vram_reserve_bytes", as_int(p.gpu.vram_reserve_bytes)},
                   {"vram_experts", std::move(vram_experts)},
                   {"vram_share", p.gpu.vram_share},
+                  {"batch_tokens", p.gpu.batch_tokens},
                   {"share_inputs", p.gpu.share_inputs},
                   {"reason", p.gpu.reason},
                   {"device_reason", p.gpu.device.reason},

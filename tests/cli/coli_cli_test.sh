@@ -177,6 +177,14 @@ check "coli-plan --gpu-backend cuda plans the CUDA decoder" grep -q "^backend = 
 cuda_uuid=$(awk '/^\[\[gpus.cuda\]\]/ { in_cuda = 1 } in_cuda && /^uuid/ { print $3; exit }' "$h200_profile")
 check "on the CUDA device by its UUID" grep -qF "device_uuid = $cuda_uuid" "$work/cuda.plan"
 check "with the CUDA decoder's pinned buffers" contains "$work/cp.out" "pinned"
+check "and its default prefill batch of 512 tokens" grep -q "^batch_tokens = 512" "$work/cuda.plan"
+"$plan" --profile "$h200_profile" --offline --model "$work/demo.coli" --gpu 0 --gpu-backend cuda --prompt-ids \
+  --prompt-tokens 3 --gpu-batch 64 --out "$work/cuda64.plan" >/dev/null 2>&1
+check "--gpu-batch 64 is the plan's batch" grep -q "^batch_tokens = 64" "$work/cuda64.plan"
+"$plan" --profile "$h200_profile" --offline --model "$work/demo.coli" --gpu 0 --gpu-backend cuda --gpu-batch 0 \
+  >/dev/null 2>"$work/gb.err"
+check "--gpu-batch 0 is a usage error" test $? -eq 2
+check "naming --gpu-batch" contains "$work/gb.err" "--gpu-batch"
 "$plan" --profile "$h200_profile" --offline --model "$work/demo.coli" --gpu 3 --gpu-backend cuda >/dev/null 2>"$work/c3.err"
 check "a CUDA device the profile lacks is refused" contains "$work/c3.err" "1 CUDA device"
 

@@ -77,6 +77,29 @@ TEST(OptionsFromPlan, EveryKnobTheStreamingPlanDecides) {
   EXPECT_EQ(options->pins[1], (std::vector<int>{0, 7}));
 }
 
+// A whole-decoder GPU plan: its backend, device and prefill batch reach the
+// engine (an expert-tier preview or a CPU plan leaves the engine's defaults).
+TEST(OptionsFromPlan, AWholeDecoderPlanGivesItsDeviceAndPrefillBatch) {
+  const ModelShape shape = shape_of(2, 8, 2);
+  planner::Plan plan = plan_of(8, 8);
+  plan.gpu.whole_decoder = true;
+  plan.gpu.backend = "cuda";
+  plan.gpu.device.gpu.index = 1;
+  plan.gpu.batch_tokens = 384;
+  plan.gpu.vram_experts = {8, 8};
+  auto options = options_from_plan(plan, shape);
+  ASSERT_TRUE(options.ok()) << options.error().message;
+  EXPECT_EQ(options->backend, "cuda");
+  EXPECT_EQ(options->gpu_index, 1);
+  EXPECT_EQ(options->gpu_batch_tokens, 384);
+  EXPECT_EQ(options->vram_experts.size(), 2u);
+  plan.gpu.engine_runs_it = false;  // a preview: the CPU runs it, the batch is not read
+  auto preview = options_from_plan(plan, shape);
+  ASSERT_TRUE(preview.ok()) << preview.error().message;
+  EXPECT_EQ(preview->backend, "cpu");
+  EXPECT_EQ(preview->gpu_batch_tokens, runtime::ModelOptions{}.gpu_batch_tokens);
+}
+
 TEST(OptionsFromPlan, AllExpertsIsTheCapOfTheExpertCount) {
   const ModelShape shape = shape_of(2, 8, 2);
   auto options = options_from_plan(plan_of(8, 8), shape);

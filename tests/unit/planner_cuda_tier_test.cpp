@@ -48,9 +48,10 @@ TEST(PlannerCudaTier, PlansTheWholeDecoderOnTheCudaDeviceWithItsOwnLayout) {
   const auto ctx = static_cast<std::uint64_t>(plan->ctx);
   const cuda::StepBufferBytes step = cuda::step_buffer_bytes(c, fp.moe_layer_count(), c.vocab_size, ctx);
   EXPECT_EQ(plan->memory.find("GPU KV cache")->bytes, c.num_hidden_layers * 2 * ctx * c.num_key_value_heads * c.head_dim * 4);
-  // All experts in VRAM: the prefill batch's buffers too (128 tokens, the request's default).
-  const cuda::BatchBufferBytes batch = cuda::batch_buffer_bytes(c, 128, false);
-  EXPECT_EQ(batch.act, 128 * c.num_experts_per_tok * c.moe_intermediate_size * 4) << "one activation row per choice";
+  // All experts in VRAM: the prefill batch's buffers too (512 tokens, the CUDA decoder's default).
+  EXPECT_EQ(tier.batch_tokens, 512);
+  const cuda::BatchBufferBytes batch = cuda::batch_buffer_bytes(c, 512, false);
+  EXPECT_EQ(batch.act, 512 * c.num_experts_per_tok * c.moe_intermediate_size * 4) << "one activation row per choice";
   EXPECT_EQ(plan->memory.find("GPU activations")->bytes,
             step.activations() + batch.total() + cuda::slot_table_bytes(c, fp.moe_layer_count()));
   EXPECT_EQ(plan->memory.find("GPU dense weights")->bytes, fp.gpu_dense_bytes);
@@ -61,10 +62,40 @@ TEST(PlannerCudaTier, PlansTheWholeDecoderOnTheCudaDeviceWithItsOwnLayout) {
             fp.largest_gpu_dense_matrix_bytes + fp.norm_f32_copy_bytes);
   EXPECT_EQ(plan->memory.find("GPU host-visible buffers")->bytes,
             fp.largest_gpu_dense_matrix_bytes + fp.norm_f32_copy_bytes +
-                cuda::pinned_bytes(c, fp.moe_layer_count(), c.vocab_size, 128));
+                cuda::pinned_bytes(c, fp.moe_layer_count(), c.vocab_size, 512));
   EXPECT_EQ(plan->memory.find("dense weights")->bytes, fp.embedding_held_bytes) << "the host keeps the embedding only";
   EXPECT_NE(plan->memory.find("GPU driver (host)")->formula.find("CUDA"), std::string::npos);
   EXPECT_LE(plan->memory.total(Tier::vram), tier.vram_headroom_bytes);
+}
+
+// --gpu-batch sizes the prefill batch (its buffers priced in VRAM, the
+// decision printed, the engine handed it); absurd values are refused by name.
+TEST(PlannerCudaTier, GpuBatchIsANamedOverrideThePlanCarriesToTheEngine) {
+  const ModelFootprint fp = qwen3();
+  PlanRequest request = cuda_request("0");
+  auto defaulted = make_plan(h200(), fp, request);
+  ASSERT_TRUE(defaulted.ok()) << defaulted.error().message;
+  const auto decision = [](const Plan& p) {
+    for (const Decision& d : p.decisions) {
+      if (d.knob == "gpu_batch_tokens") return d;
+    }
+    return Decision{};
+  };
+  EXPECT_EQ(decision(*defaulted).number, 512);
+  EXPECT_NE(decision(*defaulted).reason.find("the cuda decoder's default"), std::string::npos) << decision(*defaulted).reason;
+  request.gpu_batch_tokens = 64;
+  auto small = make_plan(h200(), fp, request);
+  ASSERT_TRUE(small.ok()) << small.error().message;
+  EXPECT_EQ(small->gpu.batch_tokens, 64);
+  EXPECT_EQ(decision(*small).number, 64);
+  EXPECT_NE(decision(*small).reason.find("--gpu-batch"), std::string::npos);
+  const model::ModelConfig& c = fp.config;
+  EXPECT_EQ(defaulted->memory.find("GPU activations")->bytes - small->memory.find("GPU activations")->bytes,
+            cuda::batch_buffer_bytes(c, 512, false).total() - cuda::batch_buffer_bytes(c, 64, false).total());
+  request.gpu_batch_tokens = 0;
+  auto refused = make_plan(h200(), fp, request);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().message.find("--gpu-batch 0 is outside 1..65536"), std::string::npos) << refused.error().message;
 }
 
 // Loading takes the larger of a chunk of whole expert records (at most
@@ -127,7 +158,7 @@ TEST(PlannerCudaTier, PrefillBatchBuffersCountWhenEveryExpertFits) {
     (slots_at(mid) == all ? high : low) = mid;
   }
   // One byte less: every expert would fit without the batch (larger than a slot), so exactly one stays out.
-  ASSERT_GT(cuda::batch_buffer_bytes(fp.config, 128, false).total(), fp.expert().record_stride);
+  ASSERT_GT(cuda::batch_buffer_bytes(fp.config, 512, false).total(), fp.expert().record_stride);
   EXPECT_EQ(slots_at(low), all - 1);
 }
 

@@ -53,6 +53,10 @@ BackendMemory cuda_backend_memory([[maybe_unused]] const BackendProps& props) {
   b.vram_bytes_per_record_byte = 1;  // records copied up as the container holds them
   b.staging_slots = 0;
   b.staging_bytes = cuda::kUploadChunkBytes;  // the load's read buffer; the pinned buffers are the decoder's layout
+  // A 512-token prompt in one batch (llama.cpp's -ub default too): each
+  // expert's ~64 tokens (top-8 of 64) fill one 64-row GEMM tile, and every
+  // expert's weights are read once per prompt.
+  b.prefill_batch_tokens = 512;
   b.driver_host_bytes = 96 * kMiB;
   b.driver_host_basis =
       "CUDA driver and runtime in the process: ~91 MiB measured on an H200 (driver 580, CUDA 13; coli-speed-bench "

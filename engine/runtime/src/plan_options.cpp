@@ -63,6 +63,7 @@ Result<ModelOptions> options_from_plan(const planner::Plan& plan, const ModelSha
   if (plan.gpu.whole_decoder && plan.gpu.device.gpu.chosen() && plan.gpu.engine_runs_it) {
     options.backend = plan.gpu.backend;
     options.gpu_index = plan.gpu.device.gpu.index;
+    options.gpu_batch_tokens = plan.gpu.batch_tokens;
     options.vram_experts = planner::vram_expert_ids(plan.gpu.vram_experts, plan.n_experts, history);
   }
   return options;

@@ -22,6 +22,9 @@ namespace coli::planner {
 using backend::BackendMemory;
 using backend::HostCopy;
 
+// The most tokens one GPU submission (--gpu-batch) may take.
+inline constexpr int kMaxGpuBatchTokens = 65536;
+
 struct GpuTierRequest {
   std::string gpu = "auto";                 // --gpu none|auto|N
   std::optional<std::uint64_t> vram;        // --vram (bytes; at most the device's budget)
@@ -31,7 +34,7 @@ struct GpuTierRequest {
   BackendMemory backend = backend::vulkan_backend_memory({.kind = backend::BackendKind::vulkan, .name = "vulkan"});
   const experts::UsageHistory* history = nullptr;  // ranks experts for the tier; uniform when absent
   int ctx = 4096;                           // KV positions (a whole-decoder backend keeps them in VRAM)
-  int batch_tokens = 128;                   // tokens per GPU submission (runtime::ModelOptions::gpu_batch_tokens)
+  std::optional<int> batch_tokens;          // --gpu-batch; default: the backend's prefill_batch_tokens
 };
 
 // --gpu-backend: "vulkan", "cuda", or "auto" = cuda when this build has the
@@ -47,6 +50,7 @@ struct GpuTier {
   std::string vram_headroom_source;
   std::uint64_t vram_reserve_bytes = 0;     // VRAM kept free (driver, fragmentation)
   std::vector<int> vram_experts;            // per MoE layer, experts resident in VRAM
+  int batch_tokens = 128;                   // whole decoder: a prompt's tokens per submission (--gpu-batch)
   int vram_slots() const;                   // their sum
   bool whole_decoder = false;               // the backend runs every layer (see BackendMemory)
   std::string device_type;                  // VulkanDevice::type ("discrete", "cpu" for lavapipe, ...)

@@ -39,7 +39,7 @@ struct PlanRequest {
   std::string gpu = "auto";
   std::optional<std::uint64_t> vram;
   std::string gpu_variant;             // --gpu-variant (shader catalogue name)
-  int gpu_batch_tokens = 128;          // tokens per GPU submission (runtime::ModelOptions::gpu_batch_tokens)
+  std::optional<int> gpu_batch_tokens; // --gpu-batch: a prompt's tokens per GPU submission (default: the backend's)
   std::string cpu_kernel;              // --kernel (amx|avx512vnni|avx512|avx2|scalar|exact)
   std::optional<KvType> kv_type;       // --kv-type (default: f16)
   std::optional<BackendMemory> backend;

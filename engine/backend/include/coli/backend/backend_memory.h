@@ -49,6 +49,9 @@ struct BackendMemory {
   // input/output buffers), not just a VRAM tier of experts.
   bool whole_decoder = false;
   std::uint64_t staging_bytes = 0;        // whole_decoder: the fixed upload ring (else staging_slots strides)
+  // whole_decoder: a prompt's tokens per submission unless --gpu-batch says
+  // (runtime::ModelOptions::gpu_batch_tokens; the plan's GPU tier records it).
+  int prefill_batch_tokens = 128;
   bool operator==(const BackendMemory&) const = default;
 };
 
