@@ -24,9 +24,9 @@ check "planning time printed" contains "$work/h.out" "^planned in [0-9.]* ms"
 # --json parses; --toml and --out write the same plan, with its schema version.
 "$plan" --profile "$profile" --model "$model" --ram 16G --json >"$work/p.json" 2>/dev/null
 check "--json exits 0" test $? -eq 0
-check "--json parses" python3 -c "import json,sys; d=json.load(sys.stdin); assert d['schema_version']==5 and d['fits'] and d['knobs']['cap']<128" <"$work/p.json"
+check "--json parses" python3 -c "import json,sys; d=json.load(sys.stdin); assert d['schema_version']==6 and d['fits'] and d['knobs']['cap']<128" <"$work/p.json"
 "$plan" --profile "$profile" --model "$model" --ram 16G --toml --out "$work/p.toml" >"$work/p.stdout" 2>/dev/null
-check "--out writes the plan" contains "$work/p.toml" "^schema_version = 5$"
+check "--out writes the plan" contains "$work/p.toml" "^schema_version = 6$"
 check "the plan names the profile it was made for" contains "$work/p.toml" "^profile_fingerprint = 'fnv1a64:"
 check "--toml prints the plan" contains "$work/p.stdout" "^\[knobs\]$"
 check "no temporary files left" test "$(ls "$work" | grep -c '\.tmp')" -eq 0
@@ -102,7 +102,7 @@ check "the plan was made from it" python3 -c "import json,sys; assert json.load(
 "$plan" --version >"$work/v.out" 2>&1
 check "--version exits 0" test $? -eq 0
 check "--version: program, version and commit" contains "$work/v.out" "^coli-plan [0-9.]* (commit [0-9a-z+]*)"
-check "--version: schema versions" contains "$work/v.out" "device profile [0-9]*, plan 5, container [0-9]*, usage history [0-9]*"
+check "--version: schema versions" contains "$work/v.out" "device profile [0-9]*, plan 6, container [0-9]*, usage history [0-9]*"
 "$plan" --profile "$profile" --model "$model" --kernel avx512_vnni >/dev/null 2>&1
 check "a kernel name the parser does not know is a usage error" test $? -eq 2
 "$plan" --help >"$work/help.out" 2>&1

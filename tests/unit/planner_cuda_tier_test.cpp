@@ -227,6 +227,17 @@ TEST(PlannerCudaTier, PlanFileKeepsTheCudaDeviceAndItIsFoundByUuid) {
   ASSERT_TRUE(parsed.ok()) << parsed.error().message;
   EXPECT_EQ(parsed->plan.gpu, plan->gpu);
   EXPECT_EQ(find_cuda_gpu(profile.gpus, parsed->plan.gpu.device.gpu), 0);
+  // A plan of schema 5 has no batch_tokens: read as 128, what its engine ran.
+  std::string v5 = plan_to_toml(file);
+  const auto batch_line = v5.find("batch_tokens = 512\n");
+  ASSERT_NE(batch_line, std::string::npos);
+  v5.erase(batch_line, std::string("batch_tokens = 512\n").size());
+  const auto version = v5.find("schema_version = " + std::to_string(kPlanSchemaVersion));
+  ASSERT_NE(version, std::string::npos);
+  v5.replace(version, std::string("schema_version = " + std::to_string(kPlanSchemaVersion)).size(), "schema_version = 5");
+  auto old = parse_plan(v5, "v5.plan");
+  ASSERT_TRUE(old.ok()) << old.error().message;
+  EXPECT_EQ(old->plan.gpu.batch_tokens, 128);
   GpuFacts other = profile.gpus;
   other.cuda.at(0).uuid = "00000000000000000000000000000009";
   EXPECT_FALSE(find_cuda_gpu(other, parsed->plan.gpu.device.gpu)) << "another H200 with another UUID is not this plan's GPU";

@@ -24,7 +24,10 @@ namespace coli::planner {
 // v5: knobs.kv_type (f32|f16|bf16), the CPU KV cache's precision, priced in
 //     the KV line (a v4 plan is still read, as f32: what its engine used;
 //     an older build refuses a v5 plan rather than hold KV in f32 unpriced).
-inline constexpr int kPlanSchemaVersion = 5;
+// v6: gpu.batch_tokens, a prompt's tokens per GPU submission (--gpu-batch),
+//     priced in VRAM (a v5 plan is still read, as 128: what its engine used;
+//     an older build refuses a v6 plan rather than run a batch other than priced).
+inline constexpr int kPlanSchemaVersion = 6;
 
 struct PlanFile {
   int schema_version = kPlanSchemaVersion;
