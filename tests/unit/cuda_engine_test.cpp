@@ -134,6 +134,41 @@ TEST_P(CudaEngine, BatchedPrefillOfQuantisedExpertsStaysWithinItsTolerance) {
   }
 }
 
+// Quantised dense projections through the batched prefill (q/k/v/o and
+// the router as tensor-core GEMMs on f16 activations): every prompt prefix
+// as one batch against the CPU engine's exact path token by token (f32
+// activations on the same de-quantised weights), bounded as above.
+TEST_P(CudaEngine, BatchedPrefillOfQuantisedDenseWeightsStaysWithinItsTolerance) {
+  REQUIRE_CUDA();
+  const Reference ref = load_reference(dir(), "reference_q8");
+  for (DenseFormat dense : {DenseFormat::q8_row, DenseFormat::q4_g64}) {
+    SCOPED_TRACE(std::string(dense_format_name(dense)));
+    const fs::path container =
+        scratch_dir() / (GetParam() + "_batched_dense_" + std::string(dense_format_name(dense)) + ".coli");
+    auto report = convert::convert_model(dir(), container, WeightFormat::q8_row, dense);
+    ASSERT_TRUE(report.ok()) << report.error().message;
+    runtime::ModelOptions cpu = f32_kv_options();
+    cpu.cpu_kernel = "exact";
+    const EngineRun expected = run_model(container, cpu, ref);
+    runtime::ModelOptions options = cuda_options();
+    options.gpu_batch_tokens = 64;
+    auto model = runtime::MoeModel::load(container, options);
+    ASSERT_TRUE(model.ok()) << model.error().message;
+    std::vector<float> logits(static_cast<std::size_t>(model->vocab_size()));
+    std::vector<double> errors;
+    for (std::size_t n = 2; n <= ref.prompt.size(); ++n) {
+      const Status ran = model->forward(std::span(ref.prompt.data(), n), 0, logits);
+      ASSERT_TRUE(ran.ok()) << ran.error().message;
+      errors.push_back(max_relative_error(logits, expected.prompt_logits[n - 1]));
+    }
+    std::sort(errors.begin(), errors.end());
+    std::printf("[ %s dense %s ] median %.5f worst %.5f\n", GetParam().c_str(), std::string(dense_format_name(dense)).c_str(),
+                errors[errors.size() / 2], errors.back());
+    EXPECT_LT(errors[errors.size() / 2], 1e-2) << "worst " << errors.back();
+    EXPECT_LT(errors.back(), 0.25);
+  }
+}
+
 // Quantised dense projections (attention, lm_head; coli convert --dense):
 // the CUDA matvecs against the CPU engine's exact path, which computes the
 // same f32 activations on the de-quantised weights.
