@@ -98,17 +98,6 @@ std::optional<Bandwidth> vram_bandwidth(const DeviceProfile& profile, const Mode
                                               ", coli-probe --gpu-selftest)"};
 }
 
-// Dense bytes one decode token reads: every dense tensor except the
-// embedding table, of which it reads one row, unless the lm_head is that
-// table (tied embeddings): then every token reads all of it.
-u64 dense_bytes_per_token(const ModelFootprint& fp) {
-  u64 bytes = fp.dense_held_bytes;
-  for (const DenseComponent& c : fp.dense) {
-    if (c.role == "embedding" && !fp.config.tie_word_embeddings)
-      bytes -= c.held_bytes - std::min<u64>(c.held_bytes, fp.config.hidden_size * fp.source_dtype_bytes);
-  }
-  return bytes;
-}
 
 // Parallel steps of one CPU decode token, as the engine runs them
 // (engine/runtime/src/moe_model.cpp, engine/backend/cpu): per layer q/k/v,
@@ -210,6 +199,15 @@ double prefill_macs_per_token(const ModelFootprint& fp) {
 
 }  // namespace
 
+u64 dense_bytes_per_token(const ModelFootprint& fp) {
+  u64 bytes = fp.dense_held_bytes;
+  for (const DenseComponent& c : fp.dense) {
+    if (c.role == "embedding" && !fp.config.tie_word_embeddings)
+      bytes -= c.held_bytes - std::min<u64>(c.held_bytes, fp.config.hidden_size * fp.source_dtype_bytes);
+  }
+  return bytes;
+}
+
 double expected_hit_rate(const ModelFootprint& fp, int cap, const experts::UsageHistory* history, std::string& inputs) {
   const double uniform = std::clamp(static_cast<double>(cap) / fp.n_experts, 0.0, 1.0);
   if (!history || history->key().n_experts != fp.n_experts || history->total_tokens() <= 0) {
@@ -290,6 +288,32 @@ void predict_decode(const DeviceProfile& profile, const ModelFootprint& fp, cons
                                   std::to_string(steps.regions) + " parallel steps per token)");
 }
 
+// A whole-decoder GPU plan's prefill, as the decoder runs it: the CUDA
+// decoder prefills a hybrid plan token by token (each token a decode step:
+// the decode figure); otherwise a batch of B tokens reads the dense weights
+// and each distinct expert it touches once from VRAM. The GPU's GEMM time
+// is in no profile yet, so that figure is an upper bound and says so.
+void predict_gpu_prefill(const ModelFootprint& fp, const Plan& plan, const PlanRates& r, SpeedPrediction& s) {
+  if (plan.gpu.backend == "cuda" && !plan.gpu.all_experts_in_vram(fp.n_experts)) {
+    s.prefill_tok_per_s = s.decode_tok_per_s;
+    s.prefill_inputs = "the decode figure: the CUDA decoder prefills a hybrid plan token by token";
+    return;
+  }
+  const double layers = static_cast<double>(fp.moe_layer_count()), n = fp.n_experts;
+  const double batch = plan.gpu.batch_tokens;
+  const double distinct = n * (1.0 - std::pow(1.0 - 1.0 / n, batch * fp.top_k));
+  const u64 dense = dense_bytes_per_token(fp);
+  const double experts = layers * distinct * static_cast<double>(fp.expert().record_bytes);
+  // Experts outside VRAM (a Vulkan hybrid plan's) are read by the host from RAM.
+  const double seconds = (static_cast<double>(dense) + experts * r.vram_share) / (r.vram->gb_per_s * 1e9) +
+                         experts * (1.0 - r.vram_share) / (r.ram.gb_per_s * 1e9);
+  s.prefill_tok_per_s = batch / seconds;
+  s.prefill_inputs = "an upper bound, weight reads only (the GPU's GEMM time is in no profile yet): batches of " +
+                     fixed(batch, 0) + " tokens, each reading dense " + format_bytes(dense) + " + " + fixed(distinct, 1) +
+                     " distinct experts x " + fixed(layers, 0) + " layers, " + fixed(r.vram_share * 100, 1) +
+                     "% of them from VRAM at " + r.vram->text;
+}
+
 // Prefill: a round of R tokens reads the dense weights once and each distinct
 // expert it touches once (uniform routing: n(1 - (1-1/n)^(R k))), and, where
 // the tuning phase timed the engine's expert GEMM, multiplies every active
@@ -352,7 +376,11 @@ SpeedPrediction predict_speed(const DeviceProfile& profile, const ModelFootprint
   rates.ram = *ram;
   rates.miss = plan.streaming() && s.hit_rate < 1.0 ? 1.0 - s.hit_rate : 0.0;
   predict_decode(profile, fp, plan, rates, decode_depth, s);
-  predict_prefill(profile, fp, plan, rates, s);
+  if (plan.gpu.whole_decoder && plan.gpu.device.gpu.chosen() && rates.vram) {
+    predict_gpu_prefill(fp, plan, rates, s);
+  } else {
+    predict_prefill(profile, fp, plan, rates, s);
+  }
   s.available = true;
   return s;
 }

@@ -5,6 +5,8 @@
 // requests are refused by name. Replay only: no live CUDA fact is read.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 
 #include "coli/planner/plan.h"
 #include "coli/planner/plan_io.h"
@@ -96,6 +98,43 @@ TEST(PlannerCudaTier, GpuBatchIsANamedOverrideThePlanCarriesToTheEngine) {
   auto refused = make_plan(h200(), fp, request);
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.error().message.find("--gpu-batch 0 is outside 1..65536"), std::string::npos) << refused.error().message;
+}
+
+// The prefill prediction of a CUDA plan follows what the decoder does: an
+// all-VRAM plan's batches read the dense weights and each distinct expert
+// once from VRAM (an upper bound, said so: no GPU GEMM is timed yet); a
+// hybrid plan prefills token by token, so its prefill figure is decode's.
+TEST(PlannerCudaTier, PrefillPredictionFollowsTheCudaDecodersPrefill) {
+  DeviceProfile profile = h200();
+  GpuKernelResult selftest;  // as coli-probe --gpu-selftest records the CUDA decoder's matvec
+  selftest.device = profile.gpus.cuda.at(0).name;
+  selftest.backend = "cuda";
+  selftest.variant = "cuda_matvec_q4_g64";
+  selftest.rows = 768;
+  selftest.cols = 2048;
+  selftest.passed = true;
+  selftest.device_index = 0;
+  selftest.gb_per_s.median = 2000;
+  profile.measurements.gpu_kernels.push_back(selftest);
+  const ModelFootprint fp = qwen3();
+  auto all_in = make_plan(profile, fp, cuda_request("0"));
+  ASSERT_TRUE(all_in.ok()) << all_in.error().message;
+  const SpeedPrediction s = predict_speed(profile, fp, *all_in);
+  ASSERT_TRUE(s.available) << s.unavailable;
+  const double n = fp.n_experts, batch = 512, layers = static_cast<double>(fp.moe_layer_count());
+  const double distinct = n * (1 - std::pow(1 - 1 / n, batch * fp.top_k));
+  const double bytes = static_cast<double>(dense_bytes_per_token(fp)) +
+                       layers * distinct * static_cast<double>(fp.expert().record_bytes);
+  EXPECT_NEAR(s.prefill_tok_per_s, batch / (bytes / 2000e9), 1e-6 * s.prefill_tok_per_s);
+  EXPECT_NE(s.prefill_inputs.find("an upper bound"), std::string::npos) << s.prefill_inputs;
+  PlanRequest request = cuda_request("0");
+  request.vram = 8 * kGiB;
+  auto hybrid = make_plan(profile, fp, request);
+  ASSERT_TRUE(hybrid.ok()) << hybrid.error().message;
+  const SpeedPrediction h = predict_speed(profile, fp, *hybrid);
+  ASSERT_TRUE(h.available) << h.unavailable;
+  EXPECT_EQ(h.prefill_tok_per_s, h.decode_tok_per_s);
+  EXPECT_NE(h.prefill_inputs.find("token by token"), std::string::npos) << h.prefill_inputs;
 }
 
 // Loading takes the larger of a chunk of whole expert records (at most

@@ -34,6 +34,11 @@ struct SpeedPrediction {
 double expected_hit_rate(const ModelFootprint& footprint, int cap, const experts::UsageHistory* history,
                          std::string& inputs);
 
+// Dense bytes one decode token reads: every dense tensor except the
+// embedding table, of which it reads one row, unless the lm_head is that
+// table (tied embeddings): then every token reads all of it.
+std::uint64_t dense_bytes_per_token(const ModelFootprint& footprint);
+
 // Decode reads the KV cache of `decode_depth` positions (a context that
 // deep before the token); kPlanMeanDepth: the mean over a full context of
 // the plan (ctx / 2), what a plan's one decode figure assumes.
