@@ -1,6 +1,5 @@
 #include "cuda/cuda_prefill.h"
 
-#include <cmath>
 #include <utility>
 
 #include "cuda/decoder_batch.h"
@@ -53,33 +52,11 @@ class BatchLayer {
 };
 
 Status BatchLayer::attention(const CudaLayer& l, int layer) {
-  const int kv_width = static_cast<int>(c_.num_key_value_heads * c_.head_dim);
-  const std::size_t kv_layer = static_cast<std::size_t>(step_.context) * kv_width;
-  float* k_cache = at(step_.kv, 2 * static_cast<std::size_t>(layer) * kv_layer);
-  float* v_cache = k_cache + kv_layer;
-  k::QkPrep prep;
-  prep.q = at(b_.q);
-  prep.k = at(b_.k);
-  prep.v = at(b_.v);
-  prep.k_cache = k_cache;
-  prep.v_cache = v_cache;
-  prep.q_norm = l.q_norm;
-  prep.k_norm = l.k_norm;
-  prep.rope = at(step_.rope);
-  prep.position = at<const int>(step_.position);
-  prep.heads = static_cast<int>(c_.num_attention_heads);
-  prep.kv_heads = static_cast<int>(c_.num_key_value_heads);
-  prep.head_dim = static_cast<int>(c_.head_dim);
-  prep.norm_mode = c_.qk_norm == model::QkNorm::PerHead ? 1 : c_.qk_norm == model::QkNorm::FullProjection ? 2 : 0;
-  prep.clip = c_.clip_qkv ? static_cast<float>(*c_.clip_qkv) : 0.0f;
-  prep.eps = eps_;
-  const k::Attention a{at(b_.q), k_cache, v_cache, at(b_.attn), nullptr, at<const int>(step_.position), prep.heads,
-                       prep.kv_heads, prep.head_dim, step_.context,
-                       static_cast<float>(1.0 / std::sqrt(static_cast<double>(c_.head_dim)))};
+  const AttentionArgs args = attention_args(c_, l, step_, layer, at(b_.q), at(b_.k), at(b_.v), at(b_.attn), nullptr);
   for (Status s : {norm(l.input_norm), gemm(l.q, b_.h, b_.q, l.q_bias), gemm(l.k, b_.h, b_.k, l.k_bias),
                    gemm(l.v, b_.h, b_.v, l.v_bias),
-                   r_.check("prefill qk_prep", k::qk_prep_rows(r_.stream(), prep, tokens_)),
-                   r_.check("prefill attention", k::attention_rows(r_.stream(), a, tokens_)),
+                   r_.check("prefill qk_prep", k::qk_prep_rows(r_.stream(), args.prep, tokens_)),
+                   r_.check("prefill attention", k::attention_rows(r_.stream(), args.attention, tokens_)),
                    gemm(l.o, b_.attn, b_.x, l.o_bias, true)}) {
     if (!s) return s;
   }

@@ -40,33 +40,13 @@ Status qkv(Recorder& r, const CudaLayer& w, StepBuffers& b) {
 }
 
 Status attention_block(Recorder& r, const model::ModelConfig& c, const CudaLayer& w, StepBuffers& b, int layer) {
-  const int kv_width = static_cast<int>(c.num_key_value_heads * c.head_dim);
-  const std::size_t kv_layer = static_cast<std::size_t>(b.context) * kv_width;
-  float* k_cache = at(b.kv, 2 * static_cast<std::size_t>(layer) * kv_layer);
-  float* v_cache = k_cache + kv_layer;
   const auto eps = static_cast<float>(c.rms_norm_eps);
   const int hidden = static_cast<int>(c.hidden_size);
   if (Status s = r.check("rms_norm", k::rms_norm(r.stream(), at(b.x), w.input_norm, at(b.h), hidden, eps)); !s) return s;
   if (Status s = qkv(r, w, b); !s) return s;
-  k::QkPrep prep;
-  prep.q = at(b.q);
-  prep.k = at(b.k);
-  prep.v = at(b.v);
-  prep.k_cache = k_cache;
-  prep.v_cache = v_cache;
-  prep.q_norm = w.q_norm;
-  prep.k_norm = w.k_norm;
-  prep.rope = at(b.rope);
-  prep.position = at<const int>(b.position);
-  prep.heads = static_cast<int>(c.num_attention_heads);
-  prep.kv_heads = static_cast<int>(c.num_key_value_heads);
-  prep.head_dim = static_cast<int>(c.head_dim);
-  prep.norm_mode = c.qk_norm == model::QkNorm::PerHead ? 1 : c.qk_norm == model::QkNorm::FullProjection ? 2 : 0;
-  prep.clip = c.clip_qkv ? static_cast<float>(*c.clip_qkv) : 0.0f;
-  prep.eps = eps;
-  k::Attention a{at(b.q), k_cache, v_cache, at(b.attn), at(b.scores), at<const int>(b.position), prep.heads,
-                 prep.kv_heads, prep.head_dim, b.context, static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim)))};
-  for (Status s : {r.check("qk_prep", k::qk_prep(r.stream(), prep)), r.check("attention", k::attention(r.stream(), a)),
+  const AttentionArgs args = attention_args(c, w, b, layer, at(b.q), at(b.k), at(b.v), at(b.attn), at(b.scores));
+  for (Status s : {r.check("qk_prep", k::qk_prep(r.stream(), args.prep)),
+                   r.check("attention", k::attention(r.stream(), args.attention)),
                    matvec(r, w.o, at(b.attn), at(b.x), w.o_bias, true)}) {
     if (!s) return s;
   }
@@ -132,6 +112,33 @@ Status moe_block(Recorder& r, const model::ModelConfig& c, const CudaWeights& we
 }
 
 }  // namespace
+
+AttentionArgs attention_args(const model::ModelConfig& c, const CudaLayer& w, StepBuffers& step, int layer, float* q,
+                             float* k, float* v, float* out, float* scores) {
+  const int kv_width = static_cast<int>(c.num_key_value_heads * c.head_dim);
+  const std::size_t kv_layer = static_cast<std::size_t>(step.context) * kv_width;
+  float* k_cache = at(step.kv, 2 * static_cast<std::size_t>(layer) * kv_layer);
+  AttentionArgs args;
+  k::QkPrep& prep = args.prep;
+  prep.q = q;
+  prep.k = k;
+  prep.v = v;
+  prep.k_cache = k_cache;
+  prep.v_cache = k_cache + kv_layer;
+  prep.q_norm = w.q_norm;
+  prep.k_norm = w.k_norm;
+  prep.rope = at(step.rope);
+  prep.position = at<const int>(step.position);
+  prep.heads = static_cast<int>(c.num_attention_heads);
+  prep.kv_heads = static_cast<int>(c.num_key_value_heads);
+  prep.head_dim = static_cast<int>(c.head_dim);
+  prep.norm_mode = c.qk_norm == model::QkNorm::PerHead ? 1 : c.qk_norm == model::QkNorm::FullProjection ? 2 : 0;
+  prep.clip = c.clip_qkv ? static_cast<float>(*c.clip_qkv) : 0.0f;
+  prep.eps = static_cast<float>(c.rms_norm_eps);
+  args.attention = k::Attention{q, prep.k_cache, prep.v_cache, out, scores, prep.position, prep.heads, prep.kv_heads,
+                                prep.head_dim, step.context, static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim)))};
+  return args;
+}
 
 std::uint64_t StepBuffers::activation_bytes() const {
   std::uint64_t sum = 0;

@@ -68,6 +68,17 @@ class LaunchRecorder {
   LaunchObserver* observer_;
 };
 
+// A layer's q/k preparation and its attention over the layer's KV cache in
+// `step` (position and RoPE table from `step` too), for the given q, k, v
+// and output rows: one token's step buffers or a prefill batch's. `scores`
+// is the decode attention's partials (null for a batch).
+struct AttentionArgs {
+  kernels::cuda::decoder::QkPrep prep;
+  kernels::cuda::decoder::Attention attention;
+};
+AttentionArgs attention_args(const model::ModelConfig& c, const CudaLayer& w, StepBuffers& step, int layer, float* q,
+                             float* k, float* v, float* out, float* scores);
+
 // Launches one token's step through every layer on `stream` (x in, x out);
 // `launches` counts each kernel by name ("matvec q4_g64" ...); `segments`
 // is called at every hybrid layer. Errors name the launch that failed.
