@@ -225,32 +225,45 @@ __global__ void __launch_bounds__(kWarpSize) route_topk_kernel(Route r) {
 
 constexpr int kNormRouteThreads = 1024;
 
-// One block: h = RMSNorm(x) (to global memory for the experts, and to shared
-// memory for the router: data this kernel wrote is not read through __ldg),
-// the router's rows by the block's warps, then warp 0 routes.
-// One block per token (decode: one).
+// The router's input, by the whole block: h (shared memory) = RMSNorm(x),
+// also written to `out` when given (the experts read it from global memory;
+// the router reads the shared copy, as a kernel's own writes are not read
+// through __ldg).
+__device__ void router_input(const NormRoute& r, const float* x, float* h, float* out) {
+  const int threads = static_cast<int>(blockDim.x);
+  float sum = 0;
+  for (int i = static_cast<int>(threadIdx.x); i < r.hidden; i += threads) sum += x[i] * x[i];
+  const float scale = rsqrtf(block_sum(sum) / static_cast<float>(r.hidden) + r.eps);
+  for (int i = static_cast<int>(threadIdx.x); i < r.hidden; i += threads) {
+    const float value = x[i] * scale * r.norm[i];
+    h[i] = value;
+    if (out != nullptr) out[i] = value;
+  }
+  __syncthreads();
+}
+
+// logits[row] = the router's row . h for rows first, first + stride, ...:
+// a warp per row, this block's warps from `first`.
+template <WeightFormat kFormat>
+__device__ void router_rows(const Matrix& router, const float* h, float* logits, int first, int stride) {
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
+  for (int row = first + static_cast<int>(threadIdx.x) / kWarpSize; row < router.rows; row += stride) {
+    const float value = row_dot<kFormat>(router, row, h);
+    if (lane == 0) logits[row] = value;
+  }
+}
+
+// One block per token (decode: one): the router's input, its rows by the
+// block's warps, then warp 0 routes.
 template <WeightFormat kFormat>
 __global__ void __launch_bounds__(kNormRouteThreads) norm_route_kernel(NormRoute r) {
   __shared__ float h[kMaxRouterHidden];
   __shared__ float logits[kMaxRoutedExperts];
-  r.x += static_cast<std::size_t>(blockIdx.x) * r.hidden;
-  r.h += static_cast<std::size_t>(blockIdx.x) * r.hidden;
-  float sum = 0;
-  for (int i = static_cast<int>(threadIdx.x); i < r.hidden; i += kNormRouteThreads) sum += r.x[i] * r.x[i];
-  const float scale = rsqrtf(block_sum(sum) / static_cast<float>(r.hidden) + r.eps);
-  for (int i = static_cast<int>(threadIdx.x); i < r.hidden; i += kNormRouteThreads) {
-    const float value = r.x[i] * scale * r.norm[i];
-    h[i] = value;
-    r.h[i] = value;
-  }
+  const std::size_t token = static_cast<std::size_t>(blockIdx.x) * r.hidden;
+  router_input(r, r.x + token, h, r.h + token);
+  router_rows<kFormat>(r.router, h, logits, 0, kNormRouteThreads / kWarpSize);
   __syncthreads();
-  const int lane = static_cast<int>(threadIdx.x) % kWarpSize, warp = static_cast<int>(threadIdx.x) / kWarpSize;
-  for (int row = warp; row < r.router.rows; row += kNormRouteThreads / kWarpSize) {
-    const float value = row_dot<kFormat>(r.router, row, h);
-    if (lane == 0) logits[row] = value;
-  }
-  __syncthreads();
-  if (warp == 0) route_warp(route_of_token(r.route), logits, lane);
+  if (threadIdx.x < kWarpSize) route_warp(route_of_token(r.route), logits, static_cast<int>(threadIdx.x));
 }
 
 constexpr int kSplitRouteThreads = 256;
@@ -264,21 +277,9 @@ __global__ void __launch_bounds__(kSplitRouteThreads) norm_route_split_kernel(No
   __shared__ float h[kMaxRouterHidden];
   __shared__ float logits[kMaxRoutedExperts];
   __shared__ bool last;
-  float sum = 0;
-  for (int i = static_cast<int>(threadIdx.x); i < r.hidden; i += kSplitRouteThreads) sum += r.x[i] * r.x[i];
-  const float scale = rsqrtf(block_sum(sum) / static_cast<float>(r.hidden) + r.eps);
-  for (int i = static_cast<int>(threadIdx.x); i < r.hidden; i += kSplitRouteThreads) {
-    const float value = r.x[i] * scale * r.norm[i];
-    h[i] = value;
-    if (blockIdx.x == 0) r.h[i] = value;
-  }
-  __syncthreads();
-  const int lane = static_cast<int>(threadIdx.x) % kWarpSize, warp = static_cast<int>(threadIdx.x) / kWarpSize;
-  for (int row = static_cast<int>(blockIdx.x) * kSplitRouteWarps + warp; row < r.router.rows;
-       row += static_cast<int>(gridDim.x) * kSplitRouteWarps) {
-    const float value = row_dot<kFormat>(r.router, row, h);
-    if (lane == 0) r.logits[row] = value;
-  }
+  router_input(r, r.x, h, blockIdx.x == 0 ? r.h : nullptr);
+  router_rows<kFormat>(r.router, h, r.logits, static_cast<int>(blockIdx.x) * kSplitRouteWarps,
+                       static_cast<int>(gridDim.x) * kSplitRouteWarps);
   __threadfence();  // this block's logits visible to the last block before it counts itself
   __syncthreads();
   if (threadIdx.x == 0) last = atomicAdd(r.arrivals, 1u) == gridDim.x - 1;
@@ -286,7 +287,8 @@ __global__ void __launch_bounds__(kSplitRouteThreads) norm_route_split_kernel(No
   if (!last) return;
   for (int e = static_cast<int>(threadIdx.x); e < r.router.rows; e += kSplitRouteThreads) logits[e] = __ldcg(r.logits + e);
   __syncthreads();
-  if (warp == 0) route_warp(r.route, logits, lane);  // one token: not route_of_token (blockIdx is the last block's)
+  // One token: r.route as given, not route_of_token (blockIdx is the last block's).
+  if (threadIdx.x < kWarpSize) route_warp(r.route, logits, static_cast<int>(threadIdx.x));
   if (threadIdx.x == 0) *r.arrivals = 0;
 }
 
