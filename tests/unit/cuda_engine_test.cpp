@@ -13,6 +13,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
+#include <span>
 #include <string>
 
 #include "engine_test_support.h"
@@ -102,70 +104,67 @@ TEST_P(CudaEngine, OnePrefillCallGivesTheSameTokens) {
   EXPECT_EQ(run.tokens, ref.generated);
 }
 
-// int8/int4 experts through the batched prefill: every prefix of the
-// prompt as one batch from position 0, its last logits against transformers
-// on the de-quantised weights. The tensor cores round the activations to
-// f16, and a router that flips one expert on that rounding moves a position
-// by ~10% on these tiny random models (as in EngineReference's quantised
-// test), so the median over the positions is bounded at 1e-2 of the largest
-// logit (docs/engine.md) and the worst at 0.25 (a broken layout or grouping
-// is far above both).
+// Every prefix of `prompt` (two tokens on) as one batch from position 0,
+// its last logits against expected(n), the logits after n tokens. The
+// tensor cores round the activations to f16, and a router that flips one
+// expert on that rounding moves a position by ~10% on these tiny random
+// models (as in EngineReference's quantised test), so the median over the
+// prefixes is bounded at 1e-2 of the largest logit (docs/backends.md) and the
+// worst at 0.25 (a broken layout or grouping is far above both).
+void expect_batched_prefixes_close(const fs::path& container, std::span<const std::int32_t> prompt,
+                                   const std::function<std::span<const float>(std::size_t)>& expected,
+                                   const std::string& label) {
+  runtime::ModelOptions options = cuda_options();
+  options.gpu_batch_tokens = 64;  // every prefix in one batch
+  auto model = runtime::MoeModel::load(container, options);
+  ASSERT_TRUE(model.ok()) << model.error().message;
+  std::vector<float> logits(static_cast<std::size_t>(model->vocab_size()));
+  std::vector<double> errors;
+  for (std::size_t n = 2; n <= prompt.size(); ++n) {
+    const Status ran = model->forward(prompt.first(n), 0, logits);
+    ASSERT_TRUE(ran.ok()) << ran.error().message;
+    errors.push_back(max_relative_error(logits, expected(n)));
+  }
+  std::sort(errors.begin(), errors.end());
+  std::printf("[ %s ] median %.5f worst %.5f\n", label.c_str(), errors[errors.size() / 2], errors.back());
+  EXPECT_LT(errors[errors.size() / 2], 1e-2) << "worst " << errors.back();
+  EXPECT_LT(errors.back(), 0.25);
+}
+
+// int8/int4 experts through the batched prefill, against transformers on
+// the de-quantised weights.
 TEST_P(CudaEngine, BatchedPrefillOfQuantisedExpertsStaysWithinItsTolerance) {
   REQUIRE_CUDA();
   for (auto [format, name] : {std::pair{WeightFormat::q8_row, "reference_q8"},
                               std::pair{WeightFormat::q4_g64, "reference_q4"}}) {
     SCOPED_TRACE(name);
     const Reference ref = load_reference(dir(), name);
-    runtime::ModelOptions options = cuda_options();
-    options.gpu_batch_tokens = 64;  // every prefix in one batch
-    auto model = runtime::MoeModel::load(converted_fixture(GetParam(), format), options);
-    ASSERT_TRUE(model.ok()) << model.error().message;
-    std::vector<float> logits(static_cast<std::size_t>(model->vocab_size()));
-    std::vector<double> errors;
-    for (std::size_t n = 2; n <= ref.prompt.size(); ++n) {
-      const Status ran = model->forward(std::span(ref.prompt.data(), n), 0, logits);
-      ASSERT_TRUE(ran.ok()) << ran.error().message;
-      errors.push_back(max_relative_error(logits, std::span(ref.logits.data() + (n - 1) * ref.vocab, ref.vocab)));
-    }
-    std::sort(errors.begin(), errors.end());
-    std::printf("[ %s %s ] median %.5f worst %.5f\n", GetParam().c_str(), name, errors[errors.size() / 2], errors.back());
-    EXPECT_LT(errors[errors.size() / 2], 1e-2) << "worst " << errors.back();
-    EXPECT_LT(errors.back(), 0.25);
+    expect_batched_prefixes_close(
+        converted_fixture(GetParam(), format), ref.prompt,
+        [&](std::size_t n) { return std::span<const float>(ref.logits.data() + (n - 1) * ref.vocab, ref.vocab); },
+        GetParam() + " " + name);
   }
 }
 
 // Quantised dense projections through the batched prefill (q/k/v/o and
-// the router as tensor-core GEMMs on f16 activations): every prompt prefix
-// as one batch against the CPU engine's exact path token by token (f32
-// activations on the same de-quantised weights), bounded as above.
+// the router as tensor-core GEMMs on f16 activations), against the CPU
+// engine's exact path token by token (f32 activations on the same
+// de-quantised weights).
 TEST_P(CudaEngine, BatchedPrefillOfQuantisedDenseWeightsStaysWithinItsTolerance) {
   REQUIRE_CUDA();
   const Reference ref = load_reference(dir(), "reference_q8");
   for (DenseFormat dense : {DenseFormat::q8_row, DenseFormat::q4_g64}) {
-    SCOPED_TRACE(std::string(dense_format_name(dense)));
-    const fs::path container =
-        scratch_dir() / (GetParam() + "_batched_dense_" + std::string(dense_format_name(dense)) + ".coli");
+    const std::string format(dense_format_name(dense));
+    SCOPED_TRACE(format);
+    const fs::path container = scratch_dir() / (GetParam() + "_batched_dense_" + format + ".coli");
     auto report = convert::convert_model(dir(), container, WeightFormat::q8_row, dense);
     ASSERT_TRUE(report.ok()) << report.error().message;
     runtime::ModelOptions cpu = f32_kv_options();
     cpu.cpu_kernel = "exact";
     const EngineRun expected = run_model(container, cpu, ref);
-    runtime::ModelOptions options = cuda_options();
-    options.gpu_batch_tokens = 64;
-    auto model = runtime::MoeModel::load(container, options);
-    ASSERT_TRUE(model.ok()) << model.error().message;
-    std::vector<float> logits(static_cast<std::size_t>(model->vocab_size()));
-    std::vector<double> errors;
-    for (std::size_t n = 2; n <= ref.prompt.size(); ++n) {
-      const Status ran = model->forward(std::span(ref.prompt.data(), n), 0, logits);
-      ASSERT_TRUE(ran.ok()) << ran.error().message;
-      errors.push_back(max_relative_error(logits, expected.prompt_logits[n - 1]));
-    }
-    std::sort(errors.begin(), errors.end());
-    std::printf("[ %s dense %s ] median %.5f worst %.5f\n", GetParam().c_str(), std::string(dense_format_name(dense)).c_str(),
-                errors[errors.size() / 2], errors.back());
-    EXPECT_LT(errors[errors.size() / 2], 1e-2) << "worst " << errors.back();
-    EXPECT_LT(errors.back(), 0.25);
+    expect_batched_prefixes_close(
+        container, ref.prompt, [&](std::size_t n) { return std::span<const float>(expected.prompt_logits[n - 1]); },
+        GetParam() + " dense " + format);
   }
 }
 
