@@ -477,6 +477,10 @@ int main(int argc, char** argv) {
                       "Without --plan/--profile: a prompt's tokens per GPU submission (default: the decoder's, 512 for "
                       "cuda, 128 for vulkan; coli-plan --gpu-batch for a plan)")
       ->check(CLI::Range(1, coli::planner::kMaxGpuBatchTokens));
+  run_cmd->add_option("--gpu-kernel", run.options.gpu_kernel,
+                      "GPU decoder arithmetic: exact = f32 activations for int8/int4 weights too (default: the "
+                      "decoder's choice; cuda quantises a token's activations to int8 for them)")
+      ->check(CLI::IsMember({"exact"}));
   run_cmd->add_option("--kv-type", run.kv_type, "KV cache precision: " + coli::kv_type_names_text() + " (f16 halves its memory and bandwidth; f32 is exact)")
       ->check(CLI::IsMember(coli::kv_type_names()))
       ->capture_default_str();

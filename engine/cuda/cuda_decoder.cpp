@@ -370,7 +370,7 @@ Result<std::unique_ptr<CudaDecoder>> CudaDecoder::create(int device_index, const
   auto weights = upload_cuda_weights(model);
   if (!weights) return weights.error();
   state->weights = std::move(*weights);
-  auto buffers = make_step_buffers(c, state->weights, model.max_context);
+  auto buffers = make_step_buffers(c, state->weights, model.max_context, !model.exact_activations);
   if (!buffers) return buffers.error();
   state->buffers = std::move(*buffers);
   auto prefill = make_batch_buffers(c, model.max_batch_tokens, state->hybrid());
@@ -435,7 +435,8 @@ std::vector<std::string> CudaDecoder::kernel_names() const {
   for (const auto& entry : state_->launches) total += entry.second;
   std::vector<std::string> out = {"cuda graphs: " + std::to_string(total) + " kernel launches per token in " +
                                   std::to_string(state_->segments.size()) +
-                                  " segment(s), the last two (final norm, lm_head) once per forward"};
+                                  " segment(s), the last two (final norm, lm_head) once per forward; activations " +
+                                  (state_->model.exact_activations ? "f32 (exact)" : "int8 for int8/int4 weights")};
   for (const auto& [name, count] : state_->launches) out.push_back(name + " x" + std::to_string(count));
   if (state_->batch.tokens > 0) {
     out.push_back("prefill in batches of up to " + std::to_string(state_->batch.tokens) +

@@ -46,12 +46,20 @@ inline u64 mlp_width_of(const model::ModelConfig& c) {
 // Bytes of each step buffer (engine/cuda/cuda_step.h's StepBuffers).
 struct StepBufferBytes {
   u64 x, h, q, k, v, attn, scores, mlp_a, router_logits, act, shared_out, shared_gate, final_h, logits, position,
-      choices, counts, ids, host_rows, rope, arrivals, kv;
+      choices, counts, ids, host_rows, rope, arrivals, h_q, attn_q, act_q, kv;
   u64 activations() const {  // everything but the KV cache
     return x + h + q + k + v + attn + scores + mlp_a + router_logits + act + shared_out + shared_gate + final_h + logits +
-           position + choices + counts + ids + host_rows + rope + arrivals;
+           position + choices + counts + ids + host_rows + rope + arrivals + h_q + attn_q + act_q;
   }
 };
+
+// The int8 copy of n activations (kernels/cuda/decoder_kernels.h's
+// Q8Activations: a byte per value, then an 8-byte scale and sum per block of
+// 32), n rounded up to whole blocks.
+inline u64 q8_copy_bytes(u64 n) {
+  const u64 blocks = (n + 31) / 32;
+  return blocks * 32 + blocks * 8;
+}
 
 inline StepBufferBytes step_buffer_bytes(const model::ModelConfig& c, u64 moe_layers, u64 lm_head_rows, u64 context) {
   const u64 f = sizeof(float);
@@ -76,6 +84,9 @@ inline StepBufferBytes step_buffer_bytes(const model::ModelConfig& c, u64 moe_la
   b.host_rows = top_k * c.hidden_size * f;
   b.rope = context * (c.head_dim / 2) * 2 * f;
   b.arrivals = 4;  // the router's split blocks count themselves here
+  b.h_q = q8_copy_bytes(c.hidden_size);  // h and final_h, one at a time
+  b.attn_q = q8_copy_bytes(q_width);
+  b.act_q = q8_copy_bytes(std::max<u64>(c.num_experts_per_tok * c.moe_intermediate_size, 1));
   b.kv = c.num_hidden_layers * 2 * context * kv_width * f;
   return b;
 }

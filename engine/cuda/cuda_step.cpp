@@ -15,10 +15,26 @@ using kernels::cuda::ExpertChoice;
 
 using Recorder = LaunchRecorder;
 
-std::string matvec_name(const Matrix& m) { return "matvec " + std::string(name_of(m.format)); }
+// Kernels on int8 activations are named so ("matvec q4_g64 int8").
+std::string kernel_name(const std::string& kernel, WeightFormat format, bool int8_activations) {
+  return kernel + " " + std::string(name_of(format)) + (int8_activations ? " int8" : "");
+}
 
-Status matvec(Recorder& r, const Matrix& m, const float* x, float* y, const float* bias = nullptr, bool accumulate = false) {
-  return r.check(matvec_name(m), k::matvec(r.stream(), m, x, y, bias, accumulate));
+// y (+)= W x (+ bias): on x8, x's int8 copy,, when it is on and W takes it.
+Status matvec(Recorder& r, const Matrix& m, const float* x, float* y, const float* bias = nullptr,
+              bool accumulate = false, const k::Q8Activations& x8 = {}) {
+  if (x8.on() && k::q8_input_fits(m)) {
+    return r.check(kernel_name("matvec", m.format, true), k::matvec_q8(r.stream(), m, x8, y, bias, accumulate));
+  }
+  return r.check(kernel_name("matvec", m.format, false), k::matvec(r.stream(), m, x, y, bias, accumulate));
+}
+
+// h = RMSNorm(x), and h's int8 copy when the step quantises h.
+Status norm_into_h(Recorder& r, const model::ModelConfig& c, const float* weight, StepBuffers& b, float* out) {
+  const int hidden = static_cast<int>(c.hidden_size);
+  const auto eps = static_cast<float>(c.rms_norm_eps);
+  if (b.h8.on()) return r.check("rms_norm int8", k::rms_norm_q8(r.stream(), at(b.x), weight, out, b.h8, hidden, eps));
+  return r.check("rms_norm", k::rms_norm(r.stream(), at(b.x), weight, out, hidden, eps));
 }
 
 // q, k and v of h: one launch when they share a format and cols (always,
@@ -30,24 +46,27 @@ Status qkv(Recorder& r, const CudaLayer& w, StepBuffers& b) {
     m.y[0] = at(b.q), m.y[1] = at(b.k), m.y[2] = at(b.v);
     m.bias[0] = w.q_bias, m.bias[1] = w.k_bias, m.bias[2] = w.v_bias;
     m.count = 3;
-    return r.check("matvec q/k/v " + std::string(name_of(w.q.format)), k::matvecs(r.stream(), m, at(b.h)));
+    if (b.h8.on() && k::q8_input_fits(w.q) && k::q8_input_fits(w.k) && k::q8_input_fits(w.v)) {
+      return r.check(kernel_name("matvec q/k/v", w.q.format, true), k::matvecs_q8(r.stream(), m, b.h8));
+    }
+    return r.check(kernel_name("matvec q/k/v", w.q.format, false), k::matvecs(r.stream(), m, at(b.h)));
   }
-  for (Status s : {matvec(r, w.q, at(b.h), at(b.q), w.q_bias), matvec(r, w.k, at(b.h), at(b.k), w.k_bias),
-                   matvec(r, w.v, at(b.h), at(b.v), w.v_bias)}) {
+  for (Status s : {matvec(r, w.q, at(b.h), at(b.q), w.q_bias, false, b.h8),
+                   matvec(r, w.k, at(b.h), at(b.k), w.k_bias, false, b.h8),
+                   matvec(r, w.v, at(b.h), at(b.v), w.v_bias, false, b.h8)}) {
     if (!s) return s;
   }
   return Ok{};
 }
 
 Status attention_block(Recorder& r, const model::ModelConfig& c, const CudaLayer& w, StepBuffers& b, int layer) {
-  const auto eps = static_cast<float>(c.rms_norm_eps);
-  const int hidden = static_cast<int>(c.hidden_size);
-  if (Status s = r.check("rms_norm", k::rms_norm(r.stream(), at(b.x), w.input_norm, at(b.h), hidden, eps)); !s) return s;
+  if (Status s = norm_into_h(r, c, w.input_norm, b, at(b.h)); !s) return s;
   if (Status s = qkv(r, w, b); !s) return s;
-  const AttentionArgs args = attention_args(c, w, b, layer, at(b.q), at(b.k), at(b.v), at(b.attn), at(b.scores));
+  AttentionArgs args = attention_args(c, w, b, layer, at(b.q), at(b.k), at(b.v), at(b.attn), at(b.scores));
+  args.attention.out_q = b.attn8;
   for (Status s : {r.check("qk_prep", k::qk_prep(r.stream(), args.prep)),
-                   r.check("attention", k::attention(r.stream(), args.attention)),
-                   matvec(r, w.o, at(b.attn), at(b.x), w.o_bias, true)}) {
+                   r.check(b.attn8.on() ? "attention int8" : "attention", k::attention(r.stream(), args.attention)),
+                   matvec(r, w.o, at(b.attn), at(b.x), w.o_bias, true, b.attn8)}) {
     if (!s) return s;
   }
   return Ok{};
@@ -56,11 +75,10 @@ Status attention_block(Recorder& r, const model::ModelConfig& c, const CudaLayer
 // SwiGLU MLP of h: added to x (a dense layer) or written to shared_out.
 Status mlp_block(Recorder& r, const CudaLayer& w, StepBuffers& b) {
   const bool dense = w.moe < 0;
-  if (Status s = r.check("swiglu " + std::string(name_of(w.mlp_gate.format)),
-                         k::swiglu(r.stream(), w.mlp_gate, w.mlp_up, at(b.h), at(b.mlp_a)));
-      !s) {
-    return s;
-  }
+  const bool int8 = b.h8.on() && k::q8_input_fits(w.mlp_gate) && k::q8_input_fits(w.mlp_up);
+  const int launched = int8 ? k::swiglu_q8(r.stream(), w.mlp_gate, w.mlp_up, b.h8, at(b.mlp_a))
+                            : k::swiglu(r.stream(), w.mlp_gate, w.mlp_up, at(b.h), at(b.mlp_a));
+  if (Status s = r.check(kernel_name("swiglu", w.mlp_gate.format, int8), launched); !s) return s;
   return matvec(r, w.mlp_down, at(b.mlp_a), dense ? at(b.x) : at(b.shared_out), nullptr, dense);
 }
 
@@ -72,11 +90,11 @@ Status norm_and_route(Recorder& r, const model::ModelConfig& c, const CudaLayer&
   const auto eps = static_cast<float>(c.rms_norm_eps);
   if (k::norm_route_fits(w.router, hidden)) {
     const k::NormRoute fused{at(b.x), w.post_norm, at(b.h), hidden, eps, w.router, route, at<unsigned>(b.arrivals),
-                             at(b.router_logits)};
-    return r.check("norm_route " + std::string(name_of(w.router.format)), k::norm_route(r.stream(), fused));
+                             at(b.router_logits), b.h8};
+    return r.check(kernel_name("norm_route", w.router.format, b.h8.on()), k::norm_route(r.stream(), fused));
   }
-  for (Status s : {r.check("rms_norm", k::rms_norm(r.stream(), at(b.x), w.post_norm, at(b.h), hidden, eps)),
-                   matvec(r, w.router, at(b.h), at(b.router_logits)), r.check("route_topk", k::route_topk(r.stream(), route))}) {
+  for (Status s : {norm_into_h(r, c, w.post_norm, b, at(b.h)), matvec(r, w.router, at(b.h), at(b.router_logits), nullptr, false, b.h8),
+                   r.check("route_topk", k::route_topk(r.stream(), route))}) {
     if (!s) return s;
   }
   return Ok{};
@@ -100,15 +118,19 @@ Status moe_block(Recorder& r, const model::ModelConfig& c, const CudaWeights& we
   }
   if (w.has_shared) {
     if (Status s = mlp_block(r, w, b); !s) return s;
-    if (Status s = matvec(r, w.shared_gate, at(b.h), at(b.shared_gate)); !s) return s;
+    if (Status s = matvec(r, w.shared_gate, at(b.h), at(b.shared_gate), nullptr, false, b.h8); !s) return s;
   }
   const k::Experts e{weights.experts.layout, at<const std::uint8_t>(weights.experts.slabs[moe]),
                      weights.experts.slot_counts[moe], choices, top_k, hybrid ? at<const float>(b.host_rows) : nullptr};
-  const std::string format(name_of(e.layout.format));
-  if (Status s = r.check("expert_gate_up " + format, k::expert_gate_up(r.stream(), e, at(b.h), at(b.act))); !s) return s;
-  return r.check("expert_down_add " + format,
-                 k::expert_down_add(r.stream(), e, at(b.act), w.has_shared ? at(b.shared_out) : nullptr,
-                                    w.has_shared ? at(b.shared_gate) : nullptr, at(b.x)));
+  const float* shared = w.has_shared ? at(b.shared_out) : nullptr;
+  const float* shared_gate = w.has_shared ? at(b.shared_gate) : nullptr;
+  const bool int8 = b.h8.on() && b.act8.on() && k::experts_q8_fit(e.layout);
+  const int gate_up = int8 ? k::expert_gate_up_q8(r.stream(), e, b.h8, at(b.act), b.act8)
+                           : k::expert_gate_up(r.stream(), e, at(b.h), at(b.act));
+  if (Status s = r.check(kernel_name("expert_gate_up", e.layout.format, int8), gate_up); !s) return s;
+  const int down = int8 ? k::expert_down_add_q8(r.stream(), e, b.act8, shared, shared_gate, at(b.x))
+                        : k::expert_down_add(r.stream(), e, at(b.act), shared, shared_gate, at(b.x));
+  return r.check(kernel_name("expert_down_add", e.layout.format, int8), down);
 }
 
 }  // namespace
@@ -144,13 +166,14 @@ std::uint64_t StepBuffers::activation_bytes() const {
   std::uint64_t sum = 0;
   for (const DeviceBuffer* d : {&x, &h, &q, &k, &v, &attn, &scores, &mlp_a, &router_logits, &act, &shared_out,
                                 &shared_gate, &final_h, &logits, &position, &choices, &counts, &ids, &host_rows, &rope,
-                                &arrivals}) {
+                                &arrivals, &h_q, &attn_q, &act_q}) {
     sum += d->bytes();
   }
   return sum;
 }
 
-Result<StepBuffers> make_step_buffers(const model::ModelConfig& c, const CudaWeights& w, int context) {
+Result<StepBuffers> make_step_buffers(const model::ModelConfig& c, const CudaWeights& w, int context,
+                                      bool int8_activations) {
   static_assert(static_cast<u64>(k::kAttentionChunk) == kLayoutAttentionChunk, "cuda_layout.h prices attention's chunks");
   StepBuffers b;
   b.context = context;
@@ -161,11 +184,22 @@ Result<StepBuffers> make_step_buffers(const model::ModelConfig& c, const CudaWei
       {&b.mlp_a, n.mlp_a}, {&b.router_logits, n.router_logits}, {&b.act, n.act}, {&b.shared_out, n.shared_out},
       {&b.shared_gate, n.shared_gate}, {&b.final_h, n.final_h}, {&b.logits, n.logits}, {&b.position, n.position},
       {&b.choices, n.choices}, {&b.counts, n.counts}, {&b.ids, n.ids}, {&b.host_rows, n.host_rows}, {&b.rope, n.rope},
-      {&b.arrivals, n.arrivals}, {&b.kv, n.kv}};
+      {&b.arrivals, n.arrivals}, {&b.h_q, n.h_q}, {&b.attn_q, n.attn_q}, {&b.act_q, n.act_q}, {&b.kv, n.kv}};
   for (const auto& [buffer, bytes] : sizes) {
     auto made = DeviceBuffer::allocate(bytes);
     if (!made) return make_error("the CUDA decoder's working memory: " + made.error().message);
     *buffer = std::move(*made);
+  }
+  if (int8_activations) {
+    const auto view = [](const DeviceBuffer& buffer, u64 values) {
+      if (values % k::kQ8Block != 0) return k::Q8Activations{};  // its consumers keep f32
+      return k::Q8Activations{at<std::int8_t>(buffer), reinterpret_cast<k::Q8Block*>(at<std::int8_t>(buffer, values))};
+    };
+    b.h8 = view(b.h_q, c.hidden_size);
+    b.attn8 = view(b.attn_q, c.num_attention_heads * c.head_dim);
+    if (c.head_dim % k::kQ8Block != 0) b.attn8 = {};  // attention quantises a head's dims in blocks
+    b.act8 = view(b.act_q, c.num_experts_per_tok * c.moe_intermediate_size);
+    if (c.moe_intermediate_size % k::kQ8Block != 0) b.act8 = {};  // a block never spans two experts
   }
   const u64 f = sizeof(float);
   const std::vector<float> table = forward::Rope(static_cast<int>(c.head_dim), c.rope_theta).cos_sin_table(context);
@@ -188,11 +222,7 @@ Status record_step(void* stream, const model::ModelConfig& c, const CudaWeights&
       if (Status s = moe_block(r, c, w, layer, b, segments); !s) return s;
       continue;
     }
-    const auto eps = static_cast<float>(c.rms_norm_eps);
-    if (Status s = r.check("rms_norm", k::rms_norm(r.stream(), at(b.x), layer.post_norm, at(b.h), static_cast<int>(c.hidden_size), eps));
-        !s) {
-      return s;
-    }
+    if (Status s = norm_into_h(r, c, layer.post_norm, b, at(b.h)); !s) return s;
     if (Status s = mlp_block(r, layer, b); !s) return s;
   }
   return Ok{};
@@ -201,13 +231,8 @@ Status record_step(void* stream, const model::ModelConfig& c, const CudaWeights&
 Status record_head(void* stream, const model::ModelConfig& c, const CudaWeights& w, StepBuffers& b,
                    std::map<std::string, int>& launches, LaunchObserver* observer) {
   Recorder r(stream, launches, observer);
-  const auto hidden = static_cast<int>(c.hidden_size);
-  if (Status s = r.check("rms_norm", k::rms_norm(stream, at(b.x), w.final_norm, at(b.final_h), hidden,
-                                                  static_cast<float>(c.rms_norm_eps)));
-      !s) {
-    return s;
-  }
-  return matvec(r, w.lm_head, at(b.final_h), at(b.logits));
+  if (Status s = norm_into_h(r, c, w.final_norm, b, at(b.final_h)); !s) return s;
+  return matvec(r, w.lm_head, at(b.final_h), at(b.logits), nullptr, false, b.h8);
 }
 
 }  // namespace coli::cuda

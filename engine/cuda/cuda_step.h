@@ -20,13 +20,20 @@ struct StepBuffers {
   DeviceBuffer host_rows; // float[top_k][hidden]: a hybrid layer's rows the host computed
   DeviceBuffer rope;      // float[context][head_dim/2][2]
   DeviceBuffer arrivals;  // unsigned: norm_route's block count (zero between launches)
+  DeviceBuffer h_q, attn_q, act_q;  // int8 copies of h (or final_h), attn and act
   DeviceBuffer kv;        // float[layers][2][context][kv_width]
   int context = 0;
+  // Views of h_q, attn_q and act_q, on when the step quantises that
+  // activation (int8 activations asked for and its width a multiple of 32):
+  // its consumers with q8_row or q4_g64 weights then take the int8 kernels.
+  kernels::cuda::decoder::Q8Activations h8, attn8, act8;
   std::uint64_t activation_bytes() const;
 };
 
-// Errors name the CUDA allocation that failed.
-Result<StepBuffers> make_step_buffers(const model::ModelConfig& c, const CudaWeights& w, int context);
+// Errors name the CUDA allocation that failed. `int8_activations` false
+// keeps every activation in f32 (DecoderModel::exact_activations).
+Result<StepBuffers> make_step_buffers(const model::ModelConfig& c, const CudaWeights& w, int context,
+                                      bool int8_activations);
 
 // Where a hybrid MoE layer (experts outside VRAM) hands over to the host:
 // after its routing (ids in StepBuffers::ids, input in h) the step calls

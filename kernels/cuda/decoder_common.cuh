@@ -55,6 +55,18 @@ __device__ __forceinline__ float row_dot(const Matrix& m, int row, const float* 
   return warp_sum(row_partial<kFormat>(m, row, x));
 }
 
+// The record of a choice, or null when its slot is outside the slab (the
+// output then turns NaN: wrong output that shows, never a stray read).
+__device__ __forceinline__ const std::uint8_t* record_of(const Experts& e, int slot) {
+  if (slot < 0 || slot >= e.slot_count) return nullptr;
+  return e.slab + static_cast<std::size_t>(slot) * e.layout.record_stride;
+}
+
+__device__ __forceinline__ Matrix part(const Experts& e, const std::uint8_t* record, std::size_t weights,
+                                       std::size_t scales, int rows, int cols) {
+  return Matrix{e.layout.format, rows, cols, record + weights, record + scales};
+}
+
 __device__ __forceinline__ float silu(float v) { return v / (1.0f + expf(-v)); }
 
 __device__ __forceinline__ float warp_max(float value) {

@@ -30,6 +30,30 @@ struct Matrix {
   const void* scales = nullptr;  // quantised formats only
 };
 
+// Activations quantised once for the int8 dot products (dp4a) of q8_row
+// and q4_g64 weights, as llama.cpp's q8_1 does: blocks of kQ8Block values,
+// each with scale = max|x| / 127 (NaN when the block holds a NaN or inf, so
+// the products that read it turn NaN) and the sum of its int8 values (q4's
+// offset of 8 comes off as 8 * sum). The f32 path reads 4 bytes of x per
+// weight through the L1 and converts every nibble to float; this one reads
+// 1 byte and converts nothing (docs/backends.md, "int8 activations").
+inline constexpr int kQ8Block = 32;
+struct Q8Block {
+  float scale = 0;
+  int sum = 0;
+};
+static_assert(sizeof(Q8Block) == 8, "the device reads a Q8Block as one float2");
+struct Q8Activations {
+  std::int8_t* values = nullptr;  // n values; null: this step keeps f32 activations
+  Q8Block* blocks = nullptr;      // n / kQ8Block blocks
+  bool on() const { return values != nullptr; }
+};
+// Bytes of n activations' int8 copy (values, then blocks); n % kQ8Block == 0.
+inline std::size_t q8_activation_bytes(std::size_t n) { return n + n / kQ8Block * sizeof(Q8Block); }
+// True when W's int8 path applies: q8_row or q4_g64, cols a multiple of
+// kQ8Block and weights 16-byte aligned (a lane reads 16 bytes at a time).
+bool q8_input_fits(const Matrix& w);
+
 // y[r] = (accumulate ? y[r] : 0) + (W x)[r] + (bias ? bias[r] : 0)
 int matvec(Stream stream, const Matrix& w, const float* x, float* y, const float* bias, bool accumulate);
 // Up to kMaxMatvecs products of the same x in one launch (q, k and v): y_i =
@@ -46,6 +70,12 @@ int matvecs(Stream stream, const Matvecs& m, const float* x);
 int swiglu(Stream stream, const Matrix& gate, const Matrix& up, const float* x, float* out);
 // out = x / sqrt(mean(x^2) + eps) * weight, n floats
 int rms_norm(Stream stream, const float* x, const float* weight, float* out, int n, float eps);
+// The same, also writing out's int8 copy to q (n % kQ8Block == 0).
+int rms_norm_q8(Stream stream, const float* x, const float* weight, float* out, Q8Activations q, int n, float eps);
+// matvec, matvecs and swiglu on x's int8 copy (q8_input_fits(W) for every W).
+int matvec_q8(Stream stream, const Matrix& w, Q8Activations x, float* y, const float* bias, bool accumulate);
+int matvecs_q8(Stream stream, const Matvecs& m, Q8Activations x);
+int swiglu_q8(Stream stream, const Matrix& gate, const Matrix& up, Q8Activations x, float* out);
 
 // Between the q/k/v projections and attention: clip (clip > 0), q/k RMSNorm
 // (norm_mode 1: per head, 2: over the whole projection), RoPE from `rope`
@@ -82,6 +112,7 @@ struct Attention {
   const int* position = nullptr;
   int heads = 0, kv_heads = 0, head_dim = 0, context = 0;
   float scale = 1;
+  Q8Activations out_q;  // when on (head_dim % kQ8Block == 0): out's int8 copy too, for the o-proj
 };
 inline constexpr int kAttentionChunk = 32;
 inline std::size_t attention_scratch_floats(int heads, int head_dim, int context) {
@@ -128,6 +159,7 @@ struct NormRoute {
   // zeroes the counter again (so a captured graph replays it).
   unsigned* arrivals = nullptr;
   float* logits = nullptr;
+  Q8Activations h_q;  // decode, when on (hidden % kQ8Block == 0): h's int8 copy too, for the experts
 };
 bool norm_route_fits(const Matrix& router, int hidden);
 int norm_route(Stream stream, const NormRoute& r);
@@ -154,5 +186,12 @@ int expert_gate_up(Stream stream, const Experts& e, const float* x, float* act);
 // shared_gate null means the shared expert is added with weight 1.
 int expert_down_add(Stream stream, const Experts& e, const float* act, const float* shared, const float* shared_gate,
                     float* x);
+// The same on int8 activations: gate/up read x's int8 copy and write act
+// and its int8 copy act_q (float[k][width] and its blocks), which down reads.
+// For experts_q8_fit(layout) only.
+bool experts_q8_fit(const ExpertRecordLayout& layout);
+int expert_gate_up_q8(Stream stream, const Experts& e, Q8Activations x, float* act, Q8Activations act_q);
+int expert_down_add_q8(Stream stream, const Experts& e, Q8Activations act, const float* shared,
+                       const float* shared_gate, float* x);
 
 }  // namespace coli::kernels::cuda::decoder

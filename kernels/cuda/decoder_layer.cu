@@ -6,22 +6,34 @@
 
 #include "cuda/decoder_batch.h"
 #include "cuda/decoder_attention.cuh"
-#include "cuda/decoder_common.cuh"
+#include "cuda/decoder_q8.cuh"
 
 namespace coli::kernels::cuda::decoder {
 namespace {
 
 constexpr int kNormThreads = 256;
 
-// One block per row (decode: one row).
-__global__ void __launch_bounds__(kNormThreads) rms_norm_kernel(const float* x, const float* weight, float* out, int n,
-                                                               float eps) {
+// One block per row (decode: one row); with kQuantise (n % kQ8Block == 0)
+// each warp writes whole blocks of the row and quantises them into q.
+template <bool kQuantise>
+__global__ void __launch_bounds__(kNormThreads) rms_norm_kernel(const float* x, const float* weight, float* out,
+                                                               Q8Activations q, int n, float eps) {
   x += static_cast<std::size_t>(blockIdx.x) * n;
   out += static_cast<std::size_t>(blockIdx.x) * n;
   float sum = 0;
   for (int i = static_cast<int>(threadIdx.x); i < n; i += kNormThreads) sum += x[i] * x[i];
   const float scale = rsqrtf(block_sum(sum) / static_cast<float>(n) + eps);
-  for (int i = static_cast<int>(threadIdx.x); i < n; i += kNormThreads) out[i] = x[i] * scale * weight[i];
+  if constexpr (!kQuantise) {
+    for (int i = static_cast<int>(threadIdx.x); i < n; i += kNormThreads) out[i] = x[i] * scale * weight[i];
+  } else {
+    const int lane = static_cast<int>(threadIdx.x) % kWarpSize, blocks = n / kQ8Block;
+    for (int b = static_cast<int>(threadIdx.x) / kWarpSize; b < blocks; b += kNormThreads / kWarpSize) {
+      const int i = b * kQ8Block + lane;
+      const float value = x[i] * scale * weight[i];
+      out[i] = value;
+      quantize_block(value, q, static_cast<std::size_t>(blockIdx.x) * blocks + b);
+    }
+  }
 }
 
 // RMSNorm of `groups` slices of `size` floats in place: one warp per slice.
@@ -134,10 +146,13 @@ __global__ void __launch_bounds__(kAttentionThreads) attention_merge_kernel(Atte
   float sum = 0.0f;
   for (int c = 0; c < used; ++c) sum += partials[c * stride + 1] * expf(partials[c * stride] - peak);
   const float inv = 1.0f / sum;
+  // With out_q (head_dim % kQ8Block == 0), a warp's 32 dims are one block.
   for (int d = static_cast<int>(threadIdx.x); d < a.head_dim; d += kAttentionThreads) {
     float value = 0.0f;
     for (int c = 0; c < used; ++c) value += partials[c * stride + 2 + d] * expf(partials[c * stride] - peak);
-    a.out[head * a.head_dim + d] = value * inv;
+    const int at = head * a.head_dim + d;
+    a.out[at] = value * inv;
+    if (a.out_q.values != nullptr) quantize_block(value * inv, a.out_q, static_cast<std::size_t>(at) / kQ8Block);
   }
 }
 
@@ -228,8 +243,8 @@ constexpr int kNormRouteThreads = 1024;
 // The router's input, by the whole block: h (shared memory) = RMSNorm(x),
 // also written to `out` when given (the experts read it from global memory;
 // the router reads the shared copy, as a kernel's own writes are not read
-// through __ldg).
-__device__ void router_input(const NormRoute& r, const float* x, float* h, float* out) {
+// through __ldg), and quantised into `out_q` when it is on.
+__device__ void router_input(const NormRoute& r, const float* x, float* h, float* out, const Q8Activations& out_q) {
   const int threads = static_cast<int>(blockDim.x);
   float sum = 0;
   for (int i = static_cast<int>(threadIdx.x); i < r.hidden; i += threads) sum += x[i] * x[i];
@@ -240,6 +255,11 @@ __device__ void router_input(const NormRoute& r, const float* x, float* h, float
     if (out != nullptr) out[i] = value;
   }
   __syncthreads();
+  if (out_q.values == nullptr) return;
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
+  for (int b = static_cast<int>(threadIdx.x) / kWarpSize; b < r.hidden / kQ8Block; b += threads / kWarpSize) {
+    quantize_block(h[b * kQ8Block + lane], out_q, b);
+  }
 }
 
 // logits[row] = the router's row . h for rows first, first + stride, ...:
@@ -260,7 +280,7 @@ __global__ void __launch_bounds__(kNormRouteThreads) norm_route_kernel(NormRoute
   __shared__ float h[kMaxRouterHidden];
   __shared__ float logits[kMaxRoutedExperts];
   const std::size_t token = static_cast<std::size_t>(blockIdx.x) * r.hidden;
-  router_input(r, r.x + token, h, r.h + token);
+  router_input(r, r.x + token, h, r.h + token, Q8Activations{});
   router_rows<kFormat>(r.router, h, logits, 0, kNormRouteThreads / kWarpSize);
   __syncthreads();
   if (threadIdx.x < kWarpSize) route_warp(route_of_token(r.route), logits, static_cast<int>(threadIdx.x));
@@ -277,7 +297,7 @@ __global__ void __launch_bounds__(kSplitRouteThreads) norm_route_split_kernel(No
   __shared__ float h[kMaxRouterHidden];
   __shared__ float logits[kMaxRoutedExperts];
   __shared__ bool last;
-  router_input(r, r.x, h, blockIdx.x == 0 ? r.h : nullptr);
+  router_input(r, r.x, h, blockIdx.x == 0 ? r.h : nullptr, blockIdx.x == 0 ? r.h_q : Q8Activations{});
   router_rows<kFormat>(r.router, h, r.logits, static_cast<int>(blockIdx.x) * kSplitRouteWarps,
                        static_cast<int>(gridDim.x) * kSplitRouteWarps);
   __threadfence();  // this block's logits visible to the last block before it counts itself
@@ -317,7 +337,13 @@ int rms_norm(Stream stream, const float* x, const float* weight, float* out, int
 
 int rms_norm_rows(Stream stream, const float* x, const float* weight, float* out, int n, int rows, float eps) {
   if (rows < 1) return static_cast<int>(cudaErrorInvalidValue);
-  rms_norm_kernel<<<rows, kNormThreads, 0, stream_of(stream)>>>(x, weight, out, n, eps);
+  rms_norm_kernel<false><<<rows, kNormThreads, 0, stream_of(stream)>>>(x, weight, out, Q8Activations{}, n, eps);
+  return static_cast<int>(cudaGetLastError());
+}
+
+int rms_norm_q8(Stream stream, const float* x, const float* weight, float* out, Q8Activations q, int n, float eps) {
+  if (!q.on() || n < kQ8Block || n % kQ8Block != 0) return static_cast<int>(cudaErrorInvalidValue);
+  rms_norm_kernel<true><<<1, kNormThreads, 0, stream_of(stream)>>>(x, weight, out, q, n, eps);
   return static_cast<int>(cudaGetLastError());
 }
 
@@ -330,6 +356,7 @@ int qk_prep_rows(Stream stream, const QkPrep& p, int tokens) {
 }
 
 int attention(Stream stream, const Attention& a) {
+  if (a.out_q.on() && a.head_dim % kQ8Block != 0) return static_cast<int>(cudaErrorInvalidValue);
   const int chunks = (a.context + kAttentionChunk - 1) / kAttentionChunk;
   for_lane_dims<AttentionChunkLaunch>(a.head_dim, stream_of(stream), a, chunks);
   if (const cudaError_t launched = cudaGetLastError(); launched != cudaSuccess) return static_cast<int>(launched);
@@ -345,7 +372,9 @@ bool norm_route_fits(const Matrix& router, int hidden) {
 
 int norm_route(Stream stream, const NormRoute& r) {
   if (r.arrivals == nullptr || r.logits == nullptr) return norm_route_rows(stream, r, 1);
-  if (!norm_route_fits(r.router, r.hidden)) return static_cast<int>(cudaErrorInvalidValue);
+  if (!norm_route_fits(r.router, r.hidden) || (r.h_q.on() && r.hidden % kQ8Block != 0)) {
+    return static_cast<int>(cudaErrorInvalidValue);
+  }
   switch (r.router.format) {
     case WeightFormat::f32: NormRouteSplitLaunch<WeightFormat::f32>::run(stream_of(stream), r); break;
     case WeightFormat::bf16: NormRouteSplitLaunch<WeightFormat::bf16>::run(stream_of(stream), r); break;

@@ -43,18 +43,6 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
   if (lane_zero()) out[row] = value;
 }
 
-// The record of a choice, or null when its slot is outside the slab (the
-// output then turns NaN: wrong output that shows, never a stray read).
-__device__ __forceinline__ const std::uint8_t* record_of(const Experts& e, int slot) {
-  if (slot < 0 || slot >= e.slot_count) return nullptr;
-  return e.slab + static_cast<std::size_t>(slot) * e.layout.record_stride;
-}
-
-__device__ __forceinline__ Matrix part(const Experts& e, const std::uint8_t* record, std::size_t weights,
-                                       std::size_t scales, int rows, int cols) {
-  return Matrix{e.layout.format, rows, cols, record + weights, record + scales};
-}
-
 // Gate and up of one row: both rows' loads in flight before the two sums.
 template <WeightFormat kFormat>
 __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)

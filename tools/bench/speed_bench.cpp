@@ -36,6 +36,7 @@ struct Args {
   std::string model, json;
   std::vector<std::string> backends{"cpu"};
   std::vector<double> vram_shares{1.0};
+  std::vector<std::string> gpu_kernels{"auto"};
   int threads = 1, gpu = 0, batch = 512, cap = 0;
   coli::bench::SpeedTests tests;
   double bandwidth_gb_s = 0;
@@ -59,8 +60,10 @@ std::vector<std::vector<int>> vram_share_experts(const coli::container::ExpertLa
 }
 
 coli::Result<std::unique_ptr<coli::runtime::MoeModel>> load(const Args& args, const std::string& backend, double share,
+                                                            const std::string& gpu_kernel,
                                                             const coli::container::ExpertLayout& layout) {
   coli::runtime::ModelOptions options;
+  options.gpu_kernel = gpu_kernel == "auto" ? "" : gpu_kernel;
   options.threads = args.threads;
   options.backend = backend;
   options.gpu_index = args.gpu;
@@ -146,6 +149,10 @@ int main(int argc, char** argv) {
   app.add_option("--backend", args.backends, "Backends, comma-separated (cpu, vulkan, cuda)")->delimiter(',')->capture_default_str();
   app.add_option("--vram-share", args.vram_shares, "Shares of each layer's experts in VRAM (vulkan, cuda), comma-separated")
       ->delimiter(',')->check(CLI::Range(0.0, 1.0))->capture_default_str();
+  app.add_option("--gpu-kernel", args.gpu_kernels,
+                 "GPU kernels, comma-separated: auto (CUDA: int8 activations for int8/int4 weights) or exact (f32 "
+                 "activations); each GPU backend runs once per entry")
+      ->delimiter(',')->check(CLI::IsMember({"auto", "exact"}))->capture_default_str();
   app.add_option("--threads", args.threads, "CPU threads")->check(CLI::Range(1, 4096))->capture_default_str();
   coli::bench::add_speed_options(app, args.tests);
   app.add_option("--json", args.json, "Also write the figures (every repeat) as JSON to this file");
@@ -161,10 +168,13 @@ int main(int argc, char** argv) {
   std::vector<Config> configs;
   for (const std::string& backend : args.backends) {
     for (double share : backend != "cpu" ? args.vram_shares : std::vector<double>{1.0}) {
-      auto model = load(args, backend, share, reader->index().experts);
-      if (!model) return fail(backend + ": " + model.error().message);
-      configs.push_back({backend, share, std::move(*model), {}, std::vector<std::vector<double>>(args.tests.depths.size())});
-      print_memory(configs.back());
+      for (const std::string& kernel : backend != "cpu" ? args.gpu_kernels : std::vector<std::string>{"auto"}) {
+        auto model = load(args, backend, share, kernel, reader->index().experts);
+        if (!model) return fail(backend + ": " + model.error().message);
+        const std::string label = kernel == "auto" ? backend : backend + "/" + kernel;  // "cuda/exact"
+        configs.push_back({label, share, std::move(*model), {}, std::vector<std::vector<double>>(args.tests.depths.size())});
+        print_memory(configs.back());
+      }
     }
   }
   const coli::bench::SpeedTests& tests = args.tests;

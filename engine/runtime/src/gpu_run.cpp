@@ -132,6 +132,7 @@ Result<std::unique_ptr<GpuRun>> GpuRun::start(const ModelOptions& options, const
   model.vram_experts = std::move(vram);
   model.max_context = options.max_context;
   model.max_batch_tokens = std::max(1, options.gpu_batch_tokens);
+  model.exact_activations = options.gpu_kernel == "exact";
   const Status started = options.backend == "cuda" ? state->start_cuda(options, model) : state->start_vulkan(options, model);
   if (!started) return started.error();
   if (state->decoder->hybrid()) {

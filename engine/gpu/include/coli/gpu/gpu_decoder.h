@@ -48,6 +48,10 @@ struct DecoderModel {
   std::vector<std::vector<int>> vram_experts;
   int max_context = 4096;
   int max_batch_tokens = 128;  // tokens per submission (prefill runs in such chunks)
+  // CUDA: f32 activations for int8/int4 weights too (reference accuracy);
+  // by default a token's step quantises them to int8 once per producer for
+  // the dp4a kernels. Vulkan computes f32 activations either way.
+  bool exact_activations = false;
 };
 
 // Device memory by component, as allocated (plan vs actual).

@@ -94,6 +94,9 @@ struct ModelOptions {
   std::vector<std::vector<int>> vram_experts;
   std::uint32_t gpu_shared_memory_limit = 0;  // pretend a smaller device (tests); 0 = its own
   int gpu_batch_tokens = 128;              // tokens per GPU submission (prefill chunks)
+  // "" = the GPU decoder's own choice (CUDA: int8 activations for int8/int4
+  // weights in a token's step); "exact" = f32 activations (gpu::DecoderModel).
+  std::string gpu_kernel;
   // Wall time per op category of CPU forward passes (op_timing.h), read
   // through MoeModel::op_times(); off = one branch per phase change.
   bool op_timing = false;

@@ -1,0 +1,234 @@
+// decoder_matvec.cu's kernels on int8 activations (q8_row and q4_g64
+// weights): dense matvec, q/k/v in one grid, the SwiGLU half of a dense MLP,
+// and the routed experts. A warp per output row, except gate/up, where a
+// warp computes 4 rows so that a block's 8 warps fill one activation block
+// of act, which the block then quantises for the down projection.
+#include <cuda_runtime.h>
+
+#include "cuda/decoder_q8.cuh"
+
+namespace coli::kernels::cuda::decoder {
+namespace {
+
+bool quantised(WeightFormat format) { return format == WeightFormat::q8_row || format == WeightFormat::q4_g64; }
+bool aligned16(const void* pointer) { return reinterpret_cast<std::uintptr_t>(pointer) % 16 == 0; }
+
+template <WeightFormat kFormat>
+__global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
+    matvec_q8_kernel(Matrix m, Q8Activations x, float* y, const float* bias, bool accumulate) {
+  const int row = warp_row();
+  if (row >= m.rows) return;  // the whole warp
+  float value = row_dot_q8<kFormat>(m, row, x);
+  if (!lane_zero()) return;
+  if (bias != nullptr) value += bias[row];
+  y[row] = accumulate ? y[row] + value : value;
+}
+
+template <WeightFormat kFormat>
+__global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize) matvecs_q8_kernel(Matvecs m, Q8Activations x) {
+  int row = warp_row();
+  int i = 0;
+  while (i < m.count && row >= m.w[i].rows) row -= m.w[i++].rows;
+  if (i >= m.count) return;  // the whole warp
+  float value = row_dot_q8<kFormat>(m.w[i], row, x);
+  if (!lane_zero()) return;
+  if (m.bias[i] != nullptr) value += m.bias[i][row];
+  m.y[i][row] = value;
+}
+
+template <WeightFormat kFormat>
+__global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
+    swiglu_q8_kernel(Matrix gate, Matrix up, Q8Activations x, float* out) {
+  const int row = warp_row();
+  if (row >= gate.rows) return;
+  const RowRef rows[2] = {row_ref<kFormat>(gate, row), row_ref<kFormat>(up, row)};
+  float partial[2];
+  rows_partial_q8<kFormat, 2>(rows, gate.cols, x, partial);
+  const float value = silu(warp_sum(partial[0])) * warp_sum(partial[1]);
+  if (lane_zero()) out[row] = value;
+}
+
+constexpr int kGateUpRowsPerWarp = kQ8Block / kWarpsPerBlock;
+
+// Block (b, choice): rows 32b..32b+31 of the choice's gate and up, warp w
+// rows 32b + 4w.. (their 8 rows' loads in flight together); the block's 32
+// outputs go to act and, quantised, to act_q's block.
+template <WeightFormat kFormat>
+__global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
+    expert_gate_up_q8_kernel(Experts e, Q8Activations x, float* act, Q8Activations act_q) {
+  __shared__ float values[kQ8Block];
+  const ExpertRecordLayout& l = e.layout;
+  const int choice = static_cast<int>(blockIdx.y);
+  const std::uint8_t* record = record_of(e, e.choices[choice].slot);
+  if (record == nullptr && e.host_rows != nullptr) return;  // the whole block: the host computes this choice
+  const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
+  const int first = static_cast<int>(blockIdx.x) * kQ8Block + warp * kGateUpRowsPerWarp;
+  float value[kGateUpRowsPerWarp];
+  if (record == nullptr) {  // a slot outside the slab: NaN, which shows
+    for (float& v : value) v = detail::quiet_nan();
+  } else {
+    const Matrix gate = part(e, record, l.gate_weights, l.gate_scales, l.width, l.hidden);
+    const Matrix up = part(e, record, l.up_weights, l.up_scales, l.width, l.hidden);
+    RowRef rows[2 * kGateUpRowsPerWarp];
+#pragma unroll
+    for (int i = 0; i < kGateUpRowsPerWarp; ++i) {
+      rows[2 * i] = row_ref<kFormat>(gate, first + i);
+      rows[2 * i + 1] = row_ref<kFormat>(up, first + i);
+    }
+    float partial[2 * kGateUpRowsPerWarp];
+    rows_partial_q8<kFormat, 2 * kGateUpRowsPerWarp>(rows, l.hidden, x, partial);
+#pragma unroll
+    for (int i = 0; i < kGateUpRowsPerWarp; ++i) value[i] = silu(warp_sum(partial[2 * i])) * warp_sum(partial[2 * i + 1]);
+  }
+  if (lane_zero()) {
+    for (int i = 0; i < kGateUpRowsPerWarp; ++i) {
+      values[warp * kGateUpRowsPerWarp + i] = value[i];
+      act[static_cast<std::size_t>(choice) * l.width + first + i] = value[i];
+    }
+  }
+  __syncthreads();
+  if (warp == 0) {
+    const std::size_t block = (static_cast<std::size_t>(choice) * l.width) / kQ8Block + blockIdx.x;
+    quantize_block(values[threadIdx.x], act_q, block);
+  }
+}
+
+// Row `row` of every choice's down projection, weighted: the lanes walk the
+// chunks of all k experts' rows as one sequence (their loads independent of
+// each other), then one warp sum; the host's rows are added by lane 0 in
+// routing order, as expert_down_add does.
+template <WeightFormat kFormat>
+__global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
+    expert_down_add_q8_kernel(Experts e, Q8Activations act, const float* shared, const float* shared_gate, float* x) {
+  const int row = warp_row();
+  const ExpertRecordLayout& l = e.layout;
+  if (row >= l.hidden) return;
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
+  const int per_expert = l.width / kChunkCols<kFormat>;
+  const int blocks_per_expert = l.width / kQ8Block;
+  float device_sum = 0;
+#pragma unroll 4
+  for (int f = lane; f < e.k * per_expert; f += kWarpSize) {
+    const int i = f / per_expert;
+    const ExpertChoice choice = e.choices[i];
+    const std::uint8_t* record = record_of(e, choice.slot);
+    if (record == nullptr) continue;  // the host's, or missing: lane 0 below
+    const Matrix down = part(e, record, l.down_weights, l.down_scales, l.hidden, l.width);
+    const Q8Activations expert_act{act.values + static_cast<std::size_t>(i) * l.width,
+                                   act.blocks + static_cast<std::size_t>(i) * blocks_per_expert};
+    device_sum += choice.weight * chunk_dot_q8<kFormat>(row_ref<kFormat>(down, row), f - i * per_expert, expert_act);
+  }
+  float sum = warp_sum(device_sum);
+  if (lane != 0) return;
+  for (int i = 0; i < e.k; ++i) {
+    const ExpertChoice choice = e.choices[i];
+    if (record_of(e, choice.slot) != nullptr) continue;
+    if (e.host_rows == nullptr) {
+      sum = detail::quiet_nan();
+      break;
+    }
+    sum += choice.weight * e.host_rows[static_cast<std::size_t>(i) * l.hidden + row];
+  }
+  if (shared != nullptr) {
+    const float gate = shared_gate != nullptr ? 1.0f / (1.0f + expf(-shared_gate[0])) : 1.0f;
+    sum += gate * shared[row];
+  }
+  x[row] += sum;
+}
+
+// Launch<format>::run(args...) for the two int8-activation formats.
+template <template <WeightFormat> class Launch, typename... Args>
+int for_q8_format(WeightFormat format, const Args&... args) {
+  switch (format) {
+    case WeightFormat::q8_row: Launch<WeightFormat::q8_row>::run(args...); break;
+    case WeightFormat::q4_g64: Launch<WeightFormat::q4_g64>::run(args...); break;
+    default: return static_cast<int>(cudaErrorInvalidValue);
+  }
+  return static_cast<int>(cudaGetLastError());
+}
+
+template <WeightFormat kFormat>
+struct MatvecQ8Launch {
+  static void run(cudaStream_t s, const Matrix& w, const Q8Activations& x, float* y, const float* bias, bool accumulate) {
+    matvec_q8_kernel<kFormat><<<row_grid(w.rows), row_block(), 0, s>>>(w, x, y, bias, accumulate);
+  }
+};
+template <WeightFormat kFormat>
+struct MatvecsQ8Launch {
+  static void run(cudaStream_t s, const Matvecs& m, const Q8Activations& x, int rows) {
+    matvecs_q8_kernel<kFormat><<<row_grid(rows), row_block(), 0, s>>>(m, x);
+  }
+};
+template <WeightFormat kFormat>
+struct SwigluQ8Launch {
+  static void run(cudaStream_t s, const Matrix& gate, const Matrix& up, const Q8Activations& x, float* out) {
+    swiglu_q8_kernel<kFormat><<<row_grid(gate.rows), row_block(), 0, s>>>(gate, up, x, out);
+  }
+};
+template <WeightFormat kFormat>
+struct GateUpQ8Launch {
+  static void run(cudaStream_t s, const Experts& e, const Q8Activations& x, float* act, const Q8Activations& act_q) {
+    const dim3 grid(e.layout.width / kQ8Block, e.k);
+    expert_gate_up_q8_kernel<kFormat><<<grid, row_block(), 0, s>>>(e, x, act, act_q);
+  }
+};
+template <WeightFormat kFormat>
+struct DownAddQ8Launch {
+  static void run(cudaStream_t s, const Experts& e, const Q8Activations& act, const float* shared, const float* gate,
+                  float* x) {
+    expert_down_add_q8_kernel<kFormat><<<row_grid(e.layout.hidden), row_block(), 0, s>>>(e, act, shared, gate, x);
+  }
+};
+
+cudaStream_t stream_of(Stream s) { return static_cast<cudaStream_t>(s); }
+
+}  // namespace
+
+bool q8_input_fits(const Matrix& w) {
+  return quantised(w.format) && w.cols > 0 && w.cols % kQ8Block == 0 && aligned16(w.weights);
+}
+
+bool experts_q8_fit(const ExpertRecordLayout& l) {
+  return quantised(l.format) && l.hidden > 0 && l.width > 0 && l.hidden % kQ8Block == 0 && l.width % kQ8Block == 0 &&
+         l.record_stride % 16 == 0 && l.gate_weights % 16 == 0 && l.up_weights % 16 == 0 && l.down_weights % 16 == 0;
+}
+
+int matvec_q8(Stream stream, const Matrix& w, Q8Activations x, float* y, const float* bias, bool accumulate) {
+  if (!q8_input_fits(w) || !x.on()) return static_cast<int>(cudaErrorInvalidValue);
+  return for_q8_format<MatvecQ8Launch>(w.format, stream_of(stream), w, x, y, bias, accumulate);
+}
+
+int matvecs_q8(Stream stream, const Matvecs& m, Q8Activations x) {
+  if (m.count < 1 || m.count > kMaxMatvecs || !x.on()) return static_cast<int>(cudaErrorInvalidValue);
+  int rows = 0;
+  for (int i = 0; i < m.count; ++i) {
+    if (!q8_input_fits(m.w[i]) || m.w[i].format != m.w[0].format || m.w[i].cols != m.w[0].cols) {
+      return static_cast<int>(cudaErrorInvalidValue);
+    }
+    rows += m.w[i].rows;
+  }
+  return for_q8_format<MatvecsQ8Launch>(m.w[0].format, stream_of(stream), m, x, rows);
+}
+
+int swiglu_q8(Stream stream, const Matrix& gate, const Matrix& up, Q8Activations x, float* out) {
+  if (!q8_input_fits(gate) || !q8_input_fits(up) || gate.format != up.format || gate.rows != up.rows ||
+      gate.cols != up.cols || !x.on()) {
+    return static_cast<int>(cudaErrorInvalidValue);
+  }
+  return for_q8_format<SwigluQ8Launch>(gate.format, stream_of(stream), gate, up, x, out);
+}
+
+int expert_gate_up_q8(Stream stream, const Experts& e, Q8Activations x, float* act, Q8Activations act_q) {
+  if (!experts_q8_fit(e.layout) || !aligned16(e.slab) || !x.on() || !act_q.on()) {
+    return static_cast<int>(cudaErrorInvalidValue);
+  }
+  return for_q8_format<GateUpQ8Launch>(e.layout.format, stream_of(stream), e, x, act, act_q);
+}
+
+int expert_down_add_q8(Stream stream, const Experts& e, Q8Activations act, const float* shared, const float* shared_gate,
+                       float* x) {
+  if (!experts_q8_fit(e.layout) || !aligned16(e.slab) || !act.on()) return static_cast<int>(cudaErrorInvalidValue);
+  return for_q8_format<DownAddQ8Launch>(e.layout.format, stream_of(stream), e, act, shared, shared_gate, x);
+}
+
+}  // namespace coli::kernels::cuda::decoder
