@@ -83,7 +83,7 @@ inline StepBufferBytes step_buffer_bytes(const model::ModelConfig& c, u64 moe_la
   b.ids = top_k * 4;
   b.host_rows = top_k * c.hidden_size * f;
   b.rope = context * (c.head_dim / 2) * 2 * f;
-  b.arrivals = 4;  // the router's split blocks count themselves here
+  b.arrivals = 4 * (1 + c.num_attention_heads);  // norm_route's split blocks, then attention's per head
   b.h_q = q8_copy_bytes(c.hidden_size);  // h and final_h, one at a time
   b.attn_q = q8_copy_bytes(q_width);
   b.act_q = q8_copy_bytes(std::max<u64>(c.num_experts_per_tok * c.moe_intermediate_size, 1));

@@ -64,6 +64,7 @@ Status attention_block(Recorder& r, const model::ModelConfig& c, const CudaLayer
   if (Status s = qkv(r, w, b); !s) return s;
   AttentionArgs args = attention_args(c, w, b, layer, at(b.q), at(b.k), at(b.v), at(b.attn), at(b.scores));
   args.attention.out_q = b.attn8;
+  args.attention.arrivals = at<unsigned>(b.arrivals, 1);  // [0] is norm_route's
   for (Status s : {r.check("qk_prep", k::qk_prep(r.stream(), args.prep)),
                    r.check(b.attn8.on() ? "attention int8" : "attention", k::attention(r.stream(), args.attention)),
                    matvec(r, w.o, at(b.attn), at(b.x), w.o_bias, true, b.attn8)}) {

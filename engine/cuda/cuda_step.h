@@ -19,7 +19,7 @@ struct StepBuffers {
   DeviceBuffer ids;       // int[top_k]: a hybrid layer's expert ids, for the host
   DeviceBuffer host_rows; // float[top_k][hidden]: a hybrid layer's rows the host computed
   DeviceBuffer rope;      // float[context][head_dim/2][2]
-  DeviceBuffer arrivals;  // unsigned: norm_route's block count (zero between launches)
+  DeviceBuffer arrivals;  // unsigned[1 + heads]: norm_route's block count, attention's per head (zero between launches)
   DeviceBuffer h_q, attn_q, act_q;  // int8 copies of h (or final_h), attn and act
   DeviceBuffer kv;        // float[layers][2][context][kv_width]
   int context = 0;

@@ -100,7 +100,8 @@ int qk_prep(Stream stream, const QkPrep& p);
 // the positions (flash-decoding): one block per (head, chunk of
 // kAttentionChunk positions) writes its softmax partials (max, sum, the
 // unnormalised weighted sum of V) to `scores`, then one block per head
-// merges its chunks in position order. The grid covers the whole context
+// merges its chunks in position order (the last chunk block to finish, with
+// `arrivals`). The grid covers the whole context
 // (a captured graph serves every position); chunks past the position exit.
 // `scores` holds attention_scratch_floats() floats.
 struct Attention {
@@ -113,6 +114,10 @@ struct Attention {
   int heads = 0, kv_heads = 0, head_dim = 0, context = 0;
   float scale = 1;
   Q8Activations out_q;  // when on (head_dim % kQ8Block == 0): out's int8 copy too, for the o-proj
+  // When given (heads zeroed counters): one launch, the last chunk block of
+  // each head to finish (a fenced count) merges that head and zeroes its
+  // counter again (a captured graph replays it); else a second launch merges.
+  unsigned* arrivals = nullptr;
 };
 inline constexpr int kAttentionChunk = 32;
 inline std::size_t attention_scratch_floats(int heads, int head_dim, int context) {

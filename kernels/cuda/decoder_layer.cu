@@ -26,12 +26,24 @@ __global__ void __launch_bounds__(kNormThreads) rms_norm_kernel(const float* x, 
   if constexpr (!kQuantise) {
     for (int i = static_cast<int>(threadIdx.x); i < n; i += kNormThreads) out[i] = x[i] * scale * weight[i];
   } else {
+    // kAhead blocks per warp per round, their loads issued before any
+    // block's reductions (one round for 2048 values).
+    constexpr int kWarps = kNormThreads / kWarpSize, kAhead = 8;
     const int lane = static_cast<int>(threadIdx.x) % kWarpSize, blocks = n / kQ8Block;
-    for (int b = static_cast<int>(threadIdx.x) / kWarpSize; b < blocks; b += kNormThreads / kWarpSize) {
-      const int i = b * kQ8Block + lane;
-      const float value = x[i] * scale * weight[i];
-      out[i] = value;
-      quantize_block(value, q, static_cast<std::size_t>(blockIdx.x) * blocks + b);
+    for (int first = static_cast<int>(threadIdx.x) / kWarpSize; first < blocks; first += kWarps * kAhead) {
+      float value[kAhead];
+#pragma unroll
+      for (int j = 0; j < kAhead; ++j) {
+        const int i = (first + j * kWarps) * kQ8Block + lane;
+        value[j] = first + j * kWarps < blocks ? x[i] * scale * weight[i] : 0.0f;
+      }
+#pragma unroll
+      for (int j = 0; j < kAhead; ++j) {
+        const int b = first + j * kWarps;
+        if (b >= blocks) break;  // the same for the whole warp
+        out[b * kQ8Block + lane] = value[j];
+        quantize_block(value[j], q, static_cast<std::size_t>(blockIdx.x) * blocks + b);
+      }
     }
   }
 }
@@ -106,6 +118,36 @@ __global__ void __launch_bounds__(kNormThreads) qk_prep_kernel(QkPrep p) {
   }
 }
 
+// Head `head`'s chunk partials merged in position order by the block (read
+// through the L2: other blocks of this launch may have written them).
+__device__ void merge_head(const Attention& a, int head) {
+  const int positions = *a.position + 1;
+  const int used = (positions + kAttentionChunk - 1) / kAttentionChunk;
+  const std::size_t chunks = (static_cast<std::size_t>(a.context) + kAttentionChunk - 1) / kAttentionChunk;
+  const std::size_t stride = static_cast<std::size_t>(a.head_dim) + 2;
+  const float* partials = a.scores + static_cast<std::size_t>(head) * chunks * stride;
+  float peak = -3.402823e38f;
+  for (int c = 0; c < used; ++c) peak = fmaxf(peak, __ldcg(partials + c * stride));
+  float sum = 0.0f;
+  for (int c = 0; c < used; ++c) sum += __ldcg(partials + c * stride + 1) * expf(__ldcg(partials + c * stride) - peak);
+  const float inv = 1.0f / sum;
+  // With out_q (head_dim % kQ8Block == 0), a warp's 32 dims are one block.
+  for (int d = static_cast<int>(threadIdx.x); d < a.head_dim; d += kAttentionThreads) {
+    float value = 0.0f;
+    for (int c = 0; c < used; ++c) {
+      value += __ldcg(partials + c * stride + 2 + d) * expf(__ldcg(partials + c * stride) - peak);
+    }
+    const int at = head * a.head_dim + d;
+    a.out[at] = value * inv;
+    if (a.out_q.values != nullptr) quantize_block(value * inv, a.out_q, static_cast<std::size_t>(at) / kQ8Block);
+  }
+}
+
+// One block per head: the chunks' partials merged (attention without arrivals).
+__global__ void __launch_bounds__(kAttentionThreads) attention_merge_kernel(Attention a) {
+  merge_head(a, static_cast<int>(blockIdx.x));
+}
+
 // One block per (head, chunk): the block's warps attend the chunk's
 // positions (attend_span), then the block writes its softmax partial.
 template <int kLaneDims>
@@ -124,6 +166,17 @@ __global__ void __launch_bounds__(kAttentionThreads) attention_chunk_kernel(Atte
     partial[1] = span.sum;
   }
   for (int d = static_cast<int>(threadIdx.x); d < a.head_dim; d += kAttentionThreads) partial[2 + d] = weighted[d];
+  if (a.arrivals == nullptr) return;  // attention_merge_kernel follows
+  __shared__ bool last;
+  __threadfence();  // this block's partial visible to the last block before it counts itself
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    last = atomicAdd(a.arrivals + head, 1u) == static_cast<unsigned>((positions + kAttentionChunk - 1) / kAttentionChunk) - 1;
+  }
+  __syncthreads();
+  if (!last) return;
+  merge_head(a, head);
+  if (threadIdx.x == 0) a.arrivals[head] = 0;
 }
 
 template <int kLaneDims>
@@ -132,29 +185,6 @@ struct AttentionChunkLaunch {
     attention_chunk_kernel<kLaneDims><<<dim3(a.heads, chunks), kAttentionThreads, 0, s>>>(a);
   }
 };
-
-// One block per head: the chunks' partials merged in position order.
-__global__ void __launch_bounds__(kAttentionThreads) attention_merge_kernel(Attention a) {
-  const int head = static_cast<int>(blockIdx.x);
-  const int positions = *a.position + 1;
-  const int used = (positions + kAttentionChunk - 1) / kAttentionChunk;
-  const std::size_t chunks = (static_cast<std::size_t>(a.context) + kAttentionChunk - 1) / kAttentionChunk;
-  const std::size_t stride = static_cast<std::size_t>(a.head_dim) + 2;
-  const float* partials = a.scores + static_cast<std::size_t>(head) * chunks * stride;
-  float peak = -3.402823e38f;
-  for (int c = 0; c < used; ++c) peak = fmaxf(peak, partials[c * stride]);
-  float sum = 0.0f;
-  for (int c = 0; c < used; ++c) sum += partials[c * stride + 1] * expf(partials[c * stride] - peak);
-  const float inv = 1.0f / sum;
-  // With out_q (head_dim % kQ8Block == 0), a warp's 32 dims are one block.
-  for (int d = static_cast<int>(threadIdx.x); d < a.head_dim; d += kAttentionThreads) {
-    float value = 0.0f;
-    for (int c = 0; c < used; ++c) value += partials[c * stride + 2 + d] * expf(partials[c * stride] - peak);
-    const int at = head * a.head_dim + d;
-    a.out[at] = value * inv;
-    if (a.out_q.values != nullptr) quantize_block(value * inv, a.out_q, static_cast<std::size_t>(at) / kQ8Block);
-  }
-}
 
 // True when (p, e) ranks before (best_p, best): probability desc, id asc.
 __device__ __forceinline__ bool ranks_before(float p, int e, float best_p, int best) {
@@ -243,8 +273,8 @@ constexpr int kNormRouteThreads = 1024;
 // The router's input, by the whole block: h (shared memory) = RMSNorm(x),
 // also written to `out` when given (the experts read it from global memory;
 // the router reads the shared copy, as a kernel's own writes are not read
-// through __ldg), and quantised into `out_q` when it is on.
-__device__ void router_input(const NormRoute& r, const float* x, float* h, float* out, const Q8Activations& out_q) {
+// through __ldg).
+__device__ void router_input(const NormRoute& r, const float* x, float* h, float* out) {
   const int threads = static_cast<int>(blockDim.x);
   float sum = 0;
   for (int i = static_cast<int>(threadIdx.x); i < r.hidden; i += threads) sum += x[i] * x[i];
@@ -255,10 +285,13 @@ __device__ void router_input(const NormRoute& r, const float* x, float* h, float
     if (out != nullptr) out[i] = value;
   }
   __syncthreads();
-  if (out_q.values == nullptr) return;
+}
+
+// h (shared memory) quantised into q by the block's warps.
+__device__ void quantize_shared(const float* h, int n, const Q8Activations& q) {
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
-  for (int b = static_cast<int>(threadIdx.x) / kWarpSize; b < r.hidden / kQ8Block; b += threads / kWarpSize) {
-    quantize_block(h[b * kQ8Block + lane], out_q, b);
+  for (int b = static_cast<int>(threadIdx.x) / kWarpSize; b < n / kQ8Block; b += blockDim.x / kWarpSize) {
+    quantize_block(h[b * kQ8Block + lane], q, b);
   }
 }
 
@@ -277,10 +310,10 @@ __device__ void router_rows(const Matrix& router, const float* h, float* logits,
 // block's warps, then warp 0 routes.
 template <WeightFormat kFormat>
 __global__ void __launch_bounds__(kNormRouteThreads) norm_route_kernel(NormRoute r) {
-  __shared__ float h[kMaxRouterHidden];
+  __shared__ __align__(16) float h[kMaxRouterHidden];
   __shared__ float logits[kMaxRoutedExperts];
   const std::size_t token = static_cast<std::size_t>(blockIdx.x) * r.hidden;
-  router_input(r, r.x + token, h, r.h + token, Q8Activations{});
+  router_input(r, r.x + token, h, r.h + token);
   router_rows<kFormat>(r.router, h, logits, 0, kNormRouteThreads / kWarpSize);
   __syncthreads();
   if (threadIdx.x < kWarpSize) route_warp(route_of_token(r.route), logits, static_cast<int>(threadIdx.x));
@@ -294,15 +327,18 @@ constexpr int kSplitRouteWarps = kSplitRouteThreads / kWarpSize;
 // last block to finish (a fenced arrival count) routes over all logits.
 template <WeightFormat kFormat>
 __global__ void __launch_bounds__(kSplitRouteThreads) norm_route_split_kernel(NormRoute r) {
-  __shared__ float h[kMaxRouterHidden];
+  __shared__ __align__(16) float h[kMaxRouterHidden];
   __shared__ float logits[kMaxRoutedExperts];
   __shared__ bool last;
-  router_input(r, r.x, h, blockIdx.x == 0 ? r.h : nullptr, blockIdx.x == 0 ? r.h_q : Q8Activations{});
+  router_input(r, r.x, h, blockIdx.x == 0 ? r.h : nullptr);
   router_rows<kFormat>(r.router, h, r.logits, static_cast<int>(blockIdx.x) * kSplitRouteWarps,
                        static_cast<int>(gridDim.x) * kSplitRouteWarps);
   __threadfence();  // this block's logits visible to the last block before it counts itself
   __syncthreads();
   if (threadIdx.x == 0) last = atomicAdd(r.arrivals, 1u) == gridDim.x - 1;
+  // h's int8 copy, for the experts: after block 0 has counted itself, so
+  // the last block's routing does not wait for it.
+  if (blockIdx.x == 0 && r.h_q.values != nullptr) quantize_shared(h, r.hidden, r.h_q);
   __syncthreads();
   if (!last) return;
   for (int e = static_cast<int>(threadIdx.x); e < r.router.rows; e += kSplitRouteThreads) logits[e] = __ldcg(r.logits + e);
@@ -360,6 +396,7 @@ int attention(Stream stream, const Attention& a) {
   const int chunks = (a.context + kAttentionChunk - 1) / kAttentionChunk;
   for_lane_dims<AttentionChunkLaunch>(a.head_dim, stream_of(stream), a, chunks);
   if (const cudaError_t launched = cudaGetLastError(); launched != cudaSuccess) return static_cast<int>(launched);
+  if (a.arrivals != nullptr) return 0;  // merged by each head's last chunk block
   attention_merge_kernel<<<a.heads, kAttentionThreads, 0, stream_of(stream)>>>(a);
   return static_cast<int>(cudaGetLastError());
 }

@@ -20,8 +20,9 @@ __device__ __forceinline__ int warp_sum_int(int value) {
 // quantize_block_reference), its scale and its sum.
 __device__ __forceinline__ void quantize_block(float value, const Q8Activations& q, std::size_t block) {
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
-  const bool broken = __any_sync(detail::kFullWarp, !isfinite(value));
-  const float peak = warp_max(fabsf(value));
+  // A NaN or inf counts as an infinite peak (fmaxf alone would drop a NaN).
+  const float peak = warp_max(isfinite(value) ? fabsf(value) : __int_as_float(0x7f800000));
+  const bool broken = isinf(peak);
   int level = 0;
   if (peak > 0 && !broken) level = max(-127, min(127, __float2int_rn(value * (127.0f / peak))));
   q.values[block * kQ8Block + lane] = static_cast<std::int8_t>(level);

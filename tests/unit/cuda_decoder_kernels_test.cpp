@@ -203,13 +203,21 @@ void check_long_attention(int heads, int kv_heads, int head_dim, int context, in
   DeviceBuffer out = device_copy(std::vector<float>(q_width));
   DeviceBuffer scores = device_copy(std::vector<float>(dk::attention_scratch_floats(heads, head_dim, context)));
   DeviceBuffer position = device_copy(std::vector<int>{tokens - 1});
-  ASSERT_EQ(dk::attention(nullptr, attention_of(dq, k_cache, v_cache, out, scores, position, heads, kv_heads, head_dim, context)),
-            0);
-  const std::vector<float> got = host_copy<float>(out, q_width);
+  DeviceBuffer arrivals = device_copy(std::vector<unsigned>(heads, 0));
   const std::vector<double> expected = attention_in_double(q, keys, values, heads, kv_heads, head_dim, tokens);
-  for (int i = 0; i < q_width; ++i) {
-    ASSERT_NEAR(got[i], expected[i], 1e-4) << "head " << i / head_dim << " dim " << i % head_dim << " of " << tokens << " positions";
+  // A second launch merges; then each head's last chunk block, twice (its
+  // counters zeroed again for the next launch).
+  for (const char* merge : {"merge launch", "last block", "last block again"}) {
+    SCOPED_TRACE(merge);
+    dk::Attention a = attention_of(dq, k_cache, v_cache, out, scores, position, heads, kv_heads, head_dim, context);
+    if (std::string(merge) != "merge launch") a.arrivals = static_cast<unsigned*>(arrivals.data());
+    ASSERT_EQ(dk::attention(nullptr, a), 0);
+    const std::vector<float> got = host_copy<float>(out, q_width);
+    for (int i = 0; i < q_width; ++i) {
+      ASSERT_NEAR(got[i], expected[i], 1e-4) << "head " << i / head_dim << " dim " << i % head_dim << " of " << tokens << " positions";
+    }
   }
+  for (unsigned count : host_copy<unsigned>(arrivals, heads)) EXPECT_EQ(count, 0u);
 }
 
 TEST(CudaDecoderKernels, AttentionMergesChunksOverALongContext) {
