@@ -48,74 +48,81 @@ __global__ void __launch_bounds__(kNormThreads) rms_norm_kernel(const float* x, 
   }
 }
 
-// RMSNorm of `groups` slices of `size` floats in place: one warp per slice.
-__device__ void norm_slices(float* v, int groups, int size, const float* weight, float eps) {
-  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
-  for (int g = static_cast<int>(threadIdx.x) / kWarpSize; g < groups; g += kNormThreads / kWarpSize) {
-    float* slice = v + static_cast<std::size_t>(g) * size;
+__device__ __forceinline__ float clipped(float v, float clip) { return clip > 0 ? fminf(fmaxf(v, -clip), clip) : v; }
+
+// Rotation pair `pair` of head `head` of v (width floats): clipped, normed
+// by `scale` and the norm weight (norm_mode 1: the head's, 2: the whole
+// projection's), rotated ("rotate half", table: cos, sin per pair at
+// `position`) and written back, and to `cache` (k's row) when given.
+__device__ __forceinline__ void prepare_pair(float* v, int head, int pair, const QkPrep& p, const float* norm,
+                                             float scale, int position, float* cache) {
+  const int half = p.head_dim / 2;
+  const int first = head * p.head_dim + pair, second = first + half;
+  float a = clipped(v[first], p.clip), b = clipped(v[second], p.clip);
+  if (p.norm_mode != 0) {
+    const int weight_first = p.norm_mode == 1 ? pair : first;
+    a *= scale * norm[weight_first];
+    b *= scale * norm[weight_first + half];
+  }
+  const float2 rotation = reinterpret_cast<const float2*>(p.rope)[static_cast<std::size_t>(position) * half + pair];
+  const float rotated_a = a * rotation.x - b * rotation.y, rotated_b = b * rotation.x + a * rotation.y;
+  v[first] = rotated_a;
+  v[second] = rotated_b;
+  if (cache != nullptr) {
+    cache[first] = rotated_a;
+    cache[second] = rotated_b;
+  }
+}
+
+// Clip, norm and rotate one projection of `heads` heads in place, in two
+// passes over it (the norm's sums, then every rotation pair once): a warp
+// per head for per-head norms, else the block over all pairs.
+__device__ void prepare(float* v, int heads, const QkPrep& p, const float* norm, int position, float* cache) {
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize, warp = static_cast<int>(threadIdx.x) / kWarpSize;
+  const int half = p.head_dim / 2;
+  if (p.norm_mode == 1) {
+    for (int head = warp; head < heads; head += kNormThreads / kWarpSize) {
+      float sum = 0;
+      for (int d = lane; d < p.head_dim; d += kWarpSize) {
+        const float x = clipped(v[head * p.head_dim + d], p.clip);
+        sum += x * x;
+      }
+      const float scale = rsqrtf(warp_sum(sum) / static_cast<float>(p.head_dim) + p.eps);
+      __syncwarp();
+      for (int pair = lane; pair < half; pair += kWarpSize) prepare_pair(v, head, pair, p, norm, scale, position, cache);
+    }
+    return;
+  }
+  float scale = 1;
+  if (p.norm_mode == 2) {
+    const int width = heads * p.head_dim;
     float sum = 0;
-    for (int i = lane; i < size; i += kWarpSize) sum += slice[i] * slice[i];
-    const float scale = rsqrtf(warp_sum(sum) / static_cast<float>(size) + eps);
-    for (int i = lane; i < size; i += kWarpSize) slice[i] = slice[i] * scale * weight[i];
+    for (int i = static_cast<int>(threadIdx.x); i < width; i += kNormThreads) {
+      const float x = clipped(v[i], p.clip);
+      sum += x * x;
+    }
+    scale = rsqrtf(block_sum(sum) / static_cast<float>(width) + p.eps);
   }
-}
-
-// RMSNorm of the whole of v (n floats) in place, by the block.
-__device__ void norm_whole(float* v, int n, const float* weight, float eps) {
-  float sum = 0;
-  for (int i = static_cast<int>(threadIdx.x); i < n; i += kNormThreads) sum += v[i] * v[i];
-  const float scale = rsqrtf(block_sum(sum) / static_cast<float>(n) + eps);
-  for (int i = static_cast<int>(threadIdx.x); i < n; i += kNormThreads) v[i] = v[i] * scale * weight[i];
-}
-
-// "Rotate half" RoPE of `heads` heads at `position` (table: cos, sin per pair).
-__device__ void rotate(float* v, int heads, int head_dim, const float* table, int position) {
-  const int half = head_dim / 2;
   for (int i = static_cast<int>(threadIdx.x); i < heads * half; i += kNormThreads) {
-    const int head = i / half;
-    const int pair = i % half;
-    float* at = v + head * head_dim + pair;
-    const float c = table[(static_cast<std::size_t>(position) * half + pair) * 2];
-    const float s = table[(static_cast<std::size_t>(position) * half + pair) * 2 + 1];
-    const float a = at[0];
-    const float b = at[half];
-    at[0] = a * c - b * s;
-    at[half] = b * c + a * s;
+    prepare_pair(v, i / half, i % half, p, norm, scale, position, cache);
   }
 }
 
-// Clip, norm and rotate one projection of `heads` heads in place.
-__device__ void prepare(float* v, int heads, const QkPrep& p, const float* norm, int position) {
-  const int width = heads * p.head_dim;
-  if (p.clip > 0) {
-    for (int i = static_cast<int>(threadIdx.x); i < width; i += kNormThreads) v[i] = fminf(fmaxf(v[i], -p.clip), p.clip);
-    __syncthreads();
-  }
-  if (p.norm_mode == 1) norm_slices(v, heads, p.head_dim, norm, p.eps);
-  if (p.norm_mode == 2) norm_whole(v, width, norm, p.eps);
-  __syncthreads();
-  rotate(v, heads, p.head_dim, p.rope, position);
-}
-
-// Blocks (token, 0) prepare q, blocks (token, 1) k and v and append them to
-// the caches; token t is at position *p.position + t (decode: one token).
+// Blocks (token, 0) prepare q, blocks (token, 1) k (into the cache as it
+// goes) and copy v, clipped, to the cache; token t is at position
+// *p.position + t (decode: one token).
 __global__ void __launch_bounds__(kNormThreads) qk_prep_kernel(QkPrep p) {
   const int token = static_cast<int>(blockIdx.x);
   const int position = *p.position + token;
   if (blockIdx.y == 0) {
-    prepare(p.q + static_cast<std::size_t>(token) * p.heads * p.head_dim, p.heads, p, p.q_norm, position);
+    prepare(p.q + static_cast<std::size_t>(token) * p.heads * p.head_dim, p.heads, p, p.q_norm, position, nullptr);
     return;
   }
   const int kv_width = p.kv_heads * p.head_dim;
-  float* k = p.k + static_cast<std::size_t>(token) * kv_width;
-  const float* v = p.v + static_cast<std::size_t>(token) * kv_width;
-  prepare(k, p.kv_heads, p, p.k_norm, position);
-  __syncthreads();
   const std::size_t row = static_cast<std::size_t>(position) * kv_width;
-  for (int i = static_cast<int>(threadIdx.x); i < kv_width; i += kNormThreads) {
-    p.k_cache[row + i] = k[i];
-    p.v_cache[row + i] = p.clip > 0 ? fminf(fmaxf(v[i], -p.clip), p.clip) : v[i];
-  }
+  const float* v = p.v + static_cast<std::size_t>(token) * kv_width;
+  for (int i = static_cast<int>(threadIdx.x); i < kv_width; i += kNormThreads) p.v_cache[row + i] = clipped(v[i], p.clip);
+  prepare(p.k + static_cast<std::size_t>(token) * kv_width, p.kv_heads, p, p.k_norm, position, p.k_cache + row);
 }
 
 // Head `head`'s chunk partials merged in position order by the block (read
@@ -213,6 +220,11 @@ __device__ void route_warp(const Route& r, const float* logits, int lane) {
   total = warp_sum(total);
 #pragma unroll
   for (int j = 0; j < kRouterSlots; ++j) prob[j] = prob[j] >= 0.0f ? prob[j] / total : prob[j];
+  // Choice i is kept by lane i % 32 (slot i / 32) and written by it once
+  // the sum is known: no lane waits on a global read or write per round.
+  constexpr int kKept = (kMaxSelectedExperts + kWarpSize - 1) / kWarpSize;
+  int kept[kKept];
+  float kept_p[kKept];
   float chosen_sum = 0;
   for (int i = 0; i < r.top_k; ++i) {
     int best = -1;
@@ -233,25 +245,32 @@ __device__ void route_warp(const Route& r, const float* logits, int lane) {
         best_p = other_p;
       }
     }
-    if (best < 0) {  // NaN logits: no expert ranks; slot -1 makes the layer's output NaN, which shows
-      if (lane == 0) r.choices[i] = ExpertChoice{-1, detail::quiet_nan()};
-      if (lane == 0 && r.ids != nullptr) r.ids[i] = 0;  // a valid id for the host; the weight is NaN
-      continue;
+#pragma unroll
+    for (int k = 0; k < kKept; ++k) {
+      if (i == k * kWarpSize + lane) {
+        kept[k] = best;  // -1: NaN logits, no expert ranks
+        kept_p[k] = best_p;
+      }
     }
+    if (best < 0) continue;
 #pragma unroll
     for (int j = 0; j < kRouterSlots; ++j) {
       if (lane + j * kWarpSize == best) prob[j] = -1.0f;  // every lane holds the same winner
     }
     chosen_sum += best_p;
-    if (lane == 0) {
-      r.choices[i] = ExpertChoice{r.slot_of[best], best_p};
-      if (r.ids != nullptr) r.ids[i] = best;
-      atomicAdd(r.counts + best, 1u);  // a prefill batch routes its tokens in parallel
-    }
   }
-  __syncwarp();
-  if (r.renormalize && lane == 0) {
-    for (int i = 0; i < r.top_k; ++i) r.choices[i].weight /= chosen_sum;
+#pragma unroll
+  for (int k = 0; k < kKept; ++k) {
+    const int i = k * kWarpSize + lane;
+    if (i >= r.top_k) break;
+    if (kept[k] < 0) {  // slot -1 makes the layer's output NaN, which shows
+      r.choices[i] = ExpertChoice{-1, detail::quiet_nan()};
+      if (r.ids != nullptr) r.ids[i] = 0;  // a valid id for the host; the weight is NaN
+      continue;
+    }
+    r.choices[i] = ExpertChoice{r.slot_of[kept[k]], r.renormalize ? kept_p[k] / chosen_sum : kept_p[k]};
+    if (r.ids != nullptr) r.ids[i] = kept[k];
+    atomicAdd(r.counts + kept[k], 1u);  // a prefill batch routes its tokens in parallel
   }
 }
 
