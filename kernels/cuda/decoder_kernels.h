@@ -54,6 +54,11 @@ inline std::size_t q8_activation_bytes(std::size_t n) { return n + n / kQ8Block 
 // kQ8Block and weights 16-byte aligned (a lane reads 16 bytes at a time).
 bool q8_input_fits(const Matrix& w);
 
+// True when a token's step kernels on the current device launch with
+// programmatic dependent launch (step_launch.cuh: sm_90+, COLI_CUDA_PDL
+// not "off").
+bool step_launches_overlap();
+
 // y[r] = (accumulate ? y[r] : 0) + (W x)[r] + (bias ? bias[r] : 0)
 int matvec(Stream stream, const Matrix& w, const float* x, float* y, const float* bias, bool accumulate);
 // Up to kMaxMatvecs products of the same x in one launch (q, k and v): y_i =

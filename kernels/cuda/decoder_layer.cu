@@ -7,6 +7,7 @@
 #include "cuda/decoder_batch.h"
 #include "cuda/decoder_attention.cuh"
 #include "cuda/decoder_q8.cuh"
+#include "cuda/step_launch.cuh"
 
 namespace coli::kernels::cuda::decoder {
 namespace {
@@ -18,6 +19,7 @@ constexpr int kNormThreads = 256;
 template <bool kQuantise>
 __global__ void __launch_bounds__(kNormThreads) rms_norm_kernel(const float* x, const float* weight, float* out,
                                                                Q8Activations q, int n, float eps) {
+  step_kernel_begin();
   x += static_cast<std::size_t>(blockIdx.x) * n;
   out += static_cast<std::size_t>(blockIdx.x) * n;
   float sum = 0;
@@ -112,6 +114,7 @@ __device__ void prepare(float* v, int heads, const QkPrep& p, const float* norm,
 // goes) and copy v, clipped, to the cache; token t is at position
 // *p.position + t (decode: one token).
 __global__ void __launch_bounds__(kNormThreads) qk_prep_kernel(QkPrep p) {
+  step_kernel_begin();
   const int token = static_cast<int>(blockIdx.x);
   const int position = *p.position + token;
   if (blockIdx.y == 0) {
@@ -152,6 +155,7 @@ __device__ void merge_head(const Attention& a, int head) {
 
 // One block per head: the chunks' partials merged (attention without arrivals).
 __global__ void __launch_bounds__(kAttentionThreads) attention_merge_kernel(Attention a) {
+  step_kernel_begin();
   merge_head(a, static_cast<int>(blockIdx.x));
 }
 
@@ -159,6 +163,7 @@ __global__ void __launch_bounds__(kAttentionThreads) attention_merge_kernel(Atte
 // positions (attend_span), then the block writes its softmax partial.
 template <int kLaneDims>
 __global__ void __launch_bounds__(kAttentionThreads) attention_chunk_kernel(Attention a) {
+  step_kernel_begin();
   __shared__ float weighted[kMaxHeadDim];
   const int head = static_cast<int>(blockIdx.x), chunk = static_cast<int>(blockIdx.y);
   const int positions = *a.position + 1;
@@ -189,7 +194,7 @@ __global__ void __launch_bounds__(kAttentionThreads) attention_chunk_kernel(Atte
 template <int kLaneDims>
 struct AttentionChunkLaunch {
   static void run(cudaStream_t s, const Attention& a, int chunks) {
-    attention_chunk_kernel<kLaneDims><<<dim3(a.heads, chunks), kAttentionThreads, 0, s>>>(a);
+    launch_step(attention_chunk_kernel<kLaneDims>, dim3(a.heads, chunks), dim3(kAttentionThreads), s, a);
   }
 };
 
@@ -198,14 +203,14 @@ __device__ __forceinline__ bool ranks_before(float p, int e, float best_p, int b
   return best < 0 || p > best_p || (p == best_p && e < best);
 }
 
-constexpr int kRouterSlots = kMaxRoutedExperts / kWarpSize;
 
 // One warp: lane holds the probabilities of experts lane, lane + 32, ... in
 // registers (computed once); each of the top_k rounds is an argmax across
 // the warp (probability desc, id asc), and the winner's lane drops it.
 // Only probabilities >= 0 compete, so NaN logits choose nothing.
 // Called by one warp (lane = its lane); `logits` in global or shared memory.
-__device__ void route_warp(const Route& r, const float* logits, int lane) {
+template <int kRouterSlots>
+__device__ void route_warp_slots(const Route& r, const float* logits, int lane) {
   float peak = -3.402823e38f;
   for (int e = lane; e < r.experts; e += kWarpSize) peak = fmaxf(peak, logits[e]);
   peak = warp_max(peak);
@@ -274,6 +279,21 @@ __device__ void route_warp(const Route& r, const float* logits, int lane) {
   }
 }
 
+// Over 256 experts: a call of its own, so its registers do not crowd the
+// caller's.
+__device__ __noinline__ void route_warp_wide(const Route& r, const float* logits, int lane) {
+  route_warp_slots<kMaxRoutedExperts / kWarpSize>(r, logits, lane);
+}
+
+// route_warp_slots with the fewest probability registers for r.experts
+// (each top-k round walks every slot).
+__device__ void route_warp(const Route& r, const float* logits, int lane) {
+  if (r.experts <= 2 * kWarpSize) return route_warp_slots<2>(r, logits, lane);
+  if (r.experts <= 4 * kWarpSize) return route_warp_slots<4>(r, logits, lane);
+  if (r.experts <= 8 * kWarpSize) return route_warp_slots<8>(r, logits, lane);
+  route_warp_wide(r, logits, lane);
+}
+
 // Route r for token blockIdx.x (decode: one token): its logits and choices.
 __device__ Route route_of_token(Route r) {
   const int token = static_cast<int>(blockIdx.x);
@@ -283,6 +303,7 @@ __device__ Route route_of_token(Route r) {
 }
 
 __global__ void __launch_bounds__(kWarpSize) route_topk_kernel(Route r) {
+  step_kernel_begin();
   route_warp(route_of_token(r), r.logits + static_cast<std::size_t>(blockIdx.x) * r.experts,
              static_cast<int>(threadIdx.x));
 }
@@ -329,6 +350,7 @@ __device__ void router_rows(const Matrix& router, const float* h, float* logits,
 // block's warps, then warp 0 routes.
 template <WeightFormat kFormat>
 __global__ void __launch_bounds__(kNormRouteThreads) norm_route_kernel(NormRoute r) {
+  step_kernel_begin();
   __shared__ __align__(16) float h[kMaxRouterHidden];
   __shared__ float logits[kMaxRoutedExperts];
   const std::size_t token = static_cast<std::size_t>(blockIdx.x) * r.hidden;
@@ -346,6 +368,7 @@ constexpr int kSplitRouteWarps = kSplitRouteThreads / kWarpSize;
 // last block to finish (a fenced arrival count) routes over all logits.
 template <WeightFormat kFormat>
 __global__ void __launch_bounds__(kSplitRouteThreads) norm_route_split_kernel(NormRoute r) {
+  step_kernel_begin();
   __shared__ __align__(16) float h[kMaxRouterHidden];
   __shared__ float logits[kMaxRoutedExperts];
   __shared__ bool last;
@@ -371,7 +394,7 @@ template <WeightFormat kFormat>
 struct NormRouteSplitLaunch {
   static void run(cudaStream_t s, const NormRoute& r) {
     const int blocks = (r.router.rows + kSplitRouteWarps - 1) / kSplitRouteWarps;
-    norm_route_split_kernel<kFormat><<<blocks, kSplitRouteThreads, 0, s>>>(r);
+    launch_step(norm_route_split_kernel<kFormat>, dim3(blocks), dim3(kSplitRouteThreads), s, r);
   }
 };
 
@@ -386,8 +409,12 @@ cudaStream_t stream_of(Stream s) { return static_cast<cudaStream_t>(s); }
 
 }  // namespace
 
+bool step_launches_overlap() { return step_overlap(); }
+
 int rms_norm(Stream stream, const float* x, const float* weight, float* out, int n, float eps) {
-  return rms_norm_rows(stream, x, weight, out, n, 1, eps);
+  launch_step(rms_norm_kernel<false>, dim3(1), dim3(kNormThreads), stream_of(stream), x, weight, out, Q8Activations{}, n,
+              eps);
+  return static_cast<int>(cudaGetLastError());
 }
 
 int rms_norm_rows(Stream stream, const float* x, const float* weight, float* out, int n, int rows, float eps) {
@@ -398,11 +425,14 @@ int rms_norm_rows(Stream stream, const float* x, const float* weight, float* out
 
 int rms_norm_q8(Stream stream, const float* x, const float* weight, float* out, Q8Activations q, int n, float eps) {
   if (!q.on() || n < kQ8Block || n % kQ8Block != 0) return static_cast<int>(cudaErrorInvalidValue);
-  rms_norm_kernel<true><<<1, kNormThreads, 0, stream_of(stream)>>>(x, weight, out, q, n, eps);
+  launch_step(rms_norm_kernel<true>, dim3(1), dim3(kNormThreads), stream_of(stream), x, weight, out, q, n, eps);
   return static_cast<int>(cudaGetLastError());
 }
 
-int qk_prep(Stream stream, const QkPrep& p) { return qk_prep_rows(stream, p, 1); }
+int qk_prep(Stream stream, const QkPrep& p) {
+  launch_step(qk_prep_kernel, dim3(1, 2), dim3(kNormThreads), stream_of(stream), p);
+  return static_cast<int>(cudaGetLastError());
+}
 
 int qk_prep_rows(Stream stream, const QkPrep& p, int tokens) {
   if (tokens < 1) return static_cast<int>(cudaErrorInvalidValue);
@@ -416,7 +446,7 @@ int attention(Stream stream, const Attention& a) {
   for_lane_dims<AttentionChunkLaunch>(a.head_dim, stream_of(stream), a, chunks);
   if (const cudaError_t launched = cudaGetLastError(); launched != cudaSuccess) return static_cast<int>(launched);
   if (a.arrivals != nullptr) return 0;  // merged by each head's last chunk block
-  attention_merge_kernel<<<a.heads, kAttentionThreads, 0, stream_of(stream)>>>(a);
+  launch_step(attention_merge_kernel, dim3(a.heads), dim3(kAttentionThreads), stream_of(stream), a);
   return static_cast<int>(cudaGetLastError());
 }
 
@@ -451,7 +481,10 @@ int norm_route_rows(Stream stream, const NormRoute& r, int tokens) {
   return static_cast<int>(cudaGetLastError());
 }
 
-int route_topk(Stream stream, const Route& r) { return route_rows(stream, r, 1); }
+int route_topk(Stream stream, const Route& r) {
+  launch_step(route_topk_kernel, dim3(1), dim3(kWarpSize), stream_of(stream), r);
+  return static_cast<int>(cudaGetLastError());
+}
 
 int route_rows(Stream stream, const Route& r, int tokens) {
   if (tokens < 1) return static_cast<int>(cudaErrorInvalidValue);

@@ -1,11 +1,12 @@
 // decoder_matvec.cu's kernels on int8 activations (q8_row and q4_g64
 // weights): dense matvec, q/k/v in one grid, the SwiGLU half of a dense MLP,
-// and the routed experts. A warp per output row, except gate/up, where a
-// warp computes 4 rows so that a block's 8 warps fill one activation block
-// of act, which the block then quantises for the down projection.
+// and the routed experts. A warp per output row; gate/up's blocks are 32
+// warps, one activation block of act, which the block then quantises for
+// the down projection.
 #include <cuda_runtime.h>
 
 #include "cuda/decoder_q8.cuh"
+#include "cuda/step_launch.cuh"
 
 namespace coli::kernels::cuda::decoder {
 namespace {
@@ -16,6 +17,7 @@ bool aligned16(const void* pointer) { return reinterpret_cast<std::uintptr_t>(po
 template <WeightFormat kFormat>
 __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
     matvec_q8_kernel(Matrix m, Q8Activations x, float* y, const float* bias, bool accumulate) {
+  step_kernel_begin();
   const int row = warp_row();
   if (row >= m.rows) return;  // the whole warp
   float value = row_dot_q8<kFormat>(m, row, x);
@@ -26,6 +28,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
 
 template <WeightFormat kFormat>
 __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize) matvecs_q8_kernel(Matvecs m, Q8Activations x) {
+  step_kernel_begin();
   int row = warp_row();
   int i = 0;
   while (i < m.count && row >= m.w[i].rows) row -= m.w[i++].rows;
@@ -39,6 +42,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize) matvecs_q8_kernel(
 template <WeightFormat kFormat>
 __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
     swiglu_q8_kernel(Matrix gate, Matrix up, Q8Activations x, float* out) {
+  step_kernel_begin();
   const int row = warp_row();
   if (row >= gate.rows) return;
   const RowRef rows[2] = {row_ref<kFormat>(gate, row), row_ref<kFormat>(up, row)};
@@ -48,43 +52,34 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
   if (lane_zero()) out[row] = value;
 }
 
-constexpr int kGateUpRowsPerWarp = kQ8Block / kWarpsPerBlock;
+constexpr int kGateUpWarps = kQ8Block;  // a warp per row: a block is one activation block of act
 
-// Block (b, choice): rows 32b..32b+31 of the choice's gate and up, warp w
-// rows 32b + 4w.. (their 8 rows' loads in flight together); the block's 32
+// Block (b, choice): rows 32b..32b+31 of the choice's gate and up, a warp
+// per row (its gate and up loads in flight together, every load of the
+// kernel issued at once for rows of up to 4096 columns); the block's 32
 // outputs go to act and, quantised, to act_q's block.
 template <WeightFormat kFormat>
-__global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
+__global__ void __launch_bounds__(kGateUpWarps * kWarpSize)
     expert_gate_up_q8_kernel(Experts e, Q8Activations x, float* act, Q8Activations act_q) {
+  step_kernel_begin();
   __shared__ float values[kQ8Block];
   const ExpertRecordLayout& l = e.layout;
   const int choice = static_cast<int>(blockIdx.y);
   const std::uint8_t* record = record_of(e, e.choices[choice].slot);
   if (record == nullptr && e.host_rows != nullptr) return;  // the whole block: the host computes this choice
   const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
-  const int first = static_cast<int>(blockIdx.x) * kQ8Block + warp * kGateUpRowsPerWarp;
-  float value[kGateUpRowsPerWarp];
-  if (record == nullptr) {  // a slot outside the slab: NaN, which shows
-    for (float& v : value) v = detail::quiet_nan();
-  } else {
-    const Matrix gate = part(e, record, l.gate_weights, l.gate_scales, l.width, l.hidden);
-    const Matrix up = part(e, record, l.up_weights, l.up_scales, l.width, l.hidden);
-    RowRef rows[2 * kGateUpRowsPerWarp];
-#pragma unroll
-    for (int i = 0; i < kGateUpRowsPerWarp; ++i) {
-      rows[2 * i] = row_ref<kFormat>(gate, first + i);
-      rows[2 * i + 1] = row_ref<kFormat>(up, first + i);
-    }
-    float partial[2 * kGateUpRowsPerWarp];
-    rows_partial_q8<kFormat, 2 * kGateUpRowsPerWarp>(rows, l.hidden, x, partial);
-#pragma unroll
-    for (int i = 0; i < kGateUpRowsPerWarp; ++i) value[i] = silu(warp_sum(partial[2 * i])) * warp_sum(partial[2 * i + 1]);
+  const int row = static_cast<int>(blockIdx.x) * kQ8Block + warp;
+  float value = detail::quiet_nan();  // a slot outside the slab: NaN, which shows
+  if (record != nullptr) {
+    const RowRef rows[2] = {row_ref<kFormat>(part(e, record, l.gate_weights, l.gate_scales, l.width, l.hidden), row),
+                            row_ref<kFormat>(part(e, record, l.up_weights, l.up_scales, l.width, l.hidden), row)};
+    float partial[2];
+    rows_partial_q8<kFormat, 2>(rows, l.hidden, x, partial);
+    value = silu(warp_sum(partial[0])) * warp_sum(partial[1]);
   }
   if (lane_zero()) {
-    for (int i = 0; i < kGateUpRowsPerWarp; ++i) {
-      values[warp * kGateUpRowsPerWarp + i] = value[i];
-      act[static_cast<std::size_t>(choice) * l.width + first + i] = value[i];
-    }
+    values[warp] = value;
+    act[static_cast<std::size_t>(choice) * l.width + row] = value;
   }
   __syncthreads();
   if (warp == 0) {
@@ -100,6 +95,10 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
 template <WeightFormat kFormat>
 __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
     expert_down_add_q8_kernel(Experts e, Q8Activations act, const float* shared, const float* shared_gate, float* x) {
+  step_kernel_begin();
+  __shared__ ExpertChoice choices[kMaxSelectedExperts];
+  for (int i = static_cast<int>(threadIdx.x); i < e.k; i += static_cast<int>(blockDim.x)) choices[i] = e.choices[i];
+  __syncthreads();
   const int row = warp_row();
   const ExpertRecordLayout& l = e.layout;
   if (row >= l.hidden) return;
@@ -107,10 +106,12 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
   const int per_expert = l.width / kChunkCols<kFormat>;
   const int blocks_per_expert = l.width / kQ8Block;
   float device_sum = 0;
-#pragma unroll 4
+  // Eight chunks per lane in flight (all of them for 8 experts of 1024
+  // columns), their records from the choices in shared memory.
+#pragma unroll 8
   for (int f = lane; f < e.k * per_expert; f += kWarpSize) {
     const int i = f / per_expert;
-    const ExpertChoice choice = e.choices[i];
+    const ExpertChoice choice = choices[i];
     const std::uint8_t* record = record_of(e, choice.slot);
     if (record == nullptr) continue;  // the host's, or missing: lane 0 below
     const Matrix down = part(e, record, l.down_weights, l.down_scales, l.hidden, l.width);
@@ -150,33 +151,33 @@ int for_q8_format(WeightFormat format, const Args&... args) {
 template <WeightFormat kFormat>
 struct MatvecQ8Launch {
   static void run(cudaStream_t s, const Matrix& w, const Q8Activations& x, float* y, const float* bias, bool accumulate) {
-    matvec_q8_kernel<kFormat><<<row_grid(w.rows), row_block(), 0, s>>>(w, x, y, bias, accumulate);
+    launch_step(matvec_q8_kernel<kFormat>, row_grid(w.rows), row_block(), s, w, x, y, bias, accumulate);
   }
 };
 template <WeightFormat kFormat>
 struct MatvecsQ8Launch {
   static void run(cudaStream_t s, const Matvecs& m, const Q8Activations& x, int rows) {
-    matvecs_q8_kernel<kFormat><<<row_grid(rows), row_block(), 0, s>>>(m, x);
+    launch_step(matvecs_q8_kernel<kFormat>, row_grid(rows), row_block(), s, m, x);
   }
 };
 template <WeightFormat kFormat>
 struct SwigluQ8Launch {
   static void run(cudaStream_t s, const Matrix& gate, const Matrix& up, const Q8Activations& x, float* out) {
-    swiglu_q8_kernel<kFormat><<<row_grid(gate.rows), row_block(), 0, s>>>(gate, up, x, out);
+    launch_step(swiglu_q8_kernel<kFormat>, row_grid(gate.rows), row_block(), s, gate, up, x, out);
   }
 };
 template <WeightFormat kFormat>
 struct GateUpQ8Launch {
   static void run(cudaStream_t s, const Experts& e, const Q8Activations& x, float* act, const Q8Activations& act_q) {
     const dim3 grid(e.layout.width / kQ8Block, e.k);
-    expert_gate_up_q8_kernel<kFormat><<<grid, row_block(), 0, s>>>(e, x, act, act_q);
+    launch_step(expert_gate_up_q8_kernel<kFormat>, grid, dim3(kGateUpWarps * kWarpSize), s, e, x, act, act_q);
   }
 };
 template <WeightFormat kFormat>
 struct DownAddQ8Launch {
   static void run(cudaStream_t s, const Experts& e, const Q8Activations& act, const float* shared, const float* gate,
                   float* x) {
-    expert_down_add_q8_kernel<kFormat><<<row_grid(e.layout.hidden), row_block(), 0, s>>>(e, act, shared, gate, x);
+    launch_step(expert_down_add_q8_kernel<kFormat>, row_grid(e.layout.hidden), row_block(), s, e, act, shared, gate, x);
   }
 };
 
@@ -227,7 +228,9 @@ int expert_gate_up_q8(Stream stream, const Experts& e, Q8Activations x, float* a
 
 int expert_down_add_q8(Stream stream, const Experts& e, Q8Activations act, const float* shared, const float* shared_gate,
                        float* x) {
-  if (!experts_q8_fit(e.layout) || !aligned16(e.slab) || !act.on()) return static_cast<int>(cudaErrorInvalidValue);
+  if (!experts_q8_fit(e.layout) || !aligned16(e.slab) || !act.on() || e.k > kMaxSelectedExperts) {
+    return static_cast<int>(cudaErrorInvalidValue);
+  }
   return for_q8_format<DownAddQ8Launch>(e.layout.format, stream_of(stream), e, act, shared, shared_gate, x);
 }
 
