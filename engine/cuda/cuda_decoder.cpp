@@ -114,7 +114,6 @@ struct CudaDecoder::State {
   StepBuffers buffers;
   BatchBuffers batch;  // the grouped-GEMM prefill's (empty: prompts run token by token)
   cudaStream_t stream = nullptr;
-  bool overlapped_launches = false;  // step_launches_overlap() on this device
   std::vector<Segment> segments;  // one token's step (one segment unless hybrid), replayed per token
   Segment head;                   // final norm and lm_head, after a forward's last token
   Pinned input;      // float[batch][hidden]: embedding rows
@@ -364,7 +363,6 @@ Result<std::unique_ptr<CudaDecoder>> CudaDecoder::create(int device_index, const
   if (!name) return name.error();
   state->device = device_index;
   state->device_name = std::move(*name);
-  state->overlapped_launches = kernels::cuda::decoder::step_launches_overlap();
   state->model = model;
   state->embed = model.tensor("model.embed_tokens.weight");
   if (Status s = check_model(model, state->embed); !s) return s.error();
@@ -438,8 +436,7 @@ std::vector<std::string> CudaDecoder::kernel_names() const {
   std::vector<std::string> out = {"cuda graphs: " + std::to_string(total) + " kernel launches per token in " +
                                   std::to_string(state_->segments.size()) +
                                   " segment(s), the last two (final norm, lm_head) once per forward; activations " +
-                                  (state_->model.exact_activations ? "f32 (exact)" : "int8 for int8/int4 weights") +
-                                  "; overlapped launches (PDL): " + (state_->overlapped_launches ? "on" : "off (COLI_CUDA_PDL=off or before sm_90)")};
+                                  (state_->model.exact_activations ? "f32 (exact)" : "int8 for int8/int4 weights")};
   for (const auto& [name, count] : state_->launches) out.push_back(name + " x" + std::to_string(count));
   if (state_->batch.tokens > 0) {
     out.push_back("prefill in batches of up to " + std::to_string(state_->batch.tokens) +

@@ -29,44 +29,60 @@ __device__ __forceinline__ float float_weight(const void* row, int i) {
   }
 }
 
+// Columns per 16-byte load of a float-format row.
+template <WeightFormat kFormat>
+inline constexpr int kFloatsPerLoad = kFormat == WeightFormat::f32 ? 4 : 8;
+
+// The kFloatsPerLoad weights of one 16-byte load of a float-format row.
+template <WeightFormat kFormat>
+__device__ __forceinline__ void unpack_float_load(uint4 w, float (&out)[kFloatsPerLoad<kFormat>]) {
+  const unsigned words[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    if constexpr (kFormat == WeightFormat::f32) {
+      out[j] = __uint_as_float(words[j]);
+    } else if constexpr (kFormat == WeightFormat::bf16) {
+      out[2 * j] = __uint_as_float(words[j] << 16);
+      out[2 * j + 1] = __uint_as_float(words[j] & 0xffff0000u);
+    } else {
+      out[2 * j] = __half2float(__ushort_as_half(static_cast<unsigned short>(words[j] & 0xffffu)));
+      out[2 * j + 1] = __half2float(__ushort_as_half(static_cast<unsigned short>(words[j] >> 16)));
+    }
+  }
+}
+
+// Row `row` of a float-format matrix, and whether it and the vectors given
+// can be read 16 bytes at a time (cols whole loads, every pointer aligned).
+template <WeightFormat kFormat>
+__device__ __forceinline__ const void* float_row(const Matrix& m, int row) {
+  constexpr int kBytes = kFormat == WeightFormat::f32 ? 4 : 2;
+  return static_cast<const std::uint8_t*>(m.weights) + static_cast<std::size_t>(row) * m.cols * kBytes;
+}
+template <WeightFormat kFormat>
+__device__ __forceinline__ bool wide_loads(const Matrix& m, const void* row, const void* x, const void* y = nullptr) {
+  return m.cols % kFloatsPerLoad<kFormat> == 0 && detail::aligned16(row) && detail::aligned16(x) &&
+         (y == nullptr || detail::aligned16(y));
+}
+
 // This lane's share of a float-format row (f32, bf16, f16) times x, 16
-// bytes of the row per load (4 or 8 columns) when the row and x are
-// 16-byte aligned and cols whole loads, four loads in flight per lane: a
-// router row of 2048 bf16 is then 8 loads per lane instead of 64 two-byte
-// ones, one after another. Else one element per lane per step.
+// bytes of the row per load, four loads in flight per lane, when
+// wide_loads(): a router row of 2048 bf16 is then 8 loads per lane instead
+// of 64 two-byte ones, one after another. Else one element per lane per step.
 template <WeightFormat kFormat>
 __device__ __forceinline__ float float_row_partial(const Matrix& m, int row, const float* x) {
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
-  constexpr int kBytes = kFormat == WeightFormat::f32 ? 4 : 2;
-  constexpr int kPerLoad = 16 / kBytes;
-  const void* weights = static_cast<const std::uint8_t*>(m.weights) + static_cast<std::size_t>(row) * m.cols * kBytes;
+  constexpr int kPerLoad = kFloatsPerLoad<kFormat>;
+  const void* weights = float_row<kFormat>(m, row);
   float sum = 0;
-  if (m.cols % kPerLoad == 0 && detail::aligned16(weights) && detail::aligned16(x)) {
-    const uint4* wide = static_cast<const uint4*>(weights);
-    const float4* x4 = reinterpret_cast<const float4*>(x);
+  if (wide_loads<kFormat>(m, weights, x)) {
 #pragma unroll 4
     for (int c = lane; c < m.cols / kPerLoad; c += kWarpSize) {
-      const uint4 w = __ldg(wide + c);
-      if constexpr (kFormat == WeightFormat::f32) {
-        const float4 a = x4[c];
-        sum += __uint_as_float(w.x) * a.x + __uint_as_float(w.y) * a.y + __uint_as_float(w.z) * a.z +
-               __uint_as_float(w.w) * a.w;
-      } else {
-        const float4 a = x4[2 * c], b = x4[2 * c + 1];
-        const unsigned words[4] = {w.x, w.y, w.z, w.w};
-        const float xs[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+      float w[kPerLoad];
+      unpack_float_load<kFormat>(__ldg(static_cast<const uint4*>(weights) + c), w);
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          float low, high;
-          if constexpr (kFormat == WeightFormat::bf16) {
-            low = __uint_as_float(words[j] << 16);
-            high = __uint_as_float(words[j] & 0xffff0000u);
-          } else {
-            low = __half2float(__ushort_as_half(static_cast<unsigned short>(words[j] & 0xffffu)));
-            high = __half2float(__ushort_as_half(static_cast<unsigned short>(words[j] >> 16)));
-          }
-          sum += low * xs[2 * j] + high * xs[2 * j + 1];
-        }
+      for (int j = 0; j < kPerLoad; j += 4) {
+        const float4 a = reinterpret_cast<const float4*>(x)[(c * kPerLoad + j) / 4];
+        sum += w[j] * a.x + w[j + 1] * a.y + w[j + 2] * a.z + w[j + 3] * a.w;
       }
     }
     return sum;

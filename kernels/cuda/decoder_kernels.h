@@ -54,11 +54,6 @@ inline std::size_t q8_activation_bytes(std::size_t n) { return n + n / kQ8Block 
 // kQ8Block and weights 16-byte aligned (a lane reads 16 bytes at a time).
 bool q8_input_fits(const Matrix& w);
 
-// True when a token's step kernels on the current device launch with
-// programmatic dependent launch (step_launch.cuh: sm_90+, COLI_CUDA_PDL
-// not "off").
-bool step_launches_overlap();
-
 // y[r] = (accumulate ? y[r] : 0) + (W x)[r] + (bias ? bias[r] : 0)
 int matvec(Stream stream, const Matrix& w, const float* x, float* y, const float* bias, bool accumulate);
 // Up to kMaxMatvecs products of the same x in one launch (q, k and v): y_i =
@@ -164,9 +159,10 @@ struct NormRoute {
   Matrix router;  // [experts][hidden]
   Route route;    // one block: its logits pointer is unused (they stay in shared memory)
   // Decode (norm_route): when given (a zeroed counter and experts floats),
-  // the router's rows are split over several blocks, each computing the
-  // norm itself and writing its logits; the last block to arrive routes and
-  // zeroes the counter again (so a captured graph replays it).
+  // the router's rows are split over several blocks, a warp per row taking
+  // x's sum of squares in the same pass as its dot with x * norm, and
+  // writing its logit; the last block to arrive routes and zeroes the
+  // counter again (so a captured graph replays it); block 0 writes h.
   unsigned* arrivals = nullptr;
   float* logits = nullptr;
   Q8Activations h_q;  // decode, when on (hidden % kQ8Block == 0): h's int8 copy too, for the experts

@@ -7,7 +7,6 @@
 #include "cuda/decoder_batch.h"
 #include "cuda/decoder_attention.cuh"
 #include "cuda/decoder_q8.cuh"
-#include "cuda/step_launch.cuh"
 
 namespace coli::kernels::cuda::decoder {
 namespace {
@@ -19,7 +18,6 @@ constexpr int kNormThreads = 256;
 template <bool kQuantise>
 __global__ void __launch_bounds__(kNormThreads) rms_norm_kernel(const float* x, const float* weight, float* out,
                                                                Q8Activations q, int n, float eps) {
-  step_kernel_begin();
   x += static_cast<std::size_t>(blockIdx.x) * n;
   out += static_cast<std::size_t>(blockIdx.x) * n;
   float sum = 0;
@@ -114,7 +112,6 @@ __device__ void prepare(float* v, int heads, const QkPrep& p, const float* norm,
 // goes) and copy v, clipped, to the cache; token t is at position
 // *p.position + t (decode: one token).
 __global__ void __launch_bounds__(kNormThreads) qk_prep_kernel(QkPrep p) {
-  step_kernel_begin();
   const int token = static_cast<int>(blockIdx.x);
   const int position = *p.position + token;
   if (blockIdx.y == 0) {
@@ -155,7 +152,6 @@ __device__ void merge_head(const Attention& a, int head) {
 
 // One block per head: the chunks' partials merged (attention without arrivals).
 __global__ void __launch_bounds__(kAttentionThreads) attention_merge_kernel(Attention a) {
-  step_kernel_begin();
   merge_head(a, static_cast<int>(blockIdx.x));
 }
 
@@ -163,7 +159,6 @@ __global__ void __launch_bounds__(kAttentionThreads) attention_merge_kernel(Atte
 // positions (attend_span), then the block writes its softmax partial.
 template <int kLaneDims>
 __global__ void __launch_bounds__(kAttentionThreads) attention_chunk_kernel(Attention a) {
-  step_kernel_begin();
   __shared__ float weighted[kMaxHeadDim];
   const int head = static_cast<int>(blockIdx.x), chunk = static_cast<int>(blockIdx.y);
   const int positions = *a.position + 1;
@@ -194,7 +189,7 @@ __global__ void __launch_bounds__(kAttentionThreads) attention_chunk_kernel(Atte
 template <int kLaneDims>
 struct AttentionChunkLaunch {
   static void run(cudaStream_t s, const Attention& a, int chunks) {
-    launch_step(attention_chunk_kernel<kLaneDims>, dim3(a.heads, chunks), dim3(kAttentionThreads), s, a);
+    attention_chunk_kernel<kLaneDims><<<dim3(a.heads, chunks), dim3(kAttentionThreads), 0, s>>>(a);
   }
 };
 
@@ -303,7 +298,6 @@ __device__ Route route_of_token(Route r) {
 }
 
 __global__ void __launch_bounds__(kWarpSize) route_topk_kernel(Route r) {
-  step_kernel_begin();
   route_warp(route_of_token(r), r.logits + static_cast<std::size_t>(blockIdx.x) * r.experts,
              static_cast<int>(threadIdx.x));
 }
@@ -350,7 +344,6 @@ __device__ void router_rows(const Matrix& router, const float* h, float* logits,
 // block's warps, then warp 0 routes.
 template <WeightFormat kFormat>
 __global__ void __launch_bounds__(kNormRouteThreads) norm_route_kernel(NormRoute r) {
-  step_kernel_begin();
   __shared__ __align__(16) float h[kMaxRouterHidden];
   __shared__ float logits[kMaxRoutedExperts];
   const std::size_t token = static_cast<std::size_t>(blockIdx.x) * r.hidden;
@@ -363,24 +356,61 @@ __global__ void __launch_bounds__(kNormRouteThreads) norm_route_kernel(NormRoute
 constexpr int kSplitRouteThreads = 256;
 constexpr int kSplitRouteWarps = kSplitRouteThreads / kWarpSize;
 
-// One token, the router's rows over the grid (a warp per row): every block
-// normalises x itself (block 0 also writes h for the experts), then the
-// last block to finish (a fenced arrival count) routes over all logits.
+// Router row `row` times RMSNorm(x) without forming it: the row's dot with
+// x * norm and x's sum of squares in one pass (the norm's scale is a
+// factor of the whole dot), so a warp needs no block-wide sum before its
+// loads; every lane holds the logit.
+template <WeightFormat kFormat>
+__device__ __forceinline__ float normed_router_logit(const NormRoute& r, int row) {
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
+  const void* weights = float_row<kFormat>(r.router, row);
+  float dot = 0, squares = 0;
+  if (wide_loads<kFormat>(r.router, weights, r.x, r.norm)) {
+    constexpr int kPerLoad = kFloatsPerLoad<kFormat>;
+#pragma unroll 4
+    for (int c = lane; c < r.hidden / kPerLoad; c += kWarpSize) {
+      float w[kPerLoad];
+      unpack_float_load<kFormat>(__ldg(static_cast<const uint4*>(weights) + c), w);
+#pragma unroll
+      for (int j = 0; j < kPerLoad; j += 4) {
+        const float4 v = reinterpret_cast<const float4*>(r.x)[(c * kPerLoad + j) / 4];
+        const float4 n = __ldg(reinterpret_cast<const float4*>(r.norm) + (c * kPerLoad + j) / 4);
+        dot += w[j] * v.x * n.x + w[j + 1] * v.y * n.y + w[j + 2] * v.z * n.z + w[j + 3] * v.w * n.w;
+        squares += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+      }
+    }
+  } else {
+    for (int c = lane; c < r.hidden; c += kWarpSize) {
+      const float v = r.x[c];
+      dot += float_weight<kFormat>(weights, c) * v * r.norm[c];
+      squares += v * v;
+    }
+  }
+  return warp_sum(dot) * rsqrtf(warp_sum(squares) / static_cast<float>(r.hidden) + r.eps);
+}
+
+// One token, the router's rows over the grid (a warp per row, each from x
+// directly: normed_router_logit); the last block to finish (a fenced
+// arrival count) routes over all logits, and block 0, once it has counted
+// itself, writes h = RMSNorm(x) and h's int8 copy for the experts.
 template <WeightFormat kFormat>
 __global__ void __launch_bounds__(kSplitRouteThreads) norm_route_split_kernel(NormRoute r) {
-  step_kernel_begin();
   __shared__ __align__(16) float h[kMaxRouterHidden];
   __shared__ float logits[kMaxRoutedExperts];
   __shared__ bool last;
-  router_input(r, r.x, h, blockIdx.x == 0 ? r.h : nullptr);
-  router_rows<kFormat>(r.router, h, r.logits, static_cast<int>(blockIdx.x) * kSplitRouteWarps,
-                       static_cast<int>(gridDim.x) * kSplitRouteWarps);
+  const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
+  for (int row = static_cast<int>(blockIdx.x) * kSplitRouteWarps + warp; row < r.router.rows;
+       row += static_cast<int>(gridDim.x) * kSplitRouteWarps) {
+    const float logit = normed_router_logit<kFormat>(r, row);
+    if (lane_zero()) r.logits[row] = logit;
+  }
   __threadfence();  // this block's logits visible to the last block before it counts itself
   __syncthreads();
   if (threadIdx.x == 0) last = atomicAdd(r.arrivals, 1u) == gridDim.x - 1;
-  // h's int8 copy, for the experts: after block 0 has counted itself, so
-  // the last block's routing does not wait for it.
-  if (blockIdx.x == 0 && r.h_q.values != nullptr) quantize_shared(h, r.hidden, r.h_q);
+  if (blockIdx.x == 0) {
+    router_input(r, r.x, h, r.h);
+    if (r.h_q.values != nullptr) quantize_shared(h, r.hidden, r.h_q);
+  }
   __syncthreads();
   if (!last) return;
   for (int e = static_cast<int>(threadIdx.x); e < r.router.rows; e += kSplitRouteThreads) logits[e] = __ldcg(r.logits + e);
@@ -394,7 +424,7 @@ template <WeightFormat kFormat>
 struct NormRouteSplitLaunch {
   static void run(cudaStream_t s, const NormRoute& r) {
     const int blocks = (r.router.rows + kSplitRouteWarps - 1) / kSplitRouteWarps;
-    launch_step(norm_route_split_kernel<kFormat>, dim3(blocks), dim3(kSplitRouteThreads), s, r);
+    norm_route_split_kernel<kFormat><<<dim3(blocks), dim3(kSplitRouteThreads), 0, s>>>(r);
   }
 };
 
@@ -409,12 +439,8 @@ cudaStream_t stream_of(Stream s) { return static_cast<cudaStream_t>(s); }
 
 }  // namespace
 
-bool step_launches_overlap() { return step_overlap(); }
-
 int rms_norm(Stream stream, const float* x, const float* weight, float* out, int n, float eps) {
-  launch_step(rms_norm_kernel<false>, dim3(1), dim3(kNormThreads), stream_of(stream), x, weight, out, Q8Activations{}, n,
-              eps);
-  return static_cast<int>(cudaGetLastError());
+  return rms_norm_rows(stream, x, weight, out, n, 1, eps);
 }
 
 int rms_norm_rows(Stream stream, const float* x, const float* weight, float* out, int n, int rows, float eps) {
@@ -425,14 +451,11 @@ int rms_norm_rows(Stream stream, const float* x, const float* weight, float* out
 
 int rms_norm_q8(Stream stream, const float* x, const float* weight, float* out, Q8Activations q, int n, float eps) {
   if (!q.on() || n < kQ8Block || n % kQ8Block != 0) return static_cast<int>(cudaErrorInvalidValue);
-  launch_step(rms_norm_kernel<true>, dim3(1), dim3(kNormThreads), stream_of(stream), x, weight, out, q, n, eps);
+  rms_norm_kernel<true><<<dim3(1), dim3(kNormThreads), 0, stream_of(stream)>>>(x, weight, out, q, n, eps);
   return static_cast<int>(cudaGetLastError());
 }
 
-int qk_prep(Stream stream, const QkPrep& p) {
-  launch_step(qk_prep_kernel, dim3(1, 2), dim3(kNormThreads), stream_of(stream), p);
-  return static_cast<int>(cudaGetLastError());
-}
+int qk_prep(Stream stream, const QkPrep& p) { return qk_prep_rows(stream, p, 1); }
 
 int qk_prep_rows(Stream stream, const QkPrep& p, int tokens) {
   if (tokens < 1) return static_cast<int>(cudaErrorInvalidValue);
@@ -446,7 +469,7 @@ int attention(Stream stream, const Attention& a) {
   for_lane_dims<AttentionChunkLaunch>(a.head_dim, stream_of(stream), a, chunks);
   if (const cudaError_t launched = cudaGetLastError(); launched != cudaSuccess) return static_cast<int>(launched);
   if (a.arrivals != nullptr) return 0;  // merged by each head's last chunk block
-  launch_step(attention_merge_kernel, dim3(a.heads), dim3(kAttentionThreads), stream_of(stream), a);
+  attention_merge_kernel<<<dim3(a.heads), dim3(kAttentionThreads), 0, stream_of(stream)>>>(a);
   return static_cast<int>(cudaGetLastError());
 }
 
@@ -481,10 +504,7 @@ int norm_route_rows(Stream stream, const NormRoute& r, int tokens) {
   return static_cast<int>(cudaGetLastError());
 }
 
-int route_topk(Stream stream, const Route& r) {
-  launch_step(route_topk_kernel, dim3(1), dim3(kWarpSize), stream_of(stream), r);
-  return static_cast<int>(cudaGetLastError());
-}
+int route_topk(Stream stream, const Route& r) { return route_rows(stream, r, 1); }
 
 int route_rows(Stream stream, const Route& r, int tokens) {
   if (tokens < 1) return static_cast<int>(cudaErrorInvalidValue);

@@ -4,7 +4,6 @@
 #include <cuda_runtime.h>
 
 #include "cuda/decoder_common.cuh"
-#include "cuda/step_launch.cuh"
 
 namespace coli::kernels::cuda::decoder {
 namespace {
@@ -12,7 +11,6 @@ namespace {
 template <WeightFormat kFormat>
 __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
     matvec_kernel(Matrix m, const float* x, float* y, const float* bias, bool accumulate) {
-  step_kernel_begin();
   const int row = warp_row();
   if (row >= m.rows) return;  // the whole warp
   float value = row_dot<kFormat>(m, row, x);
@@ -24,7 +22,6 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
 // One grid over the rows of every matrix, one after another.
 template <WeightFormat kFormat>
 __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize) matvecs_kernel(Matvecs m, const float* x) {
-  step_kernel_begin();
   int row = warp_row();
   int i = 0;
   while (i < m.count && row >= m.w[i].rows) row -= m.w[i++].rows;
@@ -38,7 +35,6 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize) matvecs_kernel(Mat
 template <WeightFormat kFormat>
 __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
     swiglu_kernel(Matrix gate, Matrix up, const float* x, float* out) {
-  step_kernel_begin();
   const int row = warp_row();
   if (row >= gate.rows) return;
   const float g = row_partial<kFormat>(gate, row, x);
@@ -51,7 +47,6 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
 template <WeightFormat kFormat>
 __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
     expert_gate_up_kernel(Experts e, const float* x, float* act) {
-  step_kernel_begin();
   const int row = warp_row();
   const ExpertRecordLayout& l = e.layout;
   if (row >= l.width) return;
@@ -74,7 +69,6 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
 template <WeightFormat kFormat>
 __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
     expert_down_add_kernel(Experts e, const float* act, const float* shared, const float* shared_gate, float* x) {
-  step_kernel_begin();
   const int row = warp_row();
   const ExpertRecordLayout& l = e.layout;
   if (row >= l.hidden) return;
@@ -107,7 +101,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
 template <WeightFormat kFormat>
 struct MatvecLaunch {
   static void run(cudaStream_t s, const Matrix& w, const float* x, float* y, const float* bias, bool accumulate) {
-    launch_step(matvec_kernel<kFormat>, row_grid(w.rows), row_block(), s, w, x, y, bias, accumulate);
+    matvec_kernel<kFormat><<<row_grid(w.rows), row_block(), 0, s>>>(w, x, y, bias, accumulate);
   }
 };
 template <WeightFormat kFormat>
@@ -115,25 +109,25 @@ struct MatvecsLaunch {
   static void run(cudaStream_t s, const Matvecs& m, const float* x) {
     int rows = 0;
     for (int i = 0; i < m.count; ++i) rows += m.w[i].rows;
-    launch_step(matvecs_kernel<kFormat>, row_grid(rows), row_block(), s, m, x);
+    matvecs_kernel<kFormat><<<row_grid(rows), row_block(), 0, s>>>(m, x);
   }
 };
 template <WeightFormat kFormat>
 struct SwigluLaunch {
   static void run(cudaStream_t s, const Matrix& gate, const Matrix& up, const float* x, float* out) {
-    launch_step(swiglu_kernel<kFormat>, row_grid(gate.rows), row_block(), s, gate, up, x, out);
+    swiglu_kernel<kFormat><<<row_grid(gate.rows), row_block(), 0, s>>>(gate, up, x, out);
   }
 };
 template <WeightFormat kFormat>
 struct GateUpLaunch {
   static void run(cudaStream_t s, const Experts& e, const float* x, float* act) {
-    launch_step(expert_gate_up_kernel<kFormat>, row_grid(e.layout.width, e.k), row_block(), s, e, x, act);
+    expert_gate_up_kernel<kFormat><<<row_grid(e.layout.width, e.k), row_block(), 0, s>>>(e, x, act);
   }
 };
 template <WeightFormat kFormat>
 struct DownAddLaunch {
   static void run(cudaStream_t s, const Experts& e, const float* act, const float* shared, const float* gate, float* x) {
-    launch_step(expert_down_add_kernel<kFormat>, row_grid(e.layout.hidden), row_block(), s, e, act, shared, gate, x);
+    expert_down_add_kernel<kFormat><<<row_grid(e.layout.hidden), row_block(), 0, s>>>(e, act, shared, gate, x);
   }
 };
 

@@ -6,7 +6,6 @@
 #include <cuda_runtime.h>
 
 #include "cuda/decoder_q8.cuh"
-#include "cuda/step_launch.cuh"
 
 namespace coli::kernels::cuda::decoder {
 namespace {
@@ -17,7 +16,6 @@ bool aligned16(const void* pointer) { return reinterpret_cast<std::uintptr_t>(po
 template <WeightFormat kFormat>
 __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
     matvec_q8_kernel(Matrix m, Q8Activations x, float* y, const float* bias, bool accumulate) {
-  step_kernel_begin();
   const int row = warp_row();
   if (row >= m.rows) return;  // the whole warp
   float value = row_dot_q8<kFormat>(m, row, x);
@@ -28,7 +26,6 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
 
 template <WeightFormat kFormat>
 __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize) matvecs_q8_kernel(Matvecs m, Q8Activations x) {
-  step_kernel_begin();
   int row = warp_row();
   int i = 0;
   while (i < m.count && row >= m.w[i].rows) row -= m.w[i++].rows;
@@ -42,7 +39,6 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize) matvecs_q8_kernel(
 template <WeightFormat kFormat>
 __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
     swiglu_q8_kernel(Matrix gate, Matrix up, Q8Activations x, float* out) {
-  step_kernel_begin();
   const int row = warp_row();
   if (row >= gate.rows) return;
   const RowRef rows[2] = {row_ref<kFormat>(gate, row), row_ref<kFormat>(up, row)};
@@ -61,7 +57,6 @@ constexpr int kGateUpWarps = kQ8Block;  // a warp per row: a block is one activa
 template <WeightFormat kFormat>
 __global__ void __launch_bounds__(kGateUpWarps * kWarpSize)
     expert_gate_up_q8_kernel(Experts e, Q8Activations x, float* act, Q8Activations act_q) {
-  step_kernel_begin();
   __shared__ float values[kQ8Block];
   const ExpertRecordLayout& l = e.layout;
   const int choice = static_cast<int>(blockIdx.y);
@@ -95,10 +90,6 @@ __global__ void __launch_bounds__(kGateUpWarps * kWarpSize)
 template <WeightFormat kFormat>
 __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
     expert_down_add_q8_kernel(Experts e, Q8Activations act, const float* shared, const float* shared_gate, float* x) {
-  step_kernel_begin();
-  __shared__ ExpertChoice choices[kMaxSelectedExperts];
-  for (int i = static_cast<int>(threadIdx.x); i < e.k; i += static_cast<int>(blockDim.x)) choices[i] = e.choices[i];
-  __syncthreads();
   const int row = warp_row();
   const ExpertRecordLayout& l = e.layout;
   if (row >= l.hidden) return;
@@ -106,12 +97,10 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
   const int per_expert = l.width / kChunkCols<kFormat>;
   const int blocks_per_expert = l.width / kQ8Block;
   float device_sum = 0;
-  // Eight chunks per lane in flight (all of them for 8 experts of 1024
-  // columns), their records from the choices in shared memory.
-#pragma unroll 8
+#pragma unroll 4
   for (int f = lane; f < e.k * per_expert; f += kWarpSize) {
     const int i = f / per_expert;
-    const ExpertChoice choice = choices[i];
+    const ExpertChoice choice = e.choices[i];
     const std::uint8_t* record = record_of(e, choice.slot);
     if (record == nullptr) continue;  // the host's, or missing: lane 0 below
     const Matrix down = part(e, record, l.down_weights, l.down_scales, l.hidden, l.width);
@@ -151,33 +140,33 @@ int for_q8_format(WeightFormat format, const Args&... args) {
 template <WeightFormat kFormat>
 struct MatvecQ8Launch {
   static void run(cudaStream_t s, const Matrix& w, const Q8Activations& x, float* y, const float* bias, bool accumulate) {
-    launch_step(matvec_q8_kernel<kFormat>, row_grid(w.rows), row_block(), s, w, x, y, bias, accumulate);
+    matvec_q8_kernel<kFormat><<<row_grid(w.rows), row_block(), 0, s>>>(w, x, y, bias, accumulate);
   }
 };
 template <WeightFormat kFormat>
 struct MatvecsQ8Launch {
   static void run(cudaStream_t s, const Matvecs& m, const Q8Activations& x, int rows) {
-    launch_step(matvecs_q8_kernel<kFormat>, row_grid(rows), row_block(), s, m, x);
+    matvecs_q8_kernel<kFormat><<<row_grid(rows), row_block(), 0, s>>>(m, x);
   }
 };
 template <WeightFormat kFormat>
 struct SwigluQ8Launch {
   static void run(cudaStream_t s, const Matrix& gate, const Matrix& up, const Q8Activations& x, float* out) {
-    launch_step(swiglu_q8_kernel<kFormat>, row_grid(gate.rows), row_block(), s, gate, up, x, out);
+    swiglu_q8_kernel<kFormat><<<row_grid(gate.rows), row_block(), 0, s>>>(gate, up, x, out);
   }
 };
 template <WeightFormat kFormat>
 struct GateUpQ8Launch {
   static void run(cudaStream_t s, const Experts& e, const Q8Activations& x, float* act, const Q8Activations& act_q) {
     const dim3 grid(e.layout.width / kQ8Block, e.k);
-    launch_step(expert_gate_up_q8_kernel<kFormat>, grid, dim3(kGateUpWarps * kWarpSize), s, e, x, act, act_q);
+    expert_gate_up_q8_kernel<kFormat><<<grid, dim3(kGateUpWarps * kWarpSize), 0, s>>>(e, x, act, act_q);
   }
 };
 template <WeightFormat kFormat>
 struct DownAddQ8Launch {
   static void run(cudaStream_t s, const Experts& e, const Q8Activations& act, const float* shared, const float* gate,
                   float* x) {
-    launch_step(expert_down_add_q8_kernel<kFormat>, row_grid(e.layout.hidden), row_block(), s, e, act, shared, gate, x);
+    expert_down_add_q8_kernel<kFormat><<<row_grid(e.layout.hidden), row_block(), 0, s>>>(e, act, shared, gate, x);
   }
 };
 
