@@ -212,6 +212,7 @@ bool print_plan_vs_actual(const planner::PlanFile& file, const runtime::ModelSta
     row("VRAM activations", line_bytes({"GPU activations"}), g.activation_bytes);
     const std::uint64_t planned_vram = plan.memory.total(planner::Tier::vram) - plan.gpu.vram_reserve_bytes;
     row("VRAM (without the reserve)", planned_vram, g.vram_bytes());
+    if (g.device_measured_bytes > 0) row("VRAM used on the device", planned_vram, g.device_measured_bytes);
     row("host-visible buffers", line_bytes({"GPU host-visible buffers"}), g.host_visible_bytes);
   }
   if (stats.rss_watchdog_limit == 0) {

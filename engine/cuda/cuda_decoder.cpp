@@ -366,6 +366,10 @@ Result<std::unique_ptr<CudaDecoder>> CudaDecoder::create(int device_index, const
   state->model = model;
   state->embed = model.tensor("model.embed_tokens.weight");
   if (Status s = check_model(model, state->embed); !s) return s.error();
+  // The device's own count of what this decoder takes (plan vs actual):
+  // free memory now, with the context made, against free memory at the end.
+  std::size_t free_before = 0, total = 0;
+  if (Status s = cuda_call("cudaMemGetInfo", cudaMemGetInfo(&free_before, &total)); !s) return s.error();
   const model::ModelConfig& c = *model.config;
   auto weights = upload_cuda_weights(model);
   if (!weights) return weights.error();
@@ -397,6 +401,9 @@ Result<std::unique_ptr<CudaDecoder>> CudaDecoder::create(int device_index, const
   m.host_visible = state->input.bytes() + state->positions.bytes() + state->logits.bytes() + state->counts.bytes() +
                    state->host_ids.bytes() + state->host_h.bytes() + state->host_rows.bytes();
   state->routing.assign(moe_layers, std::vector<std::uint64_t>(c.num_experts, 0));
+  std::size_t free_after = 0;
+  if (Status s = cuda_call("cudaMemGetInfo", cudaMemGetInfo(&free_after, &total)); !s) return s.error();
+  m.device_measured = free_before > free_after ? free_before - free_after : 0;
   return std::unique_ptr<CudaDecoder>(new CudaDecoder(std::move(state)));
 }
 

@@ -161,6 +161,7 @@ GpuMemoryStats GpuRun::memory() const {
   out.kv_cache_bytes = m.kv_cache;
   out.activation_bytes = m.activations;
   out.host_visible_bytes = m.host_visible;
+  out.device_measured_bytes = m.device_measured;
   out.kernels = state_->decoder->kernel_names();
   return out;
 }

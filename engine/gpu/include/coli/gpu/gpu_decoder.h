@@ -61,6 +61,10 @@ struct DecoderMemory {
   std::uint64_t kv_cache = 0;
   std::uint64_t activations = 0;  // per-batch scratch, rope table, slot tables
   std::uint64_t host_visible = 0; // mapped or pinned host memory: staging, per-call input/output, routing
+  // The device's used memory grown while the decoder was made (CUDA:
+  // cudaMemGetInfo, so allocation rounding, graphs and modules included);
+  // 0 = not measured (Vulkan).
+  std::uint64_t device_measured = 0;
   std::uint64_t vram() const { return dense + experts + kv_cache + activations; }
 };
 

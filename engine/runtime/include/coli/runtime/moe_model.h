@@ -110,6 +110,7 @@ struct GpuMemoryStats {
   std::uint64_t kv_cache_bytes = 0;
   std::uint64_t activation_bytes = 0;
   std::uint64_t host_visible_bytes = 0;  // mapped host memory (staging ring, input/output): RSS too
+  std::uint64_t device_measured_bytes = 0;  // gpu::DecoderMemory::device_measured (0: not measured)
   std::vector<std::string> kernels;
   std::uint64_t vram_bytes() const { return dense_bytes + expert_bytes + kv_cache_bytes + activation_bytes; }
 };
