@@ -103,11 +103,12 @@ void add_cuda_decoder_lines(GpuTier& tier, const ModelFootprint& fp, const GpuTi
   const u64 load = cuda::load_buffer_bytes(fp.expert().record_stride,
                                           tier.vram_experts.empty() ? 0 : static_cast<u64>(*std::max_element(tier.vram_experts.begin(), tier.vram_experts.end())),
                                           fp.largest_gpu_dense_matrix_bytes, fp.norm_f32_copy_bytes);
-  tier.lines.push_back({"GPU host-visible buffers", Tier::ram, load + pinned,
-                        format_bytes(load) + " while loading (the larger of an upload chunk of expert records and the "
-                        "largest dense matrix, + the norms widened to f32) + " + format_bytes(pinned) + " pinned (a batch of " +
-                            n(static_cast<u64>(tier.batch_tokens)) +
-                            " embedding rows, logits, routing and hybrid rows)"});
+  tier.lines.push_back({"GPU load buffers", Tier::ram, load,
+                        "while loading only, part of the peak: the larger of an upload chunk of expert records and the "
+                        "largest dense matrix, + the norms widened to f32"});
+  tier.lines.push_back({"GPU host-visible buffers", Tier::ram, pinned,
+                        "pinned: a batch of " + n(static_cast<u64>(tier.batch_tokens)) +
+                            " embedding rows, logits, routing and hybrid rows"});
 }
 
 void add_whole_decoder_lines(GpuTier& tier, const ModelFootprint& fp, const GpuTierRequest& request) {

@@ -62,9 +62,10 @@ TEST(PlannerCudaTier, PlansTheWholeDecoderOnTheCudaDeviceWithItsOwnLayout) {
   EXPECT_EQ(cuda::load_buffer_bytes(fp.expert().record_stride, static_cast<std::uint64_t>(fp.n_experts),
                                     fp.largest_gpu_dense_matrix_bytes, fp.norm_f32_copy_bytes),
             fp.largest_gpu_dense_matrix_bytes + fp.norm_f32_copy_bytes);
+  EXPECT_EQ(plan->memory.find("GPU load buffers")->bytes, fp.largest_gpu_dense_matrix_bytes + fp.norm_f32_copy_bytes);
   EXPECT_EQ(plan->memory.find("GPU host-visible buffers")->bytes,
-            fp.largest_gpu_dense_matrix_bytes + fp.norm_f32_copy_bytes +
-                cuda::pinned_bytes(c, fp.moe_layer_count(), c.vocab_size, 512));
+            cuda::pinned_bytes(c, fp.moe_layer_count(), c.vocab_size, 512))
+      << "the pinned buffers alone: coli run compares them with the decoder's";
   EXPECT_EQ(plan->memory.find("dense weights")->bytes, fp.embedding_held_bytes) << "the host keeps the embedding only";
   EXPECT_NE(plan->memory.find("GPU driver (host)")->formula.find("CUDA"), std::string::npos);
   EXPECT_LE(plan->memory.total(Tier::vram), tier.vram_headroom_bytes);
