@@ -91,7 +91,23 @@ std::string bar(std::uint64_t bytes, std::uint64_t headroom, int width = 30) {
   return std::string(filled, '#') + std::string(width - filled, '.');
 }
 
-void print_human(const planner::PlanFile& f, const planner::ModelFootprint& fp, const std::string& model_source) {
+// The llama.cpp-style split the plan did not choose (planner::whole_layer_split), against the chosen one.
+void print_whole_layer_split(const planner::PlanFile& f, const planner::WholeLayerSplit& split) {
+  const planner::Plan& p = f.plan;
+  const int fewer = p.gpu.vram_slots() - split.gpu_layers * p.n_experts;
+  std::printf("  rejected   whole MoE layers in VRAM, as llama.cpp -ngl 99 --n-cpu-moe %d: %d of %d layers' experts "
+              "(%d VRAM slots fewer), VRAM serving %.1f%% of expert reads against the chosen split's %.1f%%",
+              split.cpu_layers, split.gpu_layers, split.cpu_layers + split.gpu_layers, fewer, split.vram_share * 100,
+              p.gpu.vram_share * 100);
+  if (!split.speed.available) {
+    std::printf("; no prediction (%s)\n", split.speed.unavailable.c_str());
+    return;
+  }
+  std::printf(": decode %.2f tok/s, prefill %.1f tok/s\n", split.speed.decode_tok_per_s, split.speed.prefill_tok_per_s);
+}
+
+void print_human(const planner::PlanFile& f, const planner::ModelFootprint& fp, const std::string& model_source,
+                 const std::optional<planner::WholeLayerSplit>& whole_layers) {
   const planner::Plan& p = f.plan;
   const auto& c = fp.config;
   std::printf("coli-plan: %s (%s) on profile %s (%s)\n", f.model_name.c_str(), model_source.c_str(),
@@ -148,6 +164,7 @@ void print_human(const planner::PlanFile& f, const planner::ModelFootprint& fp, 
   }
   std::printf("  decode     %.2f tok/s  = 1 / (%s)\n", s.decode_tok_per_s, s.decode_inputs.c_str());
   std::printf("  prefill    %.1f tok/s  %s\n", s.prefill_tok_per_s, s.prefill_inputs.c_str());
+  if (whole_layers) print_whole_layer_split(f, *whole_layers);
 }
 
 struct PlanArgs {
@@ -257,13 +274,14 @@ coli::Result<coli::DeviceProfile> load_profile_for_plan(PlanArgs& a, double& liv
   return std::move(checked->effective);
 }
 
-void print_plan(const PlanArgs& a, const planner::PlanFile& file, const LoadedModel& model, double live_probe_ms) {
+void print_plan(const PlanArgs& a, const planner::PlanFile& file, const LoadedModel& model, double live_probe_ms,
+                const std::optional<planner::WholeLayerSplit>& whole_layers) {
   if (a.json) {
     std::fputs(planner::plan_to_json(file).c_str(), stdout);
   } else if (a.toml) {
     std::fputs(planner::plan_to_toml(file).c_str(), stdout);
   } else {
-    print_human(file, model.footprint, model.source);
+    print_human(file, model.footprint, model.source, whole_layers);
     const std::string probe_note =
         a.offline ? "" : "; the live re-validation probe took " + std::to_string(static_cast<int>(live_probe_ms + 0.5)) + " ms more";
     std::printf("\nplanned in %.1f ms (profile, model headers, plan, speed%s)%s\n", file.planning_ms, probe_note.c_str(),
@@ -319,7 +337,8 @@ int plan(PlanArgs& a) {
   if (!a.out.empty()) {
     if (auto saved = planner::save_plan(a.out, file); !saved) return fail(saved.error().message + " (choose another place with --out)");
   }
-  print_plan(a, file, *model, live_probe_ms);
+  const auto whole_layers = planner::whole_layer_split(*profile, model->footprint, file.plan, history ? &*history : nullptr);
+  print_plan(a, file, *model, live_probe_ms, whole_layers);
   return coli::cli::kExitOk;
 }
 

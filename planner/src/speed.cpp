@@ -355,10 +355,9 @@ SpeedPrediction predict_speed(const DeviceProfile& profile, const ModelFootprint
   if (plan.gpu.vram_slots() > 0) {
     rates.vram = vram_bandwidth(profile, fp, plan.gpu);
     if (!rates.vram) {
-      s.unavailable = "no measured GPU GEMV bandwidth for " + plan.gpu.device.gpu.describe() + " (" + plan.gpu.backend + "): " +
-                      (plan.gpu.backend == "cuda" ? "the probe's self-test times Vulkan kernels only so far, so a CUDA "
-                                                    "plan has no predicted speed yet"
-                                                  : "run coli-probe --gpu-selftest");
+      s.unavailable = "no measured GPU GEMV bandwidth for " + plan.gpu.device.gpu.describe() + " (" + plan.gpu.backend +
+                      "): run coli-probe --gpu-selftest on that machine (it times the " +
+                      (plan.gpu.backend == "cuda" ? "CUDA decoder's matvec" : "Vulkan GEMV variants") + ")";
       return s;
     }
   }
@@ -383,6 +382,22 @@ SpeedPrediction predict_speed(const DeviceProfile& profile, const ModelFootprint
   }
   s.available = true;
   return s;
+}
+
+std::optional<WholeLayerSplit> whole_layer_split(const DeviceProfile& profile, const ModelFootprint& fp, const Plan& plan,
+                                                 const experts::UsageHistory* history) {
+  const int layers = static_cast<int>(fp.moe_layer_count()), n = fp.n_experts;
+  if (layers < 1 || n < 1 || plan.gpu.vram_slots() == 0 || plan.gpu.all_experts_in_vram(n)) return std::nullopt;
+  WholeLayerSplit split;
+  split.gpu_layers = std::min(layers, plan.gpu.vram_slots() / n);
+  split.cpu_layers = layers - split.gpu_layers;
+  split.vram_share = static_cast<double>(split.gpu_layers) / layers;
+  Plan whole = plan;
+  whole.gpu.vram_experts.assign(static_cast<std::size_t>(layers), 0);
+  for (int l = split.cpu_layers; l < layers; ++l) whole.gpu.vram_experts[static_cast<std::size_t>(l)] = n;
+  whole.gpu.vram_share = split.vram_share;
+  split.speed = predict_speed(profile, fp, whole, history);
+  return split;
 }
 
 }  // namespace coli::planner

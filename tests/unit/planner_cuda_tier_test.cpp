@@ -8,6 +8,7 @@
 #include <cmath>
 
 
+#include "coli/experts/usage_history.h"
 #include "coli/planner/plan.h"
 #include "coli/planner/plan_io.h"
 #include "coli/planner/speed.h"
@@ -33,6 +34,23 @@ PlanRequest cuda_request(const std::string& gpu) {
   request.gpu = gpu;
   request.backend = cuda_decoder();
   return request;
+}
+
+// The recorded H200 with a made-up CUDA self-test result (2000 GB/s), as
+// coli-probe --gpu-selftest records the CUDA decoder's matvec.
+DeviceProfile h200_with_cuda_selftest() {
+  DeviceProfile profile = h200();
+  GpuKernelResult selftest;
+  selftest.device = profile.gpus.cuda.at(0).name;
+  selftest.backend = "cuda";
+  selftest.variant = "cuda_matvec_q4_g64";
+  selftest.rows = 768;
+  selftest.cols = 2048;
+  selftest.passed = true;
+  selftest.device_index = 0;
+  selftest.gb_per_s.median = 2000;
+  profile.measurements.gpu_kernels.push_back(selftest);
+  return profile;
 }
 
 TEST(PlannerCudaTier, PlansTheWholeDecoderOnTheCudaDeviceWithItsOwnLayout) {
@@ -71,6 +89,57 @@ TEST(PlannerCudaTier, PlansTheWholeDecoderOnTheCudaDeviceWithItsOwnLayout) {
   EXPECT_LE(plan->memory.total(Tier::vram), tier.vram_headroom_bytes);
 }
 
+// llama.cpp's --n-cpu-moe split at the same VRAM, which coli-plan prints as
+// rejected: whole layers, so the VRAM serves gpu_layers / layers of the
+// expert reads whatever the routing; the per-expert split serves as much
+// under uniform routing (the slots of those layers, spread) and more when
+// the history concentrates a layer's reads on a few experts.
+TEST(PlannerCudaTier, WholeLayerSplitAtTheSameVramIsPredictedBesideTheChosenOne) {
+  const DeviceProfile profile = h200_with_cuda_selftest();
+  const ModelFootprint fp = qwen3();
+  const int layers = static_cast<int>(fp.moe_layer_count());
+  PlanRequest request = cuda_request("0");
+  request.vram = 12 * kGiB;
+  auto uniform = make_plan(profile, fp, request);
+  ASSERT_TRUE(uniform.ok()) << uniform.error().message;
+  const auto split = whole_layer_split(profile, fp, *uniform);
+  ASSERT_TRUE(split.has_value());
+  EXPECT_EQ(split->gpu_layers, uniform->gpu.vram_slots() / fp.n_experts);
+  EXPECT_EQ(split->cpu_layers + split->gpu_layers, layers);
+  EXPECT_GT(split->gpu_layers, 0);
+  EXPECT_LT(split->gpu_layers, layers);
+  EXPECT_DOUBLE_EQ(split->vram_share, static_cast<double>(split->gpu_layers) / layers);
+  const SpeedPrediction chosen = predict_speed(profile, fp, *uniform);
+  ASSERT_TRUE(chosen.available && split->speed.available) << chosen.unavailable << split->speed.unavailable;
+  EXPECT_LE(split->vram_share, uniform->gpu.vram_share + 1e-12);
+  EXPECT_LE(split->speed.decode_tok_per_s, chosen.decode_tok_per_s * (1 + 1e-12));
+
+  // Every layer routes to its first 16 experts only: the per-expert split puts those in VRAM.
+  auto history = experts::UsageHistory::create({layers, fp.n_experts, fp.top_k, "test"});
+  ASSERT_TRUE(history.ok());
+  for (int token = 0; token < 256; ++token) {
+    for (int l = 0; l < layers; ++l) {
+      std::vector<int> chosen_ids;
+      for (int i = 0; i < fp.top_k; ++i) chosen_ids.push_back((token + i) % 16);
+      ASSERT_TRUE(history->record(l, chosen_ids).ok());
+    }
+  }
+  history->add_tokens(256);
+  request.history = &*history;
+  auto hot = make_plan(profile, fp, request);
+  ASSERT_TRUE(hot.ok()) << hot.error().message;
+  const auto hot_split = whole_layer_split(profile, fp, *hot, &*history);
+  ASSERT_TRUE(hot_split.has_value());
+  const SpeedPrediction hot_chosen = predict_speed(profile, fp, *hot, &*history);
+  EXPECT_GT(hot->gpu.vram_share, hot_split->vram_share + 0.3);
+  EXPECT_GT(hot_chosen.decode_tok_per_s, hot_split->speed.decode_tok_per_s);
+
+  // Nothing to split: every expert in VRAM.
+  auto all_in = make_plan(profile, fp, cuda_request("0"));
+  ASSERT_TRUE(all_in.ok()) << all_in.error().message;
+  EXPECT_FALSE(whole_layer_split(profile, fp, *all_in).has_value());
+}
+
 // --gpu-batch sizes the prefill batch (its buffers priced in VRAM, the
 // decision printed, the engine handed it); absurd values are refused by name.
 TEST(PlannerCudaTier, GpuBatchIsANamedOverrideThePlanCarriesToTheEngine) {
@@ -106,17 +175,7 @@ TEST(PlannerCudaTier, GpuBatchIsANamedOverrideThePlanCarriesToTheEngine) {
 // once from VRAM (an upper bound, said so: no GPU GEMM is timed yet); a
 // hybrid plan prefills token by token, so its prefill figure is decode's.
 TEST(PlannerCudaTier, PrefillPredictionFollowsTheCudaDecodersPrefill) {
-  DeviceProfile profile = h200();
-  GpuKernelResult selftest;  // as coli-probe --gpu-selftest records the CUDA decoder's matvec
-  selftest.device = profile.gpus.cuda.at(0).name;
-  selftest.backend = "cuda";
-  selftest.variant = "cuda_matvec_q4_g64";
-  selftest.rows = 768;
-  selftest.cols = 2048;
-  selftest.passed = true;
-  selftest.device_index = 0;
-  selftest.gb_per_s.median = 2000;
-  profile.measurements.gpu_kernels.push_back(selftest);
+  const DeviceProfile profile = h200_with_cuda_selftest();
   const ModelFootprint fp = qwen3();
   auto all_in = make_plan(profile, fp, cuda_request("0"));
   ASSERT_TRUE(all_in.ok()) << all_in.error().message;
@@ -262,7 +321,8 @@ TEST(PlannerCudaTier, PlanFileKeepsTheCudaDeviceAndItIsFoundByUuid) {
   file.speed = predict_speed(profile, qwen3(), *plan);
   // The profile's GPU self-test is Vulkan's: it predicts nothing for the CUDA decoder.
   EXPECT_FALSE(file.speed.available);
-  EXPECT_NE(file.speed.unavailable.find("CUDA plan"), std::string::npos) << file.speed.unavailable;
+  EXPECT_NE(file.speed.unavailable.find("coli-probe --gpu-selftest"), std::string::npos) << file.speed.unavailable;
+  EXPECT_NE(file.speed.unavailable.find("CUDA decoder's matvec"), std::string::npos) << file.speed.unavailable;
   auto parsed = parse_plan(plan_to_toml(file), "cuda.plan");
   ASSERT_TRUE(parsed.ok()) << parsed.error().message;
   EXPECT_EQ(parsed->plan.gpu, plan->gpu);

@@ -4,6 +4,7 @@
 // from RAM, and each expert that misses the cache from disk first.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "coli/experts/usage_history.h"
@@ -45,5 +46,20 @@ std::uint64_t dense_bytes_per_token(const ModelFootprint& footprint);
 inline constexpr int kPlanMeanDepth = -1;
 SpeedPrediction predict_speed(const DeviceProfile& profile, const ModelFootprint& footprint, const Plan& plan,
                               const experts::UsageHistory* history = nullptr, int decode_depth = kPlanMeanDepth);
+
+// llama.cpp's split of experts over a GPU (`-ngl 99 --n-cpu-moe N`): whole
+// MoE layers' experts in VRAM, the first N layers' on the CPU. The split of
+// at most the same VRAM slots as `plan`'s tier (its whole layers), with the
+// plan's other knobs and its predicted speed, for coli-plan to print beside
+// the per-expert split it chose. nullopt when the plan holds no expert in
+// VRAM, or every one (there is nothing to split).
+struct WholeLayerSplit {
+  int cpu_layers = 0;        // llama.cpp's --n-cpu-moe
+  int gpu_layers = 0;        // MoE layers whose experts are all in VRAM
+  double vram_share = 0;     // share of expert reads VRAM serves (gpu_layers / layers, any routing)
+  SpeedPrediction speed;
+};
+std::optional<WholeLayerSplit> whole_layer_split(const DeviceProfile& profile, const ModelFootprint& footprint,
+                                                 const Plan& plan, const experts::UsageHistory* history = nullptr);
 
 }  // namespace coli::planner
