@@ -32,10 +32,43 @@ constexpr int kPositionTile = kWarpSize;
 constexpr int kTiledHeadDim = 128;
 constexpr int kQueriesPerWarp = kQueryTile / kAttentionWarps;
 
+// The K and V rows of positions tile..tile+31 into shared memory (zeros
+// past last_position). With dims a multiple of 4 (rows 16-byte aligned),
+// warp w takes rows w, w + 4, ... and its lanes 4 dims each: no index
+// division per element, every row's loads in flight together (the
+// per-element loop with i / dims was most of a tile's instructions).
+__device__ __forceinline__ void load_kv_tile(const Attention& a, int tile, int last_position, int kv_width,
+                                             int kv_offset, int dims, float (*k_tile)[kTiledHeadDim + 1],
+                                             float (*v_tile)[kTiledHeadDim]) {
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize, warp = static_cast<int>(threadIdx.x) / kWarpSize;
+  if (dims % 4 == 0) {
+#pragma unroll
+    for (int p = warp; p < kPositionTile; p += kAttentionWarps) {
+      const bool inside = tile + p <= last_position;
+      const std::size_t row = static_cast<std::size_t>(tile + p) * kv_width + kv_offset;
+      for (int c = lane; c < dims / 4; c += kWarpSize) {
+        const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        const float4 k = inside ? *reinterpret_cast<const float4*>(a.k_cache + row + 4 * c) : zero;
+        const float4 v = inside ? *reinterpret_cast<const float4*>(a.v_cache + row + 4 * c) : zero;
+        k_tile[p][4 * c] = k.x, k_tile[p][4 * c + 1] = k.y, k_tile[p][4 * c + 2] = k.z, k_tile[p][4 * c + 3] = k.w;
+        v_tile[p][4 * c] = v.x, v_tile[p][4 * c + 1] = v.y, v_tile[p][4 * c + 2] = v.z, v_tile[p][4 * c + 3] = v.w;
+      }
+    }
+    return;
+  }
+  for (int i = static_cast<int>(threadIdx.x); i < kPositionTile * dims; i += kAttentionThreads) {
+    const int p = i / dims, d = i % dims;
+    const bool inside = tile + p <= last_position;
+    const std::size_t at = static_cast<std::size_t>(tile + p) * kv_width + kv_offset + d;
+    k_tile[p][d] = inside ? a.k_cache[at] : 0.0f;
+    v_tile[p][d] = inside ? a.v_cache[at] : 0.0f;
+  }
+}
+
 __global__ void __launch_bounds__(kAttentionThreads) attention_tiles_kernel(Attention a, int tokens) {
   __shared__ float k_tile[kPositionTile][kTiledHeadDim + 1];
   __shared__ float v_tile[kPositionTile][kTiledHeadDim];
-  __shared__ float q_tile[kQueryTile][kTiledHeadDim];
+  __shared__ __align__(16) float q_tile[kQueryTile][kTiledHeadDim];
   const int head = static_cast<int>(blockIdx.x), first_query = static_cast<int>(blockIdx.y) * kQueryTile;
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize, warp = static_cast<int>(threadIdx.x) / kWarpSize;
   const int queries = min(kQueryTile, tokens - first_query), start = *a.position, dims = a.head_dim;
@@ -55,23 +88,30 @@ __global__ void __launch_bounds__(kAttentionThreads) attention_tiles_kernel(Atte
   const int last_position = start + first_query + queries - 1;
   for (int tile = 0; tile <= last_position; tile += kPositionTile) {
     __syncthreads();  // the previous tile is used up (and q_tile written, the first time)
-    for (int i = static_cast<int>(threadIdx.x); i < kPositionTile * dims; i += kAttentionThreads) {
-      const int p = i / dims, d = i % dims;
-      const bool inside = tile + p <= last_position;
-      const std::size_t at = static_cast<std::size_t>(tile + p) * kv_width + kv_offset + d;
-      k_tile[p][d] = inside ? a.k_cache[at] : 0.0f;
-      v_tile[p][d] = inside ? a.v_cache[at] : 0.0f;
-    }
+    load_kv_tile(a, tile, last_position, kv_width, kv_offset, dims, k_tile, v_tile);
     __syncthreads();
     // Lane p scores position tile + p against the warp's queries: each K
     // value read once for all of them (q values are broadcasts).
     float score[kQueriesPerWarp] = {};
-#pragma unroll 8
-    for (int d = 0; d < kTiledHeadDim; ++d) {
-      if (d >= dims) break;
-      const float key = k_tile[lane][d];
+    if (dims % 4 == 0) {  // each query's 4 dims in one shared load
+#pragma unroll 4
+      for (int d = 0; d < kTiledHeadDim; d += 4) {
+        if (d >= dims) break;
+        const float k0 = k_tile[lane][d], k1 = k_tile[lane][d + 1], k2 = k_tile[lane][d + 2], k3 = k_tile[lane][d + 3];
 #pragma unroll
-      for (int j = 0; j < kQueriesPerWarp; ++j) score[j] += q_tile[warp * kQueriesPerWarp + j][d] * key;
+        for (int j = 0; j < kQueriesPerWarp; ++j) {
+          const float4 q = *reinterpret_cast<const float4*>(&q_tile[warp * kQueriesPerWarp + j][d]);
+          score[j] += q.x * k0 + q.y * k1 + q.z * k2 + q.w * k3;
+        }
+      }
+    } else {
+#pragma unroll 8
+      for (int d = 0; d < kTiledHeadDim; ++d) {
+        if (d >= dims) break;
+        const float key = k_tile[lane][d];
+#pragma unroll
+        for (int j = 0; j < kQueriesPerWarp; ++j) score[j] += q_tile[warp * kQueriesPerWarp + j][d] * key;
+      }
     }
     // Per query: the online softmax's step (masked positions weigh 0).
     float weight[kQueriesPerWarp];
