@@ -43,6 +43,22 @@ assert [t["n_depth"] for t in tests] == [0, 0, 4]
 assert all(len(t["tok_s"]) == 2 and min(t["tok_s"]) > 0 for t in tests)
 PY
 
+# Half the experts in VRAM, split per expert and as llama.cpp's --n-cpu-moe (whole layers), in one
+# run on the Vulkan device (lavapipe in CI); skipped without one unless COLI_REQUIRE_VULKAN=1.
+"$speed_bench" --model "$work/demo.coli" --backend vulkan --vram-share 0.5 --split expert,layer -p 4 -n 2 -d 0 -r 1 \
+  >"$work/split.out" 2>&1
+split_rc=$?
+if [[ $split_rc -ne 0 && "${COLI_REQUIRE_VULKAN:-0}" != 1 ]] && grep -qi "vulkan" "$work/split.out"; then
+  echo "skip: speed-bench --split (no Vulkan device: $(tail -1 "$work/split.out"))"
+else
+  check "speed-bench --split exits 0" test $split_rc -eq 0
+  check "speed-bench --split: a row per split" test "$(grep -cE "^vulkan(/layer)? +0.50 tg2 @ d0 " "$work/split.out")" -eq 2
+  check "speed-bench --split: the same VRAM for the experts" test \
+    "$(grep -oE "experts [0-9.]+ [KMG]iB" "$work/split.out" | sort -u | wc -l)" -eq 1
+fi
+"$speed_bench" --model "$work/demo.coli" --split diagonal >"$work/bad-split.out" 2>&1
+check "an unknown split is a usage error" test $? -ne 0
+
 "$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 3 --op-times >"$work/r.out" 2>&1
 check "coli run --op-times exits 0" test $? -eq 0
 check "coli run --op-times: the prefill's table" contains "$work/r.out" "^prefill: 1 pass(es), 3 token(s)"

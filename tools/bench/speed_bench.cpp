@@ -37,6 +37,7 @@ struct Args {
   std::vector<std::string> backends{"cpu"};
   std::vector<double> vram_shares{1.0};
   std::vector<std::string> gpu_kernels{"auto"};
+  std::vector<std::string> splits{"expert"};
   int threads = 1, gpu = 0, batch = 512, cap = 0;
   coli::bench::SpeedTests tests;
   double bandwidth_gb_s = 0;
@@ -50,17 +51,27 @@ struct Config {
   std::vector<std::vector<double>> decode;     // [depth][repeat]
 };
 
-// The experts 0 .. share * experts - 1 of every layer (uniform routing makes
-// which ones immaterial for speed).
-std::vector<std::vector<int>> vram_share_experts(const coli::container::ExpertLayout& layout, double share) {
-  const int count = std::clamp(static_cast<int>(share * layout.experts + 0.5), 0, static_cast<int>(layout.experts));
-  std::vector<int> layer(static_cast<std::size_t>(count));
-  for (int e = 0; e < count; ++e) layer[static_cast<std::size_t>(e)] = e;
-  return std::vector<std::vector<int>>(layout.layers, layer);
+// `share` of the experts in VRAM, split as `split` says: "expert", the experts
+// 0 .. share * experts - 1 of every layer (uniform routing makes which ones
+// immaterial for speed); "layer", every expert of the last share * layers
+// MoE layers, the first ones on the CPU, as llama.cpp's --n-cpu-moe does.
+std::vector<std::vector<int>> vram_share_experts(const coli::container::ExpertLayout& layout, double share,
+                                                 const std::string& split) {
+  const int experts = static_cast<int>(layout.experts), layers = static_cast<int>(layout.layers);
+  std::vector<int> all(static_cast<std::size_t>(experts));
+  for (int e = 0; e < experts; ++e) all[static_cast<std::size_t>(e)] = e;
+  if (split == "layer") {
+    const int gpu_layers = std::clamp(static_cast<int>(share * layers + 0.5), 0, layers);
+    std::vector<std::vector<int>> vram(static_cast<std::size_t>(layers));
+    for (int l = layers - gpu_layers; l < layers; ++l) vram[static_cast<std::size_t>(l)] = all;
+    return vram;
+  }
+  const int count = std::clamp(static_cast<int>(share * experts + 0.5), 0, experts);
+  return std::vector<std::vector<int>>(layout.layers, std::vector<int>(all.begin(), all.begin() + count));
 }
 
 coli::Result<std::unique_ptr<coli::runtime::MoeModel>> load(const Args& args, const std::string& backend, double share,
-                                                            const std::string& gpu_kernel,
+                                                            const std::string& gpu_kernel, const std::string& split,
                                                             const coli::container::ExpertLayout& layout) {
   coli::runtime::ModelOptions options;
   options.gpu_kernel = gpu_kernel == "auto" ? "" : gpu_kernel;
@@ -71,7 +82,7 @@ coli::Result<std::unique_ptr<coli::runtime::MoeModel>> load(const Args& args, co
   options.cache_capacity = args.cap > 0 ? args.cap : coli::runtime::kAllExperts;
   options.prefill_round_tokens = coli::runtime::ModelOptions{}.prefill_round_tokens;
   options.max_context = args.tests.context() + 1;
-  if (backend != "cpu" && share < 1) options.vram_experts = vram_share_experts(layout, share);
+  if (backend != "cpu" && share < 1) options.vram_experts = vram_share_experts(layout, share, split);
   auto model = coli::runtime::MoeModel::load(args.model, options);
   if (!model) return model.error();
   return std::make_unique<coli::runtime::MoeModel>(std::move(*model));
@@ -153,6 +164,10 @@ int main(int argc, char** argv) {
                  "GPU kernels, comma-separated: auto (CUDA: int8 activations for int8/int4 weights) or exact (f32 "
                  "activations); each GPU backend runs once per entry")
       ->delimiter(',')->check(CLI::IsMember({"auto", "exact"}))->capture_default_str();
+  app.add_option("--split", args.splits,
+                 "How a VRAM share below 1 is split, comma-separated: expert (that share of every layer's experts) "
+                 "or layer (whole layers, the first ones on the CPU, as llama.cpp's --n-cpu-moe)")
+      ->delimiter(',')->check(CLI::IsMember({"expert", "layer"}))->capture_default_str();
   app.add_option("--threads", args.threads, "CPU threads")->check(CLI::Range(1, 4096))->capture_default_str();
   coli::bench::add_speed_options(app, args.tests);
   app.add_option("--json", args.json, "Also write the figures (every repeat) as JSON to this file");
@@ -168,12 +183,16 @@ int main(int argc, char** argv) {
   std::vector<Config> configs;
   for (const std::string& backend : args.backends) {
     for (double share : backend != "cpu" ? args.vram_shares : std::vector<double>{1.0}) {
+      const bool split = backend != "cpu" && share < 1;  // a split only where some experts stay on the CPU
       for (const std::string& kernel : backend != "cpu" ? args.gpu_kernels : std::vector<std::string>{"auto"}) {
-        auto model = load(args, backend, share, kernel, reader->index().experts);
-        if (!model) return fail(backend + ": " + model.error().message);
-        const std::string label = kernel == "auto" ? backend : backend + "/" + kernel;  // "cuda/exact"
-        configs.push_back({label, share, std::move(*model), {}, std::vector<std::vector<double>>(args.tests.depths.size())});
-        print_memory(configs.back());
+        for (const std::string& how : split ? args.splits : std::vector<std::string>{"expert"}) {
+          auto model = load(args, backend, share, kernel, how, reader->index().experts);
+          if (!model) return fail(backend + ": " + model.error().message);
+          // "cuda", "cuda/exact", "cuda/layer": the kernels and the split when not the default
+          const std::string label = backend + (kernel == "auto" ? "" : "/" + kernel) + (how == "layer" ? "/layer" : "");
+          configs.push_back({label, share, std::move(*model), {}, std::vector<std::vector<double>>(args.tests.depths.size())});
+          print_memory(configs.back());
+        }
       }
     }
   }
