@@ -236,7 +236,8 @@ TEST_P(CudaEngine, QuantisedDenseWeightsMatchTheCpuExactPath) {
       errors.push_back(max_relative_error(int8.prompt_logits[i], expected.prompt_logits[i]));
     }
     std::sort(errors.begin(), errors.end());
-    std::printf("[ %s dense int8 ] median %.5f worst %.5f\n", GetParam().c_str(), errors[errors.size() / 2], errors.back());
+    std::printf("[ %s dense %s int8 ] median %.5f worst %.5f\n", GetParam().c_str(), std::string(dense_format_name(dense)).c_str(),
+                errors[errors.size() / 2], errors.back());
     EXPECT_LT(errors[errors.size() / 2], 2e-2) << "worst " << errors.back();
     EXPECT_LT(errors.back(), 0.25);
   }
