@@ -12,7 +12,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <span>
@@ -92,8 +91,7 @@ bool uses_int8_kernels(const EngineRun& run) {
 
 TEST_P(CudaEngine, QuantisedExpertsMatchTransformersOnDequantisedWeights) {
   REQUIRE_CUDA();
-  for (auto [format, name] : {std::pair{WeightFormat::q8_row, "reference_q8"},
-                              std::pair{WeightFormat::q4_g64, "reference_q4"}}) {
+  for (const auto& [format, name] : kQuantisedReferences) {
     SCOPED_TRACE(name);
     const Reference ref = load_reference(dir(), name);
     const EngineRun run = run_model(converted_fixture(GetParam(), format), exact_cuda_options(), ref);
@@ -111,8 +109,7 @@ TEST_P(CudaEngine, QuantisedExpertsMatchTransformersOnDequantisedWeights) {
 // worst's bound (docs/backends.md).
 TEST_P(CudaEngine, QuantisedExpertsOnInt8ActivationsStayWithinTheirTolerance) {
   REQUIRE_CUDA();
-  for (auto [format, name] : {std::pair{WeightFormat::q8_row, "reference_q8"},
-                              std::pair{WeightFormat::q4_g64, "reference_q4"}}) {
+  for (const auto& [format, name] : kQuantisedReferences) {
     SCOPED_TRACE(name);
     const Reference ref = load_reference(dir(), name);
     const EngineRun run = run_model(converted_fixture(GetParam(), format), cuda_options(), ref);
@@ -121,11 +118,7 @@ TEST_P(CudaEngine, QuantisedExpertsOnInt8ActivationsStayWithinTheirTolerance) {
     for (std::size_t i = 0; i < ref.prompt.size(); ++i) {
       errors.push_back(max_relative_error(run.prompt_logits[i], std::span(ref.logits.data() + i * ref.vocab, ref.vocab)));
     }
-    std::sort(errors.begin(), errors.end());
-    std::printf("[ %s %s int8 ] median %.5f worst %.5f\n", GetParam().c_str(), name, errors[errors.size() / 2],
-                errors.back());
-    EXPECT_LT(errors[errors.size() / 2], 2e-2) << "worst " << errors.back();
-    EXPECT_LT(errors.back(), 0.25);
+    expect_median_and_worst(std::move(errors), 2e-2, 0.25, GetParam() + " " + name + " int8");
   }
 }
 
@@ -165,18 +158,14 @@ void expect_batched_prefixes_close(const fs::path& container, std::span<const st
     ASSERT_TRUE(ran.ok()) << ran.error().message;
     errors.push_back(max_relative_error(logits, expected(n)));
   }
-  std::sort(errors.begin(), errors.end());
-  std::printf("[ %s ] median %.5f worst %.5f\n", label.c_str(), errors[errors.size() / 2], errors.back());
-  EXPECT_LT(errors[errors.size() / 2], 1e-2) << "worst " << errors.back();
-  EXPECT_LT(errors.back(), 0.25);
+  expect_median_and_worst(std::move(errors), 1e-2, 0.25, label);
 }
 
 // int8/int4 experts through the batched prefill, against transformers on
 // the de-quantised weights.
 TEST_P(CudaEngine, BatchedPrefillOfQuantisedExpertsStaysWithinItsTolerance) {
   REQUIRE_CUDA();
-  for (auto [format, name] : {std::pair{WeightFormat::q8_row, "reference_q8"},
-                              std::pair{WeightFormat::q4_g64, "reference_q4"}}) {
+  for (const auto& [format, name] : kQuantisedReferences) {
     SCOPED_TRACE(name);
     const Reference ref = load_reference(dir(), name);
     expect_batched_prefixes_close(
@@ -235,11 +224,8 @@ TEST_P(CudaEngine, QuantisedDenseWeightsMatchTheCpuExactPath) {
     for (std::size_t i = 0; i < int8.prompt_logits.size(); ++i) {
       errors.push_back(max_relative_error(int8.prompt_logits[i], expected.prompt_logits[i]));
     }
-    std::sort(errors.begin(), errors.end());
-    std::printf("[ %s dense %s int8 ] median %.5f worst %.5f\n", GetParam().c_str(), std::string(dense_format_name(dense)).c_str(),
-                errors[errors.size() / 2], errors.back());
-    EXPECT_LT(errors[errors.size() / 2], 2e-2) << "worst " << errors.back();
-    EXPECT_LT(errors.back(), 0.25);
+    expect_median_and_worst(std::move(errors), 2e-2, 0.25,
+                            GetParam() + " dense " + std::string(dense_format_name(dense)) + " int8");
   }
 }
 

@@ -49,8 +49,7 @@ TEST_P(EngineReference, F32MatchesTransformersLogitsAndTokens) {
 
 TEST_P(EngineReference, QuantisedExpertsMatchTransformersOnDequantisedWeights) {
   const fs::path dir = fs::path(COLI_FIXTURES_DIR) / "models" / GetParam();
-  for (auto [format, name] : {std::pair{WeightFormat::q8_row, "reference_q8"},
-                              std::pair{WeightFormat::q4_g64, "reference_q4"}}) {
+  for (const auto& [format, name] : kQuantisedReferences) {
     SCOPED_TRACE(name);
     const Reference ref = load_reference(dir, name);
     runtime::ModelOptions options = f32_kv_options();
@@ -143,10 +142,7 @@ TEST_P(EngineReference, QuantisedDenseAndExpertsStayCloseToTheReference) {
     for (std::size_t i = 0; i < ref.prompt.size(); ++i) {
       errors.push_back(max_relative_error(run.prompt_logits[i], std::span(ref.logits.data() + i * ref.vocab, ref.vocab)));
     }
-    std::sort(errors.begin(), errors.end());
-    std::printf("[ %s ] median %.4f worst %.4f\n", GetParam().c_str(), errors[errors.size() / 2], errors.back());
-    EXPECT_LT(errors[errors.size() / 2], median_bound) << "worst " << errors.back();
-    EXPECT_LT(errors.back(), worst_bound);
+    expect_median_and_worst(std::move(errors), median_bound, worst_bound, GetParam());
   }
 }
 

@@ -8,11 +8,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "coli/convert/convert.h"
@@ -66,6 +68,23 @@ inline double max_relative_error(std::span<const float> actual, std::span<const 
   for (std::size_t i = 0; i < actual.size(); ++i) worst = std::max(worst, std::fabs(static_cast<double>(actual[i]) - expected[i]));
   return worst / peak;
 }
+
+// Quantised runs, where a router that flips one expert on rounding moves
+// one position by ~10%: the errors of every prompt position (or prefix),
+// printed with `label`, the median below `median_bound` and the worst below
+// `worst_bound` (only a broken layout reaches it).
+inline void expect_median_and_worst(std::vector<double> errors, double median_bound, double worst_bound,
+                                    const std::string& label) {
+  ASSERT_FALSE(errors.empty()) << label;
+  std::sort(errors.begin(), errors.end());
+  std::printf("[ %s ] median %.5f worst %.5f\n", label.c_str(), errors[errors.size() / 2], errors.back());
+  EXPECT_LT(errors[errors.size() / 2], median_bound) << label << ": worst " << errors.back();
+  EXPECT_LT(errors.back(), worst_bound) << label;
+}
+
+// The fixtures' quantised references: transformers on each format's de-quantised weights.
+inline constexpr std::pair<WeightFormat, const char*> kQuantisedReferences[] = {{WeightFormat::q8_row, "reference_q8"},
+                                                                              {WeightFormat::q4_g64, "reference_q4"}};
 
 inline int argmax(std::span<const float> logits) {
   return static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin());

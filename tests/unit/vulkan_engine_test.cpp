@@ -65,8 +65,7 @@ TEST_P(VulkanEngine, F32MatchesTransformersAndTheCpuEngine) {
 
 TEST_P(VulkanEngine, QuantisedExpertsMatchTransformersOnDequantisedWeights) {
   REQUIRE_VULKAN();
-  for (auto [format, name] : {std::pair{WeightFormat::q8_row, "reference_q8"},
-                              std::pair{WeightFormat::q4_g64, "reference_q4"}}) {
+  for (const auto& [format, name] : kQuantisedReferences) {
     SCOPED_TRACE(name);
     const Reference ref = load_reference(dir(), name);
     const EngineRun run = run_model(converted_fixture(GetParam(), format), gpu_options(), ref);
