@@ -125,6 +125,16 @@ __device__ __forceinline__ Matrix part(const Experts& e, const std::uint8_t* rec
 
 __device__ __forceinline__ float silu(float v) { return v / (1.0f + expf(-v)); }
 
+// silu((gate x)[row]) * (up x)[row], every lane holding it: both rows'
+// loads in flight before the two sums (decoder_q8.cuh overloads it for int8
+// activations).
+template <WeightFormat kFormat>
+__device__ __forceinline__ float swiglu_row(const Matrix& gate, const Matrix& up, int row, const float* x) {
+  const float g = row_partial<kFormat>(gate, row, x);
+  const float u = row_partial<kFormat>(up, row, x);
+  return silu(warp_sum(g)) * warp_sum(u);
+}
+
 __device__ __forceinline__ float warp_max(float value) {
   for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
     value = fmaxf(value, __shfl_xor_sync(detail::kFullWarp, value, offset));

@@ -1,16 +1,20 @@
 // The decoder's matrix kernels for one token: dense matvec (+ bias,
-// accumulate), the SwiGLU half of a dense MLP, and the routed experts' gate/up
-// and weighted down (added to the residual). One warp per output row.
+// accumulate), q/k/v in one grid and the SwiGLU half of a dense MLP, on f32
+// activations (const float* x) or their int8 copy (Q8Activations x: the
+// overloads of row_dot and swiglu_row in decoder_q8.cuh); the routed
+// experts' gate/up and weighted down (added to the residual) on f32
+// activations (decoder_matvec_q8.cu has their int8 forms). One warp per
+// output row.
 #include <cuda_runtime.h>
 
-#include "cuda/decoder_common.cuh"
+#include "cuda/decoder_q8.cuh"
 
 namespace coli::kernels::cuda::decoder {
 namespace {
 
-template <WeightFormat kFormat>
+template <WeightFormat kFormat, typename X>
 __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
-    matvec_kernel(Matrix m, const float* x, float* y, const float* bias, bool accumulate) {
+    matvec_kernel(Matrix m, X x, float* y, const float* bias, bool accumulate) {
   const int row = warp_row();
   if (row >= m.rows) return;  // the whole warp
   float value = row_dot<kFormat>(m, row, x);
@@ -20,8 +24,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
 }
 
 // One grid over the rows of every matrix, one after another.
-template <WeightFormat kFormat>
-__global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize) matvecs_kernel(Matvecs m, const float* x) {
+template <WeightFormat kFormat, typename X>
+__global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize) matvecs_kernel(Matvecs m, X x) {
   int row = warp_row();
   int i = 0;
   while (i < m.count && row >= m.w[i].rows) row -= m.w[i++].rows;
@@ -32,14 +36,11 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize) matvecs_kernel(Mat
   m.y[i][row] = value;
 }
 
-template <WeightFormat kFormat>
-__global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
-    swiglu_kernel(Matrix gate, Matrix up, const float* x, float* out) {
+template <WeightFormat kFormat, typename X>
+__global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize) swiglu_kernel(Matrix gate, Matrix up, X x, float* out) {
   const int row = warp_row();
   if (row >= gate.rows) return;
-  const float g = row_partial<kFormat>(gate, row, x);
-  const float u = row_partial<kFormat>(up, row, x);
-  const float value = silu(warp_sum(g)) * warp_sum(u);
+  const float value = swiglu_row<kFormat>(gate, up, row, x);
   if (lane_zero()) out[row] = value;
 }
 
@@ -55,9 +56,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
   if (record == nullptr && e.host_rows != nullptr) return;  // the host computes this choice
   float value = detail::quiet_nan();
   if (record != nullptr) {  // the same for the whole warp
-    const float g = row_partial<kFormat>(part(e, record, l.gate_weights, l.gate_scales, l.width, l.hidden), row, x);
-    const float u = row_partial<kFormat>(part(e, record, l.up_weights, l.up_scales, l.width, l.hidden), row, x);
-    value = silu(warp_sum(g)) * warp_sum(u);
+    value = swiglu_row<kFormat>(part(e, record, l.gate_weights, l.gate_scales, l.width, l.hidden),
+                                part(e, record, l.up_weights, l.up_scales, l.width, l.hidden), row, x);
   }
   if (lane_zero()) act[static_cast<std::size_t>(choice) * l.width + row] = value;
 }
@@ -98,24 +98,37 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
   x[row] += sum;
 }
 
+// X: const float* or Q8Activations (only through for_q8_format).
 template <WeightFormat kFormat>
 struct MatvecLaunch {
-  static void run(cudaStream_t s, const Matrix& w, const float* x, float* y, const float* bias, bool accumulate) {
-    matvec_kernel<kFormat><<<row_grid(w.rows), row_block(), 0, s>>>(w, x, y, bias, accumulate);
+  template <typename X>
+  static void run(cudaStream_t s, const Matrix& w, const X& x, float* y, const float* bias, bool accumulate) {
+    matvec_kernel<kFormat, X><<<row_grid(w.rows), row_block(), 0, s>>>(w, x, y, bias, accumulate);
   }
 };
 template <WeightFormat kFormat>
 struct MatvecsLaunch {
-  static void run(cudaStream_t s, const Matvecs& m, const float* x) {
+  template <typename X>
+  static void run(cudaStream_t s, const Matvecs& m, const X& x) {
     int rows = 0;
     for (int i = 0; i < m.count; ++i) rows += m.w[i].rows;
-    matvecs_kernel<kFormat><<<row_grid(rows), row_block(), 0, s>>>(m, x);
+    matvecs_kernel<kFormat, X><<<row_grid(rows), row_block(), 0, s>>>(m, x);
   }
 };
+
+// Up to kMaxMatvecs matrices of one format and one cols.
+bool matvecs_fit(const Matvecs& m) {
+  if (m.count < 1 || m.count > kMaxMatvecs) return false;
+  for (int i = 1; i < m.count; ++i) {
+    if (m.w[i].format != m.w[0].format || m.w[i].cols != m.w[0].cols) return false;
+  }
+  return true;
+}
 template <WeightFormat kFormat>
 struct SwigluLaunch {
-  static void run(cudaStream_t s, const Matrix& gate, const Matrix& up, const float* x, float* out) {
-    swiglu_kernel<kFormat><<<row_grid(gate.rows), row_block(), 0, s>>>(gate, up, x, out);
+  template <typename X>
+  static void run(cudaStream_t s, const Matrix& gate, const Matrix& up, const X& x, float* out) {
+    swiglu_kernel<kFormat, X><<<row_grid(gate.rows), row_block(), 0, s>>>(gate, up, x, out);
   }
 };
 template <WeightFormat kFormat>
@@ -141,12 +154,22 @@ int matvec(Stream stream, const Matrix& w, const float* x, float* y, const float
 }
 
 int matvecs(Stream stream, const Matvecs& m, const float* x) {
-  if (m.count < 1 || m.count > kMaxMatvecs) return static_cast<int>(cudaErrorInvalidValue);
-  for (int i = 1; i < m.count; ++i) {
-    if (m.w[i].format != m.w[0].format || m.w[i].cols != m.w[0].cols) return static_cast<int>(cudaErrorInvalidValue);
-  }
+  if (!matvecs_fit(m)) return static_cast<int>(cudaErrorInvalidValue);
   for_format<MatvecsLaunch>(m.w[0].format, stream_of(stream), m, x);
   return static_cast<int>(cudaGetLastError());
+}
+
+int matvec_q8(Stream stream, const Matrix& w, Q8Activations x, float* y, const float* bias, bool accumulate) {
+  if (!q8_input_fits(w) || !x.on()) return static_cast<int>(cudaErrorInvalidValue);
+  return for_q8_format<MatvecLaunch>(w.format, stream_of(stream), w, x, y, bias, accumulate);
+}
+
+int matvecs_q8(Stream stream, const Matvecs& m, Q8Activations x) {
+  if (!matvecs_fit(m) || !x.on()) return static_cast<int>(cudaErrorInvalidValue);
+  for (int i = 0; i < m.count; ++i) {
+    if (!q8_input_fits(m.w[i])) return static_cast<int>(cudaErrorInvalidValue);
+  }
+  return for_q8_format<MatvecsLaunch>(m.w[0].format, stream_of(stream), m, x);
 }
 
 int swiglu(Stream stream, const Matrix& gate, const Matrix& up, const float* x, float* out) {
@@ -155,6 +178,14 @@ int swiglu(Stream stream, const Matrix& gate, const Matrix& up, const float* x, 
   }
   for_format<SwigluLaunch>(gate.format, stream_of(stream), gate, up, x, out);
   return static_cast<int>(cudaGetLastError());
+}
+
+int swiglu_q8(Stream stream, const Matrix& gate, const Matrix& up, Q8Activations x, float* out) {
+  if (!q8_input_fits(gate) || !q8_input_fits(up) || gate.format != up.format || gate.rows != up.rows ||
+      gate.cols != up.cols || !x.on()) {
+    return static_cast<int>(cudaErrorInvalidValue);
+  }
+  return for_q8_format<SwigluLaunch>(gate.format, stream_of(stream), gate, up, x, out);
 }
 
 int expert_gate_up(Stream stream, const Experts& e, const float* x, float* act) {

@@ -1,6 +1,6 @@
-// decoder_matvec.cu's kernels on int8 activations (q8_row and q4_g64
-// weights): dense matvec, q/k/v in one grid, the SwiGLU half of a dense MLP,
-// and the routed experts. A warp per output row; gate/up's blocks are 32
+// The routed experts on int8 activations (q8_row and q4_g64 weights); the
+// dense matvec, q/k/v and SwiGLU serve both activation types in
+// decoder_matvec.cu. A warp per output row; gate/up's blocks are 32
 // warps, one activation block of act, which the block then quantises for
 // the down projection.
 #include <cuda_runtime.h>
@@ -10,43 +10,9 @@
 namespace coli::kernels::cuda::decoder {
 namespace {
 
+using detail::aligned16;
+
 bool quantised(WeightFormat format) { return format == WeightFormat::q8_row || format == WeightFormat::q4_g64; }
-bool aligned16(const void* pointer) { return reinterpret_cast<std::uintptr_t>(pointer) % 16 == 0; }
-
-template <WeightFormat kFormat>
-__global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
-    matvec_q8_kernel(Matrix m, Q8Activations x, float* y, const float* bias, bool accumulate) {
-  const int row = warp_row();
-  if (row >= m.rows) return;  // the whole warp
-  float value = row_dot_q8<kFormat>(m, row, x);
-  if (!lane_zero()) return;
-  if (bias != nullptr) value += bias[row];
-  y[row] = accumulate ? y[row] + value : value;
-}
-
-template <WeightFormat kFormat>
-__global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize) matvecs_q8_kernel(Matvecs m, Q8Activations x) {
-  int row = warp_row();
-  int i = 0;
-  while (i < m.count && row >= m.w[i].rows) row -= m.w[i++].rows;
-  if (i >= m.count) return;  // the whole warp
-  float value = row_dot_q8<kFormat>(m.w[i], row, x);
-  if (!lane_zero()) return;
-  if (m.bias[i] != nullptr) value += m.bias[i][row];
-  m.y[i][row] = value;
-}
-
-template <WeightFormat kFormat>
-__global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
-    swiglu_q8_kernel(Matrix gate, Matrix up, Q8Activations x, float* out) {
-  const int row = warp_row();
-  if (row >= gate.rows) return;
-  const RowRef rows[2] = {row_ref<kFormat>(gate, row), row_ref<kFormat>(up, row)};
-  float partial[2];
-  rows_partial_q8<kFormat, 2>(rows, gate.cols, x, partial);
-  const float value = silu(warp_sum(partial[0])) * warp_sum(partial[1]);
-  if (lane_zero()) out[row] = value;
-}
 
 constexpr int kGateUpWarps = kQ8Block;  // a warp per row: a block is one activation block of act
 
@@ -66,11 +32,8 @@ __global__ void __launch_bounds__(kGateUpWarps * kWarpSize)
   const int row = static_cast<int>(blockIdx.x) * kQ8Block + warp;
   float value = detail::quiet_nan();  // a slot outside the slab: NaN, which shows
   if (record != nullptr) {
-    const RowRef rows[2] = {row_ref<kFormat>(part(e, record, l.gate_weights, l.gate_scales, l.width, l.hidden), row),
-                            row_ref<kFormat>(part(e, record, l.up_weights, l.up_scales, l.width, l.hidden), row)};
-    float partial[2];
-    rows_partial_q8<kFormat, 2>(rows, l.hidden, x, partial);
-    value = silu(warp_sum(partial[0])) * warp_sum(partial[1]);
+    value = swiglu_row<kFormat>(part(e, record, l.gate_weights, l.gate_scales, l.width, l.hidden),
+                                part(e, record, l.up_weights, l.up_scales, l.width, l.hidden), row, x);
   }
   if (lane_zero()) {
     values[warp] = value;
@@ -126,35 +89,6 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
   x[row] += sum;
 }
 
-// Launch<format>::run(args...) for the two int8-activation formats.
-template <template <WeightFormat> class Launch, typename... Args>
-int for_q8_format(WeightFormat format, const Args&... args) {
-  switch (format) {
-    case WeightFormat::q8_row: Launch<WeightFormat::q8_row>::run(args...); break;
-    case WeightFormat::q4_g64: Launch<WeightFormat::q4_g64>::run(args...); break;
-    default: return static_cast<int>(cudaErrorInvalidValue);
-  }
-  return static_cast<int>(cudaGetLastError());
-}
-
-template <WeightFormat kFormat>
-struct MatvecQ8Launch {
-  static void run(cudaStream_t s, const Matrix& w, const Q8Activations& x, float* y, const float* bias, bool accumulate) {
-    matvec_q8_kernel<kFormat><<<row_grid(w.rows), row_block(), 0, s>>>(w, x, y, bias, accumulate);
-  }
-};
-template <WeightFormat kFormat>
-struct MatvecsQ8Launch {
-  static void run(cudaStream_t s, const Matvecs& m, const Q8Activations& x, int rows) {
-    matvecs_q8_kernel<kFormat><<<row_grid(rows), row_block(), 0, s>>>(m, x);
-  }
-};
-template <WeightFormat kFormat>
-struct SwigluQ8Launch {
-  static void run(cudaStream_t s, const Matrix& gate, const Matrix& up, const Q8Activations& x, float* out) {
-    swiglu_q8_kernel<kFormat><<<row_grid(gate.rows), row_block(), 0, s>>>(gate, up, x, out);
-  }
-};
 template <WeightFormat kFormat>
 struct GateUpQ8Launch {
   static void run(cudaStream_t s, const Experts& e, const Q8Activations& x, float* act, const Q8Activations& act_q) {
@@ -181,31 +115,6 @@ bool q8_input_fits(const Matrix& w) {
 bool experts_q8_fit(const ExpertRecordLayout& l) {
   return quantised(l.format) && l.hidden > 0 && l.width > 0 && l.hidden % kQ8Block == 0 && l.width % kQ8Block == 0 &&
          l.record_stride % 16 == 0 && l.gate_weights % 16 == 0 && l.up_weights % 16 == 0 && l.down_weights % 16 == 0;
-}
-
-int matvec_q8(Stream stream, const Matrix& w, Q8Activations x, float* y, const float* bias, bool accumulate) {
-  if (!q8_input_fits(w) || !x.on()) return static_cast<int>(cudaErrorInvalidValue);
-  return for_q8_format<MatvecQ8Launch>(w.format, stream_of(stream), w, x, y, bias, accumulate);
-}
-
-int matvecs_q8(Stream stream, const Matvecs& m, Q8Activations x) {
-  if (m.count < 1 || m.count > kMaxMatvecs || !x.on()) return static_cast<int>(cudaErrorInvalidValue);
-  int rows = 0;
-  for (int i = 0; i < m.count; ++i) {
-    if (!q8_input_fits(m.w[i]) || m.w[i].format != m.w[0].format || m.w[i].cols != m.w[0].cols) {
-      return static_cast<int>(cudaErrorInvalidValue);
-    }
-    rows += m.w[i].rows;
-  }
-  return for_q8_format<MatvecsQ8Launch>(m.w[0].format, stream_of(stream), m, x, rows);
-}
-
-int swiglu_q8(Stream stream, const Matrix& gate, const Matrix& up, Q8Activations x, float* out) {
-  if (!q8_input_fits(gate) || !q8_input_fits(up) || gate.format != up.format || gate.rows != up.rows ||
-      gate.cols != up.cols || !x.on()) {
-    return static_cast<int>(cudaErrorInvalidValue);
-  }
-  return for_q8_format<SwigluQ8Launch>(gate.format, stream_of(stream), gate, up, x, out);
 }
 
 int expert_gate_up_q8(Stream stream, const Experts& e, Q8Activations x, float* act, Q8Activations act_q) {

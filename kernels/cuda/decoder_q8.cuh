@@ -111,13 +111,37 @@ __device__ __forceinline__ void rows_partial_q8(const RowRef (&rows)[kRows], int
   }
 }
 
-// (W x)[row] on x's int8 copy, every lane holding the sum.
+// (W x)[row] on x's int8 copy, every lane holding the sum (decoder_common.cuh's
+// row_dot for int8 activations, so a kernel serves both through its x's type).
 template <WeightFormat kFormat>
-__device__ __forceinline__ float row_dot_q8(const Matrix& m, int row, const Q8Activations& x) {
+__device__ __forceinline__ float row_dot(const Matrix& m, int row, const Q8Activations& x) {
+  static_assert(kFormat == WeightFormat::q8_row || kFormat == WeightFormat::q4_g64, "int8 activations meet q8_row or q4_g64 rows");
   const RowRef rows[1] = {row_ref<kFormat>(m, row)};
   float partial[1];
   rows_partial_q8<kFormat, 1>(rows, m.cols, x, partial);
   return warp_sum(partial[0]);
+}
+
+// swiglu_row on x's int8 copy: the gate and up rows' loads in flight together.
+template <WeightFormat kFormat>
+__device__ __forceinline__ float swiglu_row(const Matrix& gate, const Matrix& up, int row, const Q8Activations& x) {
+  static_assert(kFormat == WeightFormat::q8_row || kFormat == WeightFormat::q4_g64, "int8 activations meet q8_row or q4_g64 rows");
+  const RowRef rows[2] = {row_ref<kFormat>(gate, row), row_ref<kFormat>(up, row)};
+  float partial[2];
+  rows_partial_q8<kFormat, 2>(rows, gate.cols, x, partial);
+  return silu(warp_sum(partial[0])) * warp_sum(partial[1]);
+}
+
+// Launch<format>::run(args...) for the two int8-activation formats (for_format's
+// counterpart); the launch's CUDA error, invalid value for another format.
+template <template <WeightFormat> class Launch, typename... Args>
+int for_q8_format(WeightFormat format, const Args&... args) {
+  switch (format) {
+    case WeightFormat::q8_row: Launch<WeightFormat::q8_row>::run(args...); break;
+    case WeightFormat::q4_g64: Launch<WeightFormat::q4_g64>::run(args...); break;
+    default: return static_cast<int>(cudaErrorInvalidValue);
+  }
+  return static_cast<int>(cudaGetLastError());
 }
 
 }  // namespace coli::kernels::cuda::decoder

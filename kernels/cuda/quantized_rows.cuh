@@ -20,7 +20,7 @@ __device__ __forceinline__ float warp_sum(float value) {
   return value;
 }
 
-__device__ __forceinline__ bool aligned16(const void* pointer) {
+__host__ __device__ __forceinline__ bool aligned16(const void* pointer) {
   return (reinterpret_cast<std::uintptr_t>(pointer) & 15u) == 0;
 }
 
