@@ -20,7 +20,7 @@ std::string kernel_name(const std::string& kernel, WeightFormat format, bool int
   return kernel + " " + std::string(name_of(format)) + (int8_activations ? " int8" : "");
 }
 
-// y (+)= W x (+ bias): on x8, x's int8 copy,, when it is on and W takes it.
+// y (+)= W x (+ bias): on x8, x's int8 copy, when it is on and W takes it.
 Status matvec(Recorder& r, const Matrix& m, const float* x, float* y, const float* bias = nullptr,
               bool accumulate = false, const k::Q8Activations& x8 = {}) {
   if (x8.on() && k::q8_input_fits(m)) {

@@ -28,10 +28,6 @@ namespace {
 
 namespace dk = decoder;
 
-// Float accumulation over `cols` terms: a generous multiple of the worst
-// case (the kernels' chains are at most cols/16 + 64 roundings long).
-double tolerance(int cols, double sum_abs) { return (cols / 16.0 + 64.0) * std::ldexp(1.0, -24) * sum_abs + 1e-30; }
-
 TEST(CudaDecoderKernels, MatvecMatchesTheReferenceInEveryFormat) {
   REQUIRE_CUDA();
   std::mt19937 rng(7);
@@ -53,7 +49,7 @@ TEST(CudaDecoderKernels, MatvecMatchesTheReferenceInEveryFormat) {
         sum_abs += std::fabs(m.values[static_cast<std::size_t>(r) * cols + c] * x[c]);
       }
       expected += bias[r] + y0[r];
-      EXPECT_NEAR(out[r], expected, tolerance(cols, sum_abs + std::fabs(bias[r]) + std::fabs(y0[r]))) << "row " << r;
+      EXPECT_NEAR(out[r], expected, float_sum_tolerance(cols, sum_abs + std::fabs(bias[r]) + std::fabs(y0[r]))) << "row " << r;
     }
   }
 }

@@ -100,9 +100,6 @@ double row_times(const FormatMatrix& m, int cols, int r, const HostQ8& x, double
   return sum;
 }
 
-// Float rounding over the chunks' products and sums (cols/16 + 64 roundings at most, generously).
-double tolerance(int cols, double sum_abs) { return (cols / 16.0 + 64.0) * std::ldexp(1.0, -24) * sum_abs + 1e-30; }
-
 constexpr WeightFormat kInt8Formats[] = {WeightFormat::q8_row, WeightFormat::q4_g64};
 
 // One block of the input all zeros (scale 0), the rest random.
@@ -159,7 +156,7 @@ TEST(CudaInt8Kernels, MatvecsMatchTheDequantisedProduct) {
       for (int r = 0; r < rows[i]; ++r) {
         double sum_abs = 0;
         const double expected = row_times(m[i], cols, r, x, sum_abs);
-        EXPECT_NEAR(got[r], expected, tolerance(cols, sum_abs)) << "matrix " << i << " row " << r;
+        EXPECT_NEAR(got[r], expected, float_sum_tolerance(cols, sum_abs)) << "matrix " << i << " row " << r;
       }
     }
     // One matrix with bias, accumulating onto y0.
@@ -170,7 +167,7 @@ TEST(CudaInt8Kernels, MatvecsMatchTheDequantisedProduct) {
     for (int r = 0; r < rows[0]; ++r) {
       double sum_abs = 0;
       const double expected = row_times(m[0], cols, r, x, sum_abs) + bias[r] + y0[r];
-      EXPECT_NEAR(got[r], expected, tolerance(cols, sum_abs + std::fabs(bias[r]) + std::fabs(y0[r]))) << "row " << r;
+      EXPECT_NEAR(got[r], expected, float_sum_tolerance(cols, sum_abs + std::fabs(bias[r]) + std::fabs(y0[r]))) << "row " << r;
     }
     // SwiGLU: matrices 0 and 2 cut to the same rows.
     const dk::Matrix gate{format, rows[0], cols, w[0].data(), s[0].data()}, up{format, rows[0], cols, w[2].data(), s[2].data()};
@@ -306,7 +303,7 @@ TEST(CudaInt8Kernels, ExpertsMatchTheDequantisedProducts) {
           sum_abs += std::fabs(term);
         }
       }
-      EXPECT_NEAR(got[r], expected, tolerance(k * width, sum_abs) + 1e-6) << "row " << r;
+      EXPECT_NEAR(got[r], expected, float_sum_tolerance(k * width, sum_abs) + 1e-6) << "row " << r;
     }
   }
 }

@@ -26,6 +26,13 @@ inline std::vector<float> random_floats(std::mt19937& rng, std::size_t n) {
   return v;
 }
 
+// Float accumulation over `cols` terms: a generous multiple of the worst
+// case (the kernels' chains are at most cols/16 + 64 roundings long; the
+// derivation is at cuda_kernels_test.cpp's sum_tolerance).
+inline double float_sum_tolerance(int cols, double sum_abs) {
+  return (cols / 16.0 + 64.0) * std::ldexp(1.0, -24) * sum_abs + 1e-30;
+}
+
 template <class T>
 DeviceBuffer device_copy(const std::vector<T>& host) {
   auto buffer = DeviceBuffer::allocate(std::max<std::size_t>(host.size() * sizeof(T), 4));
