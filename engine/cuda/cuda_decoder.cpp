@@ -212,7 +212,7 @@ Status CudaDecoder::State::capture() {
   if (batch.tokens > 0) {
     for (Status s : {cuda_call("cudaMemsetAsync (warm-up batch)",
                                cudaMemsetAsync(batch.x.data(), 0, 2 * c.hidden_size * sizeof(float), stream)),
-                     record_batch(stream, c, weights, buffers, batch, 2, warmup)}) {
+                     record_batch(stream, c, weights, buffers, batch, 2, model.exact_activations, warmup)}) {
       if (!s) return s;
     }
   }
@@ -284,13 +284,16 @@ Status CudaDecoder::State::run_batch(std::span<const std::int32_t> tokens, int p
   if (timer) {
     std::map<std::string, int> uncounted;
     if (Status s = timer->begin(); !s) return s;
-    const Status ran = record_batch(stream, *model.config, weights, buffers, batch, count, uncounted, timer.get());
+    const Status ran = record_batch(stream, *model.config, weights, buffers, batch, count, model.exact_activations,
+                                    uncounted, timer.get());
     const Status timed = timer->collect();
     if (!ran) return ran;
     if (!timed) return timed;
   } else {
     batch_launches.clear();
-    if (Status s = record_batch(stream, *model.config, weights, buffers, batch, count, batch_launches); !s) return s;
+    const Status s =
+        record_batch(stream, *model.config, weights, buffers, batch, count, model.exact_activations, batch_launches);
+    if (!s) return s;
   }
   for (Status s : {cuda_call("cudaMemcpyAsync (last hidden row)",
                              cudaMemcpyAsync(buffers.x.data(), at(batch.x, (tokens.size() - 1) * hidden),

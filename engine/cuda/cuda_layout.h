@@ -96,11 +96,15 @@ inline StepBufferBytes step_buffer_bytes(const model::ModelConfig& c, u64 moe_la
 // expert choices grouped by slot, and one row per choice for the experts'
 // activations and outputs. None when batch < 2 (the prompt then runs token
 // by token) or the plan is hybrid (its prefill runs token by token).
+// h_half and attn_half are the f16 copies of h and attn that the
+// tensor-core GEMMs read; mlp_a and act hold f16 rows in place of f32 ones
+// when their matrices are not f32 (half their bytes used).
 struct BatchBufferBytes {
-  u64 x, h, q, k, v, attn, mlp_a, shared_out, shared_gate, router_logits, choices, offsets, order, act, rows;
+  u64 x, h, h_half, q, k, v, attn, attn_half, mlp_a, shared_out, shared_gate, router_logits, choices, offsets, order,
+      act, rows;
   u64 total() const {
-    return x + h + q + k + v + attn + mlp_a + shared_out + shared_gate + router_logits + choices + offsets + order + act +
-           rows;
+    return x + h + h_half + q + k + v + attn + attn_half + mlp_a + shared_out + shared_gate + router_logits + choices +
+           offsets + order + act + rows;
   }
 };
 
@@ -113,6 +117,8 @@ inline BatchBufferBytes batch_buffer_bytes(const model::ModelConfig& c, u64 batc
   BatchBufferBytes b{};
   b.x = b.h = b.shared_out = batch * c.hidden_size * f;
   b.q = b.attn = batch * q_width * f;
+  b.h_half = batch * c.hidden_size * 2;
+  b.attn_half = batch * q_width * 2;
   b.k = b.v = batch * kv_width * f;
   b.mlp_a = batch * mlp_width_of(c) * f;
   b.shared_gate = batch * f;

@@ -16,8 +16,8 @@ std::string format_of(const Matrix& m) { return std::string(name_of(m.format)); 
 class BatchLayer {
  public:
   BatchLayer(LaunchRecorder& r, const model::ModelConfig& c, const CudaWeights& w, StepBuffers& step, BatchBuffers& b,
-             int tokens)
-      : r_(r), c_(c), w_(w), step_(step), b_(b), tokens_(tokens),
+             int tokens, bool exact)
+      : r_(r), c_(c), w_(w), step_(step), b_(b), tokens_(tokens), exact_(exact),
         hidden_(static_cast<int>(c.hidden_size)), eps_(static_cast<float>(c.rms_norm_eps)) {}
 
   Status attention(const CudaLayer& l, int layer);
@@ -25,20 +25,38 @@ class BatchLayer {
   Status dense_mlp(const CudaLayer& l);
 
  private:
-  k::GemmRows dense_rows(const DeviceBuffer& x, DeviceBuffer& y) const {
+  // x_half: x's f16 copy (the tensor-core formats read it), or none.
+  k::GemmRows dense_rows(const DeviceBuffer& x, const DeviceBuffer* x_half, DeviceBuffer& y) const {
     k::GemmRows rows;
     rows.x = at(x);
+    rows.x_half = x_half != nullptr ? at<const std::uint16_t>(*x_half) : nullptr;
     rows.y = at(y);
     rows.tokens = tokens_;
     return rows;
   }
-  Status gemm(const Matrix& m, const DeviceBuffer& x, DeviceBuffer& y, const float* bias = nullptr, bool accumulate = false) {
-    return r_.check("prefill gemm " + format_of(m), k::gemm(r_.stream(), m, dense_rows(x, y), bias, accumulate));
+  Status gemm(const Matrix& m, const DeviceBuffer& x, const DeviceBuffer* x_half, DeviceBuffer& y,
+              const float* bias = nullptr, bool accumulate = false) {
+    return r_.check("prefill gemm " + format_of(m), k::gemm(r_.stream(), m, dense_rows(x, x_half, y), bias, accumulate));
+  }
+  // The f16 copy of `width` floats per token.
+  Status to_half(const DeviceBuffer& from, DeviceBuffer& to, std::size_t width) {
+    return r_.check("prefill to_half", k::to_half_rows(r_.stream(), at(from), at<std::uint16_t>(to),
+                                                       static_cast<std::size_t>(tokens_) * width));
   }
   Status norm(const float* weight) {
-    return r_.check("prefill rms_norm", k::rms_norm_rows(r_.stream(), at(b_.x), weight, at(b_.h), hidden_, tokens_, eps_));
+    const Status s = r_.check("prefill rms_norm", k::rms_norm_rows(r_.stream(), at(b_.x), weight, at(b_.h), hidden_, tokens_, eps_));
+    return s ? to_half(b_.h, b_.h_half, static_cast<std::size_t>(hidden_)) : s;
   }
   Status route(const CudaLayer& l);
+  // A SwiGLU's intermediate rows between its two launches: f16 (in the f32
+  // buffer's place) when both its launches are tensor-core formats.
+  static void half_intermediate(const Matrix& gate, const Matrix& down, k::GemmRows& first, k::GemmRows& down_rows) {
+    if (gate.format == WeightFormat::f32 || down.format == WeightFormat::f32) return;
+    first.y_half = reinterpret_cast<std::uint16_t*>(first.y);
+    first.y = nullptr;
+    down_rows.x_half = first.y_half;
+    down_rows.x = nullptr;
+  }
   Status experts(const CudaLayer& l);
   Status swiglu_mlp(const CudaLayer& l, DeviceBuffer& out, bool accumulate);
 
@@ -47,28 +65,36 @@ class BatchLayer {
   const CudaWeights& w_;
   StepBuffers& step_;
   BatchBuffers& b_;
-  int tokens_, hidden_;
+  int tokens_;
+  bool exact_;
+  int hidden_;
   float eps_;
 };
 
 Status BatchLayer::attention(const CudaLayer& l, int layer) {
   const AttentionArgs args = attention_args(c_, l, step_, layer, at(b_.q), at(b_.k), at(b_.v), at(b_.attn), nullptr);
-  for (Status s : {norm(l.input_norm), gemm(l.q, b_.h, b_.q, l.q_bias), gemm(l.k, b_.h, b_.k, l.k_bias),
-                   gemm(l.v, b_.h, b_.v, l.v_bias),
+  const std::size_t q_width = static_cast<std::size_t>(c_.num_attention_heads * c_.head_dim);
+  const auto math = exact_ || l.q.format == WeightFormat::f32 ? k::AttentionMath::f32 : k::AttentionMath::f16_tensor;
+  for (Status s : {norm(l.input_norm), gemm(l.q, b_.h, &b_.h_half, b_.q, l.q_bias),
+                   gemm(l.k, b_.h, &b_.h_half, b_.k, l.k_bias), gemm(l.v, b_.h, &b_.h_half, b_.v, l.v_bias),
                    r_.check("prefill qk_prep", k::qk_prep_rows(r_.stream(), args.prep, tokens_)),
-                   r_.check("prefill attention", k::attention_rows(r_.stream(), args.attention, tokens_)),
-                   gemm(l.o, b_.attn, b_.x, l.o_bias, true)}) {
+                   r_.check("prefill attention", k::attention_rows(r_.stream(), args.attention, tokens_, math)),
+                   to_half(b_.attn, b_.attn_half, q_width), gemm(l.o, b_.attn, &b_.attn_half, b_.x, l.o_bias, true)}) {
     if (!s) return s;
   }
   return Ok{};
 }
 
-// silu(h gate^T) * (h up^T), then its down projection into `out`.
+// silu(h gate^T) * (h up^T) into mlp_a (f16 rows for a tensor-core down
+// projection), then its down projection into `out`.
 Status BatchLayer::swiglu_mlp(const CudaLayer& l, DeviceBuffer& out, bool accumulate) {
+  k::GemmRows first_rows = dense_rows(b_.h, &b_.h_half, b_.mlp_a);
+  k::GemmRows down_rows = dense_rows(b_.mlp_a, nullptr, out);
+  half_intermediate(l.mlp_gate, l.mlp_down, first_rows, down_rows);
   const Status first = r_.check("prefill gemm_swiglu " + format_of(l.mlp_gate),
-                                k::gemm_swiglu(r_.stream(), l.mlp_gate, l.mlp_up, dense_rows(b_.h, b_.mlp_a)));
+                                k::gemm_swiglu(r_.stream(), l.mlp_gate, l.mlp_up, first_rows));
   if (!first) return first;
-  return gemm(l.mlp_down, b_.mlp_a, out, nullptr, accumulate);
+  return r_.check("prefill gemm " + format_of(l.mlp_down), k::gemm(r_.stream(), l.mlp_down, down_rows, nullptr, accumulate));
 }
 
 Status BatchLayer::dense_mlp(const CudaLayer& l) {
@@ -86,9 +112,10 @@ Status BatchLayer::route(const CudaLayer& l) {
                        c_.router_normalization != model::RouterNormalization::SoftmaxTopK};
   if (k::norm_route_fits(l.router, hidden_)) {
     const k::NormRoute fused{at(b_.x), l.post_norm, at(b_.h), hidden_, eps_, l.router, route};
-    return r_.check("prefill norm_route " + format_of(l.router), k::norm_route_rows(r_.stream(), fused, tokens_));
+    const Status s = r_.check("prefill norm_route " + format_of(l.router), k::norm_route_rows(r_.stream(), fused, tokens_));
+    return s ? to_half(b_.h, b_.h_half, static_cast<std::size_t>(hidden_)) : s;
   }
-  for (Status s : {norm(l.post_norm), gemm(l.router, b_.h, b_.router_logits),
+  for (Status s : {norm(l.post_norm), gemm(l.router, b_.h, &b_.h_half, b_.router_logits),
                    r_.check("prefill route_topk", k::route_rows(r_.stream(), route, tokens_))}) {
     if (!s) return s;
   }
@@ -107,6 +134,7 @@ Status BatchLayer::experts(const CudaLayer& l) {
   const Matrix down{layout.format, layout.hidden, layout.width, slab + layout.down_weights, slab + layout.down_scales};
   k::GemmRows grouped;
   grouped.x = at(b_.h);
+  grouped.x_half = at<const std::uint16_t>(b_.h_half);
   grouped.y = at(b_.act);
   grouped.tokens = tokens_;
   grouped.order = at<const int>(b_.order);
@@ -116,8 +144,10 @@ Status BatchLayer::experts(const CudaLayer& l) {
   grouped.slot_stride = layout.record_stride;
   k::GemmRows grouped_down = grouped;
   grouped_down.x = at(b_.act);
+  grouped_down.x_half = nullptr;
   grouped_down.y = at(b_.rows);
   grouped_down.x_divisor = 1;
+  half_intermediate(gate, down, grouped, grouped_down);
   const k::ExpertCombine combine{at<const ExpertChoice>(b_.choices), at(b_.rows),
                                  l.has_shared ? at(b_.shared_out) : nullptr,
                                  l.has_shared ? at(b_.shared_gate) : nullptr,
@@ -137,7 +167,7 @@ Status BatchLayer::moe(const CudaLayer& l) {
   if (Status s = route(l); !s) return s;
   if (l.has_shared) {
     if (Status s = swiglu_mlp(l, b_.shared_out, false); !s) return s;
-    if (Status s = gemm(l.shared_gate, b_.h, b_.shared_gate); !s) return s;  // qwen2_moe's sigmoid gate
+    if (Status s = gemm(l.shared_gate, b_.h, &b_.h_half, b_.shared_gate); !s) return s;  // qwen2_moe's sigmoid gate
   }
   return experts(l);
 }
@@ -146,7 +176,7 @@ Status BatchLayer::moe(const CudaLayer& l) {
 
 std::uint64_t BatchBuffers::bytes() const {
   std::uint64_t sum = 0;
-  for (const DeviceBuffer* d : {&x, &h, &q, &k, &v, &attn, &mlp_a, &shared_out, &shared_gate, &router_logits, &choices,
+  for (const DeviceBuffer* d : {&x, &h, &h_half, &q, &k, &v, &attn, &attn_half, &mlp_a, &shared_out, &shared_gate, &router_logits, &choices,
                                 &offsets, &order, &act, &rows}) {
     sum += d->bytes();
   }
@@ -159,7 +189,8 @@ Result<BatchBuffers> make_batch_buffers(const model::ModelConfig& c, int tokens,
   if (n.total() == 0) return b;
   b.tokens = tokens;
   const std::pair<DeviceBuffer*, u64> sizes[] = {
-      {&b.x, n.x}, {&b.h, n.h}, {&b.q, n.q}, {&b.k, n.k}, {&b.v, n.v}, {&b.attn, n.attn}, {&b.mlp_a, n.mlp_a},
+      {&b.x, n.x}, {&b.h, n.h}, {&b.h_half, n.h_half}, {&b.q, n.q}, {&b.k, n.k}, {&b.v, n.v}, {&b.attn, n.attn},
+      {&b.attn_half, n.attn_half}, {&b.mlp_a, n.mlp_a},
       {&b.shared_out, n.shared_out}, {&b.shared_gate, n.shared_gate}, {&b.router_logits, n.router_logits},
       {&b.choices, n.choices}, {&b.offsets, n.offsets}, {&b.order, n.order}, {&b.act, n.act}, {&b.rows, n.rows}};
   for (const auto& [buffer, bytes] : sizes) {
@@ -171,13 +202,14 @@ Result<BatchBuffers> make_batch_buffers(const model::ModelConfig& c, int tokens,
 }
 
 Status record_batch(void* stream, const model::ModelConfig& c, const CudaWeights& w, StepBuffers& step,
-                    BatchBuffers& batch, int tokens, std::map<std::string, int>& launches, LaunchObserver* observer) {
+                    BatchBuffers& batch, int tokens, bool exact, std::map<std::string, int>& launches,
+                    LaunchObserver* observer) {
   if (tokens < 1 || tokens > batch.tokens) {
     return make_error("a prefill batch of " + std::to_string(tokens) + " tokens (the buffers take " +
                       std::to_string(batch.tokens) + ")");
   }
   LaunchRecorder r(stream, launches, observer);
-  BatchLayer run(r, c, w, step, batch, tokens);
+  BatchLayer run(r, c, w, step, batch, tokens, exact);
   for (std::size_t i = 0; i < w.layers.size(); ++i) {
     const CudaLayer& layer = w.layers[i];
     if (Status s = run.attention(layer, static_cast<int>(i)); !s) return s;

@@ -15,7 +15,8 @@
 namespace coli::cuda {
 
 struct BatchBuffers {
-  DeviceBuffer x, h, q, k, v, attn, mlp_a, shared_out, shared_gate, router_logits, choices, offsets, order, act, rows;
+  DeviceBuffer x, h, h_half, q, k, v, attn, attn_half, mlp_a, shared_out, shared_gate, router_logits, choices, offsets,
+      order, act, rows;
   int tokens = 0;  // the most one batch takes; 0: no batched prefill
   std::uint64_t bytes() const;
 };
@@ -27,9 +28,11 @@ Result<BatchBuffers> make_batch_buffers(const model::ModelConfig& c, int tokens,
 // Launches `tokens` tokens (rows of batch.x, at positions *step.position +
 // t) through every layer on `stream`: their K and V land in step.kv, their
 // routing in step.counts, and batch.x holds their hidden states after the
-// last layer. Errors name the launch that failed.
+// last layer. `exact`: attention in f32 (DecoderModel::exact_activations);
+// else layers whose q projection is not f32 attend on the tensor cores.
+// Errors name the launch that failed.
 Status record_batch(void* stream, const model::ModelConfig& c, const CudaWeights& w, StepBuffers& step,
-                    BatchBuffers& batch, int tokens, std::map<std::string, int>& launches,
+                    BatchBuffers& batch, int tokens, bool exact, std::map<std::string, int>& launches,
                     LaunchObserver* observer = nullptr);
 
 }  // namespace coli::cuda

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/decoder_attention.cuh"
+#include "cuda/decoder_attention_f16.h"
 #include "cuda/decoder_batch.h"
 
 namespace coli::kernels::cuda::decoder {
@@ -223,18 +224,32 @@ __global__ void combine_experts_kernel(ExpertCombine c) {
   c.x[i] += sum;
 }
 
+__global__ void to_half_kernel(const float* x, __half* out, std::size_t count) {
+  const std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < count) out[i] = to_half(x[i]);
+}
+
 cudaStream_t stream_of(Stream s) { return static_cast<cudaStream_t>(s); }
 
 }  // namespace
 
-int attention_rows(Stream stream, const Attention& a, int tokens) {
+int attention_rows(Stream stream, const Attention& a, int tokens, AttentionMath math) {
   if (tokens < 1 || a.head_dim > kMaxHeadDim) return static_cast<int>(cudaErrorInvalidValue);
+  if (math == AttentionMath::f16_tensor && attention_f16_fits(a.head_dim)) return attention_rows_f16(stream, a, tokens);
   if (a.head_dim <= kTiledHeadDim) {
     attention_tiles_kernel<<<dim3(a.heads, (tokens + kQueryTile - 1) / kQueryTile), kAttentionThreads, 0,
                              stream_of(stream)>>>(a, tokens);
   } else {
     for_lane_dims<AttentionRowsLaunch>(a.head_dim, stream_of(stream), a, tokens);
   }
+  return static_cast<int>(cudaGetLastError());
+}
+
+int to_half_rows(Stream stream, const float* x, std::uint16_t* out, std::size_t count) {
+  if (count == 0 || x == nullptr || out == nullptr) return static_cast<int>(cudaErrorInvalidValue);
+  constexpr int kThreads = 256;
+  to_half_kernel<<<static_cast<unsigned>((count + kThreads - 1) / kThreads), kThreads, 0, stream_of(stream)>>>(
+      x, reinterpret_cast<__half*>(out), count);
   return static_cast<int>(cudaGetLastError());
 }
 

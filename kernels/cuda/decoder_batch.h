@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "cuda/decoder_kernels.h"
 
@@ -32,9 +33,16 @@ inline constexpr int kGemmTileTokens = 64;
 // (k for gate/up: the token; 1 for down: the choice's own activations) and
 // writes y row c. The slot's matrices start slot * slot_stride bytes after
 // the given weights and scales.
+//
+// Activations by weight format: f32 matrices (the CUDA-core kernel) read x
+// and write y; the tensor-core formats read x_half (f16 bits, rows as x's,
+// from to_half_rows or a gemm_swiglu) and write y, or, for gemm_swiglu,
+// y_half when it is given (f16 for the down projection that reads it).
 struct GemmRows {
   const float* x = nullptr;
   float* y = nullptr;
+  const std::uint16_t* x_half = nullptr;
+  std::uint16_t* y_half = nullptr;
   int tokens = 0;              // dense: rows of x and y; grouped: the most rows one slot can have (the batch's tokens)
   const int* order = nullptr;  // grouped only
   const int* offsets = nullptr;
@@ -49,6 +57,10 @@ int gemm(Stream stream, const Matrix& w, const GemmRows& rows, const float* bias
 // (a dense layer, the shared expert, or the grouped experts' gate and up).
 int gemm_swiglu(Stream stream, const Matrix& gate, const Matrix& up, const GemmRows& rows);
 
+// out[i] = x[i] as f16 bits (saturated at +-65504, NaN kept), i < count:
+// the tensor-core GEMMs' activations.
+int to_half_rows(Stream stream, const float* x, std::uint16_t* out, std::size_t count);
+
 // RMSNorm of `rows` rows of n floats (one block per row).
 int rms_norm_rows(Stream stream, const float* x, const float* weight, float* out, int n, int rows, float eps);
 
@@ -56,11 +68,17 @@ int rms_norm_rows(Stream stream, const float* x, const float* weight, float* out
 // [tokens][width]; every token's k and v row lands in the caches.
 int qk_prep_rows(Stream stream, const QkPrep& p, int tokens);
 
+// How prefill attention computes: f32 on the CUDA cores (exact: the f32
+// models' path and --gpu-kernel exact), or Q, K, V and the softmax weights
+// in f16 on the tensor cores with f32 sums (heads of at most 128 dims;
+// wider ones take f32).
+enum class AttentionMath { f32, f16_tensor };
+
 // Causal attention of `tokens` queries at positions *a.position + t over the
 // cache rows 0..that position (the batch's own rows written by
-// qk_prep_rows first): one block per (head, token); q and out are
-// [tokens][heads * head_dim]. a.scores is not used.
-int attention_rows(Stream stream, const Attention& a, int tokens);
+// qk_prep_rows first); q and out are [tokens][heads * head_dim]. a.scores
+// is not used.
+int attention_rows(Stream stream, const Attention& a, int tokens, AttentionMath math = AttentionMath::f32);
 
 // The router's choice for `tokens` tokens: the post-attention RMSNorm of x
 // [tokens][hidden] into h, the logits and top-k, choices [tokens][top_k]

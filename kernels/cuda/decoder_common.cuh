@@ -125,6 +125,11 @@ __device__ __forceinline__ Matrix part(const Experts& e, const std::uint8_t* rec
 
 __device__ __forceinline__ float silu(float v) { return v / (1.0f + expf(-v)); }
 
+// f16 of an activation: saturated at the largest finite f16, NaN kept.
+__device__ __forceinline__ __half to_half(float v) {
+  return __float2half_rn(v != v ? v : fminf(fmaxf(v, -65504.0f), 65504.0f));
+}
+
 // silu((gate x)[row]) * (up x)[row], every lane holding it: both rows'
 // loads in flight before the two sums (decoder_q8.cuh overloads it for int8
 // activations).

@@ -63,10 +63,6 @@ __device__ __forceinline__ Matrix slot_matrix(const Matrix& m, const GemmRows& r
 // x[row][k] or 0 beyond the row's end.
 __device__ __forceinline__ float x_at(const float* row, int k, int cols) { return k < cols ? row[k] : 0.0f; }
 
-// f16 of an activation: saturated at the largest finite f16, NaN kept.
-__device__ __forceinline__ __half to_half(float v) {
-  return __float2half_rn(v != v ? v : fminf(fmaxf(v, -65504.0f), 65504.0f));
-}
 
 // ---- tensor-core blocks ---------------------------------------------------
 
@@ -81,30 +77,34 @@ struct TensorShared {
       __half a[kTileM][kHalfPitch];
       __half b[kSwiglu ? 2 : 1][kTileN][kHalfPitch];
     } tiles;
-    float c[kTileM][kFloatPitch];
+    float c[kSwiglu ? 2 : 1][kTileM][kFloatPitch];  // the products of gate (and up)
   };
 };
 
-// A k-step's tile of x in registers: rows t.x_row[.], columns k0..k0+63,
-// 8 float4 per thread (fetched a step ahead, stored as f16 the next).
+// A k-step's tile of x (f16 rows) in registers: rows t.x_row[.], columns
+// k0..k0+63, 4 x 8 halves per thread (fetched a step ahead, stored as they are).
+constexpr int kXLoads = kTileM * (kTileK / 8) / kGemmThreads;
 struct XFetch {
-  float4 v[kTileM * (kTileK / 4) / kGemmThreads];
+  uint4 v[kXLoads];
 };
 
 __device__ void fetch_x_tile(const GemmRows& r, const TileRows& t, int cols, int k0, XFetch& f) {
-  const bool vector = cols % 4 == 0 && detail::aligned16(r.x);
+  const auto* x = reinterpret_cast<const unsigned short*>(r.x_half);
+  const bool vector = cols % 8 == 0 && detail::aligned16(x);
 #pragma unroll
-  for (int j = 0; j < kTileM * (kTileK / 4) / kGemmThreads; ++j) {
+  for (int j = 0; j < kXLoads; ++j) {
     const int i = static_cast<int>(threadIdx.x) + j * kGemmThreads;
-    const int m = i / (kTileK / 4), k = (i % (kTileK / 4)) * 4;
-    float4 v = make_float4(0, 0, 0, 0);
+    const int m = i / (kTileK / 8), k = k0 + (i % (kTileK / 8)) * 8;
+    uint4 v = make_uint4(0, 0, 0, 0);
     if (m < t.valid) {
-      const float* row = r.x + static_cast<std::size_t>(t.x_row[m]) * cols;
-      if (vector && k0 + k + 4 <= cols) {
-        v = *reinterpret_cast<const float4*>(row + k0 + k);
+      const unsigned short* row = x + static_cast<std::size_t>(t.x_row[m]) * cols;
+      if (vector) {
+        if (k < cols) v = *reinterpret_cast<const uint4*>(row + k);  // cols % 8 == 0: all 8 inside or none
       } else {
-        v = make_float4(x_at(row, k0 + k, cols), x_at(row, k0 + k + 1, cols), x_at(row, k0 + k + 2, cols),
-                        x_at(row, k0 + k + 3, cols));
+        unsigned short e[8];
+#pragma unroll
+        for (int n = 0; n < 8; ++n) e[n] = k + n < cols ? row[k + n] : 0;
+        v = make_uint4(e[0] | e[1] << 16, e[2] | e[3] << 16, e[4] | e[5] << 16, e[6] | e[7] << 16);
       }
     }
     f.v[j] = v;
@@ -113,12 +113,9 @@ __device__ void fetch_x_tile(const GemmRows& r, const TileRows& t, int cols, int
 
 __device__ void store_x_tile(const XFetch& f, __half (*a)[kHalfPitch]) {
 #pragma unroll
-  for (int j = 0; j < kTileM * (kTileK / 4) / kGemmThreads; ++j) {
+  for (int j = 0; j < kXLoads; ++j) {
     const int i = static_cast<int>(threadIdx.x) + j * kGemmThreads;
-    const int m = i / (kTileK / 4), k = (i % (kTileK / 4)) * 4;
-    const float4 v = f.v[j];
-    *reinterpret_cast<__half2*>(&a[m][k]) = __halves2half2(to_half(v.x), to_half(v.y));
-    *reinterpret_cast<__half2*>(&a[m][k + 2]) = __halves2half2(to_half(v.z), to_half(v.w));
+    *reinterpret_cast<uint4*>(&a[i / (kTileK / 8)][(i % (kTileK / 8)) * 8]) = f.v[j];
   }
 }
 
@@ -128,7 +125,7 @@ __device__ void store_x_tile(const XFetch& f, __half (*a)[kHalfPitch]) {
 // load_weight_tile below, unfetched.
 struct WeightFetch {
   uint4 words[2];
-  float scale[2];
+  __half2 scale;
 };
 
 // q8_row rows fetched 16 bytes at a time: cols a multiple of 16, the matrix 16-byte aligned.
@@ -136,7 +133,7 @@ __device__ __forceinline__ bool fetchable(const Matrix& w) { return w.cols % 16 
 
 // q4_g64: thread i reads row i / 2, columns (i % 2) * 32 .. +32 (16 bytes, one
 // group scale); q8_row: thread i reads rows i / 4 and 32 + i / 4, columns
-// (i % 4) * 16 .. +16 (16 bytes each, the row's scale).
+// (i % 4) * 16 .. +16 (16 bytes each; the row scales apply to the products).
 template <WeightFormat kFormat>
 __device__ void fetch_weight_tile(const Matrix& w, int n0, int k0, WeightFetch& f) {
   const std::size_t cols = static_cast<std::size_t>(w.cols);
@@ -144,33 +141,50 @@ __device__ void fetch_weight_tile(const Matrix& w, int n0, int k0, WeightFetch& 
   if constexpr (kFormat == WeightFormat::q4_g64) {
     const int row = n0 + i / 2, half = i % 2;
     f.words[0] = make_uint4(0, 0, 0, 0);
-    f.scale[0] = 0;
+    f.scale = __float2half2_rn(0.0f);
     if (row < w.rows) {
       const auto* bytes = static_cast<const std::uint8_t*>(w.weights) + row * (cols / 2) + k0 / 2 + half * 16;
       f.words[0] = __ldg(reinterpret_cast<const uint4*>(bytes));
-      f.scale[0] = __half2float(__ushort_as_half(
-          __ldg(static_cast<const unsigned short*>(w.scales) + row * (cols / 64) + k0 / 64)));
+      f.scale = __half2half2(__ushort_as_half(__ldg(static_cast<const unsigned short*>(w.scales) + row * (cols / 64) + k0 / 64)));
     }
   } else {
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
       const int row = n0 + i / 4 + 32 * j, k = k0 + (i % 4) * 16;
       f.words[j] = make_uint4(0, 0, 0, 0);
-      f.scale[j] = 0;
       if (row < w.rows && k < w.cols) {  // cols % 16 == 0: the 16 bytes are inside the row
         f.words[j] = __ldg(reinterpret_cast<const uint4*>(static_cast<const std::uint8_t*>(w.weights) + row * cols + k));
-        f.scale[j] = __ldg(static_cast<const float*>(w.scales) + row);
       }
     }
   }
 }
 
-// Eight f16 values as one 16-byte shared store.
-__device__ __forceinline__ void store8(__half* to, const float (&v)[8]) {
-  __half2 h[4];
+__device__ __forceinline__ unsigned half2_bits(__half2 h) { return *reinterpret_cast<unsigned*>(&h); }
+__device__ __forceinline__ __half2 bits_half2(unsigned u) { return *reinterpret_cast<__half2*>(&u); }
+
+// Eight q4 values (one word, nibble n = column n, low nibble first) as f16
+// (q - 8) * scale, exact but for the one rounding of the product: a nibble
+// or'ed under f16 1024's exponent is 1024 + q, and 1024 + q - 1032 = q - 8.
+__device__ __forceinline__ uint4 q4_word_to_half(unsigned w, __half2 scale) {
+  constexpr unsigned kMagic = 0x64006400u, kNibbles = 0x000f000fu;
+  const unsigned t0 = (w & kNibbles) | kMagic, t1 = ((w >> 4) & kNibbles) | kMagic;    // (q0, q4), (q1, q5)
+  const unsigned t2 = ((w >> 8) & kNibbles) | kMagic, t3 = ((w >> 12) & kNibbles) | kMagic;  // (q2, q6), (q3, q7)
+  const unsigned pairs[4] = {__byte_perm(t0, t1, 0x5410), __byte_perm(t2, t3, 0x5410), __byte_perm(t0, t1, 0x7632),
+                             __byte_perm(t2, t3, 0x7632)};
+  const __half2 offset = __float2half2_rn(1032.0f);
+  unsigned out[4];
 #pragma unroll
-  for (int j = 0; j < 4; ++j) h[j] = __floats2half2_rn(v[2 * j], v[2 * j + 1]);
-  *reinterpret_cast<uint4*>(to) = *reinterpret_cast<const uint4*>(h);
+  for (int j = 0; j < 4; ++j) out[j] = half2_bits(__hmul2(__hsub2(bits_half2(pairs[j]), offset), scale));
+  return make_uint4(out[0], out[1], out[2], out[3]);
+}
+
+// Four int8 values (one word, byte n = column n) as exact f16: a byte
+// flipped to unsigned (b + 128) under f16 1024's exponent, minus 1152.
+__device__ __forceinline__ uint2 q8_word_to_half(unsigned w) {
+  const unsigned u = w ^ 0x80808080u;
+  const __half2 offset = __float2half2_rn(1152.0f);
+  return make_uint2(half2_bits(__hsub2(bits_half2(__byte_perm(u, 0x64646464u, 0x4140)), offset)),
+                    half2_bits(__hsub2(bits_half2(__byte_perm(u, 0x64646464u, 0x4342)), offset)));
 }
 
 template <WeightFormat kFormat>
@@ -179,33 +193,25 @@ __device__ void store_weight_tile(const WeightFetch& f, __half (*b)[kHalfPitch])
   if constexpr (kFormat == WeightFormat::q4_g64) {
     const unsigned packed[4] = {f.words[0].x, f.words[0].y, f.words[0].z, f.words[0].w};
 #pragma unroll
-    for (int word = 0; word < 4; ++word) {  // nibble n of a word is column 8 word + n, low nibble first
-      float v[8];
-#pragma unroll
-      for (int n = 0; n < 8; ++n) v[n] = static_cast<float>(static_cast<int>((packed[word] >> (4 * n)) & 15u) - 8) * f.scale[0];
-      store8(&b[i / 2][(i % 2) * 32 + word * 8], v);
+    for (int word = 0; word < 4; ++word) {
+      *reinterpret_cast<uint4*>(&b[i / 2][(i % 2) * 32 + word * 8]) = q4_word_to_half(packed[word], f.scale);
     }
   } else {
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
       const unsigned packed[4] = {f.words[j].x, f.words[j].y, f.words[j].z, f.words[j].w};
 #pragma unroll
-      for (int pair = 0; pair < 2; ++pair) {  // byte n of a word is column 4 word + n
-        float v[8];
-#pragma unroll
-        for (int n = 0; n < 8; ++n) {
-          const unsigned word = packed[pair * 2 + n / 4];
-          v[n] = static_cast<float>(static_cast<signed char>(word >> (8 * (n % 4)))) * f.scale[j];
-        }
-        store8(&b[i / 4 + 32 * j][(i % 4) * 16 + pair * 8], v);
+      for (int pair = 0; pair < 2; ++pair) {
+        const uint2 lo = q8_word_to_half(packed[2 * pair]), hi = q8_word_to_half(packed[2 * pair + 1]);
+        *reinterpret_cast<uint4*>(&b[i / 4 + 32 * j][(i % 4) * 16 + pair * 8]) = make_uint4(lo.x, lo.y, hi.x, hi.y);
       }
     }
   }
 }
 
-// Weight rows n0..n0+63, columns k0..k0+63, de-quantised to f16 into b,
-// one element per thread and step: the formats fetch_weight_tile does not
-// take (f16, bf16, unaligned q8_row).
+// Weight rows n0..n0+63, columns k0..k0+63, as f16 into b (q8_row without
+// its row scales), one element per thread and step: the formats
+// fetch_weight_tile does not take (f16, bf16, unaligned q8_row).
 template <WeightFormat kFormat>
 __device__ void load_weight_tile(const Matrix& w, int n0, int k0, __half (*b)[kHalfPitch]) {
   const std::size_t cols = static_cast<std::size_t>(w.cols);
@@ -214,8 +220,7 @@ __device__ void load_weight_tile(const Matrix& w, int n0, int k0, __half (*b)[kH
     float v = 0;
     if (row < w.rows && k0 + k < w.cols) {
       if constexpr (kFormat == WeightFormat::q8_row) {
-        const auto* q = static_cast<const signed char*>(w.weights) + row * cols;
-        v = static_cast<float>(q[k0 + k]) * __ldg(static_cast<const float*>(w.scales) + row);
+        v = static_cast<float>(static_cast<const signed char*>(w.weights)[row * cols + k0 + k]);
       } else {
         v = float_weight<kFormat>(static_cast<const std::uint8_t*>(w.weights) + row * cols * 2, k0 + k);
       }
@@ -224,15 +229,35 @@ __device__ void load_weight_tile(const Matrix& w, int n0, int k0, __half (*b)[kH
   }
 }
 
-// Writes the block's result tile c: y = silu-combined or (accumulate ? y : 0) + c + bias.
-__device__ void store_tile(const GemmRows& r, const TileRows& t, const float (*c)[kFloatPitch], int n0, int rows,
-                           const float* bias, bool accumulate) {
+// Column n's factor on the products: q8_row's row scale (its tiles are the
+// bare int8 values), 1 for the formats de-quantised in full.
+template <WeightFormat kFormat>
+__device__ __forceinline__ float column_scale(const Matrix& w, int row) {
+  if constexpr (kFormat == WeightFormat::q8_row) return __ldg(static_cast<const float*>(w.scales) + row);
+  return 1.0f;
+}
+
+// Writes the block's products: y = silu(gate) * up (y_half when given), or
+// y = (accumulate ? y : 0) + product + bias.
+template <WeightFormat kFormat, bool kSwiglu>
+__device__ void store_products(const GemmRows& r, const TileRows& t, const TensorShared<kSwiglu>& s, const Matrix& gate,
+                               const Matrix& up, int n0, const float* bias, bool accumulate) {
   for (int i = static_cast<int>(threadIdx.x); i < kTileM * kTileN; i += kGemmThreads) {
-    const int m = i / kTileN, n = i % kTileN;
-    if (m >= t.valid || n0 + n >= rows) continue;
-    float* y = r.y + static_cast<std::size_t>(t.y_row[m]) * rows + n0 + n;
-    float v = c[m][n] + (bias != nullptr ? bias[n0 + n] : 0.0f);
-    *y = accumulate ? *y + v : v;
+    const int m = i / kTileN, n = i % kTileN, row = n0 + n;
+    if (m >= t.valid || row >= gate.rows) continue;
+    const std::size_t at = static_cast<std::size_t>(t.y_row[m]) * gate.rows + row;
+    const float g = s.c[0][m][n] * column_scale<kFormat>(gate, row);
+    if constexpr (kSwiglu) {
+      const float v = silu(g) * (s.c[kSwiglu ? 1 : 0][m][n] * column_scale<kFormat>(up, row));
+      if (r.y_half != nullptr) {
+        reinterpret_cast<__half*>(r.y_half)[at] = to_half(v);
+      } else {
+        r.y[at] = v;
+      }
+    } else {
+      const float v = g + (bias != nullptr ? bias[row] : 0.0f);
+      r.y[at] = accumulate ? r.y[at] + v : v;
+    }
   }
 }
 
@@ -246,7 +271,7 @@ using FragC = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
 
 // 4 warps, each a 32 x 32 quarter of the tile (2 x 2 fragments); with
 // kSwiglu the second weight (up) gets its own accumulators and the result is
-// silu(gate) * up, element by element (the two fragments share a layout).
+// silu(gate) * up, element by element.
 template <WeightFormat kFormat, bool kSwiglu, bool kPrefetch>
 __global__ void __launch_bounds__(kGemmThreads, kTensorBlocksPerSm)
     tensor_gemm_kernel(Matrix w0, Matrix w1, GemmRows r, const float* bias, bool accumulate) {
@@ -305,14 +330,16 @@ __global__ void __launch_bounds__(kGemmThreads, kTensorBlocksPerSm)
   }
   for (int i = 0; i < 2; ++i) {
     for (int j = 0; j < 2; ++j) {
+      float* at = &s.c[0][32 * wm + 16 * i][32 * wn + 16 * j];
+      wmma::store_matrix_sync(at, acc[i][j], kFloatPitch, wmma::mem_row_major);
       if constexpr (kSwiglu) {
-        for (int e = 0; e < acc[i][j].num_elements; ++e) acc[i][j].x[e] = silu(acc[i][j].x[e]) * acc_up[i][j].x[e];
+        wmma::store_matrix_sync(&s.c[kSwiglu ? 1 : 0][32 * wm + 16 * i][32 * wn + 16 * j], acc_up[i][j], kFloatPitch,
+                                wmma::mem_row_major);
       }
-      wmma::store_matrix_sync(&s.c[32 * wm + 16 * i][32 * wn + 16 * j], acc[i][j], kFloatPitch, wmma::mem_row_major);
     }
   }
   __syncthreads();
-  store_tile(r, t, s.c, n0, gate.rows, kSwiglu ? nullptr : bias, !kSwiglu && accumulate);
+  store_products<kFormat, kSwiglu>(r, t, s, gate, up, n0, bias, accumulate);
 }
 
 // ---- f32 blocks (CUDA cores) ----------------------------------------------
@@ -414,8 +441,12 @@ struct GemmLaunch {
   };
 };
 
-bool rows_fit(const GemmRows& r) {
-  return r.tokens > 0 && r.x != nullptr && r.y != nullptr && r.x_divisor > 0 &&
+// The activations the format's kernel reads and writes are given (see GemmRows).
+bool rows_fit(const GemmRows& r, WeightFormat format, bool swiglu) {
+  const bool f32 = format == WeightFormat::f32;
+  const bool input = f32 ? r.x != nullptr : r.x_half != nullptr;
+  const bool output = r.y != nullptr || (swiglu && !f32 && r.y_half != nullptr);
+  return r.tokens > 0 && input && output && r.x_divisor > 0 &&
          (r.order == nullptr || (r.offsets != nullptr && r.slots > 0));
 }
 
@@ -426,13 +457,13 @@ bool matrix_fits(const Matrix& m) {
 }  // namespace
 
 int gemm(Stream stream, const Matrix& w, const GemmRows& rows, const float* bias, bool accumulate) {
-  if (!rows_fit(rows) || !matrix_fits(w)) return static_cast<int>(cudaErrorInvalidValue);
+  if (!rows_fit(rows, w.format, false) || !matrix_fits(w)) return static_cast<int>(cudaErrorInvalidValue);
   for_format<GemmLaunch<false>::For>(w.format, static_cast<cudaStream_t>(stream), w, w, rows, bias, accumulate);
   return static_cast<int>(cudaGetLastError());
 }
 
 int gemm_swiglu(Stream stream, const Matrix& gate, const Matrix& up, const GemmRows& rows) {
-  if (!rows_fit(rows) || !matrix_fits(gate) || gate.format != up.format || gate.rows != up.rows || gate.cols != up.cols) {
+  if (!rows_fit(rows, gate.format, true) || !matrix_fits(gate) || gate.format != up.format || gate.rows != up.rows || gate.cols != up.cols) {
     return static_cast<int>(cudaErrorInvalidValue);
   }
   for_format<GemmLaunch<true>::For>(gate.format, static_cast<cudaStream_t>(stream), gate, up, rows, nullptr, false);

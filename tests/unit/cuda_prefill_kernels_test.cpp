@@ -22,6 +22,13 @@ namespace {
 
 namespace dk = decoder;
 
+// The f16 copy of `count` floats on the device (the tensor-core formats' activations).
+DeviceBuffer half_copy(const DeviceBuffer& x, std::size_t count) {
+  DeviceBuffer out = device_copy(std::vector<std::uint16_t>(count));
+  EXPECT_EQ(dk::to_half_rows(nullptr, static_cast<const float*>(x.data()), static_cast<std::uint16_t*>(out.data()), count), 0);
+  return out;
+}
+
 // How far the kernel may be from the exact product of a row: f32 weights
 // are summed in f32 (a chain of `cols` roundings); the tensor-core formats
 // round x and the de-quantised weight to f16 (2^-11 each) before f32 sums.
@@ -47,8 +54,10 @@ TEST(CudaPrefillKernels, GemmMatchesTheReferenceInEveryFormat) {
       DeviceBuffer w = device_copy(m.weights), s = device_copy(m.scales), dx = device_copy(x), db = device_copy(bias);
       DeviceBuffer y = device_copy(y0);
       const dk::Matrix matrix{format, rows, cols, w.data(), m.scales.empty() ? nullptr : s.data()};
+      DeviceBuffer dx_half = half_copy(dx, x.size());
       dk::GemmRows r;
       r.x = static_cast<const float*>(dx.data());
+      r.x_half = static_cast<const std::uint16_t*>(dx_half.data());
       r.y = static_cast<float*>(y.data());
       r.tokens = tokens;
       ASSERT_EQ(dk::gemm(nullptr, matrix, r, static_cast<const float*>(db.data()), true), 0);
@@ -120,8 +129,11 @@ void check_grouped_experts(WeightFormat format) {
   const dk::Matrix gate{format, width, hidden, base + layout.gate_weights, base + layout.gate_scales};
   const dk::Matrix up{format, width, hidden, base + layout.up_weights, base + layout.up_scales};
   const dk::Matrix down{format, hidden, width, base + layout.down_weights, base + layout.down_scales};
+  DeviceBuffer dh_half = half_copy(dh, h.size());
+  const bool exact = format == WeightFormat::f32;
   dk::GemmRows grouped;
   grouped.x = static_cast<const float*>(dh.data());
+  grouped.x_half = static_cast<const std::uint16_t*>(dh_half.data());
   grouped.y = static_cast<float*>(act.data());
   grouped.tokens = tokens;
   grouped.order = static_cast<const int*>(order.data());
@@ -131,8 +143,15 @@ void check_grouped_experts(WeightFormat format) {
   grouped.slot_stride = layout.record_stride;
   dk::GemmRows grouped_down = grouped;
   grouped_down.x = static_cast<const float*>(act.data());
+  grouped_down.x_half = nullptr;
   grouped_down.y = static_cast<float*>(rows.data());
   grouped_down.x_divisor = 1;
+  if (!exact) {  // the SwiGLU rows as f16 for the tensor-core down projection, as the engine runs them
+    grouped.y_half = static_cast<std::uint16_t*>(act.data());
+    grouped.y = nullptr;
+    grouped_down.x_half = grouped.y_half;
+    grouped_down.x = nullptr;
+  }
   const auto* dc = static_cast<const ExpertChoice*>(dchoices.data());
   ASSERT_EQ(dk::group_by_slot(nullptr, dc, tokens * k, slots, static_cast<int*>(offsets.data()), static_cast<int*>(order.data())), 0);
   ASSERT_EQ(dk::gemm_swiglu(nullptr, gate, up, grouped), 0);
@@ -144,7 +163,6 @@ void check_grouped_experts(WeightFormat format) {
   EXPECT_EQ(got_offsets.back(), tokens * k);
   EXPECT_GT(got_offsets[2] - got_offsets[1], dk::kGemmTileTokens) << "slot 1 spans two tiles";
   const std::vector<float> got = host_copy<float>(dx, static_cast<std::size_t>(tokens) * hidden);
-  const bool exact = format == WeightFormat::f32;
   for (int t = 0; t < tokens; ++t) {
     std::vector<double> expected(residual.begin() + t * hidden, residual.begin() + (t + 1) * hidden), magnitude(hidden);
     for (int j = 0; j < k; ++j) {
@@ -177,6 +195,32 @@ void check_grouped_experts(WeightFormat format) {
   }
 }
 
+// f16 activations: rounded to nearest, saturated at +-65504 (never inf from
+// a finite value), NaN kept; a tensor-core format without them is refused.
+TEST(CudaPrefillKernels, HalfActivationsSaturateAndKeepNaN) {
+  REQUIRE_CUDA();
+  const std::vector<float> x = {1.0f, -2.5f, 1.0f + 1.0f / 4096, 1e6f, -1e6f, std::nanf(""), 65504.0f, 4e-8f};
+  DeviceBuffer dx = device_copy(x);
+  const std::vector<std::uint16_t> got = host_copy<std::uint16_t>(half_copy(dx, x.size()), x.size());
+  const std::vector<std::uint16_t> expected = {0x3c00, 0xc100, 0x3c00, 0x7bff, 0xfbff, 0, 0x7bff, 0x0001};
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    if (std::isnan(x[i])) {
+      EXPECT_TRUE((got[i] & 0x7c00) == 0x7c00 && (got[i] & 0x03ff) != 0) << "NaN stays NaN";
+    } else {
+      EXPECT_EQ(got[i], expected[i]) << "value " << x[i];
+    }
+  }
+  std::mt19937 rng(24);
+  const FormatMatrix m = make_matrix(WeightFormat::q4_g64, 64, 64, rng);
+  DeviceBuffer w = device_copy(m.weights), s = device_copy(m.scales), y = device_copy(std::vector<float>(64 * 64));
+  dk::GemmRows r;
+  r.x = static_cast<const float*>(dx.data());
+  r.y = static_cast<float*>(y.data());
+  r.tokens = 1;
+  EXPECT_NE(dk::gemm(nullptr, {WeightFormat::q4_g64, 64, 64, w.data(), s.data()}, r, nullptr, false), 0)
+      << "f32 rows only: the tensor-core kernel has no f16 activations to read";
+}
+
 TEST(CudaPrefillKernels, GroupedExpertsMatchThePerTokenReference) {
   REQUIRE_CUDA();
   for (WeightFormat format : {WeightFormat::f32, WeightFormat::q8_row, WeightFormat::q4_g64}) check_grouped_experts(format);
@@ -207,8 +251,12 @@ TEST(CudaPrefillKernels, AChoiceWithoutASlotShowsAsNaN) {
 // `tokens` queries at positions start.. over a cache whose rows 0..start +
 // tokens - 1 are set: query t sees rows 0..start + t only (causal),
 // grouped-query heads.
-void check_attention_rows(int head_dim, int start, int tokens) {
-  SCOPED_TRACE("head_dim " + std::to_string(head_dim) + ", " + std::to_string(tokens) + " queries from " + std::to_string(start));
+// f16_tensor: within 2^-7 of the largest |V| (Q, K, V and the weights
+// rounded to f16; the scores here reach ~10, so their f16 rounding moves a
+// weight by up to ~2^-8 of itself).
+void check_attention_rows(int head_dim, int start, int tokens, dk::AttentionMath math = dk::AttentionMath::f32) {
+  SCOPED_TRACE("head_dim " + std::to_string(head_dim) + ", " + std::to_string(tokens) + " queries from " +
+               std::to_string(start) + (math == dk::AttentionMath::f32 ? ", f32" : ", f16 tensor cores"));
   std::mt19937 rng(static_cast<unsigned>(23 + head_dim));
   const int heads = 4, kv_heads = 2, context = start + tokens + 5;
   const int q_width = heads * head_dim, kv_width = kv_heads * head_dim;
@@ -220,14 +268,17 @@ void check_attention_rows(int head_dim, int start, int tokens) {
   DeviceBuffer out = device_copy(std::vector<float>(static_cast<std::size_t>(tokens) * q_width));
   DeviceBuffer unused = device_copy(std::vector<float>(1)), position = device_copy(std::vector<int>{start});
   ASSERT_EQ(dk::attention_rows(nullptr, attention_of(dq, k_cache, v_cache, out, unused, position, heads, kv_heads, head_dim, context),
-                               tokens),
+                               tokens, math),
             0);
+  double v_max = 0;
+  for (float v : values) v_max = std::max(v_max, std::fabs(static_cast<double>(v)));
+  const double tolerance = math == dk::AttentionMath::f32 ? 1e-4 : std::ldexp(v_max, -7);
   const std::vector<float> got = host_copy<float>(out, static_cast<std::size_t>(tokens) * q_width);
   for (int t = 0; t < tokens; ++t) {
     const std::vector<float> query(q.begin() + t * q_width, q.begin() + (t + 1) * q_width);
     const std::vector<double> expected = attention_in_double(query, keys, values, heads, kv_heads, head_dim, start + t + 1);
     for (int i = 0; i < q_width; ++i) {
-      ASSERT_NEAR(got[static_cast<std::size_t>(t) * q_width + i], expected[i], 1e-4) << "token " << t << " head " << i / head_dim;
+      ASSERT_NEAR(got[static_cast<std::size_t>(t) * q_width + i], expected[i], tolerance) << "token " << t << " head " << i / head_dim;
     }
   }
 }
@@ -241,6 +292,20 @@ TEST(CudaPrefillKernels, AttentionRowsAreCausalOverTheCache) {
   check_attention_rows(128, 0, 70);
   check_attention_rows(64, 100, 1);
   check_attention_rows(160, 30, 20);
+}
+
+// The tensor-core kernel: heads padded to 64 (40, 64 dims) or 128 (96, 128;
+// 66 not a multiple of 4) dims, 64 queries and 64 positions per tile:
+// partial query blocks, a batch that starts mid-tile, and one query.
+TEST(CudaPrefillKernels, TensorCoreAttentionRowsAreCausalWithinF16Rounding) {
+  REQUIRE_CUDA();
+  const auto f16 = dk::AttentionMath::f16_tensor;
+  check_attention_rows(128, 0, 130, f16);
+  check_attention_rows(96, 30, 40, f16);
+  check_attention_rows(64, 100, 1, f16);
+  check_attention_rows(40, 70, 65, f16);
+  check_attention_rows(66, 5, 20, f16);
+  check_attention_rows(160, 30, 20, f16);  // wider than the tiles: the f32 kernel
 }
 
 }  // namespace
