@@ -89,12 +89,14 @@ Result<std::string> select_device(int index) {
 struct Segment {
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
-  int host_layer = -1;  // the MoE layer the host computes after this segment, or -1
+  int host_layer = -1;  // the MoE layer the host computes during this segment, or -1
+  cudaEvent_t inputs_sent = nullptr;  // recorded once that layer's ids and input are in pinned memory
 };
 
 void destroy(const Segment& segment) {
   if (segment.exec) cudaGraphExecDestroy(segment.exec);
   if (segment.graph) cudaGraphDestroy(segment.graph);
+  if (segment.inputs_sent) cudaEventDestroy(segment.inputs_sent);
 }
 
 // The uncaptured warm-up: no host work (its output is discarded).
@@ -142,15 +144,16 @@ struct CudaDecoder::State {
   Status stage_embeddings(std::span<const std::int32_t> tokens, int position);
   Status run_chunk(std::span<const std::int32_t> tokens, int position, gpu::HostExperts* host);
   Status run_batch(std::span<const std::int32_t> tokens, int position);
-  Status run_host_experts(int moe_layer, gpu::HostExperts* host);
+  Status run_host_experts(const Segment& segment, gpu::HostExperts* host);
   Status run_step(gpu::HostExperts* host);
   Status finish(std::span<float> out);
 };
 
-// Captures the step into segments: begin() starts one, end() (a hybrid
-// layer, from record_step) sends the layer's ids and input to pinned memory,
-// closes the segment and starts the next with the host's rows copied up;
-// close(-1) ends the last.
+// Captures the step into segments: begin() starts one; at a hybrid layer
+// (from record_step) send() copies its ids and input to pinned memory and
+// records an event the host waits for, so the host starts on its experts
+// while the device's own run on; end() closes the segment and starts the
+// next with the host's rows copied up; close(-1) ends the last.
 class CudaDecoder::State::CaptureSegments final : public StepSegments {
  public:
   explicit CaptureSegments(State& s) : s_(s) {}
@@ -164,16 +167,27 @@ class CudaDecoder::State::CaptureSegments final : public StepSegments {
     return cuda_call("cudaGraphInstantiate", cudaGraphInstantiate(&out.exec, out.graph, 0));
   }
   Status close(int host_layer) {
-    s_.segments.emplace_back().host_layer = host_layer;
-    return close_into(s_.segments.back());
+    Segment& segment = s_.segments.emplace_back();
+    segment.host_layer = host_layer;
+    segment.inputs_sent = std::exchange(inputs_sent_, nullptr);
+    return close_into(segment);
   }
-  Status end(int moe_layer) override {
+  Status send(int /*moe_layer*/) override {
     StepBuffers& b = s_.buffers;
-    for (Status s : {cuda_call("cudaMemcpyAsync (hybrid ids)", cudaMemcpyAsync(s_.host_ids.as<int>(), b.ids.data(),
+    for (Status s : {cuda_call("cudaEventCreateWithFlags", cudaEventCreateWithFlags(&inputs_sent_, cudaEventDisableTiming)),
+                     cuda_call("cudaMemcpyAsync (hybrid ids)", cudaMemcpyAsync(s_.host_ids.as<int>(), b.ids.data(),
                                                                                s_.host_ids.bytes(), cudaMemcpyDeviceToHost, s_.stream)),
                      cuda_call("cudaMemcpyAsync (hybrid input)", cudaMemcpyAsync(s_.host_h.as<float>(), b.h.data(),
                                                                                  s_.host_h.bytes(), cudaMemcpyDeviceToHost, s_.stream)),
-                     close(moe_layer), begin(),
+                     cuda_call("cudaEventRecordWithFlags (hybrid inputs sent)",
+                               cudaEventRecordWithFlags(inputs_sent_, s_.stream, cudaEventRecordExternal))}) {
+      if (!s) return s;
+    }
+    return Ok{};
+  }
+  Status end(int moe_layer) override {
+    StepBuffers& b = s_.buffers;
+    for (Status s : {close(moe_layer), begin(),
                      cuda_call("cudaMemcpyAsync (hybrid rows)", cudaMemcpyAsync(b.host_rows.data(), s_.host_rows.as<float>(),
                                                                                 s_.host_rows.bytes(), cudaMemcpyHostToDevice, s_.stream))}) {
       if (!s) return s;
@@ -181,8 +195,13 @@ class CudaDecoder::State::CaptureSegments final : public StepSegments {
     return Ok{};
   }
 
+  ~CaptureSegments() override {
+    if (inputs_sent_) cudaEventDestroy(inputs_sent_);  // a capture that failed between send() and end()
+  }
+
  private:
   State& s_;
+  cudaEvent_t inputs_sent_ = nullptr;
 };
 
 bool CudaDecoder::State::hybrid() const {
@@ -318,16 +337,18 @@ Status CudaDecoder::State::run_step(gpu::HostExperts* host) {
   for (const Segment& segment : segments) {
     if (Status s = cuda_call("cudaGraphLaunch (decoder step)", cudaGraphLaunch(segment.exec, stream)); !s) return s;
     if (segment.host_layer < 0) continue;
-    if (Status s = run_host_experts(segment.host_layer, host); !s) return s;
+    if (Status s = run_host_experts(segment, host); !s) return s;
   }
   return Ok{};
 }
 
 // A hybrid layer's choices without a VRAM slot, computed by the host into
-// the pinned rows the next segment copies up (after waiting for this one).
-Status CudaDecoder::State::run_host_experts(int moe_layer, gpu::HostExperts* host) {
+// the pinned rows the next segment copies up, once the segment has sent
+// the layer's ids and input (the device's own experts go on meanwhile).
+Status CudaDecoder::State::run_host_experts(const Segment& segment, gpu::HostExperts* host) {
+  const int moe_layer = segment.host_layer;
   if (!host) return make_error("MoE layer " + std::to_string(moe_layer) + " has experts outside VRAM but no host expert store");
-  if (Status s = cuda_call("cudaStreamSynchronize (hybrid layer)", cudaStreamSynchronize(stream)); !s) return s;
+  if (Status s = cuda_call("cudaEventSynchronize (hybrid inputs)", cudaEventSynchronize(segment.inputs_sent)); !s) return s;
   const std::size_t k = model.config->num_experts_per_tok;
   const std::span<const int> ids(host_ids.as<int>(), k);
   const std::vector<int>& slots = weights.experts.slot_of[static_cast<std::size_t>(moe_layer)];
@@ -394,19 +415,27 @@ Result<std::unique_ptr<CudaDecoder>> CudaDecoder::create(int device_index, const
                    state->host_rows.allocate(c.num_experts_per_tok * c.hidden_size * sizeof(float))}) {
     if (!s) return s.error();
   }
-  if (Status s = state->capture(); !s) return s.error();
+  std::size_t free_before_launch = 0, free_after_launch = 0;
+  for (Status s : {cuda_call("cudaMemGetInfo", cudaMemGetInfo(&free_before_launch, &total)), state->capture(),
+                   cuda_call("cudaMemGetInfo", cudaMemGetInfo(&free_after_launch, &total))}) {
+    if (!s) return s.error();
+  }
   state->timer = KernelTimer::from_environment(state->stream);
   gpu::DecoderMemory& m = state->memory;
   m.dense = state->weights.dense.bytes();
   m.experts = state->weights.experts.bytes();
   m.kv_cache = state->buffers.kv.bytes();
   m.activations = state->buffers.activation_bytes() + state->batch.bytes() + state->weights.experts.slot_tables.bytes();
+  m.page_rounding = page_rounding(state->weights.dense.bytes()) + state->weights.experts.page_rounding() +
+                    state->buffers.page_rounding() + state->batch.page_rounding();
   m.host_visible = state->input.bytes() + state->positions.bytes() + state->logits.bytes() + state->counts.bytes() +
                    state->host_ids.bytes() + state->host_h.bytes() + state->host_rows.bytes();
   state->routing.assign(moe_layers, std::vector<std::uint64_t>(c.num_experts, 0));
   std::size_t free_after = 0;
   if (Status s = cuda_call("cudaMemGetInfo", cudaMemGetInfo(&free_after, &total)); !s) return s.error();
   m.device_measured = free_before > free_after ? free_before - free_after : 0;
+  m.launch_measured = free_before_launch > free_after_launch ? free_before_launch - free_after_launch : 0;
+  m.graph_segments = static_cast<int>(state->segments.size()) + 1;  // the step's and the head's
   return std::unique_ptr<CudaDecoder>(new CudaDecoder(std::move(state)));
 }
 

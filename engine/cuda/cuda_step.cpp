@@ -113,16 +113,18 @@ Status moe_block(Recorder& r, const model::ModelConfig& c, const CudaWeights& we
                        hybrid ? at<int>(b.ids) : nullptr, at<unsigned>(b.counts, moe * experts), experts, top_k,
                        c.router_normalization != model::RouterNormalization::SoftmaxTopK};
   if (Status s = norm_and_route(r, c, w, b, route); !s) return s;
-  // The host computes the choices without a VRAM slot between two segments.
+  // The host computes the choices without a VRAM slot while the device
+  // runs its own; their rows are added once both are done.
   if (hybrid) {
-    if (Status s = segments.end(w.moe); !s) return s;
+    if (Status s = segments.send(w.moe); !s) return s;
   }
   if (w.has_shared) {
     if (Status s = mlp_block(r, w, b); !s) return s;
     if (Status s = matvec(r, w.shared_gate, at(b.h), at(b.shared_gate), nullptr, false, b.h8); !s) return s;
   }
   const k::Experts e{weights.experts.layout, at<const std::uint8_t>(weights.experts.slabs[moe]),
-                     weights.experts.slot_counts[moe], choices, top_k, hybrid ? at<const float>(b.host_rows) : nullptr};
+                     weights.experts.slot_counts[moe], choices, top_k, hybrid ? at<const float>(b.host_rows) : nullptr,
+                     hybrid};
   const float* shared = w.has_shared ? at(b.shared_out) : nullptr;
   const float* shared_gate = w.has_shared ? at(b.shared_gate) : nullptr;
   const bool int8 = b.h8.on() && b.act8.on() && k::experts_q8_fit(e.layout);
@@ -131,7 +133,9 @@ Status moe_block(Recorder& r, const model::ModelConfig& c, const CudaWeights& we
   if (Status s = r.check(kernel_name("expert_gate_up", e.layout.format, int8), gate_up); !s) return s;
   const int down = int8 ? k::expert_down_add_q8(r.stream(), e, b.act8, shared, shared_gate, at(b.x))
                         : k::expert_down_add(r.stream(), e, at(b.act), shared, shared_gate, at(b.x));
-  return r.check(kernel_name("expert_down_add", e.layout.format, int8), down);
+  if (Status s = r.check(kernel_name("expert_down_add", e.layout.format, int8), down); !s || !hybrid) return s;
+  if (Status s = segments.end(w.moe); !s) return s;
+  return r.check("add_host_rows", k::add_host_rows(r.stream(), e, at(b.x)));
 }
 
 }  // namespace
@@ -169,6 +173,16 @@ std::uint64_t StepBuffers::activation_bytes() const {
                                 &shared_gate, &final_h, &logits, &position, &choices, &counts, &ids, &host_rows, &rope,
                                 &arrivals, &h_q, &attn_q, &act_q}) {
     sum += d->bytes();
+  }
+  return sum;
+}
+
+std::uint64_t StepBuffers::page_rounding() const {
+  std::uint64_t sum = cuda::page_rounding(kv.bytes());
+  for (const DeviceBuffer* d : {&x, &h, &q, &k, &v, &attn, &scores, &mlp_a, &router_logits, &act, &shared_out,
+                                &shared_gate, &final_h, &logits, &position, &choices, &counts, &ids, &host_rows, &rope,
+                                &arrivals, &h_q, &attn_q, &act_q}) {
+    sum += cuda::page_rounding(d->bytes());
   }
   return sum;
 }

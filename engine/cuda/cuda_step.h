@@ -28,6 +28,7 @@ struct StepBuffers {
   // its consumers with q8_row or q4_g64 weights then take the int8 kernels.
   kernels::cuda::decoder::Q8Activations h8, attn8, act8;
   std::uint64_t activation_bytes() const;
+  std::uint64_t page_rounding() const;  // cuda_layout.h's page_rounding over every buffer, kv too
 };
 
 // Errors name the CUDA allocation that failed. `int8_activations` false
@@ -37,10 +38,14 @@ Result<StepBuffers> make_step_buffers(const model::ModelConfig& c, const CudaWei
 
 // Where a hybrid MoE layer (experts outside VRAM) hands over to the host:
 // after its routing (ids in StepBuffers::ids, input in h) the step calls
-// end(); the host's rows must be in host_rows before the experts run.
+// send(), then launches the device's own experts (and the shared one), then
+// end(); the host computes its experts in between, at the same time as
+// the device, and its rows must be in host_rows when the next piece begins
+// (add_host_rows adds them).
 class StepSegments {
  public:
   virtual ~StepSegments() = default;
+  virtual Status send(int /*moe_layer*/) { return Ok{}; }
   virtual Status end(int moe_layer) = 0;
 };
 

@@ -174,7 +174,10 @@ int norm_route(Stream stream, const NormRoute& r);
 // expert format: f32, q8_row, q4_g64). A choice whose slot is outside the
 // slab is the host's when `host_rows` is given (a hybrid layer: its output
 // row, [k][hidden], computed by the host), else its output is NaN (wrong
-// output that shows, never a read outside the slab).
+// output that shows, never a read outside the slab). host_later: the
+// host's rows are not there yet: the down projection leaves them out and
+// add_host_rows() adds them once they are (the device's experts run while
+// the host computes its own).
 struct Experts {
   ExpertRecordLayout layout;
   const std::uint8_t* slab = nullptr;
@@ -182,6 +185,7 @@ struct Experts {
   const ExpertChoice* choices = nullptr;
   int k = 0;
   const float* host_rows = nullptr;
+  bool host_later = false;
 };
 // act[e][j] = silu(gate_e x)[j] * (up_e x)[j] (choices on the device)
 int expert_gate_up(Stream stream, const Experts& e, const float* x, float* act);
@@ -192,6 +196,9 @@ int expert_gate_up(Stream stream, const Experts& e, const float* x, float* act);
 // shared_gate null means the shared expert is added with weight 1.
 int expert_down_add(Stream stream, const Experts& e, const float* act, const float* shared, const float* shared_gate,
                     float* x);
+// x[r] += sum over the host's choices (no VRAM slot), in routing order, of
+// weight_e host_rows[e][r]: a hybrid layer's second half (host_later).
+int add_host_rows(Stream stream, const Experts& e, float* x);
 // The same on int8 activations: gate/up read x's int8 copy and write act
 // and its int8 copy act_q (float[k][width] and its blocks), which down reads.
 // For experts_q8_fit(layout) only.

@@ -78,7 +78,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
     const ExpertChoice choice = e.choices[i];
     const std::uint8_t* record = record_of(e, choice.slot);
     if (record == nullptr && e.host_rows != nullptr) {
-      host_sum += choice.weight * e.host_rows[static_cast<std::size_t>(i) * l.hidden + row];
+      if (!e.host_later) host_sum += choice.weight * e.host_rows[static_cast<std::size_t>(i) * l.hidden + row];
       continue;
     }
     if (record == nullptr) {
@@ -190,6 +190,24 @@ int swiglu_q8(Stream stream, const Matrix& gate, const Matrix& up, Q8Activations
 
 int expert_gate_up(Stream stream, const Experts& e, const float* x, float* act) {
   for_format<GateUpLaunch>(e.layout.format, stream_of(stream), e, x, act);
+  return static_cast<int>(cudaGetLastError());
+}
+
+__global__ void add_host_rows_kernel(Experts e, float* x) {
+  const int row = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (row >= e.layout.hidden) return;
+  float sum = 0;
+  for (int i = 0; i < e.k; ++i) {
+    const ExpertChoice choice = e.choices[i];
+    if (record_of(e, choice.slot) == nullptr) sum += choice.weight * e.host_rows[static_cast<std::size_t>(i) * e.layout.hidden + row];
+  }
+  x[row] += sum;
+}
+
+int add_host_rows(Stream stream, const Experts& e, float* x) {
+  if (e.host_rows == nullptr || e.k < 1 || e.layout.hidden < 1) return static_cast<int>(cudaErrorInvalidValue);
+  constexpr int kThreads = 256;
+  add_host_rows_kernel<<<(e.layout.hidden + kThreads - 1) / kThreads, kThreads, 0, stream_of(stream)>>>(e, x);
   return static_cast<int>(cudaGetLastError());
 }
 

@@ -80,7 +80,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
       sum = detail::quiet_nan();
       break;
     }
-    sum += choice.weight * e.host_rows[static_cast<std::size_t>(i) * l.hidden + row];
+    if (!e.host_later) sum += choice.weight * e.host_rows[static_cast<std::size_t>(i) * l.hidden + row];
   }
   if (shared != nullptr) {
     const float gate = shared_gate != nullptr ? 1.0f / (1.0f + expf(-shared_gate[0])) : 1.0f;

@@ -225,7 +225,9 @@ TEST(CudaDecoderKernels, AttentionMergesChunksOverALongContext) {
 }
 
 // f32 experts, k = 3 with the second choice the host's (slot -1, its row
-// given): x += sum_e w_e y_e + sigmoid(g) * shared, in routing order.
+// given): x += sum_e w_e y_e + sigmoid(g) * shared, in routing order; the
+// same when the host's rows come later (host_later: the down projection
+// leaves them out, add_host_rows adds them).
 TEST(CudaDecoderKernels, ExpertsAddDeviceAndHostRowsToTheResidual) {
   REQUIRE_CUDA();
   std::mt19937 rng(12);
@@ -248,13 +250,20 @@ TEST(CudaDecoderKernels, ExpertsAddDeviceAndHostRowsToTheResidual) {
   DeviceBuffer dslab = device_copy(slab), dx = device_copy(x), dres = device_copy(residual), drows = device_copy(host_rows);
   DeviceBuffer dshared = device_copy(shared), dgate = device_copy(gate), dchoices = device_copy(choices);
   DeviceBuffer act = device_copy(std::vector<float>(static_cast<std::size_t>(k) * width));
-  const dk::Experts e{layout, static_cast<std::uint8_t*>(dslab.data()), slots, static_cast<ExpertChoice*>(dchoices.data()), k,
-                      static_cast<float*>(drows.data())};
-  ASSERT_EQ(dk::expert_gate_up(nullptr, e, static_cast<float*>(dx.data()), static_cast<float*>(act.data())), 0);
-  ASSERT_EQ(dk::expert_down_add(nullptr, e, static_cast<float*>(act.data()), static_cast<float*>(dshared.data()),
-                                static_cast<float*>(dgate.data()), static_cast<float*>(dres.data())),
-            0);
-  const std::vector<float> got = host_copy<float>(dres, hidden);
+  DeviceBuffer dres_later = device_copy(residual);
+  for (bool later : {false, true}) {
+    const dk::Experts e{layout, static_cast<std::uint8_t*>(dslab.data()), slots, static_cast<ExpertChoice*>(dchoices.data()),
+                        k, static_cast<float*>(drows.data()), later};
+    auto* out = static_cast<float*>((later ? dres_later : dres).data());
+    ASSERT_EQ(dk::expert_gate_up(nullptr, e, static_cast<float*>(dx.data()), static_cast<float*>(act.data())), 0);
+    ASSERT_EQ(dk::expert_down_add(nullptr, e, static_cast<float*>(act.data()), static_cast<float*>(dshared.data()),
+                                  static_cast<float*>(dgate.data()), out),
+              0);
+    if (later) {
+      ASSERT_EQ(dk::add_host_rows(nullptr, e, out), 0);
+    }
+  }
+  const std::vector<float> got = host_copy<float>(dres, hidden), got_later = host_copy<float>(dres_later, hidden);
   auto w = [&](int slot, int matrix, int r, int c, int cols) {
     return static_cast<double>(slab[(static_cast<std::size_t>(slot) * 3 * part + matrix * part) / 4 + static_cast<std::size_t>(r) * cols + c]);
   };
@@ -280,7 +289,10 @@ TEST(CudaDecoderKernels, ExpertsAddDeviceAndHostRowsToTheResidual) {
     for (int r = 0; r < hidden; ++r) expected[r] += choices[i].weight * y[r];
   }
   for (int r = 0; r < hidden; ++r) expected[r] += 1 / (1 + std::exp(-0.3)) * shared[r];
-  for (int r = 0; r < hidden; ++r) EXPECT_NEAR(got[r], expected[r], 1e-4) << "row " << r;
+  for (int r = 0; r < hidden; ++r) {
+    EXPECT_NEAR(got[r], expected[r], 1e-4) << "row " << r;
+    EXPECT_NEAR(got_later[r], expected[r], 1e-4) << "row " << r << ", the host's rows added later";
+  }
 }
 
 }  // namespace

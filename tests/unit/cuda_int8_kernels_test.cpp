@@ -287,7 +287,15 @@ TEST(CudaInt8Kernels, ExpertsMatchTheDequantisedProducts) {
     ASSERT_EQ(dk::expert_down_add_q8(nullptr, e, act_q.view(), static_cast<float*>(dshared.data()),
                                      static_cast<float*>(dgate.data()), static_cast<float*>(dres.data())),
               0);
-    const std::vector<float> got = host_copy<float>(dres, hidden);
+    // The same with the host's rows added later (host_later, then add_host_rows).
+    DeviceBuffer dres_later = device_copy(residual);
+    dk::Experts later = e;
+    later.host_later = true;
+    ASSERT_EQ(dk::expert_down_add_q8(nullptr, later, act_q.view(), static_cast<float*>(dshared.data()),
+                                     static_cast<float*>(dgate.data()), static_cast<float*>(dres_later.data())),
+              0);
+    ASSERT_EQ(dk::add_host_rows(nullptr, later, static_cast<float*>(dres_later.data())), 0);
+    const std::vector<float> got = host_copy<float>(dres, hidden), got_later = host_copy<float>(dres_later, hidden);
     for (int r = 0; r < hidden; ++r) {
       double expected = residual[r] + 1 / (1 + std::exp(-0.3)) * shared[r], sum_abs = std::fabs(expected);
       for (int i = 0; i < k; ++i) {
@@ -304,6 +312,7 @@ TEST(CudaInt8Kernels, ExpertsMatchTheDequantisedProducts) {
         }
       }
       EXPECT_NEAR(got[r], expected, float_sum_tolerance(k * width, sum_abs) + 1e-6) << "row " << r;
+      EXPECT_NEAR(got_later[r], expected, float_sum_tolerance(k * width, sum_abs) + 1e-6) << "row " << r << ", later";
     }
   }
 }
