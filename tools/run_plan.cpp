@@ -210,9 +210,14 @@ bool print_plan_vs_actual(const planner::PlanFile& file, const runtime::ModelSta
     row("VRAM expert slots", line_bytes({"expert tier: VRAM slots"}), g.expert_bytes);
     row("VRAM KV cache", line_bytes({"GPU KV cache"}), g.kv_cache_bytes);
     row("VRAM activations", line_bytes({"GPU activations"}), g.activation_bytes);
+    if (stats.backend == "cuda") row("VRAM large-page rounding", line_bytes({"GPU large-page rounding"}), g.page_rounding_bytes);
     const std::uint64_t planned_vram = plan.memory.total(planner::Tier::vram) - plan.gpu.vram_reserve_bytes;
     row("VRAM (without the reserve)", planned_vram, g.vram_bytes());
-    if (g.device_measured_bytes > 0) row("VRAM used on the device", planned_vram, g.device_measured_bytes);
+    if (g.device_measured_bytes > 0) {
+      row("VRAM used on the device", planned_vram, g.device_measured_bytes);
+      std::fprintf(stderr, "    of which kernel modules and %d CUDA graph(s): %s (the device's count across the warm-up and capture)\n",
+                   g.graph_segments, format_bytes(g.launch_measured_bytes).c_str());
+    }
     row("host-visible buffers", line_bytes({"GPU host-visible buffers"}), g.host_visible_bytes);
   }
   if (stats.rss_watchdog_limit == 0) {

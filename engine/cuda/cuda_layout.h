@@ -6,7 +6,9 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
+#include <numeric>
 
 #include "coli/model/model_config.h"
 
@@ -29,6 +31,21 @@ inline u64 load_buffer_bytes(u64 record_stride, u64 most_vram_experts_in_a_layer
   return std::max(experts, largest_dense_matrix) + widened_norms;
 }
 
+// The CUDA driver backs an allocation of a large page (2 MiB) or more with
+// whole large pages; smaller ones share pages. Measured on the H200 (CUDA
+// 13): an expert slab of 35.7 MiB took 36 MiB of the device's own count.
+// The decoder reports, and the plan prices, what its buffers round up by.
+inline constexpr u64 kDeviceLargePage = 2ull << 20;
+inline u64 page_rounding(u64 allocation) {
+  if (allocation < kDeviceLargePage) return 0;
+  return (allocation + kDeviceLargePage - 1) / kDeviceLargePage * kDeviceLargePage - allocation;
+}
+template <std::size_t N>
+u64 page_rounding(const std::array<u64, N>& allocations) {
+  return std::accumulate(allocations.begin(), allocations.end(), u64{0},
+                         [](u64 sum, u64 bytes) { return sum + page_rounding(bytes); });
+}
+
 // Attention's split over positions (kernels/cuda/decoder_kernels.h has the
 // kernels' copy; cuda_step.cpp checks that the two agree).
 inline constexpr u64 kLayoutAttentionChunk = 32;
@@ -47,10 +64,15 @@ inline u64 mlp_width_of(const model::ModelConfig& c) {
 struct StepBufferBytes {
   u64 x, h, q, k, v, attn, scores, mlp_a, router_logits, act, shared_out, shared_gate, final_h, logits, position,
       choices, counts, ids, host_rows, rope, arrivals, h_q, attn_q, act_q, kv;
-  u64 activations() const {  // everything but the KV cache
-    return x + h + q + k + v + attn + scores + mlp_a + router_logits + act + shared_out + shared_gate + final_h + logits +
-           position + choices + counts + ids + host_rows + rope + arrivals + h_q + attn_q + act_q;
+  std::array<u64, 25> all() const {  // one allocation each
+    return {x, h, q, k, v, attn, scores, mlp_a, router_logits, act, shared_out, shared_gate, final_h,
+            logits, position, choices, counts, ids, host_rows, rope, arrivals, h_q, attn_q, act_q, kv};
   }
+  u64 activations() const {  // everything but the KV cache
+    const std::array<u64, 25> a = all();
+    return std::accumulate(a.begin(), a.end(), u64{0}) - kv;
+  }
+  u64 rounding() const;  // page_rounding over all(), below
 };
 
 // The int8 copy of n activations (kernels/cuda/decoder_kernels.h's
@@ -91,6 +113,8 @@ inline StepBufferBytes step_buffer_bytes(const model::ModelConfig& c, u64 moe_la
   return b;
 }
 
+inline u64 StepBufferBytes::rounding() const { return page_rounding(all()); }
+
 // Bytes of each prefill batch buffer (engine/cuda/cuda_prefill.h's
 // BatchBuffers): `batch` tokens' rows of every activation, the batch's
 // expert choices grouped by slot, and one row per choice for the experts'
@@ -102,9 +126,13 @@ inline StepBufferBytes step_buffer_bytes(const model::ModelConfig& c, u64 moe_la
 struct BatchBufferBytes {
   u64 x, h, h_half, q, k, v, attn, attn_half, mlp_a, shared_out, shared_gate, router_logits, choices, offsets, order,
       act, rows;
+  std::array<u64, 17> all() const {  // one allocation each
+    return {x, h, h_half, q, k, v, attn, attn_half, mlp_a, shared_out, shared_gate, router_logits, choices, offsets, order,
+            act, rows};
+  }
   u64 total() const {
-    return x + h + h_half + q + k + v + attn + attn_half + mlp_a + shared_out + shared_gate + router_logits + choices +
-           offsets + order + act + rows;
+    const std::array<u64, 17> a = all();
+    return std::accumulate(a.begin(), a.end(), u64{0});
   }
 };
 

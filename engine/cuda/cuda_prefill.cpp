@@ -174,12 +174,20 @@ Status BatchLayer::moe(const CudaLayer& l) {
 
 }  // namespace
 
+std::array<const DeviceBuffer*, 17> BatchBuffers::all() const {
+  return {&x, &h, &h_half, &q, &k, &v, &attn, &attn_half, &mlp_a, &shared_out, &shared_gate, &router_logits, &choices,
+          &offsets, &order, &act, &rows};
+}
+
 std::uint64_t BatchBuffers::bytes() const {
   std::uint64_t sum = 0;
-  for (const DeviceBuffer* d : {&x, &h, &h_half, &q, &k, &v, &attn, &attn_half, &mlp_a, &shared_out, &shared_gate, &router_logits, &choices,
-                                &offsets, &order, &act, &rows}) {
-    sum += d->bytes();
-  }
+  for (const DeviceBuffer* d : all()) sum += d->bytes();
+  return sum;
+}
+
+std::uint64_t BatchBuffers::page_rounding() const {
+  std::uint64_t sum = 0;
+  for (const DeviceBuffer* d : all()) sum += cuda::page_rounding(d->bytes());
   return sum;
 }
 

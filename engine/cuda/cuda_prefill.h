@@ -6,6 +6,7 @@
 // plans prefill token by token through the decode graph.
 #pragma once
 
+#include <array>
 #include <map>
 #include <string>
 
@@ -18,7 +19,9 @@ struct BatchBuffers {
   DeviceBuffer x, h, h_half, q, k, v, attn, attn_half, mlp_a, shared_out, shared_gate, router_logits, choices, offsets,
       order, act, rows;
   int tokens = 0;  // the most one batch takes; 0: no batched prefill
+  std::array<const DeviceBuffer*, 17> all() const;
   std::uint64_t bytes() const;
+  std::uint64_t page_rounding() const;  // cuda_layout.h's page_rounding over every buffer
 };
 
 // Errors name the allocation that failed; `tokens` < 2 or a hybrid plan

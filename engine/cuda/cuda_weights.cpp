@@ -227,6 +227,12 @@ std::uint64_t CudaExperts::bytes() const {
   return sum;
 }
 
+std::uint64_t CudaExperts::page_rounding() const {
+  std::uint64_t sum = cuda::page_rounding(slot_tables.bytes());
+  for (const DeviceBuffer& slab : slabs) sum += cuda::page_rounding(slab.bytes());
+  return sum;
+}
+
 Result<CudaWeights> upload_cuda_weights(const gpu::DecoderModel& model) {
   DenseGatherer g(model);
   CudaWeights out;

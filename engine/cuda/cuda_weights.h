@@ -42,6 +42,7 @@ struct CudaExperts {
   std::vector<int> slot_counts;        // per MoE layer
   std::vector<std::vector<int>> slot_of;  // host copy of the tables (-1: the host computes that expert)
   std::uint64_t bytes() const;
+  std::uint64_t page_rounding() const;  // cuda_layout.h's, over the slabs and the slot tables
 };
 
 struct CudaWeights {

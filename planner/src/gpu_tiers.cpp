@@ -100,6 +100,15 @@ void add_cuda_decoder_lines(GpuTier& tier, const ModelFootprint& fp, const GpuTi
                             (batch > 0 ? format_bytes(batch) + " for prefill batches of " + n(batch_tokens) + " tokens"
                                        : std::string("no prefill batch (") + (hybrid ? "hybrid: " : "") +
                                              "prompts run token by token)")});
+  u64 slabs_rounding = 0;
+  for (int slots : tier.vram_experts) slabs_rounding += cuda::page_rounding(static_cast<u64>(slots) * fp.expert().record_stride);
+  const u64 rounding = cuda::page_rounding(fp.gpu_dense_bytes) + slabs_rounding + step.rounding() +
+                       cuda::page_rounding(cuda::batch_buffer_bytes(c, batch_tokens, hybrid).all()) +
+                       cuda::page_rounding(cuda::slot_table_bytes(c, moe_layers));
+  tier.lines.push_back({"GPU large-page rounding", Tier::vram, rounding,
+                        "each buffer of 2 MiB or more takes whole 2 MiB pages: dense weights, " +
+                            n(static_cast<u64>(tier.vram_experts.size())) + " expert slabs (" +
+                            format_bytes(slabs_rounding) + "), KV cache, activations"});
   const u64 load = cuda::load_buffer_bytes(fp.expert().record_stride,
                                           tier.vram_experts.empty() ? 0 : static_cast<u64>(*std::max_element(tier.vram_experts.begin(), tier.vram_experts.end())),
                                           fp.largest_gpu_dense_matrix_bytes, fp.norm_f32_copy_bytes);
@@ -275,10 +284,12 @@ Status fill_tier(GpuTier& tier, const ModelFootprint& fp, const GpuTierRequest& 
     return make_error(tier.device.gpu.describe() + ": " + format_bytes(budget) + " of VRAM (" + source + ") holds no expert of " +
                       format_bytes(vram_slot) + " beside its " + format_bytes(fixed) + " reserve: use --gpu none");
   }
-  place(tier, fp, request, static_cast<int>(std::min(fits, all)));
-  // An all-VRAM plan also holds the prefill batch's buffers (hybrid plans
-  // prefill token by token); where they do not fit too, one expert stays out.
-  if (fits >= all && all > 0 && tier_vram(tier) > budget) place(tier, fp, request, static_cast<int>(all - 1));
+  int slots = static_cast<int>(std::min(fits, all));
+  place(tier, fp, request, slots);
+  // What grows with the slots beyond them: an all-VRAM plan's prefill batch
+  // buffers (hybrid plans prefill token by token) and the slabs' large-page
+  // rounding (CUDA). Where those do not fit too, experts stay out.
+  while (slots > 1 && tier_vram(tier) > budget) place(tier, fp, request, --slots);
   tier.reason = (request.gpu == "auto" ? "auto: " : "--gpu " + request.gpu + ": ") + tier.device.gpu.describe() + " (" +
                 request.backend.name + "), " + n(static_cast<u64>(tier.vram_slots())) + " of " + n(all) +
                 " experts in VRAM (" + source + "); " + tier.share_inputs;

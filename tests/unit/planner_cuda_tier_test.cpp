@@ -230,6 +230,30 @@ TEST(PlannerCudaTier, VramLimitShrinksTheTierAndTheRestRunsOnTheCpu) {
   EXPECT_GT(host_cache, 0u) << "a host expert cache for the experts outside VRAM";
 }
 
+// Buffers of a large page (2 MiB) or more take whole pages on the device:
+// the plan prices what each of the decoder's buffers rounds up by (a
+// hybrid plan's expert slabs are rarely whole pages), and still fits.
+TEST(PlannerCudaTier, LargePageRoundingIsPricedPerBuffer) {
+  constexpr std::uint64_t kMiB = 1ull << 20;
+  EXPECT_EQ(cuda::page_rounding(kMiB), 0u) << "below a large page: it shares pages";
+  EXPECT_EQ(cuda::page_rounding(4 * kMiB), 0u);
+  EXPECT_EQ(cuda::page_rounding(4 * kMiB + 1), 2 * kMiB - 1);
+  const ModelFootprint fp = qwen3();
+  PlanRequest request = cuda_request("0");
+  request.vram = 8 * kGiB;
+  auto plan = make_plan(h200(), fp, request);
+  ASSERT_TRUE(plan.ok()) << plan.error().message;
+  const model::ModelConfig& c = fp.config;
+  std::uint64_t expected = cuda::page_rounding(fp.gpu_dense_bytes) +
+                           cuda::page_rounding(cuda::slot_table_bytes(c, fp.moe_layer_count())) +
+                           cuda::step_buffer_bytes(c, fp.moe_layer_count(), c.vocab_size, static_cast<std::uint64_t>(plan->ctx)).rounding();
+  std::uint64_t slabs = 0;
+  for (int slots : plan->gpu.vram_experts) slabs += cuda::page_rounding(static_cast<std::uint64_t>(slots) * fp.expert().record_stride);
+  EXPECT_GT(slabs, 0u) << "the hybrid slabs are not whole pages here";
+  EXPECT_EQ(plan->memory.find("GPU large-page rounding")->bytes, expected + slabs);
+  EXPECT_LE(plan->memory.total(Tier::vram), 8 * kGiB);
+}
+
 // A budget that holds every expert but not also the prefill batch an
 // all-VRAM plan brings: one expert stays out (a hybrid plan, which prefills
 // token by token), and the plan still fits.

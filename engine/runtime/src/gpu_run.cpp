@@ -160,8 +160,11 @@ GpuMemoryStats GpuRun::memory() const {
   out.expert_bytes = m.experts;
   out.kv_cache_bytes = m.kv_cache;
   out.activation_bytes = m.activations;
+  out.page_rounding_bytes = m.page_rounding;
   out.host_visible_bytes = m.host_visible;
   out.device_measured_bytes = m.device_measured;
+  out.launch_measured_bytes = m.launch_measured;
+  out.graph_segments = m.graph_segments;
   out.kernels = state_->decoder->kernel_names();
   return out;
 }

@@ -60,12 +60,19 @@ struct DecoderMemory {
   std::uint64_t experts = 0;      // expert slots of every MoE layer
   std::uint64_t kv_cache = 0;
   std::uint64_t activations = 0;  // per-batch scratch, rope table, slot tables
+  std::uint64_t page_rounding = 0;  // what the driver's large pages add to the allocations above (CUDA)
   std::uint64_t host_visible = 0; // mapped or pinned host memory: staging, per-call input/output, routing
   // The device's used memory grown while the decoder was made (CUDA:
   // cudaMemGetInfo, so allocation rounding, graphs and modules included);
   // 0 = not measured (Vulkan).
   std::uint64_t device_measured = 0;
-  std::uint64_t vram() const { return dense + experts + kv_cache + activations; }
+  // Of device_measured: what the warm-up launches and the capture grew it
+  // by (kernel modules loaded at first use, their local memory, the graph
+  // executables), and the graphs' count (the head's, and the step's: one,
+  // or one per hybrid layer + 1).
+  std::uint64_t launch_measured = 0;
+  int graph_segments = 0;
+  std::uint64_t vram() const { return dense + experts + kv_cache + activations + page_rounding; }
 };
 
 // The whole decoder on one GPU. Made by a backend's create() (VulkanDecoder,

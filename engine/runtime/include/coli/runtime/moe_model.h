@@ -109,10 +109,15 @@ struct GpuMemoryStats {
   std::uint64_t expert_bytes = 0;
   std::uint64_t kv_cache_bytes = 0;
   std::uint64_t activation_bytes = 0;
+  std::uint64_t page_rounding_bytes = 0;  // gpu::DecoderMemory::page_rounding
   std::uint64_t host_visible_bytes = 0;  // mapped host memory (staging ring, input/output): RSS too
   std::uint64_t device_measured_bytes = 0;  // gpu::DecoderMemory::device_measured (0: not measured)
+  std::uint64_t launch_measured_bytes = 0;  // gpu::DecoderMemory::launch_measured, with graph_segments graphs
+  int graph_segments = 0;
   std::vector<std::string> kernels;
-  std::uint64_t vram_bytes() const { return dense_bytes + expert_bytes + kv_cache_bytes + activation_bytes; }
+  std::uint64_t vram_bytes() const {
+    return dense_bytes + expert_bytes + kv_cache_bytes + activation_bytes + page_rounding_bytes;
+  }
 };
 
 struct ModelStats {
