@@ -20,13 +20,18 @@
 #    medians and min-max over the rounds, coli / llama.cpp, and coli int4's
 #    decode bandwidth bound (bytes per token at depth 0 / coli-probe's read
 #    bandwidth at THREADS) with the fraction achieved.
+# --gpu: both engines all on the GPU (llama-bench -ngl 99 -fa 1, coli-speed-bench
+# --backend cuda); --ncmoe 4,8,12 adds hybrid Q4_0/int4 pairs at equal expert
+# VRAM: llama.cpp -ncmoe N (the experts of N whole layers on the CPU) against
+# coli --vram-share (L - N) / L (that share of every layer's experts in VRAM,
+# chosen per expert), L the checkpoint's layers.
 # Converted files are kept in --work and reused by the next call (--reconvert
 # redoes them); OUT_DIR gets side_by_side.md, side_by_side.json, the raw
 # JSON of every round (raw/) and the conversion log.
 #
 # usage: tools/bench/llama_side_by_side.sh LLAMA_BUILD_DIR LLAMA_SRC_DIR OUT_DIR [--threads N] [--depths 0,512,4096]
 #          [--rounds 3] [--shape olmoe-1b-7b|olmoe-4-layers|small] [-p 512] [-n 64] [--work DIR] [--coli-build DIR]
-#          [--bandwidth GB/S] [--reconvert] [--skip-build] [--convert-only]
+#          [--bandwidth GB/S] [--reconvert] [--skip-build] [--convert-only] [--gpu] [--ncmoe 4,8,12]
 set -euo pipefail
 usage() { sed -n '/^# usage:/,/^set /p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 2; }
 [[ $# -ge 3 ]] || usage
@@ -36,7 +41,7 @@ shift 3
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 threads=$(nproc) depths=0,512,4096 rounds=3 shape=olmoe-1b-7b prompt=512 gen=64
-work="" coli_build="$repo/build" bandwidth="" reconvert=0 skip_build=0 convert_only=0
+work="" coli_build="$repo/build" bandwidth="" reconvert=0 skip_build=0 convert_only=0 gpu=0 ncmoe=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --threads) threads=$2; shift 2 ;;
@@ -50,6 +55,8 @@ while [[ $# -gt 0 ]]; do
     --bandwidth) bandwidth=$2; shift 2 ;;
     --reconvert) reconvert=1; shift ;;
     --skip-build) skip_build=1; shift ;;
+    --gpu) gpu=1; shift ;;
+    --ncmoe) ncmoe=$2; shift 2 ;;
     --convert-only) convert_only=1; shift ;;  # stop after converting and measuring the bandwidth (a first call)  # every converted file must already be in --work
     *) echo "llama_side_by_side.sh: unknown option $1" >&2; usage ;;
   esac
@@ -129,22 +136,37 @@ if [[ $convert_only == 1 ]]; then
   exit 0
 fi
 
-llama_round() {  # llama_round PAIR QUANT ROUND
-  local m="$work/model-$2.gguf" raw="$out/raw/llama-$1-r$3"
-  "$llama_build/bin/llama-bench" -m "$m" -p "$prompt" -n 0 -t "$threads" -r 1 -o json >"$raw-pp.json" 2>>"$log"
-  "$llama_build/bin/llama-bench" -m "$m" -p 0 -n "$gen" -d "$depths" -t "$threads" -r 1 -o json >"$raw-tg.json" 2>>"$log"
+# The pairs: NAME QUANT FORMAT N_CPU_MOE VRAM_SHARE (- for none).
+pairs=("q4 Q4_0 int4 - -" "q8 Q8_0 int8 - -")
+if [[ -n $ncmoe ]]; then
+  layers=$("$py" -c 'import json,sys; print(json.load(open(sys.argv[1]))["num_hidden_layers"])' "$hf/config.json")
+  for n in ${ncmoe//,/ }; do
+    (( n > 0 && n < layers )) || { echo "llama_side_by_side.sh: --ncmoe $n is outside 1..$((layers - 1))" >&2; exit 2; }
+    pairs+=("q4-ncmoe$n Q4_0 int4 $n $("$py" -c "print(round(($layers - $n) / $layers, 4))")")
+  done
+fi
+llama_gpu=() coli_gpu=()
+[[ $gpu == 1 ]] && llama_gpu=(-ngl 99 -fa 1) coli_gpu=(--backend cuda)
+llama_round() {  # llama_round PAIR QUANT N_CPU_MOE ROUND
+  local m="$work/model-$2.gguf" raw="$out/raw/llama-$1-r$4" extra=("${llama_gpu[@]}")
+  [[ $3 != - ]] && extra+=(-ncmoe "$3")
+  "$llama_build/bin/llama-bench" -m "$m" -p "$prompt" -n 0 -t "$threads" -r 1 "${extra[@]}" -o json >"$raw-pp.json" 2>>"$log"
+  "$llama_build/bin/llama-bench" -m "$m" -p 0 -n "$gen" -d "$depths" -t "$threads" -r 1 "${extra[@]}" -o json \
+    >"$raw-tg.json" 2>>"$log"
 }
-coli_round() {  # coli_round PAIR FORMAT ROUND
+coli_round() {  # coli_round PAIR FORMAT VRAM_SHARE ROUND
+  local extra=("${coli_gpu[@]}")
+  [[ $3 != - ]] && extra+=(--vram-share "$3")
   "$coli_build/tools/bench/coli-speed-bench" --model "$work/model-$2.coli" --threads "$threads" -p "$prompt" -n "$gen" \
-    -d "$depths" -r 1 --json "$out/raw/coli-$1-r$3.json" >>"$log" 2>&1
+    -d "$depths" -r 1 "${extra[@]}" --json "$out/raw/coli-$1-r$4.json" >>"$log" 2>&1
 }
 rm -f "$out"/raw/*.json
 for round in $(seq 1 "$rounds"); do
-  for pair in "q4 Q4_0 int4" "q8 Q8_0 int8"; do
+  for pair in "${pairs[@]}"; do
     set -- $pair
-    echo "round $round/$rounds: $2 vs $3" >&2
-    if (( round % 2 )); then llama_round $1 $2 $round; coli_round $1 $3 $round
-    else coli_round $1 $3 $round; llama_round $1 $2 $round; fi
+    echo "round $round/$rounds: $1 ($2 vs $3)" >&2
+    if (( round % 2 )); then llama_round $1 $2 $4 $round; coli_round $1 $3 $5 $round
+    else coli_round $1 $3 $5 $round; llama_round $1 $2 $4 $round; fi
   done
 done
 # llama-bench's two JSON lists per round as one.
@@ -153,6 +175,13 @@ for f in "$out"/raw/llama-*-pp.json; do
     "$f" "${f%-pp.json}-tg.json" "${f%-pp.json}.json" && rm -f "$f" "${f%-pp.json}-tg.json"
 done
 notes="shape $shape, $threads threads, $rounds interleaved round(s), -p $prompt -n $gen -d $depths; converter: $converter; "
-notes+="llama.cpp $(git -C "$llama_src" describe --tags --always 2>/dev/null || basename "$llama_src"); "
+[[ $gpu == 1 ]] && notes+="all on the GPU: llama-bench -ngl 99 -fa 1, coli-speed-bench --backend cuda ($(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)); "
+llama_version=$(cat "$llama_src/VERSION" 2>/dev/null || git -C "$llama_src" describe --tags --always 2>/dev/null || basename "$llama_src")
+notes+="llama.cpp $llama_version; "
 notes+="coli ${COLI_COMMIT:-$(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo '?')}; read bandwidth ${bandwidth} GB/s (coli-probe); $(nproc) CPUs, $(uname -m)"
-"$py" "$here/side_by_side_report.py" "$out/raw" "$out" --bandwidth "$bandwidth" --notes "$notes"
+report_pairs=""
+for pair in "${pairs[@]}"; do
+  set -- $pair
+  if [[ $4 == - ]]; then report_pairs+="$1:$2:$3,"; else report_pairs+="$1:$2 -ncmoe $4:$3 --vram-share $5,"; fi
+done
+"$py" "$here/side_by_side_report.py" "$out/raw" "$out" --pairs "${report_pairs%,}" --bandwidth "$bandwidth" --notes "$notes"

@@ -72,7 +72,7 @@ def main():
             rows.append({"test": test, "llama_cpp": a, "coli": b, "ratio": ratio})
             md.append(f"| {test} | {cell(a)} | {cell(b)} | {'-' if ratio is None else f'{ratio:.2f}x'} |")
         entry = {"pair": pair, "llama_cpp": llama_name, "coli": coli_name, "tests": rows}
-        if args.bandwidth > 0 and 0 in bytes_per_token:
+        if args.bandwidth > 0 and 0 in bytes_per_token and "-ncmoe" not in llama_name:  # no bound for hybrid pairs
             bound = args.bandwidth * 1e9 / bytes_per_token[0]
             tg0 = next((r["coli"] for r in rows if r["test"].endswith("@ d0") and r["test"].startswith("tg") and r["coli"]), None)
             entry["bound"] = {"bytes_per_token_d0": bytes_per_token[0], "tok_s": bound,
