@@ -42,7 +42,8 @@ EOF
 check "JSON: schema, planned, ranking, token check" python3 - "$work/out/sweep.json" <<'EOF'
 import json, sys
 d = json.load(open(sys.argv[1]))
-assert d["schema_version"] == 3
+assert d["schema_version"] == 4
+assert all(c["gpu"] == "cpu" and c["vram_experts"] == [] for c in d["configs"]), "no --gpu: every expert on the CPU"
 # Every configuration says what the planner predicted for it; a --quick profile has no measured
 # bandwidth, so here each says why it has no prediction (the values are checked in sweep_test).
 assert all("coli-probe" in c["predicted"]["unavailable"] for c in d["configs"]), d["configs"][0]["predicted"]
@@ -89,6 +90,48 @@ labels = [c["label"] for c in configs]
 assert not any(l.endswith("| auto") for l in labels), labels
 assert len(labels) == len(set(labels)), labels
 EOF
+
+# --gpu: the expert placements are a dimension of the grid, run on the Vulkan
+# device (lavapipe in CI; skipped without one unless COLI_REQUIRE_VULKAN=1):
+# every expert on the CPU, all in VRAM, and a budget that holds half the
+# experts split per expert and by whole layers. The budget is read off a
+# plan: the reserve (256 MiB at this size) + what else the tier holds + half
+# of the expert slots.
+if "$(dirname "$coli")/coli-plan" --profile "$work/profile.toml" --model "$work/demo.coli" --gpu 0 \
+    --gpu-backend vulkan --ctx 8 --prompt-tokens 5 --out "$work/gpu.plan" >/dev/null 2>"$work/gpu-plan.err"; then
+  half=$(python3 - "$work/gpu.plan" <<'EOF'
+import sys, tomllib
+lines = tomllib.load(open(sys.argv[1], "rb"))["memory"]["lines"]
+vram = {l["component"]: l["bytes"] for l in lines if l["tier"] == "vram"}
+slots = vram.pop("expert tier: VRAM slots")
+vram.pop("VRAM reserve")
+print((256 * 2**20 + sum(vram.values()) + slots // 2) // 1024)
+EOF
+)
+  "$sweep" --model "$work/demo.coli" --profile "$work/profile.toml" --threads 1 --caps all --pins off --kernels auto \
+    -p 5 -n 2 -d 0 --repeats 1 --gpu 0 --gpu-backend vulkan --vram "all,${half}K" --out "$work/gpu" \
+    >"$work/g.out" 2>"$work/g.err"
+  check "sweep --gpu exits 0" test $? -eq 0
+  check "sweep --gpu: placements cpu, all in VRAM, per expert and by layer at half" python3 - "$work/gpu/sweep.json" <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+gpu = {c["gpu"]: c["vram_experts"] for c in d["configs"]}
+assert gpu.pop("cpu") == [], gpu
+assert any(label.endswith("expert") and experts == [8, 8] for label, experts in gpu.items()), gpu
+half = [e for label, e in gpu.items() if label.endswith("expert") and e != [8, 8]]
+assert half and 0 < sum(half[0]) < 16, gpu
+assert [e for label, e in gpu.items() if label.endswith("layer")] == [[0, 8]], gpu
+assert d["configs"][d["planned_config"]]["gpu"].startswith("vulkan"), "the plan takes the GPU"
+assert d["token_check"]["passed"]
+EOF
+  "$sweep" --model "$work/demo.coli" --profile "$work/profile.toml" --gpu 0 --gpu-backend vulkan --split rows \
+    --out "$work/e" >/dev/null 2>"$work/e8"
+  check "bad --split is a usage error" test $? -eq 2
+  check "bad --split named" contains "$work/e8" "--split: 'rows' is not expert or layer"
+elif [[ "${COLI_REQUIRE_VULKAN:-0}" == 1 ]]; then
+  check "coli-plan --gpu 0 on the Vulkan device (COLI_REQUIRE_VULKAN=1)" false
+  cat "$work/gpu-plan.err" >&2
+fi
 
 # Bad input: a message that says what is wrong (exit 1 error, 2 usage, 3 the
 # planner refused), never a crash.

@@ -182,6 +182,48 @@ TEST(SweepGrid, ThePlannedConfigurationIsMarkedOrAdded) {
   EXPECT_TRUE(grid->back().planned);
 }
 
+// GPU placements multiply the grid (one per placement), label it, and go
+// into the plan a configuration runs; a CPU placement takes the GPU tier
+// away. The whole-layer tier keeps the first layers' experts on the CPU, as
+// llama.cpp's --n-cpu-moe does.
+TEST(SweepGrid, GpuPlacementsAreADimensionOfTheGrid) {
+  const auto fp = olmoe();
+  planner::GpuTier tier;
+  tier.backend = "cuda";
+  tier.vram_headroom_bytes = 2ull << 30;
+  tier.vram_experts.assign(16, 40);  // 40 of 64 experts of every layer in VRAM
+  EXPECT_EQ(placement_label(tier, "expert"), "cuda 2.0 GiB expert");
+  const auto whole = whole_layer_tier(tier, 6, fp.n_experts);
+  ASSERT_TRUE(whole.has_value());
+  for (int l = 0; l < 16; ++l) EXPECT_EQ(whole->vram_experts[static_cast<std::size_t>(l)], l < 6 ? 0 : fp.n_experts) << l;
+  EXPECT_DOUBLE_EQ(whole->vram_share, 10.0 / 16);
+  EXPECT_FALSE(whole_layer_tier(tier, 0, fp.n_experts).has_value()) << "every layer in VRAM: nothing to split";
+  EXPECT_FALSE(whole_layer_tier(tier, 16, fp.n_experts).has_value()) << "no layer in VRAM";
+
+  GridSpec spec{{{"1t", CpuSet({0})}}, {fp.n_experts}, {false}, {""}, 64};
+  spec.placements = {GpuPlacement{}, {placement_label(tier, "expert"), tier}, {placement_label(*whole, "layer"), *whole}};
+  auto grid = build_grid(fp, spec);
+  ASSERT_TRUE(grid.ok()) << grid.error().message;
+  ASSERT_EQ(grid->size(), 3u);
+  EXPECT_EQ(config_label((*grid)[0], fp.n_experts), "1t | cap all | pins 0 | auto");
+  EXPECT_EQ(config_label((*grid)[2], fp.n_experts), "1t | cap all | pins 0 | auto | cuda 2.0 GiB layer");
+  EXPECT_FALSE((*grid)[1].same_knobs((*grid)[2]));
+  planner::Plan base;
+  base.gpu = tier;
+  EXPECT_EQ(plan_of_config(base, (*grid)[0]).gpu.backend, "cpu") << "the CPU placement drops the base plan's tier";
+  EXPECT_EQ(plan_of_config(base, (*grid)[2]).gpu.vram_experts, whole->vram_experts);
+  // The planned configuration carries its own tier, and matches the per-expert placement of its budget.
+  base.threads = 1;
+  base.cap = fp.n_experts;
+  base.prefill_round_tokens = 64;
+  SweepConfig planned = planned_config(base, h200_profile(), spec.thread_sets);
+  EXPECT_EQ(planned.gpu.label, "cuda 2.0 GiB expert");
+  spec.placements.clear();
+  auto empty = build_grid(fp, spec);
+  ASSERT_FALSE(empty.ok());
+  EXPECT_NE(empty.error().message.find("no expert placement"), std::string::npos);
+}
+
 TEST(SweepReport, MedianSpreadAndRank) {
   const MetricStats odd = metric_stats({3, 1, 2});
   EXPECT_DOUBLE_EQ(odd.median, 2);
@@ -304,7 +346,7 @@ TEST(SweepPrediction, TableJsonAndCsvCarryThePredictionAndItsError) {
   EXPECT_EQ(json["prediction"]["decode"]["points"], 1);
   EXPECT_TRUE(json["prediction"]["decode"]["rank_correlation"].is_null());
   const std::string csv = sweep_csv(r);
-  EXPECT_NE(csv.find(",15.000,12.000\n"), std::string::npos) << csv;
+  EXPECT_NE(csv.find(",15.000,12.000,\"cpu\"\n"), std::string::npos) << csv;
 }
 
 TEST(SpeedTests, LabelsAndContextFollowLlamaBench) {

@@ -102,15 +102,30 @@ ResolvedKernels resolve_kernels(const std::vector<std::string>& kernels, const s
   return resolved;
 }
 
+std::optional<planner::GpuTier> whole_layer_tier(const planner::GpuTier& tier, int cpu_layers, int n_experts) {
+  const int layers = static_cast<int>(tier.vram_experts.size());
+  if (cpu_layers <= 0 || cpu_layers >= layers) return std::nullopt;
+  planner::GpuTier out = tier;
+  for (int l = 0; l < layers; ++l) out.vram_experts[static_cast<std::size_t>(l)] = l < cpu_layers ? 0 : n_experts;
+  out.vram_share = static_cast<double>(layers - cpu_layers) / layers;
+  out.reason = "whole layers, as llama.cpp's --n-cpu-moe " + std::to_string(cpu_layers) + ": the last " +
+               std::to_string(layers - cpu_layers) + " MoE layers' experts in VRAM";
+  return out;
+}
+
+std::string placement_label(const planner::GpuTier& tier, const std::string& split) {
+  return tier.backend + " " + format_bytes(tier.vram_headroom_bytes) + " " + split;
+}
+
 bool SweepConfig::same_knobs(const SweepConfig& other) const {
   return threads.pus == other.threads.pus && cap == other.cap && pins == other.pins &&
-         round_tokens == other.round_tokens && kernel == other.kernel;
+         round_tokens == other.round_tokens && kernel == other.kernel && gpu.label == other.gpu.label;
 }
 
 std::string config_label(const SweepConfig& config, int n_experts) {
   const std::string cap = config.cap >= n_experts ? "all" : std::to_string(config.cap);
   return config.threads.label + " | cap " + cap + " | pins " + std::to_string(config.pins) + " | " +
-         (config.kernel.empty() ? "auto" : config.kernel);
+         (config.kernel.empty() ? "auto" : config.kernel) + (config.gpu.tier ? " | " + config.gpu.label : "");
 }
 
 Result<std::vector<SweepConfig>> build_grid(const planner::ModelFootprint& fp, const GridSpec& spec) {
@@ -118,6 +133,7 @@ Result<std::vector<SweepConfig>> build_grid(const planner::ModelFootprint& fp, c
   if (spec.caps.empty()) return make_error("the grid has no cap (--caps)");
   if (spec.pins.empty()) return make_error("the grid has no pin setting (--pins off,on)");
   if (spec.kernels.empty()) return make_error("the grid has no kernel (--kernels)");
+  if (spec.placements.empty()) return make_error("the grid has no expert placement (--vram, --split)");
   for (const std::string& kernel : spec.kernels) {
     const std::vector<std::string> names = cpu_kernel_names();
     if (!kernel.empty() && std::find(names.begin(), names.end(), kernel) == names.end()) {
@@ -125,20 +141,22 @@ Result<std::vector<SweepConfig>> build_grid(const planner::ModelFootprint& fp, c
     }
   }
   std::vector<SweepConfig> grid;
-  for (const ThreadSet& threads : spec.thread_sets) {
-    for (int cap : spec.caps) {
-      if (cap < fp.top_k || cap > fp.n_experts) {
-        return make_error("cap " + std::to_string(cap) + " is outside [top_k " + std::to_string(fp.top_k) +
-                          ", " + std::to_string(fp.n_experts) + " experts] ('all' = " + std::to_string(fp.n_experts) + ")");
-      }
-      for (bool pins_on : spec.pins) {
-        auto choice = planner::decide_pins_and_round(fp, cap, pins_on ? fp.n_experts : 0, false, spec.requested_round);
-        if (!choice) return choice.error();
-        if (pins_on && choice->pins == 0) continue;  // the same as pins off
-        for (const std::string& kernel : spec.kernels) {
-          SweepConfig config{threads, cap, choice->pins, choice->round_tokens, kernel, false};
-          const bool seen = std::any_of(grid.begin(), grid.end(), [&](const SweepConfig& c) { return c.same_knobs(config); });
-          if (!seen) grid.push_back(std::move(config));
+  for (const GpuPlacement& gpu : spec.placements) {
+    for (const ThreadSet& threads : spec.thread_sets) {
+      for (int cap : spec.caps) {
+        if (cap < fp.top_k || cap > fp.n_experts) {
+          return make_error("cap " + std::to_string(cap) + " is outside [top_k " + std::to_string(fp.top_k) +
+                            ", " + std::to_string(fp.n_experts) + " experts] ('all' = " + std::to_string(fp.n_experts) + ")");
+        }
+        for (bool pins_on : spec.pins) {
+          auto choice = planner::decide_pins_and_round(fp, cap, pins_on ? fp.n_experts : 0, false, spec.requested_round);
+          if (!choice) return choice.error();
+          if (pins_on && choice->pins == 0) continue;  // the same as pins off
+          for (const std::string& kernel : spec.kernels) {
+            SweepConfig config{threads, cap, choice->pins, choice->round_tokens, kernel, false, gpu};
+            const bool seen = std::any_of(grid.begin(), grid.end(), [&](const SweepConfig& c) { return c.same_knobs(config); });
+            if (!seen) grid.push_back(std::move(config));
+          }
         }
       }
     }
@@ -171,7 +189,9 @@ SweepConfig planned_config(const planner::Plan& plan, const DeviceProfile& profi
   for (const ThreadSet& known : known_sets) {
     if (known.pus == pus) threads.label = known.label;
   }
-  return SweepConfig{threads, plan.cap, plan.pins, plan.prefill_round_tokens, plan.cpu_kernel, true};
+  GpuPlacement gpu;
+  if (plan.gpu.backend != "cpu") gpu = {placement_label(plan.gpu, "expert"), plan.gpu};
+  return SweepConfig{threads, plan.cap, plan.pins, plan.prefill_round_tokens, plan.cpu_kernel, true, gpu};
 }
 
 Result<std::vector<int>> parse_caps(const std::vector<std::string>& texts, int n_experts, std::string_view option) {
@@ -195,6 +215,7 @@ planner::Plan plan_of_config(const planner::Plan& base, const SweepConfig& confi
   plan.pins = config.pins;
   plan.prefill_round_tokens = config.round_tokens;
   plan.cpu_kernel = config.kernel;
+  plan.gpu = config.gpu.tier ? *config.gpu.tier : planner::GpuTier{};
   return plan;
 }
 

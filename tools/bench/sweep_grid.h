@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <optional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -47,6 +48,24 @@ struct ResolvedKernels {
 };
 ResolvedKernels resolve_kernels(const std::vector<std::string>& kernels, const std::string& auto_kernel);
 
+// Where the experts sit: on the CPU (no GPU tier), or in a GPU tier the
+// planner made for a VRAM budget, split per expert (its own choice) or by
+// whole MoE layers (llama.cpp's --n-cpu-moe: the first layers' experts on
+// the CPU).
+struct GpuPlacement {
+  std::string label = "cpu";             // "cpu", "cuda 2.0 GiB expert", "cuda 2.0 GiB layer"
+  std::optional<planner::GpuTier> tier;  // nullopt: every expert on the CPU
+};
+
+// The tier with whole MoE layers in VRAM in place of the planner's
+// per-expert split: as many layers as whole_layer_split() says the same
+// VRAM holds, the last ones, as llama.cpp's --n-cpu-moe keeps the first on
+// the CPU. nullopt where the tier holds no expert or every one.
+std::optional<planner::GpuTier> whole_layer_tier(const planner::GpuTier& tier, int cpu_layers, int n_experts);
+
+// "cuda 2.0 GiB expert": the backend, the tier's VRAM budget, the split.
+std::string placement_label(const planner::GpuTier& tier, const std::string& split);
+
 struct SweepConfig {
   ThreadSet threads;
   int cap = 0;           // expert slots per MoE layer; n_experts = all resident (as in a plan)
@@ -54,6 +73,7 @@ struct SweepConfig {
   int round_tokens = 1;  // prefill round (the planner's rule for this cap and pins)
   std::string kernel;    // "" = the engine's best for this CPU
   bool planned = false;
+  GpuPlacement gpu;
   // Equal knobs; `planned` and the thread set's label do not count.
   bool same_knobs(const SweepConfig& other) const;
 };
@@ -67,9 +87,10 @@ struct GridSpec {
   std::vector<bool> pins;            // false = off, true = the planner's pin count for that cap
   std::vector<std::string> kernels;  // "" = engine's best
   int requested_round = 512;  // PlanRequest::prefill_round_tokens
+  std::vector<GpuPlacement> placements{GpuPlacement{}};  // default: every expert on the CPU
 };
 
-// Every combination, in a fixed order (thread set, cap, pins, kernel). Pins
+// Every combination, in a fixed order (placement, thread set, cap, pins, kernel). Pins
 // "on" take decide_pins_and_round's count for the cap with the whole usage
 // history suggested (as coli run --profile does); where that is 0 the
 // combination equals pins off and is dropped. Errors: an empty dimension, a
@@ -79,7 +100,8 @@ Result<std::vector<SweepConfig>> build_grid(const planner::ModelFootprint& footp
 
 // The configuration `plan` runs: its threads on the profile's recommended
 // decode PUs (the first usable PUs, one per core first, when the plan's count
-// differs), its cap, pins and round, the engine's own kernel choice.
+// differs), its cap, pins and round, the engine's own kernel choice, its
+// GPU tier (split per expert).
 SweepConfig planned_config(const planner::Plan& plan, const DeviceProfile& profile,
                            const std::vector<ThreadSet>& known_sets);
 
@@ -88,8 +110,8 @@ SweepConfig planned_config(const planner::Plan& plan, const DeviceProfile& profi
 Result<std::vector<int>> parse_caps(const std::vector<std::string>& texts, int n_experts, std::string_view option);
 
 // The inverse: `base` (the machine's plan: its I/O, context and memory) with
-// the configuration's threads, cap, pins, round and kernel, for
-// runtime::options_from_plan.
+// the configuration's threads, cap, pins, round, kernel and GPU tier (none:
+// every expert on the CPU), for runtime::options_from_plan.
 planner::Plan plan_of_config(const planner::Plan& base, const SweepConfig& config);
 
 // Marks the grid entry with the planned knobs, or appends the planned one;

@@ -49,6 +49,9 @@ struct Args {
     return t;
   }();
   std::string token_check = "per-kernel";  // "all" or "per-kernel" (variants round differently: moe_model.h)
+  std::string gpu = "none", gpu_backend = "auto";  // --gpu N|auto adds GPU placements
+  std::vector<std::string> vram{"all"};            // VRAM budgets: "all" (the device's) or sizes
+  std::vector<std::string> splits{"expert", "layer"};
 };
 
 int fail(const std::string& message, int code = 1) {
@@ -126,6 +129,41 @@ Result<std::optional<experts::UsageHistory>> open_history(const Args& args, cons
   return std::optional(std::move(*recorded));
 }
 
+// The expert placements: every expert on the CPU, and with --gpu, per --vram
+// budget the planner's GPU tier (split per expert) and the same VRAM split
+// by whole layers as llama.cpp's --n-cpu-moe would (whole_layer_split).
+// Budgets the planner refuses or keeps on the CPU are left out, saying why.
+Result<std::vector<GpuPlacement>> gpu_placements(const Args& args, const Setup& s) {
+  std::vector<GpuPlacement> out{GpuPlacement{}};
+  if (args.gpu == "none") return out;
+  for (const std::string& split : args.splits) {
+    if (split != "expert" && split != "layer") return make_error("--split: '" + split + "' is not expert or layer");
+  }
+  for (const std::string& budget : args.vram) {
+    planner::PlanRequest request = s.request;
+    if (budget != "all") {
+      request.vram = parse_size(budget);
+      if (!request.vram) return make_error("--vram: '" + budget + "' is not all or a size (e.g. 8G)");
+    }
+    auto plan = planner::make_plan(s.profile, s.footprint, request);
+    if (!plan || plan->gpu.backend == "cpu") {
+      std::printf("--vram %s left out: %s\n", budget.c_str(), plan ? plan->gpu.reason.c_str() : plan.error().message.c_str());
+      continue;
+    }
+    for (const std::string& split : args.splits) {
+      if (split == "expert") {
+        out.push_back({placement_label(plan->gpu, split), plan->gpu});
+        continue;
+      }
+      const auto whole = planner::whole_layer_split(s.profile, s.footprint, *plan, request.history);
+      const auto tier = whole ? whole_layer_tier(plan->gpu, whole->cpu_layers, s.footprint.n_experts) : std::nullopt;
+      if (tier) out.push_back({placement_label(*tier, split), *tier});
+      else std::printf("--vram %s --split layer left out: the budget holds every expert or none\n", budget.c_str());
+    }
+  }
+  return out;
+}
+
 int run_sweep(const Args& args) {
   if (!fs::is_regular_file(args.model)) return fail("model " + args.model + ": no such file");
   Setup s;
@@ -167,6 +205,8 @@ int run_sweep(const Args& args) {
   // The plan for this machine, model and workload (what coli run --profile would run).
   s.request.ctx = s.workload.context();
   s.request.prompt_tokens = args.tests.prefill_tokens;
+  s.request.gpu = args.gpu;
+  s.request.backend = planner::gpu_backend_memory(args.gpu_backend, s.profile);
   if (!args.ram.empty()) {
     s.request.ram = parse_size(args.ram);
     if (!s.request.ram) return fail("--ram '" + args.ram + "' is not a size (e.g. 16G)", cli::kExitUsage);
@@ -194,6 +234,9 @@ int run_sweep(const Args& args) {
     if (fits) spec.caps.push_back(cap);
     else std::printf("cap %d left out: %s\n", cap, fits.error().message.c_str());
   }
+  auto placements = gpu_placements(args, s);
+  if (!placements) return fail(placements.error().message, cli::kExitUsage);
+  spec.placements = std::move(*placements);
   auto grid = build_grid(s.footprint, spec);
   if (!grid) return fail(grid.error().message);
   SweepConfig planned_one = planned_config(*plan, s.profile, profile_sets);
@@ -256,7 +299,8 @@ int run_sweep(const Args& args) {
       const std::string run_label = label + " (repeat " + std::to_string(repeat + 1) + ")";
       const std::string& kernel = run->record.kernel_used;
       const Reference first{run->tokens, run_label, kernel};
-      const Reference& ref = references.try_emplace(per_kernel ? kernel : "", first).first->second;
+      // Per kernel variant and placement: the GPU backends round differently from the CPU (int8 activations).
+      const Reference& ref = references.try_emplace(per_kernel ? kernel + " | " + config.gpu.label : "", first).first->second;
       if (auto m = token_mismatch(run->tokens, run_label, ref.tokens, ref.label)) {
         report.token_mismatches.push_back(*m + (kernel != ref.kernel ? " (kernels " + kernel + " vs " + ref.kernel + ")" : ""));
       }
@@ -305,7 +349,17 @@ int main(int argc, char** argv) {
   app.add_option("--ram", args.ram, "RAM the planner may use, e.g. 8G (default: the profile's headroom)");
   app.add_option("--plan-cap", args.plan_cap, "Cap the planner is told to use (0: it decides)")->check(CLI::Range(0, 1 << 20));
   add_speed_options(app, args.tests);
-  app.add_option("--token-check", args.token_check, "Runs whose tokens must agree: all, or per-kernel (one reference per kernel variant)")
+  app.add_option("--gpu", args.gpu, "none (every expert on the CPU), auto or a GPU index: adds GPU placements per --vram and --split")
+      ->capture_default_str();
+  app.add_option("--gpu-backend", args.gpu_backend, "vulkan, cuda or auto, as coli-plan")
+      ->check(CLI::IsMember({"auto", "vulkan", "cuda"}))->capture_default_str();
+  app.add_option("--vram", args.vram, "VRAM budgets with --gpu, comma-separated: all (the device's) or sizes, e.g. all,8G,4G")
+      ->delimiter(',')->capture_default_str();
+  app.add_option("--split", args.splits,
+                 "With --gpu, how a budget below the whole model is split: expert (the planner's per-expert choice), "
+                 "layer (whole layers, as llama.cpp's --n-cpu-moe)")
+      ->delimiter(',')->capture_default_str();
+  app.add_option("--token-check", args.token_check, "Runs whose tokens must agree: all, or per-kernel (one reference per kernel variant and expert placement)")
       ->check(CLI::IsMember({"all", "per-kernel"}))->capture_default_str();
   app.add_option("--out", args.out, "Directory for sweep.csv, sweep.json, sweep.svg")->capture_default_str();
   app.footer("Exit status: 0 done, 1 error (a file, the model, a token mismatch), 2 usage (including a grid the "

@@ -194,7 +194,7 @@ std::string sweep_csv(const SweepReport& r) {
   std::string out =
       "config,label,planned,threads,pus,cap,pins,round_tokens,kernel,kernel_used,repeat,prefill_tokens,prefill_s,"
       "prefill_tok_s,decode_tokens,decode_s,decode_tok_s,load_s,expert_hits,expert_misses,expert_bytes_read,"
-      "predicted_prefill_tok_s,predicted_decode_tok_s\n";
+      "predicted_prefill_tok_s,predicted_decode_tok_s,gpu\n";
   for (const RunRecord& run : r.runs) {
     const SweepConfig& c = r.grid[run.config];
     out += std::to_string(run.config) + "," + csv_quoted(config_label(c, r.n_experts)) + "," +
@@ -207,7 +207,8 @@ std::string sweep_csv(const SweepReport& r) {
            std::to_string(run.expert_hits) + "," + std::to_string(run.expert_misses) + "," +
            std::to_string(run.expert_bytes_read) + ",";
     const ConfigPrediction* p = prediction_of(r, run.config);
-    out += (p ? fixed(p->prefill_tok_s, 3) + "," + fixed(p->decode_tok_s, 3) : std::string(",")) + "\n";
+    out += (p ? fixed(p->prefill_tok_s, 3) + "," + fixed(p->decode_tok_s, 3) : std::string(",")) + "," +
+           csv_quoted(c.gpu.label) + "\n";
   }
   return out;
 }
@@ -251,6 +252,8 @@ std::string sweep_json(const SweepReport& r) {
                        {"thread_set", c.threads.label}, {"threads", c.threads.threads()},
                        {"pus", c.threads.pus.to_list()}, {"cap", c.cap}, {"resident", c.cap >= r.n_experts},
                        {"pins", c.pins}, {"round_tokens", c.round_tokens}, {"kernel", c.kernel},
+                       {"gpu", c.gpu.label},
+                       {"vram_experts", c.gpu.tier ? c.gpu.tier->vram_experts : std::vector<int>{}},
                        {"decode", stats_json(s.decode)}, {"prefill", stats_json(s.prefill)},
                        {"decode_at_depth", std::move(at_depth)}, {"hit_rate", s.hit_rate}, {"runs", std::move(runs)}});
     const ConfigPrediction* p = prediction_of(r, i);

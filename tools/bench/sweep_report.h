@@ -14,7 +14,9 @@
 
 namespace coli::bench {
 
-inline constexpr int kSweepSchemaVersion = 3;  // 2: llama-bench tests (pp, tg at depths); 3: predicted next to measured
+// 2: llama-bench tests (pp, tg at depths); 3: predicted next to measured;
+// 4: each configuration's expert placement (gpu: "cpu" or the GPU tier's label, vram_experts per layer)
+inline constexpr int kSweepSchemaVersion = 4;
 
 struct RunRecord {
   std::size_t config = 0;      // index into the grid
