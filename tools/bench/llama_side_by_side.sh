@@ -70,6 +70,7 @@ fi
 vocab="$repo/tests/fixtures/tokenizer/ggml-vocab-gpt-2.gguf"  # llama.cpp's GPT-2 vocabulary
 for tool in "$llama_build/bin/llama-bench" "$llama_build/bin/llama-quantize" "$coli_build/tools/coli" \
             "$coli_build/tools/bench/coli-speed-bench" "$coli_build/tools/coli-probe"; do
+  [[ $convert_only == 1 && $tool == */llama-bench ]] && continue  # converting needs no benchmark
   [[ -x $tool ]] || { echo "llama_side_by_side.sh: $tool is missing: build it first" >&2; exit 1; }
 done
 [[ -f $vocab ]] || { echo "llama_side_by_side.sh: $vocab is missing" >&2; exit 1; }

@@ -8,12 +8,14 @@
 # llama-quantize from a second, CPU-only build (the CUDA one links every
 # CUDA kernel into it too: 64 MB that quantising never runs).
 #
-# OUT_TAR holds bin/llama-bench and bin/llama-quantize (stripped),
-# convert_hf_to_gguf.py with the conversion/ and gguf-py/ packages it
-# imports, and VERSION ("<git describe> (<build options>)" from the source
-# checkout and the CUDA build's CMakeCache.txt).
+# Two packs, since a call carries the working tree too: OUT-tools.tar.xz
+# holds bin/llama-quantize (stripped), convert_hf_to_gguf.py with the
+# conversion/ and gguf-py/ packages it imports, VERSION ("<git describe>
+# (<build options>)" from the source checkout and the CUDA build's
+# CMakeCache.txt) and BENCH_PARTS; OUT-bench.tar.xz.partNN (at most 24 MiB
+# each) hold bin/llama-bench, to be joined in order once every part is there.
 #
-# usage: tools/bench/pack_llama_build.sh LLAMA_BUILD_DIR LLAMA_SRC_DIR OUT_TAR [--quantize-build DIR]
+# usage: tools/bench/pack_llama_build.sh LLAMA_BUILD_DIR LLAMA_SRC_DIR OUT [--quantize-build DIR]
 set -euo pipefail
 usage() { sed -n '/^# usage:/s/^# //p' "$0"; exit 2; }
 [[ $# -eq 3 || $# -eq 5 ]] || usage
@@ -33,16 +35,19 @@ for p in "$build/bin/llama-bench" "$quantize_build/bin/llama-quantize"; do
 done
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-mkdir -p "$tmp/bin"
-strip -o "$tmp/bin/llama-bench" "$build/bin/llama-bench"
-strip -o "$tmp/bin/llama-quantize" "$quantize_build/bin/llama-quantize"
-cp "$src/convert_hf_to_gguf.py" "$tmp/"
-[[ -d $src/conversion ]] && cp -r "$src/conversion" "$tmp/"
-cp -r "$src/gguf-py" "$tmp/"
+mkdir -p "$tmp/tools/bin" "$tmp/bench/bin" "$tmp/parts"
+strip -o "$tmp/bench/bin/llama-bench" "$build/bin/llama-bench"
+strip -o "$tmp/tools/bin/llama-quantize" "$quantize_build/bin/llama-quantize"
+cp "$src/convert_hf_to_gguf.py" "$tmp/tools/"
+[[ -d $src/conversion ]] && cp -r "$src/conversion" "$tmp/tools/"
+cp -r "$src/gguf-py" "$tmp/tools/"
 options=$(grep -E "^(GGML_CUDA|CMAKE_CUDA_ARCHITECTURES|GGML_NATIVE|GGML_AVX512|GGML_AMX_INT8|CMAKE_BUILD_TYPE):" \
   "$build/CMakeCache.txt" | sed 's/:[A-Z]*=/=/' | tr '\n' ' ')
-echo "$(git -C "$src" describe --tags --always 2>/dev/null || echo unknown) (${options% })" >"$tmp/VERSION"
-tar -C "$tmp" -cf - . | xz -T0 -6 >"$out.partial"
-mv "$out.partial" "$out"
-ls -la "$out"
-cat "$tmp/VERSION"
+echo "$(git -C "$src" describe --tags --always 2>/dev/null || echo unknown) (${options% })" >"$tmp/tools/VERSION"
+tar -C "$tmp/bench" -cf - . | xz -T0 -6 | split -b 24M -d - "$tmp/parts/bench.tar.xz.part"
+ls "$tmp/parts" | wc -l >"$tmp/tools/BENCH_PARTS"
+tar -C "$tmp/tools" -cf - . | xz -T0 -6 >"$tmp/parts/tools.tar.xz"
+rm -f "$out"-tools.tar.xz "$out"-bench.tar.xz.part*
+for f in "$tmp"/parts/*; do mv "$f" "$out-$(basename "$f")"; done
+ls -la "$out"-*
+cat "$tmp/tools/VERSION"
