@@ -41,7 +41,7 @@ shift 3
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 threads=$(nproc) depths=0,512,4096 rounds=3 shape=olmoe-1b-7b prompt=512 gen=64
-work="" coli_build="$repo/build" bandwidth="" reconvert=0 skip_build=0 convert_only=0 gpu=0 ncmoe=""
+work="" coli_build="$repo/build" bandwidth="" bandwidth_source="coli-probe" reconvert=0 skip_build=0 convert_only=0 gpu=0 ncmoe=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --threads) threads=$2; shift 2 ;;
@@ -52,7 +52,7 @@ while [[ $# -gt 0 ]]; do
     -n) gen=$2; shift 2 ;;
     --work) work=$2; shift 2 ;;
     --coli-build) coli_build=$(realpath "$2"); shift 2 ;;
-    --bandwidth) bandwidth=$2; shift 2 ;;
+    --bandwidth) bandwidth=$2 bandwidth_source="given"; shift 2 ;;
     --reconvert) reconvert=1; shift ;;
     --skip-build) skip_build=1; shift ;;
     --gpu) gpu=1; shift ;;
@@ -179,7 +179,7 @@ notes="shape $shape, $threads threads, $rounds interleaved round(s), -p $prompt 
 [[ $gpu == 1 ]] && notes+="all on the GPU: llama-bench -ngl 99 -fa 1, coli-speed-bench --backend cuda ($(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)); "
 llama_version=$(cat "$llama_src/VERSION" 2>/dev/null || git -C "$llama_src" describe --tags --always 2>/dev/null || basename "$llama_src")
 notes+="llama.cpp $llama_version; "
-notes+="coli ${COLI_COMMIT:-$(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo '?')}; read bandwidth ${bandwidth} GB/s (coli-probe); $(nproc) CPUs, $(uname -m)"
+notes+="coli ${COLI_COMMIT:-$(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo '?')}; read bandwidth ${bandwidth} GB/s ($bandwidth_source); $(nproc) CPUs, $(uname -m)"
 report_pairs=""
 for pair in "${pairs[@]}"; do
   set -- $pair
