@@ -201,7 +201,8 @@ TEST(SweepGrid, GpuPlacementsAreADimensionOfTheGrid) {
   EXPECT_FALSE(whole_layer_tier(tier, 16, fp.n_experts).has_value()) << "no layer in VRAM";
 
   GridSpec spec{{{"1t", CpuSet({0})}}, {fp.n_experts}, {false}, {""}, 64};
-  spec.placements = {GpuPlacement{}, {placement_label(tier, "expert"), tier}, {placement_label(*whole, "layer"), *whole}};
+  spec.placements = {GpuPlacement{}, gpu_placement(tier, "expert", fp.n_experts), gpu_placement(*whole, "layer", fp.n_experts)};
+  EXPECT_FALSE(spec.placements[1].all_in_vram);
   auto grid = build_grid(fp, spec);
   ASSERT_TRUE(grid.ok()) << grid.error().message;
   ASSERT_EQ(grid->size(), 3u);
@@ -218,6 +219,20 @@ TEST(SweepGrid, GpuPlacementsAreADimensionOfTheGrid) {
   base.prefill_round_tokens = 64;
   SweepConfig planned = planned_config(base, h200_profile(), spec.thread_sets);
   EXPECT_EQ(planned.gpu.label, "cuda 2.0 GiB expert");
+  // Every expert in VRAM: the host cache's cap does nothing, so the caps are one configuration, and a
+  // planned configuration with another cap is that one.
+  planner::GpuTier all = tier;
+  all.vram_experts.assign(16, fp.n_experts);
+  spec.placements = {gpu_placement(all, "expert", fp.n_experts)};
+  spec.caps = {fp.n_experts, 16};
+  auto merged = build_grid(fp, spec);
+  ASSERT_TRUE(merged.ok()) << merged.error().message;
+  EXPECT_EQ(merged->size(), 1u) << "one configuration for every cap";
+  base.gpu = all;
+  base.n_experts = fp.n_experts;
+  base.cap = 8;
+  EXPECT_EQ(add_planned(*merged, planned_config(base, h200_profile(), spec.thread_sets)), 0u);
+  EXPECT_EQ(merged->size(), 1u);
   spec.placements.clear();
   auto empty = build_grid(fp, spec);
   ASSERT_FALSE(empty.ok());

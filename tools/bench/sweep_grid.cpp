@@ -117,9 +117,14 @@ std::string placement_label(const planner::GpuTier& tier, const std::string& spl
   return tier.backend + " " + format_bytes(tier.vram_headroom_bytes) + " " + split;
 }
 
+GpuPlacement gpu_placement(const planner::GpuTier& tier, const std::string& split, int n_experts) {
+  return GpuPlacement{placement_label(tier, split), tier, tier.all_experts_in_vram(n_experts)};
+}
+
 bool SweepConfig::same_knobs(const SweepConfig& other) const {
-  return threads.pus == other.threads.pus && cap == other.cap && pins == other.pins &&
-         round_tokens == other.round_tokens && kernel == other.kernel && gpu.label == other.gpu.label;
+  const bool host_cache_matters = !(gpu.all_in_vram && other.gpu.all_in_vram);
+  return threads.pus == other.threads.pus && kernel == other.kernel && gpu.label == other.gpu.label &&
+         (!host_cache_matters || (cap == other.cap && pins == other.pins && round_tokens == other.round_tokens));
 }
 
 std::string config_label(const SweepConfig& config, int n_experts) {
@@ -190,7 +195,7 @@ SweepConfig planned_config(const planner::Plan& plan, const DeviceProfile& profi
     if (known.pus == pus) threads.label = known.label;
   }
   GpuPlacement gpu;
-  if (plan.gpu.backend != "cpu") gpu = {placement_label(plan.gpu, "expert"), plan.gpu};
+  if (plan.gpu.backend != "cpu") gpu = gpu_placement(plan.gpu, "expert", plan.n_experts);
   return SweepConfig{threads, plan.cap, plan.pins, plan.prefill_round_tokens, plan.cpu_kernel, true, gpu};
 }
 

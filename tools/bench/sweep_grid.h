@@ -55,7 +55,11 @@ ResolvedKernels resolve_kernels(const std::vector<std::string>& kernels, const s
 struct GpuPlacement {
   std::string label = "cpu";             // "cpu", "cuda 2.0 GiB expert", "cuda 2.0 GiB layer"
   std::optional<planner::GpuTier> tier;  // nullopt: every expert on the CPU
+  bool all_in_vram = false;              // every expert in VRAM: the host's cache, pins and round do nothing
 };
+
+// The placement of a GPU tier: its label and whether it holds every expert.
+GpuPlacement gpu_placement(const planner::GpuTier& tier, const std::string& split, int n_experts);
 
 // The tier with whole MoE layers in VRAM in place of the planner's
 // per-expert split: as many layers as whole_layer_split() says the same
@@ -74,7 +78,8 @@ struct SweepConfig {
   std::string kernel;    // "" = the engine's best for this CPU
   bool planned = false;
   GpuPlacement gpu;
-  // Equal knobs; `planned` and the thread set's label do not count.
+  // Equal knobs; `planned` and the thread set's label do not count, nor
+  // the cap, pins and round where every expert is in VRAM.
   bool same_knobs(const SweepConfig& other) const;
 };
 

@@ -152,12 +152,12 @@ Result<std::vector<GpuPlacement>> gpu_placements(const Args& args, const Setup& 
     }
     for (const std::string& split : args.splits) {
       if (split == "expert") {
-        out.push_back({placement_label(plan->gpu, split), plan->gpu});
+        out.push_back(gpu_placement(plan->gpu, split, s.footprint.n_experts));
         continue;
       }
       const auto whole = planner::whole_layer_split(s.profile, s.footprint, *plan, request.history);
       const auto tier = whole ? whole_layer_tier(plan->gpu, whole->cpu_layers, s.footprint.n_experts) : std::nullopt;
-      if (tier) out.push_back({placement_label(*tier, split), *tier});
+      if (tier) out.push_back(gpu_placement(*tier, split, s.footprint.n_experts));
       else std::printf("--vram %s --split layer left out: the budget holds every expert or none\n", budget.c_str());
     }
   }
