@@ -396,7 +396,10 @@ std::optional<WholeLayerSplit> whole_layer_split(const DeviceProfile& profile, c
   whole.gpu.vram_experts.assign(static_cast<std::size_t>(layers), 0);
   for (int l = split.cpu_layers; l < layers; ++l) whole.gpu.vram_experts[static_cast<std::size_t>(l)] = n;
   whole.gpu.vram_share = split.vram_share;
+  whole.gpu.reason = "whole layers, as llama.cpp's --n-cpu-moe " + std::to_string(split.cpu_layers) + ": the last " +
+                     std::to_string(split.gpu_layers) + " MoE layers' experts in VRAM";
   split.speed = predict_speed(profile, fp, whole, history);
+  split.tier = std::move(whole.gpu);
   return split;
 }
 

@@ -109,6 +109,13 @@ TEST(PlannerCudaTier, WholeLayerSplitAtTheSameVramIsPredictedBesideTheChosenOne)
   EXPECT_GT(split->gpu_layers, 0);
   EXPECT_LT(split->gpu_layers, layers);
   EXPECT_DOUBLE_EQ(split->vram_share, static_cast<double>(split->gpu_layers) / layers);
+  // Its tier (what coli-sweep runs): the first layers' experts on the CPU, as --n-cpu-moe.
+  ASSERT_EQ(split->tier.vram_experts.size(), static_cast<std::size_t>(layers));
+  for (int l = 0; l < layers; ++l) {
+    EXPECT_EQ(split->tier.vram_experts[static_cast<std::size_t>(l)], l < split->cpu_layers ? 0 : fp.n_experts) << l;
+  }
+  EXPECT_DOUBLE_EQ(split->tier.vram_share, split->vram_share);
+  EXPECT_EQ(split->tier.backend, uniform->gpu.backend);
   const SpeedPrediction chosen = predict_speed(profile, fp, *uniform);
   ASSERT_TRUE(chosen.available && split->speed.available) << chosen.unavailable << split->speed.unavailable;
   EXPECT_LE(split->vram_share, uniform->gpu.vram_share + 1e-12);

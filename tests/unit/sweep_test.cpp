@@ -184,8 +184,8 @@ TEST(SweepGrid, ThePlannedConfigurationIsMarkedOrAdded) {
 
 // GPU placements multiply the grid (one per placement), label it, and go
 // into the plan a configuration runs; a CPU placement takes the GPU tier
-// away. The whole-layer tier keeps the first layers' experts on the CPU, as
-// llama.cpp's --n-cpu-moe does.
+// away. (The whole-layer tier itself is planner::whole_layer_split's,
+// tested with the planner.)
 TEST(SweepGrid, GpuPlacementsAreADimensionOfTheGrid) {
   const auto fp = olmoe();
   planner::GpuTier tier;
@@ -193,15 +193,11 @@ TEST(SweepGrid, GpuPlacementsAreADimensionOfTheGrid) {
   tier.vram_headroom_bytes = 2ull << 30;
   tier.vram_experts.assign(16, 40);  // 40 of 64 experts of every layer in VRAM
   EXPECT_EQ(placement_label(tier, "expert"), "cuda 2.0 GiB expert");
-  const auto whole = whole_layer_tier(tier, 6, fp.n_experts);
-  ASSERT_TRUE(whole.has_value());
-  for (int l = 0; l < 16; ++l) EXPECT_EQ(whole->vram_experts[static_cast<std::size_t>(l)], l < 6 ? 0 : fp.n_experts) << l;
-  EXPECT_DOUBLE_EQ(whole->vram_share, 10.0 / 16);
-  EXPECT_FALSE(whole_layer_tier(tier, 0, fp.n_experts).has_value()) << "every layer in VRAM: nothing to split";
-  EXPECT_FALSE(whole_layer_tier(tier, 16, fp.n_experts).has_value()) << "no layer in VRAM";
+  planner::GpuTier whole_tier = tier;  // the first 6 layers' experts on the CPU
+  for (int l = 0; l < 16; ++l) whole_tier.vram_experts[static_cast<std::size_t>(l)] = l < 6 ? 0 : fp.n_experts;
 
   GridSpec spec{{{"1t", CpuSet({0})}}, {fp.n_experts}, {false}, {""}, 64};
-  spec.placements = {GpuPlacement{}, gpu_placement(tier, "expert", fp.n_experts), gpu_placement(*whole, "layer", fp.n_experts)};
+  spec.placements = {GpuPlacement{}, gpu_placement(tier, "expert", fp.n_experts), gpu_placement(whole_tier, "layer", fp.n_experts)};
   EXPECT_FALSE(spec.placements[1].all_in_vram);
   auto grid = build_grid(fp, spec);
   ASSERT_TRUE(grid.ok()) << grid.error().message;
@@ -212,7 +208,7 @@ TEST(SweepGrid, GpuPlacementsAreADimensionOfTheGrid) {
   planner::Plan base;
   base.gpu = tier;
   EXPECT_EQ(plan_of_config(base, (*grid)[0]).gpu.backend, "cpu") << "the CPU placement drops the base plan's tier";
-  EXPECT_EQ(plan_of_config(base, (*grid)[2]).gpu.vram_experts, whole->vram_experts);
+  EXPECT_EQ(plan_of_config(base, (*grid)[2]).gpu.vram_experts, whole_tier.vram_experts);
   // The planned configuration carries its own tier, and matches the per-expert placement of its budget.
   base.threads = 1;
   base.cap = fp.n_experts;

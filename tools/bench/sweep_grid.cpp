@@ -102,17 +102,6 @@ ResolvedKernels resolve_kernels(const std::vector<std::string>& kernels, const s
   return resolved;
 }
 
-std::optional<planner::GpuTier> whole_layer_tier(const planner::GpuTier& tier, int cpu_layers, int n_experts) {
-  const int layers = static_cast<int>(tier.vram_experts.size());
-  if (cpu_layers <= 0 || cpu_layers >= layers) return std::nullopt;
-  planner::GpuTier out = tier;
-  for (int l = 0; l < layers; ++l) out.vram_experts[static_cast<std::size_t>(l)] = l < cpu_layers ? 0 : n_experts;
-  out.vram_share = static_cast<double>(layers - cpu_layers) / layers;
-  out.reason = "whole layers, as llama.cpp's --n-cpu-moe " + std::to_string(cpu_layers) + ": the last " +
-               std::to_string(layers - cpu_layers) + " MoE layers' experts in VRAM";
-  return out;
-}
-
 std::string placement_label(const planner::GpuTier& tier, const std::string& split) {
   return tier.backend + " " + format_bytes(tier.vram_headroom_bytes) + " " + split;
 }

@@ -6,7 +6,6 @@
 
 #include <cstddef>
 #include <optional>
-#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -60,12 +59,6 @@ struct GpuPlacement {
 
 // The placement of a GPU tier: its label and whether it holds every expert.
 GpuPlacement gpu_placement(const planner::GpuTier& tier, const std::string& split, int n_experts);
-
-// The tier with whole MoE layers in VRAM in place of the planner's
-// per-expert split: as many layers as whole_layer_split() says the same
-// VRAM holds, the last ones, as llama.cpp's --n-cpu-moe keeps the first on
-// the CPU. nullopt where the tier holds no expert or every one.
-std::optional<planner::GpuTier> whole_layer_tier(const planner::GpuTier& tier, int cpu_layers, int n_experts);
 
 // "cuda 2.0 GiB expert": the backend, the tier's VRAM budget, the split.
 std::string placement_label(const planner::GpuTier& tier, const std::string& split);

@@ -156,9 +156,8 @@ Result<std::vector<GpuPlacement>> gpu_placements(const Args& args, const Setup& 
         continue;
       }
       const auto whole = planner::whole_layer_split(s.profile, s.footprint, *plan, request.history);
-      const auto tier = whole ? whole_layer_tier(plan->gpu, whole->cpu_layers, s.footprint.n_experts) : std::nullopt;
-      if (tier) out.push_back(gpu_placement(*tier, split, s.footprint.n_experts));
-      else std::printf("--vram %s --split layer left out: the budget holds every expert or none\n", budget.c_str());
+      if (whole && whole->gpu_layers > 0) out.push_back(gpu_placement(whole->tier, split, s.footprint.n_experts));
+      else std::printf("--vram %s --split layer left out: the budget holds every expert or no whole layer\n", budget.c_str());
     }
   }
   return out;

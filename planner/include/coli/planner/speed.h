@@ -57,6 +57,7 @@ struct WholeLayerSplit {
   int cpu_layers = 0;        // llama.cpp's --n-cpu-moe
   int gpu_layers = 0;        // MoE layers whose experts are all in VRAM
   double vram_share = 0;     // share of expert reads VRAM serves (gpu_layers / layers, any routing)
+  GpuTier tier;              // the plan's tier with these layers in VRAM (what coli-sweep runs)
   SpeedPrediction speed;
 };
 std::optional<WholeLayerSplit> whole_layer_split(const DeviceProfile& profile, const ModelFootprint& footprint,
