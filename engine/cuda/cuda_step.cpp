@@ -167,23 +167,20 @@ AttentionArgs attention_args(const model::ModelConfig& c, const CudaLayer& w, St
   return args;
 }
 
+std::array<const DeviceBuffer*, 24> StepBuffers::activation_buffers() const {
+  return {&x, &h, &q, &k, &v, &attn, &scores, &mlp_a, &router_logits, &act, &shared_out, &shared_gate, &final_h,
+          &logits, &position, &choices, &counts, &ids, &host_rows, &rope, &arrivals, &h_q, &attn_q, &act_q};
+}
+
 std::uint64_t StepBuffers::activation_bytes() const {
   std::uint64_t sum = 0;
-  for (const DeviceBuffer* d : {&x, &h, &q, &k, &v, &attn, &scores, &mlp_a, &router_logits, &act, &shared_out,
-                                &shared_gate, &final_h, &logits, &position, &choices, &counts, &ids, &host_rows, &rope,
-                                &arrivals, &h_q, &attn_q, &act_q}) {
-    sum += d->bytes();
-  }
+  for (const DeviceBuffer* d : activation_buffers()) sum += d->bytes();
   return sum;
 }
 
 std::uint64_t StepBuffers::page_rounding() const {
   std::uint64_t sum = cuda::page_rounding(kv.bytes());
-  for (const DeviceBuffer* d : {&x, &h, &q, &k, &v, &attn, &scores, &mlp_a, &router_logits, &act, &shared_out,
-                                &shared_gate, &final_h, &logits, &position, &choices, &counts, &ids, &host_rows, &rope,
-                                &arrivals, &h_q, &attn_q, &act_q}) {
-    sum += cuda::page_rounding(d->bytes());
-  }
+  for (const DeviceBuffer* d : activation_buffers()) sum += cuda::page_rounding(d->bytes());
   return sum;
 }
 

@@ -3,6 +3,7 @@
 // the whole step in order, which CudaDecoder captures once into a CUDA graph.
 #pragma once
 
+#include <array>
 #include <map>
 #include <string>
 
@@ -27,6 +28,7 @@ struct StepBuffers {
   // activation (int8 activations asked for and its width a multiple of 32):
   // its consumers with q8_row or q4_g64 weights then take the int8 kernels.
   kernels::cuda::decoder::Q8Activations h8, attn8, act8;
+  std::array<const DeviceBuffer*, 24> activation_buffers() const;  // every buffer but kv
   std::uint64_t activation_bytes() const;
   std::uint64_t page_rounding() const;  // cuda_layout.h's page_rounding over every buffer, kv too
 };

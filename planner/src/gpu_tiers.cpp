@@ -93,7 +93,8 @@ void add_cuda_decoder_lines(GpuTier& tier, const ModelFootprint& fp, const GpuTi
   const bool hybrid = std::any_of(tier.vram_experts.begin(), tier.vram_experts.end(),
                                   [&](int slots) { return slots < fp.n_experts; });
   const u64 batch_tokens = static_cast<u64>(tier.batch_tokens);
-  const u64 batch = cuda::batch_buffer_bytes(c, batch_tokens, hybrid).total();
+  const cuda::BatchBufferBytes batch_buffers = cuda::batch_buffer_bytes(c, batch_tokens, hybrid);
+  const u64 batch = batch_buffers.total();
   tier.lines.push_back({"GPU activations", Tier::vram, step.activations() + batch + cuda::slot_table_bytes(c, moe_layers),
                         "one token's step buffers (hidden, q/k/v, attention partials over ctx, expert rows, logits) + "
                         "rope table + slot tables + " +
@@ -103,7 +104,7 @@ void add_cuda_decoder_lines(GpuTier& tier, const ModelFootprint& fp, const GpuTi
   u64 slabs_rounding = 0;
   for (int slots : tier.vram_experts) slabs_rounding += cuda::page_rounding(static_cast<u64>(slots) * fp.expert().record_stride);
   const u64 rounding = cuda::page_rounding(fp.gpu_dense_bytes) + slabs_rounding + step.rounding() +
-                       cuda::page_rounding(cuda::batch_buffer_bytes(c, batch_tokens, hybrid).all()) +
+                       cuda::page_rounding(batch_buffers.all()) +
                        cuda::page_rounding(cuda::slot_table_bytes(c, moe_layers));
   tier.lines.push_back({"GPU large-page rounding", Tier::vram, rounding,
                         "each buffer of 2 MiB or more takes whole 2 MiB pages: dense weights, " +
