@@ -481,6 +481,12 @@ int main(int argc, char** argv) {
                       "GPU decoder arithmetic: exact = f32 activations for int8/int4 weights too (default: the "
                       "decoder's choice; cuda quantises a token's activations to int8 for them)")
       ->check(CLI::IsMember({"exact"}));
+  run_cmd->add_option("--gpu-host-experts", run.options.gpu_host_experts,
+                      "CUDA hybrid plans' prefill batches, for the experts outside VRAM that a batch chose: measured = "
+                      "per expert, copy it up or compute its tokens on the CPU, whichever this run measured faster; "
+                      "upload or cpu = always that")
+      ->check(CLI::IsMember({"measured", "upload", "cpu"}))
+      ->capture_default_str();
   run_cmd->add_option("--kv-type", run.kv_type, "KV cache precision: " + coli::kv_type_names_text() + " (f16 halves its memory and bandwidth; f32 is exact)")
       ->check(CLI::IsMember(coli::kv_type_names()))
       ->capture_default_str();

@@ -7,41 +7,14 @@
 #include <utility>
 
 #include "coli/forward/ops.h"
+#include "cuda/cuda_hybrid_prefill.h"
 #include "cuda/cuda_prefill.h"
+#include "cuda/pinned.h"
 #include "cuda/cuda_step.h"
 #include "cuda/kernel_timer.h"
 
 namespace coli::cuda {
 namespace {
-
-Status cuda_call(const std::string& call, cudaError_t code) {
-  if (code == cudaSuccess) return Ok{};
-  cudaGetLastError();  // clear it, so the next call starts clean
-  return make_error(call + " failed: " + cudaGetErrorName(code) + " (" + cudaGetErrorString(code) + ")");
-}
-
-// Page-locked host memory (cudaMallocHost): what the per-token copies read
-// and the logits land in, so they run asynchronously on the stream.
-class Pinned {
- public:
-  Pinned() = default;
-  Pinned(const Pinned&) = delete;
-  Pinned& operator=(const Pinned&) = delete;
-  ~Pinned() {
-    if (data_ != nullptr) cudaFreeHost(data_);
-  }
-  Status allocate(std::size_t bytes) {
-    bytes_ = bytes;
-    return cuda_call("cudaMallocHost(" + std::to_string(bytes) + " bytes)", cudaMallocHost(&data_, bytes));
-  }
-  template <typename T>
-  T* as() const { return static_cast<T*>(data_); }
-  std::size_t bytes() const { return bytes_; }
-
- private:
-  void* data_ = nullptr;
-  std::size_t bytes_ = 0;
-};
 
 // What the kernels cannot take, refused before anything is allocated.
 Status check_model(const gpu::DecoderModel& model, const gpu::DecoderTensor* embed) {
@@ -104,6 +77,11 @@ class NoHostWork final : public StepSegments {
  public:
   Status end(int /*moe_layer*/) override { return Ok{}; }
 };
+class NoBatchHostWork final : public BatchHostExperts {
+ public:
+  Status send(int /*moe_layer*/, int /*tokens*/) override { return Ok{}; }
+  Status complete(int /*moe_layer*/, int /*tokens*/) override { return Ok{}; }
+};
 
 }  // namespace
 
@@ -115,6 +93,7 @@ struct CudaDecoder::State {
   CudaWeights weights;
   StepBuffers buffers;
   BatchBuffers batch;  // the grouped-GEMM prefill's (empty: prompts run token by token)
+  std::unique_ptr<HybridBatch> host_batch;  // a hybrid plan's prefill batches: the host's experts
   cudaStream_t stream = nullptr;
   std::vector<Segment> segments;  // one token's step (one segment unless hybrid), replayed per token
   Segment head;                   // final norm and lm_head, after a forward's last token
@@ -143,7 +122,7 @@ struct CudaDecoder::State {
   Status capture();
   Status stage_embeddings(std::span<const std::int32_t> tokens, int position);
   Status run_chunk(std::span<const std::int32_t> tokens, int position, gpu::HostExperts* host);
-  Status run_batch(std::span<const std::int32_t> tokens, int position);
+  Status run_batch(std::span<const std::int32_t> tokens, int position, gpu::HostExperts* host);
   Status run_host_experts(const Segment& segment, gpu::HostExperts* host);
   Status run_step(gpu::HostExperts* host);
   Status finish(std::span<float> out);
@@ -229,9 +208,10 @@ Status CudaDecoder::State::capture() {
   // launch, which must not happen behind COLI_GPU_PROFILE's gate (it hangs
   // there). Two zero rows at positions 0 and 1, which every forward rewrites.
   if (batch.tokens > 0) {
+    NoBatchHostWork no_host;  // the host's experts' rows stay as they are: the output is discarded
     for (Status s : {cuda_call("cudaMemsetAsync (warm-up batch)",
                                cudaMemsetAsync(batch.x.data(), 0, 2 * c.hidden_size * sizeof(float), stream)),
-                     record_batch(stream, c, weights, buffers, batch, 2, model.exact_activations, warmup)}) {
+                     record_batch(stream, c, weights, buffers, batch, 2, model.exact_activations, warmup, &no_host)}) {
       if (!s) return s;
     }
   }
@@ -289,7 +269,7 @@ Status CudaDecoder::State::run_chunk(std::span<const std::int32_t> tokens, int p
 
 // The chunk as one prefill batch (record_batch), then its last token's
 // hidden state where the head and the next decode step read x.
-Status CudaDecoder::State::run_batch(std::span<const std::int32_t> tokens, int position) {
+Status CudaDecoder::State::run_batch(std::span<const std::int32_t> tokens, int position, gpu::HostExperts* host) {
   const std::size_t hidden = model.config->hidden_size;
   const int count = static_cast<int>(tokens.size());
   if (Status s = stage_embeddings(tokens, position); !s) return s;
@@ -300,18 +280,19 @@ Status CudaDecoder::State::run_batch(std::span<const std::int32_t> tokens, int p
                                                                            sizeof(int), cudaMemcpyHostToDevice, stream))}) {
     if (!s) return s;
   }
-  if (timer) {
+  if (timer && !host_batch) {
     std::map<std::string, int> uncounted;
     if (Status s = timer->begin(); !s) return s;
     const Status ran = record_batch(stream, *model.config, weights, buffers, batch, count, model.exact_activations,
-                                    uncounted, timer.get());
+                                    uncounted, nullptr, timer.get());
     const Status timed = timer->collect();
     if (!ran) return ran;
     if (!timed) return timed;
   } else {
     batch_launches.clear();
-    const Status s =
-        record_batch(stream, *model.config, weights, buffers, batch, count, model.exact_activations, batch_launches);
+    if (host_batch) host_batch->start(host, batch_launches, nullptr);
+    const Status s = record_batch(stream, *model.config, weights, buffers, batch, count, model.exact_activations,
+                                  batch_launches, host_batch.get());
     if (!s) return s;
   }
   for (Status s : {cuda_call("cudaMemcpyAsync (last hidden row)",
@@ -351,9 +332,8 @@ Status CudaDecoder::State::run_host_experts(const Segment& segment, gpu::HostExp
   if (Status s = cuda_call("cudaEventSynchronize (hybrid inputs)", cudaEventSynchronize(segment.inputs_sent)); !s) return s;
   const std::size_t k = model.config->num_experts_per_tok;
   const std::span<const int> ids(host_ids.as<int>(), k);
-  const std::vector<int>& slots = weights.experts.slot_of[static_cast<std::size_t>(moe_layer)];
   std::vector<std::uint8_t> on_gpu(k);
-  for (std::size_t i = 0; i < k; ++i) on_gpu[i] = slots[static_cast<std::size_t>(ids[i])] >= 0 ? 1 : 0;
+  for (std::size_t i = 0; i < k; ++i) on_gpu[i] = weights.experts.in_vram(static_cast<std::size_t>(moe_layer), ids[i]) ? 1 : 0;
   return host->run(moe_layer, ids, on_gpu, std::span<const float>(host_h.as<float>(), model.config->hidden_size),
                    std::span<float>(host_rows.as<float>(), k * model.config->hidden_size));
 }
@@ -401,7 +381,12 @@ Result<std::unique_ptr<CudaDecoder>> CudaDecoder::create(int device_index, const
   auto buffers = make_step_buffers(c, state->weights, model.max_context, !model.exact_activations);
   if (!buffers) return buffers.error();
   state->buffers = std::move(*buffers);
-  auto prefill = make_batch_buffers(c, model.max_batch_tokens, state->hybrid());
+  int most_host_experts = 0;
+  for (const std::vector<int>& host : state->weights.experts.host_experts) {
+    most_host_experts = std::max(most_host_experts, static_cast<int>(host.size()));
+  }
+  const auto staging = static_cast<int>(staging_records(static_cast<u64>(most_host_experts)));
+  auto prefill = make_batch_buffers(c, model.max_batch_tokens, staging, state->weights.experts.layout.record_stride);
   if (!prefill) return prefill.error();
   state->batch = std::move(*prefill);
   const std::size_t batch = static_cast<std::size_t>(std::max(1, model.max_batch_tokens));
@@ -414,6 +399,11 @@ Result<std::unique_ptr<CudaDecoder>> CudaDecoder::create(int device_index, const
                    state->host_h.allocate(c.hidden_size * sizeof(float)),
                    state->host_rows.allocate(c.num_experts_per_tok * c.hidden_size * sizeof(float))}) {
     if (!s) return s.error();
+  }
+  if (state->batch.tokens > 0 && state->hybrid()) {
+    auto host_batch = HybridBatch::create(state->model, state->weights, state->batch, state->stream);
+    if (!host_batch) return host_batch.error();
+    state->host_batch = std::move(*host_batch);
   }
   std::size_t free_before_launch = 0, free_after_launch = 0;
   for (Status s : {cuda_call("cudaMemGetInfo", cudaMemGetInfo(&free_before_launch, &total)), state->capture(),
@@ -429,7 +419,8 @@ Result<std::unique_ptr<CudaDecoder>> CudaDecoder::create(int device_index, const
   m.page_rounding = page_rounding(state->weights.dense.bytes()) + state->weights.experts.page_rounding() +
                     state->buffers.page_rounding() + state->batch.page_rounding();
   m.host_visible = state->input.bytes() + state->positions.bytes() + state->logits.bytes() + state->counts.bytes() +
-                   state->host_ids.bytes() + state->host_h.bytes() + state->host_rows.bytes();
+                   state->host_ids.bytes() + state->host_h.bytes() + state->host_rows.bytes() +
+                   (state->host_batch ? state->host_batch->pinned_bytes() : 0);
   state->routing.assign(moe_layers, std::vector<std::uint64_t>(c.num_experts, 0));
   std::size_t free_after = 0;
   if (Status s = cuda_call("cudaMemGetInfo", cudaMemGetInfo(&free_after, &total)); !s) return s.error();
@@ -454,8 +445,8 @@ Status CudaDecoder::forward(std::span<const std::int32_t> tokens, int start_posi
   for (std::size_t first = 0; first < tokens.size(); first += chunk) {
     const auto part = tokens.subspan(first, std::min(chunk, tokens.size() - first));
     const int position = start_position + static_cast<int>(first);
-    // Batched when there are buffers for it (all-VRAM plans, batch > 1) and more than one token.
-    const Status st = s.batch.tokens > 0 && part.size() > 1 ? s.run_batch(part, position) : s.run_chunk(part, position, host);
+    // Batched when there are buffers for it (batch > 1) and more than one token.
+    const Status st = s.batch.tokens > 0 && part.size() > 1 ? s.run_batch(part, position, host) : s.run_chunk(part, position, host);
     if (!st) return st;
   }
   return s.finish(logits);
@@ -482,6 +473,7 @@ std::vector<std::string> CudaDecoder::kernel_names() const {
                   " tokens, launches per batch (after the first batch):");
     for (const auto& [name, count] : state_->batch_launches) out.push_back(name + " x" + std::to_string(count));
   }
+  if (state_->host_batch) out.push_back(state_->host_batch->tally().describe());
   return out;
 }
 

@@ -9,8 +9,8 @@
 // stream and replayed for every token: the position is read from device
 // memory, so the same graph serves every position. A prompt of several
 // tokens runs in batches (cuda_prefill.h: matrix-matrix launches, experts
-// grouped by slot on the device) when every expert is in VRAM, else token
-// by token through that graph.
+// grouped by slot on the device; at hybrid layers the host's experts are
+// copied up or computed on the CPU, cuda_hybrid_prefill.h).
 //
 // Hybrid plans (experts outside VRAM) as the Vulkan decoder runs them: a
 // hybrid MoE layer ends a graph segment after its routing, the host computes

@@ -115,29 +115,41 @@ inline StepBufferBytes step_buffer_bytes(const model::ModelConfig& c, u64 moe_la
 
 inline u64 StepBufferBytes::rounding() const { return page_rounding(all()); }
 
+// A hybrid prefill batch copies the host's experts that it computes on the
+// device into a staging slab of this many records per pass (two grouped
+// launches per pass): 16 records keep those launches' grids full and cost
+// 16 record strides of VRAM. Fewer when no layer has that many outside VRAM.
+inline constexpr u64 kStagingPassRecords = 16;
+inline u64 staging_records(u64 most_host_experts_in_a_layer) {
+  return std::min(most_host_experts_in_a_layer, kStagingPassRecords);
+}
+
 // Bytes of each prefill batch buffer (engine/cuda/cuda_prefill.h's
 // BatchBuffers): `batch` tokens' rows of every activation, the batch's
 // expert choices grouped by slot, and one row per choice for the experts'
 // activations and outputs. None when batch < 2 (the prompt then runs token
-// by token) or the plan is hybrid (its prefill runs token by token).
-// h_half and attn_half are the f16 copies of h and attn that the
+// by token). h_half and attn_half are the f16 copies of h and attn that the
 // tensor-core GEMMs read; mlp_a and act hold f16 rows in place of f32 ones
-// when their matrices are not f32 (half their bytes used).
+// when their matrices are not f32 (half their bytes used). Hybrid plans
+// (staging_records > 0) add the staging slab for the host's experts copied
+// up and their grouping: staged_order (a choice index per choice) and
+// staged_offsets (one per expert + 1).
 struct BatchBufferBytes {
   u64 x, h, h_half, q, k, v, attn, attn_half, mlp_a, shared_out, shared_gate, router_logits, choices, offsets, order,
-      act, rows;
-  std::array<u64, 17> all() const {  // one allocation each
+      act, rows, staging, staged_order, staged_offsets;
+  std::array<u64, 20> all() const {  // one allocation each
     return {x, h, h_half, q, k, v, attn, attn_half, mlp_a, shared_out, shared_gate, router_logits, choices, offsets, order,
-            act, rows};
+            act, rows, staging, staged_order, staged_offsets};
   }
   u64 total() const {
-    const std::array<u64, 17> a = all();
+    const std::array<u64, 20> a = all();
     return std::accumulate(a.begin(), a.end(), u64{0});
   }
 };
 
-inline BatchBufferBytes batch_buffer_bytes(const model::ModelConfig& c, u64 batch, bool hybrid) {
-  if (batch < 2 || hybrid) return BatchBufferBytes{};
+inline BatchBufferBytes batch_buffer_bytes(const model::ModelConfig& c, u64 batch, u64 staging_records = 0,
+                                           u64 record_stride = 0) {
+  if (batch < 2) return BatchBufferBytes{};
   const u64 f = sizeof(float);
   const u64 kv_width = c.num_key_value_heads * c.head_dim;
   const u64 q_width = c.num_attention_heads * c.head_dim;
@@ -156,6 +168,11 @@ inline BatchBufferBytes batch_buffer_bytes(const model::ModelConfig& c, u64 batc
   b.order = choices * 4;
   b.act = choices * std::max<u64>(c.moe_intermediate_size, 1) * f;
   b.rows = choices * c.hidden_size * f;
+  if (staging_records > 0) {
+    b.staging = staging_records * record_stride;
+    b.staged_order = choices * 4;
+    b.staged_offsets = (std::max<u64>(c.num_experts, 1) + 1) * 4;
+  }
   return b;
 }
 
@@ -171,6 +188,18 @@ inline u64 pinned_bytes(const model::ModelConfig& c, u64 moe_layers, u64 lm_head
   batch = std::max<u64>(batch, 1);
   return batch * c.hidden_size * f + batch * 4 + lm_head_rows * f + std::max<u64>(moe_layers * c.num_experts, 1) * 4 +
          c.num_experts_per_tok * 4 + c.hidden_size * f + c.num_experts_per_tok * c.hidden_size * f;
+}
+
+// And for a hybrid plan's prefill batches (engine/cuda/cuda_hybrid_prefill.h):
+// a layer's choices and input rows down, the CPU's rows and the staged
+// experts' grouping up, and two passes of records on their way up (one is
+// filled while the other is copied).
+inline u64 hybrid_batch_pinned_bytes(const model::ModelConfig& c, u64 batch, u64 staging_records, u64 record_stride) {
+  if (batch < 2 || staging_records == 0) return 0;
+  const u64 f = sizeof(float);
+  const u64 choices = batch * std::max<u64>(c.num_experts_per_tok, 1);
+  return choices * 8 + batch * c.hidden_size * f + choices * c.hidden_size * f + choices * 4 +
+         (std::max<u64>(c.num_experts, 1) + 1) * 4 + 2 * staging_records * record_stride;
 }
 
 }  // namespace coli::cuda

@@ -12,12 +12,22 @@ using kernels::cuda::ExpertChoice;
 
 std::string format_of(const Matrix& m) { return std::string(name_of(m.format)); }
 
+// A SwiGLU's intermediate rows between its two launches: f16 (in the f32
+// buffer's place) when both its launches are tensor-core formats.
+void half_intermediate(const Matrix& gate, const Matrix& down, k::GemmRows& first, k::GemmRows& down_rows) {
+  if (gate.format == WeightFormat::f32 || down.format == WeightFormat::f32) return;
+  first.y_half = reinterpret_cast<std::uint16_t*>(first.y);
+  first.y = nullptr;
+  down_rows.x_half = first.y_half;
+  down_rows.x = nullptr;
+}
+
 // One batch of one layer: its shape, buffers and the launches.
 class BatchLayer {
  public:
   BatchLayer(LaunchRecorder& r, const model::ModelConfig& c, const CudaWeights& w, StepBuffers& step, BatchBuffers& b,
-             int tokens, bool exact)
-      : r_(r), c_(c), w_(w), step_(step), b_(b), tokens_(tokens), exact_(exact),
+             int tokens, bool exact, BatchHostExperts* host)
+      : r_(r), c_(c), w_(w), step_(step), b_(b), host_(host), tokens_(tokens), exact_(exact),
         hidden_(static_cast<int>(c.hidden_size)), eps_(static_cast<float>(c.rms_norm_eps)) {}
 
   Status attention(const CudaLayer& l, int layer);
@@ -48,15 +58,6 @@ class BatchLayer {
     return s ? to_half(b_.h, b_.h_half, static_cast<std::size_t>(hidden_)) : s;
   }
   Status route(const CudaLayer& l);
-  // A SwiGLU's intermediate rows between its two launches: f16 (in the f32
-  // buffer's place) when both its launches are tensor-core formats.
-  static void half_intermediate(const Matrix& gate, const Matrix& down, k::GemmRows& first, k::GemmRows& down_rows) {
-    if (gate.format == WeightFormat::f32 || down.format == WeightFormat::f32) return;
-    first.y_half = reinterpret_cast<std::uint16_t*>(first.y);
-    first.y = nullptr;
-    down_rows.x_half = first.y_half;
-    down_rows.x = nullptr;
-  }
   Status experts(const CudaLayer& l);
   Status swiglu_mlp(const CudaLayer& l, DeviceBuffer& out, bool accumulate);
 
@@ -65,6 +66,7 @@ class BatchLayer {
   const CudaWeights& w_;
   StepBuffers& step_;
   BatchBuffers& b_;
+  BatchHostExperts* host_;
   int tokens_;
   bool exact_;
   int hidden_;
@@ -122,45 +124,36 @@ Status BatchLayer::route(const CudaLayer& l) {
   return Ok{};
 }
 
-// The routed experts: choices grouped by slot, one grouped gate/up and one
-// grouped down launch over every slot, then each token's weighted sum.
+// The routed experts: the VRAM slots' choices grouped by slot on the
+// device, one grouped gate/up and one grouped down launch over every slot;
+// at a hybrid layer the host's experts between those and the weighted sum.
 Status BatchLayer::experts(const CudaLayer& l) {
   const kernels::cuda::ExpertRecordLayout& layout = w_.experts.layout;
   const auto moe = static_cast<std::size_t>(l.moe);
   const int top_k = static_cast<int>(c_.num_experts_per_tok), slots = w_.experts.slot_counts[moe];
-  const auto* slab = at<const std::uint8_t>(w_.experts.slabs[moe]);
-  const Matrix gate{layout.format, layout.width, layout.hidden, slab + layout.gate_weights, slab + layout.gate_scales};
-  const Matrix up{layout.format, layout.width, layout.hidden, slab + layout.up_weights, slab + layout.up_scales};
-  const Matrix down{layout.format, layout.hidden, layout.width, slab + layout.down_weights, slab + layout.down_scales};
-  k::GemmRows grouped;
-  grouped.x = at(b_.h);
-  grouped.x_half = at<const std::uint16_t>(b_.h_half);
-  grouped.y = at(b_.act);
-  grouped.tokens = tokens_;
-  grouped.order = at<const int>(b_.order);
-  grouped.offsets = at<const int>(b_.offsets);
-  grouped.slots = slots;
-  grouped.x_divisor = top_k;
-  grouped.slot_stride = layout.record_stride;
-  k::GemmRows grouped_down = grouped;
-  grouped_down.x = at(b_.act);
-  grouped_down.x_half = nullptr;
-  grouped_down.y = at(b_.rows);
-  grouped_down.x_divisor = 1;
-  half_intermediate(gate, down, grouped, grouped_down);
+  const int experts = static_cast<int>(c_.num_experts);
+  const bool hybrid = slots < experts;
+  if (hybrid && host_ == nullptr) return make_error("MoE layer " + std::to_string(l.moe) + " has experts outside VRAM but no host expert store");
+  if (hybrid) {
+    if (Status s = host_->send(l.moe, tokens_); !s) return s;
+  }
+  if (slots > 0) {
+    for (Status s : {r_.check("prefill group_by_slot", k::group_by_slot(r_.stream(), at<const ExpertChoice>(b_.choices),
+                                                                       tokens_ * top_k, slots, at<int>(b_.offsets), at<int>(b_.order))),
+                     record_grouped_experts(r_, layout, at<const std::uint8_t>(w_.experts.slabs[moe]), slots,
+                                            at<const int>(b_.order), at<const int>(b_.offsets), b_, tokens_, top_k)}) {
+      if (!s) return s;
+    }
+  }
+  if (hybrid) {
+    if (Status s = host_->complete(l.moe, tokens_); !s) return s;
+  }
+  // Every slot number, the host's too, has its rows by now.
   const k::ExpertCombine combine{at<const ExpertChoice>(b_.choices), at(b_.rows),
                                  l.has_shared ? at(b_.shared_out) : nullptr,
                                  l.has_shared ? at(b_.shared_gate) : nullptr,
-                                 at(b_.x), tokens_, top_k, hidden_, slots};
-  const std::string format(name_of(layout.format));
-  for (Status s : {r_.check("prefill group_by_slot", k::group_by_slot(r_.stream(), at<const ExpertChoice>(b_.choices),
-                                                                     tokens_ * top_k, slots, at<int>(b_.offsets), at<int>(b_.order))),
-                   r_.check("prefill expert gate_up " + format, k::gemm_swiglu(r_.stream(), gate, up, grouped)),
-                   r_.check("prefill expert down " + format, k::gemm(r_.stream(), down, grouped_down, nullptr, false)),
-                   r_.check("prefill combine_experts", k::combine_experts(r_.stream(), combine))}) {
-    if (!s) return s;
-  }
-  return Ok{};
+                                 at(b_.x), tokens_, top_k, hidden_, experts};
+  return r_.check("prefill combine_experts", k::combine_experts(r_.stream(), combine));
 }
 
 Status BatchLayer::moe(const CudaLayer& l) {
@@ -174,9 +167,36 @@ Status BatchLayer::moe(const CudaLayer& l) {
 
 }  // namespace
 
-std::array<const DeviceBuffer*, 17> BatchBuffers::all() const {
+Status record_grouped_experts(LaunchRecorder& r, const kernels::cuda::ExpertRecordLayout& layout,
+                              const std::uint8_t* slab, int slots, const int* order, const int* offsets,
+                              BatchBuffers& b, int tokens, int top_k) {
+  const Matrix gate{layout.format, layout.width, layout.hidden, slab + layout.gate_weights, slab + layout.gate_scales};
+  const Matrix up{layout.format, layout.width, layout.hidden, slab + layout.up_weights, slab + layout.up_scales};
+  const Matrix down{layout.format, layout.hidden, layout.width, slab + layout.down_weights, slab + layout.down_scales};
+  k::GemmRows grouped;
+  grouped.x = at(b.h);
+  grouped.x_half = at<const std::uint16_t>(b.h_half);
+  grouped.y = at(b.act);
+  grouped.tokens = tokens;
+  grouped.order = order;
+  grouped.offsets = offsets;
+  grouped.slots = slots;
+  grouped.x_divisor = top_k;
+  grouped.slot_stride = layout.record_stride;
+  k::GemmRows grouped_down = grouped;
+  grouped_down.x = at(b.act);
+  grouped_down.x_half = nullptr;
+  grouped_down.y = at(b.rows);
+  grouped_down.x_divisor = 1;
+  half_intermediate(gate, down, grouped, grouped_down);
+  const std::string format(name_of(layout.format));
+  if (Status s = r.check("prefill expert gate_up " + format, k::gemm_swiglu(r.stream(), gate, up, grouped)); !s) return s;
+  return r.check("prefill expert down " + format, k::gemm(r.stream(), down, grouped_down, nullptr, false));
+}
+
+std::array<const DeviceBuffer*, 20> BatchBuffers::all() const {
   return {&x, &h, &h_half, &q, &k, &v, &attn, &attn_half, &mlp_a, &shared_out, &shared_gate, &router_logits, &choices,
-          &offsets, &order, &act, &rows};
+          &offsets, &order, &act, &rows, &staging, &staged_order, &staged_offsets};
 }
 
 std::uint64_t BatchBuffers::bytes() const {
@@ -191,16 +211,20 @@ std::uint64_t BatchBuffers::page_rounding() const {
   return sum;
 }
 
-Result<BatchBuffers> make_batch_buffers(const model::ModelConfig& c, int tokens, bool hybrid) {
+Result<BatchBuffers> make_batch_buffers(const model::ModelConfig& c, int tokens, int staging_records,
+                                        std::uint64_t record_stride) {
   BatchBuffers b;
-  const BatchBufferBytes n = batch_buffer_bytes(c, static_cast<u64>(std::max(tokens, 0)), hybrid);
+  const BatchBufferBytes n = batch_buffer_bytes(c, static_cast<u64>(std::max(tokens, 0)),
+                                                static_cast<u64>(std::max(staging_records, 0)), record_stride);
   if (n.total() == 0) return b;
   b.tokens = tokens;
+  b.staging_records = std::max(staging_records, 0);
   const std::pair<DeviceBuffer*, u64> sizes[] = {
       {&b.x, n.x}, {&b.h, n.h}, {&b.h_half, n.h_half}, {&b.q, n.q}, {&b.k, n.k}, {&b.v, n.v}, {&b.attn, n.attn},
       {&b.attn_half, n.attn_half}, {&b.mlp_a, n.mlp_a},
       {&b.shared_out, n.shared_out}, {&b.shared_gate, n.shared_gate}, {&b.router_logits, n.router_logits},
-      {&b.choices, n.choices}, {&b.offsets, n.offsets}, {&b.order, n.order}, {&b.act, n.act}, {&b.rows, n.rows}};
+      {&b.choices, n.choices}, {&b.offsets, n.offsets}, {&b.order, n.order}, {&b.act, n.act}, {&b.rows, n.rows},
+      {&b.staging, n.staging}, {&b.staged_order, n.staged_order}, {&b.staged_offsets, n.staged_offsets}};
   for (const auto& [buffer, bytes] : sizes) {
     auto made = DeviceBuffer::allocate(bytes);
     if (!made) return make_error("the CUDA decoder's prefill batch of " + std::to_string(tokens) + " tokens: " + made.error().message);
@@ -211,13 +235,13 @@ Result<BatchBuffers> make_batch_buffers(const model::ModelConfig& c, int tokens,
 
 Status record_batch(void* stream, const model::ModelConfig& c, const CudaWeights& w, StepBuffers& step,
                     BatchBuffers& batch, int tokens, bool exact, std::map<std::string, int>& launches,
-                    LaunchObserver* observer) {
+                    BatchHostExperts* host, LaunchObserver* observer) {
   if (tokens < 1 || tokens > batch.tokens) {
     return make_error("a prefill batch of " + std::to_string(tokens) + " tokens (the buffers take " +
                       std::to_string(batch.tokens) + ")");
   }
   LaunchRecorder r(stream, launches, observer);
-  BatchLayer run(r, c, w, step, batch, tokens, exact);
+  BatchLayer run(r, c, w, step, batch, tokens, exact, host);
   for (std::size_t i = 0; i < w.layers.size(); ++i) {
     const CudaLayer& layer = w.layers[i];
     if (Status s = run.attention(layer, static_cast<int>(i)); !s) return s;

@@ -209,8 +209,15 @@ Status upload_experts(const gpu::DecoderModel& model, CudaExperts& out) {
     if (Status s = upload_layer_experts(model, l, chosen, out.slabs[l]); !s) return s;
   }
   out.slot_of.resize(layout.layers);
+  out.host_experts.resize(layout.layers);
   for (std::uint32_t l = 0; l < layout.layers; ++l) {
     const auto first = tables.begin() + static_cast<std::ptrdiff_t>(l * layout.experts);
+    for (std::uint32_t e = 0; e < layout.experts; ++e) {
+      int& slot = first[e];
+      if (slot >= 0) continue;
+      slot = out.slot_counts[l] + static_cast<int>(out.host_experts[l].size());  // a host slot
+      out.host_experts[l].push_back(static_cast<int>(e));
+    }
     out.slot_of[l].assign(first, first + layout.experts);
   }
   auto buffer = DeviceBuffer::allocate(std::max<std::size_t>(tables.size(), 1) * 4);

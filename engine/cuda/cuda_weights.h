@@ -35,12 +35,21 @@ struct CudaLayer {
   bool has_shared = false;
 };
 
+// Every expert of a MoE layer has a slot number: the plan's VRAM experts
+// 0..slot_counts-1 (their record in the slab), then the host's experts
+// after them in expert order ("host slots": no record in the slab, so a
+// decode step leaves them to the host, and a prefill batch groups their
+// choices by expert as it groups the VRAM slots').
 struct CudaExperts {
   kernels::cuda::ExpertRecordLayout layout;
   std::vector<DeviceBuffer> slabs;     // per MoE layer: the plan's VRAM experts, slot i = its i-th
-  DeviceBuffer slot_tables;            // int[moe layers][experts]
-  std::vector<int> slot_counts;        // per MoE layer
-  std::vector<std::vector<int>> slot_of;  // host copy of the tables (-1: the host computes that expert)
+  DeviceBuffer slot_tables;            // int[moe layers][experts]: each expert's slot
+  std::vector<int> slot_counts;        // per MoE layer: its VRAM slots
+  std::vector<std::vector<int>> slot_of;       // host copy of the tables
+  std::vector<std::vector<int>> host_experts;  // per MoE layer: host slot slot_counts + i is expert host_experts[i]
+  bool in_vram(std::size_t moe_layer, int expert) const {
+    return slot_of[moe_layer][static_cast<std::size_t>(expert)] < slot_counts[moe_layer];
+  }
   std::uint64_t bytes() const;
   std::uint64_t page_rounding() const;  // cuda_layout.h's, over the slabs and the slot tables
 };

@@ -8,17 +8,13 @@
 #include <cstring>
 #include <thread>
 
+#include "cuda/pinned.h"
+
 namespace coli::cuda {
 namespace {
 
 cudaStream_t stream_of(void* s) { return static_cast<cudaStream_t>(s); }
 cudaEvent_t event_of(void* e) { return static_cast<cudaEvent_t>(e); }
-
-Status cuda_call(const std::string& call, cudaError_t code) {
-  if (code == cudaSuccess) return Ok{};
-  cudaGetLastError();
-  return make_error(call + " failed: " + cudaGetErrorName(code) + " (" + cudaGetErrorString(code) + ")");
-}
 
 // Runs on the driver's callback thread and holds the stream until collect().
 void CUDART_CB wait_at_gate(void* flag) {

@@ -84,23 +84,28 @@ void add_cuda_decoder_lines(GpuTier& tier, const ModelFootprint& fp, const GpuTi
   const model::ModelConfig& c = fp.config;
   const u64 moe_layers = fp.moe_layer_count(), ctx = static_cast<u64>(request.ctx);
   const cuda::StepBufferBytes step = cuda::step_buffer_bytes(c, moe_layers, c.vocab_size, ctx);
-  const u64 pinned = cuda::pinned_bytes(c, moe_layers, c.vocab_size, static_cast<u64>(tier.batch_tokens));
+  const u64 batch_tokens = static_cast<u64>(tier.batch_tokens), stride = fp.expert().record_stride;
+  const int fewest_slots = tier.vram_experts.empty() ? fp.n_experts : *std::min_element(tier.vram_experts.begin(), tier.vram_experts.end());
+  const bool hybrid = fewest_slots < fp.n_experts;
+  // A hybrid batch stages the host's experts it copies up: at most the widest layer's host share per pass.
+  const u64 staging = hybrid ? cuda::staging_records(static_cast<u64>(fp.n_experts - fewest_slots)) : 0;
+  const u64 pinned = cuda::pinned_bytes(c, moe_layers, c.vocab_size, batch_tokens) +
+                     cuda::hybrid_batch_pinned_bytes(c, batch_tokens, staging, stride);
   tier.lines.push_back({"GPU dense weights", Tier::vram, fp.gpu_dense_bytes,
                         n(fp.dense_tensor_count) + " dense tensors but the embedding, vectors as f32, 256-aligned"});
   tier.lines.push_back({"GPU KV cache", Tier::vram, step.kv,
                         n(c.num_hidden_layers) + " layers x 2 (K,V) x ctx " + n(ctx) + " x kv width " +
                             n(c.num_key_value_heads * c.head_dim) + " x 4 B"});
-  const bool hybrid = std::any_of(tier.vram_experts.begin(), tier.vram_experts.end(),
-                                  [&](int slots) { return slots < fp.n_experts; });
-  const u64 batch_tokens = static_cast<u64>(tier.batch_tokens);
-  const cuda::BatchBufferBytes batch_buffers = cuda::batch_buffer_bytes(c, batch_tokens, hybrid);
+  const cuda::BatchBufferBytes batch_buffers = cuda::batch_buffer_bytes(c, batch_tokens, staging, stride);
   const u64 batch = batch_buffers.total();
   tier.lines.push_back({"GPU activations", Tier::vram, step.activations() + batch + cuda::slot_table_bytes(c, moe_layers),
                         "one token's step buffers (hidden, q/k/v, attention partials over ctx, expert rows, logits) + "
                         "rope table + slot tables + " +
-                            (batch > 0 ? format_bytes(batch) + " for prefill batches of " + n(batch_tokens) + " tokens"
-                                       : std::string("no prefill batch (") + (hybrid ? "hybrid: " : "") +
-                                             "prompts run token by token)")});
+                            (batch > 0 ? format_bytes(batch) + " for prefill batches of " + n(batch_tokens) + " tokens" +
+                                             (staging > 0 ? " (a staging slab of " + n(staging) +
+                                                                " records for the host's experts copied up)"
+                                                          : std::string())
+                                       : std::string("no prefill batch (prompts run token by token)"))});
   u64 slabs_rounding = 0;
   for (int slots : tier.vram_experts) slabs_rounding += cuda::page_rounding(static_cast<u64>(slots) * fp.expert().record_stride);
   const u64 rounding = cuda::page_rounding(fp.gpu_dense_bytes) + slabs_rounding + step.rounding() +
@@ -118,7 +123,10 @@ void add_cuda_decoder_lines(GpuTier& tier, const ModelFootprint& fp, const GpuTi
                         "largest dense matrix, + the norms widened to f32"});
   tier.lines.push_back({"GPU host-visible buffers", Tier::ram, pinned,
                         "pinned: a batch of " + n(static_cast<u64>(tier.batch_tokens)) +
-                            " embedding rows, logits, routing and hybrid rows"});
+                            " embedding rows, logits, routing and hybrid rows" +
+                            (staging > 0 ? "; a hybrid batch's choices, input and CPU rows, and 2 x " + n(staging) +
+                                               " records on their way up"
+                                         : std::string())});
 }
 
 void add_whole_decoder_lines(GpuTier& tier, const ModelFootprint& fp, const GpuTierRequest& request) {
@@ -287,9 +295,9 @@ Status fill_tier(GpuTier& tier, const ModelFootprint& fp, const GpuTierRequest& 
   }
   int slots = static_cast<int>(std::min(fits, all));
   place(tier, fp, request, slots);
-  // What grows with the slots beyond them: an all-VRAM plan's prefill batch
-  // buffers (hybrid plans prefill token by token) and the slabs' large-page
-  // rounding (CUDA). Where those do not fit too, experts stay out.
+  // What changes with the slots beyond them: a hybrid plan's staging slab
+  // (cuda_layout.h's staging_records) and the slabs' large-page rounding
+  // (CUDA). Where those do not fit too, experts stay out.
   while (slots > 1 && tier_vram(tier) > budget) place(tier, fp, request, --slots);
   tier.reason = (request.gpu == "auto" ? "auto: " : "--gpu " + request.gpu + ": ") + tier.device.gpu.describe() + " (" +
                 request.backend.name + "), " + n(static_cast<u64>(tier.vram_slots())) + " of " + n(all) +

@@ -194,10 +194,12 @@ Result<Plan> make_plan_explained(const DeviceProfile& profile, const ModelFootpr
   plan.decisions.push_back({"gpu", plan.gpu.device.gpu.chosen() ? plan.gpu.device.gpu.describe() : "none", plan.gpu.reason});
   if (plan.gpu.whole_decoder && plan.gpu.device.gpu.chosen()) {
     const std::string source = request.gpu_batch_tokens ? "--gpu-batch" : "the " + plan.gpu.backend + " decoder's default";
-    const bool token_by_token = plan.gpu.backend == "cuda" && !plan.gpu.all_experts_in_vram(plan.n_experts);
+    const bool staged = plan.gpu.backend == "cuda" && !plan.gpu.all_experts_in_vram(plan.n_experts);
     plan.decisions.push_back({"gpu_batch_tokens", std::to_string(plan.gpu.batch_tokens),
                               source + ": a prompt's tokens per GPU submission" +
-                                  (token_by_token ? " (this hybrid plan's prefill runs them token by token)" : ""),
+                                  (staged ? " (for the experts outside VRAM a batch chose, coli run copies each up or "
+                                            "computes it on the CPU, whichever it measures faster: --gpu-host-experts)"
+                                          : ""),
                               plan.gpu.batch_tokens, "tokens"});
   }
   plan.decisions.push_back({"kv_type", std::string(kv_type_name(plan.kv_type)), kv.reason});

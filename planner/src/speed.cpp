@@ -1,5 +1,7 @@
 #include "coli/planner/speed.h"
 
+#include "cuda/cuda_layout.h"  // the hybrid batch's staging pass
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -98,6 +100,22 @@ std::optional<Bandwidth> vram_bandwidth(const DeviceProfile& profile, const Mode
                                               ", coli-probe --gpu-selftest)"};
 }
 
+// The probe's host-to-device copy bandwidth of the plan's GPU, at the block
+// size nearest `bytes` (a hybrid batch's staging pass).
+std::optional<Bandwidth> upload_bandwidth(const DeviceProfile& profile, const GpuTier& tier, double bytes) {
+  const UploadBandwidthPoint* best = nullptr;
+  auto distance = [&](const UploadBandwidthPoint& u) { return std::abs(std::log(static_cast<double>(u.block_bytes) / bytes)); };
+  for (const UploadBandwidthPoint& u : profile.measurements.uploads) {
+    if (u.backend != tier.backend || u.device_index != tier.device.gpu.index || u.device != tier.device.gpu.name ||
+        u.block_bytes == 0 || u.gb_per_s.median <= 0) {
+      continue;
+    }
+    if (!best || distance(u) < distance(*best)) best = &u;
+  }
+  if (!best) return std::nullopt;
+  return Bandwidth{best->gb_per_s.median, "host-to-GPU copies " + fixed(best->gb_per_s.median, 1) + " GB/s (" +
+                                              format_bytes(best->block_bytes) + " blocks, coli-probe)"};
+}
 
 // Parallel steps of one CPU decode token, as the engine runs them
 // (engine/runtime/src/moe_model.cpp, engine/backend/cpu): per layer q/k/v,
@@ -240,6 +258,7 @@ namespace {
 struct PlanRates {
   Bandwidth ram;
   std::optional<Bandwidth> disk, vram;
+  std::optional<Bandwidth> upload;  // host to the plan's GPU (a CUDA hybrid batch copies the host's experts up)
   double miss = 0;        // share of expert reads that go to disk
   double vram_share = 0;  // share of expert reads served from VRAM
   double disk_gbs() const { return disk ? disk->gb_per_s : 1.0; }  // unused when nothing misses
@@ -288,30 +307,36 @@ void predict_decode(const DeviceProfile& profile, const ModelFootprint& fp, cons
                                   std::to_string(steps.regions) + " parallel steps per token)");
 }
 
-// A whole-decoder GPU plan's prefill, as the decoder runs it: the CUDA
-// decoder prefills a hybrid plan token by token (each token a decode step:
-// the decode figure); otherwise a batch of B tokens reads the dense weights
-// and each distinct expert it touches once from VRAM. The GPU's GEMM time
-// is in no profile yet, so that figure is an upper bound and says so.
+// A whole-decoder GPU plan's prefill, as the decoder runs it: a batch of B
+// tokens reads the dense weights and each distinct expert it touches once
+// from VRAM; the experts outside VRAM are read by the host from RAM
+// (Vulkan) or, in a CUDA hybrid batch, copied up at the probe's measured
+// host-to-GPU bandwidth (the decoder computes an expert on the CPU instead
+// only where that is faster, so this bounds it). The GPU's GEMM time is in
+// no profile yet, so the figure is an upper bound and says so.
 void predict_gpu_prefill(const ModelFootprint& fp, const Plan& plan, const PlanRates& r, SpeedPrediction& s) {
-  if (plan.gpu.backend == "cuda" && !plan.gpu.all_experts_in_vram(fp.n_experts)) {
-    s.prefill_tok_per_s = s.decode_tok_per_s;
-    s.prefill_inputs = "the decode figure: the CUDA decoder prefills a hybrid plan token by token";
-    return;
-  }
   const double layers = static_cast<double>(fp.moe_layer_count()), n = fp.n_experts;
   const double batch = plan.gpu.batch_tokens;
   const double distinct = n * (1.0 - std::pow(1.0 - 1.0 / n, batch * fp.top_k));
   const u64 dense = dense_bytes_per_token(fp);
   const double experts = layers * distinct * static_cast<double>(fp.expert().record_bytes);
-  // Experts outside VRAM (a Vulkan hybrid plan's) are read by the host from RAM.
+  const bool copied_up = plan.gpu.backend == "cuda" && r.vram_share < 1.0;
+  if (copied_up && !r.upload) {
+    s.prefill_tok_per_s = s.decode_tok_per_s;
+    s.prefill_inputs = "the decode figure: no measured host-to-GPU bandwidth for " + plan.gpu.device.gpu.describe() +
+                       " to price this hybrid plan's expert copies (coli-probe measures it)";
+    return;
+  }
+  const Bandwidth& host = copied_up ? *r.upload : r.ram;
   const double seconds = (static_cast<double>(dense) + experts * r.vram_share) / (r.vram->gb_per_s * 1e9) +
-                         experts * (1.0 - r.vram_share) / (r.ram.gb_per_s * 1e9);
+                         experts * (1.0 - r.vram_share) / (host.gb_per_s * 1e9);
   s.prefill_tok_per_s = batch / seconds;
   s.prefill_inputs = "an upper bound, weight reads only (the GPU's GEMM time is in no profile yet): batches of " +
                      fixed(batch, 0) + " tokens, each reading dense " + format_bytes(dense) + " + " + fixed(distinct, 1) +
                      " distinct experts x " + fixed(layers, 0) + " layers, " + fixed(r.vram_share * 100, 1) +
-                     "% of them from VRAM at " + r.vram->text;
+                     "% of them from VRAM at " + r.vram->text +
+                     (r.vram_share < 1.0 ? ", the rest " + std::string(copied_up ? "copied up at " : "read by the host at ") + host.text
+                                         : std::string());
 }
 
 // Prefill: a round of R tokens reads the dense weights once and each distinct
@@ -354,6 +379,8 @@ SpeedPrediction predict_speed(const DeviceProfile& profile, const ModelFootprint
   rates.vram_share = std::min(plan.gpu.vram_share, s.hit_rate);
   if (plan.gpu.vram_slots() > 0) {
     rates.vram = vram_bandwidth(profile, fp, plan.gpu);
+    const auto most_host = static_cast<double>(cuda::staging_records(static_cast<std::uint64_t>(fp.n_experts)));
+    rates.upload = upload_bandwidth(profile, plan.gpu, most_host * static_cast<double>(fp.expert().record_stride));
     if (!rates.vram) {
       s.unavailable = "no measured GPU GEMV bandwidth for " + plan.gpu.device.gpu.describe() + " (" + plan.gpu.backend +
                       "): run coli-probe --gpu-selftest on that machine (it times the " +

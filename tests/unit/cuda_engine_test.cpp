@@ -229,8 +229,19 @@ TEST_P(CudaEngine, QuantisedDenseWeightsMatchTheCpuExactPath) {
   }
 }
 
+// The decoder's line on where a hybrid prefill put the host's experts.
+std::string host_batch_line(const EngineRun& run) {
+  for (const std::string& line : run.stats.gpu.kernels) {
+    if (line.rfind("hybrid prefill:", 0) == 0) return line;
+  }
+  return "";
+}
+
 // Hybrid plans: the experts without a VRAM slot computed by the CPU between
-// two graph segments, token by token and in one prefill call.
+// two graph segments token by token; in one prefill call (a batch) copied
+// up into the staging slab or computed by the CPU, per expert (measured:
+// the first layer sends its fewest-token expert to the CPU, the rest up;
+// --gpu-host-experts forces either).
 TEST_P(CudaEngine, HybridPlansComputeTheOtherExpertsOnTheCpu) {
   REQUIRE_CUDA();
   const Reference ref = load_reference(dir(), "reference");
@@ -240,17 +251,27 @@ TEST_P(CudaEngine, HybridPlansComputeTheOtherExpertsOnTheCpu) {
   options.vram_experts = {{0, 2, 4, 6}, {7, 1}};  // 2 MoE layers of 8 experts: half, then a quarter in VRAM
   options.cache_capacity = 4;                     // the CPU's share streams through a small cache
   options.prefill_round_tokens = 2;
+  const EngineRun by_token = run_model(container, options, ref);
+  EXPECT_LT(by_token.worst_generated_error, 1e-4);
+  EXPECT_EQ(by_token.tokens, ref.generated);
+  for (const char* mode : {"measured", "upload", "cpu"}) {
+    SCOPED_TRACE(std::string("one prefill call, --gpu-host-experts ") + mode);
+    options.gpu_host_experts = mode;
+    const EngineRun run = run_model(container, options, ref, true);
+    EXPECT_LT(run.worst_generated_error, 1e-4);
+    EXPECT_EQ(run.tokens, ref.generated);
+    const std::string line = host_batch_line(run);
+    EXPECT_EQ(line.find(" 0 experts copied up") == std::string::npos, std::string(mode) != "cpu") << line;
+    EXPECT_EQ(line.find(" 0 computed on the CPU") == std::string::npos, std::string(mode) != "upload") << line;
+  }
+  // A layer with no expert in VRAM at all runs on the CPU alone, or in the staging slab alone.
+  options.vram_experts = {{}, {3}};
+  options.gpu_host_experts = "measured";
   for (bool one_prefill_call : {false, true}) {
-    SCOPED_TRACE(one_prefill_call ? "one prefill call" : "token by token");
     const EngineRun run = run_model(container, options, ref, one_prefill_call);
     EXPECT_LT(run.worst_generated_error, 1e-4);
     EXPECT_EQ(run.tokens, ref.generated);
   }
-  // A layer with no expert in VRAM at all runs on the CPU alone.
-  options.vram_experts = {{}, {3}};
-  const EngineRun run = run_model(container, options, ref);
-  EXPECT_LT(run.worst_generated_error, 1e-4);
-  EXPECT_EQ(run.tokens, ref.generated);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllArchitectures, CudaEngine, testing::Values("qwen3_moe", "olmoe", "mixtral", "qwen2_moe"));

@@ -70,7 +70,7 @@ TEST(PlannerCudaTier, PlansTheWholeDecoderOnTheCudaDeviceWithItsOwnLayout) {
   EXPECT_EQ(plan->memory.find("GPU KV cache")->bytes, c.num_hidden_layers * 2 * ctx * c.num_key_value_heads * c.head_dim * 4);
   // All experts in VRAM: the prefill batch's buffers too (512 tokens, the CUDA decoder's default).
   EXPECT_EQ(tier.batch_tokens, 512);
-  const cuda::BatchBufferBytes batch = cuda::batch_buffer_bytes(c, 512, false);
+  const cuda::BatchBufferBytes batch = cuda::batch_buffer_bytes(c, 512);
   EXPECT_EQ(batch.act, 512 * c.num_experts_per_tok * c.moe_intermediate_size * 4) << "one activation row per choice";
   EXPECT_EQ(plan->memory.find("GPU activations")->bytes,
             step.activations() + batch.total() + cuda::slot_table_bytes(c, fp.moe_layer_count()));
@@ -170,7 +170,7 @@ TEST(PlannerCudaTier, GpuBatchIsANamedOverrideThePlanCarriesToTheEngine) {
   EXPECT_NE(decision(*small).reason.find("--gpu-batch"), std::string::npos);
   const model::ModelConfig& c = fp.config;
   EXPECT_EQ(defaulted->memory.find("GPU activations")->bytes - small->memory.find("GPU activations")->bytes,
-            cuda::batch_buffer_bytes(c, 512, false).total() - cuda::batch_buffer_bytes(c, 64, false).total());
+            cuda::batch_buffer_bytes(c, 512).total() - cuda::batch_buffer_bytes(c, 64).total());
   request.gpu_batch_tokens = 0;
   auto refused = make_plan(h200(), fp, request);
   ASSERT_FALSE(refused.ok());
@@ -180,7 +180,8 @@ TEST(PlannerCudaTier, GpuBatchIsANamedOverrideThePlanCarriesToTheEngine) {
 // The prefill prediction of a CUDA plan follows what the decoder does: an
 // all-VRAM plan's batches read the dense weights and each distinct expert
 // once from VRAM (an upper bound, said so: no GPU GEMM is timed yet); a
-// hybrid plan prefills token by token, so its prefill figure is decode's.
+// hybrid plan's batches copy the experts outside VRAM up at the probe's
+// host-to-GPU bandwidth, and without that figure it falls back on decode's.
 TEST(PlannerCudaTier, PrefillPredictionFollowsTheCudaDecodersPrefill) {
   const DeviceProfile profile = h200_with_cuda_selftest();
   const ModelFootprint fp = qwen3();
@@ -198,10 +199,28 @@ TEST(PlannerCudaTier, PrefillPredictionFollowsTheCudaDecodersPrefill) {
   request.vram = 8 * kGiB;
   auto hybrid = make_plan(profile, fp, request);
   ASSERT_TRUE(hybrid.ok()) << hybrid.error().message;
-  const SpeedPrediction h = predict_speed(profile, fp, *hybrid);
+  const SpeedPrediction unmeasured = predict_speed(profile, fp, *hybrid);
+  ASSERT_TRUE(unmeasured.available) << unmeasured.unavailable;
+  EXPECT_EQ(unmeasured.prefill_tok_per_s, unmeasured.decode_tok_per_s);
+  EXPECT_NE(unmeasured.prefill_inputs.find("no measured host-to-GPU bandwidth"), std::string::npos) << unmeasured.prefill_inputs;
+  DeviceProfile with_uploads = profile;
+  for (std::uint64_t block : {1ull << 20, 64ull << 20}) {  // the staging pass (16 records, ~25 MiB) is nearer 64 MiB
+    UploadBandwidthPoint point;
+    point.backend = "cuda";
+    point.device = profile.gpus.cuda.at(0).name;
+    point.block_bytes = block;
+    point.gb_per_s.median = block == (64ull << 20) ? 50 : 10;
+    with_uploads.measurements.uploads.push_back(point);
+  }
+  const SpeedPrediction h = predict_speed(with_uploads, fp, *hybrid);
   ASSERT_TRUE(h.available) << h.unavailable;
-  EXPECT_EQ(h.prefill_tok_per_s, h.decode_tok_per_s);
-  EXPECT_NE(h.prefill_inputs.find("token by token"), std::string::npos) << h.prefill_inputs;
+  const double share = hybrid->gpu.vram_share;
+  ASSERT_GT(share, 0.0);
+  ASSERT_LT(share, 1.0);
+  const double experts = layers * distinct * static_cast<double>(fp.expert().record_bytes);
+  const double seconds = (static_cast<double>(dense_bytes_per_token(fp)) + experts * share) / 2000e9 + experts * (1 - share) / 50e9;
+  EXPECT_NEAR(h.prefill_tok_per_s, batch / seconds, 1e-6 * h.prefill_tok_per_s);
+  EXPECT_NE(h.prefill_inputs.find("copied up at host-to-GPU copies 50.0 GB/s"), std::string::npos) << h.prefill_inputs;
 }
 
 // Loading takes the larger of a chunk of whole expert records (at most
@@ -225,13 +244,26 @@ TEST(PlannerCudaTier, VramLimitShrinksTheTierAndTheRestRunsOnTheCpu) {
   EXPECT_GT(plan->gpu.vram_slots(), 0);
   EXPECT_LT(plan->gpu.vram_slots(), all);
   EXPECT_LE(plan->memory.total(Tier::vram), 8 * kGiB);
-  // Hybrid: the prompt runs token by token, so there is no prefill batch to price.
+  // Hybrid: the prefill batch adds a staging slab of 16 records (no layer has
+  // fewer than 16 experts outside VRAM here) and its pinned passes.
   const model::ModelConfig& c = fp.config;
+  const std::uint64_t stride = fp.expert().record_stride;
+  int fewest = fp.n_experts;
+  for (int slots : plan->gpu.vram_experts) fewest = std::min(fewest, slots);
+  ASSERT_GE(fp.n_experts - fewest, 16);
+  const cuda::BatchBufferBytes batch = cuda::batch_buffer_bytes(c, 512, 16, stride);
+  EXPECT_EQ(batch.staging, 16 * stride);
+  EXPECT_EQ(batch.total(), cuda::batch_buffer_bytes(c, 512).total() + 16 * stride + batch.order + batch.offsets)
+      << "the staging slab and the staged experts' grouping";
   EXPECT_EQ(plan->memory.find("GPU activations")->bytes,
             cuda::step_buffer_bytes(c, fp.moe_layer_count(), c.vocab_size, static_cast<std::uint64_t>(plan->ctx)).activations() +
-                cuda::slot_table_bytes(c, fp.moe_layer_count()));
-  EXPECT_EQ(cuda::batch_buffer_bytes(c, 128, true).total(), 0u);
-  EXPECT_EQ(cuda::batch_buffer_bytes(c, 1, false).total(), 0u) << "one token per submission: no batch";
+                batch.total() + cuda::slot_table_bytes(c, fp.moe_layer_count()));
+  EXPECT_EQ(plan->memory.find("GPU host-visible buffers")->bytes,
+            cuda::pinned_bytes(c, fp.moe_layer_count(), c.vocab_size, 512) +
+                cuda::hybrid_batch_pinned_bytes(c, 512, 16, stride));
+  EXPECT_GT(cuda::hybrid_batch_pinned_bytes(c, 512, 16, stride), 2 * 16 * stride) << "two passes of records on their way up";
+  EXPECT_EQ(cuda::batch_buffer_bytes(c, 1).total(), 0u) << "one token per submission: no batch";
+  EXPECT_EQ(cuda::staging_records(3), 3u) << "no more records than a layer has outside VRAM";
   std::uint64_t host_cache = 0;
   for (const MemoryLine& line : plan->memory.lines) host_cache += line.component.rfind("expert cache", 0) == 0 ? line.bytes : 0;
   EXPECT_GT(host_cache, 0u) << "a host expert cache for the experts outside VRAM";
@@ -257,13 +289,14 @@ TEST(PlannerCudaTier, LargePageRoundingIsPricedPerBuffer) {
   std::uint64_t slabs = 0;
   for (int slots : plan->gpu.vram_experts) slabs += cuda::page_rounding(static_cast<std::uint64_t>(slots) * fp.expert().record_stride);
   EXPECT_GT(slabs, 0u) << "the hybrid slabs are not whole pages here";
+  expected += cuda::page_rounding(cuda::batch_buffer_bytes(c, 512, 16, fp.expert().record_stride).all());
   EXPECT_EQ(plan->memory.find("GPU large-page rounding")->bytes, expected + slabs);
   EXPECT_LE(plan->memory.total(Tier::vram), 8 * kGiB);
 }
 
-// A budget that holds every expert but not also the prefill batch an
-// all-VRAM plan brings: one expert stays out (a hybrid plan, which prefills
-// token by token), and the plan still fits.
+// A budget that holds every expert but not also the prefill batch: experts
+// stay out until the hybrid plan fits with its batch, whose staging slab
+// needs a record for the widest layer's host experts, and the plan fits.
 TEST(PlannerCudaTier, PrefillBatchBuffersCountWhenEveryExpertFits) {
   const ModelFootprint fp = qwen3();
   const DeviceProfile profile = h200();
@@ -287,9 +320,16 @@ TEST(PlannerCudaTier, PrefillBatchBuffersCountWhenEveryExpertFits) {
     const std::uint64_t mid = low + (high - low) / 2;
     (slots_at(mid) == all ? high : low) = mid;
   }
-  // One byte less: every expert would fit without the batch (larger than a slot), so exactly one stays out.
-  ASSERT_GT(cuda::batch_buffer_bytes(fp.config, 512, false).total(), fp.expert().record_stride);
-  EXPECT_EQ(slots_at(low), all - 1);
+  // One byte less: every expert would fit without the batch (larger than a
+  // slot), so some stay out. One expert out frees a slot but needs a staging
+  // record of the same size and the staged experts' grouping (~17 KB), which
+  // fit only where its slab's large-page rounding shrinks by as much; a
+  // second one out, in another layer (slots are dropped round-robin), needs
+  // no second record, so one or two stay out.
+  ASSERT_GT(cuda::batch_buffer_bytes(fp.config, 512).total(), fp.expert().record_stride);
+  const int slots = slots_at(low);
+  EXPECT_LT(slots, all);
+  EXPECT_GE(slots, all - 2);
 }
 
 TEST(PlannerCudaTier, AutoStaysOnTheCpuWithoutAMeasuredCudaSpeedOrACudaDecoder) {

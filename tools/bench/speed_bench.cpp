@@ -38,6 +38,7 @@ struct Args {
   std::vector<double> vram_shares{1.0};
   std::vector<std::string> gpu_kernels{"auto"};
   std::vector<std::string> splits{"expert"};
+  std::string host_experts = "measured";
   int threads = 1, gpu = 0, batch = 512, cap = 0;
   coli::bench::SpeedTests tests;
   double bandwidth_gb_s = 0;
@@ -75,6 +76,7 @@ coli::Result<std::unique_ptr<coli::runtime::MoeModel>> load(const Args& args, co
                                                             const coli::container::ExpertLayout& layout) {
   coli::runtime::ModelOptions options;
   options.gpu_kernel = gpu_kernel == "auto" ? "" : gpu_kernel;
+  options.gpu_host_experts = args.host_experts;
   options.threads = args.threads;
   options.backend = backend;
   options.gpu_index = args.gpu;
@@ -168,6 +170,9 @@ int main(int argc, char** argv) {
                  "How a VRAM share below 1 is split, comma-separated: expert (that share of every layer's experts) "
                  "or layer (whole layers, the first ones on the CPU, as llama.cpp's --n-cpu-moe)")
       ->delimiter(',')->check(CLI::IsMember({"expert", "layer"}))->capture_default_str();
+  app.add_option("--gpu-host-experts", args.host_experts,
+                 "CUDA hybrid prefill batches: measured, upload or cpu (coli run --gpu-host-experts)")
+      ->check(CLI::IsMember({"measured", "upload", "cpu"}))->capture_default_str();
   app.add_option("--threads", args.threads, "CPU threads")->check(CLI::Range(1, 4096))->capture_default_str();
   coli::bench::add_speed_options(app, args.tests);
   app.add_option("--json", args.json, "Also write the figures (every repeat) as JSON to this file");
@@ -210,6 +215,11 @@ int main(int argc, char** argv) {
     }
   }
   print_table(args, *reader, configs);
+  for (const Config& c : configs) {  // where a CUDA hybrid plan's prefill put the host's experts
+    for (const std::string& line : c.model->stats().gpu.kernels) {
+      if (line.rfind("hybrid prefill:", 0) == 0) std::printf("%s share %.2f: %s\n", c.backend.c_str(), c.vram_share, line.c_str());
+    }
+  }
   if (!args.json.empty()) {
     if (coli::Status s = coli::write_file_atomically(args.json, figures_json(args, *reader, configs)); !s) return fail(s.error().message);
   }

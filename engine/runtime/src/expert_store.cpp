@@ -235,6 +235,14 @@ void ExpertStore::ffn_batch(int moe_layer, std::span<const float> in, std::span<
   backend_->expert_ffn_batch({&cache.storage(), &layout_, in, out, batch_rows_, sums, sum_into});
 }
 
+std::span<const std::byte> ExpertStore::record(int moe_layer, int expert) const {
+  const experts::ExpertCache& cache = caches_[static_cast<std::size_t>(moe_layer)];
+  const std::optional<int> slot = cache.slot_of(expert);
+  if (!slot) return {};
+  const std::span<const std::byte> bytes = cache.storage().host_slot(static_cast<std::size_t>(*slot));
+  return bytes.empty() ? bytes : bytes.first(layout_.record_bytes);
+}
+
 int ExpertStore::retirable_slots() const {
   int slots = std::numeric_limits<int>::max();
   for (const auto& cache : caches_) slots = std::min(slots, cache.evictable_slots() - top_k_);

@@ -83,6 +83,9 @@ class ExpertStore {
                  std::span<const backend::WeightedOutput> sums = {}, std::span<float> sum_into = {});
   // True when `expert` of the open round needs no wait (resident, or landed).
   bool landed(int moe_layer, int expert) const;
+  // A leased, landed expert's record (record_bytes) in host memory; empty
+  // when the slots are device memory.
+  std::span<const std::byte> record(int moe_layer, int expert) const;
 
   // Tokens one prefill round may hold so that its distinct misses always fit
   // every layer's evictable slots (field note 1); at most `requested`.

@@ -42,6 +42,36 @@ class StoreExperts final : public gpu::HostExperts {
     return Ok{};
   }
 
+  // In groups the cache can lease at once (a round's distinct experts fit
+  // its evictable slots), each expert used as soon as its read has landed.
+  Status with_records(int moe_layer, std::span<const int> experts, const RecordUse& use) override {
+    const int count = static_cast<int>(experts.size());
+    const int group = std::clamp(store_.tokens_per_round(count) * top_k_, 1, std::max(count, 1));
+    for (int first = 0; first < count; first += group) {
+      const std::span<const int> part = experts.subspan(static_cast<std::size_t>(first),
+                                                        static_cast<std::size_t>(std::min(group, count - first)));
+      if (Status s = store_.begin(moe_layer, part); !s) return s;
+      Status used = Ok{};
+      for (std::size_t i = 0; i < part.size() && used; ++i) {
+        used = store_.wait(moe_layer, part[i]);
+        if (!used) break;  // wait() closed the round
+        const std::span<const std::byte> record = store_.record(moe_layer, part[i]);
+        if (record.empty()) {
+          used = make_error("expert " + std::to_string(part[i]) + " of MoE layer " + std::to_string(moe_layer) +
+                            " is not in host memory, so it cannot be copied to the GPU");
+        } else {
+          used = use(static_cast<std::size_t>(first) + i, record);
+        }
+      }
+      if (!used) {
+        store_.end(moe_layer);  // a round wait() already closed stays closed
+        return used;
+      }
+      store_.end(moe_layer);
+    }
+    return Ok{};
+  }
+
  private:
   ExpertStore& store_;
   int top_k_;
@@ -133,6 +163,11 @@ Result<std::unique_ptr<GpuRun>> GpuRun::start(const ModelOptions& options, const
   model.max_context = options.max_context;
   model.max_batch_tokens = std::max(1, options.gpu_batch_tokens);
   model.exact_activations = options.gpu_kernel == "exact";
+  if (options.gpu_host_experts == "upload") model.host_experts = gpu::HostExpertMode::upload;
+  else if (options.gpu_host_experts == "cpu") model.host_experts = gpu::HostExpertMode::cpu;
+  else if (options.gpu_host_experts != "measured") {
+    return make_error("--gpu-host-experts " + options.gpu_host_experts + " is not one of measured, upload, cpu");
+  }
   const Status started = options.backend == "cuda" ? state->start_cuda(options, model) : state->start_vulkan(options, model);
   if (!started) return started.error();
   if (state->decoder->hybrid()) {

@@ -623,6 +623,8 @@ Status MoeModel::forward(std::span<const std::int32_t> tokens, int start_positio
   const Status computed = s.gpu ? s.gpu->forward(tokens, start_position, logits, s.routing_counts)
                                 : s.forward_cpu(tokens, start_position, logits);
   if (!computed) return computed;
+  // A prompt's batches change what the decoder reports (a hybrid prefill's placements and costs).
+  if (s.gpu && count > 1) s.stats.gpu.kernels = s.gpu->memory().kernels;
   s.stats.tokens += static_cast<std::uint64_t>(count);
   s.used = start_position + count;
   s.stats.expert_hits = s.experts.hits();

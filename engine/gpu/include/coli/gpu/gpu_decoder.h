@@ -36,7 +36,19 @@ class HostExperts {
   // `moe_layer` applied to x[c / top_k] (x: tokens x hidden, y: choices x hidden).
   virtual Status run(int moe_layer, std::span<const int> ids, std::span<const std::uint8_t> on_gpu,
                      std::span<const float> x, std::span<float> y) = 0;
+  // For a batch that copies experts up instead: calls use(i, record) for
+  // every experts[i] of MoE layer `moe_layer` once its record (the
+  // container's layout, record_bytes long) is in host memory, in an order
+  // of the store's choosing; the bytes are valid during that call only.
+  using RecordUse = std::function<Status(std::size_t index, std::span<const std::byte> record)>;
+  virtual Status with_records(int moe_layer, std::span<const int> experts, const RecordUse& use) = 0;
 };
+
+// How a hybrid prefill batch computes the experts outside VRAM that its
+// tokens chose (coli run --gpu-host-experts): `measured` copies an expert
+// up when its tokens would take the CPU longer than the copy takes,
+// from both times as this run measured them; `upload` and `cpu` force one.
+enum class HostExpertMode { measured, upload, cpu };
 
 struct DecoderModel {
   const model::ModelConfig* config = nullptr;
@@ -52,6 +64,7 @@ struct DecoderModel {
   // by default a token's step quantises them to int8 once per producer for
   // the dp4a kernels. Vulkan computes f32 activations either way.
   bool exact_activations = false;
+  HostExpertMode host_experts = HostExpertMode::measured;
 };
 
 // Device memory by component, as allocated (plan vs actual).

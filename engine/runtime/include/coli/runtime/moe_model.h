@@ -97,6 +97,10 @@ struct ModelOptions {
   // "" = the GPU decoder's own choice (CUDA: int8 activations for int8/int4
   // weights in a token's step); "exact" = f32 activations (gpu::DecoderModel).
   std::string gpu_kernel;
+  // A CUDA hybrid plan's prefill batches, for the experts outside VRAM:
+  // "measured" (copy up or compute on the CPU, per expert, by what each
+  // costs in this run), "upload" or "cpu" (gpu::HostExpertMode).
+  std::string gpu_host_experts = "measured";
   // Wall time per op category of CPU forward passes (op_timing.h), read
   // through MoeModel::op_times(); off = one branch per phase change.
   bool op_timing = false;
