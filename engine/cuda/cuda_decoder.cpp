@@ -385,7 +385,8 @@ Result<std::unique_ptr<CudaDecoder>> CudaDecoder::create(int device_index, const
   for (const std::vector<int>& host : state->weights.experts.host_experts) {
     most_host_experts = std::max(most_host_experts, static_cast<int>(host.size()));
   }
-  const auto staging = static_cast<int>(staging_records(static_cast<u64>(most_host_experts)));
+  const auto staging = static_cast<int>(
+      staging_records(static_cast<u64>(most_host_experts), state->weights.experts.layout.record_stride));
   auto prefill = make_batch_buffers(c, model.max_batch_tokens, staging, state->weights.experts.layout.record_stride);
   if (!prefill) return prefill.error();
   state->batch = std::move(*prefill);

@@ -116,12 +116,16 @@ inline StepBufferBytes step_buffer_bytes(const model::ModelConfig& c, u64 moe_la
 inline u64 StepBufferBytes::rounding() const { return page_rounding(all()); }
 
 // A hybrid prefill batch copies the host's experts that it computes on the
-// device into a staging slab of this many records per pass (two grouped
-// launches per pass): 16 records keep those launches' grids full and cost
-// 16 record strides of VRAM. Fewer when no layer has that many outside VRAM.
+// device into a staging slab, a pass of records at a time (two grouped
+// launches per pass, two pinned copies of a pass on the host): 16 records
+// keep those launches' grids full, and at most 64 MiB per pass (at least
+// one record) keeps large experts (DeepSeek-V3's 23 MB at int4) from
+// pinning gigabytes. Fewer when no layer has that many outside VRAM.
 inline constexpr u64 kStagingPassRecords = 16;
-inline u64 staging_records(u64 most_host_experts_in_a_layer) {
-  return std::min(most_host_experts_in_a_layer, kStagingPassRecords);
+inline constexpr u64 kStagingPassBytes = 64ull << 20;
+inline u64 staging_records(u64 most_host_experts_in_a_layer, u64 record_stride) {
+  const u64 by_bytes = std::max<u64>(1, kStagingPassBytes / std::max<u64>(record_stride, 1));
+  return std::min({most_host_experts_in_a_layer, kStagingPassRecords, by_bytes});
 }
 
 // Bytes of each prefill batch buffer (engine/cuda/cuda_prefill.h's

@@ -88,7 +88,7 @@ void add_cuda_decoder_lines(GpuTier& tier, const ModelFootprint& fp, const GpuTi
   const int fewest_slots = tier.vram_experts.empty() ? fp.n_experts : *std::min_element(tier.vram_experts.begin(), tier.vram_experts.end());
   const bool hybrid = fewest_slots < fp.n_experts;
   // A hybrid batch stages the host's experts it copies up: at most the widest layer's host share per pass.
-  const u64 staging = hybrid ? cuda::staging_records(static_cast<u64>(fp.n_experts - fewest_slots)) : 0;
+  const u64 staging = hybrid ? cuda::staging_records(static_cast<u64>(fp.n_experts - fewest_slots), stride) : 0;
   const u64 pinned = cuda::pinned_bytes(c, moe_layers, c.vocab_size, batch_tokens) +
                      cuda::hybrid_batch_pinned_bytes(c, batch_tokens, staging, stride);
   tier.lines.push_back({"GPU dense weights", Tier::vram, fp.gpu_dense_bytes,

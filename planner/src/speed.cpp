@@ -379,7 +379,8 @@ SpeedPrediction predict_speed(const DeviceProfile& profile, const ModelFootprint
   rates.vram_share = std::min(plan.gpu.vram_share, s.hit_rate);
   if (plan.gpu.vram_slots() > 0) {
     rates.vram = vram_bandwidth(profile, fp, plan.gpu);
-    const auto most_host = static_cast<double>(cuda::staging_records(static_cast<std::uint64_t>(fp.n_experts)));
+    const auto most_host = static_cast<double>(
+        cuda::staging_records(static_cast<std::uint64_t>(fp.n_experts), fp.expert().record_stride));
     rates.upload = upload_bandwidth(profile, plan.gpu, most_host * static_cast<double>(fp.expert().record_stride));
     if (!rates.vram) {
       s.unavailable = "no measured GPU GEMV bandwidth for " + plan.gpu.device.gpu.describe() + " (" + plan.gpu.backend +

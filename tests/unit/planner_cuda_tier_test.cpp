@@ -263,7 +263,10 @@ TEST(PlannerCudaTier, VramLimitShrinksTheTierAndTheRestRunsOnTheCpu) {
                 cuda::hybrid_batch_pinned_bytes(c, 512, 16, stride));
   EXPECT_GT(cuda::hybrid_batch_pinned_bytes(c, 512, 16, stride), 2 * 16 * stride) << "two passes of records on their way up";
   EXPECT_EQ(cuda::batch_buffer_bytes(c, 1).total(), 0u) << "one token per submission: no batch";
-  EXPECT_EQ(cuda::staging_records(3), 3u) << "no more records than a layer has outside VRAM";
+  EXPECT_EQ(cuda::staging_records(3, stride), 3u) << "no more records than a layer has outside VRAM";
+  EXPECT_EQ(cuda::staging_records(100, stride), 16u);
+  EXPECT_EQ(cuda::staging_records(100, 23u << 20), 2u) << "at most 64 MiB a pass: DeepSeek-V3's int4 experts";
+  EXPECT_EQ(cuda::staging_records(100, 100u << 20), 1u) << "at least one record";
   std::uint64_t host_cache = 0;
   for (const MemoryLine& line : plan->memory.lines) host_cache += line.component.rfind("expert cache", 0) == 0 ? line.bytes : 0;
   EXPECT_GT(host_cache, 0u) << "a host expert cache for the experts outside VRAM";
