@@ -37,7 +37,8 @@ std::string HostBatchTally::describe() const {
   return "hybrid prefill: " + std::to_string(layers) + " host layer passes, " + std::to_string(uploaded) +
          " experts copied up (" + std::to_string(uploaded_bytes >> 20) + " MiB), " + std::to_string(on_cpu) +
          " computed on the CPU (" + std::to_string(cpu_choices) + " token choices); measured: copy " +
-         seconds_text(costs.upload_per_expert) + " per expert, CPU " + seconds_text(costs.cpu_per_choice) + " per choice";
+         seconds_text(costs.upload_per_expert) + " per expert, CPU " + seconds_text(costs.cpu_per_choice) +
+         " per choice + " + seconds_text(costs.cpu_per_layer) + " per layer";
 }
 
 Result<std::unique_ptr<HybridBatch>> HybridBatch::create(const gpu::DecoderModel& model, const CudaWeights& weights,
@@ -52,7 +53,8 @@ Result<std::unique_ptr<HybridBatch>> HybridBatch::create(const gpu::DecoderModel
                    h->bounce_[1].allocate(pass),
                    cuda_call("cudaEventCreateWithFlags", cudaEventCreateWithFlags(&h->sent_, cudaEventDisableTiming)),
                    cuda_call("cudaEventCreateWithFlags", cudaEventCreateWithFlags(&h->bounce_free_[0], cudaEventDisableTiming)),
-                   cuda_call("cudaEventCreateWithFlags", cudaEventCreateWithFlags(&h->bounce_free_[1], cudaEventDisableTiming))}) {
+                   cuda_call("cudaEventCreateWithFlags", cudaEventCreateWithFlags(&h->bounce_free_[1], cudaEventDisableTiming)),
+                   cuda_call("cudaStreamCreateWithFlags", cudaStreamCreateWithFlags(&h->side_, cudaStreamNonBlocking))}) {
     if (!s) return make_error("the CUDA decoder's hybrid prefill: " + s.error().message);
   }
   return h;
@@ -62,6 +64,7 @@ HybridBatch::~HybridBatch() {
   for (cudaEvent_t e : {sent_, bounce_free_[0], bounce_free_[1]}) {
     if (e) cudaEventDestroy(e);
   }
+  if (side_) cudaStreamDestroy(side_);
 }
 
 std::uint64_t HybridBatch::pinned_bytes() const {
@@ -76,18 +79,12 @@ void HybridBatch::start(gpu::HostExperts* host, std::map<std::string, int>& laun
   observer_ = observer;
 }
 
-// The layer's choices, and its input rows unless no expert may go to the CPU.
+// The layer's choices (its input rows follow only when the CPU gets work).
 Status HybridBatch::send(int /*moe_layer*/, int tokens) {
   const std::size_t choices = static_cast<std::size_t>(tokens) * model_.config->num_experts_per_tok;
-  const bool inputs = model_.host_experts != gpu::HostExpertMode::upload;
   for (Status s : {cuda_call("cudaMemcpyAsync (hybrid batch choices)",
                              cudaMemcpyAsync(choices_.as<void>(), batch_.choices.data(), choices * sizeof(ExpertChoice),
                                              cudaMemcpyDeviceToHost, stream_)),
-                   inputs ? cuda_call("cudaMemcpyAsync (hybrid batch inputs)",
-                                      cudaMemcpyAsync(inputs_.as<void>(), batch_.h.data(),
-                                                      static_cast<std::size_t>(tokens) * model_.config->hidden_size * 4,
-                                                      cudaMemcpyDeviceToHost, stream_))
-                          : Status(Ok{}),
                    cuda_call("cudaEventRecord (hybrid batch sent)", cudaEventRecord(sent_, stream_))}) {
     if (!s) return s;
   }
@@ -211,6 +208,16 @@ Status HybridBatch::compute_on_cpu(int moe_layer, std::span<const HostExpertPlac
     ++cpu_choices;
   }
   if (cpu_choices == 0) return Ok{};
+  // The input rows down on the side stream: the routing that wrote them is
+  // done (complete() waited for it), and the stream's own experts only read them.
+  const Clock::time_point down = Clock::now();
+  for (Status s : {cuda_call("cudaMemcpyAsync (hybrid batch inputs)",
+                             cudaMemcpyAsync(inputs_.as<void>(), batch_.h.data(), static_cast<std::size_t>(tokens) * hidden * 4,
+                                             cudaMemcpyDeviceToHost, side_)),
+                   cuda_call("cudaStreamSynchronize (hybrid batch inputs)", cudaStreamSynchronize(side_))}) {
+    if (!s) return s;
+  }
+  tally_.costs.cpu_per_layer = HostExpertCosts::blend(tally_.costs.cpu_per_layer, seconds_since(down));
   const Clock::time_point start = Clock::now();
   float* rows = rows_.as<float>();
   if (Status s = host_->run(moe_layer, ids, on_gpu, std::span<const float>(inputs_.as<const float>(), static_cast<std::size_t>(tokens) * hidden),

@@ -66,7 +66,8 @@ class HybridBatch final : public BatchHostExperts {
   Pinned choices_, inputs_, rows_, order_, offsets_;
   Pinned bounce_[2];  // records on their way up: one filled while the other is copied
   cudaEvent_t bounce_free_[2] = {nullptr, nullptr};
-  cudaEvent_t sent_ = nullptr;  // the layer's choices and inputs are in pinned memory
+  cudaEvent_t sent_ = nullptr;  // the layer's choices are in pinned memory
+  cudaStream_t side_ = nullptr;  // the input rows' copy down, beside the device's own experts
   HostBatchTally tally_;
 };
 

@@ -1,8 +1,9 @@
 // Where a CUDA hybrid prefill batch computes the experts outside VRAM that
 // its tokens chose (engine/cuda/host_expert_split.h): per expert, copied up
 // unless its tokens take the CPU less time than the copy, from costs the
-// run measured; until both are measured, the fewest-token expert goes to
-// the CPU to measure it and the others go up.
+// run measured (and a layer's fixed cost of using the CPU at all); until
+// both are measured, the fewest-token expert goes to the CPU to measure it
+// and the others go up.
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -25,6 +26,21 @@ TEST(HostExpertSplit, MeasuredCostsDecidePerExpertByTokenCount) {
   const HostExpertCosts slow_copy{1e-3, 20e-6};
   EXPECT_EQ(place_host_experts(tokens, slow_copy, HostExpertMode::measured),
             (std::vector<P>{P::unused, P::cpu, P::cpu, P::cpu, P::upload}));
+}
+
+// A layer's CPU work starts with its input rows going down: the CPU takes
+// experts only where the copies they save outweigh that.
+TEST(HostExpertSplit, TheCpuTakesALayersExpertsOnlyWhereTheyOutweighItsFixedCost) {
+  const std::vector<int> tokens{1, 64, 2};
+  HostExpertCosts costs{100e-6, 20e-6, 0};
+  EXPECT_EQ(place_host_experts(tokens, costs, HostExpertMode::measured), (std::vector<P>{P::cpu, P::upload, P::cpu}));
+  costs.cpu_per_layer = 139e-6;  // saves 80 + 60 = 140 us: still worth it
+  EXPECT_EQ(place_host_experts(tokens, costs, HostExpertMode::measured), (std::vector<P>{P::cpu, P::upload, P::cpu}));
+  costs.cpu_per_layer = 141e-6;  // more than it saves
+  EXPECT_EQ(place_host_experts(tokens, costs, HostExpertMode::measured),
+            (std::vector<P>{P::upload, P::upload, P::upload}));
+  EXPECT_EQ(place_host_experts(tokens, costs, HostExpertMode::cpu), (std::vector<P>{P::cpu, P::cpu, P::cpu}))
+      << "a forced mode ignores it";
 }
 
 TEST(HostExpertSplit, UnmeasuredCostsSendTheFewestTokensToTheCpuFirst) {
