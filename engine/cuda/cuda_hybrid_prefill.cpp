@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <utility>
 
@@ -28,7 +29,10 @@ void copy_record(std::byte* to, std::span<const std::byte> from) {
 }
 
 std::string seconds_text(double s) {
-  return s > 0 ? std::to_string(s * 1e6).substr(0, std::to_string(s * 1e6).find('.') + 2) + " us" : "not measured";
+  if (s <= 0) return "not measured";
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f us", s * 1e6);
+  return text;
 }
 
 }  // namespace
@@ -138,7 +142,8 @@ Status HybridBatch::send_grouping(std::span<const int> staged, std::span<const i
   int* order = order_.as<int>();
   for (std::size_t c = 0; c < host_index.size(); ++c) {
     const int h = host_index[c];
-    if (h >= 0 && stage_of[static_cast<std::size_t>(h)] >= 0) order[next[static_cast<std::size_t>(stage_of[static_cast<std::size_t>(h)])]++] = static_cast<int>(c);
+    const int j = h >= 0 ? stage_of[static_cast<std::size_t>(h)] : -1;
+    if (j >= 0) order[next[static_cast<std::size_t>(j)]++] = static_cast<int>(c);
   }
   for (Status s : {cuda_call("cudaMemcpyAsync (staged order)",
                              cudaMemcpyAsync(batch_.staged_order.data(), order, static_cast<std::size_t>(total) * 4,
