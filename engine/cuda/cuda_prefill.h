@@ -35,11 +35,11 @@ Result<BatchBuffers> make_batch_buffers(const model::ModelConfig& c, int tokens,
                                         std::uint64_t record_stride);
 
 // Where a hybrid MoE layer of a batch hands over to the host: after the
-// routing, send() queues the copies the host needs (the choices, the input
-// rows); after the device's own experts are queued, complete() waits for
-// those copies and queues the rest of the layer's experts (records copied
-// up and computed with record_grouped_experts, rows the CPU computed)
-// before the weighted sum.
+// routing, send() queues the choices' copy down; after the device's own
+// experts are queued, complete() waits for it and queues the rest of the
+// layer's experts (records copied up and computed with
+// record_grouped_experts, rows the CPU computed from input rows it fetches
+// only then) before the weighted sum.
 class BatchHostExperts {
  public:
   virtual ~BatchHostExperts() = default;
