@@ -25,6 +25,7 @@ Result<CacheChoice> evaluate(const ModelFootprint& fp, const CacheRequest& req, 
   k.round_tokens = pins_round->round_tokens;
   c.memory = preview_memory(fp, k);
   c.memory.lines.insert(c.memory.lines.end() - 1, req.extra_lines.begin(), req.extra_lines.end());  // before the disk line
+  if (req.load_phase_bytes > 0) c.memory.lines.insert(c.memory.lines.end() - 1, load_phase_line(c.memory, req.load_phase_bytes));
   c.margin = decide_safety_margin(c.memory.total(Tier::ram), k.threads, k.io_threads);
   return c;
 }

@@ -115,12 +115,10 @@ void add_cuda_decoder_lines(GpuTier& tier, const ModelFootprint& fp, const GpuTi
                         "each buffer of 2 MiB or more takes whole 2 MiB pages: dense weights, " +
                             n(static_cast<u64>(tier.vram_experts.size())) + " expert slabs (" +
                             format_bytes(slabs_rounding) + "), KV cache, activations"});
-  const u64 load = cuda::load_buffer_bytes(fp.expert().record_stride,
-                                          tier.vram_experts.empty() ? 0 : static_cast<u64>(*std::max_element(tier.vram_experts.begin(), tier.vram_experts.end())),
-                                          fp.largest_gpu_dense_matrix_bytes, fp.norm_f32_copy_bytes);
-  tier.lines.push_back({"GPU load buffers", Tier::ram, load,
-                        "while loading only, part of the peak: the larger of an upload chunk of expert records and the "
-                        "largest dense matrix, + the norms widened to f32"});
+  tier.load_buffer_bytes = cuda::load_buffer_bytes(
+      fp.expert().record_stride,
+      tier.vram_experts.empty() ? 0 : static_cast<u64>(*std::max_element(tier.vram_experts.begin(), tier.vram_experts.end())),
+      fp.largest_gpu_dense_matrix_bytes, fp.norm_f32_copy_bytes);
   tier.lines.push_back({"GPU host-visible buffers", Tier::ram, pinned,
                         "pinned: a batch of " + n(static_cast<u64>(tier.batch_tokens)) +
                             " embedding rows, logits, routing and hybrid rows" +
@@ -166,6 +164,7 @@ void place(GpuTier& tier, const ModelFootprint& fp, const GpuTierRequest& reques
   const u64 placed = static_cast<u64>(slots);
   const auto vram_slot = static_cast<u64>(static_cast<double>(stride) * b.vram_bytes_per_record_byte);
   tier.lines.clear();
+  tier.load_buffer_bytes = 0;
   tier.lines.push_back({"expert tier: VRAM slots", Tier::vram, placed * vram_slot,
                         n(placed) + " slots x " + n(vram_slot) + " B (" + b.name + " keeps records packed: x" +
                             std::to_string(b.vram_bytes_per_record_byte).substr(0, 4) + " of the " + n(stride) +

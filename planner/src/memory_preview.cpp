@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "coli/forward/attention.h"
+#include "coli/planner/deciders.h"  // format_bytes
 
 namespace coli::planner {
 namespace {
@@ -46,6 +47,19 @@ const MemoryLine* MemoryPreview::find(const std::string& component) const {
     if (line.component == component) return &line;
   }
   return nullptr;
+}
+
+MemoryLine load_phase_line(const MemoryPreview& run, u64 load_bytes) {
+  u64 slabs = 0;
+  for (const char* name : {"expert cache: pinned slots", "expert cache: evictable slots"}) {
+    if (const MemoryLine* line = run.find(name)) slabs += line->bytes;
+  }
+  const u64 adds = load_bytes > slabs ? load_bytes - slabs : 0;
+  return {"load phase: GPU upload buffers", Tier::ram, adds,
+          "while loading only: " + format_bytes(load_bytes) +
+              " (the larger of an upload chunk of expert records and the largest dense matrix, + the norms widened "
+              "to f32), freed before the host's expert cache (" + format_bytes(slabs) +
+              ") fills: the peak grows by what the load holds beyond the cache"};
 }
 
 // Per architecture (GQA K and V, or the MLA latent): footprint.cpp kv_bytes_per_position.

@@ -149,8 +149,13 @@ Result<Plan> make_plan_explained(const DeviceProfile& profile, const ModelFootpr
     if (t.vram_slots() == 0) return 0;
     return std::max(fp.top_k, fp.n_experts - *std::min_element(t.vram_experts.begin(), t.vram_experts.end()));
   };
-  cache.extra_lines = tier->lines;
-  cache.useful_cap = useful_cap(*tier);
+  auto use_tier = [&](const GpuTier& t) {
+    gpu_knobs(t);
+    cache.extra_lines = t.lines;
+    cache.load_phase_bytes = t.load_buffer_bytes;
+    cache.useful_cap = useful_cap(t);
+  };
+  use_tier(*tier);
   auto choice = decide_cache(fp, cache);
   if (!choice && tier->vram_slots() > 0) {
     // Field note 4: the backend's host copies per VRAM slot compete with the
@@ -160,9 +165,7 @@ Result<Plan> make_plan_explained(const DeviceProfile& profile, const ModelFootpr
     while (low <= high) {
       const int mid = low + (high - low) / 2;
       const GpuTier trial = shrink_gpu_tier(*tier, fp, gpu_request, mid);
-      gpu_knobs(trial);
-      cache.extra_lines = trial.lines;
-      cache.useful_cap = useful_cap(trial);
+      use_tier(trial);
       if (decide_cache(fp, cache)) best = mid, low = mid + 1;
       else high = mid - 1;
     }
@@ -176,9 +179,7 @@ Result<Plan> make_plan_explained(const DeviceProfile& profile, const ModelFootpr
       tier->reason += "; shrunk from " + std::to_string(wanted) + " to " + std::to_string(best) +
                       " VRAM slots: the backend's host copies (" + format_bytes(per_slot) +
                       " of RAM per VRAM slot) did not fit the RAM headroom beside the expert cache";
-      gpu_knobs(*tier);
-      cache.extra_lines = tier->lines;
-      cache.useful_cap = useful_cap(*tier);
+      use_tier(*tier);
       choice = decide_cache(fp, cache);
     }
   }

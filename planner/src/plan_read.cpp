@@ -142,6 +142,8 @@ void read_gpu(const Reader& g, Plan& p) {
   t.vram_headroom_bytes = g.bytes("vram_headroom_bytes");
   t.vram_headroom_source = g.text("vram_headroom_source");
   t.vram_reserve_bytes = g.bytes("vram_reserve_bytes");
+  // Plans written before the load phase was priced apart had it as a line of its own.
+  if (g.has("load_buffer_bytes")) t.load_buffer_bytes = g.bytes("load_buffer_bytes");
   t.vram_experts = g.ints("vram_experts", 0, p.n_experts);
   t.vram_share = g.real("vram_share", 0, 1);
   // Plans written before --gpu-batch: the engine's default then.

@@ -52,6 +52,7 @@ toml::table plan_table(const PlanFile& f) {
                   {"vram_headroom_bytes", as_int(p.gpu.vram_headroom_bytes)},
                   {"vram_headroom_source", p.gpu.vram_headroom_source},
                   {"vram_reserve_bytes", as_int(p.gpu.vram_reserve_bytes)},
+                  {"load_buffer_bytes", as_int(p.gpu.load_buffer_bytes)},
                   {"vram_experts", std::move(vram_experts)},
                   {"vram_share", p.gpu.vram_share},
                   {"batch_tokens", p.gpu.batch_tokens},

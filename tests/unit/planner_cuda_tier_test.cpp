@@ -80,7 +80,7 @@ TEST(PlannerCudaTier, PlansTheWholeDecoderOnTheCudaDeviceWithItsOwnLayout) {
   EXPECT_EQ(cuda::load_buffer_bytes(fp.expert().record_stride, static_cast<std::uint64_t>(fp.n_experts),
                                     fp.largest_gpu_dense_matrix_bytes, fp.norm_f32_copy_bytes),
             fp.largest_gpu_dense_matrix_bytes + fp.norm_f32_copy_bytes);
-  EXPECT_EQ(plan->memory.find("GPU load buffers")->bytes, fp.largest_gpu_dense_matrix_bytes + fp.norm_f32_copy_bytes);
+  EXPECT_EQ(plan->memory.find("load phase: GPU upload buffers")->bytes, fp.largest_gpu_dense_matrix_bytes + fp.norm_f32_copy_bytes);
   EXPECT_EQ(plan->memory.find("GPU host-visible buffers")->bytes,
             cuda::pinned_bytes(c, fp.moe_layer_count(), c.vocab_size, 512))
       << "the pinned buffers alone: coli run compares them with the decoder's";
@@ -270,6 +270,29 @@ TEST(PlannerCudaTier, VramLimitShrinksTheTierAndTheRestRunsOnTheCpu) {
   std::uint64_t host_cache = 0;
   for (const MemoryLine& line : plan->memory.lines) host_cache += line.component.rfind("expert cache", 0) == 0 ? line.bytes : 0;
   EXPECT_GT(host_cache, 0u) << "a host expert cache for the experts outside VRAM";
+  // The load's buffers are gone before that cache fills: they add to the peak only beyond it.
+  const std::uint64_t load = plan->gpu.load_buffer_bytes;
+  EXPECT_GT(load, 0u);
+  EXPECT_EQ(plan->memory.find("load phase: GPU upload buffers")->bytes, load > host_cache ? load - host_cache : 0);
+}
+
+// Measured on the H200 (session 12, docs/results/issue14/session12): a hybrid
+// plan's peak RSS was the run's lines alone; the load buffers (298.5 MiB
+// beside a 13.3 GiB cache) had been summed in, 1.9% over the peak.
+TEST(PlannerCudaTier, LoadBuffersAddToThePeakOnlyBeyondTheExpertCache) {
+  constexpr std::uint64_t kMiB = 1 << 20;
+  MemoryPreview run;
+  run.lines.push_back({"dense weights", Tier::ram, 500 * kMiB, ""});
+  run.lines.push_back({"expert cache: pinned slots", Tier::ram, 10 * kMiB, ""});
+  run.lines.push_back({"expert cache: evictable slots", Tier::ram, 90 * kMiB, ""});
+  const MemoryLine below = load_phase_line(run, 60 * kMiB);
+  EXPECT_EQ(below.component, "load phase: GPU upload buffers");
+  EXPECT_EQ(below.tier, Tier::ram);
+  EXPECT_EQ(below.bytes, 0u) << "the run's cache is larger than the load's buffers";
+  EXPECT_NE(below.formula.find("60.0 MiB"), std::string::npos) << below.formula;
+  EXPECT_NE(below.formula.find("100.0 MiB"), std::string::npos) << below.formula;
+  EXPECT_EQ(load_phase_line(run, 130 * kMiB).bytes, 30 * kMiB) << "the load phase is the peak by what it holds beyond the cache";
+  EXPECT_EQ(load_phase_line(MemoryPreview{}, 130 * kMiB).bytes, 130 * kMiB) << "no host cache: all of it";
 }
 
 // Buffers of a large page (2 MiB) or more take whole pages on the device:

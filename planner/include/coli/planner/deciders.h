@@ -112,6 +112,7 @@ struct CacheRequest {
   MemoryKnobs knobs;                  // ctx, prompt, threads, io_threads (cap/pins/round are decided here)
   const RoutingConcentration* routing = nullptr;  // suggested pins are kept only where they pay
   std::vector<MemoryLine> extra_lines;  // what other tiers add (the GPU backend's VRAM and host lines)
+  std::uint64_t load_phase_bytes = 0;   // RAM held while loading only (GpuTier::load_buffer_bytes)
   int useful_cap = 0;                  // > 0: more RAM slots than this serve nothing (the rest live in VRAM)
 };
 

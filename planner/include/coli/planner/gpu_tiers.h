@@ -60,6 +60,10 @@ struct GpuTier {
   double vram_share = 0;                    // expected share of expert reads served from VRAM
   std::string share_inputs;
   std::vector<MemoryLine> lines;            // VRAM lines and the RAM the backend adds
+  // RAM the backend holds while loading only (the CUDA decoder's upload
+  // buffers): freed before the host's expert cache fills, so the RAM decider
+  // prices what it adds to the peak (load_phase_line), not its sum.
+  std::uint64_t load_buffer_bytes = 0;
   std::string reason;
   bool operator==(const GpuTier&) const = default;
 };

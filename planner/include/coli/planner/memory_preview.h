@@ -54,6 +54,14 @@ struct MemoryKnobs {
 // The disk line is the container every expert not in RAM is read from.
 MemoryPreview preview_memory(const ModelFootprint& footprint, const MemoryKnobs& knobs);
 
+// "load phase: GPU upload buffers": what RAM held only while loading adds to
+// the peak (not a "GPU " line, which a plan file gives back to the GPU tier:
+// the RAM decider adds this one). The engine uploads the GPU's weights before its host expert cache fills
+// (the slabs are untouched until then), so the peak is the larger of the
+// load phase (the plan less the expert slabs, plus the load buffers) and the
+// run: the line holds max(0, load - expert slabs), its formula both figures.
+MemoryLine load_phase_line(const MemoryPreview& run, std::uint64_t load_bytes);
+
 // Bytes of the KV cache: ctx x kv_bytes_per_position (GQA K and V, or the MLA latent) in `type`.
 std::uint64_t kv_cache_bytes(const model::ModelConfig& config, int ctx, KvType type = KvType::f32);
 
