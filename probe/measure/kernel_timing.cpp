@@ -10,6 +10,7 @@
 
 #include "coli/base/text.h"
 #include "cpu/gemv_cpu.h"
+#include "coli/forward/ops.h"
 #include "cpu/thread_placement.h"
 #include "measure/kernel_tuning.h"
 #include "measure/stats.h"
@@ -186,7 +187,8 @@ class KernelRunner {
       : spec_(spec), variant_(variant), pool_(pool), threads_(set.pus.size()),
         xs_(static_cast<std::size_t>(std::max(prefill_tokens, 1)) * kHidden), y_(kHidden),
         q4_(variant, WeightFormat::q4_g64), q8_(variant, WeightFormat::q8_row),
-        record_(expert_bytes(spec.format)), dense_bytes_(matrix_bytes(WeightFormat::q8_row, kHidden, kHidden)) {
+        record_(expert_bytes(spec.format)),
+        dense_bytes_(matrix_bytes(spec.dense ? spec.format : WeightFormat::q8_row, kHidden, kHidden)) {
     std::mt19937 random(3);
     std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
     for (float& v : xs_) v = uniform(random);
@@ -206,10 +208,18 @@ class KernelRunner {
   double run() {
     const auto start = Clock::now();
     if (spec_.dense) {
-      // Four separate gemv calls, as Linear::apply makes them.
-      for (int m = 0; m < kAttentionMatrices; ++m)
-        cpu::gemv(view_at<cpu::Q8RowView>(pool_.take(dense_bytes_), kHidden, kHidden),
-                  std::span<const float>(xs_).first(kHidden), y_, {variant_, threads_});
+      // Four separate gemv calls, as Linear::apply makes them: the int8
+      // kernel for quantised matrices, the engine's float GEMV for the others.
+      for (int m = 0; m < kAttentionMatrices; ++m) {
+        const std::byte* weights = pool_.take(dense_bytes_);
+        if (traits(spec_.format).quantized) {
+          cpu::gemv(view_at<cpu::Q8RowView>(weights, kHidden, kHidden), std::span<const float>(xs_).first(kHidden), y_,
+                    {variant_, threads_});
+        } else {
+          forward::gemv_dense({spec_.format, kHidden, kHidden, weights}, std::span<const float>(xs_).first(kHidden), y_,
+                              threads_);
+        }
+      }
     } else {
       std::vector<const std::byte*> records(static_cast<std::size_t>(distinct_));
       for (auto& r : records) r = pool_.take(record_);
@@ -320,7 +330,10 @@ Result<KernelTuning> measure_kernel_tuning(const CpuFacts& facts, const MemoryFa
   const std::vector<KernelSpec> specs = {
       {"expert_q4_decode", F::q4_g64, false, false, 1}, {"dense_q8_decode", F::q8_row, false, true, 1},
       {"expert_q4_prefill", F::q4_g64, true, false, 2}, {"expert_q8_decode", F::q8_row, false, false, 1},
-      {"expert_q8_prefill", F::q8_row, true, false, 2}};
+      {"expert_q8_prefill", F::q8_row, true, false, 2},
+      // Dense matrices kept in the checkpoint's bf16 (coli convert's default
+      // dense format): the lm_head of a small model is most of its decode.
+      {"dense_bf16_decode", F::bf16, false, true, 1}};
   double units_per_set = 0;
   for (const auto& spec : specs) units_per_set += spec.weight;
   // Keep the sets the budget can time (priority order), at least one.

@@ -366,6 +366,30 @@ TEST(PlanSpeed, DecodeExpertsStreamAtMostAtTheTunedKernelRate) {
   EXPECT_DOUBLE_EQ(predict_speed(profile, fp, plan).decode_tok_per_s, ram_only.decode_tok_per_s);
 }
 
+// Dense matrices kept in the checkpoint's bf16 run on the engine's float
+// GEMV, which computes more per byte than the int8 one: on the 2-core VM it
+// streamed 30 GB/s at one thread against a 37 GB/s read bandwidth. The
+// tuning phase times it (dense_bf16_decode) and the dense reads are priced
+// at the lower of the two; a q8 dense model keeps dense_q8_decode.
+TEST(PlanSpeed, Bf16DenseStreamsAtMostAtTheTunedFloatGemvRate) {
+  const ModelFootprint fp = qwen3();  // source (bf16) dense
+  ASSERT_EQ(fp.source_dtype, "bfloat16");
+  const Plan plan = resident_qwen3_plan(8);
+  DeviceProfile profile = measured_profile(10);
+  const SpeedPrediction ram_only = predict_speed(profile, fp, plan);
+  profile.measurements.kernel_tuning = tuned_on_8_threads("dense_bf16_decode", 2048, 1, 4, {3, 4, 4, 4, 0}, {3, 100, 100, 100, 0});
+  const SpeedPrediction capped = predict_speed(profile, fp, plan);
+  ASSERT_TRUE(ram_only.available && capped.available);
+  const auto dense = static_cast<double>(dense_bytes_per_token(fp));
+  EXPECT_NEAR(1 / capped.decode_tok_per_s - 1 / ram_only.decode_tok_per_s, dense * (1 / 4e9 - 1 / 10e9), 1e-12);
+  EXPECT_NE(capped.decode_inputs.find("dense at most dense_bf16_decode 4.0 GB/s (measured at 8 threads)"), std::string::npos)
+      << capped.decode_inputs;
+  ModelFootprint q8 = fp;
+  q8.dense_format = DenseFormat::q8_row;
+  EXPECT_EQ(predict_speed(profile, q8, plan).decode_inputs.find("dense_bf16_decode"), std::string::npos)
+      << "q8 dense is priced by dense_q8_decode, never the float kernel";
+}
+
 TEST(PlanSpeed, QuickProfileSaysToMeasureInsteadOfGuessing) {
   DeviceProfile quick = h200();
   quick.measurements = {};
