@@ -350,26 +350,35 @@ void predict_gpu_prefill(const ModelFootprint& fp, const Plan& plan, const PlanR
                                          : std::string());
 }
 
-// Prefill: a round of R tokens reads the dense weights once and each distinct
-// expert it touches once (uniform routing: n(1 - (1-1/n)^(R k))), and, where
-// the tuning phase timed the engine's expert GEMM, multiplies every active
-// weight once per token at that rate; it takes the longer of the two.
+// Prefill of a 512-token prompt (llama-bench's pp512; at most the context),
+// as the engine runs it: each layer's dense projections over the whole pass
+// (the dense weights read once), the experts in rounds of R tokens, each
+// reading the distinct experts it touches once (uniform routing:
+// n(1 - (1-1/n)^(R k))), the missed ones from disk; where the tuning phase
+// timed the engine's expert GEMM, every active weight multiplied once per
+// token at that rate. The pass takes the longer of compute and reads.
+constexpr int kPrefillPromptTokens = 512;
+
 void predict_prefill(const DeviceProfile& profile, const ModelFootprint& fp, const Plan& plan, const PlanRates& r,
                      SpeedPrediction& s) {
   const double layers = static_cast<double>(fp.moe_layer_count()), top_k = fp.top_k;
-  const double n = fp.n_experts, round = plan.prefill_round_tokens;
+  const double prompt = std::clamp(plan.ctx, 1, kPrefillPromptTokens);
+  const double round = std::clamp(static_cast<double>(plan.prefill_round_tokens), 1.0, prompt);
+  const double rounds = std::ceil(prompt / round), n = fp.n_experts;
   const u64 dense = dense_bytes_per_token(fp);
   const double distinct = n * (1.0 - std::pow(1.0 - 1.0 / n, round * top_k));
-  const double round_ram = static_cast<double>(dense) + layers * distinct * static_cast<double>(fp.expert().record_bytes);
-  const double round_disk = layers * distinct * r.miss * static_cast<double>(fp.expert().record_stride);
-  const double memory_s = round_ram / (r.ram.gb_per_s * 1e9) + round_disk / (r.disk_gbs() * 1e9);
-  const std::string memory_text = "rounds of " + fixed(round, 0) + " tokens, each reading dense " + format_bytes(dense) +
-                                  " + " + fixed(distinct, 1) + " distinct experts x " + fixed(layers, 0) +
-                                  " layers, of which " + fixed(r.miss * 100, 1) + "% from disk";
+  const double expert_reads = rounds * layers * distinct;
+  const double pass_ram = static_cast<double>(dense) + expert_reads * static_cast<double>(fp.expert().record_bytes);
+  const double pass_disk = expert_reads * r.miss * static_cast<double>(fp.expert().record_stride);
+  const double memory_s = pass_ram / (r.ram.gb_per_s * 1e9) + pass_disk / (r.disk_gbs() * 1e9);
+  const std::string memory_text = "a " + fixed(prompt, 0) + "-token prompt reading dense " + format_bytes(dense) +
+                                  " once and, in " + fixed(rounds, 0) + " rounds of " + fixed(round, 0) + " tokens, " +
+                                  fixed(distinct, 1) + " distinct experts x " + fixed(layers, 0) + " layers each, " +
+                                  fixed(r.miss * 100, 1) + "% of them from disk";
   const int prefill_threads = plan.prefill_threads > 0 ? plan.prefill_threads : plan.threads;
   const auto compute = r.vram ? std::nullopt : prefill_compute_rate(profile, fp.expert_format, prefill_threads);
-  const double compute_s = compute ? round * prefill_macs_per_token(fp) / compute->macs_per_s : 0.0;
-  s.prefill_tok_per_s = round / std::max(memory_s, compute_s);
+  const double compute_s = compute ? prompt * prefill_macs_per_token(fp) / compute->macs_per_s : 0.0;
+  s.prefill_tok_per_s = prompt / std::max(memory_s, compute_s);
   s.prefill_inputs =
       compute ? "the longer of compute, " + fixed(prefill_macs_per_token(fp) / 1e9, 2) + " GMAC per token / " +
                     compute->text + ", and memory, " + memory_text
