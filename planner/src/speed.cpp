@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <functional>
 #include <numeric>
+#include <span>
 #include <vector>
 
 namespace coli::planner {
@@ -238,6 +239,16 @@ u64 dense_bytes_per_token(const ModelFootprint& fp) {
   return bytes;
 }
 
+// A layer's hit rate at `cap` slots from its recorded LRU stack distances
+// (exact for an LRU cache of that many slots), or nullopt when none were
+// recorded (a version 1 history, or a GPU run's layers).
+std::optional<double> lru_hit_rate(std::span<const double> reuse, int cap) {
+  const double total = std::accumulate(reuse.begin(), reuse.end(), 0.0);
+  if (total <= 0 || reuse.empty()) return std::nullopt;
+  const auto within = std::min<std::ptrdiff_t>(cap, static_cast<std::ptrdiff_t>(reuse.size()) - 1);  // the last: first uses
+  return std::accumulate(reuse.begin(), reuse.begin() + std::max<std::ptrdiff_t>(0, within), 0.0) / total;
+}
+
 double expected_hit_rate(const ModelFootprint& fp, int cap, const experts::UsageHistory* history, std::string& inputs) {
   const double uniform = std::clamp(static_cast<double>(cap) / fp.n_experts, 0.0, 1.0);
   if (!history || history->key().n_experts != fp.n_experts || history->total_tokens() <= 0) {
@@ -247,7 +258,17 @@ double expected_hit_rate(const ModelFootprint& fp, int cap, const experts::Usage
   }
   const int layers = history->key().n_layers;
   double sum = 0;
+  int from_reuse = 0;
   for (int layer = 0; layer < layers; ++layer) {
+    if (cap >= fp.n_experts) {
+      sum += 1.0;  // every expert resident: nothing misses after the load
+      continue;
+    }
+    if (const auto lru = lru_hit_rate(history->layer_reuse(layer), cap)) {
+      sum += *lru;
+      ++from_reuse;
+      continue;
+    }
     std::vector<double> counts(history->layer_counts(layer).begin(), history->layer_counts(layer).end());
     const double total = std::accumulate(counts.begin(), counts.end(), 0.0);
     if (total <= 0) {
@@ -258,8 +279,13 @@ double expected_hit_rate(const ModelFootprint& fp, int cap, const experts::Usage
     std::partial_sort(counts.begin(), top, counts.end(), std::greater<>());
     sum += std::accumulate(counts.begin(), top, 0.0) / total;
   }
-  inputs = "usage history (" + fixed(history->total_tokens(), 0) + " tokens): routing mass of the " +
-           std::to_string(cap) + " most used experts, mean over " + std::to_string(layers) + " layers";
+  inputs = "usage history (" + fixed(history->total_tokens(), 0) + " tokens): " +
+           (from_reuse == layers ? "LRU hits at cap " + std::to_string(cap) + " from the recorded reuse distances"
+            : from_reuse > 0    ? "LRU hits from the recorded reuse distances in " + std::to_string(from_reuse) + " of " +
+                                   std::to_string(layers) + " layers, elsewhere the routing mass of the " +
+                                   std::to_string(cap) + " most used experts"
+                                : "routing mass of the " + std::to_string(cap) + " most used experts") +
+           ", mean over " + std::to_string(layers) + " layers";
   return layers > 0 ? sum / layers : uniform;
 }
 

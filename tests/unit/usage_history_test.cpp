@@ -21,6 +21,10 @@ UsageHistory sample_history() {
   EXPECT_TRUE(history->record(0, std::vector<int>{1, 4, 1, 5}).ok());
   EXPECT_TRUE(history->record(2, std::vector<int>{0, 3}).ok());
   history->add_tokens(3);
+  ReuseDistances reuse(kKey.n_layers, kKey.n_experts);
+  reuse.record(0, std::vector<int>{1, 4});
+  reuse.record(0, std::vector<int>{1, 5});
+  EXPECT_TRUE(history->add_reuse(reuse.counts()).ok());
   return std::move(history).value();
 }
 
@@ -73,6 +77,41 @@ TEST(UsageHistory, SaveLoadRoundTripsExactly) {
   EXPECT_EQ(loaded->serialize(), history.serialize());
   std::filesystem::remove_all(path.parent_path());
   EXPECT_FALSE(UsageHistory::load(path, kKey).ok());  // missing file: an error, not a crash
+}
+
+// Mattson's stack: a token's choices are measured against the stack before
+// it, then move to its top in their order. An LRU cache of C slots hits the
+// routings at distance < C.
+TEST(UsageHistory, ReuseDistancesAreLruStackDistancesPerToken) {
+  ReuseDistances reuse(2, 4);
+  reuse.record(0, std::vector<int>{0, 1});  // first uses: stack 0 1
+  reuse.record(0, std::vector<int>{2, 1});  // 2 new, 1 at distance 1: stack 2 1 0
+  reuse.record(0, std::vector<int>{0, 2});  // 0 at 2, 2 at 0: stack 0 2 1
+  reuse.record(0, std::vector<int>{1, 3});  // 1 at 2, 3 new
+  reuse.record(1, std::vector<int>{3});
+  const std::vector<std::uint64_t> want{1, 1, 2, 0, 4};  // distances 0..3, then first uses
+  EXPECT_EQ(reuse.counts()[0], want);
+  EXPECT_EQ(reuse.counts()[1], (std::vector<std::uint64_t>{0, 0, 0, 0, 1}));
+  auto history = UsageHistory::create({2, 4, 2, "id"});
+  ASSERT_TRUE(history.ok());
+  ASSERT_TRUE(history->add_reuse(reuse.counts()).ok());
+  ASSERT_TRUE(history->add_reuse(reuse.counts()).ok());
+  EXPECT_EQ(history->layer_reuse(0)[2], 4.0);
+  EXPECT_EQ(history->layer_reuse(0).size(), 5u);
+  EXPECT_TRUE(history->layer_reuse(2).empty());
+  EXPECT_FALSE(history->add_reuse({{1, 2, 3}}).ok()) << "another shape is refused";
+}
+
+// A version 1 file (before reuse distances) loads with none recorded.
+TEST(UsageHistory, Version1FilesLoadWithoutReuse) {
+  std::string body = body_of(sample_history().serialize());
+  body.replace(body.find("format_version 2"), 16, "format_version 1");
+  body.erase(body.find("reuse 0"));
+  auto loaded = UsageHistory::parse(with_checksum(body), kKey);
+  ASSERT_TRUE(loaded.ok()) << loaded.error().message;
+  EXPECT_EQ(loaded->count(0, 1), 2.0);
+  for (int layer = 0; layer < kKey.n_layers; ++layer)
+    for (const double d : loaded->layer_reuse(layer)) EXPECT_EQ(d, 0.0);
 }
 
 TEST(UsageHistory, MergeDecaysTheOlderRun) {
@@ -153,8 +192,8 @@ TEST(UsageHistory, ForeignVersionAndOtherModelFilesAreReported) {
   expect_refused("", "empty");
   expect_refused("{\"not\": \"a history\"}\n", "not a coli usage history");
   std::string future = file;
-  future.replace(future.find("format_version 1"), 16, "format_version 2");
-  expect_refused(future, "format version 2");
+  future.replace(future.find("format_version 2"), 16, "format_version 3");
+  expect_refused(future, "format version 3");
   expect_refused(file, "another model", {3, 6, 2, "fnv1a64:0000000000000001"});
   expect_refused(file, "n_experts 6, this model has 8", {3, 8, 2, kKey.model_identity});
   expect_refused(file, "n_layers 3, this model has 4", {4, 6, 2, kKey.model_identity});
@@ -174,7 +213,9 @@ TEST(UsageHistory, ContentErrorsBehindAValidChecksumAreReported) {
   expect_refused(edit("layer 1 0 0", "layer 1 0"), "layer line 1 is malformed");
   expect_refused(edit("layer 1 ", "layer 2 "), "layer line 1 is malformed");
   expect_refused(edit("total_tokens 3", "total_tokens lots"), "malformed header");
-  expect_refused(edit("layer 2", "layer 3 0 0 0 0 0 0\nlayer 2"), "expected 3 layer lines, found 4");
+  expect_refused(edit("layer 2", "layer 3 0 0 0 0 0 0\nlayer 2"), "expected 6 layer and reuse lines, found 7");
+  expect_refused(edit("reuse 1 0 0", "reuse 1 nan 0"), "reuse line 1: count 0");
+  expect_refused(edit("reuse 1 0 0", "reuse 1 0"), "reuse line 1 is malformed");
 }
 
 }  // namespace

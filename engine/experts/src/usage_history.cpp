@@ -30,7 +30,9 @@ Result<UsageHistory> UsageHistory::create(UsageHistoryKey key) {
 }
 
 UsageHistory::UsageHistory(UsageHistoryKey key)
-    : key_(std::move(key)), counts_(static_cast<size_t>(key_.n_layers) * static_cast<size_t>(key_.n_experts), 0.0) {}
+    : key_(std::move(key)),
+      counts_(static_cast<size_t>(key_.n_layers) * static_cast<size_t>(key_.n_experts), 0.0),
+      reuse_(static_cast<size_t>(key_.n_layers) * (static_cast<size_t>(key_.n_experts) + 1), 0.0) {}
 
 size_t UsageHistory::index(int layer, int expert) const {
   return static_cast<size_t>(layer) * static_cast<size_t>(key_.n_experts) + static_cast<size_t>(expert);
@@ -63,6 +65,17 @@ Status UsageHistory::add_counts(const std::vector<std::vector<std::uint64_t>>& c
   return Ok{};
 }
 
+Status UsageHistory::add_reuse(const std::vector<std::vector<std::uint64_t>>& reuse) {
+  const auto width = static_cast<size_t>(key_.n_experts) + 1;
+  if (reuse.size() != static_cast<size_t>(key_.n_layers) ||
+      std::any_of(reuse.begin(), reuse.end(), [&](const auto& layer) { return layer.size() != width; }))
+    return make_error("usage history: reuse distances of another shape (want " + std::to_string(key_.n_layers) +
+                      " layers x " + std::to_string(width) + " distances)");
+  for (size_t layer = 0; layer < reuse.size(); ++layer)
+    for (size_t d = 0; d < width; ++d) reuse_[layer * width + d] += static_cast<double>(reuse[layer][d]);
+  return Ok{};
+}
+
 Status UsageHistory::merge(const UsageHistory& newer, double decay) {
   if (!(decay >= 0.0 && decay <= 1.0))  // also refuses NaN
     return make_error("usage history: decay " + std::to_string(decay) + " is outside [0, 1]");
@@ -70,6 +83,7 @@ Status UsageHistory::merge(const UsageHistory& newer, double decay) {
     return make_error("usage history: cannot merge a run of model " + newer.key_.model_identity + " into one of " +
                       key_.model_identity + " (or their layer/expert/top_k shapes differ)");
   for (size_t i = 0; i < counts_.size(); ++i) counts_[i] = counts_[i] * decay + newer.counts_[i];
+  for (size_t i = 0; i < reuse_.size(); ++i) reuse_[i] = reuse_[i] * decay + newer.reuse_[i];
   total_tokens_ = total_tokens_ * decay + newer.total_tokens_;
   return Ok{};
 }
@@ -82,6 +96,33 @@ double UsageHistory::count(int layer, int expert) const {
 std::span<const double> UsageHistory::layer_counts(int layer) const {
   if (layer < 0 || layer >= key_.n_layers) return {};
   return std::span<const double>(counts_).subspan(index(layer, 0), static_cast<size_t>(key_.n_experts));
+}
+
+std::span<const double> UsageHistory::layer_reuse(int layer) const {
+  if (layer < 0 || layer >= key_.n_layers) return {};
+  const auto width = static_cast<size_t>(key_.n_experts) + 1;
+  return std::span<const double>(reuse_).subspan(static_cast<size_t>(layer) * width, width);
+}
+
+ReuseDistances::ReuseDistances(int n_layers, int n_experts)
+    : stacks_(static_cast<size_t>(n_layers)),
+      counts_(static_cast<size_t>(n_layers), std::vector<std::uint64_t>(static_cast<size_t>(n_experts) + 1, 0)) {}
+
+void ReuseDistances::record(int layer, std::span<const int> experts) {
+  std::vector<int>& stack = stacks_[static_cast<size_t>(layer)];
+  std::vector<std::uint64_t>& counts = counts_[static_cast<size_t>(layer)];
+  // Distances against the stack before this token: its choices are used together.
+  distances_.clear();
+  for (const int expert : experts) {
+    const auto at = std::find(stack.begin(), stack.end(), expert);
+    distances_.push_back(at == stack.end() ? -1 : static_cast<int>(at - stack.begin()));
+  }
+  for (size_t i = 0; i < experts.size(); ++i) {
+    ++counts[distances_[i] < 0 ? counts.size() - 1 : static_cast<size_t>(distances_[i])];
+    const auto at = std::find(stack.begin(), stack.end(), experts[i]);
+    if (at != stack.end()) stack.erase(at);
+  }
+  stack.insert(stack.begin(), experts.begin(), experts.end());
 }
 
 Result<std::vector<int>> pins_from_history(const UsageHistory& history, int layer, int n_pins) {

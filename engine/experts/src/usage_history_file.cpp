@@ -54,6 +54,14 @@ std::string UsageHistory::serialize() const {
     }
     out += "\n";
   }
+  for (int layer = 0; layer < key_.n_layers; ++layer) {
+    out += "reuse " + std::to_string(layer);
+    for (const double count : layer_reuse(layer)) {
+      out += ' ';
+      append_number(out, count);
+    }
+    out += "\n";
+  }
   detail::Fnv1a64 checksum;
   checksum.add(out);
   out += std::string(kChecksumPrefix) + checksum.hex() + "\n";
@@ -70,8 +78,8 @@ Result<UsageHistory> UsageHistory::parse(std::string_view text, const UsageHisto
   const auto version_text = lines.size() > 1 ? field(lines[1], "format_version") : std::nullopt;
   const auto version = version_text ? parse_int(*version_text) : std::nullopt;
   if (!version) return fail("missing or malformed format_version line (truncated or corrupt)");
-  if (*version != kUsageHistoryVersion)
-    return fail("format version " + std::to_string(*version) + ", this build reads version " +
+  if (*version != 1 && *version != kUsageHistoryVersion)  // version 1: the same without reuse lines
+    return fail("format version " + std::to_string(*version) + ", this build reads versions 1 and " +
                 std::to_string(kUsageHistoryVersion) + "; the next run writes a fresh history");
 
   // Integrity before meaning: a damaged file is reported as damaged, not as
@@ -113,8 +121,10 @@ Result<UsageHistory> UsageHistory::parse(std::string_view text, const UsageHisto
   if (!history) return fail(history.error().message);
   history->total_tokens_ = *tokens;
   constexpr size_t kFirstLayerLine = 7;
-  if (lines.size() != kFirstLayerLine + static_cast<size_t>(expected.n_layers) + 1)
-    return fail("expected " + std::to_string(expected.n_layers) + " layer lines, found " +
+  const size_t per_layer = *version == 1 ? 1 : 2;  // layer lines, then (version 2) reuse lines
+  if (lines.size() != kFirstLayerLine + per_layer * static_cast<size_t>(expected.n_layers) + 1)
+    return fail("expected " + std::to_string(per_layer * static_cast<size_t>(expected.n_layers)) +
+                " layer and reuse lines, found " +
                 std::to_string(static_cast<long long>(lines.size()) - static_cast<long long>(kFirstLayerLine) - 1));
   for (int layer = 0; layer < expected.n_layers; ++layer) {
     const std::vector<std::string_view> parts = split(lines[kFirstLayerLine + static_cast<size_t>(layer)], ' ');
@@ -127,6 +137,20 @@ Result<UsageHistory> UsageHistory::parse(std::string_view text, const UsageHisto
       const auto count = parse_count(parts[static_cast<size_t>(expert) + 2]);
       if (!count) return fail(where + ": count of expert " + std::to_string(expert) + " is not a finite number >= 0");
       history->counts_[history->index(layer, expert)] = *count;
+    }
+  }
+  const size_t first_reuse_line = kFirstLayerLine + static_cast<size_t>(expected.n_layers);
+  const auto width = static_cast<size_t>(expected.n_experts) + 1;
+  for (int layer = 0; per_layer == 2 && layer < expected.n_layers; ++layer) {
+    const std::vector<std::string_view> parts = split(lines[first_reuse_line + static_cast<size_t>(layer)], ' ');
+    const std::string where = "reuse line " + std::to_string(layer);
+    if (parts.size() != width + 2 || parts[0] != "reuse" || parse_int(parts[1]) != std::optional<std::int64_t>(layer))
+      return fail(where + " is malformed (want 'reuse " + std::to_string(layer) + "' and " + std::to_string(width) +
+                  " counts: distances 0.." + std::to_string(expected.n_experts - 1) + " and first uses)");
+    for (size_t d = 0; d < width; ++d) {
+      const auto count = parse_count(parts[d + 2]);
+      if (!count) return fail(where + ": count " + std::to_string(d) + " is not a finite number >= 0");
+      history->reuse_[static_cast<size_t>(layer) * width + d] = *count;
     }
   }
   return history;

@@ -84,6 +84,7 @@ struct MoeModel::State {
   ModelStats stats;
   int used = 0;  // KV positions filled
   std::vector<std::vector<std::uint64_t>> routing_counts;  // [MoE layer][expert], for the usage history
+  experts::ReuseDistances reuse{1, 1};  // the CPU passes' LRU stack distances, for the usage history
   std::unique_ptr<OpTimes> op_times;  // ModelOptions::op_timing on the CPU backend
   forward::KvCache kv;  // every layer's K and V (CPU backend; the GPU keeps its own)
   std::unique_ptr<GpuRun> gpu;  // backend "vulkan" or "cuda": the decoder on the GPU
@@ -369,6 +370,7 @@ std::vector<forward::Routing> MoeModel::State::route_tokens(const LayerWeights& 
     routings.push_back(forward::route(std::span(router_rows).subspan(t * n_experts, n_experts),
                                       static_cast<int>(c.num_experts_per_tok), router_norm(c.router_normalization)));
     for (int expert : routings.back().experts) ++routing_counts[static_cast<std::size_t>(w.moe_index)][static_cast<std::size_t>(expert)];
+    reuse.record(w.moe_index, routings.back().experts);
   }
   // How well the previous layer predicted these experts (speculative prefetch).
   std::vector<int>& guess = predicted[static_cast<std::size_t>(w.moe_index)];
@@ -516,6 +518,7 @@ Result<MoeModel> MoeModel::load(const std::filesystem::path& path, const ModelOp
   }
   const auto& layout = state->reader->index().experts;
   state->routing_counts.assign(layout.layers, std::vector<std::uint64_t>(layout.experts, 0));
+  state->reuse = experts::ReuseDistances(static_cast<int>(layout.layers), static_cast<int>(layout.experts));
   state->predicted.assign(layout.layers, {});
   // Prefetching pays only when experts stream.
   state->options.speculative_prefetch = options.speculative_prefetch && state->experts.experts_stream();
@@ -670,6 +673,7 @@ int MoeModel::context_used() const { return state_->used; }
 const ModelStats& MoeModel::stats() const { return state_->stats; }
 OpTimes* MoeModel::op_times() { return state_->op_times.get(); }
 const std::vector<std::vector<std::uint64_t>>& MoeModel::routing_counts() const { return state_->routing_counts; }
+const std::vector<std::vector<std::uint64_t>>& MoeModel::reuse_distances() const { return state_->reuse.counts(); }
 
 namespace {
 

@@ -189,6 +189,10 @@ class MoeModel {
   // How often each expert of each MoE layer was routed to (prompt and
   // generated tokens), for the usage history that picks pins next time.
   const std::vector<std::vector<std::uint64_t>>& routing_counts() const;
+  // The CPU passes' routings by LRU stack distance per MoE layer
+  // (experts::ReuseDistances: [layer][distance 0..n-1, first uses]); zeros
+  // for layers the GPU decoder routed, which keeps no per-token order here.
+  const std::vector<std::vector<std::uint64_t>>& reuse_distances() const;
   ModelShape shape() const;
   // The same from the container's index alone (no weights loaded).
   static Result<ModelShape> read_shape(const std::filesystem::path& container);
