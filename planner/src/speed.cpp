@@ -168,34 +168,44 @@ std::optional<StepCost> parallel_step_cost(const DeviceProfile& profile, int thr
                       std::to_string(best->threads) + " threads"};
 }
 
-// The tuning phase's decode kernel for the experts (one layer's top-k per
-// call) and for the dense matrices as the model holds them (four to a layer:
-// the int8 GEMV for q8, the q4 kernel for q4, the engine's float GEMV for the
-// checkpoint's bf16; none is timed for f16 or f32 dense).
-std::optional<std::string> expert_decode_kernel(WeightFormat experts) {
-  if (!traits(experts).quantized) return std::nullopt;
-  return experts == WeightFormat::q4_g64 ? "expert_q4_decode" : "expert_q8_decode";
+// The tuning phase's decode kernels for the experts (one layer's top-k per
+// call) and for the dense matrices as the model holds them (four separate
+// GEMVs a layer: the int8 GEMV for q8 and q4, the engine's float GEMV for the
+// checkpoint's bf16; none is timed for f16 or f32 dense), in preference
+// order: profiles from before dense_q4_decode have q4 dense priced by the
+// experts' q4 kernel.
+std::vector<std::string> expert_decode_kernels(WeightFormat experts) {
+  if (!traits(experts).quantized) return {};
+  return {experts == WeightFormat::q4_g64 ? "expert_q4_decode" : "expert_q8_decode"};
 }
-std::optional<std::string> dense_decode_kernel(const ModelFootprint& fp) {
-  if (const auto q = quantized_format(fp.dense_format)) return *q == WeightFormat::q4_g64 ? "expert_q4_decode" : "dense_q8_decode";
-  if (fp.source_dtype.rfind("bfloat16", 0) == 0) return "dense_bf16_decode";
-  return std::nullopt;
+std::vector<std::string> dense_decode_kernels(const ModelFootprint& fp) {
+  if (const auto q = quantized_format(fp.dense_format)) {
+    if (*q == WeightFormat::q4_g64) return {"dense_q4_decode", "expert_q4_decode"};
+    return {"dense_q8_decode"};
+  }
+  if (fp.source_dtype.rfind("bfloat16", 0) == 0) return {"dense_bf16_decode"};
+  return {};
 }
 
 // How fast the engine's own decode GEMV `kernel` streams weights at the team
 // size nearest `threads`, as the tuning phase timed it. Below the RAM
 // bandwidth, the kernel, not the memory, bounds decode (one core streams
 // less than the bus carries; the float GEMV computes more per byte).
-std::optional<Bandwidth> decode_kernel_rate(const DeviceProfile& profile, const std::optional<std::string>& kernel,
+// The first of `kernels` the profile timed.
+std::optional<Bandwidth> decode_kernel_rate(const DeviceProfile& profile, const std::vector<std::string>& kernels,
                                             int threads) {
-  if (!profile.measurements.kernel_tuning || !kernel) return std::nullopt;
-  const KernelThroughputPoint* best = nearest_team(profile.measurements.kernel_tuning->points, threads,
-                                                   [&](const KernelThroughputPoint& p) {
-                                                     return p.kernel == *kernel && p.gb_per_s.median > 0;
-                                                   });
-  if (!best) return std::nullopt;
-  return Bandwidth{best->gb_per_s.median, *kernel + " " + fixed(best->gb_per_s.median, 1) + " GB/s (measured at " +
-                                              std::to_string(best->threads) + " threads)"};
+  if (!profile.measurements.kernel_tuning) return std::nullopt;
+  for (const std::string& kernel : kernels) {
+    const KernelThroughputPoint* best = nearest_team(profile.measurements.kernel_tuning->points, threads,
+                                                     [&](const KernelThroughputPoint& p) {
+                                                       return p.kernel == kernel && p.gb_per_s.median > 0;
+                                                     });
+    if (best) {
+      return Bandwidth{best->gb_per_s.median, kernel + " " + fixed(best->gb_per_s.median, 1) + " GB/s (measured at " +
+                                                  std::to_string(best->threads) + " threads)"};
+    }
+  }
+  return std::nullopt;
 }
 
 struct ComputeRate {
@@ -318,8 +328,8 @@ void predict_decode(const DeviceProfile& profile, const ModelFootprint& fp, cons
   const DecodeParallelSteps steps = cpu_decode_parallel_steps(fp);
   const std::optional<StepCost> step = r.vram ? std::nullopt : parallel_step_cost(profile, plan.threads, steps);
   // Weights stream at the RAM bandwidth or at the kernel's own rate, whichever is lower.
-  const auto expert_kernel = decode_kernel_rate(profile, expert_decode_kernel(fp.expert_format), plan.threads);
-  const auto dense_kernel = decode_kernel_rate(profile, dense_decode_kernel(fp), plan.threads);
+  const auto expert_kernel = decode_kernel_rate(profile, expert_decode_kernels(fp.expert_format), plan.threads);
+  const auto dense_kernel = decode_kernel_rate(profile, dense_decode_kernels(fp), plan.threads);
   auto streams_at = [&](const std::optional<Bandwidth>& kernel) {
     return kernel ? std::min(kernel->gb_per_s, r.ram.gb_per_s) : r.ram.gb_per_s;
   };

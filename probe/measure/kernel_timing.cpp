@@ -212,12 +212,13 @@ class KernelRunner {
       // kernel for quantised matrices, the engine's float GEMV for the others.
       for (int m = 0; m < kAttentionMatrices; ++m) {
         const std::byte* weights = pool_.take(dense_bytes_);
-        if (traits(spec_.format).quantized) {
-          cpu::gemv(view_at<cpu::Q8RowView>(weights, kHidden, kHidden), std::span<const float>(xs_).first(kHidden), y_,
-                    {variant_, threads_});
+        const std::span<const float> x = std::span<const float>(xs_).first(kHidden);
+        if (spec_.format == WeightFormat::q4_g64) {
+          cpu::gemv(view_at<cpu::Q4G64View>(weights, kHidden, kHidden), x, y_, {variant_, threads_});
+        } else if (spec_.format == WeightFormat::q8_row) {
+          cpu::gemv(view_at<cpu::Q8RowView>(weights, kHidden, kHidden), x, y_, {variant_, threads_});
         } else {
-          forward::gemv_dense({spec_.format, kHidden, kHidden, weights}, std::span<const float>(xs_).first(kHidden), y_,
-                              threads_);
+          forward::gemv_dense({spec_.format, kHidden, kHidden, weights}, x, y_, threads_);
         }
       }
     } else {
@@ -331,9 +332,10 @@ Result<KernelTuning> measure_kernel_tuning(const CpuFacts& facts, const MemoryFa
       {"expert_q4_decode", F::q4_g64, false, false, 1}, {"dense_q8_decode", F::q8_row, false, true, 1},
       {"expert_q4_prefill", F::q4_g64, true, false, 2}, {"expert_q8_decode", F::q8_row, false, false, 1},
       {"expert_q8_prefill", F::q8_row, true, false, 2},
-      // Dense matrices kept in the checkpoint's bf16 (coli convert's default
-      // dense format): the lm_head of a small model is most of its decode.
-      {"dense_bf16_decode", F::bf16, false, true, 1}};
+      // Dense matrices in the other formats the engine holds them in: int4
+      // (`--dense q4_g64`) and the checkpoint's bf16 (coli convert's default),
+      // whose lm_head is most of a small model's decode.
+      {"dense_q4_decode", F::q4_g64, false, true, 1}, {"dense_bf16_decode", F::bf16, false, true, 1}};
   double units_per_set = 0;
   for (const auto& spec : specs) units_per_set += spec.weight;
   // Keep the sets the budget can time (priority order), at least one.

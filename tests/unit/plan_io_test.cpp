@@ -391,6 +391,27 @@ TEST(PlanSpeed, Bf16DenseStreamsAtMostAtTheTunedFloatGemvRate) {
       << "q8 dense is priced by dense_q8_decode, never the float kernel";
 }
 
+// q4 dense runs four separate int4 GEMVs a layer (dense_q4_decode), not the
+// experts' batched kernel; a profile from before that point prices it by
+// expert_q4_decode.
+TEST(PlanSpeed, Q4DenseTakesItsOwnKernelAndFallsBackToTheExperts) {
+  ModelFootprint fp = qwen3();
+  fp.dense_format = DenseFormat::q4_g64;
+  const Plan plan = resident_qwen3_plan(8);
+  DeviceProfile profile = measured_profile(10);
+  profile.measurements.kernel_tuning = tuned_on_8_threads("expert_q4_decode", 768, 1, 24, {3, 6, 6, 6, 0}, {3, 100, 100, 100, 0});
+  const SpeedPrediction old_profile = predict_speed(profile, fp, plan);
+  EXPECT_NE(old_profile.decode_inputs.find("dense at most expert_q4_decode 6.0 GB/s"), std::string::npos)
+      << old_profile.decode_inputs;
+  profile.measurements.kernel_tuning->points.push_back(profile.measurements.kernel_tuning->points[0]);
+  profile.measurements.kernel_tuning->points.back().kernel = "dense_q4_decode";
+  profile.measurements.kernel_tuning->points.back().gb_per_s = {3, 3, 3, 3, 0};
+  const SpeedPrediction own = predict_speed(profile, fp, plan);
+  EXPECT_NE(own.decode_inputs.find("dense at most dense_q4_decode 3.0 GB/s"), std::string::npos) << own.decode_inputs;
+  const auto dense = static_cast<double>(dense_bytes_per_token(fp));
+  EXPECT_NEAR(1 / own.decode_tok_per_s - 1 / old_profile.decode_tok_per_s, dense * (1 / 3e9 - 1 / 6e9), 1e-12);
+}
+
 // The engine runs a prompt's dense projections over the whole pass and only
 // the experts in rounds: with rounds of one token (a small cache), a 512-token
 // prompt reads the dense weights once and 512 rounds of top-k experts. Session
