@@ -231,6 +231,33 @@ std::optional<ComputeRate> prefill_compute_rate(const DeviceProfile& profile, We
                                " tokens per call, measured at " + std::to_string(best->threads) + " threads)"};
 }
 
+// The engine's prefill attention as the tuning phase timed it
+// (attention_prefill: `batch` causal positions of `rows` heads x `cols`
+// head_dim over an f16 KV cache), in multiply-adds per second: each token
+// takes a dot with K and a weighted sum of V over every earlier position.
+std::optional<ComputeRate> prefill_attention_rate(const DeviceProfile& profile, int threads) {
+  if (!profile.measurements.kernel_tuning) return std::nullopt;
+  const KernelThroughputPoint* best = nearest_team(profile.measurements.kernel_tuning->points, threads,
+                                                   [](const KernelThroughputPoint& p) {
+                                                     return p.kernel == "attention_prefill" && p.batch >= 1 &&
+                                                            p.tokens_per_s.median > 0;
+                                                   });
+  if (!best) return std::nullopt;
+  const double b = best->batch;
+  const double macs_per_call = static_cast<double>(best->rows) * best->cols * 2 * b * (b + 1) / 2;
+  const double rate = macs_per_call * best->tokens_per_s.median / b;
+  return ComputeRate{rate, fixed(rate / 1e9, 1) + " GMAC/s (attention_prefill, " + std::to_string(best->batch) +
+                               " positions, measured at " + std::to_string(best->threads) + " threads)"};
+}
+
+// Multiply-adds of a causal prompt's attention: every layer, every query
+// head, a dot with K and a weighted sum of V over the positions up to its own.
+double prompt_attention_macs(const ModelFootprint& fp, double prompt) {
+  const model::ModelConfig& c = fp.config;
+  return static_cast<double>(c.num_hidden_layers) * static_cast<double>(c.num_attention_heads) *
+         static_cast<double>(c.head_dim) * 2 * prompt * (prompt + 1) / 2;
+}
+
 // Multiply-adds one prefill token costs: every active weight but the lm_head
 // (prefill projects only the last token to the vocabulary).
 double prefill_macs_per_token(const ModelFootprint& fp) {
@@ -413,11 +440,18 @@ void predict_prefill(const DeviceProfile& profile, const ModelFootprint& fp, con
                                   fixed(r.miss * 100, 1) + "% of them from disk";
   const int prefill_threads = plan.prefill_threads > 0 ? plan.prefill_threads : plan.threads;
   const auto compute = r.vram ? std::nullopt : prefill_compute_rate(profile, fp.expert_format, prefill_threads);
-  const double compute_s = compute ? prompt * prefill_macs_per_token(fp) / compute->macs_per_s : 0.0;
+  const auto attention = compute ? prefill_attention_rate(profile, prefill_threads) : std::nullopt;
+  const double attention_macs = prompt_attention_macs(fp, prompt);
+  const double compute_s = compute ? prompt * prefill_macs_per_token(fp) / compute->macs_per_s +
+                                         (attention ? attention_macs / attention->macs_per_s : 0.0)
+                                   : 0.0;
   s.prefill_tok_per_s = prompt / std::max(memory_s, compute_s);
+  const std::string attention_text =
+      attention ? " + attention " + fixed(attention_macs / 1e9, 2) + " GMAC per prompt / " + attention->text
+                : " (the prompt's attention not timed in this profile: re-probe to price it)";
   s.prefill_inputs =
       compute ? "the longer of compute, " + fixed(prefill_macs_per_token(fp) / 1e9, 2) + " GMAC per token / " +
-                    compute->text + ", and memory, " + memory_text
+                    compute->text + attention_text + ", and memory, " + memory_text
               : "rough, bandwidth only (no timed prefill kernel in this profile: real prefill is slower): " + memory_text;
 }
 

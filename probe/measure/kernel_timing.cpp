@@ -10,6 +10,7 @@
 
 #include "coli/base/text.h"
 #include "cpu/gemv_cpu.h"
+#include "coli/forward/attention.h"
 #include "coli/forward/ops.h"
 #include "cpu/thread_placement.h"
 #include "measure/kernel_tuning.h"
@@ -152,7 +153,12 @@ struct KernelSpec {
   WeightFormat format = WeightFormat::q4_g64;
   bool prefill = false, dense = false;
   double weight = 1;  // share of the budget relative to a decode kernel
+  bool attention = false;  // the engine's causal attention over a prompt (no weights)
 };
+
+// Prefill attention: a prompt of kAttentionTokens causal positions over an
+// f16 KV cache (the CPU's default), OLMoE's 16 heads of 128.
+constexpr int kAttentionTokens = 512, kHeads = 16, kHeadDim = 128;
 
 // Tokens routed top-8 over 64 experts (fixed seed: every run times the same
 // work), as tasks in expert-major order like the expert store's round order.
@@ -194,7 +200,20 @@ class KernelRunner {
     for (float& v : xs_) v = uniform(random);
     point_ = {spec.name, spec.dense ? kHidden : kWidth, kHidden, spec.prefill ? prefill_tokens : 1, 0,
               set.name, threads_, set.pus, set.smt, {}, {}};
-    if (spec.dense) {
+    if (spec.attention) {
+      // rows x cols: heads x head_dim; batch: the prompt's tokens; bytes: the K and V it reads.
+      point_.rows = kHeads, point_.cols = kHeadDim, point_.batch = kAttentionTokens, point_.matrices = 0;
+      cache_ = forward::KvCache(1, kHeads, kHeadDim, kAttentionTokens, KvType::f16);
+      std::vector<float> row(static_cast<std::size_t>(kHeads) * kHeadDim);
+      for (int position = 0; position < kAttentionTokens; ++position) {
+        for (float& v : row) v = uniform(random);
+        cache_.store(0, position, row, row);
+      }
+      q_.resize(static_cast<std::size_t>(kAttentionTokens) * kHeads * kHeadDim);
+      for (float& v : q_) v = uniform(random);
+      attention_out_.resize(q_.size());
+      bytes_ = 2.0 * kAttentionTokens * kHeads * kHeadDim * 2;  // K and V in f16, each position once per block
+    } else if (spec.dense) {
       point_.matrices = kAttentionMatrices;  // q, k, v, o of one token
       bytes_ = static_cast<double>(kAttentionMatrices * dense_bytes_);
     } else {
@@ -207,7 +226,9 @@ class KernelRunner {
 
   double run() {
     const auto start = Clock::now();
-    if (spec_.dense) {
+    if (spec_.attention) {
+      forward::attention(cache_, 0, q_, kAttentionTokens, 0, kHeads, attention_out_, threads_);
+    } else if (spec_.dense) {
       // Four separate gemv calls, as Linear::apply makes them: the int8
       // kernel for quantised matrices, the engine's float GEMV for the others.
       for (int m = 0; m < kAttentionMatrices; ++m) {
@@ -237,8 +258,10 @@ class KernelRunner {
   }
 
   Result<KernelThroughputPoint> point(std::vector<double> samples) const {
-    const bool finite = spec_.dense ? std::all_of(y_.begin(), y_.end(), [](float v) { return std::isfinite(v); })
-                                    : spec_.format == WeightFormat::q4_g64 ? q4_.finite() : q8_.finite();
+    const auto all_finite = [](const std::vector<float>& v) { return std::all_of(v.begin(), v.end(), [](float x) { return std::isfinite(x); }); };
+    const bool finite = spec_.attention ? all_finite(attention_out_)
+                        : spec_.dense   ? all_finite(y_)
+                        : spec_.format == WeightFormat::q4_g64 ? q4_.finite() : q8_.finite();
     if (!finite) return make_error("kernel tuning: " + spec_.name + " produced non-finite values; the kernel or memory misbehaved");
     KernelThroughputPoint out = point_;
     out.gb_per_s = summarize(std::move(samples));
@@ -257,6 +280,8 @@ class KernelRunner {
   ExpertBatch<cpu::Q8RowView, cpu::Q8GemvJob> q8_;
   std::vector<std::pair<int, int>> routing_;
   std::vector<std::pair<int, const std::byte*>> tasks_;
+  forward::KvCache cache_;                 // attention_prefill
+  std::vector<float> q_, attention_out_;
   std::uint64_t record_, dense_bytes_;
   int distinct_ = 0;
   double bytes_ = 0;
@@ -335,7 +360,8 @@ Result<KernelTuning> measure_kernel_tuning(const CpuFacts& facts, const MemoryFa
       // Dense matrices in the other formats the engine holds them in: int4
       // (`--dense q4_g64`) and the checkpoint's bf16 (coli convert's default),
       // whose lm_head is most of a small model's decode.
-      {"dense_q4_decode", F::q4_g64, false, true, 1}, {"dense_bf16_decode", F::bf16, false, true, 1}};
+      {"dense_q4_decode", F::q4_g64, false, true, 1}, {"dense_bf16_decode", F::bf16, false, true, 1},
+      {"attention_prefill", F::f32, true, false, 2, true}};
   double units_per_set = 0;
   for (const auto& spec : specs) units_per_set += spec.weight;
   // Keep the sets the budget can time (priority order), at least one.
@@ -371,7 +397,7 @@ Result<KernelTuning> measure_kernel_tuning(const CpuFacts& facts, const MemoryFa
       for (Work& w : work) {
         if (w.set != i) continue;
         const auto slice_end = Clock::now() + std::chrono::duration<double>(unit * w.runner.spec().weight);
-        if (!w.runner.spec().prefill) w.runner.run();  // warm-up after switching kernels or sets
+        if (!w.runner.spec().prefill || w.runner.spec().attention) w.runner.run();  // warm-up after switching kernels or sets
         std::vector<double> samples;
         do samples.push_back(w.runner.run());
         while (Clock::now() < slice_end && samples.size() < 400);

@@ -347,6 +347,31 @@ TEST(PlanSpeed, PrefillIsComputeBoundAtTheTunedGemmRate) {
   EXPECT_NE(rough.prefill_inputs.find("no timed prefill kernel"), std::string::npos) << rough.prefill_inputs;
 }
 
+// A prompt's attention grows with its square: 512 tokens of Qwen3-30B-A3B
+// (48 layers, 32 heads of 128) are 48 x 32 x 128 x 2 x 512 x 513 / 2 = 103
+// GMAC beside the experts' GEMMs. The tuning phase times the engine's
+// prefill attention (attention_prefill) and the compute side adds it.
+TEST(PlanSpeed, PrefillComputeAddsThePromptsAttentionAtItsTunedRate) {
+  const ModelFootprint fp = qwen3();
+  const Plan plan = resident_qwen3_plan(8);
+  DeviceProfile profile = measured_profile(10);
+  profile.measurements.kernel_tuning = tuned_on_8_threads("expert_q4_prefill", 1024, 32, 768, {}, {3, 100, 100, 100, 0});
+  const SpeedPrediction gemm_only = predict_speed(profile, fp, plan);
+  EXPECT_NE(gemm_only.prefill_inputs.find("attention not timed in this profile"), std::string::npos) << gemm_only.prefill_inputs;
+  KernelThroughputPoint attention = profile.measurements.kernel_tuning->points[0];
+  attention.kernel = "attention_prefill";
+  attention.rows = 16, attention.cols = 128, attention.batch = 512, attention.matrices = 0;
+  attention.tokens_per_s = {3, 2000, 2000, 2000, 0};  // 512 positions in 0.256 s
+  profile.measurements.kernel_tuning->points.push_back(attention);
+  const SpeedPrediction with = predict_speed(profile, fp, plan);
+  ASSERT_TRUE(gemm_only.available && with.available);
+  const double rate = 16.0 * 128 * 2 * 512 * 513 / 2 * 2000 / 512;
+  const double macs = 48.0 * 32 * 128 * 2 * 512 * 513 / 2;
+  EXPECT_NEAR(512 / with.prefill_tok_per_s - 512 / gemm_only.prefill_tok_per_s, macs / rate, 1e-9);
+  EXPECT_NE(with.prefill_inputs.find("(attention_prefill, 512 positions, measured at 8 threads)"), std::string::npos)
+      << with.prefill_inputs;
+}
+
 // Issue 15: decode streams weights no faster than the engine's own GEMV does
 // at the plan's team size (the tuning phase's expert_q4_decode), when that is
 // below the RAM bandwidth: a few cores cannot drain the bus.
