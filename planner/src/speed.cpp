@@ -43,10 +43,60 @@ std::optional<Bandwidth> ram_bandwidth(const DeviceProfile& profile, int threads
                                               std::to_string(threads) + ")"};
 }
 
+// The random-read point of `block` bytes at `depth` reads in flight, or null.
+const DiskBandwidthPoint* random_point(const DiskBandwidth& disk, u64 block, int depth) {
+  for (const DiskBandwidthPoint& p : disk.points) {
+    if (p.pattern == "random" && p.block_bytes == block && p.queue_depth == depth && p.gb_per_s.median > 0) return &p;
+  }
+  return nullptr;
+}
+
+// Records smaller than the probe's smallest block are latency-bound: one
+// read takes L + b / B, fitted from the one-deep random points at the two
+// smallest blocks (t = block / GB/s), and the I/O pool's reads in flight
+// divide it by what the best queue depth gained at the smallest block.
+// Null when the profile lacks those points or they do not fit (L < 0).
+std::optional<Bandwidth> small_record_rate(const DiskBandwidth& disk, u64 record_stride) {
+  std::vector<u64> blocks;
+  for (const DiskBandwidthPoint& p : disk.points) {
+    if (p.pattern == "random" && p.queue_depth == 1 && p.gb_per_s.median > 0) blocks.push_back(p.block_bytes);
+  }
+  std::sort(blocks.begin(), blocks.end());
+  blocks.erase(std::unique(blocks.begin(), blocks.end()), blocks.end());
+  if (blocks.size() < 2 || record_stride >= blocks[0]) return std::nullopt;
+  const DiskBandwidthPoint* small = random_point(disk, blocks[0], 1);
+  const DiskBandwidthPoint* large = random_point(disk, blocks[1], 1);
+  const double t1 = static_cast<double>(blocks[0]) / (small->gb_per_s.median * 1e9);
+  const double t2 = static_cast<double>(blocks[1]) / (large->gb_per_s.median * 1e9);
+  if (t2 <= t1) return std::nullopt;
+  const double bytes_per_s = static_cast<double>(blocks[1] - blocks[0]) / (t2 - t1);
+  const double latency = t1 - static_cast<double>(blocks[0]) / bytes_per_s;
+  if (latency < 0) return std::nullopt;
+  double gain = 1;
+  int depth = 1;
+  for (const DiskBandwidthPoint& p : disk.points) {
+    if (p.pattern == "random" && p.block_bytes == blocks[0] && p.gb_per_s.median / small->gb_per_s.median > gain) {
+      gain = p.gb_per_s.median / small->gb_per_s.median;
+      depth = p.queue_depth;
+    }
+  }
+  const double per_read = (latency + static_cast<double>(record_stride) / bytes_per_s) / gain;
+  const double gb_per_s = static_cast<double>(record_stride) / per_read / 1e9;
+  return Bandwidth{gb_per_s, "disk random read " + fixed(gb_per_s, 3) + " GB/s for " + format_bytes(record_stride) +
+                                 " records (latency " + fixed(latency * 1e6, 1) + " us + " +
+                                 fixed(bytes_per_s / 1e9, 2) + " GB/s per read, from the one-deep " +
+                                 format_bytes(blocks[0]) + " and " + format_bytes(blocks[1]) + " points, x" +
+                                 fixed(gain, 2) + " at queue depth " + std::to_string(depth) + ")"};
+}
+
 // Random reads (missed experts are scattered) at the block size nearest the
 // record stride (by ratio: 1 MiB vs 4 MiB is as far as 4 vs 16), best queue
-// depth, since the I/O pool keeps several reads in flight.
+// depth, since the I/O pool keeps several reads in flight; records smaller
+// than every measured block by their latency (small_record_rate).
 std::optional<Bandwidth> disk_bandwidth(const DeviceProfile& profile, u64 record_stride) {
+  if (profile.measurements.disk) {
+    if (auto small = small_record_rate(*profile.measurements.disk, record_stride)) return small;
+  }
   if (!profile.measurements.disk) return std::nullopt;
   const DiskBandwidthPoint* best = nullptr;
   auto distance = [&](const DiskBandwidthPoint& p) {

@@ -458,6 +458,39 @@ TEST(PlanSpeed, PrefillReadsTheDenseWeightsOncePerPromptAndTheExpertsPerRound) {
   EXPECT_NE(s.prefill_inputs.find("in 512 rounds of 1 tokens"), std::string::npos) << s.prefill_inputs;
 }
 
+// Expert records smaller than the probe's smallest block (the tiny demo's
+// 8 KiB) are latency-bound: a read is L + b / B, fitted from the one-deep
+// random points at 1 and 4 MiB, divided by what the best queue depth gained
+// at 1 MiB. Here L = 100 us and B = 2 GB/s; queue depth 8 gains 1.5x.
+TEST(PlanSpeed, SmallRecordsReadAtTheDisksFittedLatency) {
+  auto fp = read_footprint(std::filesystem::path(COLI_FIXTURES_DIR) / "models" / "tiny-demo", WeightFormat::q4_g64,
+                           DenseFormat::source);
+  ASSERT_TRUE(fp.ok()) << fp.error().message;
+  const double stride = static_cast<double>(fp->expert().record_stride);
+  ASSERT_LT(stride, 1 << 20);
+  DeviceProfile profile = measured_profile(10);
+  auto qd1 = [](double block) { return block / (100e-6 + block / 2e9) / 1e9; };
+  profile.measurements.disk->points = {disk(1 << 20, 1, qd1(1 << 20)), disk(4 << 20, 1, qd1(4 << 20)),
+                                       disk(1 << 20, 8, 1.5 * qd1(1 << 20))};
+  PlanRequest request;
+  request.cap = 4;
+  auto plan = make_plan(profile, *fp, request);
+  ASSERT_TRUE(plan.ok()) << plan.error().message;
+  const SpeedPrediction s = predict_speed(profile, *fp, *plan);
+  ASSERT_TRUE(s.available) << s.unavailable;
+  EXPECT_NE(s.decode_inputs.find("latency 100.0 us + 2.00 GB/s per read, from the one-deep 1.0 MiB and 4.0 MiB points, "
+                                 "x1.50 at queue depth 8"),
+            std::string::npos) << s.decode_inputs;
+  // Without the 4 MiB point the record is priced at the 1 MiB figures' bandwidth, as before.
+  DeviceProfile one_block = profile;
+  one_block.measurements.disk->points.erase(one_block.measurements.disk->points.begin() + 1);
+  const SpeedPrediction bandwidth_only = predict_speed(one_block, *fp, *plan);
+  const double missed = static_cast<double>(fp->moe_layer_count()) * fp->top_k * (1 - s.hit_rate) * stride;
+  const double per_read = (100e-6 + stride / 2e9) / 1.5;
+  EXPECT_NEAR(1 / s.decode_tok_per_s - 1 / bandwidth_only.decode_tok_per_s,
+              missed * (per_read / stride - 1 / (1.5 * qd1(1 << 20) * 1e9)), 1e-9);
+}
+
 TEST(PlanSpeed, QuickProfileSaysToMeasureInsteadOfGuessing) {
   DeviceProfile quick = h200();
   quick.measurements = {};
