@@ -9,9 +9,9 @@
 #include <random>
 
 #include "coli/base/text.h"
-#include "cpu/gemv_cpu.h"
 #include "coli/forward/attention.h"
 #include "coli/forward/ops.h"
+#include "cpu/gemv_cpu.h"
 #include "cpu/thread_placement.h"
 #include "measure/kernel_tuning.h"
 #include "measure/stats.h"
@@ -357,11 +357,13 @@ Result<KernelTuning> measure_kernel_tuning(const CpuFacts& facts, const MemoryFa
       {"expert_q4_decode", F::q4_g64, false, false, 1}, {"dense_q8_decode", F::q8_row, false, true, 1},
       {"expert_q4_prefill", F::q4_g64, true, false, 2}, {"expert_q8_decode", F::q8_row, false, false, 1},
       {"expert_q8_prefill", F::q8_row, true, false, 2},
-      // Dense matrices in the other formats the engine holds them in: int4
-      // (`--dense q4_g64`) and the checkpoint's bf16 (coli convert's default),
-      // whose lm_head is most of a small model's decode.
-      {"dense_q4_decode", F::q4_g64, false, true, 1}, {"dense_bf16_decode", F::bf16, false, true, 1},
-      {"attention_prefill", F::f32, true, false, 2, true}};
+      // For the speed model only, at half a decode kernel's share each (they
+      // decide no thread set): dense matrices in the other formats the engine
+      // holds them in, int4 (`--dense q4_g64`) and the checkpoint's bf16
+      // (coli convert's default, whose lm_head is most of a small model's
+      // decode), and a prompt's attention.
+      {"dense_q4_decode", F::q4_g64, false, true, 0.5}, {"dense_bf16_decode", F::bf16, false, true, 0.5},
+      {"attention_prefill", F::f32, true, false, 1, true}};
   double units_per_set = 0;
   for (const auto& spec : specs) units_per_set += spec.weight;
   // Keep the sets the budget can time (priority order), at least one.
