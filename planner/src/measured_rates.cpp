@@ -1,0 +1,254 @@
+// The measured rates the speed model reads from a device profile, each with
+// the text coli-plan prints for it (planner/README.md names the terms).
+#include "measured_rates.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+namespace coli::planner::measured {
+
+std::string fixed(double value, int digits) {
+  char text[48];
+  std::snprintf(text, sizeof text, "%.*f", digits, value);
+  return text;
+}
+
+// The "read" kernel (decode streams weights, it does not write them) at the
+// thread count nearest the plan's; threads spread over all kinds (-1) beat a
+// single-kind point at the same distance, since the plan does not pin a kind.
+std::optional<Bandwidth> ram_bandwidth(const DeviceProfile& profile, int threads) {
+  if (!profile.measurements.memory) return std::nullopt;
+  const MemoryBandwidthPoint* best = nullptr;
+  auto key = [&](const MemoryBandwidthPoint& p) { return std::pair{std::abs(p.threads - threads), p.kind_rank != -1}; };
+  for (const MemoryBandwidthPoint& p : profile.measurements.memory->points) {
+    if (p.kernel != "read" || p.gb_per_s.median <= 0) continue;
+    if (!best || key(p) < key(*best)) best = &p;
+  }
+  if (!best) return std::nullopt;
+  return Bandwidth{best->gb_per_s.median, "RAM read " + fixed(best->gb_per_s.median, 1) + " GB/s (measured at " +
+                                              std::to_string(best->threads) + " threads, plan " +
+                                              std::to_string(threads) + ")"};
+}
+
+namespace {
+
+// The random-read point of `block` bytes at `depth` reads in flight, or null.
+const DiskBandwidthPoint* random_point(const DiskBandwidth& disk, u64 block, int depth) {
+  for (const DiskBandwidthPoint& p : disk.points) {
+    if (p.pattern == "random" && p.block_bytes == block && p.queue_depth == depth && p.gb_per_s.median > 0) return &p;
+  }
+  return nullptr;
+}
+
+// Records smaller than the probe's smallest block are latency-bound: one
+// read takes L + b / B, fitted from the one-deep random points at the two
+// smallest blocks (t = block / GB/s), and the I/O pool's reads in flight
+// divide it by what the best queue depth gained at the smallest block.
+// Null when the profile lacks those points or they do not fit (L < 0).
+std::optional<Bandwidth> small_record_rate(const DiskBandwidth& disk, u64 record_stride) {
+  std::vector<u64> blocks;
+  for (const DiskBandwidthPoint& p : disk.points) {
+    if (p.pattern == "random" && p.queue_depth == 1 && p.gb_per_s.median > 0) blocks.push_back(p.block_bytes);
+  }
+  std::sort(blocks.begin(), blocks.end());
+  blocks.erase(std::unique(blocks.begin(), blocks.end()), blocks.end());
+  if (blocks.size() < 2 || record_stride >= blocks[0]) return std::nullopt;
+  const DiskBandwidthPoint* small = random_point(disk, blocks[0], 1);
+  const DiskBandwidthPoint* large = random_point(disk, blocks[1], 1);
+  const double t1 = static_cast<double>(blocks[0]) / (small->gb_per_s.median * 1e9);
+  const double t2 = static_cast<double>(blocks[1]) / (large->gb_per_s.median * 1e9);
+  if (t2 <= t1) return std::nullopt;
+  const double bytes_per_s = static_cast<double>(blocks[1] - blocks[0]) / (t2 - t1);
+  const double latency = t1 - static_cast<double>(blocks[0]) / bytes_per_s;
+  if (latency < 0) return std::nullopt;
+  double gain = 1;
+  int depth = 1;
+  for (const DiskBandwidthPoint& p : disk.points) {
+    if (p.pattern == "random" && p.block_bytes == blocks[0] && p.gb_per_s.median / small->gb_per_s.median > gain) {
+      gain = p.gb_per_s.median / small->gb_per_s.median;
+      depth = p.queue_depth;
+    }
+  }
+  const double per_read = (latency + static_cast<double>(record_stride) / bytes_per_s) / gain;
+  const double gb_per_s = static_cast<double>(record_stride) / per_read / 1e9;
+  return Bandwidth{gb_per_s, "disk random read " + fixed(gb_per_s, 3) + " GB/s for " + format_bytes(record_stride) +
+                                 " records (latency " + fixed(latency * 1e6, 1) + " us + " +
+                                 fixed(bytes_per_s / 1e9, 2) + " GB/s per read, from the one-deep " +
+                                 format_bytes(blocks[0]) + " and " + format_bytes(blocks[1]) + " points, x" +
+                                 fixed(gain, 2) + " at queue depth " + std::to_string(depth) + ")"};
+}
+
+}  // namespace
+
+// Random reads (missed experts are scattered) at the block size nearest the
+// record stride (by ratio: 1 MiB vs 4 MiB is as far as 4 vs 16), best queue
+// depth, since the I/O pool keeps several reads in flight; records smaller
+// than every measured block by their latency (small_record_rate).
+std::optional<Bandwidth> disk_bandwidth(const DeviceProfile& profile, u64 record_stride) {
+  if (profile.measurements.disk) {
+    if (auto small = small_record_rate(*profile.measurements.disk, record_stride)) return small;
+  }
+  if (!profile.measurements.disk) return std::nullopt;
+  const DiskBandwidthPoint* best = nullptr;
+  auto distance = [&](const DiskBandwidthPoint& p) {
+    return std::abs(std::log(static_cast<double>(p.block_bytes) / static_cast<double>(record_stride)));
+  };
+  for (const DiskBandwidthPoint& p : profile.measurements.disk->points) {
+    if (p.pattern != "random" || p.block_bytes == 0 || p.gb_per_s.median <= 0) continue;
+    if (!best || distance(p) < distance(*best) - 1e-9 ||
+        (std::abs(distance(p) - distance(*best)) <= 1e-9 && p.gb_per_s.median > best->gb_per_s.median)) {
+      best = &p;
+    }
+  }
+  if (!best) return std::nullopt;
+  return Bandwidth{best->gb_per_s.median, "disk random read " + fixed(best->gb_per_s.median) + " GB/s (" +
+                                              format_bytes(best->block_bytes) + " blocks, queue depth " +
+                                              std::to_string(best->queue_depth) + "; record stride " +
+                                              format_bytes(record_stride) + ")"};
+}
+
+// Why a measured profile has no disk figure, and what to run: the probe
+// records why it could not measure its default directory (kDiskNotMeasured).
+std::string missing_disk_bandwidth(const DeviceProfile& profile) {
+  const std::string advice = "run coli-probe --disk-dir DIR with a writable directory on the models' filesystem";
+  const auto& disk = profile.measurements.disk;
+  if (disk && disk->points.empty() && disk->note.rfind(kDiskNotMeasured, 0) == 0) {
+    return "no measured disk bandwidth: the probe could not measure " + disk->directory + " (" +
+           disk->note.substr(std::string_view(kDiskNotMeasured).size()) + "): " + advice;
+  }
+  return "no measured disk bandwidth: " + advice;
+}
+
+// The GEMV bandwidth the self-test measured on the tier's device for this
+// expert format (the median of the passing variant nearest the expert shape).
+std::optional<Bandwidth> vram_bandwidth(const DeviceProfile& profile, const ModelFootprint& fp, const GpuTier& tier) {
+  const std::string format(name_of(fp.expert_format));  // variant names carry it: gemv_q4_g64_...
+  const double size = static_cast<double>(fp.config.hidden_size) * static_cast<double>(fp.config.moe_intermediate_size);
+  const GpuKernelResult* best = nullptr;
+  auto distance = [&](const GpuKernelResult& r) { return std::abs(std::log(static_cast<double>(r.rows) * r.cols / size)); };
+  for (const GpuKernelResult& r : profile.measurements.gpu_kernels) {
+    // The plan's backend only: the Vulkan self-test says nothing of the CUDA decoder's kernels.
+    if (r.backend != tier.backend) continue;
+    if (!r.measured_on(tier.device.gpu.index, tier.device.gpu.name) || !r.passed || r.gb_per_s.median <= 0) continue;
+    if (r.variant.find(format) == std::string::npos) continue;
+    if (!best || distance(r) < distance(*best) - 1e-9 ||
+        (std::abs(distance(r) - distance(*best)) <= 1e-9 && r.gb_per_s.median > best->gb_per_s.median)) {
+      best = &r;
+    }
+  }
+  if (!best) return std::nullopt;
+  return Bandwidth{best->gb_per_s.median, "VRAM GEMV " + fixed(best->gb_per_s.median, 1) + " GB/s (" + best->variant +
+                                              " " + std::to_string(best->rows) + "x" + std::to_string(best->cols) +
+                                              ", coli-probe --gpu-selftest)"};
+}
+
+// The probe's host-to-device copy bandwidth of the plan's GPU, at the block
+// size nearest `bytes` (a hybrid batch's staging pass).
+std::optional<Bandwidth> upload_bandwidth(const DeviceProfile& profile, const GpuTier& tier, double bytes) {
+  const UploadBandwidthPoint* best = nullptr;
+  auto distance = [&](const UploadBandwidthPoint& u) { return std::abs(std::log(static_cast<double>(u.block_bytes) / bytes)); };
+  for (const UploadBandwidthPoint& u : profile.measurements.uploads) {
+    if (u.backend != tier.backend || u.device_index != tier.device.gpu.index || u.device != tier.device.gpu.name ||
+        u.block_bytes == 0 || u.gb_per_s.median <= 0) {
+      continue;
+    }
+    if (!best || distance(u) < distance(*best)) best = &u;
+  }
+  if (!best) return std::nullopt;
+  return Bandwidth{best->gb_per_s.median, "host-to-GPU copies " + fixed(best->gb_per_s.median, 1) + " GB/s (" +
+                                              format_bytes(best->block_bytes) + " blocks, coli-probe)"};
+}
+
+// The probe's OpenMP costs at the team size nearest the plan's, for `steps`.
+std::optional<StepCost> parallel_step_cost(const DeviceProfile& profile, int threads, DecodeParallelSteps steps) {
+  if (!profile.measurements.parallel_overhead) return std::nullopt;
+  const ParallelOverheadPoint* best =
+      nearest_team(profile.measurements.parallel_overhead->points, threads, [](const ParallelOverheadPoint&) { return true; });
+  if (!best) return std::nullopt;
+  const double us = best->region_us + best->broadcast_us;
+  return StepCost{us * 1e-6, best->barrier_us * 1e-6,
+                  std::to_string(steps.regions) + " parallel steps x " + fixed(us) + " us per step (region " +
+                      fixed(best->region_us) + " + broadcast read " + fixed(best->broadcast_us) + " us) + " +
+                      std::to_string(steps.barriers) + " barriers x " + fixed(best->barrier_us) + " us, measured at " +
+                      std::to_string(best->threads) + " threads"};
+}
+
+// The tuning phase's decode kernels for the experts (one layer's top-k per
+// call) and for the dense matrices as the model holds them (four separate
+// GEMVs a layer: the int8 GEMV for q8 and q4, the engine's float GEMV for the
+// checkpoint's bf16; none is timed for f16 or f32 dense), in preference
+// order: profiles from before dense_q4_decode have q4 dense priced by the
+// experts' q4 kernel.
+std::vector<std::string> expert_decode_kernels(WeightFormat experts) {
+  if (!traits(experts).quantized) return {};
+  return {experts == WeightFormat::q4_g64 ? "expert_q4_decode" : "expert_q8_decode"};
+}
+std::vector<std::string> dense_decode_kernels(const ModelFootprint& fp) {
+  if (const auto q = quantized_format(fp.dense_format)) {
+    if (*q == WeightFormat::q4_g64) return {"dense_q4_decode", "expert_q4_decode"};
+    return {"dense_q8_decode"};
+  }
+  if (fp.source_dtype.rfind("bfloat16", 0) == 0) return {"dense_bf16_decode"};
+  return {};
+}
+
+// How fast the engine's own decode GEMV `kernel` streams weights at the team
+// size nearest `threads`, as the tuning phase timed it. Below the RAM
+// bandwidth, the kernel, not the memory, bounds decode (one core streams
+// less than the bus carries; the float GEMV computes more per byte).
+// The first of `kernels` the profile timed.
+std::optional<Bandwidth> decode_kernel_rate(const DeviceProfile& profile, const std::vector<std::string>& kernels,
+                                            int threads) {
+  if (!profile.measurements.kernel_tuning) return std::nullopt;
+  for (const std::string& kernel : kernels) {
+    const KernelThroughputPoint* best = nearest_team(profile.measurements.kernel_tuning->points, threads,
+                                                     [&](const KernelThroughputPoint& p) {
+                                                       return p.kernel == kernel && p.gb_per_s.median > 0;
+                                                     });
+    if (best) {
+      return Bandwidth{best->gb_per_s.median, kernel + " " + fixed(best->gb_per_s.median, 1) + " GB/s (measured at " +
+                                                  std::to_string(best->threads) + " threads)"};
+    }
+  }
+  return std::nullopt;
+}
+
+// The engine's expert GEMM as the probe's tuning phase timed it
+// (expert_q4_prefill / expert_q8_prefill: a prefill call of `batch` tokens
+// routed over its experts, `matrices` token x matrix products of rows x
+// cols), at the team size nearest `threads`.
+std::optional<ComputeRate> prefill_compute_rate(const DeviceProfile& profile, WeightFormat experts, int threads) {
+  if (!profile.measurements.kernel_tuning) return std::nullopt;
+  const std::string kernel = experts == WeightFormat::q4_g64 ? "expert_q4_prefill" : "expert_q8_prefill";
+  const KernelThroughputPoint* best = nearest_team(profile.measurements.kernel_tuning->points, threads,
+                                                   [&](const KernelThroughputPoint& p) {
+                                                     return p.kernel == kernel && p.batch >= 1 && p.tokens_per_s.median > 0;
+                                                   });
+  if (!best) return std::nullopt;
+  const double macs_per_call = static_cast<double>(best->matrices) * best->rows * best->cols;
+  const double rate = macs_per_call * best->tokens_per_s.median / best->batch;
+  return ComputeRate{rate, fixed(rate / 1e9, 1) + " GMAC/s (" + kernel + ", " + std::to_string(best->batch) +
+                               " tokens per call, measured at " + std::to_string(best->threads) + " threads)"};
+}
+
+// The engine's prefill attention as the tuning phase timed it
+// (attention_prefill: `batch` causal positions of `rows` heads x `cols`
+// head_dim over an f16 KV cache), in multiply-adds per second: each token
+// takes a dot with K and a weighted sum of V over every earlier position.
+std::optional<ComputeRate> prefill_attention_rate(const DeviceProfile& profile, int threads) {
+  if (!profile.measurements.kernel_tuning) return std::nullopt;
+  const KernelThroughputPoint* best = nearest_team(profile.measurements.kernel_tuning->points, threads,
+                                                   [](const KernelThroughputPoint& p) {
+                                                     return p.kernel == "attention_prefill" && p.batch >= 1 &&
+                                                            p.tokens_per_s.median > 0;
+                                                   });
+  if (!best) return std::nullopt;
+  const double b = best->batch;
+  const double macs_per_call = static_cast<double>(best->rows) * best->cols * 2 * b * (b + 1) / 2;
+  const double rate = macs_per_call * best->tokens_per_s.median / b;
+  return ComputeRate{rate, fixed(rate / 1e9, 1) + " GMAC/s (attention_prefill, " + std::to_string(best->batch) +
+                               " positions, measured at " + std::to_string(best->threads) + " threads)"};
+}
+
+}  // namespace coli::planner::measured

@@ -1,0 +1,78 @@
+// The measured rates the speed model (speed.cpp) reads from a device
+// profile: RAM, disk, VRAM and host-to-GPU bandwidth, OpenMP step costs and
+// the tuning phase's kernel rates, each at the point nearest the plan's
+// (team size, block size, shape) and with the text coli-plan prints for it.
+// nullopt where the profile has no such measurement.
+#pragma once
+
+#include <cstdint>
+#include <cstdlib>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "coli/planner/speed.h"
+
+namespace coli::planner::measured {
+
+using u64 = std::uint64_t;
+
+std::string fixed(double value, int digits = 2);
+
+struct Bandwidth {
+  double gb_per_s = 0;  // 1 GB = 1e9 B, as the probe measures
+  std::string text;
+};
+
+struct ComputeRate {
+  double macs_per_s = 0;  // multiply-adds per second
+  std::string text;
+};
+
+// Parallel steps of one CPU decode token, as the engine runs them
+// (engine/runtime/src/moe_model.cpp, engine/backend/cpu): per layer q/k/v,
+// attention and the o projection; per MoE layer the router, the experts (one
+// team, CpuBackend::ffn_quantized: gate/up, SwiGLU, down and, without a
+// shared expert, the weighted sums, meeting at two or three barriers) and a
+// shared expert's two; per dense-MLP layer its gate/up and down; then the
+// lm_head.
+struct DecodeParallelSteps {
+  int regions = 0;
+  int barriers = 0;
+};
+
+struct StepCost {
+  double seconds = 0;  // one parallel step: a region plus its threads reading what the calling thread wrote
+  double barrier_seconds = 0;  // one barrier inside a region
+  std::string text;
+};
+
+// The point measured at the team size nearest `threads` among those `usable`
+// accepts (the first of equally near ones), or null.
+template <class Point, class Usable>
+const Point* nearest_team(const std::vector<Point>& points, int threads, const Usable& usable) {
+  const Point* best = nullptr;
+  for (const Point& p : points) {
+    if (!usable(p)) continue;
+    if (!best || std::abs(p.threads - threads) < std::abs(best->threads - threads)) best = &p;
+  }
+  return best;
+}
+
+std::optional<Bandwidth> ram_bandwidth(const DeviceProfile& profile, int threads);
+// Random reads of expert records (small ones by the disk's fitted latency).
+std::optional<Bandwidth> disk_bandwidth(const DeviceProfile& profile, u64 record_stride);
+std::string missing_disk_bandwidth(const DeviceProfile& profile);  // why there is none, and what to run
+std::optional<Bandwidth> vram_bandwidth(const DeviceProfile& profile, const ModelFootprint& fp, const GpuTier& tier);
+std::optional<Bandwidth> upload_bandwidth(const DeviceProfile& profile, const GpuTier& tier, double bytes);
+std::optional<StepCost> parallel_step_cost(const DeviceProfile& profile, int threads, DecodeParallelSteps steps);
+// The tuning phase's decode kernels for the experts and for the dense
+// matrices, in preference order, and the rate of the first one measured.
+std::vector<std::string> expert_decode_kernels(WeightFormat experts);
+std::vector<std::string> dense_decode_kernels(const ModelFootprint& fp);
+std::optional<Bandwidth> decode_kernel_rate(const DeviceProfile& profile, const std::vector<std::string>& kernels,
+                                            int threads);
+std::optional<ComputeRate> prefill_compute_rate(const DeviceProfile& profile, WeightFormat experts, int threads);
+std::optional<ComputeRate> prefill_attention_rate(const DeviceProfile& profile, int threads);
+
+}  // namespace coli::planner::measured
