@@ -111,17 +111,13 @@ ReuseDistances::ReuseDistances(int n_layers, int n_experts)
 void ReuseDistances::record(int layer, std::span<const int> experts) {
   std::vector<int>& stack = stacks_[static_cast<size_t>(layer)];
   std::vector<std::uint64_t>& counts = counts_[static_cast<size_t>(layer)];
-  // Distances against the stack before this token: its choices are used together.
-  distances_.clear();
+  // Distances against the stack before this token (its choices are used
+  // together), then the token's experts move to the top in their order.
   for (const int expert : experts) {
     const auto at = std::find(stack.begin(), stack.end(), expert);
-    distances_.push_back(at == stack.end() ? -1 : static_cast<int>(at - stack.begin()));
+    ++counts[at == stack.end() ? counts.size() - 1 : static_cast<size_t>(at - stack.begin())];
   }
-  for (size_t i = 0; i < experts.size(); ++i) {
-    ++counts[distances_[i] < 0 ? counts.size() - 1 : static_cast<size_t>(distances_[i])];
-    const auto at = std::find(stack.begin(), stack.end(), experts[i]);
-    if (at != stack.end()) stack.erase(at);
-  }
+  std::erase_if(stack, [&](int e) { return std::find(experts.begin(), experts.end(), e) != experts.end(); });
   stack.insert(stack.begin(), experts.begin(), experts.end());
 }
 

@@ -108,7 +108,6 @@ class ReuseDistances {
  private:
   std::vector<std::vector<int>> stacks_;  // per layer: experts, most recently used first
   std::vector<std::vector<std::uint64_t>> counts_;
-  std::vector<int> distances_;
 };
 
 // The `n_pins` most used experts of a layer, most used first, ties to the
