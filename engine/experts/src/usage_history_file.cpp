@@ -2,7 +2,10 @@
 // that turns every kind of bad file into an Error.
 #include <charconv>
 #include <cmath>
+#include <optional>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "coli/base/files.h"
 #include "coli/base/text.h"
@@ -33,6 +36,39 @@ std::optional<double> parse_count(std::string_view text) {
   return value;
 }
 
+// "<tag> <i> <v_0> ... <v_{width-1}>" for each row i of `values` (row-major).
+void append_rows(std::string& out, std::string_view tag, std::span<const double> values, size_t width) {
+  for (size_t row = 0; row * width < values.size(); ++row) {
+    out += std::string(tag) + " " + std::to_string(row);
+    for (const double value : values.subspan(row * width, width)) {
+      out += ' ';
+      append_number(out, value);
+    }
+    out += "\n";
+  }
+}
+
+// The rows append_rows wrote, from `lines` into `values`; the error text
+// names the line. `values_are` ends the malformed message's description of
+// a row, `value_name` precedes a value's index in the bad-value message.
+std::optional<std::string> parse_rows(std::span<const std::string_view> lines, std::string_view tag, std::span<double> values,
+                                      size_t width, std::string_view values_are, std::string_view value_name) {
+  for (size_t row = 0; row < lines.size(); ++row) {
+    const std::vector<std::string_view> parts = split(lines[row], ' ');
+    const std::string where = std::string(tag) + " line " + std::to_string(row);
+    if (parts.size() != width + 2 || parts[0] != tag ||
+        parse_int(parts[1]) != std::optional<std::int64_t>(static_cast<std::int64_t>(row)))
+      return where + " is malformed (want '" + std::string(tag) + " " + std::to_string(row) + "' and " +
+             std::to_string(width) + " counts" + std::string(values_are) + ")";
+    for (size_t i = 0; i < width; ++i) {
+      const auto value = parse_count(parts[i + 2]);
+      if (!value) return where + ": " + std::string(value_name) + std::to_string(i) + " is not a finite number >= 0";
+      values[row * width + i] = *value;
+    }
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::string UsageHistory::serialize() const {
@@ -46,22 +82,8 @@ std::string UsageHistory::serialize() const {
   out += "total_tokens ";
   append_number(out, total_tokens_);
   out += "\n";
-  for (int layer = 0; layer < key_.n_layers; ++layer) {
-    out += "layer " + std::to_string(layer);
-    for (const double count : layer_counts(layer)) {
-      out += ' ';
-      append_number(out, count);
-    }
-    out += "\n";
-  }
-  for (int layer = 0; layer < key_.n_layers; ++layer) {
-    out += "reuse " + std::to_string(layer);
-    for (const double count : layer_reuse(layer)) {
-      out += ' ';
-      append_number(out, count);
-    }
-    out += "\n";
-  }
+  append_rows(out, "layer", counts_, static_cast<size_t>(key_.n_experts));
+  append_rows(out, "reuse", reuse_, static_cast<size_t>(key_.n_experts) + 1);
   detail::Fnv1a64 checksum;
   checksum.add(out);
   out += std::string(kChecksumPrefix) + checksum.hex() + "\n";
@@ -126,32 +148,14 @@ Result<UsageHistory> UsageHistory::parse(std::string_view text, const UsageHisto
     return fail("expected " + std::to_string(per_layer * static_cast<size_t>(expected.n_layers)) +
                 " layer and reuse lines, found " +
                 std::to_string(static_cast<long long>(lines.size()) - static_cast<long long>(kFirstLayerLine) - 1));
-  for (int layer = 0; layer < expected.n_layers; ++layer) {
-    const std::vector<std::string_view> parts = split(lines[kFirstLayerLine + static_cast<size_t>(layer)], ' ');
-    const std::string where = "layer line " + std::to_string(layer);
-    if (parts.size() != static_cast<size_t>(expected.n_experts) + 2 || parts[0] != "layer" ||
-        parse_int(parts[1]) != std::optional<std::int64_t>(layer))
-      return fail(where + " is malformed (want 'layer " + std::to_string(layer) + "' and " +
-                  std::to_string(expected.n_experts) + " counts)");
-    for (int expert = 0; expert < expected.n_experts; ++expert) {
-      const auto count = parse_count(parts[static_cast<size_t>(expert) + 2]);
-      if (!count) return fail(where + ": count of expert " + std::to_string(expert) + " is not a finite number >= 0");
-      history->counts_[history->index(layer, expert)] = *count;
-    }
-  }
-  const size_t first_reuse_line = kFirstLayerLine + static_cast<size_t>(expected.n_layers);
-  const auto width = static_cast<size_t>(expected.n_experts) + 1;
-  for (int layer = 0; per_layer == 2 && layer < expected.n_layers; ++layer) {
-    const std::vector<std::string_view> parts = split(lines[first_reuse_line + static_cast<size_t>(layer)], ' ');
-    const std::string where = "reuse line " + std::to_string(layer);
-    if (parts.size() != width + 2 || parts[0] != "reuse" || parse_int(parts[1]) != std::optional<std::int64_t>(layer))
-      return fail(where + " is malformed (want 'reuse " + std::to_string(layer) + "' and " + std::to_string(width) +
-                  " counts: distances 0.." + std::to_string(expected.n_experts - 1) + " and first uses)");
-    for (size_t d = 0; d < width; ++d) {
-      const auto count = parse_count(parts[d + 2]);
-      if (!count) return fail(where + ": count " + std::to_string(d) + " is not a finite number >= 0");
-      history->reuse_[static_cast<size_t>(layer) * width + d] = *count;
-    }
+  const auto layers = static_cast<size_t>(expected.n_layers), experts = static_cast<size_t>(expected.n_experts);
+  const auto rows = std::span<const std::string_view>(lines).subspan(kFirstLayerLine, per_layer * layers);
+  if (auto bad = parse_rows(rows.first(layers), "layer", history->counts_, experts, "", "count of expert "))
+    return fail(*bad);
+  if (per_layer == 2) {
+    const std::string reuse_values = ": distances 0.." + std::to_string(experts - 1) + " and first uses";
+    if (auto bad = parse_rows(rows.subspan(layers), "reuse", history->reuse_, experts + 1, reuse_values, "count "))
+      return fail(*bad);
   }
   return history;
 }
