@@ -58,8 +58,7 @@ std::string summary(const CacheChoice& c) {
   };
   return format_bytes(c.memory.total(Tier::ram)) + " (dense " + line("dense weights") + ", KV " + line("KV cache") +
          ", prompt activations " + line("activations: prompt") + ", expert slots " +
-         format_bytes(c.memory.find("expert cache: pinned slots")->bytes +
-                      c.memory.find("expert cache: evictable slots")->bytes) +
+         format_bytes(c.memory.expert_cache_bytes()) +
          ") + margin " + format_bytes(c.margin.bytes) + " = " + format_bytes(needed(c));
 }
 

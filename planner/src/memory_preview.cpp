@@ -49,11 +49,16 @@ const MemoryLine* MemoryPreview::find(const std::string& component) const {
   return nullptr;
 }
 
-MemoryLine load_phase_line(const MemoryPreview& run, u64 load_bytes) {
+u64 MemoryPreview::expert_cache_bytes() const {
   u64 slabs = 0;
   for (const char* name : {"expert cache: pinned slots", "expert cache: evictable slots"}) {
-    if (const MemoryLine* line = run.find(name)) slabs += line->bytes;
+    if (const MemoryLine* line = find(name)) slabs += line->bytes;
   }
+  return slabs;
+}
+
+MemoryLine load_phase_line(const MemoryPreview& run, u64 load_bytes) {
+  const u64 slabs = run.expert_cache_bytes();
   const u64 adds = load_bytes > slabs ? load_bytes - slabs : 0;
   return {"load phase: GPU upload buffers", Tier::ram, adds,
           "while loading only: " + format_bytes(load_bytes) +

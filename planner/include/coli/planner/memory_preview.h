@@ -26,6 +26,7 @@ struct MemoryPreview {
   std::vector<MemoryLine> lines;
   std::uint64_t total(Tier tier) const;
   const MemoryLine* find(const std::string& component) const;  // nullptr when absent
+  std::uint64_t expert_cache_bytes() const;  // the host expert cache's slots, pinned and evictable
   bool operator==(const MemoryPreview&) const = default;
 };
 
