@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <string>
 
@@ -180,6 +181,11 @@ void add_options(CLI::App& app, PlanArgs& a) {
   app.add_option("--model", a.model_path, "Hugging Face model directory (headers only are read) or its config.json")
       ->required();
   app.add_option("--threads", a.request.threads, "Force the decode thread count");
+  app.add_option("--thread-choice", a.request.thread_choice,
+                 "How thread sets are chosen without --threads: predicted (every set the probe timed is planned and "
+                 "predicted; decode and prefill each run on their fastest; the default) or profile (the probe's recommendation)")
+      ->transform(CLI::CheckedTransformer(std::map<std::string, planner::ThreadRule>{
+          {"predicted", planner::ThreadRule::predicted}, {"profile", planner::ThreadRule::profile}}));
   app.add_option("--cap", a.request.cap, "Force the expert cache slots per MoE layer (pins included)");
   app.add_option("--pin", a.request.pins, "Force the pinned experts per MoE layer");
   app.add_option("--ram", a.ram_text, "RAM the plan may use, e.g. 16G (at most the profile's measured headroom)");

@@ -32,14 +32,41 @@ std::string format_bytes(std::uint64_t bytes) {
   return text;
 }
 
+// More threads than usable CPUs (or than the cgroup quota) time-slice each
+// other: every parallel region then waits for its slowest, descheduled thread.
+int usable_thread_limit(const DeviceProfile& profile) {
+  int limit = profile.cpu.usable.pus.size();
+  if (profile.cpu.usable.quota_cpus) limit = std::min(limit, static_cast<int>(std::ceil(*profile.cpu.usable.quota_cpus)));
+  return limit;
+}
+
+std::vector<MeasuredThreadSet> measured_thread_sets(const DeviceProfile& profile, int thread_limit) {
+  std::vector<MeasuredThreadSet> sets;
+  if (!profile.measurements.kernel_tuning) return sets;
+  for (const KernelThroughputPoint& p : profile.measurements.kernel_tuning->points) {
+    if (p.batch != 1 || p.threads < 1 || p.gb_per_s.median <= 0 || (thread_limit > 0 && p.threads > thread_limit)) continue;
+    if (!p.pus.empty() && p.pus.size() != p.threads) continue;  // not one PU per thread: not a set the engine pins
+    const MeasuredThreadSet set{p.thread_set, p.threads, p.pus};
+    if (std::find(sets.begin(), sets.end(), set) == sets.end()) sets.push_back(set);
+  }
+  return sets;
+}
+
+ThreadChoice threads_on_set(const MeasuredThreadSet& set) {
+  ThreadChoice out;
+  out.threads = set.threads;
+  out.pus = set.pus;
+  out.basis = "predicted";
+  out.reason = std::to_string(set.threads) + " threads" + (set.pus.empty() ? "" : " on PUs " + set.pus.to_list()) + " (" +
+               set.name + ")";
+  return out;
+}
+
 Result<ThreadChoice> decide_threads(const DeviceProfile& profile, std::optional<int> override_threads) {
   const ThreadRecommendation& rec = profile.threads;
   ThreadChoice out;
   out.basis = rec.rule.rfind("measured", 0) == 0 ? "measured" : "rule";
-  // More threads than usable CPUs (or than the cgroup quota) time-slice each
-  // other: every parallel region then waits for its slowest, descheduled thread.
-  int limit = profile.cpu.usable.pus.size();
-  if (profile.cpu.usable.quota_cpus) limit = std::min(limit, static_cast<int>(std::ceil(*profile.cpu.usable.quota_cpus)));
+  const int limit = usable_thread_limit(profile);
   if (override_threads) {
     const int t = *override_threads;
     if (t < 1) return make_error("--threads " + std::to_string(t) + " is not a thread count: use 1 or more");

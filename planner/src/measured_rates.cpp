@@ -161,10 +161,10 @@ std::optional<Bandwidth> upload_bandwidth(const DeviceProfile& profile, const Gp
 }
 
 // The probe's OpenMP costs at the team size nearest the plan's, for `steps`.
-std::optional<StepCost> parallel_step_cost(const DeviceProfile& profile, int threads, DecodeParallelSteps steps) {
+std::optional<StepCost> parallel_step_cost(const DeviceProfile& profile, const Team& team, DecodeParallelSteps steps) {
   if (!profile.measurements.parallel_overhead) return std::nullopt;
   const ParallelOverheadPoint* best =
-      nearest_team(profile.measurements.parallel_overhead->points, threads, [](const ParallelOverheadPoint&) { return true; });
+      nearest_team(profile.measurements.parallel_overhead->points, team, [](const ParallelOverheadPoint&) { return true; });
   if (!best) return std::nullopt;
   const double us = best->region_us + best->broadcast_us;
   return StepCost{us * 1e-6, best->barrier_us * 1e-6,
@@ -199,10 +199,10 @@ std::vector<std::string> dense_decode_kernels(const ModelFootprint& fp) {
 // less than the bus carries; the float GEMV computes more per byte).
 // The first of `kernels` the profile timed.
 std::optional<Bandwidth> decode_kernel_rate(const DeviceProfile& profile, const std::vector<std::string>& kernels,
-                                            int threads) {
+                                            const Team& team) {
   if (!profile.measurements.kernel_tuning) return std::nullopt;
   for (const std::string& kernel : kernels) {
-    const KernelThroughputPoint* best = nearest_team(profile.measurements.kernel_tuning->points, threads,
+    const KernelThroughputPoint* best = nearest_team(profile.measurements.kernel_tuning->points, team,
                                                      [&](const KernelThroughputPoint& p) {
                                                        return p.kernel == kernel && p.gb_per_s.median > 0;
                                                      });
@@ -218,10 +218,10 @@ std::optional<Bandwidth> decode_kernel_rate(const DeviceProfile& profile, const 
 // (expert_q4_prefill / expert_q8_prefill: a prefill call of `batch` tokens
 // routed over its experts, `matrices` token x matrix products of rows x
 // cols), at the team size nearest `threads`.
-std::optional<ComputeRate> prefill_compute_rate(const DeviceProfile& profile, WeightFormat experts, int threads) {
+std::optional<ComputeRate> prefill_compute_rate(const DeviceProfile& profile, WeightFormat experts, const Team& team) {
   if (!profile.measurements.kernel_tuning) return std::nullopt;
   const std::string kernel = experts == WeightFormat::q4_g64 ? "expert_q4_prefill" : "expert_q8_prefill";
-  const KernelThroughputPoint* best = nearest_team(profile.measurements.kernel_tuning->points, threads,
+  const KernelThroughputPoint* best = nearest_team(profile.measurements.kernel_tuning->points, team,
                                                    [&](const KernelThroughputPoint& p) {
                                                      return p.kernel == kernel && p.batch >= 1 && p.tokens_per_s.median > 0;
                                                    });
@@ -236,9 +236,9 @@ std::optional<ComputeRate> prefill_compute_rate(const DeviceProfile& profile, We
 // (attention_prefill: `batch` causal positions of `rows` heads x `cols`
 // head_dim over an f16 KV cache), in multiply-adds per second: each token
 // takes a dot with K and a weighted sum of V over every earlier position.
-std::optional<ComputeRate> prefill_attention_rate(const DeviceProfile& profile, int threads) {
+std::optional<ComputeRate> prefill_attention_rate(const DeviceProfile& profile, const Team& team) {
   if (!profile.measurements.kernel_tuning) return std::nullopt;
-  const KernelThroughputPoint* best = nearest_team(profile.measurements.kernel_tuning->points, threads,
+  const KernelThroughputPoint* best = nearest_team(profile.measurements.kernel_tuning->points, team,
                                                    [](const KernelThroughputPoint& p) {
                                                      return p.kernel == "attention_prefill" && p.batch >= 1 &&
                                                             p.tokens_per_s.median > 0;

@@ -47,14 +47,26 @@ struct StepCost {
   std::string text;
 };
 
-// The point measured at the team size nearest `threads` among those `usable`
-// accepts (the first of equally near ones), or null.
+// The threads a pass runs on: how many, and where (empty: unpinned).
+struct Team {
+  int threads = 1;
+  CpuSet pus;
+};
+
+// The point measured on the team's own PUs, else at the team size nearest
+// its (the first of equally near ones), among those `usable` accepts; null
+// when none is. Sets of one size differ on machines with several CPU kinds.
 template <class Point, class Usable>
-const Point* nearest_team(const std::vector<Point>& points, int threads, const Usable& usable) {
+const Point* nearest_team(const std::vector<Point>& points, const Team& team, const Usable& usable) {
   const Point* best = nullptr;
+  auto key = [&](const Point& p) {
+    bool same_pus = false;
+    if constexpr (requires { p.pus; }) same_pus = !team.pus.empty() && p.pus == team.pus;
+    return std::pair{!same_pus, std::abs(p.threads - team.threads)};
+  };
   for (const Point& p : points) {
     if (!usable(p)) continue;
-    if (!best || std::abs(p.threads - threads) < std::abs(best->threads - threads)) best = &p;
+    if (!best || key(p) < key(*best)) best = &p;
   }
   return best;
 }
@@ -65,14 +77,14 @@ std::optional<Bandwidth> disk_bandwidth(const DeviceProfile& profile, u64 record
 std::string missing_disk_bandwidth(const DeviceProfile& profile);  // why there is none, and what to run
 std::optional<Bandwidth> vram_bandwidth(const DeviceProfile& profile, const ModelFootprint& fp, const GpuTier& tier);
 std::optional<Bandwidth> upload_bandwidth(const DeviceProfile& profile, const GpuTier& tier, double bytes);
-std::optional<StepCost> parallel_step_cost(const DeviceProfile& profile, int threads, DecodeParallelSteps steps);
+std::optional<StepCost> parallel_step_cost(const DeviceProfile& profile, const Team& team, DecodeParallelSteps steps);
 // The tuning phase's decode kernels for the experts and for the dense
 // matrices, in preference order, and the rate of the first one measured.
 std::vector<std::string> expert_decode_kernels(WeightFormat experts);
 std::vector<std::string> dense_decode_kernels(const ModelFootprint& fp);
 std::optional<Bandwidth> decode_kernel_rate(const DeviceProfile& profile, const std::vector<std::string>& kernels,
-                                            int threads);
-std::optional<ComputeRate> prefill_compute_rate(const DeviceProfile& profile, WeightFormat experts, int threads);
-std::optional<ComputeRate> prefill_attention_rate(const DeviceProfile& profile, int threads);
+                                            const Team& team);
+std::optional<ComputeRate> prefill_compute_rate(const DeviceProfile& profile, WeightFormat experts, const Team& team);
+std::optional<ComputeRate> prefill_attention_rate(const DeviceProfile& profile, const Team& team);
 
 }  // namespace coli::planner::measured

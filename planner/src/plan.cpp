@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <limits>
 
+#include "coli/planner/speed.h"
+#include "coli/planner/thread_choice.h"
+
 namespace coli::planner {
 namespace {
 
@@ -71,8 +74,11 @@ void explain_shortfall(const ModelFootprint& fp, const CacheRequest& cache, cons
   refusal.advice = shortfall->advice;
 }
 
-Result<Plan> make_plan_explained(const DeviceProfile& profile, const ModelFootprint& fp, const PlanRequest& request,
-                       Refusal& refusal) {
+// The plan with the request's knobs; `set`: decode and prefill on that
+// measured thread set (a candidate of plan_by_prediction) instead of the
+// profile's recommendation or --threads.
+Result<Plan> plan_on_set(const DeviceProfile& profile, const ModelFootprint& fp, const PlanRequest& request,
+                         const MeasuredThreadSet* set, Refusal& refusal) {
   if (fp.n_experts < 1 || fp.top_k < 1 || fp.top_k > fp.n_experts) {
     return make_error("the model has " + std::to_string(fp.n_experts) + " experts and top_k " + std::to_string(fp.top_k) +
                       ": not an MoE model the engine can plan for");
@@ -84,7 +90,7 @@ Result<Plan> make_plan_explained(const DeviceProfile& profile, const ModelFootpr
   plan.io_threads = request.io_threads;
   plan.direct_io = request.direct_io;
 
-  auto threads = decide_threads(profile, request.threads);
+  auto threads = set ? Result<ThreadChoice>(threads_on_set(*set)) : decide_threads(profile, request.threads);
   if (!threads) return threads.error();
   plan.threads = threads->threads;
   plan.compute_pus = threads->pus;
@@ -217,17 +223,61 @@ Result<Plan> make_plan_explained(const DeviceProfile& profile, const ModelFootpr
   return plan;
 }
 
+// Issue 15: every thread set the probe timed is planned and predicted;
+// decode runs on the fastest for decode, prompts on the fastest for
+// prefill. The profile's recommendation stands when --threads or
+// --thread-choice profile asks, when fewer than two sets were timed, or
+// when a set's prediction is unavailable (the profile lacks a rate).
+Result<Plan> plan_by_prediction(const DeviceProfile& profile, const ModelFootprint& fp, const PlanRequest& request,
+                                Refusal& refusal) {
+  auto base = plan_on_set(profile, fp, request, nullptr, refusal);
+  if (!base || request.threads || request.thread_choice == ThreadRule::profile) return base;
+  const std::vector<MeasuredThreadSet> sets = measured_thread_sets(profile, usable_thread_limit(profile));
+  if (sets.size() < 2) return base;
+  std::vector<SetPrediction> predicted;
+  std::vector<Plan> plans;
+  for (const MeasuredThreadSet& set : sets) {
+    Refusal ignored;
+    auto plan = plan_on_set(profile, fp, request, &set, ignored);
+    if (!plan) continue;  // its memory does not fit: not a candidate
+    SpeedPrediction speed = predict_speed(profile, fp, *plan, request.history);
+    if (!speed.available) return base;
+    predicted.push_back({set, std::move(speed)});
+    plans.push_back(std::move(*plan));
+  }
+  const CpuSet& recommended_prefill =
+      profile.threads.prefill_pus.empty() ? profile.threads.decode_pus : profile.threads.prefill_pus;
+  const auto decode = pick_fastest_set(predicted, SpeedMetric::decode, profile.threads.decode_pus);
+  const auto prefill = pick_fastest_set(predicted, SpeedMetric::prefill, recommended_prefill);
+  if (!decode || !prefill) return base;
+  Plan plan = std::move(plans[decode->chosen]);
+  const MeasuredThreadSet& prefill_set = predicted[prefill->chosen].set;
+  const bool apart = prefill_set.pus != plan.compute_pus || prefill_set.threads != plan.threads;
+  plan.prefill_threads = apart ? prefill_set.threads : 0;
+  plan.prefill_pus = apart ? prefill_set.pus : CpuSet{};
+  for (Decision& d : plan.decisions) {
+    if (d.knob != "threads") continue;
+    d.reason += ", chosen by predicted speed: " + decode->reason + "; prefill on " +
+                (apart ? std::to_string(prefill_set.threads) + " threads" +
+                             (prefill_set.pus.empty() ? "" : " (PUs " + prefill_set.pus.to_list() + ")")
+                       : std::string("the same set")) +
+                ": " + prefill->reason + "; the probe's kernel timings alone recommend " +
+                std::to_string(profile.threads.decode_threads) + " (--thread-choice profile: " + profile.threads.rule + ")";
+  }
+  return plan;
+}
+
 }  // namespace
 
 Result<Plan> make_plan(const DeviceProfile& profile, const ModelFootprint& fp, const PlanRequest& request) {
   Refusal ignored;
-  return make_plan_explained(profile, fp, request, ignored);
+  return plan_by_prediction(profile, fp, request, ignored);
 }
 
 std::variant<Plan, Refusal> plan_or_refusal(const DeviceProfile& profile, const ModelFootprint& fp,
                                             const PlanRequest& request) {
   Refusal refusal;
-  auto plan = make_plan_explained(profile, fp, request, refusal);
+  auto plan = plan_by_prediction(profile, fp, request, refusal);
   if (plan) return std::move(*plan);
   refusal.message = plan.error().message;
   return refusal;

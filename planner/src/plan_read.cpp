@@ -117,6 +117,13 @@ void read_speed(const Reader& s, SpeedPrediction& out) {
   out.decode_inputs = s.text("decode_inputs");
   out.prefill_tok_per_s = s.real("prefill_tok_per_s", 0, 1e12);
   out.prefill_inputs = s.text("prefill_inputs");
+  // Each prediction's terms, seconds per token (absent in plans from before issue 15's).
+  auto terms = [&](const char* key, std::vector<SpeedTerm>& into) {
+    if (!s.has(key)) return;
+    for (const Reader& t : s.tables(key)) into.push_back({t.text("name"), t.real("seconds", 0, 1e9)});
+  };
+  terms("decode_terms", out.decode_terms);
+  terms("prefill_terms", out.prefill_terms);
   if (!out.available && out.unavailable.empty()) s.fail("unavailable", "must say why when available = false");
 }
 

@@ -17,6 +17,13 @@ constexpr auto kFlat = toml::toml_formatter::default_flags & ~toml::format_flags
 
 std::int64_t as_int(std::uint64_t bytes) { return static_cast<std::int64_t>(bytes); }
 
+// A prediction's terms in their order: [{name, seconds}, ...].
+toml::array terms_array(const std::vector<SpeedTerm>& terms) {
+  toml::array out;
+  for (const SpeedTerm& t : terms) out.push_back(toml::table{{"name", t.name}, {"seconds", t.seconds}});
+  return out;
+}
+
 toml::table plan_table(const PlanFile& f) {
   const Plan& p = f.plan;
   toml::array lines;
@@ -98,7 +105,9 @@ toml::table plan_table(const PlanFile& f) {
                             {"decode_tok_per_s", s.decode_tok_per_s},
                             {"decode_inputs", s.decode_inputs},
                             {"prefill_tok_per_s", s.prefill_tok_per_s},
-                            {"prefill_inputs", s.prefill_inputs}}}};
+                            {"prefill_inputs", s.prefill_inputs},
+                            {"decode_terms", terms_array(s.decode_terms)},
+                            {"prefill_terms", terms_array(s.prefill_terms)}}}};
   // Only when prefill has a set of its own, so plans without one read as before.
   if (p.prefill_threads > 0) {
     toml::table& knobs = *table["knobs"].as_table();

@@ -128,17 +128,24 @@ void predict_decode(const DeviceProfile& profile, const ModelFootprint& fp, cons
   const double missed = layers * top_k * r.miss * static_cast<double>(stride);
   // OpenMP's fixed costs, for a plan the CPU engine runs alone.
   const DecodeParallelSteps steps = cpu_decode_parallel_steps(fp);
-  const std::optional<StepCost> step = r.vram ? std::nullopt : parallel_step_cost(profile, plan.threads, steps);
+  const Team team{plan.threads, plan.compute_pus};
+  const std::optional<StepCost> step = r.vram ? std::nullopt : parallel_step_cost(profile, team, steps);
   // Weights stream at the RAM bandwidth or at the kernel's own rate, whichever is lower.
-  const auto expert_kernel = decode_kernel_rate(profile, expert_decode_kernels(fp.expert_format), plan.threads);
-  const auto dense_kernel = decode_kernel_rate(profile, dense_decode_kernels(fp), plan.threads);
+  const auto expert_kernel = decode_kernel_rate(profile, expert_decode_kernels(fp.expert_format), team);
+  const auto dense_kernel = decode_kernel_rate(profile, dense_decode_kernels(fp), team);
   auto streams_at = [&](const std::optional<Bandwidth>& kernel) {
     return kernel ? std::min(kernel->gb_per_s, r.ram.gb_per_s) : r.ram.gb_per_s;
   };
-  const double ram_s = static_cast<double>(dense) / (streams_at(dense_kernel) * 1e9) +
-                       static_cast<double>(kv) / (r.ram.gb_per_s * 1e9) + experts / (streams_at(expert_kernel) * 1e9);
-  s.decode_tok_per_s = 1.0 / (ram_s + missed / (r.disk_gbs() * 1e9) + (r.vram ? in_vram / (r.vram->gb_per_s * 1e9) : 0.0) +
-                              (step ? steps.regions * step->seconds + steps.barriers * step->barrier_seconds : 0.0));
+  s.decode_terms = {
+      {"dense weights", static_cast<double>(dense) / (streams_at(dense_kernel) * 1e9)},
+      {"KV cache", static_cast<double>(kv) / (r.ram.gb_per_s * 1e9)},
+      {"experts in RAM", experts / (streams_at(expert_kernel) * 1e9)},
+      {"experts from disk", missed / (r.disk_gbs() * 1e9)},
+      {"experts in VRAM", r.vram ? in_vram / (r.vram->gb_per_s * 1e9) : 0.0},
+      {"parallel steps", step ? steps.regions * step->seconds + steps.barriers * step->barrier_seconds : 0.0}};
+  double seconds = 0;
+  for (const SpeedTerm& term : s.decode_terms) seconds += term.seconds;
+  s.decode_tok_per_s = 1.0 / seconds;
   s.decode_inputs = "resident " + format_bytes(static_cast<u64>(resident)) + "/token (dense " + format_bytes(dense) +
                     " + KV at " + (decode_depth >= 0 ? "depth " + std::to_string(depth) : "ctx/2") + " " + format_bytes(kv) +
                     " + " + fixed(layers, 0) + " layers x top_k " + fixed(top_k, 0) + " x " + format_bytes(record) +
@@ -180,6 +187,9 @@ void predict_gpu_prefill(const ModelFootprint& fp, const Plan& plan, const PlanR
   const double seconds = (static_cast<double>(dense) + experts * r.vram_share) / (r.vram->gb_per_s * 1e9) +
                          experts * (1.0 - r.vram_share) / (host.gb_per_s * 1e9);
   s.prefill_tok_per_s = batch / seconds;
+  s.prefill_terms = {{"memory: weights from VRAM", (static_cast<double>(dense) + experts * r.vram_share) / (r.vram->gb_per_s * 1e9) / batch},
+                     {copied_up ? "memory: experts copied up" : "memory: experts read by the host",
+                      experts * (1.0 - r.vram_share) / (host.gb_per_s * 1e9) / batch}};
   s.prefill_inputs = "an upper bound, weight reads only (the GPU's GEMM time is in no profile yet): batches of " +
                      fixed(batch, 0) + " tokens, each reading dense " + format_bytes(dense) + " + " + fixed(distinct, 1) +
                      " distinct experts x " + fixed(layers, 0) + " layers, " + fixed(r.vram_share * 100, 1) +
@@ -213,14 +223,19 @@ void predict_prefill(const DeviceProfile& profile, const ModelFootprint& fp, con
                                   " once and, in " + fixed(rounds, 0) + " rounds of " + fixed(round, 0) + " tokens, " +
                                   fixed(distinct, 1) + " distinct experts x " + fixed(layers, 0) + " layers each, " +
                                   fixed(r.miss * 100, 1) + "% of them from disk";
-  const int prefill_threads = plan.prefill_threads > 0 ? plan.prefill_threads : plan.threads;
-  const auto compute = r.vram ? std::nullopt : prefill_compute_rate(profile, fp.expert_format, prefill_threads);
-  const auto attention = compute ? prefill_attention_rate(profile, prefill_threads) : std::nullopt;
+  const Team team = plan.prefill_threads > 0 || !plan.prefill_pus.empty()
+                        ? Team{plan.prefill_pus.empty() ? plan.prefill_threads : plan.prefill_pus.size(), plan.prefill_pus}
+                        : Team{plan.threads, plan.compute_pus};
+  const auto compute = r.vram ? std::nullopt : prefill_compute_rate(profile, fp.expert_format, team);
+  const auto attention = compute ? prefill_attention_rate(profile, team) : std::nullopt;
   const double attention_macs = prompt_attention_macs(fp, prompt);
-  const double compute_s = compute ? prompt * prefill_macs_per_token(fp) / compute->macs_per_s +
-                                         (attention ? attention_macs / attention->macs_per_s : 0.0)
-                                   : 0.0;
-  s.prefill_tok_per_s = prompt / std::max(memory_s, compute_s);
+  const double gemm_s = compute ? prompt * prefill_macs_per_token(fp) / compute->macs_per_s : 0.0;
+  const double attention_s = attention ? attention_macs / attention->macs_per_s : 0.0;
+  s.prefill_terms = {{"compute: GEMMs", gemm_s / prompt},
+                     {"compute: attention", attention_s / prompt},
+                     {"memory: weights from RAM", pass_ram / (r.ram.gb_per_s * 1e9) / prompt},
+                     {"memory: experts from disk", pass_disk / (r.disk_gbs() * 1e9) / prompt}};
+  s.prefill_tok_per_s = prompt / std::max(memory_s, gemm_s + attention_s);
   const std::string attention_text =
       attention ? " + attention " + fixed(attention_macs / 1e9, 2) + " GMAC per prompt / " + attention->text
                 : " (the prompt's attention not timed in this profile: re-probe to price it)";

@@ -277,7 +277,7 @@ SweepReport two_config_report() {
   r.n_experts = 64;
   r.prompt_tokens = 4, r.decode_tokens = 2, r.repeats = 2;
   r.depths = {0, 512};
-  r.grid = {{{"1t k0", CpuSet({0})}, 64, 0, 64, "", false}, {{"2t k0", CpuSet({0, 1})}, 16, 4, 32, "avx2", true}};
+  r.grid = {{{"1t k0", CpuSet({0})}, std::nullopt, 64, 0, 64, "", false}, {{"2t k0", CpuSet({0, 1})}, std::nullopt, 16, 4, 32, "avx2", true}};
   r.planned = 1;
   for (int repeat = 0; repeat < 2; ++repeat) {
     for (std::size_t c = 0; c < 2; ++c) {

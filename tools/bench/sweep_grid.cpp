@@ -112,13 +112,15 @@ GpuPlacement gpu_placement(const planner::GpuTier& tier, const std::string& spli
 
 bool SweepConfig::same_knobs(const SweepConfig& other) const {
   const bool host_cache_matters = !(gpu.all_in_vram && other.gpu.all_in_vram);
-  return threads.pus == other.threads.pus && kernel == other.kernel && gpu.label == other.gpu.label &&
+  const auto prefill_pus = [](const SweepConfig& c) { return c.prefill_threads ? c.prefill_threads->pus : c.threads.pus; };
+  return threads.pus == other.threads.pus && prefill_pus(*this) == prefill_pus(other) && kernel == other.kernel &&
+         gpu.label == other.gpu.label &&
          (!host_cache_matters || (cap == other.cap && pins == other.pins && round_tokens == other.round_tokens));
 }
 
 std::string config_label(const SweepConfig& config, int n_experts) {
   const std::string cap = config.cap >= n_experts ? "all" : std::to_string(config.cap);
-  return config.threads.label + " | cap " + cap + " | pins " + std::to_string(config.pins) + " | " +
+  return config.threads.label + (config.prefill_threads ? " (pp " + config.prefill_threads->label + ")" : "") + " | cap " + cap + " | pins " + std::to_string(config.pins) + " | " +
          (config.kernel.empty() ? "auto" : config.kernel) + (config.gpu.tier ? " | " + config.gpu.label : "");
 }
 
@@ -147,7 +149,7 @@ Result<std::vector<SweepConfig>> build_grid(const planner::ModelFootprint& fp, c
           if (!choice) return choice.error();
           if (pins_on && choice->pins == 0) continue;  // the same as pins off
           for (const std::string& kernel : spec.kernels) {
-            SweepConfig config{threads, cap, choice->pins, choice->round_tokens, kernel, false, gpu};
+            SweepConfig config{threads, std::nullopt, cap, choice->pins, choice->round_tokens, kernel, false, gpu};
             const bool seen = std::any_of(grid.begin(), grid.end(), [&](const SweepConfig& c) { return c.same_knobs(config); });
             if (!seen) grid.push_back(std::move(config));
           }
@@ -161,7 +163,7 @@ Result<std::vector<SweepConfig>> build_grid(const planner::ModelFootprint& fp, c
 
 SweepConfig planned_config(const planner::Plan& plan, const DeviceProfile& profile,
                            const std::vector<ThreadSet>& known_sets) {
-  CpuSet pus = profile.threads.decode_pus;
+  CpuSet pus = plan.compute_pus.size() == plan.threads ? plan.compute_pus : profile.threads.decode_pus;
   if (pus.size() != plan.threads) {
     // First usable PUs, one per core before any sibling.
     std::vector<int> chosen;
@@ -179,13 +181,18 @@ SweepConfig planned_config(const planner::Plan& plan, const DeviceProfile& profi
     }
     pus = CpuSet(chosen);
   }
-  ThreadSet threads{std::to_string(pus.size()) + "t plan", pus};
-  for (const ThreadSet& known : known_sets) {
-    if (known.pus == pus) threads.label = known.label;
-  }
+  auto labelled = [&](const CpuSet& set) {
+    ThreadSet threads{std::to_string(set.size()) + "t plan", set};
+    for (const ThreadSet& known : known_sets) {
+      if (known.pus == set) threads.label = known.label;
+    }
+    return threads;
+  };
+  std::optional<ThreadSet> prefill;
+  if (!plan.prefill_pus.empty() && plan.prefill_pus != pus) prefill = labelled(plan.prefill_pus);
   GpuPlacement gpu;
   if (plan.gpu.backend != "cpu") gpu = gpu_placement(plan.gpu, "expert", plan.n_experts);
-  return SweepConfig{threads, plan.cap, plan.pins, plan.prefill_round_tokens, plan.cpu_kernel, true, gpu};
+  return SweepConfig{labelled(pus), prefill, plan.cap, plan.pins, plan.prefill_round_tokens, plan.cpu_kernel, true, gpu};
 }
 
 Result<std::vector<int>> parse_caps(const std::vector<std::string>& texts, int n_experts, std::string_view option) {
@@ -205,6 +212,9 @@ planner::Plan plan_of_config(const planner::Plan& base, const SweepConfig& confi
   planner::Plan plan = base;
   plan.threads = std::max(1, config.threads.pus.size());
   plan.compute_pus = config.threads.pus;  // empty (a profile without a recommendation): unpinned
+  // The grid's configurations prefill on their own set; a planned one on its plan's.
+  plan.prefill_threads = config.prefill_threads ? std::max(1, config.prefill_threads->pus.size()) : 0;
+  plan.prefill_pus = config.prefill_threads ? config.prefill_threads->pus : CpuSet{};
   plan.cap = config.cap;
   plan.pins = config.pins;
   plan.prefill_round_tokens = config.round_tokens;

@@ -65,6 +65,9 @@ std::string placement_label(const planner::GpuTier& tier, const std::string& spl
 
 struct SweepConfig {
   ThreadSet threads;
+  // Prompts on another set: only a planned configuration whose plan
+  // prefills on a set of its own (the grid's run both phases on `threads`).
+  std::optional<ThreadSet> prefill_threads;
   int cap = 0;           // expert slots per MoE layer; n_experts = all resident (as in a plan)
   int pins = 0;          // per MoE layer, from the usage history; 0 = off
   int round_tokens = 1;  // prefill round (the planner's rule for this cap and pins)

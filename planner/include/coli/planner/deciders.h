@@ -34,6 +34,25 @@ struct ThreadChoice {
 // was). An override below 1 or above the usable CPUs is refused.
 Result<ThreadChoice> decide_threads(const DeviceProfile& profile, std::optional<int> override_threads);
 
+// The most threads that do not time-slice each other: the usable CPUs,
+// at most the cgroup quota (0: the profile lists none).
+int usable_thread_limit(const DeviceProfile& profile);
+
+// A thread set the probe's tuning phase timed the engine's kernels on.
+struct MeasuredThreadSet {
+  std::string name;  // "kind0:8c", "kinds0-1:12c+smt"
+  int threads = 0;
+  CpuSet pus;
+  bool operator==(const MeasuredThreadSet&) const = default;
+};
+
+// The sets the tuning phase timed a decode kernel on, in the profile's
+// order, without those of more than `thread_limit` threads (0: no limit).
+std::vector<MeasuredThreadSet> measured_thread_sets(const DeviceProfile& profile, int thread_limit);
+
+// Decode (and prefill) on one measured set, as the planner's candidate.
+ThreadChoice threads_on_set(const MeasuredThreadSet& set);
+
 // ------------------------------------------------------------------ KV type
 
 struct KvTypeChoice {

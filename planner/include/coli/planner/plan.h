@@ -18,10 +18,17 @@
 
 namespace coli::planner {
 
+// How the planner picks thread sets when --threads is not given.
+enum class ThreadRule {
+  predicted,  // plan every set the probe timed, predict each, run the fastest (the profile's rule without timings)
+  profile,    // --thread-choice profile: the probe's recommendation (its kernel timings alone)
+};
+
 struct PlanRequest {
   // Overrides; nullopt lets the planner decide. Each is checked against the
   // same invariants as the planner's own choices and refused when harmful.
   std::optional<int> threads;          // --threads
+  ThreadRule thread_choice = ThreadRule::predicted;  // --thread-choice
   std::optional<int> cap;              // --cap (slots per MoE layer)
   std::optional<int> pins;             // --pin (pins per MoE layer, forced)
   std::optional<std::uint64_t> ram;    // --ram (bytes; at most the measured headroom)

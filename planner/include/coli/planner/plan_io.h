@@ -27,6 +27,9 @@ namespace coli::planner {
 // v6: gpu.batch_tokens, a prompt's tokens per GPU submission (--gpu-batch),
 //     priced in VRAM (a v5 plan is still read, as 128: what its engine used;
 //     an older build refuses a v6 plan rather than run a batch other than priced).
+//     Since issue 15, speed.decode_terms and .prefill_terms may follow: the
+//     prediction's parts, for people and scripts; no engine knob, so not a
+//     new version (an older build reads the plan and ignores them).
 inline constexpr int kPlanSchemaVersion = 6;
 
 struct PlanFile {

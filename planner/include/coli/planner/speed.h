@@ -6,6 +6,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "coli/experts/usage_history.h"
 #include "coli/planner/footprint.h"
@@ -16,6 +17,14 @@ namespace coli::planner {
 
 inline constexpr const char* kNoMeasuredBandwidth = "no measured bandwidth: run coli-probe without --quick";
 
+// One part of a prediction's time, per token (decode) or per prompt token
+// (prefill), named as coli-plan prints it: what a runner-up lost by.
+struct SpeedTerm {
+  std::string name;
+  double seconds = 0;
+  bool operator==(const SpeedTerm&) const = default;
+};
+
 struct SpeedPrediction {
   bool available = false;      // false: the profile lacks a bandwidth the plan needs
   std::string unavailable;     // why (kNoMeasuredBandwidth, ...)
@@ -25,6 +34,8 @@ struct SpeedPrediction {
   std::string decode_inputs;
   double prefill_tok_per_s = 0;  // rough: bandwidth only, see prefill_inputs
   std::string prefill_inputs;
+  std::vector<SpeedTerm> decode_terms;   // they sum to 1 / decode_tok_per_s
+  std::vector<SpeedTerm> prefill_terms;  // compute and memory parts: 1 / prefill_tok_per_s is the longer sum
   bool operator==(const SpeedPrediction&) const = default;
 };
 

@@ -1,0 +1,96 @@
+#include "coli/planner/thread_choice.h"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace coli::planner {
+namespace {
+
+double speed_of(const SpeedPrediction& s, SpeedMetric metric) {
+  return metric == SpeedMetric::decode ? s.decode_tok_per_s : s.prefill_tok_per_s;
+}
+const char* metric_name(SpeedMetric metric) { return metric == SpeedMetric::decode ? "decode" : "prefill"; }
+
+std::string figure(double value, int digits) {
+  char text[48];
+  std::snprintf(text, sizeof text, "%.*f", digits, value);
+  return text;
+}
+
+// Seconds as people read them: "4.10 ms", "310.0 us".
+std::string duration(double seconds) {
+  return seconds >= 1e-3 ? figure(seconds * 1e3, 2) + " ms" : figure(seconds * 1e6, 1) + " us";
+}
+
+// A term's time within its prediction: prefill's compute and memory parts
+// overlap, so only the longer group sets the speed.
+const std::vector<SpeedTerm>& terms_of(const SpeedPrediction& s, SpeedMetric metric) {
+  return metric == SpeedMetric::decode ? s.decode_terms : s.prefill_terms;
+}
+
+}  // namespace
+
+std::string why_slower(const SpeedPrediction& faster, const SpeedPrediction& slower, SpeedMetric metric) {
+  const std::vector<SpeedTerm>& a = terms_of(faster, metric);
+  const std::vector<SpeedTerm>& b = terms_of(slower, metric);
+  const SpeedTerm* worst = nullptr;
+  double grew = 0, before = 0;
+  for (const SpeedTerm& term : b) {
+    const auto same = std::find_if(a.begin(), a.end(), [&](const SpeedTerm& t) { return t.name == term.name; });
+    const double was = same == a.end() ? 0.0 : same->seconds;
+    if (term.seconds - was > grew) worst = &term, grew = term.seconds - was, before = was;
+  }
+  if (!worst) return "no term of its " + std::string(metric_name(metric)) + " is slower; it loses on the sum";
+  const std::string unit = metric == SpeedMetric::decode ? " per token" : " per prompt token";
+  return "its " + worst->name + " cost " + duration(worst->seconds) + unit + " against " + duration(before);
+}
+
+std::optional<SetPick> pick_fastest_set(const std::vector<SetPrediction>& sets, SpeedMetric metric,
+                                        const CpuSet& recommended) {
+  std::vector<std::size_t> order;
+  for (std::size_t i = 0; i < sets.size(); ++i) {
+    if (sets[i].speed.available && speed_of(sets[i].speed, metric) > 0) order.push_back(i);
+  }
+  if (order.empty()) return std::nullopt;
+  auto speed = [&](std::size_t i) { return speed_of(sets[i].speed, metric); };
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) { return speed(x) > speed(y); });
+  const double best = speed(order.front());
+  // Among the tied: the recommended set, else the fewest threads (the first of those in the profile's order).
+  std::size_t chosen = order.front();
+  bool recommended_won = false;
+  for (std::size_t i : order) {
+    if (speed(i) < best * (1.0 - kPredictionTie)) break;
+    if (!recommended.empty() && sets[i].set.pus == recommended) {
+      chosen = i, recommended_won = true;
+      break;
+    }
+    if (sets[i].set.threads < sets[chosen].set.threads) chosen = i;
+  }
+  SetPick pick;
+  pick.chosen = chosen;
+  for (std::size_t i : order) {
+    if (i != chosen) {
+      pick.runner_up = i;
+      break;
+    }
+  }
+  const int digits = best >= 100 ? 1 : 2;
+  pick.reason = "predicted " + std::string(metric_name(metric)) + " " + figure(speed(chosen), digits) + " tok/s on " +
+                sets[chosen].set.name + ", the fastest of " + std::to_string(order.size()) + " measured sets";
+  if (chosen != order.front()) {
+    pick.reason += recommended_won ? " (within " + figure(kPredictionTie * 100, 1) + "% of " + sets[order.front()].set.name +
+                                         ": a tie the profile's recommended set wins)"
+                                   : " (within " + figure(kPredictionTie * 100, 1) + "% of " + sets[order.front()].set.name +
+                                         ": a tie the fewer threads win)";
+  }
+  if (pick.runner_up) {
+    const SetPrediction& other = sets[*pick.runner_up];
+    const double share = (speed(*pick.runner_up) / speed(chosen) - 1.0) * 100;
+    pick.reason += "; runner-up " + other.set.name + " at " + figure(speed(*pick.runner_up), digits) + " tok/s (" +
+                   (share >= 0 ? "+" : "") + figure(share, 1) + "%)" +
+                   (share < 0 ? ": " + why_slower(sets[chosen].speed, other.speed, metric) : "");
+  }
+  return pick;
+}
+
+}  // namespace coli::planner
