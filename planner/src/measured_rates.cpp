@@ -214,22 +214,58 @@ std::optional<Bandwidth> decode_kernel_rate(const DeviceProfile& profile, const 
   return std::nullopt;
 }
 
-// The engine's expert GEMM as the probe's tuning phase timed it
-// (expert_q4_prefill / expert_q8_prefill: a prefill call of `batch` tokens
-// routed over its experts, `matrices` token x matrix products of rows x
-// cols), at the team size nearest `threads`.
-std::optional<ComputeRate> prefill_compute_rate(const DeviceProfile& profile, WeightFormat experts, const Team& team) {
-  if (!profile.measurements.kernel_tuning) return std::nullopt;
-  const std::string kernel = experts == WeightFormat::q4_g64 ? "expert_q4_prefill" : "expert_q8_prefill";
+namespace {
+
+// One tuned expert GEMM point's rate in multiply-adds per second, and the
+// tokens each expert multiplied per call: the probe routes its prefill call
+// (expert_q4_prefill, `batch` tokens) top-8 over 64 experts, its wide call
+// (..._wide) every token to the same 8 (probe/measure/kernel_timing.cpp).
+struct GemmPoint {
+  double macs_per_s = 0, tokens_per_expert = 0;
+  const KernelThroughputPoint* point = nullptr;
+};
+std::optional<GemmPoint> gemm_point(const DeviceProfile& profile, const std::string& kernel, const Team& team,
+                                    bool wide) {
   const KernelThroughputPoint* best = nearest_team(profile.measurements.kernel_tuning->points, team,
                                                    [&](const KernelThroughputPoint& p) {
                                                      return p.kernel == kernel && p.batch >= 1 && p.tokens_per_s.median > 0;
                                                    });
   if (!best) return std::nullopt;
   const double macs_per_call = static_cast<double>(best->matrices) * best->rows * best->cols;
-  const double rate = macs_per_call * best->tokens_per_s.median / best->batch;
-  return ComputeRate{rate, fixed(rate / 1e9, 1) + " GMAC/s (" + kernel + ", " + std::to_string(best->batch) +
-                               " tokens per call, measured at " + std::to_string(best->threads) + " threads)"};
+  return GemmPoint{macs_per_call * best->tokens_per_s.median / best->batch,
+                   wide ? static_cast<double>(best->batch) : best->batch * 8.0 / 64.0, best};
+}
+
+}  // namespace
+
+// The engine's expert GEMM as the probe's tuning phase timed it, at the
+// team size nearest the plan's: a GEMM's rate grows with the tokens each
+// expert multiplies, so at `tokens_per_expert` it is interpolated (in log
+// tokens) between the prefill call's point and the wide one, held at the
+// nearer one outside them; a profile from before the wide point has one.
+std::optional<ComputeRate> prefill_compute_rate(const DeviceProfile& profile, WeightFormat experts, const Team& team,
+                                                double tokens_per_expert) {
+  if (!profile.measurements.kernel_tuning) return std::nullopt;
+  const std::string kernel = experts == WeightFormat::q4_g64 ? "expert_q4_prefill" : "expert_q8_prefill";
+  const auto narrow = gemm_point(profile, kernel, team, false);
+  const auto wide = gemm_point(profile, kernel + "_wide", team, true);
+  if (!narrow && !wide) return std::nullopt;
+  auto text = [&](double rate, const std::string& how) {
+    return fixed(rate / 1e9, 1) + " GMAC/s (" + how + ", measured at " + std::to_string((narrow ? narrow : wide)->point->threads) +
+           " threads)";
+  };
+  if (!narrow || !wide || wide->tokens_per_expert <= narrow->tokens_per_expert) {
+    const GemmPoint& one = narrow ? *narrow : *wide;
+    return ComputeRate{one.macs_per_s, text(one.macs_per_s, one.point->kernel + ", " + std::to_string(one.point->batch) +
+                                                                  " tokens per call")};
+  }
+  const double at = std::clamp(tokens_per_expert, narrow->tokens_per_expert, wide->tokens_per_expert);
+  const double share = std::log(at / narrow->tokens_per_expert) / std::log(wide->tokens_per_expert / narrow->tokens_per_expert);
+  const double rate = std::exp(std::log(narrow->macs_per_s) + share * (std::log(wide->macs_per_s) - std::log(narrow->macs_per_s)));
+  return ComputeRate{rate, text(rate, kernel + " at " + fixed(tokens_per_expert, 1) + " tokens per expert, between " +
+                                          fixed(narrow->macs_per_s / 1e9, 1) + " at " + fixed(narrow->tokens_per_expert, 0) +
+                                          " and " + fixed(wide->macs_per_s / 1e9, 1) + " at " +
+                                          fixed(wide->tokens_per_expert, 0))};
 }
 
 // The engine's prefill attention as the tuning phase timed it

@@ -84,7 +84,8 @@ std::vector<std::string> expert_decode_kernels(WeightFormat experts);
 std::vector<std::string> dense_decode_kernels(const ModelFootprint& fp);
 std::optional<Bandwidth> decode_kernel_rate(const DeviceProfile& profile, const std::vector<std::string>& kernels,
                                             const Team& team);
-std::optional<ComputeRate> prefill_compute_rate(const DeviceProfile& profile, WeightFormat experts, const Team& team);
+std::optional<ComputeRate> prefill_compute_rate(const DeviceProfile& profile, WeightFormat experts, const Team& team,
+                                                double tokens_per_expert);
 std::optional<ComputeRate> prefill_attention_rate(const DeviceProfile& profile, const Team& team);
 
 }  // namespace coli::planner::measured

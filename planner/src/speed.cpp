@@ -226,7 +226,7 @@ void predict_prefill(const DeviceProfile& profile, const ModelFootprint& fp, con
   const Team team = plan.prefill_threads > 0 || !plan.prefill_pus.empty()
                         ? Team{plan.prefill_pus.empty() ? plan.prefill_threads : plan.prefill_pus.size(), plan.prefill_pus}
                         : Team{plan.threads, plan.compute_pus};
-  const auto compute = r.vram ? std::nullopt : prefill_compute_rate(profile, fp.expert_format, team);
+  const auto compute = r.vram ? std::nullopt : prefill_compute_rate(profile, fp.expert_format, team, round * top_k / n);
   const auto attention = compute ? prefill_attention_rate(profile, team) : std::nullopt;
   const double attention_macs = prompt_attention_macs(fp, prompt);
   const double gemm_s = compute ? prompt * prefill_macs_per_token(fp) / compute->macs_per_s : 0.0;

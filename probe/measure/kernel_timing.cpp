@@ -154,7 +154,17 @@ struct KernelSpec {
   bool prefill = false, dense = false;
   double weight = 1;  // share of the budget relative to a decode kernel
   bool attention = false;  // the engine's causal attention over a prompt (no weights)
+  // A prefill call of this many tokens, each routed to all top_k of only
+  // top_k experts (0: the probe's prefill tokens over all 64 experts).
+  int dense_routing_tokens = 0;
 };
+
+// The engine's 512-token prefill pass over OLMoE's 64 experts gives each
+// expert 64 tokens; the probe's own prefill call (128 tokens) gives each 16.
+// A GEMM's rate grows with its tokens, so the speed model reads both and
+// interpolates at a model's own tokens per expert. 64 tokens on 8 experts
+// are the pass's per-expert shape at an eighth of its cost.
+constexpr int kWideTokensPerExpert = 64;
 
 // Prefill attention: a prompt of kAttentionTokens causal positions over an
 // f16 KV cache (the CPU's default), OLMoE's 16 heads of 128.
@@ -162,17 +172,17 @@ constexpr int kAttentionTokens = 512, kHeads = 16, kHeadDim = 128;
 
 // Tokens routed top-8 over 64 experts (fixed seed: every run times the same
 // work), as tasks in expert-major order like the expert store's round order.
-std::vector<std::pair<int, int>> prefill_routing(int tokens) {
+std::vector<std::pair<int, int>> prefill_routing(int tokens, int n_experts) {
   std::mt19937 random(7);
   std::vector<std::vector<int>> chosen(static_cast<std::size_t>(tokens));
-  std::vector<int> experts(kExperts);
+  std::vector<int> experts(static_cast<std::size_t>(n_experts));
   for (auto& token : chosen) {
-    for (int e = 0; e < kExperts; ++e) experts[static_cast<std::size_t>(e)] = e;
+    for (int e = 0; e < n_experts; ++e) experts[static_cast<std::size_t>(e)] = e;
     std::shuffle(experts.begin(), experts.end(), random);
     token.assign(experts.begin(), experts.begin() + kTopK);
   }
   std::vector<std::pair<int, int>> tasks;  // (token, expert)
-  for (int e = 0; e < kExperts; ++e)
+  for (int e = 0; e < n_experts; ++e)
     for (int t = 0; t < tokens; ++t)
       if (std::find(chosen[static_cast<std::size_t>(t)].begin(), chosen[static_cast<std::size_t>(t)].end(), e) != chosen[static_cast<std::size_t>(t)].end())
         tasks.emplace_back(t, e);
@@ -191,14 +201,15 @@ class KernelRunner {
   KernelRunner(const KernelSpec& spec, const ThreadCandidate& set, cpu::CpuKernelVariant variant, WeightPool& pool,
                int prefill_tokens)
       : spec_(spec), variant_(variant), pool_(pool), threads_(set.pus.size()),
-        xs_(static_cast<std::size_t>(std::max(prefill_tokens, 1)) * kHidden), y_(kHidden),
+        xs_(static_cast<std::size_t>(std::max({prefill_tokens, spec.dense_routing_tokens, 1})) * kHidden), y_(kHidden),
         q4_(variant, WeightFormat::q4_g64), q8_(variant, WeightFormat::q8_row),
         record_(expert_bytes(spec.format)),
         dense_bytes_(matrix_bytes(spec.dense ? spec.format : WeightFormat::q8_row, kHidden, kHidden)) {
     std::mt19937 random(3);
     std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
     for (float& v : xs_) v = uniform(random);
-    point_ = {spec.name, spec.dense ? kHidden : kWidth, kHidden, spec.prefill ? prefill_tokens : 1, 0,
+    const int tokens = spec.dense_routing_tokens > 0 ? spec.dense_routing_tokens : prefill_tokens;
+    point_ = {spec.name, spec.dense ? kHidden : kWidth, kHidden, spec.prefill ? tokens : 1, 0,
               set.name, threads_, set.pus, set.smt, {}, {}};
     if (spec.attention) {
       // rows x cols: heads x head_dim; batch: the prompt's tokens; bytes: the K and V it reads.
@@ -217,8 +228,9 @@ class KernelRunner {
       point_.matrices = kAttentionMatrices;  // q, k, v, o of one token
       bytes_ = static_cast<double>(kAttentionMatrices * dense_bytes_);
     } else {
-      if (spec.prefill) routing_ = prefill_routing(prefill_tokens);
-      distinct_ = spec.prefill ? static_cast<int>(std::min<std::uint64_t>(kExperts, pool.size() / record_)) : kTopK;
+      const int routed = spec.dense_routing_tokens > 0 ? kTopK : kExperts;
+      if (spec.prefill) routing_ = prefill_routing(tokens, routed);
+      distinct_ = spec.prefill ? static_cast<int>(std::min<std::uint64_t>(routed, pool.size() / record_)) : kTopK;
       point_.matrices = 3 * (spec.prefill ? static_cast<int>(routing_.size()) : kTopK);
       bytes_ = static_cast<double>(distinct_) * static_cast<double>(record_);
     }
@@ -363,7 +375,9 @@ Result<KernelTuning> measure_kernel_tuning(const CpuFacts& facts, const MemoryFa
       // (coli convert's default, whose lm_head is most of a small model's
       // decode), and a prompt's attention.
       {"dense_q4_decode", F::q4_g64, false, true, 0.5}, {"dense_bf16_decode", F::bf16, false, true, 0.5},
-      {"attention_prefill", F::f32, true, false, 1, true}};
+      {"attention_prefill", F::f32, true, false, 1, true},
+      {"expert_q4_prefill_wide", F::q4_g64, true, false, 1, false, kWideTokensPerExpert},
+      {"expert_q8_prefill_wide", F::q8_row, true, false, 1, false, kWideTokensPerExpert}};
   double units_per_set = 0;
   for (const auto& spec : specs) units_per_set += spec.weight;
   // Keep the sets the budget can time (priority order), at least one.

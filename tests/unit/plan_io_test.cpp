@@ -347,6 +347,33 @@ TEST(PlanSpeed, PrefillIsComputeBoundAtTheTunedGemmRate) {
   EXPECT_NE(rough.prefill_inputs.find("no timed prefill kernel"), std::string::npos) << rough.prefill_inputs;
 }
 
+// A GEMM's rate grows with the tokens each expert multiplies: the probe
+// times its prefill call (128 tokens top-8 over 64 experts: 16 per expert)
+// and a wide one (64 tokens on 8 experts: 64 per expert). A resident
+// Qwen3-30B-A3B pass of 512 tokens gives each of its 128 experts 32:
+// halfway between in log tokens, so at 4x the rate on the wide point the
+// GEMMs run at 2x; a round of 1 token (0.06 per expert) holds at the narrow rate.
+TEST(PlanSpeed, PrefillGemmRateFollowsTheTokensPerExpert) {
+  const ModelFootprint fp = qwen3();
+  Plan plan = resident_qwen3_plan(8);
+  plan.prefill_round_tokens = 512;  // the whole prompt in one round
+  DeviceProfile profile = measured_profile(10);
+  profile.measurements.kernel_tuning = tuned_on_8_threads("expert_q4_prefill", 1024, 128, 3 * 1024, {}, {3, 10, 10, 10, 0});
+  const SpeedPrediction narrow = predict_speed(profile, fp, plan);
+  KernelThroughputPoint wide = profile.measurements.kernel_tuning->points[0];
+  wide.kernel = "expert_q4_prefill_wide", wide.batch = 64, wide.matrices = 3 * 512;
+  wide.tokens_per_s = {3, 40, 40, 40, 0};  // 1536 products per 64 tokens, 40 tokens/s: 4x the narrow call's rate
+  profile.measurements.kernel_tuning->points.push_back(wide);
+  const SpeedPrediction both = predict_speed(profile, fp, plan);
+  ASSERT_TRUE(narrow.available && both.available);
+  EXPECT_NEAR(both.prefill_tok_per_s, 2 * narrow.prefill_tok_per_s, 1e-9 * both.prefill_tok_per_s);
+  EXPECT_NE(both.prefill_inputs.find("expert_q4_prefill at 32.0 tokens per expert, between"), std::string::npos)
+      << both.prefill_inputs;
+  Plan one_token_rounds = plan;
+  one_token_rounds.prefill_round_tokens = 1;
+  EXPECT_NE(predict_speed(profile, fp, one_token_rounds).prefill_inputs.find("at 0.1 tokens per expert"), std::string::npos);
+}
+
 // A prompt's attention grows with its square: 512 tokens of Qwen3-30B-A3B
 // (48 layers, 32 heads of 128) are 48 x 32 x 128 x 2 x 512 x 513 / 2 = 103
 // GMAC beside the experts' GEMMs. The tuning phase times the engine's
