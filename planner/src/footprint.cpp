@@ -144,6 +144,7 @@ ModelFootprint describe_footprint(const model::ModelConfig& config, WeightFormat
     found->q8_row_bytes += q8;
     found->q4_g64_bytes += q4;
     found->held_bytes += held;
+    if (t.shape.size() == 2) found->matrix_rows += t.shape[0];
     fp.dense_held_bytes += held;
     fp.dense_tensor_count += 1;
     dense_block += round_up(held, kDenseTensorAlignment);

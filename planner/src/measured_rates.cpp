@@ -214,6 +214,33 @@ std::optional<Bandwidth> decode_kernel_rate(const DeviceProfile& profile, const 
   return std::nullopt;
 }
 
+std::optional<RowCost> float_gemv_row_cost(const DeviceProfile& profile, const Team& team) {
+  if (!profile.measurements.kernel_tuning) return std::nullopt;
+  auto point = [&](const char* kernel) {
+    return nearest_team(profile.measurements.kernel_tuning->points, team, [&](const KernelThroughputPoint& p) {
+      return p.kernel == kernel && p.gb_per_s.median > 0 && p.rows > 0 && p.cols > 0 && p.matrices > 0;
+    });
+  };
+  const KernelThroughputPoint* wide = point("dense_bf16_decode");
+  const KernelThroughputPoint* narrow = point("dense_bf16_decode_narrow");
+  if (!wide || !narrow || wide->cols <= narrow->cols) return std::nullopt;
+  // Seconds per row and bytes per row of each point (bf16: 2 bytes a weight).
+  auto per_row = [](const KernelThroughputPoint& p) {
+    const double rows = static_cast<double>(p.rows) * p.matrices, bytes = 2.0 * p.cols;
+    return std::pair{bytes * rows / (p.gb_per_s.median * 1e9) / rows, bytes};
+  };
+  const auto [t_wide, b_wide] = per_row(*wide);
+  const auto [t_narrow, b_narrow] = per_row(*narrow);
+  const double seconds_per_byte = (t_wide - t_narrow) / (b_wide - b_narrow);
+  const double row = t_narrow - b_narrow * seconds_per_byte;
+  if (seconds_per_byte <= 0 || row < 0) return std::nullopt;
+  const double gbs = 1e-9 / seconds_per_byte;
+  return RowCost{row, gbs,
+                 "dense_bf16_decode " + fixed(row * 1e9, 2) + " ns per row + " + fixed(gbs, 1) + " GB/s (fitted from " +
+                     std::to_string(wide->cols) + "- and " + std::to_string(narrow->cols) + "-wide rows, measured at " +
+                     std::to_string(wide->threads) + " threads)"};
+}
+
 namespace {
 
 // One tuned expert GEMM point's rate in multiply-adds per second, and the

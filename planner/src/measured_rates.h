@@ -84,6 +84,18 @@ std::vector<std::string> expert_decode_kernels(WeightFormat experts);
 std::vector<std::string> dense_decode_kernels(const ModelFootprint& fp);
 std::optional<Bandwidth> decode_kernel_rate(const DeviceProfile& profile, const std::vector<std::string>& kernels,
                                             const Team& team);
+// The engine's float GEMV (bf16 dense) as a cost per row plus a rate per
+// byte, fitted from the tuning phase's 2048-wide point (dense_bf16_decode)
+// and its 64-wide one (dense_bf16_decode_narrow): narrow rows, such as a
+// small model's lm_head, cost more than their bytes. nullopt without both
+// points or when they do not fit (a negative cost or rate).
+struct RowCost {
+  double seconds_per_row = 0;
+  double gb_per_s = 0;
+  std::string text;
+};
+std::optional<RowCost> float_gemv_row_cost(const DeviceProfile& profile, const Team& team);
+
 std::optional<ComputeRate> prefill_compute_rate(const DeviceProfile& profile, WeightFormat experts, const Team& team,
                                                 double tokens_per_expert);
 std::optional<ComputeRate> prefill_attention_rate(const DeviceProfile& profile, const Team& team);

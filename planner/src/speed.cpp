@@ -51,6 +51,14 @@ u64 dense_bytes_per_token(const ModelFootprint& fp) {
   return bytes;
 }
 
+std::uint64_t dense_rows_per_token(const ModelFootprint& fp) {
+  std::uint64_t rows = 0;
+  for (const DenseComponent& c : fp.dense) {
+    if (c.role != "embedding" || fp.config.tie_word_embeddings) rows += c.matrix_rows;
+  }
+  return rows;
+}
+
 // A layer's hit rate at `cap` slots from its recorded LRU stack distances
 // (exact for an LRU cache of that many slots), or nullopt when none were
 // recorded (a version 1 history, or a GPU run's layers).
@@ -136,8 +144,15 @@ void predict_decode(const DeviceProfile& profile, const ModelFootprint& fp, cons
   auto streams_at = [&](const std::optional<Bandwidth>& kernel) {
     return kernel ? std::min(kernel->gb_per_s, r.ram.gb_per_s) : r.ram.gb_per_s;
   };
+  // The float GEMV's cost per row, where measured: narrow rows cost more than their bytes.
+  const auto rows = dense_kernel && dense_decode_kernels(fp).front() == "dense_bf16_decode"
+                        ? float_gemv_row_cost(profile, team)
+                        : std::nullopt;
+  const double dense_s = rows ? static_cast<double>(dense) / (std::min(rows->gb_per_s, r.ram.gb_per_s) * 1e9) +
+                                    static_cast<double>(dense_rows_per_token(fp)) * rows->seconds_per_row
+                              : static_cast<double>(dense) / (streams_at(dense_kernel) * 1e9);
   s.decode_terms = {
-      {"dense weights", static_cast<double>(dense) / (streams_at(dense_kernel) * 1e9)},
+      {"dense weights", dense_s},
       {"KV cache", static_cast<double>(kv) / (r.ram.gb_per_s * 1e9)},
       {"experts in RAM", experts / (streams_at(expert_kernel) * 1e9)},
       {"experts from disk", missed / (r.disk_gbs() * 1e9)},
@@ -156,7 +171,9 @@ void predict_decode(const DeviceProfile& profile, const ModelFootprint& fp, cons
                                   fixed(r.vram_share, 3) + ") / " + r.vram->text
                             : "") +
                     (expert_kernel ? "; experts at most " + expert_kernel->text : "") +
-                    (dense_kernel ? "; dense at most " + dense_kernel->text : "") +
+                    (rows           ? "; dense " + std::to_string(dense_rows_per_token(fp)) + " rows at " + rows->text
+                     : dense_kernel ? "; dense at most " + dense_kernel->text
+                                    : "") +
                     (r.vram ? ""
                      : step ? " + " + step->text
                             : " (OpenMP step costs not in this profile: re-probe to price " +

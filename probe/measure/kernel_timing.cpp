@@ -157,6 +157,9 @@ struct KernelSpec {
   // A prefill call of this many tokens, each routed to all top_k of only
   // top_k experts (0: the probe's prefill tokens over all 64 experts).
   int dense_routing_tokens = 0;
+  // A dense kernel's call: `dense_matrices` GEMVs of rows x cols (default:
+  // q, k, v and o of OLMoE's attention).
+  int dense_rows = kHidden, dense_cols = kHidden, dense_matrices = kAttentionMatrices;
 };
 
 // The engine's 512-token prefill pass over OLMoE's 64 experts gives each
@@ -165,6 +168,7 @@ struct KernelSpec {
 // interpolates at a model's own tokens per expert. 64 tokens on 8 experts
 // are the pass's per-expert shape at an eighth of its cost.
 constexpr int kWideTokensPerExpert = 64;
+constexpr int kNarrowRows = 32768, kNarrowCols = 64;  // 4 MiB of bf16
 
 // Prefill attention: a prompt of kAttentionTokens causal positions over an
 // f16 KV cache (the CPU's default), OLMoE's 16 heads of 128.
@@ -201,15 +205,16 @@ class KernelRunner {
   KernelRunner(const KernelSpec& spec, const ThreadCandidate& set, cpu::CpuKernelVariant variant, WeightPool& pool,
                int prefill_tokens)
       : spec_(spec), variant_(variant), pool_(pool), threads_(set.pus.size()),
-        xs_(static_cast<std::size_t>(std::max({prefill_tokens, spec.dense_routing_tokens, 1})) * kHidden), y_(kHidden),
+        xs_(static_cast<std::size_t>(std::max({prefill_tokens, spec.dense_routing_tokens, 1})) * kHidden),
+        y_(static_cast<std::size_t>(std::max(kHidden, spec.dense_rows))),
         q4_(variant, WeightFormat::q4_g64), q8_(variant, WeightFormat::q8_row),
         record_(expert_bytes(spec.format)),
-        dense_bytes_(matrix_bytes(spec.dense ? spec.format : WeightFormat::q8_row, kHidden, kHidden)) {
+        dense_bytes_(matrix_bytes(spec.dense ? spec.format : WeightFormat::q8_row, spec.dense_rows, spec.dense_cols)) {
     std::mt19937 random(3);
     std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
     for (float& v : xs_) v = uniform(random);
     const int tokens = spec.dense_routing_tokens > 0 ? spec.dense_routing_tokens : prefill_tokens;
-    point_ = {spec.name, spec.dense ? kHidden : kWidth, kHidden, spec.prefill ? tokens : 1, 0,
+    point_ = {spec.name, spec.dense ? spec.dense_rows : kWidth, spec.dense ? spec.dense_cols : kHidden, spec.prefill ? tokens : 1, 0,
               set.name, threads_, set.pus, set.smt, {}, {}};
     if (spec.attention) {
       // rows x cols: heads x head_dim; batch: the prompt's tokens; bytes: the K and V it reads.
@@ -225,8 +230,8 @@ class KernelRunner {
       attention_out_.resize(q_.size());
       bytes_ = 2.0 * kAttentionTokens * kHeads * kHeadDim * 2;  // K and V in f16, each position once per block
     } else if (spec.dense) {
-      point_.matrices = kAttentionMatrices;  // q, k, v, o of one token
-      bytes_ = static_cast<double>(kAttentionMatrices * dense_bytes_);
+      point_.matrices = spec.dense_matrices;
+      bytes_ = static_cast<double>(static_cast<std::uint64_t>(spec.dense_matrices) * dense_bytes_);
     } else {
       const int routed = spec.dense_routing_tokens > 0 ? kTopK : kExperts;
       if (spec.prefill) routing_ = prefill_routing(tokens, routed);
@@ -241,17 +246,19 @@ class KernelRunner {
     if (spec_.attention) {
       forward::attention(cache_, 0, q_, kAttentionTokens, 0, kHeads, attention_out_, threads_);
     } else if (spec_.dense) {
-      // Four separate gemv calls, as Linear::apply makes them: the int8
-      // kernel for quantised matrices, the engine's float GEMV for the others.
-      for (int m = 0; m < kAttentionMatrices; ++m) {
+      // Separate gemv calls, as Linear::apply makes them: the int8 kernel
+      // for quantised matrices, the engine's float GEMV for the others.
+      const int rows = spec_.dense_rows, cols = spec_.dense_cols;
+      const std::span<const float> x = std::span<const float>(xs_).first(static_cast<std::size_t>(cols));
+      const std::span<float> y = std::span<float>(y_).first(static_cast<std::size_t>(rows));
+      for (int m = 0; m < spec_.dense_matrices; ++m) {
         const std::byte* weights = pool_.take(dense_bytes_);
-        const std::span<const float> x = std::span<const float>(xs_).first(kHidden);
         if (spec_.format == WeightFormat::q4_g64) {
-          cpu::gemv(view_at<cpu::Q4G64View>(weights, kHidden, kHidden), x, y_, {variant_, threads_});
+          cpu::gemv(view_at<cpu::Q4G64View>(weights, rows, cols), x, y, {variant_, threads_});
         } else if (spec_.format == WeightFormat::q8_row) {
-          cpu::gemv(view_at<cpu::Q8RowView>(weights, kHidden, kHidden), x, y_, {variant_, threads_});
+          cpu::gemv(view_at<cpu::Q8RowView>(weights, rows, cols), x, y, {variant_, threads_});
         } else {
-          forward::gemv_dense({spec_.format, kHidden, kHidden, weights}, x, y_, threads_);
+          forward::gemv_dense({spec_.format, rows, cols, weights}, x, y, threads_);
         }
       }
     } else {
@@ -377,7 +384,10 @@ Result<KernelTuning> measure_kernel_tuning(const CpuFacts& facts, const MemoryFa
       {"dense_q4_decode", F::q4_g64, false, true, 0.5}, {"dense_bf16_decode", F::bf16, false, true, 0.5},
       {"attention_prefill", F::f32, true, false, 1, true},
       {"expert_q4_prefill_wide", F::q4_g64, true, false, 1, false, kWideTokensPerExpert},
-      {"expert_q8_prefill_wide", F::q8_row, true, false, 1, false, kWideTokensPerExpert}};
+      {"expert_q8_prefill_wide", F::q8_row, true, false, 1, false, kWideTokensPerExpert},
+      // The float GEMV over narrow rows (an lm_head of a 64-wide model): its
+      // cost per row beside the 2048-wide point's per byte (speed model).
+      {"dense_bf16_decode_narrow", F::bf16, false, true, 0.5, false, 0, kNarrowRows, kNarrowCols, 1}};
   double units_per_set = 0;
   for (const auto& spec : specs) units_per_set += spec.weight;
   // Keep the sets the budget can time (priority order), at least one.

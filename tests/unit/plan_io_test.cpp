@@ -443,6 +443,36 @@ TEST(PlanSpeed, Bf16DenseStreamsAtMostAtTheTunedFloatGemvRate) {
       << "q8 dense is priced by dense_q8_decode, never the float kernel";
 }
 
+// Narrow rows cost more than their bytes: the bundled demo model's lm_head
+// (50257 rows of 64 bf16) ran at 10 GB/s where 2048-wide rows stream at 27.
+// With the tuning phase's 64-wide point beside the 2048-wide one, the dense
+// term is a cost per row plus a rate per byte fitted from both. Made-up
+// points from 1 ns per row + 5 GB/s: a 2048-wide row (4096 B) takes
+// 820.2 ns, a 64-wide one (128 B) 26.6 ns.
+TEST(PlanSpeed, Bf16DenseRowsCostAFittedTimePerRowPlusTheirBytes) {
+  const ModelFootprint fp = qwen3();  // source (bf16) dense
+  const Plan plan = resident_qwen3_plan(8);
+  DeviceProfile profile = measured_profile(10);
+  const double wide_gbs = 4096 / (1e-9 + 4096 / 5e9) / 1e9, narrow_gbs = 128 / (1e-9 + 128 / 5e9) / 1e9;
+  profile.measurements.kernel_tuning =
+      tuned_on_8_threads("dense_bf16_decode", 2048, 1, 4, {3, wide_gbs, wide_gbs, wide_gbs, 0}, {3, 1, 1, 1, 0});
+  KernelThroughputPoint narrow = profile.measurements.kernel_tuning->points[0];
+  narrow.kernel = "dense_bf16_decode_narrow", narrow.rows = 32768, narrow.cols = 64, narrow.matrices = 1;
+  narrow.gb_per_s = {3, narrow_gbs, narrow_gbs, narrow_gbs, 0};
+  const SpeedPrediction per_byte = predict_speed(profile, fp, plan);
+  profile.measurements.kernel_tuning->points.push_back(narrow);
+  const SpeedPrediction per_row = predict_speed(profile, fp, plan);
+  ASSERT_TRUE(per_byte.available && per_row.available);
+  const auto dense = static_cast<double>(dense_bytes_per_token(fp));
+  const auto rows = static_cast<double>(dense_rows_per_token(fp));
+  EXPECT_NEAR(1 / per_row.decode_tok_per_s - 1 / per_byte.decode_tok_per_s,
+              (dense / 5e9 + rows * 1e-9) - dense / (wide_gbs * 1e9), 1e-9);
+  EXPECT_NE(per_row.decode_inputs.find("dense_bf16_decode 1.00 ns per row + 5.0 GB/s"), std::string::npos)
+      << per_row.decode_inputs;
+  // Qwen3's dense rows, one token: 48 layers of q (4096), k and v (512 each), o (2048) and the router (128), and the lm_head.
+  EXPECT_EQ(dense_rows_per_token(fp), 48u * (4096 + 512 + 512 + 2048 + 128) + 151936u);
+}
+
 // q4 dense runs four separate int4 GEMVs a layer (dense_q4_decode), not the
 // experts' batched kernel; a profile from before that point prices it by
 // expert_q4_decode.

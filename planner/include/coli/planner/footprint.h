@@ -36,6 +36,7 @@ struct DenseComponent {
   std::uint64_t q8_row_bytes = 0;
   std::uint64_t q4_g64_bytes = 0;
   std::uint64_t held_bytes = 0;      // in the footprint's dense format
+  std::uint64_t matrix_rows = 0;     // rows of its 2-D tensors: what a token's GEMVs walk (speed model)
 };
 
 // A part of the checkpoint coli leaves out, with why (e.g. the MTP modules).

@@ -50,6 +50,9 @@ double expected_hit_rate(const ModelFootprint& footprint, int cap, const experts
 // embedding table, of which it reads one row, unless the lm_head is that
 // table (tied embeddings): then every token reads all of it.
 std::uint64_t dense_bytes_per_token(const ModelFootprint& footprint);
+// Rows of the dense matrices one decode token multiplies: every 2-D dense
+// tensor but the embedding table, which counts only when it is the lm_head.
+std::uint64_t dense_rows_per_token(const ModelFootprint& footprint);
 
 // Decode reads the KV cache of `decode_depth` positions (a context that
 // deep before the token); kPlanMeanDepth: the mean over a full context of
