@@ -297,21 +297,51 @@ std::optional<ComputeRate> prefill_compute_rate(const DeviceProfile& profile, We
 
 // The engine's prefill attention as the tuning phase timed it
 // (attention_prefill: `batch` causal positions of `rows` heads x `cols`
-// head_dim over an f16 KV cache), in multiply-adds per second: each token
-// takes a dot with K and a weighted sum of V over every earlier position.
-std::optional<ComputeRate> prefill_attention_rate(const DeviceProfile& profile, const Team& team) {
+// head_dim over an f16 KV cache): per head and causal (query, key) pair a
+// fixed cost plus 2 x head_dim multiply-adds (a dot with K, a weighted sum
+// of V), fitted through the OLMoE-shaped point and the narrow-head one
+// (attention_prefill_narrow); with one point, no fixed cost.
+std::optional<AttentionCost> prefill_attention_cost(const DeviceProfile& profile, const Team& team) {
+  if (!profile.measurements.kernel_tuning) return std::nullopt;
+  auto point = [&](const char* kernel) {
+    return nearest_team(profile.measurements.kernel_tuning->points, team, [&](const KernelThroughputPoint& p) {
+      return p.kernel == kernel && p.batch >= 1 && p.rows > 0 && p.cols > 0 && p.tokens_per_s.median > 0;
+    });
+  };
+  // Seconds per head and pair at a point's head_dim.
+  auto per_pair = [](const KernelThroughputPoint& p) {
+    const double b = p.batch, pairs = b * (b + 1) / 2;
+    return b / p.tokens_per_s.median / (static_cast<double>(p.rows) * pairs);
+  };
+  const KernelThroughputPoint* wide = point("attention_prefill");
+  if (!wide) return std::nullopt;
+  const double rate = 2.0 * wide->cols / per_pair(*wide);
+  AttentionCost cost{0, rate, fixed(rate / 1e9, 1) + " GMAC/s (attention_prefill, " + std::to_string(wide->batch) +
+                                  " positions, measured at " + std::to_string(wide->threads) + " threads)"};
+  const KernelThroughputPoint* narrow = point("attention_prefill_narrow");
+  if (!narrow || narrow->cols >= wide->cols) return cost;
+  const double seconds_per_mac = (per_pair(*wide) - per_pair(*narrow)) / (2.0 * (wide->cols - narrow->cols));
+  const double fixed_cost = per_pair(*narrow) - 2.0 * narrow->cols * seconds_per_mac;
+  if (seconds_per_mac <= 0 || fixed_cost < 0) return cost;
+  return AttentionCost{fixed_cost, 1 / seconds_per_mac,
+                       fixed(fixed_cost * 1e9, 2) + " ns per head and position pair + " + fixed(1e-9 / seconds_per_mac, 1) +
+                           " GMAC/s (attention_prefill fitted at head_dim " + std::to_string(wide->cols) + " and " +
+                           std::to_string(narrow->cols) + ", measured at " + std::to_string(wide->threads) + " threads)"};
+}
+
+// The engine's float projections over a prompt (dense_bf16_prefill: every
+// matrix times `batch` rows of x), multiply-adds per second.
+std::optional<ComputeRate> dense_prefill_rate(const DeviceProfile& profile, const Team& team) {
   if (!profile.measurements.kernel_tuning) return std::nullopt;
   const KernelThroughputPoint* best = nearest_team(profile.measurements.kernel_tuning->points, team,
                                                    [](const KernelThroughputPoint& p) {
-                                                     return p.kernel == "attention_prefill" && p.batch >= 1 &&
+                                                     return p.kernel == "dense_bf16_prefill" && p.batch >= 1 &&
                                                             p.tokens_per_s.median > 0;
                                                    });
   if (!best) return std::nullopt;
-  const double b = best->batch;
-  const double macs_per_call = static_cast<double>(best->rows) * best->cols * 2 * b * (b + 1) / 2;
-  const double rate = macs_per_call * best->tokens_per_s.median / b;
-  return ComputeRate{rate, fixed(rate / 1e9, 1) + " GMAC/s (attention_prefill, " + std::to_string(best->batch) +
-                               " positions, measured at " + std::to_string(best->threads) + " threads)"};
+  const double rate = static_cast<double>(best->matrices) * best->rows * best->cols * best->tokens_per_s.median;
+  return ComputeRate{rate, fixed(rate / 1e9, 1) + " GMAC/s (dense_bf16_prefill, " + std::to_string(best->batch) +
+                               " tokens per call, measured at " + std::to_string(best->threads) + " threads)"};
 }
 
 }  // namespace coli::planner::measured

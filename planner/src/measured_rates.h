@@ -98,6 +98,18 @@ std::optional<RowCost> float_gemv_row_cost(const DeviceProfile& profile, const T
 
 std::optional<ComputeRate> prefill_compute_rate(const DeviceProfile& profile, WeightFormat experts, const Team& team,
                                                 double tokens_per_expert);
-std::optional<ComputeRate> prefill_attention_rate(const DeviceProfile& profile, const Team& team);
+// A prompt's attention: per head and causal (query, key) pair a fixed cost
+// plus 2 x head_dim multiply-adds.
+struct AttentionCost {
+  double seconds_per_pair = 0;
+  double macs_per_s = 0;
+  std::string text;
+  double seconds(double heads, double pairs, double head_dim) const {
+    return heads * pairs * (seconds_per_pair + 2 * head_dim / macs_per_s);
+  }
+};
+std::optional<AttentionCost> prefill_attention_cost(const DeviceProfile& profile, const Team& team);
+// The float (bf16) dense projections of a prompt, multiply-adds per second.
+std::optional<ComputeRate> dense_prefill_rate(const DeviceProfile& profile, const Team& team);
 
 }  // namespace coli::planner::measured

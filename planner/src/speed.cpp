@@ -244,21 +244,37 @@ void predict_prefill(const DeviceProfile& profile, const ModelFootprint& fp, con
                         ? Team{plan.prefill_pus.empty() ? plan.prefill_threads : plan.prefill_pus.size(), plan.prefill_pus}
                         : Team{plan.threads, plan.compute_pus};
   const auto compute = r.vram ? std::nullopt : prefill_compute_rate(profile, fp.expert_format, team, round * top_k / n);
-  const auto attention = compute ? prefill_attention_rate(profile, team) : std::nullopt;
-  const double attention_macs = prompt_attention_macs(fp, prompt);
-  const double gemm_s = compute ? prompt * prefill_macs_per_token(fp) / compute->macs_per_s : 0.0;
-  const double attention_s = attention ? attention_macs / attention->macs_per_s : 0.0;
-  s.prefill_terms = {{"compute: GEMMs", gemm_s / prompt},
+  // The dense projections run over the whole pass: float ones at the float
+  // GEMM's timed rate, quantised ones at the GEMM rate of a pass's tokens;
+  // without those points, at the experts' rate.
+  const double expert_macs = layers * top_k * static_cast<double>(fp.expert_parameters);
+  const double dense_macs = std::max(0.0, prefill_macs_per_token(fp) - expert_macs);
+  const auto quantized_dense = quantized_format(fp.dense_format);
+  std::optional<ComputeRate> dense_rate;
+  if (compute) {
+    dense_rate = quantized_dense ? prefill_compute_rate(profile, *quantized_dense, team, prompt) : dense_prefill_rate(profile, team);
+    if (!dense_rate) dense_rate = compute;
+  }
+  const auto attention = compute ? prefill_attention_cost(profile, team) : std::nullopt;
+  const model::ModelConfig& c = fp.config;
+  const double heads = static_cast<double>(c.num_hidden_layers) * static_cast<double>(c.num_attention_heads);
+  const double attention_s =
+      attention ? attention->seconds(heads, prompt * (prompt + 1) / 2, static_cast<double>(c.head_dim)) : 0.0;
+  const double expert_s = compute ? prompt * expert_macs / compute->macs_per_s : 0.0;
+  const double dense_s = compute ? prompt * dense_macs / dense_rate->macs_per_s : 0.0;
+  s.prefill_terms = {{"compute: expert GEMMs", expert_s / prompt},
+                     {"compute: dense projections", dense_s / prompt},
                      {"compute: attention", attention_s / prompt},
                      {"memory: weights from RAM", pass_ram / (r.ram.gb_per_s * 1e9) / prompt},
                      {"memory: experts from disk", pass_disk / (r.disk_gbs() * 1e9) / prompt}};
-  s.prefill_tok_per_s = prompt / std::max(memory_s, gemm_s + attention_s);
+  s.prefill_tok_per_s = prompt / std::max(memory_s, expert_s + dense_s + attention_s);
   const std::string attention_text =
-      attention ? " + attention " + fixed(attention_macs / 1e9, 2) + " GMAC per prompt / " + attention->text
+      attention ? " + attention " + fixed(prompt_attention_macs(fp, prompt) / 1e9, 2) + " GMAC per prompt at " + attention->text
                 : " (the prompt's attention not timed in this profile: re-probe to price it)";
   s.prefill_inputs =
-      compute ? "the longer of compute, " + fixed(prefill_macs_per_token(fp) / 1e9, 2) + " GMAC per token / " +
-                    compute->text + attention_text + ", and memory, " + memory_text
+      compute ? "the longer of compute, experts " + fixed(expert_macs / 1e9, 2) + " GMAC per token / " + compute->text +
+                    " + dense " + fixed(dense_macs / 1e9, 3) + " GMAC per token / " + dense_rate->text + attention_text +
+                    ", and memory, " + memory_text
               : "rough, bandwidth only (no timed prefill kernel in this profile: real prefill is slower): " + memory_text;
 }
 

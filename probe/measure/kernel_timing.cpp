@@ -160,6 +160,7 @@ struct KernelSpec {
   // A dense kernel's call: `dense_matrices` GEMVs of rows x cols (default:
   // q, k, v and o of OLMoE's attention).
   int dense_rows = kHidden, dense_cols = kHidden, dense_matrices = kAttentionMatrices;
+  int head_dim = 128;  // attention: OLMoE's heads, or narrow ones (a small model's cost per position)
 };
 
 // The engine's 512-token prefill pass over OLMoE's 64 experts gives each
@@ -169,6 +170,7 @@ struct KernelSpec {
 // are the pass's per-expert shape at an eighth of its cost.
 constexpr int kWideTokensPerExpert = 64;
 constexpr int kNarrowRows = 32768, kNarrowCols = 64;  // 4 MiB of bf16
+constexpr int kNarrowHeadDim = 16;
 
 // Prefill attention: a prompt of kAttentionTokens causal positions over an
 // f16 KV cache (the CPU's default), OLMoE's 16 heads of 128.
@@ -218,17 +220,24 @@ class KernelRunner {
               set.name, threads_, set.pus, set.smt, {}, {}};
     if (spec.attention) {
       // rows x cols: heads x head_dim; batch: the prompt's tokens; bytes: the K and V it reads.
-      point_.rows = kHeads, point_.cols = kHeadDim, point_.batch = kAttentionTokens, point_.matrices = 0;
-      cache_ = forward::KvCache(1, kHeads, kHeadDim, kAttentionTokens, KvType::f16);
-      std::vector<float> row(static_cast<std::size_t>(kHeads) * kHeadDim);
+      const int head_dim = spec.head_dim;
+      point_.rows = kHeads, point_.cols = head_dim, point_.batch = kAttentionTokens, point_.matrices = 0;
+      cache_ = forward::KvCache(1, kHeads, head_dim, kAttentionTokens, KvType::f16);
+      std::vector<float> row(static_cast<std::size_t>(kHeads) * head_dim);
       for (int position = 0; position < kAttentionTokens; ++position) {
         for (float& v : row) v = uniform(random);
         cache_.store(0, position, row, row);
       }
-      q_.resize(static_cast<std::size_t>(kAttentionTokens) * kHeads * kHeadDim);
+      q_.resize(static_cast<std::size_t>(kAttentionTokens) * kHeads * head_dim);
       for (float& v : q_) v = uniform(random);
       attention_out_.resize(q_.size());
-      bytes_ = 2.0 * kAttentionTokens * kHeads * kHeadDim * 2;  // K and V in f16, each position once per block
+      bytes_ = 2.0 * kAttentionTokens * kHeads * head_dim * 2;  // K and V in f16, each position once per block
+    } else if (spec.dense && spec.prefill) {
+      // A prompt's float projections (Linear over many rows): every matrix
+      // times `tokens` rows of x in one region, as CpuBackend::matmul_rows.
+      point_.matrices = spec.dense_matrices;
+      bytes_ = static_cast<double>(static_cast<std::uint64_t>(spec.dense_matrices) * dense_bytes_);
+      y_.assign(static_cast<std::size_t>(tokens) * spec.dense_rows * spec.dense_matrices, 0.0f);
     } else if (spec.dense) {
       point_.matrices = spec.dense_matrices;
       bytes_ = static_cast<double>(static_cast<std::uint64_t>(spec.dense_matrices) * dense_bytes_);
@@ -245,6 +254,18 @@ class KernelRunner {
     const auto start = Clock::now();
     if (spec_.attention) {
       forward::attention(cache_, 0, q_, kAttentionTokens, 0, kHeads, attention_out_, threads_);
+    } else if (spec_.dense && spec_.prefill) {
+      const int rows = spec_.dense_rows, cols = spec_.dense_cols, tokens = point_.batch;
+      std::vector<forward::DenseProduct> products;
+      for (int m = 0; m < spec_.dense_matrices; ++m) {
+        const std::byte* weights = pool_.take(dense_bytes_);
+        products.push_back({{spec_.format, rows, cols, weights},
+                            std::span<float>(y_).subspan(static_cast<std::size_t>(m) * tokens * rows,
+                                                         static_cast<std::size_t>(tokens) * rows),
+                            {}});
+      }
+      forward::gemv_dense_many(products, std::span<const float>(xs_).first(static_cast<std::size_t>(tokens) * cols), tokens,
+                               threads_);
     } else if (spec_.dense) {
       // Separate gemv calls, as Linear::apply makes them: the int8 kernel
       // for quantised matrices, the engine's float GEMV for the others.
@@ -387,7 +408,11 @@ Result<KernelTuning> measure_kernel_tuning(const CpuFacts& facts, const MemoryFa
       {"expert_q8_prefill_wide", F::q8_row, true, false, 1, false, kWideTokensPerExpert},
       // The float GEMV over narrow rows (an lm_head of a 64-wide model): its
       // cost per row beside the 2048-wide point's per byte (speed model).
-      {"dense_bf16_decode_narrow", F::bf16, false, true, 0.5, false, 0, kNarrowRows, kNarrowCols, 1}};
+      {"dense_bf16_decode_narrow", F::bf16, false, true, 0.5, false, 0, kNarrowRows, kNarrowCols, 1},
+      // A prompt's bf16 projections (64 tokens through q, k, v and o), and
+      // attention over narrow heads: the speed model's prefill terms.
+      {"dense_bf16_prefill", F::bf16, true, true, 1, false, kWideTokensPerExpert},
+      {"attention_prefill_narrow", F::f32, true, false, 0.5, true, 0, kHidden, kHidden, kAttentionMatrices, kNarrowHeadDim}};
   double units_per_set = 0;
   for (const auto& spec : specs) units_per_set += spec.weight;
   // Keep the sets the budget can time (priority order), at least one.

@@ -399,6 +399,56 @@ TEST(PlanSpeed, PrefillComputeAddsThePromptsAttentionAtItsTunedRate) {
       << with.prefill_inputs;
 }
 
+// Narrow heads cost more per multiply-add: with the tuning phase's point
+// at head_dim 16 beside the one at 128, attention is a fixed cost per head
+// and (query, key) pair plus 2 x head_dim multiply-adds, fitted through
+// both. Made-up points from 2 ns per pair + 50 GMAC/s.
+TEST(PlanSpeed, PromptAttentionIsAFittedCostPerPairPlusItsMultiplyAdds) {
+  const ModelFootprint fp = qwen3();  // 48 layers, 32 heads of 128
+  const Plan plan = resident_qwen3_plan(8);
+  DeviceProfile profile = measured_profile(10);
+  profile.measurements.kernel_tuning = tuned_on_8_threads("expert_q4_prefill", 1024, 32, 768, {}, {3, 100, 100, 100, 0});
+  const SpeedPrediction without = predict_speed(profile, fp, plan);
+  const double pairs = 512.0 * 513 / 2;
+  for (const int head_dim : {128, 16}) {
+    KernelThroughputPoint attention = profile.measurements.kernel_tuning->points[0];
+    attention.kernel = head_dim == 128 ? "attention_prefill" : "attention_prefill_narrow";
+    attention.rows = 16, attention.cols = head_dim, attention.batch = 512, attention.matrices = 0;
+    const double call = 16 * pairs * (2e-9 + 2.0 * head_dim / 50e9);
+    attention.tokens_per_s = {3, 512 / call, 512 / call, 512 / call, 0};
+    profile.measurements.kernel_tuning->points.push_back(attention);
+  }
+  const SpeedPrediction with = predict_speed(profile, fp, plan);
+  ASSERT_TRUE(without.available && with.available);
+  EXPECT_NEAR(512 / with.prefill_tok_per_s - 512 / without.prefill_tok_per_s, 48 * 32 * pairs * (2e-9 + 256 / 50e9), 1e-9);
+  EXPECT_NE(with.prefill_inputs.find("2.00 ns per head and position pair + 50.0 GMAC/s"), std::string::npos)
+      << with.prefill_inputs;
+}
+
+// A bf16 dense model's prompt projections run on the float GEMM, timed by
+// the tuning phase over 64 tokens (dense_bf16_prefill), not at the experts' rate.
+TEST(PlanSpeed, FloatDenseProjectionsOfAPromptTakeTheFloatGemmRate) {
+  const ModelFootprint fp = qwen3();  // source (bf16) dense
+  const Plan plan = resident_qwen3_plan(8);
+  DeviceProfile profile = measured_profile(10);
+  profile.measurements.kernel_tuning = tuned_on_8_threads("expert_q4_prefill", 1024, 32, 768, {}, {3, 100, 100, 100, 0});
+  const SpeedPrediction experts_rate = predict_speed(profile, fp, plan);
+  KernelThroughputPoint dense = profile.measurements.kernel_tuning->points[0];
+  dense.kernel = "dense_bf16_prefill", dense.rows = 2048, dense.cols = 2048, dense.batch = 64, dense.matrices = 4;
+  dense.tokens_per_s = {3, 640, 640, 640, 0};  // 4 x 2048 x 2048 x 640 = 10.7 GMAC/s
+  profile.measurements.kernel_tuning->points.push_back(dense);
+  const SpeedPrediction float_rate = predict_speed(profile, fp, plan);
+  ASSERT_TRUE(experts_rate.available && float_rate.available);
+  const double expert_rate = 768.0 * 1024 * 2048 * 100 / 32, float_gemm = 4.0 * 2048 * 2048 * 640;
+  const double expert_macs = 48.0 * 8 * static_cast<double>(fp.expert_parameters);
+  const double dense_macs = static_cast<double>(fp.active_parameters) - 151936.0 * 2048 - expert_macs;
+  EXPECT_NEAR(512 / float_rate.prefill_tok_per_s - 512 / experts_rate.prefill_tok_per_s,
+              512 * dense_macs * (1 / float_gemm - 1 / expert_rate), 1e-6);
+  EXPECT_NE(float_rate.prefill_inputs.find("(dense_bf16_prefill, 64 tokens per call, measured at 8 threads)"),
+            std::string::npos)
+      << float_rate.prefill_inputs;
+}
+
 // Issue 15: decode streams weights no faster than the engine's own GEMV does
 // at the plan's team size (the tuning phase's expert_q4_decode), when that is
 // below the RAM bandwidth: a few cores cannot drain the bus.
