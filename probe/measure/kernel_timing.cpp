@@ -12,6 +12,7 @@
 #include "coli/forward/attention.h"
 #include "coli/forward/ops.h"
 #include "cpu/gemv_cpu.h"
+#include "cpu/parallel_for.h"
 #include "cpu/thread_placement.h"
 #include "measure/kernel_tuning.h"
 #include "measure/stats.h"
@@ -121,18 +122,21 @@ class ExpertBatch {
         std::copy_n(xs.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(tasks[i].first) * kHidden), kHidden,
                     gathered_.begin() + static_cast<std::ptrdiff_t>(i * kHidden));
       inputs_[e].quantize(variant_, format_, std::span<const float>(gathered_).subspan(first * kHidden, count * kHidden),
-                          static_cast<int>(count), kHidden);
+                          static_cast<int>(count), kHidden, threads);
       const std::byte* record = tasks[first].second;
       jobs.push_back({view_at<View>(record, kWidth, kHidden), &inputs_[e], std::span(gate_).subspan(first * width, count * width)});
       jobs.push_back({view_at<View>(record + gate_bytes, kWidth, kHidden), &inputs_[e], std::span(up_).subspan(first * width, count * width)});
     }
     cpu::gemv_quantized_many(std::span<const Job>(jobs), threads);
-    for (std::size_t j = 0; j < n * width; ++j) gate_[j] = silu(gate_[j]) * up_[j];
+    // SwiGLU and the quantisations on the team, as the engine's expert batch runs them.
+    cpu::parallel_for(n, threads, n > 1, [&](std::size_t row) {
+      for (std::size_t j = row * width; j < (row + 1) * width; ++j) gate_[j] = silu(gate_[j]) * up_[j];
+    });
     jobs.clear();
     for (std::size_t e = 0; e < experts; ++e) {
       const std::size_t first = starts[e], count = starts[e + 1] - first;
       hidden_[e].quantize(variant_, format_, std::span<const float>(gate_).subspan(first * width, count * width),
-                          static_cast<int>(count), kWidth);
+                          static_cast<int>(count), kWidth, threads);
       jobs.push_back({view_at<View>(tasks[first].second + 2 * gate_bytes, kHidden, kWidth), &hidden_[e],
                       std::span(y_).subspan(first * kHidden, count * kHidden)});
     }
