@@ -146,6 +146,7 @@ coli::Status save_history(History& history, const coli::runtime::MoeModel& model
   if (!run) return run.error();
   if (coli::Status s = run->add_counts(model.routing_counts(), model.stats().tokens); !s) return s;
   if (coli::Status s = run->add_reuse(model.reuse_distances()); !s) return s;
+  if (coli::Status s = run->add_decode_reuse(model.decode_reuse_distances()); !s) return s;
   if (history.loaded) {
     if (coli::Status s = history.loaded->merge(*run, decay); !s) return s;
     return history.loaded->save(history.path);

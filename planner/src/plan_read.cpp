@@ -112,6 +112,8 @@ void read_speed(const Reader& s, SpeedPrediction& out) {
   out.available = s.boolean("available");
   out.unavailable = s.text("unavailable");
   out.hit_rate = s.real("hit_rate", 0, 1);
+  // Since issue 15's phase-split history; before it, one rate served both.
+  out.prefill_hit_rate = s.has("prefill_hit_rate") ? s.real("prefill_hit_rate", 0, 1) : out.hit_rate;
   out.hit_rate_inputs = s.text("hit_rate_inputs");
   out.decode_tok_per_s = s.real("decode_tok_per_s", 0, 1e9);
   out.decode_inputs = s.text("decode_inputs");

@@ -101,6 +101,7 @@ toml::table plan_table(const PlanFile& f) {
       {"speed", toml::table{{"available", s.available},
                             {"unavailable", s.unavailable},
                             {"hit_rate", s.hit_rate},
+                            {"prefill_hit_rate", s.prefill_hit_rate},
                             {"hit_rate_inputs", s.hit_rate_inputs},
                             {"decode_tok_per_s", s.decode_tok_per_s},
                             {"decode_inputs", s.decode_inputs},

@@ -69,7 +69,8 @@ std::optional<double> lru_hit_rate(std::span<const double> reuse, int cap) {
   return std::accumulate(reuse.begin(), reuse.begin() + std::max<std::ptrdiff_t>(0, within), 0.0) / total;
 }
 
-double expected_hit_rate(const ModelFootprint& fp, int cap, const experts::UsageHistory* history, std::string& inputs) {
+double expected_hit_rate(const ModelFootprint& fp, int cap, const experts::UsageHistory* history, std::string& inputs,
+                         bool decode_tokens) {
   const double uniform = std::clamp(static_cast<double>(cap) / fp.n_experts, 0.0, 1.0);
   if (!history || history->key().n_experts != fp.n_experts || history->total_tokens() <= 0) {
     inputs = "uniform routing: cap " + std::to_string(cap) + " / " + std::to_string(fp.n_experts) + " experts";
@@ -78,15 +79,17 @@ double expected_hit_rate(const ModelFootprint& fp, int cap, const experts::Usage
   }
   const int layers = history->key().n_layers;
   double sum = 0;
-  int from_reuse = 0;
+  int from_reuse = 0, from_decode = 0;
   for (int layer = 0; layer < layers; ++layer) {
     if (cap >= fp.n_experts) {
       sum += 1.0;  // every expert resident: nothing misses after the load
       continue;
     }
-    if (const auto lru = lru_hit_rate(history->layer_reuse(layer), cap)) {
+    const auto decoded = decode_tokens ? lru_hit_rate(history->layer_decode_reuse(layer), cap) : std::nullopt;
+    if (const auto lru = decoded ? decoded : lru_hit_rate(history->layer_reuse(layer), cap)) {
       sum += *lru;
       ++from_reuse;
+      from_decode += decoded ? 1 : 0;
       continue;
     }
     std::vector<double> counts(history->layer_counts(layer).begin(), history->layer_counts(layer).end());
@@ -100,7 +103,8 @@ double expected_hit_rate(const ModelFootprint& fp, int cap, const experts::Usage
     sum += std::accumulate(counts.begin(), top, 0.0) / total;
   }
   inputs = "usage history (" + fixed(history->total_tokens(), 0) + " tokens): " +
-           (from_reuse == layers ? "LRU hits at cap " + std::to_string(cap) + " from the recorded reuse distances"
+           (from_reuse == layers ? "LRU hits at cap " + std::to_string(cap) + " from the recorded reuse distances" +
+                                       (from_decode == layers ? std::string(" of decode tokens") : std::string())
             : from_reuse > 0    ? "LRU hits from the recorded reuse distances in " + std::to_string(from_reuse) + " of " +
                                    std::to_string(layers) + " layers, elsewhere the routing mass of the " +
                                    std::to_string(cap) + " most used experts"
@@ -117,7 +121,8 @@ struct PlanRates {
   Bandwidth ram;
   std::optional<Bandwidth> disk, vram;
   std::optional<Bandwidth> upload;  // host to the plan's GPU (a CUDA hybrid batch copies the host's experts up)
-  double miss = 0;        // share of expert reads that go to disk
+  double miss = 0;        // share of a decode token's expert reads that go to disk
+  double prefill_miss = 0;  // the same for a prompt's
   double vram_share = 0;  // share of expert reads served from VRAM
   double disk_gbs() const { return disk ? disk->gb_per_s : 1.0; }  // unused when nothing misses
 };
@@ -243,12 +248,12 @@ void predict_prefill(const DeviceProfile& profile, const ModelFootprint& fp, con
   const double distinct = n * (1.0 - std::pow(1.0 - 1.0 / n, round * top_k));
   const double expert_reads = rounds * layers * distinct;
   const double pass_ram = static_cast<double>(dense) + expert_reads * static_cast<double>(fp.expert().record_bytes);
-  const double pass_disk = expert_reads * r.miss * static_cast<double>(fp.expert().record_stride);
+  const double pass_disk = expert_reads * r.prefill_miss * static_cast<double>(fp.expert().record_stride);
   const double memory_s = pass_ram / (r.ram.gb_per_s * 1e9) + pass_disk / (r.disk_gbs() * 1e9);
   const std::string memory_text = "a " + fixed(prompt, 0) + "-token prompt reading dense " + format_bytes(dense) +
                                   " once and, in " + fixed(rounds, 0) + " rounds of " + fixed(round, 0) + " tokens, " +
                                   fixed(distinct, 1) + " distinct experts x " + fixed(layers, 0) + " layers each, " +
-                                  fixed(r.miss * 100, 1) + "% of them from disk";
+                                  fixed(r.prefill_miss * 100, 1) + "% of them from disk";
   const Team team = plan.prefill_threads > 0 || !plan.prefill_pus.empty()
                         ? Team{plan.prefill_pus.empty() ? plan.prefill_threads : plan.prefill_pus.size(), plan.prefill_pus}
                         : Team{plan.threads, plan.compute_pus};
@@ -296,7 +301,10 @@ SpeedPrediction predict_speed(const DeviceProfile& profile, const ModelFootprint
   // used experts of a layer (mean VRAM slots per layer).
   const int layers_n = std::max<int>(1, static_cast<int>(fp.moe_layer_count()));
   const int vram_per_layer = static_cast<int>(std::lround(static_cast<double>(plan.gpu.vram_slots()) / layers_n));
-  s.hit_rate = expected_hit_rate(fp, std::min(fp.n_experts, plan.cap + vram_per_layer), history, s.hit_rate_inputs);
+  const int slots = std::min(fp.n_experts, plan.cap + vram_per_layer);
+  s.hit_rate = expected_hit_rate(fp, slots, history, s.hit_rate_inputs, true);
+  std::string prompt_inputs;
+  s.prefill_hit_rate = expected_hit_rate(fp, slots, history, prompt_inputs, false);
   PlanRates rates;
   rates.vram_share = std::min(plan.gpu.vram_share, s.hit_rate);
   if (plan.gpu.vram_slots() > 0) {
@@ -318,12 +326,13 @@ SpeedPrediction predict_speed(const DeviceProfile& profile, const ModelFootprint
     s.unavailable = kNoMeasuredBandwidth;
     return s;
   }
-  if (plan.streaming() && s.hit_rate < 1.0 && !rates.disk) {
+  if (plan.streaming() && std::min(s.hit_rate, s.prefill_hit_rate) < 1.0 && !rates.disk) {
     s.unavailable = missing_disk_bandwidth(profile);
     return s;
   }
   rates.ram = *ram;
   rates.miss = plan.streaming() && s.hit_rate < 1.0 ? 1.0 - s.hit_rate : 0.0;
+  rates.prefill_miss = plan.streaming() && s.prefill_hit_rate < 1.0 ? 1.0 - s.prefill_hit_rate : 0.0;
   predict_decode(profile, fp, plan, rates, decode_depth, s);
   if (plan.gpu.whole_decoder && plan.gpu.device.gpu.chosen() && rates.vram) {
     predict_gpu_prefill(fp, plan, rates, s);

@@ -691,5 +691,27 @@ TEST(PlanSpeed, HistoryReuseDistancesGiveTheLruHitRate) {
   EXPECT_DOUBLE_EQ(expected_hit_rate(fp, 4, &*history, inputs), 1.0) << "every expert resident: no misses after the load";
 }
 
+// Decode speed depends on the generated tokens' routings, which may reuse
+// experts far more than a prompt's (a greedy decode repeating itself): a
+// version 3 history keeps their reuse distances apart, and the decode hit
+// rate reads them; the prompt's reads keep the whole run's.
+TEST(PlanSpeed, DecodeHitRateReadsTheDecodeTokensOwnReuseDistances) {
+  auto history = experts::UsageHistory::create({1, 4, 1, "test-model"});
+  ASSERT_TRUE(history.ok());
+  experts::ReuseDistances reuse(1, 4);
+  for (int expert : {0, 1, 2, 3}) reuse.record(0, std::span<const int>(&expert, 1));        // a prompt: first uses
+  for (int expert : {3, 3, 3}) reuse.record(0, std::span<const int>(&expert, 1), true);     // decode: distance 0 each
+  for (int expert : {0, 1, 2, 3, 3, 3, 3}) ASSERT_TRUE(history->record(0, std::span<const int>(&expert, 1)).ok());
+  ASSERT_TRUE(history->add_reuse(reuse.counts()).ok());
+  ASSERT_TRUE(history->add_decode_reuse(reuse.decode_counts()).ok());
+  history->add_tokens(7);
+  ModelFootprint fp;
+  fp.n_experts = 4;
+  std::string inputs;
+  EXPECT_DOUBLE_EQ(expected_hit_rate(fp, 1, &*history, inputs, true), 1.0);
+  EXPECT_NE(inputs.find("reuse distances of decode tokens"), std::string::npos) << inputs;
+  EXPECT_DOUBLE_EQ(expected_hit_rate(fp, 1, &*history, inputs, false), 3.0 / 7);
+}
+
 }  // namespace
 }  // namespace coli::planner

@@ -2,6 +2,8 @@
 // every way without the loader crashing or accepting it.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -105,13 +107,37 @@ TEST(UsageHistory, ReuseDistancesAreLruStackDistancesPerToken) {
 // A version 1 file (before reuse distances) loads with none recorded.
 TEST(UsageHistory, Version1FilesLoadWithoutReuse) {
   std::string body = body_of(sample_history().serialize());
-  body.replace(body.find("format_version 2"), 16, "format_version 1");
-  body.erase(body.find("reuse 0"));
+  body.replace(body.find("format_version 3"), 16, "format_version 1");
+  body.erase(body.find("reuse 0"));  // the reuse and decode_reuse lines
   auto loaded = UsageHistory::parse(with_checksum(body), kKey);
   ASSERT_TRUE(loaded.ok()) << loaded.error().message;
   EXPECT_EQ(loaded->count(0, 1), 2.0);
   for (int layer = 0; layer < kKey.n_layers; ++layer)
     for (const double d : loaded->layer_reuse(layer)) EXPECT_EQ(d, 0.0);
+}
+
+// Version 3 adds the decode tokens' own reuse distances; version 2 files
+// (without them) still load, with none recorded.
+TEST(UsageHistory, DecodeReuseRoundTripsAndVersion2FilesLoadWithout) {
+  UsageHistory history = sample_history();
+  ReuseDistances reuse(kKey.n_layers, kKey.n_experts);
+  reuse.record(0, std::vector<int>{1, 2});               // a prompt token: first uses
+  reuse.record(0, std::vector<int>{1, 3}, /*decode=*/true);  // 1 at distance 0 (1 then 2 on the stack), 3 a first use
+  EXPECT_EQ(reuse.decode_counts()[0][0], 1u);
+  EXPECT_EQ(reuse.decode_counts()[0].back(), 1u);
+  EXPECT_EQ(reuse.counts()[0].back(), 3u);  // every token counts in the whole-run distances
+  ASSERT_TRUE(history.add_decode_reuse(reuse.decode_counts()).ok());
+  auto loaded = UsageHistory::parse(history.serialize(), kKey);
+  ASSERT_TRUE(loaded.ok()) << loaded.error().message;
+  EXPECT_EQ(loaded->layer_decode_reuse(0)[0], 1.0);
+  std::string body = body_of(history.serialize());
+  body.replace(body.find("format_version 3"), 16, "format_version 2");
+  body.erase(body.find("decode_reuse 0"));
+  auto version2 = UsageHistory::parse(with_checksum(body), kKey);
+  ASSERT_TRUE(version2.ok()) << version2.error().message;
+  for (const double d : version2->layer_decode_reuse(0)) EXPECT_EQ(d, 0.0);
+  const auto before = loaded->layer_reuse(0), after = version2->layer_reuse(0);
+  EXPECT_TRUE(std::equal(before.begin(), before.end(), after.begin(), after.end()));
 }
 
 TEST(UsageHistory, MergeDecaysTheOlderRun) {
@@ -192,8 +218,8 @@ TEST(UsageHistory, ForeignVersionAndOtherModelFilesAreReported) {
   expect_refused("", "empty");
   expect_refused("{\"not\": \"a history\"}\n", "not a coli usage history");
   std::string future = file;
-  future.replace(future.find("format_version 2"), 16, "format_version 3");
-  expect_refused(future, "format version 3");
+  future.replace(future.find("format_version 3"), 16, "format_version 4");
+  expect_refused(future, "format version 4");
   expect_refused(file, "another model", {3, 6, 2, "fnv1a64:0000000000000001"});
   expect_refused(file, "n_experts 6, this model has 8", {3, 8, 2, kKey.model_identity});
   expect_refused(file, "n_layers 3, this model has 4", {4, 6, 2, kKey.model_identity});
@@ -213,9 +239,10 @@ TEST(UsageHistory, ContentErrorsBehindAValidChecksumAreReported) {
   expect_refused(edit("layer 1 0 0", "layer 1 0"), "layer line 1 is malformed");
   expect_refused(edit("layer 1 ", "layer 2 "), "layer line 1 is malformed");
   expect_refused(edit("total_tokens 3", "total_tokens lots"), "malformed header");
-  expect_refused(edit("layer 2", "layer 3 0 0 0 0 0 0\nlayer 2"), "expected 6 layer and reuse lines, found 7");
+  expect_refused(edit("layer 2", "layer 3 0 0 0 0 0 0\nlayer 2"), "expected 9 layer and reuse lines, found 10");
   expect_refused(edit("reuse 1 0 0", "reuse 1 nan 0"), "reuse line 1: count 0");
   expect_refused(edit("reuse 1 0 0", "reuse 1 0"), "reuse line 1 is malformed");
+  expect_refused(edit("decode_reuse 1 0 0", "decode_reuse 1 0"), "decode_reuse line 1 is malformed");
 }
 
 }  // namespace

@@ -53,6 +53,7 @@ Result<experts::UsageHistory> record_usage(const std::filesystem::path& model_pa
   if (!history) return history.error();
   if (Status s = history->add_counts(model->routing_counts(), model->stats().tokens); !s) return s.error();
   if (Status s = history->add_reuse(model->reuse_distances()); !s) return s.error();
+  if (Status s = history->add_decode_reuse(model->decode_reuse_distances()); !s) return s.error();
   return history;
 }
 

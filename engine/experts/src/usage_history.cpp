@@ -32,7 +32,8 @@ Result<UsageHistory> UsageHistory::create(UsageHistoryKey key) {
 UsageHistory::UsageHistory(UsageHistoryKey key)
     : key_(std::move(key)),
       counts_(static_cast<size_t>(key_.n_layers) * static_cast<size_t>(key_.n_experts), 0.0),
-      reuse_(static_cast<size_t>(key_.n_layers) * (static_cast<size_t>(key_.n_experts) + 1), 0.0) {}
+      reuse_(static_cast<size_t>(key_.n_layers) * (static_cast<size_t>(key_.n_experts) + 1), 0.0),
+      decode_reuse_(reuse_.size(), 0.0) {}
 
 size_t UsageHistory::index(int layer, int expert) const {
   return static_cast<size_t>(layer) * static_cast<size_t>(key_.n_experts) + static_cast<size_t>(expert);
@@ -65,15 +66,28 @@ Status UsageHistory::add_counts(const std::vector<std::vector<std::uint64_t>>& c
   return Ok{};
 }
 
-Status UsageHistory::add_reuse(const std::vector<std::vector<std::uint64_t>>& reuse) {
-  const auto width = static_cast<size_t>(key_.n_experts) + 1;
-  if (reuse.size() != static_cast<size_t>(key_.n_layers) ||
+namespace {
+
+// Adds [layer][distance] counts into a row-major table of `layers` x `width`.
+Status add_distances(const std::vector<std::vector<std::uint64_t>>& reuse, int layers, size_t width,
+                     std::vector<double>& into) {
+  if (reuse.size() != static_cast<size_t>(layers) ||
       std::any_of(reuse.begin(), reuse.end(), [&](const auto& layer) { return layer.size() != width; }))
-    return make_error("usage history: reuse distances of another shape (want " + std::to_string(key_.n_layers) +
-                      " layers x " + std::to_string(width) + " distances)");
+    return make_error("usage history: reuse distances of another shape (want " + std::to_string(layers) + " layers x " +
+                      std::to_string(width) + " distances)");
   for (size_t layer = 0; layer < reuse.size(); ++layer)
-    for (size_t d = 0; d < width; ++d) reuse_[layer * width + d] += static_cast<double>(reuse[layer][d]);
+    for (size_t d = 0; d < width; ++d) into[layer * width + d] += static_cast<double>(reuse[layer][d]);
   return Ok{};
+}
+
+}  // namespace
+
+Status UsageHistory::add_reuse(const std::vector<std::vector<std::uint64_t>>& reuse) {
+  return add_distances(reuse, key_.n_layers, static_cast<size_t>(key_.n_experts) + 1, reuse_);
+}
+
+Status UsageHistory::add_decode_reuse(const std::vector<std::vector<std::uint64_t>>& reuse) {
+  return add_distances(reuse, key_.n_layers, static_cast<size_t>(key_.n_experts) + 1, decode_reuse_);
 }
 
 Status UsageHistory::merge(const UsageHistory& newer, double decay) {
@@ -84,6 +98,7 @@ Status UsageHistory::merge(const UsageHistory& newer, double decay) {
                       key_.model_identity + " (or their layer/expert/top_k shapes differ)");
   for (size_t i = 0; i < counts_.size(); ++i) counts_[i] = counts_[i] * decay + newer.counts_[i];
   for (size_t i = 0; i < reuse_.size(); ++i) reuse_[i] = reuse_[i] * decay + newer.reuse_[i];
+  for (size_t i = 0; i < decode_reuse_.size(); ++i) decode_reuse_[i] = decode_reuse_[i] * decay + newer.decode_reuse_[i];
   total_tokens_ = total_tokens_ * decay + newer.total_tokens_;
   return Ok{};
 }
@@ -98,6 +113,12 @@ std::span<const double> UsageHistory::layer_counts(int layer) const {
   return std::span<const double>(counts_).subspan(index(layer, 0), static_cast<size_t>(key_.n_experts));
 }
 
+std::span<const double> UsageHistory::layer_decode_reuse(int layer) const {
+  if (layer < 0 || layer >= key_.n_layers) return {};
+  const auto width = static_cast<size_t>(key_.n_experts) + 1;
+  return std::span<const double>(decode_reuse_).subspan(static_cast<size_t>(layer) * width, width);
+}
+
 std::span<const double> UsageHistory::layer_reuse(int layer) const {
   if (layer < 0 || layer >= key_.n_layers) return {};
   const auto width = static_cast<size_t>(key_.n_experts) + 1;
@@ -106,16 +127,20 @@ std::span<const double> UsageHistory::layer_reuse(int layer) const {
 
 ReuseDistances::ReuseDistances(int n_layers, int n_experts)
     : stacks_(static_cast<size_t>(n_layers)),
-      counts_(static_cast<size_t>(n_layers), std::vector<std::uint64_t>(static_cast<size_t>(n_experts) + 1, 0)) {}
+      counts_(static_cast<size_t>(n_layers), std::vector<std::uint64_t>(static_cast<size_t>(n_experts) + 1, 0)),
+      decode_counts_(counts_) {}
 
-void ReuseDistances::record(int layer, std::span<const int> experts) {
+void ReuseDistances::record(int layer, std::span<const int> experts, bool decode) {
   std::vector<int>& stack = stacks_[static_cast<size_t>(layer)];
   std::vector<std::uint64_t>& counts = counts_[static_cast<size_t>(layer)];
+  std::vector<std::uint64_t>& decode_counts = decode_counts_[static_cast<size_t>(layer)];
   // Distances against the stack before this token (its choices are used
   // together), then the token's experts move to the top in their order.
   for (const int expert : experts) {
     const auto at = std::find(stack.begin(), stack.end(), expert);
-    ++counts[at == stack.end() ? counts.size() - 1 : static_cast<size_t>(at - stack.begin())];
+    const size_t d = at == stack.end() ? counts.size() - 1 : static_cast<size_t>(at - stack.begin());
+    ++counts[d];
+    if (decode) ++decode_counts[d];
   }
   std::erase_if(stack, [&](int e) { return std::find(experts.begin(), experts.end(), e) != experts.end(); });
   stack.insert(stack.begin(), experts.begin(), experts.end());

@@ -84,6 +84,7 @@ std::string UsageHistory::serialize() const {
   out += "\n";
   append_rows(out, "layer", counts_, static_cast<size_t>(key_.n_experts));
   append_rows(out, "reuse", reuse_, static_cast<size_t>(key_.n_experts) + 1);
+  append_rows(out, "decode_reuse", decode_reuse_, static_cast<size_t>(key_.n_experts) + 1);
   detail::Fnv1a64 checksum;
   checksum.add(out);
   out += std::string(kChecksumPrefix) + checksum.hex() + "\n";
@@ -100,8 +101,9 @@ Result<UsageHistory> UsageHistory::parse(std::string_view text, const UsageHisto
   const auto version_text = lines.size() > 1 ? field(lines[1], "format_version") : std::nullopt;
   const auto version = version_text ? parse_int(*version_text) : std::nullopt;
   if (!version) return fail("missing or malformed format_version line (truncated or corrupt)");
-  if (*version != 1 && *version != kUsageHistoryVersion)  // version 1: the same without reuse lines
-    return fail("format version " + std::to_string(*version) + ", this build reads versions 1 and " +
+  // Version 1: no reuse lines; version 2: no decode_reuse lines.
+  if (*version < 1 || *version > kUsageHistoryVersion)
+    return fail("format version " + std::to_string(*version) + ", this build reads versions 1 to " +
                 std::to_string(kUsageHistoryVersion) + "; the next run writes a fresh history");
 
   // Integrity before meaning: a damaged file is reported as damaged, not as
@@ -143,7 +145,7 @@ Result<UsageHistory> UsageHistory::parse(std::string_view text, const UsageHisto
   if (!history) return fail(history.error().message);
   history->total_tokens_ = *tokens;
   constexpr size_t kFirstLayerLine = 7;
-  const size_t per_layer = *version == 1 ? 1 : 2;  // layer lines, then (version 2) reuse lines
+  const auto per_layer = static_cast<size_t>(*version);  // layer lines, then reuse (2) and decode_reuse (3) lines
   if (lines.size() != kFirstLayerLine + per_layer * static_cast<size_t>(expected.n_layers) + 1)
     return fail("expected " + std::to_string(per_layer * static_cast<size_t>(expected.n_layers)) +
                 " layer and reuse lines, found " +
@@ -152,9 +154,14 @@ Result<UsageHistory> UsageHistory::parse(std::string_view text, const UsageHisto
   const auto rows = std::span<const std::string_view>(lines).subspan(kFirstLayerLine, per_layer * layers);
   if (auto bad = parse_rows(rows.first(layers), "layer", history->counts_, experts, "", "count of expert "))
     return fail(*bad);
-  if (per_layer == 2) {
-    const std::string reuse_values = ": distances 0.." + std::to_string(experts - 1) + " and first uses";
-    if (auto bad = parse_rows(rows.subspan(layers), "reuse", history->reuse_, experts + 1, reuse_values, "count "))
+  const std::string reuse_values = ": distances 0.." + std::to_string(experts - 1) + " and first uses";
+  if (per_layer >= 2) {
+    if (auto bad = parse_rows(rows.subspan(layers, layers), "reuse", history->reuse_, experts + 1, reuse_values, "count "))
+      return fail(*bad);
+  }
+  if (per_layer >= 3) {
+    if (auto bad = parse_rows(rows.subspan(2 * layers, layers), "decode_reuse", history->decode_reuse_, experts + 1,
+                              reuse_values, "count "))
       return fail(*bad);
   }
   return history;

@@ -370,7 +370,7 @@ std::vector<forward::Routing> MoeModel::State::route_tokens(const LayerWeights& 
     routings.push_back(forward::route(std::span(router_rows).subspan(t * n_experts, n_experts),
                                       static_cast<int>(c.num_experts_per_tok), router_norm(c.router_normalization)));
     for (int expert : routings.back().experts) ++routing_counts[static_cast<std::size_t>(w.moe_index)][static_cast<std::size_t>(expert)];
-    reuse.record(w.moe_index, routings.back().experts);
+    reuse.record(w.moe_index, routings.back().experts, count == 1);  // a single-token pass: a generated token
   }
   // How well the previous layer predicted these experts (speculative prefetch).
   std::vector<int>& guess = predicted[static_cast<std::size_t>(w.moe_index)];
@@ -674,6 +674,9 @@ const ModelStats& MoeModel::stats() const { return state_->stats; }
 OpTimes* MoeModel::op_times() { return state_->op_times.get(); }
 const std::vector<std::vector<std::uint64_t>>& MoeModel::routing_counts() const { return state_->routing_counts; }
 const std::vector<std::vector<std::uint64_t>>& MoeModel::reuse_distances() const { return state_->reuse.counts(); }
+const std::vector<std::vector<std::uint64_t>>& MoeModel::decode_reuse_distances() const {
+  return state_->reuse.decode_counts();
+}
 
 namespace {
 

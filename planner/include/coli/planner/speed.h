@@ -28,7 +28,8 @@ struct SpeedTerm {
 struct SpeedPrediction {
   bool available = false;      // false: the profile lacks a bandwidth the plan needs
   std::string unavailable;     // why (kNoMeasuredBandwidth, ...)
-  double hit_rate = 0;         // expected expert cache hit rate
+  double hit_rate = 0;         // expected expert cache hit rate of decode tokens
+  double prefill_hit_rate = 0; // of a prompt's routings (the same without a phase-split history)
   std::string hit_rate_inputs;
   double decode_tok_per_s = 0;
   std::string decode_inputs;
@@ -40,11 +41,13 @@ struct SpeedPrediction {
 };
 
 // Expected hit rate with `cap` slots per layer: cap / n_experts under uniform
-// routing; with a history, the mean over MoE layers of the routing mass of
-// the `cap` most used experts (an upper bound: it assumes the cache holds
+// routing; with a history, the mean over MoE layers of LRU's hit rate from
+// the recorded reuse distances (for `decode_tokens`, the generated tokens'
+// own where the history has them: version 3), else the routing mass of the
+// `cap` most used experts (an upper bound: it assumes the cache holds
 // exactly those, which pins plus LRU approach on a stable workload).
 double expected_hit_rate(const ModelFootprint& footprint, int cap, const experts::UsageHistory* history,
-                         std::string& inputs);
+                         std::string& inputs, bool decode_tokens = false);
 
 // Dense bytes one decode token reads: every dense tensor except the
 // embedding table, of which it reads one row, unless the lm_head is that

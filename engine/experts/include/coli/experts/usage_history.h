@@ -3,19 +3,23 @@
 //
 // File format (text, one record per line, version kUsageHistoryVersion):
 //   coli-usage-history
-//   format_version 2
+//   format_version 3
 //   n_layers <int>  n_experts <int>  top_k <int>     (one per line)
 //   model <identity, no whitespace>
 //   total_tokens <double>
 //   layer <i> <count_0> ... <count_{n_experts-1}>      (i = 0..n_layers-1)
 //   reuse <i> <d_0> ... <d_{n_experts-1}> <first>       (version 2; i = 0..n_layers-1)
+//   decode_reuse <i> <d_0> ... <first>                   (version 3; the same, decode tokens only)
 //   checksum fnv1a64:<16 hex digits of every byte before this line>
 // reuse: how many routings found their expert at LRU stack distance d (d
 // other experts of the layer were used more recently; a token's choices are
 // measured against the stack before that token), and how many were its first
 // use. An LRU cache of C slots hits exactly the routings at d < C (Mattson),
-// so the planner reads any cap's hit rate from it. Version 1 files (no reuse
-// lines) still load, with no reuse recorded.
+// so the planner reads any cap's hit rate from it. decode_reuse counts only
+// the routings of single-token passes (generated tokens): a prompt's routings
+// and a generation's differ (a greedy decode often repeats its experts), and
+// decode speed depends on the latter. Version 1 files (no reuse lines) and
+// version 2 files (no decode_reuse lines) still load, without them.
 // Counts are doubles because merging applies exponential decay. Loading never
 // crashes: a missing, empty, foreign, truncated, corrupt, version-mismatched
 // or other-model file is an Error the engine reports before ignoring it.
@@ -32,7 +36,7 @@
 
 namespace coli::experts {
 
-inline constexpr int kUsageHistoryVersion = 2;
+inline constexpr int kUsageHistoryVersion = 3;
 
 // Which model (and routing shape) a history belongs to.
 struct UsageHistoryKey {
@@ -64,6 +68,8 @@ class UsageHistory {
   // Adds reuse-distance counts ([layer][distance 0..n_experts-1, then first
   // uses], e.g. MoeModel::reuse_distances). Errors on another shape.
   Status add_reuse(const std::vector<std::vector<std::uint64_t>>& reuse);
+  // The same for the decode tokens' routings alone (MoeModel::decode_reuse_distances).
+  Status add_decode_reuse(const std::vector<std::vector<std::uint64_t>>& reuse);
   // Tokens the recorded routings came from (for rates and decay).
   void add_tokens(std::uint64_t tokens) { total_tokens_ += static_cast<double>(tokens); }
 
@@ -77,6 +83,7 @@ class UsageHistory {
   double count(int layer, int expert) const;              // 0 when out of range
   std::span<const double> layer_counts(int layer) const;  // empty when out of range
   std::span<const double> layer_reuse(int layer) const;   // n_experts + 1 values; empty when out of range
+  std::span<const double> layer_decode_reuse(int layer) const;  // the same, decode tokens only
 
   std::string serialize() const;
   // `source` names the file in messages. The header must match `expected`.
@@ -94,6 +101,7 @@ class UsageHistory {
   double total_tokens_ = 0;
   std::vector<double> counts_;  // [layer][expert], row-major
   std::vector<double> reuse_;   // [layer][distance 0..n_experts-1, first use], row-major
+  std::vector<double> decode_reuse_;  // the same, decode tokens only
 };
 
 // Mattson's LRU stack per MoE layer: the engine hands it each token's
@@ -101,13 +109,15 @@ class UsageHistory {
 class ReuseDistances {
  public:
   ReuseDistances(int n_layers, int n_experts);
-  // One token's choices at `layer` (ids in range, checked by the caller's router).
-  void record(int layer, std::span<const int> experts);
+  // One token's choices at `layer` (ids in range, checked by the caller's
+  // router); `decode`: a generated token's (counted in decode_counts too).
+  void record(int layer, std::span<const int> experts, bool decode = false);
   const std::vector<std::vector<std::uint64_t>>& counts() const { return counts_; }
+  const std::vector<std::vector<std::uint64_t>>& decode_counts() const { return decode_counts_; }
 
  private:
   std::vector<std::vector<int>> stacks_;  // per layer: experts, most recently used first
-  std::vector<std::vector<std::uint64_t>> counts_;
+  std::vector<std::vector<std::uint64_t>> counts_, decode_counts_;
 };
 
 // The `n_pins` most used experts of a layer, most used first, ties to the

@@ -193,6 +193,8 @@ class MoeModel {
   // (experts::ReuseDistances: [layer][distance 0..n-1, first uses]); zeros
   // for layers the GPU decoder routed, which keeps no per-token order here.
   const std::vector<std::vector<std::uint64_t>>& reuse_distances() const;
+  // The same for single-token passes (generated tokens) alone.
+  const std::vector<std::vector<std::uint64_t>>& decode_reuse_distances() const;
   ModelShape shape() const;
   // The same from the container's index alone (no weights loaded).
   static Result<ModelShape> read_shape(const std::filesystem::path& container);
