@@ -8,12 +8,6 @@
 
 namespace coli::planner::measured {
 
-std::string fixed(double value, int digits) {
-  char text[48];
-  std::snprintf(text, sizeof text, "%.*f", digits, value);
-  return text;
-}
-
 // The "read" kernel (decode streams weights, it does not write them) at the
 // thread count nearest the plan's; threads spread over all kinds (-1) beat a
 // single-kind point at the same distance, since the plan does not pin a kind.
@@ -26,7 +20,7 @@ std::optional<Bandwidth> ram_bandwidth(const DeviceProfile& profile, int threads
     if (!best || key(p) < key(*best)) best = &p;
   }
   if (!best) return std::nullopt;
-  return Bandwidth{best->gb_per_s.median, "RAM read " + fixed(best->gb_per_s.median, 1) + " GB/s (measured at " +
+  return Bandwidth{best->gb_per_s.median, "RAM read " + format_fixed(best->gb_per_s.median, 1) + " GB/s (measured at " +
                                               std::to_string(best->threads) + " threads, plan " +
                                               std::to_string(threads) + ")"};
 }
@@ -72,11 +66,11 @@ std::optional<Bandwidth> small_record_rate(const DiskBandwidth& disk, u64 record
   }
   const double per_read = (latency + static_cast<double>(record_stride) / bytes_per_s) / gain;
   const double gb_per_s = static_cast<double>(record_stride) / per_read / 1e9;
-  return Bandwidth{gb_per_s, "disk random read " + fixed(gb_per_s, 3) + " GB/s for " + format_bytes(record_stride) +
-                                 " records (latency " + fixed(latency * 1e6, 1) + " us + " +
-                                 fixed(bytes_per_s / 1e9, 2) + " GB/s per read, from the one-deep " +
+  return Bandwidth{gb_per_s, "disk random read " + format_fixed(gb_per_s, 3) + " GB/s for " + format_bytes(record_stride) +
+                                 " records (latency " + format_fixed(latency * 1e6, 1) + " us + " +
+                                 format_fixed(bytes_per_s / 1e9, 2) + " GB/s per read, from the one-deep " +
                                  format_bytes(blocks[0]) + " and " + format_bytes(blocks[1]) + " points, x" +
-                                 fixed(gain, 2) + " at queue depth " + std::to_string(depth) + ")"};
+                                 format_fixed(gain, 2) + " at queue depth " + std::to_string(depth) + ")"};
 }
 
 }  // namespace
@@ -102,7 +96,7 @@ std::optional<Bandwidth> disk_bandwidth(const DeviceProfile& profile, u64 record
     }
   }
   if (!best) return std::nullopt;
-  return Bandwidth{best->gb_per_s.median, "disk random read " + fixed(best->gb_per_s.median) + " GB/s (" +
+  return Bandwidth{best->gb_per_s.median, "disk random read " + format_fixed(best->gb_per_s.median) + " GB/s (" +
                                               format_bytes(best->block_bytes) + " blocks, queue depth " +
                                               std::to_string(best->queue_depth) + "; record stride " +
                                               format_bytes(record_stride) + ")"};
@@ -138,7 +132,7 @@ std::optional<Bandwidth> vram_bandwidth(const DeviceProfile& profile, const Mode
     }
   }
   if (!best) return std::nullopt;
-  return Bandwidth{best->gb_per_s.median, "VRAM GEMV " + fixed(best->gb_per_s.median, 1) + " GB/s (" + best->variant +
+  return Bandwidth{best->gb_per_s.median, "VRAM GEMV " + format_fixed(best->gb_per_s.median, 1) + " GB/s (" + best->variant +
                                               " " + std::to_string(best->rows) + "x" + std::to_string(best->cols) +
                                               ", coli-probe --gpu-selftest)"};
 }
@@ -156,7 +150,7 @@ std::optional<Bandwidth> upload_bandwidth(const DeviceProfile& profile, const Gp
     if (!best || distance(u) < distance(*best)) best = &u;
   }
   if (!best) return std::nullopt;
-  return Bandwidth{best->gb_per_s.median, "host-to-GPU copies " + fixed(best->gb_per_s.median, 1) + " GB/s (" +
+  return Bandwidth{best->gb_per_s.median, "host-to-GPU copies " + format_fixed(best->gb_per_s.median, 1) + " GB/s (" +
                                               format_bytes(best->block_bytes) + " blocks, coli-probe)"};
 }
 
@@ -168,9 +162,9 @@ std::optional<StepCost> parallel_step_cost(const DeviceProfile& profile, const T
   if (!best) return std::nullopt;
   const double us = best->region_us + best->broadcast_us;
   return StepCost{us * 1e-6, best->barrier_us * 1e-6,
-                  std::to_string(steps.regions) + " parallel steps x " + fixed(us) + " us per step (region " +
-                      fixed(best->region_us) + " + broadcast read " + fixed(best->broadcast_us) + " us) + " +
-                      std::to_string(steps.barriers) + " barriers x " + fixed(best->barrier_us) + " us, measured at " +
+                  std::to_string(steps.regions) + " parallel steps x " + format_fixed(us) + " us per step (region " +
+                      format_fixed(best->region_us) + " + broadcast read " + format_fixed(best->broadcast_us) + " us) + " +
+                      std::to_string(steps.barriers) + " barriers x " + format_fixed(best->barrier_us) + " us, measured at " +
                       std::to_string(best->threads) + " threads"};
 }
 
@@ -207,7 +201,7 @@ std::optional<Bandwidth> decode_kernel_rate(const DeviceProfile& profile, const 
                                                        return p.kernel == kernel && p.gb_per_s.median > 0;
                                                      });
     if (best) {
-      return Bandwidth{best->gb_per_s.median, kernel + " " + fixed(best->gb_per_s.median, 1) + " GB/s (measured at " +
+      return Bandwidth{best->gb_per_s.median, kernel + " " + format_fixed(best->gb_per_s.median, 1) + " GB/s (measured at " +
                                                   std::to_string(best->threads) + " threads)"};
     }
   }
@@ -236,7 +230,7 @@ std::optional<RowCost> float_gemv_row_cost(const DeviceProfile& profile, const T
   if (seconds_per_byte <= 0 || row < 0) return std::nullopt;
   const double gbs = 1e-9 / seconds_per_byte;
   return RowCost{row, gbs,
-                 "dense_bf16_decode " + fixed(row * 1e9, 2) + " ns per row + " + fixed(gbs, 1) + " GB/s (fitted from " +
+                 "dense_bf16_decode " + format_fixed(row * 1e9, 2) + " ns per row + " + format_fixed(gbs, 1) + " GB/s (fitted from " +
                      std::to_string(wide->cols) + "- and " + std::to_string(narrow->cols) + "-wide rows, measured at " +
                      std::to_string(wide->threads) + " threads)"};
 }
@@ -278,7 +272,7 @@ std::optional<ComputeRate> prefill_compute_rate(const DeviceProfile& profile, We
   const auto wide = gemm_point(profile, kernel + "_wide", team, true);
   if (!narrow && !wide) return std::nullopt;
   auto text = [&](double rate, const std::string& how) {
-    return fixed(rate / 1e9, 1) + " GMAC/s (" + how + ", measured at " + std::to_string((narrow ? narrow : wide)->point->threads) +
+    return format_fixed(rate / 1e9, 1) + " GMAC/s (" + how + ", measured at " + std::to_string((narrow ? narrow : wide)->point->threads) +
            " threads)";
   };
   if (!narrow || !wide || wide->tokens_per_expert <= narrow->tokens_per_expert) {
@@ -289,10 +283,10 @@ std::optional<ComputeRate> prefill_compute_rate(const DeviceProfile& profile, We
   const double at = std::clamp(tokens_per_expert, narrow->tokens_per_expert, wide->tokens_per_expert);
   const double share = std::log(at / narrow->tokens_per_expert) / std::log(wide->tokens_per_expert / narrow->tokens_per_expert);
   const double rate = std::exp(std::log(narrow->macs_per_s) + share * (std::log(wide->macs_per_s) - std::log(narrow->macs_per_s)));
-  return ComputeRate{rate, text(rate, kernel + " at " + fixed(tokens_per_expert, 1) + " tokens per expert, between " +
-                                          fixed(narrow->macs_per_s / 1e9, 1) + " at " + fixed(narrow->tokens_per_expert, 0) +
-                                          " and " + fixed(wide->macs_per_s / 1e9, 1) + " at " +
-                                          fixed(wide->tokens_per_expert, 0))};
+  return ComputeRate{rate, text(rate, kernel + " at " + format_fixed(tokens_per_expert, 1) + " tokens per expert, between " +
+                                          format_fixed(narrow->macs_per_s / 1e9, 1) + " at " + format_fixed(narrow->tokens_per_expert, 0) +
+                                          " and " + format_fixed(wide->macs_per_s / 1e9, 1) + " at " +
+                                          format_fixed(wide->tokens_per_expert, 0))};
 }
 
 // The engine's prefill attention as the tuning phase timed it
@@ -316,7 +310,7 @@ std::optional<AttentionCost> prefill_attention_cost(const DeviceProfile& profile
   const KernelThroughputPoint* wide = point("attention_prefill");
   if (!wide) return std::nullopt;
   const double rate = 2.0 * wide->cols / per_pair(*wide);
-  AttentionCost cost{0, rate, fixed(rate / 1e9, 1) + " GMAC/s (attention_prefill, " + std::to_string(wide->batch) +
+  AttentionCost cost{0, rate, format_fixed(rate / 1e9, 1) + " GMAC/s (attention_prefill, " + std::to_string(wide->batch) +
                                   " positions, measured at " + std::to_string(wide->threads) + " threads)"};
   const KernelThroughputPoint* narrow = point("attention_prefill_narrow");
   if (!narrow || narrow->cols >= wide->cols) return cost;
@@ -324,7 +318,7 @@ std::optional<AttentionCost> prefill_attention_cost(const DeviceProfile& profile
   const double fixed_cost = per_pair(*narrow) - 2.0 * narrow->cols * seconds_per_mac;
   if (seconds_per_mac <= 0 || fixed_cost < 0) return cost;
   return AttentionCost{fixed_cost, 1 / seconds_per_mac,
-                       fixed(fixed_cost * 1e9, 2) + " ns per head and position pair + " + fixed(1e-9 / seconds_per_mac, 1) +
+                       format_fixed(fixed_cost * 1e9, 2) + " ns per head and position pair + " + format_fixed(1e-9 / seconds_per_mac, 1) +
                            " GMAC/s (attention_prefill fitted at head_dim " + std::to_string(wide->cols) + " and " +
                            std::to_string(narrow->cols) + ", measured at " + std::to_string(wide->threads) + " threads)"};
 }
@@ -340,7 +334,7 @@ std::optional<ComputeRate> dense_prefill_rate(const DeviceProfile& profile, cons
                                                    });
   if (!best) return std::nullopt;
   const double rate = static_cast<double>(best->matrices) * best->rows * best->cols * best->tokens_per_s.median;
-  return ComputeRate{rate, fixed(rate / 1e9, 1) + " GMAC/s (dense_bf16_prefill, " + std::to_string(best->batch) +
+  return ComputeRate{rate, format_fixed(rate / 1e9, 1) + " GMAC/s (dense_bf16_prefill, " + std::to_string(best->batch) +
                                " tokens per call, measured at " + std::to_string(best->threads) + " threads)"};
 }
 

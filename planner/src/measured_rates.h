@@ -11,13 +11,13 @@
 #include <string>
 #include <vector>
 
+#include "coli/base/text.h"
 #include "coli/planner/speed.h"
 
 namespace coli::planner::measured {
 
 using u64 = std::uint64_t;
 
-std::string fixed(double value, int digits = 2);
 
 struct Bandwidth {
   double gb_per_s = 0;  // 1 GB = 1e9 B, as the probe measures

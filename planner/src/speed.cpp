@@ -102,7 +102,7 @@ double expected_hit_rate(const ModelFootprint& fp, int cap, const experts::Usage
     std::partial_sort(counts.begin(), top, counts.end(), std::greater<>());
     sum += std::accumulate(counts.begin(), top, 0.0) / total;
   }
-  inputs = "usage history (" + fixed(history->total_tokens(), 0) + " tokens): " +
+  inputs = "usage history (" + format_fixed(history->total_tokens(), 0) + " tokens): " +
            (from_reuse == layers ? "LRU hits at cap " + std::to_string(cap) + " from the recorded reuse distances" +
                                        (from_decode == layers ? std::string(" of decode tokens") : std::string())
             : from_reuse > 0    ? "LRU hits from the recorded reuse distances in " + std::to_string(from_reuse) + " of " +
@@ -174,15 +174,15 @@ void predict_decode(const DeviceProfile& profile, const ModelFootprint& fp, cons
   s.decode_tok_per_s = 1.0 / seconds;
   s.decode_inputs = "resident " + format_bytes(static_cast<u64>(resident)) + "/token (dense " + format_bytes(dense) +
                     " + KV at " + (decode_depth >= 0 ? "depth " + std::to_string(depth) : "ctx/2") + " " + format_bytes(kv) +
-                    " + " + fixed(layers, 0) + " layers x top_k " + fixed(top_k, 0) + " x " + format_bytes(record) +
-                    (r.vram ? " x RAM share " + fixed(1.0 - r.vram_share, 3) : "") + ") / " + r.ram.text + " + missed " +
-                    format_bytes(static_cast<u64>(missed)) + "/token (miss rate " + fixed(r.miss, 3) + ")" +
+                    " + " + format_fixed(layers, 0) + " layers x top_k " + format_fixed(top_k, 0) + " x " + format_bytes(record) +
+                    (r.vram ? " x RAM share " + format_fixed(1.0 - r.vram_share, 3) : "") + ") / " + r.ram.text + " + missed " +
+                    format_bytes(static_cast<u64>(missed)) + "/token (miss rate " + format_fixed(r.miss, 3) + ")" +
                     (r.disk ? " / " + r.disk->text : "") +
                     (missed > 0 ? " less the resident experts' compute it overlaps (" +
-                                      fixed(resident_compute_s * 1e3, 2) + " ms/token)"
+                                      format_fixed(resident_compute_s * 1e3, 2) + " ms/token)"
                                 : "") +
                     (r.vram ? " + VRAM " + format_bytes(static_cast<u64>(in_vram)) + "/token (share " +
-                                  fixed(r.vram_share, 3) + ") / " + r.vram->text
+                                  format_fixed(r.vram_share, 3) + ") / " + r.vram->text
                             : "") +
                     (expert_kernel ? "; experts at most " + expert_kernel->text : "") +
                     (rows           ? "; dense " + std::to_string(dense_rows_per_token(fp)) + " rows at " + rows->text
@@ -222,8 +222,8 @@ void predict_gpu_prefill(const ModelFootprint& fp, const Plan& plan, const PlanR
                      {copied_up ? "memory: experts copied up" : "memory: experts read by the host",
                       experts * (1.0 - r.vram_share) / (host.gb_per_s * 1e9) / batch}};
   s.prefill_inputs = "an upper bound, weight reads only (the GPU's GEMM time is in no profile yet): batches of " +
-                     fixed(batch, 0) + " tokens, each reading dense " + format_bytes(dense) + " + " + fixed(distinct, 1) +
-                     " distinct experts x " + fixed(layers, 0) + " layers, " + fixed(r.vram_share * 100, 1) +
+                     format_fixed(batch, 0) + " tokens, each reading dense " + format_bytes(dense) + " + " + format_fixed(distinct, 1) +
+                     " distinct experts x " + format_fixed(layers, 0) + " layers, " + format_fixed(r.vram_share * 100, 1) +
                      "% of them from VRAM at " + r.vram->text +
                      (r.vram_share < 1.0 ? ", the rest " + std::string(copied_up ? "copied up at " : "read by the host at ") + host.text
                                          : std::string());
@@ -250,10 +250,10 @@ void predict_prefill(const DeviceProfile& profile, const ModelFootprint& fp, con
   const double pass_ram = static_cast<double>(dense) + expert_reads * static_cast<double>(fp.expert().record_bytes);
   const double pass_disk = expert_reads * r.prefill_miss * static_cast<double>(fp.expert().record_stride);
   const double memory_s = pass_ram / (r.ram.gb_per_s * 1e9) + pass_disk / (r.disk_gbs() * 1e9);
-  const std::string memory_text = "a " + fixed(prompt, 0) + "-token prompt reading dense " + format_bytes(dense) +
-                                  " once and, in " + fixed(rounds, 0) + " rounds of " + fixed(round, 0) + " tokens, " +
-                                  fixed(distinct, 1) + " distinct experts x " + fixed(layers, 0) + " layers each, " +
-                                  fixed(r.prefill_miss * 100, 1) + "% of them from disk";
+  const std::string memory_text = "a " + format_fixed(prompt, 0) + "-token prompt reading dense " + format_bytes(dense) +
+                                  " once and, in " + format_fixed(rounds, 0) + " rounds of " + format_fixed(round, 0) + " tokens, " +
+                                  format_fixed(distinct, 1) + " distinct experts x " + format_fixed(layers, 0) + " layers each, " +
+                                  format_fixed(r.prefill_miss * 100, 1) + "% of them from disk";
   const Team team = plan.prefill_threads > 0 || !plan.prefill_pus.empty()
                         ? Team{plan.prefill_pus.empty() ? plan.prefill_threads : plan.prefill_pus.size(), plan.prefill_pus}
                         : Team{plan.threads, plan.compute_pus};
@@ -283,11 +283,11 @@ void predict_prefill(const DeviceProfile& profile, const ModelFootprint& fp, con
                      {"memory: experts from disk", pass_disk / (r.disk_gbs() * 1e9) / prompt}};
   s.prefill_tok_per_s = prompt / std::max(memory_s, expert_s + dense_s + attention_s);
   const std::string attention_text =
-      attention ? " + attention " + fixed(prompt_attention_macs(fp, prompt) / 1e9, 2) + " GMAC per prompt at " + attention->text
+      attention ? " + attention " + format_fixed(prompt_attention_macs(fp, prompt) / 1e9, 2) + " GMAC per prompt at " + attention->text
                 : " (the prompt's attention not timed in this profile: re-probe to price it)";
   s.prefill_inputs =
-      compute ? "the longer of compute, experts " + fixed(expert_macs / 1e9, 2) + " GMAC per token / " + compute->text +
-                    " + dense " + fixed(dense_macs / 1e9, 3) + " GMAC per token / " + dense_rate->text + attention_text +
+      compute ? "the longer of compute, experts " + format_fixed(expert_macs / 1e9, 2) + " GMAC per token / " + compute->text +
+                    " + dense " + format_fixed(dense_macs / 1e9, 3) + " GMAC per token / " + dense_rate->text + attention_text +
                     ", and memory, " + memory_text
               : "rough, bandwidth only (no timed prefill kernel in this profile: real prefill is slower): " + memory_text;
 }

@@ -1,7 +1,8 @@
 #include "coli/planner/thread_choice.h"
 
 #include <algorithm>
-#include <cstdio>
+
+#include "coli/base/text.h"
 
 namespace coli::planner {
 namespace {
@@ -11,15 +12,9 @@ double speed_of(const SpeedPrediction& s, SpeedMetric metric) {
 }
 const char* metric_name(SpeedMetric metric) { return metric == SpeedMetric::decode ? "decode" : "prefill"; }
 
-std::string figure(double value, int digits) {
-  char text[48];
-  std::snprintf(text, sizeof text, "%.*f", digits, value);
-  return text;
-}
-
 // Seconds as people read them: "4.10 ms", "310.0 us".
 std::string duration(double seconds) {
-  return seconds >= 1e-3 ? figure(seconds * 1e3, 2) + " ms" : figure(seconds * 1e6, 1) + " us";
+  return seconds >= 1e-3 ? format_fixed(seconds * 1e3, 2) + " ms" : format_fixed(seconds * 1e6, 1) + " us";
 }
 
 // A term's time within its prediction: prefill's compute and memory parts
@@ -75,19 +70,19 @@ std::optional<SetPick> pick_fastest_set(const std::vector<SetPrediction>& sets, 
     }
   }
   const int digits = best >= 100 ? 1 : 2;
-  pick.reason = "predicted " + std::string(metric_name(metric)) + " " + figure(speed(chosen), digits) + " tok/s on " +
+  pick.reason = "predicted " + std::string(metric_name(metric)) + " " + format_fixed(speed(chosen), digits) + " tok/s on " +
                 sets[chosen].set.name + ", the fastest of " + std::to_string(order.size()) + " measured sets";
   if (chosen != order.front()) {
-    pick.reason += recommended_won ? " (within " + figure(kPredictionTie * 100, 1) + "% of " + sets[order.front()].set.name +
+    pick.reason += recommended_won ? " (within " + format_fixed(kPredictionTie * 100, 1) + "% of " + sets[order.front()].set.name +
                                          ": a tie the profile's recommended set wins)"
-                                   : " (within " + figure(kPredictionTie * 100, 1) + "% of " + sets[order.front()].set.name +
+                                   : " (within " + format_fixed(kPredictionTie * 100, 1) + "% of " + sets[order.front()].set.name +
                                          ": a tie the fewer threads win)";
   }
   if (pick.runner_up) {
     const SetPrediction& other = sets[*pick.runner_up];
     const double share = (speed(*pick.runner_up) / speed(chosen) - 1.0) * 100;
-    pick.reason += "; runner-up " + other.set.name + " at " + figure(speed(*pick.runner_up), digits) + " tok/s (" +
-                   (share >= 0 ? "+" : "") + figure(share, 1) + "%)" +
+    pick.reason += "; runner-up " + other.set.name + " at " + format_fixed(speed(*pick.runner_up), digits) + " tok/s (" +
+                   (share >= 0 ? "+" : "") + format_fixed(share, 1) + "%)" +
                    (share < 0 ? ": " + why_slower(sets[chosen].speed, other.speed, metric) : "");
   }
   return pick;

@@ -8,14 +8,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "coli/base/text.h"
+
 namespace coli::bench {
 namespace {
-
-std::string fixed(double value, int digits) {
-  char text[64];
-  std::snprintf(text, sizeof text, "%.*f", digits, value);
-  return text;
-}
 
 std::string csv_quoted(const std::string& text) {
   std::string out = "\"";
@@ -40,16 +36,16 @@ std::string xml_escaped(const std::string& text) {
 std::string ranking_line(const SweepReport& r, Metric metric) {
   const Ranking rank = rank_planned(r.summaries, r.planned, metric);
   return "planned: rank " + std::to_string(rank.rank) + " of " + std::to_string(rank.of) + ", " +
-         fixed(rank.percent_of_best, 1) + "% of the best (" + config_label(r.grid[rank.best], r.n_experts) + ")";
+         format_fixed(rank.percent_of_best, 1) + "% of the best (" + config_label(r.grid[rank.best], r.n_experts) + ")";
 }
 
 std::string prediction_line(const SweepReport& r, Metric metric) {
   const PredictionQuality q = prediction_quality(r.summaries, r.predictions, metric);
   if (q.points == 0) return "predicted: none (the profile lacks a measurement the prediction needs)";
   return "predicted vs measured over " + std::to_string(q.points) + " configurations: worst error " +
-         fixed(100 * q.worst_error, 1) + "% (" + config_label(r.grid[q.worst], r.n_experts) + "), mean |error| " +
-         fixed(100 * q.mean_abs_error, 1) + "%, rank correlation " +
-         (q.rank_correlation ? fixed(*q.rank_correlation, 2) : std::string("- (fewer than 2 distinct values)"));
+         format_fixed(100 * q.worst_error, 1) + "% (" + config_label(r.grid[q.worst], r.n_experts) + "), mean |error| " +
+         format_fixed(100 * q.mean_abs_error, 1) + "%, rank correlation " +
+         (q.rank_correlation ? format_fixed(*q.rank_correlation, 2) : std::string("- (fewer than 2 distinct values)"));
 }
 
 const ConfigPrediction* prediction_of(const SweepReport& r, std::size_t config) {
@@ -201,13 +197,13 @@ std::string sweep_csv(const SweepReport& r) {
            (c.planned ? "1" : "0") + "," + std::to_string(c.threads.threads()) + "," +
            csv_quoted(c.threads.pus.to_list()) + "," + std::to_string(c.cap) + "," + std::to_string(c.pins) + "," +
            std::to_string(c.round_tokens) + "," + csv_quoted(c.kernel) + "," + csv_quoted(run.kernel_used) + "," +
-           std::to_string(run.repeat) + "," + std::to_string(run.prefill_tokens) + "," + fixed(run.prefill_seconds, 6) +
-           "," + fixed(run.prefill_tok_s(), 3) + "," + std::to_string(run.decode_tokens) + "," +
-           fixed(run.decode_seconds, 6) + "," + fixed(run.decode_tok_s(), 3) + "," + fixed(run.load_seconds, 3) + "," +
+           std::to_string(run.repeat) + "," + std::to_string(run.prefill_tokens) + "," + format_fixed(run.prefill_seconds, 6) +
+           "," + format_fixed(run.prefill_tok_s(), 3) + "," + std::to_string(run.decode_tokens) + "," +
+           format_fixed(run.decode_seconds, 6) + "," + format_fixed(run.decode_tok_s(), 3) + "," + format_fixed(run.load_seconds, 3) + "," +
            std::to_string(run.expert_hits) + "," + std::to_string(run.expert_misses) + "," +
            std::to_string(run.expert_bytes_read) + ",";
     const ConfigPrediction* p = prediction_of(r, run.config);
-    out += (p ? fixed(p->prefill_tok_s, 3) + "," + fixed(p->decode_tok_s, 3) : std::string(",")) + "," +
+    out += (p ? format_fixed(p->prefill_tok_s, 3) + "," + format_fixed(p->decode_tok_s, 3) : std::string(",")) + "," +
            csv_quoted(c.gpu.label) + "\n";
   }
   return out;
@@ -314,7 +310,7 @@ std::string sweep_svg(const SweepReport& r) {
              std::to_string(y + kBar / 2) + "\" y2=\"" + std::to_string(y + kBar / 2) +
              "\" stroke=\"#333\" stroke-width=\"1\"/>\n";
       svg += "<text x=\"" + std::to_string(x_of(s.max) + 6) + "\" y=\"" + std::to_string(y + 11) + "\">" +
-             fixed(s.median, 2) + "</text>\n";
+             format_fixed(s.median, 2) + "</text>\n";
       y += kRow;
     }
     top += panel;
@@ -337,7 +333,7 @@ std::string sweep_table(const SweepReport& r) {
       if (run.config == i) kernel = run.kernel_used;
     const ConfigPrediction* p = prediction_of(r, i);
     auto error = [&](double predicted, double measured) {
-      return p && measured > 0 ? fixed(100 * (predicted / measured - 1), 0) + "%" : std::string("-");
+      return p && measured > 0 ? format_fixed(100 * (predicted / measured - 1), 0) + "%" : std::string("-");
     };
     std::snprintf(line, sizeof line, "%4d%s %-44s %11.2f %6.0f%% %9s %12.2f %6.0f%% %9s %7.1f%%  %s\n", ++rank,
                   r.grid[i].planned ? " *" : "  ", config_label(r.grid[i], r.n_experts).c_str(), s.decode.median,

@@ -22,6 +22,9 @@ std::optional<double> parse_double(std::string_view text);
 // "12.3 GiB" style, for humans (binary units).
 std::string format_bytes(std::uint64_t bytes);
 
+// `value` with `digits` decimals ("3.14"), for figures in messages.
+std::string format_fixed(double value, int digits = 2);
+
 // "16G", "512MiB", "1.5T", "1073741824": binary units, like `free -h`
 // (K/k, M, G, T, with an optional "iB" or "B"); nullopt for anything else,
 // below one byte or above 2^62.
