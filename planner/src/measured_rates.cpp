@@ -208,6 +208,23 @@ std::optional<Bandwidth> decode_kernel_rate(const DeviceProfile& profile, const 
   return std::nullopt;
 }
 
+namespace {
+
+// The line t = fixed + per_unit x through two measured (x, t) points, or
+// nullopt where it does not describe a cost (per_unit <= 0 or fixed < 0):
+// the model's costs per row and per position pair.
+struct LinearCost {
+  double fixed = 0, per_unit = 0;
+};
+std::optional<LinearCost> line_through(double x_a, double t_a, double x_b, double t_b) {
+  const double per_unit = (t_a - t_b) / (x_a - x_b);
+  const double fixed = t_b - x_b * per_unit;
+  if (!(per_unit > 0) || fixed < 0) return std::nullopt;
+  return LinearCost{fixed, per_unit};
+}
+
+}  // namespace
+
 std::optional<RowCost> float_gemv_row_cost(const DeviceProfile& profile, const Team& team) {
   if (!profile.measurements.kernel_tuning) return std::nullopt;
   auto point = [&](const char* kernel) {
@@ -225,10 +242,9 @@ std::optional<RowCost> float_gemv_row_cost(const DeviceProfile& profile, const T
   };
   const auto [t_wide, b_wide] = per_row(*wide);
   const auto [t_narrow, b_narrow] = per_row(*narrow);
-  const double seconds_per_byte = (t_wide - t_narrow) / (b_wide - b_narrow);
-  const double row = t_narrow - b_narrow * seconds_per_byte;
-  if (seconds_per_byte <= 0 || row < 0) return std::nullopt;
-  const double gbs = 1e-9 / seconds_per_byte;
+  const auto fit = line_through(b_wide, t_wide, b_narrow, t_narrow);  // seconds per row against bytes per row
+  if (!fit) return std::nullopt;
+  const double row = fit->fixed, gbs = 1e-9 / fit->per_unit;
   return RowCost{row, gbs,
                  "dense_bf16_decode " + format_fixed(row * 1e9, 2) + " ns per row + " + format_fixed(gbs, 1) + " GB/s (fitted from " +
                      std::to_string(wide->cols) + "- and " + std::to_string(narrow->cols) + "-wide rows, measured at " +
@@ -314,11 +330,11 @@ std::optional<AttentionCost> prefill_attention_cost(const DeviceProfile& profile
                                   " positions, measured at " + std::to_string(wide->threads) + " threads)"};
   const KernelThroughputPoint* narrow = point("attention_prefill_narrow");
   if (!narrow || narrow->cols >= wide->cols) return cost;
-  const double seconds_per_mac = (per_pair(*wide) - per_pair(*narrow)) / (2.0 * (wide->cols - narrow->cols));
-  const double fixed_cost = per_pair(*narrow) - 2.0 * narrow->cols * seconds_per_mac;
-  if (seconds_per_mac <= 0 || fixed_cost < 0) return cost;
-  return AttentionCost{fixed_cost, 1 / seconds_per_mac,
-                       format_fixed(fixed_cost * 1e9, 2) + " ns per head and position pair + " + format_fixed(1e-9 / seconds_per_mac, 1) +
+  // Seconds per pair against its multiply-adds (2 x head_dim).
+  const auto fit = line_through(2.0 * wide->cols, per_pair(*wide), 2.0 * narrow->cols, per_pair(*narrow));
+  if (!fit) return cost;
+  return AttentionCost{fit->fixed, 1 / fit->per_unit,
+                       format_fixed(fit->fixed * 1e9, 2) + " ns per head and position pair + " + format_fixed(1e-9 / fit->per_unit, 1) +
                            " GMAC/s (attention_prefill fitted at head_dim " + std::to_string(wide->cols) + " and " +
                            std::to_string(narrow->cols) + ", measured at " + std::to_string(wide->threads) + " threads)"};
 }
