@@ -159,13 +159,14 @@ void predict_decode(const DeviceProfile& profile, const ModelFootprint& fp, cons
   // A layer computes its resident experts while the I/O threads read its
   // misses (ExpertStore, MoeModel::moe_round), then the misses: the reads
   // cost only what outlasts the resident experts' compute.
+  const double expert_gbs = streams_at(expert_kernel);
   const double resident_compute_s = layers * top_k * std::max(0.0, 1.0 - r.vram_share - r.miss) *
-                                    static_cast<double>(record) / (streams_at(expert_kernel) * 1e9);
+                                    static_cast<double>(record) / (expert_gbs * 1e9);
   const double disk_wait_s = std::max(0.0, missed / (r.disk_gbs() * 1e9) - resident_compute_s);
   s.decode_terms = {
       {"dense weights", dense_s},
       {"KV cache", static_cast<double>(kv) / (r.ram.gb_per_s * 1e9)},
-      {"experts in RAM", experts / (streams_at(expert_kernel) * 1e9)},
+      {"experts in RAM", experts / (expert_gbs * 1e9)},
       {"experts from disk", disk_wait_s},
       {"experts in VRAM", r.vram ? in_vram / (r.vram->gb_per_s * 1e9) : 0.0},
       {"parallel steps", step ? steps.regions * step->seconds + steps.barriers * step->barrier_seconds : 0.0}};
@@ -215,12 +216,11 @@ void predict_gpu_prefill(const ModelFootprint& fp, const Plan& plan, const PlanR
     return;
   }
   const Bandwidth& host = copied_up ? *r.upload : r.ram;
-  const double seconds = (static_cast<double>(dense) + experts * r.vram_share) / (r.vram->gb_per_s * 1e9) +
-                         experts * (1.0 - r.vram_share) / (host.gb_per_s * 1e9);
-  s.prefill_tok_per_s = batch / seconds;
-  s.prefill_terms = {{"memory: weights from VRAM", (static_cast<double>(dense) + experts * r.vram_share) / (r.vram->gb_per_s * 1e9) / batch},
-                     {copied_up ? "memory: experts copied up" : "memory: experts read by the host",
-                      experts * (1.0 - r.vram_share) / (host.gb_per_s * 1e9) / batch}};
+  const double vram_s = (static_cast<double>(dense) + experts * r.vram_share) / (r.vram->gb_per_s * 1e9);
+  const double host_s = experts * (1.0 - r.vram_share) / (host.gb_per_s * 1e9);
+  s.prefill_tok_per_s = batch / (vram_s + host_s);
+  s.prefill_terms = {{"memory: weights from VRAM", vram_s / batch},
+                     {copied_up ? "memory: experts copied up" : "memory: experts read by the host", host_s / batch}};
   s.prefill_inputs = "an upper bound, weight reads only (the GPU's GEMM time is in no profile yet): batches of " +
                      format_fixed(batch, 0) + " tokens, each reading dense " + format_bytes(dense) + " + " + format_fixed(distinct, 1) +
                      " distinct experts x " + format_fixed(layers, 0) + " layers, " + format_fixed(r.vram_share * 100, 1) +
