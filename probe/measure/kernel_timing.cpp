@@ -158,9 +158,10 @@ struct KernelSpec {
   bool prefill = false, dense = false;
   double weight = 1;  // share of the budget relative to a decode kernel
   bool attention = false;  // the engine's causal attention over a prompt (no weights)
-  // A prefill call of this many tokens, each routed to all top_k of only
-  // top_k experts (0: the probe's prefill tokens over all 64 experts).
-  int dense_routing_tokens = 0;
+  // Tokens of one prefill call (0: the probe's prefill tokens). An expert
+  // kernel given them routes every token to the same top_k experts (the
+  // per-expert shape of a whole pass), else the probe's tokens over all 64.
+  int call_tokens = 0;
   // A dense kernel's call: `dense_matrices` GEMVs of rows x cols (default:
   // q, k, v and o of OLMoE's attention).
   int dense_rows = kHidden, dense_cols = kHidden, dense_matrices = kAttentionMatrices;
@@ -211,7 +212,7 @@ class KernelRunner {
   KernelRunner(const KernelSpec& spec, const ThreadCandidate& set, cpu::CpuKernelVariant variant, WeightPool& pool,
                int prefill_tokens)
       : spec_(spec), variant_(variant), pool_(pool), threads_(set.pus.size()),
-        xs_(static_cast<std::size_t>(std::max({prefill_tokens, spec.dense_routing_tokens, 1})) * kHidden),
+        xs_(static_cast<std::size_t>(std::max({prefill_tokens, spec.call_tokens, 1})) * kHidden),
         y_(static_cast<std::size_t>(std::max(kHidden, spec.dense_rows))),
         q4_(variant, WeightFormat::q4_g64), q8_(variant, WeightFormat::q8_row),
         record_(expert_bytes(spec.format)),
@@ -219,7 +220,7 @@ class KernelRunner {
     std::mt19937 random(3);
     std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
     for (float& v : xs_) v = uniform(random);
-    const int tokens = spec.dense_routing_tokens > 0 ? spec.dense_routing_tokens : prefill_tokens;
+    const int tokens = spec.call_tokens > 0 ? spec.call_tokens : prefill_tokens;
     point_ = {spec.name, spec.dense ? spec.dense_rows : kWidth, spec.dense ? spec.dense_cols : kHidden, spec.prefill ? tokens : 1, 0,
               set.name, threads_, set.pus, set.smt, {}, {}};
     if (spec.attention) {
@@ -236,17 +237,14 @@ class KernelRunner {
       for (float& v : q_) v = uniform(random);
       attention_out_.resize(q_.size());
       bytes_ = 2.0 * kAttentionTokens * kHeads * head_dim * 2;  // K and V in f16, each position once per block
-    } else if (spec.dense && spec.prefill) {
-      // A prompt's float projections (Linear over many rows): every matrix
-      // times `tokens` rows of x in one region, as CpuBackend::matmul_rows.
-      point_.matrices = spec.dense_matrices;
-      bytes_ = static_cast<double>(static_cast<std::uint64_t>(spec.dense_matrices) * dense_bytes_);
-      y_.assign(static_cast<std::size_t>(tokens) * spec.dense_rows * spec.dense_matrices, 0.0f);
     } else if (spec.dense) {
       point_.matrices = spec.dense_matrices;
       bytes_ = static_cast<double>(static_cast<std::uint64_t>(spec.dense_matrices) * dense_bytes_);
+      // A prompt's float projections (Linear over many rows): every matrix
+      // times `tokens` rows of x in one region, as CpuBackend::matmul_rows.
+      if (spec.prefill) y_.assign(static_cast<std::size_t>(tokens) * spec.dense_rows * spec.dense_matrices, 0.0f);
     } else {
-      const int routed = spec.dense_routing_tokens > 0 ? kTopK : kExperts;
+      const int routed = spec.call_tokens > 0 ? kTopK : kExperts;
       if (spec.prefill) routing_ = prefill_routing(tokens, routed);
       distinct_ = spec.prefill ? static_cast<int>(std::min<std::uint64_t>(routed, pool.size() / record_)) : kTopK;
       point_.matrices = 3 * (spec.prefill ? static_cast<int>(routing_.size()) : kTopK);
@@ -407,16 +405,18 @@ Result<KernelTuning> measure_kernel_tuning(const CpuFacts& facts, const MemoryFa
       // (coli convert's default, whose lm_head is most of a small model's
       // decode), and a prompt's attention.
       {"dense_q4_decode", F::q4_g64, false, true, 0.5}, {"dense_bf16_decode", F::bf16, false, true, 0.5},
-      {"attention_prefill", F::f32, true, false, 1, true},
-      {"expert_q4_prefill_wide", F::q4_g64, true, false, 1, false, kWideTokensPerExpert},
-      {"expert_q8_prefill_wide", F::q8_row, true, false, 1, false, kWideTokensPerExpert},
+      {.name = "attention_prefill", .format = F::f32, .prefill = true, .attention = true},
+      {.name = "expert_q4_prefill_wide", .format = F::q4_g64, .prefill = true, .call_tokens = kWideTokensPerExpert},
+      {.name = "expert_q8_prefill_wide", .format = F::q8_row, .prefill = true, .call_tokens = kWideTokensPerExpert},
       // The float GEMV over narrow rows (an lm_head of a 64-wide model): its
       // cost per row beside the 2048-wide point's per byte (speed model).
-      {"dense_bf16_decode_narrow", F::bf16, false, true, 0.5, false, 0, kNarrowRows, kNarrowCols, 1},
+      {.name = "dense_bf16_decode_narrow", .format = F::bf16, .dense = true, .weight = 0.5, .dense_rows = kNarrowRows,
+       .dense_cols = kNarrowCols, .dense_matrices = 1},
       // A prompt's bf16 projections (64 tokens through q, k, v and o), and
       // attention over narrow heads: the speed model's prefill terms.
-      {"dense_bf16_prefill", F::bf16, true, true, 1, false, kWideTokensPerExpert},
-      {"attention_prefill_narrow", F::f32, true, false, 0.5, true, 0, kHidden, kHidden, kAttentionMatrices, kNarrowHeadDim}};
+      {.name = "dense_bf16_prefill", .format = F::bf16, .prefill = true, .dense = true, .call_tokens = kWideTokensPerExpert},
+      {.name = "attention_prefill_narrow", .format = F::f32, .prefill = true, .weight = 0.5, .attention = true,
+       .head_dim = kNarrowHeadDim}};
   double units_per_set = 0;
   for (const auto& spec : specs) units_per_set += spec.weight;
   // Keep the sets the budget can time (priority order), at least one.
