@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <optional>
 #include <random>
 
 #include "coli/base/text.h"
@@ -14,6 +15,7 @@
 #include "cpu/gemv_cpu.h"
 #include "cpu/parallel_for.h"
 #include "cpu/thread_placement.h"
+#include "measure/engine_expert_batch.h"
 #include "measure/kernel_tuning.h"
 #include "measure/stats.h"
 
@@ -34,9 +36,6 @@ std::uint64_t matrix_bytes(WeightFormat format, int rows, int cols) {
   return traits(format).matrix_bytes(static_cast<std::uint64_t>(rows), static_cast<std::uint64_t>(cols));
 }
 std::uint64_t round64(std::uint64_t bytes) { return (bytes + 63) / 64 * 64; }
-std::uint64_t expert_bytes(WeightFormat format) {
-  return 2 * round64(matrix_bytes(format, kWidth, kHidden)) + round64(matrix_bytes(format, kHidden, kWidth));
-}
 
 // Weight bytes in one anonymous mapping, handed out round robin so
 // consecutive calls read different memory.
@@ -54,6 +53,7 @@ class WeightPool {
   WeightPool(const WeightPool&) = delete;
   bool mapped() const { return base_ != nullptr; }
   std::uint64_t size() const { return used_; }
+  std::span<std::byte> filled() const { return {base_, used_}; }
 
   // Bytes 0x30..0x3f: as int8 small weights, as nibbles any value, and as
   // binary16 or float32 scales always normal numbers (no denormal slow paths).
@@ -93,64 +93,6 @@ cpu::Q8RowView view_at(const std::byte* p, int rows, int cols) {
   const auto scales = traits(WeightFormat::q8_row).scales_offset(static_cast<std::uint64_t>(rows), static_cast<std::uint64_t>(cols));
   return {reinterpret_cast<const std::int8_t*>(p), reinterpret_cast<const float*>(p + scales), rows, cols};
 }
-
-float silu(float v) { return v / (1.0f + std::exp(-v)); }
-
-// What the CPU backend's expert FFN does for `tasks` (token index, expert
-// record; one expert's tokens adjacent): one job per expert carrying all its
-// tokens (the GEMM path of the kernels from a few tokens on), quantise each
-// expert's x once, all gates and ups in one region, silu, all downs.
-template <class View, class Job>
-class ExpertBatch {
- public:
-  ExpertBatch(cpu::CpuKernelVariant variant, WeightFormat format) : variant_(variant), format_(format) {}
-
-  void run(const std::vector<std::pair<int, const std::byte*>>& tasks, const std::vector<float>& xs, int threads) {
-    const std::size_t n = tasks.size(), width = kWidth;
-    std::vector<std::size_t> starts;  // first task of each expert, then n
-    for (std::size_t i = 0; i < n; ++i)
-      if (i == 0 || tasks[i].second != tasks[i - 1].second) starts.push_back(i);
-    starts.push_back(n);
-    const std::size_t experts = starts.size() - 1;
-    inputs_.resize(experts), hidden_.resize(experts), gate_.resize(n * width), up_.resize(n * width), y_.resize(n * kHidden);
-    gathered_.resize(n * kHidden);
-    const std::uint64_t gate_bytes = round64(matrix_bytes(format_, kWidth, kHidden));
-    std::vector<Job> jobs;
-    for (std::size_t e = 0; e < experts; ++e) {
-      const std::size_t first = starts[e], count = starts[e + 1] - first;
-      for (std::size_t i = first; i < first + count; ++i)
-        std::copy_n(xs.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(tasks[i].first) * kHidden), kHidden,
-                    gathered_.begin() + static_cast<std::ptrdiff_t>(i * kHidden));
-      inputs_[e].quantize(variant_, format_, std::span<const float>(gathered_).subspan(first * kHidden, count * kHidden),
-                          static_cast<int>(count), kHidden, threads);
-      const std::byte* record = tasks[first].second;
-      jobs.push_back({view_at<View>(record, kWidth, kHidden), &inputs_[e], std::span(gate_).subspan(first * width, count * width)});
-      jobs.push_back({view_at<View>(record + gate_bytes, kWidth, kHidden), &inputs_[e], std::span(up_).subspan(first * width, count * width)});
-    }
-    cpu::gemv_quantized_many(std::span<const Job>(jobs), threads);
-    // SwiGLU and the quantisations on the team, as the engine's expert batch runs them.
-    cpu::parallel_for(n, threads, n > 1, [&](std::size_t row) {
-      for (std::size_t j = row * width; j < (row + 1) * width; ++j) gate_[j] = silu(gate_[j]) * up_[j];
-    });
-    jobs.clear();
-    for (std::size_t e = 0; e < experts; ++e) {
-      const std::size_t first = starts[e], count = starts[e + 1] - first;
-      hidden_[e].quantize(variant_, format_, std::span<const float>(gate_).subspan(first * width, count * width),
-                          static_cast<int>(count), kWidth, threads);
-      jobs.push_back({view_at<View>(tasks[first].second + 2 * gate_bytes, kHidden, kWidth), &hidden_[e],
-                      std::span(y_).subspan(first * kHidden, count * kHidden)});
-    }
-    cpu::gemv_quantized_many(std::span<const Job>(jobs), threads);
-  }
-
-  bool finite() const { return std::all_of(y_.begin(), y_.end(), [](float v) { return std::isfinite(v); }); }
-
- private:
-  cpu::CpuKernelVariant variant_;
-  WeightFormat format_;
-  std::vector<cpu::QuantizedActivations> inputs_, hidden_;
-  std::vector<float> gate_, up_, y_, gathered_;
-};
 
 struct KernelSpec {
   std::string name;
@@ -209,13 +151,13 @@ SampleStats scaled(SampleStats stats, double factor) {
 // team must be pinned to the set before run()); GB/s of weights per call.
 class KernelRunner {
  public:
+  // `experts`: the engine's expert batch for an expert kernel, else empty.
   KernelRunner(const KernelSpec& spec, const ThreadCandidate& set, cpu::CpuKernelVariant variant, WeightPool& pool,
-               int prefill_tokens)
+               int prefill_tokens, std::optional<EngineExpertBatch> experts)
       : spec_(spec), variant_(variant), pool_(pool), threads_(set.pus.size()),
         xs_(static_cast<std::size_t>(std::max({prefill_tokens, spec.call_tokens, 1})) * kHidden),
         y_(static_cast<std::size_t>(std::max(kHidden, spec.dense_rows))),
-        q4_(variant, WeightFormat::q4_g64), q8_(variant, WeightFormat::q8_row),
-        record_(expert_bytes(spec.format)),
+        experts_(std::move(experts)),
         dense_bytes_(matrix_bytes(spec.dense ? spec.format : WeightFormat::q8_row, spec.dense_rows, spec.dense_cols)) {
     std::mt19937 random(3);
     std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
@@ -244,11 +186,17 @@ class KernelRunner {
       // times `tokens` rows of x in one region, as CpuBackend::matmul_rows.
       if (spec.prefill) y_.assign(static_cast<std::size_t>(tokens) * spec.dense_rows * spec.dense_matrices, 0.0f);
     } else {
+      // Decode: one token on top_k experts; prefill: the routed tokens, each
+      // expert's record a distinct one while the pool holds them.
       const int routed = spec.call_tokens > 0 ? kTopK : kExperts;
-      if (spec.prefill) routing_ = prefill_routing(tokens, routed);
-      distinct_ = spec.prefill ? static_cast<int>(std::min<std::uint64_t>(routed, pool.size() / record_)) : kTopK;
-      point_.matrices = 3 * (spec.prefill ? static_cast<int>(routing_.size()) : kTopK);
-      bytes_ = static_cast<double>(distinct_) * static_cast<double>(record_);
+      distinct_ = static_cast<int>(std::min<std::size_t>(spec.prefill ? routed : kTopK, experts_->slots()));
+      if (spec.prefill) {
+        for (auto [token, expert] : prefill_routing(tokens, routed)) routing_.emplace_back(token, expert % distinct_);
+      } else {
+        for (int e = 0; e < kTopK; ++e) routing_.emplace_back(0, e % distinct_);
+      }
+      point_.matrices = 3 * static_cast<int>(routing_.size());
+      bytes_ = static_cast<double>(distinct_) * static_cast<double>(experts_->record_bytes());
     }
   }
 
@@ -285,16 +233,7 @@ class KernelRunner {
         }
       }
     } else {
-      std::vector<const std::byte*> records(static_cast<std::size_t>(distinct_));
-      for (auto& r : records) r = pool_.take(record_);
-      tasks_.clear();
-      if (spec_.prefill) {
-        for (auto [token, expert] : routing_) tasks_.emplace_back(token, records[static_cast<std::size_t>(expert % distinct_)]);
-      } else {
-        for (const std::byte* r : records) tasks_.emplace_back(0, r);
-      }
-      if (spec_.format == WeightFormat::q4_g64) q4_.run(tasks_, xs_, threads_);
-      else q8_.run(tasks_, xs_, threads_);
+      experts_->run(routing_, distinct_, xs_, spec_.prefill ? point_.batch : 1);
     }
     return bytes_ / std::chrono::duration<double>(Clock::now() - start).count() / 1e9;
   }
@@ -303,7 +242,7 @@ class KernelRunner {
     const auto all_finite = [](const std::vector<float>& v) { return std::all_of(v.begin(), v.end(), [](float x) { return std::isfinite(x); }); };
     const bool finite = spec_.attention ? all_finite(attention_out_)
                         : spec_.dense   ? all_finite(y_)
-                        : spec_.format == WeightFormat::q4_g64 ? q4_.finite() : q8_.finite();
+                        : experts_->finite();
     if (!finite) return make_error("kernel tuning: " + spec_.name + " produced non-finite values; the kernel or memory misbehaved");
     KernelThroughputPoint out = point_;
     out.gb_per_s = summarize(std::move(samples));
@@ -318,13 +257,11 @@ class KernelRunner {
   WeightPool& pool_;
   int threads_;
   std::vector<float> xs_, y_;
-  ExpertBatch<cpu::Q4G64View, cpu::Q4GemvJob> q4_;
-  ExpertBatch<cpu::Q8RowView, cpu::Q8GemvJob> q8_;
-  std::vector<std::pair<int, int>> routing_;
-  std::vector<std::pair<int, const std::byte*>> tasks_;
+  std::optional<EngineExpertBatch> experts_;
+  std::vector<std::pair<int, int>> routing_;  // (token, expert) of one call
   forward::KvCache cache_;                 // attention_prefill
   std::vector<float> q_, attention_out_;
-  std::uint64_t record_, dense_bytes_;
+  std::uint64_t dense_bytes_;
   int distinct_ = 0;
   double bytes_ = 0;
   KernelThroughputPoint point_;
@@ -429,7 +366,15 @@ Result<KernelTuning> measure_kernel_tuning(const CpuFacts& facts, const MemoryFa
   }
   std::vector<Work> work;
   for (std::size_t i = 0; i < sets.size(); ++i)
-    for (const KernelSpec& spec : specs) work.push_back({i, KernelRunner(spec, sets[i], *variant, pool, options.prefill_tokens), {}});
+    for (const KernelSpec& spec : specs) {
+      std::optional<EngineExpertBatch> experts;
+      if (!spec.dense && !spec.attention) {
+        auto batch = EngineExpertBatch::create(spec.format, kHidden, kWidth, tuning.cpu_kernel, sets[i].pus.size(), pool.filled());
+        if (!batch) return batch.error();
+        experts = std::move(*batch);
+      }
+      work.push_back({i, KernelRunner(spec, sets[i], *variant, pool, options.prefill_tokens, std::move(experts)), {}});
+    }
   std::vector<bool> pinnable(sets.size(), true);
   Unpin unpin;
   // Rounds over every (set, kernel): load from other processes and frequency

@@ -1,5 +1,6 @@
 // The tuning phase of coli-probe: times the engine's own GEMV kernels
-// (kernels/cpu, called exactly as decode and prefill call them) on candidate
+// (kernels/cpu, called exactly as decode and prefill call them; the expert
+// FFNs through the CPU backend's own batch) on candidate
 // thread sets pinned the way the engine pins them (kernels/cpu/
 // thread_placement.h), and chooses the decode and prefill sets from the
 // measurements. Shapes are OLMoE-1B-7B class: hidden 2048, expert width
