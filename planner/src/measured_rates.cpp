@@ -275,34 +275,84 @@ std::optional<GemmPoint> gemm_point(const DeviceProfile& profile, const std::str
 
 }  // namespace
 
+namespace {
+
+// Seconds per row of a prefill point and the multiply-adds of that row: an
+// expert point's rows are its routed (token, expert) pairs (3 matrices
+// each), a dense point's its (token, output row) products.
+struct PerRow {
+  double seconds = 0, macs = 0;
+};
+PerRow per_row(const KernelThroughputPoint& p, bool expert) {
+  const double call_s = p.batch / p.tokens_per_s.median;
+  if (expert) return {call_s / (p.matrices / 3.0), 3.0 * p.rows * p.cols};
+  return {call_s / (static_cast<double>(p.batch) * p.matrices * p.rows), static_cast<double>(p.cols)};
+}
+
+const KernelThroughputPoint* prefill_point(const DeviceProfile& profile, const std::string& kernel, const Team& team) {
+  return nearest_team(profile.measurements.kernel_tuning->points, team, [&](const KernelThroughputPoint& p) {
+    return p.kernel == kernel && p.batch >= 1 && p.rows > 0 && p.cols > 0 && p.matrices > 0 && p.tokens_per_s.median > 0;
+  });
+}
+
+// A routed row's cost beside its multiply-adds: the line through the int4
+// wide and narrow expert points (equal tokens per expert, 2048- and 64-wide
+// experts) in seconds per row against multiply-adds per row (the same
+// gathering, quantising and summing serve int8 experts). nullopt without
+// both points or where they do not fit.
+std::optional<LinearCost> expert_row_cost(const DeviceProfile& profile, const Team& team) {
+  const KernelThroughputPoint* wide = prefill_point(profile, "expert_q4_prefill_wide", team);
+  const KernelThroughputPoint* narrow = prefill_point(profile, "expert_q4_prefill_narrow", team);
+  if (!wide || !narrow || narrow->batch != wide->batch || narrow->cols >= wide->cols) return std::nullopt;
+  const PerRow w = per_row(*wide, true), n = per_row(*narrow, true);
+  return line_through(w.macs, w.seconds, n.macs, n.seconds);
+}
+
+}  // namespace
+
 // The engine's expert GEMM as the probe's tuning phase timed it, at the
 // team size nearest the plan's: a GEMM's rate grows with the tokens each
 // expert multiplies, so at `tokens_per_expert` it is interpolated (in log
 // tokens) between the prefill call's point and the wide one, held at the
 // nearer one outside them; a profile from before the wide point has one.
+// With the narrow expert point, a routed row's fixed cost is split off
+// (expert_row_cost) and the rate scaled to what is left.
 std::optional<ComputeRate> prefill_compute_rate(const DeviceProfile& profile, WeightFormat experts, const Team& team,
-                                                double tokens_per_expert) {
+                                                double tokens_per_expert, bool row_cost) {
   if (!profile.measurements.kernel_tuning) return std::nullopt;
   const std::string kernel = experts == WeightFormat::q4_g64 ? "expert_q4_prefill" : "expert_q8_prefill";
   const auto narrow = gemm_point(profile, kernel, team, false);
   const auto wide = gemm_point(profile, kernel + "_wide", team, true);
   if (!narrow && !wide) return std::nullopt;
-  auto text = [&](double rate, const std::string& how) {
-    return format_fixed(rate / 1e9, 1) + " GMAC/s (" + how + ", measured at " + std::to_string((narrow ? narrow : wide)->point->threads) +
-           " threads)";
-  };
+  double rate = 0;
+  std::string how;
   if (!narrow || !wide || wide->tokens_per_expert <= narrow->tokens_per_expert) {
     const GemmPoint& one = narrow ? *narrow : *wide;
-    return ComputeRate{one.macs_per_s, text(one.macs_per_s, one.point->kernel + ", " + std::to_string(one.point->batch) +
-                                                                  " tokens per call")};
+    rate = one.macs_per_s, how = one.point->kernel + ", " + std::to_string(one.point->batch) + " tokens per call";
+  } else {
+    const double at = std::clamp(tokens_per_expert, narrow->tokens_per_expert, wide->tokens_per_expert);
+    const double share = std::log(at / narrow->tokens_per_expert) / std::log(wide->tokens_per_expert / narrow->tokens_per_expert);
+    rate = std::exp(std::log(narrow->macs_per_s) + share * (std::log(wide->macs_per_s) - std::log(narrow->macs_per_s)));
+    how = kernel + " at " + format_fixed(tokens_per_expert, 1) + " tokens per expert, between " +
+          format_fixed(narrow->macs_per_s / 1e9, 1) + " at " + format_fixed(narrow->tokens_per_expert, 0) + " and " +
+          format_fixed(wide->macs_per_s / 1e9, 1) + " at " + format_fixed(wide->tokens_per_expert, 0);
   }
-  const double at = std::clamp(tokens_per_expert, narrow->tokens_per_expert, wide->tokens_per_expert);
-  const double share = std::log(at / narrow->tokens_per_expert) / std::log(wide->tokens_per_expert / narrow->tokens_per_expert);
-  const double rate = std::exp(std::log(narrow->macs_per_s) + share * (std::log(wide->macs_per_s) - std::log(narrow->macs_per_s)));
-  return ComputeRate{rate, text(rate, kernel + " at " + format_fixed(tokens_per_expert, 1) + " tokens per expert, between " +
-                                          format_fixed(narrow->macs_per_s / 1e9, 1) + " at " + format_fixed(narrow->tokens_per_expert, 0) +
-                                          " and " + format_fixed(wide->macs_per_s / 1e9, 1) + " at " +
-                                          format_fixed(wide->tokens_per_expert, 0))};
+  // The wide point of this format paid the row cost too: the rate without it.
+  double row_s = 0;
+  if (row_cost && wide) {
+    const double wide_row_s = per_row(*wide->point, true).seconds;
+    if (const auto rows = expert_row_cost(profile, team); rows && wide_row_s > rows->fixed) {
+      row_s = rows->fixed;
+      rate *= wide_row_s / (wide_row_s - row_s);
+    }
+  }
+  return ComputeRate{rate,
+                     format_fixed(rate / 1e9, 1) + " GMAC/s (" + how + ", measured at " +
+                         std::to_string((narrow ? narrow : wide)->point->threads) + " threads)" +
+                         (row_s > 0 ? " + " + format_fixed(row_s * 1e9, 1) +
+                                          " ns per routed row (fitted from 2048- and 64-wide experts, expert_q4_prefill_wide and _narrow)"
+                                    : std::string()),
+                     row_s};
 }
 
 // The engine's prefill attention as the tuning phase timed it
@@ -340,18 +390,27 @@ std::optional<AttentionCost> prefill_attention_cost(const DeviceProfile& profile
 }
 
 // The engine's float projections over a prompt (dense_bf16_prefill: every
-// matrix times `batch` rows of x), multiply-adds per second.
+// matrix times `batch` rows of x), multiply-adds per second; with the
+// 64-wide point (dense_bf16_prefill_narrow), a cost per (token, output row)
+// plus its multiply-adds at a fitted rate.
 std::optional<ComputeRate> dense_prefill_rate(const DeviceProfile& profile, const Team& team) {
   if (!profile.measurements.kernel_tuning) return std::nullopt;
-  const KernelThroughputPoint* best = nearest_team(profile.measurements.kernel_tuning->points, team,
-                                                   [](const KernelThroughputPoint& p) {
-                                                     return p.kernel == "dense_bf16_prefill" && p.batch >= 1 &&
-                                                            p.tokens_per_s.median > 0;
-                                                   });
-  if (!best) return std::nullopt;
-  const double rate = static_cast<double>(best->matrices) * best->rows * best->cols * best->tokens_per_s.median;
-  return ComputeRate{rate, format_fixed(rate / 1e9, 1) + " GMAC/s (dense_bf16_prefill, " + std::to_string(best->batch) +
-                               " tokens per call, measured at " + std::to_string(best->threads) + " threads)"};
+  const KernelThroughputPoint* wide = prefill_point(profile, "dense_bf16_prefill", team);
+  if (!wide) return std::nullopt;
+  const double rate = static_cast<double>(wide->matrices) * wide->rows * wide->cols * wide->tokens_per_s.median;
+  const std::string measured = std::to_string(wide->batch) + " tokens per call, measured at " + std::to_string(wide->threads) + " threads";
+  const KernelThroughputPoint* narrow = prefill_point(profile, "dense_bf16_prefill_narrow", team);
+  if (narrow && narrow->cols < wide->cols) {
+    const PerRow w = per_row(*wide, false), n = per_row(*narrow, false);
+    if (const auto fit = line_through(w.macs, w.seconds, n.macs, n.seconds)) {
+      return ComputeRate{1 / fit->per_unit,
+                         format_fixed(fit->fixed * 1e9, 2) + " ns per projected row + " + format_fixed(1e-9 / fit->per_unit, 1) +
+                             " GMAC/s (dense_bf16_prefill fitted at " + std::to_string(wide->cols) + "- and " +
+                             std::to_string(narrow->cols) + "-wide rows, " + measured + ")",
+                         fit->fixed};
+    }
+  }
+  return ComputeRate{rate, format_fixed(rate / 1e9, 1) + " GMAC/s (dense_bf16_prefill, " + measured + ")"};
 }
 
 }  // namespace coli::planner::measured

@@ -27,6 +27,11 @@ struct Bandwidth {
 struct ComputeRate {
   double macs_per_s = 0;  // multiply-adds per second
   std::string text;
+  // Beside the multiply-adds, where measured: each routed (token, expert)
+  // row of an expert batch, or each (token, output row) of a projection,
+  // costs this much (gathering, quantising, SwiGLU, scattering, summing).
+  double seconds_per_row = 0;
+  double seconds(double rows, double macs) const { return rows * seconds_per_row + macs / macs_per_s; }
 };
 
 // Parallel steps of one CPU decode token, as the engine runs them
@@ -96,8 +101,13 @@ struct RowCost {
 };
 std::optional<RowCost> float_gemv_row_cost(const DeviceProfile& profile, const Team& team);
 
+// The expert GEMM's rate at `tokens_per_expert`, and the cost of a routed
+// row fitted from the OLMoE-wide and 64-wide expert points at 64 tokens per
+// expert (expert_q4_prefill_wide, expert_q4_prefill_narrow) where both are
+// timed; `row_cost` false leaves the row cost out (quantised dense
+// projections, which run no expert batch).
 std::optional<ComputeRate> prefill_compute_rate(const DeviceProfile& profile, WeightFormat experts, const Team& team,
-                                                double tokens_per_expert);
+                                                double tokens_per_expert, bool row_cost = true);
 // A prompt's attention: per head and causal (query, key) pair a fixed cost
 // plus 2 x head_dim multiply-adds.
 struct AttentionCost {
@@ -109,7 +119,9 @@ struct AttentionCost {
   }
 };
 std::optional<AttentionCost> prefill_attention_cost(const DeviceProfile& profile, const Team& team);
-// The float (bf16) dense projections of a prompt, multiply-adds per second.
+// The float (bf16) dense projections of a prompt: multiply-adds per second
+// and, fitted with the 64-wide point (dense_bf16_prefill_narrow), a cost
+// per projected row.
 std::optional<ComputeRate> dense_prefill_rate(const DeviceProfile& profile, const Team& team);
 
 }  // namespace coli::planner::measured

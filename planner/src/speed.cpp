@@ -40,6 +40,55 @@ double prefill_macs_per_token(const ModelFootprint& fp) {
   return std::max(0.0, static_cast<double>(fp.active_parameters) - lm_head);
 }
 
+// Rows a prompt token's dense projections produce (attention, router,
+// shared expert, dense MLP): every dense matrix but the embedding table and
+// the lm_head (prefill projects only the last token to the vocabulary).
+double prefill_dense_rows(const ModelFootprint& fp) {
+  double rows = 0;
+  for (const DenseComponent& c : fp.dense) {
+    if (c.role != "embedding" && c.role != "lm_head") rows += static_cast<double>(c.matrix_rows);
+  }
+  return rows;
+}
+
+// The matrix that projects to the vocabulary: the lm_head, or the embedding
+// table it is tied to.
+const DenseComponent* vocabulary_projection(const ModelFootprint& fp) {
+  const std::string role = fp.config.tie_word_embeddings ? "embedding" : "lm_head";
+  for (const DenseComponent& c : fp.dense) {
+    if (c.role == role) return &c;
+  }
+  return nullptr;
+}
+
+// The decode GEMV of the model's dense format as the tuning phase timed it
+// at the team: the float GEMV's fitted cost per row plus bytes (narrow rows
+// cost more than their bytes), else the kernel's streaming rate; weights
+// never stream faster than RAM.
+struct DenseGemv {
+  std::optional<Bandwidth> kernel;
+  std::optional<RowCost> rows;
+  double seconds(double bytes, double row_count, const Bandwidth& ram) const {
+    if (rows) return bytes / (std::min(rows->gb_per_s, ram.gb_per_s) * 1e9) + row_count * rows->seconds_per_row;
+    return bytes / ((kernel ? std::min(kernel->gb_per_s, ram.gb_per_s) : ram.gb_per_s) * 1e9);
+  }
+};
+DenseGemv dense_gemv(const DeviceProfile& profile, const ModelFootprint& fp, const Team& team) {
+  DenseGemv gemv{decode_kernel_rate(profile, dense_decode_kernels(fp), team), std::nullopt};
+  if (gemv.kernel && dense_decode_kernels(fp).front() == "dense_bf16_decode") gemv.rows = float_gemv_row_cost(profile, team);
+  return gemv;
+}
+
+// A prompt's last token projected to the vocabulary, as a decode token's
+// lm_head (the whole matrix streamed once for one row of x).
+double last_token_lm_head_seconds(const DeviceProfile& profile, const ModelFootprint& fp, const Team& team,
+                                  const Bandwidth& ram) {
+  const DenseComponent* projection = vocabulary_projection(fp);
+  if (!projection) return 0.0;
+  return dense_gemv(profile, fp, team)
+      .seconds(static_cast<double>(projection->held_bytes), static_cast<double>(projection->matrix_rows), ram);
+}
+
 }  // namespace
 
 u64 dense_bytes_per_token(const ModelFootprint& fp) {
@@ -145,17 +194,12 @@ void predict_decode(const DeviceProfile& profile, const ModelFootprint& fp, cons
   const std::optional<StepCost> step = r.vram ? std::nullopt : parallel_step_cost(profile, team, steps);
   // Weights stream at the RAM bandwidth or at the kernel's own rate, whichever is lower.
   const auto expert_kernel = decode_kernel_rate(profile, expert_decode_kernels(fp.expert_format), team);
-  const auto dense_kernel = decode_kernel_rate(profile, dense_decode_kernels(fp), team);
   auto streams_at = [&](const std::optional<Bandwidth>& kernel) {
     return kernel ? std::min(kernel->gb_per_s, r.ram.gb_per_s) : r.ram.gb_per_s;
   };
-  // The float GEMV's cost per row, where measured: narrow rows cost more than their bytes.
-  const auto rows = dense_kernel && dense_decode_kernels(fp).front() == "dense_bf16_decode"
-                        ? float_gemv_row_cost(profile, team)
-                        : std::nullopt;
-  const double dense_s = rows ? static_cast<double>(dense) / (std::min(rows->gb_per_s, r.ram.gb_per_s) * 1e9) +
-                                    static_cast<double>(dense_rows_per_token(fp)) * rows->seconds_per_row
-                              : static_cast<double>(dense) / (streams_at(dense_kernel) * 1e9);
+  const DenseGemv gemv = dense_gemv(profile, fp, team);
+  const auto& [dense_kernel, rows] = gemv;
+  const double dense_s = gemv.seconds(static_cast<double>(dense), static_cast<double>(dense_rows_per_token(fp)), r.ram);
   // A layer computes its resident experts while the I/O threads read its
   // misses (ExpertStore, MoeModel::moe_round), then the misses: the reads
   // cost only what outlasts the resident experts' compute.
@@ -258,6 +302,7 @@ void predict_prefill(const DeviceProfile& profile, const ModelFootprint& fp, con
                         ? Team{plan.prefill_pus.empty() ? plan.prefill_threads : plan.prefill_pus.size(), plan.prefill_pus}
                         : Team{plan.threads, plan.compute_pus};
   const auto compute = r.vram ? std::nullopt : prefill_compute_rate(profile, fp.expert_format, team, round * top_k / n);
+  const double lm_head_s = compute ? last_token_lm_head_seconds(profile, fp, team, r.ram) : 0.0;
   // The dense projections run over the whole pass: float ones at the float
   // GEMM's timed rate, quantised ones at the GEMM rate of a pass's tokens;
   // without those points, at the experts' rate.
@@ -266,28 +311,31 @@ void predict_prefill(const DeviceProfile& profile, const ModelFootprint& fp, con
   const auto quantized_dense = quantized_format(fp.dense_format);
   std::optional<ComputeRate> dense_rate;
   if (compute) {
-    dense_rate = quantized_dense ? prefill_compute_rate(profile, *quantized_dense, team, prompt) : dense_prefill_rate(profile, team);
-    if (!dense_rate) dense_rate = compute;
+    dense_rate = quantized_dense ? prefill_compute_rate(profile, *quantized_dense, team, prompt, false)
+                                 : dense_prefill_rate(profile, team);
+    if (!dense_rate) dense_rate = prefill_compute_rate(profile, fp.expert_format, team, round * top_k / n, false);  // the experts' GEMM
   }
   const auto attention = compute ? prefill_attention_cost(profile, team) : std::nullopt;
   const model::ModelConfig& c = fp.config;
   const double heads = static_cast<double>(c.num_hidden_layers) * static_cast<double>(c.num_attention_heads);
   const double attention_s =
       attention ? attention->seconds(heads, prompt * (prompt + 1) / 2, static_cast<double>(c.head_dim)) : 0.0;
-  const double expert_s = compute ? prompt * expert_macs / compute->macs_per_s : 0.0;
-  const double dense_s = compute ? prompt * dense_macs / dense_rate->macs_per_s : 0.0;
+  const double expert_s = compute ? prompt * compute->seconds(layers * top_k, expert_macs) : 0.0;
+  const double dense_s = compute ? prompt * dense_rate->seconds(prefill_dense_rows(fp), dense_macs) : 0.0;
   s.prefill_terms = {{"compute: expert GEMMs", expert_s / prompt},
                      {"compute: dense projections", dense_s / prompt},
                      {"compute: attention", attention_s / prompt},
+                     {"compute: lm_head of the last token", lm_head_s / prompt},
                      {"memory: weights from RAM", pass_ram / (r.ram.gb_per_s * 1e9) / prompt},
                      {"memory: experts from disk", pass_disk / (r.disk_gbs() * 1e9) / prompt}};
-  s.prefill_tok_per_s = prompt / std::max(memory_s, expert_s + dense_s + attention_s);
+  s.prefill_tok_per_s = prompt / std::max(memory_s, expert_s + dense_s + attention_s + lm_head_s);
   const std::string attention_text =
       attention ? " + attention " + format_fixed(prompt_attention_macs(fp, prompt) / 1e9, 2) + " GMAC per prompt at " + attention->text
                 : " (the prompt's attention not timed in this profile: re-probe to price it)";
   s.prefill_inputs =
       compute ? "the longer of compute, experts " + format_fixed(expert_macs / 1e9, 2) + " GMAC per token / " + compute->text +
                     " + dense " + format_fixed(dense_macs / 1e9, 3) + " GMAC per token / " + dense_rate->text + attention_text +
+                    " + the last token's lm_head " + format_fixed(lm_head_s * 1e3, 3) + " ms as one decode token's (dense rate above)" +
                     ", and memory, " + memory_text
               : "rough, bandwidth only (no timed prefill kernel in this profile: real prefill is slower): " + memory_text;
 }

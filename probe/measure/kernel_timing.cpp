@@ -108,6 +108,9 @@ struct KernelSpec {
   // q, k, v and o of OLMoE's attention).
   int dense_rows = kHidden, dense_cols = kHidden, dense_matrices = kAttentionMatrices;
   int head_dim = 128;  // attention: OLMoE's heads, or narrow ones (a small model's cost per position)
+  // An expert kernel's experts: hidden x width (OLMoE's, or narrow ones: a
+  // small model's cost per routed row beside its multiply-adds).
+  int expert_hidden = kHidden, expert_width = kWidth;
 };
 
 // The engine's 512-token prefill pass over OLMoE's 64 experts gives each
@@ -118,6 +121,7 @@ struct KernelSpec {
 constexpr int kWideTokensPerExpert = 64;
 constexpr int kNarrowRows = 32768, kNarrowCols = 64;  // 4 MiB of bf16
 constexpr int kNarrowHeadDim = 16;
+constexpr int kNarrowExpert = 64;  // hidden and width of the narrow expert and dense prefill points
 
 // Prefill attention: a prompt of kAttentionTokens causal positions over an
 // f16 KV cache (the CPU's default), OLMoE's 16 heads of 128.
@@ -163,7 +167,8 @@ class KernelRunner {
     std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
     for (float& v : xs_) v = uniform(random);
     const int tokens = spec.call_tokens > 0 ? spec.call_tokens : prefill_tokens;
-    point_ = {spec.name, spec.dense ? spec.dense_rows : kWidth, spec.dense ? spec.dense_cols : kHidden, spec.prefill ? tokens : 1, 0,
+    point_ = {spec.name, spec.dense ? spec.dense_rows : spec.expert_width, spec.dense ? spec.dense_cols : spec.expert_hidden,
+              spec.prefill ? tokens : 1, 0,
               set.name, threads_, set.pus, set.smt, {}, {}};
     if (spec.attention) {
       // rows x cols: heads x head_dim; batch: the prompt's tokens; bytes: the K and V it reads.
@@ -353,7 +358,15 @@ Result<KernelTuning> measure_kernel_tuning(const CpuFacts& facts, const MemoryFa
       // attention over narrow heads: the speed model's prefill terms.
       {.name = "dense_bf16_prefill", .format = F::bf16, .prefill = true, .dense = true, .call_tokens = kWideTokensPerExpert},
       {.name = "attention_prefill_narrow", .format = F::f32, .prefill = true, .weight = 0.5, .attention = true,
-       .head_dim = kNarrowHeadDim}};
+       .head_dim = kNarrowHeadDim},
+      // The wide calls' shapes with 64-wide experts and matrices: what a
+      // routed row and a projected row cost beside their multiply-adds
+      // (gathering, quantising, SwiGLU, scattering, summing; a small
+      // model's prefill is mostly that).
+      {.name = "expert_q4_prefill_narrow", .format = F::q4_g64, .prefill = true, .weight = 0.5,
+       .call_tokens = kWideTokensPerExpert, .expert_hidden = kNarrowExpert, .expert_width = kNarrowExpert},
+      {.name = "dense_bf16_prefill_narrow", .format = F::bf16, .prefill = true, .dense = true, .weight = 0.5,
+       .call_tokens = kWideTokensPerExpert, .dense_rows = kNarrowExpert, .dense_cols = kNarrowExpert}};
   double units_per_set = 0;
   for (const auto& spec : specs) units_per_set += spec.weight;
   // Keep the sets the budget can time (priority order), at least one.
@@ -369,7 +382,8 @@ Result<KernelTuning> measure_kernel_tuning(const CpuFacts& facts, const MemoryFa
     for (const KernelSpec& spec : specs) {
       std::optional<EngineExpertBatch> experts;
       if (!spec.dense && !spec.attention) {
-        auto batch = EngineExpertBatch::create(spec.format, kHidden, kWidth, tuning.cpu_kernel, sets[i].pus.size(), pool.filled());
+        auto batch = EngineExpertBatch::create(spec.format, spec.expert_hidden, spec.expert_width, tuning.cpu_kernel,
+                                               sets[i].pus.size(), pool.filled());
         if (!batch) return batch.error();
         experts = std::move(*batch);
       }

@@ -363,7 +363,10 @@ TEST(PlanSpeed, PrefillIsComputeBoundAtTheTunedGemmRate) {
   ASSERT_TRUE(rough.available && timed.available);
   const double rate = 768.0 * 1024 * 2048 * 100 / 32;  // multiply-adds per second of the timed call
   const double macs = static_cast<double>(fp.active_parameters) - static_cast<double>(fp.config.vocab_size) * fp.config.hidden_size;
-  EXPECT_NEAR(timed.prefill_tok_per_s, rate / macs, 1e-9 * rate / macs);
+  // + the last token's lm_head: 151936 x 2048 bf16 streamed once at RAM's 10 GB/s.
+  const double lm_head_s = 151936.0 * 2048 * 2 / 10e9;
+  EXPECT_NEAR(512 / timed.prefill_tok_per_s, 512 * macs / rate + lm_head_s, 1e-9);
+  EXPECT_NE(timed.prefill_inputs.find("the last token's lm_head 62.233 ms"), std::string::npos) << timed.prefill_inputs;
   EXPECT_LT(timed.prefill_tok_per_s, rough.prefill_tok_per_s);
   EXPECT_NE(timed.prefill_inputs.find("GMAC/s (expert_q4_prefill, 32 tokens per call, measured at 8 threads)"), std::string::npos)
       << timed.prefill_inputs;
@@ -389,7 +392,8 @@ TEST(PlanSpeed, PrefillGemmRateFollowsTheTokensPerExpert) {
   profile.measurements.kernel_tuning->points.push_back(wide);
   const SpeedPrediction both = predict_speed(profile, fp, plan);
   ASSERT_TRUE(narrow.available && both.available);
-  EXPECT_NEAR(both.prefill_tok_per_s, 2 * narrow.prefill_tok_per_s, 1e-9 * both.prefill_tok_per_s);
+  const double lm_head_s = 151936.0 * 2048 * 2 / 10e9;  // the last token's, the same in both
+  EXPECT_NEAR(512 / narrow.prefill_tok_per_s - lm_head_s, 2 * (512 / both.prefill_tok_per_s - lm_head_s), 1e-6);
   EXPECT_NE(both.prefill_inputs.find("expert_q4_prefill at 32.0 tokens per expert, between"), std::string::npos)
       << both.prefill_inputs;
   Plan one_token_rounds = plan;
@@ -470,6 +474,69 @@ TEST(PlanSpeed, FloatDenseProjectionsOfAPromptTakeTheFloatGemmRate) {
   EXPECT_NE(float_rate.prefill_inputs.find("(dense_bf16_prefill, 64 tokens per call, measured at 8 threads)"),
             std::string::npos)
       << float_rate.prefill_inputs;
+}
+
+// A routed row costs more than its multiply-adds (gathering, quantising,
+// SwiGLU, scattering, summing): the tuning phase times 64-wide experts
+// (expert_q4_prefill_narrow) beside OLMoE-wide ones at equal tokens per
+// expert, and the model fits a cost per row plus a rate through both.
+// Made-up points from 1 us per row + 100 GMAC/s.
+TEST(PlanSpeed, PrefillExpertRowsCostAFittedTimeBesideTheirMultiplyAdds) {
+  const ModelFootprint fp = qwen3();  // 48 layers, top-8 of 128 experts of 2048 x 768
+  const Plan plan = resident_qwen3_plan(8);
+  DeviceProfile profile = measured_profile(10);
+  profile.measurements.kernel_tuning = tuned_on_8_threads("expert_q4_prefill_wide", 1024, 64, 3 * 512, {}, {});
+  KernelThroughputPoint narrow = profile.measurements.kernel_tuning->points[0];
+  narrow.kernel = "expert_q4_prefill_narrow", narrow.rows = 64, narrow.cols = 64;
+  profile.measurements.kernel_tuning->points.push_back(narrow);
+  for (KernelThroughputPoint& p : profile.measurements.kernel_tuning->points) {
+    const double row_s = 1e-6 + 3.0 * p.rows * p.cols / 100e9, call_s = 512 * row_s;  // 512 routed rows per call
+    p.tokens_per_s = {3, 64 / call_s, 64 / call_s, 64 / call_s, 0};
+  }
+  const SpeedPrediction s = predict_speed(profile, fp, plan);
+  ASSERT_TRUE(s.available);
+  ASSERT_EQ(s.prefill_terms[0].name, "compute: expert GEMMs");
+  EXPECT_NEAR(s.prefill_terms[0].seconds, 48 * 8 * (1e-6 + 3.0 * 2048 * 768 / 100e9), 1e-12);
+  EXPECT_NE(s.prefill_inputs.find("100.0 GMAC/s (expert_q4_prefill_wide, 64 tokens per call, measured at 8 threads) + 1000.0 ns "
+                                  "per routed row"),
+            std::string::npos)
+      << s.prefill_inputs;
+  // Without the narrow point, the wide point's rate alone (its rows' cost folded in).
+  profile.measurements.kernel_tuning->points.pop_back();
+  const SpeedPrediction wide_only = predict_speed(profile, fp, plan);
+  const double wide_rate = 3.0 * 1024 * 2048 / (1e-6 + 3.0 * 1024 * 2048 / 100e9);
+  EXPECT_NEAR(wide_only.prefill_terms[0].seconds, 48 * 8 * 3.0 * 2048 * 768 / wide_rate, 1e-12);
+}
+
+// The same for a prompt's float projections: 64-wide rows
+// (dense_bf16_prefill_narrow) beside 2048-wide ones give a cost per
+// (token, output row) plus a rate per multiply-add. Made-up points from
+// 5 ns per row + 20 GMAC/s.
+TEST(PlanSpeed, FloatDenseProjectionsOfAPromptCostAFittedTimePerRow) {
+  const ModelFootprint fp = qwen3();  // source (bf16) dense
+  const Plan plan = resident_qwen3_plan(8);
+  DeviceProfile profile = measured_profile(10);
+  profile.measurements.kernel_tuning = tuned_on_8_threads("expert_q4_prefill", 1024, 32, 768, {}, {3, 100, 100, 100, 0});
+  for (const int width : {2048, 64}) {
+    KernelThroughputPoint dense = profile.measurements.kernel_tuning->points[0];
+    dense.kernel = width == 2048 ? "dense_bf16_prefill" : "dense_bf16_prefill_narrow";
+    dense.rows = width, dense.cols = width, dense.batch = 64, dense.matrices = 4;
+    const double call_s = 64.0 * 4 * width * (5e-9 + width / 20e9);
+    dense.tokens_per_s = {3, 64 / call_s, 64 / call_s, 64 / call_s, 0};
+    profile.measurements.kernel_tuning->points.push_back(dense);
+  }
+  const SpeedPrediction s = predict_speed(profile, fp, plan);
+  ASSERT_TRUE(s.available);
+  double rows = 0;
+  for (const DenseComponent& c : fp.dense) rows += c.role == "embedding" || c.role == "lm_head" ? 0 : static_cast<double>(c.matrix_rows);
+  const double expert_macs = 48.0 * 8 * static_cast<double>(fp.expert_parameters);
+  const double dense_macs = static_cast<double>(fp.active_parameters) - 151936.0 * 2048 - expert_macs;
+  ASSERT_EQ(s.prefill_terms[1].name, "compute: dense projections");
+  EXPECT_GT(rows, 0);
+  EXPECT_NEAR(s.prefill_terms[1].seconds, rows * 5e-9 + dense_macs / 20e9, 1e-12);
+  EXPECT_NE(s.prefill_inputs.find("5.00 ns per projected row + 20.0 GMAC/s (dense_bf16_prefill fitted at 2048- and 64-wide rows"),
+            std::string::npos)
+      << s.prefill_inputs;
 }
 
 // Issue 15: decode streams weights no faster than the engine's own GEMV does
