@@ -35,71 +35,99 @@ const DiskBandwidthPoint* random_point(const DiskBandwidth& disk, u64 block, int
   return nullptr;
 }
 
-// Records smaller than the probe's smallest block are latency-bound: one
-// read takes L + b / B, fitted from the one-deep random points at the two
-// smallest blocks (t = block / GB/s), and the I/O pool's reads in flight
-// divide it by what the best queue depth gained at the smallest block.
-// Null when the profile lacks those points or they do not fit (L < 0).
-std::optional<Bandwidth> small_record_rate(const DiskBandwidth& disk, u64 record_stride) {
+// One read at queue depth 1 takes L + b / B: fitted from the one-deep
+// random points at the two smallest blocks (t = block / GB/s), with what the
+// best queue depth gained at the smallest block (the I/O pool keeps that
+// many reads in flight). Null when the profile lacks those points or they
+// do not fit (L < 0: a disk that is bandwidth-bound at both).
+struct LatencyFit {
+  double latency_s = 0, bytes_per_s = 0, gain = 1;
+  int depth = 1;
+  u64 small_block = 0, large_block = 0;
+  double one_read_s(u64 bytes) const { return latency_s + static_cast<double>(bytes) / bytes_per_s; }
+};
+std::optional<LatencyFit> latency_fit(const DiskBandwidth& disk) {
   std::vector<u64> blocks;
   for (const DiskBandwidthPoint& p : disk.points) {
     if (p.pattern == "random" && p.queue_depth == 1 && p.gb_per_s.median > 0) blocks.push_back(p.block_bytes);
   }
   std::sort(blocks.begin(), blocks.end());
   blocks.erase(std::unique(blocks.begin(), blocks.end()), blocks.end());
-  if (blocks.size() < 2 || record_stride >= blocks[0]) return std::nullopt;
+  if (blocks.size() < 2) return std::nullopt;
   const DiskBandwidthPoint* small = random_point(disk, blocks[0], 1);
   const DiskBandwidthPoint* large = random_point(disk, blocks[1], 1);
   const double t1 = static_cast<double>(blocks[0]) / (small->gb_per_s.median * 1e9);
   const double t2 = static_cast<double>(blocks[1]) / (large->gb_per_s.median * 1e9);
   if (t2 <= t1) return std::nullopt;
-  const double bytes_per_s = static_cast<double>(blocks[1] - blocks[0]) / (t2 - t1);
-  const double latency = t1 - static_cast<double>(blocks[0]) / bytes_per_s;
-  if (latency < 0) return std::nullopt;
-  double gain = 1;
-  int depth = 1;
+  LatencyFit fit;
+  fit.bytes_per_s = static_cast<double>(blocks[1] - blocks[0]) / (t2 - t1);
+  fit.latency_s = t1 - static_cast<double>(blocks[0]) / fit.bytes_per_s;
+  if (fit.latency_s < 0) return std::nullopt;
+  fit.small_block = blocks[0], fit.large_block = blocks[1];
   for (const DiskBandwidthPoint& p : disk.points) {
-    if (p.pattern == "random" && p.block_bytes == blocks[0] && p.gb_per_s.median / small->gb_per_s.median > gain) {
-      gain = p.gb_per_s.median / small->gb_per_s.median;
-      depth = p.queue_depth;
+    if (p.pattern == "random" && p.block_bytes == blocks[0] && p.gb_per_s.median / small->gb_per_s.median > fit.gain) {
+      fit.gain = p.gb_per_s.median / small->gb_per_s.median;
+      fit.depth = p.queue_depth;
     }
   }
-  const double per_read = (latency + static_cast<double>(record_stride) / bytes_per_s) / gain;
-  const double gb_per_s = static_cast<double>(record_stride) / per_read / 1e9;
-  return Bandwidth{gb_per_s, "disk random read " + format_fixed(gb_per_s, 3) + " GB/s for " + format_bytes(record_stride) +
-                                 " records (latency " + format_fixed(latency * 1e6, 1) + " us + " +
-                                 format_fixed(bytes_per_s / 1e9, 2) + " GB/s per read, from the one-deep " +
-                                 format_bytes(blocks[0]) + " and " + format_bytes(blocks[1]) + " points, x" +
-                                 format_fixed(gain, 2) + " at queue depth " + std::to_string(depth) + ")"};
+  return fit;
 }
 
-}  // namespace
-
-// Random reads (missed experts are scattered) at the block size nearest the
-// record stride (by ratio: 1 MiB vs 4 MiB is as far as 4 vs 16), best queue
-// depth, since the I/O pool keeps several reads in flight; records smaller
-// than every measured block by their latency (small_record_rate).
-std::optional<Bandwidth> disk_bandwidth(const DeviceProfile& profile, u64 record_stride) {
-  if (profile.measurements.disk) {
-    if (auto small = small_record_rate(*profile.measurements.disk, record_stride)) return small;
-  }
-  if (!profile.measurements.disk) return std::nullopt;
+// The random point nearest the record stride (by ratio: 1 MiB vs 4 MiB is
+// as far as 4 vs 16) at the best queue depth, or at depth 1.
+const DiskBandwidthPoint* nearest_random_point(const DiskBandwidth& disk, u64 record_stride, bool one_deep) {
   const DiskBandwidthPoint* best = nullptr;
   auto distance = [&](const DiskBandwidthPoint& p) {
     return std::abs(std::log(static_cast<double>(p.block_bytes) / static_cast<double>(record_stride)));
   };
-  for (const DiskBandwidthPoint& p : profile.measurements.disk->points) {
-    if (p.pattern != "random" || p.block_bytes == 0 || p.gb_per_s.median <= 0) continue;
+  for (const DiskBandwidthPoint& p : disk.points) {
+    if (p.pattern != "random" || p.block_bytes == 0 || p.gb_per_s.median <= 0 || (one_deep && p.queue_depth != 1)) continue;
     if (!best || distance(p) < distance(*best) - 1e-9 ||
         (std::abs(distance(p) - distance(*best)) <= 1e-9 && p.gb_per_s.median > best->gb_per_s.median)) {
       best = &p;
     }
   }
+  return best;
+}
+
+}  // namespace
+
+double DiskReads::seconds(double reads) const {
+  if (reads <= 0) return 0;
+  if (reads < 1) return reads * one_read_s;  // at most one read, that often
+  return std::max(one_read_s, reads * static_cast<double>(record_bytes) / (gb_per_s * 1e9));
+}
+
+// Records below the second smallest measured block by the latency fit
+// (small reads are latency-bound: the rate is the fitted read time divided
+// by the queue depth's gain); larger ones at the random point nearest their
+// size, best queue depth. A lone read: the fit's time where there is one,
+// else the one-deep point's.
+std::optional<DiskReads> disk_reads(const DeviceProfile& profile, u64 record_stride) {
+  if (!profile.measurements.disk) return std::nullopt;
+  const DiskBandwidth& disk = *profile.measurements.disk;
+  const auto fit = latency_fit(disk);
+  if (fit && record_stride < fit->large_block) {
+    const double per_read = fit->one_read_s(record_stride) / fit->gain;
+    const double gb_per_s = static_cast<double>(record_stride) / per_read / 1e9;
+    return DiskReads{gb_per_s, fit->one_read_s(record_stride), record_stride,
+                     "disk random read " + format_fixed(gb_per_s, 3) + " GB/s for " + format_bytes(record_stride) +
+                         " records (latency " + format_fixed(fit->latency_s * 1e6, 1) + " us + " +
+                         format_fixed(fit->bytes_per_s / 1e9, 2) + " GB/s per read, from the one-deep " +
+                         format_bytes(fit->small_block) + " and " + format_bytes(fit->large_block) + " points, x" +
+                         format_fixed(fit->gain, 2) + " at queue depth " + std::to_string(fit->depth) + ")"};
+  }
+  const DiskBandwidthPoint* best = nearest_random_point(disk, record_stride, false);
   if (!best) return std::nullopt;
-  return Bandwidth{best->gb_per_s.median, "disk random read " + format_fixed(best->gb_per_s.median) + " GB/s (" +
-                                              format_bytes(best->block_bytes) + " blocks, queue depth " +
-                                              std::to_string(best->queue_depth) + "; record stride " +
-                                              format_bytes(record_stride) + ")"};
+  const DiskBandwidthPoint* alone = nearest_random_point(disk, record_stride, true);
+  const double stride = static_cast<double>(record_stride);
+  const double one_read_s = fit     ? fit->one_read_s(record_stride)
+                            : alone ? stride / (alone->gb_per_s.median * 1e9)
+                                    : stride / (best->gb_per_s.median * 1e9);
+  return DiskReads{best->gb_per_s.median, one_read_s, record_stride,
+                   "disk random read " + format_fixed(best->gb_per_s.median) + " GB/s (" + format_bytes(best->block_bytes) +
+                       " blocks, queue depth " + std::to_string(best->queue_depth) + "; record stride " +
+                       format_bytes(record_stride) + "; one read alone " + format_fixed(one_read_s * 1e6, 1) + " us)"};
 }
 
 // Why a measured profile has no disk figure, and what to run: the probe

@@ -77,8 +77,20 @@ const Point* nearest_team(const std::vector<Point>& points, const Team& team, co
 }
 
 std::optional<Bandwidth> ram_bandwidth(const DeviceProfile& profile, int threads);
-// Random reads of expert records (small ones by the disk's fitted latency).
-std::optional<Bandwidth> disk_bandwidth(const DeviceProfile& profile, u64 record_stride);
+// Random reads of expert records: the rate with the I/O pool's reads in
+// flight (small records by the disk's fitted latency), and one read alone
+// (a layer that misses one expert waits that long, whatever the rate).
+struct DiskReads {
+  double gb_per_s = 0;
+  double one_read_s = 0;
+  u64 record_bytes = 0;
+  std::string text;
+  // Expected seconds for `reads` records requested together and all waited
+  // for (a layer's or a prefill round's misses): below one read, that share
+  // of a lone read; else the longer of a lone read and the stream.
+  double seconds(double reads) const;
+};
+std::optional<DiskReads> disk_reads(const DeviceProfile& profile, u64 record_stride);
 std::string missing_disk_bandwidth(const DeviceProfile& profile);  // why there is none, and what to run
 std::optional<Bandwidth> vram_bandwidth(const DeviceProfile& profile, const ModelFootprint& fp, const GpuTier& tier);
 std::optional<Bandwidth> upload_bandwidth(const DeviceProfile& profile, const GpuTier& tier, double bytes);

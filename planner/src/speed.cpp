@@ -168,12 +168,14 @@ namespace {
 // expert cache's expected behaviour.
 struct PlanRates {
   Bandwidth ram;
-  std::optional<Bandwidth> disk, vram;
+  std::optional<DiskReads> disk;
+  std::optional<Bandwidth> vram;
   std::optional<Bandwidth> upload;  // host to the plan's GPU (a CUDA hybrid batch copies the host's experts up)
   double miss = 0;        // share of a decode token's expert reads that go to disk
   double prefill_miss = 0;  // the same for a prompt's
   double vram_share = 0;  // share of expert reads served from VRAM
-  double disk_gbs() const { return disk ? disk->gb_per_s : 1.0; }  // unused when nothing misses
+  // Seconds for `reads` expert records requested together and waited for (0 when nothing misses).
+  double disk_seconds(double reads) const { return disk ? disk->seconds(reads) : 0.0; }
 };
 
 // Decode: seconds per token as planner/README.md's formula says, and its inputs.
@@ -202,11 +204,12 @@ void predict_decode(const DeviceProfile& profile, const ModelFootprint& fp, cons
   const double dense_s = gemv.seconds(static_cast<double>(dense), static_cast<double>(dense_rows_per_token(fp)), r.ram);
   // A layer computes its resident experts while the I/O threads read its
   // misses (ExpertStore, MoeModel::moe_round), then the misses: the reads
-  // cost only what outlasts the resident experts' compute.
+  // (top_k x miss rate per layer, requested together) cost only what
+  // outlasts the resident experts' compute.
   const double expert_gbs = streams_at(expert_kernel);
   const double resident_compute_s = layers * top_k * std::max(0.0, 1.0 - r.vram_share - r.miss) *
                                     static_cast<double>(record) / (expert_gbs * 1e9);
-  const double disk_wait_s = std::max(0.0, missed / (r.disk_gbs() * 1e9) - resident_compute_s);
+  const double disk_wait_s = std::max(0.0, layers * r.disk_seconds(top_k * r.miss) - resident_compute_s);
   s.decode_terms = {
       {"dense weights", dense_s},
       {"KV cache", static_cast<double>(kv) / (r.ram.gb_per_s * 1e9)},
@@ -274,13 +277,54 @@ void predict_gpu_prefill(const ModelFootprint& fp, const Plan& plan, const PlanR
 }
 
 // Prefill of a 512-token prompt (llama-bench's pp512; at most the context),
-// as the engine runs it: each layer's dense projections over the whole pass
-// (the dense weights read once), the experts in rounds of R tokens, each
-// reading the distinct experts it touches once (uniform routing:
-// n(1 - (1-1/n)^(R k))), the missed ones from disk; where the tuning phase
-// timed the engine's expert GEMM, every active weight multiplied once per
-// token at that rate. The pass takes the longer of compute and reads.
+// as the engine runs it: each layer's dense projections and attention over
+// the whole pass (the dense weights read once), the experts in rounds of R
+// tokens, each reading the distinct experts it touches once (uniform
+// routing: n(1 - (1-1/n)^(R k))), the missed ones from disk while the
+// round's resident experts compute. Compute and RAM reads overlap (the
+// longer counts); a round's disk reads add what outlasts its resident
+// experts' compute, since the round waits for them.
 constexpr int kPrefillPromptTokens = 512;
+
+// The compute side of a prompt of `prompt` tokens in rounds of `round`, at
+// the tuning phase's measured rates (planner/README.md has the formulas).
+struct PromptCompute {
+  bool timed = false;  // the profile timed the engine's expert GEMM
+  double expert_s = 0, dense_s = 0, attention_s = 0, lm_head_s = 0;
+  std::string text;
+  double seconds() const { return expert_s + dense_s + attention_s + lm_head_s; }
+};
+PromptCompute prompt_compute(const DeviceProfile& profile, const ModelFootprint& fp, const Team& team, double prompt,
+                             double round, const Bandwidth& ram) {
+  const double layers = static_cast<double>(fp.moe_layer_count()), top_k = fp.top_k, n = fp.n_experts;
+  const auto compute = prefill_compute_rate(profile, fp.expert_format, team, round * top_k / n);
+  PromptCompute out;
+  if (!compute) return out;
+  out.timed = true;
+  // The dense projections run over the whole pass: float ones at the float
+  // GEMM's timed rate, quantised ones at the GEMM rate of a pass's tokens;
+  // without those points, at the experts' GEMM rate.
+  const double expert_macs = layers * top_k * static_cast<double>(fp.expert_parameters);
+  const double dense_macs = std::max(0.0, prefill_macs_per_token(fp) - expert_macs);
+  const auto quantized_dense = quantized_format(fp.dense_format);
+  auto dense_rate = quantized_dense ? prefill_compute_rate(profile, *quantized_dense, team, prompt, false)
+                                    : dense_prefill_rate(profile, team);
+  if (!dense_rate) dense_rate = prefill_compute_rate(profile, fp.expert_format, team, round * top_k / n, false);
+  const auto attention = prefill_attention_cost(profile, team);
+  const model::ModelConfig& c = fp.config;
+  const double heads = static_cast<double>(c.num_hidden_layers) * static_cast<double>(c.num_attention_heads);
+  out.attention_s = attention ? attention->seconds(heads, prompt * (prompt + 1) / 2, static_cast<double>(c.head_dim)) : 0.0;
+  out.expert_s = prompt * compute->seconds(layers * top_k, expert_macs);
+  out.dense_s = prompt * dense_rate->seconds(prefill_dense_rows(fp), dense_macs);
+  out.lm_head_s = last_token_lm_head_seconds(profile, fp, team, ram);
+  out.text = "experts " + format_fixed(expert_macs / 1e9, 2) + " GMAC per token / " + compute->text + " + dense " +
+             format_fixed(dense_macs / 1e9, 3) + " GMAC per token / " + dense_rate->text +
+             (attention ? " + attention " + format_fixed(prompt_attention_macs(fp, prompt) / 1e9, 2) + " GMAC per prompt at " +
+                              attention->text
+                        : " (the prompt's attention not timed in this profile: re-probe to price it)") +
+             " + the last token's lm_head " + format_fixed(out.lm_head_s * 1e3, 3) + " ms as one decode token's (dense rate above)";
+  return out;
+}
 
 void predict_prefill(const DeviceProfile& profile, const ModelFootprint& fp, const Plan& plan, const PlanRates& r,
                      SpeedPrediction& s) {
@@ -288,56 +332,33 @@ void predict_prefill(const DeviceProfile& profile, const ModelFootprint& fp, con
   const double prompt = std::clamp(plan.ctx, 1, kPrefillPromptTokens);
   const double round = std::clamp(static_cast<double>(plan.prefill_round_tokens), 1.0, prompt);
   const double rounds = std::ceil(prompt / round), n = fp.n_experts;
-  const u64 dense = dense_bytes_per_token(fp);
-  const double distinct = n * (1.0 - std::pow(1.0 - 1.0 / n, round * top_k));
-  const double expert_reads = rounds * layers * distinct;
-  const double pass_ram = static_cast<double>(dense) + expert_reads * static_cast<double>(fp.expert().record_bytes);
-  const double pass_disk = expert_reads * r.prefill_miss * static_cast<double>(fp.expert().record_stride);
-  const double memory_s = pass_ram / (r.ram.gb_per_s * 1e9) + pass_disk / (r.disk_gbs() * 1e9);
-  const std::string memory_text = "a " + format_fixed(prompt, 0) + "-token prompt reading dense " + format_bytes(dense) +
-                                  " once and, in " + format_fixed(rounds, 0) + " rounds of " + format_fixed(round, 0) + " tokens, " +
-                                  format_fixed(distinct, 1) + " distinct experts x " + format_fixed(layers, 0) + " layers each, " +
-                                  format_fixed(r.prefill_miss * 100, 1) + "% of them from disk";
   const Team team = plan.prefill_threads > 0 || !plan.prefill_pus.empty()
                         ? Team{plan.prefill_pus.empty() ? plan.prefill_threads : plan.prefill_pus.size(), plan.prefill_pus}
                         : Team{plan.threads, plan.compute_pus};
-  const auto compute = r.vram ? std::nullopt : prefill_compute_rate(profile, fp.expert_format, team, round * top_k / n);
-  const double lm_head_s = compute ? last_token_lm_head_seconds(profile, fp, team, r.ram) : 0.0;
-  // The dense projections run over the whole pass: float ones at the float
-  // GEMM's timed rate, quantised ones at the GEMM rate of a pass's tokens;
-  // without those points, at the experts' rate.
-  const double expert_macs = layers * top_k * static_cast<double>(fp.expert_parameters);
-  const double dense_macs = std::max(0.0, prefill_macs_per_token(fp) - expert_macs);
-  const auto quantized_dense = quantized_format(fp.dense_format);
-  std::optional<ComputeRate> dense_rate;
-  if (compute) {
-    dense_rate = quantized_dense ? prefill_compute_rate(profile, *quantized_dense, team, prompt, false)
-                                 : dense_prefill_rate(profile, team);
-    if (!dense_rate) dense_rate = prefill_compute_rate(profile, fp.expert_format, team, round * top_k / n, false);  // the experts' GEMM
-  }
-  const auto attention = compute ? prefill_attention_cost(profile, team) : std::nullopt;
-  const model::ModelConfig& c = fp.config;
-  const double heads = static_cast<double>(c.num_hidden_layers) * static_cast<double>(c.num_attention_heads);
-  const double attention_s =
-      attention ? attention->seconds(heads, prompt * (prompt + 1) / 2, static_cast<double>(c.head_dim)) : 0.0;
-  const double expert_s = compute ? prompt * compute->seconds(layers * top_k, expert_macs) : 0.0;
-  const double dense_s = compute ? prompt * dense_rate->seconds(prefill_dense_rows(fp), dense_macs) : 0.0;
-  s.prefill_terms = {{"compute: expert GEMMs", expert_s / prompt},
-                     {"compute: dense projections", dense_s / prompt},
-                     {"compute: attention", attention_s / prompt},
-                     {"compute: lm_head of the last token", lm_head_s / prompt},
-                     {"memory: weights from RAM", pass_ram / (r.ram.gb_per_s * 1e9) / prompt},
-                     {"memory: experts from disk", pass_disk / (r.disk_gbs() * 1e9) / prompt}};
-  s.prefill_tok_per_s = prompt / std::max(memory_s, expert_s + dense_s + attention_s + lm_head_s);
-  const std::string attention_text =
-      attention ? " + attention " + format_fixed(prompt_attention_macs(fp, prompt) / 1e9, 2) + " GMAC per prompt at " + attention->text
-                : " (the prompt's attention not timed in this profile: re-probe to price it)";
-  s.prefill_inputs =
-      compute ? "the longer of compute, experts " + format_fixed(expert_macs / 1e9, 2) + " GMAC per token / " + compute->text +
-                    " + dense " + format_fixed(dense_macs / 1e9, 3) + " GMAC per token / " + dense_rate->text + attention_text +
-                    " + the last token's lm_head " + format_fixed(lm_head_s * 1e3, 3) + " ms as one decode token's (dense rate above)" +
-                    ", and memory, " + memory_text
-              : "rough, bandwidth only (no timed prefill kernel in this profile: real prefill is slower): " + memory_text;
+  const PromptCompute compute = r.vram ? PromptCompute{} : prompt_compute(profile, fp, team, prompt, round, r.ram);
+  const u64 dense = dense_bytes_per_token(fp);
+  const double distinct = n * (1.0 - std::pow(1.0 - 1.0 / n, round * top_k));
+  const double pass_ram = static_cast<double>(dense) + rounds * layers * distinct * static_cast<double>(fp.expert().record_bytes);
+  const double ram_s = pass_ram / (r.ram.gb_per_s * 1e9);
+  // Each round's misses of a layer, requested together; the round's resident experts compute meanwhile.
+  const double round_resident_s = compute.expert_s * (1.0 - r.prefill_miss) / (rounds * layers);
+  const double disk_s = rounds * layers * std::max(0.0, r.disk_seconds(distinct * r.prefill_miss) - round_resident_s);
+  s.prefill_terms = {{"compute: expert GEMMs", compute.expert_s / prompt},
+                     {"compute: dense projections", compute.dense_s / prompt},
+                     {"compute: attention", compute.attention_s / prompt},
+                     {"compute: lm_head of the last token", compute.lm_head_s / prompt},
+                     {"memory: weights from RAM", ram_s / prompt},
+                     {"memory: experts from disk", disk_s / prompt}};
+  s.prefill_tok_per_s = prompt / (std::max(ram_s, compute.seconds()) + disk_s);
+  const std::string memory_text = "a " + format_fixed(prompt, 0) + "-token prompt reading dense " + format_bytes(dense) +
+                                  " once and, in " + format_fixed(rounds, 0) + " rounds of " + format_fixed(round, 0) + " tokens, " +
+                                  format_fixed(distinct, 1) + " distinct experts x " + format_fixed(layers, 0) + " layers each, " +
+                                  format_fixed(r.prefill_miss * 100, 1) + "% of them from disk" +
+                                  (disk_s > 0 ? " (" + r.disk->text + "; each round's reads less its resident experts' compute)"
+                                              : std::string());
+  s.prefill_inputs = compute.timed ? "the longer of compute, " + compute.text + ", and RAM reads, then the disk: " + memory_text
+                                   : "rough, bandwidth only (no timed prefill kernel in this profile: real prefill is slower): " +
+                                         memory_text;
 }
 
 }  // namespace
@@ -368,7 +389,7 @@ SpeedPrediction predict_speed(const DeviceProfile& profile, const ModelFootprint
     }
   }
   const auto ram = ram_bandwidth(profile, plan.threads);
-  rates.disk = disk_bandwidth(profile, fp.expert().record_stride);
+  rates.disk = disk_reads(profile, fp.expert().record_stride);
   // A plan that streams needs the disk figure; one that holds every expert does not.
   if (!ram) {
     s.unavailable = kNoMeasuredBandwidth;

@@ -1,6 +1,7 @@
 // Disk read bandwidth on the filesystem of a directory (where the model
-// lives): sequential and random reads of expert-sized blocks (1-20 MB) at
-// queue depths 1..8, O_DIRECT where the filesystem allows it.
+// lives): sequential and random reads of expert-sized blocks (1-16 MiB) at
+// queue depths 1..8, and random 16 KiB reads (a read's latency) at the same
+// depths, O_DIRECT where the filesystem allows it.
 #pragma once
 
 #include <cstdint>

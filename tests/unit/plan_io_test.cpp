@@ -688,6 +688,40 @@ TEST(PlanSpeed, SmallRecordsReadAtTheDisksFittedLatency) {
               missed * (per_read / stride - 1 / (1.5 * qd1(1 << 20) * 1e9)), 1e-9);
 }
 
+// A prefill round waits for its misses before its missed experts run, and
+// the next round needs the cache again: each round's reads of a layer cost
+// at least one read's latency when any expert misses (the I/O pool's queue
+// depth only helps several reads of one round). Made-up disk: 100 us + 2
+// GB/s per read alone, x1.5 with reads in flight; no tuned kernels, so no
+// resident compute overlaps the reads.
+TEST(PlanSpeed, PrefillRoundsWaitForTheirMissesAtLeastOneReadEach) {
+  auto fp = read_footprint(std::filesystem::path(COLI_FIXTURES_DIR) / "models" / "tiny-demo", WeightFormat::q4_g64,
+                           DenseFormat::source);
+  ASSERT_TRUE(fp.ok()) << fp.error().message;
+  DeviceProfile profile = measured_profile(10);
+  auto qd1 = [](double block) { return block / (100e-6 + block / 2e9) / 1e9; };
+  profile.measurements.disk->points = {disk(1 << 20, 1, qd1(1 << 20)), disk(4 << 20, 1, qd1(4 << 20)),
+                                       disk(1 << 20, 8, 1.5 * qd1(1 << 20))};
+  for (const int cap : {4, 6}) {
+    PlanRequest request;
+    request.cap = cap;
+    request.gpu = "none";  // the CPU engine's rounds
+    auto plan = make_plan(profile, *fp, request);
+    ASSERT_TRUE(plan.ok()) << plan.error().message;
+    const SpeedPrediction s = predict_speed(profile, *fp, *plan);
+    ASSERT_TRUE(s.available) << s.unavailable;
+    const double stride = static_cast<double>(fp->expert().record_stride), n = fp->n_experts, layers = 2;
+    const double round = plan->prefill_round_tokens, rounds = std::ceil(512 / round);
+    const double misses = n * (1 - std::pow(1 - 1 / n, round * fp->top_k)) * (1 - s.prefill_hit_rate);  // per round and layer
+    const double one_read = 100e-6 + stride / 2e9, in_flight = one_read / 1.5;
+    const double wait = misses < 1 ? misses * one_read : std::max(one_read, misses * in_flight);
+    ASSERT_EQ(s.prefill_terms.back().name, "memory: experts from disk");
+    EXPECT_NEAR(s.prefill_terms.back().seconds * 512, rounds * layers * wait, 1e-9) << "cap " << cap;
+    EXPECT_NE(s.prefill_inputs.find("each round's reads less its resident experts' compute"), std::string::npos)
+        << s.prefill_inputs;
+  }
+}
+
 TEST(PlanSpeed, QuickProfileSaysToMeasureInsteadOfGuessing) {
   DeviceProfile quick = h200();
   quick.measurements = {};

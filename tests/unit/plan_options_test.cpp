@@ -144,6 +144,7 @@ TEST(KnobsMemory, ThePlannersFiguresForTheseKnobs) {
   options.threads = 2;
   options.io_threads = 4;
   options.pins = {{1, 2, 3}};
+  options.cpu_kernel = "avx2";  // not amx, whatever this machine selects (amx adds tile padding, checked below)
   auto memory = memory_for_options(shape, options, 32, true);
   ASSERT_TRUE(memory.ok()) << memory.error().message;
 
@@ -156,6 +157,14 @@ TEST(KnobsMemory, ThePlannersFiguresForTheseKnobs) {
   EXPECT_EQ(memory->planned_bytes, planned);
   EXPECT_EQ(memory->margin_bytes, planner::decide_safety_margin(planned, 2, 4).bytes);
   EXPECT_EQ(memory->slot_bytes, 16 * footprint.expert().record_stride);
+  ModelOptions amx = options;
+  amx.cpu_kernel = "amx";
+  knobs.amx_tiles = true;
+  auto amx_memory = memory_for_options(shape, amx, 32, true);
+  ASSERT_TRUE(amx_memory.ok()) << amx_memory.error().message;
+  EXPECT_EQ(amx_memory->planned_bytes, planner::preview_memory(footprint, knobs).total(planner::Tier::ram));
+  EXPECT_GT(amx_memory->planned_bytes, memory->planned_bytes);
+  knobs.amx_tiles = false;
   // The KV line follows the options' KV type: f32 costs the difference, no more.
   options.kv_type = KvType::f32;
   auto with_f32_kv = memory_for_options(shape, options, 32, true);
