@@ -1,5 +1,7 @@
 #include "sampler.h"
 
+#include "coli/forward/ops.h"
+
 #include <algorithm>
 #include <cstddef>
 #include <functional>
@@ -89,11 +91,9 @@ Result<std::int32_t> Sampler::pick(std::span<const float> logits) {
     }
     logits = penalised_;
   }
-  std::size_t best = logits.size();
-  for (std::size_t i = 0; i < logits.size(); ++i) {
-    if (std::isfinite(logits[i]) && (best == logits.size() || logits[i] > logits[best])) best = i;
-  }
-  if (best == logits.size()) return make_error("the model produced no finite logit: its weights or the run are broken");
+  const int greedy = forward::greedy_token(logits);
+  if (greedy < 0) return make_error("the model produced no finite logit: its weights or the run are broken");
+  const auto best = static_cast<std::size_t>(greedy);
   if (options_.temperature <= 0) return static_cast<std::int32_t>(best);
   const double peak = logits[best];
   // min-p on the untempered probabilities: exp(l - peak) >= min_p.

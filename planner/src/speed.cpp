@@ -199,6 +199,9 @@ void predict_decode(const DeviceProfile& profile, const ModelFootprint& fp, cons
   auto streams_at = [&](const std::optional<Bandwidth>& kernel) {
     return kernel ? std::min(kernel->gb_per_s, r.ram.gb_per_s) : r.ram.gb_per_s;
   };
+  // The greedy pick after the pass scans every logit on one thread.
+  const auto sampling = sampling_rate(profile, team);
+  const double sampling_s = sampling ? static_cast<double>(fp.config.vocab_size) * sampling->seconds_per_row : 0.0;
   const DenseGemv gemv = dense_gemv(profile, fp, team);
   const auto& [dense_kernel, rows] = gemv;
   const double dense_s = gemv.seconds(static_cast<double>(dense), static_cast<double>(dense_rows_per_token(fp)), r.ram);
@@ -216,7 +219,8 @@ void predict_decode(const DeviceProfile& profile, const ModelFootprint& fp, cons
       {"experts in RAM", experts / (expert_gbs * 1e9)},
       {"experts from disk", disk_wait_s},
       {"experts in VRAM", r.vram ? in_vram / (r.vram->gb_per_s * 1e9) : 0.0},
-      {"parallel steps", step ? steps.regions * step->seconds + steps.barriers * step->barrier_seconds : 0.0}};
+      {"parallel steps", step ? steps.regions * step->seconds + steps.barriers * step->barrier_seconds : 0.0},
+      {"sampling", sampling_s}};
   double seconds = 0;
   for (const SpeedTerm& term : s.decode_terms) seconds += term.seconds;
   s.decode_tok_per_s = 1.0 / seconds;
@@ -236,6 +240,7 @@ void predict_decode(const DeviceProfile& profile, const ModelFootprint& fp, cons
                     (rows           ? "; dense " + std::to_string(dense_rows_per_token(fp)) + " rows at " + rows->text
                      : dense_kernel ? "; dense at most " + dense_kernel->text
                                     : "") +
+                    (sampling ? " + vocabulary " + std::to_string(fp.config.vocab_size) + " x " + sampling->text : "") +
                     (r.vram ? ""
                      : step ? " + " + step->text
                             : " (OpenMP step costs not in this profile: re-probe to price " +

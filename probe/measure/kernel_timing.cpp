@@ -111,6 +111,9 @@ struct KernelSpec {
   // An expert kernel's experts: hidden x width (OLMoE's, or narrow ones: a
   // small model's cost per routed row beside its multiply-adds).
   int expert_hidden = kHidden, expert_width = kWidth;
+  // Greedy sampling's scan of a vocabulary's logits (forward::greedy_token,
+  // on the calling thread): what every decoded token costs after its pass.
+  bool sampling = false;
 };
 
 // The engine's 512-token prefill pass over OLMoE's 64 experts gives each
@@ -121,7 +124,8 @@ struct KernelSpec {
 constexpr int kWideTokensPerExpert = 64;
 constexpr int kNarrowRows = 32768, kNarrowCols = 64;  // 4 MiB of bf16
 constexpr int kNarrowHeadDim = 16;
-constexpr int kNarrowExpert = 64;  // hidden and width of the narrow expert and dense prefill points
+constexpr int kNarrowExpert = 64;
+constexpr int kSampledVocab = 131072;  // logits scanned per greedy pick (512 KiB: a cache-resident vocabulary row)  // hidden and width of the narrow expert and dense prefill points
 
 // Prefill attention: a prompt of kAttentionTokens causal positions over an
 // f16 KV cache (the CPU's default), OLMoE's 16 heads of 128.
@@ -170,7 +174,13 @@ class KernelRunner {
     point_ = {spec.name, spec.dense ? spec.dense_rows : spec.expert_width, spec.dense ? spec.dense_cols : spec.expert_hidden,
               spec.prefill ? tokens : 1, 0,
               set.name, threads_, set.pus, set.smt, {}, {}};
-    if (spec.attention) {
+    if (spec.sampling) {
+      // rows: the vocabulary scanned; bytes: its logits.
+      point_.rows = kSampledVocab, point_.cols = 1, point_.batch = 1, point_.matrices = 0;
+      logits_.resize(kSampledVocab);
+      for (float& v : logits_) v = uniform(random);
+      bytes_ = 4.0 * kSampledVocab;
+    } else if (spec.attention) {
       // rows x cols: heads x head_dim; batch: the prompt's tokens; bytes: the K and V it reads.
       const int head_dim = spec.head_dim;
       point_.rows = kHeads, point_.cols = head_dim, point_.batch = kAttentionTokens, point_.matrices = 0;
@@ -207,7 +217,9 @@ class KernelRunner {
 
   double run() {
     const auto start = Clock::now();
-    if (spec_.attention) {
+    if (spec_.sampling) {
+      picked_ = forward::greedy_token(logits_);
+    } else if (spec_.attention) {
       forward::attention(cache_, 0, q_, kAttentionTokens, 0, kHeads, attention_out_, threads_);
     } else if (spec_.dense && spec_.prefill) {
       const int rows = spec_.dense_rows, cols = spec_.dense_cols, tokens = point_.batch;
@@ -245,7 +257,8 @@ class KernelRunner {
 
   Result<KernelThroughputPoint> point(std::vector<double> samples) const {
     const auto all_finite = [](const std::vector<float>& v) { return std::all_of(v.begin(), v.end(), [](float x) { return std::isfinite(x); }); };
-    const bool finite = spec_.attention ? all_finite(attention_out_)
+    const bool finite = spec_.sampling    ? picked_ >= 0
+                        : spec_.attention ? all_finite(attention_out_)
                         : spec_.dense   ? all_finite(y_)
                         : experts_->finite();
     if (!finite) return make_error("kernel tuning: " + spec_.name + " produced non-finite values; the kernel or memory misbehaved");
@@ -266,6 +279,8 @@ class KernelRunner {
   std::vector<std::pair<int, int>> routing_;  // (token, expert) of one call
   forward::KvCache cache_;                 // attention_prefill
   std::vector<float> q_, attention_out_;
+  std::vector<float> logits_;              // greedy_sample
+  int picked_ = -1;
   std::uint64_t dense_bytes_;
   int distinct_ = 0;
   double bytes_ = 0;
@@ -366,7 +381,8 @@ Result<KernelTuning> measure_kernel_tuning(const CpuFacts& facts, const MemoryFa
       {.name = "expert_q4_prefill_narrow", .format = F::q4_g64, .prefill = true, .weight = 0.5,
        .call_tokens = kWideTokensPerExpert, .expert_hidden = kNarrowExpert, .expert_width = kNarrowExpert},
       {.name = "dense_bf16_prefill_narrow", .format = F::bf16, .prefill = true, .dense = true, .weight = 0.5,
-       .call_tokens = kWideTokensPerExpert, .dense_rows = kNarrowExpert, .dense_cols = kNarrowExpert}};
+       .call_tokens = kWideTokensPerExpert, .dense_rows = kNarrowExpert, .dense_cols = kNarrowExpert},
+      {.name = "greedy_sample", .format = F::f32, .weight = 0.25, .sampling = true}};
   double units_per_set = 0;
   for (const auto& spec : specs) units_per_set += spec.weight;
   // Keep the sets the budget can time (priority order), at least one.
@@ -381,7 +397,7 @@ Result<KernelTuning> measure_kernel_tuning(const CpuFacts& facts, const MemoryFa
   for (std::size_t i = 0; i < sets.size(); ++i)
     for (const KernelSpec& spec : specs) {
       std::optional<EngineExpertBatch> experts;
-      if (!spec.dense && !spec.attention) {
+      if (!spec.dense && !spec.attention && !spec.sampling) {
         auto batch = EngineExpertBatch::create(spec.format, spec.expert_hidden, spec.expert_width, tuning.cpu_kernel,
                                                sets[i].pus.size(), pool.filled());
         if (!batch) return batch.error();

@@ -1,6 +1,8 @@
 // The decoder operations against hand-computed values and naive formulas.
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -65,6 +67,15 @@ TEST(ForwardOps, RopeCachedAnglesBelongToTheirRopeAndPosition) {
     EXPECT_NE(rotated(slow, 8), slow_at_7);            // other position
     EXPECT_NEAR(slow_at_7[0], std::cos(7.0) * 1 - std::sin(7.0) * 0.25f, 1e-6);
   }
+}
+
+TEST(ForwardOps, GreedyTokenIsTheFirstLargestFiniteLogit) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_EQ(greedy_token(std::vector<float>{0.5f, 2.0f, -1.0f, 2.0f}), 1);    // the first of equal ones
+  EXPECT_EQ(greedy_token(std::vector<float>{nan, -3.0f, inf, -2.0f, nan}), 3);  // NaN and infinities never win
+  EXPECT_EQ(greedy_token(std::vector<float>{-inf, -1e30f}), 1);
+  EXPECT_EQ(greedy_token(std::vector<float>{nan, inf, -inf}), -1);             // nothing finite
+  EXPECT_EQ(greedy_token(std::vector<float>{}), -1);
 }
 
 TEST(ForwardOps, RoutingPerNormalisation) {

@@ -476,6 +476,25 @@ TEST(PlanSpeed, FloatDenseProjectionsOfAPromptTakeTheFloatGemmRate) {
       << float_rate.prefill_inputs;
 }
 
+// Every decoded token ends with the greedy pick, a serial scan of the
+// logits: the tuning phase times it (greedy_sample) and decode adds vocab x
+// its time per entry, at any thread count. Made-up: 131072 logits in 65.536 us.
+TEST(PlanSpeed, DecodeAddsTheGreedyScanOfTheVocabulary) {
+  const ModelFootprint fp = qwen3();  // vocabulary 151936
+  const Plan plan = resident_qwen3_plan(8);
+  DeviceProfile profile = measured_profile(10);
+  profile.measurements.kernel_tuning = tuned_on_8_threads("greedy_sample", 131072, 1, 0, {}, {3, 1 / 65.536e-6, 1 / 65.536e-6, 1 / 65.536e-6, 0});
+  profile.measurements.kernel_tuning->points[0].cols = 1;
+  const SpeedPrediction s = predict_speed(profile, fp, plan);
+  ASSERT_TRUE(s.available);
+  ASSERT_EQ(s.decode_terms.back().name, "sampling");
+  EXPECT_NEAR(s.decode_terms.back().seconds, 151936 * 0.5e-9, 1e-12);
+  EXPECT_NE(s.decode_inputs.find("vocabulary 151936 x greedy sampling 0.50 ns per vocabulary entry"), std::string::npos)
+      << s.decode_inputs;
+  profile.measurements.kernel_tuning->points.clear();
+  EXPECT_EQ(predict_speed(profile, fp, plan).decode_terms.back().seconds, 0.0);  // not timed: left out
+}
+
 // A routed row costs more than its multiply-adds (gathering, quantising,
 // SwiGLU, scattering, summing): the tuning phase times 64-wide experts
 // (expert_q4_prefill_narrow) beside OLMoE-wide ones at equal tokens per

@@ -4,6 +4,8 @@
 #include <chrono>
 #include <span>
 
+#include "coli/forward/ops.h"
+
 namespace coli::bench {
 namespace {
 
@@ -11,9 +13,8 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
-std::int32_t argmax(const std::vector<float>& logits) {
-  return static_cast<std::int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-}
+// The sampler's greedy pick (what the speed model prices as sampling).
+std::int32_t argmax(const std::vector<float>& logits) { return forward::greedy_token(logits); }
 
 std::vector<std::int32_t> spread_ids(int count, int vocab, std::uint64_t stride, std::uint64_t offset) {
   std::vector<std::int32_t> ids;

@@ -234,6 +234,17 @@ void Rope::rotate(std::span<float> x, int heads, const std::vector<double>& cosi
   }
 }
 
+int greedy_token(std::span<const float> logits) {
+  int best = -1;
+  float best_value = 0;
+  for (std::size_t i = 0; i < logits.size(); ++i) {
+    const float v = logits[i];
+    // v - v is 0 exactly for finite v (NaN for NaN and infinities): one compare, no branch on the class.
+    if ((best < 0 || v > best_value) && v - v == 0.0f) best = static_cast<int>(i), best_value = v;
+  }
+  return best;
+}
+
 void softmax(std::span<float> x) {
   const float peak = *std::max_element(x.begin(), x.end());
   double sum = 0;

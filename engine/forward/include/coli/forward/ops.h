@@ -68,6 +68,11 @@ class Rope {
 };
 
 void softmax(std::span<float> x);
+// Greedy decoding's pick: the index of the largest finite logit (the first
+// of equal ones), or -1 when none is finite. What every greedy token costs
+// after its pass (a serial scan of the vocabulary): the sampler, the
+// benchmarks and the probe's tuning phase (which times it) share it.
+int greedy_token(std::span<const float> logits);
 float silu(float x);
 
 // out += weight * y, element by element: the one place expert outputs are
