@@ -8,6 +8,7 @@ find_package(OpenMP REQUIRED COMPONENTS CXX)
 find_package(Threads REQUIRED)
 find_package(nlohmann_json 3 REQUIRED)  # model config, tokenizer.json, container index
 pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)  # container checksums (XXH3-64)
+pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)  # tokenizers' split regexes (Unicode properties)
 # Vulkan: headers and glslc at build time only; the loader is opened at run time.
 # (FindVulkan would also demand libvulkan.so, which the build never links.)
 find_path(COLI_VULKAN_INCLUDE_DIR vulkan/vulkan.h REQUIRED)

@@ -23,7 +23,7 @@ packages=(
   libhwloc-dev hwloc libtomlplusplus-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libvulkan-dev libvulkan1 glslc libspirv-cross-c-shared-dev mesa-vulkan-drivers nlohmann-json3-dev
-  libxxhash-dev
+  libxxhash-dev libpcre2-dev
   help2man python3  # man pages and shell completions, generated from --help at build time
   clang libclang-rt-14-dev  # fuzz: libFuzzer and the sanitizers' runtimes
 )

@@ -3,6 +3,7 @@
 #include <limits>
 
 #include "coli/tokenizer/gguf_metadata.h"
+#include "pre_tokenizer.h"
 #include "tokenizer_data.h"
 
 namespace coli {
@@ -10,17 +11,18 @@ namespace {
 
 using bpe::VocabularySource;
 
-// llama.cpp's tokenizer.ggml.pre names, mapped to the split regex they use.
-Result<PreTokenizer> pre_tokenizer_for(const GgufMetadata& meta) {
+// llama.cpp's tokenizer.ggml.pre names, mapped to the split regexes they use.
+Result<bpe::GgufPreTokenizer> pre_tokenizer_for(const GgufMetadata& meta) {
   const GgufValue* pre = meta.find("tokenizer.ggml.pre");
   if (pre == nullptr) {
-    return make_error(meta.origin + ": no tokenizer.ggml.pre key; cannot tell which pre-tokeniser to use");
+    return make_error(meta.origin + ": no tokenizer.ggml.pre key; cannot tell which pre-tokenizer to use");
   }
-  const std::string& name = pre->text;
-  if (name == "gpt-2" || name == "olmo") return PreTokenizer::kGpt2;
-  if (name == "qwen2" || name == "deepseek-r1-qwen") return PreTokenizer::kQwen2;
-  return make_error(meta.origin + ": tokenizer.ggml.pre '" + name +
-                    "' is not supported (known: gpt-2, olmo, qwen2, deepseek-r1-qwen)");
+  auto known = bpe::gguf_pre_tokenizer(pre->text);
+  if (!known) {
+    return make_error(meta.origin + ": tokenizer.ggml.pre '" + pre->text + "' is not supported (known: " +
+                      bpe::known_gguf_pre_tokenizers() + ")");
+  }
+  return *known;
 }
 
 // llama.cpp's token types: 1 normal, 2 unknown, 3 control, 4 user-defined,
@@ -71,7 +73,8 @@ Result<VocabularySource> source_from_metadata(const GgufMetadata& meta) {
   }
   auto pre = pre_tokenizer_for(meta);
   if (!pre) return pre.error();
-  source.pre_tokenizer = *pre;
+  source.split_patterns = std::move(pre->patterns);
+  source.ignore_merges = pre->ignore_merges;
 
   const GgufValue* tokens = meta.find("tokenizer.ggml.tokens");
   if (tokens == nullptr || !tokens->is_array_of(GgufType::kString)) {

@@ -1,5 +1,5 @@
 // Tokenizer::from_tokenizer_json: a Hugging Face tokenizers file whose model
-// is byte-level BPE, with the pre-tokeniser and normaliser GPT-2 or Qwen2 ship.
+// is byte-level BPE, with any split regexes and an NFC normaliser or none.
 #include <algorithm>
 
 #include <nlohmann/json.hpp>
@@ -19,31 +19,61 @@ struct Unsupported {
   std::string message;
 };
 
-// GPT-2: {"type": "ByteLevel", "use_regex": true}. Qwen2: a Sequence of a
-// Split with the Qwen2 regex and a ByteLevel with use_regex false.
-PreTokenizer classify_pre_tokenizer(const json& pre) {
-  if (pre.is_null()) throw Unsupported{"no pre_tokenizer; byte-level BPE needs a ByteLevel one"};
-  const std::string type = pre.at("type").get<std::string>();
-  if (pre.value("add_prefix_space", false)) throw Unsupported{"pre_tokenizer with add_prefix_space true"};
-  if (type == "ByteLevel") {
-    if (!pre.value("use_regex", true)) throw Unsupported{"ByteLevel pre_tokenizer without a split regex"};
-    return PreTokenizer::kGpt2;
-  }
-  if (type == "Sequence") {
-    const json& steps = pre.at("pretokenizers");
-    if (steps.size() == 2 && steps[0].at("type") == "Split" && steps[1].at("type") == "ByteLevel" &&
-        !steps[1].value("use_regex", true) && !steps[1].value("add_prefix_space", false)) {
-      const json& split = steps[0];
-      const std::string pattern = split.at("pattern").value("Regex", "");
-      if (split.value("behavior", "") != "Isolated" || split.value("invert", false)) {
-        throw Unsupported{"Split pre_tokenizer with behavior other than Isolated"};
-      }
-      if (pattern == bpe::kQwen2Pattern) return PreTokenizer::kQwen2;
-      if (pattern == bpe::kGpt2Pattern) return PreTokenizer::kGpt2;
-      throw Unsupported{"Split pre_tokenizer regex " + pattern + " (known: the GPT-2 and Qwen2 patterns)"};
+// A regex matching `text` literally: \Q...\E, with any \E inside closed and reopened.
+std::string literal_pattern(const std::string& text) {
+  std::string out = "\\Q";
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (text.compare(i, 2, "\\E") == 0) {
+      out += "\\E\\\\E\\Q";
+      ++i;
+    } else {
+      out += text[i];
     }
   }
-  throw Unsupported{"pre_tokenizer " + pre.dump()};
+  return out + "\\E";
+}
+
+// The split regexes a pre_tokenizer defines, in order: ByteLevel (with
+// use_regex, GPT-2's pattern), Split (a Regex, or a String matched
+// literally; behavior Isolated, not inverted), Digits (one digit at a time or
+// runs) and a Sequence of them. Byte-level BPE needs a ByteLevel step;
+// `byte_level` says whether one was seen.
+void add_split_patterns(const json& pre, std::vector<std::string>& patterns, bool& byte_level) {
+  const std::string type = pre.at("type").get<std::string>();
+  if (type == "Sequence") {
+    for (const json& step : pre.at("pretokenizers")) add_split_patterns(step, patterns, byte_level);
+    return;
+  }
+  if (type == "ByteLevel") {
+    if (pre.value("add_prefix_space", false)) throw Unsupported{"ByteLevel pre_tokenizer with add_prefix_space true"};
+    if (pre.value("use_regex", true)) patterns.emplace_back(bpe::kGpt2Pattern);
+    byte_level = true;
+    return;
+  }
+  if (type == "Split") {
+    if (pre.value("behavior", "") != "Isolated" || pre.value("invert", false)) {
+      throw Unsupported{"Split pre_tokenizer with behavior " + pre.value("behavior", std::string("(none)")) +
+                        (pre.value("invert", false) ? ", inverted" : "") + " (known: Isolated, not inverted)"};
+    }
+    const json& pattern = pre.at("pattern");
+    if (pattern.contains("Regex")) patterns.push_back(pattern.at("Regex").get<std::string>());
+    else patterns.push_back(literal_pattern(pattern.at("String").get<std::string>()));
+    return;
+  }
+  if (type == "Digits") {
+    patterns.emplace_back(pre.value("individual_digits", false) ? "\\p{N}" : "\\p{N}+");
+    return;
+  }
+  throw Unsupported{"pre_tokenizer type '" + type + "' (known: ByteLevel, Split, Digits, Sequence)"};
+}
+
+std::vector<std::string> split_patterns(const json& pre) {
+  if (pre.is_null()) throw Unsupported{"no pre_tokenizer; byte-level BPE needs a ByteLevel one"};
+  std::vector<std::string> patterns;
+  bool byte_level = false;
+  add_split_patterns(pre, patterns, byte_level);
+  if (!byte_level) throw Unsupported{"pre_tokenizer without a ByteLevel step: not byte-level BPE"};
+  return patterns;
 }
 
 bool wants_nfc(const json& normalizer) {
@@ -108,7 +138,7 @@ VocabularySource source_from_json(const json& root, const std::string& origin) {
   }
   if (model.value("byte_fallback", false)) throw Unsupported{"BPE with byte_fallback (SentencePiece style)"};
   source.ignore_merges = model.value("ignore_merges", false);
-  source.pre_tokenizer = classify_pre_tokenizer(root.value("pre_tokenizer", json()));
+  source.split_patterns = split_patterns(root.value("pre_tokenizer", json()));
   source.normalize_nfc = wants_nfc(root.value("normalizer", json()));
   const json& vocab = model.at("vocab");
   const json added_tokens = root.value("added_tokens", json::array());

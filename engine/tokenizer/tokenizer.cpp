@@ -21,7 +21,7 @@ void encode_plain(const bpe::TokenizerData& data, std::string_view text, std::ve
     text = normalized;
   }
   std::vector<std::string_view> words;
-  bpe::split_words(data.pre_tokenizer, text, words);
+  data.splitter->split(text, words);
   for (std::string_view word : words) bpe::merge_word(data, word, out);
 }
 
@@ -86,6 +86,6 @@ TokenKind Tokenizer::token_kind(std::int32_t id) const {
 }
 
 std::size_t Tokenizer::vocab_size() const { return data_->texts.size(); }
-PreTokenizer Tokenizer::pre_tokenizer() const { return data_->pre_tokenizer; }
+const std::vector<std::string>& Tokenizer::split_patterns() const { return data_->splitter->patterns(); }
 
 }  // namespace coli

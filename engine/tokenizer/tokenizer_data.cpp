@@ -34,7 +34,9 @@ Result<std::shared_ptr<const TokenizerData>> build_tokenizer_data(const Vocabula
                       std::to_string(source.tokens.size()) + " tokens");
   }
   auto data = std::make_shared<TokenizerData>();
-  data->pre_tokenizer = source.pre_tokenizer;
+  auto splitter = WordSplitter::create(source.split_patterns, source.origin);
+  if (!splitter) return splitter.error();
+  data->splitter = std::move(*splitter);
   data->normalize_nfc = source.normalize_nfc;
   data->ignore_merges = source.ignore_merges;
   data->texts = source.tokens;

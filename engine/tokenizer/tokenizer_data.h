@@ -12,6 +12,7 @@
 
 #include "coli/base/result.h"
 #include "coli/tokenizer/tokenizer.h"
+#include "pre_tokenizer.h"
 
 namespace coli::bpe {
 
@@ -21,7 +22,7 @@ struct VocabularySource {
   std::vector<std::string> tokens;     // by id; normal tokens in the byte-level alphabet
   std::vector<TokenKind> kinds;        // by id
   std::vector<std::pair<std::string, std::string>> merges;  // rank order
-  PreTokenizer pre_tokenizer = PreTokenizer::kGpt2;
+  std::vector<std::string> split_patterns;  // the pre-tokenizer's regexes, applied in order
   bool normalize_nfc = false;          // tokenizer.json "normalizer": NFC (Qwen2)
   bool ignore_merges = false;          // a word that is itself a token is not merged
   std::optional<std::int32_t> bos_id;
@@ -39,7 +40,7 @@ inline std::uint64_t merge_key(std::int32_t left, std::int32_t right) {
 }
 
 struct TokenizerData {
-  PreTokenizer pre_tokenizer = PreTokenizer::kGpt2;
+  std::optional<WordSplitter> splitter;  // always set by build_tokenizer_data
   bool normalize_nfc = false;
   bool ignore_merges = false;
   std::vector<std::string> texts;   // by id, as in the vocabulary
@@ -54,7 +55,8 @@ struct TokenizerData {
 };
 
 // Indexes a source; fails when merges name unknown tokens, a byte has no
-// token, or the tables are otherwise inconsistent (message names the origin).
+// token, a split regex does not compile, or the tables are otherwise
+// inconsistent (message names the origin).
 Result<std::shared_ptr<const TokenizerData>> build_tokenizer_data(const VocabularySource& source);
 
 // BPE within one pre-tokenised word (raw bytes); appends the ids to `out`.

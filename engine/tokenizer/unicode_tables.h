@@ -1,15 +1,10 @@
-// Code point classes from the Unicode Character Database, as sorted,
-// non-overlapping inclusive ranges (generated: unicode_tables.cpp).
+// The canonical data NFC needs from the Unicode Character Database, sorted
+// (generated: unicode_tables.cpp).
 #pragma once
 
 #include <span>
 
 namespace coli::bpe {
-
-struct CodepointRange {
-  char32_t first;
-  char32_t last;
-};
 
 struct CombiningClassRange {
   char32_t first;
@@ -30,9 +25,6 @@ struct Composition {  // sorted by (first, second)
 };
 
 extern const char* const kUnicodeVersion;
-std::span<const CodepointRange> letter_ranges();      // general category L*
-std::span<const CodepointRange> number_ranges();      // general category N*
-std::span<const CodepointRange> whitespace_ranges();  // property White_Space
 // For NFC (Hangul syllables are computed, not listed).
 std::span<const CombiningClassRange> combining_classes();   // non-zero classes only
 std::span<const Decomposition> canonical_decompositions();  // one level; apply recursively

@@ -1,45 +1,6 @@
 #include "unicode_text.h"
 
-#include <algorithm>
-#include <array>
-#include <span>
-
-#include "unicode_tables.h"
-
 namespace coli::bpe {
-namespace {
-
-bool in_ranges(std::span<const CodepointRange> ranges, char32_t cp) {
-  auto it = std::upper_bound(ranges.begin(), ranges.end(), cp,
-                             [](char32_t value, const CodepointRange& r) { return value < r.first; });
-  return it != ranges.begin() && cp <= std::prev(it)->last;
-}
-
-CharClass classify_by_search(char32_t cp) {
-  if (in_ranges(letter_ranges(), cp)) return kLetter;
-  if (in_ranges(number_ranges(), cp)) return kNumber;
-  if (in_ranges(whitespace_ranges(), cp)) return kWhitespace;
-  return kOther;
-}
-
-// The Basic Multilingual Plane covers nearly all text; a 64 KiB table makes
-// its lookups one load instead of three binary searches.
-const std::array<std::uint8_t, 0x10000>& bmp_classes() {
-  static const auto table = [] {
-    std::array<std::uint8_t, 0x10000> t{};
-    for (char32_t cp = 0; cp < 0x10000; ++cp) t[cp] = classify_by_search(cp);
-    return t;
-  }();
-  return table;
-}
-
-}  // namespace
-
-CharClass char_class(char32_t code_point) {
-  if (code_point < 0x10000) return static_cast<CharClass>(bmp_classes()[code_point]);
-  if (code_point > 0x10FFFF) return kOther;
-  return classify_by_search(code_point);
-}
 
 std::uint32_t utf8_sequence_length(unsigned char lead) {
   if (lead < 0x80) return 1;

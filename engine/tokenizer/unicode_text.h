@@ -1,4 +1,4 @@
-// UTF-8 decoding and the three character classes the pre-tokenisers test.
+// UTF-8 decoding and encoding (NFC, the byte-level alphabet, the stream decoder).
 #pragma once
 
 #include <cstdint>
@@ -7,19 +7,8 @@
 
 namespace coli::bpe {
 
-// Bit flags; a code point has at most one of them (Unicode keeps L, N and
-// White_Space disjoint), and "other" is none.
-enum CharClass : std::uint8_t {
-  kOther = 0,
-  kLetter = 1,
-  kNumber = 2,
-  kWhitespace = 4,
-};
-
-CharClass char_class(char32_t code_point);
-
 // Marks a byte that does not start a valid UTF-8 sequence; such bytes are
-// decoded one at a time and classed as "other".
+// decoded one at a time.
 inline constexpr char32_t kInvalidCodePoint = 0xFFFFFFFF;
 
 struct DecodedChar {

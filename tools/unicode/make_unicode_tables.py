@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Generates engine/tokenizer/unicode_tables.cpp: sorted code point ranges for
-the classes the byte-level BPE pre-tokenisers need (\\p{L}, \\p{N}, \\s),
-and the canonical data NFC needs (combining classes, canonical
-decompositions, primary composites; Hangul is algorithmic and not listed).
+"""Generates engine/tokenizer/unicode_tables.cpp: the canonical data NFC needs
+(combining classes, canonical decompositions, primary composites; Hangul is
+algorithmic and not listed). The pre-tokenizers' character classes are
+PCRE2's (engine/tokenizer/pre_tokenizer.h).
 
 Data comes from Python's own unicodedata module, so the Unicode version is the
 one this Python ships (written into the output). Usage:
@@ -10,41 +10,6 @@ one this Python ships (written into the output). Usage:
 """
 import sys
 import unicodedata
-
-# White_Space from PropList.txt (what Oniguruma's and Rust's \s match). Python
-# has no accessor for the property and str.isspace() adds U+001C..U+001F, so
-# the list is spelled out; it has not changed since Unicode 6.3.
-WHITE_SPACE = [(0x0009, 0x000D), (0x0020, 0x0020), (0x0085, 0x0085), (0x00A0, 0x00A0),
-               (0x1680, 0x1680), (0x2000, 0x200A), (0x2028, 0x2029), (0x202F, 0x202F),
-               (0x205F, 0x205F), (0x3000, 0x3000)]
-
-
-def ranges_where(predicate):
-    ranges = []
-    start = None
-    for cp in range(0x110000):
-        if predicate(cp):
-            if start is None:
-                start = cp
-        elif start is not None:
-            ranges.append((start, cp - 1))
-            start = None
-    if start is not None:
-        ranges.append((start, 0x10FFFF))
-    return ranges
-
-
-def category_starts_with(letter):
-    return lambda cp: unicodedata.category(chr(cp)).startswith(letter)
-
-
-def emit(name, ranges, out):
-    out.append(f"const CodepointRange {name}[] = {{")
-    for i in range(0, len(ranges), 4):
-        row = ", ".join(f"{{0x{a:05X}, 0x{b:05X}}}" for a, b in ranges[i:i + 4])
-        out.append(f"    {row},")
-    out.append("};")
-    out.append("")
 
 
 def combining_class_ranges():
@@ -98,9 +63,6 @@ def main():
         "namespace {",
         "",
     ]
-    emit("kLetterRanges", ranges_where(category_starts_with("L")), out)
-    emit("kNumberRanges", ranges_where(category_starts_with("N")), out)
-    emit("kWhitespaceRanges", WHITE_SPACE, out)
     decompositions = canonical_decompositions()
     emit_triples("CombiningClassRange", "kCombiningClasses", combining_class_ranges(), out)
     emit_triples("Decomposition", "kDecompositions", decompositions, out)
@@ -109,9 +71,6 @@ def main():
         "}  // namespace",
         "",
         f"const char* const kUnicodeVersion = \"{unicodedata.unidata_version}\";",
-        "std::span<const CodepointRange> letter_ranges() { return kLetterRanges; }",
-        "std::span<const CodepointRange> number_ranges() { return kNumberRanges; }",
-        "std::span<const CodepointRange> whitespace_ranges() { return kWhitespaceRanges; }",
         "std::span<const CombiningClassRange> combining_classes() { return kCombiningClasses; }",
         "std::span<const Decomposition> canonical_decompositions() { return kDecompositions; }",
         "std::span<const Composition> primary_composites() { return kCompositions; }",

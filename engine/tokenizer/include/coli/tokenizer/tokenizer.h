@@ -3,16 +3,18 @@
 // A vocabulary comes from a Hugging Face tokenizer.json or from the tokenizer
 // keys of a GGUF file (llama.cpp's "gpt2" model). Encoding is: added/special
 // tokens are cut out first, the rest is split into words by the model's
-// pre-tokeniser regex (hand-written matchers, see pre_tokenizer.cpp), every
-// word's bytes are mapped to GPT-2's printable byte alphabet and merged by rank.
+// pre-tokenizer regexes (PCRE2, see pre_tokenizer.h), every word's bytes are
+// mapped to GPT-2's printable byte alphabet and merged by rank.
 //
 // Errors (all returned as Result, never thrown or fatal):
 //   - the file is missing or unreadable (message names the path and OS reason);
 //   - a GGUF file is truncated or corrupt (names the file, byte offset and key);
 //   - the tokenizer is not byte-level BPE (a Unigram/WordPiece tokenizer.json,
 //     a GGUF whose tokenizer.ggml.model is "llama" or "bert"), or its
-//     pre-tokeniser / normaliser is one this code does not implement: the
-//     message says which value was found;
+//     pre-tokenizer / normaliser is one this code does not implement (a GGUF
+//     tokenizer.ggml.pre name it does not know, a tokenizer.json
+//     pre-tokenizer type other than Split, ByteLevel, Digits and Sequence):
+//     the message says which value was found;
 //   - the vocabulary is inconsistent (a merge naming an unknown token, ids out
 //     of range, a byte without its token).
 #pragma once
@@ -29,12 +31,6 @@
 #include "coli/base/result.h"
 
 namespace coli {
-
-// Which split regex runs before BPE (see pre_tokenizer.h for both patterns).
-enum class PreTokenizer {
-  kGpt2,   // GPT-2, OLMoE: 's|'t|... ?\p{L}+| ?\p{N}+|...
-  kQwen2,  // Qwen2, Qwen3: (?i:'s|...)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|...
-};
 
 // What a token is for (llama.cpp's token_type, HF's added_tokens "special").
 enum class TokenKind : std::uint8_t {
@@ -74,7 +70,8 @@ class Tokenizer {
   TokenKind token_kind(std::int32_t id) const;
 
   std::size_t vocab_size() const;
-  PreTokenizer pre_tokenizer() const;
+  // The pre-tokenizer's split regexes, in the order they run.
+  const std::vector<std::string>& split_patterns() const;
   // From the GGUF keys tokenizer.ggml.bos/eos_token_id; tokenizer.json does not
   // carry them (they live in tokenizer_config.json / config.json): set them.
   std::optional<std::int32_t> bos_id() const { return bos_id_; }
