@@ -1,5 +1,5 @@
 // Tokenizer::from_gguf: the tokenizer.ggml.* keys llama.cpp writes for a
-// byte-level BPE ("gpt2") vocabulary.
+// byte-level BPE ("gpt2") or SentencePiece BPE ("llama") vocabulary.
 #include <limits>
 
 #include "coli/tokenizer/gguf_metadata.h"
@@ -62,20 +62,46 @@ Result<std::optional<std::int32_t>> optional_id(const GgufMetadata& meta, const 
   return std::optional<std::int32_t>(static_cast<std::int32_t>(value->integer));
 }
 
+// Byte-level BPE ("gpt2"): the split regexes of its pre-tokenizer name, and merges.
+Status read_byte_level(const GgufMetadata& meta, VocabularySource& source) {
+  auto pre = pre_tokenizer_for(meta);
+  if (!pre) return pre.error();
+  source.split_patterns = std::move(pre->patterns);
+  source.ignore_merges = pre->ignore_merges;
+  const GgufValue* merges = meta.find("tokenizer.ggml.merges");
+  if (merges == nullptr || !merges->is_array_of(GgufType::kString)) {
+    return make_error(meta.origin + ": tokenizer.ggml.merges is missing or not an array of strings");
+  }
+  return split_merges(meta, *merges, source);
+}
+
+// SentencePiece BPE ("llama"): a score per token, and the space prefix
+// (llama.cpp's default: on).
+Status read_sentencepiece(const GgufMetadata& meta, VocabularySource& source) {
+  source.model = bpe::TokenizerModel::sentencepiece_bpe;
+  const GgufValue* scores = meta.find("tokenizer.ggml.scores");
+  if (scores == nullptr || !scores->is_array_of(GgufType::kFloat32) || scores->reals.size() != source.tokens.size()) {
+    return make_error(meta.origin + ": tokenizer.ggml.scores is missing or not " + std::to_string(source.tokens.size()) +
+                      " float32 scores");
+  }
+  source.scores.assign(scores->reals.begin(), scores->reals.end());
+  source.add_space_prefix = true;
+  if (const GgufValue* prefix = meta.find("tokenizer.ggml.add_space_prefix")) {
+    if (prefix->type != GgufType::kBool) return make_error(meta.origin + ": tokenizer.ggml.add_space_prefix is not a bool");
+    source.add_space_prefix = prefix->integer != 0;
+  }
+  return Ok{};
+}
+
 Result<VocabularySource> source_from_metadata(const GgufMetadata& meta) {
   VocabularySource source;
   source.origin = meta.origin;
   const GgufValue* model = meta.find("tokenizer.ggml.model");
   if (model == nullptr) return make_error(meta.origin + ": no tokenizer.ggml.model key: not a vocabulary");
-  if (model->text != "gpt2") {
+  if (model->text != "gpt2" && model->text != "llama") {
     return make_error(meta.origin + ": tokenizer.ggml.model '" + model->text +
-                      "' is not supported; only byte-level BPE ('gpt2') is");
+                      "' is not supported; only byte-level BPE ('gpt2') and SentencePiece BPE ('llama') are");
   }
-  auto pre = pre_tokenizer_for(meta);
-  if (!pre) return pre.error();
-  source.split_patterns = std::move(pre->patterns);
-  source.ignore_merges = pre->ignore_merges;
-
   const GgufValue* tokens = meta.find("tokenizer.ggml.tokens");
   if (tokens == nullptr || !tokens->is_array_of(GgufType::kString)) {
     return make_error(meta.origin + ": tokenizer.ggml.tokens is missing or not an array of strings");
@@ -92,11 +118,8 @@ Result<VocabularySource> source_from_metadata(const GgufMetadata& meta) {
     }
     for (std::size_t i = 0; i < source.kinds.size(); ++i) source.kinds[i] = kind_for_type(types->integers[i]);
   }
-  const GgufValue* merges = meta.find("tokenizer.ggml.merges");
-  if (merges == nullptr || !merges->is_array_of(GgufType::kString)) {
-    return make_error(meta.origin + ": tokenizer.ggml.merges is missing or not an array of strings");
-  }
-  if (Status s = split_merges(meta, *merges, source); !s) return s.error();
+  const Status model_keys = model->text == "gpt2" ? read_byte_level(meta, source) : read_sentencepiece(meta, source);
+  if (!model_keys) return model_keys.error();
 
   auto bos = optional_id(meta, "tokenizer.ggml.bos_token_id", source.tokens.size());
   if (!bos) return bos.error();

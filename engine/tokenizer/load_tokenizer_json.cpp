@@ -82,6 +82,43 @@ bool wants_nfc(const json& normalizer) {
   throw Unsupported{"normalizer " + normalizer.dump() + " (known: none, NFC)"};
 }
 
+// SentencePiece-style BPE with byte fallback (Llama 2, Mistral, Mixtral):
+// spaces become U+2581 and one is put in front, either by the normaliser
+// (a Sequence of Prepend "U+2581" and Replace " " -> "U+2581", as those
+// models ship it) or by a Metaspace pre-tokenizer (replacement U+2581,
+// prepend_scheme always or first, no split); merges by rank.
+void read_sentencepiece_steps(const json& root, VocabularySource& source) {
+  static const std::string space = "\xE2\x96\x81";
+  source.model = bpe::TokenizerModel::sentencepiece_bpe;
+  const json normalizer = root.value("normalizer", json());
+  const json pre = root.value("pre_tokenizer", json());
+  if (!normalizer.is_null()) {
+    const json steps = normalizer.value("type", "") == "Sequence" ? normalizer.at("normalizers") : json::array({normalizer});
+    bool replaced = false;
+    for (const json& step : steps) {
+      const std::string type = step.at("type").get<std::string>();
+      if (type == "Prepend" && step.at("prepend") == space) {
+        source.add_space_prefix = true;
+      } else if (type == "Replace" && step.at("pattern").value("String", "") == " " && step.at("content") == space) {
+        replaced = true;
+      } else {
+        throw Unsupported{"SentencePiece normalizer step " + step.dump() + " (known: Prepend and Replace of U+2581)"};
+      }
+    }
+    if (!replaced) throw Unsupported{"SentencePiece normalizer without Replace \" \" -> U+2581"};
+    if (!pre.is_null()) throw Unsupported{"pre_tokenizer " + pre.dump() + " beside a SentencePiece normalizer"};
+    return;
+  }
+  if (pre.is_null() || pre.value("type", "") != "Metaspace" || pre.value("replacement", space) != space ||
+      pre.value("split", false)) {
+    throw Unsupported{"SentencePiece BPE needs a normalizer or a Metaspace pre_tokenizer without split, not " + pre.dump()};
+  }
+  const std::string scheme = pre.value("prepend_scheme", pre.value("add_prefix_space", true) ? "always" : "never");
+  if (scheme != "always" && scheme != "first" && scheme != "never") throw Unsupported{"Metaspace prepend_scheme " + scheme};
+  source.add_space_prefix = scheme != "never";
+  source.space_prefix_first_only = scheme == "first";
+}
+
 void read_merges(const json& merges, VocabularySource& source) {
   source.merges.reserve(merges.size());
   for (const json& merge : merges) {
@@ -134,12 +171,15 @@ VocabularySource source_from_json(const json& root, const std::string& origin) {
   const json& model = root.at("model");
   const std::string model_type = model.value("type", "");
   if (model_type != "BPE") {
-    throw Unsupported{"model type '" + model_type + "'; only byte-level BPE is supported"};
+    throw Unsupported{"model type '" + model_type + "'; only BPE (byte-level, or SentencePiece-style with byte_fallback) is supported"};
   }
-  if (model.value("byte_fallback", false)) throw Unsupported{"BPE with byte_fallback (SentencePiece style)"};
   source.ignore_merges = model.value("ignore_merges", false);
-  source.split_patterns = split_patterns(root.value("pre_tokenizer", json()));
-  source.normalize_nfc = wants_nfc(root.value("normalizer", json()));
+  if (model.value("byte_fallback", false)) {
+    read_sentencepiece_steps(root, source);
+  } else {
+    source.split_patterns = split_patterns(root.value("pre_tokenizer", json()));
+    source.normalize_nfc = wants_nfc(root.value("normalizer", json()));
+  }
   const json& vocab = model.at("vocab");
   const json added_tokens = root.value("added_tokens", json::array());
   if (!vocab.is_object()) throw Unsupported{"model.vocab is not an object of token: id"};

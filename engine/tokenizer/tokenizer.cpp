@@ -12,9 +12,15 @@ bool in_range(const bpe::TokenizerData& data, std::int32_t id) {
   return id >= 0 && static_cast<std::size_t>(id) < data.texts.size();
 }
 
-// Ordinary text between added tokens: normalise, split into words, merge.
-void encode_plain(const bpe::TokenizerData& data, std::string_view text, std::vector<std::int32_t>& out) {
+// Ordinary text between added tokens: normalise, split into words, merge
+// (SentencePiece: escape the spaces and merge the whole text).
+// `at_start`: the text starts the input (else it follows an added token).
+void encode_plain(const bpe::TokenizerData& data, std::string_view text, bool at_start, std::vector<std::int32_t>& out) {
   if (text.empty()) return;
+  if (data.model == bpe::TokenizerModel::sentencepiece_bpe) {
+    bpe::encode_spm(data, text, at_start, out);
+    return;
+  }
   std::string normalized;
   if (data.normalize_nfc) {
     normalized = bpe::to_nfc(text);
@@ -48,12 +54,12 @@ std::vector<std::int32_t> Tokenizer::encode(std::string_view text, bool parse_sp
       ++pos;
       continue;
     }
-    encode_plain(data, text.substr(plain_start, pos - plain_start), out);
+    encode_plain(data, text.substr(plain_start, pos - plain_start), plain_start == 0, out);
     out.push_back(added);
     pos += data.texts[added].size();
     plain_start = pos;
   }
-  encode_plain(data, text.substr(plain_start), out);
+  encode_plain(data, text.substr(plain_start), plain_start == 0, out);
   return out;
 }
 
@@ -87,5 +93,7 @@ TokenKind Tokenizer::token_kind(std::int32_t id) const {
 
 std::size_t Tokenizer::vocab_size() const { return data_->texts.size(); }
 const std::vector<std::string>& Tokenizer::split_patterns() const { return data_->splitter->patterns(); }
+bool Tokenizer::adds_space_prefix() const { return data_->model == bpe::TokenizerModel::sentencepiece_bpe && data_->add_space_prefix; }
+bool Tokenizer::sentencepiece() const { return data_->model == bpe::TokenizerModel::sentencepiece_bpe; }
 
 }  // namespace coli

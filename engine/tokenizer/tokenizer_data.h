@@ -16,8 +16,25 @@
 
 namespace coli::bpe {
 
+// Which algorithm a vocabulary uses.
+enum class TokenizerModel {
+  // GPT-2 style: bytes mapped to printable characters, merged by rank
+  // within the words the split regexes cut.
+  byte_level_bpe,
+  // SentencePiece style (Llama 2, Mistral, Mixtral): spaces become U+2581, a
+  // text that starts the input or follows an added token gets one in front
+  // (add_space_prefix), characters merge by the merged token's score (GGUF)
+  // or by merge rank (tokenizer.json), and a character that is no token is
+  // written as its bytes' <0xXX> tokens (byte fallback).
+  sentencepiece_bpe,
+};
+
 // A vocabulary as read from a file, before indexing.
 struct VocabularySource {
+  TokenizerModel model = TokenizerModel::byte_level_bpe;
+  std::vector<float> scores;           // by id (SentencePiece GGUF); empty: merges by rank
+  bool add_space_prefix = false;       // SentencePiece only
+  bool space_prefix_first_only = false;  // only before the input's first text, not after added tokens
   std::string origin;                  // the file, for error messages
   std::vector<std::string> tokens;     // by id; normal tokens in the byte-level alphabet
   std::vector<TokenKind> kinds;        // by id
@@ -40,7 +57,11 @@ inline std::uint64_t merge_key(std::int32_t left, std::int32_t right) {
 }
 
 struct TokenizerData {
-  std::optional<WordSplitter> splitter;  // always set by build_tokenizer_data
+  TokenizerModel model = TokenizerModel::byte_level_bpe;
+  std::vector<float> scores;
+  bool add_space_prefix = false;
+  bool space_prefix_first_only = false;
+  std::optional<WordSplitter> splitter;  // always set by build_tokenizer_data (byte-level BPE)
   bool normalize_nfc = false;
   bool ignore_merges = false;
   std::vector<std::string> texts;   // by id, as in the vocabulary
@@ -48,7 +69,7 @@ struct TokenizerData {
   std::vector<TokenKind> kinds;     // by id
   std::unordered_map<std::string, std::int32_t> id_of_text;
   std::unordered_map<std::uint64_t, MergeTarget> merges;  // by merge_key(left, right)
-  std::array<std::int32_t, 256> byte_token{};             // the single-byte tokens
+  std::array<std::int32_t, 256> byte_token{};             // the single-byte tokens (SentencePiece: <0xXX>)
   // Control and user-defined tokens by first byte, longest first, so the
   // first hit at a position is the longest match.
   std::array<std::vector<std::int32_t>, 256> added_by_first_byte;
@@ -61,5 +82,12 @@ Result<std::shared_ptr<const TokenizerData>> build_tokenizer_data(const Vocabula
 
 // BPE within one pre-tokenised word (raw bytes); appends the ids to `out`.
 void merge_word(const TokenizerData& data, std::string_view word, std::vector<std::int32_t>& out);
+
+// The byte a SentencePiece byte-fallback token ("<0x0A>") stands for.
+std::optional<unsigned char> sentencepiece_byte(std::string_view text);
+
+// SentencePiece BPE of one text between added tokens (spm.cpp); `at_start`:
+// it starts the input (else it follows an added token).
+void encode_spm(const TokenizerData& data, std::string_view text, bool at_start, std::vector<std::int32_t>& out);
 
 }  // namespace coli::bpe

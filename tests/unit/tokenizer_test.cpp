@@ -78,7 +78,8 @@ int count_matches(const Tokenizer& tokenizer, const std::vector<Case>& cases) {
     const Ids got = tokenizer.encode(cases[i].text, /*parse_special=*/false);
     EXPECT_EQ(got, cases[i].ids) << "case " << i << ": '" << cases[i].text << "'";
     matches += got == cases[i].ids ? 1 : 0;
-    EXPECT_EQ(tokenizer.decode(got), cases[i].text) << "round trip of case " << i;
+    const std::string prefix = tokenizer.adds_space_prefix() && !cases[i].text.empty() ? " " : "";
+    EXPECT_EQ(tokenizer.decode(got), prefix + cases[i].text) << "round trip of case " << i;
   }
   return matches;
 }
@@ -156,10 +157,60 @@ std::string tokenizer_json_for(const std::string& vocab, const Tokenizer& from_g
   return root.dump();
 }
 
+// A SentencePiece vocabulary (Llama 2's, as Mixtral's is) written as the
+// tokenizer.json Hugging Face's converter makes of it: byte-fallback BPE
+// whose merges are every pair of tokens that concatenates to a token, by
+// that token's score (ties: the merged token's id, then the pair's ids),
+// and a normaliser that prepends U+2581 and replaces spaces by it.
+std::string sentencepiece_json_for(const Tokenizer& from_gguf, const std::vector<double>& scores) {
+  nlohmann::json vocab = nlohmann::json::object(), added = nlohmann::json::array();
+  struct Merge {
+    std::int32_t merged, left, right;
+  };
+  std::vector<Merge> merges;
+  for (std::int32_t id = 0; id < static_cast<std::int32_t>(from_gguf.vocab_size()); ++id) {
+    const std::string text(from_gguf.token_text(id));
+    if (from_gguf.token_kind(id) != TokenKind::kNormal) {
+      added.push_back({{"id", id}, {"content", text}, {"special", true}});
+      continue;
+    }
+    vocab[text] = id;
+    std::vector<Merge> local;
+    for (std::size_t cut = 1; cut < text.size(); ++cut) {
+      if ((static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) continue;  // inside a character
+      const auto left = from_gguf.find_token(text.substr(0, cut)), right = from_gguf.find_token(text.substr(cut));
+      if (left && right && from_gguf.token_kind(*left) == TokenKind::kNormal && from_gguf.token_kind(*right) == TokenKind::kNormal)
+        local.push_back({id, *left, *right});
+    }
+    std::sort(local.begin(), local.end(), [](const Merge& a, const Merge& b) { return std::pair(a.left, a.right) < std::pair(b.left, b.right); });
+    merges.insert(merges.end(), local.begin(), local.end());
+  }
+  std::stable_sort(merges.begin(), merges.end(), [&](const Merge& a, const Merge& b) { return scores[a.merged] > scores[b.merged]; });
+  nlohmann::json merge_list = nlohmann::json::array();
+  for (const Merge& m : merges) merge_list.push_back({from_gguf.token_text(m.left), from_gguf.token_text(m.right)});
+  const std::string space = "\xE2\x96\x81";
+  nlohmann::json root;
+  root["version"] = "1.0";
+  root["model"] = {{"type", "BPE"}, {"vocab", vocab}, {"merges", merge_list}, {"byte_fallback", true},
+                   {"fuse_unk", true}, {"unk_token", "<unk>"}};
+  root["added_tokens"] = added;
+  nlohmann::json prepend = {{"type", "Prepend"}, {"prepend", space}};
+  nlohmann::json replace = {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", space}};
+  root["normalizer"] = {{"type", "Sequence"}, {"normalizers", nlohmann::json::array({prepend, replace})}};
+  root["pre_tokenizer"] = nullptr;
+  return root.dump();
+}
+
 TEST_P(GgufVocabularies, TokenizerJsonOfTheSameVocabularyGivesTheSameIds) {
   const Tokenizer gguf = load_gguf(GetParam());
   const fs::path json_path = temp_path(std::string(GetParam()) + ".tokenizer.json");
-  write_bytes(json_path, tokenizer_json_for(GetParam(), gguf));
+  if (gguf.sentencepiece()) {
+    auto meta = read_gguf_metadata(kFixtures / GetParam());
+    ASSERT_TRUE(meta.ok());
+    write_bytes(json_path, sentencepiece_json_for(gguf, meta->find("tokenizer.ggml.scores")->reals));
+  } else {
+    write_bytes(json_path, tokenizer_json_for(GetParam(), gguf));
+  }
   auto json = Tokenizer::from_tokenizer_json(json_path);
   ASSERT_TRUE(json.ok()) << json.error().message;
   EXPECT_EQ(json->split_patterns(), gguf.split_patterns());
@@ -172,7 +223,7 @@ TEST_P(GgufVocabularies, TokenizerJsonOfTheSameVocabularyGivesTheSameIds) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, GgufVocabularies,
                          ::testing::Values("ggml-vocab-qwen2.gguf", "ggml-vocab-gpt-2.gguf", "ggml-vocab-llama-bpe.gguf",
                                            "ggml-vocab-qwen35.gguf", "ggml-vocab-deepseek-llm.gguf",
-                                           "ggml-vocab-deepseek-coder.gguf"));
+                                           "ggml-vocab-deepseek-coder.gguf", "ggml-vocab-llama-spm.gguf"));
 
 TEST(Tokenizer, ReadsVocabularyFactsFromGguf) {
   const Tokenizer qwen = load_gguf("ggml-vocab-qwen2.gguf");

@@ -1,7 +1,8 @@
-// Byte-level BPE tokenizer as used by GPT-2, OLMoE, Qwen2 and Qwen3.
+// BPE tokenizers: byte-level (GPT-2, OLMoE, Qwen2/3/3.5, Llama 3, DeepSeek)
+// and SentencePiece-style with byte fallback (Llama 2, Mistral, Mixtral).
 //
 // A vocabulary comes from a Hugging Face tokenizer.json or from the tokenizer
-// keys of a GGUF file (llama.cpp's "gpt2" model). Encoding is: added/special
+// keys of a GGUF file (llama.cpp's "gpt2" and "llama" models). Encoding is: added/special
 // tokens are cut out first, the rest is split into words by the model's
 // pre-tokenizer regexes (PCRE2, see pre_tokenizer.h), every word's bytes are
 // mapped to GPT-2's printable byte alphabet and merged by rank.
@@ -70,8 +71,14 @@ class Tokenizer {
   TokenKind token_kind(std::int32_t id) const;
 
   std::size_t vocab_size() const;
-  // The pre-tokenizer's split regexes, in the order they run.
+  // The pre-tokenizer's split regexes, in the order they run (none for
+  // SentencePiece BPE).
   const std::vector<std::string>& split_patterns() const;
+  // SentencePiece BPE: encode() puts a space (U+2581) before the text, so
+  // decode(encode(text)) is " " + text; the first generated piece after a
+  // prompt carries its own.
+  bool adds_space_prefix() const;
+  bool sentencepiece() const;
   // From the GGUF keys tokenizer.ggml.bos/eos_token_id; tokenizer.json does not
   // carry them (they live in tokenizer_config.json / config.json): set them.
   std::optional<std::int32_t> bos_id() const { return bos_id_; }
