@@ -96,6 +96,7 @@ struct RunArgs {
   int max_tokens = 32;
   std::optional<std::int32_t> eos_id;  // --eos-id: the end-of-sequence token (default: the tokenizer's)
   bool ignore_eos = false;             // --ignore-eos: generate all --max-tokens (llama.cpp's flag)
+  bool no_bos = false;                 // --no-bos: do not start a text prompt with BOS where the tokenizer asks for it
   float temperature = 0, top_p = 1;
   std::uint64_t seed = 1;
   int top_k = 0, repeat_last_n = 64;       // --top-k, --repeat-last-n
@@ -288,6 +289,12 @@ int run_generate(const RunArgs& args) {
       std::fprintf(stderr, "coli run: the prompt is empty\n");
       return 2;
     }
+    // As the model was trained (SentencePiece and Llama 3 vocabularies): BOS first, once.
+    if (tokenizer->add_bos() && !args.no_bos && prompt.front() != *tokenizer->bos_id()) {
+      prompt.insert(prompt.begin(), *tokenizer->bos_id());
+      std::fprintf(stderr, "coli run: prompt starts with BOS (token %d), as the tokenizer asks (--no-bos leaves it out)\n",
+                   *tokenizer->bos_id());
+    }
   }
   coli::runtime::ModelOptions options = args.options;
   // The shape (from the container's index alone) decides pins and plans;
@@ -430,6 +437,9 @@ int main(int argc, char** argv) {
                          ->check(CLI::Range(0, (1 << 30)));
   run_cmd->add_flag("--ignore-eos", run.ignore_eos, "Generate all --max-tokens, through the end-of-sequence token")
       ->excludes(eos_option);
+  run_cmd->add_flag("--no-bos", run.no_bos,
+                    "Do not start a text prompt with BOS (default: as the tokenizer says: SentencePiece and Llama 3 "
+                    "vocabularies, tokenizer.ggml.add_bos_token, a tokenizer.json post_processor template)");
   run_cmd->add_option("--threads", run.options.threads, "Compute threads")->check(CLI::Range(1, 4096))->capture_default_str();
   run_cmd->add_option("--cap", run.options.cache_capacity, "Expert slots per layer, pins included (default: all experts resident)")->check(CLI::Range(1, 1 << 20));
   run_cmd->add_option("--pin", run.pin,

@@ -68,6 +68,7 @@ Status read_byte_level(const GgufMetadata& meta, VocabularySource& source) {
   if (!pre) return pre.error();
   source.split_patterns = std::move(pre->patterns);
   source.ignore_merges = pre->ignore_merges;
+  source.add_bos = pre->add_bos;
   const GgufValue* merges = meta.find("tokenizer.ggml.merges");
   if (merges == nullptr || !merges->is_array_of(GgufType::kString)) {
     return make_error(meta.origin + ": tokenizer.ggml.merges is missing or not an array of strings");
@@ -86,6 +87,7 @@ Status read_sentencepiece(const GgufMetadata& meta, VocabularySource& source) {
   }
   source.scores.assign(scores->reals.begin(), scores->reals.end());
   source.add_space_prefix = true;
+  source.add_bos = true;  // llama.cpp's default for SentencePiece vocabularies
   if (const GgufValue* prefix = meta.find("tokenizer.ggml.add_space_prefix")) {
     if (prefix->type != GgufType::kBool) return make_error(meta.origin + ": tokenizer.ggml.add_space_prefix is not a bool");
     source.add_space_prefix = prefix->integer != 0;
@@ -127,6 +129,14 @@ Result<VocabularySource> source_from_metadata(const GgufMetadata& meta) {
   if (!eos) return eos.error();
   source.bos_id = *bos;
   source.eos_id = *eos;
+  if (const GgufValue* add_bos = meta.find("tokenizer.ggml.add_bos_token")) {
+    if (add_bos->type != GgufType::kBool) return make_error(meta.origin + ": tokenizer.ggml.add_bos_token is not a bool");
+    source.add_bos = add_bos->integer != 0;
+  }
+  if (source.add_bos && !source.bos_id) {
+    return make_error(meta.origin + ": prompts should start with BOS (tokenizer.ggml.add_bos_token) but there is no "
+                      "tokenizer.ggml.bos_token_id");
+  }
   return source;
 }
 
@@ -142,6 +152,7 @@ Result<Tokenizer> Tokenizer::from_gguf(const std::filesystem::path& path) {
   Tokenizer tokenizer(std::move(*data));
   tokenizer.set_bos_id(source->bos_id);
   tokenizer.set_eos_id(source->eos_id);
+  tokenizer.set_add_bos(source->add_bos);
   return tokenizer;
 }
 

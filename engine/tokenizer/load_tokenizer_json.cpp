@@ -165,6 +165,28 @@ void put_token(VocabularySource& source, std::int64_t id, std::string text, Toke
   source.kinds[index] = kind;
 }
 
+// The token a TemplateProcessing post_processor (alone, or in a Sequence,
+// as Llama 3 has it) puts before a single sequence, or none: that is BOS.
+std::optional<std::int32_t> bos_of_post_processor(const json& post, const VocabularySource& source) {
+  if (!post.is_object()) return std::nullopt;
+  if (post.value("type", "") == "Sequence" && post.contains("processors") && post.at("processors").is_array()) {
+    for (const json& step : post.at("processors")) {
+      if (const auto bos = bos_of_post_processor(step, source)) return bos;
+    }
+    return std::nullopt;
+  }
+  if (post.value("type", "") != "TemplateProcessing" || !post.contains("single") || !post.at("single").is_array() ||
+      post.at("single").empty() || !post.at("single")[0].is_object() || !post.at("single")[0].contains("SpecialToken")) {
+    return std::nullopt;
+  }
+  const json& special = post.at("single")[0].at("SpecialToken");
+  const std::string name = special.is_object() ? special.value("id", "") : "";
+  for (std::size_t id = 0; id < source.tokens.size(); ++id) {
+    if (source.tokens[id] == name && source.kinds[id] == TokenKind::kControl) return static_cast<std::int32_t>(id);
+  }
+  throw Unsupported{"post_processor starts a sequence with '" + name + "', which is not a special token of the vocabulary"};
+}
+
 VocabularySource source_from_json(const json& root, const std::string& origin) {
   VocabularySource source;
   source.origin = origin;
@@ -197,6 +219,8 @@ VocabularySource source_from_json(const json& root, const std::string& origin) {
     const std::int64_t id = token_id(added.at("id"), limit, "added token '" + content + "'");
     put_token(source, id, std::move(content), kind);
   }
+  source.bos_id = bos_of_post_processor(root.value("post_processor", json()), source);
+  source.add_bos = source.bos_id.has_value();
   return source;
 }
 
@@ -217,7 +241,10 @@ Result<Tokenizer> Tokenizer::from_tokenizer_json(const std::filesystem::path& pa
   }
   auto data = bpe::build_tokenizer_data(*source);
   if (!data) return data.error();
-  return Tokenizer(std::move(*data));
+  Tokenizer tokenizer(std::move(*data));
+  tokenizer.set_bos_id(source->bos_id);
+  tokenizer.set_add_bos(source->add_bos);
+  return tokenizer;
 }
 
 }  // namespace coli

@@ -44,14 +44,15 @@ struct NamedPreTokenizer {
   GgufPreTokenizer pre;
 };
 
-// Llama 3's tokenizer.json sets "ignore_merges": a word that is a token is
-// not merged (llama.cpp sets it for the same names).
+// Llama 3's tokenizer.json sets "ignore_merges" (a word that is a token is
+// not merged) and its prompts start with <|begin_of_text|> (llama.cpp sets
+// both for the same names).
 const std::vector<NamedPreTokenizer>& gguf_table() {
   static const std::vector<NamedPreTokenizer> table = {
       {{"gpt-2", "olmo", "mpt", "phi-2"}, {{std::string(kGpt2Pattern)}}},
       {{"qwen2", "deepseek-r1-qwen", "stablelm2"}, {{std::string(kQwen2Pattern)}}},
       {{"qwen35"}, {{std::string(kQwen35Pattern)}}},
-      {{"llama3", "llama-v3", "llama-bpe", "falcon3"}, {{std::string(kLlama3Pattern)}, true}},
+      {{"llama3", "llama-v3", "llama-bpe", "falcon3"}, {{std::string(kLlama3Pattern)}, true, true}},
       {{"dbrx", "smaug-bpe", "glm4", "chatglm-bpe"}, {{std::string(kLlama3Pattern)}}},
       {{"deepseek-llm"}, {kDeepseekLlm}},
       {{"deepseek-coder"}, {kDeepseekCoder}},

@@ -25,11 +25,13 @@ inline constexpr std::string_view kQwen2Pattern =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
 // llama.cpp's GGUF pre-tokenizer name (tokenizer.ggml.pre) -> the regexes
-// its tokenizer.json defines and whether it ignores merges for words that
-// are tokens; nullopt for a name this table does not know.
+// its tokenizer.json defines, whether it ignores merges for words that are
+// tokens and whether its prompts start with BOS; nullopt for a name this
+// table does not know.
 struct GgufPreTokenizer {
   std::vector<std::string> patterns;
   bool ignore_merges = false;
+  bool add_bos = false;  // llama.cpp's default when the file has no tokenizer.ggml.add_bos_token
 };
 std::optional<GgufPreTokenizer> gguf_pre_tokenizer(std::string_view name);
 // The names the table knows, for error messages.

@@ -44,6 +44,7 @@ struct VocabularySource {
   bool ignore_merges = false;          // a word that is itself a token is not merged
   std::optional<std::int32_t> bos_id;
   std::optional<std::int32_t> eos_id;
+  bool add_bos = false;                // a prompt starts with bos_id (the model was trained so)
 };
 
 struct MergeTarget {

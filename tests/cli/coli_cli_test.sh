@@ -56,6 +56,14 @@ check "--prompt-file gives --prompt's tokens" cmp -s "$work/pt.out" "$work/pf.ou
 check "--prompt-file - reads stdin" cmp -s "$work/pt.out" "$work/ps.out"
 "$coli" run --model "$work/demo.coli" --tokenizer "$vocab" --prompt-file "$work/missing.txt" --max-tokens 2 >/dev/null 2>"$work/pm.err"
 check "a missing --prompt-file is an error naming it" contains "$work/pm.err" "prompt-file .*missing.txt"
+# A SentencePiece vocabulary (Llama 2's: its ids fit the demo's 50257) asks for BOS first.
+spm="$fixtures/tokenizer/ggml-vocab-llama-spm.gguf"
+"$coli" run --model "$work/demo.coli" --tokenizer "$spm" --prompt "Hello world" --max-tokens 2 >/dev/null 2>"$work/bos.err"
+check "a SentencePiece prompt starts with BOS, and run says so" contains "$work/bos.err" "prompt starts with BOS (token 1)"
+check "with its prompt's tokens counted (BOS, ▁Hello, ▁world)" contains "$work/bos.err" "prefill .* (3 tokens)"
+"$coli" run --model "$work/demo.coli" --tokenizer "$spm" --prompt "Hello world" --max-tokens 2 --no-bos >/dev/null 2>"$work/nobos.err"
+check "--no-bos leaves it out" lacks "$work/nobos.err" "prompt starts with BOS"
+check "one token fewer" contains "$work/nobos.err" "prefill .* (2 tokens)"
 "$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 12 --temperature 1.5 --top-k 1 >"$work/k1.out" 2>/dev/null
 check "--top-k 1 samples the greedy tokens" test "$(head -1 "$work/k1.out")" = "$(head -1 "$work/a.out")"
 "$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 2 --min-p 2 >/dev/null 2>"$work/mp.err"

@@ -239,6 +239,41 @@ TEST(Tokenizer, ReadsVocabularyFactsFromGguf) {
   EXPECT_EQ(gpt2.token_text(50256), "<|endoftext|>");
 }
 
+// Whether a prompt starts with BOS is the model's: the GGUF key, else
+// llama.cpp's default for the vocabulary (SentencePiece and Llama 3: yes);
+// a tokenizer.json says so with a post_processor template.
+TEST(Tokenizer, PromptsStartWithBosWhereTheModelSaysSo) {
+  EXPECT_TRUE(load_gguf("ggml-vocab-llama-spm.gguf").add_bos());
+  EXPECT_EQ(load_gguf("ggml-vocab-llama-spm.gguf").bos_id(), 1);
+  EXPECT_TRUE(load_gguf("ggml-vocab-llama-bpe.gguf").add_bos());  // no key: the llama3 default
+  EXPECT_FALSE(load_gguf("ggml-vocab-qwen2.gguf").add_bos());
+  EXPECT_FALSE(load_gguf("ggml-vocab-gpt-2.gguf").add_bos());
+  // A byte-level vocabulary of GPT-2's 256 byte tokens (ids 2..257) and <s> (id 1).
+  const fs::path path = temp_path("bos.tokenizer.json");
+  const Tokenizer gpt2 = load_gguf("ggml-vocab-gpt-2.gguf");
+  nlohmann::json vocab = nlohmann::json::object();
+  for (std::int32_t id = 0; id < 256; ++id) vocab[std::string(gpt2.token_text(id))] = id + 2;
+  nlohmann::json root = {{"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()}}},
+                         {"added_tokens", {{{"id", 1}, {"content", "<s>"}, {"special", true}}}},
+                         {"pre_tokenizer", {{"type", "ByteLevel"}, {"use_regex", true}}}};
+  const nlohmann::json bos_first = {{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}};
+  const nlohmann::json sequence = {{"Sequence", {{"id", "A"}, {"type_id", 0}}}};
+  const nlohmann::json template_step = {{"type", "TemplateProcessing"}, {"single", nlohmann::json::array({bos_first, sequence})}};
+  root["post_processor"] = {{"type", "Sequence"},
+                            {"processors", nlohmann::json::array({nlohmann::json{{"type", "ByteLevel"}}, template_step})}};
+  write_bytes(path, root.dump());
+  auto with_template = Tokenizer::from_tokenizer_json(path);
+  ASSERT_TRUE(with_template.ok()) << with_template.error().message;
+  EXPECT_TRUE(with_template->add_bos());
+  EXPECT_EQ(with_template->bos_id(), 1);
+  root.erase("post_processor");
+  write_bytes(path, root.dump());
+  auto without = Tokenizer::from_tokenizer_json(path);
+  ASSERT_TRUE(without.ok()) << without.error().message;
+  EXPECT_FALSE(without->add_bos());
+  fs::remove(path);
+}
+
 TEST(Tokenizer, SpecialTokensAreMatchedOnlyWhenAsked) {
   const Tokenizer qwen = load_gguf("ggml-vocab-qwen2.gguf");
   const std::string chat = "<|im_start|>user\nHi<|im_end|>";

@@ -85,6 +85,12 @@ class Tokenizer {
   std::optional<std::int32_t> eos_id() const { return eos_id_; }
   void set_bos_id(std::optional<std::int32_t> id) { bos_id_ = id; }
   void set_eos_id(std::optional<std::int32_t> id) { eos_id_ = id; }
+  // Whether a prompt starts with BOS, as the model was trained (GGUF
+  // tokenizer.ggml.add_bos_token, else llama.cpp's default for the
+  // vocabulary; tokenizer.json: a post_processor whose single-sequence
+  // template starts with a special token). encode() never adds it.
+  bool add_bos() const { return add_bos_ && bos_id_.has_value(); }
+  void set_add_bos(bool add) { add_bos_ = add; }
 
  private:
   explicit Tokenizer(std::shared_ptr<const bpe::TokenizerData> data) : data_(std::move(data)) {}
@@ -92,6 +98,7 @@ class Tokenizer {
   std::shared_ptr<const bpe::TokenizerData> data_;
   std::optional<std::int32_t> bos_id_;
   std::optional<std::int32_t> eos_id_;
+  bool add_bos_ = false;
 };
 
 // Turns a stream of generated ids into text that is always whole UTF-8: bytes
