@@ -69,16 +69,17 @@ case "$mode" in
     ;;
   demo)
     # The main job, end to end on the bundled tiny model: measure this
-    # machine, convert the checkpoint (int4 experts), plan (memory per
+    # machine, convert the checkpoint (int4 experts, its tokenizer carried), plan (memory per
     # component before loading; --cap 4 of 16 experts so they stream), and
     # generate text with every knob from the plan, then plan vs actual.
     out="$build_dir/demo"
     mkdir -p "$out"
     "$build_dir/tools/coli-probe" --out "$out/device-profile.toml" --disk-dir "$out"
-    "$build_dir/tools/coli" convert --model tests/fixtures/models/tiny-demo --out "$out/tiny-demo.coli" --experts q4_g64
+    "$build_dir/tools/coli" convert --model tests/fixtures/models/tiny-demo --out "$out/tiny-demo.coli" --experts q4_g64 \
+      --tokenizer tests/fixtures/tokenizer/ggml-vocab-gpt-2.gguf  # carried in the container: one file runs
     "$build_dir/tools/coli-plan" --profile "$out/device-profile.toml" --model "$out/tiny-demo.coli" --cap 4 \
       --prompt-tokens 64 --out "$out/tiny-demo.plan"
-    "$build_dir/tools/coli" run --model "$out/tiny-demo.coli" --tokenizer tests/fixtures/tokenizer/ggml-vocab-gpt-2.gguf \
+    "$build_dir/tools/coli" run --model "$out/tiny-demo.coli" \
       --prompt "A planner that measures the machine" --max-tokens 32 --temperature 0.8 --seed 7 \
       --plan "$out/tiny-demo.plan"
     echo "bootstrap: profile $out/device-profile.toml, plan $out/tiny-demo.plan, container $out/tiny-demo.coli"

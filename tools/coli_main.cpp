@@ -1,6 +1,7 @@
 // coli: convert a Hugging Face MoE checkpoint to a container, and run it.
 //   coli convert --model DIR --out FILE [--experts q4_g64|q8_row|f32]
 //   coli run --model FILE --prompt TEXT [--threads N --cap N --pin N --max-tokens N ...]
+#include <malloc.h>
 #include <sys/resource.h>
 
 #include <chrono>
@@ -24,6 +25,8 @@
 #include "coli/experts/usage_history.h"
 #include "coli/runtime/moe_model.h"
 #include "coli/tokenizer/tokenizer.h"
+
+#include <nlohmann/json.hpp>
 #include "coli_profile_cmd.h"
 #include "run_plan.h"
 #include "sampler.h"
@@ -41,22 +44,54 @@ std::uint64_t peak_rss_bytes() {
   return static_cast<std::uint64_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
 }
 
-// The tokenizer beside the model: --tokenizer, else tokenizer.json or
-// tokenizer.gguf next to the container.
+// The special ids a carried generation_config.json gives where the
+// tokenizer has none (a tokenizer.json names no EOS): eos_token_id, an id or
+// a list (the first), and bos_token_id.
+void apply_generation_config(coli::Tokenizer& tokenizer, const std::string& text) {
+  const nlohmann::json config = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!config.is_object()) return;
+  auto id_of = [&](const char* key) -> std::optional<std::int32_t> {
+    const auto it = config.find(key);
+    if (it == config.end()) return std::nullopt;
+    const nlohmann::json& value = it->is_array() && !it->empty() ? (*it)[0] : *it;
+    if (!value.is_number_unsigned() || value.get<std::uint64_t>() >= tokenizer.vocab_size()) return std::nullopt;
+    return static_cast<std::int32_t>(value.get<std::uint64_t>());
+  };
+  if (!tokenizer.eos_id()) tokenizer.set_eos_id(id_of("eos_token_id"));
+  if (!tokenizer.bos_id()) tokenizer.set_bos_id(id_of("bos_token_id"));
+}
+
+// The tokenizer: --tokenizer, else the one the container carries (coli
+// convert), else tokenizer.json or tokenizer.gguf next to the container.
 coli::Result<coli::Tokenizer> load_tokenizer(const fs::path& model, const std::string& explicit_path) {
-  std::vector<fs::path> candidates;
-  if (!explicit_path.empty()) candidates = {explicit_path};
-  else candidates = {model.parent_path() / "tokenizer.json", model.parent_path() / "tokenizer.gguf"};
-  for (const fs::path& path : candidates) {
+  if (!explicit_path.empty()) {
+    const fs::path path = explicit_path;
+    return path.extension() == ".gguf" ? coli::Tokenizer::from_gguf(path) : coli::Tokenizer::from_tokenizer_json(path);
+  }
+  auto container = coli::container::ContainerReader::open(model);
+  if (!container) return container.error();
+  const coli::container::ContainerIndex& index = container->index();
+  const auto* carried_json = index.find_runtime_file("tokenizer.json");
+  const auto* carried_gguf = index.find_runtime_file("tokenizer.gguf");
+  if (carried_json || carried_gguf) {
+    const std::string origin = model.string() + " (its carried " + (carried_json ? "tokenizer.json" : "tokenizer.gguf") + ")";
+    auto tokenizer = carried_json ? coli::Tokenizer::from_tokenizer_json_text(carried_json->bytes, origin)
+                                  : coli::Tokenizer::from_gguf_bytes(carried_gguf->bytes, origin);
+    if (tokenizer) {
+      if (const auto* generation = index.find_runtime_file("generation_config.json")) apply_generation_config(*tokenizer, generation->bytes);
+    }
+    return tokenizer;
+  }
+  for (const fs::path& path : {model.parent_path() / "tokenizer.json", model.parent_path() / "tokenizer.gguf"}) {
     if (!fs::exists(path)) continue;
     return path.extension() == ".gguf" ? coli::Tokenizer::from_gguf(path) : coli::Tokenizer::from_tokenizer_json(path);
   }
-  return coli::make_error("no tokenizer found next to " + model.string() +
-                          " (looked for tokenizer.json, tokenizer.gguf): pass --tokenizer FILE or --prompt-ids");
+  return coli::make_error(model.string() + " carries no tokenizer and none is next to it (looked for tokenizer.json, "
+                          "tokenizer.gguf): pass --tokenizer FILE or --prompt-ids, or convert again with --tokenizer");
 }
 
 int run_convert(const std::string& model_dir, const std::string& out, const std::string& experts,
-                const std::string& dense_name) {
+                const std::string& dense_name, const std::string& tokenizer) {
   auto format = coli::convert::parse_expert_format(experts);
   auto dense = coli::convert::parse_dense_format(dense_name);
   if (!format || !dense) {
@@ -65,7 +100,8 @@ int run_convert(const std::string& model_dir, const std::string& out, const std:
   }
   const auto start = Clock::now();
   auto report = coli::convert::convert_model(model_dir, out, *format, *dense,
-                                             [](std::string_view line) { std::fprintf(stderr, "coli convert: %.*s\n", static_cast<int>(line.size()), line.data()); });
+                                             [](std::string_view line) { std::fprintf(stderr, "coli convert: %.*s\n", static_cast<int>(line.size()), line.data()); },
+                                             tokenizer);
   if (!report) {
     std::fprintf(stderr, "coli convert: %s\n", report.error().message.c_str());
     return 1;
@@ -76,6 +112,9 @@ int run_convert(const std::string& model_dir, const std::string& out, const std:
               coli::format_bytes(report->dense_bytes).c_str(), static_cast<unsigned long long>(report->experts),
               coli::format_bytes(report->expert_record_bytes).c_str(),
               coli::format_bytes(report->source_bytes_per_expert).c_str(), coli::format_bytes(report->file_bytes).c_str());
+  std::string carried;
+  for (const std::string& name : report->runtime_files) carried += (carried.empty() ? "" : ", ") + name;
+  std::printf("carries for running: %s\n", carried.empty() ? "no tokenizer (coli run needs --tokenizer or --prompt-ids)" : carried.c_str());
   return 0;
 }
 
@@ -275,6 +314,10 @@ int run_generate(const RunArgs& args) {
       return 1;
     }
     tokenizer = std::move(*loaded);
+    // Reading a carried tokenizer parses the index and decodes the file:
+    // megabytes of heap freed by now, which glibc keeps unless asked. Give
+    // them back so the run's RSS is the plan's (the weights are mmap-served).
+    malloc_trim(0);
     std::string text = args.prompt;
     if (!args.prompt_file.empty()) {
       auto read = read_prompt_file(args.prompt_file);
@@ -411,13 +454,17 @@ int main(int argc, char** argv) {
   CLI::App app{"coli: run huge Mixture-of-Experts models on the machine you have"};
   app.require_subcommand(1);
 
-  std::string model_dir, out, experts = "q4_g64", dense = "source";
+  std::string model_dir, out, experts = "q4_g64", dense = "source", convert_tokenizer;
   CLI::App* convert = app.add_subcommand("convert", "Convert a Hugging Face checkpoint directory into a coli container (read back against "
                                                            "its checksums before it is published; a tensor holding NaN or Inf is refused)");
   convert->add_option("--model", model_dir, "Checkpoint directory (config.json + *.safetensors)")->required()->check(CLI::ExistingDirectory);
   convert->add_option("--out", out, "Container file to write (atomically)")->required();
   convert->add_option("--experts", experts, "Routed expert format: q4_g64 (int4), q8_row (int8) or f32")->capture_default_str();
   convert->add_option("--dense", dense, "Dense projections: source (keep dtype), q8_row (int8) or q4_g64 (int4)")->capture_default_str();
+  convert->add_option("--tokenizer", convert_tokenizer,
+                      "Tokenizer the container carries: a tokenizer.json or a GGUF vocabulary (default: the model directory's "
+                      "tokenizer.json; its tokenizer_config.json and generation_config.json come along)")
+      ->check(CLI::ExistingFile);
 
   RunArgs run;
   CLI::App* run_cmd = app.add_subcommand("run", "Generate text with a converted model");
@@ -520,7 +567,7 @@ int main(int argc, char** argv) {
   if (const auto done = coli::cli::parse(app, argc, argv)) return *done;
 
   if (profile_cmd.parsed()) return profile_cmd.run();
-  if (convert->parsed()) return run_convert(model_dir, out, experts, dense);
+  if (convert->parsed()) return run_convert(model_dir, out, experts, dense, convert_tokenizer);
   for (const char* knob : {"--threads", "--cap", "--ctx", "--kv-type", "--pin", "--io-threads", "--no-direct-io",
                            "--backend", "--gpu", "--gpu-batch"}) {
     run.knobs_given = run.knobs_given || run_cmd->count(knob) > 0;

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <type_traits>
 #include <fstream>
+#include <sstream>
 #include <system_error>
 
 namespace coli {
@@ -15,7 +16,7 @@ constexpr std::uint32_t kMaxVersion = 3;
 // the key being read, so every error says where it happened.
 class GgufCursor {
  public:
-  GgufCursor(std::ifstream& in, std::string origin, std::uint64_t size)
+  GgufCursor(std::istream& in, std::string origin, std::uint64_t size)
       : in_(in), origin_(std::move(origin)), size_(size) {}
 
   std::string context = "header";
@@ -67,7 +68,7 @@ class GgufCursor {
   }
 
  private:
-  std::ifstream& in_;
+  std::istream& in_;
   std::string origin_;
   std::uint64_t size_;
   std::uint64_t offset_ = 0;
@@ -193,15 +194,11 @@ const GgufValue* GgufMetadata::find(std::string_view key) const {
   return it == values.end() ? nullptr : &it->second;
 }
 
-Result<GgufMetadata> read_gguf_metadata(const std::filesystem::path& path) {
-  std::error_code ec;
-  const std::uint64_t size = std::filesystem::file_size(path, ec);
-  if (ec) return make_error("cannot read GGUF file " + path.string() + ": " + ec.message());
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return make_error("cannot open GGUF file " + path.string());
+namespace {
 
+Result<GgufMetadata> read_gguf_stream(std::istream& in, std::string origin, std::uint64_t size) {
   GgufMetadata meta;
-  meta.origin = path.string();
+  meta.origin = std::move(origin);
   GgufCursor cursor(in, meta.origin, size);
   std::uint64_t kv_count = 0;
   if (Status s = read_header(cursor, meta, kv_count); !s) return s.error();
@@ -221,6 +218,22 @@ Result<GgufMetadata> read_gguf_metadata(const std::filesystem::path& path) {
     if (!meta.values.emplace(*key, std::move(value)).second) return cursor.error("duplicate key");
   }
   return meta;
+}
+
+}  // namespace
+
+Result<GgufMetadata> read_gguf_metadata(const std::filesystem::path& path) {
+  std::error_code ec;
+  const std::uint64_t size = std::filesystem::file_size(path, ec);
+  if (ec) return make_error("cannot read GGUF file " + path.string() + ": " + ec.message());
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return make_error("cannot open GGUF file " + path.string());
+  return read_gguf_stream(in, path.string(), size);
+}
+
+Result<GgufMetadata> read_gguf_metadata(std::string_view bytes, const std::string& origin) {
+  std::istringstream in{std::string(bytes)};
+  return read_gguf_stream(in, origin, bytes.size());
 }
 
 }  // namespace coli

@@ -142,8 +142,13 @@ Result<VocabularySource> source_from_metadata(const GgufMetadata& meta) {
 
 }  // namespace
 
-Result<Tokenizer> Tokenizer::from_gguf(const std::filesystem::path& path) {
-  auto meta = read_gguf_metadata(path);
+Result<Tokenizer> Tokenizer::from_gguf(const std::filesystem::path& path) { return from_gguf_metadata(read_gguf_metadata(path)); }
+
+Result<Tokenizer> Tokenizer::from_gguf_bytes(std::string_view bytes, const std::string& origin) {
+  return from_gguf_metadata(read_gguf_metadata(bytes, origin));
+}
+
+Result<Tokenizer> Tokenizer::from_gguf_metadata(const Result<GgufMetadata>& meta) {
   if (!meta) return meta.error();
   auto source = source_from_metadata(*meta);
   if (!source) return source.error();

@@ -229,15 +229,19 @@ VocabularySource source_from_json(const json& root, const std::string& origin) {
 Result<Tokenizer> Tokenizer::from_tokenizer_json(const std::filesystem::path& path) {
   auto text = read_text_file(path);
   if (!text) return text.error();
-  const json root = json::parse(*text, nullptr, /*allow_exceptions=*/false);
-  if (root.is_discarded()) return make_error(path.string() + ": not valid JSON");
+  return from_tokenizer_json_text(*text, path.string());
+}
+
+Result<Tokenizer> Tokenizer::from_tokenizer_json_text(std::string_view text, const std::string& origin) {
+  const json root = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (root.is_discarded()) return make_error(origin + ": not valid JSON");
   Result<VocabularySource> source = make_error("");
   try {
-    source = source_from_json(root, path.string());
+    source = source_from_json(root, origin);
   } catch (const Unsupported& e) {
-    return make_error(path.string() + ": unsupported tokenizer: " + e.message);
+    return make_error(origin + ": unsupported tokenizer: " + e.message);
   } catch (const json::exception& e) {
-    return make_error(path.string() + ": unexpected tokenizer.json layout: " + e.what());
+    return make_error(origin + ": unexpected tokenizer.json layout: " + e.what());
   }
   auto data = bpe::build_tokenizer_data(*source);
   if (!data) return data.error();

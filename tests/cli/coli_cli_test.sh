@@ -11,6 +11,24 @@ check "convert exits 0" test $? -eq 0
 check "convert reports the experts" contains "$work/c.out" "16 experts"
 check "no partial files left" test "$(ls "$work" | grep -c partial)" -eq 0
 check "convert says it read the file back" contains "$work/c.out" "read back against its checksums"
+check "convert says the container carries no tokenizer" contains "$work/c.out" "carries for running: no tokenizer"
+
+# The container carries its tokenizer (coli convert --tokenizer): one file runs.
+"$coli" convert --model "$fixtures/models/tiny-demo" --out "$work/carried.coli" \
+  --tokenizer "$fixtures/tokenizer/ggml-vocab-gpt-2.gguf" >"$work/ct.out" 2>&1
+check "convert --tokenizer says what the container carries" contains "$work/ct.out" "carries for running: tokenizer.gguf"
+"$coli" run --model "$work/carried.coli" --prompt "Hello world" --max-tokens 6 >"$work/carried.txt" 2>"$work/carried.err"
+check "a container with its tokenizer runs from a text prompt alone" test $? -eq 0
+"$coli" run --model "$work/demo.coli" --tokenizer "$fixtures/tokenizer/ggml-vocab-gpt-2.gguf" --prompt "Hello world" \
+  --max-tokens 6 >"$work/beside.txt" 2>/dev/null
+check "with the same text as the tokenizer given beside it" cmp -s "$work/carried.txt" "$work/beside.txt"
+"$coli" run --model "$work/demo.coli" --prompt "Hello world" --max-tokens 2 >/dev/null 2>"$work/none.err"
+check "a container without one asks for --tokenizer" contains "$work/none.err" "carries no tokenizer.*--tokenizer"
+printf 'not a vocabulary' >"$work/bad.gguf"
+"$coli" convert --model "$fixtures/models/tiny-demo" --out "$work/bad.coli" --tokenizer "$work/bad.gguf" >/dev/null 2>"$work/bt.err"
+check "a broken --tokenizer is refused at conversion" test $? -eq 1
+check "naming it" contains "$work/bt.err" "--tokenizer: .*bad.gguf"
+check "and no container is left" test ! -e "$work/bad.coli"
 
 # --verify: every tensor and expert record against its checksum; one byte
 # changed in the weights is named and the run refused (exit 1).

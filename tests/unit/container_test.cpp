@@ -28,7 +28,7 @@ class ContainerTest : public testing::Test {
 
   // A 2-layer, 3-expert q4_g64 container with one dense tensor; experts
   // hold bytes that encode (layer, expert) so misplaced records show.
-  fs::path write_sample(const std::string& name = "model.coli") {
+  fs::path write_sample(const std::string& name = "model.coli", const std::vector<RuntimeFile>& runtime = {}) {
     const fs::path path = dir_ / name;
     auto writer = ContainerWriter::create(path);
     EXPECT_TRUE(writer.ok());
@@ -45,6 +45,7 @@ class ContainerTest : public testing::Test {
         EXPECT_TRUE(writer->add_expert(record).ok());
       }
     }
+    for (const RuntimeFile& file : runtime) EXPECT_TRUE(writer->add_runtime_file(file.name, file.bytes).ok()) << file.name;
     EXPECT_TRUE(writer->finish("olmoe", R"({"model_type": "olmoe"})", "test").ok());
     return path;
   }
@@ -209,6 +210,42 @@ TEST_F(ContainerTest, SizesThatWrapAreRefusedBeforeAllocating) {
                  "index field checksums.count is 6, not one per tensor and expert record");
   expect_refused(good, bad, resealed([](nlohmann::json& j) { j["checksums"]["offset"] = ~std::uint64_t{0} - 15; }),
                  "the checksum table (index field checksums: offset 18446744073709551600, 7 entries) does not end where the index starts");
+}
+
+// The files a container carries for running (its tokenizer and configs)
+// come back byte for byte; the writer takes only the names coli knows, each
+// once, and the reader checks the index's entries as it checks the rest.
+TEST_F(ContainerTest, RuntimeFilesComeBackAndTheirIndexEntriesAreChecked) {
+  std::string binary;
+  for (int b = 0; b < 256; ++b) binary += static_cast<char>(b);
+  const fs::path good = write_sample("carried.coli", {{"tokenizer.gguf", binary}, {"generation_config.json", R"({"eos_token_id": 2})"}});
+  auto reader = ContainerReader::open(good);
+  ASSERT_TRUE(reader.ok()) << reader.error().message;
+  ASSERT_NE(reader->index().find_runtime_file("tokenizer.gguf"), nullptr);
+  EXPECT_EQ(reader->index().find_runtime_file("tokenizer.gguf")->bytes, binary);
+  EXPECT_EQ(reader->index().find_runtime_file("generation_config.json")->bytes, R"({"eos_token_id": 2})");
+  EXPECT_EQ(reader->index().find_runtime_file("tokenizer.json"), nullptr);
+  EXPECT_TRUE(ContainerReader::open(write_sample("plain.coli"))->index().runtime_files.empty());  // optional
+
+  auto writer = ContainerWriter::create(dir_ / "refused.coli");
+  ASSERT_TRUE(writer.ok());
+  const Status unknown = writer->add_runtime_file("run.sh", "#!/bin/sh");
+  ASSERT_FALSE(unknown);
+  EXPECT_NE(unknown.error().message.find("'run.sh' is not a runtime file"), std::string::npos) << unknown.error().message;
+  ASSERT_TRUE(writer->add_runtime_file("tokenizer.json", "{}"));
+  const Status twice = writer->add_runtime_file("tokenizer.json", "{}");
+  ASSERT_FALSE(twice);
+  EXPECT_NE(twice.error().message.find("added twice"), std::string::npos);
+
+  const fs::path bad = dir_ / "hostile.coli";
+  expect_refused(good, bad, resealed([](nlohmann::json& j) { j["runtime_files"][0]["name"] = "run.sh"; }),
+                 "index field runtime_files[0].name 'run.sh' is not a runtime file coli knows");
+  expect_refused(good, bad, resealed([](nlohmann::json& j) { j["runtime_files"][1]["base64"] = "e30*"; }),
+                 "index field runtime_files[1].base64 is not base64 of");
+  expect_refused(good, bad, resealed([](nlohmann::json& j) { j["runtime_files"][0]["bytes"] = 255; }),
+                 "index field runtime_files[0].base64 is not base64 of 255 bytes");
+  expect_refused(good, bad, resealed([](nlohmann::json& j) { j["runtime_files"][1]["name"] = "tokenizer.gguf"; }),
+                 "index field runtime_files[1] repeats tokenizer.gguf");
 }
 
 // A directory or an endless device is refused at once, never read forever.

@@ -2,8 +2,11 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <limits>
+
+#include "coli/base/base64.h"
 
 namespace coli::container::format {
 
@@ -62,7 +65,11 @@ json index_to_json(const ContainerIndex& index, const ChecksumTable& table) {
                      {"scales_bytes", p.scales_bytes}});
   }
   const ExpertLayout& e = index.experts;
-  return {{"format", "coli-container"},
+  json runtime = json::array();
+  for (const RuntimeFile& file : index.runtime_files) {
+    runtime.push_back({{"name", file.name}, {"bytes", file.bytes.size()}, {"base64", base64_encode(file.bytes)}});
+  }
+  json out = {{"format", "coli-container"},
           {"format_version", kFormatVersion},
           {"architecture", index.architecture},
           {"source", index.source},
@@ -73,6 +80,8 @@ json index_to_json(const ContainerIndex& index, const ChecksumTable& table) {
            {{"format", traits(e.format).name}, {"layers", e.layers}, {"experts", e.experts}, {"model_layers", e.model_layers},
             {"parts", parts}, {"record_bytes", e.record_bytes}, {"record_stride", e.record_stride},
             {"layer_offsets", e.layer_offsets}}}};
+  if (!runtime.empty()) out["runtime_files"] = std::move(runtime);
+  return out;
 }
 
 namespace {
@@ -134,6 +143,29 @@ std::uint64_t checksum_field(const json& object, const std::string& key, const s
   return *checksum;
 }
 
+// The optional runtime files: known names, each once, base64 of the size said.
+std::vector<RuntimeFile> runtime_files(const json& j) {
+  std::vector<RuntimeFile> files;
+  for (const json& f : array_field(j, "runtime_files", "")) {
+    const std::string where = "runtime_files[" + std::to_string(files.size()) + "]";
+    RuntimeFile file{string_field(f, "name", where), {}};
+    if (std::find(kRuntimeFileNames.begin(), kRuntimeFileNames.end(), file.name) == kRuntimeFileNames.end()) {
+      throw FieldError{"index field " + where + ".name '" + file.name + "' is not a runtime file coli knows"};
+    }
+    for (const RuntimeFile& earlier : files) {
+      if (earlier.name == file.name) throw FieldError{"index field " + where + " repeats " + file.name};
+    }
+    const std::uint64_t bytes = unsigned_field(f, "bytes", kMaxRuntimeFileBytes, where);
+    auto decoded = base64_decode(string_field(f, "base64", where));
+    if (!decoded || decoded->size() != bytes) {
+      throw FieldError{"index field " + where + ".base64 is not base64 of " + std::to_string(bytes) + " bytes"};
+    }
+    file.bytes = std::move(*decoded);
+    files.push_back(std::move(file));
+  }
+  return files;
+}
+
 Result<ParsedIndex> parse_index(const json& j) {
   ParsedIndex parsed;
   ContainerIndex& index = parsed.index;
@@ -171,6 +203,7 @@ Result<ParsedIndex> parse_index(const json& j) {
   layout.record_bytes = unsigned_field(e, "record_bytes", kU64, "experts");
   layout.record_stride = unsigned_field(e, "record_stride", kU64, "experts");
   layout.layer_offsets = unsigned_array<std::uint64_t>(e, "layer_offsets", kU64, "experts");
+  if (j.contains("runtime_files")) index.runtime_files = runtime_files(j);
   return parsed;
 }
 

@@ -228,6 +228,7 @@ Status ContainerReader::read_checksum_table(format::ParsedIndex& parsed, std::ui
 }
 
 const ContainerIndex& ContainerReader::index() const { return state_->index; }
+void ContainerReader::release_runtime_files() { std::vector<RuntimeFile>().swap(state_->index.runtime_files); }
 const std::filesystem::path& ContainerReader::path() const { return state_->path; }
 int ContainerReader::fd() const { return state_->fd; }
 std::uint64_t ContainerReader::data_end() const { return state_->data_end; }

@@ -1,6 +1,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <optional>
@@ -146,6 +147,20 @@ Status verify_written(const std::filesystem::path& temp) {
 }
 
 }  // namespace
+
+Status ContainerWriter::add_runtime_file(std::string name, std::string bytes) {
+  ContainerIndex& index = state_->index;
+  if (std::find(kRuntimeFileNames.begin(), kRuntimeFileNames.end(), name) == kRuntimeFileNames.end()) {
+    return make_error("container: '" + name + "' is not a runtime file coli carries");
+  }
+  if (index.find_runtime_file(name) != nullptr) return make_error("container: " + name + " added twice");
+  if (bytes.size() > kMaxRuntimeFileBytes) {
+    return make_error("container: " + name + " is " + std::to_string(bytes.size()) + " bytes, above the " +
+                      std::to_string(kMaxRuntimeFileBytes) + " a container carries");
+  }
+  index.runtime_files.push_back({std::move(name), std::move(bytes)});
+  return Ok{};
+}
 
 Status ContainerWriter::finish(const std::string& architecture, const std::string& config_json,
                                const std::string& source) {

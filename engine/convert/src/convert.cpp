@@ -11,6 +11,7 @@
 #include "coli/container/container.h"
 #include "coli/model/model_desc.h"
 #include "coli/model/tensor_data.h"
+#include "coli/tokenizer/tokenizer.h"
 #include "reference/gemv_reference.h"
 
 namespace coli::convert {
@@ -212,8 +213,50 @@ Result<DenseFormat> parse_dense_format(std::string_view name) {
   return make_error("unknown dense format '" + std::string(name) + "': choose source, q8_row (int8) or q4_g64 (int4)");
 }
 
+namespace {
+
+// A tokenizer file loads as what its name says (tokenizer.gguf: a GGUF vocabulary).
+Status check_tokenizer(const std::string& name, const std::string& bytes, const std::string& origin) {
+  auto loaded = name == "tokenizer.gguf" ? Tokenizer::from_gguf_bytes(bytes, origin)
+                                         : Tokenizer::from_tokenizer_json_text(bytes, origin);
+  if (!loaded) return loaded.error();
+  return Ok{};
+}
+
+// The runtime files a container carries (see convert_model).
+Result<std::vector<container::RuntimeFile>> runtime_files_for(const std::filesystem::path& model_dir,
+                                                              const std::filesystem::path& tokenizer,
+                                                              const ConvertProgress& progress) {
+  std::vector<container::RuntimeFile> files;
+  if (!tokenizer.empty()) {
+    auto bytes = read_text_file(tokenizer);
+    if (!bytes) return bytes.error();
+    const std::string name = tokenizer.extension() == ".gguf" ? "tokenizer.gguf" : "tokenizer.json";
+    if (Status ok = check_tokenizer(name, *bytes, tokenizer.string()); !ok) return make_error("--tokenizer: " + ok.error().message);
+    files.push_back({name, std::move(*bytes)});
+  } else if (std::filesystem::exists(model_dir / "tokenizer.json")) {
+    auto bytes = read_text_file(model_dir / "tokenizer.json");
+    if (!bytes) return bytes.error();
+    if (Status ok = check_tokenizer("tokenizer.json", *bytes, (model_dir / "tokenizer.json").string()); !ok) {
+      if (progress) progress("not carrying the tokenizer: " + ok.error().message + " (coli run will need --tokenizer)");
+    } else {
+      files.push_back({"tokenizer.json", std::move(*bytes)});
+    }
+  }
+  for (const char* config : {"tokenizer_config.json", "generation_config.json"}) {
+    if (!std::filesystem::exists(model_dir / config)) continue;
+    auto bytes = read_text_file(model_dir / config);
+    if (!bytes) return bytes.error();
+    files.push_back({config, std::move(*bytes)});
+  }
+  return files;
+}
+
+}  // namespace
+
 Result<ConvertReport> convert_model(const std::filesystem::path& model_dir, const std::filesystem::path& output,
-                                    WeightFormat format, DenseFormat dense, const ConvertProgress& progress) {
+                                    WeightFormat format, DenseFormat dense, const ConvertProgress& progress,
+                                    const std::filesystem::path& tokenizer) {
   auto desc = model::describe_model(model_dir);
   if (!desc) return desc.error();
   const model::ModelConfig& config = desc->config;
@@ -226,13 +269,21 @@ Result<ConvertReport> convert_model(const std::filesystem::path& model_dir, cons
   if (!experts) return experts.error();
   auto config_text = read_text_file(model_dir / "config.json");
   if (!config_text) return config_text.error();
-  if (Status room = check_room_for(output, planned_bytes(*desc, format, dense, config_text->size())); !room) {
+  auto runtime = runtime_files_for(model_dir, tokenizer, progress);
+  if (!runtime) return runtime.error();
+  std::uint64_t runtime_bytes = 0;  // in the index as base64: 4 characters per 3 bytes
+  for (const auto& file : *runtime) runtime_bytes += (file.bytes.size() + 2) / 3 * 4 + 256;
+  if (Status room = check_room_for(output, planned_bytes(*desc, format, dense, config_text->size()) + runtime_bytes); !room) {
     return room.error();
   }
   auto writer = container::ContainerWriter::create(output);
   if (!writer) return writer.error();
 
   ConvertReport report;
+  for (auto& file : *runtime) {
+    report.runtime_files.push_back(file.name);
+    if (Status s = writer->add_runtime_file(std::move(file.name), std::move(file.bytes)); !s) return s.error();
+  }
   const std::optional<WeightFormat> dense_quantized = quantized_format(dense);
   for (const auto& t : desc->tensors) {
     if (t.role == model::TensorRole::Expert) continue;

@@ -474,6 +474,7 @@ Result<MoeModel> MoeModel::load(const std::filesystem::path& path, const ModelOp
   auto reader = container::ContainerReader::open(path);
   if (!reader) return reader.error();
   state->reader = std::make_unique<container::ContainerReader>(std::move(*reader));
+  state->reader->release_runtime_files();  // the tokenizer is the caller's (coli run loads it apart)
   auto config = model::parse_model_config(state->reader->index().config_json, path.string() + " (config)");
   if (!config) return config.error();
   if (Status s = model::check_engine_support(*config, path.string()); !s) return s.error();

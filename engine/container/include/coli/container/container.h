@@ -5,7 +5,8 @@
 //   [4096, ...)      data: dense tensors, then routed experts, every block 4096-aligned
 //   checksum table   u64 XXH3-64 per dense tensor (index order), then per expert record
 //   index            UTF-8 JSON: architecture, config, tensors, expert layout,
-//                    the table's offset, count and XXH3-64
+//                    the table's offset, count and XXH3-64, and optionally the
+//                    runtime files (tokenizer and its configs, base64)
 //   last 32 bytes    trailer: u64 index offset, u64 index bytes, u64 XXH3-64 of
 //                    the index, "COLIEND\0"
 //
@@ -31,11 +32,13 @@
 // (kernels/reference/gemv_reference.h), or f32 for exactness tests.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "coli/base/result.h"
@@ -97,7 +100,27 @@ struct ExpertLayout {
   }
 };
 
+// A file the engine needs beside the weights, carried in the index so one
+// container runs on its own: the tokenizer ("tokenizer.json", or a GGUF
+// vocabulary as "tokenizer.gguf"), "tokenizer_config.json" and
+// "generation_config.json" (chat template, special tokens, defaults).
+// Optional: containers without them (and readers before them) still work.
+struct RuntimeFile {
+  std::string name;   // one of kRuntimeFileNames
+  std::string bytes;  // the file as it was
+};
+inline constexpr std::array<std::string_view, 4> kRuntimeFileNames = {"tokenizer.json", "tokenizer.gguf",
+                                                                     "tokenizer_config.json", "generation_config.json"};
+inline constexpr std::uint64_t kMaxRuntimeFileBytes = 64ull << 20;
+
 struct ContainerIndex {
+  std::vector<RuntimeFile> runtime_files;  // in the index as base64, "runtime_files"
+  const RuntimeFile* find_runtime_file(std::string_view name) const {
+    for (const RuntimeFile& file : runtime_files) {
+      if (file.name == name) return &file;
+    }
+    return nullptr;
+  }
   std::string architecture;
   std::string config_json;           // the source config.json, verbatim
   std::string source;                // what it was converted from (for humans)
@@ -130,6 +153,10 @@ class ContainerWriter {
   // Records in order: layer 0 experts 0..E-1, layer 1 ...; `record` is
   // record_bytes long, laid out as `parts` say.
   Status add_expert(std::span<const std::byte> record);
+  // A file the engine needs at run time (RuntimeFile); errors: a name not in
+  // kRuntimeFileNames, a second file of that name, one above
+  // kMaxRuntimeFileBytes.
+  Status add_runtime_file(std::string name, std::string bytes);
   // Writes the index and trailer, fsyncs and renames into place.
   Status finish(const std::string& architecture, const std::string& config_json, const std::string& source);
 
@@ -158,6 +185,9 @@ class ContainerReader {
   ~ContainerReader();
 
   const ContainerIndex& index() const;
+  // Frees the runtime files' bytes (the engine has no use for them once
+  // loaded: a tokenizer.json can be megabytes the plan does not count).
+  void release_runtime_files();
   const std::filesystem::path& path() const;
   const TensorEntry* find_tensor(const std::string& name) const;
   // Reads a byte range with pread (the engine's expert store does its own, aligned, I/O).

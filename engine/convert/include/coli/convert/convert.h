@@ -8,6 +8,7 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "coli/base/result.h"
 #include "coli/base/weight_format.h"
@@ -24,6 +25,7 @@ Result<WeightFormat> parse_expert_format(std::string_view name);
 Result<DenseFormat> parse_dense_format(std::string_view name);
 
 struct ConvertReport {
+  std::vector<std::string> runtime_files;  // what the container carries for running (tokenizer, configs)
   std::uint64_t dense_tensors = 0;
   std::uint64_t dense_bytes = 0;
   std::uint64_t experts = 0;
@@ -40,8 +42,13 @@ using ConvertProgress = std::function<void(std::string_view)>;
 Result<std::uint64_t> planned_container_bytes(const std::filesystem::path& model_dir, WeightFormat format,
                                               DenseFormat dense = DenseFormat::source);
 
+// `tokenizer`: the tokenizer to carry (a tokenizer.json or a GGUF
+// vocabulary; it must load); empty: the model directory's tokenizer.json
+// when it loads (otherwise the container carries none and progress says
+// why). The directory's tokenizer_config.json and generation_config.json
+// come along when present, so the container runs on its own.
 Result<ConvertReport> convert_model(const std::filesystem::path& model_dir, const std::filesystem::path& output,
                                     WeightFormat format, DenseFormat dense = DenseFormat::source,
-                                    const ConvertProgress& progress = {});
+                                    const ConvertProgress& progress = {}, const std::filesystem::path& tokenizer = {});
 
 }  // namespace coli::convert

@@ -53,5 +53,7 @@ struct GgufMetadata {
 };
 
 Result<GgufMetadata> read_gguf_metadata(const std::filesystem::path& path);
+// The same from a file's bytes in memory (a container's tokenizer.gguf); `origin` names it in errors.
+Result<GgufMetadata> read_gguf_metadata(std::string_view bytes, const std::string& origin);
 
 }  // namespace coli

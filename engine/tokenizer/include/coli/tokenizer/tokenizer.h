@@ -44,6 +44,7 @@ enum class TokenKind : std::uint8_t {
 namespace bpe {
 struct TokenizerData;  // immutable tables, shared between copies
 }
+struct GgufMetadata;  // gguf_metadata.h
 
 // Cheap to copy (the tables are shared and immutable); const methods are
 // safe to call from several threads at once.
@@ -51,6 +52,10 @@ class Tokenizer {
  public:
   static Result<Tokenizer> from_tokenizer_json(const std::filesystem::path& path);
   static Result<Tokenizer> from_gguf(const std::filesystem::path& path);
+  // The same from a file's contents in memory (a container's runtime
+  // files); `origin` names it in errors.
+  static Result<Tokenizer> from_tokenizer_json_text(std::string_view text, const std::string& origin);
+  static Result<Tokenizer> from_gguf_bytes(std::string_view bytes, const std::string& origin);
 
   // Token ids for `text`. With parse_special, control tokens written in the
   // text ("<|im_end|>") become their ids; without, they are encoded as plain
@@ -94,6 +99,7 @@ class Tokenizer {
 
  private:
   explicit Tokenizer(std::shared_ptr<const bpe::TokenizerData> data) : data_(std::move(data)) {}
+  static Result<Tokenizer> from_gguf_metadata(const Result<GgufMetadata>& meta);
 
   std::shared_ptr<const bpe::TokenizerData> data_;
   std::optional<std::int32_t> bos_id_;
