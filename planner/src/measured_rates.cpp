@@ -441,16 +441,15 @@ std::optional<ComputeRate> dense_prefill_rate(const DeviceProfile& profile, cons
   return ComputeRate{rate, format_fixed(rate / 1e9, 1) + " GMAC/s (dense_bf16_prefill, " + measured + ")"};
 }
 
-std::optional<ComputeRate> sampling_rate(const DeviceProfile& profile, const Team& team) {
+std::optional<SamplingCost> sampling_cost(const DeviceProfile& profile, const Team& team) {
   if (!profile.measurements.kernel_tuning) return std::nullopt;
   const KernelThroughputPoint* best = nearest_team(profile.measurements.kernel_tuning->points, team, [](const KernelThroughputPoint& p) {
     return p.kernel == "greedy_sample" && p.rows > 0 && p.tokens_per_s.median > 0;
   });
   if (!best) return std::nullopt;
   const double per_entry = 1 / (best->tokens_per_s.median * best->rows);
-  return ComputeRate{0, "greedy sampling " + format_fixed(per_entry * 1e9, 2) + " ns per vocabulary entry (greedy_sample over " +
-                            std::to_string(best->rows) + " logits)",
-                     per_entry};
+  return SamplingCost{per_entry, "greedy sampling " + format_fixed(per_entry * 1e9, 2) + " ns per vocabulary entry (greedy_sample over " +
+                                     std::to_string(best->rows) + " logits)"};
 }
 
 }  // namespace coli::planner::measured

@@ -132,9 +132,12 @@ struct AttentionCost {
 };
 std::optional<AttentionCost> prefill_attention_cost(const DeviceProfile& profile, const Team& team);
 // Greedy sampling's scan of the logits after every decoded token
-// (greedy_sample: the tuning phase's scan of a vocabulary, one thread):
-// seconds per vocabulary entry.
-std::optional<ComputeRate> sampling_rate(const DeviceProfile& profile, const Team& team);
+// (greedy_sample: the tuning phase's scan of a vocabulary, one thread).
+struct SamplingCost {
+  double seconds_per_entry = 0;  // per vocabulary entry
+  std::string text;
+};
+std::optional<SamplingCost> sampling_cost(const DeviceProfile& profile, const Team& team);
 // The float (bf16) dense projections of a prompt: multiply-adds per second
 // and, fitted with the 64-wide point (dense_bf16_prefill_narrow), a cost
 // per projected row.

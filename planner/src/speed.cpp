@@ -200,8 +200,8 @@ void predict_decode(const DeviceProfile& profile, const ModelFootprint& fp, cons
     return kernel ? std::min(kernel->gb_per_s, r.ram.gb_per_s) : r.ram.gb_per_s;
   };
   // The greedy pick after the pass scans every logit on one thread.
-  const auto sampling = sampling_rate(profile, team);
-  const double sampling_s = sampling ? static_cast<double>(fp.config.vocab_size) * sampling->seconds_per_row : 0.0;
+  const auto sampling = sampling_cost(profile, team);
+  const double sampling_s = sampling ? static_cast<double>(fp.config.vocab_size) * sampling->seconds_per_entry : 0.0;
   const DenseGemv gemv = dense_gemv(profile, fp, team);
   const auto& [dense_kernel, rows] = gemv;
   const double dense_s = gemv.seconds(static_cast<double>(dense), static_cast<double>(dense_rows_per_token(fp)), r.ram);
