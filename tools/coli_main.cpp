@@ -27,6 +27,7 @@
 #include "coli/tokenizer/tokenizer.h"
 
 #include <nlohmann/json.hpp>
+#include "chat_prompt.h"
 #include "coli_profile_cmd.h"
 #include "run_plan.h"
 #include "sampler.h"
@@ -136,6 +137,8 @@ struct RunArgs {
   std::optional<std::int32_t> eos_id;  // --eos-id: the end-of-sequence token (default: the tokenizer's)
   bool ignore_eos = false;             // --ignore-eos: generate all --max-tokens (llama.cpp's flag)
   bool no_bos = false;                 // --no-bos: do not start a text prompt with BOS where the tokenizer asks for it
+  bool chat = false;                   // --chat: the prompt is the user's message in the model's chat format
+  std::string system, chat_template;   // --system TEXT, --chat-template NAME (implies --chat)
   float temperature = 0, top_p = 1;
   std::uint64_t seed = 1;
   int top_k = 0, repeat_last_n = 64;       // --top-k, --repeat-last-n
@@ -306,6 +309,7 @@ int run_generate(const RunArgs& args) {
   }
   const auto load_start = Clock::now();
   std::optional<coli::Tokenizer> tokenizer;
+  std::optional<std::int32_t> turn_end;  // --chat: the token that ends the assistant's turn
   std::vector<std::int32_t> prompt = args.prompt_ids;
   if (prompt.empty()) {
     auto loaded = load_tokenizer(args.model, args.tokenizer);
@@ -326,6 +330,20 @@ int run_generate(const RunArgs& args) {
         return 1;
       }
       text = std::move(*read);
+    }
+    if (args.chat || !args.chat_template.empty()) {
+      auto format = coli::tools::chat_format_for(args.model, *tokenizer, args.chat_template);
+      if (!format) {
+        std::fprintf(stderr, "coli run: %s\n", format.error().message.c_str());
+        return 2;
+      }
+      std::vector<coli::ChatMessage> messages;
+      if (!args.system.empty()) messages.push_back({"system", args.system});
+      messages.push_back({"user", text});
+      text = coli::render_chat(*format, messages);
+      turn_end = tokenizer->find_token(coli::chat_turn_end(*format));
+      std::fprintf(stderr, "coli run: chat format %s%s\n", std::string(coli::chat_format_name(*format)).c_str(),
+                   args.chat_template.empty() ? " (the model's template; --chat-template overrides)" : " (--chat-template)");
     }
     prompt = tokenizer->encode(text);
     if (prompt.empty()) {
@@ -389,7 +407,7 @@ int run_generate(const RunArgs& args) {
   // Generation ends at the end-of-sequence token (not printed), as llama.cpp's does.
   const std::optional<std::int32_t> eos = args.ignore_eos ? std::nullopt : args.eos_id ? args.eos_id
                                           : tokenizer ? tokenizer->eos_id() : std::nullopt;
-  bool stopped_at_eos = false;
+  bool stopped_at_eos = false, stopped_at_turn_end = false;
   const auto decode_start = Clock::now();
   int generated = 0;
   for (int position = static_cast<int>(prompt.size()); generated < args.max_tokens; ++position) {
@@ -401,6 +419,10 @@ int run_generate(const RunArgs& args) {
     const std::int32_t next = *picked;
     if (eos && next == *eos) {
       stopped_at_eos = true;
+      break;
+    }
+    if (turn_end && next == *turn_end && !args.ignore_eos) {
+      stopped_at_turn_end = true;
       break;
     }
     ++generated;
@@ -425,6 +447,7 @@ int run_generate(const RunArgs& args) {
   std::fputs("\n", stdout);
   std::fflush(stdout);
   if (stopped_at_eos) std::fprintf(stderr, "coli run: stopped at the end-of-sequence token %d (--ignore-eos generates on)\n", *eos);
+  if (stopped_at_turn_end) std::fprintf(stderr, "coli run: stopped at the end of the assistant's turn (token %d)\n", *turn_end);
   std::fprintf(stderr, "---\nload %.2f s | TTFT %.3f s | prefill %.1f tok/s (%zu tokens) | decode %.1f tok/s (%d tokens)\n",
               load_seconds, ttft, static_cast<double>(prompt.size()) / ttft, prompt.size(),
               generated > 1 ? (generated - 1) / decode_seconds : 0.0, generated);
@@ -484,6 +507,12 @@ int main(int argc, char** argv) {
                          ->check(CLI::Range(0, (1 << 30)));
   run_cmd->add_flag("--ignore-eos", run.ignore_eos, "Generate all --max-tokens, through the end-of-sequence token")
       ->excludes(eos_option);
+  auto* chat_flag = run_cmd->add_flag("--chat", run.chat,
+                                      "The prompt is the user's message, in the model's chat format (its template recognised: "
+                                      "chatml, llama3, llama2, mistral, deepseek3); generation stops at the end of the turn");
+  run_cmd->add_option("--system", run.system, "With --chat: a system message before the user's")->needs(chat_flag);
+  run_cmd->add_option("--chat-template", run.chat_template,
+                      "Chat format to use instead of recognising the model's template: chatml, llama3, llama2, mistral, deepseek3");
   run_cmd->add_flag("--no-bos", run.no_bos,
                     "Do not start a text prompt with BOS (default: as the tokenizer says: SentencePiece and Llama 3 "
                     "vocabularies, tokenizer.ggml.add_bos_token, a tokenizer.json post_processor template)");

@@ -158,6 +158,9 @@ Result<Tokenizer> Tokenizer::from_gguf_metadata(const Result<GgufMetadata>& meta
   tokenizer.set_bos_id(source->bos_id);
   tokenizer.set_eos_id(source->eos_id);
   tokenizer.set_add_bos(source->add_bos);
+  if (const GgufValue* chat = meta->find("tokenizer.chat_template"); chat && chat->type == GgufType::kString) {
+    tokenizer.chat_template_ = chat->text;
+  }
   return tokenizer;
 }
 

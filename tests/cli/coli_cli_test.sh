@@ -74,6 +74,16 @@ check "--prompt-file gives --prompt's tokens" cmp -s "$work/pt.out" "$work/pf.ou
 check "--prompt-file - reads stdin" cmp -s "$work/pt.out" "$work/ps.out"
 "$coli" run --model "$work/demo.coli" --tokenizer "$vocab" --prompt-file "$work/missing.txt" --max-tokens 2 >/dev/null 2>"$work/pm.err"
 check "a missing --prompt-file is an error naming it" contains "$work/pm.err" "prompt-file .*missing.txt"
+# --chat: the prompt as the user's message in the model's chat format.
+"$coli" run --model "$work/demo.coli" --tokenizer "$vocab" --chat --prompt "Hello" --max-tokens 2 >/dev/null 2>"$work/chat0.err"
+check "--chat without a template in sight is a usage error" test $? -eq 2
+check "that names --chat-template and the formats" contains "$work/chat0.err" "no chat template found.*--chat-template chatml, llama3"
+"$coli" run --model "$work/demo.coli" --tokenizer "$vocab" --chat-template chatml --prompt "Hello" --max-tokens 2 >/dev/null 2>"$work/chat1.err"
+check "--chat-template chatml runs" test $? -eq 0
+check "and says which format it used" contains "$work/chat1.err" "chat format chatml (--chat-template)"
+check "the user's message wrapped in the format's markers (spelled out: GPT-2 has no <|im_start|>)" contains "$work/chat1.err" "prefill .* ([2-9][0-9] tokens)"
+"$coli" run --model "$work/demo.coli" --tokenizer "$vocab" --chat-template jinja --prompt "Hello" --max-tokens 2 >/dev/null 2>"$work/chat2.err"
+check "an unknown --chat-template is refused by name" contains "$work/chat2.err" "'jinja' is not a chat format"
 # A SentencePiece vocabulary (Llama 2's: its ids fit the demo's 50257) asks for BOS first.
 spm="$fixtures/tokenizer/ggml-vocab-llama-spm.gguf"
 "$coli" run --model "$work/demo.coli" --tokenizer "$spm" --prompt "Hello world" --max-tokens 2 >/dev/null 2>"$work/bos.err"

@@ -96,6 +96,9 @@ class Tokenizer {
   // template starts with a special token). encode() never adds it.
   bool add_bos() const { return add_bos_ && bos_id_.has_value(); }
   void set_add_bos(bool add) { add_bos_ = add; }
+  // The model's Jinja chat template where the file carries one (GGUF
+  // tokenizer.chat_template); "" otherwise (tokenizer_config.json holds it).
+  const std::string& chat_template() const { return chat_template_; }
 
  private:
   explicit Tokenizer(std::shared_ptr<const bpe::TokenizerData> data) : data_(std::move(data)) {}
@@ -105,6 +108,7 @@ class Tokenizer {
   std::optional<std::int32_t> bos_id_;
   std::optional<std::int32_t> eos_id_;
   bool add_bos_ = false;
+  std::string chat_template_;
 };
 
 // Turns a stream of generated ids into text that is always whole UTF-8: bytes
