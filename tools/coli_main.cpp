@@ -138,6 +138,7 @@ struct RunArgs {
   bool ignore_eos = false;             // --ignore-eos: generate all --max-tokens (llama.cpp's flag)
   bool no_bos = false;                 // --no-bos: do not start a text prompt with BOS where the tokenizer asks for it
   bool chat = false;                   // --chat: the prompt is the user's message in the model's chat format
+  bool json_stats = false;             // --json: the statistics as one JSON object on stderr
   std::string system, chat_template;   // --system TEXT, --chat-template NAME (implies --chat)
   float temperature = 0, top_p = 1;
   std::uint64_t seed = 1;
@@ -448,6 +449,25 @@ int run_generate(const RunArgs& args) {
   std::fflush(stdout);
   if (stopped_at_eos) std::fprintf(stderr, "coli run: stopped at the end-of-sequence token %d (--ignore-eos generates on)\n", *eos);
   if (stopped_at_turn_end) std::fprintf(stderr, "coli run: stopped at the end of the assistant's turn (token %d)\n", *turn_end);
+  const double prefill_tok_s = static_cast<double>(prompt.size()) / ttft;
+  const double decode_tok_s = generated > 1 ? (generated - 1) / decode_seconds : 0.0;
+  if (args.json_stats) {
+    nlohmann::json stats_json = {
+        {"schema_version", 1}, {"load_s", load_seconds}, {"ttft_s", ttft}, {"prompt_tokens", prompt.size()},
+        {"prefill_tok_s", prefill_tok_s}, {"generated_tokens", generated}, {"decode_tok_s", decode_tok_s},
+        {"stop", stopped_at_eos ? "eos" : stopped_at_turn_end ? "turn_end" : "max_tokens"},
+        {"expert_hits", stats.expert_hits}, {"expert_misses", stats.expert_misses},
+        {"hit_rate", lookups > 0 ? static_cast<double>(stats.expert_hits) / lookups : 0.0},
+        {"expert_bytes_read", stats.expert_bytes_read}, {"kernel", stats.cpu_kernel},
+        {"prefill_threads", stats.prefill_thread_set}, {"decode_threads", stats.decode_thread_set}, {"io", stats.io_mode},
+        {"peak_rss_bytes", peak_rss_bytes()}};
+    if (planned && planned->plan.speed.available) {
+      stats_json["predicted"] = {{"decode_tok_s", planned->plan.speed.decode_tok_per_s},
+                                 {"prefill_tok_s", planned->plan.speed.prefill_tok_per_s}};
+    }
+    std::fprintf(stderr, "%s\n", stats_json.dump().c_str());
+    return 0;
+  }
   std::fprintf(stderr, "---\nload %.2f s | TTFT %.3f s | prefill %.1f tok/s (%zu tokens) | decode %.1f tok/s (%d tokens)\n",
               load_seconds, ttft, static_cast<double>(prompt.size()) / ttft, prompt.size(),
               generated > 1 ? (generated - 1) / decode_seconds : 0.0, generated);
@@ -513,6 +533,10 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--system", run.system, "With --chat: a system message before the user's")->needs(chat_flag);
   run_cmd->add_option("--chat-template", run.chat_template,
                       "Chat format to use instead of recognising the model's template: chatml, llama3, llama2, mistral, deepseek3");
+  run_cmd->add_flag("--json", run.json_stats,
+                    "Print the statistics as one JSON object on stderr (schema_version 1: load_s, ttft_s, prompt_tokens, "
+                    "prefill_tok_s, generated_tokens, decode_tok_s, stop, expert hits and misses, hit_rate, bytes read, kernel, "
+                    "threads, peak_rss_bytes, and with a plan its predicted tok/s) instead of the summary lines");
   run_cmd->add_flag("--no-bos", run.no_bos,
                     "Do not start a text prompt with BOS (default: as the tokenizer says: SentencePiece and Llama 3 "
                     "vocabularies, tokenizer.ggml.add_bos_token, a tokenizer.json post_processor template)");

@@ -74,6 +74,17 @@ check "--prompt-file gives --prompt's tokens" cmp -s "$work/pt.out" "$work/pf.ou
 check "--prompt-file - reads stdin" cmp -s "$work/pt.out" "$work/ps.out"
 "$coli" run --model "$work/demo.coli" --tokenizer "$vocab" --prompt-file "$work/missing.txt" --max-tokens 2 >/dev/null 2>"$work/pm.err"
 check "a missing --prompt-file is an error naming it" contains "$work/pm.err" "prompt-file .*missing.txt"
+# --json: the statistics as one JSON object on stderr, the text still alone on stdout.
+"$coli" run --model "$work/carried.coli" --prompt "Hello world" --max-tokens 6 --json >"$work/json.txt" 2>"$work/json.err"
+check "--json runs" test $? -eq 0
+check "--json leaves stdout to the text" cmp -s "$work/json.txt" "$work/carried.txt"
+check "--json's last stderr line is the statistics object" python3 -c '
+import json, sys
+d = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+assert d["schema_version"] == 1 and d["prompt_tokens"] == 2 and d["generated_tokens"] <= 6, d
+assert d["stop"] in ("eos", "max_tokens") and d["decode_tok_s"] >= 0 and d["peak_rss_bytes"] > 0, d
+' "$work/json.err"
+check "and no summary lines beside it" lacks "$work/json.err" "^load .* TTFT"
 # --chat: the prompt as the user's message in the model's chat format.
 "$coli" run --model "$work/demo.coli" --tokenizer "$vocab" --chat --prompt "Hello" --max-tokens 2 >/dev/null 2>"$work/chat0.err"
 check "--chat without a template in sight is a usage error" test $? -eq 2
