@@ -65,27 +65,21 @@ void apply_generation_config(coli::Tokenizer& tokenizer, const std::string& text
 // The tokenizer: --tokenizer, else the one the container carries (coli
 // convert), else tokenizer.json or tokenizer.gguf next to the container.
 coli::Result<coli::Tokenizer> load_tokenizer(const fs::path& model, const std::string& explicit_path) {
-  if (!explicit_path.empty()) {
-    const fs::path path = explicit_path;
-    return path.extension() == ".gguf" ? coli::Tokenizer::from_gguf(path) : coli::Tokenizer::from_tokenizer_json(path);
-  }
+  if (!explicit_path.empty()) return coli::Tokenizer::from_file(explicit_path);
   auto container = coli::container::ContainerReader::open(model);
   if (!container) return container.error();
   const coli::container::ContainerIndex& index = container->index();
-  const auto* carried_json = index.find_runtime_file("tokenizer.json");
-  const auto* carried_gguf = index.find_runtime_file("tokenizer.gguf");
-  if (carried_json || carried_gguf) {
-    const std::string origin = model.string() + " (its carried " + (carried_json ? "tokenizer.json" : "tokenizer.gguf") + ")";
-    auto tokenizer = carried_json ? coli::Tokenizer::from_tokenizer_json_text(carried_json->bytes, origin)
-                                  : coli::Tokenizer::from_gguf_bytes(carried_gguf->bytes, origin);
+  const auto* carried = index.find_runtime_file("tokenizer.json");
+  if (!carried) carried = index.find_runtime_file("tokenizer.gguf");
+  if (carried) {
+    auto tokenizer = coli::Tokenizer::from_file_bytes(carried->name, carried->bytes, model.string() + " (its carried " + carried->name + ")");
     if (tokenizer) {
       if (const auto* generation = index.find_runtime_file("generation_config.json")) apply_generation_config(*tokenizer, generation->bytes);
     }
     return tokenizer;
   }
   for (const fs::path& path : {model.parent_path() / "tokenizer.json", model.parent_path() / "tokenizer.gguf"}) {
-    if (!fs::exists(path)) continue;
-    return path.extension() == ".gguf" ? coli::Tokenizer::from_gguf(path) : coli::Tokenizer::from_tokenizer_json(path);
+    if (fs::exists(path)) return coli::Tokenizer::from_file(path);
   }
   return coli::make_error(model.string() + " carries no tokenizer and none is next to it (looked for tokenizer.json, "
                           "tokenizer.gguf): pass --tokenizer FILE or --prompt-ids, or convert again with --tokenizer");

@@ -88,7 +88,7 @@ bool wants_nfc(const json& normalizer) {
 // models ship it) or by a Metaspace pre-tokenizer (replacement U+2581,
 // prepend_scheme always or first, no split); merges by rank.
 void read_sentencepiece_steps(const json& root, VocabularySource& source) {
-  static const std::string space = "\xE2\x96\x81";
+  const std::string space(bpe::kSentencePieceSpace);
   source.model = bpe::TokenizerModel::sentencepiece_bpe;
   const json normalizer = root.value("normalizer", json());
   const json pre = root.value("pre_tokenizer", json());

@@ -7,8 +7,6 @@
 namespace coli::bpe {
 namespace {
 
-constexpr std::string_view kSpace = "\xE2\x96\x81";  // U+2581, SentencePiece's word boundary
-
 struct Symbol {
   std::size_t offset, length;  // its bytes in the escaped text
   std::int32_t id;             // -1: no token (written as bytes)
@@ -50,8 +48,8 @@ std::int32_t token_of(const TokenizerData& data, std::string_view piece) {
 
 void encode_spm(const TokenizerData& data, std::string_view text, bool at_start, std::vector<std::int32_t>& out) {
   std::string escaped;
-  if (data.add_space_prefix && (at_start || !data.space_prefix_first_only)) escaped += kSpace;
-  for (char c : text) escaped += c == ' ' ? kSpace : std::string_view(&c, 1);
+  if (data.add_space_prefix && (at_start || !data.space_prefix_first_only)) escaped += kSentencePieceSpace;
+  for (char c : text) escaped += c == ' ' ? kSentencePieceSpace : std::string_view(&c, 1);
   // One symbol per UTF-8 character (an invalid byte is one of its own).
   std::vector<Symbol> symbols;
   for (std::size_t pos = 0; pos < escaped.size();) {

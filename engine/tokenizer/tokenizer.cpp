@@ -91,6 +91,15 @@ TokenKind Tokenizer::token_kind(std::int32_t id) const {
   return in_range(*data_, id) ? data_->kinds[id] : TokenKind::kUnused;
 }
 
+Result<Tokenizer> Tokenizer::from_file(const std::filesystem::path& path) {
+  return path.extension() == ".gguf" ? from_gguf(path) : from_tokenizer_json(path);
+}
+
+Result<Tokenizer> Tokenizer::from_file_bytes(const std::filesystem::path& file_name, std::string_view bytes,
+                                             const std::string& origin) {
+  return file_name.extension() == ".gguf" ? from_gguf_bytes(bytes, origin) : from_tokenizer_json_text(bytes, origin);
+}
+
 std::size_t Tokenizer::vocab_size() const { return data_->texts.size(); }
 const std::vector<std::string>& Tokenizer::split_patterns() const { return data_->splitter->patterns(); }
 bool Tokenizer::adds_space_prefix() const { return data_->model == bpe::TokenizerModel::sentencepiece_bpe && data_->add_space_prefix; }

@@ -35,7 +35,7 @@ std::string token_bytes(const VocabularySource& source, std::size_t id) {
   if (const auto byte = sentencepiece_byte(text)) return std::string(1, static_cast<char>(*byte));
   std::string out;
   for (std::size_t i = 0; i < text.size(); ++i) {
-    if (text.compare(i, 3, "\xE2\x96\x81") == 0) out += ' ', i += 2;
+    if (text.compare(i, kSentencePieceSpace.size(), kSentencePieceSpace) == 0) out += ' ', i += kSentencePieceSpace.size() - 1;
     else out += text[i];
   }
   return out;

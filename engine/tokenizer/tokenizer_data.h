@@ -29,6 +29,9 @@ enum class TokenizerModel {
   sentencepiece_bpe,
 };
 
+// U+2581, SentencePiece's word boundary: a space in its tokens' text.
+inline constexpr std::string_view kSentencePieceSpace = "\xE2\x96\x81";
+
 // A vocabulary as read from a file, before indexing.
 struct VocabularySource {
   TokenizerModel model = TokenizerModel::byte_level_bpe;

@@ -215,14 +215,6 @@ Result<DenseFormat> parse_dense_format(std::string_view name) {
 
 namespace {
 
-// A tokenizer file loads as what its name says (tokenizer.gguf: a GGUF vocabulary).
-Status check_tokenizer(const std::string& name, const std::string& bytes, const std::string& origin) {
-  auto loaded = name == "tokenizer.gguf" ? Tokenizer::from_gguf_bytes(bytes, origin)
-                                         : Tokenizer::from_tokenizer_json_text(bytes, origin);
-  if (!loaded) return loaded.error();
-  return Ok{};
-}
-
 // The runtime files a container carries (see convert_model).
 Result<std::vector<container::RuntimeFile>> runtime_files_for(const std::filesystem::path& model_dir,
                                                               const std::filesystem::path& tokenizer,
@@ -232,13 +224,15 @@ Result<std::vector<container::RuntimeFile>> runtime_files_for(const std::filesys
     auto bytes = read_text_file(tokenizer);
     if (!bytes) return bytes.error();
     const std::string name = tokenizer.extension() == ".gguf" ? "tokenizer.gguf" : "tokenizer.json";
-    if (Status ok = check_tokenizer(name, *bytes, tokenizer.string()); !ok) return make_error("--tokenizer: " + ok.error().message);
+    if (auto loads = Tokenizer::from_file_bytes(name, *bytes, tokenizer.string()); !loads) {
+      return make_error("--tokenizer: " + loads.error().message);
+    }
     files.push_back({name, std::move(*bytes)});
   } else if (std::filesystem::exists(model_dir / "tokenizer.json")) {
     auto bytes = read_text_file(model_dir / "tokenizer.json");
     if (!bytes) return bytes.error();
-    if (Status ok = check_tokenizer("tokenizer.json", *bytes, (model_dir / "tokenizer.json").string()); !ok) {
-      if (progress) progress("not carrying the tokenizer: " + ok.error().message + " (coli run will need --tokenizer)");
+    if (auto loads = Tokenizer::from_tokenizer_json_text(*bytes, (model_dir / "tokenizer.json").string()); !loads) {
+      if (progress) progress("not carrying the tokenizer: " + loads.error().message + " (coli run will need --tokenizer)");
     } else {
       files.push_back({"tokenizer.json", std::move(*bytes)});
     }

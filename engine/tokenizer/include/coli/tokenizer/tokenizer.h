@@ -56,6 +56,11 @@ class Tokenizer {
   // files); `origin` names it in errors.
   static Result<Tokenizer> from_tokenizer_json_text(std::string_view text, const std::string& origin);
   static Result<Tokenizer> from_gguf_bytes(std::string_view bytes, const std::string& origin);
+  // Either kind, told by the file's name: a GGUF vocabulary when it ends in
+  // ".gguf" (a container carries one as "tokenizer.gguf"), else a tokenizer.json.
+  static Result<Tokenizer> from_file(const std::filesystem::path& path);
+  static Result<Tokenizer> from_file_bytes(const std::filesystem::path& file_name, std::string_view bytes,
+                                           const std::string& origin);
 
   // Token ids for `text`. With parse_special, control tokens written in the
   // text ("<|im_end|>") become their ids; without, they are encoded as plain
