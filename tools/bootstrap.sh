@@ -24,6 +24,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libvulkan-dev libvulkan1 glslc libspirv-cross-c-shared-dev mesa-vulkan-drivers nlohmann-json3-dev
   libxxhash-dev libpcre2-dev
+  libcpp-httplib-dev curl  # coli serve's HTTP server; its test drives it with curl
   help2man python3  # man pages and shell completions, generated from --help at build time
   clang libclang-rt-14-dev  # fuzz: libFuzzer and the sanitizers' runtimes
 )

@@ -84,7 +84,7 @@ RunRoom room_for_this_run(const DeviceProfile& live) {
 }  // namespace
 
 Result<PlannedKnobs> knobs_from_plan(const std::filesystem::path& plan_file, const runtime::ModelShape& shape,
-                                     const experts::UsageHistory* history, bool* refused) {
+                                     const experts::UsageHistory* history, bool* refused, const char* program) {
   auto plan = planner::load_plan(plan_file);
   if (!plan) return plan.error();
   // A plan made elsewhere (coli-plan --offline) never takes more than this machine's live headroom.
@@ -106,8 +106,8 @@ Result<PlannedKnobs> knobs_from_plan(const std::filesystem::path& plan_file, con
   }
   if (plan->plan.pins > 0 && history == nullptr) {
     // The history the plan pinned from is gone: run unpinned rather than refuse (this run records a new one).
-    std::fprintf(stderr, "coli run: %s pins %d experts per layer, but there is no usage history yet: running without pins\n",
-                 plan_file.string().c_str(), plan->plan.pins);
+    std::fprintf(stderr, "%s: %s pins %d experts per layer, but there is no usage history yet: running without pins\n",
+                 program, plan_file.string().c_str(), plan->plan.pins);
     plan->plan.pins = 0;
   }
   if (Status s = check_gpu_here(plan->plan, live->gpus); !s) return make_error(plan_file.string() + ": " + s.error().message);
@@ -124,7 +124,7 @@ Result<PlannedKnobs> knobs_from_profile(const std::filesystem::path& profile_fil
   // are this machine's; tuned values only when the class matches.
   auto checked = fleet::revalidate_here(*profile);
   if (!checked) return checked.error();
-  for (const std::string& line : checked->report(profile_file.string())) std::fprintf(stderr, "coli run: %s\n", line.c_str());
+  for (const std::string& line : checked->report(profile_file.string())) std::fprintf(stderr, "%s: %s\n", workload.program, line.c_str());
   *profile = std::move(checked->effective);
   auto config = model::parse_model_config(shape.config_json, "the container's config");
   if (!config) return config.error();
@@ -163,7 +163,7 @@ Result<std::uint64_t> check_memory_without_plan(const runtime::ModelShape& shape
   auto need = runtime::memory_for_options(shape, options, workload.prompt_tokens, workload.tokenizer);
   if (!need) return need.error();
   if (skip_check) {
-    std::fprintf(stderr, "coli run: --no-memory-check: not checking %s of RAM against the headroom\n",
+    std::fprintf(stderr, "%s: --no-memory-check: not checking %s of RAM against the headroom\n", workload.program,
                  format_bytes(need->needed()).c_str());
     return need->needed();
   }
@@ -178,7 +178,7 @@ Result<std::uint64_t> check_memory_without_plan(const runtime::ModelShape& shape
     if (refused) *refused = true;
     return fits.error();
   }
-  std::fprintf(stderr, "coli run: memory: %s of RAM with margin, within %s (%s); RSS watchdog at %s\n",
+  std::fprintf(stderr, "%s: memory: %s of RAM with margin, within %s (%s); RSS watchdog at %s\n", workload.program,
                format_bytes(need->needed()).c_str(), format_bytes(headroom).c_str(), room.source.c_str(),
                format_bytes(need->needed()).c_str());
   return need->needed();

@@ -32,13 +32,15 @@ int default_gpu_batch_tokens(const std::string& backend);
 // `refused` (when given) is set when the error is a refusal: the plan does not
 // fit this machine's live headroom, or the planner refused (coli run exits 3).
 Result<PlannedKnobs> knobs_from_plan(const std::filesystem::path& plan_file, const runtime::ModelShape& shape,
-                                     const experts::UsageHistory* history, bool* refused = nullptr);
+                                     const experts::UsageHistory* history, bool* refused = nullptr,
+                                     const char* program = "coli run");
 // The run's own workload sizes the plan: its prompt length (the largest
 // forward pass) and whether a tokenizer is loaded.
 struct RunWorkload {
   int prompt_tokens = 0;
   bool tokenizer = true;
   const experts::UsageHistory* history = nullptr;  // ranks pins; nullptr when none was recorded
+  const char* program = "coli run";                // what the messages on the way start with
 };
 Result<PlannedKnobs> knobs_from_profile(const std::filesystem::path& profile_file, const runtime::ModelShape& shape,
                                         int history_pins, const RunWorkload& workload, bool* refused = nullptr);

@@ -95,6 +95,30 @@ check "and says which format it used" contains "$work/chat1.err" "chat format ch
 check "the user's message wrapped in the format's markers (spelled out: GPT-2 has no <|im_start|>)" contains "$work/chat1.err" "prefill .* ([2-9][0-9] tokens)"
 "$coli" run --model "$work/demo.coli" --tokenizer "$vocab" --chat-template jinja --prompt "Hello" --max-tokens 2 >/dev/null 2>"$work/chat2.err"
 check "an unknown --chat-template is refused by name" contains "$work/chat2.err" "'jinja' is not a chat format"
+# --chat without a prompt: a conversation, one user turn per line of stdin; each turn reuses the KV cache of the ones before.
+printf 'Hello\nHow are you\n/exit\nnever read\n' | "$coli" run --model "$work/demo.coli" --tokenizer "$vocab" --chat-template chatml \
+  --max-tokens 3 >"$work/conv.out" 2>"$work/conv.err"
+check "a conversation from stdin runs" test $? -eq 0
+check "one summary per turn, /exit ends it" test "$(grep -c '^\[prompt' "$work/conv.err")" -eq 2
+check "the second turn reuses the first's tokens" test "$(grep '^\[prompt' "$work/conv.err" | tail -1 | sed 's/.*(\([0-9]*\) reused).*/\1/')" -gt 20
+# --stop: the text ends before the stop string, which is not printed.
+"$coli" run --model "$work/carried.coli" --prompt "Hello world" --max-tokens 6 --stop "d w" >"$work/stop.txt" 2>"$work/stop.err"
+check "--stop cuts the text before it" test "$(cat "$work/stop.txt")" = "$(head -c -1 "$work/carried.txt" | sed 's/d w.*//')"
+check "and says so" contains "$work/stop.err" 'stopped at the stop string "d w"'
+"$coli" run --model "$work/demo.coli" --prompt-ids 1 2 --stop x >/dev/null 2>"$work/stopids.err"
+check "--stop with --prompt-ids (no tokenizer) is a usage error" contains "$work/stopids.err" "--stop needs a tokenizer"
+# Without --max-tokens generation runs to an end token or the full context.
+"$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --ctx 16 --ignore-eos >"$work/full.out" 2>"$work/full.err"
+check "no --max-tokens: until the context is full" contains "$work/full.err" "the context of 16 positions is full"
+check "13 positions after the prompt, and the last token needs none" test "$(wc -w <"$work/full.out")" -eq 14
+# The model's sampling defaults (generation_config.json, carried by the container) for what the command line leaves unset.
+cp -r "$fixtures/models/tiny-demo" "$work/sampled-model"
+printf '{"do_sample": true, "temperature": 0.7, "top_p": 0.8, "top_k": 1e12}' >"$work/sampled-model/generation_config.json"
+"$coli" convert --model "$work/sampled-model" --out "$work/sampled.coli" --tokenizer "$vocab" >/dev/null 2>&1
+"$coli" run --model "$work/sampled.coli" --prompt "Hello" --max-tokens 2 >/dev/null 2>"$work/gen1.err"
+check "generation_config.json's sampling applies, and run says so" contains "$work/gen1.err" "generation_config.json says: temperature 0.7, top_p 0.8 (options override)"
+"$coli" run --model "$work/sampled.coli" --prompt "Hello" --max-tokens 2 --temperature 0 >/dev/null 2>"$work/gen2.err"
+check "an option given overrides it" contains "$work/gen2.err" "generation_config.json says: top_p 0.8 (options"
 # A SentencePiece vocabulary (Llama 2's: its ids fit the demo's 50257) asks for BOS first.
 spm="$fixtures/tokenizer/ggml-vocab-llama-spm.gguf"
 "$coli" run --model "$work/demo.coli" --tokenizer "$spm" --prompt "Hello world" --max-tokens 2 >/dev/null 2>"$work/bos.err"

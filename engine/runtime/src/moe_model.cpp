@@ -671,6 +671,7 @@ Status MoeModel::State::watch_rss() {
 void MoeModel::reset() { state_->used = 0; }
 int MoeModel::vocab_size() const { return static_cast<int>(state_->config.vocab_size); }
 int MoeModel::context_used() const { return state_->used; }
+int MoeModel::max_context() const { return state_->options.max_context; }
 const ModelStats& MoeModel::stats() const { return state_->stats; }
 OpTimes* MoeModel::op_times() { return state_->op_times.get(); }
 const std::vector<std::vector<std::uint64_t>>& MoeModel::routing_counts() const { return state_->routing_counts; }

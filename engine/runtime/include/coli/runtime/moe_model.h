@@ -182,6 +182,7 @@ class MoeModel {
 
   int vocab_size() const;
   int context_used() const;
+  int max_context() const;  // KV cache positions (ModelOptions::max_context)
   const ModelStats& stats() const;
   // Per-op wall time of the CPU passes since load or clear(); null unless
   // ModelOptions::op_timing (and on the GPU backend, which has no CPU ops).

@@ -1,0 +1,101 @@
+// One generation: a prompt through the model, then sampled tokens until an
+// end token, a stop string, the token limit, the end of the context, or the
+// caller says stop. `coli run` (one prompt, or a chat on a terminal) and
+// `coli serve` (one request after another) both run this loop, so they stop,
+// stream and count the same way.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "coli/base/result.h"
+#include "coli/runtime/moe_model.h"
+#include "coli/tokenizer/tokenizer.h"
+#include "sampler.h"
+
+namespace coli::tools {
+
+// Generated text passes through here so that a stop string never reaches the
+// reader: text that could still become the start of one is held back until it
+// cannot (as llama-server does).
+class StopStringFilter {
+ public:
+  explicit StopStringFilter(std::vector<std::string> stops);
+  // Appends `text`; returns what is safe to show now. When a stop string
+  // completes, returns the text before it, sets matched(), and every later
+  // push returns "".
+  std::string push(std::string_view text);
+  // The text still held back, at the end of generation ("" after a match).
+  std::string flush();
+  const std::optional<std::string>& matched() const { return matched_; }
+
+ private:
+  std::vector<std::string> stops_;
+  std::string held_;
+  std::optional<std::string> matched_;
+};
+
+enum class StopReason {
+  end_token,     // EOS or the chat turn's end (not shown)
+  stop_string,   // a stop string (not shown)
+  max_tokens,    // the token limit
+  context_full,  // the KV cache's last position
+  cancelled,     // the caller's callback said stop (a client went away)
+};
+std::string_view stop_reason_name(StopReason reason);  // "end_token", "stop_string", ...
+
+struct GenerationLimits {
+  int max_tokens = -1;                    // < 0: until an end token or the context is full
+  std::vector<std::int32_t> end_tokens;   // EOS, the chat turn's end
+  std::vector<std::string> stop_strings;  // need a tokenizer
+};
+
+struct GeneratedPiece {
+  std::optional<std::int32_t> token;  // nullopt: the text held back until the end
+  std::string text;                   // what to show now; "" without a tokenizer or while held back
+};
+
+struct GenerationResult {
+  int prompt_tokens = 0;
+  int reused_tokens = 0;  // of the prompt, already in the KV cache from the previous generation
+  int generated = 0;      // tokens sampled and shown (end tokens excluded)
+  StopReason stop = StopReason::max_tokens;
+  std::optional<std::int32_t> end_token;  // the one that stopped it
+  std::optional<std::string> stop_string;
+  double prefill_seconds = 0;  // the prompt's forward pass (time to the first token's logits)
+  double decode_seconds = 0;   // from the first pick to the end
+  std::string text;            // everything shown (with a tokenizer)
+};
+
+// The model and what its KV cache holds, across generations: a prompt that
+// starts with the previous generation's tokens (a chat's next turn, a client
+// resending its history) runs only its new part.
+class Generator {
+ public:
+  Generator(runtime::MoeModel& model, const Tokenizer* tokenizer);
+  // false: stop now (the piece was shown; the result says cancelled).
+  using OnPiece = std::function<bool(const GeneratedPiece&)>;
+  // `after_prefill` runs once the prompt's pass is done (coli run takes its
+  // --op-times table there). Errors: the engine's (the cache is then
+  // forgotten), a prompt longer than the context, stop strings without a tokenizer.
+  Result<GenerationResult> generate(std::span<const std::int32_t> prompt, const SamplingOptions& sampling,
+                                    const GenerationLimits& limits, const OnPiece& on_piece,
+                                    const std::function<void()>& after_prefill = {});
+  int context_size() const;
+  // The tokens the KV cache holds (positions 0..n-1).
+  const std::vector<std::int32_t>& cached_tokens() const { return cached_; }
+
+ private:
+  Result<int> run_prompt(std::span<const std::int32_t> prompt);
+  runtime::MoeModel& model_;
+  const Tokenizer* tokenizer_;
+  std::vector<std::int32_t> cached_;
+  std::vector<float> logits_;
+};
+
+}  // namespace coli::tools
