@@ -23,7 +23,7 @@ port=""
 start_server() {  # start_server LOG ARGS...: sets pid and port
   local log="$1"
   shift
-  "$coli" serve --model "$work/demo.coli" --port 0 --threads 1 "$@" >/dev/null 2>"$log" &
+  "$coli" serve --model "$work/demo.coli" --port 0 "$@" >/dev/null 2>"$log" &
   pid=$!
   port=""
   for _ in $(seq 1 600); do
@@ -42,7 +42,7 @@ post() {  # post PATH BODY OUT: prints the status
 json_field() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print($2)" "$1"; }
 healthy() { [[ $(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/health") == 200 ]]; }
 
-check "the server starts and prints its port" start_server "$work/a.log" --chat-template chatml --ctx 4096 --api-key "$key"
+check "the server starts and prints its port" start_server "$work/a.log" --threads 1 --chat-template chatml --ctx 4096 --api-key "$key"
 check "it listens on loopback only by default" grep -q 'http://127.0.0.1:' "$work/a.log"
 check "/health needs no key" healthy
 check "/v1/models needs the key" test "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/v1/models")" = 401
@@ -103,14 +103,24 @@ wait "$pid"
 check "exit 0 after SIGTERM" test $? -eq 0
 check "says it stopped" contains "$work/a.log" 'coli serve: stopped'
 
-# Without a recognised chat template, chat requests say what to do; a taken port is an error.
-check "a server without a chat format starts" start_server "$work/b.log"
+# Planned from a profile: /metrics puts the resident set next to the plan. Without a recognised
+# chat template, chat requests say what to do; a taken port is an error.
+"$(dirname "$coli")/coli-probe" --quick --out "$work/profile.toml" >/dev/null 2>&1
+check "a server planned from a profile, without a chat format, starts" start_server "$work/b.log" --profile "$work/profile.toml"
+check "it says where its knobs came from" contains "$work/b.log" "coli serve: knobs from profile"
 check "it warns about chat" contains "$work/b.log" 'chat/completions will answer 400'
 auth=()
 check "chat without a format: 400" test "$(post /v1/chat/completions '{"messages":[{"role":"user","content":"x"}]}' "$work/e5.json")" = 400
 check "chat without a format: names --chat-template" contains "$work/e5.json" 'chat-template'
 "$coli" serve --model "$work/demo.coli" --port "$port" --threads 1 >/dev/null 2>"$work/taken.log"
 check "a taken port: exit 1" test $? -eq 1
+curl -s "http://127.0.0.1:$port/v1/completions" -d '{"prompt":"Hello world","max_tokens":4}' >/dev/null
+curl -s "http://127.0.0.1:$port/metrics" >"$work/metrics2.txt"
+check "metrics: the planned RAM" grep -q '^coli_planned_ram_bytes [1-9]' "$work/metrics2.txt"
+check "metrics: the resident set within the plan plus its margin" python3 -c '
+import sys
+m = dict(l.split() for l in open(sys.argv[1]) if l.startswith("coli_"))
+sys.exit(0 if float(m["coli_peak_resident_bytes"]) <= float(m["coli_planned_ram_bytes"]) + float(m["coli_planned_ram_margin_bytes"]) else 1)' "$work/metrics2.txt"
 check "a taken port: says so" contains "$work/taken.log" "cannot listen on 127.0.0.1:$port"
 kill -TERM "$pid"
 wait "$pid"
