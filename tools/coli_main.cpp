@@ -2,6 +2,7 @@
 //   coli convert --model DIR --out FILE [--experts q4_g64|q8_row|f32]
 //   coli run --model FILE --prompt TEXT [--threads N --cap N --pin N --max-tokens N ...]   (coli_run_cmd.h)
 //   coli serve --model FILE [--port N --api-key KEY ...]                                   (serve/serve_command.h)
+//   coli perplexity --model FILE --text FILE [--base FILE]                                 (coli_perplexity_cmd.h)
 //   coli profile ...                                                                      (coli_profile_cmd.h)
 #include <chrono>
 #include <cstdio>
@@ -12,6 +13,7 @@
 #include "coli/base/text.h"
 #include "coli/cli/command_line.h"
 #include "coli/convert/convert.h"
+#include "coli_perplexity_cmd.h"
 #include "coli_profile_cmd.h"
 #include "coli_run_cmd.h"
 #include "serve/serve_command.h"
@@ -70,6 +72,7 @@ int main(int argc, char** argv) {
 
   coli::tools::RunCommand run_cmd(app);  // coli run ...
   coli::tools::ServeCommand serve_cmd(app);  // coli serve ... (docs/serve.md)
+  coli::tools::PerplexityCommand perplexity_cmd(app);  // coli perplexity ... (docs/quality.md)
   const coli::tools::ProfileCommand profile_cmd(app);  // coli profile ... (docs/fleet.md)
   app.footer("Exit status: 0 done, 1 error (a file, the model, the machine), 2 usage, 3 refused (the plan does not "
              "fit this machine).");
@@ -79,5 +82,6 @@ int main(int argc, char** argv) {
   if (profile_cmd.parsed()) return profile_cmd.run();
   if (convert->parsed()) return run_convert(model_dir, out, experts, dense, convert_tokenizer);
   if (serve_cmd.parsed()) return serve_cmd.run();
+  if (perplexity_cmd.parsed()) return perplexity_cmd.run();
   return run_cmd.run();
 }
