@@ -69,20 +69,25 @@ case "$mode" in
     fuzz
     ;;
   demo)
-    # The main job, end to end on the bundled tiny model: measure this
-    # machine, convert the checkpoint (int4 experts, its tokenizer carried), plan (memory per
-    # component before loading; --cap 4 of 16 experts so they stream), and
-    # generate text with every knob from the plan, then plan vs actual.
+    # The main job, end to end on the bundled demo model (trained on the
+    # Python documentation, tests/fixtures/models/trained-demo): measure this
+    # machine, convert the checkpoint (int4 experts; its tokenizer and
+    # generation settings carried), plan (memory per component before
+    # loading; --cap 4 of 8 experts so they stream), generate text with every
+    # knob from the plan, then plan vs actual; last, what int4 costs: the
+    # perplexity of held-out text against the f32 container.
     out="$build_dir/demo"
+    model=tests/fixtures/models/trained-demo
     mkdir -p "$out"
     "$build_dir/tools/coli-probe" --out "$out/device-profile.toml" --disk-dir "$out"
-    "$build_dir/tools/coli" convert --model tests/fixtures/models/tiny-demo --out "$out/tiny-demo.coli" --experts q4_g64 \
-      --tokenizer tests/fixtures/tokenizer/ggml-vocab-gpt-2.gguf  # carried in the container: one file runs
-    "$build_dir/tools/coli-plan" --profile "$out/device-profile.toml" --model "$out/tiny-demo.coli" --cap 4 \
-      --prompt-tokens 64 --out "$out/tiny-demo.plan"
-    "$build_dir/tools/coli" run --model "$out/tiny-demo.coli" \
-      --prompt "A planner that measures the machine" --max-tokens 32 --temperature 0.8 --seed 7 \
-      --plan "$out/tiny-demo.plan"
-    echo "bootstrap: profile $out/device-profile.toml, plan $out/tiny-demo.plan, container $out/tiny-demo.coli"
+    "$build_dir/tools/coli" convert --model "$model" --out "$out/demo.coli" --experts q4_g64
+    "$build_dir/tools/coli-plan" --profile "$out/device-profile.toml" --model "$out/demo.coli" --cap 4 \
+      --prompt-tokens 64 --out "$out/demo.plan"
+    "$build_dir/tools/coli" run --model "$out/demo.coli" --prompt "The Python tutorial" --max-tokens 80 --seed 7 \
+      --plan "$out/demo.plan"
+    "$build_dir/tools/coli" convert --model "$model" --out "$out/demo-f32.coli" --experts f32 >/dev/null
+    "$build_dir/tools/coli" perplexity --model "$out/demo.coli" --base "$out/demo-f32.coli" --text "$model/heldout.txt" \
+      --ctx 256 --chunks 8 --profile "$out/device-profile.toml"
+    echo "bootstrap: profile $out/device-profile.toml, plan $out/demo.plan, container $out/demo.coli"
     ;;
 esac

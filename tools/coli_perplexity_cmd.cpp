@@ -15,8 +15,6 @@ namespace coli::tools {
 
 namespace {
 
-constexpr int kDefaultWindow = 512;  // llama-perplexity's default -c
-
 // One model walking a window: the first half as one pass, then one token at
 // a time, each pass leaving the logits that predict the next token (the
 // engine's batch pass returns the last token's logits only).
@@ -67,9 +65,13 @@ int fail(const std::string& message, int code) {
 PerplexityCommand::PerplexityCommand(CLI::App& app) {
   command_ = app.add_subcommand("perplexity", "Perplexity of a text, and KL divergence against a base model "
                                               "(llama-perplexity --kl-divergence's figures)");
+  engine_.context_needed = window_;  // the window is the context: no --ctx engine knob
   add_engine_options(*command_, engine_);
-  command_->add_option("--text", text_, "The text (UTF-8); scored in windows of --ctx tokens (default 512), the "
-                                        "second half of each from the first")
+  command_->add_option("--ctx", window_, "Tokens per window (and the KV cache's positions)")
+      ->check(CLI::Range(4, 1 << 24))
+      ->capture_default_str();
+  command_->add_option("--text", text_, "The text (UTF-8); scored in windows of --ctx tokens, the second half of "
+                                        "each from the first")
       ->required()
       ->check(CLI::ExistingFile);
   command_->add_option("--base", base_, "A base container of the same checkpoint (e.g. converted --experts f32): "
@@ -80,7 +82,7 @@ PerplexityCommand::PerplexityCommand(CLI::App& app) {
 }
 
 int PerplexityCommand::run() {
-  if (command_->count("--ctx") == 0) engine_.options.max_context = kDefaultWindow;
+  engine_.context_needed = window_;
   finish_engine_args(*command_, engine_, "coli perplexity");
   auto text = read_text_file(text_);
   if (!text) return fail("--text " + text_ + ": " + text.error().message, cli::kExitError);

@@ -23,6 +23,7 @@ class PerplexityCommand {
   CLI::App* command_ = nullptr;
   EngineArgs engine_;
   std::string text_, base_;
+  int window_ = 512;  // --ctx: tokens per window (llama-perplexity's -c, default 512)
   int chunks_ = -1;  // --chunks: the first N windows only (llama-perplexity's --chunks)
 };
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <string_view>
 #include <type_traits>
 #include <cstdio>
 
@@ -104,6 +105,15 @@ Status knobs_from_plan_or_profile(const EngineArgs& args, const runtime::ModelSh
   }
   planned = std::move(*knobs);
   options = planned->options;  // pins and the RSS watchdog (the plan's RAM plus its margin) included
+  if (args.context_needed) {
+    if (*args.context_needed > options.max_context) {
+      *exit_code = cli::kExitRefused;
+      return make_error("this needs a context of " + std::to_string(*args.context_needed) + " positions and " +
+                        planned->source + " plans " + std::to_string(options.max_context) +
+                        ": plan with coli-plan --ctx " + std::to_string(*args.context_needed));
+    }
+    options.max_context = *args.context_needed;
+  }
   std::fprintf(stderr, "%s: knobs from %s: %d threads, cap %d, %d pins, rounds of %d tokens, ctx %d, backend %s%s\n",
                program, planned->source.c_str(), options.threads, planned->plan.plan.cap, planned->plan.plan.pins,
                options.prefill_round_tokens, options.max_context, options.backend.c_str(),
@@ -117,6 +127,7 @@ Status knobs_from_plan_or_profile(const EngineArgs& args, const runtime::ModelSh
 // run, so its memory is checked before loading and watched as a plan would.
 Status knobs_by_hand(const EngineArgs& args, const runtime::ModelShape& shape, const History& history,
                      const RunWorkload& workload, runtime::ModelOptions& options, const char* program, int* exit_code) {
+  if (args.context_needed) options.max_context = *args.context_needed;
   auto pins = choose_pins(args, history, shape.top_k, std::min(options.cache_capacity, shape.experts), program);
   // A conversation or a server (no prompt yet) is sized for a prompt that fills the context.
   const int prompt_tokens = workload.prompt_tokens > 0 ? workload.prompt_tokens : options.max_context;
@@ -174,7 +185,9 @@ void add_engine_options(CLI::App& cmd, EngineArgs& args) {
   cmd.add_option("--usage-decay", args.usage_decay, "Weight of the older history when this run is merged in")
       ->check(unit_interval)
       ->capture_default_str();
-  cmd.add_option("--ctx", o.max_context, "KV cache positions")->check(CLI::Range(1, 1 << 24))->capture_default_str();
+  if (!args.context_needed) {
+    cmd.add_option("--ctx", o.max_context, "KV cache positions")->check(CLI::Range(1, 1 << 24))->capture_default_str();
+  }
   cmd.add_option("--rss-limit", args.rss_limit,
                  "RSS watchdog: past this many bytes the expert cache gives slots back (default: the plan's or the "
                  "knobs' RAM plus margin; 0 = off)");
@@ -217,7 +230,8 @@ void add_engine_options(CLI::App& cmd, EngineArgs& args) {
 void finish_engine_args(const CLI::App& cmd, EngineArgs& args, const char* program) {
   for (const char* knob : {"--threads", "--cap", "--ctx", "--kv-type", "--pin", "--io-threads", "--no-direct-io",
                            "--backend", "--gpu", "--gpu-batch"}) {
-    args.knobs_given = args.knobs_given || cmd.count(knob) > 0;
+    const bool engine_knob = std::string_view(knob) != "--ctx" || !args.context_needed;
+    args.knobs_given = args.knobs_given || (engine_knob && cmd.count(knob) > 0);
   }
   if (cmd.count("--gpu-batch") == 0) {  // the decoder's own default, as coli-plan plans it
     args.options.gpu_batch_tokens = default_gpu_batch_tokens(args.options.backend);

@@ -34,6 +34,10 @@ struct EngineArgs {
   std::optional<std::uint64_t> rss_limit;  // --rss-limit bytes (the watchdog's limit)
   double usage_decay = 0.9;
   runtime::ModelOptions options;
+  // coli perplexity: the KV positions its window needs, whatever the knobs
+  // say (no --ctx knob then). A plan with fewer positions is refused (its
+  // memory was priced for them); with more, the cache is cut to this.
+  std::optional<int> context_needed;
 };
 
 // The options both commands take (--model, --tokenizer, --plan, --profile,

@@ -521,3 +521,28 @@ TEST(TokenizerErrors, TokenIdsMustBeIntegersWithinWhatTheFileLists) {
 
 }  // namespace
 }  // namespace coli
+
+namespace coli {
+namespace {
+
+// The demo model's own tokenizer (trained with Hugging Face tokenizers on the
+// Python documentation, tests/fixtures/models/trained-demo): the ids
+// tokenizers itself gave for the first 300 lines of the held-out text.
+TEST(Tokenizer, TheTrainedDemoTokenizerGivesTheIdsHuggingFaceTokenizersGave) {
+  const std::filesystem::path dir = std::filesystem::path(COLI_FIXTURES_DIR) / "models" / "trained-demo";
+  auto tokenizer = Tokenizer::from_file(dir / "tokenizer.json");
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.error().message;
+  std::ifstream file(dir / "tokenizer_vectors.json");
+  const nlohmann::json vectors = nlohmann::json::parse(file);
+  ASSERT_EQ(vectors.at("lines").size(), 300u);
+  for (const nlohmann::json& line : vectors.at("lines")) {
+    const std::string text = line.at("text").get<std::string>();
+    const auto expected = line.at("ids").get<std::vector<std::int32_t>>();
+    EXPECT_EQ(tokenizer->encode(text), expected) << text;
+    EXPECT_EQ(tokenizer->decode(expected), text);
+  }
+  EXPECT_EQ(tokenizer->find_token("<|endoftext|>"), std::optional<std::int32_t>(0));
+}
+
+}  // namespace
+}  // namespace coli

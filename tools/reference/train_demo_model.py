@@ -169,7 +169,10 @@ def load_as_users_do(path):
 
 
 def write_runtime_files(out, tokenizer, ctx):
-    json.dump({"eos_token": EOS, "bos_token": None, "model_max_length": 4 * ctx, "add_bos_token": False},
+    # PreTrainedTokenizerFast: without a class, AutoTokenizer takes OLMoE's (GPT-NeoX's), which adds a
+    # padding token past the vocabulary (llama.cpp's converter then refuses the vocabulary).
+    json.dump({"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": EOS, "bos_token": None, "unk_token": None,
+               "pad_token": None, "model_max_length": 4 * ctx, "add_bos_token": False},
               open(os.path.join(out, "tokenizer_config.json"), "w"), indent=1)
     json.dump({"eos_token_id": tokenizer.token_to_id(EOS), "do_sample": True, "temperature": 0.7, "top_k": 40,
                "top_p": 0.95}, open(os.path.join(out, "generation_config.json"), "w"), indent=1)
