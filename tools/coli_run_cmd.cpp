@@ -1,7 +1,6 @@
 #include "coli_run_cmd.h"
 
 #include <malloc.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -12,6 +11,7 @@
 
 #include "chat_prompt.h"
 #include "coli/base/files.h"
+#include "coli/base/process_memory.h"
 #include "coli/base/text.h"
 #include "coli/cli/exit_codes.h"
 #include "generation.h"
@@ -19,12 +19,6 @@
 namespace coli::tools {
 
 namespace {
-
-std::uint64_t peak_rss_bytes() {
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-  return static_cast<std::uint64_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
-}
 
 // --prompt-file: the whole file (or stdin for "-") as the prompt text, as is.
 Result<std::string> read_prompt_file(const std::string& path) {
@@ -106,7 +100,7 @@ void print_json_stats(const GenerationResult& result, const LoadedEngine& engine
       {"hit_rate", lookups > 0 ? static_cast<double>(stats.expert_hits) / lookups : 0.0},
       {"expert_bytes_read", stats.expert_bytes_read}, {"kernel", stats.cpu_kernel},
       {"prefill_threads", stats.prefill_thread_set}, {"decode_threads", stats.decode_thread_set}, {"io", stats.io_mode},
-      {"peak_rss_bytes", peak_rss_bytes()}};
+      {"peak_rss_bytes", process_peak_resident_bytes()}};
   if (engine.planned && engine.planned->plan.speed.available) {
     json["predicted"] = {{"decode_tok_s", engine.planned->plan.speed.decode_tok_per_s},
                          {"prefill_tok_s", engine.planned->plan.speed.prefill_tok_per_s}};
@@ -126,14 +120,14 @@ void print_stats(const GenerationResult& result, const LoadedEngine& engine, boo
                format_bytes(stats.expert_bytes_read).c_str(), stats.cpu_kernel.c_str(),
                stats.prefill_thread_set.empty() ? "-" : stats.prefill_thread_set.c_str(),
                stats.decode_thread_set.empty() ? "-" : stats.decode_thread_set.c_str(), stats.io_mode.c_str(),
-               format_bytes(peak_rss_bytes()).c_str());
+               format_bytes(process_peak_resident_bytes()).c_str());
   if (engine.planned) {
-    print_plan_vs_actual(engine.planned->plan, stats, peak_rss_bytes());
+    print_plan_vs_actual(engine.planned->plan, stats, process_peak_resident_bytes());
     const MeasuredSpeed measured{result.prompt_tokens / result.prefill_seconds, result.prompt_tokens, decode_tok_s(result),
                                  result.prompt_tokens + (result.generated - 1) / 2.0};
     print_speed_vs_plan(engine.planned->plan.speed, engine.planned->plan.plan.ctx, measured);
   } else if (report) {
-    print_measured(stats, peak_rss_bytes());
+    print_measured(stats, process_peak_resident_bytes());
   }
 }
 

@@ -1,5 +1,6 @@
 #include "coli/base/process_memory.h"
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -13,6 +14,12 @@ std::uint64_t process_resident_bytes() {
   const int read = std::fscanf(statm, "%llu %llu", &size, &resident);
   std::fclose(statm);
   return read == 2 ? resident * static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE)) : 0;
+}
+
+std::uint64_t process_peak_resident_bytes() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<std::uint64_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
 }
 
 }  // namespace coli

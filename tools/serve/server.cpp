@@ -1,6 +1,5 @@
 #include "server.h"
 
-#include <sys/resource.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -22,12 +21,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
-
-std::uint64_t peak_rss_bytes() {
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-  return static_cast<std::uint64_t>(usage.ru_maxrss) * 1024;
-}
 
 void send_json(httplib::Response& res, int status, const json& body) {
   res.status = status;
@@ -258,7 +251,7 @@ MetricsSnapshot ModelServer::State::snapshot() {
   s.queued = queued;
   s.busy = busy;
   s.rss_bytes = process_resident_bytes();
-  s.peak_rss_bytes = std::max(peak_rss_bytes(), s.rss_bytes);  // getrusage's peak lags the live count
+  s.peak_rss_bytes = std::max(process_peak_resident_bytes(), s.rss_bytes);  // getrusage's peak lags the live count
   s.context_size = generator.context_size();
   if (engine.planned) {
     s.planned_ram_bytes = engine.planned->plan.plan.planned_ram_bytes();

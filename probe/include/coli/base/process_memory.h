@@ -10,5 +10,7 @@ namespace coli {
 // running process adds this back: it is part of the plan, not of the rest of
 // the machine.
 std::uint64_t process_resident_bytes();
+// The largest resident set the process has had (getrusage's ru_maxrss).
+std::uint64_t process_peak_resident_bytes();
 
 }  // namespace coli
