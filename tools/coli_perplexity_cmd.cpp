@@ -5,9 +5,13 @@
 #include <chrono>
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <optional>
 
 #include "coli/base/files.h"
+#include "coli/container/container.h"
+#include "coli/experts/usage_history.h"
+#include "coli/planner/quality.h"
 #include "coli/cli/exit_codes.h"
 #include "perplexity.h"
 
@@ -55,6 +59,42 @@ Status score_window(std::span<const std::int32_t> window, const PerplexityWindow
   return Ok{};
 }
 
+// The container's formats: which representation a measurement is of.
+Result<std::pair<WeightFormat, DenseFormat>> formats_of(const std::string& path) {
+  auto reader = container::ContainerReader::open(path);
+  if (!reader) return reader.error();
+  return std::pair{reader->index().experts.format, reader->index().dense_format()};
+}
+
+// --record FILE: this representation's figures into the checkpoint's quality
+// file (created, or updated when it is of the same checkpoint), atomically.
+Status record_quality(const std::string& file, const std::string& model, const std::string& base,
+                      const runtime::ModelShape& shape, const nlohmann::json& result, const std::string& text) {
+  auto measured = formats_of(model);
+  auto reference = formats_of(base);
+  if (!measured || !reference) return (!measured ? measured : reference).error();
+  if (reference->first != WeightFormat::f32 || reference->second != DenseFormat::source) {
+    return make_error("--record needs the f32 model as --base (coli convert --experts f32 --dense source): " + base +
+                      " holds " + std::string(name_of(reference->first)) + " experts");
+  }
+  planner::QualityTable table{experts::usage_model_identity(shape.config_json, shape.tensor_names), {}};
+  if (std::filesystem::exists(file)) {
+    auto text_of_file = read_text_file(file);
+    if (!text_of_file) return text_of_file.error();
+    auto existing = planner::parse_quality_json(*text_of_file, file);
+    if (!existing) return existing.error();
+    if (existing->model_identity != table.model_identity) {
+      return make_error(file + " holds the quality of another checkpoint: give --record another file");
+    }
+    table = std::move(*existing);
+  }
+  table.record({measured->first, measured->second, result["kld"]["mean"].get<double>(), result["kld"]["p99"].get<double>(),
+                result["top1_agreement"].get<double>(), result["perplexity"].get<double>(),
+                result["base_perplexity"].get<double>(), result["tokens"].get<std::uint64_t>(),
+                std::filesystem::path(text).filename().string()});
+  return write_file_atomically(file, planner::quality_to_json(table));
+}
+
 int fail(const std::string& message, int code) {
   std::fprintf(stderr, "coli perplexity: %s\n", message.c_str());
   return code;
@@ -79,9 +119,12 @@ PerplexityCommand::PerplexityCommand(CLI::App& app) {
       ->check(CLI::ExistingFile);
   command_->add_option("--chunks", chunks_, "Score the first N windows only (default: all), as llama-perplexity's --chunks")
       ->check(CLI::Range(1, 1 << 30));
+  command_->add_option("--record", record_, "With --base: add this representation's figures to a quality file (JSON) "
+                                            "that coli-plan --quality reads");
 }
 
 int PerplexityCommand::run() {
+  if (!record_.empty() && base_.empty()) return fail("--record needs --base (the f32 model)", cli::kExitUsage);
   engine_.context_needed = window_;
   finish_engine_args(*command_, engine_, "coli perplexity");
   auto text = read_text_file(text_);
@@ -135,6 +178,12 @@ int PerplexityCommand::run() {
   result["windows"] = w.count;
   if (base) result["base"] = base_;
   std::printf("%s\n", result.dump(1).c_str());
+  if (!record_.empty()) {
+    if (Status s = record_quality(record_, engine_.model, base_, model->model->shape(), result, text_); !s) {
+      return fail("--record: " + s.error().message, cli::kExitError);
+    }
+    std::fprintf(stderr, "coli perplexity: recorded in %s\n", record_.c_str());
+  }
   return cli::kExitOk;
 }
 

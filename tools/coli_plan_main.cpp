@@ -23,6 +23,7 @@
 #include "coli/experts/usage_history.h"
 #include "coli/model/model_desc.h"
 #include "coli/planner/plan_io.h"
+#include "coli/planner/quality.h"
 #include "coli/probe/fleet_machine.h"
 #include "coli/probe/profile_io.h"
 
@@ -170,7 +171,7 @@ void print_human(const planner::PlanFile& f, const planner::ModelFootprint& fp, 
 
 struct PlanArgs {
   std::string profile_path, model_path, ram_text, out, experts_name = "q4_g64", dense_name = "source";
-  std::string usage_path, vram_text, kv_type, gpu_backend = "auto";
+  std::string usage_path, vram_text, kv_type, gpu_backend = "auto", quality_path;
   bool json = false, toml = false, prompt_ids = false, offline = false;
   planner::PlanRequest request;
 };
@@ -218,6 +219,10 @@ void add_options(CLI::App& app, PlanArgs& a) {
                  "A prompt's tokens per GPU submission (the prefill batch; priced in VRAM; default: the decoder's, "
                  "512 for cuda, 128 for vulkan)")
       ->check(CLI::Range(1, coli::planner::kMaxGpuBatchTokens));
+  app.add_option("--quality", a.quality_path,
+                 "Quality file of this checkpoint (coli perplexity --record): prints what the planned representation "
+                 "costs (KL divergence against f32) and the other measured ones, each planned: fits or not")
+      ->check(CLI::ExistingFile);
   app.add_option("--usage", a.usage_path,
                  "Routing history (MODEL.usage from coli run): pins the most-used experts and predicts the hit rate");
   app.add_option("--prompt-tokens", a.request.prompt_tokens,
@@ -295,6 +300,43 @@ void print_plan(const PlanArgs& a, const planner::PlanFile& file, const LoadedMo
   }
 }
 
+std::string quality_line(const planner::QualityEntry& e) {
+  char line[256];
+  std::snprintf(line, sizeof line, "mean KLD %.5f, p99 %.4f, top-1 %.1f%%, PPL %.3f (f32 %.3f) over %llu tokens of %s",
+                e.kld_mean, e.kld_p99, 100 * e.top1_agreement, e.perplexity, e.base_perplexity,
+                static_cast<unsigned long long>(e.tokens), e.text.c_str());
+  return line;
+}
+
+// --quality: the planned representation's measured cost, then every other
+// measured one planned on the same request (fits, with its RAM, or why not).
+void print_quality(const PlanArgs& a, const planner::QualityTable& table, const coli::DeviceProfile& profile,
+                   const planner::PlanFile& file, const LoadedModel& model) {
+  const planner::ModelFootprint& fp = model.footprint;
+  auto name = [](coli::WeightFormat e, coli::DenseFormat d) {
+    return "experts " + std::string(coli::name_of(e)) + ", dense " + std::string(coli::dense_format_name(d));
+  };
+  std::printf("\nquality   (%s: coli perplexity against the f32 model)\n", a.quality_path.c_str());
+  const planner::QualityEntry* planned = table.find(fp.expert_format, fp.dense_format);
+  std::printf("  planned      %s: %s\n", name(fp.expert_format, fp.dense_format).c_str(),
+              planned ? quality_line(*planned).c_str()
+                      : ("not measured (coli perplexity --model M --base F32 --text T --record " + a.quality_path + ")").c_str());
+  const bool container = model.source == "coli container index";
+  for (const planner::QualityEntry& e : table.entries) {
+    if (&e == planned) continue;
+    const auto other = planner::plan_or_refusal(profile, planner::describe_footprint(fp.config, e.experts, e.dense), a.request);
+    const auto* refusal = std::get_if<planner::Refusal>(&other);
+    const std::string verdict =
+        refusal ? "does not fit: " + refusal->message.substr(0, refusal->message.find('\n'))
+                : "fits in " + planner::format_bytes(std::get<planner::Plan>(other).planned_ram_bytes()) + " of RAM (planned: " +
+                      planner::format_bytes(file.plan.planned_ram_bytes()) + ")" +
+                      (container ? "; coli convert --experts " + std::string(coli::name_of(e.experts)) + " --dense " +
+                                       std::string(coli::dense_format_name(e.dense))
+                                 : "");
+    std::printf("  alternative  %s: %s; %s\n", name(e.experts, e.dense).c_str(), quality_line(e).c_str(), verdict.c_str());
+  }
+}
+
 int fail(const std::string& message, int code = coli::cli::kExitError) {
   std::fprintf(stderr, "coli-plan: %s\n", message.c_str());
   return code;
@@ -311,6 +353,16 @@ int plan(PlanArgs& a) {
   auto model = load_model(a.model_path, *coli::parse_weight_format(a.experts_name, "--experts"),
                           *coli::parse_dense_format(a.dense_name, "--dense"));
   if (!model) return fail(model.error().message);
+  std::optional<planner::QualityTable> quality;
+  if (!a.quality_path.empty()) {
+    auto text = coli::read_text_file(a.quality_path);
+    auto table = text ? planner::parse_quality_json(*text, a.quality_path) : coli::Result<planner::QualityTable>(text.error());
+    if (!table) return fail(table.error().message);
+    if (table->model_identity != model->identity) {
+      return fail(a.quality_path + " measured another checkpoint than " + a.model_path + ": give its own quality file");
+    }
+    quality = std::move(*table);
+  }
   a.request.tokenizer = !a.prompt_ids;
   std::optional<coli::experts::UsageHistory> history;
   if (!a.usage_path.empty()) {
@@ -345,6 +397,7 @@ int plan(PlanArgs& a) {
   }
   const auto whole_layers = planner::whole_layer_split(*profile, model->footprint, file.plan, history ? &*history : nullptr);
   print_plan(a, file, *model, live_probe_ms, whole_layers);
+  if (quality && !a.json && !a.toml) print_quality(a, *quality, *profile, file, *model);
   return coli::cli::kExitOk;
 }
 

@@ -36,6 +36,24 @@ check "int4 experts against f32: a small divergence" python3 -c '
 import json, sys
 d = json.load(open(sys.argv[1]))
 assert 0 < d["kld"]["mean"] < 0.1 and d["kld"]["p99"] >= d["kld"]["median"] and 0.8 < d["top1_agreement"] < 1, d' "$work/q4.json"
+# --record: the checkpoint's quality file, which coli-plan --quality reads.
+"$coli" perplexity --model "$work/q4.coli" --base "$work/f32.coli" --text "$model/heldout.txt" --ctx 256 --chunks 1 \
+  --threads 2 --record "$work/quality.json" >/dev/null 2>"$work/rec1.err"
+check "--record says where" contains "$work/rec1.err" "recorded in $work/quality.json"
+"$coli" perplexity --model "$work/f32.coli" --base "$work/f32.coli" --text "$model/heldout.txt" --ctx 256 --chunks 1 \
+  --threads 2 --record "$work/quality.json" >/dev/null 2>&1
+check "a second representation joins the first" python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["schema_version"] == 1 and sorted(e["experts"] for e in d["entries"]) == ["f32", "q4_g64"], d' "$work/quality.json"
+"$(dirname "$coli")/coli-probe" --quick --out "$work/profile.toml" >/dev/null 2>&1
+"$(dirname "$coli")/coli-plan" --profile "$work/profile.toml" --model "$work/q4.coli" --quality "$work/quality.json" >"$work/plan.out" 2>&1
+check "coli-plan --quality prints the planned representation's cost" contains "$work/plan.out" "planned      experts q4_g64, dense source: mean KLD"
+check "and the other measured one, planned: it fits" contains "$work/plan.out" "alternative  experts f32, dense source: mean KLD 0.00000.*fits in"
+"$(dirname "$coli")/coli-plan" --profile "$work/profile.toml" --model "$fixtures/models/tiny-demo" --quality "$work/quality.json" >/dev/null 2>"$work/plan2.err"
+check "a quality file of another checkpoint is refused" contains "$work/plan2.err" "measured another checkpoint"
+"$coli" perplexity --model "$work/q4.coli" --text "$model/heldout.txt" --record "$work/q.json" >/dev/null 2>"$work/rec2.err"
+check "--record without --base: usage error" test $? -eq 2
 # Bad input.
 head -c 300 "$model/heldout.txt" >"$work/short.txt"
 "$coli" perplexity --model "$work/f32.coli" --text "$work/short.txt" --ctx 256 >/dev/null 2>"$work/short.err"
