@@ -4,7 +4,9 @@
 # q4_g64), each measured by coli perplexity against the f32 container (f32
 # experts, dense as in the checkpoint) over the same text: perplexity, mean /
 # p99 KL divergence, top-1 agreement. JOBS runs in parallel (default 2, one
-# thread each). Writes OUT/coli_quality.json and prints a markdown table.
+# thread each). TOKENIZER=FILE converts with that tokenizer carried (e.g.
+# byte_tokenizer.py's for the 256-token reference models). Writes
+# OUT/coli_quality.json and prints a markdown table.
 #
 # usage: tools/bench/coli_quality.sh COLI MODEL_DIR TEXT OUT [CTX [CHUNKS]]
 #   e.g. tools/bench/coli_quality.sh build/tools/coli tests/fixtures/models/trained-demo \
@@ -12,11 +14,12 @@
 set -euo pipefail
 [[ $# -ge 4 ]] || { sed -n '/^# usage:/,/^$/s/^# \{0,1\}//p' "$0"; exit 2; }
 coli=$1 model=$2 text=$3 out=$4 ctx=${5:-256} chunks=${6:-}
+tokenizer=(${TOKENIZER:+--tokenizer "$TOKENIZER"})
 mkdir -p "$out"
-"$coli" convert --model "$model" --out "$out/f32.coli" --experts f32 >/dev/null 2>&1
+"$coli" convert --model "$model" --out "$out/f32.coli" --experts f32 "${tokenizer[@]}" >/dev/null 2>&1
 run_one() {  # run_one EXPERTS DENSE
   local name="$1-$2"
-  "$coli" convert --model "$model" --out "$out/$name.coli" --experts "$1" --dense "$2" >/dev/null 2>&1
+  "$coli" convert --model "$model" --out "$out/$name.coli" --experts "$1" --dense "$2" "${tokenizer[@]}" >/dev/null 2>&1
   "$coli" perplexity --model "$out/$name.coli" --base "$out/f32.coli" --text "$text" --ctx "$ctx" --threads 1 \
     ${chunks:+--chunks "$chunks"} >"$out/$name.json" 2>"$out/$name.log"
   rm -f "$out/$name.coli"
