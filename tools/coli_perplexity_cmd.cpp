@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "coli/base/files.h"
+#include "cpu/thread_placement.h"
 #include "coli/container/container.h"
 #include "coli/experts/usage_history.h"
 #include "coli/planner/quality.h"
@@ -145,6 +146,9 @@ int PerplexityCommand::run() {
   }
   std::optional<LoadedEngine> base;
   if (!base_.empty()) {
+    // The first model pinned the OpenMP team, the calling thread included: give
+    // the base's plan this process's CPUs again (both models run on that one team).
+    if (Status s = kernels::cpu::release_openmp_team(); !s) return fail(s.error().message, cli::kExitError);
     EngineArgs base_args = engine_;
     base_args.model = base_;
     base_args.plan.clear();  // a plan names its model; the base is planned (or sized) on its own

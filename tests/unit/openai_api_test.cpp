@@ -47,6 +47,8 @@ TEST(OpenAiApi, ARequestInheritsTheServersDefaultsAndOverridesThem) {
   EXPECT_EQ(set.sampling.top_k, 5);
   EXPECT_DOUBLE_EQ(set.sampling.min_p, 0.1);
   EXPECT_EQ(set.sampling.seed, 3u);
+  EXPECT_TRUE(set.seed_given);
+  EXPECT_FALSE(plain.seed_given);
   EXPECT_EQ(set.max_tokens, 9);
   EXPECT_TRUE(set.stream);
   EXPECT_TRUE(set.include_usage);

@@ -48,6 +48,7 @@ std::optional<ApiError> read_generation_fields(const json& body, CompletionReque
   }
   if (auto error = read_int(body, "top_k", 0, 1 << 24, s.top_k)) return error;
   if (auto error = read_int(body, "seed", INT64_MIN, INT64_MAX, s.seed)) return error;
+  request.seed_given = field(body, "seed") != nullptr;
   if (auto error = read_int(body, "max_tokens", 1, 1 << 24, request.max_tokens)) return error;
   if (auto error = read_int(body, "max_completion_tokens", 1, 1 << 24, request.max_tokens)) return error;
   int choices = 1;

@@ -39,6 +39,7 @@ struct CompletionRequest {
   bool include_usage = false;              // stream_options.include_usage: a last chunk with the counts
   int max_tokens = -1;                     // < 0: until an end token or the context is full
   tools::SamplingOptions sampling;
+  bool seed_given = false;  // "seed" in the request
   std::vector<std::string> stop;
 };
 
@@ -47,6 +48,9 @@ struct ApiDefaults {
   std::string model_id;
   tools::SamplingOptions sampling;
   int max_tokens = -1;
+  // No --seed given to the server: a request without "seed" samples with
+  // a fresh one (as OpenAI and llama-server do), not the same draw each time.
+  bool fresh_seed = true;
 };
 
 // Errors: malformed JSON (400), a field of the wrong type or out of range

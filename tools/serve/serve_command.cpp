@@ -129,6 +129,7 @@ int ServeCommand::run() {
     return cli::kExitUsage;
   }
   server_.defaults.sampling = sampling_.options;
+  server_.defaults.fresh_seed = command_->count("--seed") == 0;
   choose_chat_format(server_, engine_.model, *tokenizer, chat_template_);
   int exit_code = cli::kExitError;
   // Requests of any length up to the context: the plan is sized for a prompt that fills it.

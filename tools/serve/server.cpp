@@ -96,6 +96,10 @@ std::variant<Job, ApiError> ModelServer::State::prepare(const httplib::Request& 
   auto parsed = parse_request(req.body, endpoint, options.defaults);
   if (auto* error = std::get_if<ApiError>(&parsed)) return *error;
   Job job{std::move(std::get<CompletionRequest>(parsed)), {}, {}, {}};
+  if (!job.request.seed_given && options.defaults.fresh_seed) {
+    std::lock_guard lock(counts_lock);  // the id generator's lock
+    job.request.sampling.seed = ids();
+  }
   const CompletionRequest& r = job.request;
   std::string text = r.prompt;
   if (endpoint == Endpoint::chat_completions) {
