@@ -14,7 +14,7 @@ std::string chat_template_of_config(const std::string& json_text) {
   if (chat.is_string()) return chat.get<std::string>();
   if (!chat.is_array()) return "";
   for (const nlohmann::json& entry : chat) {
-    if (entry.is_object() && entry.value("name", "") == "default" && entry.contains("template") && entry.at("template").is_string()) {
+    if (entry.is_object() && entry.contains("name") && entry.at("name") == "default" && entry.contains("template") && entry.at("template").is_string()) {
       return entry.at("template").get<std::string>();
     }
   }

@@ -22,7 +22,7 @@ class PerplexityCommand {
  private:
   CLI::App* command_ = nullptr;
   EngineArgs engine_;
-  std::string text_, base_, record_;  // --record FILE: the quality file to add this measurement to
+  std::string text_, base_, record_, save_logits_;  // --save-logits FILE: a base for later runs  // --record FILE: the quality file to add this measurement to
   int window_ = 512;  // --ctx: tokens per window (llama-perplexity's -c, default 512)
   int chunks_ = -1;  // --chunks: the first N windows only (llama-perplexity's --chunks)
 };

@@ -54,17 +54,6 @@ std::string StopStringFilter::flush() {
   return rest;
 }
 
-std::string_view stop_reason_name(StopReason reason) {
-  switch (reason) {
-    case StopReason::end_token: return "end_token";
-    case StopReason::stop_string: return "stop_string";
-    case StopReason::max_tokens: return "max_tokens";
-    case StopReason::context_full: return "context_full";
-    case StopReason::cancelled: return "cancelled";
-  }
-  return "unknown";
-}
-
 Generator::Generator(runtime::MoeModel& model, const Tokenizer* tokenizer)
     : model_(model), tokenizer_(tokenizer), logits_(static_cast<std::size_t>(model.vocab_size())) {}
 

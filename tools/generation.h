@@ -17,6 +17,7 @@
 #include "coli/runtime/moe_model.h"
 #include "coli/tokenizer/tokenizer.h"
 #include "sampler.h"
+#include "stop_reason.h"
 
 namespace coli::tools {
 
@@ -39,15 +40,6 @@ class StopStringFilter {
   std::string held_;
   std::optional<std::string> matched_;
 };
-
-enum class StopReason {
-  end_token,     // EOS or the chat turn's end (not shown)
-  stop_string,   // a stop string (not shown)
-  max_tokens,    // the token limit
-  context_full,  // the KV cache's last position
-  cancelled,     // the caller's callback said stop (a client went away)
-};
-std::string_view stop_reason_name(StopReason reason);  // "end_token", "stop_string", ...
 
 struct GenerationLimits {
   int max_tokens = -1;                    // < 0: until an end token or the context is full

@@ -36,10 +36,31 @@ check "int4 experts against f32: a small divergence" python3 -c '
 import json, sys
 d = json.load(open(sys.argv[1]))
 assert 0 < d["kld"]["mean"] < 0.1 and d["kld"]["p99"] >= d["kld"]["median"] and 0.8 < d["top1_agreement"] < 1, d' "$work/q4.json"
+# The base's logits saved once (--save-logits), then the base: the same figures as the container beside.
+"$coli" perplexity --model "$work/f32.coli" --text "$model/heldout.txt" --ctx 256 --chunks 2 --threads 2 \
+  --save-logits "$work/base.logits" >/dev/null 2>"$work/save.err"
+check "--save-logits says where" contains "$work/save.err" "saved the logits of 2 windows in $work/base.logits"
+"$coli" perplexity --model "$work/q4.coli" --base "$work/base.logits" --text "$model/heldout.txt" --ctx 256 --chunks 2 \
+  --threads 2 >"$work/q4-saved.json" 2>/dev/null
+check "a saved base gives the figures the container base gave" python3 -c '
+import json, sys
+a, b = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+assert a["kld"] == b["kld"] and a["top1_agreement"] == b["top1_agreement"] and a["perplexity"] == b["perplexity"], (a, b)' \
+  "$work/q4.json" "$work/q4-saved.json"
+"$coli" perplexity --model "$work/q4.coli" --base "$work/base.logits" --text "$model/heldout.txt" --ctx 256 --chunks 3 \
+  >/dev/null 2>"$work/saved3.err"
+check "a saved base of fewer windows is refused, saying how many" contains "$work/saved3.err" "holds 2 windows, fewer than the 3 asked"
+head -c 100000 "$work/base.logits" >"$work/cut.logits"
+"$coli" perplexity --model "$work/q4.coli" --base "$work/cut.logits" --text "$model/heldout.txt" --ctx 256 --chunks 1 \
+  >/dev/null 2>"$work/cut.err"
+check "a cut-off saved base is refused" contains "$work/cut.err" "cut off? save it again"
 # --record: the checkpoint's quality file, which coli-plan --quality reads.
 "$coli" perplexity --model "$work/q4.coli" --base "$work/f32.coli" --text "$model/heldout.txt" --ctx 256 --chunks 1 \
   --threads 2 --record "$work/quality.json" >/dev/null 2>"$work/rec1.err"
 check "--record says where" contains "$work/rec1.err" "recorded in $work/quality.json"
+"$coli" perplexity --model "$work/q4.coli" --base "$work/base.logits" --text "$model/heldout.txt" --ctx 256 --chunks 1 \
+  --threads 2 --record "$work/quality-saved.json" >/dev/null 2>&1
+check "--record works from a saved f32 base too" contains "$work/quality-saved.json" '"experts": "q4_g64"'
 "$coli" perplexity --model "$work/f32.coli" --base "$work/f32.coli" --text "$model/heldout.txt" --ctx 256 --chunks 1 \
   --threads 2 --record "$work/quality.json" >/dev/null 2>&1
 check "a second representation joins the first" python3 -c '

@@ -89,7 +89,9 @@ TEST(OpenAiApi, EachMistakeGetsA4xxNamingTheField) {
   EXPECT_EQ(refused(R"({"prompt": "x", "presence_penalty": 0.5})").param, "presence_penalty");
   EXPECT_EQ(refused(R"({"prompt": "x", "echo": true})").param, "echo");
   EXPECT_EQ(refused(R"({"prompt": "x", "logprobs": 3})").param, "logprobs");
-  EXPECT_NE(refused(R"({"prompt": "x", "top_p": 0})").message.find("top-p"), std::string::npos);
+  EXPECT_EQ(refused(R"({"prompt": "x", "top_p": 0})").param, "top_p");
+  EXPECT_NE(refused(R"({"prompt": "x", "top_p": 0})").message.find("'top_p' 0"), std::string::npos);
+  EXPECT_EQ(refused(R"({"prompt": "x", "temperature": -1})").param, "temperature");
   const Endpoint chat = Endpoint::chat_completions;
   EXPECT_EQ(refused(R"({"messages": []})", chat).param, "messages");
   EXPECT_EQ(refused(R"({"messages": [{"content": "x"}]})", chat).param, "messages[0]");

@@ -4,10 +4,15 @@
 // agreement and the summary's quantiles.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <vector>
 
 #include "perplexity.h"
+#include "saved_logits.h"
 
 namespace coli::tools {
 namespace {
@@ -60,6 +65,43 @@ TEST(Perplexity, TheSummaryHasTheMeanNllItsExponentialAndTheKldQuantiles) {
   PerplexityTally alone;
   alone.add(1.0);
   EXPECT_FALSE(alone.summary().contains("kld"));
+}
+
+TEST(SavedLogits, RoundTripsRowsAndRefusesWhatDoesNotMatchTheHeader) {
+  const auto dir = std::filesystem::temp_directory_path() / ("coli_saved_logits_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::vector<std::int32_t> tokens = {1, 2, 3, 4, 5, 6, 7, 8};
+  const SavedLogitsHeader header{3, 4, 2, 3, tokens_hash(tokens), "f32", "source"};  // 2 windows x 1 scored row
+  auto writer = SavedLogitsWriter::create(dir / "a.logits", header);
+  ASSERT_TRUE(writer.ok()) << writer.error().message;
+  ASSERT_TRUE(writer->append(std::vector<float>{0.5f, -1, 2}).ok());
+  EXPECT_FALSE(writer->commit().ok());  // one row of two: not published
+  EXPECT_FALSE(std::filesystem::exists(dir / "a.logits"));
+  auto full = SavedLogitsWriter::create(dir / "a.logits", header);
+  ASSERT_TRUE(full.ok());
+  ASSERT_TRUE(full->append(std::vector<float>{0.5f, -1, 2}).ok());
+  ASSERT_TRUE(full->append(std::vector<float>{3, 4, 5}).ok());
+  ASSERT_TRUE(full->commit().ok());
+  EXPECT_TRUE(is_saved_logits(dir / "a.logits"));
+  auto reader = SavedLogitsReader::open(dir / "a.logits");
+  ASSERT_TRUE(reader.ok()) << reader.error().message;
+  EXPECT_EQ(reader->header().tokens_hash, tokens_hash(tokens));
+  EXPECT_NE(tokens_hash(tokens), tokens_hash(std::vector<std::int32_t>{1, 2, 3}));
+  EXPECT_EQ(reader->header().experts, "f32");
+  std::vector<float> row(3);
+  ASSERT_TRUE(reader->next(row).ok());
+  EXPECT_EQ(row, (std::vector<float>{0.5f, -1, 2}));
+  ASSERT_TRUE(reader->next(row).ok());
+  EXPECT_EQ(row[2], 5);
+  EXPECT_FALSE(reader->next(row).ok());
+  std::filesystem::resize_file(dir / "a.logits", std::filesystem::file_size(dir / "a.logits") - 4);
+  auto cut = SavedLogitsReader::open(dir / "a.logits");
+  ASSERT_FALSE(cut.ok());
+  EXPECT_NE(cut.error().message.find("cut off"), std::string::npos);
+  std::ofstream(dir / "other.txt") << "{\"vocab\": 3}\n";
+  EXPECT_FALSE(is_saved_logits(dir / "other.txt"));
+  EXPECT_FALSE(SavedLogitsReader::open(dir / "other.txt").ok());
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

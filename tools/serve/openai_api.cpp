@@ -1,5 +1,6 @@
 #include "openai_api.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
@@ -68,7 +69,18 @@ std::optional<ApiError> read_generation_fields(const json& body, CompletionReque
   }
   const json* tools_field = field(body, "tools");
   if (tools_field && !(tools_field->is_array() && tools_field->empty())) return field_error("tools", "(function calling) is not supported");
-  if (Status checked = tools::check_sampling(s); !checked) return ApiError{400, checked.error().message, "invalid_request_error", "", ""};
+  if (Status checked = tools::check_sampling(s); !checked) {
+    // check_sampling names the command-line option ("--top-p 0 must be ..."): name the request's field instead.
+    std::string message = checked.error().message;
+    std::string option = message.substr(0, message.find(' '));
+    if (option.rfind("--", 0) == 0) {
+      std::string name = option.substr(2);
+      std::replace(name.begin(), name.end(), '-', '_');
+      if (name == "repeat_last_n") return ApiError{400, message, "invalid_request_error", "", ""};
+      return field_error(name, message.substr(option.size() + 1));
+    }
+    return ApiError{400, message, "invalid_request_error", "", ""};
+  }
   return std::nullopt;
 }
 
@@ -133,7 +145,7 @@ std::optional<std::string> text_content(const json& content) {
   if (!content.is_array()) return std::nullopt;
   std::string text;
   for (const json& part : content) {
-    if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part.at("text").is_string()) {
+    if (!part.is_object() || !part.contains("type") || part.at("type") != "text" || !part.contains("text") || !part.at("text").is_string()) {
       return std::nullopt;
     }
     text += part.at("text").get<std::string>();

@@ -14,7 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "coli/tokenizer/chat_template.h"
-#include "generation.h"
+#include "stop_reason.h"
 #include "sampler.h"
 
 namespace coli::serve {
