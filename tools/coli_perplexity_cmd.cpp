@@ -11,7 +11,6 @@
 
 #include "coli/base/files.h"
 #include "coli/cli/exit_codes.h"
-#include "coli/container/container.h"
 #include "coli/experts/usage_history.h"
 #include "coli/planner/quality.h"
 #include "cpu/thread_placement.h"
@@ -90,12 +89,8 @@ Status score_window(std::span<const std::int32_t> window, const PerplexityWindow
 
 using Formats = std::pair<WeightFormat, DenseFormat>;
 
-// The container's formats: which representation a measurement is of.
-Result<Formats> formats_of(const std::string& path) {
-  auto reader = container::ContainerReader::open(path);
-  if (!reader) return reader.error();
-  return Formats{reader->index().experts.format, reader->index().dense_format()};
-}
+// A loaded model's formats: which representation a measurement is of.
+Formats formats_of(const runtime::ModelShape& shape) { return {shape.expert_format, shape.dense_format}; }
 
 // --record FILE: this representation's figures into the checkpoint's quality
 // file (created, or updated when it is of the same checkpoint), atomically.
@@ -167,9 +162,6 @@ Result<Base> open_base(const std::string& path, const EngineArgs& engine_args, i
     base.source = std::make_unique<SavedRows>(std::move(*reader));
     return base;
   }
-  auto formats = formats_of(path);
-  if (!formats) return formats.error();
-  base.formats = *formats;
   // The first model pinned the OpenMP team, the calling thread included: give
   // the base's plan this process's CPUs again (both models run on that one team).
   if (Status s = kernels::cpu::release_openmp_team(); !s) return s.error();
@@ -183,6 +175,7 @@ Result<Base> open_base(const std::string& path, const EngineArgs& engine_args, i
     return make_error("is not the same checkpoint's (vocabulary " + std::to_string(loaded->model->vocab_size()) +
                       " against " + std::to_string(vocab) + ")");
   }
+  base.formats = formats_of(loaded->model->shape());
   base.engine = std::make_unique<LoadedEngine>(std::move(*loaded));
   base.source = std::make_unique<WindowWalker>(*base.engine->model);
   return base;
@@ -220,16 +213,17 @@ int PerplexityCommand::run() {
   finish_engine_args(*command_, engine_, "coli perplexity");
   auto text = read_text_file(text_);
   if (!text) return fail("--text " + text_ + ": " + text.error().message, cli::kExitError);
-  auto tokenizer = load_tokenizer(engine_.model, engine_.tokenizer);
-  if (!tokenizer) return fail(tokenizer.error().message, cli::kExitError);
+  auto loaded = load_tokenizer(engine_.model, engine_.tokenizer);
+  if (!loaded) return fail(loaded.error().message, cli::kExitError);
   malloc_trim(0);
-  const std::vector<std::int32_t> tokens = tokenizer->encode(*text);
-  auto measured = formats_of(engine_.model);
-  if (!measured) return fail(measured.error().message, cli::kExitError);
+  const std::vector<std::int32_t> tokens = loaded->tokenizer.encode(*text);
+  const std::string hash = tokens_hash(tokens);
   int exit_code = cli::kExitError;
   auto model = load_engine(engine_, {0, true, nullptr, "coli perplexity"}, "coli perplexity", &exit_code);
   if (!model) return fail(model.error().message, exit_code);
   const int ctx = model->model->max_context(), vocab = model->model->vocab_size();
+  const runtime::ModelShape shape = model->model->shape();
+  const Formats measured = formats_of(shape);
   PerplexityWindows w = perplexity_windows(tokens.size(), ctx);
   if (chunks_ >= 0) w.count = std::min(w.count, chunks_);
   if (w.count == 0) {
@@ -237,13 +231,13 @@ int PerplexityCommand::run() {
                 std::to_string(ctx) + " (--ctx): give a longer text or a smaller --ctx", cli::kExitUsage);
   }
   int base_exit = cli::kExitError;
-  auto base = open_base(base_, engine_, vocab, w, tokens_hash(tokens), &base_exit);
+  auto base = open_base(base_, engine_, vocab, w, hash, &base_exit);
   if (!base) return fail("--base " + base_ + ": " + base.error().message, base_exit);
   std::optional<SavedLogitsWriter> saved;
   if (!save_logits_.empty()) {
-    auto writer = SavedLogitsWriter::create(save_logits_, {vocab, ctx, w.count, w.first_scored, tokens_hash(tokens),
-                                                           std::string(name_of(measured->first)),
-                                                           std::string(dense_format_name(measured->second))});
+    auto writer = SavedLogitsWriter::create(save_logits_, {vocab, ctx, w.count, w.first_scored, hash,
+                                                           std::string(name_of(measured.first)),
+                                                           std::string(dense_format_name(measured.second))});
     if (!writer) return fail("--save-logits: " + writer.error().message, cli::kExitError);
     saved.emplace(std::move(*writer));
   }
@@ -272,7 +266,7 @@ int PerplexityCommand::run() {
   if (base->source) result["base"] = base_;
   std::printf("%s\n", result.dump(1).c_str());
   if (!record_.empty()) {
-    if (Status s = record_quality(record_, *measured, base->formats, model->model->shape(), result, text_); !s) {
+    if (Status s = record_quality(record_, measured, base->formats, shape, result, text_); !s) {
       return fail("--record: " + s.error().message, cli::kExitError);
     }
     std::fprintf(stderr, "coli perplexity: recorded in %s\n", record_.c_str());

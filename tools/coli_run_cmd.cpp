@@ -32,16 +32,13 @@ Result<std::string> read_prompt_file(const std::string& path) {
   return text;
 }
 
-// The tokens of a text prompt: BOS first, once, where the tokenizer asks
-// (SentencePiece and Llama 3 vocabularies), as the model was trained.
-std::vector<std::int32_t> encode_prompt(const Tokenizer& tokenizer, const std::string& text, bool no_bos, bool say) {
-  std::vector<std::int32_t> prompt = tokenizer.encode(text);
-  if (tokenizer.add_bos() && !no_bos && (prompt.empty() || prompt.front() != *tokenizer.bos_id())) {
-    prompt.insert(prompt.begin(), *tokenizer.bos_id());
-    if (say) {
-      std::fprintf(stderr, "coli run: prompt starts with BOS (token %d), as the tokenizer asks (--no-bos leaves it out)\n",
-                   *tokenizer.bos_id());
-    }
+// A text prompt's tokens (generation.h's encode_prompt), saying so when BOS was added.
+std::vector<std::int32_t> encode_and_say(const Tokenizer& tokenizer, const std::string& text, bool no_bos) {
+  bool added_bos = false;
+  std::vector<std::int32_t> prompt = encode_prompt(tokenizer, text, !no_bos, &added_bos);
+  if (added_bos) {
+    std::fprintf(stderr, "coli run: prompt starts with BOS (token %d), as the tokenizer asks (--no-bos leaves it out)\n",
+                 *tokenizer.bos_id());
   }
   return prompt;
 }
@@ -143,16 +140,17 @@ bool print_piece(const GeneratedPiece& piece, bool has_tokenizer) {
 // The tokenizer, the model's sampling defaults for what the command line
 // left unset, and the sampling options checked.
 Result<Tokenizer> prepare_text_run(RunArgs& a) {
-  auto tokenizer = load_tokenizer(a.engine.model, a.engine.tokenizer);
-  if (!tokenizer) return tokenizer.error();
+  auto loaded = load_tokenizer(a.engine.model, a.engine.tokenizer);
+  if (!loaded) return loaded.error();
+  const std::string applied = apply_generation_defaults(loaded->generation_config, a.sampling);
+  if (!applied.empty()) {
+    std::fprintf(stderr, "coli run: sampling as the model's generation_config.json says: %s (options override)\n", applied.c_str());
+  }
+  Tokenizer tokenizer = std::move(loaded->tokenizer);
   // Reading a carried tokenizer parses the index and decodes the file:
   // megabytes of heap freed by now, which glibc keeps unless asked. Give
   // them back so the run's RSS is the plan's (the weights are mmap-served).
   malloc_trim(0);
-  const std::string applied = apply_generation_defaults(model_generation_config(a.engine.model), a.sampling);
-  if (!applied.empty()) {
-    std::fprintf(stderr, "coli run: sampling as the model's generation_config.json says: %s (options override)\n", applied.c_str());
-  }
   return tokenizer;
 }
 
@@ -187,7 +185,7 @@ int RunCommand::run_prompt() {
       messages.push_back({"user", text});
       text = render_chat(chat->format, messages);
     }
-    prompt = encode_prompt(*tokenizer, text, a.no_bos, true);
+    prompt = encode_and_say(*tokenizer, text, a.no_bos);
     if (prompt.empty()) return load_failed(Error{"the prompt is empty"}, cli::kExitUsage);
   }
   if (Status s = check_sampling(a.sampling.options); !s) return load_failed(s.error(), cli::kExitUsage);
@@ -252,7 +250,7 @@ int RunCommand::run_conversation() {
     }
     if (trim(line).empty()) continue;
     messages.push_back({"user", line});
-    const std::vector<std::int32_t> prompt = encode_prompt(*tokenizer, render_chat(chat->format, messages), a.no_bos, false);
+    const std::vector<std::int32_t> prompt = encode_prompt(*tokenizer, render_chat(chat->format, messages), !a.no_bos);
     if (static_cast<int>(prompt.size()) >= generator.context_size()) {
       std::fprintf(stderr, "coli run: the conversation is %zu tokens and the context holds %d: /clear starts over\n",
                    prompt.size(), generator.context_size());

@@ -295,19 +295,12 @@ std::string apply_generation_defaults(const std::string& text, SamplingArgs& sam
   return applied;
 }
 
-std::string model_generation_config(const fs::path& model) {
-  if (auto reader = container::ContainerReader::open(model)) {
-    if (const auto* file = reader->index().find_runtime_file("generation_config.json")) return file->bytes;
-  }
-  auto beside = read_text_file(model.parent_path() / "generation_config.json");
-  return beside ? *beside : std::string();
-}
+namespace {
 
-Result<Tokenizer> load_tokenizer(const fs::path& model, const std::string& explicit_path) {
+// The tokenizer, from the container's index when it carries one.
+Result<Tokenizer> pick_tokenizer(const fs::path& model, const std::string& explicit_path,
+                                 const container::ContainerIndex& index) {
   if (!explicit_path.empty()) return Tokenizer::from_file(explicit_path);
-  auto container = container::ContainerReader::open(model);
-  if (!container) return container.error();
-  const container::ContainerIndex& index = container->index();
   const auto* carried = index.find_runtime_file("tokenizer.json");
   if (!carried) carried = index.find_runtime_file("tokenizer.gguf");
   if (carried) {
@@ -322,6 +315,25 @@ Result<Tokenizer> load_tokenizer(const fs::path& model, const std::string& expli
   }
   return make_error(model.string() + " carries no tokenizer and none is next to it (looked for tokenizer.json, "
                     "tokenizer.gguf): pass --tokenizer FILE or --prompt-ids, or convert again with --tokenizer");
+}
+
+}  // namespace
+
+Result<ModelTokenizer> load_tokenizer(const fs::path& model, const std::string& explicit_path) {
+  // One reading of the container's index for both (it holds the carried files).
+  auto container = container::ContainerReader::open(model);
+  if (!container && explicit_path.empty()) return container.error();
+  const container::ContainerIndex empty;
+  const container::ContainerIndex& index = container ? container->index() : empty;
+  auto tokenizer = pick_tokenizer(model, explicit_path, index);
+  if (!tokenizer) return tokenizer.error();
+  ModelTokenizer loaded{std::move(*tokenizer), {}};
+  if (const auto* carried = index.find_runtime_file("generation_config.json")) {
+    loaded.generation_config = carried->bytes;
+  } else if (auto beside = read_text_file(model.parent_path() / "generation_config.json")) {
+    loaded.generation_config = std::move(*beside);
+  }
+  return loaded;
 }
 
 Status save_history(History& history, const runtime::MoeModel& model, double decay) {

@@ -65,11 +65,13 @@ std::string apply_generation_defaults(const std::string& generation_config_json,
 
 // The tokenizer: --tokenizer, else the one the container carries (coli
 // convert; EOS/BOS from its generation_config.json where the tokenizer names
-// none), else tokenizer.json or tokenizer.gguf beside the container.
-Result<Tokenizer> load_tokenizer(const std::filesystem::path& model, const std::string& explicit_path);
-// The model's generation_config.json: the container's carried one, else the
-// one beside it ("" when none).
-std::string model_generation_config(const std::filesystem::path& model);
+// none), else tokenizer.json or tokenizer.gguf beside the container; and the
+// model's generation_config.json (the carried one, else the one beside it).
+struct ModelTokenizer {
+  Tokenizer tokenizer;
+  std::string generation_config;  // its text; "" when none
+};
+Result<ModelTokenizer> load_tokenizer(const std::filesystem::path& model, const std::string& explicit_path);
 
 // The usage history beside the model: what picks pins, what a run adds to.
 struct History {

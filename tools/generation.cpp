@@ -54,6 +54,15 @@ std::string StopStringFilter::flush() {
   return rest;
 }
 
+std::vector<std::int32_t> encode_prompt(const Tokenizer& tokenizer, std::string_view text, bool allow_bos,
+                                        bool* added_bos) {
+  std::vector<std::int32_t> prompt = tokenizer.encode(text);
+  const bool add = allow_bos && tokenizer.add_bos() && (prompt.empty() || prompt.front() != *tokenizer.bos_id());
+  if (add) prompt.insert(prompt.begin(), *tokenizer.bos_id());
+  if (added_bos) *added_bos = add;
+  return prompt;
+}
+
 Generator::Generator(runtime::MoeModel& model, const Tokenizer* tokenizer)
     : model_(model), tokenizer_(tokenizer), logits_(static_cast<std::size_t>(model.vocab_size())) {}
 

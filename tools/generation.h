@@ -64,6 +64,12 @@ struct GenerationResult {
   std::string text;            // everything shown (with a tokenizer)
 };
 
+// A text prompt's tokens: BOS first, once, where the tokenizer asks for it
+// (SentencePiece and Llama 3 vocabularies), as the model was trained, unless
+// `allow_bos` is false (--no-bos). `added_bos` (optional) says whether it did.
+std::vector<std::int32_t> encode_prompt(const Tokenizer& tokenizer, std::string_view text, bool allow_bos,
+                                        bool* added_bos = nullptr);
+
 // The model and what its KV cache holds, across generations: a prompt that
 // starts with the previous generation's tokens (a chat's next turn, a client
 // resending its history) runs only its new part.

@@ -116,13 +116,14 @@ int ServeCommand::run() {
     if (const char* key = std::getenv("COLI_API_KEY")) server_.api_key = key;
   }
   if (server_.defaults.model_id.empty()) server_.defaults.model_id = std::filesystem::path(engine_.model).stem().string();
-  auto tokenizer = load_tokenizer(engine_.model, engine_.tokenizer);
-  if (!tokenizer) {
-    std::fprintf(stderr, "coli serve: %s\n", tokenizer.error().message.c_str());
+  auto loaded = load_tokenizer(engine_.model, engine_.tokenizer);
+  if (!loaded) {
+    std::fprintf(stderr, "coli serve: %s\n", loaded.error().message.c_str());
     return cli::kExitError;
   }
   malloc_trim(0);  // the carried tokenizer's decoded copy: give it back before the model is sized
-  const std::string applied = apply_generation_defaults(model_generation_config(engine_.model), sampling_);
+  const Tokenizer& tokenizer = loaded->tokenizer;
+  const std::string applied = apply_generation_defaults(loaded->generation_config, sampling_);
   if (!applied.empty()) std::fprintf(stderr, "coli serve: request defaults from the model's generation_config.json: %s\n", applied.c_str());
   if (Status s = check_sampling(sampling_.options); !s) {
     std::fprintf(stderr, "coli serve: %s\n", s.error().message.c_str());
@@ -130,7 +131,7 @@ int ServeCommand::run() {
   }
   server_.defaults.sampling = sampling_.options;
   server_.defaults.fresh_seed = command_->count("--seed") == 0;
-  choose_chat_format(server_, engine_.model, *tokenizer, chat_template_);
+  choose_chat_format(server_, engine_.model, tokenizer, chat_template_);
   int exit_code = cli::kExitError;
   // Requests of any length up to the context: the plan is sized for a prompt that fills it.
   auto engine = load_engine(engine_, {0, true, nullptr}, "coli serve", &exit_code);
@@ -138,7 +139,7 @@ int ServeCommand::run() {
     std::fprintf(stderr, "coli serve: %s\n", engine.error().message.c_str());
     return exit_code;
   }
-  serve::ModelServer server(*engine, *tokenizer, server_);
+  serve::ModelServer server(*engine, tokenizer, server_);
   Status served = Ok{};
   signals.on_signal([&server] { server.stop(); });
   served = server.serve([&](int port) {

@@ -116,10 +116,7 @@ std::variant<Job, ApiError> ModelServer::State::prepare(const httplib::Request& 
     }
     job.prompt = r.prompt_ids;
   } else {
-    job.prompt = tokenizer.encode(text);
-    if (tokenizer.add_bos() && !options.no_bos && (job.prompt.empty() || job.prompt.front() != *tokenizer.bos_id())) {
-      job.prompt.insert(job.prompt.begin(), *tokenizer.bos_id());
-    }
+    job.prompt = tools::encode_prompt(tokenizer, text, !options.no_bos);
   }
   const int context = generator.context_size();
   if (static_cast<int>(job.prompt.size()) >= context) {
