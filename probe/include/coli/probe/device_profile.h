@@ -22,7 +22,11 @@ namespace coli {
 //     Readers accept v1-v3; the v3 tables are optional in older files.
 // v4: [measurements.parallel_overhead] (OpenMP region, barrier and broadcast
 //     costs per team size); optional, so v1-v3 files read as before.
-inline constexpr int kDeviceProfileSchemaVersion = 4;
+// v5: GPU topology (issue 18): where each CUDA device hangs off (PCI bus id,
+//     NUMA node, local CPUs, PCIe link) and [[gpus.links]] between pairs of
+//     CUDA devices (NVLink / PCIe path, spec and measured peer bandwidth);
+//     optional, so v1-v4 files read as before.
+inline constexpr int kDeviceProfileSchemaVersion = 5;
 
 // ---------------------------------------------------------------- CPU facts
 
@@ -189,7 +193,29 @@ struct CudaDevice {
   std::uint64_t free_memory_bytes = 0; // at probe time; planners re-read it live
   int driver_version = 0;              // e.g. 13000 for 13.0
   std::vector<std::string> notes;      // values the probe clamped or distrusted, and why
+  // Where the device hangs off (v5; NVML and sysfs). Empty / -1 / 0 = unknown.
+  std::string pci_bus_id;              // "00000000:18:00.0" as NVML writes it
+  int numa_node = -1;                  // the NUMA node the device is local to
+  CpuSet local_cpus;                   // the CPUs local to it (sysfs local_cpulist, hwloc)
+  int pcie_generation = 0;             // the link's maximum generation
+  int pcie_width = 0;                  // its maximum lanes
+  double host_link_gbs = 0;            // PCIe bandwidth per direction that generation x width allows, GB/s
   bool operator==(const CudaDevice&) const = default;
+};
+
+// How two CUDA devices reach each other (v5): one entry per unordered pair.
+struct GpuLink {
+  int a = 0;                           // CUDA ordinals, a < b
+  int b = 0;
+  // NVML's topology level between them, or "nvlink" when NVLink joins them:
+  // "nvlink", "same-board", "pcie-switch", "pcie-multi-switch", "host-bridge", "cross-socket".
+  std::string path;
+  int nvlinks = 0;                     // active NVLink links joining the pair
+  double spec_gbs = 0;                 // per direction the path allows (NVLink: links x per-link rate; else the slower PCIe link)
+  bool peer_access = false;            // cuDeviceCanAccessPeer both ways
+  double measured_gbs = 0;             // measured peer copy a->b, GB/s; 0 = not measured
+  std::string source;                  // "nvml", "nvml+measured", "spec:<document>", "replay:<file>"
+  bool operator==(const GpuLink&) const = default;
 };
 
 struct GpuFacts {
@@ -199,6 +225,8 @@ struct GpuFacts {
   std::vector<VulkanDevice> vulkan;
   std::string cuda_status;
   std::vector<CudaDevice> cuda;
+  std::string topology_status;  // v5: what NVML / the peer copies found, or why nothing ("1 CUDA device: no pairs")
+  std::vector<GpuLink> links;   // v5: between CUDA devices (gpus.cuda ordinals)
   std::string source;  // "live" or "replay:<file>"
   bool operator==(const GpuFacts&) const = default;
 };
