@@ -109,6 +109,7 @@ struct CudaDecoder::State {
   gpu::DecoderMemory memory;
   std::vector<std::vector<std::uint64_t>> routing;  // of the last forward
   std::unique_ptr<KernelTimer> timer;  // COLI_GPU_PROFILE=1: steps run uncaptured, timed per kernel
+  std::size_t free_before = 0;  // the device's free memory before the decoder was made
 
   ~State() {
     timer.reset();  // prints its table, while the stream still exists
@@ -184,9 +185,8 @@ class CudaDecoder::State::CaptureSegments final : public StepSegments {
 };
 
 bool CudaDecoder::State::hybrid() const {
-  const int experts = static_cast<int>(model.config->num_experts);
-  const auto& slots = weights.experts.slot_counts;
-  return std::any_of(slots.begin(), slots.end(), [&](int n) { return n < experts; });
+  const auto& host = weights.experts.host_experts;
+  return std::any_of(host.begin(), host.end(), [](const std::vector<int>& layer) { return !layer.empty(); });
 }
 
 // Runs the step (and a prefill batch) once uncaptured (every kernel's module
@@ -330,10 +330,15 @@ Status CudaDecoder::State::run_host_experts(const Segment& segment, gpu::HostExp
   const int moe_layer = segment.host_layer;
   if (!host) return make_error("MoE layer " + std::to_string(moe_layer) + " has experts outside VRAM but no host expert store");
   if (Status s = cuda_call("cudaEventSynchronize (hybrid inputs)", cudaEventSynchronize(segment.inputs_sent)); !s) return s;
-  const std::size_t k = model.config->num_experts_per_tok;
+  const std::size_t k = model.config->num_experts_per_tok, hidden = model.config->hidden_size;
+  const auto layer = static_cast<std::size_t>(moe_layer);
   const std::span<const int> ids(host_ids.as<int>(), k);
   std::vector<std::uint8_t> on_gpu(k);
-  for (std::size_t i = 0; i < k; ++i) on_gpu[i] = weights.experts.in_vram(static_cast<std::size_t>(moe_layer), ids[i]) ? 1 : 0;
+  for (std::size_t i = 0; i < k; ++i) {
+    on_gpu[i] = weights.experts.on_host(layer, ids[i]) ? 0 : 1;
+    // Another GPU's choice: add_host_rows adds this row, which must add nothing.
+    if (on_gpu[i] && !weights.experts.in_vram(layer, ids[i])) std::fill_n(host_rows.as<float>() + i * hidden, hidden, 0.0f);
+  }
   return host->run(moe_layer, ids, on_gpu, std::span<const float>(host_h.as<float>(), model.config->hidden_size),
                    std::span<float>(host_rows.as<float>(), k * model.config->hidden_size));
 }
@@ -362,6 +367,14 @@ Status CudaDecoder::State::finish(std::span<float> out) {
 }
 
 Result<std::unique_ptr<CudaDecoder>> CudaDecoder::create(int device_index, const gpu::DecoderModel& model) {
+  auto made = prepare(device_index, model, ExpertRank{});
+  if (!made) return made.error();
+  if (Status s = (*made)->capture(); !s) return s.error();
+  return made;
+}
+
+Result<std::unique_ptr<CudaDecoder>> CudaDecoder::prepare(int device_index, const gpu::DecoderModel& model,
+                                                          const ExpertRank& rank) {
   auto state = std::make_unique<State>();
   auto name = select_device(device_index);
   if (!name) return name.error();
@@ -372,15 +385,16 @@ Result<std::unique_ptr<CudaDecoder>> CudaDecoder::create(int device_index, const
   if (Status s = check_model(model, state->embed); !s) return s.error();
   // The device's own count of what this decoder takes (plan vs actual):
   // free memory now, with the context made, against free memory at the end.
-  std::size_t free_before = 0, total = 0;
-  if (Status s = cuda_call("cudaMemGetInfo", cudaMemGetInfo(&free_before, &total)); !s) return s.error();
+  std::size_t total = 0;
+  if (Status s = cuda_call("cudaMemGetInfo", cudaMemGetInfo(&state->free_before, &total)); !s) return s.error();
   const model::ModelConfig& c = *model.config;
-  auto weights = upload_cuda_weights(model);
+  auto weights = upload_cuda_weights(model, rank.remote);
   if (!weights) return weights.error();
   state->weights = std::move(*weights);
   auto buffers = make_step_buffers(c, state->weights, model.max_context, !model.exact_activations);
   if (!buffers) return buffers.error();
   state->buffers = std::move(*buffers);
+  state->buffers.reduce = rank.reduce;
   int most_host_experts = 0;
   for (const std::vector<int>& host : state->weights.experts.host_experts) {
     most_host_experts = std::max(most_host_experts, static_cast<int>(host.size()));
@@ -406,12 +420,6 @@ Result<std::unique_ptr<CudaDecoder>> CudaDecoder::create(int device_index, const
     if (!host_batch) return host_batch.error();
     state->host_batch = std::move(*host_batch);
   }
-  std::size_t free_before_launch = 0, free_after_launch = 0;
-  for (Status s : {cuda_call("cudaMemGetInfo", cudaMemGetInfo(&free_before_launch, &total)), state->capture(),
-                   cuda_call("cudaMemGetInfo", cudaMemGetInfo(&free_after_launch, &total))}) {
-    if (!s) return s.error();
-  }
-  state->timer = KernelTimer::from_environment(state->stream);
   gpu::DecoderMemory& m = state->memory;
   m.dense = state->weights.dense.bytes();
   m.experts = state->weights.experts.bytes();
@@ -423,12 +431,26 @@ Result<std::unique_ptr<CudaDecoder>> CudaDecoder::create(int device_index, const
                    state->host_ids.bytes() + state->host_h.bytes() + state->host_rows.bytes() +
                    (state->host_batch ? state->host_batch->pinned_bytes() : 0);
   state->routing.assign(moe_layers, std::vector<std::uint64_t>(c.num_experts, 0));
-  std::size_t free_after = 0;
-  if (Status s = cuda_call("cudaMemGetInfo", cudaMemGetInfo(&free_after, &total)); !s) return s.error();
-  m.device_measured = free_before > free_after ? free_before - free_after : 0;
-  m.launch_measured = free_before_launch > free_after_launch ? free_before_launch - free_after_launch : 0;
-  m.graph_segments = static_cast<int>(state->segments.size()) + 1;  // the step's and the head's
   return std::unique_ptr<CudaDecoder>(new CudaDecoder(std::move(state)));
+}
+
+// The first step, the capture and the device's own count of what the
+// decoder took, from prepare()'s free memory on.
+Status CudaDecoder::capture() {
+  State& s = *state_;
+  if (Status st = cuda_call("cudaSetDevice", cudaSetDevice(s.device)); !st) return st;
+  std::size_t free_before_launch = 0, free_after_launch = 0, free_after = 0, total = 0;
+  for (Status st : {cuda_call("cudaMemGetInfo", cudaMemGetInfo(&free_before_launch, &total)), s.capture(),
+                    cuda_call("cudaMemGetInfo", cudaMemGetInfo(&free_after_launch, &total))}) {
+    if (!st) return st;
+  }
+  s.timer = KernelTimer::from_environment(s.stream);
+  if (Status st = cuda_call("cudaMemGetInfo", cudaMemGetInfo(&free_after, &total)); !st) return st;
+  gpu::DecoderMemory& m = s.memory;
+  m.device_measured = s.free_before > free_after ? s.free_before - free_after : 0;
+  m.launch_measured = free_before_launch > free_after_launch ? free_before_launch - free_after_launch : 0;
+  m.graph_segments = static_cast<int>(s.segments.size()) + 1;  // the step's and the head's
+  return Ok{};
 }
 
 CudaDecoder::CudaDecoder(std::unique_ptr<State> state) : state_(std::move(state)) {}

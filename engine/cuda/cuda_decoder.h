@@ -30,12 +30,29 @@
 
 namespace coli::cuda {
 
+class MoeReduce;  // cuda_step.h
+
+// What one GPU of an expert-parallel decoder is told besides its model
+// (whose vram_experts are its own share): the experts the other GPUs
+// compute, and how each MoE layer's output is summed across the GPUs.
+struct ExpertRank {
+  std::vector<std::vector<int>> remote;  // per MoE layer; empty: none
+  MoeReduce* reduce = nullptr;           // null: one GPU, no exchange
+};
+
 class CudaDecoder final : public gpu::GpuDecoder {
  public:
   // Uploads weights and the planned experts to CUDA device `device_index`.
   // Errors: no driver or device (with the runtime's reason), a shape or
   // format the kernels cannot take (named), a failed CUDA call (named).
   static Result<std::unique_ptr<CudaDecoder>> create(int device_index, const gpu::DecoderModel& model);
+  // One rank of the expert-parallel decoder (cuda_expert_parallel.h):
+  // prepare() uploads and allocates (no collective), then capture() runs
+  // the first step and captures the graphs, on every rank at once (their
+  // all-reduces wait for each other).
+  static Result<std::unique_ptr<CudaDecoder>> prepare(int device_index, const gpu::DecoderModel& model,
+                                                      const ExpertRank& rank);
+  Status capture();
   ~CudaDecoder() override;
   CudaDecoder(const CudaDecoder&) = delete;
   CudaDecoder& operator=(const CudaDecoder&) = delete;

@@ -3,6 +3,8 @@
 #include <utility>
 
 #include "cuda/decoder_batch.h"
+#include "cuda/expert_parallel.h"
+#include "cuda/pinned.h"
 
 namespace coli::cuda {
 namespace {
@@ -58,6 +60,10 @@ class BatchLayer {
     return s ? to_half(b_.h, b_.h_half, static_cast<std::size_t>(hidden_)) : s;
   }
   Status route(const CudaLayer& l);
+  Status zero(DeviceBuffer& buffer, std::size_t floats, const char* what) {
+    return cuda_call(std::string("cudaMemsetAsync (") + what + ")",
+                     cudaMemsetAsync(buffer.data(), 0, floats * sizeof(float), static_cast<cudaStream_t>(r_.stream())));
+  }
   Status experts(const CudaLayer& l);
   Status swiglu_mlp(const CudaLayer& l, DeviceBuffer& out, bool accumulate);
 
@@ -132,8 +138,13 @@ Status BatchLayer::experts(const CudaLayer& l) {
   const auto moe = static_cast<std::size_t>(l.moe);
   const int top_k = static_cast<int>(c_.num_experts_per_tok), slots = w_.experts.slot_counts[moe];
   const int experts = static_cast<int>(c_.num_experts);
-  const bool hybrid = slots < experts;
+  const bool hybrid = w_.experts.hybrid(moe);
   if (hybrid && host_ == nullptr) return make_error("MoE layer " + std::to_string(l.moe) + " has experts outside VRAM but no host expert store");
+  // Expert parallel: another GPU's choices add zero rows here.
+  const std::size_t rows = static_cast<std::size_t>(tokens_) * static_cast<std::size_t>(top_k) * static_cast<std::size_t>(hidden_);
+  if (w_.experts.remote(moe)) {
+    if (Status s = zero(b_.rows, rows, "expert-parallel remote rows"); !s) return s;
+  }
   if (hybrid) {
     if (Status s = host_->send(l.moe, tokens_); !s) return s;
   }
@@ -148,17 +159,24 @@ Status BatchLayer::experts(const CudaLayer& l) {
   if (hybrid) {
     if (Status s = host_->complete(l.moe, tokens_); !s) return s;
   }
-  // Every slot number, the host's too, has its rows by now.
+  // Every slot number, the host's too, has its rows by now. Another
+  // expert-parallel rank adds the residual and the shared expert.
+  const bool keeps_residual = step_.reduce == nullptr || step_.reduce->keeps_residual();
+  if (!keeps_residual) {
+    if (Status s = zero(b_.x, static_cast<std::size_t>(tokens_) * hidden_, "expert-parallel output"); !s) return s;
+  }
+  const bool shared = l.has_shared && keeps_residual;
   const k::ExpertCombine combine{at<const ExpertChoice>(b_.choices), at(b_.rows),
-                                 l.has_shared ? at(b_.shared_out) : nullptr,
-                                 l.has_shared ? at(b_.shared_gate) : nullptr,
+                                 shared ? at(b_.shared_out) : nullptr,
+                                 shared ? at(b_.shared_gate) : nullptr,
                                  at(b_.x), tokens_, top_k, hidden_, experts};
-  return r_.check("prefill combine_experts", k::combine_experts(r_.stream(), combine));
+  if (Status s = r_.check("prefill combine_experts", k::combine_experts(r_.stream(), combine)); !s || !step_.reduce) return s;
+  return step_.reduce->sum(r_.stream(), at(b_.x), exchange_floats(c_.hidden_size, static_cast<u64>(tokens_)));
 }
 
 Status BatchLayer::moe(const CudaLayer& l) {
   if (Status s = route(l); !s) return s;
-  if (l.has_shared) {
+  if (l.has_shared && (step_.reduce == nullptr || step_.reduce->keeps_residual())) {
     if (Status s = swiglu_mlp(l, b_.shared_out, false); !s) return s;
     if (Status s = gemm(l.shared_gate, b_.h, &b_.h_half, b_.shared_gate); !s) return s;  // qwen2_moe's sigmoid gate
   }

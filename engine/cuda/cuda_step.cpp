@@ -5,7 +5,9 @@
 
 #include "coli/forward/ops.h"
 #include "cuda/cuda_layout.h"
+#include "cuda/expert_parallel.h"
 #include "cuda/kernel_launch.h"
+#include "cuda/pinned.h"
 
 namespace coli::cuda {
 namespace {
@@ -106,7 +108,8 @@ Status moe_block(Recorder& r, const model::ModelConfig& c, const CudaWeights& we
   const int experts = static_cast<int>(c.num_experts);
   const int top_k = static_cast<int>(c.num_experts_per_tok);
   const auto moe = static_cast<std::size_t>(w.moe);
-  const bool hybrid = weights.experts.slot_counts[moe] < experts;
+  const bool hybrid = weights.experts.hybrid(moe);
+  const bool keeps_residual = b.reduce == nullptr || b.reduce->keeps_residual();
   auto* choices = at<ExpertChoice>(b.choices, moe * static_cast<std::size_t>(top_k));
   // As the CPU engine: every normalisation but SoftmaxTopK renormalises the chosen k.
   const k::Route route{at(b.router_logits), at<const int>(weights.experts.slot_tables, moe * experts), choices,
@@ -118,24 +121,38 @@ Status moe_block(Recorder& r, const model::ModelConfig& c, const CudaWeights& we
   if (hybrid) {
     if (Status s = segments.send(w.moe); !s) return s;
   }
-  if (w.has_shared) {
+  // Another expert-parallel rank adds the residual and the shared expert.
+  if (!keeps_residual) {
+    const Status zeroed = cuda_call("cudaMemsetAsync (expert-parallel output)",
+                                      cudaMemsetAsync(b.x.data(), 0, b.x.bytes(), static_cast<cudaStream_t>(r.stream())));
+    if (!zeroed) return zeroed;
+  }
+  if (w.has_shared && keeps_residual) {
     if (Status s = mlp_block(r, w, b); !s) return s;
     if (Status s = matvec(r, w.shared_gate, at(b.h), at(b.shared_gate), nullptr, false, b.h8); !s) return s;
   }
+  // Choices outside the slab are left for later: the host's added by
+  // add_host_rows (remote ones there as the zero rows the host writes for
+  // them), or, in a layer without host work, remote ones never (zero here).
+  const bool later = hybrid || weights.experts.remote(moe);
   const k::Experts e{weights.experts.layout, at<const std::uint8_t>(weights.experts.slabs[moe]),
-                     weights.experts.slot_counts[moe], choices, top_k, hybrid ? at<const float>(b.host_rows) : nullptr,
-                     hybrid};
-  const float* shared = w.has_shared ? at(b.shared_out) : nullptr;
-  const float* shared_gate = w.has_shared ? at(b.shared_gate) : nullptr;
+                     weights.experts.slot_counts[moe], choices, top_k, later ? at<const float>(b.host_rows) : nullptr,
+                     later};
+  const float* shared = w.has_shared && keeps_residual ? at(b.shared_out) : nullptr;
+  const float* shared_gate = w.has_shared && keeps_residual ? at(b.shared_gate) : nullptr;
   const bool int8 = b.h8.on() && b.act8.on() && k::experts_q8_fit(e.layout);
   const int gate_up = int8 ? k::expert_gate_up_q8(r.stream(), e, b.h8, at(b.act), b.act8)
                            : k::expert_gate_up(r.stream(), e, at(b.h), at(b.act));
   if (Status s = r.check(kernel_name("expert_gate_up", e.layout.format, int8), gate_up); !s) return s;
   const int down = int8 ? k::expert_down_add_q8(r.stream(), e, b.act8, shared, shared_gate, at(b.x))
                         : k::expert_down_add(r.stream(), e, at(b.act), shared, shared_gate, at(b.x));
-  if (Status s = r.check(kernel_name("expert_down_add", e.layout.format, int8), down); !s || !hybrid) return s;
-  if (Status s = segments.end(w.moe); !s) return s;
-  return r.check("add_host_rows", k::add_host_rows(r.stream(), e, at(b.x)));
+  if (Status s = r.check(kernel_name("expert_down_add", e.layout.format, int8), down); !s) return s;
+  if (hybrid) {
+    if (Status s = segments.end(w.moe); !s) return s;
+    if (Status s = r.check("add_host_rows", k::add_host_rows(r.stream(), e, at(b.x))); !s) return s;
+  }
+  if (b.reduce == nullptr) return Ok{};
+  return b.reduce->sum(r.stream(), at(b.x), exchange_floats(c.hidden_size, 1));
 }
 
 }  // namespace

@@ -12,6 +12,18 @@
 
 namespace coli::cuda {
 
+// How one GPU of an expert-parallel decoder (cuda_expert_parallel.h) ends
+// each MoE layer: rank 0 keeps x's residual and the shared expert, the
+// others start the layer's output at zero and add only their own experts;
+// sum() then adds x across the GPUs in place (NCCL's all-reduce), so every
+// GPU holds the same hidden state. Captured into the step's graph.
+class MoeReduce {
+ public:
+  virtual ~MoeReduce() = default;
+  virtual bool keeps_residual() const = 0;
+  virtual Status sum(void* stream, float* x, std::size_t floats) = 0;
+};
+
 struct StepBuffers {
   DeviceBuffer x, h, q, k, v, attn, scores, mlp_a, router_logits, act, shared_out, shared_gate, final_h, logits;
   DeviceBuffer position;  // int: the token's position, written before each replay
@@ -24,6 +36,7 @@ struct StepBuffers {
   DeviceBuffer h_q, attn_q, act_q;  // int8 copies of h (or final_h), attn and act
   DeviceBuffer kv;        // float[layers][2][context][kv_width]
   int context = 0;
+  MoeReduce* reduce = nullptr;  // expert parallel: set by the decoder (null: one GPU)
   // Views of h_q, attn_q and act_q, on when the step quantises that
   // activation (int8 activations asked for and its width a multiple of 32):
   // its consumers with q8_row or q4_g64 weights then take the int8 kernels.

@@ -188,7 +188,27 @@ Status upload_layer_experts(const gpu::DecoderModel& model, std::uint32_t layer,
   return Ok{};
 }
 
-Status upload_experts(const gpu::DecoderModel& model, CudaExperts& out) {
+// Slots after the VRAM ones: the host's experts in expert order, then the remote ones.
+void assign_other_slots(std::vector<int>::iterator first, std::uint32_t experts, const std::vector<int>& remote,
+                        int layer_slots, std::vector<int>& host_experts, int& remote_count) {
+  std::vector<int> remote_ids;
+  for (std::uint32_t e = 0; e < experts; ++e) {
+    int& slot = first[e];
+    if (slot >= 0) continue;
+    if (std::find(remote.begin(), remote.end(), static_cast<int>(e)) != remote.end()) {
+      remote_ids.push_back(static_cast<int>(e));
+      continue;
+    }
+    slot = layer_slots + static_cast<int>(host_experts.size());  // a host slot
+    host_experts.push_back(static_cast<int>(e));
+  }
+  for (std::size_t i = 0; i < remote_ids.size(); ++i) {
+    first[remote_ids[i]] = layer_slots + static_cast<int>(host_experts.size() + i);  // a remote slot
+  }
+  remote_count = static_cast<int>(remote_ids.size());
+}
+
+Status upload_experts(const gpu::DecoderModel& model, const std::vector<std::vector<int>>& remote, CudaExperts& out) {
   if (Status s = expert_layout(model, out.layout); !s) return s;
   const container::ExpertLayout& layout = model.container->index().experts;
   std::vector<int> tables(static_cast<std::size_t>(layout.layers) * layout.experts, -1);
@@ -210,14 +230,11 @@ Status upload_experts(const gpu::DecoderModel& model, CudaExperts& out) {
   }
   out.slot_of.resize(layout.layers);
   out.host_experts.resize(layout.layers);
+  out.remote_counts.assign(layout.layers, 0);
   for (std::uint32_t l = 0; l < layout.layers; ++l) {
     const auto first = tables.begin() + static_cast<std::ptrdiff_t>(l * layout.experts);
-    for (std::uint32_t e = 0; e < layout.experts; ++e) {
-      int& slot = first[e];
-      if (slot >= 0) continue;
-      slot = out.slot_counts[l] + static_cast<int>(out.host_experts[l].size());  // a host slot
-      out.host_experts[l].push_back(static_cast<int>(e));
-    }
+    assign_other_slots(first, layout.experts, l < remote.size() ? remote[l] : std::vector<int>{}, out.slot_counts[l],
+                       out.host_experts[l], out.remote_counts[l]);
     out.slot_of[l].assign(first, first + layout.experts);
   }
   auto buffer = DeviceBuffer::allocate(std::max<std::size_t>(tables.size(), 1) * 4);
@@ -240,7 +257,7 @@ std::uint64_t CudaExperts::page_rounding() const {
   return sum;
 }
 
-Result<CudaWeights> upload_cuda_weights(const gpu::DecoderModel& model) {
+Result<CudaWeights> upload_cuda_weights(const gpu::DecoderModel& model, const std::vector<std::vector<int>>& remote) {
   DenseGatherer g(model);
   CudaWeights out;
   if (Status s = gpu::gather_decoder_tensors(g, model, out); !s) return s.error();
@@ -249,7 +266,7 @@ Result<CudaWeights> upload_cuda_weights(const gpu::DecoderModel& model) {
   if (!dense) return dense.error();
   out.dense = std::move(*dense);
   out.dense_formats = g.formats();
-  if (Status s = upload_experts(model, out.experts); !s) return s.error();
+  if (Status s = upload_experts(model, remote, out.experts); !s) return s.error();
   return out;
 }
 

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "coli/base/cpu_set.h"
 #include "coli/base/result.h"
 #include "coli/base/weight_format.h"
 #include "coli/container/container.h"
@@ -50,6 +51,13 @@ class HostExperts {
 // from both times as this run measured them; `upload` and `cpu` force one.
 enum class HostExpertMode { measured, upload, cpu };
 
+// How the GPUs of an expert-parallel decoder (CUDA) sum each MoE layer's
+// output: `automatic` is NCCL's all-reduce with two or more GPUs and none
+// with one (one rank's sum is its own output, and a one-GPU run then needs
+// no NCCL); `nccl` uses NCCL with one GPU too (checks the library and its
+// captured all-reduce on a one-GPU machine).
+enum class ExpertExchange { automatic, nccl };
+
 struct DecoderModel {
   const model::ModelConfig* config = nullptr;
   // Dense tensors by Hugging Face name; nullptr when absent.
@@ -65,6 +73,19 @@ struct DecoderModel {
   // the dp4a kernels. Vulkan computes f32 activations either way.
   bool exact_activations = false;
   HostExpertMode host_experts = HostExpertMode::measured;
+  // Expert parallelism over the GPUs of one host (CUDA, issue 18). Empty:
+  // the single-GPU decoder on the backend's device, with vram_experts above.
+  // Otherwise the CUDA ordinals of the ranks (rank 0's logits are the
+  // answer; dense weights are replicated on every one), and expert_gpu: per
+  // MoE layer, per expert, the index into `devices` of the GPU that holds
+  // and computes it, or -1 (no GPU: rank 0's host computes it, as a hybrid
+  // plan's); vram_experts is then unused. device_cpus[r], when given: the
+  // CPUs rank r's host thread runs on (its GPU's local NUMA node, from the
+  // profile's CudaDevice::local_cpus).
+  std::vector<int> devices;
+  std::vector<std::vector<int>> expert_gpu;
+  std::vector<CpuSet> device_cpus;
+  ExpertExchange exchange = ExpertExchange::automatic;
 };
 
 // Device memory by component, as allocated (plan vs actual).
