@@ -88,8 +88,10 @@ struct ExpertParallelDecoder::State {
     }
     for (NcclComm comm : comms) nccl->destroy(comm);
   }
-  void abort_all() const {
-    for (NcclComm comm : comms) nccl->abort(comm);
+  // From the first failing rank's thread (RankThreads calls it once per
+  // run); an aborted communicator is freed, so it is forgotten here.
+  void abort_all() {
+    for (NcclComm& comm : comms) nccl->abort(std::exchange(comm, nullptr));
   }
   Status open_exchange();
   Status make_ranks();
@@ -179,6 +181,7 @@ Status ExpertParallelDecoder::forward(std::span<const std::int32_t> tokens, int 
   }
   for (std::size_t r = 0; r < s.comms.size(); ++r) {
     if (Status e = s.nccl->async_error(s.comms[r]); !e) {
+      s.abort_all();
       s.stopped = "GPU rank " + std::to_string(r) + ": " + e.error().message;
       return make_error(s.stopped);
     }
