@@ -66,6 +66,25 @@ void print_disk(const coli::DiskBandwidth& disk) {
   }
 }
 
+// Where each CUDA device hangs off, and every pair's path (schema 5).
+void print_topology(const coli::GpuFacts& gpus) {
+  if (gpus.topology_status.empty() && gpus.links.empty()) return;
+  std::printf("topology  %s\n", gpus.topology_status.c_str());
+  for (const auto& gpu : gpus.cuda) {
+    if (gpu.pci_bus_id.empty() && gpu.numa_node < 0) continue;
+    std::printf("  GPU %d: bus %s, NUMA node %d, local CPUs %s, PCIe gen %d x%d (%.1f GB/s per direction)\n", gpu.ordinal,
+                gpu.pci_bus_id.empty() ? "?" : gpu.pci_bus_id.c_str(), gpu.numa_node,
+                gpu.local_cpus.empty() ? "?" : gpu.local_cpus.to_list().c_str(), gpu.pcie_generation, gpu.pcie_width,
+                gpu.host_link_gbs);
+  }
+  for (const auto& link : gpus.links) {
+    const std::string measured = link.measured_gbs > 0 ? "measured " + coli::format_fixed(link.measured_gbs, 1) + " GB/s" : "not measured";
+    std::printf("  GPU %d <-> %d: %s%s, spec %.1f GB/s per direction, %s, peer access %s\n", link.a, link.b,
+                link.path.c_str(), link.nvlinks > 0 ? (" x" + std::to_string(link.nvlinks)).c_str() : "", link.spec_gbs,
+                measured.c_str(), link.peer_access ? "yes" : "no");
+  }
+}
+
 void print_gpus(const coli::GpuFacts& gpus) {
   std::printf("Vulkan    %s\n", gpus.vulkan_status.c_str());
   for (const auto& gpu : gpus.vulkan) {
@@ -82,6 +101,7 @@ void print_gpus(const coli::GpuFacts& gpus) {
                 coli::format_bytes(gpu.free_memory_bytes).c_str());
     for (const auto& note : gpu.notes) std::printf("    note: %s\n", note.c_str());
   }
+  print_topology(gpus);
 }
 
 void print_summary(const DeviceProfile& p, const std::string& written_to) {

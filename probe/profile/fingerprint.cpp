@@ -44,6 +44,16 @@ std::string fingerprint_basis(const DeviceProfile& profile) {
     basis += ";cuda=" + gpu.name + "@sm_" + std::to_string(gpu.compute_capability_major) +
              std::to_string(gpu.compute_capability_minor);
   }
+  // How several GPUs are wired (paths, link counts, NUMA nodes; never bus ids
+  // or bandwidths): only with 2+, so one-GPU fingerprints stay as they were.
+  if (profile.gpus.cuda.size() >= 2) {
+    basis += ";cuda_numa=";
+    for (const CudaDevice& gpu : profile.gpus.cuda) basis += std::to_string(gpu.numa_node) + ",";
+    basis += ";cuda_links=";
+    for (const GpuLink& link : profile.gpus.links) {
+      basis += std::to_string(link.a) + "-" + std::to_string(link.b) + ":" + link.path + "x" + std::to_string(link.nvlinks) + ",";
+    }
+  }
   return basis;
 }
 

@@ -27,6 +27,23 @@ void add(std::vector<ClassField>& fields, std::string field, std::string value, 
   fields.push_back(ClassField{std::move(field), std::move(value), std::move(shown)});
 }
 
+// Multi-GPU plans depend on how the GPUs are wired: two machines with the
+// same GPUs joined differently are not one class. In: each device's NUMA node
+// and each pair's path and link count. Out: bus ids and bandwidths (spec or
+// measured), which differ between identical machines. Only with 2+ CUDA
+// devices, so one-GPU classes stay as they were.
+void add_gpu_topology(std::vector<ClassField>& fields, const GpuFacts& gpus) {
+  if (gpus.cuda.size() < 2) return;
+  for (std::size_t i = 0; i < gpus.cuda.size(); ++i) {
+    add(fields, "gpus.cuda[" + std::to_string(i) + "].numa_node", std::to_string(gpus.cuda[i].numa_node));
+  }
+  add(fields, "gpus.links", std::to_string(gpus.links.size()));
+  for (const GpuLink& link : gpus.links) {
+    add(fields, "gpus.links[" + std::to_string(link.a) + "-" + std::to_string(link.b) + "]",
+        link.path + "x" + std::to_string(link.nvlinks), link.path + " (" + std::to_string(link.nvlinks) + " NVLinks)");
+  }
+}
+
 }  // namespace
 
 int cuda_driver_major(int driver_version) { return driver_version / 1000; }
@@ -76,6 +93,7 @@ std::vector<ClassField> class_fields(const DeviceProfile& profile, std::string_v
     add(fields, at + "driver_version", std::to_string(cuda_driver_major(gpu.driver_version)),
         cuda_driver_text(gpu.driver_version));
   }
+  add_gpu_topology(fields, profile.gpus);
   add(fields, "identity.kernel_catalogue", std::string(kernel_catalogue));
   return fields;
 }

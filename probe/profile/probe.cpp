@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <ctime>
@@ -15,7 +16,10 @@
 #include "cpu/isa_flags.h"
 #include "cpu/thread_rule.h"
 #include "cpu/usable_cpus.h"
+#include "gpu/cuda_peer.h"
 #include "gpu/cuda_probe.h"
+#include "gpu/gpu_topology.h"
+#include "gpu/nvml_probe.h"
 #include "gpu/vulkan_probe.h"
 #include "measure/disk_bandwidth.h"
 #include "measure/kernel_tuning.h"
@@ -28,6 +32,8 @@ namespace {
 
 // Each OpenMP overhead figure is the median of this many timings.
 constexpr int kParallelOverheadRepetitions = 2000;
+// One peer copy: large enough that launch cost vanishes against NVLink's ~450 GB/s.
+constexpr std::size_t kPeerCopyBytes = std::size_t{256} << 20;
 
 namespace fs = std::filesystem;
 
@@ -143,6 +149,42 @@ Status check_replay_is_whole(const ProbeOptions& options) {
                     "--replay-hwloc-xml FILE / --replay-sysctl FILE (tools/fixtures/capture_machine.sh records a machine)");
 }
 
+// Where each CUDA device hangs off and how pairs connect: NVML, sysfs
+// (below options.root) and the driver's peer-access answers.
+void read_live_topology(const ProbeOptions& options, GpuFacts& gpus) {
+  if (gpus.cuda.empty()) {
+    gpus.topology_status = "no CUDA device: no topology";
+    return;
+  }
+  probe::TopologyFacts topology = probe::topology_from_nvml(probe::read_nvml(), gpus.cuda);
+  probe::read_pci_locality(options.root, gpus.cuda);
+  gpus.links = std::move(topology.links);
+  gpus.topology_status = std::move(topology.status);
+  if (const std::string problem = probe::read_peer_access(gpus.links); !problem.empty()) {
+    gpus.topology_status += "; " + problem;
+  }
+}
+
+// sysfs counts every CPU of a device's node, hwloc only those this container
+// may see: the profile keeps the visible ones (and a node hwloc knows), noted.
+void keep_locality_within_machine(DeviceProfile& profile) {
+  CpuSet machine_pus;
+  for (const CpuKind& kind : profile.cpu.kinds) machine_pus = machine_pus.unite(kind.pus);
+  const auto& nodes = profile.cpu.numa_nodes;
+  for (CudaDevice& device : profile.gpus.cuda) {
+    const CpuSet outside = device.local_cpus.minus(machine_pus);
+    if (!outside.empty()) {
+      device.notes.push_back("local CPUs " + outside.to_list() + " are not in the CPU topology (hidden from this process); left out");
+      device.local_cpus = device.local_cpus.intersect(machine_pus);
+    }
+    const bool known = std::any_of(nodes.begin(), nodes.end(), [&](const NumaNode& n) { return n.os_index == device.numa_node; });
+    if (device.numa_node >= 0 && !nodes.empty() && !known) {
+      device.notes.push_back("NUMA node " + std::to_string(device.numa_node) + " is not in the CPU topology; numa_node = -1");
+      device.numa_node = -1;
+    }
+  }
+}
+
 // Live GPUs, a recorded file, or (replaying a CPU-only recording) nothing:
 // never this machine's GPUs inside another machine's profile.
 Status read_gpus(const ProbeOptions& options, GpuFacts& gpus) {
@@ -166,6 +208,7 @@ Status read_gpus(const ProbeOptions& options, GpuFacts& gpus) {
   auto cuda = probe::probe_cuda();
   gpus.cuda_status = std::move(cuda.status);
   gpus.cuda = std::move(cuda.devices);
+  read_live_topology(options, gpus);
   gpus.source = "live";
   return Ok{};
 }
@@ -213,6 +256,12 @@ Status measure(const ProbeOptions& options, DeviceProfile& profile) {
     profile.measurements.kernel_tuning = std::move(*tuning);
   } else {
     report(options, "kernel tuning not measured: " + tuning.error().message);
+  }
+  // Peer copies between GPUs: 2.5% of the budget (none with fewer than 2 GPUs).
+  if (!profile.gpus.links.empty()) {
+    report(options, "GPU peer copies (" + std::to_string(profile.gpus.links.size()) + " pairs)");
+    const std::string status = probe::measure_peer_copies(profile.gpus.links, kPeerCopyBytes, options.budget_seconds * 0.025);
+    profile.gpus.topology_status += "; " + status;
   }
   // Well under a second: no share of the budget.
   const int usable = std::max(1, profile.cpu.usable.pus.size());
@@ -279,6 +328,11 @@ Result<DeviceProfile> run_probe(const ProbeOptions& options) {
 
   report(options, "reading GPU facts (Vulkan, CUDA)");
   if (auto status = read_gpus(options, profile.gpus); !status) return status.error();
+  if (const std::string problem = gpu_locality_problem(profile); !problem.empty() && options.gpu_record) {
+    return make_error(options.gpu_record->string() + ": " + problem +
+                      ": the GPU record is of another machine; replay it with the CPU recording it was captured with");
+  }
+  if (!options.gpu_record) keep_locality_within_machine(profile);
   provenance.sources.push_back("gpus:" + profile.gpus.source);
 
   const bool measured = !options.quick && !is_replay(options);

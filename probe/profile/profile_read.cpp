@@ -1,6 +1,7 @@
 // TOML text -> DeviceProfile, validating every field. A profile steers how
 // much memory and how many threads coli takes, so anything broken, truncated,
 // from the future or absurd is refused with file, line and field named.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -173,6 +174,7 @@ DeviceProfile read_profile(const Reader& root) {
   // Schema 1 predates GPU facts: such a profile says so instead of claiming "no GPU".
   if (profile.schema_version >= 2 || root.has("gpus")) {
     profile.gpus = read_gpus(root.table("gpus"));
+    if (const std::string problem = gpu_locality_problem(profile); !problem.empty()) root.table("gpus").fail("cuda", problem);
   } else {
     profile.gpus.vulkan_status = profile.gpus.cuda_status = "not probed (schema 1 profile: run coli-probe again)";
   }
@@ -183,6 +185,26 @@ DeviceProfile read_profile(const Reader& root) {
 }
 
 }  // namespace
+
+// A CUDA device's locality (schema 5) must name this machine's CPUs and NUMA
+// nodes: a GPU record of another machine would place threads on CPUs that are not there.
+std::string gpu_locality_problem(const DeviceProfile& profile) {
+  CpuSet machine_pus;
+  for (const CpuKind& kind : profile.cpu.kinds) machine_pus = machine_pus.unite(kind.pus);
+  const auto& nodes = profile.cpu.numa_nodes;
+  for (const CudaDevice& device : profile.gpus.cuda) {
+    const std::string which = "of CUDA device " + std::to_string(device.ordinal);
+    if (!device.local_cpus.minus(machine_pus).empty()) {
+      return "local_cpus " + device.local_cpus.to_list() + " " + which + " are not all among the machine's PUs " +
+             machine_pus.to_list();
+    }
+    const bool known = std::any_of(nodes.begin(), nodes.end(), [&](const NumaNode& n) { return n.os_index == device.numa_node; });
+    if (device.numa_node >= 0 && !nodes.empty() && !known) {
+      return "numa_node " + std::to_string(device.numa_node) + " " + which + " is not a NUMA node of cpu.numa_nodes";
+    }
+  }
+  return "";
+}
 
 Result<DeviceProfile> parse_profile(std::string_view toml_text, const std::string& source_name) {
   return read_toml_document(toml_text, source_name, kHint, "coli-probe", [](const Reader& root) { return read_profile(root); });

@@ -166,6 +166,7 @@ CudaDevice read_cuda(const Reader& r) {
   if (d.free_memory_bytes > d.total_memory_bytes) r.fail(nullptr, "free_memory_bytes", "exceeds total_memory_bytes");
   d.driver_version = r.small_int("driver_version", 0, 1000000);
   d.notes = r.strings("notes");
+  read_cuda_topology(r, d);
   return d;
 }
 
@@ -176,6 +177,15 @@ GpuFacts read_gpus(const Reader& r) {
   gpus.cuda_status = r.text("cuda_status");
   for (const Reader& device : r.tables("vulkan")) gpus.vulkan.push_back(read_vulkan(device));
   for (const Reader& device : r.tables("cuda")) gpus.cuda.push_back(read_cuda(device));
+  for (std::size_t i = 0; i < gpus.cuda.size(); ++i) {
+    for (std::size_t j = 0; j < i; ++j) {
+      if (gpus.cuda[i].ordinal == gpus.cuda[j].ordinal) {
+        r.fail("cuda", "lists ordinal " + std::to_string(gpus.cuda[i].ordinal) + " twice");
+      }
+    }
+  }
+  if (r.has("topology_status")) gpus.topology_status = r.text("topology_status");
+  gpus.links = read_links(r, gpus.cuda);
   return gpus;
 }
 

@@ -31,5 +31,8 @@ using Reader = TomlFields;
 SampleStats read_stats(const Reader& r);
 Measurements read_measurements(const Reader& r, const CpuFacts& cpu);
 GpuFacts read_gpus(const Reader& r);
+// Schema 5 (profile_read_topology.cpp): optional fields, checked when present.
+void read_cuda_topology(const Reader& r, CudaDevice& d);
+std::vector<GpuLink> read_links(const Reader& r, const std::vector<CudaDevice>& cuda);
 
 }  // namespace coli::profile_detail

@@ -163,7 +163,29 @@ toml::table cuda_table(const CudaDevice& d) {
                      {"total_memory_bytes", as_int(d.total_memory_bytes)},
                      {"free_memory_bytes", as_int(d.free_memory_bytes)},
                      {"driver_version", d.driver_version},
-                     {"notes", string_array(d.notes)}};
+                     {"notes", string_array(d.notes)},
+                     {"pci_bus_id", d.pci_bus_id},
+                     {"numa_node", d.numa_node},
+                     {"local_cpus", d.local_cpus.to_list()},
+                     {"pcie_generation", d.pcie_generation},
+                     {"pcie_width", d.pcie_width},
+                     {"host_link_gbs", d.host_link_gbs}};
+}
+
+// [[gpus.links]] (schema 5): one row per pair of CUDA devices.
+toml::array links_array(const std::vector<GpuLink>& links) {
+  toml::array rows;
+  for (const GpuLink& link : links) {
+    rows.push_back(toml::table{{"a", link.a},
+                               {"b", link.b},
+                               {"path", link.path},
+                               {"nvlinks", link.nvlinks},
+                               {"spec_gbs", link.spec_gbs},
+                               {"peer_access", link.peer_access},
+                               {"measured_gbs", link.measured_gbs},
+                               {"source", link.source}});
+  }
+  return rows;
 }
 
 toml::table gpus_table(const GpuFacts& gpus) {
@@ -174,8 +196,10 @@ toml::table gpus_table(const GpuFacts& gpus) {
   return toml::table{{"source", gpus.source},
                      {"vulkan_status", gpus.vulkan_status},
                      {"cuda_status", gpus.cuda_status},
+                     {"topology_status", gpus.topology_status},
                      {"vulkan", std::move(vulkan)},
-                     {"cuda", std::move(cuda)}};
+                     {"cuda", std::move(cuda)},
+                     {"links", links_array(gpus.links)}};
 }
 
 // [measurements.kernel_tuning] (schema 3): tokens/s beside GB/s, as a subtable.

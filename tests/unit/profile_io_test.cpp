@@ -6,7 +6,7 @@
 
 #include "coli/base/files.h"
 #include "coli/base/text.h"
-#include "coli/probe/profile_io.h"
+#include "coli/probe/fleet.h"
 #include "coli/probe/profile_io.h"
 
 namespace coli {
@@ -294,6 +294,142 @@ TEST(ProfileIo, ParallelOverheadRoundTripsAndBadValuesNameTheField) {
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.error().message.find("'measurements.parallel_overhead.points[0].region_us' = -3"), std::string::npos)
       << bad.error().message;
+}
+
+// Schema 5: two CUDA devices with their locality and the link between them.
+DeviceProfile two_gpu_profile() {
+  DeviceProfile p = sample_profile();
+  CudaDevice second = p.gpus.cuda[0];
+  second.ordinal = 1;
+  second.uuid = "00112233445566778899aabbccddee00";
+  p.gpus.cuda.push_back(second);
+  const char* buses[] = {"00000000:17:00.0", "00000000:65:00.0"};
+  for (int i = 0; i < 2; ++i) {
+    CudaDevice& d = p.gpus.cuda[static_cast<std::size_t>(i)];
+    d.pci_bus_id = buses[i];
+    d.numa_node = 0;
+    d.local_cpus = CpuSet({0, 1, 2, 3});
+    d.pcie_generation = 5;
+    d.pcie_width = 16;
+    d.host_link_gbs = 63.008;
+  }
+  p.gpus.cuda_status = "2 devices";
+  p.gpus.topology_status = "NVML: 2 of 2 CUDA devices matched; 1 pair (1 over NVLink)";
+  p.gpus.links = {GpuLink{0, 1, "nvlink", 18, 450, true, 391.25, "nvml+measured"}};
+  assign_fingerprint(p);
+  return p;
+}
+
+TEST(ProfileIo, GpuTopologyRoundTripsInProfilesAndGpuRecords) {
+  const DeviceProfile original = two_gpu_profile();
+  const std::string text = profile_to_toml(original);
+  auto parsed = parse_profile(text, "two.toml");
+  ASSERT_TRUE(parsed.ok()) << parsed.error().message << "\n" << text;
+  EXPECT_EQ(*parsed, original);
+  EXPECT_EQ(profile_to_toml(*parsed), text);
+  auto record = parse_gpu_record(gpus_to_toml(original.gpus), "gpus.toml");
+  ASSERT_TRUE(record.ok()) << record.error().message;
+  EXPECT_EQ(*record, original.gpus);
+}
+
+TEST(ProfileIo, V4FilesWithoutTopologyReadAsUnknown) {
+  std::string text = profile_to_toml(sample_profile());
+  for (const char* key : {"pci_bus_id", "numa_node", "local_cpus", "pcie_generation", "pcie_width", "host_link_gbs",
+                          "topology_status", "links"}) {
+    text = with_field(text, "", key, "");
+  }
+  auto parsed = parse_profile(text, "v4.toml");
+  ASSERT_TRUE(parsed.ok()) << parsed.error().message;
+  const CudaDevice& d = parsed->gpus.cuda.at(0);
+  EXPECT_EQ(d.numa_node, -1);
+  EXPECT_TRUE(d.local_cpus.empty());
+  EXPECT_EQ(d.pci_bus_id, "");
+  EXPECT_EQ(d.host_link_gbs, 0);
+  EXPECT_TRUE(parsed->gpus.links.empty());
+  EXPECT_EQ(parsed->gpus.topology_status, "");
+}
+
+TEST(ProfileIo, RefusesBadTopologyWithTheFieldNamed) {
+  const std::string good = profile_to_toml(two_gpu_profile());
+  struct Case { const char* header; const char* key; const char* value; const char* expected; };
+  const Case cases[] = {
+      {"[[gpus.links]]", "b", "0", "'gpus.links[0].b' must be greater than a"},
+      {"[[gpus.links]]", "b", "5", "'gpus.links[0].b' = 5 is no ordinal of gpus.cuda"},
+      {"[[gpus.links]]", "path", "'warp-drive'", "'gpus.links[0].path' = 'warp-drive' is not one of"},
+      {"[[gpus.links]]", "nvlinks", "0", "'gpus.links[0].nvlinks' must be above 0 exactly when path is \"nvlink\""},
+      {"[[gpus.links]]", "spec_gbs", "nan", "'gpus.links[0].spec_gbs' must be a finite number"},
+      {"[[gpus.links]]", "measured_gbs", "1e9", "'gpus.links[0].measured_gbs' = 1000000000.000000 is out of range"},
+      {"[[gpus.links]]", "peer_access", "1", "'gpus.links[0].peer_access' must be true or false"},
+      {"[[gpus.cuda]]", "numa_node", "-2", "'gpus.cuda[0].numa_node' = -2 is out of range"},
+      {"[[gpus.cuda]]", "local_cpus", "'5-1'", "'gpus.cuda[0].local_cpus' is not a CPU list"},
+      {"[[gpus.cuda]]", "pcie_width", "3", "'gpus.cuda[0].pcie_width' = 3 is not a PCIe link width"},
+      {"[[gpus.cuda]]", "pcie_generation", "9", "'gpus.cuda[0].pcie_generation' = 9 is out of range"},
+      {"[[gpus.cuda]]", "host_link_gbs", "-1", "'gpus.cuda[0].host_link_gbs'"},
+      {"[[gpus.cuda]]", "pci_bus_id", "'18:00.0'", "'gpus.cuda[0].pci_bus_id' = '18:00.0' is not a PCI address"},
+      {"[[gpus.cuda]]", "local_cpus", "'0-63'", "local_cpus 0-63 of CUDA device 0 are not all among the machine's PUs"},
+      {"[[gpus.cuda]]", "numa_node", "3", "numa_node 3 of CUDA device 0 is not a NUMA node of cpu.numa_nodes"},
+      {"[[gpus.cuda]]", "ordinal", "1", "'gpus.cuda' lists ordinal 1 twice"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.expected);
+    auto parsed = parse_profile(with_field(good, c.header, c.key, c.value), "bad.toml");
+    ASSERT_FALSE(parsed.ok());
+    EXPECT_NE(parsed.error().message.find("bad.toml:"), std::string::npos) << parsed.error().message;
+    EXPECT_NE(parsed.error().message.find(c.expected), std::string::npos) << parsed.error().message;
+  }
+  // The same pair twice.
+  const std::string links = good.substr(good.find("[[gpus.links]]"));
+  const std::string one_link = links.substr(0, links.find("\n\n") + 1);
+  std::string twice = good;
+  twice.insert(twice.find("[[gpus.links]]"), one_link + "\n");
+  auto parsed = parse_profile(twice, "bad.toml");
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_NE(parsed.error().message.find("'gpus.links[1].a' repeats the pair 0-1"), std::string::npos) << parsed.error().message;
+}
+
+// Wiring is identity (a multi-GPU plan depends on it); bus ids and bandwidths are not.
+TEST(ProfileIo, FingerprintHasLinkPathsAndNumaNodesNotBandwidthsOrBusIds) {
+  const DeviceProfile a = two_gpu_profile();
+  DeviceProfile same = a;
+  same.gpus.links[0].measured_gbs = 120;
+  same.gpus.links[0].spec_gbs = 300;
+  same.gpus.cuda[1].pci_bus_id = "00000000:b3:00.0";
+  assign_fingerprint(same);
+  EXPECT_EQ(same.fingerprint, a.fingerprint);
+  DeviceProfile pcie = a;
+  pcie.gpus.links[0] = GpuLink{0, 1, "cross-socket", 0, 63.008, true, 0, "nvml"};
+  assign_fingerprint(pcie);
+  EXPECT_NE(pcie.fingerprint, a.fingerprint);
+  DeviceProfile far = a;
+  far.gpus.cuda[1].numa_node = 1;
+  assign_fingerprint(far);
+  EXPECT_NE(far.fingerprint, a.fingerprint);
+  // One GPU: its topology stays out, so one-GPU fingerprints are what they were before schema 5.
+  DeviceProfile one = sample_profile();
+  one.gpus.cuda[0].numa_node = 0;
+  assign_fingerprint(one);
+  EXPECT_EQ(one.fingerprint, sample_profile().fingerprint);
+  EXPECT_EQ(one.fingerprint_basis.find("cuda_links"), std::string::npos);
+}
+
+TEST(ProfileIo, FleetClassHasTheWiringOfTwoOrMoreGpus) {
+  DeviceProfile a = two_gpu_profile();
+  fleet::assign_identity(a, "catalogue");
+  EXPECT_NE(a.identity.class_basis.find("gpus.links[0-1]=nvlinkx18"), std::string::npos) << a.identity.class_basis;
+  EXPECT_NE(a.identity.class_basis.find("gpus.cuda[1].numa_node=0"), std::string::npos) << a.identity.class_basis;
+  DeviceProfile measured_elsewhere = two_gpu_profile();
+  measured_elsewhere.gpus.links[0].measured_gbs = 100;
+  measured_elsewhere.gpus.cuda[0].pci_bus_id = "00000000:18:00.0";
+  fleet::assign_identity(measured_elsewhere, "catalogue");
+  EXPECT_EQ(measured_elsewhere.identity.equivalence_class, a.identity.equivalence_class);
+  DeviceProfile bridged_less = two_gpu_profile();
+  bridged_less.gpus.links[0].nvlinks = 12;
+  fleet::assign_identity(bridged_less, "catalogue");
+  EXPECT_NE(bridged_less.identity.equivalence_class, a.identity.equivalence_class);
+  DeviceProfile one = sample_profile();
+  fleet::assign_identity(one, "catalogue");
+  EXPECT_EQ(one.identity.class_basis.find("numa_node"), std::string::npos);
+  EXPECT_EQ(one.identity.class_basis.find("gpus.links"), std::string::npos);
 }
 
 TEST(ProfileIo, MissingFileSaysHowToCreateOne) {

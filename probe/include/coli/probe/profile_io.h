@@ -18,6 +18,10 @@ std::string profile_to_json(const DeviceProfile& profile);
 // (tests/fixtures/gpus/*/gpus.toml); what `coli-probe --replay-gpus` reads.
 std::string gpus_to_toml(const GpuFacts& gpus);
 Result<GpuFacts> parse_gpu_record(std::string_view toml_text, const std::string& source_name);
+// "" when every CUDA device's local_cpus are the machine's PUs and its
+// numa_node one of cpu.numa_nodes; else what is wrong (a GPU record of
+// another machine). Reading a profile and replaying a GPU record check it.
+std::string gpu_locality_problem(const DeviceProfile& profile);
 
 // `source_name` (usually the file path) prefixes every error message.
 Result<DeviceProfile> parse_profile(std::string_view toml_text, const std::string& source_name);
