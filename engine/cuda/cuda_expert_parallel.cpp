@@ -122,7 +122,7 @@ Status ExpertParallelDecoder::State::make_ranks() {
   ranks.resize(static_cast<std::size_t>(n));
   std::vector<ExpertRank> shares(static_cast<std::size_t>(n));
   for (int r = 0; r < n; ++r) {
-    RankExperts share = rank_experts(model.expert_gpu, r);
+    RankExperts share = rank_experts(model.expert_gpu, model.devices, r);
     gpu::DecoderModel& m = rank_models.emplace_back(model);
     m.vram_experts = std::move(share.vram);
     m.devices.clear();

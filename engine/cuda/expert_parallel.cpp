@@ -5,8 +5,9 @@
 
 namespace coli::cuda {
 
-RankExperts rank_experts(const std::vector<std::vector<int>>& expert_gpu, int rank) {
+RankExperts rank_experts(const std::vector<std::vector<int>>& expert_gpu, std::span<const int> devices, int rank) {
   RankExperts out;
+  const int ordinal = devices[static_cast<std::size_t>(rank)];
   const std::size_t layers = expert_gpu.size();
   out.vram.resize(layers);
   out.host.resize(layers);
@@ -15,7 +16,7 @@ RankExperts rank_experts(const std::vector<std::vector<int>>& expert_gpu, int ra
     for (std::size_t e = 0; e < expert_gpu[l].size(); ++e) {
       const int gpu = expert_gpu[l][e];
       const int id = static_cast<int>(e);
-      if (gpu == rank) {
+      if (gpu == ordinal) {
         out.vram[l].push_back(id);
       } else if (gpu == kOnHost && rank == 0) {
         out.host[l].push_back(id);
@@ -28,6 +29,12 @@ RankExperts rank_experts(const std::vector<std::vector<int>>& expert_gpu, int ra
 }
 
 namespace {
+
+std::string device_list(std::span<const int> devices) {
+  std::string out;
+  for (int d : devices) out += (out.empty() ? "" : ",") + std::to_string(d);
+  return out;
+}
 
 Status check_devices(std::span<const int> devices, int visible_devices) {
   if (devices.empty()) return make_error("the expert-parallel placement names no CUDA device (devices is empty)");
@@ -56,7 +63,6 @@ Status check_expert_placement(std::span<const int> devices, const std::vector<st
     return make_error("expert_gpu lists " + std::to_string(expert_gpu.size()) + " MoE layers; the model has " +
                       std::to_string(moe_layers) + ": re-plan for this model");
   }
-  const int ranks = static_cast<int>(devices.size());
   std::vector<int> held(devices.size(), 0);
   for (std::size_t l = 0; l < expert_gpu.size(); ++l) {
     if (expert_gpu[l].size() != static_cast<std::size_t>(experts)) {
@@ -65,12 +71,14 @@ Status check_expert_placement(std::span<const int> devices, const std::vector<st
     }
     for (std::size_t e = 0; e < expert_gpu[l].size(); ++e) {
       const int gpu = expert_gpu[l][e];
-      if (gpu < kOnHost || gpu >= ranks) {
+      if (gpu == kOnHost) continue;
+      const auto rank = std::find(devices.begin(), devices.end(), gpu);
+      if (rank == devices.end()) {
         return make_error("expert_gpu puts expert " + std::to_string(e) + " of MoE layer " + std::to_string(l) +
-                          " on GPU " + std::to_string(gpu) + "; the placement has " + std::to_string(ranks) +
-                          " (0.." + std::to_string(ranks - 1) + ", or -1 for the host): re-plan");
+                          " on CUDA device " + std::to_string(gpu) + ", which the placement's devices (" +
+                          device_list(devices) + ") do not list (-1: the host): re-plan");
       }
-      if (gpu >= 0) ++held[static_cast<std::size_t>(gpu)];
+      ++held[static_cast<std::size_t>(rank - devices.begin())];
     }
   }
   for (std::size_t r = 1; r < held.size(); ++r) {  // rank 0 always runs: it answers with the logits

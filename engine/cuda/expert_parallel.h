@@ -17,8 +17,11 @@
 
 namespace coli::cuda {
 
-// expert_gpu's value for an expert no GPU holds: rank 0's host computes it.
-inline constexpr int kOnHost = -1;
+// The placement's vocabulary is the planner's (coli/planner/expert_parallel.h):
+// devices lists the CUDA ordinals in rank order (rank 0 first: its logits
+// are the answer), and expert_gpu[l][e] is the CUDA ordinal of the GPU that
+// holds expert e of the l-th MoE layer, or kOnHost.
+inline constexpr int kOnHost = -1;  // no GPU holds it: rank 0's host computes it
 
 // What one rank does with each expert of each MoE layer (per layer, ascending ids).
 struct RankExperts {
@@ -26,12 +29,13 @@ struct RankExperts {
   std::vector<std::vector<int>> host;    // computed by the host for it: rank 0's are those on no GPU; the others' none
   std::vector<std::vector<int>> remote;  // computed by another rank: they add nothing here
 };
-RankExperts rank_experts(const std::vector<std::vector<int>>& expert_gpu, int rank);
+RankExperts rank_experts(const std::vector<std::vector<int>>& expert_gpu, std::span<const int> devices, int rank);
 
 // Refuses, naming the field and what to do: no devices, a device named twice
 // or outside 0..visible_devices-1 (fewer GPUs here than the placement
-// names), a placement of another model's shape (moe_layers x experts), a GPU
-// index outside -1..devices-1, or a rank that holds no expert at all.
+// names), a placement of another model's shape (moe_layers x experts), an
+// expert on a GPU that `devices` does not list, or a rank that holds no
+// expert at all.
 Status check_expert_placement(std::span<const int> devices, const std::vector<std::vector<int>>& expert_gpu,
                               int moe_layers, int experts, int visible_devices);
 

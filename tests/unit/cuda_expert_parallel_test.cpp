@@ -38,7 +38,8 @@ const std::vector<std::vector<int>> kPlacement = {
     {0, 1, 0, 1, 0, 1, 0, 1}, {0, 0, 0, 0, 1, 1, 1, 1}, {-1, 0, 1, -1, 1, 0, 1, 0}};
 
 TEST(ExpertPlacement, EveryExpertIsComputedByExactlyOneRank) {
-  const RankExperts r0 = rank_experts(kPlacement, 0), r1 = rank_experts(kPlacement, 1);
+  const std::vector<int> devices = {0, 1};
+  const RankExperts r0 = rank_experts(kPlacement, devices, 0), r1 = rank_experts(kPlacement, devices, 1);
   for (std::size_t l = 0; l < kPlacement.size(); ++l) {
     for (int e = 0; e < 8; ++e) {
       const auto has = [e](const std::vector<int>& v) { return std::find(v.begin(), v.end(), e) != v.end(); };
@@ -55,9 +56,20 @@ TEST(ExpertPlacement, EveryExpertIsComputedByExactlyOneRank) {
   EXPECT_EQ(r1.remote[2], (std::vector<int>{0, 1, 3, 5, 7}));
 }
 
+// expert_gpu holds CUDA ordinals (the planner's), in whatever order devices ranks them.
+TEST(ExpertPlacement, ExpertGpuNamesCudaOrdinals) {
+  const std::vector<std::vector<int>> placement = {{5, 3, -1, 5}};
+  const std::vector<int> devices = {5, 3};  // rank 0 on CUDA device 5
+  const RankExperts r0 = rank_experts(placement, devices, 0), r1 = rank_experts(placement, devices, 1);
+  EXPECT_EQ(r0.vram[0], (std::vector<int>{0, 3}));
+  EXPECT_EQ(r0.host[0], (std::vector<int>{2}));
+  EXPECT_EQ(r1.vram[0], (std::vector<int>{1}));
+  EXPECT_EQ(r1.remote[0], (std::vector<int>{0, 2, 3}));
+}
+
 TEST(ExpertPlacement, OneRankHoldsWhatTheVramTierWouldHold) {
   const std::vector<std::vector<int>> one = {{0, -1, 0, -1}};
-  const RankExperts r = rank_experts(one, 0);
+  const RankExperts r = rank_experts(one, std::vector<int>{0}, 0);
   EXPECT_EQ(r.vram[0], (std::vector<int>{0, 2}));
   EXPECT_EQ(r.host[0], (std::vector<int>{1, 3}));
   EXPECT_TRUE(r.remote[0].empty());
@@ -71,7 +83,11 @@ std::string refusal(std::vector<int> devices, const std::vector<std::vector<int>
 
 TEST(ExpertPlacement, RefusesWhatCannotRunAndSaysWhatToDo) {
   EXPECT_EQ(refusal({0, 1}, kPlacement, 2), "");
-  EXPECT_EQ(refusal({3, 1}, kPlacement, 4), "");  // any two distinct GPUs
+  std::vector<std::vector<int>> on_3_and_1 = kPlacement;
+  for (auto& layer : on_3_and_1) std::replace(layer.begin(), layer.end(), 0, 3);
+  EXPECT_EQ(refusal({3, 1}, on_3_and_1, 4), "");  // any two distinct GPUs
+  EXPECT_NE(refusal({3, 1}, kPlacement, 4).find("on CUDA device 0, which the placement's devices (3,1) do not list"),
+            std::string::npos);
   EXPECT_NE(refusal({}, kPlacement, 2).find("names no CUDA device"), std::string::npos);
   const std::string fewer = refusal({0, 1}, kPlacement, 1);
   EXPECT_NE(fewer.find("rank 1 on CUDA device 1, but this machine has 1 CUDA device(s)"), std::string::npos) << fewer;
@@ -81,9 +97,10 @@ TEST(ExpertPlacement, RefusesWhatCannotRunAndSaysWhatToDo) {
   EXPECT_NE(refusal({0, 1}, kPlacement, 2, 3, 16).find("places 8 experts; the model has 16"), std::string::npos);
   std::vector<std::vector<int>> beyond = kPlacement;
   beyond[1][3] = 2;
-  EXPECT_NE(refusal({0, 1}, beyond, 2).find("expert 3 of MoE layer 1 on GPU 2"), std::string::npos);
+  EXPECT_NE(refusal({0, 1}, beyond, 2).find("expert 3 of MoE layer 1 on CUDA device 2, which the placement's devices (0,1)"),
+            std::string::npos);
   beyond[1][3] = -2;
-  EXPECT_NE(refusal({0, 1}, beyond, 2).find("on GPU -2"), std::string::npos);
+  EXPECT_NE(refusal({0, 1}, beyond, 2).find("on CUDA device -2"), std::string::npos);
   const std::vector<std::vector<int>> idle(3, std::vector<int>(8, 0));
   EXPECT_NE(refusal({0, 1}, idle, 2).find("rank 1 (CUDA device 1) holds no expert"), std::string::npos);
   EXPECT_EQ(refusal({0}, std::vector<std::vector<int>>(3, std::vector<int>(8, -1)), 1), "");  // all on the host: one GPU's hybrid plan

@@ -77,9 +77,10 @@ struct DecoderModel {
   // the single-GPU decoder on the backend's device, with vram_experts above.
   // Otherwise the CUDA ordinals of the ranks (rank 0's logits are the
   // answer; dense weights are replicated on every one), and expert_gpu: per
-  // MoE layer, per expert, the index into `devices` of the GPU that holds
-  // and computes it, or -1 (no GPU: rank 0's host computes it, as a hybrid
-  // plan's); vram_experts is then unused. device_cpus[r], when given: the
+  // MoE layer, per expert, the CUDA ordinal of the GPU that holds and
+  // computes it (one of `devices`), or -1 (no GPU: rank 0's host computes
+  // it, as a hybrid plan's): planner::ExpertParallelPlan's expert_gpu as it
+  // is. vram_experts is then unused. device_cpus[r], when given: the
   // CPUs rank r's host thread runs on (its GPU's local NUMA node, from the
   // profile's CudaDevice::local_cpus).
   std::vector<int> devices;
