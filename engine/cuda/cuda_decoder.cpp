@@ -110,6 +110,7 @@ struct CudaDecoder::State {
   std::vector<std::vector<std::uint64_t>> routing;  // of the last forward
   std::unique_ptr<KernelTimer> timer;  // COLI_GPU_PROFILE=1: steps run uncaptured, timed per kernel
   std::size_t free_before = 0;  // the device's free memory before the decoder was made
+  bool answers = true;          // ExpertRank::answers
 
   ~State() {
     timer.reset();  // prints its table, while the stream still exists
@@ -395,6 +396,7 @@ Result<std::unique_ptr<CudaDecoder>> CudaDecoder::prepare(int device_index, cons
   if (!buffers) return buffers.error();
   state->buffers = std::move(*buffers);
   state->buffers.reduce = rank.reduce;
+  state->answers = rank.answers;
   int most_host_experts = 0;
   for (const std::vector<int>& host : state->weights.experts.host_experts) {
     most_host_experts = std::max(most_host_experts, static_cast<int>(host.size()));
@@ -472,7 +474,7 @@ Status CudaDecoder::forward(std::span<const std::int32_t> tokens, int start_posi
     const Status st = s.batch.tokens > 0 && part.size() > 1 ? s.run_batch(part, position, host) : s.run_chunk(part, position, host);
     if (!st) return st;
   }
-  return s.finish(logits);
+  return s.answers ? s.finish(logits) : Status(Ok{});
 }
 
 const gpu::DecoderMemory& CudaDecoder::memory() const { return state_->memory; }

@@ -38,6 +38,7 @@ class MoeReduce;  // cuda_step.h
 struct ExpertRank {
   std::vector<std::vector<int>> remote;  // per MoE layer; empty: none
   MoeReduce* reduce = nullptr;           // null: one GPU, no exchange
+  bool answers = true;                   // false: forward() leaves out the head (rank 0's logits are the answer)
 };
 
 class CudaDecoder final : public gpu::GpuDecoder {

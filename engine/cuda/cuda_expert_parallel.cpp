@@ -72,7 +72,6 @@ struct ExpertParallelDecoder::State {
   std::vector<std::unique_ptr<NcclReduce>> reduces;
   std::vector<gpu::DecoderModel> rank_models;  // each rank's: its own VRAM share
   std::vector<std::unique_ptr<CudaDecoder>> ranks;
-  std::vector<std::vector<float>> scratch_logits;  // ranks 1..: their logits, unused
   std::vector<gpu::DecoderMemory> device_memory;
   gpu::DecoderMemory memory;
   std::unique_ptr<RankThreads> threads;  // declared last: its threads stop first
@@ -129,6 +128,7 @@ Status ExpertParallelDecoder::State::make_ranks() {
     m.expert_gpu.clear();
     shares[static_cast<std::size_t>(r)].remote = std::move(share.remote);
     shares[static_cast<std::size_t>(r)].reduce = reduces.empty() ? nullptr : reduces[static_cast<std::size_t>(r)].get();
+    shares[static_cast<std::size_t>(r)].answers = r == 0;  // the others' heads would only delay the next step
   }
   const Status prepared = threads->run([&](int r) -> Status {
     const auto i = static_cast<std::size_t>(r);
@@ -155,7 +155,6 @@ Result<std::unique_ptr<ExpertParallelDecoder>> ExpertParallelDecoder::create(con
     state->device_memory.push_back(rank->memory());
     add(state->memory, rank->memory());
   }
-  state->scratch_logits.resize(state->ranks.size());
   return std::unique_ptr<ExpertParallelDecoder>(new ExpertParallelDecoder(std::move(state)));
 }
 
@@ -166,13 +165,11 @@ Status ExpertParallelDecoder::forward(std::span<const std::int32_t> tokens, int 
                                       gpu::HostExperts* host) {
   State& s = *state_;
   if (!s.stopped.empty()) return make_error("the expert-parallel decoder stopped earlier (" + s.stopped + "): load the model again");
-  for (std::size_t r = 1; r < s.scratch_logits.size(); ++r) s.scratch_logits[r].resize(logits.size());
   const Status ran = s.threads->run(
       [&](int r) {
-        const auto i = static_cast<std::size_t>(r);
         // Only rank 0 has host experts (those on no GPU) and answers with its logits.
-        return s.ranks[i]->forward(tokens, start_position, r == 0 ? logits : std::span<float>(s.scratch_logits[i]),
-                                   r == 0 ? host : nullptr);
+        return s.ranks[static_cast<std::size_t>(r)]->forward(tokens, start_position, r == 0 ? logits : std::span<float>(),
+                                                             r == 0 ? host : nullptr);
       },
       [&s](int) { s.abort_all(); });
   if (!ran) {
