@@ -18,6 +18,7 @@
 #include <mutex>
 #include <set>
 #include <thread>
+#include <tuple>
 
 #include "cuda/expert_parallel.h"
 #include "cuda/nccl_library.h"
@@ -296,14 +297,16 @@ std::vector<std::vector<float>> generate(gpu::GpuDecoder& decoder, const Referen
   return all;
 }
 
-class ExpertParallelDecoderTest : public testing::TestWithParam<gpu::ExpertExchange> {};
+using ExchangeCase = std::tuple<std::string, gpu::ExpertExchange>;
+class ExpertParallelDecoderTest : public testing::TestWithParam<ExchangeCase> {};
 
 // One rank holding every expert: the plain decoder's logits, bit for bit
 // (an all-reduce of one rank adds nothing; automatic skips it, nccl runs it).
 TEST_P(ExpertParallelDecoderTest, OneRankEqualsThePlainDecoder) {
   REQUIRE_CUDA_DEVICES(1);
-  const Reference ref = load_reference(fs::path(COLI_FIXTURES_DIR) / "models" / "qwen3_moe", "reference");
-  auto model = load(converted_fixture("qwen3_moe", WeightFormat::q8_row));
+  const auto& [arch, exchange] = GetParam();
+  const Reference ref = load_reference(fs::path(COLI_FIXTURES_DIR) / "models" / arch, "reference");
+  auto model = load(converted_fixture(arch, WeightFormat::q8_row));
   ASSERT_TRUE(model);
   gpu::DecoderModel plain_model = model->decoder_model();
   auto plain = CudaDecoder::create(0, plain_model);
@@ -311,9 +314,9 @@ TEST_P(ExpertParallelDecoderTest, OneRankEqualsThePlainDecoder) {
   gpu::DecoderModel ep_model = plain_model;
   ep_model.devices = {0};
   ep_model.expert_gpu.assign(plain_model.vram_experts.size(), std::vector<int>(model->config.num_experts, 0));
-  ep_model.exchange = GetParam();
+  ep_model.exchange = exchange;
   auto ep = create_cuda_decoder(0, ep_model);
-  if (!ep.ok() && GetParam() == gpu::ExpertExchange::nccl && ep.error().message.find("no NCCL") != std::string::npos) {
+  if (!ep.ok() && exchange == gpu::ExpertExchange::nccl && ep.error().message.find("no NCCL") != std::string::npos) {
     const char* required = std::getenv("COLI_REQUIRE_NCCL");
     if (required && std::string(required) == "1") FAIL() << ep.error().message;
     GTEST_SKIP() << ep.error().message;
@@ -327,19 +330,28 @@ TEST_P(ExpertParallelDecoderTest, OneRankEqualsThePlainDecoder) {
   for (std::size_t i = 0; i < actual.size(); ++i) EXPECT_EQ(actual[i], expected[i]) << "call " << i;
   EXPECT_EQ((*ep)->memory().experts, (*plain)->memory().experts);
   const std::string first = (*ep)->kernel_names().front();
-  EXPECT_NE(first.find(GetParam() == gpu::ExpertExchange::nccl ? "NCCL" : "no exchange"), std::string::npos) << first;
+  EXPECT_NE(first.find(exchange == gpu::ExpertExchange::nccl ? "NCCL" : "no exchange"), std::string::npos) << first;
 }
 
-INSTANTIATE_TEST_SUITE_P(Exchange, ExpertParallelDecoderTest,
-                         testing::Values(gpu::ExpertExchange::automatic, gpu::ExpertExchange::nccl),
-                         [](const auto& p) { return p.param == gpu::ExpertExchange::nccl ? "Nccl" : "Automatic"; });
+const std::vector<std::string> kArchitectures = {"qwen3_moe", "olmoe", "mixtral", "qwen2_moe"};
 
-// Two GPUs, each holding every other expert of each layer: the single
-// GPU's greedy tokens, logits within the sum order's rounding.
-TEST(ExpertParallelDecoder, TwoGpusGiveTheSingleGpuTokens) {
+INSTANTIATE_TEST_SUITE_P(AllArchitectures, ExpertParallelDecoderTest,
+                         testing::Combine(testing::ValuesIn(kArchitectures),
+                                          testing::Values(gpu::ExpertExchange::automatic, gpu::ExpertExchange::nccl)),
+                         [](const auto& p) {
+                           return std::get<0>(p.param) +
+                                  (std::get<1>(p.param) == gpu::ExpertExchange::nccl ? "_Nccl" : "_Automatic");
+                         });
+
+class TwoGpus : public testing::TestWithParam<std::string> {};
+
+// Two GPUs, each holding every other expert of each layer (qwen2_moe: the
+// shared expert added by rank 0 alone): the single GPU's greedy tokens,
+// logits within the sum order's rounding.
+TEST_P(TwoGpus, GiveTheSingleGpuTokens) {
   REQUIRE_CUDA_DEVICES(2);
-  const Reference ref = load_reference(fs::path(COLI_FIXTURES_DIR) / "models" / "qwen3_moe", "reference");
-  auto model = load(converted_fixture("qwen3_moe", WeightFormat::f32));
+  const Reference ref = load_reference(fs::path(COLI_FIXTURES_DIR) / "models" / GetParam(), "reference");
+  auto model = load(converted_fixture(GetParam(), WeightFormat::f32));
   ASSERT_TRUE(model);
   gpu::DecoderModel plain_model = model->decoder_model();
   auto plain = CudaDecoder::create(0, plain_model);
@@ -350,15 +362,22 @@ TEST(ExpertParallelDecoder, TwoGpusGiveTheSingleGpuTokens) {
     auto& layer = ep_model.expert_gpu.emplace_back();
     for (std::uint64_t e = 0; e < model->config.num_experts; ++e) layer.push_back(static_cast<int>(e % 2));
   }
-  auto ep = create_cuda_decoder(0, ep_model);
+  auto ep = ExpertParallelDecoder::create(ep_model);
   ASSERT_TRUE(ep.ok()) << ep.error().message;
+  EXPECT_EQ((*ep)->ranks(), 2);
   std::vector<std::int32_t> plain_tokens, ep_tokens;
   const auto expected = generate(**plain, ref, plain_tokens);
   const auto actual = generate(**ep, ref, ep_tokens);
   EXPECT_EQ(ep_tokens, plain_tokens);
   for (std::size_t i = 0; i < actual.size(); ++i) EXPECT_LT(max_relative_error(actual[i], expected[i]), 1e-4) << "call " << i;
-  EXPECT_LT((*ep)->memory().experts, 2 * (*plain)->memory().experts);  // each GPU holds half
+  const std::vector<gpu::DecoderMemory>& each = (*ep)->device_memory();  // each GPU holds half the experts
+  ASSERT_EQ(each.size(), 2u);
+  EXPECT_EQ(each[0].experts + each[1].experts, (*plain)->memory().experts);
+  EXPECT_EQ(each[0].experts, each[1].experts);
+  EXPECT_EQ(each[1].dense, (*plain)->memory().dense);  // the dense weights replicated
 }
+
+INSTANTIATE_TEST_SUITE_P(AllArchitectures, TwoGpus, testing::ValuesIn(kArchitectures), [](const auto& p) { return p.param; });
 
 // A placement naming more GPUs than there are is refused before anything is made.
 TEST(ExpertParallelDecoder, MoreGpusThanThereAreIsRefused) {
