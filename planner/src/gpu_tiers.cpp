@@ -86,9 +86,10 @@ void add_cuda_decoder_lines(GpuTier& tier, const ModelFootprint& fp, const GpuTi
   const cuda::StepBufferBytes step = cuda::step_buffer_bytes(c, moe_layers, c.vocab_size, ctx);
   const u64 batch_tokens = static_cast<u64>(tier.batch_tokens), stride = fp.expert().record_stride;
   const int fewest_slots = tier.vram_experts.empty() ? fp.n_experts : *std::min_element(tier.vram_experts.begin(), tier.vram_experts.end());
-  const bool hybrid = fewest_slots < fp.n_experts;
-  // A hybrid batch stages the host's experts it copies up: at most the widest layer's host share per pass.
-  const u64 staging = hybrid ? cuda::staging_records(static_cast<u64>(fp.n_experts - fewest_slots), stride) : 0;
+  // A hybrid batch stages the host's experts it copies up: at most the widest layer's host share per pass
+  // (expert parallel: the host tier's, not the experts the other GPUs hold).
+  const int host_experts = request.staged_experts.value_or(fp.n_experts - fewest_slots);
+  const u64 staging = host_experts > 0 ? cuda::staging_records(static_cast<u64>(host_experts), stride) : 0;
   const u64 pinned = cuda::pinned_bytes(c, moe_layers, c.vocab_size, batch_tokens) +
                      cuda::hybrid_batch_pinned_bytes(c, batch_tokens, staging, stride);
   tier.lines.push_back({"GPU dense weights", Tier::vram, fp.gpu_dense_bytes,
@@ -144,24 +145,11 @@ void add_whole_decoder_lines(GpuTier& tier, const ModelFootprint& fp, const GpuT
                         format_bytes(b.staging_bytes) + " upload ring + per-batch input, logits, routing and hybrid rows"});
 }
 
-// Fills the tier's slots, share and lines for `slots` VRAM slots in all.
-void place(GpuTier& tier, const ModelFootprint& fp, const GpuTierRequest& request, int slots) {
+// The tier's lines for the experts per layer in tier.vram_experts.
+void fill_lines(GpuTier& tier, const ModelFootprint& fp, const GpuTierRequest& request) {
   const BackendMemory& b = request.backend;
   const u64 stride = fp.expert().record_stride;
-  const int layers = static_cast<int>(fp.moe_layer_count());
-  tier.vram_experts.assign(static_cast<std::size_t>(layers), 0);
-  double share = 0;
-  const auto ranked = rank_experts(fp, request.history);
-  for (int i = 0; i < slots && i < static_cast<int>(ranked.size()); ++i) {
-    ++tier.vram_experts[static_cast<std::size_t>(ranked[i].layer)];
-    share += ranked[i].share;
-  }
-  tier.vram_share = layers > 0 ? share / layers : 0;
-  const bool history = request.history && request.history->total_tokens() > 0;
-  tier.share_inputs = std::string(history ? "usage history" : "uniform routing") + ": " + n(static_cast<u64>(slots)) +
-                      " experts ranked by expected reads per byte serve " + std::to_string(tier.vram_share * 100).substr(0, 5) +
-                      "% of expert reads";
-  const u64 placed = static_cast<u64>(slots);
+  const u64 placed = static_cast<u64>(tier.vram_slots());
   const auto vram_slot = static_cast<u64>(static_cast<double>(stride) * b.vram_bytes_per_record_byte);
   tier.lines.clear();
   tier.load_buffer_bytes = 0;
@@ -201,6 +189,24 @@ void place(GpuTier& tier, const ModelFootprint& fp, const GpuTierRequest& reques
     }
   }
   tier.lines.push_back({"GPU driver (host)", Tier::ram, driver, basis});
+}
+
+// Fills the tier's slots, share and lines for `slots` VRAM slots in all.
+void place(GpuTier& tier, const ModelFootprint& fp, const GpuTierRequest& request, int slots) {
+  const int layers = static_cast<int>(fp.moe_layer_count());
+  tier.vram_experts.assign(static_cast<std::size_t>(layers), 0);
+  double share = 0;
+  const auto ranked = rank_experts(fp, request.history);
+  for (int i = 0; i < slots && i < static_cast<int>(ranked.size()); ++i) {
+    ++tier.vram_experts[static_cast<std::size_t>(ranked[i].layer)];
+    share += ranked[i].share;
+  }
+  tier.vram_share = layers > 0 ? share / layers : 0;
+  const bool history = request.history && request.history->total_tokens() > 0;
+  tier.share_inputs = std::string(history ? "usage history" : "uniform routing") + ": " + n(static_cast<u64>(slots)) +
+                      " experts ranked by expected reads per byte serve " + std::to_string(tier.vram_share * 100).substr(0, 5) +
+                      "% of expert reads";
+  fill_lines(tier, fp, request);
 }
 
 u64 tier_vram(const GpuTier& tier) {
@@ -262,9 +268,8 @@ std::vector<std::vector<int>> vram_expert_ids(const std::vector<int>& vram_exper
 
 namespace {
 
-// The tier's budget (the device's, or --vram below it), its reserve and as
-// many VRAM slots as fit beside everything else the backend holds there.
-Status fill_tier(GpuTier& tier, const ModelFootprint& fp, const GpuTierRequest& request, u64 budget, std::string source) {
+// The tier's budget (the device's, or --vram below it), its reserve and batch.
+Status size_tier(GpuTier& tier, const GpuTierRequest& request, u64 budget, std::string source) {
   if (request.vram) {
     if (*request.vram > budget) {
       return make_error("--vram " + format_bytes(*request.vram) + " exceeds " + format_bytes(budget) + " (" + source +
@@ -282,6 +287,15 @@ Status fill_tier(GpuTier& tier, const ModelFootprint& fp, const GpuTierRequest& 
     return make_error("--gpu-batch " + std::to_string(tier.batch_tokens) + " is outside 1.." +
                       std::to_string(kMaxGpuBatchTokens) + ": give a prompt's tokens per GPU submission, e.g. 512");
   }
+  return Ok{};
+}
+
+// The sized tier with as many VRAM slots as fit beside everything else the
+// backend holds there.
+Status fill_tier(GpuTier& tier, const ModelFootprint& fp, const GpuTierRequest& request, u64 device_budget,
+                 const std::string& device_source) {
+  if (Status s = size_tier(tier, request, device_budget, device_source); !s) return s;
+  const u64 budget = tier.vram_headroom_bytes;
   place(tier, fp, request, 0);
   const u64 fixed = tier_vram(tier);  // everything in VRAM but expert slots, and the reserve
   const auto vram_slot =
@@ -289,7 +303,7 @@ Status fill_tier(GpuTier& tier, const ModelFootprint& fp, const GpuTierRequest& 
   const u64 all = fp.moe_layer_count() * static_cast<u64>(fp.n_experts);
   const u64 fits = budget > fixed && vram_slot > 0 ? (budget - fixed) / vram_slot : 0;
   if (fits == 0) {
-    return make_error(tier.device.gpu.describe() + ": " + format_bytes(budget) + " of VRAM (" + source + ") holds no expert of " +
+    return make_error(tier.device.gpu.describe() + ": " + format_bytes(budget) + " of VRAM (" + tier.vram_headroom_source + ") holds no expert of " +
                       format_bytes(vram_slot) + " beside its " + format_bytes(fixed) + " reserve: use --gpu none");
   }
   int slots = static_cast<int>(std::min(fits, all));
@@ -300,7 +314,7 @@ Status fill_tier(GpuTier& tier, const ModelFootprint& fp, const GpuTierRequest& 
   while (slots > 1 && tier_vram(tier) > budget) place(tier, fp, request, --slots);
   tier.reason = (request.gpu == "auto" ? "auto: " : "--gpu " + request.gpu + ": ") + tier.device.gpu.describe() + " (" +
                 request.backend.name + "), " + n(static_cast<u64>(tier.vram_slots())) + " of " + n(all) +
-                " experts in VRAM (" + source + "); " + tier.share_inputs;
+                " experts in VRAM (" + tier.vram_headroom_source + "); " + tier.share_inputs;
   return Ok{};
 }
 
@@ -335,7 +349,6 @@ Result<GpuTier> decide_cuda_tier(const DeviceProfile& profile, const ModelFootpr
     }
     index = static_cast<int>(*parsed);
   }
-  const CudaDevice& device = devices[static_cast<std::size_t>(index)];
   const GpuIdentity id = cuda_identity(profile.gpus, index);
   const bool engine_runs = request.backend.engine_runs_experts && !fp.config.planning_only();
   if (request.gpu == "auto") {
@@ -345,17 +358,13 @@ Result<GpuTier> decide_cuda_tier(const DeviceProfile& profile, const ModelFootpr
                                                            : std::string("this build has no CUDA decoder (rebuild with nvcc)")) +
                       " (--gpu N previews a VRAM tier)");
     }
-    if (auto cpu = auto_prefers_cpu(profile, device.name, "cuda")) return cpu_only(*cpu);
+    if (auto cpu = auto_prefers_cpu(profile, devices[static_cast<std::size_t>(index)].name, "cuda")) return cpu_only(*cpu);
   }
-  tier.device = GpuDecision{id, {}, (request.gpu == "auto" ? "auto: " : "--gpu " + request.gpu + ": ") + id.describe()};
-  tier.backend = "cuda";
-  tier.engine_runs_it = engine_runs;
-  tier.device_type = "discrete";
-  tier.vendor_id = 0x10de;
-  const u64 budget = device.free_memory_bytes > 0 ? device.free_memory_bytes : device.total_memory_bytes;
-  if (budget == 0) return make_error(id.describe() + " reports no memory: use --gpu none");
-  const std::string source = "CUDA device " + std::to_string(index) + (device.free_memory_bytes > 0 ? " free memory at probe time" : " total memory");
-  if (Status s = fill_tier(tier, fp, request, budget, source); !s) return s.error();
+  auto sized = empty_cuda_tier(profile, fp, request, index);
+  if (!sized) return sized.error();
+  tier = std::move(*sized);
+  tier.device.reason = (request.gpu == "auto" ? "auto: " : "--gpu " + request.gpu + ": ") + id.describe();
+  if (Status s = fill_tier(tier, fp, request, tier.vram_headroom_bytes, tier.vram_headroom_source); !s) return s.error();
   if (!tier.engine_runs_it) tier.reason += "; PREVIEW: this build's engine does not run this tier";
   return tier;
 }
@@ -419,6 +428,39 @@ Result<GpuTier> decide_gpu_tier(const DeviceProfile& profile, const ModelFootpri
   }
   if (!tier.engine_runs_it) tier.reason += "; PREVIEW: this build's engine does not run this tier";
   return tier;
+}
+
+Result<GpuTier> empty_cuda_tier(const DeviceProfile& profile, const ModelFootprint& fp, const GpuTierRequest& request,
+                                int ordinal) {
+  const std::vector<CudaDevice>& devices = profile.gpus.cuda;
+  if (ordinal < 0 || static_cast<std::size_t>(ordinal) >= devices.size()) {
+    return make_error("CUDA device " + std::to_string(ordinal) + ": the profile has " + std::to_string(devices.size()) +
+                      " (" + profile.gpus.cuda_status + ")");
+  }
+  const CudaDevice& device = devices[static_cast<std::size_t>(ordinal)];
+  GpuTier tier;
+  const GpuIdentity id = cuda_identity(profile.gpus, ordinal);
+  tier.device = GpuDecision{id, {}, id.describe()};
+  tier.backend = "cuda";
+  tier.engine_runs_it = request.backend.engine_runs_experts && !fp.config.planning_only();
+  tier.device_type = "discrete";
+  tier.vendor_id = 0x10de;
+  const u64 budget = device.free_memory_bytes > 0 ? device.free_memory_bytes : device.total_memory_bytes;
+  if (budget == 0) return make_error(id.describe() + " reports no memory: use --gpu none");
+  const std::string source =
+      "CUDA device " + std::to_string(ordinal) + (device.free_memory_bytes > 0 ? " free memory at probe time" : " total memory");
+  if (Status s = size_tier(tier, request, budget, source); !s) return s.error();
+  tier.vram_experts.assign(fp.moe_layer_count(), 0);
+  fill_lines(tier, fp, request);
+  return tier;
+}
+
+GpuTier gpu_tier_with_layers(const GpuTier& tier, const ModelFootprint& fp, const GpuTierRequest& request,
+                             const std::vector<int>& per_layer) {
+  GpuTier out = tier;
+  out.vram_experts = per_layer;
+  fill_lines(out, fp, request);
+  return out;
 }
 
 GpuTier shrink_gpu_tier(const GpuTier& tier, const ModelFootprint& fp, const GpuTierRequest& request, int slots) {

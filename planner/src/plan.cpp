@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <limits>
 
-#include "coli/planner/speed.h"
+#include "coli/planner/expert_parallel_speed.h"
 #include "coli/planner/thread_choice.h"
 
 namespace coli::planner {
@@ -74,6 +74,27 @@ void explain_shortfall(const ModelFootprint& fp, const CacheRequest& cache, cons
   refusal.advice = shortfall->advice;
 }
 
+// The VRAM tier: one GPU (decide_gpu_tier), or experts spread over the
+// GPUs --gpus names (then `ep` holds each one's share).
+Result<GpuTier> decide_tier(const DeviceProfile& profile, const ModelFootprint& fp, const PlanRequest& request,
+                            GpuTierRequest& gpu_request, std::optional<ExpertParallelPlan>& ep) {
+  std::string why;
+  const GpuListRequest list{request.gpus, request.gpu, gpu_request.backend.name, request.engine_runs_expert_parallel};
+  auto gpus = choose_expert_parallel_gpus(profile, fp, list, why);
+  if (!gpus) return gpus.error();
+  if (gpus->size() < 2) {
+    if (gpus->size() == 1) gpu_request.gpu = std::to_string(gpus->front());  // --gpus N: that one, as --gpu N
+    auto tier = decide_gpu_tier(profile, fp, gpu_request);
+    if (tier && !why.empty()) tier->reason += "; " + why;
+    return tier;
+  }
+  auto decided = decide_expert_parallel(profile, fp, gpu_request, *gpus);
+  if (!decided) return decided.error();
+  decided->reason = why + ": " + decided->reason;
+  ep = std::move(*decided);
+  return expert_parallel_tier(profile, *ep, request.engine_runs_expert_parallel && !fp.config.planning_only());
+}
+
 // The plan with the request's knobs; `set`: decode and prefill on that
 // measured thread set (a candidate of plan_by_prediction) instead of the
 // profile's recommendation or --threads.
@@ -139,7 +160,8 @@ Result<Plan> plan_on_set(const DeviceProfile& profile, const ModelFootprint& fp,
   gpu_request.history = request.history;
   gpu_request.ctx = plan.ctx;
   gpu_request.batch_tokens = request.gpu_batch_tokens;
-  auto tier = decide_gpu_tier(profile, fp, gpu_request);
+  std::optional<ExpertParallelPlan> ep;
+  auto tier = decide_tier(profile, fp, request, gpu_request, ep);
   if (!tier) return tier.error();
   // A whole-decoder backend: the host keeps the embedding table, and an
   // expert cache only for the experts outside VRAM.
@@ -163,7 +185,7 @@ Result<Plan> plan_on_set(const DeviceProfile& profile, const ModelFootprint& fp,
   };
   use_tier(*tier);
   auto choice = decide_cache(fp, cache);
-  if (!choice && tier->vram_slots() > 0) {
+  if (!choice && tier->vram_slots() > 0 && !ep) {
     // Field note 4: the backend's host copies per VRAM slot compete with the
     // RAM cache. Keep the largest VRAM tier whose copies still fit.
     const int wanted = tier->vram_slots();
@@ -199,6 +221,17 @@ Result<Plan> plan_on_set(const DeviceProfile& profile, const ModelFootprint& fp,
   }
   plan.gpu = std::move(*tier);
   plan.decisions.push_back({"gpu", plan.gpu.device.gpu.chosen() ? plan.gpu.device.gpu.describe() : "none", plan.gpu.reason});
+  if (ep) {
+    std::string ordinals;
+    for (const GpuShare& g : ep->gpus) ordinals += (ordinals.empty() ? "" : ",") + std::to_string(g.ordinal);
+    const ExchangeTraffic& x = ep->exchange;
+    plan.decisions.push_back({"gpus", ordinals,
+                              std::to_string(ep->gpus.size()) + " GPUs, NCCL ranks in this order; each MoE layer's "
+                              "all-reduce sends " + format_bytes(x.bytes_per_token) + " per token per GPU over the "
+                              "slowest link of the ring (" + x.slowest_link + ")",
+                              static_cast<std::int64_t>(ep->gpus.size()), "gpus"});
+    plan.expert_parallel = std::move(*ep);
+  }
   if (plan.gpu.whole_decoder && plan.gpu.device.gpu.chosen()) {
     const std::string source = request.gpu_batch_tokens ? "--gpu-batch" : "the " + plan.gpu.backend + " decoder's default";
     const bool staged = plan.gpu.backend == "cuda" && !plan.gpu.all_experts_in_vram(plan.n_experts);
@@ -240,7 +273,7 @@ Result<Plan> plan_by_prediction(const DeviceProfile& profile, const ModelFootpri
     Refusal ignored;
     auto plan = plan_on_set(profile, fp, request, &set, ignored);
     if (!plan) continue;  // its memory does not fit: not a candidate
-    SpeedPrediction speed = predict_speed(profile, fp, *plan, request.history);
+    SpeedPrediction speed = predict_plan_speed(profile, fp, *plan, request.history);
     if (!speed.available) return base;
     predicted.push_back({set, std::move(speed)});
     plans.push_back(std::move(*plan));

@@ -178,6 +178,100 @@ void read_gpu(const Reader& g, Plan& p) {
   }
 }
 
+// One GPU of [expert_parallel]: its fields and its "GPU <ordinal> " lines
+// from [memory], whose VRAM must fit its own budget.
+GpuShare read_gpu_share(const Reader& g, const Plan& p) {
+  GpuShare s;
+  s.ordinal = static_cast<int>(g.integer("ordinal", 0, 1023));
+  s.uuid = g.text("uuid");
+  s.name = g.text("name");
+  s.budget_bytes = g.bytes("budget_bytes");
+  s.budget_source = g.text("budget_source");
+  s.load_buffer_bytes = g.bytes("load_buffer_bytes");
+  s.experts = g.ints("experts", 0, p.n_experts);
+  if (s.experts.size() != p.gpu.vram_experts.size()) {
+    g.fail("experts", "has " + std::to_string(s.experts.size()) + " layers, gpu.vram_experts " +
+                          std::to_string(p.gpu.vram_experts.size()));
+  }
+  s.load_share = g.real("load_share", 0, 1);
+  s.peak_layer_share = g.real("peak_layer_share", 0, 1);
+  s.numa_node = static_cast<int>(g.integer("numa_node", -1, 1 << 16));
+  s.local_cpus = g.cpus("local_cpus");
+  s.reason = g.text("reason");
+  const std::string prefix = "GPU " + std::to_string(s.ordinal) + " ";
+  for (const MemoryLine& line : p.memory.lines) {
+    if (line.component.rfind(prefix, 0) == 0) s.lines.push_back(line);
+  }
+  if (s.vram_bytes() > s.budget_bytes) {
+    g.fail("budget_bytes", "= " + std::to_string(s.budget_bytes) + " is less than GPU " + std::to_string(s.ordinal) +
+                               "'s VRAM lines (" + std::to_string(s.vram_bytes()) + ")");
+  }
+  return s;
+}
+
+void read_exchange(const Reader& x, ExchangeTraffic& out) {
+  out.gpus = static_cast<int>(x.integer("gpus", 2, 1024));
+  out.layers = static_cast<int>(x.integer("layers", 0, 1 << 20));
+  out.message_bytes = x.bytes("message_bytes");
+  out.bytes_per_token = x.bytes("bytes_per_token");
+  out.ring_gbs = x.real("ring_gbs", 1e-9, 1e9);
+  out.slowest_link = x.text("slowest_link");
+  out.latency_s = x.real("latency_s", 0, 1);
+  out.latency_source = x.text("latency_source");
+  out.decode_seconds = x.real("decode_seconds", 0, 1e9);
+  out.batch_tokens = static_cast<int>(x.integer("batch_tokens", 1, kMaxGpuBatchTokens));
+  out.prefill_seconds = x.real("prefill_seconds", 0, 1e9);
+  out.inputs = x.text("inputs");
+}
+
+// [expert_parallel]: every expert of every layer on one listed GPU or the
+// host (-1), each GPU's per-layer counts agreeing with the placement, and
+// their sum with gpu.vram_experts.
+void read_expert_parallel(const Reader& x, Plan& p) {
+  ExpertParallelPlan& ep = p.expert_parallel;
+  if (p.gpu.backend != "cuda") x.fail("gpus", "spreads experts over CUDA devices but gpu.backend is \"" + p.gpu.backend + "\"");
+  for (const Reader& g : x.tables("gpus")) {
+    ep.gpus.push_back(read_gpu_share(g, p));
+    for (std::size_t i = 0; i + 1 < ep.gpus.size(); ++i) {
+      if (ep.gpus[i].ordinal == ep.gpus.back().ordinal) g.fail("ordinal", "names GPU " + std::to_string(ep.gpus[i].ordinal) + " twice");
+    }
+  }
+  if (ep.gpus.size() < 2) x.fail("gpus", "lists " + std::to_string(ep.gpus.size()) + " GPU(s): expert parallel needs 2 or more");
+  ep.gpu_share = x.real("gpu_share", 0, 1);
+  ep.share_inputs = x.text("share_inputs");
+  ep.reason = x.text("reason");
+  read_exchange(x.table("exchange"), ep.exchange);
+  const std::vector<Reader> layers = x.tables("layers");
+  if (layers.size() != p.gpu.vram_experts.size()) {
+    x.fail("layers", "has " + std::to_string(layers.size()) + " MoE layers, gpu.vram_experts " +
+                         std::to_string(p.gpu.vram_experts.size()));
+  }
+  for (std::size_t l = 0; l < layers.size(); ++l) {
+    std::vector<int> row = layers[l].ints("expert_gpu", -1, 1023);
+    if (row.size() != static_cast<std::size_t>(p.n_experts)) {
+      layers[l].fail("expert_gpu", "places " + std::to_string(row.size()) + " experts of " + std::to_string(p.n_experts) +
+                                       ": one entry per expert");
+    }
+    int on_gpus = 0;
+    for (const GpuShare& g : ep.gpus) {
+      const int count = static_cast<int>(std::count(row.begin(), row.end(), g.ordinal));
+      if (count != g.experts[l]) {
+        layers[l].fail("expert_gpu", "puts " + std::to_string(count) + " experts on GPU " + std::to_string(g.ordinal) +
+                                         ", its experts[" + std::to_string(l) + "] says " + std::to_string(g.experts[l]));
+      }
+      on_gpus += count;
+    }
+    if (on_gpus + std::count(row.begin(), row.end(), -1) != static_cast<long>(row.size())) {
+      layers[l].fail("expert_gpu", "names a GPU not in expert_parallel.gpus: use their ordinals, or -1 for the host");
+    }
+    if (on_gpus != p.gpu.vram_experts[l]) {
+      layers[l].fail("expert_gpu", "puts " + std::to_string(on_gpus) + " experts on GPUs, gpu.vram_experts[" +
+                                       std::to_string(l) + "] says " + std::to_string(p.gpu.vram_experts[l]));
+    }
+    ep.expert_gpu.push_back(std::move(row));
+  }
+}
+
 PlanFile read_plan(const Reader& root) {
   PlanFile f;
   f.schema_version = static_cast<int>(root.integer("schema_version", 1, std::numeric_limits<int>::max()));
@@ -213,6 +307,12 @@ PlanFile read_plan(const Reader& root) {
   }
   read_speed(root.table("speed"), f.speed);
   if (root.has("gpu")) read_gpu(root.table("gpu"), f.plan);  // schema 2
+  if (root.has("expert_parallel")) {  // schema 7
+    if (f.schema_version < 7 || !root.has("gpu")) {
+      root.fail("expert_parallel", "needs schema_version 7 and a [gpu] table: run coli-plan again");
+    }
+    read_expert_parallel(root.table("expert_parallel"), f.plan);
+  }
   return f;
 }
 

@@ -24,6 +24,51 @@ toml::array terms_array(const std::vector<SpeedTerm>& terms) {
   return out;
 }
 
+// Expert parallel (schema 7): each GPU's share, the placement per layer
+// and the exchange. Each GPU's memory lines are in [memory], named "GPU <ordinal> ...".
+toml::table expert_parallel_table(const ExpertParallelPlan& ep) {
+  toml::array gpus, layers;
+  for (const GpuShare& g : ep.gpus) {
+    toml::array experts;
+    for (int count : g.experts) experts.push_back(count);
+    gpus.push_back(toml::table{{"ordinal", g.ordinal},
+                               {"uuid", g.uuid},
+                               {"name", g.name},
+                               {"budget_bytes", as_int(g.budget_bytes)},
+                               {"budget_source", g.budget_source},
+                               {"load_buffer_bytes", as_int(g.load_buffer_bytes)},
+                               {"experts", std::move(experts)},
+                               {"load_share", g.load_share},
+                               {"peak_layer_share", g.peak_layer_share},
+                               {"numa_node", g.numa_node},
+                               {"local_cpus", g.local_cpus.to_list()},
+                               {"reason", g.reason}});
+  }
+  for (const std::vector<int>& layer : ep.expert_gpu) {
+    toml::array row;
+    for (int gpu : layer) row.push_back(gpu);
+    layers.push_back(toml::table{{"expert_gpu", std::move(row)}});
+  }
+  const ExchangeTraffic& x = ep.exchange;
+  return toml::table{{"gpu_share", ep.gpu_share},
+                     {"share_inputs", ep.share_inputs},
+                     {"reason", ep.reason},
+                     {"gpus", std::move(gpus)},
+                     {"exchange", toml::table{{"gpus", x.gpus},
+                                              {"layers", x.layers},
+                                              {"message_bytes", as_int(x.message_bytes)},
+                                              {"bytes_per_token", as_int(x.bytes_per_token)},
+                                              {"ring_gbs", x.ring_gbs},
+                                              {"slowest_link", x.slowest_link},
+                                              {"latency_s", x.latency_s},
+                                              {"latency_source", x.latency_source},
+                                              {"decode_seconds", x.decode_seconds},
+                                              {"batch_tokens", x.batch_tokens},
+                                              {"prefill_seconds", x.prefill_seconds},
+                                              {"inputs", x.inputs}}},
+                     {"layers", std::move(layers)}};
+}
+
 toml::table plan_table(const PlanFile& f) {
   const Plan& p = f.plan;
   toml::array lines;
@@ -109,6 +154,7 @@ toml::table plan_table(const PlanFile& f) {
                             {"prefill_inputs", s.prefill_inputs},
                             {"decode_terms", terms_array(s.decode_terms)},
                             {"prefill_terms", terms_array(s.prefill_terms)}}}};
+  if (p.expert_parallel.active()) table.insert("expert_parallel", expert_parallel_table(p.expert_parallel));
   // Only when prefill has a set of its own, so plans without one read as before.
   if (p.prefill_threads > 0) {
     toml::table& knobs = *table["knobs"].as_table();

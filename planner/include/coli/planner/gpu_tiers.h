@@ -35,6 +35,10 @@ struct GpuTierRequest {
   const experts::UsageHistory* history = nullptr;  // ranks experts for the tier; uniform when absent
   int ctx = 4096;                           // KV positions (a whole-decoder backend keeps them in VRAM)
   std::optional<int> batch_tokens;          // --gpu-batch; default: the backend's prefill_batch_tokens
+  // Experts of a layer the CUDA decoder may stage from the host (its
+  // staging slab); default: those outside VRAM of the layer with fewest in
+  // VRAM. Expert parallel sets the host tier's (the other GPUs' are not staged).
+  std::optional<int> staged_experts;
 };
 
 // --gpu-backend: "vulkan", "cuda", or "auto" = cuda when this build has the
@@ -79,6 +83,18 @@ Result<GpuTier> decide_gpu_tier(const DeviceProfile& profile, const ModelFootpri
 // same ranking decide_gpu_tier placed them by.
 std::vector<std::vector<int>> vram_expert_ids(const std::vector<int>& vram_experts, int n_experts,
                                               const experts::UsageHistory* history);
+
+// One CUDA device's tier with no expert in VRAM yet: its identity, budget
+// (free memory at probe time, else total; --vram below it), reserve and the
+// decoder's lines beside the slots (dense weights, KV, activations, reserve,
+// host buffers). Expert parallel sizes every GPU from it.
+Result<GpuTier> empty_cuda_tier(const DeviceProfile& profile, const ModelFootprint& footprint,
+                                const GpuTierRequest& request, int ordinal);
+
+// `tier` with exactly per_layer[l] experts of MoE layer l in VRAM and its
+// lines priced for them (vram_share and share_inputs are the caller's).
+GpuTier gpu_tier_with_layers(const GpuTier& tier, const ModelFootprint& footprint, const GpuTierRequest& request,
+                             const std::vector<int>& per_layer);
 
 // The same tier cut down to `slots` VRAM slots in all (the RAM decider calls
 // this when the backend's host copies do not fit beside the RAM cache).

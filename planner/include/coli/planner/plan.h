@@ -11,6 +11,7 @@
 
 #include "coli/base/result.h"
 #include "coli/planner/deciders.h"
+#include "coli/planner/expert_parallel.h"
 #include "coli/planner/footprint.h"
 #include "coli/planner/gpu_tiers.h"
 #include "coli/planner/memory_preview.h"
@@ -44,7 +45,12 @@ struct PlanRequest {
   // The VRAM tier: --gpu none|auto|N, --vram, the backend's memory (tests
   // pass made-up backends), and the history that ranks experts for it.
   std::string gpu = "auto";
-  std::optional<std::uint64_t> vram;
+  // --gpus auto|all|0,1,...: spread experts over several CUDA devices
+  // (expert_parallel.h); auto takes every one only where this build's engine
+  // runs expert parallel (engine_runs_expert_parallel), else one GPU as --gpu.
+  std::string gpus = "auto";
+  bool engine_runs_expert_parallel = false;
+  std::optional<std::uint64_t> vram;   // --vram (with --gpus: each GPU's)
   std::string gpu_variant;             // --gpu-variant (shader catalogue name)
   std::optional<int> gpu_batch_tokens; // --gpu-batch: a prompt's tokens per GPU submission (default: the backend's)
   std::string cpu_kernel;              // --kernel (amx|avx512vnni|avx512|avx2|scalar|exact)
@@ -88,6 +94,9 @@ struct Plan {
   MemoryPreview memory;
   SafetyMargin margin;
   GpuTier gpu;                 // backend "cpu" and no slots when experts run on the CPU
+  // Experts spread over 2+ CUDA devices (empty otherwise); then `gpu` is
+  // their sum (expert_parallel_tier) and each GPU's share is here.
+  ExpertParallelPlan expert_parallel;
   std::vector<Decision> decisions;
 
   std::uint64_t planned_ram_bytes() const { return memory.total(Tier::ram); }

@@ -30,7 +30,13 @@ namespace coli::planner {
 //     Since issue 15, speed.decode_terms and .prefill_terms may follow: the
 //     prediction's parts, for people and scripts; no engine knob, so not a
 //     new version (an older build reads the plan and ignores them).
-inline constexpr int kPlanSchemaVersion = 6;
+// v7: [expert_parallel] (issue 18): experts spread over 2+ CUDA devices:
+//     each GPU's share, layers[].expert_gpu (per expert the CUDA ordinal
+//     holding it, -1 for the host tiers) and the all-reduce's traffic; each
+//     GPU's memory lines are named "GPU <ordinal> ..." (a v6 plan is still
+//     read: one GPU; an older build refuses a v7 plan rather than run one
+//     GPU's share as the whole model).
+inline constexpr int kPlanSchemaVersion = 7;
 
 struct PlanFile {
   int schema_version = kPlanSchemaVersion;
