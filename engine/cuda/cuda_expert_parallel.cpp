@@ -201,7 +201,14 @@ std::vector<std::string> ExpertParallelDecoder::kernel_names() const {
       "): each MoE layer's output summed by " +
       (s.nccl ? "NCCL " + s.nccl->version_text() + "'s all-reduce (hidden floats per token), captured in each rank's graph"
               : std::string("no exchange (one GPU)")) +
-      "; rank 0's launches:"};
+      ":"};
+  for (std::size_t r = 0; r < s.ranks.size(); ++r) {
+    const bool bound = r > 0 && r < s.model.device_cpus.size() && !s.model.device_cpus[r].empty();
+    out.push_back("rank " + std::to_string(r) + ": CUDA device " + std::to_string(s.model.devices[r]) + ", " +
+                  std::to_string(s.device_memory[r].experts >> 20) + " MiB of experts, host thread " +
+                  (r == 0 ? std::string("the caller's") : bound ? "on CPUs " + s.model.device_cpus[r].to_list() : std::string("unbound")));
+  }
+  out.push_back("rank 0's launches:");
   for (std::string& line : s.ranks.front()->kernel_names()) out.push_back(std::move(line));
   return out;
 }

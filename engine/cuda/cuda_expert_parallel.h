@@ -6,9 +6,11 @@
 // those on no GPU, through the host's expert store, as a hybrid plan), and
 // NCCL's all-reduce (sum) of each MoE layer's output, captured in every
 // rank's CUDA graph, leaves every rank the same hidden state; rank 0's
-// logits are the answer. One host thread per rank replays its graphs, bound
-// to its GPU's local CPUs when given. Prefill batches end each MoE layer
-// with the same all-reduce over the batch's rows.
+// logits are the answer. Rank 0 runs on the calling thread (the engine's:
+// its OpenMP team computes the host's experts, as with one GPU); every
+// other rank has a host thread of its own replaying its graphs, bound to its
+// GPU's local CPUs when given (rank_threads.h). Prefill batches end each MoE
+// layer with the same all-reduce over the batch's rows.
 //
 // With one GPU and ExpertExchange::automatic there is no exchange (and no
 // NCCL): the rank's decoder is the plain CudaDecoder's, same tokens and

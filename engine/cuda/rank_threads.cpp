@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <sched.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -33,8 +34,8 @@ Status bind_this_thread(const CpuSet& cpus) {
 
 Result<std::unique_ptr<RankThreads>> RankThreads::start(int ranks, const std::vector<CpuSet>& cpus) {
   std::unique_ptr<RankThreads> t(new RankThreads());
-  t->bound_.assign(static_cast<std::size_t>(ranks), Status(make_error("not started")));
-  for (int r = 0; r < ranks; ++r) {
+  t->bound_.assign(static_cast<std::size_t>(std::max(ranks, 1)), Status(Ok{}));
+  for (int r = 1; r < ranks; ++r) {
     const CpuSet set = static_cast<std::size_t>(r) < cpus.size() ? cpus[static_cast<std::size_t>(r)] : CpuSet{};
     t->threads_.emplace_back([raw = t.get(), r, set] { raw->loop(r, set); });
   }
@@ -62,10 +63,30 @@ Status RankThreads::run(const Job& job, const std::function<void(int)>& failed) 
   first_error_ = Ok{};
   ++generation_;
   wake_.notify_all();
+  lock.unlock();
+  const Status own = job(0);
+  lock.lock();
+  finished(0, own, failed_, lock);
   done_.wait(lock, [this] { return running_ == 0; });
   job_ = nullptr;
   failed_ = nullptr;
   return first_error_;
+}
+
+// Under the lock: the first failure is kept and reported (the callback
+// outside the lock: it may wait on the other ranks' CUDA work).
+void RankThreads::finished(int rank, const Status& s, const std::function<void(int)>* failed,
+                           std::unique_lock<std::mutex>& lock) {
+  if (!s && failed_rank_ < 0) {
+    failed_rank_ = rank;
+    first_error_ = make_error("GPU rank " + std::to_string(rank) + ": " + s.error().message);
+    if (failed) {
+      lock.unlock();
+      (*failed)(rank);
+      lock.lock();
+    }
+  }
+  if (--running_ == 0) done_.notify_all();
 }
 
 void RankThreads::loop(int rank, CpuSet cpus) {
@@ -79,18 +100,9 @@ void RankThreads::loop(int rank, CpuSet cpus) {
     const Job& job = *job_;
     const std::function<void(int)>* failed = failed_;
     lock.unlock();
-    Status s = job(rank);
+    const Status s = job(rank);
     lock.lock();
-    if (!s && failed_rank_ < 0) {
-      failed_rank_ = rank;
-      first_error_ = make_error("GPU rank " + std::to_string(rank) + ": " + s.error().message);
-      if (failed) {
-        lock.unlock();
-        (*failed)(rank);  // outside the lock: it may wait on the other ranks' CUDA work
-        lock.lock();
-      }
-    }
-    if (--running_ == 0) done_.notify_all();
+    finished(rank, s, failed, lock);
   }
 }
 

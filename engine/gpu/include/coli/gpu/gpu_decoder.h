@@ -82,7 +82,9 @@ struct DecoderModel {
   // it, as a hybrid plan's): planner::ExpertParallelPlan's expert_gpu as it
   // is. vram_experts is then unused. device_cpus[r], when given: the
   // CPUs rank r's host thread runs on (its GPU's local NUMA node, from the
-  // profile's CudaDevice::local_cpus).
+  // profile's CudaDevice::local_cpus); rank 0 runs on the calling thread,
+  // which the engine's thread plan places, so device_cpus[0] is not applied
+  // (plan the compute threads on GPU 0's node instead).
   std::vector<int> devices;
   std::vector<std::vector<int>> expert_gpu;
   std::vector<CpuSet> device_cpus;
