@@ -10,10 +10,18 @@
 namespace coli::cuda {
 namespace {
 
+// No CPUs given: anywhere the process may run (the kernel keeps the mask
+// within its cpuset), not the starting thread's mask, which is OpenMP
+// member 0's single PU once the engine pinned its team.
 Status bind_this_thread(const CpuSet& cpus) {
-  if (cpus.empty()) return Ok{};
   cpu_set_t mask;
   CPU_ZERO(&mask);
+  if (cpus.empty()) {
+    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) CPU_SET(cpu, &mask);
+    return pthread_setaffinity_np(pthread_self(), sizeof mask, &mask) == 0
+               ? Status(Ok{})
+               : Status(make_error("its thread cannot be left to run on any CPU of this process"));
+  }
   for (int cpu : cpus.cpus()) {
     if (cpu < 0 || cpu >= CPU_SETSIZE) {
       return make_error("its GPU's local CPUs (" + cpus.to_list() + ") name CPU " +

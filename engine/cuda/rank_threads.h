@@ -5,9 +5,10 @@
 // own, whose CPUs its thread plan chose and whose OpenMP team (pinned by
 // kernels/cpu/thread_placement.h) computes the host's experts, as with one
 // GPU. Ranks 1.. each get a thread, bound to its GPU's local CPUs when
-// given (the NUMA node the GPU hangs off); unbound, a thread keeps the
-// affinity of the thread that started it. Plain C++: tests run it without
-// a device.
+// given (the NUMA node the GPU hangs off); else it may run on any CPU of
+// the process (not on the starting thread's CPUs: once the engine pinned its
+// OpenMP team, that is member 0's single PU). Plain C++: tests run it
+// without a device.
 #pragma once
 
 #include <condition_variable>

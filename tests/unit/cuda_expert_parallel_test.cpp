@@ -10,6 +10,7 @@
 // skip without a device unless COLI_REQUIRE_CUDA=1; the NCCL one unless
 // COLI_REQUIRE_NCCL=1.
 #include <gtest/gtest.h>
+#include <pthread.h>
 #include <sched.h>
 
 #include <atomic>
@@ -181,8 +182,30 @@ TEST(RankThreads, EachRankRunsOnItsOwnBoundThread) {
   EXPECT_EQ(ids[0], std::this_thread::get_id());
   EXPECT_EQ(bound[0], allowed);  // the caller's thread is not moved
   EXPECT_EQ(bound[1], first);
-  EXPECT_EQ(bound[2], allowed);  // no CPUs given: as the thread that started it
+  EXPECT_EQ(bound[2], allowed);  // no CPUs given: any of the process's
   EXPECT_EQ(allowed_cpus(), allowed);
+}
+
+// Started by a thread pinned to one CPU (the engine's OpenMP member 0), a
+// rank without CPUs may still run on any of the process's.
+TEST(RankThreads, AnUnboundRankIsNotConfinedToItsStartersCpu) {
+  const CpuSet allowed = allowed_cpus();
+  if (allowed.size() < 2) GTEST_SKIP() << "needs two CPUs to tell them apart";
+  CpuSet seen;
+  std::thread starter([&] {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(allowed.cpus().front(), &one);
+    ASSERT_EQ(pthread_setaffinity_np(pthread_self(), sizeof one, &one), 0);
+    auto threads = RankThreads::start(2, {});
+    ASSERT_TRUE(threads.ok()) << threads.error().message;
+    ASSERT_TRUE((*threads)->run([&](int rank) {
+      if (rank == 1) seen = allowed_cpus();
+      return Status(Ok{});
+    }).ok());
+  });
+  starter.join();
+  EXPECT_EQ(seen, allowed);
 }
 
 TEST(RankThreads, AFailingRankIsNamedAndReportedOnce) {
