@@ -22,6 +22,7 @@
 #include "coli/container/container.h"
 #include "coli/experts/usage_history.h"
 #include "coli/model/model_desc.h"
+#include "coli/planner/expert_parallel_speed.h"
 #include "coli/planner/plan_io.h"
 #include "coli/planner/quality.h"
 #include "coli/probe/fleet_machine.h"
@@ -108,6 +109,25 @@ void print_whole_layer_split(const planner::PlanFile& f, const planner::WholeLay
   std::printf(": decode %.2f tok/s, prefill %.1f tok/s\n", split.speed.decode_tok_per_s, split.speed.prefill_tok_per_s);
 }
 
+// Expert parallel: each GPU's share, where its host thread runs, and the all-reduce.
+void print_expert_parallel(const planner::ExpertParallelPlan& ep) {
+  std::printf("\nexpert parallel over %zu GPUs (NCCL ranks in this order)\n", ep.gpus.size());
+  for (const planner::GpuShare& g : ep.gpus) {
+    std::printf("  GPU %-3d VRAM %10s of %10s  %s\n", g.ordinal, planner::format_bytes(g.vram_bytes()).c_str(),
+                planner::format_bytes(g.budget_bytes).c_str(), g.reason.c_str());
+  }
+  const planner::ExchangeTraffic& x = ep.exchange;
+  std::printf("  exchange  %s per token per GPU; decode %.3f ms/token, prefill %.4f ms/token: %s\n",
+              planner::format_bytes(x.bytes_per_token).c_str(), x.decode_seconds * 1e3, x.prefill_seconds * 1e3,
+              x.inputs.c_str());
+}
+
+void print_terms(const char* what, const std::vector<planner::SpeedTerm>& terms) {
+  std::printf("  %s terms:", what);
+  for (const planner::SpeedTerm& t : terms) std::printf(" %s %.4f ms;", t.name.c_str(), t.seconds * 1e3);
+  std::printf("\n");
+}
+
 void print_human(const planner::PlanFile& f, const planner::ModelFootprint& fp, const std::string& model_source,
                  const std::optional<planner::WholeLayerSplit>& whole_layers) {
   const planner::Plan& p = f.plan;
@@ -140,7 +160,12 @@ void print_human(const planner::PlanFile& f, const planner::ModelFootprint& fp, 
               planner::format_bytes(p.headroom_bytes).c_str(), p.headroom_source.c_str(),
               planner::format_bytes(p.headroom_bytes - needed).c_str());
 
-  if (vram) {
+  if (vram && p.expert_parallel.active()) {
+    std::printf("VRAM: %s of %s (%s)%s\n", planner::format_bytes(vram).c_str(),
+                planner::format_bytes(p.gpu.vram_headroom_bytes).c_str(), p.gpu.vram_headroom_source.c_str(),
+                p.gpu.engine_runs_it ? "" : "  [preview: this build's engine runs one GPU]");
+    print_expert_parallel(p.expert_parallel);
+  } else if (vram) {
     std::printf("VRAM: %s of %s on %s (%s)%s\n", planner::format_bytes(vram).c_str(),
                 planner::format_bytes(p.gpu.vram_headroom_bytes).c_str(), p.gpu.device.gpu.describe().c_str(),
                 p.gpu.vram_headroom_source.c_str(),
@@ -166,6 +191,10 @@ void print_human(const planner::PlanFile& f, const planner::ModelFootprint& fp, 
   }
   std::printf("  decode     %.2f tok/s  = 1 / (%s)\n", s.decode_tok_per_s, s.decode_inputs.c_str());
   std::printf("  prefill    %.1f tok/s  %s\n", s.prefill_tok_per_s, s.prefill_inputs.c_str());
+  if (p.expert_parallel.active()) {
+    print_terms("decode", s.decode_terms);
+    print_terms("prefill", s.prefill_terms);
+  }
   if (whole_layers) print_whole_layer_split(f, *whole_layers);
 }
 
@@ -202,6 +231,11 @@ void add_options(CLI::App& app, PlanArgs& a) {
   app.add_option("--gpu", a.request.gpu,
                  "none, auto (a GPU only when this build's engine runs experts there) or a Vulkan device index "
                  "(plans a VRAM tier)")
+      ->capture_default_str();
+  app.add_option("--gpus", a.request.gpus,
+                 "auto, all or CUDA ordinals such as 0,1: spread every MoE layer's experts over these GPUs (expert "
+                 "parallel, the CUDA decoder; each GPU holds the dense weights); auto takes every CUDA device only "
+                 "where this build's engine runs expert parallel; one ordinal plans that GPU alone, as --gpu N")
       ->capture_default_str();
   app.add_option("--gpu-backend", a.gpu_backend,
                  "auto (cuda when this build has the CUDA decoder and the profile lists a CUDA device, else vulkan), "
@@ -389,13 +423,16 @@ int plan(PlanArgs& a) {
   file.dense_format = model->footprint.dense_format;
   file.top_k = model->footprint.top_k;
   file.plan = std::move(std::get<planner::Plan>(outcome));
-  file.speed = planner::predict_speed(*profile, model->footprint, file.plan, history ? &*history : nullptr);
+  file.speed = planner::predict_plan_speed(*profile, model->footprint, file.plan, history ? &*history : nullptr);
   // Everything from reading the profile to the prediction: the < 50 ms target.
   file.planning_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count() - live_probe_ms;
   if (!a.out.empty()) {
     if (auto saved = planner::save_plan(a.out, file); !saved) return fail(saved.error().message + " (choose another place with --out)");
   }
-  const auto whole_layers = planner::whole_layer_split(*profile, model->footprint, file.plan, history ? &*history : nullptr);
+  // llama.cpp's whole-layer split is a one-GPU alternative: not printed beside experts spread over GPUs.
+  const auto whole_layers = file.plan.expert_parallel.active()
+                                ? std::nullopt
+                                : planner::whole_layer_split(*profile, model->footprint, file.plan, history ? &*history : nullptr);
   print_plan(a, file, *model, live_probe_ms, whole_layers);
   if (quality && !a.json && !a.toml) print_quality(a, *quality, *profile, file, *model);
   return coli::cli::kExitOk;

@@ -14,6 +14,7 @@
 #include "coli/planner/plan.h"
 #include "coli/planner/plan_io.h"
 #include "planner_fixtures.h"
+#include "planner_multi_gpu_fixtures.h"
 
 namespace coli::planner {
 namespace {
@@ -22,56 +23,6 @@ using u64 = std::uint64_t;
 constexpr u64 kGiB = 1ull << 30;
 
 bool mentions(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
-
-// The recorded H200 machine with `gpus` copies of its CUDA device, half on
-// each of two NUMA nodes, every pair joined by `link_gbs` (0: no link entry),
-// and a made-up CUDA self-test of 2000 GB/s on each.
-DeviceProfile made_up_host(int gpus, double link_gbs, const std::string& path = "nvlink") {
-  DeviceProfile p = h200();
-  const CudaDevice base = p.gpus.cuda.at(0);
-  p.gpus.cuda.clear();
-  for (int i = 0; i < gpus; ++i) {
-    CudaDevice d = base;
-    d.ordinal = i;
-    char uuid[40];
-    std::snprintf(uuid, sizeof uuid, "%030d%02d", 0, i);
-    d.uuid = uuid;
-    d.numa_node = i < (gpus + 1) / 2 ? 0 : 1;
-    d.local_cpus = *CpuSet::parse(d.numa_node == 0 ? "0-7" : "8-15");
-    d.pcie_generation = 5;
-    d.pcie_width = 16;
-    d.host_link_gbs = 63;
-    p.gpus.cuda.push_back(d);
-    GpuKernelResult selftest;
-    selftest.device = d.name;
-    selftest.backend = "cuda";
-    selftest.variant = "cuda_matvec_q4_g64";
-    selftest.rows = 768;
-    selftest.cols = 2048;
-    selftest.passed = true;
-    selftest.device_index = i;
-    selftest.gb_per_s.median = 2000;
-    p.measurements.gpu_kernels.push_back(selftest);
-  }
-  p.gpus.cuda_status = std::to_string(gpus) + " devices (made up from the recorded H200)";
-  for (int a = 0; a < gpus && link_gbs > 0; ++a) {
-    for (int b = a + 1; b < gpus; ++b) p.gpus.links.push_back({a, b, path, 18, link_gbs, true, 0, "spec:made-up"});
-  }
-  return p;
-}
-
-BackendMemory cuda_decoder() {
-  BackendMemory b = backend::cuda_backend_memory({.kind = backend::BackendKind::cuda, .name = "cuda"});
-  b.engine_runs_experts = true;
-  return b;
-}
-
-PlanRequest spread(const std::string& gpus) {
-  PlanRequest request;
-  request.gpus = gpus;
-  request.backend = cuda_decoder();
-  return request;
-}
 
 double layer_load(const std::vector<std::vector<double>>& heat, const std::vector<std::vector<int>>& placement,
                   std::size_t layer, int gpu) {
