@@ -1,14 +1,16 @@
 // Issue 18's must-show: DeepSeek-V3 (671B) and GLM-5 (744B) at int4 experts,
-// which no single GPU holds, planned expert-parallel on a 2-GPU and an 8-GPU
-// host, with per-GPU memory and predicted speed checked against figures
-// worked out here from the configs (tests/fixtures/model-configs).
+// which no single GPU holds, planned expert-parallel on the replayed 2-GPU
+// and 8-GPU profiles (profiles/h200-nvl-2gpu.toml: 2 x H200 NVL on an NVLink
+// bridge; profiles/hgx-h200-8gpu.toml: 8 x H200 SXM on NVSwitch, two NUMA
+// nodes; both written from public specifications), with per-GPU memory and
+// predicted speed checked against figures worked out here from the configs
+// (tests/fixtures/model-configs).
 //
-// The hosts: the recorded H200 machine's GPU facts copied to 2 and 8 CUDA
-// devices, each pair joined at 450 GB/s per direction (NVLink 4: 18 links x
-// 25 GB/s, H200 NVL's bridge and HGX H200's NVSwitch alike), and a made-up
-// CUDA self-test of 2000 GB/s per GPU (the profiles measure none on more
-// than one GPU yet). Both models are planning-only (MLA): every plan is a
-// preview (--gpus all), which is what a 2- or 8-GPU machine would be told.
+// Both profiles are quick (facts only): the tests add a made-up CUDA
+// self-test of 2000 GB/s per GPU, and the 2-GPU host (the recorded
+// h200-xeon-16c machine with two GPUs) that machine's own RAM and disk
+// measurements. Both models are planning-only (MLA): every plan is a
+// preview (--gpus all), which is what such a machine would be told.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -17,13 +19,22 @@
 
 #include "coli/planner/expert_parallel_speed.h"
 #include "coli/planner/plan.h"
+#include "coli/probe/profile_io.h"
 #include "planner_fixtures.h"
-#include "planner_multi_gpu_fixtures.h"
+#include "planner_multi_gpu_fixtures.h"  // add_cuda_selftests, spread
 
 namespace coli::planner {
 namespace {
 
 using u64 = std::uint64_t;
+
+DeviceProfile replayed(const std::string& name) {
+  auto p = load_profile(std::filesystem::path(COLI_FIXTURES_DIR) / ".." / ".." / "profiles" / name);
+  EXPECT_TRUE(p.ok()) << (p.ok() ? "" : p.error().message);
+  DeviceProfile profile = p.ok() ? *p : DeviceProfile{};
+  add_cuda_selftests(profile, 2000);
+  return profile;
+}
 
 ModelFootprint model(const std::string& file) {
   auto fp = read_footprint(std::filesystem::path(COLI_FIXTURES_DIR) / "model-configs" / file, WeightFormat::q4_g64,
@@ -44,7 +55,7 @@ const MemoryLine& line_of(const GpuShare& g, const std::string& name) {
 // What every expert-parallel plan of `fp` over `gpus` identical GPUs must
 // show: per GPU its dense copy, its experts' bytes, all within its budget;
 // the placement complete and balanced per layer; the all-reduce's bytes.
-void expect_balanced_plan(const Plan& plan, const ModelFootprint& fp, int gpus) {
+void expect_balanced_plan(const DeviceProfile& host, const Plan& plan, const ModelFootprint& fp, int gpus) {
   const ExpertParallelPlan& ep = plan.expert_parallel;
   ASSERT_EQ(ep.gpus.size(), static_cast<std::size_t>(gpus));
   const u64 slot = fp.expert().record_stride;  // the CUDA decoder keeps records as strided (x1.0)
@@ -52,7 +63,10 @@ void expect_balanced_plan(const Plan& plan, const ModelFootprint& fp, int gpus) 
     EXPECT_EQ(line_of(g, "dense weights").bytes, fp.gpu_dense_bytes) << "every GPU its copy";
     EXPECT_EQ(line_of(g, "expert tier: VRAM slots").bytes, static_cast<u64>(g.expert_count()) * slot);
     EXPECT_LE(g.vram_bytes(), g.budget_bytes) << g.reason;
-    EXPECT_EQ(g.budget_bytes, h200().gpus.cuda[0].free_memory_bytes);
+    const CudaDevice& device = host.gpus.cuda[static_cast<std::size_t>(g.ordinal)];
+    EXPECT_EQ(g.budget_bytes, device.free_memory_bytes);
+    EXPECT_EQ(g.numa_node, device.numa_node);
+    EXPECT_EQ(g.local_cpus, device.local_cpus);
     // Identical GPUs under uniform routing: the same count (ties to one per layer) and share.
     EXPECT_LE(std::abs(g.expert_count() - ep.gpus[0].expert_count()), static_cast<int>(fp.moe_layer_count())) << g.reason;
     const auto [fewest, most] = std::minmax_element(g.experts.begin(), g.experts.end());
@@ -84,15 +98,18 @@ double sum(const std::vector<SpeedTerm>& terms) {
 // (256 / 8 = 32 per layer), so decode pays no host term and the experts
 // term is layers x top_k x 1/8 x record / 2000 GB/s.
 void expect_all_on_eight(const ModelFootprint& fp, u64 exchange_bytes) {
-  const DeviceProfile host = made_up_host(8, 450, "nvswitch");
+  const DeviceProfile host = replayed("hgx-h200-8gpu.toml");
+  ASSERT_EQ(host.gpus.cuda.size(), 8u);
   auto plan = make_plan(host, fp, spread("all"));
   ASSERT_TRUE(plan.ok()) << plan.error().message;
-  expect_balanced_plan(*plan, fp, 8);
+  expect_balanced_plan(host, *plan, fp, 8);
   const int layers = static_cast<int>(fp.moe_layer_count());
   for (const GpuShare& g : plan->expert_parallel.gpus) {
     EXPECT_EQ(g.expert_count(), layers * 32) << g.reason;
     EXPECT_DOUBLE_EQ(g.load_share, 1.0 / 8);
+    // The board's halves: GPUs 0-3 on the first socket, 4-7 on the second.
     EXPECT_EQ(g.numa_node, g.ordinal < 4 ? 0 : 1);
+    EXPECT_EQ(g.local_cpus.to_list(), g.ordinal < 4 ? "0-63,128-191" : "64-127,192-255");
   }
   EXPECT_TRUE(plan->gpu.all_experts_in_vram(fp.n_experts));
   EXPECT_EQ(plan->expert_parallel.exchange.bytes_per_token, exchange_bytes);
@@ -114,10 +131,14 @@ void expect_all_on_eight(const ModelFootprint& fp, u64 exchange_bytes) {
 // beside its dense copy, KV, activations, staging slab and reserve), and
 // the rest streams through the host's RAM cache and disk.
 void expect_share_on_two(const ModelFootprint& fp, u64 exchange_bytes) {
-  const DeviceProfile host = made_up_host(2, 450);
+  DeviceProfile host = replayed("h200-nvl-2gpu.toml");
+  ASSERT_EQ(host.gpus.cuda.size(), 2u);
+  const Measurements selftests = host.measurements;
+  host.measurements = h200().measurements;  // the same host machine's RAM and disk
+  host.measurements.gpu_kernels = selftests.gpu_kernels;
   auto plan = make_plan(host, fp, spread("all"));
   ASSERT_TRUE(plan.ok()) << plan.error().message;
-  expect_balanced_plan(*plan, fp, 2);
+  expect_balanced_plan(host, *plan, fp, 2);
   const u64 slot = fp.expert().record_stride, all = fp.moe_layer_count() * static_cast<u64>(fp.n_experts);
   u64 on_gpus = 0;
   for (const GpuShare& g : plan->expert_parallel.gpus) {
