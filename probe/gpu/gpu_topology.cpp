@@ -179,10 +179,13 @@ TopologyFacts topology_from_nvml(const NvmlReadings& nvml, std::vector<CudaDevic
   std::sort(facts.links.begin(), facts.links.end(), [](const GpuLink& x, const GpuLink& y) {
     return x.a != y.a ? x.a < y.a : x.b < y.b;
   });
-  facts.status = "NVML: " + std::to_string(matched.size()) + " of " + std::to_string(cuda.size()) + " CUDA devices matched; " +
-                 std::to_string(facts.links.size()) + (facts.links.size() == 1 ? " pair" : " pairs") + " (" +
-                 std::to_string(nvlink_pairs) + " over NVLink)";
-  if (cuda.size() < 2) facts.status += "; " + std::to_string(cuda.size()) + " CUDA device: no pairs";
+  facts.status = "NVML: " + std::to_string(matched.size()) + " of " + std::to_string(cuda.size()) + " CUDA devices matched; ";
+  if (cuda.size() < 2) {
+    facts.status += std::to_string(cuda.size()) + " CUDA device: no pairs";
+  } else {
+    facts.status += std::to_string(facts.links.size()) + (facts.links.size() == 1 ? " pair" : " pairs") + " (" +
+                    std::to_string(nvlink_pairs) + " over NVLink)";
+  }
   if (!unmatched.empty()) facts.status += "; CUDA devices " + unmatched + " have no NVML device with their UUID";
   if (unknown_paths > 0) facts.status += "; " + std::to_string(unknown_paths) + " pairs left out (NVML gave no topology level)";
   return facts;

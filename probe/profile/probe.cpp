@@ -198,7 +198,7 @@ Status read_gpus(const ProbeOptions& options, GpuFacts& gpus) {
     return Ok{};
   }
   if (is_replay(options)) {
-    gpus.vulkan_status = gpus.cuda_status = "not recorded (replaying a machine without a GPU record)";
+    gpus.vulkan_status = gpus.cuda_status = gpus.topology_status = "not recorded (replaying a machine without a GPU record)";
     gpus.source = "replay";
     return Ok{};
   }

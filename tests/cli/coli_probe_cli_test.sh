@@ -119,13 +119,28 @@ check "absurd budget refused" test $? -ne 0
 
 # No GPU stack: the binary links no Vulkan or CUDA library (both are opened at
 # run time), and with both hidden it still probes and says why there is no GPU.
-check "coli-probe does not link libvulkan or libcuda" test "$(ldd "$probe" | grep -cE 'libvulkan|libcuda')" -eq 0
+check "coli-probe does not link libvulkan, libcuda or NVML" test "$(ldd "$probe" | grep -cE 'libvulkan|libcuda|libnvidia-ml')" -eq 0
 COLI_VULKAN_LIBRARY=/nonexistent/libvulkan.so.1 COLI_CUDA_LIBRARY=/nonexistent/libcuda.so.1 \
   "$probe" --quick --out "$work/nogpu.toml" >"$work/nogpu.out" 2>&1
 check "probe runs with Vulkan and CUDA hidden" test $? -eq 0
 check "summary says no Vulkan loader" contains "$work/nogpu.out" "no Vulkan loader"
 check "summary says no CUDA driver" contains "$work/nogpu.out" "no CUDA driver"
 check "profile records the missing loader" contains "$work/nogpu.toml" "^vulkan_status = 'no Vulkan loader"
+COLI_NVML_LIBRARY=/nonexistent/libnvidia-ml.so.1 "$probe" --quick --out "$work/nonvml.toml" >"$work/nonvml.out" 2>&1
+check "probe runs with NVML hidden" test $? -eq 0
+check "profile says why there is no topology" contains "$work/nonvml.toml" "^topology_status = '\(no NVML (/nonexistent/libnvidia-ml.so.1 not found)\|no CUDA device: no topology\)"
+
+# Issue 18: a replayed 8-GPU host prints where each GPU hangs off and every pair's link.
+"$probe" --quick --replay-machine "$fixtures/machines/amd-epyc-2s" --replay-gpus "$fixtures/gpus/hgx-h200-8gpu/gpus.toml" \
+  --out "$work/hgx.toml" >"$work/hgx.out" 2>&1
+check "8-GPU replay exits 0" test $? -eq 0
+check "summary prints a GPU's NUMA node and local CPUs" contains "$work/hgx.out" "GPU 4: bus 00000000:9D:00.0, NUMA node 1, local CPUs 64-127,192-255, PCIe gen 5 x16"
+check "summary prints each pair's link" contains "$work/hgx.out" "GPU 6 <-> 7: nvlink x18, spec 450.0 GB/s per direction, not measured"
+check "the profile carries the links" test "$(grep -c '^\[\[gpus.links\]\]' "$work/hgx.toml")" -eq 28
+"$probe" --quick --replay-machine "$fixtures/machines/h200-xeon-16c" --replay-gpus "$fixtures/gpus/hgx-h200-8gpu/gpus.toml" \
+  --out "$work/mixed.toml" >"$work/mixed.out" 2>&1
+check "a GPU record of another machine is refused" test $? -eq 1
+check "the refusal names the record" contains "$work/mixed.out" "hgx-h200-8gpu/gpus.toml: local_cpus"
 
 # --validate: a good profile passes, a damaged copy is refused with its line named.
 "$probe" --validate "$work/quick.toml" >"$work/v1" 2>&1
