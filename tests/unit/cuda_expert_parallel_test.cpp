@@ -246,6 +246,26 @@ TEST(RankThreads, CpusThisProcessCannotUseAreRefused) {
       << threads.error().message;
 }
 
+// Expert parallelism is the CUDA decoder's: asked of Vulkan, or with its
+// GPUs but no placement, the engine refuses before touching a device.
+TEST(ExpertParallelOptions, NeedTheCudaBackendAndAPlacement) {
+  const fs::path container = converted_fixture("qwen3_moe", WeightFormat::f32);
+  runtime::ModelOptions options;
+  options.backend = "vulkan";
+  options.gpu_devices = {0, 1};
+  options.expert_gpu = {{0, 1, 0, 1, 0, 1, 0, 1}, {0, 1, 0, 1, 0, 1, 0, 1}};
+  auto vulkan = runtime::MoeModel::load(container, options);
+  ASSERT_FALSE(vulkan.ok());
+  EXPECT_NE(vulkan.error().message.find("re-plan with --gpu-backend cuda"), std::string::npos) << vulkan.error().message;
+  options.backend = "cuda";
+  options.expert_gpu.clear();
+  auto no_placement = runtime::MoeModel::load(container, options);
+  ASSERT_FALSE(no_placement.ok());
+  EXPECT_NE(no_placement.error().message.find("needs both its GPUs (gpu_devices) and its placement (expert_gpu)"),
+            std::string::npos)
+      << no_placement.error().message;
+}
+
 #if COLI_TEST_CUDA
 
 int cuda_devices(std::string& why) {
@@ -412,6 +432,68 @@ TEST_P(TwoGpus, GiveTheSingleGpuTokens) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllArchitectures, TwoGpus, testing::ValuesIn(kArchitectures), [](const auto& p) { return p.param; });
+
+// Through the engine (coli run's path: ModelOptions -> GpuRun): experts on
+// the GPUs of `devices` by expert_gpu, the rest (-1) in the host's expert
+// cache, computed by the CPU or copied up in prefill batches as in a
+// one-GPU hybrid plan; against transformers.
+void expect_engine_matches_transformers(const std::string& arch, std::vector<int> devices,
+                                        std::vector<std::vector<int>> expert_gpu, bool nccl) {
+  const Reference ref = load_reference(fs::path(COLI_FIXTURES_DIR) / "models" / arch, "reference");
+  const fs::path container = converted_fixture(arch, WeightFormat::f32);
+  runtime::ModelOptions options;
+  options.backend = "cuda";
+  options.cpu_kernel = "exact";  // f32 activations on the CPU, as the GPU computes them
+  options.gpu_devices = std::move(devices);
+  options.expert_gpu = std::move(expert_gpu);
+  options.gpu_exchange_nccl = nccl;
+  options.cache_capacity = 4;
+  options.prefill_round_tokens = 2;
+  const EngineRun by_token = run_model(container, options, ref);
+  EXPECT_LT(by_token.worst_generated_error, 1e-4);
+  EXPECT_EQ(by_token.tokens, ref.generated);
+  ASSERT_FALSE(by_token.stats.gpu.kernels.empty());
+  EXPECT_NE(by_token.stats.gpu.kernels.front().find("expert parallel over " + std::to_string(options.gpu_devices.size())),
+            std::string::npos)
+      << by_token.stats.gpu.kernels.front();
+  for (const char* mode : {"upload", "cpu"}) {
+    SCOPED_TRACE(std::string("one prefill call, --gpu-host-experts ") + mode);
+    options.gpu_host_experts = mode;
+    const EngineRun run = run_model(container, options, ref, true);
+    EXPECT_LT(run.worst_generated_error, 1e-4);
+    EXPECT_EQ(run.tokens, ref.generated);
+  }
+}
+
+bool nccl_missing_may_skip() {
+  if (NcclLibrary::open().ok()) return false;
+  const char* required = std::getenv("COLI_REQUIRE_NCCL");
+  return !(required && std::string(required) == "1");
+}
+
+class ThroughTheEngine : public testing::TestWithParam<std::string> {};
+
+// One GPU holding half of the first MoE layer's experts and a quarter of
+// the second's, the host the rest (rank 0's hybrid layers), with and
+// without NCCL's one-rank all-reduce between the graph's segments.
+TEST_P(ThroughTheEngine, OneGpuAndTheHostMatchTransformers) {
+  REQUIRE_CUDA_DEVICES(1);
+  const std::vector<std::vector<int>> placement = {{0, -1, 0, -1, 0, -1, 0, -1}, {-1, 0, -1, -1, -1, -1, -1, 0}};
+  expect_engine_matches_transformers(GetParam(), {0}, placement, false);
+  if (nccl_missing_may_skip()) GTEST_SKIP() << "no NCCL for the one-rank all-reduce: " << NcclLibrary::open().error().message;
+  expect_engine_matches_transformers(GetParam(), {0}, placement, true);
+}
+
+// Two GPUs and the host: each GPU holds a third of every layer, rank 0's
+// host the last third (remote choices in rank 0's hybrid layers add zero rows).
+TEST_P(ThroughTheEngine, TwoGpusAndTheHostMatchTransformers) {
+  REQUIRE_CUDA_DEVICES(2);
+  const std::vector<std::vector<int>> placement = {{0, 1, -1, 0, 1, -1, 0, 1}, {1, 1, 0, -1, -1, 0, 1, 0}};
+  expect_engine_matches_transformers(GetParam(), {0, 1}, placement, false);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllArchitectures, ThroughTheEngine, testing::ValuesIn(kArchitectures),
+                         [](const auto& p) { return p.param; });
 
 // A placement naming more GPUs than there are is refused before anything is made.
 TEST(ExpertParallelDecoder, MoreGpusThanThereAreIsRefused) {

@@ -6,7 +6,7 @@
 #include "coli/gpu/gpu_decoder.h"
 #include "vulkan/decoder/vulkan_decoder.h"
 #if COLI_HAS_CUDA_DECODER
-#include "cuda/cuda_decoder.h"
+#include "cuda/cuda_expert_parallel.h"
 #endif
 
 namespace coli::runtime {
@@ -108,7 +108,7 @@ Status GpuRun::State::start_vulkan(const ModelOptions& options, const gpu::Decod
 Status GpuRun::State::start_cuda([[maybe_unused]] const ModelOptions& options,
                                  [[maybe_unused]] const gpu::DecoderModel& model) {
 #if COLI_HAS_CUDA_DECODER
-  auto made = cuda::CudaDecoder::create(options.gpu_index, model);
+  auto made = cuda::create_cuda_decoder(options.gpu_index, model);  // expert parallel when model.devices is given
   if (!made) return made.error();
   decoder = std::move(*made);
   return Ok{};
@@ -119,6 +119,14 @@ Status GpuRun::State::start_cuda([[maybe_unused]] const ModelOptions& options,
 
 Result<std::vector<std::vector<int>>> vram_experts_of(const ModelOptions& options, const container::ExpertLayout& layout) {
   std::vector<std::vector<int>> out(layout.layers);
+  if (!options.expert_gpu.empty()) {  // expert parallel: the experts some GPU holds (the decoder checks the rest)
+    for (std::size_t l = 0; l < out.size() && l < options.expert_gpu.size(); ++l) {
+      for (std::size_t e = 0; e < options.expert_gpu[l].size(); ++e) {
+        if (options.expert_gpu[l][e] >= 0) out[l].push_back(static_cast<int>(e));
+      }
+    }
+    return out;
+  }
   if (options.vram_experts.empty()) {
     for (auto& layer : out) {
       for (std::uint32_t e = 0; e < layout.experts; ++e) layer.push_back(static_cast<int>(e));
@@ -160,6 +168,14 @@ Result<std::unique_ptr<GpuRun>> GpuRun::start(const ModelOptions& options, const
   };
   model.container = &reader;
   model.vram_experts = std::move(vram);
+  if (options.gpu_devices.empty() != options.expert_gpu.empty() || (!options.gpu_devices.empty() && options.backend != "cuda")) {
+    return make_error("an expert-parallel plan needs both its GPUs (gpu_devices) and its placement (expert_gpu), on the "
+                      "CUDA backend: re-plan with --gpu-backend cuda");
+  }
+  model.devices = options.gpu_devices;
+  model.expert_gpu = options.expert_gpu;
+  model.device_cpus = options.gpu_device_cpus;
+  model.exchange = options.gpu_exchange_nccl ? gpu::ExpertExchange::nccl : gpu::ExpertExchange::automatic;
   model.max_context = options.max_context;
   model.max_batch_tokens = std::max(1, options.gpu_batch_tokens);
   model.exact_activations = options.gpu_kernel == "exact";

@@ -92,6 +92,15 @@ struct ModelOptions {
   int gpu_index = 0;                       // Vulkan device, in enumeration order
   // Per MoE layer, the experts the GPU holds; empty = every expert.
   std::vector<std::vector<int>> vram_experts;
+  // CUDA expert parallelism over the GPUs of one host (gpu::DecoderModel's
+  // devices, expert_gpu, device_cpus): the CUDA ordinals in rank order, and
+  // per MoE layer, per expert, the ordinal of the GPU holding it or -1 (the
+  // host's expert cache); empty = one GPU (gpu_index, vram_experts). The
+  // experts some GPU holds stand for vram_experts then.
+  std::vector<int> gpu_devices;
+  std::vector<std::vector<int>> expert_gpu;
+  std::vector<CpuSet> gpu_device_cpus;  // per rank: its host thread's CPUs (empty: unbound)
+  bool gpu_exchange_nccl = false;       // NCCL's all-reduce even with one GPU (gpu::ExpertExchange::nccl)
   std::uint32_t gpu_shared_memory_limit = 0;  // pretend a smaller device (tests); 0 = its own
   int gpu_batch_tokens = 128;              // tokens per GPU submission (prefill chunks)
   // "" = the GPU decoder's own choice (CUDA: int8 activations for int8/int4
