@@ -175,7 +175,9 @@ void print_human(const planner::PlanFile& f, const planner::ModelFootprint& fp, 
   for (const planner::Decision& d : p.decisions) {
     std::printf("  %-21s %-10s %s\n", d.knob.c_str(), d.value.c_str(), d.reason.c_str());
   }
-  if (p.streaming()) {
+  if (p.gpu.whole_decoder && p.gpu.all_experts_in_vram(p.n_experts)) {
+    std::printf("  expert cache: none on the host: every expert is in VRAM\n");
+  } else if (p.streaming()) {
     std::printf("  expert cache: cap %d of %d experts per MoE layer (%d pinned): streaming the rest from disk\n", p.cap,
                 p.n_experts, p.pins);
   } else {

@@ -216,7 +216,8 @@ Result<Plan> plan_on_set(const DeviceProfile& profile, const ModelFootprint& fp,
     return choice.error();
   }
   if (cache.knobs.gpu_decoder && !cache.knobs.host_experts) {
-    const std::string none = "no host expert cache: every expert is in VRAM on " + tier->device.gpu.describe();
+    const std::string where = ep ? std::to_string(ep->gpus.size()) + " GPUs (expert parallel)" : tier->device.gpu.describe();
+    const std::string none = "no host expert cache: every expert is in VRAM on " + where;
     choice->reason = request.cap ? choice->reason + "; " + none : none;
   }
   plan.gpu = std::move(*tier);

@@ -24,9 +24,9 @@ check "planning time printed" contains "$work/h.out" "^planned in [0-9.]* ms"
 # --json parses; --toml and --out write the same plan, with its schema version.
 "$plan" --profile "$profile" --model "$model" --ram 16G --json >"$work/p.json" 2>/dev/null
 check "--json exits 0" test $? -eq 0
-check "--json parses" python3 -c "import json,sys; d=json.load(sys.stdin); assert d['schema_version']==6 and d['fits'] and d['knobs']['cap']<128" <"$work/p.json"
+check "--json parses" python3 -c "import json,sys; d=json.load(sys.stdin); assert d['schema_version']==7 and d['fits'] and d['knobs']['cap']<128" <"$work/p.json"
 "$plan" --profile "$profile" --model "$model" --ram 16G --toml --out "$work/p.toml" >"$work/p.stdout" 2>/dev/null
-check "--out writes the plan" contains "$work/p.toml" "^schema_version = 6$"
+check "--out writes the plan" contains "$work/p.toml" "^schema_version = 7$"
 check "the plan names the profile it was made for" contains "$work/p.toml" "^profile_fingerprint = 'fnv1a64:"
 check "--toml prints the plan" contains "$work/p.stdout" "^\[knobs\]$"
 check "no temporary files left" test "$(ls "$work" | grep -c '\.tmp')" -eq 0
@@ -102,7 +102,7 @@ check "the plan was made from it" python3 -c "import json,sys; assert json.load(
 "$plan" --version >"$work/v.out" 2>&1
 check "--version exits 0" test $? -eq 0
 check "--version: program, version and commit" contains "$work/v.out" "^coli-plan [0-9.]* (commit [0-9a-z+]*)"
-check "--version: schema versions" contains "$work/v.out" "device profile [0-9]*, plan 6, container [0-9]*, usage history [0-9]*"
+check "--version: schema versions" contains "$work/v.out" "device profile [0-9]*, plan 7, container [0-9]*, usage history [0-9]*"
 "$plan" --profile "$profile" --model "$model" --kernel avx512_vnni >/dev/null 2>&1
 check "a kernel name the parser does not know is a usage error" test $? -eq 2
 "$plan" --help >"$work/help.out" 2>&1
@@ -110,5 +110,30 @@ check "--help names the kernel as the parser spells it" contains "$work/help.out
 check "--help never says avx512_vnni" test "$(grep -c avx512_vnni "$work/help.out")" -eq 0
 "$plan" --no-such-option >/dev/null 2>&1
 check "an unknown option is a usage error" test $? -eq 2
+
+# Expert parallel on the replayed 8-GPU host (issue 18): DeepSeek-V3 at int4
+# spread over every GPU, each GPU's share, NUMA node and the all-reduce
+# printed; --json carries the placement; its quick profile has no GPU
+# self-test, so the speed says what to measure. A bad --gpus list is refused.
+hgx="$profiles/hgx-h200-8gpu.toml"
+deepseek="$fixtures/model-configs/DeepSeek-V3.json"
+"$plan" --profile "$hgx" --model "$deepseek" --gpu-backend cuda --gpus all --offline >"$work/ep.out" 2>"$work/ep.err"
+check "8-GPU plan exits 0" test $? -eq 0
+check "expert parallel over 8 GPUs" contains "$work/ep.out" "^expert parallel over 8 GPUs"
+check "each GPU its share and NUMA node" contains "$work/ep.out" "^  GPU 7 .*1856 experts (32..32 per layer).*NUMA node 1, CPUs 64-127,192-255"
+check "each GPU its dense copy" contains "$work/ep.out" "^GPU 5 dense weights"
+check "the all-reduce's traffic" contains "$work/ep.out" "^  exchange  2.8 MiB per token per GPU"
+check "no host cache when every expert is on a GPU" contains "$work/ep.out" "expert cache: none on the host"
+check "a preview on this build" contains "$work/ep.out" "preview: this build's engine runs one GPU"
+check "speed needs the self-test" contains "$work/ep.out" "run coli-probe --gpu-selftest"
+"$plan" --profile "$hgx" --model "$deepseek" --gpu-backend cuda --gpus all --offline --json >"$work/ep.json" 2>/dev/null
+check "--json carries expert_gpu" python3 -c "
+import json,sys; d=json.load(sys.stdin); ep=d['expert_parallel']
+assert len(ep['gpus'])==8 and len(ep['layers'])==58
+assert all(sorted(l['expert_gpu'])==sorted(list(range(8))*32) for l in ep['layers'])
+assert ep['exchange']['bytes_per_token']==58*2*7*7168*4//8" <"$work/ep.json"
+"$plan" --profile "$hgx" --model "$deepseek" --gpu-backend cuda --gpus 0,9 --offline >/dev/null 2>"$work/ep9.err"
+check "--gpus 0,9 refused" test $? -ne 0
+check "--gpus names the bad ordinal" contains "$work/ep9.err" "'9' is not a CUDA ordinal"
 
 finish
