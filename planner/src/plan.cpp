@@ -95,6 +95,27 @@ Result<GpuTier> decide_tier(const DeviceProfile& profile, const ModelFootprint& 
   return expert_parallel_tier(profile, *ep, request.engine_runs_expert_parallel && !fp.config.planning_only());
 }
 
+// The gpu decision and, expert parallel, the gpus one and each GPU's share.
+void add_gpu_decisions(Plan& plan, std::optional<ExpertParallelPlan>& ep) {
+  std::string ordinals;
+  if (ep) {
+    for (const GpuShare& g : ep->gpus) ordinals += (ordinals.empty() ? "" : ",") + std::to_string(g.ordinal);
+  }
+  plan.decisions.push_back({"gpu",
+                            ep                            ? "GPUs " + ordinals
+                            : plan.gpu.device.gpu.chosen() ? plan.gpu.device.gpu.describe()
+                                                           : "none",
+                            plan.gpu.reason});
+  if (!ep) return;
+  const ExchangeTraffic& x = ep->exchange;
+  plan.decisions.push_back({"gpus", ordinals,
+                            std::to_string(ep->gpus.size()) + " GPUs, NCCL ranks in this order; each MoE layer's "
+                            "all-reduce sends " + format_bytes(x.bytes_per_token) + " per token per GPU over the "
+                            "slowest link of the ring (" + x.slowest_link + ")",
+                            static_cast<std::int64_t>(ep->gpus.size()), "gpus"});
+  plan.expert_parallel = std::move(*ep);
+}
+
 // The plan with the request's knobs; `set`: decode and prefill on that
 // measured thread set (a candidate of plan_by_prediction) instead of the
 // profile's recommendation or --threads.
@@ -221,18 +242,7 @@ Result<Plan> plan_on_set(const DeviceProfile& profile, const ModelFootprint& fp,
     choice->reason = request.cap ? choice->reason + "; " + none : none;
   }
   plan.gpu = std::move(*tier);
-  plan.decisions.push_back({"gpu", plan.gpu.device.gpu.chosen() ? plan.gpu.device.gpu.describe() : "none", plan.gpu.reason});
-  if (ep) {
-    std::string ordinals;
-    for (const GpuShare& g : ep->gpus) ordinals += (ordinals.empty() ? "" : ",") + std::to_string(g.ordinal);
-    const ExchangeTraffic& x = ep->exchange;
-    plan.decisions.push_back({"gpus", ordinals,
-                              std::to_string(ep->gpus.size()) + " GPUs, NCCL ranks in this order; each MoE layer's "
-                              "all-reduce sends " + format_bytes(x.bytes_per_token) + " per token per GPU over the "
-                              "slowest link of the ring (" + x.slowest_link + ")",
-                              static_cast<std::int64_t>(ep->gpus.size()), "gpus"});
-    plan.expert_parallel = std::move(*ep);
-  }
+  add_gpu_decisions(plan, ep);
   if (plan.gpu.whole_decoder && plan.gpu.device.gpu.chosen()) {
     const std::string source = request.gpu_batch_tokens ? "--gpu-batch" : "the " + plan.gpu.backend + " decoder's default";
     const bool staged = plan.gpu.backend == "cuda" && !plan.gpu.all_experts_in_vram(plan.n_experts);
