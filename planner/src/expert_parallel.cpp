@@ -203,6 +203,12 @@ Result<ExchangeTraffic> price_exchange(const GpuFacts& gpus, const std::vector<i
   x.layers = static_cast<int>(fp.moe_layer_count());
   x.batch_tokens = std::max(1, batch_tokens);
   if (x.gpus < 2) return make_error("an all-reduce needs 2 or more GPUs, got " + std::to_string(x.gpus));
+  for (int o : ordinals) {
+    if (o < 0 || static_cast<std::size_t>(o) >= gpus.cuda.size()) {
+      return make_error("GPU " + std::to_string(o) + " is not among the profile's " + std::to_string(gpus.cuda.size()) +
+                        " CUDA devices");
+    }
+  }
   x.message_bytes = fp.config.hidden_size * sizeof(float);
   const double share = 2.0 * (x.gpus - 1) / x.gpus;  // NCCL ring: reduce-scatter + all-gather
   const double per_layer = share * static_cast<double>(x.message_bytes);
@@ -371,6 +377,7 @@ Result<ExpertParallelPlan> decide_expert_parallel(const DeviceProfile& profile, 
 
 GpuTier expert_parallel_tier(const DeviceProfile& profile, const ExpertParallelPlan& ep, bool engine_runs_it) {
   GpuTier tier;
+  if (!ep.active()) return tier;  // no GPU: the CPU tier
   const int first = ep.gpus.front().ordinal;
   const GpuIdentity id = cuda_identity(profile.gpus, first);
   tier.device = GpuDecision{id, {}, ep.reason};

@@ -36,6 +36,10 @@ std::optional<std::string> gpu_rates(const DeviceProfile& profile, const ModelFo
                                      EpRates& r) {
   const double staging = static_cast<double>(fp.expert().record_stride) * 8;
   for (const GpuShare& share : ep.gpus) {
+    if (share.ordinal < 0 || static_cast<std::size_t>(share.ordinal) >= profile.gpus.cuda.size()) {
+      return "the plan's GPU " + std::to_string(share.ordinal) + " is not among the profile's " +
+             std::to_string(profile.gpus.cuda.size()) + " CUDA devices: plan again with this machine's profile";
+    }
     const GpuTier tier = cuda_probe_tier(profile, share.ordinal);
     auto vram = vram_bandwidth(profile, fp, tier);
     if (!vram) {

@@ -94,6 +94,7 @@ TEST(ExpertParallelExchange, PairWithoutALinkIsPricedOverHostPcieOrRefused) {
   EXPECT_DOUBLE_EQ(x->ring_gbs, 31.5);
   EXPECT_TRUE(mentions(x->slowest_link, "no link entry in the profile, priced over the host PCIe path")) << x->slowest_link;
   EXPECT_EQ(x->bytes_per_token, 48u * 2048 * 4);  // 2(N-1)/N = 1 at N = 2
+  EXPECT_FALSE(price_exchange(p.gpus, {0, 5}, fp, 512).ok()) << "GPU 5 is not in the profile";
   p.gpus.cuda[1].host_link_gbs = 0;
   auto refused = price_exchange(p.gpus, {0, 1}, fp, 512);
   ASSERT_FALSE(refused.ok());
@@ -292,8 +293,19 @@ TEST(ExpertParallelPlanFile, RoundTripsAndBadPlacementsAreRefusedByName) {
   // One GPU's budget below its own lines.
   const std::string budget = "budget_bytes = " + std::to_string(plan->expert_parallel.gpus[1].budget_bytes);
   EXPECT_TRUE(mentions(broken(budget, "budget_bytes = 1024"), "is less than GPU"));
-  // An older schema cannot carry it.
+  // An older schema cannot carry it; a one-GPU plan of schema 6 is still read.
   EXPECT_TRUE(mentions(broken("schema_version = 7", "schema_version = 6"), "needs schema_version 7"));
+  auto one = make_plan(p, fp, spread("0"));
+  ASSERT_TRUE(one.ok()) << one.error().message;
+  std::string v6 = plan_to_toml(file_of(*one, fp, predict_plan_speed(p, fp, *one)));
+  v6.replace(v6.find("schema_version = 7"), 18, "schema_version = 6");
+  auto old_plan = parse_plan(v6, "v6.toml");
+  ASSERT_TRUE(old_plan.ok()) << old_plan.error().message;
+  EXPECT_FALSE(old_plan->plan.expert_parallel.active());
+  // A plan's GPUs that the profile lacks: no prediction, and why.
+  const SpeedPrediction elsewhere = predict_plan_speed(made_up_host(1, 0), fp, back->plan);
+  EXPECT_FALSE(elsewhere.available);
+  EXPECT_TRUE(mentions(elsewhere.unavailable, "the plan's GPU 1 is not among the profile's 1 CUDA devices")) << elsewhere.unavailable;
 }
 
 }  // namespace
