@@ -178,6 +178,24 @@ struct PlanRates {
   double disk_seconds(double reads) const { return disk ? disk->seconds(reads) : 0.0; }
 };
 
+// A decode layer's expected wait for its misses: each of its top_k
+// routings misses with the plan's miss rate (binomially), the m misses are
+// read together while the layer's top_k - m resident experts compute, and
+// only what outlasts that compute is waited for. Misses come whole: one
+// miss in a layer costs a whole read however rare it is, which an average
+// over layers (a fraction of a read against all layers' compute) hides.
+double layer_disk_wait(const PlanRates& r, int top_k, double expert_compute_s) {
+  if (r.miss <= 0 || !r.disk) return 0.0;
+  double wait = 0, ways = 1;  // ways: top_k choose m
+  for (int m = 1; m <= top_k; ++m) {
+    ways = ways * (top_k - m + 1) / m;
+    const double p_m = ways * std::pow(r.miss, m) * std::pow(1.0 - r.miss, top_k - m);
+    const double resident = std::max(0.0, top_k * (1.0 - r.vram_share) - m);  // computed on the CPU meanwhile
+    wait += p_m * std::max(0.0, r.disk_seconds(m) - resident * expert_compute_s);
+  }
+  return wait;
+}
+
 // Decode: seconds per token as planner/README.md's formula says, and its inputs.
 void predict_decode(const DeviceProfile& profile, const ModelFootprint& fp, const Plan& plan, const PlanRates& r,
                     int decode_depth, SpeedPrediction& s) {
@@ -212,7 +230,7 @@ void predict_decode(const DeviceProfile& profile, const ModelFootprint& fp, cons
   const double expert_gbs = streams_at(expert_kernel);
   const double resident_compute_s = layers * top_k * std::max(0.0, 1.0 - r.vram_share - r.miss) *
                                     static_cast<double>(record) / (expert_gbs * 1e9);
-  const double disk_wait_s = std::max(0.0, layers * r.disk_seconds(top_k * r.miss) - resident_compute_s);
+  const double disk_wait_s = layers * layer_disk_wait(r, fp.top_k, static_cast<double>(record) / (expert_gbs * 1e9));
   s.decode_terms = {
       {"dense weights", dense_s},
       {"KV cache", static_cast<double>(kv) / (r.ram.gb_per_s * 1e9)},
@@ -230,8 +248,8 @@ void predict_decode(const DeviceProfile& profile, const ModelFootprint& fp, cons
                     (r.vram ? " x RAM share " + format_fixed(1.0 - r.vram_share, 3) : "") + ") / " + r.ram.text + " + missed " +
                     format_bytes(static_cast<u64>(missed)) + "/token (miss rate " + format_fixed(r.miss, 3) + ")" +
                     (r.disk ? " / " + r.disk->text : "") +
-                    (missed > 0 ? " less the resident experts' compute it overlaps (" +
-                                      format_fixed(resident_compute_s * 1e3, 2) + " ms/token)"
+                    (missed > 0 ? " less the resident experts' compute it overlaps, per layer for its own misses (binomially; " +
+                                      format_fixed(resident_compute_s * 1e3, 2) + " ms/token in all)"
                                 : "") +
                     (r.vram ? " + VRAM " + format_bytes(static_cast<u64>(in_vram)) + "/token (share " +
                                   format_fixed(r.vram_share, 3) + ") / " + r.vram->text

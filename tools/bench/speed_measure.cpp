@@ -71,8 +71,12 @@ Result<SpeedPass> measure_pass(runtime::MoeModel& model, const SpeedTests& tests
   pass.prefill_seconds = *prefill;
   for (int depth : tests.depths) {
     pass.greedy.emplace_back();
-    auto decode = time_decode(model, tokens.context, depth, tests.decode_tokens, pass.greedy.back(), &pass.decode_traffic);
+    ExpertTraffic& traffic = pass.depth_traffic.emplace_back();
+    auto decode = time_decode(model, tokens.context, depth, tests.decode_tokens, pass.greedy.back(), &traffic);
     if (!decode) return decode.error();
+    pass.decode_traffic.hits += traffic.hits;
+    pass.decode_traffic.misses += traffic.misses;
+    pass.decode_traffic.bytes_read += traffic.bytes_read;
     pass.decode_seconds.push_back(*decode);
   }
   return pass;

@@ -31,6 +31,7 @@ struct SpeedPass {
   std::vector<double> decode_seconds;              // per depth
   std::vector<std::vector<std::int32_t>> greedy;   // per depth: the decode test's greedy tokens
   ExpertTraffic decode_traffic;                    // over the timed decode steps only
+  std::vector<ExpertTraffic> depth_traffic;        // the same per depth
 };
 
 Result<SpeedPass> measure_pass(runtime::MoeModel& model, const SpeedTests& tests, const BenchTokens& tokens);

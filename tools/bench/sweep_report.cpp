@@ -235,6 +235,7 @@ std::string sweep_json(const SweepReport& r) {
                       {"decode_tok_s", run.decode_tok_s()}, {"decode_tok_s_at_depth", run.depth_tok_s},
                       {"load_s", run.load_seconds},
                       {"expert_hits", run.expert_hits}, {"expert_misses", run.expert_misses},
+                      {"expert_misses_at_depth", run.depth_misses},
                       {"expert_bytes_read", run.expert_bytes_read}, {"kernel_used", run.kernel_used}});
     }
     const ConfigSummary& s = r.summaries[i];

@@ -28,6 +28,7 @@ struct RunRecord {
   std::vector<double> depth_tok_s;  // decode tok/s per depth (SweepReport::depths)
   double load_seconds = 0;
   std::uint64_t expert_hits = 0, expert_misses = 0, expert_bytes_read = 0;  // timed part only
+  std::vector<std::uint64_t> depth_misses;  // expert misses of the decode test at each depth
   std::string kernel_used;     // what the engine ran ("" config: its own choice)
   double prefill_tok_s() const { return prefill_seconds > 0 ? prefill_tokens / prefill_seconds : 0; }
   double decode_tok_s() const { return decode_seconds > 0 ? decode_tokens / decode_seconds : 0; }

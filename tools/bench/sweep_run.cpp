@@ -37,6 +37,7 @@ Result<RunOutput> run_config(const std::filesystem::path& model_path, const runt
   r.expert_hits = pass->decode_traffic.hits;
   r.expert_misses = pass->decode_traffic.misses;
   r.expert_bytes_read = pass->decode_traffic.bytes_read;
+  for (const ExpertTraffic& t : pass->depth_traffic) r.depth_misses.push_back(t.misses);
   r.kernel_used = model->stats().cpu_kernel;
   out.tokens = std::move(pass->greedy);
   return out;
