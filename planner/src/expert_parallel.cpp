@@ -317,6 +317,29 @@ GpuShare share_of(const DeviceProfile& profile, const GpuTier& tier, int ordinal
 
 }  // namespace
 
+std::vector<int> gpus_that_hold_the_dense_copy(const DeviceProfile& profile, const ModelFootprint& fp,
+                                               const GpuTierRequest& request, const std::vector<int>& ordinals,
+                                               std::string& left_out) {
+  std::vector<int> kept;
+  left_out.clear();
+  const auto slot = static_cast<u64>(static_cast<double>(fp.expert().record_stride) * request.backend.vram_bytes_per_record_byte);
+  GpuTierRequest r = request;
+  r.staged_experts = 0;
+  for (int ordinal : ordinals) {
+    auto tier = empty_cuda_tier(profile, fp, r, ordinal);
+    const u64 fixed = tier ? vram_of(tier->lines) : 0;
+    if (tier && fixed + slot <= tier->vram_headroom_bytes) {
+      kept.push_back(ordinal);
+      continue;
+    }
+    left_out += (left_out.empty() ? "" : "; ") + std::string("GPU ") + std::to_string(ordinal) + " " +
+                (tier ? format_bytes(tier->vram_headroom_bytes) + " holds no expert beside the dense copy, KV, "
+                                                                  "activations and reserve (" + format_bytes(fixed) + ")"
+                      : tier.error().message);
+  }
+  return kept;
+}
+
 Result<ExpertParallelPlan> decide_expert_parallel(const DeviceProfile& profile, const ModelFootprint& fp,
                                                   const GpuTierRequest& request, const std::vector<int>& ordinals) {
   if (ordinals.size() < 2) return make_error("expert parallel needs 2 or more GPUs, got " + std::to_string(ordinals.size()));

@@ -82,6 +82,12 @@ Result<GpuTier> decide_tier(const DeviceProfile& profile, const ModelFootprint& 
   const GpuListRequest list{request.gpus, request.gpu, gpu_request.backend.name, request.engine_runs_expert_parallel};
   auto gpus = choose_expert_parallel_gpus(profile, fp, list, why);
   if (!gpus) return gpus.error();
+  if (request.gpus == "auto" && gpus->size() >= 2) {  // auto: only the GPUs whose VRAM the plan can use
+    std::string left_out;
+    *gpus = gpus_that_hold_the_dense_copy(profile, fp, gpu_request, *gpus, left_out);
+    if (!left_out.empty()) why += "; left out: " + left_out;
+    if (gpus->size() < 2) gpus->clear();
+  }
   if (gpus->size() < 2) {
     if (gpus->size() == 1) gpu_request.gpu = std::to_string(gpus->front());  // --gpus N: that one, as --gpu N
     auto tier = decide_gpu_tier(profile, fp, gpu_request);

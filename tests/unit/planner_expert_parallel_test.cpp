@@ -236,6 +236,14 @@ TEST(ExpertParallelPlan, GpuListsAreCheckedAndAutoStaysOnOneGpuWithoutTheEngine)
   ASSERT_TRUE(all.ok()) << all.error().message;
   EXPECT_EQ(all->expert_parallel.gpus.size(), 4u);
   EXPECT_TRUE(all->gpu.engine_runs_it);
+  // A GPU another job fills is left out by auto, and said so; --gpus all refuses it.
+  DeviceProfile busy = p;
+  busy.gpus.cuda[2].free_memory_bytes = 1 * kGiB;
+  auto three = make_plan(busy, fp, automatic);
+  ASSERT_TRUE(three.ok()) << three.error().message;
+  ASSERT_EQ(three->expert_parallel.gpus.size(), 3u);
+  EXPECT_TRUE(mentions(three->expert_parallel.reason, "left out: GPU 2 1.00 GiB holds no expert")) << three->expert_parallel.reason;
+  EXPECT_FALSE(make_plan(busy, fp, spread("all")).ok());
 }
 
 PlanFile file_of(const Plan& plan, const ModelFootprint& fp, const SpeedPrediction& speed) {

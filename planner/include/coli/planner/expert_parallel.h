@@ -97,6 +97,13 @@ struct GpuListRequest {
 Result<std::vector<int>> choose_expert_parallel_gpus(const DeviceProfile& profile, const ModelFootprint& footprint,
                                                      const GpuListRequest& request, std::string& reason);
 
+// The GPUs of `ordinals` whose budget holds what every GPU holds (dense
+// copy, KV, activations, reserve) with room for an expert: what --gpus auto
+// spreads over; the others are named in `left_out` with their numbers.
+std::vector<int> gpus_that_hold_the_dense_copy(const DeviceProfile& profile, const ModelFootprint& footprint,
+                                               const GpuTierRequest& request, const std::vector<int>& ordinals,
+                                               std::string& left_out);
+
 // The heat of every expert: heat[l][e], the share of layer l's routings
 // expert e took in the usage history; uniform (1 / n) without a usable one.
 std::vector<std::vector<double>> expert_heat(const ModelFootprint& footprint, const experts::UsageHistory* history);
