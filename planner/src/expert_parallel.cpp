@@ -255,12 +255,22 @@ struct Sized {
   std::vector<int> capacity;   // expert slots beside its fixed lines
 };
 
+// Rank 0 computes the experts no GPU holds (the engine's hybrid path:
+// copied up through its staging slab, or on its host's CPUs); the other
+// ranks stage nothing.
+GpuTierRequest rank_request(const GpuTierRequest& request, std::size_t rank, int host_experts) {
+  GpuTierRequest r = request;
+  r.staged_experts = rank == 0 ? host_experts : 0;
+  return r;
+}
+
 Result<Sized> size_gpus(const DeviceProfile& profile, const ModelFootprint& fp, const GpuTierRequest& request,
-                        const std::vector<int>& ordinals) {
+                        const std::vector<int>& ordinals, int host_experts) {
   Sized out;
   const auto slot = static_cast<u64>(static_cast<double>(fp.expert().record_stride) * request.backend.vram_bytes_per_record_byte);
-  for (int ordinal : ordinals) {
-    auto tier = empty_cuda_tier(profile, fp, request, ordinal);
+  for (std::size_t g = 0; g < ordinals.size(); ++g) {
+    const int ordinal = ordinals[g];
+    auto tier = empty_cuda_tier(profile, fp, rank_request(request, g, host_experts), ordinal);
     if (!tier) return tier.error();
     const u64 fixed = vram_of(tier->lines);
     if (fixed >= tier->vram_headroom_bytes) return dense_does_not_fit(*tier, ordinals, fixed);
@@ -344,19 +354,18 @@ Result<ExpertParallelPlan> decide_expert_parallel(const DeviceProfile& profile, 
                                                   const GpuTierRequest& request, const std::vector<int>& ordinals) {
   if (ordinals.size() < 2) return make_error("expert parallel needs 2 or more GPUs, got " + std::to_string(ordinals.size()));
   const std::vector<std::vector<double>> heat = expert_heat(fp, request.history);
-  GpuTierRequest r = request;
-  r.staged_experts = 0;  // nothing on the host unless the GPUs cannot hold every expert
-  auto sized = size_gpus(profile, fp, r, ordinals);
+  int host = 0;  // nothing on the host unless the GPUs cannot hold every expert
+  auto sized = size_gpus(profile, fp, request, ordinals, host);
   if (!sized) return sized.error();
   std::vector<std::vector<int>> placement = place_experts(heat, ordinals, sized->capacity);
-  // Experts left on the host: each GPU keeps a staging slab for them, which
+  // Experts left on the host: rank 0 keeps a staging slab for them, which
   // takes room from its experts; size again once with that slab.
-  if (const int host = most_host_experts(placement); host > 0) {
-    r.staged_experts = host;
-    sized = size_gpus(profile, fp, r, ordinals);
+  if (most_host_experts(placement) > 0) {
+    host = most_host_experts(placement);
+    sized = size_gpus(profile, fp, request, ordinals, host);
     if (!sized) return sized.error();
     placement = place_experts(heat, ordinals, sized->capacity);
-    r.staged_experts = std::max(host, most_host_experts(placement));
+    host = std::max(host, most_host_experts(placement));
   }
   // Large-page rounding of the slabs per layer and the slab above: where a
   // GPU's exact lines pass its budget, it gives up its coldest slot.
@@ -364,12 +373,12 @@ Result<ExpertParallelPlan> decide_expert_parallel(const DeviceProfile& profile, 
   for (int round = 0; round < 64; ++round) {
     bool over = false;
     for (std::size_t g = 0; g < ordinals.size(); ++g) {
-      tiers[g] = gpu_tier_with_layers(sized->empty[g], fp, r, per_layer_on(placement, ordinals[g]));
+      tiers[g] = gpu_tier_with_layers(sized->empty[g], fp, rank_request(request, g, host), per_layer_on(placement, ordinals[g]));
       if (vram_of(tiers[g].lines) > tiers[g].vram_headroom_bytes && sized->capacity[g] > 0) --sized->capacity[g], over = true;
     }
     if (!over) break;
     placement = place_experts(heat, ordinals, sized->capacity);
-    r.staged_experts = std::max(*r.staged_experts, most_host_experts(placement));
+    host = std::max(host, most_host_experts(placement));
   }
   ExpertParallelPlan ep;
   for (std::size_t g = 0; g < ordinals.size(); ++g) {

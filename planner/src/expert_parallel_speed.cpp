@@ -23,7 +23,7 @@ GpuTier cuda_probe_tier(const DeviceProfile& profile, int ordinal) {
 // What the prediction reads, per GPU and for the host tiers.
 struct EpRates {
   std::vector<Bandwidth> vram;     // per GPU: the CUDA self-test's matvec on it
-  double host_gbs = 0;             // the GPUs' host links together: host experts copied up in prefill
+  double host_gbs = 0;             // rank 0's host link: it copies the host's experts up in prefill
   std::string host_text;
   std::optional<Bandwidth> ram;
   std::optional<Bandwidth> expert_kernel;
@@ -47,12 +47,13 @@ std::optional<std::string> gpu_rates(const DeviceProfile& profile, const ModelFo
              " (cuda): run coli-probe --gpu-selftest on that machine (it times the CUDA decoder's matvec on every GPU)";
     }
     r.vram.push_back(std::move(*vram));
+    if (&share != &ep.gpus.front()) continue;
+    // Rank 0 computes the experts no GPU holds (the engine's hybrid path).
     const auto upload = upload_bandwidth(profile, tier, staging);
     const double spec = profile.gpus.cuda[static_cast<std::size_t>(share.ordinal)].host_link_gbs;
-    const double gbs = upload ? upload->gb_per_s : spec;
-    r.host_gbs += gbs;
-    r.host_text += (r.host_text.empty() ? "" : " + ") + std::string("GPU ") + std::to_string(share.ordinal) + " " +
-                   (upload ? upload->text : format_fixed(spec, 1) + " GB/s (PCIe specification, no measured copy)");
+    r.host_gbs = upload ? upload->gb_per_s : spec;
+    r.host_text = "rank 0 (GPU " + std::to_string(share.ordinal) + ") " +
+                  (upload ? upload->text : format_fixed(spec, 1) + " GB/s (PCIe specification, no measured copy)");
   }
   return std::nullopt;
 }
@@ -120,8 +121,9 @@ void predict_ep_decode(const ModelFootprint& fp, const Plan& plan, const std::ve
 
 // Prefill in batches of B tokens: every GPU reads its dense copy once and the
 // distinct experts of its own the batch touches; the slowest GPU sets the
-// pace; the host's experts are copied up over the GPUs' host links together,
-// the missed ones read from disk first; one all-reduce per layer and batch.
+// pace; the host's experts are copied up to rank 0 over its host link (the
+// engine's hybrid path), the missed ones read from disk first; one
+// all-reduce per layer and batch.
 // Weight reads only (the GPU's GEMM time is in no profile yet): an upper bound.
 void predict_ep_prefill(const ModelFootprint& fp, const Plan& plan, const std::vector<std::vector<double>>& heat,
                         const EpRates& r, SpeedPrediction& s) {
@@ -139,7 +141,7 @@ void predict_ep_prefill(const ModelFootprint& fp, const Plan& plan, const std::v
   const double layers = static_cast<double>(fp.moe_layer_count());
   const double disk_s = missed > 0 && r.disk ? layers * r.disk->seconds(host_bytes / layers / record * missed) : 0.0;
   s.prefill_terms = {{"memory: weights from VRAM (slowest GPU)", vram_s / batch},
-                     {"memory: host experts copied up", host_s / batch},
+                     {"memory: host experts copied up to rank 0", host_s / batch},
                      {"memory: host experts from disk", disk_s / batch},
                      {"exchange: all-reduce per MoE layer and batch", ep.exchange.prefill_seconds}};
   double seconds = 0;
