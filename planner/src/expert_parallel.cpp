@@ -235,8 +235,9 @@ Result<ExchangeTraffic> price_exchange(const GpuFacts& gpus, const std::vector<i
 
 namespace {
 
-// The refusal when one GPU cannot hold what every GPU holds.
-Error dense_does_not_fit(const GpuTier& tier, const std::vector<int>& ordinals, u64 fixed) {
+// The refusal when one GPU cannot hold what every GPU holds and one expert
+// (the engine runs no rank without an expert).
+Error dense_does_not_fit(const GpuTier& tier, const std::vector<int>& ordinals, u64 fixed, u64 slot) {
   std::string items;
   for (const MemoryLine& line : tier.lines) {
     if (line.tier != Tier::vram || line.component == "expert tier: VRAM slots") continue;
@@ -245,7 +246,8 @@ Error dense_does_not_fit(const GpuTier& tier, const std::vector<int>& ordinals, 
   return make_error("expert parallel over GPUs " + ordinal_list(ordinals) +
                     ": every GPU holds the dense weights (it runs attention and the router for every token, so only the "
                     "experts' outputs cross the links), and on " + tier.device.gpu.describe() + " " + items + " = " +
-                    format_bytes(fixed) + " exceed its " + format_bytes(tier.vram_headroom_bytes) + " (" +
+                    format_bytes(fixed) + " and one expert of " + format_bytes(slot) + " exceed its " +
+                    format_bytes(tier.vram_headroom_bytes) + " (" +
                     tier.vram_headroom_source + "): use --dense q8_row or q4_g64, a smaller --ctx or --gpu-batch, or "
                     "leave that GPU out with --gpus");
 }
@@ -273,7 +275,7 @@ Result<Sized> size_gpus(const DeviceProfile& profile, const ModelFootprint& fp, 
     auto tier = empty_cuda_tier(profile, fp, rank_request(request, g, host_experts), ordinal);
     if (!tier) return tier.error();
     const u64 fixed = vram_of(tier->lines);
-    if (fixed >= tier->vram_headroom_bytes) return dense_does_not_fit(*tier, ordinals, fixed);
+    if (fixed + slot > tier->vram_headroom_bytes) return dense_does_not_fit(*tier, ordinals, fixed, slot);
     out.capacity.push_back(slot > 0 ? static_cast<int>(std::min<u64>((tier->vram_headroom_bytes - fixed) / slot, 1u << 30)) : 0);
     out.empty.push_back(std::move(*tier));
   }
@@ -383,7 +385,7 @@ Result<ExpertParallelPlan> decide_expert_parallel(const DeviceProfile& profile, 
   ExpertParallelPlan ep;
   for (std::size_t g = 0; g < ordinals.size(); ++g) {
     if (vram_of(tiers[g].lines) > tiers[g].vram_headroom_bytes) {
-      return dense_does_not_fit(sized->empty[g], ordinals, vram_of(sized->empty[g].lines));
+      return dense_does_not_fit(sized->empty[g], ordinals, vram_of(sized->empty[g].lines), fp.expert().record_stride);
     }
     ep.gpus.push_back(share_of(profile, tiers[g], ordinals[g], placement, heat));
     ep.gpu_share += ep.gpus.back().load_share;

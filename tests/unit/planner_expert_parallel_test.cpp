@@ -200,7 +200,9 @@ TEST(ExpertParallelPlan, DenseCopyThatFitsNoGpuIsRefusedWithTheNumbers) {
   const std::string& why = refused.error().message;
   EXPECT_TRUE(mentions(why, "every GPU holds the dense weights")) << why;
   EXPECT_TRUE(mentions(why, "GPU dense weights " + format_bytes(fp->gpu_dense_bytes) + " + GPU KV cache")) << why << "\n" << format_bytes(fp->gpu_dense_bytes);
-  EXPECT_TRUE(mentions(why, "exceed its 20.00 GiB (--vram 20.00 GiB)")) << why;
+  EXPECT_TRUE(mentions(why, "and one expert of " + format_bytes(fp->expert().record_stride) +
+                                " exceed its 20.00 GiB (--vram 20.00 GiB)"))
+      << why;
   EXPECT_TRUE(mentions(why, "--dense q8_row or q4_g64")) << why;
 }
 
