@@ -95,6 +95,11 @@ TEST(ExpertParallelExchange, PairWithoutALinkIsPricedOverHostPcieOrRefused) {
   EXPECT_TRUE(mentions(x->slowest_link, "no link entry in the profile, priced over the host PCIe path")) << x->slowest_link;
   EXPECT_EQ(x->bytes_per_token, 48u * 2048 * 4);  // 2(N-1)/N = 1 at N = 2
   EXPECT_FALSE(price_exchange(p.gpus, {0, 5}, fp, 512).ok()) << "GPU 5 is not in the profile";
+  // A whole plan on that pair says so in its traffic and its gpus decision.
+  auto plan = make_plan(p, fp, spread("all"));
+  ASSERT_TRUE(plan.ok()) << plan.error().message;
+  EXPECT_DOUBLE_EQ(plan->expert_parallel.exchange.ring_gbs, 31.5);
+  EXPECT_TRUE(mentions(plan->decision("gpus")->reason, "priced over the host PCIe path")) << plan->decision("gpus")->reason;
   p.gpus.cuda[1].host_link_gbs = 0;
   auto refused = price_exchange(p.gpus, {0, 1}, fp, 512);
   ASSERT_FALSE(refused.ok());
