@@ -74,6 +74,22 @@ TEST(MultiGpuFixtures, H200NvlTwoGpusOnABridgeInOneSocket) {
   EXPECT_TRUE(p.gpus.source.starts_with("replay:"));
 }
 
+// The GPU machine's own topology, captured there (tests/fixtures/gpus/nvidia-h200-topology/SOURCE.md):
+// NVML's bus id and PCIe link, sysfs' unknown NUMA node (-1) and local CPUs 0-15, no pairs.
+TEST(MultiGpuFixtures, CapturedH200TopologyReplaysAsRecorded) {
+  const DeviceProfile p = replay("h200-xeon-16c", "nvidia-h200-topology");
+  ASSERT_EQ(p.gpus.cuda.size(), 1u);
+  const CudaDevice& gpu = p.gpus.cuda[0];
+  EXPECT_EQ(gpu.pci_bus_id, "00000000:00:06.0");
+  EXPECT_EQ(gpu.numa_node, -1);
+  EXPECT_EQ(gpu.local_cpus.to_list(), "0-15");
+  EXPECT_EQ(gpu.pcie_generation, 5);
+  EXPECT_EQ(gpu.pcie_width, 16);
+  EXPECT_TRUE(p.gpus.links.empty());
+  EXPECT_NE(p.gpus.topology_status.find("no pairs"), std::string::npos) << p.gpus.topology_status;
+  EXPECT_TRUE(p.gpus.source.starts_with("replay:")) << p.gpus.source;
+}
+
 // A GPU record of the 8-GPU host replayed on the 16-core machine names CPUs
 // that are not there: refused, naming the record.
 TEST(MultiGpuFixtures, AGpuRecordOfAnotherMachineIsRefused) {
