@@ -163,7 +163,7 @@ void print_human(const planner::PlanFile& f, const planner::ModelFootprint& fp, 
   if (vram && p.expert_parallel.active()) {
     std::printf("VRAM: %s of %s (%s)%s\n", planner::format_bytes(vram).c_str(),
                 planner::format_bytes(p.gpu.vram_headroom_bytes).c_str(), p.gpu.vram_headroom_source.c_str(),
-                p.gpu.engine_runs_it ? "" : "  [preview: this build's engine runs one GPU]");
+                p.gpu.engine_runs_it ? "" : "  [preview: this build's engine does not run it]");
     print_expert_parallel(p.expert_parallel);
   } else if (vram) {
     std::printf("VRAM: %s of %s on %s (%s)%s\n", planner::format_bytes(vram).c_str(),

@@ -21,9 +21,26 @@ std::string shape_identity(const runtime::ModelShape& shape) {
   return experts::usage_model_identity(shape.config_json, shape.tensor_names);
 }
 
+// An expert-parallel plan runs on every GPU it names, each this machine's
+// CUDA device of the same ordinal (by UUID, else ordinal and model).
+Status check_expert_parallel_gpus_here(const planner::Plan& plan, const GpuFacts& gpus) {
+  for (const planner::GpuShare& share : plan.expert_parallel.gpus) {
+    const GpuIdentity id{share.ordinal, share.uuid, share.name};
+    const auto here = find_cuda_gpu(gpus, id);
+    if (!here || *here != share.ordinal) {
+      return make_error("the plan spreads experts over " + std::to_string(plan.expert_parallel.gpus.size()) +
+                        " GPUs, among them " + id.describe() +
+                        (here ? ", which is CUDA device " + std::to_string(*here) + " here" : ", which this machine does not have") +
+                        ": re-plan here with coli-plan --profile (and --gpus for the GPUs this machine has)");
+    }
+  }
+  return Ok{};
+}
+
 // A GPU plan runs on the GPU it names (by UUID, else index and model), and
 // that GPU must be this machine's device of the same index.
 Status check_gpu_here(const planner::Plan& plan, const GpuFacts& gpus) {
+  if (plan.expert_parallel.active()) return check_expert_parallel_gpus_here(plan, gpus);
   if (!plan.gpu.whole_decoder || !plan.gpu.device.gpu.chosen()) return Ok{};
   const bool cuda = plan.gpu.backend == "cuda";  // CUDA ordinals and UUIDs, else Vulkan's
   const auto here = cuda ? find_cuda_gpu(gpus, plan.gpu.device.gpu) : find_gpu(gpus, plan.gpu.device.gpu);

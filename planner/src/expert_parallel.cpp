@@ -56,7 +56,7 @@ Result<std::vector<int>> choose_expert_parallel_gpus(const DeviceProfile& profil
     if (!request.engine_runs || fp.config.planning_only()) {
       reason = "auto: one GPU of " + std::to_string(devices.size()) + " CUDA devices; " +
                (fp.config.planning_only() ? "the CUDA decoder does not run " + fp.config.model_type
-                                          : std::string("this build's engine runs one GPU")) +
+                                          : std::string("this build has no CUDA decoder (built without nvcc)")) +
                " (--gpus all previews experts spread over every GPU)";
       return std::vector<int>{};
     }
@@ -437,7 +437,7 @@ GpuTier expert_parallel_tier(const DeviceProfile& profile, const ExpertParallelP
                               "): their budgets summed; each GPU's own holds its lines";
   tier.vram_share = ep.gpu_share;
   tier.share_inputs = ep.share_inputs;
-  tier.reason = ep.reason + (engine_runs_it ? "" : "; PREVIEW: this build's engine runs one GPU");
+  tier.reason = ep.reason + (engine_runs_it ? "" : "; PREVIEW: this build's engine does not run it (no CUDA decoder, or a model it does not run)");
   return tier;
 }
 

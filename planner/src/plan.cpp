@@ -79,7 +79,8 @@ void explain_shortfall(const ModelFootprint& fp, const CacheRequest& cache, cons
 Result<GpuTier> decide_tier(const DeviceProfile& profile, const ModelFootprint& fp, const PlanRequest& request,
                             GpuTierRequest& gpu_request, std::optional<ExpertParallelPlan>& ep) {
   std::string why;
-  const GpuListRequest list{request.gpus, request.gpu, gpu_request.backend.name, request.engine_runs_expert_parallel};
+  const bool engine_runs = gpu_request.backend.engine_runs_expert_parallel;
+  const GpuListRequest list{request.gpus, request.gpu, gpu_request.backend.name, engine_runs};
   auto gpus = choose_expert_parallel_gpus(profile, fp, list, why);
   if (!gpus) return gpus.error();
   if (request.gpus == "auto" && gpus->size() >= 2) {  // auto: only the GPUs whose VRAM the plan can use
@@ -98,7 +99,7 @@ Result<GpuTier> decide_tier(const DeviceProfile& profile, const ModelFootprint& 
   if (!decided) return decided.error();
   decided->reason = why + ": " + decided->reason;
   ep = std::move(*decided);
-  return expert_parallel_tier(profile, *ep, request.engine_runs_expert_parallel && !fp.config.planning_only());
+  return expert_parallel_tier(profile, *ep, engine_runs && !fp.config.planning_only());
 }
 
 // The gpu decision and, expert parallel, the gpus one and each GPU's share.

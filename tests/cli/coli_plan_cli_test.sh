@@ -124,7 +124,7 @@ check "each GPU its share and NUMA node" contains "$work/ep.out" "^  GPU 7 .*185
 check "each GPU its dense copy" contains "$work/ep.out" "^GPU 5 dense weights"
 check "the all-reduce's traffic" contains "$work/ep.out" "^  exchange  2.8 MiB per token per GPU"
 check "no host cache when every expert is on a GPU" contains "$work/ep.out" "expert cache: none on the host"
-check "a preview on this build" contains "$work/ep.out" "preview: this build's engine runs one GPU"
+check "a preview on this build" contains "$work/ep.out" "preview: this build's engine does not run it"
 check "speed needs the self-test" contains "$work/ep.out" "run coli-probe --gpu-selftest"
 "$plan" --profile "$hgx" --model "$deepseek" --gpu-backend cuda --gpus all --offline --json >"$work/ep.json" 2>/dev/null
 check "--json carries expert_gpu" python3 -c "

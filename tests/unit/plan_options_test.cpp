@@ -100,6 +100,39 @@ TEST(OptionsFromPlan, AWholeDecoderPlanGivesItsDeviceAndPrefillBatch) {
   EXPECT_EQ(preview->gpu_batch_tokens, runtime::ModelOptions{}.gpu_batch_tokens);
 }
 
+// An expert-parallel plan: its GPUs in rank order, each one's local CPUs and
+// the placement reach the engine; the summed VRAM tier (8 + 8 slots of two
+// GPUs) does not become one GPU's vram_experts.
+TEST(OptionsFromPlan, AnExpertParallelPlanGivesItsGpusCpusAndPlacement) {
+  const ModelShape shape = shape_of(2, 8, 2);
+  planner::Plan plan = plan_of(8, 8);
+  plan.gpu.whole_decoder = true;
+  plan.gpu.backend = "cuda";
+  plan.gpu.device.gpu.index = 2;
+  plan.gpu.batch_tokens = 512;
+  plan.gpu.vram_experts = {8, 8};
+  plan.expert_parallel.gpus.resize(2);
+  plan.expert_parallel.gpus[0].ordinal = 2;
+  plan.expert_parallel.gpus[0].local_cpus = CpuSet({0, 1, 2, 3});
+  plan.expert_parallel.gpus[1].ordinal = 0;
+  plan.expert_parallel.gpus[1].local_cpus = CpuSet({4, 5, 6, 7});
+  plan.expert_parallel.expert_gpu = {{2, 0, 2, 0, 2, 0, 2, 0}, {0, 0, 0, 0, 2, 2, 2, 2}};
+  auto options = options_from_plan(plan, shape);
+  ASSERT_TRUE(options.ok()) << options.error().message;
+  EXPECT_EQ(options->backend, "cuda");
+  EXPECT_EQ(options->gpu_devices, (std::vector<int>{2, 0}));
+  EXPECT_EQ(options->gpu_index, 2);
+  EXPECT_EQ(options->gpu_device_cpus, (std::vector<CpuSet>{CpuSet({0, 1, 2, 3}), CpuSet({4, 5, 6, 7})}));
+  EXPECT_EQ(options->expert_gpu, plan.expert_parallel.expert_gpu);
+  EXPECT_TRUE(options->vram_experts.empty());
+  EXPECT_EQ(options->gpu_batch_tokens, 512);
+  plan.gpu.engine_runs_it = false;  // a preview (a build without the CUDA decoder): the CPU runs it
+  auto preview = options_from_plan(plan, shape);
+  ASSERT_TRUE(preview.ok()) << preview.error().message;
+  EXPECT_TRUE(preview->gpu_devices.empty());
+  EXPECT_EQ(preview->backend, "cpu");
+}
+
 TEST(OptionsFromPlan, AllExpertsIsTheCapOfTheExpertCount) {
   const ModelShape shape = shape_of(2, 8, 2);
   auto options = options_from_plan(plan_of(8, 8), shape);

@@ -137,7 +137,7 @@ TEST(ExpertParallelPlan, TwoGpusSplitAModelThatFits) {
   }
   for (const auto& layer : ep.expert_gpu) EXPECT_EQ(std::count(layer.begin(), layer.end(), -1), 0);
   EXPECT_TRUE(plan->gpu.all_experts_in_vram(fp.n_experts));
-  EXPECT_FALSE(plan->gpu.engine_runs_it) << "this build's engine runs one GPU: a preview";
+  EXPECT_FALSE(plan->gpu.engine_runs_it) << "a build without the CUDA decoder: a preview";
   EXPECT_DOUBLE_EQ(ep.gpu_share, 1.0);
   ASSERT_NE(plan->decision("gpus"), nullptr);
   EXPECT_EQ(plan->decision("gpus")->value, "0,1");
@@ -238,7 +238,7 @@ TEST(ExpertParallelPlan, GpuListsAreCheckedAndAutoStaysOnOneGpuWithoutTheEngine)
   auto single = make_plan(p, fp, automatic);
   ASSERT_TRUE(single.ok()) << single.error().message;
   EXPECT_FALSE(single->expert_parallel.active());
-  automatic.engine_runs_expert_parallel = true;
+  automatic.backend->engine_runs_expert_parallel = true;
   auto all = make_plan(p, fp, automatic);
   ASSERT_TRUE(all.ok()) << all.error().message;
   EXPECT_EQ(all->expert_parallel.gpus.size(), 4u);

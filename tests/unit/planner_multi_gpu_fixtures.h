@@ -60,6 +60,7 @@ inline DeviceProfile made_up_host(int gpus, double link_gbs, const std::string& 
 inline BackendMemory cuda_decoder() {
   BackendMemory b = backend::cuda_backend_memory({.kind = backend::BackendKind::cuda, .name = "cuda"});
   b.engine_runs_experts = true;
+  b.engine_runs_expert_parallel = false;  // as in a build without the CUDA decoder: tests that want it say so
   return b;
 }
 

@@ -48,6 +48,7 @@ BackendMemory cuda_backend_memory([[maybe_unused]] const BackendProps& props) {
   b.name = "cuda";
 #ifdef COLI_CUDA_DECODER_BUILT
   b.engine_runs_experts = true;  // engine/cuda: the whole decoder, experts outside VRAM on the CPU
+  b.engine_runs_expert_parallel = true;  // engine/cuda/expert_parallel_decoder: one decoder per GPU, NCCL between
 #endif
   b.whole_decoder = true;
   b.vram_bytes_per_record_byte = 1;  // records copied up as the container holds them

@@ -58,6 +58,19 @@ Result<ModelOptions> options_from_plan(const planner::Plan& plan, const ModelSha
     if (!pins) return pins.error();
     options.pins = std::move(*pins);
   }
+  // An expert-parallel plan: its GPUs in NCCL rank order, each one's host
+  // CPUs, and where every expert is (plan.gpu.vram_experts is their sum).
+  if (plan.expert_parallel.active() && plan.gpu.engine_runs_it) {
+    options.backend = plan.gpu.backend;
+    options.gpu_index = plan.expert_parallel.gpus.front().ordinal;
+    options.gpu_batch_tokens = plan.gpu.batch_tokens;
+    for (const planner::GpuShare& gpu : plan.expert_parallel.gpus) {
+      options.gpu_devices.push_back(gpu.ordinal);
+      options.gpu_device_cpus.push_back(gpu.local_cpus);
+    }
+    options.expert_gpu = plan.expert_parallel.expert_gpu;
+    return options;
+  }
   // A whole-decoder GPU plan: the device, and the experts each layer keeps
   // in VRAM, ranked as the planner ranked them.
   if (plan.gpu.whole_decoder && plan.gpu.device.gpu.chosen() && plan.gpu.engine_runs_it) {

@@ -47,9 +47,8 @@ struct PlanRequest {
   std::string gpu = "auto";
   // --gpus auto|all|0,1,...: spread experts over several CUDA devices
   // (expert_parallel.h); auto takes every one only where this build's engine
-  // runs expert parallel (engine_runs_expert_parallel), else one GPU as --gpu.
+  // runs expert parallel (BackendMemory::engine_runs_expert_parallel), else one GPU as --gpu.
   std::string gpus = "auto";
-  bool engine_runs_expert_parallel = false;
   std::optional<std::uint64_t> vram;   // --vram (with --gpus: each GPU's)
   std::string gpu_variant;             // --gpu-variant (shader catalogue name)
   std::optional<int> gpu_batch_tokens; // --gpu-batch: a prompt's tokens per GPU submission (default: the backend's)

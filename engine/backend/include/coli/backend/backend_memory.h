@@ -25,6 +25,7 @@ struct HostCopy {
 struct BackendMemory {
   std::string name;                       // "vulkan"
   bool engine_runs_experts = false;       // this build's `coli run` computes experts on it
+  bool engine_runs_expert_parallel = false;  // ... and spreads them over several such GPUs (NCCL; CUDA)
   double vram_bytes_per_record_byte = 1;  // 1: records stay packed in VRAM
   std::vector<HostCopy> host_copies;      // per VRAM slot, in RAM
   int staging_slots = 2;                  // host-visible upload ring, in record strides
