@@ -182,6 +182,41 @@ TEST(SweepGrid, ThePlannedConfigurationIsMarkedOrAdded) {
   EXPECT_TRUE(grid->back().planned);
 }
 
+// Issue 18: experts spread over several GPUs are a placement of their own,
+// labelled by their GPUs; the configuration's plan carries each GPU's share
+// (what coli run gives the engine), and a planned expert-parallel plan is
+// that placement.
+TEST(SweepGrid, ExpertParallelPlacementsCarryTheirGpus) {
+  const auto fp = olmoe();
+  planner::Plan ep_plan;
+  ep_plan.n_experts = fp.n_experts;
+  ep_plan.threads = 1;
+  ep_plan.cap = fp.n_experts;
+  ep_plan.prefill_round_tokens = 64;
+  ep_plan.gpu.backend = "cuda";
+  ep_plan.gpu.whole_decoder = true;
+  ep_plan.gpu.vram_experts.assign(16, fp.n_experts);  // the two GPUs' sum: every expert
+  ep_plan.expert_parallel.gpus.resize(2);
+  ep_plan.expert_parallel.gpus[0].ordinal = 1;
+  ep_plan.expert_parallel.gpus[1].ordinal = 0;
+  ep_plan.expert_parallel.expert_gpu.assign(16, std::vector<int>(static_cast<std::size_t>(fp.n_experts), 1));
+  const GpuPlacement placement = expert_parallel_placement(ep_plan);
+  EXPECT_EQ(placement.label, "cuda gpus 1,0");
+  EXPECT_TRUE(placement.all_in_vram);
+  GridSpec spec{{{"1t", CpuSet({0})}}, {fp.n_experts}, {false}, {""}, 64};
+  spec.placements = {GpuPlacement{}, placement};
+  auto grid = build_grid(fp, spec);
+  ASSERT_TRUE(grid.ok()) << grid.error().message;
+  ASSERT_EQ(grid->size(), 2u);
+  EXPECT_EQ(config_label((*grid)[1], fp.n_experts), "1t | cap all | pins 0 | auto | cuda gpus 1,0");
+  planner::Plan base;
+  EXPECT_EQ(plan_of_config(base, (*grid)[1]).expert_parallel, ep_plan.expert_parallel);
+  EXPECT_FALSE(plan_of_config(ep_plan, (*grid)[0]).expert_parallel.active()) << "the CPU placement drops the base plan's GPUs";
+  SweepConfig planned = planned_config(ep_plan, h200_profile(), spec.thread_sets);
+  EXPECT_EQ(planned.gpu.label, "cuda gpus 1,0");
+  EXPECT_EQ(add_planned(*grid, planned), 1u);
+}
+
 // GPU placements multiply the grid (one per placement), label it, and go
 // into the plan a configuration runs; a CPU placement takes the GPU tier
 // away. (The whole-layer tier itself is planner::whole_layer_split's,

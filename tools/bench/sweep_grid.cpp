@@ -107,7 +107,14 @@ std::string placement_label(const planner::GpuTier& tier, const std::string& spl
 }
 
 GpuPlacement gpu_placement(const planner::GpuTier& tier, const std::string& split, int n_experts) {
-  return GpuPlacement{placement_label(tier, split), tier, tier.all_experts_in_vram(n_experts)};
+  return GpuPlacement{placement_label(tier, split), tier, tier.all_experts_in_vram(n_experts), std::nullopt};
+}
+
+GpuPlacement expert_parallel_placement(const planner::Plan& plan) {
+  std::string ordinals;
+  for (const planner::GpuShare& gpu : plan.expert_parallel.gpus) ordinals += (ordinals.empty() ? "" : ",") + std::to_string(gpu.ordinal);
+  return GpuPlacement{plan.gpu.backend + " gpus " + ordinals, plan.gpu, plan.gpu.all_experts_in_vram(plan.n_experts),
+                      plan.expert_parallel};
 }
 
 bool SweepConfig::same_knobs(const SweepConfig& other) const {
@@ -191,7 +198,8 @@ SweepConfig planned_config(const planner::Plan& plan, const DeviceProfile& profi
   std::optional<ThreadSet> prefill;
   if (!plan.prefill_pus.empty() && plan.prefill_pus != pus) prefill = labelled(plan.prefill_pus);
   GpuPlacement gpu;
-  if (plan.gpu.backend != "cpu") gpu = gpu_placement(plan.gpu, "expert", plan.n_experts);
+  if (plan.expert_parallel.active()) gpu = expert_parallel_placement(plan);
+  else if (plan.gpu.backend != "cpu") gpu = gpu_placement(plan.gpu, "expert", plan.n_experts);
   return SweepConfig{labelled(pus), prefill, plan.cap, plan.pins, plan.prefill_round_tokens, plan.cpu_kernel, true, gpu};
 }
 
@@ -220,6 +228,7 @@ planner::Plan plan_of_config(const planner::Plan& base, const SweepConfig& confi
   plan.prefill_round_tokens = config.round_tokens;
   plan.cpu_kernel = config.kernel;
   plan.gpu = config.gpu.tier ? *config.gpu.tier : planner::GpuTier{};
+  plan.expert_parallel = config.gpu.expert_parallel ? *config.gpu.expert_parallel : planner::ExpertParallelPlan{};
   return plan;
 }
 

@@ -52,13 +52,18 @@ ResolvedKernels resolve_kernels(const std::vector<std::string>& kernels, const s
 // whole MoE layers (llama.cpp's --n-cpu-moe: the first layers' experts on
 // the CPU).
 struct GpuPlacement {
-  std::string label = "cpu";             // "cpu", "cuda 2.0 GiB expert", "cuda 2.0 GiB layer"
+  std::string label = "cpu";             // "cpu", "cuda 2.0 GiB expert", "cuda 2.0 GiB layer", "cuda gpus 0,1"
   std::optional<planner::GpuTier> tier;  // nullopt: every expert on the CPU
   bool all_in_vram = false;              // every expert in VRAM: the host's cache, pins and round do nothing
+  // Experts spread over several GPUs (coli-plan --gpus): each GPU's share,
+  // the placement and the exchange; `tier` is their sum, as in the plan.
+  std::optional<planner::ExpertParallelPlan> expert_parallel;
 };
 
 // The placement of a GPU tier: its label and whether it holds every expert.
 GpuPlacement gpu_placement(const planner::GpuTier& tier, const std::string& split, int n_experts);
+// The placement of an expert-parallel plan: "cuda gpus 0,1" (its GPUs in rank order).
+GpuPlacement expert_parallel_placement(const planner::Plan& plan);
 
 // "cuda 2.0 GiB expert": the backend, the tier's VRAM budget, the split.
 std::string placement_label(const planner::GpuTier& tier, const std::string& split);

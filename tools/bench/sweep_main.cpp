@@ -52,6 +52,7 @@ struct Args {
   std::string gpu = "none", gpu_backend = "auto";  // --gpu N|auto adds GPU placements
   std::vector<std::string> vram{"all"};            // VRAM budgets: "all" (the device's) or sizes
   std::vector<std::string> splits{"expert", "layer"};
+  std::vector<std::string> gpus;                   // expert-parallel placements: coli-plan --gpus values ("all", "0,1")
 };
 
 int fail(const std::string& message, int code = 1) {
@@ -136,6 +137,18 @@ Result<std::optional<experts::UsageHistory>> open_history(const Args& args, cons
 Result<std::vector<GpuPlacement>> gpu_placements(const Args& args, const Setup& s) {
   std::vector<GpuPlacement> out{GpuPlacement{}};
   if (args.gpu == "none") return out;
+  for (const std::string& gpus : args.gpus) {  // experts spread over several GPUs
+    planner::PlanRequest request = s.request;
+    request.gpu = "auto";
+    request.gpus = gpus;
+    auto plan = planner::make_plan(s.profile, s.footprint, request);
+    if (!plan) return make_error("--gpus " + gpus + ": " + plan.error().message);
+    if (!plan->expert_parallel.active()) {
+      std::printf("--gpus %s left out: not expert parallel (%s)\n", gpus.c_str(), plan->gpu.reason.c_str());
+      continue;
+    }
+    out.push_back(expert_parallel_placement(*plan));
+  }
   for (const std::string& split : args.splits) {
     if (split != "expert" && split != "layer") return make_error("--split: '" + split + "' is not expert or layer");
   }
@@ -354,6 +367,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "vulkan", "cuda"}))->capture_default_str();
   app.add_option("--vram", args.vram, "VRAM budgets with --gpu, comma-separated: all (the device's) or sizes, e.g. all,8G,4G")
       ->delimiter(',')->capture_default_str();
+  app.add_option("--gpus", args.gpus,
+                 "With --gpu, expert-parallel placements: each a coli-plan --gpus value (all, or CUDA ordinals such as 0,1), "
+                 "several separated by spaces");
   app.add_option("--split", args.splits,
                  "With --gpu, how a budget below the whole model is split: expert (the planner's per-expert choice), "
                  "layer (whole layers, as llama.cpp's --n-cpu-moe)")
