@@ -6,6 +6,8 @@
 #include <cstring>
 #include <utility>
 
+#include "coli/base/dl_symbol.h"
+
 namespace coli::cuda {
 
 // nccl.h's declarations of what the decoder calls (ncclResult_t, the
@@ -31,12 +33,6 @@ constexpr const char* kWhatToDo =
     "set COLI_NCCL_LIBRARY to a libnccl.so.2 (pip's nvidia-nccl-cu12 or nvidia-nccl-cu13 ships one, "
     "under site-packages/nvidia/nccl/lib), or plan for one GPU";
 
-template <typename F>
-bool resolve(void* handle, const char* name, F& out) {
-  out = reinterpret_cast<F>(::dlsym(handle, name));
-  return out != nullptr;
-}
-
 }  // namespace
 
 Result<std::shared_ptr<const NcclLibrary>> NcclLibrary::open() {
@@ -56,13 +52,13 @@ Result<std::shared_ptr<const NcclLibrary>> NcclLibrary::open(const std::string& 
   }
   lib->api_ = std::make_unique<Api>();
   Api& a = *lib->api_;
-  for (auto [ok, name] : {std::pair{resolve(lib->handle_, "ncclGetVersion", a.get_version), "ncclGetVersion"},
-                          {resolve(lib->handle_, "ncclCommInitAll", a.comm_init_all), "ncclCommInitAll"},
-                          {resolve(lib->handle_, "ncclAllReduce", a.all_reduce), "ncclAllReduce"},
-                          {resolve(lib->handle_, "ncclCommGetAsyncError", a.comm_get_async_error), "ncclCommGetAsyncError"},
-                          {resolve(lib->handle_, "ncclCommAbort", a.comm_abort), "ncclCommAbort"},
-                          {resolve(lib->handle_, "ncclCommDestroy", a.comm_destroy), "ncclCommDestroy"},
-                          {resolve(lib->handle_, "ncclGetErrorString", a.get_error_string), "ncclGetErrorString"}}) {
+  for (auto [ok, name] : {std::pair{resolve_symbol(lib->handle_, a.get_version, "ncclGetVersion"), "ncclGetVersion"},
+                          {resolve_symbol(lib->handle_, a.comm_init_all, "ncclCommInitAll"), "ncclCommInitAll"},
+                          {resolve_symbol(lib->handle_, a.all_reduce, "ncclAllReduce"), "ncclAllReduce"},
+                          {resolve_symbol(lib->handle_, a.comm_get_async_error, "ncclCommGetAsyncError"), "ncclCommGetAsyncError"},
+                          {resolve_symbol(lib->handle_, a.comm_abort, "ncclCommAbort"), "ncclCommAbort"},
+                          {resolve_symbol(lib->handle_, a.comm_destroy, "ncclCommDestroy"), "ncclCommDestroy"},
+                          {resolve_symbol(lib->handle_, a.get_error_string, "ncclGetErrorString"), "ncclGetErrorString"}}) {
     if (!ok) return make_error(path + " is not NCCL 2 (it has no " + name + "): " + kWhatToDo);
   }
   if (Status s = lib->call("ncclGetVersion", a.get_version(&lib->version_)); !s) return s.error();

@@ -30,25 +30,19 @@ struct PeerApi {
   CUresult (*cuCtxSynchronize)() = nullptr;
 };
 
-template <class Function>
-bool resolve(void* library, Function& function, const char* name, const char* fallback = nullptr) {
-  resolve_cuda(library, function, name, fallback);
-  return function != nullptr;
-}
-
 // The API with every entry point, or the status saying which is missing.
 std::string open_api(PeerApi& api) {
   const CudaDriverLibrary driver = open_cuda_driver();
   if (!driver.handle) return driver.status;
   void* h = driver.handle;
   const bool complete =
-      resolve(h, api.cuInit, "cuInit") && resolve(h, api.cuDeviceGet, "cuDeviceGet") &&
-      resolve(h, api.cuDeviceCanAccessPeer, "cuDeviceCanAccessPeer") &&
-      resolve(h, api.cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain") &&
-      resolve(h, api.cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", "cuDevicePrimaryCtxRelease") &&
-      resolve(h, api.cuCtxSetCurrent, "cuCtxSetCurrent") && resolve(h, api.cuCtxEnablePeerAccess, "cuCtxEnablePeerAccess") &&
-      resolve(h, api.cuMemAlloc, "cuMemAlloc_v2") && resolve(h, api.cuMemFree, "cuMemFree_v2") &&
-      resolve(h, api.cuMemcpyPeer, "cuMemcpyPeer") && resolve(h, api.cuCtxSynchronize, "cuCtxSynchronize");
+      resolve_symbol(h, api.cuInit, "cuInit") && resolve_symbol(h, api.cuDeviceGet, "cuDeviceGet") &&
+      resolve_symbol(h, api.cuDeviceCanAccessPeer, "cuDeviceCanAccessPeer") &&
+      resolve_symbol(h, api.cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain") &&
+      resolve_symbol(h, api.cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", "cuDevicePrimaryCtxRelease") &&
+      resolve_symbol(h, api.cuCtxSetCurrent, "cuCtxSetCurrent") && resolve_symbol(h, api.cuCtxEnablePeerAccess, "cuCtxEnablePeerAccess") &&
+      resolve_symbol(h, api.cuMemAlloc, "cuMemAlloc_v2") && resolve_symbol(h, api.cuMemFree, "cuMemFree_v2") &&
+      resolve_symbol(h, api.cuMemcpyPeer, "cuMemcpyPeer") && resolve_symbol(h, api.cuCtxSynchronize, "cuCtxSynchronize");
   if (!complete) return "driver " + driver.name + " lacks an entry point the peer test needs";
   if (const CUresult r = api.cuInit(0); r != 0) return "no CUDA device (cuInit: " + cuda_error_name(r) + ")";
   return "";

@@ -57,20 +57,20 @@ struct DriverApi {
 
 DriverApi resolve_api(void* library) {
   DriverApi api;
-  resolve_cuda(library, api.cuInit, "cuInit");
-  resolve_cuda(library, api.cuDriverGetVersion, "cuDriverGetVersion");
-  resolve_cuda(library, api.cuDeviceGetCount, "cuDeviceGetCount");
-  resolve_cuda(library, api.cuDeviceGet, "cuDeviceGet");
-  resolve_cuda(library, api.cuDeviceGetName, "cuDeviceGetName");
-  resolve_cuda(library, api.cuDeviceGetAttribute, "cuDeviceGetAttribute");
-  resolve_cuda(library, api.cuDeviceTotalMem, "cuDeviceTotalMem_v2");
-  resolve_cuda(library, api.cuDeviceGetUuid, "cuDeviceGetUuid_v2", "cuDeviceGetUuid");
-  resolve_cuda(library, api.cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
-  resolve_cuda(library, api.cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", "cuDevicePrimaryCtxRelease");
-  resolve_cuda(library, api.cuCtxGetCurrent, "cuCtxGetCurrent");
-  resolve_cuda(library, api.cuCtxSetCurrent, "cuCtxSetCurrent");
-  resolve_cuda(library, api.cuMemGetInfo, "cuMemGetInfo_v2");
-  resolve_cuda(library, api.cuGetErrorName, "cuGetErrorName");
+  resolve_symbol(library, api.cuInit, "cuInit");
+  resolve_symbol(library, api.cuDriverGetVersion, "cuDriverGetVersion");
+  resolve_symbol(library, api.cuDeviceGetCount, "cuDeviceGetCount");
+  resolve_symbol(library, api.cuDeviceGet, "cuDeviceGet");
+  resolve_symbol(library, api.cuDeviceGetName, "cuDeviceGetName");
+  resolve_symbol(library, api.cuDeviceGetAttribute, "cuDeviceGetAttribute");
+  resolve_symbol(library, api.cuDeviceTotalMem, "cuDeviceTotalMem_v2");
+  resolve_symbol(library, api.cuDeviceGetUuid, "cuDeviceGetUuid_v2", "cuDeviceGetUuid");
+  resolve_symbol(library, api.cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
+  resolve_symbol(library, api.cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", "cuDevicePrimaryCtxRelease");
+  resolve_symbol(library, api.cuCtxGetCurrent, "cuCtxGetCurrent");
+  resolve_symbol(library, api.cuCtxSetCurrent, "cuCtxSetCurrent");
+  resolve_symbol(library, api.cuMemGetInfo, "cuMemGetInfo_v2");
+  resolve_symbol(library, api.cuGetErrorName, "cuGetErrorName");
   return api;
 }
 

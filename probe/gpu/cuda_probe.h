@@ -4,12 +4,12 @@
 // through cuda_device_from_attributes, which distrusts implausible numbers.
 #pragma once
 
-#include <dlfcn.h>
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "coli/base/dl_symbol.h"  // resolve_symbol, dlopen
 #include "coli/probe/device_profile.h"
 
 namespace coli::probe {
@@ -63,14 +63,6 @@ struct CudaDriverLibrary {
   std::string status;
 };
 CudaDriverLibrary open_cuda_driver();
-
-// A driver entry point by its versioned symbol name (what cuda.h maps the
-// plain names to since CUDA 11), else `fallback`; null when neither exists.
-template <class Function>
-void resolve_cuda(void* library, Function& function, const char* name, const char* fallback = nullptr) {
-  function = reinterpret_cast<Function>(::dlsym(library, name));
-  if (!function && fallback) function = reinterpret_cast<Function>(::dlsym(library, fallback));
-}
 
 // "CUDA_ERROR_NO_DEVICE" for the common driver errors, else "CUDA error <n>".
 std::string cuda_error_name(int code);

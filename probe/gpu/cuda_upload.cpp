@@ -31,12 +31,6 @@ struct UploadApi {
   CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void*, std::size_t) = nullptr;
 };
 
-template <class Function>
-bool resolve(void* library, Function& function, const char* name) {
-  resolve_cuda(library, function, name);
-  return function != nullptr;
-}
-
 // One device: pinned host block -> device block, timed per copy (synchronous).
 std::string measure_device(const UploadApi& api, int ordinal, std::size_t bytes, double seconds,
                            std::vector<UploadBandwidthPoint>& points) {
@@ -82,13 +76,13 @@ CudaUploadResult measure_cuda_uploads(std::size_t block_bytes, double budget_sec
     const std::string& library = driver.name;
     UploadApi api;
     const bool complete =
-        resolve(handle, api.cuInit, "cuInit") && resolve(handle, api.cuDeviceGetCount, "cuDeviceGetCount") &&
-        resolve(handle, api.cuDeviceGet, "cuDeviceGet") && resolve(handle, api.cuDeviceGetName, "cuDeviceGetName") &&
-        resolve(handle, api.cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain") &&
-        resolve(handle, api.cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2") &&
-        resolve(handle, api.cuCtxSetCurrent, "cuCtxSetCurrent") && resolve(handle, api.cuMemAlloc, "cuMemAlloc_v2") &&
-        resolve(handle, api.cuMemFree, "cuMemFree_v2") && resolve(handle, api.cuMemAllocHost, "cuMemAllocHost_v2") &&
-        resolve(handle, api.cuMemFreeHost, "cuMemFreeHost") && resolve(handle, api.cuMemcpyHtoD, "cuMemcpyHtoD_v2");
+        resolve_symbol(handle, api.cuInit, "cuInit") && resolve_symbol(handle, api.cuDeviceGetCount, "cuDeviceGetCount") &&
+        resolve_symbol(handle, api.cuDeviceGet, "cuDeviceGet") && resolve_symbol(handle, api.cuDeviceGetName, "cuDeviceGetName") &&
+        resolve_symbol(handle, api.cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain") &&
+        resolve_symbol(handle, api.cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2") &&
+        resolve_symbol(handle, api.cuCtxSetCurrent, "cuCtxSetCurrent") && resolve_symbol(handle, api.cuMemAlloc, "cuMemAlloc_v2") &&
+        resolve_symbol(handle, api.cuMemFree, "cuMemFree_v2") && resolve_symbol(handle, api.cuMemAllocHost, "cuMemAllocHost_v2") &&
+        resolve_symbol(handle, api.cuMemFreeHost, "cuMemFreeHost") && resolve_symbol(handle, api.cuMemcpyHtoD, "cuMemcpyHtoD_v2");
     if (!complete) return {"cuda: driver " + library + " lacks an entry point the upload test needs", {}};
     if (const CUresult result = api.cuInit(0); result != 0) return {"cuda: no CUDA device (cuInit: " + cuda_error_name(result) + ")", {}};
     int count = 0;

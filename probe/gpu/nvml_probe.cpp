@@ -7,6 +7,8 @@
 #include <cstring>
 #include <exception>
 
+#include "coli/base/dl_symbol.h"
+
 namespace coli::probe {
 namespace {
 
@@ -46,27 +48,21 @@ struct NvmlApi {
   nvmlReturn_t (*nvmlDeviceGetNvLinkRemotePciInfo)(nvmlDevice_t, unsigned, nvmlPciInfo_t*) = nullptr;
 };
 
-template <class Function>
-void resolve(void* library, Function& function, const char* name, const char* fallback = nullptr) {
-  function = reinterpret_cast<Function>(::dlsym(library, name));
-  if (!function && fallback) function = reinterpret_cast<Function>(::dlsym(library, fallback));
-}
-
 NvmlApi resolve_api(void* library) {
   NvmlApi api;
-  resolve(library, api.nvmlInit, "nvmlInit_v2", "nvmlInit");
-  resolve(library, api.nvmlShutdown, "nvmlShutdown");
-  resolve(library, api.nvmlErrorString, "nvmlErrorString");
-  resolve(library, api.nvmlDeviceGetCount, "nvmlDeviceGetCount_v2", "nvmlDeviceGetCount");
-  resolve(library, api.nvmlDeviceGetHandleByIndex, "nvmlDeviceGetHandleByIndex_v2", "nvmlDeviceGetHandleByIndex");
-  resolve(library, api.nvmlDeviceGetUUID, "nvmlDeviceGetUUID");
-  resolve(library, api.nvmlDeviceGetPciInfo, "nvmlDeviceGetPciInfo_v3", "nvmlDeviceGetPciInfo_v2");
-  resolve(library, api.nvmlDeviceGetMaxPcieLinkGeneration, "nvmlDeviceGetMaxPcieLinkGeneration");
-  resolve(library, api.nvmlDeviceGetMaxPcieLinkWidth, "nvmlDeviceGetMaxPcieLinkWidth");
-  resolve(library, api.nvmlDeviceGetTopologyCommonAncestor, "nvmlDeviceGetTopologyCommonAncestor");
-  resolve(library, api.nvmlDeviceGetNvLinkState, "nvmlDeviceGetNvLinkState");
-  resolve(library, api.nvmlDeviceGetNvLinkVersion, "nvmlDeviceGetNvLinkVersion");
-  resolve(library, api.nvmlDeviceGetNvLinkRemotePciInfo, "nvmlDeviceGetNvLinkRemotePciInfo_v2");
+  resolve_symbol(library, api.nvmlInit, "nvmlInit_v2", "nvmlInit");
+  resolve_symbol(library, api.nvmlShutdown, "nvmlShutdown");
+  resolve_symbol(library, api.nvmlErrorString, "nvmlErrorString");
+  resolve_symbol(library, api.nvmlDeviceGetCount, "nvmlDeviceGetCount_v2", "nvmlDeviceGetCount");
+  resolve_symbol(library, api.nvmlDeviceGetHandleByIndex, "nvmlDeviceGetHandleByIndex_v2", "nvmlDeviceGetHandleByIndex");
+  resolve_symbol(library, api.nvmlDeviceGetUUID, "nvmlDeviceGetUUID");
+  resolve_symbol(library, api.nvmlDeviceGetPciInfo, "nvmlDeviceGetPciInfo_v3", "nvmlDeviceGetPciInfo_v2");
+  resolve_symbol(library, api.nvmlDeviceGetMaxPcieLinkGeneration, "nvmlDeviceGetMaxPcieLinkGeneration");
+  resolve_symbol(library, api.nvmlDeviceGetMaxPcieLinkWidth, "nvmlDeviceGetMaxPcieLinkWidth");
+  resolve_symbol(library, api.nvmlDeviceGetTopologyCommonAncestor, "nvmlDeviceGetTopologyCommonAncestor");
+  resolve_symbol(library, api.nvmlDeviceGetNvLinkState, "nvmlDeviceGetNvLinkState");
+  resolve_symbol(library, api.nvmlDeviceGetNvLinkVersion, "nvmlDeviceGetNvLinkVersion");
+  resolve_symbol(library, api.nvmlDeviceGetNvLinkRemotePciInfo, "nvmlDeviceGetNvLinkRemotePciInfo_v2");
   return api;
 }
 
