@@ -11,16 +11,11 @@
 namespace coli::probe {
 namespace {
 
-// The few driver API declarations coli needs, from the CUDA Driver API
-// reference (cuda.h itself is not needed to build). CUresult and CUdevice are
-// ints; a context is an opaque pointer; attributes are stable enum numbers.
-using CUresult = int;
-using CUdevice = int;
-using CUcontext = void*;
+// The rest of the driver API declarations the facts need (the types are in
+// cuda_probe.h); attributes are stable enum numbers.
 struct CUuuid {
   unsigned char bytes[16];
 };
-constexpr CUresult kCudaSuccess = 0;
 
 enum DeviceAttribute : int {
   kMaxSharedMemoryPerBlock = 8,

@@ -14,6 +14,15 @@
 
 namespace coli::probe {
 
+// The driver API's types the probe's CUDA files use, from the CUDA Driver API
+// reference (cuda.h itself is not needed to build): CUresult and CUdevice are
+// ints, a context is an opaque pointer, a device pointer 64 bits.
+using CUresult = int;
+using CUdevice = int;
+using CUcontext = void*;
+using CUdeviceptr = unsigned long long;
+inline constexpr CUresult kCudaSuccess = 0;
+
 struct CudaProbeResult {
   std::string status;  // "1 device", "no CUDA driver (...)", "no CUDA device (cuInit: ...)"
   std::vector<CudaDevice> devices;

@@ -10,11 +10,7 @@
 namespace coli::probe {
 namespace {
 
-// Driver API declarations (CUDA Driver API reference; see cuda_probe.cpp).
-using CUresult = int;
-using CUdevice = int;
-using CUcontext = void*;
-using CUdeviceptr = unsigned long long;
+// The driver API's entry points this measurement calls (types: cuda_probe.h).
 
 struct UploadApi {
   CUresult (*cuInit)(unsigned) = nullptr;
