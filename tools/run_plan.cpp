@@ -21,36 +21,35 @@ std::string shape_identity(const runtime::ModelShape& shape) {
   return experts::usage_model_identity(shape.config_json, shape.tensor_names);
 }
 
-// An expert-parallel plan runs on every GPU it names, each this machine's
-// CUDA device of the same ordinal (by UUID, else ordinal and model).
-Status check_expert_parallel_gpus_here(const planner::Plan& plan, const GpuFacts& gpus) {
-  for (const planner::GpuShare& share : plan.expert_parallel.gpus) {
-    const GpuIdentity id{share.ordinal, share.uuid, share.name};
-    const auto here = find_cuda_gpu(gpus, id);
-    if (!here || *here != share.ordinal) {
-      return make_error("the plan spreads experts over " + std::to_string(plan.expert_parallel.gpus.size()) +
-                        " GPUs, among them " + id.describe() +
-                        (here ? ", which is CUDA device " + std::to_string(*here) + " here" : ", which this machine does not have") +
-                        ": re-plan here with coli-plan --profile (and --gpus for the GPUs this machine has)");
-    }
-  }
-  return Ok{};
+// `id` must be this machine's device of the same index (by UUID, else index
+// and model): CUDA ordinals and UUIDs when `cuda`, else Vulkan's. `what`
+// says which GPU of the plan it is, `advice` what to re-plan with.
+Status check_device_here(const GpuIdentity& id, bool cuda, const GpuFacts& gpus, const std::string& what,
+                         const std::string& advice) {
+  const auto here = cuda ? find_cuda_gpu(gpus, id) : find_gpu(gpus, id);
+  if (here && *here == id.index) return Ok{};
+  return make_error(what + id.describe() +
+                    (here ? ", which is " + std::string(cuda ? "CUDA" : "Vulkan") + " device " + std::to_string(*here) + " here"
+                          : ", which this machine does not have") +
+                    ": re-plan here with coli-plan --profile" + advice);
 }
 
-// A GPU plan runs on the GPU it names (by UUID, else index and model), and
-// that GPU must be this machine's device of the same index.
+// A GPU plan runs on the GPU it names, an expert-parallel plan on every GPU
+// it names, each this machine's device of the same index.
 Status check_gpu_here(const planner::Plan& plan, const GpuFacts& gpus) {
-  if (plan.expert_parallel.active()) return check_expert_parallel_gpus_here(plan, gpus);
-  if (!plan.gpu.whole_decoder || !plan.gpu.device.gpu.chosen()) return Ok{};
-  const bool cuda = plan.gpu.backend == "cuda";  // CUDA ordinals and UUIDs, else Vulkan's
-  const auto here = cuda ? find_cuda_gpu(gpus, plan.gpu.device.gpu) : find_gpu(gpus, plan.gpu.device.gpu);
-  if (!here || *here != plan.gpu.device.gpu.index) {
-    return make_error("the plan runs on " + plan.gpu.device.gpu.describe() +
-                      (here ? ", which is " + std::string(cuda ? "CUDA" : "Vulkan") + " device " + std::to_string(*here) + " here"
-            : ", which this machine does not have") +
-                      ": re-plan here with coli-plan --profile");
+  if (plan.expert_parallel.active()) {
+    const std::string what = "the plan spreads experts over " + std::to_string(plan.expert_parallel.gpus.size()) +
+                             " GPUs, among them ";
+    for (const planner::GpuShare& share : plan.expert_parallel.gpus) {
+      if (Status s = check_device_here({share.ordinal, share.uuid, share.name}, true, gpus, what,
+                                       " (and --gpus for the GPUs this machine has)");
+          !s)
+        return s;
+    }
+    return Ok{};
   }
-  return Ok{};
+  if (!plan.gpu.whole_decoder || !plan.gpu.device.gpu.chosen()) return Ok{};
+  return check_device_here(plan.gpu.device.gpu, plan.gpu.backend == "cuda", gpus, "the plan runs on ", "");
 }
 
 // What this build's engine cannot honour is refused, never approximated.
