@@ -119,6 +119,10 @@ void read_speed(const Reader& s, SpeedPrediction& out) {
   out.decode_inputs = s.text("decode_inputs");
   out.prefill_tok_per_s = s.real("prefill_tok_per_s", 0, 1e12);
   out.prefill_inputs = s.text("prefill_inputs");
+  // Since issue 15's read counts (absent before: 0, not predicted).
+  if (s.has("decode_disk_reads")) out.decode_disk_reads = s.real("decode_disk_reads", 0, 1e12);
+  if (s.has("prefill_disk_reads")) out.prefill_disk_reads = s.real("prefill_disk_reads", 0, 1e15);
+  if (s.has("prefill_prompt_tokens")) out.prefill_prompt_tokens = static_cast<int>(s.integer("prefill_prompt_tokens", 0, 1 << 30));
   // Each prediction's terms, seconds per token (absent in plans from before issue 15's).
   auto terms = [&](const char* key, std::vector<SpeedTerm>& into) {
     if (!s.has(key)) return;

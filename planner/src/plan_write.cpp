@@ -152,6 +152,9 @@ toml::table plan_table(const PlanFile& f) {
                             {"decode_inputs", s.decode_inputs},
                             {"prefill_tok_per_s", s.prefill_tok_per_s},
                             {"prefill_inputs", s.prefill_inputs},
+                            {"decode_disk_reads", s.decode_disk_reads},
+                            {"prefill_disk_reads", s.prefill_disk_reads},
+                            {"prefill_prompt_tokens", s.prefill_prompt_tokens},
                             {"decode_terms", terms_array(s.decode_terms)},
                             {"prefill_terms", terms_array(s.prefill_terms)}}}};
   if (p.expert_parallel.active()) table.insert("expert_parallel", expert_parallel_table(p.expert_parallel));

@@ -178,22 +178,36 @@ struct PlanRates {
   double disk_seconds(double reads) const { return disk ? disk->seconds(reads) : 0.0; }
 };
 
-// A decode layer's expected wait for its misses: each of its top_k
-// routings misses with the plan's miss rate (binomially), the m misses are
-// read together while the layer's top_k - m resident experts compute, and
-// only what outlasts that compute is waited for. Misses come whole: one
-// miss in a layer costs a whole read however rare it is, which an average
-// over layers (a fraction of a read against all layers' compute) hides.
+// The expected wait for one layer's (or prefill round's) expert reads:
+// each of the `needed` experts misses with probability `miss`
+// (binomially), the m misses are requested together, and the layer waits
+// for what outlasts `overlap(m)`, the compute it does meanwhile. Misses
+// come whole: one miss costs a whole read however rare it is, which a mean
+// (a fraction of a read against all of the compute) hides. A fractional
+// `needed` (a prefill round's expected distinct experts) interpolates
+// between its neighbours.
+double expected_read_wait(const PlanRates& r, double needed, double miss, const std::function<double(int)>& overlap) {
+  if (miss <= 0 || !r.disk || needed <= 0) return 0.0;
+  auto wait_of = [&](int n) {
+    double wait = 0, ways = 1;  // ways: n choose m
+    for (int m = 1; m <= n; ++m) {
+      ways = ways * (n - m + 1) / m;
+      const double p_m = ways * std::pow(miss, m) * std::pow(1.0 - miss, n - m);
+      wait += p_m * std::max(0.0, r.disk_seconds(m) - overlap(m));
+    }
+    return wait;
+  };
+  const int below = static_cast<int>(std::floor(needed));
+  const double above_share = needed - below;
+  return (1.0 - above_share) * wait_of(below) + (above_share > 0 ? above_share * wait_of(below + 1) : 0.0);
+}
+
+// A decode layer's expected wait: its top_k routings, the resident ones
+// (not in VRAM, not missed) computed on the CPU while the misses are read.
 double layer_disk_wait(const PlanRates& r, int top_k, double expert_compute_s) {
-  if (r.miss <= 0 || !r.disk) return 0.0;
-  double wait = 0, ways = 1;  // ways: top_k choose m
-  for (int m = 1; m <= top_k; ++m) {
-    ways = ways * (top_k - m + 1) / m;
-    const double p_m = ways * std::pow(r.miss, m) * std::pow(1.0 - r.miss, top_k - m);
-    const double resident = std::max(0.0, top_k * (1.0 - r.vram_share) - m);  // computed on the CPU meanwhile
-    wait += p_m * std::max(0.0, r.disk_seconds(m) - resident * expert_compute_s);
-  }
-  return wait;
+  return expected_read_wait(r, top_k, r.miss, [&](int m) {
+    return std::max(0.0, top_k * (1.0 - r.vram_share) - m) * expert_compute_s;
+  });
 }
 
 // Decode: seconds per token as planner/README.md's formula says, and its inputs.
@@ -231,6 +245,7 @@ void predict_decode(const DeviceProfile& profile, const ModelFootprint& fp, cons
   const double resident_compute_s = layers * top_k * std::max(0.0, 1.0 - r.vram_share - r.miss) *
                                     static_cast<double>(record) / (expert_gbs * 1e9);
   const double disk_wait_s = layers * layer_disk_wait(r, fp.top_k, static_cast<double>(record) / (expert_gbs * 1e9));
+  s.decode_disk_reads = layers * top_k * r.miss;
   s.decode_terms = {
       {"dense weights", dense_s},
       {"KV cache", static_cast<double>(kv) / (r.ram.gb_per_s * 1e9)},
@@ -349,6 +364,33 @@ PromptCompute prompt_compute(const DeviceProfile& profile, const ModelFootprint&
   return out;
 }
 
+// The fork/joins of a prompt's expert batches: each round of each MoE layer
+// runs its resident experts as one team region (CpuBackend::ffn_quantized:
+// gather, gate/up, SwiGLU, down, scatter, each step behind a barrier; a
+// one-token round skips gather and scatter) and, when any of its D distinct
+// experts missed, the missed ones as a second; a round with no miss and no
+// shared expert adds its weighted sums as one more step. Rounds of a few
+// tokens (a small cap) make hundreds of these per prompt: the demo model at
+// cap 4 runs 512 at 16 threads, ~10 us each. One thread enters no region.
+struct ExpertBatchSteps {
+  double seconds = 0;
+  std::string text;
+};
+ExpertBatchSteps prefill_expert_steps(const DeviceProfile& profile, const ModelFootprint& fp, const Team& team,
+                                      double layer_rounds, double round, double distinct, double miss) {
+  if ((team.pus.empty() ? static_cast<std::size_t>(team.threads) : team.pus.size()) <= 1) return {};
+  const double any_missed = 1.0 - std::pow(1.0 - miss, distinct), any_resident = 1.0 - std::pow(miss, distinct);
+  const double barriers_per_batch = round > 1 ? 4 : 2;
+  const double sums = fp.config.has_shared_expert() ? 0.0 : 1.0 - any_missed;
+  const double regions = layer_rounds * (any_resident + any_missed);
+  const double barriers = regions * barriers_per_batch + layer_rounds * sums;
+  const auto step = parallel_step_cost(profile, team, {static_cast<int>(std::lround(regions)), static_cast<int>(std::lround(barriers))});
+  if (!step) return {};
+  return {regions * step->seconds + barriers * step->barrier_seconds,
+          "the expert batches' " + step->text + " (" + format_fixed(layer_rounds, 0) + " layer rounds, " +
+              format_fixed(any_missed * 100, 0) + "% of them with a second batch for their misses)"};
+}
+
 void predict_prefill(const DeviceProfile& profile, const ModelFootprint& fp, const Plan& plan, const PlanRates& r,
                      SpeedPrediction& s) {
   const double layers = static_cast<double>(fp.moe_layer_count()), top_k = fp.top_k;
@@ -363,23 +405,32 @@ void predict_prefill(const DeviceProfile& profile, const ModelFootprint& fp, con
   const double distinct = n * (1.0 - std::pow(1.0 - 1.0 / n, round * top_k));
   const double pass_ram = static_cast<double>(dense) + rounds * layers * distinct * static_cast<double>(fp.expert().record_bytes);
   const double ram_s = pass_ram / (r.ram.gb_per_s * 1e9);
-  // Each round's misses of a layer, requested together; the round's resident experts compute meanwhile.
-  const double round_resident_s = compute.expert_s * (1.0 - r.prefill_miss) / (rounds * layers);
-  const double disk_s = rounds * layers * std::max(0.0, r.disk_seconds(distinct * r.prefill_miss) - round_resident_s);
+  // Each round's misses of a layer, requested together; the round's resident experts compute meanwhile
+  // (a distinct expert's share of the round's expert GEMMs each).
+  const double per_expert_s = compute.expert_s / (rounds * layers * distinct);
+  const double disk_s = rounds * layers * expected_read_wait(r, distinct, r.prefill_miss, [&](int m) {
+    return std::max(0.0, distinct - m) * per_expert_s;
+  });
+  const ExpertBatchSteps steps = r.vram ? ExpertBatchSteps{}
+                                        : prefill_expert_steps(profile, fp, team, rounds * layers, round, distinct, r.prefill_miss);
+  s.prefill_disk_reads = rounds * layers * distinct * r.prefill_miss;
+  s.prefill_prompt_tokens = static_cast<int>(prompt);
   s.prefill_terms = {{"compute: expert GEMMs", compute.expert_s / prompt},
                      {"compute: dense projections", compute.dense_s / prompt},
                      {"compute: attention", compute.attention_s / prompt},
                      {"compute: lm_head of the last token", compute.lm_head_s / prompt},
+                     {"compute: expert batches' parallel steps", steps.seconds / prompt},
                      {"memory: weights from RAM", ram_s / prompt},
                      {"memory: experts from disk", disk_s / prompt}};
-  s.prefill_tok_per_s = prompt / (std::max(ram_s, compute.seconds()) + disk_s);
+  s.prefill_tok_per_s = prompt / (std::max(ram_s, compute.seconds() + steps.seconds) + disk_s);
   const std::string memory_text = "a " + format_fixed(prompt, 0) + "-token prompt reading dense " + format_bytes(dense) +
                                   " once and, in " + format_fixed(rounds, 0) + " rounds of " + format_fixed(round, 0) + " tokens, " +
                                   format_fixed(distinct, 1) + " distinct experts x " + format_fixed(layers, 0) + " layers each, " +
                                   format_fixed(r.prefill_miss * 100, 1) + "% of them from disk" +
-                                  (disk_s > 0 ? " (" + r.disk->text + "; each round's reads less its resident experts' compute)"
+                                  (disk_s > 0 ? " (" + r.disk->text + "; each round's misses, binomially, less its resident experts' compute)"
                                               : std::string());
-  s.prefill_inputs = compute.timed ? "the longer of compute, " + compute.text + ", and RAM reads, then the disk: " + memory_text
+  s.prefill_inputs = compute.timed ? "the longer of compute, " + compute.text + (steps.text.empty() ? "" : " + " + steps.text) +
+                                         ", and RAM reads, then the disk: " + memory_text
                                    : "rough, bandwidth only (no timed prefill kernel in this profile: real prefill is slower): " +
                                          memory_text;
 }

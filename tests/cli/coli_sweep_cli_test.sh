@@ -28,6 +28,7 @@ check "prefill rank and % of best printed" grep -qE "^prefill: planned: rank [0-
 check "no prediction without a measured bandwidth, and why" grep -qE "^decode: +predicted: none \(the profile lacks" "$work/s.out"
 check "token check passed" contains "$work/s.out" "token check: all [0-9]* runs produced the same tokens"
 check "progress on stderr" contains "$work/s.err" "repeat 2/2"
+check "disk reads listed for the streaming configurations" contains "$work/s.out" "expert records read from disk, measured"
 check "no temporary files left" test "$(ls "$work/out" | grep -c '\.tmp')" -eq 0
 
 check "CSV: one row per configuration x repeat, one planned configuration" python3 - "$work/out/sweep.csv" <<'EOF'
@@ -42,7 +43,13 @@ EOF
 check "JSON: schema, planned, ranking, token check" python3 - "$work/out/sweep.json" <<'EOF'
 import json, sys
 d = json.load(open(sys.argv[1]))
-assert d["schema_version"] == 4
+assert d["schema_version"] == 5
+# The prefill pass's expert reads per run: none where every expert is resident, and byte counts
+# that go with the misses (a resident configuration reads nothing).
+for c in d["configs"]:
+    for r in c["runs"]:
+        assert r["prefill_expert_misses"] >= 0 and (r["prefill_expert_bytes_read"] > 0) == (r["prefill_expert_misses"] > 0), r
+        assert not c["resident"] or r["prefill_expert_misses"] == 0, (c["label"], r)
 assert all(c["gpu"] == "cpu" and c["vram_experts"] == [] for c in d["configs"]), "no --gpu: every expert on the CPU"
 # Every configuration says what the planner predicted for it; a --quick profile has no measured
 # bandwidth, so here each says why it has no prediction (the values are checked in sweep_test).

@@ -397,6 +397,32 @@ TEST(PlanSpeed, ParallelStepsCostWhatTheProbeMeasuredAtTheTeamSize) {
   EXPECT_NE(a.decode_inputs.find("OpenMP step costs not in this profile: re-probe"), std::string::npos) << a.decode_inputs;
 }
 
+// A prefill round's experts run as one team region of barriered steps
+// (gather, gate/up, SwiGLU, down, scatter), a second when any of its D
+// distinct experts missed, and a weighted-sums step when none did: rounds of
+// two tokens (a small cap) make thousands of them per prompt, each a measured
+// fork/join (the demo model at cap 4 on the H200's 16 threads: half its prefill).
+TEST(PlanSpeed, SmallPrefillRoundsPayTheirExpertBatchesForkJoins) {
+  const ModelFootprint fp = qwen3();
+  Plan plan = h200_qwen3_plan().plan;
+  plan.threads = 8, plan.cap = 16, plan.prefill_round_tokens = 2;
+  DeviceProfile without = measured_profile(10);
+  without.measurements.kernel_tuning = tuned_on_8_threads("expert_q4_prefill", 1024, 32, 768, {}, {3, 100, 100, 100, 0});
+  DeviceProfile with = without;
+  with.measurements.parallel_overhead = ParallelOverhead{100, {{1, 0.5, 0.2, 2.0}, {8, 3.0, 1.0, 4.0}}};
+  const SpeedPrediction a = predict_speed(without, fp, plan), b = predict_speed(with, fp, plan);
+  ASSERT_TRUE(a.available && b.available);
+  const double layer_rounds = 48.0 * 256, distinct = 128 * (1 - std::pow(127.0 / 128, 2 * 8)), q = 1 - b.prefill_hit_rate;
+  const double regions = layer_rounds * ((1 - std::pow(q, distinct)) + (1 - std::pow(1 - q, distinct)));
+  const double barriers = regions * 4 + layer_rounds * std::pow(1 - q, distinct);
+  EXPECT_NEAR(512 / b.prefill_tok_per_s - 512 / a.prefill_tok_per_s, regions * (3.0 + 4.0) * 1e-6 + barriers * 1e-6, 1e-9);
+  EXPECT_NEAR(b.prefill_terms[4].seconds * 512, regions * 7e-6 + barriers * 1e-6, 1e-9);
+  EXPECT_EQ(b.prefill_terms[4].name, "compute: expert batches' parallel steps");
+  EXPECT_NE(b.prefill_inputs.find("the expert batches' "), std::string::npos) << b.prefill_inputs;
+  plan.threads = 1, plan.compute_pus = {};  // one thread enters no region
+  EXPECT_EQ(predict_speed(with, fp, plan).prefill_terms[4].seconds, 0.0);
+}
+
 // Issue 15: prefill was predicted from bandwidth alone (396 tok/s where 47
 // were measured for Qwen3-30B-A3B on the H200). With the tuning phase's
 // expert GEMM timed, a round takes the longer of compute and reads.
@@ -761,7 +787,10 @@ TEST(PlanSpeed, SmallRecordsReadAtTheDisksFittedLatency) {
 // depth only helps several reads of one round). Made-up disk: 100 us + 2
 // GB/s per read alone, x1.5 with reads in flight; no tuned kernels, so no
 // resident compute overlaps the reads.
-TEST(PlanSpeed, PrefillRoundsWaitForTheirMissesAtLeastOneReadEach) {
+// A prefill round's layer misses m of its D distinct experts binomially and
+// waits for reads(m) (no timed compute to overlap in this profile); a
+// fractional D interpolates between its neighbours.
+TEST(PlanSpeed, PrefillRoundsWaitForTheirMissesBinomially) {
   auto fp = read_footprint(std::filesystem::path(COLI_FIXTURES_DIR) / "models" / "tiny-demo", WeightFormat::q4_g64,
                            DenseFormat::source);
   ASSERT_TRUE(fp.ok()) << fp.error().message;
@@ -779,12 +808,22 @@ TEST(PlanSpeed, PrefillRoundsWaitForTheirMissesAtLeastOneReadEach) {
     ASSERT_TRUE(s.available) << s.unavailable;
     const double stride = static_cast<double>(fp->expert().record_stride), n = fp->n_experts, layers = 2;
     const double round = plan->prefill_round_tokens, rounds = std::ceil(512 / round);
-    const double misses = n * (1 - std::pow(1 - 1 / n, round * fp->top_k)) * (1 - s.prefill_hit_rate);  // per round and layer
+    const double distinct = n * (1 - std::pow(1 - 1 / n, round * fp->top_k)), q = 1 - s.prefill_hit_rate;
     const double one_read = 100e-6 + stride / 2e9, in_flight = one_read / 1.5;
-    const double wait = misses < 1 ? misses * one_read : std::max(one_read, misses * in_flight);
+    auto reads = [&](int m) { return std::max(one_read, m * in_flight); };
+    auto wait_of = [&](int d) {
+      double wait = 0;
+      for (int m = 1; m <= d; ++m) wait += std::tgamma(d + 1) / (std::tgamma(m + 1) * std::tgamma(d - m + 1)) *
+                                           std::pow(q, m) * std::pow(1 - q, d - m) * reads(m);
+      return wait;
+    };
+    const int below = static_cast<int>(distinct);
+    const double wait = (below + 1 - distinct) * wait_of(below) + (distinct - below) * wait_of(below + 1);
     ASSERT_EQ(s.prefill_terms.back().name, "memory: experts from disk");
     EXPECT_NEAR(s.prefill_terms.back().seconds * 512, rounds * layers * wait, 1e-9) << "cap " << cap;
-    EXPECT_NE(s.prefill_inputs.find("each round's reads less its resident experts' compute"), std::string::npos)
+    EXPECT_NEAR(s.prefill_disk_reads, rounds * layers * distinct * q, 1e-9);
+    EXPECT_EQ(s.prefill_prompt_tokens, 512);
+    EXPECT_NE(s.prefill_inputs.find("each round's misses, binomially, less its resident experts' compute"), std::string::npos)
         << s.prefill_inputs;
   }
 }

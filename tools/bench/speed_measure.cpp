@@ -23,18 +23,28 @@ std::vector<std::int32_t> spread_ids(int count, int vocab, std::uint64_t stride,
   return ids;
 }
 
+// Adds the expert-cache counters since `before` to `traffic`.
+void add_traffic(const runtime::ModelStats& before, const runtime::ModelStats& after, ExpertTraffic& traffic) {
+  traffic.hits += after.expert_hits - before.expert_hits;
+  traffic.misses += after.expert_misses - before.expert_misses;
+  traffic.bytes_read += after.expert_bytes_read - before.expert_bytes_read;
+}
+
 }  // namespace
 
 BenchTokens bench_tokens(const SpeedTests& tests, int vocab) {
   return {spread_ids(tests.prefill_tokens, vocab, 7919, 13), spread_ids(tests.max_depth() + 1, vocab, 8023, 990)};
 }
 
-Result<double> time_prefill(runtime::MoeModel& model, const std::vector<std::int32_t>& prompt) {
+Result<double> time_prefill(runtime::MoeModel& model, const std::vector<std::int32_t>& prompt, ExpertTraffic* traffic) {
   std::vector<float> logits(static_cast<std::size_t>(model.vocab_size()));
   model.reset();
+  const runtime::ModelStats before = model.stats();
   const auto start = Clock::now();
   if (Status s = model.forward(prompt, 0, logits); !s) return s.error();
-  return seconds_since(start);
+  const double seconds = seconds_since(start);
+  if (traffic) add_traffic(before, model.stats(), *traffic);
+  return seconds;
 }
 
 Result<double> time_decode(runtime::MoeModel& model, const std::vector<std::int32_t>& context, int depth, int steps,
@@ -55,18 +65,13 @@ Result<double> time_decode(runtime::MoeModel& model, const std::vector<std::int3
     greedy.push_back(next);
   }
   const double seconds = seconds_since(start);
-  if (traffic) {
-    const runtime::ModelStats& after = model.stats();
-    traffic->hits += after.expert_hits - before.expert_hits;
-    traffic->misses += after.expert_misses - before.expert_misses;
-    traffic->bytes_read += after.expert_bytes_read - before.expert_bytes_read;
-  }
+  if (traffic) add_traffic(before, model.stats(), *traffic);
   return seconds;
 }
 
 Result<SpeedPass> measure_pass(runtime::MoeModel& model, const SpeedTests& tests, const BenchTokens& tokens) {
   SpeedPass pass;
-  auto prefill = time_prefill(model, tokens.prompt);
+  auto prefill = time_prefill(model, tokens.prompt, &pass.prefill_traffic);
   if (!prefill) return prefill.error();
   pass.prefill_seconds = *prefill;
   for (int depth : tests.depths) {

@@ -28,6 +28,7 @@ struct ExpertTraffic {
 // One repeat of every test.
 struct SpeedPass {
   double prefill_seconds = 0;
+  ExpertTraffic prefill_traffic;                   // of the timed prefill pass
   std::vector<double> decode_seconds;              // per depth
   std::vector<std::vector<std::int32_t>> greedy;   // per depth: the decode test's greedy tokens
   ExpertTraffic decode_traffic;                    // over the timed decode steps only
@@ -36,8 +37,10 @@ struct SpeedPass {
 
 Result<SpeedPass> measure_pass(runtime::MoeModel& model, const SpeedTests& tests, const BenchTokens& tokens);
 
-// Seconds of one prefill pass, from an empty KV cache.
-Result<double> time_prefill(runtime::MoeModel& model, const std::vector<std::int32_t>& prompt);
+// Seconds of one prefill pass, from an empty KV cache; its expert-cache
+// counters to `traffic` when given.
+Result<double> time_prefill(runtime::MoeModel& model, const std::vector<std::int32_t>& prompt,
+                            ExpertTraffic* traffic = nullptr);
 
 // Fills the KV cache with `depth` context tokens (untimed), then times
 // `steps` greedy decode steps; the greedy tokens go to `greedy`.

@@ -99,6 +99,9 @@ ConfigPrediction predict_config(const Setup& s, const planner::Plan& plan, const
       return out;
     }
     out.prefill_tok_s = p.prefill_tok_per_s;
+    out.prefill_disk_reads = p.prefill_disk_reads;
+    out.prefill_tokens = p.prefill_prompt_tokens;
+    out.decode_disk_reads += p.decode_disk_reads / static_cast<double>(tests.depths.size());
     seconds += tests.decode_tokens / p.decode_tok_per_s;
   }
   out.available = seconds > 0;

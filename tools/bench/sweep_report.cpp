@@ -236,7 +236,9 @@ std::string sweep_json(const SweepReport& r) {
                       {"load_s", run.load_seconds},
                       {"expert_hits", run.expert_hits}, {"expert_misses", run.expert_misses},
                       {"expert_misses_at_depth", run.depth_misses},
-                      {"expert_bytes_read", run.expert_bytes_read}, {"kernel_used", run.kernel_used}});
+                      {"expert_bytes_read", run.expert_bytes_read},
+                      {"prefill_expert_misses", run.prefill_misses},
+                      {"prefill_expert_bytes_read", run.prefill_bytes_read}, {"kernel_used", run.kernel_used}});
     }
     const ConfigSummary& s = r.summaries[i];
     nlohmann::ordered_json at_depth = nlohmann::ordered_json::array();
@@ -256,6 +258,9 @@ std::string sweep_json(const SweepReport& r) {
     const ConfigPrediction* p = prediction_of(r, i);
     configs.back()["predicted"] =
         p ? nlohmann::ordered_json{{"decode_tok_s", p->decode_tok_s}, {"prefill_tok_s", p->prefill_tok_s},
+                                   {"decode_disk_reads_per_token", p->decode_disk_reads},
+                                   {"prefill_disk_reads", p->prefill_disk_reads},
+                                   {"prefill_disk_reads_prompt_tokens", p->prefill_tokens},
                                    {"decode_error", s.decode.median > 0 ? p->decode_tok_s / s.decode.median - 1 : 0.0},
                                    {"prefill_error", s.prefill.median > 0 ? p->prefill_tok_s / s.prefill.median - 1 : 0.0}}
           : nlohmann::ordered_json{{"unavailable", i < r.predictions.size() ? r.predictions[i].unavailable : "not predicted"}};
@@ -319,6 +324,35 @@ std::string sweep_svg(const SweepReport& r) {
   return svg + "</svg>\n";
 }
 
+namespace {
+
+// Expert records read from disk, measured (mean per run) beside predicted,
+// for the configurations that read any: whether a speed error comes from
+// the hit rate or from the price of a read.
+std::string disk_reads_lines(const SweepReport& r) {
+  std::string out;
+  for (std::size_t i = 0; i < r.grid.size(); ++i) {
+    double decode_misses = 0, decode_tokens = 0, prefill_misses = 0, passes = 0;
+    for (const RunRecord& run : r.runs) {
+      if (run.config != i) continue;
+      decode_misses += static_cast<double>(run.expert_misses), decode_tokens += run.decode_tokens;
+      prefill_misses += static_cast<double>(run.prefill_misses), passes += 1;
+    }
+    const ConfigPrediction* p = prediction_of(r, i);
+    const bool predicted_reads = p && (p->decode_disk_reads > 0 || p->prefill_disk_reads > 0);
+    if (decode_misses + prefill_misses <= 0 && !predicted_reads) continue;
+    const bool same_prompt = p && p->prefill_tokens == r.prompt_tokens;
+    out += "  " + config_label(r.grid[i], r.n_experts) + ": decode " +
+           format_fixed(decode_tokens > 0 ? decode_misses / decode_tokens : 0, 2) + " per token" +
+           (p ? " (predicted " + format_fixed(p->decode_disk_reads, 2) + ")" : "") + ", prefill " +
+           format_fixed(passes > 0 ? prefill_misses / passes : 0, 1) + " per pass" +
+           (same_prompt ? " (predicted " + format_fixed(p->prefill_disk_reads, 1) + ")" : "") + "\n";
+  }
+  return out.empty() ? out : "expert records read from disk, measured (predicted):\n" + out;
+}
+
+}  // namespace
+
 std::string sweep_table(const SweepReport& r) {
   char line[512];
   std::snprintf(line, sizeof line, "%4s  %-44s %11s %7s %9s %12s %7s %9s %8s  %s", "rank", "configuration", "decode tok/s",
@@ -359,7 +393,7 @@ std::string sweep_table(const SweepReport& r) {
     out += "decode:  " + prediction_line(r, Metric::decode) + "\n";
     out += "prefill: " + prediction_line(r, Metric::prefill) + "\n";
   }
-  return out;
+  return out + disk_reads_lines(r);
 }
 
 }  // namespace coli::bench

@@ -16,7 +16,8 @@ namespace coli::bench {
 
 // 2: llama-bench tests (pp, tg at depths); 3: predicted next to measured;
 // 4: each configuration's expert placement (gpu: "cpu" or the GPU tier's label, vram_experts per layer)
-inline constexpr int kSweepSchemaVersion = 4;
+// 5: the prefill pass's expert misses and bytes read per run, and the predicted reads beside them
+inline constexpr int kSweepSchemaVersion = 5;
 
 struct RunRecord {
   std::size_t config = 0;      // index into the grid
@@ -29,6 +30,7 @@ struct RunRecord {
   double load_seconds = 0;
   std::uint64_t expert_hits = 0, expert_misses = 0, expert_bytes_read = 0;  // timed part only
   std::vector<std::uint64_t> depth_misses;  // expert misses of the decode test at each depth
+  std::uint64_t prefill_misses = 0, prefill_bytes_read = 0;  // the timed prefill pass's
   std::string kernel_used;     // what the engine ran ("" config: its own choice)
   double prefill_tok_s() const { return prefill_seconds > 0 ? prefill_tokens / prefill_seconds : 0; }
   double decode_tok_s() const { return decode_seconds > 0 ? decode_tokens / decode_seconds : 0; }
@@ -76,6 +78,9 @@ struct ConfigPrediction {
   bool available = false;
   std::string unavailable;  // why not (the profile lacks a measurement)
   double decode_tok_s = 0, prefill_tok_s = 0;
+  double decode_disk_reads = 0;   // expert records read from disk per decode token
+  double prefill_disk_reads = 0;  // per prefill pass (the planner's prompt of prefill_tokens)
+  int prefill_tokens = 0;
 };
 
 // Predicted against measured over the configurations that have both: the

@@ -38,6 +38,8 @@ Result<RunOutput> run_config(const std::filesystem::path& model_path, const runt
   r.expert_misses = pass->decode_traffic.misses;
   r.expert_bytes_read = pass->decode_traffic.bytes_read;
   for (const ExpertTraffic& t : pass->depth_traffic) r.depth_misses.push_back(t.misses);
+  r.prefill_misses = pass->prefill_traffic.misses;
+  r.prefill_bytes_read = pass->prefill_traffic.bytes_read;
   r.kernel_used = model->stats().cpu_kernel;
   out.tokens = std::move(pass->greedy);
   return out;

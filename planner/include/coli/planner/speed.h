@@ -35,6 +35,12 @@ struct SpeedPrediction {
   std::string decode_inputs;
   double prefill_tok_per_s = 0;  // rough: bandwidth only, see prefill_inputs
   std::string prefill_inputs;
+  // Expert records read from disk: per decode token, and per prompt of
+  // prefill_prompt_tokens (rounds x layers x the distinct experts a round misses),
+  // what coli-sweep counts beside the speed.
+  double decode_disk_reads = 0;
+  double prefill_disk_reads = 0;
+  int prefill_prompt_tokens = 0;
   std::vector<SpeedTerm> decode_terms;   // they sum to 1 / decode_tok_per_s
   std::vector<SpeedTerm> prefill_terms;  // compute and memory parts: 1 / prefill_tok_per_s is the longer sum
   bool operator==(const SpeedPrediction&) const = default;
