@@ -90,6 +90,35 @@ const DiskBandwidthPoint* nearest_random_point(const DiskBandwidth& disk, u64 re
   return best;
 }
 
+// One read alone of `bytes` above the latency fit's blocks: the time at
+// queue depth 1 interpolated linearly between the one-deep random points
+// that bracket it (t = block / GB/s at each), or along the last two beyond
+// the largest. A disk's time per read is not one line from 16 KiB to 16 MiB
+// (the H200 machine's: 0.89 ms at 1 MiB, 2.99 ms at 4 MiB, where the line
+// from 16 KiB through 1 MiB says 3.5 ms at 4 MiB). nullopt without two
+// one-deep points at or above the fit's second block.
+struct OneDeepRead {
+  double seconds = 0;
+  u64 below = 0, above = 0;
+};
+std::optional<OneDeepRead> one_deep_read(const DiskBandwidth& disk, u64 bytes, u64 from_block) {
+  std::vector<std::pair<u64, double>> times;  // (block, seconds) at depth 1
+  for (const DiskBandwidthPoint& p : disk.points) {
+    if (p.pattern == "random" && p.queue_depth == 1 && p.block_bytes >= from_block && p.gb_per_s.median > 0)
+      times.emplace_back(p.block_bytes, static_cast<double>(p.block_bytes) / (p.gb_per_s.median * 1e9));
+  }
+  std::sort(times.begin(), times.end());
+  times.erase(std::unique(times.begin(), times.end(), [](auto& a, auto& b) { return a.first == b.first; }), times.end());
+  if (times.size() < 2) return std::nullopt;
+  std::size_t hi = 1;
+  while (hi + 1 < times.size() && times[hi].first < bytes) ++hi;
+  const auto [b0, t0] = times[hi - 1];
+  const auto [b1, t1] = times[hi];
+  if (t1 <= t0) return std::nullopt;
+  const double seconds = t0 + (t1 - t0) * (static_cast<double>(bytes) - static_cast<double>(b0)) / static_cast<double>(b1 - b0);
+  return OneDeepRead{seconds, b0, b1};
+}
+
 }  // namespace
 
 double DiskReads::seconds(double reads) const {
@@ -121,13 +150,20 @@ std::optional<DiskReads> disk_reads(const DeviceProfile& profile, u64 record_str
   if (!best) return std::nullopt;
   const DiskBandwidthPoint* alone = nearest_random_point(disk, record_stride, true);
   const double stride = static_cast<double>(record_stride);
-  const double one_read_s = fit     ? fit->one_read_s(record_stride)
+  const auto between = one_deep_read(disk, record_stride, fit ? fit->large_block : 0);
+  const double one_read_s = between ? between->seconds
+                            : fit   ? fit->one_read_s(record_stride)
                             : alone ? stride / (alone->gb_per_s.median * 1e9)
                                     : stride / (best->gb_per_s.median * 1e9);
+  const std::string one_read_source =
+      between ? (record_stride <= between->above ? ", between the one-deep " : ", along the one-deep ") +
+                    format_bytes(between->below) + " and " + format_bytes(between->above) + " points"
+              : std::string();
   return DiskReads{best->gb_per_s.median, one_read_s, record_stride,
                    "disk random read " + format_fixed(best->gb_per_s.median) + " GB/s (" + format_bytes(best->block_bytes) +
                        " blocks, queue depth " + std::to_string(best->queue_depth) + "; record stride " +
-                       format_bytes(record_stride) + "; one read alone " + format_fixed(one_read_s * 1e6, 1) + " us)"};
+                       format_bytes(record_stride) + "; one read alone " + format_fixed(one_read_s * 1e6, 1) + " us" +
+                       one_read_source + ")"};
 }
 
 // Why a measured profile has no disk figure, and what to run: the probe

@@ -304,6 +304,39 @@ TEST(PlanSpeed, MissedReadsOverlapTheResidentExpertsCompute) {
   EXPECT_NE(s.decode_inputs.find("less the resident experts' compute it overlaps"), std::string::npos) << s.decode_inputs;
 }
 
+// A disk's time per read is no single line from 16 KiB to 16 MiB: a record
+// between two measured one-deep blocks reads alone in the time interpolated
+// between them (the H200 machine: 0.89 ms at 1 MiB, 2.99 ms at 4 MiB, where
+// the line through 16 KiB and 1 MiB says 3.5 ms at 4 MiB and priced OLMoE's
+// 3.2 MiB misses 14% slow).
+TEST(PlanSpeed, ALargeRecordReadsAloneAsItsOneDeepNeighbours) {
+  const ModelFootprint fp = qwen3();
+  Plan plan = h200_qwen3_plan().plan;
+  plan.cap = fp.n_experts / 2;
+  DeviceProfile profile = measured_profile(10);
+  auto one_deep = [](double block, double seconds) { return disk(static_cast<std::uint64_t>(block), 1, block / seconds / 1e9); };
+  profile.measurements.disk->points = {one_deep(16384, 100e-6 + 16384 / 2e9), one_deep(1 << 20, 100e-6 + (1 << 20) / 2e9),
+                                       one_deep(4 << 20, 1.5e-3), disk(1 << 20, 4, 3.0)};
+  const SpeedPrediction s = predict_speed(profile, fp, plan);
+  ASSERT_TRUE(s.available) << s.unavailable;
+  const double stride = static_cast<double>(fp.expert().record_stride);
+  ASSERT_GT(stride, 1 << 20);
+  ASSERT_LT(stride, 4 << 20);
+  const double at_1m = 100e-6 + (1 << 20) / 2e9;
+  const double alone = at_1m + (1.5e-3 - at_1m) * (stride - (1 << 20)) / (3 << 20);
+  char text[96];
+  std::snprintf(text, sizeof text, "one read alone %.1f us, between the one-deep 1.0 MiB and 4.0 MiB points", alone * 1e6);
+  EXPECT_NE(s.decode_inputs.find(text), std::string::npos) << s.decode_inputs;
+  // Beyond the largest point, along the last two.
+  profile.measurements.disk->points.pop_back();
+  profile.measurements.disk->points.pop_back();
+  profile.measurements.disk->points.push_back(one_deep(2 << 20, 0.8e-3));
+  const double beyond = 0.8e-3 + (0.8e-3 - at_1m) * (stride - (2 << 20)) / (1 << 20);
+  std::snprintf(text, sizeof text, "one read alone %.1f us, along the one-deep 1.0 MiB and 2.0 MiB points", beyond * 1e6);
+  EXPECT_NE(predict_speed(profile, fp, plan).decode_inputs.find(text), std::string::npos)
+      << predict_speed(profile, fp, plan).decode_inputs;
+}
+
 // Issue 15: a rare miss costs a whole read in the layer it falls in. OLMoE
 // at cap 48 of 64 missed 3% of its decode routings on the H200 (~4 reads of
 // 3.2 MiB per token): summed over layers, those reads (a quarter of a read
