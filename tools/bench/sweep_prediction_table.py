@@ -2,7 +2,8 @@
 """Markdown table of a coli-sweep JSON (sweep.json): per configuration the
 measured decode and prefill medians, the planner's predictions and their
 errors, then the worst error per metric and where the planned configuration
-ranked. usage: sweep_prediction_table.py SWEEP_JSON [TITLE]"""
+ranked, and (schema 5) the expert records read from disk beside the
+predicted reads for the configurations that stream. usage: sweep_prediction_table.py SWEEP_JSON [TITLE]"""
 import json
 import sys
 
@@ -37,7 +38,26 @@ def main() -> int:
               f"{100 * q.get('mean_abs_error', 0):.1f}%, rank correlation {q.get('rank_correlation', 0):.2f}; "
               f"planned rank {r.get('rank')} of {r.get('of')}, {r.get('percent_of_best', 0):.1f}% of the best "
               f"({r.get('best_label')})")
+    print_disk_reads(sweep)
     return 0
+
+
+def print_disk_reads(sweep) -> None:
+    """Records read from disk per decode token and per prefill pass, measured (mean of the runs)
+    and predicted: whether a speed error comes from the hit rate or from the price of a read."""
+    rows = []
+    for c in sweep["configs"]:
+        runs, p = c.get("runs", []), c.get("predicted") or {}
+        if not runs or "prefill_expert_misses" not in runs[0] or c.get("resident"):
+            continue
+        decode = sum(r["expert_misses"] for r in runs) / max(1, sum(r["decode_tokens"] for r in runs))
+        prefill = sum(r["prefill_expert_misses"] for r in runs) / len(runs)
+        rows.append(f"| {c['label'].replace(' | ', ', ')} | {decode:.2f} | {p.get('decode_disk_reads_per_token', 0):.2f} | "
+                    f"{prefill:.0f} | {p.get('prefill_disk_reads', 0):.0f} |")
+    if rows:
+        print("\n| configuration | decode reads/token | predicted | prefill reads/pass | predicted |")
+        print("|---|---|---|---|---|")
+        print("\n".join(rows))
 
 
 if __name__ == "__main__":
