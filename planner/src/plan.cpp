@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "coli/base/text.h"
 #include "coli/planner/expert_parallel_speed.h"
 #include "coli/planner/thread_choice.h"
 
@@ -274,17 +275,45 @@ Result<Plan> plan_on_set(const DeviceProfile& profile, const ModelFootprint& fp,
   return plan;
 }
 
+// A set whose decode kernels' timings did not settle: the worst of the
+// largest spread (best - worst over the median) of its batch-1 points, when
+// it exceeds kUnsettledTimings, else nullopt. The H200 machine once timed
+// its 16-core set at 109 tok/s with a spread of 2552% beside 710 on 4 cores
+// (another tenant's load on its CPUs): predicted from that, decode went to 4
+// threads and ran at half the speed 16 reached.
+inline constexpr double kUnsettledTimings = 1.0;  // best and worst differ by more than the median
+std::optional<std::pair<std::string, double>> unsettled_set(const DeviceProfile& profile,
+                                                            const std::vector<MeasuredThreadSet>& sets) {
+  std::optional<std::pair<std::string, double>> worst;
+  for (const KernelThroughputPoint& p : profile.measurements.kernel_tuning->points) {
+    if (p.batch != 1 || p.gb_per_s.spread <= kUnsettledTimings) continue;
+    const bool candidate = std::any_of(sets.begin(), sets.end(), [&](const MeasuredThreadSet& s) { return s.name == p.thread_set; });
+    if (candidate && (!worst || p.gb_per_s.spread > worst->second)) worst = std::pair(p.thread_set, p.gb_per_s.spread);
+  }
+  return worst;
+}
+
 // Issue 15: every thread set the probe timed is planned and predicted;
 // decode runs on the fastest for decode, prompts on the fastest for
 // prefill. The profile's recommendation stands when --threads or
-// --thread-choice profile asks, when fewer than two sets were timed, or
-// when a set's prediction is unavailable (the profile lacks a rate).
+// --thread-choice profile asks, when fewer than two sets were timed, when
+// a set's timings did not settle, or when a set's prediction is unavailable
+// (the profile lacks a rate).
 Result<Plan> plan_by_prediction(const DeviceProfile& profile, const ModelFootprint& fp, const PlanRequest& request,
                                 Refusal& refusal) {
   auto base = plan_on_set(profile, fp, request, nullptr, refusal);
   if (!base || request.threads || request.thread_choice == ThreadRule::profile) return base;
   const std::vector<MeasuredThreadSet> sets = measured_thread_sets(profile, usable_thread_limit(profile));
   if (sets.size() < 2) return base;
+  if (const auto unsettled = unsettled_set(profile, sets)) {
+    for (Decision& d : base->decisions) {
+      if (d.knob != "threads") continue;
+      d.reason += "; not chosen by predicted speed: the tuning phase's timings on " + unsettled->first + " spread " +
+                  format_fixed(unsettled->second * 100, 0) + "% (best to worst over the median), too unsettled to rank the " +
+                  "sets (re-probe when the machine is quiet)";
+    }
+    return base;
+  }
   std::vector<SetPrediction> predicted;
   std::vector<Plan> plans;
   for (const MeasuredThreadSet& set : sets) {
