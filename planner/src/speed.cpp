@@ -110,11 +110,21 @@ std::uint64_t dense_rows_per_token(const ModelFootprint& fp) {
 
 // A layer's hit rate at `cap` slots from its recorded LRU stack distances
 // (exact for an LRU cache of that many slots), or nullopt when none were
-// recorded (a version 1 history, or a GPU run's layers).
-std::optional<double> lru_hit_rate(std::span<const double> reuse, int cap) {
-  const double total = std::accumulate(reuse.begin(), reuse.end(), 0.0);
-  if (total <= 0 || reuse.empty()) return std::nullopt;
-  const auto within = std::min<std::ptrdiff_t>(cap, static_cast<std::ptrdiff_t>(reuse.size()) - 1);  // the last: first uses
+// recorded (a version 1 history, or a GPU run's layers). The last entry
+// counts first uses, routings to an expert the recording had not seen yet.
+// A prompt's come at the recording's cold start, which a warm cache does
+// not repeat: the prompt rate is over the routings whose previous use the
+// history saw (counted as misses, a 1056-token history of OLMoE, 0.8% of
+// its routings first uses, priced a warm prompt's reads at 1127 where the
+// engine read 661; without them 669). A decode token's first uses are
+// experts its whole prompt left unused, beyond any cache that holds fewer
+// than all: misses (without them 2.4 reads a token where the engine made 3.9).
+std::optional<double> lru_hit_rate(std::span<const double> reuse, int cap, bool first_uses_miss) {
+  if (reuse.empty()) return std::nullopt;
+  const double seen = std::accumulate(reuse.begin(), reuse.end() - 1, 0.0);
+  const double total = first_uses_miss ? seen + reuse.back() : seen;
+  if (total <= 0) return std::nullopt;
+  const auto within = std::min<std::ptrdiff_t>(cap, static_cast<std::ptrdiff_t>(reuse.size()) - 1);
   return std::accumulate(reuse.begin(), reuse.begin() + std::max<std::ptrdiff_t>(0, within), 0.0) / total;
 }
 
@@ -134,8 +144,8 @@ double expected_hit_rate(const ModelFootprint& fp, int cap, const experts::Usage
       sum += 1.0;  // every expert resident: nothing misses after the load
       continue;
     }
-    const auto decoded = decode_tokens ? lru_hit_rate(history->layer_decode_reuse(layer), cap) : std::nullopt;
-    if (const auto lru = decoded ? decoded : lru_hit_rate(history->layer_reuse(layer), cap)) {
+    const auto decoded = decode_tokens ? lru_hit_rate(history->layer_decode_reuse(layer), cap, true) : std::nullopt;
+    if (const auto lru = decoded ? decoded : lru_hit_rate(history->layer_reuse(layer), cap, decode_tokens)) {
       sum += *lru;
       ++from_reuse;
       from_decode += decoded ? 1 : 0;
@@ -280,6 +290,29 @@ void predict_decode(const DeviceProfile& profile, const ModelFootprint& fp, cons
                                   std::to_string(steps.regions) + " parallel steps per token)");
 }
 
+// The distinct experts a batch of `tokens` tokens routes to in one MoE layer,
+// the mean over layers: each token picks top_k different experts, expert e
+// with probability top_k x its share of the layer's routings in the usage
+// history (uniform, top_k / n, without one), so a batch touches
+// sum over e of 1 - (1 - top_k p_e)^tokens. Concentrated routing touches
+// fewer than uniform: OLMoE's rounds of 6 tokens 28 of 64, not 35.
+double distinct_experts(const ModelFootprint& fp, double tokens, const experts::UsageHistory* history) {
+  const double n = fp.n_experts, k = fp.top_k;
+  const double uniform = n * (1.0 - std::pow(1.0 - std::min(1.0, k / n), tokens));
+  if (!history || history->key().n_experts != fp.n_experts || history->key().n_layers < 1) return uniform;
+  double sum = 0;
+  for (int layer = 0; layer < history->key().n_layers; ++layer) {
+    const std::span<const double> counts = history->layer_counts(layer);
+    const double total = std::accumulate(counts.begin(), counts.end(), 0.0);
+    if (total <= 0) {
+      sum += uniform;
+      continue;
+    }
+    for (const double c : counts) sum += 1.0 - std::pow(1.0 - std::min(1.0, k * c / total), tokens);
+  }
+  return sum / history->key().n_layers;
+}
+
 // A whole-decoder GPU plan's prefill, as the decoder runs it: a batch of B
 // tokens reads the dense weights and each distinct expert it touches once
 // from VRAM; the experts outside VRAM are read by the host from RAM
@@ -287,10 +320,11 @@ void predict_decode(const DeviceProfile& profile, const ModelFootprint& fp, cons
 // host-to-GPU bandwidth (the decoder computes an expert on the CPU instead
 // only where that is faster, so this bounds it). The GPU's GEMM time is in
 // no profile yet, so the figure is an upper bound and says so.
-void predict_gpu_prefill(const ModelFootprint& fp, const Plan& plan, const PlanRates& r, SpeedPrediction& s) {
-  const double layers = static_cast<double>(fp.moe_layer_count()), n = fp.n_experts;
+void predict_gpu_prefill(const ModelFootprint& fp, const Plan& plan, const PlanRates& r,
+                         const experts::UsageHistory* history, SpeedPrediction& s) {
+  const double layers = static_cast<double>(fp.moe_layer_count());
   const double batch = plan.gpu.batch_tokens;
-  const double distinct = n * (1.0 - std::pow(1.0 - 1.0 / n, batch * fp.top_k));
+  const double distinct = distinct_experts(fp, batch, history);
   const u64 dense = dense_bytes_per_token(fp);
   const double experts = layers * distinct * static_cast<double>(fp.expert().record_bytes);
   const bool copied_up = plan.gpu.backend == "cuda" && r.vram_share < 1.0;
@@ -392,28 +426,34 @@ ExpertBatchSteps prefill_expert_steps(const DeviceProfile& profile, const ModelF
 }
 
 void predict_prefill(const DeviceProfile& profile, const ModelFootprint& fp, const Plan& plan, const PlanRates& r,
-                     SpeedPrediction& s) {
+                     const experts::UsageHistory* history, SpeedPrediction& s) {
   const double layers = static_cast<double>(fp.moe_layer_count()), top_k = fp.top_k;
   const double prompt = std::clamp(plan.ctx, 1, kPrefillPromptTokens);
   const double round = std::clamp(static_cast<double>(plan.prefill_round_tokens), 1.0, prompt);
-  const double rounds = std::ceil(prompt / round), n = fp.n_experts;
+  const double rounds = std::ceil(prompt / round);
   const Team team = plan.prefill_threads > 0 || !plan.prefill_pus.empty()
                         ? Team{plan.prefill_pus.empty() ? plan.prefill_threads : plan.prefill_pus.size(), plan.prefill_pus}
                         : Team{plan.threads, plan.compute_pus};
   const PromptCompute compute = r.vram ? PromptCompute{} : prompt_compute(profile, fp, team, prompt, round, r.ram);
   const u64 dense = dense_bytes_per_token(fp);
-  const double distinct = n * (1.0 - std::pow(1.0 - 1.0 / n, round * top_k));
+  const double distinct = distinct_experts(fp, round, history);
+  // A round reads what its tokens' routings miss: a routing whose expert the
+  // round already leased is no miss of its own, and the usage history's
+  // reuse distances (token by token) count it a hit, so the prompt reads
+  // prompt x top_k x the miss rate records per layer, at most each round's distinct experts.
+  const double reads_per_round = std::min(distinct, prompt * top_k * r.prefill_miss / rounds);
   const double pass_ram = static_cast<double>(dense) + rounds * layers * distinct * static_cast<double>(fp.expert().record_bytes);
   const double ram_s = pass_ram / (r.ram.gb_per_s * 1e9);
   // Each round's misses of a layer, requested together; the round's resident experts compute meanwhile
   // (a distinct expert's share of the round's expert GEMMs each).
   const double per_expert_s = compute.expert_s / (rounds * layers * distinct);
-  const double disk_s = rounds * layers * expected_read_wait(r, distinct, r.prefill_miss, [&](int m) {
+  const double distinct_miss = distinct > 0 ? reads_per_round / distinct : 0.0;
+  const double disk_s = rounds * layers * expected_read_wait(r, distinct, distinct_miss, [&](int m) {
     return std::max(0.0, distinct - m) * per_expert_s;
   });
   const ExpertBatchSteps steps = r.vram ? ExpertBatchSteps{}
-                                        : prefill_expert_steps(profile, fp, team, rounds * layers, round, distinct, r.prefill_miss);
-  s.prefill_disk_reads = rounds * layers * distinct * r.prefill_miss;
+                                        : prefill_expert_steps(profile, fp, team, rounds * layers, round, distinct, distinct_miss);
+  s.prefill_disk_reads = rounds * layers * reads_per_round;
   s.prefill_prompt_tokens = static_cast<int>(prompt);
   s.prefill_terms = {{"compute: expert GEMMs", compute.expert_s / prompt},
                      {"compute: dense projections", compute.dense_s / prompt},
@@ -425,8 +465,10 @@ void predict_prefill(const DeviceProfile& profile, const ModelFootprint& fp, con
   s.prefill_tok_per_s = prompt / (std::max(ram_s, compute.seconds() + steps.seconds) + disk_s);
   const std::string memory_text = "a " + format_fixed(prompt, 0) + "-token prompt reading dense " + format_bytes(dense) +
                                   " once and, in " + format_fixed(rounds, 0) + " rounds of " + format_fixed(round, 0) + " tokens, " +
-                                  format_fixed(distinct, 1) + " distinct experts x " + format_fixed(layers, 0) + " layers each, " +
-                                  format_fixed(r.prefill_miss * 100, 1) + "% of them from disk" +
+                                  format_fixed(distinct, 1) + " distinct experts x " + format_fixed(layers, 0) + " layers each" +
+                                  (history ? " (the usage history's routing shares)" : " (uniform routing)") + ", " +
+                                  format_fixed(reads_per_round, 2) + " of them from disk (" + format_fixed(r.prefill_miss * 100, 1) +
+                                  "% of the routings miss)" +
                                   (disk_s > 0 ? " (" + r.disk->text + "; each round's misses, binomially, less its resident experts' compute)"
                                               : std::string());
   s.prefill_inputs = compute.timed ? "the longer of compute, " + compute.text + (steps.text.empty() ? "" : " + " + steps.text) +
@@ -478,9 +520,9 @@ SpeedPrediction predict_speed(const DeviceProfile& profile, const ModelFootprint
   rates.prefill_miss = plan.streaming() && s.prefill_hit_rate < 1.0 ? 1.0 - s.prefill_hit_rate : 0.0;
   predict_decode(profile, fp, plan, rates, decode_depth, s);
   if (plan.gpu.whole_decoder && plan.gpu.device.gpu.chosen() && rates.vram) {
-    predict_gpu_prefill(fp, plan, rates, s);
+    predict_gpu_prefill(fp, plan, rates, history, s);
   } else {
-    predict_prefill(profile, fp, plan, rates, s);
+    predict_prefill(profile, fp, plan, rates, history, s);
   }
   s.available = true;
   return s;

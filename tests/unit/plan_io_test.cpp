@@ -445,7 +445,8 @@ TEST(PlanSpeed, SmallPrefillRoundsPayTheirExpertBatchesForkJoins) {
   with.measurements.parallel_overhead = ParallelOverhead{100, {{1, 0.5, 0.2, 2.0}, {8, 3.0, 1.0, 4.0}}};
   const SpeedPrediction a = predict_speed(without, fp, plan), b = predict_speed(with, fp, plan);
   ASSERT_TRUE(a.available && b.available);
-  const double layer_rounds = 48.0 * 256, distinct = 128 * (1 - std::pow(127.0 / 128, 2 * 8)), q = 1 - b.prefill_hit_rate;
+  const double layer_rounds = 48.0 * 256, distinct = 128 * (1 - std::pow(1 - 8.0 / 128, 2));
+  const double q = std::min(distinct, 2 * 8 * (1 - b.prefill_hit_rate)) / distinct;
   const double regions = layer_rounds * ((1 - std::pow(q, distinct)) + (1 - std::pow(1 - q, distinct)));
   const double barriers = regions * 4 + layer_rounds * std::pow(1 - q, distinct);
   EXPECT_NEAR(512 / b.prefill_tok_per_s - 512 / a.prefill_tok_per_s, regions * (3.0 + 4.0) * 1e-6 + barriers * 1e-6, 1e-9);
@@ -773,7 +774,7 @@ TEST(PlanSpeed, PrefillReadsTheDenseWeightsOncePerPromptAndTheExpertsPerRound) {
   const SpeedPrediction s = predict_speed(measured_profile(10), fp, plan);
   ASSERT_TRUE(s.available);
   const double n = fp.n_experts, k = fp.top_k;
-  const double distinct = n * (1 - std::pow(1 - 1 / n, k));  // = k for one token, less rounding
+  const double distinct = n * (1 - std::pow(1 - k / n, 1));  // one token's top-k: k different experts
   const double bytes = static_cast<double>(dense_bytes_per_token(fp)) +
                        512 * static_cast<double>(fp.moe_layer_count()) * distinct * static_cast<double>(fp.expert().record_bytes);
   EXPECT_NEAR(s.prefill_tok_per_s, 512 / (bytes / 10e9), 1e-6 * s.prefill_tok_per_s);
@@ -820,6 +821,42 @@ TEST(PlanSpeed, SmallRecordsReadAtTheDisksFittedLatency) {
 // depth only helps several reads of one round). Made-up disk: 100 us + 2
 // GB/s per read alone, x1.5 with reads in flight; no tuned kernels, so no
 // resident compute overlaps the reads.
+// A round's tokens each pick top_k different experts, expert e with
+// probability top_k x its share of the layer's routings in the usage
+// history: concentrated routing touches fewer distinct experts per round
+// than uniform (OLMoE's rounds of 6 tokens: 28 of 64 where uniform says 35),
+// and the prompt reads what its routings miss, not a miss rate of each
+// round's distinct experts.
+TEST(PlanSpeed, PrefillRoundsTouchTheHistorysDistinctExperts) {
+  auto fp = read_footprint(std::filesystem::path(COLI_FIXTURES_DIR) / "models" / "tiny-demo", WeightFormat::q4_g64,
+                           DenseFormat::source);
+  ASSERT_TRUE(fp.ok()) << fp.error().message;
+  const int layers = static_cast<int>(fp->moe_layer_count()), n = fp->n_experts, k = fp->top_k;
+  auto history = experts::UsageHistory::create({layers, n, k, "tiny-test"});
+  ASSERT_TRUE(history.ok());
+  // Experts 0 and 1 take 80% of the routings, the other six 20%.
+  std::vector<std::vector<std::uint64_t>> counts(static_cast<std::size_t>(layers), {400, 400, 34, 33, 33, 33, 33, 34});
+  ASSERT_TRUE(history->add_counts(counts, 500).ok());
+  PlanRequest request;
+  request.gpu = "none";  // the CPU engine's rounds
+  auto made = make_plan(measured_profile(10), *fp, request);
+  ASSERT_TRUE(made.ok()) << made.error().message;
+  Plan plan = *made;
+  plan.cap = n, plan.prefill_round_tokens = 3;
+  const SpeedPrediction s = predict_speed(measured_profile(10), *fp, plan, &*history);
+  ASSERT_TRUE(s.available) << s.unavailable;
+  double distinct = 0;
+  for (const double c : counts[0]) distinct += 1 - std::pow(1 - std::min(1.0, k * c / 1000.0), 3);
+  const double uniform = n * (1 - std::pow(1 - static_cast<double>(k) / n, 3));
+  ASSERT_LT(distinct, uniform - 1);
+  char text[512];
+  std::snprintf(text, sizeof text, "%.1f distinct experts x %d layers each (the usage history", distinct, layers);
+  EXPECT_NE(s.prefill_inputs.find(text), std::string::npos) << s.prefill_inputs;
+  const SpeedPrediction without = predict_speed(measured_profile(10), *fp, plan);
+  std::snprintf(text, sizeof text, "%.1f distinct experts x %d layers each (uniform", uniform, layers);
+  EXPECT_NE(without.prefill_inputs.find(text), std::string::npos) << without.prefill_inputs;
+}
+
 // A prefill round's layer misses m of its D distinct experts binomially and
 // waits for reads(m) (no timed compute to overlap in this profile); a
 // fractional D interpolates between its neighbours.
@@ -841,7 +878,10 @@ TEST(PlanSpeed, PrefillRoundsWaitForTheirMissesBinomially) {
     ASSERT_TRUE(s.available) << s.unavailable;
     const double stride = static_cast<double>(fp->expert().record_stride), n = fp->n_experts, layers = 2;
     const double round = plan->prefill_round_tokens, rounds = std::ceil(512 / round);
-    const double distinct = n * (1 - std::pow(1 - 1 / n, round * fp->top_k)), q = 1 - s.prefill_hit_rate;
+    // D distinct experts a round (each token picks top_k different ones); the prompt's routings miss
+    // 512 x top_k x q records in all, a round's share of them over its D experts each.
+    const double distinct = n * (1 - std::pow(1 - fp->top_k / n, round));
+    const double q = std::min(distinct, 512 * fp->top_k * (1 - s.prefill_hit_rate) / rounds) / distinct;
     const double one_read = 100e-6 + stride / 2e9, in_flight = one_read / 1.5;
     auto reads = [&](int m) { return std::max(one_read, m * in_flight); };
     auto wait_of = [&](int d) {
@@ -855,6 +895,7 @@ TEST(PlanSpeed, PrefillRoundsWaitForTheirMissesBinomially) {
     ASSERT_EQ(s.prefill_terms.back().name, "memory: experts from disk");
     EXPECT_NEAR(s.prefill_terms.back().seconds * 512, rounds * layers * wait, 1e-9) << "cap " << cap;
     EXPECT_NEAR(s.prefill_disk_reads, rounds * layers * distinct * q, 1e-9);
+    EXPECT_NEAR(s.prefill_disk_reads, layers * 512 * fp->top_k * (1 - s.prefill_hit_rate), 1e-9) << "no round reads more than its D";
     EXPECT_EQ(s.prefill_prompt_tokens, 512);
     EXPECT_NE(s.prefill_inputs.find("each round's misses, binomially, less its resident experts' compute"), std::string::npos)
         << s.prefill_inputs;
@@ -923,11 +964,12 @@ TEST(PlanSpeed, HistoryReuseDistancesGiveTheLruHitRate) {
   ModelFootprint fp;
   fp.n_experts = 4;
   std::string inputs;
-  // Layer 0: distances 0:1, 1:1 (the 0 after 1), first uses 2 -> cap 1: 1/4, cap 2: 2/4.
-  // Layer 1: first use, then distance 0 -> cap 1: 1/2.
-  EXPECT_DOUBLE_EQ(expected_hit_rate(fp, 1, &*history, inputs), (0.25 + 0.5) / 2);
+  // Layer 0: distances 0:1, 1:1 (the 0 after 1), first uses 2 -> cap 1: 1/2, cap 2: 2/2 of the
+  // routings whose previous use was seen (first uses are the cold start's, which a warm cache skips).
+  // Layer 1: first use, then distance 0 -> cap 1: 1/1.
+  EXPECT_DOUBLE_EQ(expected_hit_rate(fp, 1, &*history, inputs), (0.5 + 1.0) / 2);
   EXPECT_NE(inputs.find("LRU hits at cap 1 from the recorded reuse distances"), std::string::npos) << inputs;
-  EXPECT_DOUBLE_EQ(expected_hit_rate(fp, 2, &*history, inputs), (0.5 + 0.5) / 2);
+  EXPECT_DOUBLE_EQ(expected_hit_rate(fp, 2, &*history, inputs), 1.0);
   EXPECT_DOUBLE_EQ(expected_hit_rate(fp, 4, &*history, inputs), 1.0) << "every expert resident: no misses after the load";
 }
 
@@ -939,18 +981,19 @@ TEST(PlanSpeed, DecodeHitRateReadsTheDecodeTokensOwnReuseDistances) {
   auto history = experts::UsageHistory::create({1, 4, 1, "test-model"});
   ASSERT_TRUE(history.ok());
   experts::ReuseDistances reuse(1, 4);
-  for (int expert : {0, 1, 2, 3}) reuse.record(0, std::span<const int>(&expert, 1));        // a prompt: first uses
-  for (int expert : {3, 3, 3}) reuse.record(0, std::span<const int>(&expert, 1), true);     // decode: distance 0 each
-  for (int expert : {0, 1, 2, 3, 3, 3, 3}) ASSERT_TRUE(history->record(0, std::span<const int>(&expert, 1)).ok());
+  // A prompt: four first uses, then 0 and 1 again at distance 3; decode: 1 three times, distance 0 each.
+  for (int expert : {0, 1, 2, 3, 0, 1}) reuse.record(0, std::span<const int>(&expert, 1));
+  for (int expert : {1, 1, 1}) reuse.record(0, std::span<const int>(&expert, 1), true);
+  for (int expert : {0, 1, 2, 3, 0, 1, 1, 1, 1}) ASSERT_TRUE(history->record(0, std::span<const int>(&expert, 1)).ok());
   ASSERT_TRUE(history->add_reuse(reuse.counts()).ok());
   ASSERT_TRUE(history->add_decode_reuse(reuse.decode_counts()).ok());
-  history->add_tokens(7);
+  history->add_tokens(9);
   ModelFootprint fp;
   fp.n_experts = 4;
   std::string inputs;
   EXPECT_DOUBLE_EQ(expected_hit_rate(fp, 1, &*history, inputs, true), 1.0);
   EXPECT_NE(inputs.find("reuse distances of decode tokens"), std::string::npos) << inputs;
-  EXPECT_DOUBLE_EQ(expected_hit_rate(fp, 1, &*history, inputs, false), 3.0 / 7);
+  EXPECT_DOUBLE_EQ(expected_hit_rate(fp, 1, &*history, inputs, false), 3.0 / 5) << "of the 5 routings whose previous use was seen";
 }
 
 }  // namespace

@@ -51,7 +51,9 @@ struct SpeedPrediction {
 // the recorded reuse distances (for `decode_tokens`, the generated tokens'
 // own where the history has them: version 3), else the routing mass of the
 // `cap` most used experts (an upper bound: it assumes the cache holds
-// exactly those, which pins plus LRU approach on a stable workload).
+// exactly those, which pins plus LRU approach on a stable workload). A
+// prompt's rate leaves out the recording's first uses (its cold start, which
+// a warm cache does not repeat); decode counts them as misses.
 double expected_hit_rate(const ModelFootprint& footprint, int cap, const experts::UsageHistory* history,
                          std::string& inputs, bool decode_tokens = false);
 
