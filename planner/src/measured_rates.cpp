@@ -488,4 +488,31 @@ std::optional<SamplingCost> sampling_cost(const DeviceProfile& profile, const Te
                                      std::to_string(best->rows) + " logits)"};
 }
 
+std::optional<RoutingCost> routing_cost(const DeviceProfile& profile, const Team& team, int n_experts, int top_k) {
+  if (!profile.measurements.kernel_tuning) return std::nullopt;
+  auto point = [&](const char* kernel) {
+    return nearest_team(profile.measurements.kernel_tuning->points, team, [&](const KernelThroughputPoint& p) {
+      return p.kernel == kernel && p.rows > 0 && p.cols > 0 && p.tokens_per_s.median > 0;
+    });
+  };
+  const KernelThroughputPoint* wide = point("route_tokens");
+  const KernelThroughputPoint* narrow = point("route_tokens_narrow");
+  if (!wide && !narrow) return std::nullopt;
+  const double x = static_cast<double>(n_experts) * top_k;
+  auto size = [](const KernelThroughputPoint* p) { return static_cast<double>(p->rows) * p->cols; };
+  auto time = [](const KernelThroughputPoint* p) { return 1.0 / p->tokens_per_s.median; };
+  if (wide && narrow && size(wide) > size(narrow)) {
+    const double per_unit = (time(wide) - time(narrow)) / (size(wide) - size(narrow));
+    const double fixed = time(narrow) - per_unit * size(narrow);
+    if (per_unit >= 0 && fixed >= 0) {
+      return RoutingCost{fixed + per_unit * x, format_fixed(fixed * 1e9, 0) + " ns + " + format_fixed(per_unit * 1e9, 2) +
+                                                   " ns per expert x top_k (route_tokens fitted at 64 x 8 and 8 x 2)"};
+    }
+  }
+  const KernelThroughputPoint* one = wide && (!narrow || std::abs(std::log(x / size(wide))) <= std::abs(std::log(x / size(narrow))))
+                                         ? wide : narrow;
+  return RoutingCost{time(one), format_fixed(time(one) * 1e9, 0) + " ns (" + one->kernel + " at " + std::to_string(one->rows) +
+                                    " x " + std::to_string(one->cols) + ")"};
+}
+
 }  // namespace coli::planner::measured

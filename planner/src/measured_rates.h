@@ -138,6 +138,15 @@ struct SamplingCost {
   std::string text;
 };
 std::optional<SamplingCost> sampling_cost(const DeviceProfile& profile, const Team& team);
+// A token's routing at one MoE layer on the calling thread (route_tokens:
+// top-k and the reuse bookkeeping over 64 experts top 8; _narrow: 8 top 2):
+// a cost per call plus one per (expert x top_k), fitted through both, for
+// the model's experts and top_k; with one point, its time.
+struct RoutingCost {
+  double seconds = 0;  // one token at one MoE layer
+  std::string text;
+};
+std::optional<RoutingCost> routing_cost(const DeviceProfile& profile, const Team& team, int n_experts, int top_k);
 // The float (bf16) dense projections of a prompt: multiply-adds per second
 // and, fitted with the 64-wide point (dense_bf16_prefill_narrow), a cost
 // per projected row.

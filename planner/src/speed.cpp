@@ -244,6 +244,8 @@ void predict_decode(const DeviceProfile& profile, const ModelFootprint& fp, cons
   // The greedy pick after the pass scans every logit on one thread.
   const auto sampling = sampling_cost(profile, team);
   const double sampling_s = sampling ? static_cast<double>(fp.config.vocab_size) * sampling->seconds_per_entry : 0.0;
+  const auto routing = routing_cost(profile, team, fp.n_experts, fp.top_k);
+  const double routing_s = routing ? layers * routing->seconds : 0.0;
   const DenseGemv gemv = dense_gemv(profile, fp, team);
   const auto& [dense_kernel, rows] = gemv;
   const double dense_s = gemv.seconds(static_cast<double>(dense), static_cast<double>(dense_rows_per_token(fp)), r.ram);
@@ -263,7 +265,8 @@ void predict_decode(const DeviceProfile& profile, const ModelFootprint& fp, cons
       {"experts from disk", disk_wait_s},
       {"experts in VRAM", r.vram ? in_vram / (r.vram->gb_per_s * 1e9) : 0.0},
       {"parallel steps", step ? steps.regions * step->seconds + steps.barriers * step->barrier_seconds : 0.0},
-      {"sampling", sampling_s}};
+      {"sampling", sampling_s},
+      {"routing", routing_s}};
   double seconds = 0;
   for (const SpeedTerm& term : s.decode_terms) seconds += term.seconds;
   s.decode_tok_per_s = 1.0 / seconds;
@@ -284,6 +287,7 @@ void predict_decode(const DeviceProfile& profile, const ModelFootprint& fp, cons
                      : dense_kernel ? "; dense at most " + dense_kernel->text
                                     : "") +
                     (sampling ? " + vocabulary " + std::to_string(fp.config.vocab_size) + " x " + sampling->text : "") +
+                    (routing ? " + routing " + format_fixed(layers, 0) + " layers x " + routing->text : "") +
                     (r.vram ? ""
                      : step ? " + " + step->text
                             : " (OpenMP step costs not in this profile: re-probe to price " +
@@ -453,6 +457,9 @@ void predict_prefill(const DeviceProfile& profile, const ModelFootprint& fp, con
   });
   const ExpertBatchSteps steps = r.vram ? ExpertBatchSteps{}
                                         : prefill_expert_steps(profile, fp, team, rounds * layers, round, distinct, distinct_miss);
+  // Every prompt token is routed at every MoE layer on the calling thread.
+  const auto routing = r.vram ? std::nullopt : routing_cost(profile, team, fp.n_experts, fp.top_k);
+  const double routing_s = routing ? prompt * layers * routing->seconds : 0.0;
   s.prefill_disk_reads = rounds * layers * reads_per_round;
   s.prefill_prompt_tokens = static_cast<int>(prompt);
   s.prefill_terms = {{"compute: expert GEMMs", compute.expert_s / prompt},
@@ -460,9 +467,10 @@ void predict_prefill(const DeviceProfile& profile, const ModelFootprint& fp, con
                      {"compute: attention", compute.attention_s / prompt},
                      {"compute: lm_head of the last token", compute.lm_head_s / prompt},
                      {"compute: expert batches' parallel steps", steps.seconds / prompt},
+                     {"compute: routing", routing_s / prompt},
                      {"memory: weights from RAM", ram_s / prompt},
                      {"memory: experts from disk", disk_s / prompt}};
-  s.prefill_tok_per_s = prompt / (std::max(ram_s, compute.seconds() + steps.seconds) + disk_s);
+  s.prefill_tok_per_s = prompt / (std::max(ram_s, compute.seconds() + steps.seconds + routing_s) + disk_s);
   const std::string memory_text = "a " + format_fixed(prompt, 0) + "-token prompt reading dense " + format_bytes(dense) +
                                   " once and, in " + format_fixed(rounds, 0) + " rounds of " + format_fixed(round, 0) + " tokens, " +
                                   format_fixed(distinct, 1) + " distinct experts x " + format_fixed(layers, 0) + " layers each" +
@@ -472,6 +480,8 @@ void predict_prefill(const DeviceProfile& profile, const ModelFootprint& fp, con
                                   (disk_s > 0 ? " (" + r.disk->text + "; each round's misses, binomially, less its resident experts' compute)"
                                               : std::string());
   s.prefill_inputs = compute.timed ? "the longer of compute, " + compute.text + (steps.text.empty() ? "" : " + " + steps.text) +
+                                         (routing ? " + routing each token at " + format_fixed(layers, 0) + " layers x " + routing->text
+                                                  : "") +
                                          ", and RAM reads, then the disk: " + memory_text
                                    : "rough, bandwidth only (no timed prefill kernel in this profile: real prefill is slower): " +
                                          memory_text;

@@ -10,6 +10,7 @@
 #include <random>
 
 #include "coli/base/text.h"
+#include "coli/experts/usage_history.h"
 #include "coli/forward/attention.h"
 #include "coli/forward/ops.h"
 #include "cpu/gemv_cpu.h"
@@ -114,6 +115,12 @@ struct KernelSpec {
   // Greedy sampling's scan of a vocabulary's logits (forward::greedy_token,
   // on the calling thread): what every decoded token costs after its pass.
   bool sampling = false;
+  // A token's routing as MoeModel::route_tokens does it on the calling
+  // thread, per MoE layer: top-k of the router's logits (forward::route) and
+  // the reuse-distance bookkeeping, over `route_experts` experts, top
+  // `route_top_k`: the serial part of every token's pass.
+  bool routing = false;
+  int route_experts = kExperts, route_top_k = kTopK;
 };
 
 // The engine's 512-token prefill pass over OLMoE's 64 experts gives each
@@ -174,7 +181,14 @@ class KernelRunner {
     point_ = {spec.name, spec.dense ? spec.dense_rows : spec.expert_width, spec.dense ? spec.dense_cols : spec.expert_hidden,
               spec.prefill ? tokens : 1, 0,
               set.name, threads_, set.pus, set.smt, {}, {}};
-    if (spec.sampling) {
+    if (spec.routing) {
+      // rows x cols: experts x top_k; batch: the tokens routed per call; bytes: their logits.
+      point_.rows = spec.route_experts, point_.cols = spec.route_top_k, point_.batch = kAttentionTokens, point_.matrices = 0;
+      logits_.resize(static_cast<std::size_t>(kAttentionTokens) * spec.route_experts);
+      for (float& v : logits_) v = uniform(random);
+      reuse_.emplace(1, spec.route_experts);
+      bytes_ = 4.0 * static_cast<double>(logits_.size());
+    } else if (spec.sampling) {
       // rows: the vocabulary scanned; bytes: its logits.
       point_.rows = kSampledVocab, point_.cols = 1, point_.batch = 1, point_.matrices = 0;
       logits_.resize(kSampledVocab);
@@ -217,7 +231,9 @@ class KernelRunner {
 
   double run() {
     const auto start = Clock::now();
-    if (spec_.sampling) {
+    if (spec_.routing) {
+      route_all();
+    } else if (spec_.sampling) {
       picked_ = forward::greedy_token(logits_);
     } else if (spec_.attention) {
       forward::attention(cache_, 0, q_, kAttentionTokens, 0, kHeads, attention_out_, threads_);
@@ -257,7 +273,7 @@ class KernelRunner {
 
   Result<KernelThroughputPoint> point(std::vector<double> samples) const {
     const auto all_finite = [](const std::vector<float>& v) { return std::all_of(v.begin(), v.end(), [](float x) { return std::isfinite(x); }); };
-    const bool finite = spec_.sampling    ? picked_ >= 0
+    const bool finite = spec_.sampling || spec_.routing ? picked_ >= 0
                         : spec_.attention ? all_finite(attention_out_)
                         : spec_.dense   ? all_finite(y_)
                         : experts_->finite();
@@ -270,6 +286,17 @@ class KernelRunner {
   const KernelSpec& spec() const { return spec_; }
 
  private:
+  void route_all() {
+    const auto n = static_cast<std::size_t>(spec_.route_experts);
+    routings_.clear();
+    for (std::size_t t = 0; t < static_cast<std::size_t>(point_.batch); ++t) {
+      routings_.push_back(forward::route(std::span<const float>(logits_).subspan(t * n, n), spec_.route_top_k,
+                                         forward::RouterNorm::softmax_topk));
+      reuse_->record(0, routings_.back().experts);
+    }
+    picked_ = routings_.back().experts.front();
+  }
+
   KernelSpec spec_;
   cpu::CpuKernelVariant variant_;
   WeightPool& pool_;
@@ -279,7 +306,9 @@ class KernelRunner {
   std::vector<std::pair<int, int>> routing_;  // (token, expert) of one call
   forward::KvCache cache_;                 // attention_prefill
   std::vector<float> q_, attention_out_;
-  std::vector<float> logits_;              // greedy_sample
+  std::vector<float> logits_;              // greedy_sample, route_tokens
+  std::optional<experts::ReuseDistances> reuse_;  // route_tokens
+  std::vector<forward::Routing> routings_;
   int picked_ = -1;
   std::uint64_t dense_bytes_;
   int distinct_ = 0;
@@ -382,7 +411,12 @@ Result<KernelTuning> measure_kernel_tuning(const CpuFacts& facts, const MemoryFa
        .call_tokens = kWideTokensPerExpert, .expert_hidden = kNarrowExpert, .expert_width = kNarrowExpert},
       {.name = "dense_bf16_prefill_narrow", .format = F::bf16, .prefill = true, .dense = true, .weight = 0.5,
        .call_tokens = kWideTokensPerExpert, .dense_rows = kNarrowExpert, .dense_cols = kNarrowExpert},
-      {.name = "greedy_sample", .format = F::f32, .weight = 0.25, .sampling = true}};
+      {.name = "greedy_sample", .format = F::f32, .weight = 0.25, .sampling = true},
+      // A token's routing per MoE layer, OLMoE's 64 experts top 8 and a
+      // small model's 8 top 2: the speed model fits a cost per call plus
+      // one per (expert x top_k).
+      {.name = "route_tokens", .format = F::f32, .weight = 0.25, .routing = true},
+      {.name = "route_tokens_narrow", .format = F::f32, .weight = 0.25, .routing = true, .route_experts = 8, .route_top_k = 2}};
   double units_per_set = 0;
   for (const auto& spec : specs) units_per_set += spec.weight;
   // Keep the sets the budget can time (priority order), at least one.
@@ -397,7 +431,7 @@ Result<KernelTuning> measure_kernel_tuning(const CpuFacts& facts, const MemoryFa
   for (std::size_t i = 0; i < sets.size(); ++i)
     for (const KernelSpec& spec : specs) {
       std::optional<EngineExpertBatch> experts;
-      if (!spec.dense && !spec.attention && !spec.sampling) {
+      if (!spec.dense && !spec.attention && !spec.sampling && !spec.routing) {
         auto batch = EngineExpertBatch::create(spec.format, spec.expert_hidden, spec.expert_width, tuning.cpu_kernel,
                                                sets[i].pus.size(), pool.filled());
         if (!batch) return batch.error();

@@ -204,7 +204,10 @@ TEST(KernelTuning, ShortRealRunOnThisMachine) {
   ASSERT_FALSE(tuning->points.empty());
   for (const auto& p : tuning->points) {
     EXPECT_GE(p.gb_per_s.samples, 1) << p.kernel << " " << p.thread_set;
-    EXPECT_GT(p.gb_per_s.median, 0.01) << p.kernel;
+    // Positive, not fast: a loaded machine (CI's 2 cores beside a build) timed the 64-wide
+    // experts' few KiB per call at 0.0016 GB/s; tests never time anything.
+    EXPECT_GT(p.gb_per_s.median, 0) << p.kernel;
+    EXPECT_GT(p.tokens_per_s.median, 0) << p.kernel;
     EXPECT_LT(p.gb_per_s.median, 10000) << p.kernel;
     EXPECT_EQ(p.threads, p.pus.size());
     EXPECT_TRUE(p.pus.intersect(profile->cpu.usable.pus) == p.pus);

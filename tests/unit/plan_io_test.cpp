@@ -223,6 +223,13 @@ DiskBandwidthPoint disk(std::uint64_t block, int qd, double gbs) {
 
 // RAM read 1 GB/s at 1 thread and `gbs` at 8; random reads of 1 MiB (best
 // queue depth 2.0 GB/s) and 16 MiB (9 GB/s, but far from Qwen3's 2.4 MiB record).
+// A prediction's term of that name, in seconds (-1 when it has none).
+double term_seconds(const std::vector<SpeedTerm>& terms, const std::string& name) {
+  for (const SpeedTerm& t : terms)
+    if (t.name == name) return t.seconds;
+  return -1;
+}
+
 DeviceProfile measured_profile(double gbs) {
   DeviceProfile p = h200();
   p.measurements.memory = MemoryBandwidth{1 << 30, {{"read", -1, 1, {}, {1, 1, 1, 1, 0}},
@@ -595,12 +602,39 @@ TEST(PlanSpeed, DecodeAddsTheGreedyScanOfTheVocabulary) {
   profile.measurements.kernel_tuning->points[0].cols = 1;
   const SpeedPrediction s = predict_speed(profile, fp, plan);
   ASSERT_TRUE(s.available);
-  ASSERT_EQ(s.decode_terms.back().name, "sampling");
-  EXPECT_NEAR(s.decode_terms.back().seconds, 151936 * 0.5e-9, 1e-12);
+  EXPECT_NEAR(term_seconds(s.decode_terms, "sampling"), 151936 * 0.5e-9, 1e-12);
   EXPECT_NE(s.decode_inputs.find("vocabulary 151936 x greedy sampling 0.50 ns per vocabulary entry"), std::string::npos)
       << s.decode_inputs;
   profile.measurements.kernel_tuning->points.clear();
-  EXPECT_EQ(predict_speed(profile, fp, plan).decode_terms.back().seconds, 0.0);  // not timed: left out
+  EXPECT_EQ(term_seconds(predict_speed(profile, fp, plan).decode_terms, "sampling"), 0.0);  // not timed: left out
+}
+
+// Every token is routed at every MoE layer on the calling thread (top-k of
+// the router's logits and the reuse bookkeeping): the tuning phase times it
+// at 64 experts top 8 (route_tokens) and 8 top 2 (_narrow), and the model
+// fits a cost per call plus one per (expert x top_k). Made up: 512 tokens
+// in 1.0 ms at 64 x 8 and in 0.3 ms at 8 x 2: c + 512 m = 1.953 us,
+// c + 16 m = 0.586 us. Qwen3 routes 128 x 8 at 48 layers.
+TEST(PlanSpeed, EveryTokenPaysItsRoutingAtEveryMoeLayer) {
+  const ModelFootprint fp = qwen3();
+  const Plan plan = resident_qwen3_plan(8);
+  DeviceProfile profile = measured_profile(10);
+  const SpeedPrediction without = predict_speed(profile, fp, plan);
+  profile.measurements.kernel_tuning = tuned_on_8_threads("route_tokens", 64, 512, 0, {}, {3, 512 / 1e-3, 512 / 1e-3, 512 / 1e-3, 0});
+  KernelThroughputPoint narrow = profile.measurements.kernel_tuning->points[0];
+  narrow.kernel = "route_tokens_narrow", narrow.rows = 8, narrow.tokens_per_s = {3, 512 / 0.3e-3, 512 / 0.3e-3, 512 / 0.3e-3, 0};
+  profile.measurements.kernel_tuning->points[0].cols = 8;
+  narrow.cols = 2;
+  profile.measurements.kernel_tuning->points.push_back(narrow);
+  const SpeedPrediction s = predict_speed(profile, fp, plan);
+  ASSERT_TRUE(s.available && without.available);
+  const double per_unit = (1e-3 / 512 - 0.3e-3 / 512) / (512 - 16), fixed = 0.3e-3 / 512 - 16 * per_unit;
+  const double one = fixed + 128 * 8 * per_unit;
+  EXPECT_NEAR(term_seconds(s.decode_terms, "routing"), 48 * one, 1e-12);
+  EXPECT_NEAR(term_seconds(s.prefill_terms, "compute: routing"), 48 * one, 1e-12);
+  EXPECT_NEAR(1 / s.decode_tok_per_s - 1 / without.decode_tok_per_s, 48 * one, 1e-12);
+  EXPECT_NE(s.decode_inputs.find("routing 48 layers x "), std::string::npos) << s.decode_inputs;
+  EXPECT_EQ(term_seconds(without.decode_terms, "routing"), 0.0) << "not timed: left out";
 }
 
 // A routed row costs more than its multiply-adds (gathering, quantising,
