@@ -417,11 +417,14 @@ Result<KernelTuning> measure_kernel_tuning(const CpuFacts& facts, const MemoryFa
       // one per (expert x top_k).
       {.name = "route_tokens", .format = F::f32, .weight = 0.25, .routing = true},
       {.name = "route_tokens_narrow", .format = F::f32, .weight = 0.25, .routing = true, .route_experts = 8, .route_top_k = 2}};
-  double units_per_set = 0;
-  for (const auto& spec : specs) units_per_set += spec.weight;
+  // The calling thread's kernels (greedy sampling, routing) do not depend on
+  // the team: timed once, on the first set; the others on every set.
+  auto serial = [](const KernelSpec& spec) { return spec.sampling || spec.routing; };
+  double units_per_set = 0, serial_units = 0;
+  for (const auto& spec : specs) (serial(spec) ? serial_units : units_per_set) += spec.weight;
   // Keep the sets the budget can time (priority order), at least one.
-  const auto affordable =
-      static_cast<std::size_t>(std::max(1.0, left() / (kMinTuningRounds * kMinUnitSeconds * units_per_set)));
+  const auto affordable = static_cast<std::size_t>(
+      std::max(1.0, (left() / (kMinTuningRounds * kMinUnitSeconds) - serial_units) / units_per_set));
   if (sets.size() > affordable) {
     tuning.note = "timed the first " + std::to_string(affordable) + " of " + std::to_string(sets.size()) +
                   " candidate sets (budget)";
@@ -430,6 +433,7 @@ Result<KernelTuning> measure_kernel_tuning(const CpuFacts& facts, const MemoryFa
   std::vector<Work> work;
   for (std::size_t i = 0; i < sets.size(); ++i)
     for (const KernelSpec& spec : specs) {
+      if (serial(spec) && i > 0) continue;
       std::optional<EngineExpertBatch> experts;
       if (!spec.dense && !spec.attention && !spec.sampling && !spec.routing) {
         auto batch = EngineExpertBatch::create(spec.format, spec.expert_hidden, spec.expert_width, tuning.cpu_kernel,
@@ -448,8 +452,8 @@ Result<KernelTuning> measure_kernel_tuning(const CpuFacts& facts, const MemoryFa
   // separate (separate_sets), when they cannot, or at the budget.
   int rounds = 0;
   for (int round = 0; round < kMaxTuningRounds && left() > 0; ++round) {
-    const double unit = std::max(kMinUnitSeconds, left() / ((kMaxTuningRounds - round) * units_per_set *
-                                                              static_cast<double>(sets.size())));
+    const double unit = std::max(kMinUnitSeconds, left() / ((kMaxTuningRounds - round) *
+                                                              (units_per_set * static_cast<double>(sets.size()) + serial_units)));
     for (std::size_t i = 0; i < sets.size(); ++i) {
       if (!pinnable[i]) continue;
       if (Status pinned = cpu::pin_openmp_team(sets[i].pus); !pinned) {
