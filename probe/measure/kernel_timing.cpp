@@ -344,21 +344,11 @@ void add_note(KernelTuning& tuning, const std::string& note) {
   tuning.note += (tuning.note.empty() ? "" : "; ") + note;
 }
 
-}  // namespace
-
-Result<KernelTuning> measure_kernel_tuning(const CpuFacts& facts, const MemoryFacts& memory,
-                                           const KernelTuningOptions& options, const ProgressFn& progress) {
-  const auto start = Clock::now();
-  const auto deadline = start + std::chrono::duration<double>(options.budget_seconds);
-  const auto left = [&] { return std::chrono::duration<double>(deadline - Clock::now()).count(); };
-  if (options.prefill_tokens < 1 || options.prefill_tokens > 512)
-    return make_error("kernel tuning: prefill tokens must be within 1..512, not " + std::to_string(options.prefill_tokens));
-  auto variant = cpu::selected_variant();
-  if (!variant) return variant.error();
-  std::vector<ThreadCandidate> sets = options.candidates.empty() ? tuning_candidates(facts) : options.candidates;
-  if (sets.empty()) return make_error("kernel tuning: no usable CPU to run on (usable set is empty)");
-
-  std::uint64_t pool_bytes = options.pool_bytes;
+// The test weights' size: twice the last-level cache (so decode streams
+// from RAM) within [kMinPool, kMaxPool] unless given, at most an eighth of
+// the memory headroom; an error when that leaves less than kSmallestPool.
+Result<std::uint64_t> tuning_pool_bytes(const CpuFacts& facts, const MemoryFacts& memory, std::uint64_t requested) {
+  std::uint64_t pool_bytes = requested;
   if (pool_bytes == 0) {
     std::uint64_t llc = 0;
     int last_level = 0;
@@ -371,17 +361,14 @@ Result<KernelTuning> measure_kernel_tuning(const CpuFacts& facts, const MemoryFa
   if (pool_bytes < kSmallestPool)
     return make_error("kernel tuning: only " + format_bytes(memory.headroom_bytes) + " of memory headroom; too little for " +
                       format_bytes(kSmallestPool) + " of test weights");
-  WeightPool pool(pool_bytes);
-  if (!pool.mapped()) return make_error("kernel tuning: could not map " + format_bytes(pool_bytes) + " of test weights");
-  if (progress) progress("kernel tuning: filling " + format_bytes(pool_bytes) + " of test weights");
-  pool.fill(start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(kFillShare * options.budget_seconds)));
+  return pool_bytes;
+}
 
-  KernelTuning tuning;
-  tuning.cpu_kernel = std::string(cpu::variant_name(*variant));
-  tuning.pool_bytes = pool.size();
+// The kernels the tuning phase times, each with its share of a set's time.
+std::vector<KernelSpec> tuning_specs() {
   using F = WeightFormat;
   // The q4 kernels and the dense one decide the thread sets; int8 only adds figures.
-  const std::vector<KernelSpec> specs = {
+  return {
       {"expert_q4_decode", F::q4_g64, false, false, 1}, {"dense_q8_decode", F::q8_row, false, true, 1},
       {"expert_q4_prefill", F::q4_g64, true, false, 2}, {"expert_q8_decode", F::q8_row, false, false, 1},
       {"expert_q8_prefill", F::q8_row, true, false, 2},
@@ -417,6 +404,44 @@ Result<KernelTuning> measure_kernel_tuning(const CpuFacts& facts, const MemoryFa
       // one per (expert x top_k).
       {.name = "route_tokens", .format = F::f32, .weight = 0.25, .routing = true},
       {.name = "route_tokens_narrow", .format = F::f32, .weight = 0.25, .routing = true, .route_experts = 8, .route_top_k = 2}};
+}
+
+// One round's slice of one (set, kernel): calls until `unit` x its weight
+// has passed (at most 400), their median added to the round medians.
+void time_slice(Work& w, double unit) {
+  const auto slice_end = Clock::now() + std::chrono::duration<double>(unit * w.runner.spec().weight);
+  if (!w.runner.spec().prefill || w.runner.spec().attention) w.runner.run();  // warm-up after switching kernels or sets
+  std::vector<double> samples;
+  do samples.push_back(w.runner.run());
+  while (Clock::now() < slice_end && samples.size() < 400);
+  w.round_medians.push_back(summarize(std::move(samples)).median);
+}
+
+}  // namespace
+
+Result<KernelTuning> measure_kernel_tuning(const CpuFacts& facts, const MemoryFacts& memory,
+                                           const KernelTuningOptions& options, const ProgressFn& progress) {
+  const auto start = Clock::now();
+  const auto deadline = start + std::chrono::duration<double>(options.budget_seconds);
+  const auto left = [&] { return std::chrono::duration<double>(deadline - Clock::now()).count(); };
+  if (options.prefill_tokens < 1 || options.prefill_tokens > 512)
+    return make_error("kernel tuning: prefill tokens must be within 1..512, not " + std::to_string(options.prefill_tokens));
+  auto variant = cpu::selected_variant();
+  if (!variant) return variant.error();
+  std::vector<ThreadCandidate> sets = options.candidates.empty() ? tuning_candidates(facts) : options.candidates;
+  if (sets.empty()) return make_error("kernel tuning: no usable CPU to run on (usable set is empty)");
+
+  auto pool_bytes = tuning_pool_bytes(facts, memory, options.pool_bytes);
+  if (!pool_bytes) return pool_bytes.error();
+  WeightPool pool(*pool_bytes);
+  if (!pool.mapped()) return make_error("kernel tuning: could not map " + format_bytes(*pool_bytes) + " of test weights");
+  if (progress) progress("kernel tuning: filling " + format_bytes(*pool_bytes) + " of test weights");
+  pool.fill(start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(kFillShare * options.budget_seconds)));
+
+  KernelTuning tuning;
+  tuning.cpu_kernel = std::string(cpu::variant_name(*variant));
+  tuning.pool_bytes = pool.size();
+  const std::vector<KernelSpec> specs = tuning_specs();
   // The calling thread's kernels (greedy sampling, routing) do not depend on
   // the team: timed once, on the first set; the others on every set.
   auto serial = [](const KernelSpec& spec) { return spec.sampling || spec.routing; };
@@ -463,13 +488,7 @@ Result<KernelTuning> measure_kernel_tuning(const CpuFacts& facts, const MemoryFa
       }
       if (progress && round == 0) progress("kernel tuning: " + sets[i].name + " (PUs " + sets[i].pus.to_list() + ")");
       for (Work& w : work) {
-        if (w.set != i) continue;
-        const auto slice_end = Clock::now() + std::chrono::duration<double>(unit * w.runner.spec().weight);
-        if (!w.runner.spec().prefill || w.runner.spec().attention) w.runner.run();  // warm-up after switching kernels or sets
-        std::vector<double> samples;
-        do samples.push_back(w.runner.run());
-        while (Clock::now() < slice_end && samples.size() < 400);
-        w.round_medians.push_back(summarize(std::move(samples)).median);
+        if (w.set == i) time_slice(w, unit);
       }
     }
     rounds = round + 1;
