@@ -108,6 +108,15 @@ std::uint64_t dense_rows_per_token(const ModelFootprint& fp) {
   return rows;
 }
 
+// Whether the usage history speaks for this model: its expert count and
+// some recorded tokens (the hit rate and the rounds' distinct experts read
+// it only then, and say so).
+namespace {
+bool history_fits(const ModelFootprint& fp, const experts::UsageHistory* history) {
+  return history && history->key().n_experts == fp.n_experts && history->total_tokens() > 0;
+}
+}  // namespace
+
 // A layer's hit rate at `cap` slots from its recorded LRU stack distances
 // (exact for an LRU cache of that many slots), or nullopt when none were
 // recorded (a version 1 history, or a GPU run's layers). The last entry
@@ -131,7 +140,7 @@ std::optional<double> lru_hit_rate(std::span<const double> reuse, int cap, bool 
 double expected_hit_rate(const ModelFootprint& fp, int cap, const experts::UsageHistory* history, std::string& inputs,
                          bool decode_tokens) {
   const double uniform = std::clamp(static_cast<double>(cap) / fp.n_experts, 0.0, 1.0);
-  if (!history || history->key().n_experts != fp.n_experts || history->total_tokens() <= 0) {
+  if (!history_fits(fp, history)) {
     inputs = "uniform routing: cap " + std::to_string(cap) + " / " + std::to_string(fp.n_experts) + " experts";
     if (history) inputs += " (the usage history does not fit this model or is empty)";
     return uniform;
@@ -303,7 +312,7 @@ void predict_decode(const DeviceProfile& profile, const ModelFootprint& fp, cons
 double distinct_experts(const ModelFootprint& fp, double tokens, const experts::UsageHistory* history) {
   const double n = fp.n_experts, k = fp.top_k;
   const double uniform = n * (1.0 - std::pow(1.0 - std::min(1.0, k / n), tokens));
-  if (!history || history->key().n_experts != fp.n_experts || history->key().n_layers < 1) return uniform;
+  if (!history_fits(fp, history)) return uniform;
   double sum = 0;
   for (int layer = 0; layer < history->key().n_layers; ++layer) {
     const std::span<const double> counts = history->layer_counts(layer);
@@ -474,7 +483,7 @@ void predict_prefill(const DeviceProfile& profile, const ModelFootprint& fp, con
   const std::string memory_text = "a " + format_fixed(prompt, 0) + "-token prompt reading dense " + format_bytes(dense) +
                                   " once and, in " + format_fixed(rounds, 0) + " rounds of " + format_fixed(round, 0) + " tokens, " +
                                   format_fixed(distinct, 1) + " distinct experts x " + format_fixed(layers, 0) + " layers each" +
-                                  (history ? " (the usage history's routing shares)" : " (uniform routing)") + ", " +
+                                  (history_fits(fp, history) ? " (the usage history's routing shares)" : " (uniform routing)") + ", " +
                                   format_fixed(reads_per_round, 2) + " of them from disk (" + format_fixed(r.prefill_miss * 100, 1) +
                                   "% of the routings miss)" +
                                   (disk_s > 0 ? " (" + r.disk->text + "; each round's misses, binomially, less its resident experts' compute)"
