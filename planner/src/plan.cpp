@@ -276,8 +276,10 @@ Result<Plan> plan_on_set(const DeviceProfile& profile, const ModelFootprint& fp,
 }
 
 // A set whose decode kernels' timings did not settle: the worst of the
-// largest spread (best - worst over the median) of its batch-1 points, when
-// it exceeds kUnsettledTimings, else nullopt. The H200 machine once timed
+// largest spread (best - worst over the median) of its batch-1 weight
+// kernels (the GEMVs the sets are ranked by; greedy sampling, on the calling
+// thread, is timed once and ranks nothing), when it exceeds
+// kUnsettledTimings, else nullopt. The H200 machine once timed
 // its 16-core set at 109 tok/s with a spread of 2552% beside 710 on 4 cores
 // (another tenant's load on its CPUs): predicted from that, decode went to 4
 // threads and ran at half the speed 16 reached.
@@ -286,7 +288,7 @@ std::optional<std::pair<std::string, double>> unsettled_set(const DeviceProfile&
                                                             const std::vector<MeasuredThreadSet>& sets) {
   std::optional<std::pair<std::string, double>> worst;
   for (const KernelThroughputPoint& p : profile.measurements.kernel_tuning->points) {
-    if (p.batch != 1 || p.gb_per_s.spread <= kUnsettledTimings) continue;
+    if (p.batch != 1 || p.matrices <= 0 || p.gb_per_s.spread <= kUnsettledTimings) continue;
     const bool candidate = std::any_of(sets.begin(), sets.end(), [&](const MeasuredThreadSet& s) { return s.name == p.thread_set; });
     if (candidate && (!worst || p.gb_per_s.spread > worst->second)) worst = std::pair(p.thread_set, p.gb_per_s.spread);
   }

@@ -136,6 +136,13 @@ TEST(ThreadChoice, UnsettledTimingsLeaveTheProfilesRecommendation) {
   const std::string& reason = threads_decision(*plan).reason;
   EXPECT_NE(reason.find("not chosen by predicted speed: the tuning phase's timings on kind0:8c spread 2550%"), std::string::npos)
       << reason;
+  // Greedy sampling's scan (the calling thread's, no weights) ranks no set: its spread blocks nothing.
+  DeviceProfile sampled = tuned_box(5, 20, 12);
+  sampled.measurements.kernel_tuning->points.push_back(
+      {"greedy_sample", 131072, 1, 1, 0, "kind0:8c", 8, first_pus(8), false, {3, 1, 2, 0.1, 25.5}, at(1)});
+  auto ranked_past_sampling = make_plan(sampled, qwen3(), cpu_request());
+  ASSERT_TRUE(ranked_past_sampling.ok());
+  EXPECT_EQ(ranked_past_sampling->threads, 4);
   // A spread the median still bounds ranks as before.
   for (KernelThroughputPoint& point : p.measurements.kernel_tuning->points) point.gb_per_s.spread = 0.9;
   auto ranked = make_plan(p, qwen3(), cpu_request());
