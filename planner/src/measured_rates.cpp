@@ -501,13 +501,12 @@ std::optional<RoutingCost> routing_cost(const DeviceProfile& profile, const Team
   const double x = static_cast<double>(n_experts) * top_k;
   auto size = [](const KernelThroughputPoint* p) { return static_cast<double>(p->rows) * p->cols; };
   auto time = [](const KernelThroughputPoint* p) { return 1.0 / p->tokens_per_s.median; };
-  if (wide && narrow && size(wide) > size(narrow)) {
-    const double per_unit = (time(wide) - time(narrow)) / (size(wide) - size(narrow));
-    const double fixed = time(narrow) - per_unit * size(narrow);
-    if (per_unit >= 0 && fixed >= 0) {
-      return RoutingCost{fixed + per_unit * x, format_fixed(fixed * 1e9, 0) + " ns + " + format_fixed(per_unit * 1e9, 2) +
-                                                   " ns per expert x top_k (route_tokens fitted at 64 x 8 and 8 x 2)"};
-    }
+  if (const auto fit = wide && narrow && size(wide) > size(narrow)
+                           ? line_through(size(wide), time(wide), size(narrow), time(narrow))
+                           : std::nullopt) {
+    return RoutingCost{fit->fixed + fit->per_unit * x, format_fixed(fit->fixed * 1e9, 0) + " ns + " +
+                                                           format_fixed(fit->per_unit * 1e9, 2) +
+                                                           " ns per expert x top_k (route_tokens fitted at 64 x 8 and 8 x 2)"};
   }
   const KernelThroughputPoint* one = wide && (!narrow || std::abs(std::log(x / size(wide))) <= std::abs(std::log(x / size(narrow))))
                                          ? wide : narrow;
