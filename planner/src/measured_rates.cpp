@@ -46,26 +46,36 @@ struct LatencyFit {
   u64 small_block = 0, large_block = 0;
   double one_read_s(u64 bytes) const { return latency_s + static_cast<double>(bytes) / bytes_per_s; }
 };
-std::optional<LatencyFit> latency_fit(const DiskBandwidth& disk) {
+// The one-deep random points' blocks of at least `from_block` bytes, smallest
+// first, each with the time of one read (block / GB/s).
+std::vector<std::pair<u64, double>> one_deep_times(const DiskBandwidth& disk, u64 from_block = 0) {
   std::vector<u64> blocks;
   for (const DiskBandwidthPoint& p : disk.points) {
-    if (p.pattern == "random" && p.queue_depth == 1 && p.gb_per_s.median > 0) blocks.push_back(p.block_bytes);
+    if (p.pattern == "random" && p.queue_depth == 1 && p.gb_per_s.median > 0 && p.block_bytes >= from_block)
+      blocks.push_back(p.block_bytes);
   }
   std::sort(blocks.begin(), blocks.end());
   blocks.erase(std::unique(blocks.begin(), blocks.end()), blocks.end());
-  if (blocks.size() < 2) return std::nullopt;
-  const DiskBandwidthPoint* small = random_point(disk, blocks[0], 1);
-  const DiskBandwidthPoint* large = random_point(disk, blocks[1], 1);
-  const double t1 = static_cast<double>(blocks[0]) / (small->gb_per_s.median * 1e9);
-  const double t2 = static_cast<double>(blocks[1]) / (large->gb_per_s.median * 1e9);
+  std::vector<std::pair<u64, double>> times;
+  for (const u64 block : blocks)
+    times.emplace_back(block, static_cast<double>(block) / (random_point(disk, block, 1)->gb_per_s.median * 1e9));
+  return times;
+}
+
+std::optional<LatencyFit> latency_fit(const DiskBandwidth& disk) {
+  const std::vector<std::pair<u64, double>> times = one_deep_times(disk);
+  if (times.size() < 2) return std::nullopt;
+  const auto [small_block, t1] = times[0];
+  const auto [large_block, t2] = times[1];
   if (t2 <= t1) return std::nullopt;
+  const DiskBandwidthPoint* small = random_point(disk, small_block, 1);
   LatencyFit fit;
-  fit.bytes_per_s = static_cast<double>(blocks[1] - blocks[0]) / (t2 - t1);
-  fit.latency_s = t1 - static_cast<double>(blocks[0]) / fit.bytes_per_s;
+  fit.bytes_per_s = static_cast<double>(large_block - small_block) / (t2 - t1);
+  fit.latency_s = t1 - static_cast<double>(small_block) / fit.bytes_per_s;
   if (fit.latency_s < 0) return std::nullopt;
-  fit.small_block = blocks[0], fit.large_block = blocks[1];
+  fit.small_block = small_block, fit.large_block = large_block;
   for (const DiskBandwidthPoint& p : disk.points) {
-    if (p.pattern == "random" && p.block_bytes == blocks[0] && p.gb_per_s.median / small->gb_per_s.median > fit.gain) {
+    if (p.pattern == "random" && p.block_bytes == small_block && p.gb_per_s.median / small->gb_per_s.median > fit.gain) {
       fit.gain = p.gb_per_s.median / small->gb_per_s.median;
       fit.depth = p.queue_depth;
     }
@@ -102,13 +112,7 @@ struct OneDeepRead {
   u64 below = 0, above = 0;
 };
 std::optional<OneDeepRead> one_deep_read(const DiskBandwidth& disk, u64 bytes, u64 from_block) {
-  std::vector<std::pair<u64, double>> times;  // (block, seconds) at depth 1
-  for (const DiskBandwidthPoint& p : disk.points) {
-    if (p.pattern == "random" && p.queue_depth == 1 && p.block_bytes >= from_block && p.gb_per_s.median > 0)
-      times.emplace_back(p.block_bytes, static_cast<double>(p.block_bytes) / (p.gb_per_s.median * 1e9));
-  }
-  std::sort(times.begin(), times.end());
-  times.erase(std::unique(times.begin(), times.end(), [](auto& a, auto& b) { return a.first == b.first; }), times.end());
+  const std::vector<std::pair<u64, double>> times = one_deep_times(disk, from_block);
   if (times.size() < 2) return std::nullopt;
   std::size_t hi = 1;
   while (hi + 1 < times.size() && times[hi].first < bytes) ++hi;
