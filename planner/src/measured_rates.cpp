@@ -223,7 +223,7 @@ std::optional<Bandwidth> upload_bandwidth(const DeviceProfile& profile, const Gp
 }
 
 // The probe's OpenMP costs at the team size nearest the plan's, for `steps`.
-std::optional<StepCost> parallel_step_cost(const DeviceProfile& profile, const Team& team, DecodeParallelSteps steps) {
+std::optional<StepCost> parallel_step_cost(const DeviceProfile& profile, const Team& team, ParallelSteps steps) {
   if (!profile.measurements.parallel_overhead) return std::nullopt;
   const ParallelOverheadPoint* best =
       nearest_team(profile.measurements.parallel_overhead->points, team, [](const ParallelOverheadPoint&) { return true; });

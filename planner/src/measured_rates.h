@@ -34,14 +34,14 @@ struct ComputeRate {
   double seconds(double rows, double macs) const { return rows * seconds_per_row + macs / macs_per_s; }
 };
 
-// Parallel steps of one CPU decode token, as the engine runs them
-// (engine/runtime/src/moe_model.cpp, engine/backend/cpu): per layer q/k/v,
-// attention and the o projection; per MoE layer the router, the experts (one
-// team, CpuBackend::ffn_quantized: gate/up, SwiGLU, down and, without a
-// shared expert, the weighted sums, meeting at two or three barriers) and a
-// shared expert's two; per dense-MLP layer its gate/up and down; then the
-// lm_head.
-struct DecodeParallelSteps {
+// OpenMP regions and the barriers inside them: of one CPU decode token
+// (speed.cpp's cpu_decode_parallel_steps: per layer q/k/v, attention and the
+// o projection; per MoE layer the router, the experts (one team,
+// CpuBackend::ffn_quantized: gate/up, SwiGLU, down and, without a shared
+// expert, the weighted sums, meeting at two or three barriers) and a shared
+// expert's two; per dense-MLP layer its gate/up and down; then the lm_head),
+// or of a prompt's expert batches (prefill_expert_steps).
+struct ParallelSteps {
   int regions = 0;
   int barriers = 0;
 };
@@ -94,7 +94,7 @@ std::optional<DiskReads> disk_reads(const DeviceProfile& profile, u64 record_str
 std::string missing_disk_bandwidth(const DeviceProfile& profile);  // why there is none, and what to run
 std::optional<Bandwidth> vram_bandwidth(const DeviceProfile& profile, const ModelFootprint& fp, const GpuTier& tier);
 std::optional<Bandwidth> upload_bandwidth(const DeviceProfile& profile, const GpuTier& tier, double bytes);
-std::optional<StepCost> parallel_step_cost(const DeviceProfile& profile, const Team& team, DecodeParallelSteps steps);
+std::optional<StepCost> parallel_step_cost(const DeviceProfile& profile, const Team& team, ParallelSteps steps);
 // The tuning phase's decode kernels for the experts and for the dense
 // matrices, in preference order, and the rate of the first one measured.
 std::vector<std::string> expert_decode_kernels(WeightFormat experts);

@@ -19,7 +19,7 @@ using namespace measured;  // the profile's rates the model reads (measured_rate
 
 // Parallel steps of one CPU decode token, as the engine runs them (the
 // struct's comment in measured_rates.h lists them).
-DecodeParallelSteps cpu_decode_parallel_steps(const ModelFootprint& fp) {
+ParallelSteps cpu_decode_parallel_steps(const ModelFootprint& fp) {
   const int layers = static_cast<int>(fp.config.num_hidden_layers), moe = static_cast<int>(fp.moe_layer_count());
   const int per_moe = 1 + 1 + (fp.config.has_shared_expert() ? 2 : 0);
   return {layers * 3 + moe * per_moe + (layers - moe) * 2 + 1, moe * (fp.config.has_shared_expert() ? 2 : 3)};
@@ -242,7 +242,7 @@ void predict_decode(const DeviceProfile& profile, const ModelFootprint& fp, cons
   const double resident = static_cast<double>(dense + kv) + experts;
   const double missed = layers * top_k * r.miss * static_cast<double>(stride);
   // OpenMP's fixed costs, for a plan the CPU engine runs alone.
-  const DecodeParallelSteps steps = cpu_decode_parallel_steps(fp);
+  const ParallelSteps steps = cpu_decode_parallel_steps(fp);
   const Team team{plan.threads, plan.compute_pus};
   const std::optional<StepCost> step = r.vram ? std::nullopt : parallel_step_cost(profile, team, steps);
   // Weights stream at the RAM bandwidth or at the kernel's own rate, whichever is lower.
