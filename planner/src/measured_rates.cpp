@@ -128,17 +128,73 @@ std::optional<OneDeepRead> one_deep_read(const DiskBandwidth& disk, u64 bytes, u
 double DiskReads::seconds(double reads) const {
   if (reads <= 0) return 0;
   if (reads < 1) return reads * one_read_s;  // at most one read, that often
+  if (batch_seconds.size() >= 2) {
+    std::size_t hi = 1;
+    while (hi + 1 < batch_seconds.size() && batch_seconds[hi].first < reads) ++hi;
+    const auto [k0, t0] = batch_seconds[hi - 1];
+    const auto [k1, t1] = batch_seconds[hi];
+    return std::max(t0, t0 + (t1 - t0) * (reads - k0) / (k1 - k0));
+  }
   return std::max(one_read_s, reads * static_cast<double>(record_bytes) / (gb_per_s * 1e9));
 }
+
+namespace {
+
+// Seconds of a batch of `depth` reads of `bytes` through the engine's I/O
+// pool: the engine_pool points of that batch size, linear in the block size
+// between the two that bracket `bytes` (along the nearest two beyond them).
+std::optional<double> engine_batch_time(const DiskBandwidth& disk, int depth, u64 bytes) {
+  std::vector<std::pair<u64, double>> times;  // block, seconds of the batch
+  for (const DiskBandwidthPoint& p : disk.points) {
+    if (p.pattern == kEnginePoolPattern && p.queue_depth == depth && p.block_bytes > 0 && p.gb_per_s.median > 0)
+      times.emplace_back(p.block_bytes, static_cast<double>(p.block_bytes) * depth / (p.gb_per_s.median * 1e9));
+  }
+  std::sort(times.begin(), times.end());
+  if (times.size() < 2) return times.empty() ? std::nullopt : std::optional(times[0].second);
+  std::size_t hi = 1;
+  while (hi + 1 < times.size() && times[hi].first < bytes) ++hi;
+  const auto [b0, t0] = times[hi - 1];
+  const auto [b1, t1] = times[hi];
+  if (b1 == b0) return t0;
+  const double t = t0 + (t1 - t0) * (static_cast<double>(bytes) - static_cast<double>(b0)) / static_cast<double>(b1 - b0);
+  return t > 0 ? t : t0;  // a line through odd points may fall below zero under the smallest block
+}
+
+// The batch curve at `record_stride` (batch size, seconds), from 1 read up;
+// empty unless the probe's pool had `io_threads` threads and read alone too.
+std::vector<std::pair<double, double>> engine_batch_curve(const DiskBandwidth& disk, u64 record_stride, int io_threads) {
+  std::vector<int> depths;
+  for (const DiskBandwidthPoint& p : disk.points) {
+    if (p.pattern == kEnginePoolPattern) depths.push_back(p.queue_depth);
+  }
+  std::sort(depths.begin(), depths.end());
+  depths.erase(std::unique(depths.begin(), depths.end()), depths.end());
+  if (disk.engine_io_threads != io_threads || depths.empty() || depths[0] != 1) return {};
+  std::vector<std::pair<double, double>> curve;
+  for (const int depth : depths) {
+    if (const auto t = engine_batch_time(disk, depth, record_stride)) curve.emplace_back(depth, *t);
+  }
+  return curve.size() >= 2 ? curve : std::vector<std::pair<double, double>>{};
+}
+
+std::string batch_curve_text(const std::vector<std::pair<double, double>>& curve, int io_threads) {
+  std::string text = "; through the engine's I/O pool (" + std::to_string(io_threads) + " threads, engine_pool points):";
+  for (const auto& [reads, seconds] : curve)
+    text += " " + format_fixed(reads, 0) + (reads == 1 ? " read " : " reads ") + format_fixed(seconds * 1e6, 1) + " us" +
+            (reads == curve.back().first ? "" : ",");
+  return text;
+}
+
+}  // namespace
 
 // Records below the second smallest measured block by the latency fit
 // (small reads are latency-bound: the rate is the fitted read time divided
 // by the queue depth's gain); larger ones at the random point nearest their
 // size, best queue depth. A lone read: the fit's time where there is one,
 // else the one-deep point's.
-std::optional<DiskReads> disk_reads(const DeviceProfile& profile, u64 record_stride) {
-  if (!profile.measurements.disk) return std::nullopt;
-  const DiskBandwidth& disk = *profile.measurements.disk;
+// Bare reads (the random points): what the engine_pool points refine.
+namespace {
+std::optional<DiskReads> bare_disk_reads(const DiskBandwidth& disk, u64 record_stride) {
   const auto fit = latency_fit(disk);
   if (fit && record_stride < fit->large_block) {
     const double per_read = fit->one_read_s(record_stride) / fit->gain;
@@ -168,6 +224,31 @@ std::optional<DiskReads> disk_reads(const DeviceProfile& profile, u64 record_str
                        " blocks, queue depth " + std::to_string(best->queue_depth) + "; record stride " +
                        format_bytes(record_stride) + "; one read alone " + format_fixed(one_read_s * 1e6, 1) + " us" +
                        one_read_source + ")"};
+}
+}  // namespace
+
+std::optional<DiskReads> disk_reads(const DeviceProfile& profile, u64 record_stride, int io_threads) {
+  if (!profile.measurements.disk) return std::nullopt;
+  const DiskBandwidth& disk = *profile.measurements.disk;
+  auto reads = bare_disk_reads(disk, record_stride);
+  if (!reads) return std::nullopt;
+  // The engine's own read path, where the probe timed it: hand-offs to and
+  // from the pool's threads and the depth the pool reaches, which the bare
+  // points (threads reading back to back) leave out.
+  if (io_threads == 0) {  // the compute thread reads its misses itself, one after another
+    reads->batch_seconds = {{1.0, reads->one_read_s}, {2.0, 2 * reads->one_read_s}};
+    reads->text += "; io_threads 0: the compute thread reads one miss after another";
+    return reads;
+  }
+  reads->batch_seconds = engine_batch_curve(disk, record_stride, io_threads);
+  if (!reads->batch_seconds.empty()) {
+    reads->one_read_s = reads->batch_seconds.front().second;
+    reads->text += batch_curve_text(reads->batch_seconds, io_threads);
+  } else if (disk.engine_io_threads > 0 && disk.engine_io_threads != io_threads) {
+    reads->text += "; the probe timed the engine's I/O pool at " + std::to_string(disk.engine_io_threads) +
+                   " threads, not the plan's " + std::to_string(io_threads) + ": bare reads";
+  }
+  return reads;
 }
 
 // Why a measured profile has no disk figure, and what to run: the probe

@@ -85,12 +85,20 @@ struct DiskReads {
   double one_read_s = 0;
   u64 record_bytes = 0;
   std::string text;
+  // The engine's read path measured (the probe's engine_pool points at the
+  // plan's I/O threads): seconds of a batch of `reads` records submitted
+  // together and waited for, by batch size, smallest first (the first is 1).
+  std::vector<std::pair<double, double>> batch_seconds;
   // Expected seconds for `reads` records requested together and all waited
   // for (a layer's or a prefill round's misses): below one read, that share
-  // of a lone read; else the longer of a lone read and the stream.
+  // of a lone read; else the measured batches interpolated (beyond the
+  // largest, at its last step's time per read), or without them the longer
+  // of a lone read and the stream.
   double seconds(double reads) const;
 };
-std::optional<DiskReads> disk_reads(const DeviceProfile& profile, u64 record_stride);
+// `io_threads`: the plan's; the engine_pool points count only when the
+// probe's pool had as many threads.
+std::optional<DiskReads> disk_reads(const DeviceProfile& profile, u64 record_stride, int io_threads);
 std::string missing_disk_bandwidth(const DeviceProfile& profile);  // why there is none, and what to run
 std::optional<Bandwidth> vram_bandwidth(const DeviceProfile& profile, const ModelFootprint& fp, const GpuTier& tier);
 std::optional<Bandwidth> upload_bandwidth(const DeviceProfile& profile, const GpuTier& tier, double bytes);

@@ -524,7 +524,7 @@ SpeedPrediction predict_speed(const DeviceProfile& profile, const ModelFootprint
     }
   }
   const auto ram = ram_bandwidth(profile, plan.threads);
-  rates.disk = disk_reads(profile, fp.expert().record_stride);
+  rates.disk = disk_reads(profile, fp.expert().record_stride, plan.io_threads);
   // A plan that streams needs the disk figure; one that holds every expert does not.
   if (!ram) {
     s.unavailable = kNoMeasuredBandwidth;

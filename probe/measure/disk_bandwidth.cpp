@@ -23,8 +23,10 @@
 #include <thread>
 #include <vector>
 
+#include "coli/base/expert_io.h"
 #include "coli/base/pending_file.h"
 #include "coli/base/text.h"
+#include "io_pool.h"
 #include "measure/stats.h"
 
 namespace coli::probe {
@@ -41,6 +43,9 @@ constexpr std::array<int, 4> kQueueDepths{1, 2, 4, 8};
 constexpr std::uint64_t kLatencyBlock = 16 * 1024;
 constexpr double kLatencyBlockSeconds = 100e-6;
 constexpr std::uint64_t kLargestBlock = 16 * kMiB;
+// The engine's read path: a layer's misses submitted to its I/O pool
+// together and waited for (small records, an OLMoE-sized and a larger one).
+constexpr std::array<std::uint64_t, 3> kEnginePoolBlocks{kLatencyBlock, 1 * kMiB, 4 * kMiB};
 constexpr std::uint64_t kMinFileBytes = 2 * kLargestBlock;
 constexpr std::uint64_t kMinDerivedFileBytes = 256 * kMiB;
 constexpr std::uint64_t kMaxDerivedFileBytes = 1024 * kMiB;
@@ -215,6 +220,7 @@ struct PointSetup {
   bool random = false;
   std::uint64_t block = 0;
   int queue_depth = 1;
+  bool engine_pool = false;  // batches through the engine's I/O pool (kEnginePoolPattern)
 };
 
 // One configuration: rounds of reads sized to take about a quarter of the
@@ -246,6 +252,48 @@ Result<SampleStats> measure_point(int fd, std::uint64_t file_bytes, const PointS
   policy.max_total = std::chrono::duration<double>(seconds);
   const SampleStats stats = measure_repeatedly(run_once, policy);
   if (error_number != 0) return make_error(std::string("read failed: ") + std::strerror(error_number));
+  return stats;
+}
+
+// Batches of `setup.queue_depth` random reads through the engine's I/O
+// pool (runtime::IoPool, pread_full, as ExpertStore reads a miss), each
+// batch waited for before the next is submitted; GB/s of the batches.
+Result<SampleStats> measure_engine_pool_point(int fd, std::uint64_t file_bytes, const PointSetup& setup,
+                                              runtime::IoPool& pool, double seconds, double expected_gb_per_s) {
+  std::vector<AlignedBuffer> buffers;
+  for (int i = 0; i < setup.queue_depth; ++i) {
+    buffers.push_back(aligned_buffer(setup.block));
+    if (!buffers.back()) return make_error("disk bandwidth: out of memory for read buffers");
+  }
+  const double batch_bytes = static_cast<double>(setup.block) * setup.queue_depth;
+  const auto batches = std::max<std::uint64_t>(1, static_cast<std::uint64_t>(expected_gb_per_s * 1e9 * seconds / 4 / batch_bytes));
+  const std::uint64_t blocks_in_file = file_bytes / setup.block;
+  std::mt19937_64 rng(0xB47C + setup.block + static_cast<std::uint64_t>(setup.queue_depth));
+  std::string failure;
+  auto run_once = [&] {
+    std::vector<std::future<Status>> reads;
+    const auto start = Clock::now();
+    for (std::uint64_t batch = 0; batch < batches && failure.empty(); ++batch) {
+      reads.clear();
+      for (AlignedBuffer& buffer : buffers) {
+        const std::uint64_t offset = rng() % blocks_in_file * setup.block;
+        reads.push_back(pool.submit([fd, offset, data = std::span<std::byte>(buffer.get(), setup.block)] {
+          return runtime::pread_full(fd, offset, data, data.size(), "the test file");
+        }));
+      }
+      for (auto& read : reads) {
+        if (Status done = read.get(); !done && failure.empty()) failure = done.error().message;
+      }
+    }
+    const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+    return static_cast<double>(batches) * batch_bytes / elapsed / 1e9;
+  };
+  RepeatPolicy policy;
+  policy.warmup_runs = 0;
+  policy.min_total = std::chrono::duration<double>(0);
+  policy.max_total = std::chrono::duration<double>(seconds);
+  const SampleStats stats = measure_repeatedly(run_once, policy);
+  if (!failure.empty()) return make_error(failure);
   return stats;
 }
 
@@ -307,9 +355,13 @@ Result<DiskBandwidth> measure_disk_bandwidth(const std::filesystem::path& direct
     for (auto block : kBlockBytes)
       for (int depth : kQueueDepths) setups.push_back({random, block, depth});
   for (int depth : kQueueDepths) setups.push_back({true, kLatencyBlock, depth});
+  for (auto block : kEnginePoolBlocks)
+    for (int depth : kQueueDepths) setups.push_back({true, block, depth, true});
+  runtime::IoPool pool(kDefaultIoThreads);
+  result.engine_io_threads = kDefaultIoThreads;
   for (std::size_t i = 0; i < setups.size(); ++i) {
     const PointSetup& setup = setups[i];
-    const std::string pattern = setup.random ? "random" : "sequential";
+    const std::string pattern = setup.engine_pool ? kEnginePoolPattern : setup.random ? "random" : "sequential";
     if (progress)
       progress("disk bandwidth: " + pattern + " " + format_bytes(setup.block) + " reads, queue depth " +
                std::to_string(setup.queue_depth));
@@ -319,9 +371,11 @@ Result<DiskBandwidth> measure_disk_bandwidth(const std::filesystem::path& direct
     const double expected = setup.block == kLatencyBlock
                                 ? std::min(expected_gb_per_s, setup.queue_depth * kLatencyBlock / kLatencyBlockSeconds / 1e9)
                                 : expected_gb_per_s;
-    auto stats = measure_point(file.reader(), result.file_bytes, setup, seconds, expected);
+    auto stats = setup.engine_pool
+                     ? measure_engine_pool_point(file.reader(), result.file_bytes, setup, pool, seconds, expected)
+                     : measure_point(file.reader(), result.file_bytes, setup, seconds, expected);
     if (!stats) return make_error("disk bandwidth: " + stats.error().message + where(directory));
-    if (stats->median > 0 && setup.block != kLatencyBlock) expected_gb_per_s = stats->median;
+    if (stats->median > 0 && setup.block != kLatencyBlock && !setup.engine_pool) expected_gb_per_s = stats->median;
     result.points.push_back({pattern, setup.block, setup.queue_depth, *stats});
   }
   return result;

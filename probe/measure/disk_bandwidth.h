@@ -1,7 +1,8 @@
 // Disk read bandwidth on the filesystem of a directory (where the model
 // lives): sequential and random reads of expert-sized blocks (1-16 MiB) at
 // queue depths 1..8, and random 16 KiB reads (a read's latency) at the same
-// depths, O_DIRECT where the filesystem allows it.
+// depths, O_DIRECT where the filesystem allows it; and random reads in
+// batches through the engine's own I/O pool (what a layer's misses wait).
 #pragma once
 
 #include <cstdint>

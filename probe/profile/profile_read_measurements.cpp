@@ -74,6 +74,8 @@ Measurements read_measurements(const Reader& r, const CpuFacts& cpu) {
       disk.points.push_back(DiskBandwidthPoint{p.text("pattern"), p.bytes("block_bytes"),
                                                p.small_int("queue_depth", 1, 4096), read_stats(p)});
     }
+    // Optional: profiles before the engine-pool points have none.
+    disk.engine_io_threads = d.has("engine_io_threads") ? d.small_int("engine_io_threads", 1, 1024) : 0;
     out.disk = std::move(disk);
   }
   if (r.has("gpu_kernels")) {

@@ -256,12 +256,14 @@ toml::table measurements_table(const Measurements& measurements) {
       put_stats(row, point.gb_per_s);
       points.push_back(std::move(row));
     }
-    table.insert("disk", toml::table{{"directory", disk.directory},
-                                         {"filesystem", disk.filesystem},
-                                         {"direct_io", disk.direct_io},
-                                         {"note", disk.note},
-                                         {"file_bytes", as_int(disk.file_bytes)},
-                                         {"points", std::move(points)}});
+    toml::table entry{{"directory", disk.directory},
+                      {"filesystem", disk.filesystem},
+                      {"direct_io", disk.direct_io},
+                      {"note", disk.note},
+                      {"file_bytes", as_int(disk.file_bytes)},
+                      {"points", std::move(points)}};
+    if (disk.engine_io_threads > 0) entry.insert("engine_io_threads", disk.engine_io_threads);  // with engine_pool points
+    table.insert("disk", std::move(entry));
   }
   toml::array kernels;
   for (const GpuKernelResult& result : measurements.gpu_kernels) {

@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include "coli/base/expert_io.h"
 #include "measure/disk_bandwidth.h"
 #include "measure/memory_bandwidth.h"
 #include "measure/stats.h"
@@ -215,11 +216,15 @@ class ScratchDirectory {
 };
 
 void expect_all_points(const DiskBandwidth& disk) {
-  EXPECT_EQ(disk.points.size(), 2u * 3 * 4 + 4);  // both patterns x 3 blocks x 4 depths, and random 16 KiB at 4 depths
-  for (const char* pattern : {"sequential", "random"})
+  // Both patterns x 3 blocks x 4 depths, random 16 KiB at 4 depths, and the
+  // engine's I/O pool at 16 KiB, 1 and 4 MiB in batches of 1..8.
+  EXPECT_EQ(disk.points.size(), 2u * 3 * 4 + 4 + 3 * 4);
+  EXPECT_EQ(disk.engine_io_threads, kDefaultIoThreads);
+  for (const char* pattern : {"sequential", "random", kEnginePoolPattern})
     for (std::uint64_t block : {16 * kMiB / 1024, 1 * kMiB, 4 * kMiB, 16 * kMiB})
       for (int depth : {1, 2, 4, 8}) {
         if (block == 16 * 1024 && std::string_view(pattern) == "sequential") continue;  // latency: random reads only
+        if (block == 16 * kMiB && std::string_view(pattern) == kEnginePoolPattern) continue;  // expert-sized and latency blocks
         const auto match = [&](const DiskBandwidthPoint& p) {
           return p.pattern == pattern && p.block_bytes == block && p.queue_depth == depth;
         };

@@ -849,6 +849,54 @@ TEST(PlanSpeed, SmallRecordsReadAtTheDisksFittedLatency) {
               missed * (per_read / stride - 1 / (1.5 * qd1(1 << 20) * 1e9)), 1e-9);
 }
 
+// Issue 15: a layer's misses wait for the engine's own read path, submitted
+// to its I/O pool together: a hand-off to a pool thread and back per batch,
+// and as many reads in flight as the pool has threads. Bare reads missed
+// both (the 2-core VM: two 8 KiB misses of a prefill round took ~116 us
+// where the bare points priced 48). Made-up pool: a batch of k reads of b
+// bytes takes 60 us + 20 us per further read + k b / 1 GB/s.
+TEST(PlanSpeed, MissesWaitForTheEnginePoolsMeasuredBatches) {
+  auto fp = read_footprint(std::filesystem::path(COLI_FIXTURES_DIR) / "models" / "tiny-demo", WeightFormat::q4_g64,
+                           DenseFormat::source);
+  ASSERT_TRUE(fp.ok()) << fp.error().message;
+  const auto batch_s = [](int k, double bytes) { return 60e-6 + 20e-6 * (k - 1) + k * bytes / 1e9; };
+  DeviceProfile profile = measured_profile(1e6);  // RAM so fast that no resident compute overlaps the reads
+  auto qd1 = [](double block) { return block / (100e-6 + block / 2e9) / 1e9; };
+  profile.measurements.disk->points = {disk(16384, 1, qd1(16384)), disk(1 << 20, 1, qd1(1 << 20)),
+                                       disk(16384, 8, 4 * qd1(16384))};
+  for (const double block : {16384.0, 1048576.0})
+    for (const int k : {1, 2, 4, 8}) {
+      const double gbs = k * block / batch_s(k, block) / 1e9;
+      profile.measurements.disk->points.push_back({kEnginePoolPattern, static_cast<std::uint64_t>(block), k, {1, gbs, gbs, gbs, 0}});
+    }
+  profile.measurements.disk->engine_io_threads = 4;
+  PlanRequest request;
+  request.cap = 4;
+  auto plan = make_plan(profile, *fp, request);
+  ASSERT_TRUE(plan.ok()) << plan.error().message;
+  plan->threads = 8;
+  ASSERT_EQ(plan->io_threads, 4);
+  const double stride = static_cast<double>(fp->expert().record_stride), layers = fp->moe_layer_count();
+  const SpeedPrediction s = predict_speed(profile, *fp, *plan);
+  ASSERT_TRUE(s.available) << s.unavailable;
+  ASSERT_NEAR(s.hit_rate, 0.5, 1e-12);  // uniform, 4 of 8: each of a layer's 2 routings misses by half
+  // One miss (half the layers) waits a batch of 1, two (a quarter) a batch of 2.
+  EXPECT_NEAR(term_seconds(s.decode_terms, "experts from disk"), layers * (0.5 * batch_s(1, stride) + 0.25 * batch_s(2, stride)),
+              1e-9);
+  EXPECT_NE(s.decode_inputs.find("through the engine's I/O pool (4 threads, engine_pool points): 1 read "), std::string::npos)
+      << s.decode_inputs;
+  // Another pool size than the probe's: the bare reads, and it says so.
+  plan->io_threads = 2;
+  const SpeedPrediction other = predict_speed(profile, *fp, *plan);
+  EXPECT_NE(other.decode_inputs.find("the probe timed the engine's I/O pool at 4 threads, not the plan's 2: bare reads"),
+            std::string::npos) << other.decode_inputs;
+  // No pool: the compute thread reads a layer's two misses one after the other.
+  plan->io_threads = 0;
+  const SpeedPrediction serial = predict_speed(profile, *fp, *plan);
+  const double one = 100e-6 + stride / 2e9;
+  EXPECT_NEAR(term_seconds(serial.decode_terms, "experts from disk"), layers * (0.5 * one + 0.25 * 2 * one), 1e-9);
+}
+
 // A prefill round waits for its misses before its missed experts run, and
 // the next round needs the cache again: each round's reads of a layer cost
 // at least one read's latency when any expert misses (the I/O pool's queue

@@ -52,7 +52,9 @@ DeviceProfile sample_profile() {
                                           {MemoryBandwidthPoint{"read", -1, 1, CpuSet({0}), stats(30.5, 31.25, 33.0, 5)},
                                            MemoryBandwidthPoint{"triad", 1, 2, CpuSet({0, 2}), stats(60, 61.1, 62.3, 4)}}};
   p.measurements.disk = DiskBandwidth{"/data", "ext4", true, "", 512ull << 20,
-                                      {DiskBandwidthPoint{"random", 4u << 20, 8, stats(1.0, 1.1, 1.2, 3)}}};
+                                      {DiskBandwidthPoint{"random", 4u << 20, 8, stats(1.0, 1.1, 1.2, 3)},
+                                       DiskBandwidthPoint{kEnginePoolPattern, 16384, 2, stats(0.2, 0.3, 0.4, 3)}},
+                                      4};
   VulkanDevice gpu;
   gpu.name = "Made-up GPU";
   gpu.vendor_id = 0x10de;
@@ -168,6 +170,8 @@ std::vector<BadProfile> bad_profiles() {
   add("bad CPU list", "[cpu.usable]", "pus", "\"3-1\"", "'cpu.usable.pus' is not a CPU list");
   add("NaN bandwidth", "[[measurements.memory_bandwidth.points]]", "median_gb_per_s", "nan", "must be a finite number");
   add("absurd bandwidth", "[[measurements.disk.points]]", "best_gb_per_s", "1e12", "is out of range");
+  add("engine pool of no threads", "[measurements.disk]", "engine_io_threads", "0",
+      "'measurements.disk.engine_io_threads' = 0 is out of range");
   add("missing field", "[memory]", "headroom_bytes", "", "'memory.headroom_bytes' is missing", false);
   add("headroom above total", "[memory]", "headroom_bytes", std::to_string(64ull << 30), "exceeds total_bytes", false);
   add("unknown headroom source", "[memory]", "headroom_source", "\"guess\"", "names no entry of memory.sources", false);
@@ -347,6 +351,15 @@ TEST(ProfileIo, V4FilesWithoutTopologyReadAsUnknown) {
   EXPECT_EQ(d.host_link_gbs, 0);
   EXPECT_TRUE(parsed->gpus.links.empty());
   EXPECT_EQ(parsed->gpus.topology_status, "");
+}
+
+// Profiles written before the engine-pool disk points: none, and no pool size.
+TEST(ProfileIo, DiskWithoutEnginePoolPointsReadsAsNoneMeasured) {
+  const std::string text = with_field(profile_to_toml(sample_profile()), "[measurements.disk]", "engine_io_threads", "");
+  auto parsed = parse_profile(text, "older.toml");
+  ASSERT_TRUE(parsed.ok()) << parsed.error().message;
+  EXPECT_EQ(parsed->measurements.disk->engine_io_threads, 0);
+  EXPECT_EQ(parse_profile(profile_to_toml(sample_profile()), "now.toml")->measurements.disk->engine_io_threads, 4);
 }
 
 TEST(ProfileIo, RefusesBadTopologyWithTheFieldNamed) {

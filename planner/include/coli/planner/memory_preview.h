@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "coli/base/expert_io.h"
 #include "coli/planner/footprint.h"
 
 namespace coli::planner {
@@ -39,7 +40,7 @@ struct MemoryKnobs {
   int prompt_tokens = 4096;   // tokens of the longest single forward() (the whole prompt)
   int round_tokens = 64;      // prefill tokens per expert round
   int threads = 1;
-  int io_threads = 4;
+  int io_threads = kDefaultIoThreads;
   bool tokenizer = true;      // a tokenizer is loaded (its tables are priced); false with prompt ids
   // The amx CPU variant: q4 activations carry a tile-row copy (1 B more per
   // value) and quantised buffers hold whole 16-token tiles.

@@ -9,6 +9,7 @@
 #include <variant>
 #include <vector>
 
+#include "coli/base/expert_io.h"
 #include "coli/base/result.h"
 #include "coli/planner/deciders.h"
 #include "coli/planner/expert_parallel.h"
@@ -40,7 +41,7 @@ struct PlanRequest {
                                        // each expert multiplies its ~64 tokens in one GEMM (fewer when the cache streams)
   std::optional<int> prompt_tokens;    // longest prompt; default: the whole context
   bool tokenizer = true;               // the run loads a tokenizer (false: it is given token ids)
-  int io_threads = 4;
+  int io_threads = kDefaultIoThreads;
   bool direct_io = true;
   // The VRAM tier: --gpu none|auto|N, --vram, the backend's memory (tests
   // pass made-up backends), and the history that ranks experts for it.

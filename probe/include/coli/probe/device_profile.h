@@ -298,9 +298,13 @@ struct ParallelOverhead {
 };
 
 struct DiskBandwidthPoint {
-  std::string pattern;             // "sequential" or "random"
+  // "sequential" or "random": queue_depth threads reading back to back;
+  // kEnginePoolPattern: random reads in batches of queue_depth, submitted
+  // to the engine's own I/O pool and waited for together, as a layer's
+  // misses are (hand-offs to and from the pool's threads included).
+  std::string pattern;
   std::uint64_t block_bytes = 0;   // one read, sized like an expert (1-20 MB)
-  int queue_depth = 1;             // reads in flight at once
+  int queue_depth = 1;             // reads in flight at once (engine_pool: the batch)
   SampleStats gb_per_s;
   bool operator==(const DiskBandwidthPoint&) const = default;
 };
@@ -309,6 +313,8 @@ struct DiskBandwidthPoint {
 // the (default) directory and could not measure it; the rest says why.
 inline constexpr const char* kDiskNotMeasured = "not measured: ";
 
+inline constexpr const char* kEnginePoolPattern = "engine_pool";
+
 struct DiskBandwidth {
   std::string directory;           // where the test file lived (the model's filesystem)
   std::string filesystem;          // "ext4", "xfs", "tmpfs", ...
@@ -316,6 +322,7 @@ struct DiskBandwidth {
   std::string note;                // e.g. why O_DIRECT was not possible and what the figures then mean
   std::uint64_t file_bytes = 0;
   std::vector<DiskBandwidthPoint> points;
+  int engine_io_threads = 0;       // the engine_pool points' I/O threads (0: none measured, an older profile)
   bool operator==(const DiskBandwidth&) const = default;
 };
 

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "coli/base/cpu_set.h"
+#include "coli/base/expert_io.h"
 #include "coli/base/kv_type.h"
 #include "coli/base/result.h"
 #include "coli/base/weight_format.h"
@@ -67,7 +68,7 @@ struct ModelOptions {
   bool speculative_prefetch = false;
   // Threads reading expert misses while compute runs on resident experts;
   // 0 = synchronous reads on the compute thread.
-  int io_threads = 4;
+  int io_threads = kDefaultIoThreads;
   // O_DIRECT expert reads when experts stream (0 < cache_capacity < experts), if
   // the filesystem allows; with every expert resident the page cache is used.
   bool direct_io = true;
