@@ -69,8 +69,8 @@ struct DenseGemv {
   std::optional<Bandwidth> kernel;
   std::optional<RowCost> rows;
   double seconds(double bytes, double row_count, const Bandwidth& ram) const {
-    if (rows) return bytes / (std::min(rows->gb_per_s, ram.gb_per_s) * 1e9) + row_count * rows->seconds_per_row;
-    return bytes / ((kernel ? std::min(kernel->gb_per_s, ram.gb_per_s) : ram.gb_per_s) * 1e9);
+    if (rows) return bytes / (rows->gb_per_s * 1e9) + row_count * rows->seconds_per_row;
+    return bytes / ((kernel ? kernel->gb_per_s : ram.gb_per_s) * 1e9);
   }
 };
 DenseGemv dense_gemv(const DeviceProfile& profile, const ModelFootprint& fp, const Team& team) {
@@ -245,11 +245,11 @@ void predict_decode(const DeviceProfile& profile, const ModelFootprint& fp, cons
   const ParallelSteps steps = cpu_decode_parallel_steps(fp);
   const Team team{plan.threads, plan.compute_pus};
   const std::optional<StepCost> step = r.vram ? std::nullopt : parallel_step_cost(profile, team, steps);
-  // Weights stream at the RAM bandwidth or at the kernel's own rate, whichever is lower.
+  // Weights stream at the engine's kernel's own rate where the tuning phase
+  // timed it (on weights from RAM: a pool of twice the last-level cache), else
+  // at the RAM read bandwidth.
   const auto expert_kernel = decode_kernel_rate(profile, expert_decode_kernels(fp.expert_format), team);
-  auto streams_at = [&](const std::optional<Bandwidth>& kernel) {
-    return kernel ? std::min(kernel->gb_per_s, r.ram.gb_per_s) : r.ram.gb_per_s;
-  };
+  auto streams_at = [&](const std::optional<Bandwidth>& kernel) { return kernel ? kernel->gb_per_s : r.ram.gb_per_s; };
   // The greedy pick after the pass scans every logit on one thread.
   const auto sampling = sampling_cost(profile, team);
   const double sampling_s = sampling ? static_cast<double>(fp.config.vocab_size) * sampling->seconds_per_entry : 0.0;
@@ -291,9 +291,9 @@ void predict_decode(const DeviceProfile& profile, const ModelFootprint& fp, cons
                     (r.vram ? " + VRAM " + format_bytes(static_cast<u64>(in_vram)) + "/token (share " +
                                   format_fixed(r.vram_share, 3) + ") / " + r.vram->text
                             : "") +
-                    (expert_kernel ? "; experts at most " + expert_kernel->text : "") +
+                    (expert_kernel ? "; experts stream at " + expert_kernel->text : "") +
                     (rows           ? "; dense " + std::to_string(dense_rows_per_token(fp)) + " rows at " + rows->text
-                     : dense_kernel ? "; dense at most " + dense_kernel->text
+                     : dense_kernel ? "; dense streams at " + dense_kernel->text
                                     : "") +
                     (sampling ? " + vocabulary " + std::to_string(fp.config.vocab_size) + " x " + sampling->text : "") +
                     (routing ? " + routing " + format_fixed(layers, 0) + " layers x " + routing->text : "") +

@@ -703,7 +703,14 @@ TEST(PlanSpeed, FloatDenseProjectionsOfAPromptCostAFittedTimePerRow) {
 // Issue 15: decode streams weights no faster than the engine's own GEMV does
 // at the plan's team size (the tuning phase's expert_q4_decode), when that is
 // below the RAM bandwidth: a few cores cannot drain the bus.
-TEST(PlanSpeed, DecodeExpertsStreamAtMostAtTheTunedKernelRate) {
+// The tuning phase times the engine's own expert GEMV on its thread set
+// over weights from RAM (a pool of twice the last-level cache): that rate,
+// slower or faster than the generic read kernel's, is what the experts
+// stream at. Faster happens: the H200 machine's read kernel measured 85.6
+// GB/s at 16 threads with a 44% spread where expert_q4_decode streamed 98.0
+// (9%), and the resident OLMoE shape decoded 135.8 tok/s where the read
+// kernel's rate predicted 114 (-16%; at 98 GB/s, 123).
+TEST(PlanSpeed, DecodeExpertsStreamAtTheTunedKernelRate) {
   const ModelFootprint fp = qwen3();  // int4 experts, source dense
   const Plan plan = resident_qwen3_plan(8);
   DeviceProfile profile = measured_profile(10);
@@ -713,11 +720,12 @@ TEST(PlanSpeed, DecodeExpertsStreamAtMostAtTheTunedKernelRate) {
   ASSERT_TRUE(ram_only.available && capped.available);
   const double experts = static_cast<double>(fp.moe_layer_count()) * fp.top_k * static_cast<double>(fp.expert().record_bytes);
   EXPECT_NEAR(1 / capped.decode_tok_per_s - 1 / ram_only.decode_tok_per_s, experts * (1 / 5e9 - 1 / 10e9), 1e-12);
-  EXPECT_NE(capped.decode_inputs.find("experts at most expert_q4_decode 5.0 GB/s (measured at 8 threads)"), std::string::npos)
+  EXPECT_NE(capped.decode_inputs.find("experts stream at expert_q4_decode 5.0 GB/s (measured at 8 threads)"), std::string::npos)
       << capped.decode_inputs;
-  // A kernel faster than the RAM changes nothing: the bus bounds it.
-  profile.measurements.kernel_tuning->points[0].gb_per_s = {3, 50, 50, 50, 0};
-  EXPECT_DOUBLE_EQ(predict_speed(profile, fp, plan).decode_tok_per_s, ram_only.decode_tok_per_s);
+  // A kernel faster than the read kernel streams at its own rate too.
+  profile.measurements.kernel_tuning->points[0].gb_per_s = {3, 20, 20, 20, 0};
+  EXPECT_NEAR(1 / predict_speed(profile, fp, plan).decode_tok_per_s - 1 / ram_only.decode_tok_per_s,
+              experts * (1 / 20e9 - 1 / 10e9), 1e-12);
 }
 
 // Dense matrices kept in the checkpoint's bf16 run on the engine's float
@@ -725,7 +733,7 @@ TEST(PlanSpeed, DecodeExpertsStreamAtMostAtTheTunedKernelRate) {
 // streamed 30 GB/s at one thread against a 37 GB/s read bandwidth. The
 // tuning phase times it (dense_bf16_decode) and the dense reads are priced
 // at the lower of the two; a q8 dense model keeps dense_q8_decode.
-TEST(PlanSpeed, Bf16DenseStreamsAtMostAtTheTunedFloatGemvRate) {
+TEST(PlanSpeed, Bf16DenseStreamsAtTheTunedFloatGemvRate) {
   const ModelFootprint fp = qwen3();  // source (bf16) dense
   ASSERT_EQ(fp.source_dtype, "bfloat16");
   const Plan plan = resident_qwen3_plan(8);
@@ -736,7 +744,7 @@ TEST(PlanSpeed, Bf16DenseStreamsAtMostAtTheTunedFloatGemvRate) {
   ASSERT_TRUE(ram_only.available && capped.available);
   const auto dense = static_cast<double>(dense_bytes_per_token(fp));
   EXPECT_NEAR(1 / capped.decode_tok_per_s - 1 / ram_only.decode_tok_per_s, dense * (1 / 4e9 - 1 / 10e9), 1e-12);
-  EXPECT_NE(capped.decode_inputs.find("dense at most dense_bf16_decode 4.0 GB/s (measured at 8 threads)"), std::string::npos)
+  EXPECT_NE(capped.decode_inputs.find("dense streams at dense_bf16_decode 4.0 GB/s (measured at 8 threads)"), std::string::npos)
       << capped.decode_inputs;
   ModelFootprint q8 = fp;
   q8.dense_format = DenseFormat::q8_row;
@@ -784,13 +792,13 @@ TEST(PlanSpeed, Q4DenseTakesItsOwnKernelAndFallsBackToTheExperts) {
   DeviceProfile profile = measured_profile(10);
   profile.measurements.kernel_tuning = tuned_on_8_threads("expert_q4_decode", 768, 1, 24, {3, 6, 6, 6, 0}, {3, 100, 100, 100, 0});
   const SpeedPrediction old_profile = predict_speed(profile, fp, plan);
-  EXPECT_NE(old_profile.decode_inputs.find("dense at most expert_q4_decode 6.0 GB/s"), std::string::npos)
+  EXPECT_NE(old_profile.decode_inputs.find("dense streams at expert_q4_decode 6.0 GB/s"), std::string::npos)
       << old_profile.decode_inputs;
   profile.measurements.kernel_tuning->points.push_back(profile.measurements.kernel_tuning->points[0]);
   profile.measurements.kernel_tuning->points.back().kernel = "dense_q4_decode";
   profile.measurements.kernel_tuning->points.back().gb_per_s = {3, 3, 3, 3, 0};
   const SpeedPrediction own = predict_speed(profile, fp, plan);
-  EXPECT_NE(own.decode_inputs.find("dense at most dense_q4_decode 3.0 GB/s"), std::string::npos) << own.decode_inputs;
+  EXPECT_NE(own.decode_inputs.find("dense streams at dense_q4_decode 3.0 GB/s"), std::string::npos) << own.decode_inputs;
   const auto dense = static_cast<double>(dense_bytes_per_token(fp));
   EXPECT_NEAR(1 / own.decode_tok_per_s - 1 / old_profile.decode_tok_per_s, dense * (1 / 3e9 - 1 / 6e9), 1e-12);
 }
