@@ -459,6 +459,28 @@ std::optional<LinearCost> expert_row_cost(const DeviceProfile& profile, const Te
 
 }  // namespace
 
+std::optional<ExpertDispatchCost> expert_dispatch_cost(const DeviceProfile& profile, const Team& team) {
+  if (!profile.measurements.kernel_tuning) return std::nullopt;
+  const KernelThroughputPoint* narrow = prefill_point(profile, "expert_q4_prefill_narrow", team);
+  const KernelThroughputPoint* single = prefill_point(profile, "expert_q4_prefill_single", team);
+  if (!narrow || !single || narrow->threads != single->threads || narrow->rows != single->rows ||
+      narrow->cols != single->cols)
+    return std::nullopt;
+  // Routed rows (matrices / 3) and experts (every token of these calls is routed to all of them).
+  auto rows = [](const KernelThroughputPoint& p) { return p.matrices / 3.0; };
+  auto experts = [&](const KernelThroughputPoint& p) { return rows(p) / p.batch; };
+  auto call_s = [](const KernelThroughputPoint& p) { return p.batch / p.tokens_per_s.median; };
+  if (experts(*narrow) != experts(*single) || rows(*narrow) <= rows(*single)) return std::nullopt;
+  const double per_row = (call_s(*narrow) - call_s(*single)) / (rows(*narrow) - rows(*single));
+  const double per_expert = (call_s(*single) - rows(*single) * per_row) / experts(*single);
+  if (!(per_row > 0) || !(per_expert > 0)) return std::nullopt;
+  return ExpertDispatchCost{per_expert, static_cast<double>(narrow->batch),
+                            format_fixed(per_expert * 1e6, 2) + " us per distinct expert of a batch (expert_q4_prefill_single, " +
+                                format_fixed(experts(*single), 0) + " experts of one token, against _narrow's " +
+                                std::to_string(narrow->batch) + " tokens each; measured at " +
+                                std::to_string(single->threads) + " threads)"};
+}
+
 // The engine's expert GEMM as the probe's tuning phase timed it, at the
 // team size nearest the plan's: a GEMM's rate grows with the tokens each
 // expert multiplies, so at `tokens_per_expert` it is interpolated (in log
@@ -486,22 +508,27 @@ std::optional<ComputeRate> prefill_compute_rate(const DeviceProfile& profile, We
           format_fixed(narrow->macs_per_s / 1e9, 1) + " at " + format_fixed(narrow->tokens_per_expert, 0) + " and " +
           format_fixed(wide->macs_per_s / 1e9, 1) + " at " + format_fixed(wide->tokens_per_expert, 0);
   }
-  // The wide point of this format paid the row cost too: the rate without it.
+  // The wide point of this format paid the row cost too: the rate without
+  // it. A routed row's own cost leaves out its share of its expert's
+  // dispatch, which expert_dispatch_cost prices per distinct expert.
   double row_s = 0;
+  std::optional<ExpertDispatchCost> split;
   if (row_cost && wide) {
     const double wide_row_s = per_row(*wide->point, true).seconds;
     if (const auto rows = expert_row_cost(profile, team); rows && wide_row_s > rows->fixed) {
       row_s = rows->fixed;
       rate *= wide_row_s / (wide_row_s - row_s);
+      if ((split = expert_dispatch_cost(profile, team))) row_s = std::max(0.0, row_s - split->seconds / split->fitted_tokens);
     }
   }
   return ComputeRate{rate,
                      format_fixed(rate / 1e9, 1) + " GMAC/s (" + how + ", measured at " +
                          std::to_string((narrow ? narrow : wide)->point->threads) + " threads)" +
                          (row_s > 0 ? " + " + format_fixed(row_s * 1e9, 1) +
-                                          " ns per routed row (fitted from 2048- and 64-wide experts, expert_q4_prefill_wide and _narrow)"
+                                          " ns per routed row (fitted from 2048- and 64-wide experts, expert_q4_prefill_wide and _narrow" +
+                                          (split ? std::string(", less its share of its expert's dispatch)") : std::string(")"))
                                     : std::string()),
-                     row_s};
+                     row_s, split ? split->seconds : 0.0, split ? split->text : std::string()};
 }
 
 // The engine's prefill attention as the tuning phase timed it

@@ -31,6 +31,10 @@ struct ComputeRate {
   // row of an expert batch, or each (token, output row) of a projection,
   // costs this much (gathering, quantising, SwiGLU, scattering, summing).
   double seconds_per_row = 0;
+  // Where the dispatch cost is split off the row cost (expert_dispatch_cost):
+  // each distinct expert of a batch costs this much beside its rows.
+  double seconds_per_expert = 0;
+  std::string dispatch_text;
   double seconds(double rows, double macs) const { return rows * seconds_per_row + macs / macs_per_s; }
 };
 
@@ -128,6 +132,18 @@ std::optional<RowCost> float_gemv_row_cost(const DeviceProfile& profile, const T
 // projections, which run no expert batch).
 std::optional<ComputeRate> prefill_compute_rate(const DeviceProfile& profile, WeightFormat experts, const Team& team,
                                                 double tokens_per_expert, bool row_cost = true);
+// What each distinct expert of an expert batch costs apart from its routed
+// rows (its slot and tiles, its share of the batch's gather and scatter),
+// from the narrow expert point and the single-token one (the same 8 64-wide
+// experts, 64 tokens each and one): N = 8 E + 512 r, S = 8 E + 8 r. The
+// narrow and wide points paid E once per `fitted_tokens` rows, which the
+// routed row's fitted cost then leaves out. nullopt without both points.
+struct ExpertDispatchCost {
+  double seconds = 0;         // E, per distinct expert of a batch
+  double fitted_tokens = 0;   // tokens per expert of the row-cost fit's points
+  std::string text;
+};
+std::optional<ExpertDispatchCost> expert_dispatch_cost(const DeviceProfile& profile, const Team& team);
 // A prompt's attention: per head and causal (query, key) pair a fixed cost
 // plus 2 x head_dim multiply-adds.
 struct AttentionCost {

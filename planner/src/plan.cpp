@@ -288,7 +288,8 @@ std::optional<std::pair<std::string, double>> unsettled_set(const DeviceProfile&
                                                             const std::vector<MeasuredThreadSet>& sets) {
   std::optional<std::pair<std::string, double>> worst;
   for (const KernelThroughputPoint& p : profile.measurements.kernel_tuning->points) {
-    if (p.batch != 1 || p.matrices <= 0 || p.gb_per_s.spread <= kUnsettledTimings) continue;
+    const bool prefill = p.kernel.find("_prefill") != std::string::npos;  // a one-token prefill batch ranks no set
+    if (p.batch != 1 || p.matrices <= 0 || prefill || p.gb_per_s.spread <= kUnsettledTimings) continue;
     const bool candidate = std::any_of(sets.begin(), sets.end(), [&](const MeasuredThreadSet& s) { return s.name == p.thread_set; });
     if (candidate && (!worst || p.gb_per_s.spread > worst->second)) worst = std::pair(p.thread_set, p.gb_per_s.spread);
   }

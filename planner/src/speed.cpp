@@ -375,12 +375,13 @@ constexpr int kPrefillPromptTokens = 512;
 // the tuning phase's measured rates (planner/README.md has the formulas).
 struct PromptCompute {
   bool timed = false;  // the profile timed the engine's expert GEMM
-  double expert_s = 0, dense_s = 0, attention_s = 0, lm_head_s = 0;
+  double expert_s = 0, dispatch_s = 0, dense_s = 0, attention_s = 0, lm_head_s = 0;
   std::string text;
-  double seconds() const { return expert_s + dense_s + attention_s + lm_head_s; }
+  double seconds() const { return expert_s + dispatch_s + dense_s + attention_s + lm_head_s; }
 };
+// `distinct`: the experts each round of a layer touches (each dispatched once, in one of its batches).
 PromptCompute prompt_compute(const DeviceProfile& profile, const ModelFootprint& fp, const Team& team, double prompt,
-                             double round, const Bandwidth& ram) {
+                             double round, double distinct, const Bandwidth& ram) {
   const double layers = static_cast<double>(fp.moe_layer_count()), top_k = fp.top_k, n = fp.n_experts;
   const auto compute = prefill_compute_rate(profile, fp.expert_format, team, round * top_k / n);
   PromptCompute out;
@@ -400,6 +401,7 @@ PromptCompute prompt_compute(const DeviceProfile& profile, const ModelFootprint&
   const double heads = static_cast<double>(c.num_hidden_layers) * static_cast<double>(c.num_attention_heads);
   out.attention_s = attention ? attention->seconds(heads, prompt * (prompt + 1) / 2, static_cast<double>(c.head_dim)) : 0.0;
   out.expert_s = prompt * compute->seconds(layers * top_k, expert_macs);
+  out.dispatch_s = std::ceil(prompt / round) * layers * distinct * compute->seconds_per_expert;
   out.dense_s = prompt * dense_rate->seconds(prefill_dense_rows(fp), dense_macs);
   out.lm_head_s = last_token_lm_head_seconds(profile, fp, team, ram);
   out.text = "experts " + format_fixed(expert_macs / 1e9, 2) + " GMAC per token / " + compute->text + " + dense " +
@@ -407,7 +409,10 @@ PromptCompute prompt_compute(const DeviceProfile& profile, const ModelFootprint&
              (attention ? " + attention " + format_fixed(prompt_attention_macs(fp, prompt) / 1e9, 2) + " GMAC per prompt at " +
                               attention->text
                         : " (the prompt's attention not timed in this profile: re-probe to price it)") +
-             " + the last token's lm_head " + format_fixed(out.lm_head_s * 1e3, 3) + " ms as one decode token's (dense rate above)";
+             " + the last token's lm_head " + format_fixed(out.lm_head_s * 1e3, 3) + " ms as one decode token's (dense rate above)" +
+             (out.dispatch_s > 0 ? " + " + format_fixed(std::ceil(prompt / round) * layers, 0) + " layer rounds x " +
+                                       format_fixed(distinct, 1) + " distinct experts x " + compute->dispatch_text
+                                 : std::string());
   return out;
 }
 
@@ -447,9 +452,9 @@ void predict_prefill(const DeviceProfile& profile, const ModelFootprint& fp, con
   const Team team = plan.prefill_threads > 0 || !plan.prefill_pus.empty()
                         ? Team{plan.prefill_pus.empty() ? plan.prefill_threads : plan.prefill_pus.size(), plan.prefill_pus}
                         : Team{plan.threads, plan.compute_pus};
-  const PromptCompute compute = r.vram ? PromptCompute{} : prompt_compute(profile, fp, team, prompt, round, r.ram);
-  const u64 dense = dense_bytes_per_token(fp);
   const double distinct = distinct_experts(fp, round, history);
+  const PromptCompute compute = r.vram ? PromptCompute{} : prompt_compute(profile, fp, team, prompt, round, distinct, r.ram);
+  const u64 dense = dense_bytes_per_token(fp);
   // A round reads what its tokens' routings miss: a routing whose expert the
   // round already leased is no miss of its own, and the usage history's
   // reuse distances (token by token) count it a hit, so the prompt reads
@@ -459,7 +464,7 @@ void predict_prefill(const DeviceProfile& profile, const ModelFootprint& fp, con
   const double ram_s = pass_ram / (r.ram.gb_per_s * 1e9);
   // Each round's misses of a layer, requested together; the round's resident experts compute meanwhile
   // (a distinct expert's share of the round's expert GEMMs each).
-  const double per_expert_s = compute.expert_s / (rounds * layers * distinct);
+  const double per_expert_s = (compute.expert_s + compute.dispatch_s) / (rounds * layers * distinct);
   const double distinct_miss = distinct > 0 ? reads_per_round / distinct : 0.0;
   const double disk_s = rounds * layers * expected_read_wait(r, distinct, distinct_miss, [&](int m) {
     return std::max(0.0, distinct - m) * per_expert_s;
@@ -472,6 +477,7 @@ void predict_prefill(const DeviceProfile& profile, const ModelFootprint& fp, con
   s.prefill_disk_reads = rounds * layers * reads_per_round;
   s.prefill_prompt_tokens = static_cast<int>(prompt);
   s.prefill_terms = {{"compute: expert GEMMs", compute.expert_s / prompt},
+                     {"compute: expert dispatch", compute.dispatch_s / prompt},
                      {"compute: dense projections", compute.dense_s / prompt},
                      {"compute: attention", compute.attention_s / prompt},
                      {"compute: lm_head of the last token", compute.lm_head_s / prompt},

@@ -398,6 +398,12 @@ std::vector<KernelSpec> tuning_specs() {
        .call_tokens = kWideTokensPerExpert, .expert_hidden = kNarrowExpert, .expert_width = kNarrowExpert},
       {.name = "dense_bf16_prefill_narrow", .format = F::bf16, .prefill = true, .dense = true, .weight = 0.5,
        .call_tokens = kWideTokensPerExpert, .dense_rows = kNarrowExpert, .dense_cols = kNarrowExpert},
+      // The narrow experts with one token each: beside the narrow point's
+      // 64 tokens on the same 8 experts, what a distinct expert costs in a
+      // batch apart from its routed rows (a small cap's prefill rounds run
+      // a few tokens on each of their experts, hundreds of rounds a prompt).
+      {.name = "expert_q4_prefill_single", .format = F::q4_g64, .prefill = true, .weight = 0.25, .call_tokens = 1,
+       .expert_hidden = kNarrowExpert, .expert_width = kNarrowExpert},
       {.name = "greedy_sample", .format = F::f32, .weight = 0.25, .sampling = true},
       // A token's routing per MoE layer, OLMoE's 64 experts top 8 and a
       // small model's 8 top 2: the speed model fits a cost per call plus
