@@ -95,12 +95,13 @@ void print_json_stats(const GenerationResult& result, const LoadedEngine& engine
       {"generated_tokens", result.generated}, {"decode_tok_s", decode_tok_s(result)}, {"stop", stop_name(result, chat)},
       {"expert_hits", stats.expert_hits}, {"expert_misses", stats.expert_misses},
       {"hit_rate", lookups > 0 ? static_cast<double>(stats.expert_hits) / lookups : 0.0},
-      {"expert_bytes_read", stats.expert_bytes_read}, {"kernel", stats.cpu_kernel},
+      {"expert_bytes_read", stats.expert_bytes_read}, {"expert_read_s", stats.expert_read_seconds}, {"kernel", stats.cpu_kernel},
       {"prefill_threads", stats.prefill_thread_set}, {"decode_threads", stats.decode_thread_set}, {"io", stats.io_mode},
       {"peak_rss_bytes", process_peak_resident_bytes()}};
   if (engine.planned && engine.planned->plan.speed.available) {
     json["predicted"] = {{"decode_tok_s", engine.planned->plan.speed.decode_tok_per_s},
-                         {"prefill_tok_s", engine.planned->plan.speed.prefill_tok_per_s}};
+                         {"prefill_tok_s", engine.planned->plan.speed.prefill_tok_per_s},
+                         {"disk_read_s", engine.planned->plan.speed.disk_read_seconds}};
   }
   std::fprintf(stderr, "%s\n", json.dump().c_str());
 }
@@ -111,10 +112,15 @@ void print_stats(const GenerationResult& result, const LoadedEngine& engine, boo
   std::fprintf(stderr, "---\nload %.2f s | TTFT %.3f s | prefill %.1f tok/s (%d tokens) | decode %.1f tok/s (%d tokens)\n",
                engine.load_seconds, result.prefill_seconds, result.prompt_tokens / result.prefill_seconds,
                result.prompt_tokens, decode_tok_s(result), result.generated);
-  std::fprintf(stderr, "experts: hit rate %.1f%% (%llu hits, %llu misses), %s read from disk | kernel %s | threads: prefill %s, decode %s | I/O %s | peak RSS %s\n",
+  // The I/O threads' mean time per read (each timed alone; reads in flight together overlap).
+  const std::string read_time = stats.expert_misses > 0 && stats.expert_read_seconds > 0
+                                    ? " (" + format_fixed(stats.expert_read_seconds / static_cast<double>(stats.expert_misses) * 1e3, 3) +
+                                          " ms a read)"
+                                    : std::string();
+  std::fprintf(stderr, "experts: hit rate %.1f%% (%llu hits, %llu misses), %s read from disk%s | kernel %s | threads: prefill %s, decode %s | I/O %s | peak RSS %s\n",
                lookups > 0 ? 100.0 * static_cast<double>(stats.expert_hits) / lookups : 0.0,
                static_cast<unsigned long long>(stats.expert_hits), static_cast<unsigned long long>(stats.expert_misses),
-               format_bytes(stats.expert_bytes_read).c_str(), stats.cpu_kernel.c_str(),
+               format_bytes(stats.expert_bytes_read).c_str(), read_time.c_str(), stats.cpu_kernel.c_str(),
                stats.prefill_thread_set.empty() ? "-" : stats.prefill_thread_set.c_str(),
                stats.decode_thread_set.empty() ? "-" : stats.decode_thread_set.c_str(), stats.io_mode.c_str(),
                format_bytes(process_peak_resident_bytes()).c_str());

@@ -123,6 +123,7 @@ void read_speed(const Reader& s, SpeedPrediction& out) {
   if (s.has("decode_disk_reads")) out.decode_disk_reads = s.real("decode_disk_reads", 0, 1e12);
   if (s.has("prefill_disk_reads")) out.prefill_disk_reads = s.real("prefill_disk_reads", 0, 1e15);
   if (s.has("prefill_prompt_tokens")) out.prefill_prompt_tokens = static_cast<int>(s.integer("prefill_prompt_tokens", 0, 1 << 30));
+  if (s.has("disk_read_seconds")) out.disk_read_seconds = s.real("disk_read_seconds", 0, 3600);
   // Each prediction's terms, seconds per token (absent in plans from before issue 15's).
   auto terms = [&](const char* key, std::vector<SpeedTerm>& into) {
     if (!s.has(key)) return;

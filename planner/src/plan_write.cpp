@@ -155,6 +155,7 @@ toml::table plan_table(const PlanFile& f) {
                             {"decode_disk_reads", s.decode_disk_reads},
                             {"prefill_disk_reads", s.prefill_disk_reads},
                             {"prefill_prompt_tokens", s.prefill_prompt_tokens},
+                            {"disk_read_seconds", s.disk_read_seconds},
                             {"decode_terms", terms_array(s.decode_terms)},
                             {"prefill_terms", terms_array(s.prefill_terms)}}}};
   if (p.expert_parallel.active()) table.insert("expert_parallel", expert_parallel_table(p.expert_parallel));

@@ -43,13 +43,16 @@ EOF
 check "JSON: schema, planned, ranking, token check" python3 - "$work/out/sweep.json" <<'EOF'
 import json, sys
 d = json.load(open(sys.argv[1]))
-assert d["schema_version"] == 5
+assert d["schema_version"] == 6
 # The prefill pass's expert reads per run: none where every expert is resident, and byte counts
 # that go with the misses (a resident configuration reads nothing).
 for c in d["configs"]:
     for r in c["runs"]:
         assert r["prefill_expert_misses"] >= 0 and (r["prefill_expert_bytes_read"] > 0) == (r["prefill_expert_misses"] > 0), r
         assert not c["resident"] or r["prefill_expert_misses"] == 0, (c["label"], r)
+        # The I/O threads' read time: some where a record was read, none where none was.
+        assert (r["prefill_expert_read_seconds"] > 0) == (r["prefill_expert_misses"] > 0), r
+        assert (r["expert_read_seconds"] > 0) == (r["expert_misses"] > 0), r
 assert all(c["gpu"] == "cpu" and c["vram_experts"] == [] for c in d["configs"]), "no --gpu: every expert on the CPU"
 # Every configuration says what the planner predicted for it; a --quick profile has no measured
 # bandwidth, so here each says why it has no prediction (the values are checked in sweep_test).

@@ -403,6 +403,9 @@ TEST(EnginePreload, EveryResidentExpertIsReadAtLoadWithTheSameTokens) {
   EXPECT_GE(preloaded.stats.expert_bytes_read, lazily.stats.expert_bytes_read);
   EXPECT_EQ(preloaded.tokens, lazily.tokens);
   EXPECT_EQ(preloaded.prompt_logits.back(), lazily.prompt_logits.back());
+  // The I/O threads time every read they make (plan vs actual for a read's price).
+  EXPECT_GT(lazily.stats.expert_read_seconds, 0.0);
+  EXPECT_GT(preloaded.stats.expert_read_seconds, 0.0);
 }
 
 }  // namespace coli

@@ -220,7 +220,7 @@ void print_results(const Args& args, const ContainerFacts& facts, const std::opt
     std::vector<double> prefill;
     for (const Run& r : runs[c]) {
       prefill.push_back(r.prefill_tok_s);
-      sum.hits += r.traffic.hits, sum.misses += r.traffic.misses, sum.bytes_read += r.traffic.bytes_read;
+      sum += r.traffic;
       rss = std::max(rss, r.rss);
     }
     const std::string cap = configs[c].cap >= facts.shape.experts ? "all" : std::to_string(configs[c].cap);

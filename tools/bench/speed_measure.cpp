@@ -28,6 +28,7 @@ void add_traffic(const runtime::ModelStats& before, const runtime::ModelStats& a
   traffic.hits += after.expert_hits - before.expert_hits;
   traffic.misses += after.expert_misses - before.expert_misses;
   traffic.bytes_read += after.expert_bytes_read - before.expert_bytes_read;
+  traffic.read_seconds += after.expert_read_seconds - before.expert_read_seconds;
 }
 
 }  // namespace
@@ -79,9 +80,7 @@ Result<SpeedPass> measure_pass(runtime::MoeModel& model, const SpeedTests& tests
     ExpertTraffic& traffic = pass.depth_traffic.emplace_back();
     auto decode = time_decode(model, tokens.context, depth, tests.decode_tokens, pass.greedy.back(), &traffic);
     if (!decode) return decode.error();
-    pass.decode_traffic.hits += traffic.hits;
-    pass.decode_traffic.misses += traffic.misses;
-    pass.decode_traffic.bytes_read += traffic.bytes_read;
+    pass.decode_traffic += traffic;
     pass.decode_seconds.push_back(*decode);
   }
   return pass;

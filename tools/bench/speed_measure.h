@@ -23,6 +23,11 @@ BenchTokens bench_tokens(const SpeedTests& tests, int vocab);
 // Expert-cache counters of timed steps.
 struct ExpertTraffic {
   std::uint64_t hits = 0, misses = 0, bytes_read = 0;
+  double read_seconds = 0;  // the I/O threads' time in those reads (ModelStats::expert_read_seconds)
+  ExpertTraffic& operator+=(const ExpertTraffic& other) {
+    hits += other.hits, misses += other.misses, bytes_read += other.bytes_read, read_seconds += other.read_seconds;
+    return *this;
+  }
 };
 
 // One repeat of every test.

@@ -102,6 +102,7 @@ ConfigPrediction predict_config(const Setup& s, const planner::Plan& plan, const
     out.prefill_disk_reads = p.prefill_disk_reads;
     out.prefill_tokens = p.prefill_prompt_tokens;
     out.decode_disk_reads = p.decode_disk_reads;  // the hit rate, so the reads, do not depend on the depth
+    out.disk_read_seconds = p.disk_read_seconds;
     seconds += tests.decode_tokens / p.decode_tok_per_s;
   }
   out.available = seconds > 0;

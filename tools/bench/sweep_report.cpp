@@ -238,7 +238,9 @@ std::string sweep_json(const SweepReport& r) {
                       {"expert_misses_at_depth", run.depth_misses},
                       {"expert_bytes_read", run.expert_bytes_read},
                       {"prefill_expert_misses", run.prefill_misses},
-                      {"prefill_expert_bytes_read", run.prefill_bytes_read}, {"kernel_used", run.kernel_used}});
+                      {"prefill_expert_bytes_read", run.prefill_bytes_read},
+                      {"expert_read_seconds", run.read_seconds}, {"prefill_expert_read_seconds", run.prefill_read_seconds},
+                      {"kernel_used", run.kernel_used}});
     }
     const ConfigSummary& s = r.summaries[i];
     nlohmann::ordered_json at_depth = nlohmann::ordered_json::array();
@@ -261,6 +263,7 @@ std::string sweep_json(const SweepReport& r) {
                                    {"decode_disk_reads_per_token", p->decode_disk_reads},
                                    {"prefill_disk_reads", p->prefill_disk_reads},
                                    {"prefill_disk_reads_prompt_tokens", p->prefill_tokens},
+                                   {"disk_read_seconds", p->disk_read_seconds},
                                    {"decode_error", s.decode.median > 0 ? p->decode_tok_s / s.decode.median - 1 : 0.0},
                                    {"prefill_error", s.prefill.median > 0 ? p->prefill_tok_s / s.prefill.median - 1 : 0.0}}
           : nlohmann::ordered_json{{"unavailable", i < r.predictions.size() ? r.predictions[i].unavailable : "not predicted"}};
@@ -326,17 +329,27 @@ std::string sweep_svg(const SweepReport& r) {
 
 namespace {
 
+// "; a read X ms in the runs (priced Y)": the I/O threads' mean time per
+// read beside the prediction's lone read, so a speed error can be told
+// apart from the disk running faster or slower than when it was probed.
+std::string read_time(double seconds, double reads, const ConfigPrediction* p) {
+  if (reads <= 0 || seconds <= 0) return "";
+  return "; a read " + format_fixed(seconds / reads * 1e3, 3) + " ms in the runs" +
+         (p && p->disk_read_seconds > 0 ? " (priced alone " + format_fixed(p->disk_read_seconds * 1e3, 3) + ")" : "");
+}
+
 // Expert records read from disk, measured (mean per run) beside predicted,
 // for the configurations that read any: whether a speed error comes from
 // the hit rate or from the price of a read.
 std::string disk_reads_lines(const SweepReport& r) {
   std::string out;
   for (std::size_t i = 0; i < r.grid.size(); ++i) {
-    double decode_misses = 0, decode_tokens = 0, prefill_misses = 0, passes = 0;
+    double decode_misses = 0, decode_tokens = 0, prefill_misses = 0, passes = 0, read_seconds = 0;
     for (const RunRecord& run : r.runs) {
       if (run.config != i) continue;
       decode_misses += static_cast<double>(run.expert_misses), decode_tokens += run.decode_tokens;
       prefill_misses += static_cast<double>(run.prefill_misses), passes += 1;
+      read_seconds += run.read_seconds + run.prefill_read_seconds;
     }
     const ConfigPrediction* p = prediction_of(r, i);
     const bool predicted_reads = p && (p->decode_disk_reads > 0 || p->prefill_disk_reads > 0);
@@ -346,7 +359,8 @@ std::string disk_reads_lines(const SweepReport& r) {
            format_fixed(decode_tokens > 0 ? decode_misses / decode_tokens : 0, 2) + " per token" +
            (p ? " (predicted " + format_fixed(p->decode_disk_reads, 2) + ")" : "") + ", prefill " +
            format_fixed(passes > 0 ? prefill_misses / passes : 0, 1) + " per pass" +
-           (same_prompt ? " (predicted " + format_fixed(p->prefill_disk_reads, 1) + ")" : "") + "\n";
+           (same_prompt ? " (predicted " + format_fixed(p->prefill_disk_reads, 1) + ")" : "") +
+           read_time(read_seconds, decode_misses + prefill_misses, p) + "\n";
   }
   return out.empty() ? out : "expert records read from disk, measured (predicted):\n" + out;
 }

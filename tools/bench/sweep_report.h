@@ -17,7 +17,9 @@ namespace coli::bench {
 // 2: llama-bench tests (pp, tg at depths); 3: predicted next to measured;
 // 4: each configuration's expert placement (gpu: "cpu" or the GPU tier's label, vram_experts per layer)
 // 5: the prefill pass's expert misses and bytes read per run, and the predicted reads beside them
-inline constexpr int kSweepSchemaVersion = 5;
+// 6: the I/O threads' seconds in those reads per run (expert_read_seconds,
+//    prefill_expert_read_seconds) and the predicted time of one read alone (disk_read_seconds)
+inline constexpr int kSweepSchemaVersion = 6;
 
 struct RunRecord {
   std::size_t config = 0;      // index into the grid
@@ -31,6 +33,7 @@ struct RunRecord {
   std::uint64_t expert_hits = 0, expert_misses = 0, expert_bytes_read = 0;  // timed part only
   std::vector<std::uint64_t> depth_misses;  // expert misses of the decode test at each depth
   std::uint64_t prefill_misses = 0, prefill_bytes_read = 0;  // the timed prefill pass's
+  double read_seconds = 0, prefill_read_seconds = 0;  // the I/O threads' time in the decode steps' and the prefill pass's reads
   std::string kernel_used;     // what the engine ran ("" config: its own choice)
   double prefill_tok_s() const { return prefill_seconds > 0 ? prefill_tokens / prefill_seconds : 0; }
   double decode_tok_s() const { return decode_seconds > 0 ? decode_tokens / decode_seconds : 0; }
@@ -81,6 +84,7 @@ struct ConfigPrediction {
   double decode_disk_reads = 0;   // expert records read from disk per decode token
   double prefill_disk_reads = 0;  // per prefill pass (the planner's prompt of prefill_tokens)
   int prefill_tokens = 0;
+  double disk_read_seconds = 0;   // one record read alone, as priced
 };
 
 // Predicted against measured over the configurations that have both: the

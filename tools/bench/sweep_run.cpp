@@ -40,6 +40,8 @@ Result<RunOutput> run_config(const std::filesystem::path& model_path, const runt
   for (const ExpertTraffic& t : pass->depth_traffic) r.depth_misses.push_back(t.misses);
   r.prefill_misses = pass->prefill_traffic.misses;
   r.prefill_bytes_read = pass->prefill_traffic.bytes_read;
+  r.read_seconds = pass->decode_traffic.read_seconds;
+  r.prefill_read_seconds = pass->prefill_traffic.read_seconds;
   r.kernel_used = model->stats().cpu_kernel;
   out.tokens = std::move(pass->greedy);
   return out;

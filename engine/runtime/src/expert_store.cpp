@@ -3,6 +3,7 @@
 #include <fcntl.h>
 
 #include <algorithm>
+#include <chrono>
 #include <numeric>
 #include <cerrno>
 #include <cstdlib>
@@ -160,11 +161,17 @@ std::function<Status()> ExpertStore::read_job(int moe_layer, const experts::Slot
   experts::SlotStorage* storage = &caches_[static_cast<std::size_t>(moe_layer)].storage();
   return [fd = read_fd_, offset, destination = load.destination, read_bytes = read_bytes_,
           min_bytes = layout_.record_bytes, file = reader_->path().string(), backend = backend_, storage, moe_layer,
-          expert = load.expert, slot = load.slot]() -> Status {
+          expert = load.expert, slot = load.slot, clock = read_clock_]() -> Status {
     const std::string what = "expert " + std::to_string(expert) + " of MoE layer " + std::to_string(moe_layer) + ": ";
+    const auto start = std::chrono::steady_clock::now();
+    auto timed = [&] {
+      clock->fetch_add(static_cast<std::uint64_t>(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count()));
+    };
     if (!destination.empty()) {
       Status read = pread_full(fd, offset, destination.first(read_bytes), min_bytes, file);
       if (!read) return make_error(what + read.error().message);
+      timed();
       return read;
     }
     const std::size_t staging_bytes = (read_bytes + container::kAlignment - 1) / container::kAlignment * container::kAlignment;
@@ -172,6 +179,7 @@ std::function<Status()> ExpertStore::read_job(int moe_layer, const experts::Slot
         static_cast<std::byte*>(std::aligned_alloc(container::kAlignment, staging_bytes)), &std::free);
     if (!staging) return make_error(what + "no memory for a " + std::to_string(read_bytes) + "-byte upload staging buffer");
     Status read = pread_full(fd, offset, std::span(staging.get(), read_bytes), min_bytes, file);
+    if (read) timed();  // the read alone, not the upload after it
     if (read) read = backend->upload(*storage, slot, std::span<const std::byte>(staging.get(), min_bytes));
     if (!read) return make_error(what + read.error().message);
     return read;

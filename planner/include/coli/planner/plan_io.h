@@ -30,7 +30,8 @@ namespace coli::planner {
 //     Since issue 15, speed.decode_terms and .prefill_terms may follow: the
 //     prediction's parts, for people and scripts; no engine knob, so not a
 //     new version (an older build reads the plan and ignores them); so may
-//     speed.decode_disk_reads, .prefill_disk_reads, .prefill_prompt_tokens.
+//     speed.decode_disk_reads, .prefill_disk_reads, .prefill_prompt_tokens,
+//     .disk_read_seconds.
 // v7: [expert_parallel] (issue 18): experts spread over 2+ CUDA devices:
 //     each GPU's share, layers[].expert_gpu (per expert the CUDA ordinal
 //     holding it, -1 for the host tiers) and the all-reduce's traffic; each

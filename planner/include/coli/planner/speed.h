@@ -41,6 +41,9 @@ struct SpeedPrediction {
   double decode_disk_reads = 0;
   double prefill_disk_reads = 0;
   int prefill_prompt_tokens = 0;
+  // One expert record read alone, as priced (the engine's I/O pool where the
+  // profile timed it): what coli-sweep sets beside the run's own read times.
+  double disk_read_seconds = 0;
   std::vector<SpeedTerm> decode_terms;   // they sum to 1 / decode_tok_per_s
   std::vector<SpeedTerm> prefill_terms;  // compute and memory parts: 1 / prefill_tok_per_s is the longer sum
   bool operator==(const SpeedPrediction&) const = default;

@@ -139,6 +139,7 @@ struct ModelStats {
   std::uint64_t expert_hits = 0;
   std::uint64_t expert_misses = 0;
   std::uint64_t expert_bytes_read = 0;
+  double expert_read_seconds = 0;  // the I/O threads' time in those reads, each read timed alone (ExpertStore::read_seconds)
   // Speculative prefetch (ModelOptions::speculative_prefetch): experts the
   // next layer's router predicted, how many of them that layer then used,
   // and the reads the prediction started / that turned out needed.
