@@ -232,6 +232,7 @@ std::optional<DiskReads> disk_reads(const DeviceProfile& profile, u64 record_str
   const DiskBandwidth& disk = *profile.measurements.disk;
   auto reads = bare_disk_reads(disk, record_stride);
   if (!reads) return std::nullopt;
+  reads->bare_one_read_s = reads->one_read_s;
   // The engine's own read path, where the probe timed it: hand-offs to and
   // from the pool's threads and the depth the pool reaches, which the bare
   // points (threads reading back to back) leave out.

@@ -89,6 +89,9 @@ struct DiskReads {
   double one_read_s = 0;
   u64 record_bytes = 0;
   std::string text;
+  // One read alone on a reading thread, without the pool's hand-offs (the
+  // bare one-deep figure): what an I/O thread's own pread takes.
+  double bare_one_read_s = 0;
   // The engine's read path measured (the probe's engine_pool points at the
   // plan's I/O threads): seconds of a batch of `reads` records submitted
   // together and waited for, by batch size, smallest first (the first is 1).

@@ -543,7 +543,7 @@ SpeedPrediction predict_speed(const DeviceProfile& profile, const ModelFootprint
   rates.ram = *ram;
   rates.miss = plan.streaming() && s.hit_rate < 1.0 ? 1.0 - s.hit_rate : 0.0;
   rates.prefill_miss = plan.streaming() && s.prefill_hit_rate < 1.0 ? 1.0 - s.prefill_hit_rate : 0.0;
-  s.disk_read_seconds = plan.streaming() && rates.disk ? rates.disk->seconds(1) : 0.0;
+  s.disk_read_seconds = plan.streaming() && rates.disk ? rates.disk->bare_one_read_s : 0.0;
   predict_decode(profile, fp, plan, rates, decode_depth, s);
   if (plan.gpu.whole_decoder && plan.gpu.device.gpu.chosen() && rates.vram) {
     predict_gpu_prefill(fp, plan, rates, history, s);

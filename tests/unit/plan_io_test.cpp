@@ -936,6 +936,8 @@ TEST(PlanSpeed, MissesWaitForTheEnginePoolsMeasuredBatches) {
               1e-9);
   EXPECT_NE(s.decode_inputs.find("through the engine's I/O pool (4 threads, engine_pool points): 1 read "), std::string::npos)
       << s.decode_inputs;
+  // What coli-sweep sets beside the I/O threads' own time per read: the bare read, no hand-offs.
+  EXPECT_NEAR(s.disk_read_seconds, 100e-6 + stride / 2e9, 1e-12);
   // Another pool size than the probe's: the bare reads, and it says so.
   plan->io_threads = 2;
   const SpeedPrediction other = predict_speed(profile, *fp, *plan);

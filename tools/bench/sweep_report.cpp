@@ -329,13 +329,14 @@ std::string sweep_svg(const SweepReport& r) {
 
 namespace {
 
-// "; a read X ms in the runs (priced Y)": the I/O threads' mean time per
-// read beside the prediction's lone read, so a speed error can be told
-// apart from the disk running faster or slower than when it was probed.
+// "; a read X ms in the runs (probed Y)": the I/O threads' mean time per
+// read (the pread alone) beside the profile's bare read of one record, so a
+// speed error can be told apart from the disk running faster or slower
+// than when it was probed.
 std::string read_time(double seconds, double reads, const ConfigPrediction* p) {
   if (reads <= 0 || seconds <= 0) return "";
   return "; a read " + format_fixed(seconds / reads * 1e3, 3) + " ms in the runs" +
-         (p && p->disk_read_seconds > 0 ? " (priced alone " + format_fixed(p->disk_read_seconds * 1e3, 3) + ")" : "");
+         (p && p->disk_read_seconds > 0 ? " (probed " + format_fixed(p->disk_read_seconds * 1e3, 3) + ")" : "");
 }
 
 // Expert records read from disk, measured (mean per run) beside predicted,

@@ -84,7 +84,7 @@ struct ConfigPrediction {
   double decode_disk_reads = 0;   // expert records read from disk per decode token
   double prefill_disk_reads = 0;  // per prefill pass (the planner's prompt of prefill_tokens)
   int prefill_tokens = 0;
-  double disk_read_seconds = 0;   // one record read alone, as priced
+  double disk_read_seconds = 0;   // one record read alone by a reading thread (the profile's bare figure)
 };
 
 // Predicted against measured over the configurations that have both: the

@@ -41,8 +41,9 @@ struct SpeedPrediction {
   double decode_disk_reads = 0;
   double prefill_disk_reads = 0;
   int prefill_prompt_tokens = 0;
-  // One expert record read alone, as priced (the engine's I/O pool where the
-  // profile timed it): what coli-sweep sets beside the run's own read times.
+  // One expert record read alone by a reading thread (the profile's bare
+  // one-deep figure, without the I/O pool's hand-offs): what coli-sweep and
+  // coli run set beside the I/O threads' own time per read in a run.
   double disk_read_seconds = 0;
   std::vector<SpeedTerm> decode_terms;   // they sum to 1 / decode_tok_per_s
   std::vector<SpeedTerm> prefill_terms;  // compute and memory parts: 1 / prefill_tok_per_s is the longer sum
