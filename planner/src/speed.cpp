@@ -401,7 +401,8 @@ PromptCompute prompt_compute(const DeviceProfile& profile, const ModelFootprint&
   const double heads = static_cast<double>(c.num_hidden_layers) * static_cast<double>(c.num_attention_heads);
   out.attention_s = attention ? attention->seconds(heads, prompt * (prompt + 1) / 2, static_cast<double>(c.head_dim)) : 0.0;
   out.expert_s = prompt * compute->seconds(layers * top_k, expert_macs);
-  out.dispatch_s = std::ceil(prompt / round) * layers * distinct * compute->seconds_per_expert;
+  const double layer_rounds = std::ceil(prompt / round) * layers;
+  out.dispatch_s = layer_rounds * distinct * compute->seconds_per_expert;
   out.dense_s = prompt * dense_rate->seconds(prefill_dense_rows(fp), dense_macs);
   out.lm_head_s = last_token_lm_head_seconds(profile, fp, team, ram);
   out.text = "experts " + format_fixed(expert_macs / 1e9, 2) + " GMAC per token / " + compute->text + " + dense " +
@@ -410,7 +411,7 @@ PromptCompute prompt_compute(const DeviceProfile& profile, const ModelFootprint&
                               attention->text
                         : " (the prompt's attention not timed in this profile: re-probe to price it)") +
              " + the last token's lm_head " + format_fixed(out.lm_head_s * 1e3, 3) + " ms as one decode token's (dense rate above)" +
-             (out.dispatch_s > 0 ? " + " + format_fixed(std::ceil(prompt / round) * layers, 0) + " layer rounds x " +
+             (out.dispatch_s > 0 ? " + " + format_fixed(layer_rounds, 0) + " layer rounds x " +
                                        format_fixed(distinct, 1) + " distinct experts x " + compute->dispatch_text
                                  : std::string());
   return out;
