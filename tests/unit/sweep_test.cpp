@@ -395,6 +395,28 @@ TEST(SweepPrediction, TableJsonAndCsvCarryThePredictionAndItsError) {
   EXPECT_NE(csv.find(",15.000,12.000,\"cpu\"\n"), std::string::npos) << csv;
 }
 
+// The reads line: each configuration's records per token and pass beside
+// the prediction's, and the I/O threads' own time per read, decode's and
+// prefill's apart (a round's reads share the disk), beside the probe's.
+TEST(SweepPrediction, ReadsLineSetsTheRunsReadTimesBesideTheProbes) {
+  SweepReport r = two_config_report();  // config 1 streams: 1 decode miss a run
+  for (RunRecord& run : r.runs) {
+    run.read_seconds = 0.002 * static_cast<double>(run.expert_misses);
+    run.prefill_misses = 3, run.prefill_read_seconds = 0.012;
+  }
+  ConfigPrediction streaming{true, "", 12, 15, 0.5, 3.0, 4};
+  streaming.disk_read_seconds = 0.003;
+  r.predictions = {{true, "", 12, 15}, streaming};
+  const std::string table = sweep_table(r);
+  EXPECT_NE(table.find("2t k0 | cap 16 | pins 4 | avx2: decode 0.50 per token (predicted 0.50), prefill 3.0 per pass "
+                       "(predicted 3.0); a read 2.000 ms decoding, 4.000 ms in prefill (probed alone 3.000)"),
+            std::string::npos)
+      << table;
+  const auto json = nlohmann::json::parse(sweep_json(r));
+  EXPECT_DOUBLE_EQ(json["configs"][1]["runs"][0]["prefill_expert_read_seconds"].get<double>(), 0.012);
+  EXPECT_DOUBLE_EQ(json["configs"][1]["predicted"]["disk_read_seconds"].get<double>(), 0.003);
+}
+
 TEST(SpeedTests, LabelsAndContextFollowLlamaBench) {
   SpeedTests tests;  // defaults: pp512, tg64 at depths 0 and 512
   EXPECT_EQ(tests.prefill_label(), "pp512");

@@ -329,14 +329,20 @@ std::string sweep_svg(const SweepReport& r) {
 
 namespace {
 
-// "; a read X ms in the runs (probed Y)": the I/O threads' mean time per
-// read (the pread alone) beside the profile's bare read of one record, so a
-// speed error can be told apart from the disk running faster or slower
-// than when it was probed.
-std::string read_time(double seconds, double reads, const ConfigPrediction* p) {
-  if (reads <= 0 || seconds <= 0) return "";
-  return "; a read " + format_fixed(seconds / reads * 1e3, 3) + " ms in the runs" +
-         (p && p->disk_read_seconds > 0 ? " (probed " + format_fixed(p->disk_read_seconds * 1e3, 3) + ")" : "");
+// "; a read X ms decoding, Y ms in prefill (probed Z)": the I/O threads'
+// mean time per read (the pread alone; a prefill round's reads share the
+// disk, so each takes longer) beside the profile's bare read of one
+// record, so a speed error can be told apart from the disk running faster
+// or slower than when it was probed.
+std::string read_time(double decode_s, double decode_reads, double prefill_s, double prefill_reads,
+                      const ConfigPrediction* p) {
+  auto mean = [](double seconds, double reads) { return format_fixed(seconds / reads * 1e3, 3) + " ms"; };
+  std::string out;
+  if (decode_reads > 0 && decode_s > 0) out += mean(decode_s, decode_reads) + " decoding";
+  if (prefill_reads > 0 && prefill_s > 0) out += (out.empty() ? "" : ", ") + mean(prefill_s, prefill_reads) + " in prefill";
+  if (out.empty()) return out;
+  return "; a read " + out +
+         (p && p->disk_read_seconds > 0 ? " (probed alone " + format_fixed(p->disk_read_seconds * 1e3, 3) + ")" : "");
 }
 
 // Expert records read from disk, measured (mean per run) beside predicted,
@@ -345,12 +351,12 @@ std::string read_time(double seconds, double reads, const ConfigPrediction* p) {
 std::string disk_reads_lines(const SweepReport& r) {
   std::string out;
   for (std::size_t i = 0; i < r.grid.size(); ++i) {
-    double decode_misses = 0, decode_tokens = 0, prefill_misses = 0, passes = 0, read_seconds = 0;
+    double decode_misses = 0, decode_tokens = 0, prefill_misses = 0, passes = 0, decode_read_s = 0, prefill_read_s = 0;
     for (const RunRecord& run : r.runs) {
       if (run.config != i) continue;
       decode_misses += static_cast<double>(run.expert_misses), decode_tokens += run.decode_tokens;
       prefill_misses += static_cast<double>(run.prefill_misses), passes += 1;
-      read_seconds += run.read_seconds + run.prefill_read_seconds;
+      decode_read_s += run.read_seconds, prefill_read_s += run.prefill_read_seconds;
     }
     const ConfigPrediction* p = prediction_of(r, i);
     const bool predicted_reads = p && (p->decode_disk_reads > 0 || p->prefill_disk_reads > 0);
@@ -361,7 +367,7 @@ std::string disk_reads_lines(const SweepReport& r) {
            (p ? " (predicted " + format_fixed(p->decode_disk_reads, 2) + ")" : "") + ", prefill " +
            format_fixed(passes > 0 ? prefill_misses / passes : 0, 1) + " per pass" +
            (same_prompt ? " (predicted " + format_fixed(p->prefill_disk_reads, 1) + ")" : "") +
-           read_time(read_seconds, decode_misses + prefill_misses, p) + "\n";
+           read_time(decode_read_s, decode_misses, prefill_read_s, prefill_misses, p) + "\n";
   }
   return out.empty() ? out : "expert records read from disk, measured (predicted):\n" + out;
 }
