@@ -95,7 +95,8 @@ void print_json_stats(const GenerationResult& result, const LoadedEngine& engine
       {"generated_tokens", result.generated}, {"decode_tok_s", decode_tok_s(result)}, {"stop", stop_name(result, chat)},
       {"expert_hits", stats.expert_hits}, {"expert_misses", stats.expert_misses},
       {"hit_rate", lookups > 0 ? static_cast<double>(stats.expert_hits) / lookups : 0.0},
-      {"expert_bytes_read", stats.expert_bytes_read}, {"expert_read_s", stats.expert_read_seconds}, {"kernel", stats.cpu_kernel},
+      {"expert_bytes_read", stats.expert_bytes_read}, {"expert_read_s", stats.expert_read_seconds},
+      {"expert_reads_timed", stats.expert_reads_timed}, {"kernel", stats.cpu_kernel},
       {"prefill_threads", stats.prefill_thread_set}, {"decode_threads", stats.decode_thread_set}, {"io", stats.io_mode},
       {"peak_rss_bytes", process_peak_resident_bytes()}};
   if (engine.planned && engine.planned->plan.speed.available) {
@@ -112,11 +113,13 @@ void print_stats(const GenerationResult& result, const LoadedEngine& engine, boo
   std::fprintf(stderr, "---\nload %.2f s | TTFT %.3f s | prefill %.1f tok/s (%d tokens) | decode %.1f tok/s (%d tokens)\n",
                engine.load_seconds, result.prefill_seconds, result.prompt_tokens / result.prefill_seconds,
                result.prompt_tokens, decode_tok_s(result), result.generated);
-  // The I/O threads' mean time per read (each timed alone; reads in flight together overlap).
-  const std::string read_time = stats.expert_misses > 0 && stats.expert_read_seconds > 0
-                                    ? " (" + format_fixed(stats.expert_read_seconds / static_cast<double>(stats.expert_misses) * 1e3, 3) +
-                                          " ms a read)"
-                                    : std::string();
+  // The I/O threads' mean time per read (each timed alone; reads in flight
+  // together overlap), over the reads they timed: a miss's, and the
+  // preload's and speculative prefetch's, which the miss count leaves out.
+  const std::string read_time =
+      stats.expert_misses > 0 && stats.expert_reads_timed > 0
+          ? " (" + format_fixed(stats.expert_read_seconds / static_cast<double>(stats.expert_reads_timed) * 1e3, 3) + " ms a read)"
+          : std::string();
   std::fprintf(stderr, "experts: hit rate %.1f%% (%llu hits, %llu misses), %s read from disk%s | kernel %s | threads: prefill %s, decode %s | I/O %s | peak RSS %s\n",
                lookups > 0 ? 100.0 * static_cast<double>(stats.expert_hits) / lookups : 0.0,
                static_cast<unsigned long long>(stats.expert_hits), static_cast<unsigned long long>(stats.expert_misses),

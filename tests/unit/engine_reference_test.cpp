@@ -403,9 +403,12 @@ TEST(EnginePreload, EveryResidentExpertIsReadAtLoadWithTheSameTokens) {
   EXPECT_GE(preloaded.stats.expert_bytes_read, lazily.stats.expert_bytes_read);
   EXPECT_EQ(preloaded.tokens, lazily.tokens);
   EXPECT_EQ(preloaded.prompt_logits.back(), lazily.prompt_logits.back());
-  // The I/O threads time every read they make (plan vs actual for a read's price).
+  // The I/O threads time every read they make (plan vs actual for a read's
+  // price): a lazy cache's are its misses, the preload's every record once.
   EXPECT_GT(lazily.stats.expert_read_seconds, 0.0);
+  EXPECT_EQ(lazily.stats.expert_reads_timed, lazily.stats.expert_misses);
   EXPECT_GT(preloaded.stats.expert_read_seconds, 0.0);
+  EXPECT_GE(preloaded.stats.expert_reads_timed, lazily.stats.expert_misses);  // every record, where the lazy cache read those used
 }
 
 }  // namespace coli

@@ -33,7 +33,9 @@ struct RunRecord {
   std::uint64_t expert_hits = 0, expert_misses = 0, expert_bytes_read = 0;  // timed part only
   std::vector<std::uint64_t> depth_misses;  // expert misses of the decode test at each depth
   std::uint64_t prefill_misses = 0, prefill_bytes_read = 0;  // the timed prefill pass's
-  double read_seconds = 0, prefill_read_seconds = 0;  // the I/O threads' time in the decode steps' and the prefill pass's reads
+  // The I/O threads' time in the decode steps' and the prefill pass's reads:
+  // their misses' (the preload runs at load, and a sweep runs no speculative prefetch).
+  double read_seconds = 0, prefill_read_seconds = 0;
   std::string kernel_used;     // what the engine ran ("" config: its own choice)
   double prefill_tok_s() const { return prefill_seconds > 0 ? prefill_tokens / prefill_seconds : 0; }
   double decode_tok_s() const { return decode_seconds > 0 ? decode_tokens / decode_seconds : 0; }

@@ -165,8 +165,9 @@ std::function<Status()> ExpertStore::read_job(int moe_layer, const experts::Slot
     const std::string what = "expert " + std::to_string(expert) + " of MoE layer " + std::to_string(moe_layer) + ": ";
     const auto start = std::chrono::steady_clock::now();
     auto timed = [&] {
-      clock->fetch_add(static_cast<std::uint64_t>(
+      clock->nanoseconds.fetch_add(static_cast<std::uint64_t>(
           std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count()));
+      clock->reads.fetch_add(1);
     };
     if (!destination.empty()) {
       Status read = pread_full(fd, offset, destination.first(read_bytes), min_bytes, file);

@@ -120,8 +120,11 @@ class ExpertStore {
   std::uint64_t bytes_read() const { return bytes_read_; }
   // Seconds the I/O threads spent in the reads that succeeded, each read
   // timed on its own thread (plan vs actual: what a read took in this run
-  // beside the profile's figure; reads in flight together overlap).
-  double read_seconds() const { return static_cast<double>(read_clock_->load()) * 1e-9; }
+  // beside the profile's figure; reads in flight together overlap), and how
+  // many reads that was: every read, the misses', the preload's and the
+  // speculative rounds' (which hits() and misses() leave out).
+  double read_seconds() const { return static_cast<double>(read_clock_->nanoseconds.load()) * 1e-9; }
+  std::uint64_t timed_reads() const { return read_clock_->reads.load(); }
   // "O_DIRECT, 4 I/O threads", "buffered, ... (why)", "synchronous ...".
   const std::string& io_mode() const { return io_mode_; }
 
@@ -159,9 +162,12 @@ class ExpertStore {
   std::size_t read_bytes_ = 0;  // per record: record_stride (O_DIRECT) or record_bytes
   std::string io_mode_;
   std::uint64_t bytes_read_ = 0;
-  // Nanoseconds of the reads, added by the I/O threads (shared with their
-  // jobs, which hold it however the store is moved).
-  std::shared_ptr<std::atomic<std::uint64_t>> read_clock_ = std::make_shared<std::atomic<std::uint64_t>>(0);
+  // The reads' nanoseconds and count, added by the I/O threads (shared with
+  // their jobs, which hold it however the store is moved).
+  struct ReadClock {
+    std::atomic<std::uint64_t> nanoseconds{0}, reads{0};
+  };
+  std::shared_ptr<ReadClock> read_clock_ = std::make_shared<ReadClock>();
   std::uint64_t prefetched_ = 0, prefetch_used_ = 0;
   std::uint64_t uncounted_hits_ = 0, uncounted_misses_ = 0;  // speculative rounds' and the preload's lookups
   bool experts_stream_ = false;  // see experts_stream()

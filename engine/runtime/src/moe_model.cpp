@@ -635,6 +635,7 @@ Status MoeModel::forward(std::span<const std::int32_t> tokens, int start_positio
   s.stats.expert_misses = s.experts.misses();
   s.stats.expert_bytes_read = s.experts.bytes_read();
   s.stats.expert_read_seconds = s.experts.read_seconds();
+  s.stats.expert_reads_timed = s.experts.timed_reads();
   s.stats.prefetch_reads = s.experts.prefetched();
   s.stats.prefetch_reads_used = s.experts.prefetch_used();
   return s.watch_rss();

@@ -139,7 +139,12 @@ struct ModelStats {
   std::uint64_t expert_hits = 0;
   std::uint64_t expert_misses = 0;
   std::uint64_t expert_bytes_read = 0;
-  double expert_read_seconds = 0;  // the I/O threads' time in those reads, each read timed alone (ExpertStore::read_seconds)
+  // The I/O threads' time in their reads, each timed alone, over
+  // expert_reads_timed reads: the misses' and also the preload's and
+  // speculative prefetch's, which the counters above leave out
+  // (ExpertStore::read_seconds, timed_reads).
+  double expert_read_seconds = 0;
+  std::uint64_t expert_reads_timed = 0;
   // Speculative prefetch (ModelOptions::speculative_prefetch): experts the
   // next layer's router predicted, how many of them that layer then used,
   // and the reads the prediction started / that turned out needed.
