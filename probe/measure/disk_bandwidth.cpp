@@ -223,15 +223,32 @@ struct PointSetup {
   bool engine_pool = false;  // batches through the engine's I/O pool (kEnginePoolPattern)
 };
 
-// One configuration: rounds of reads sized to take about a quarter of the
-// point's time at the expected speed, repeated under the budget.
-Result<SampleStats> measure_point(int fd, std::uint64_t file_bytes, const PointSetup& setup, double seconds,
-                                  double expected_gb_per_s) {
+// One aligned buffer of the point's block per read in flight.
+Result<std::vector<AlignedBuffer>> read_buffers(const PointSetup& setup) {
   std::vector<AlignedBuffer> buffers;
   for (int i = 0; i < setup.queue_depth; ++i) {
     buffers.push_back(aligned_buffer(setup.block));
     if (!buffers.back()) return make_error("disk bandwidth: out of memory for read buffers");
   }
+  return buffers;
+}
+
+// Samples until the point's share of the budget is spent, with no warm-up:
+// nothing to warm, O_DIRECT skips the cache and buffered data is cached already.
+RepeatPolicy point_policy(double seconds) {
+  RepeatPolicy policy;
+  policy.warmup_runs = 0;
+  policy.min_total = std::chrono::duration<double>(0);
+  policy.max_total = std::chrono::duration<double>(seconds);
+  return policy;
+}
+
+// One configuration: rounds of reads sized to take about a quarter of the
+// point's time at the expected speed, repeated under the budget.
+Result<SampleStats> measure_point(int fd, std::uint64_t file_bytes, const PointSetup& setup, double seconds,
+                                  double expected_gb_per_s) {
+  auto buffers = read_buffers(setup);
+  if (!buffers) return buffers.error();
   const auto depth = static_cast<std::uint64_t>(setup.queue_depth);
   const auto target_reads = static_cast<std::uint64_t>(expected_gb_per_s * 1e9 * seconds / 4 / static_cast<double>(setup.block));
   const std::uint64_t reads = std::max<std::uint64_t>(1, target_reads / depth) * depth;  // whole reads per thread
@@ -242,15 +259,11 @@ Result<SampleStats> measure_point(int fd, std::uint64_t file_bytes, const PointS
   auto run_once = [&] {
     std::vector<std::uint64_t> offsets(reads);
     for (auto& offset : offsets) offset = (setup.random ? rng() % blocks_in_file : cursor++ % blocks_in_file) * setup.block;
-    const ReadRun run = timed_reads(fd, setup.block, offsets, buffers);
+    const ReadRun run = timed_reads(fd, setup.block, offsets, *buffers);
     if (run.error_number != 0) error_number = run.error_number;
     return static_cast<double>(reads * setup.block) / run.seconds / 1e9;
   };
-  RepeatPolicy policy;
-  policy.warmup_runs = 0;  // nothing to warm: O_DIRECT skips the cache, and buffered data is cached already
-  policy.min_total = std::chrono::duration<double>(0);
-  policy.max_total = std::chrono::duration<double>(seconds);
-  const SampleStats stats = measure_repeatedly(run_once, policy);
+  const SampleStats stats = measure_repeatedly(run_once, point_policy(seconds));
   if (error_number != 0) return make_error(std::string("read failed: ") + std::strerror(error_number));
   return stats;
 }
@@ -260,11 +273,8 @@ Result<SampleStats> measure_point(int fd, std::uint64_t file_bytes, const PointS
 // batch waited for before the next is submitted; GB/s of the batches.
 Result<SampleStats> measure_engine_pool_point(int fd, std::uint64_t file_bytes, const PointSetup& setup,
                                               runtime::IoPool& pool, double seconds, double expected_gb_per_s) {
-  std::vector<AlignedBuffer> buffers;
-  for (int i = 0; i < setup.queue_depth; ++i) {
-    buffers.push_back(aligned_buffer(setup.block));
-    if (!buffers.back()) return make_error("disk bandwidth: out of memory for read buffers");
-  }
+  auto buffers = read_buffers(setup);
+  if (!buffers) return buffers.error();
   const double batch_bytes = static_cast<double>(setup.block) * setup.queue_depth;
   const auto batches = std::max<std::uint64_t>(1, static_cast<std::uint64_t>(expected_gb_per_s * 1e9 * seconds / 4 / batch_bytes));
   const std::uint64_t blocks_in_file = file_bytes / setup.block;
@@ -275,7 +285,7 @@ Result<SampleStats> measure_engine_pool_point(int fd, std::uint64_t file_bytes, 
     const auto start = Clock::now();
     for (std::uint64_t batch = 0; batch < batches && failure.empty(); ++batch) {
       reads.clear();
-      for (AlignedBuffer& buffer : buffers) {
+      for (AlignedBuffer& buffer : *buffers) {
         const std::uint64_t offset = rng() % blocks_in_file * setup.block;
         reads.push_back(pool.submit([fd, offset, data = std::span<std::byte>(buffer.get(), setup.block)] {
           return runtime::pread_full(fd, offset, data, data.size(), "the test file");
@@ -288,11 +298,7 @@ Result<SampleStats> measure_engine_pool_point(int fd, std::uint64_t file_bytes, 
     const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
     return static_cast<double>(batches) * batch_bytes / elapsed / 1e9;
   };
-  RepeatPolicy policy;
-  policy.warmup_runs = 0;
-  policy.min_total = std::chrono::duration<double>(0);
-  policy.max_total = std::chrono::duration<double>(seconds);
-  const SampleStats stats = measure_repeatedly(run_once, policy);
+  const SampleStats stats = measure_repeatedly(run_once, point_policy(seconds));
   if (!failure.empty()) return make_error(failure);
   return stats;
 }
