@@ -35,6 +35,22 @@ const DiskBandwidthPoint* random_point(const DiskBandwidth& disk, u64 block, int
   return nullptr;
 }
 
+// The line through the two points of `points` (sorted by x, at least two)
+// that bracket `x`, or through the nearest two beyond them, at `x`; `below`
+// indexes the first of the two. Two points at one x give that point's value.
+struct OnTheLine {
+  std::size_t below = 0;
+  double value = 0;
+};
+template <class X>
+OnTheLine along_points(const std::vector<std::pair<X, double>>& points, double x) {
+  std::size_t hi = 1;
+  while (hi + 1 < points.size() && static_cast<double>(points[hi].first) < x) ++hi;
+  const double x0 = static_cast<double>(points[hi - 1].first), x1 = static_cast<double>(points[hi].first);
+  const double y0 = points[hi - 1].second, y1 = points[hi].second;
+  return {hi - 1, x1 == x0 ? y0 : y0 + (y1 - y0) * (x - x0) / (x1 - x0)};
+}
+
 // One read at queue depth 1 takes L + b / B: fitted from the one-deep
 // random points at the two smallest blocks (t = block / GB/s), with what the
 // best queue depth gained at the smallest block (the I/O pool keeps that
@@ -114,13 +130,11 @@ struct OneDeepRead {
 std::optional<OneDeepRead> one_deep_read(const DiskBandwidth& disk, u64 bytes, u64 from_block) {
   const std::vector<std::pair<u64, double>> times = one_deep_times(disk, from_block);
   if (times.size() < 2) return std::nullopt;
-  std::size_t hi = 1;
-  while (hi + 1 < times.size() && times[hi].first < bytes) ++hi;
-  const auto [b0, t0] = times[hi - 1];
-  const auto [b1, t1] = times[hi];
+  const OnTheLine line = along_points(times, static_cast<double>(bytes));
+  const auto [b0, t0] = times[line.below];
+  const auto [b1, t1] = times[line.below + 1];
   if (t1 <= t0) return std::nullopt;
-  const double seconds = t0 + (t1 - t0) * (static_cast<double>(bytes) - static_cast<double>(b0)) / static_cast<double>(b1 - b0);
-  return OneDeepRead{seconds, b0, b1};
+  return OneDeepRead{line.value, b0, b1};
 }
 
 }  // namespace
@@ -129,11 +143,8 @@ double DiskReads::seconds(double reads) const {
   if (reads <= 0) return 0;
   if (reads < 1) return reads * one_read_s;  // at most one read, that often
   if (batch_seconds.size() >= 2) {
-    std::size_t hi = 1;
-    while (hi + 1 < batch_seconds.size() && batch_seconds[hi].first < reads) ++hi;
-    const auto [k0, t0] = batch_seconds[hi - 1];
-    const auto [k1, t1] = batch_seconds[hi];
-    return std::max(t0, t0 + (t1 - t0) * (reads - k0) / (k1 - k0));
+    const OnTheLine line = along_points(batch_seconds, reads);
+    return std::max(batch_seconds[line.below].second, line.value);
   }
   return std::max(one_read_s, reads * static_cast<double>(record_bytes) / (gb_per_s * 1e9));
 }
@@ -151,13 +162,9 @@ std::optional<double> engine_batch_time(const DiskBandwidth& disk, int depth, u6
   }
   std::sort(times.begin(), times.end());
   if (times.size() < 2) return times.empty() ? std::nullopt : std::optional(times[0].second);
-  std::size_t hi = 1;
-  while (hi + 1 < times.size() && times[hi].first < bytes) ++hi;
-  const auto [b0, t0] = times[hi - 1];
-  const auto [b1, t1] = times[hi];
-  if (b1 == b0) return t0;
-  const double t = t0 + (t1 - t0) * (static_cast<double>(bytes) - static_cast<double>(b0)) / static_cast<double>(b1 - b0);
-  return t > 0 ? t : t0;  // a line through odd points may fall below zero under the smallest block
+  const OnTheLine line = along_points(times, static_cast<double>(bytes));
+  // A line through odd points may fall below zero under the smallest block.
+  return line.value > 0 ? line.value : times[line.below].second;
 }
 
 // The batch curve at `record_stride` (batch size, seconds), from 1 read up;
