@@ -121,6 +121,10 @@ struct KernelSpec {
   // `route_top_k`: the serial part of every token's pass.
   bool routing = false;
   int route_experts = kExperts, route_top_k = kTopK;
+  // The calling thread's kernels alone: they do not depend on the team.
+  bool serial() const { return sampling || routing; }
+  // Every other kernel that is neither dense nor attention runs the engine's expert batch.
+  bool experts() const { return !dense && !attention && !serial(); }
 };
 
 // The engine's 512-token prefill pass over OLMoE's 64 experts gives each
@@ -273,7 +277,7 @@ class KernelRunner {
 
   Result<KernelThroughputPoint> point(std::vector<double> samples) const {
     const auto all_finite = [](const std::vector<float>& v) { return std::all_of(v.begin(), v.end(), [](float x) { return std::isfinite(x); }); };
-    const bool finite = spec_.sampling || spec_.routing ? picked_ >= 0
+    const bool finite = spec_.serial()    ? picked_ >= 0
                         : spec_.attention ? all_finite(attention_out_)
                         : spec_.dense   ? all_finite(y_)
                         : experts_->finite();
@@ -450,9 +454,8 @@ Result<KernelTuning> measure_kernel_tuning(const CpuFacts& facts, const MemoryFa
   const std::vector<KernelSpec> specs = tuning_specs();
   // The calling thread's kernels (greedy sampling, routing) do not depend on
   // the team: timed once, on the first set; the others on every set.
-  auto serial = [](const KernelSpec& spec) { return spec.sampling || spec.routing; };
   double units_per_set = 0, serial_units = 0;
-  for (const auto& spec : specs) (serial(spec) ? serial_units : units_per_set) += spec.weight;
+  for (const auto& spec : specs) (spec.serial() ? serial_units : units_per_set) += spec.weight;
   // Keep the sets the budget can time (priority order), at least one.
   const auto affordable = static_cast<std::size_t>(
       std::max(1.0, (left() / (kMinTuningRounds * kMinUnitSeconds) - serial_units) / units_per_set));
@@ -464,9 +467,9 @@ Result<KernelTuning> measure_kernel_tuning(const CpuFacts& facts, const MemoryFa
   std::vector<Work> work;
   for (std::size_t i = 0; i < sets.size(); ++i)
     for (const KernelSpec& spec : specs) {
-      if (serial(spec) && i > 0) continue;
+      if (spec.serial() && i > 0) continue;
       std::optional<EngineExpertBatch> experts;
-      if (!spec.dense && !spec.attention && !spec.sampling && !spec.routing) {
+      if (spec.experts()) {
         auto batch = EngineExpertBatch::create(spec.format, spec.expert_hidden, spec.expert_width, tuning.cpu_kernel,
                                                sets[i].pus.size(), pool.filled());
         if (!batch) return batch.error();
