@@ -338,11 +338,8 @@ Result<ModelTokenizer> load_tokenizer(const fs::path& model, const std::string& 
 
 Status save_history(History& history, const runtime::MoeModel& model, double decay) {
   if (!history.usable_path) return Ok{};
-  auto run = experts::UsageHistory::create(runtime::usage_history_key(model.shape()));
+  auto run = runtime::usage_history_of(model);
   if (!run) return run.error();
-  if (Status s = run->add_counts(model.routing_counts(), model.stats().tokens); !s) return s;
-  if (Status s = run->add_reuse(model.reuse_distances()); !s) return s;
-  if (Status s = run->add_decode_reuse(model.decode_reuse_distances()); !s) return s;
   if (history.loaded) {
     if (Status s = history.loaded->merge(*run, decay); !s) return s;
     return history.loaded->save(history.path);

@@ -27,6 +27,17 @@ UsageHistory sample_history() {
   reuse.record(0, std::vector<int>{1, 4});
   reuse.record(0, std::vector<int>{1, 5});
   EXPECT_TRUE(history->add_reuse(reuse.counts()).ok());
+  // A two-token prompt, then one generated token, at each of the 3 layers.
+  auto trace = RoutingTrace::create(kKey.n_layers, kKey.top_k);
+  EXPECT_TRUE(trace.ok());
+  trace->begin_pass(2);
+  for (int layer = 0; layer < kKey.n_layers; ++layer) {
+    trace->record(layer, std::vector<int>{1, 4});
+    trace->record(layer, std::vector<int>{1, 5});
+  }
+  trace->begin_pass(1);
+  for (int layer = 0; layer < kKey.n_layers; ++layer) trace->record(layer, std::vector<int>{0, layer});
+  EXPECT_TRUE(history->add_trace(*trace).ok());
   return std::move(history).value();
 }
 
@@ -107,8 +118,8 @@ TEST(UsageHistory, ReuseDistancesAreLruStackDistancesPerToken) {
 // A version 1 file (before reuse distances) loads with none recorded.
 TEST(UsageHistory, Version1FilesLoadWithoutReuse) {
   std::string body = body_of(sample_history().serialize());
-  body.replace(body.find("format_version 3"), 16, "format_version 1");
-  body.erase(body.find("reuse 0"));  // the reuse and decode_reuse lines
+  body.replace(body.find("format_version 4"), 16, "format_version 1");
+  body.erase(body.find("reuse 0"));  // the reuse, decode_reuse and trace lines
   auto loaded = UsageHistory::parse(with_checksum(body), kKey);
   ASSERT_TRUE(loaded.ok()) << loaded.error().message;
   EXPECT_EQ(loaded->count(0, 1), 2.0);
@@ -131,7 +142,7 @@ TEST(UsageHistory, DecodeReuseRoundTripsAndVersion2FilesLoadWithout) {
   ASSERT_TRUE(loaded.ok()) << loaded.error().message;
   EXPECT_EQ(loaded->layer_decode_reuse(0)[0], 1.0);
   std::string body = body_of(history.serialize());
-  body.replace(body.find("format_version 3"), 16, "format_version 2");
+  body.replace(body.find("format_version 4"), 16, "format_version 2");
   body.erase(body.find("decode_reuse 0"));
   auto version2 = UsageHistory::parse(with_checksum(body), kKey);
   ASSERT_TRUE(version2.ok()) << version2.error().message;
@@ -156,6 +167,36 @@ TEST(UsageHistory, MergeDecaysTheOlderRun) {
   auto other = UsageHistory::create({3, 6, 2, "another-model"});
   EXPECT_FALSE(old_run.merge(*other, 0.5).ok());
   EXPECT_EQ(old_run.count(0, 2), 2.0);  // refused merges change nothing
+}
+
+// Version 4 adds the routing trace; version 3 files (without it) still
+// load, with an empty trace.
+TEST(UsageHistory, TraceRoundTripsAndVersion3FilesLoadWithout) {
+  const UsageHistory history = sample_history();
+  auto loaded = UsageHistory::parse(history.serialize(), kKey);
+  ASSERT_TRUE(loaded.ok()) << loaded.error().message;
+  EXPECT_EQ(std::vector<int>(loaded->trace().pass_tokens().begin(), loaded->trace().pass_tokens().end()),
+            (std::vector<int>{2, 1}));
+  const auto layer2 = loaded->trace().layer(2);
+  EXPECT_EQ(std::vector<int>(layer2.begin(), layer2.end()), (std::vector<int>{1, 4, 1, 5, 0, 2}));
+  std::string body = body_of(history.serialize());
+  body.replace(body.find("format_version 4"), 16, "format_version 3");
+  body.erase(body.find("trace_passes"));
+  auto version3 = UsageHistory::parse(with_checksum(body), kKey);
+  ASSERT_TRUE(version3.ok()) << version3.error().message;
+  EXPECT_TRUE(version3->trace().empty());
+  EXPECT_EQ(version3->count(0, 1), 2.0);
+}
+
+// Merging appends the newer run's trace (decay 0: it alone), within the window.
+TEST(UsageHistory, MergedTracesFollowEachOther) {
+  UsageHistory older = sample_history();
+  const UsageHistory newer = sample_history();
+  ASSERT_TRUE(older.merge(newer, 0.5).ok());
+  EXPECT_EQ(older.trace().tokens(), 6);
+  EXPECT_EQ(older.trace().pass_tokens().size(), 4u);
+  ASSERT_TRUE(older.merge(newer, 0.0).ok());
+  EXPECT_EQ(older.trace().tokens(), 3);
 }
 
 TEST(UsageHistory, WholeRoutingCountsAddLikeRecordsAndPinEveryLayer) {
@@ -218,8 +259,8 @@ TEST(UsageHistory, ForeignVersionAndOtherModelFilesAreReported) {
   expect_refused("", "empty");
   expect_refused("{\"not\": \"a history\"}\n", "not a coli usage history");
   std::string future = file;
-  future.replace(future.find("format_version 3"), 16, "format_version 4");
-  expect_refused(future, "format version 4");
+  future.replace(future.find("format_version 4"), 16, "format_version 5");
+  expect_refused(future, "format version 5");
   expect_refused(file, "another model", {3, 6, 2, "fnv1a64:0000000000000001"});
   expect_refused(file, "n_experts 6, this model has 8", {3, 8, 2, kKey.model_identity});
   expect_refused(file, "n_layers 3, this model has 4", {4, 6, 2, kKey.model_identity});
@@ -239,10 +280,16 @@ TEST(UsageHistory, ContentErrorsBehindAValidChecksumAreReported) {
   expect_refused(edit("layer 1 0 0", "layer 1 0"), "layer line 1 is malformed");
   expect_refused(edit("layer 1 ", "layer 2 "), "layer line 1 is malformed");
   expect_refused(edit("total_tokens 3", "total_tokens lots"), "malformed header");
-  expect_refused(edit("layer 2", "layer 3 0 0 0 0 0 0\nlayer 2"), "expected 9 layer and reuse lines, found 10");
+  expect_refused(edit("layer 2", "layer 3 0 0 0 0 0 0\nlayer 2"), "expected 13 layer, reuse and trace lines, found 14");
   expect_refused(edit("reuse 1 0 0", "reuse 1 nan 0"), "reuse line 1: count 0");
   expect_refused(edit("reuse 1 0 0", "reuse 1 0"), "reuse line 1 is malformed");
   expect_refused(edit("decode_reuse 1 0 0", "decode_reuse 1 0"), "decode_reuse line 1 is malformed");
+  expect_refused(edit("trace 1 1 4", "trace 1 6 4"), "trace line 1: value 0 is not an integer in 0..5");
+  expect_refused(edit("trace 1 1 4", "trace 1 4"), "layer 1 has 5 expert ids");
+  expect_refused(edit("trace 1 1 4", "trace 2 1 4"), "trace line 1 is malformed");
+  expect_refused(edit("trace_passes 2 2 1", "trace_passes 3 2 1"), "must count the passes");
+  expect_refused(edit("trace_passes 2 2 1", "trace_passes 2 2 0"), "a pass of 0 tokens");
+  expect_refused(edit("trace_passes 2 2 1", "trace_passes 2 2 9999"), "trace_passes line: value 2");
 }
 
 }  // namespace

@@ -54,12 +54,7 @@ Result<experts::UsageHistory> record_usage(const std::filesystem::path& model_pa
   auto model = runtime::MoeModel::load(model_path, options);
   if (!model) return model.error();
   if (auto pass = measure_pass(*model, workload.tests, workload.tokens); !pass) return pass.error();
-  auto history = experts::UsageHistory::create(runtime::usage_history_key(model->shape()));
-  if (!history) return history.error();
-  if (Status s = history->add_counts(model->routing_counts(), model->stats().tokens); !s) return s.error();
-  if (Status s = history->add_reuse(model->reuse_distances()); !s) return s.error();
-  if (Status s = history->add_decode_reuse(model->decode_reuse_distances()); !s) return s.error();
-  return history;
+  return runtime::usage_history_of(*model);
 }
 
 void place_threads(runtime::ModelOptions& options, const CpuSet& pus) {

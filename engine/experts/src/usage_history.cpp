@@ -33,7 +33,8 @@ UsageHistory::UsageHistory(UsageHistoryKey key)
     : key_(std::move(key)),
       counts_(static_cast<size_t>(key_.n_layers) * static_cast<size_t>(key_.n_experts), 0.0),
       reuse_(static_cast<size_t>(key_.n_layers) * (static_cast<size_t>(key_.n_experts) + 1), 0.0),
-      decode_reuse_(reuse_.size(), 0.0) {}
+      decode_reuse_(reuse_.size(), 0.0),
+      trace_(RoutingTrace::create(key_.n_layers, key_.top_k).value()) {}  // create() checked the key
 
 size_t UsageHistory::index(int layer, int expert) const {
   return static_cast<size_t>(layer) * static_cast<size_t>(key_.n_experts) + static_cast<size_t>(expert);
@@ -90,6 +91,8 @@ Status UsageHistory::add_decode_reuse(const std::vector<std::vector<std::uint64_
   return add_distances(reuse, key_.n_layers, static_cast<size_t>(key_.n_experts) + 1, decode_reuse_);
 }
 
+Status UsageHistory::add_trace(const RoutingTrace& trace) { return trace_.append(trace); }
+
 Status UsageHistory::merge(const UsageHistory& newer, double decay) {
   if (!(decay >= 0.0 && decay <= 1.0))  // also refuses NaN
     return make_error("usage history: decay " + std::to_string(decay) + " is outside [0, 1]");
@@ -100,6 +103,8 @@ Status UsageHistory::merge(const UsageHistory& newer, double decay) {
   for (size_t i = 0; i < reuse_.size(); ++i) reuse_[i] = reuse_[i] * decay + newer.reuse_[i];
   for (size_t i = 0; i < decode_reuse_.size(); ++i) decode_reuse_[i] = decode_reuse_[i] * decay + newer.decode_reuse_[i];
   total_tokens_ = total_tokens_ * decay + newer.total_tokens_;
+  if (decay == 0.0) trace_ = newer.trace_;
+  else if (Status s = trace_.append(newer.trace_); !s) return s;  // same key: same shape
   return Ok{};
 }
 

@@ -69,6 +69,59 @@ std::optional<std::string> parse_rows(std::span<const std::string_view> lines, s
   return std::nullopt;
 }
 
+void append_ints(std::string& out, std::span<const int> values) {
+  for (const int value : values) out += ' ' + std::to_string(value);
+  out += '\n';
+}
+
+// "trace_passes <n> <tokens...>", then "trace <i> <ids...>" per layer.
+void append_trace(std::string& out, const RoutingTrace& trace) {
+  const auto passes = trace.pass_tokens();
+  out += "trace_passes " + std::to_string(passes.size());
+  append_ints(out, passes);
+  for (int layer = 0; layer < trace.n_layers(); ++layer) {
+    out += "trace " + std::to_string(layer);
+    append_ints(out, trace.layer(layer));
+  }
+}
+
+// The integers after `tag` (and, for a per-layer line, its index `row`),
+// each in [low, high]; the error names the line.
+Result<std::vector<int>> parse_ints(std::string_view line, std::string_view tag, std::optional<int> row, int low, int high) {
+  std::vector<std::string_view> parts = split(line, ' ');
+  const std::string where = std::string(tag) + (row ? " line " + std::to_string(*row) : std::string(" line"));
+  const size_t skip = row ? 2 : 1;
+  if (parts.size() < skip || parts[0] != tag ||
+      (row && parse_int(parts[1]) != std::optional<std::int64_t>(*row)))
+    return make_error(where + " is malformed (want '" + std::string(tag) + (row ? " " + std::to_string(*row) : "") + " ...')");
+  std::vector<int> values;
+  values.reserve(parts.size() - skip);
+  for (size_t i = skip; i < parts.size(); ++i) {
+    const auto value = parse_int(parts[i]);
+    if (!value || *value < low || *value > high)
+      return make_error(where + ": value " + std::to_string(i - skip) + " is not an integer in " + std::to_string(low) +
+                        ".." + std::to_string(high));
+    values.push_back(static_cast<int>(*value));
+  }
+  return values;
+}
+
+// Version 4's trace lines into `trace` (n_layers + 1 lines).
+Status parse_trace(std::span<const std::string_view> lines, const UsageHistoryKey& key, RoutingTrace& trace) {
+  auto passes = parse_ints(lines[0], "trace_passes", std::nullopt, 0, kRoutingTraceTokens);
+  if (!passes) return passes.error();
+  if (passes->empty() || (*passes)[0] != static_cast<int>(passes->size()) - 1)
+    return make_error("trace_passes line: the first value must count the passes that follow");
+  passes->erase(passes->begin());
+  std::vector<std::vector<int>> ids;
+  for (int layer = 0; layer < key.n_layers; ++layer) {
+    auto row = parse_ints(lines[static_cast<size_t>(layer) + 1], "trace", layer, 0, key.n_experts - 1);
+    if (!row) return row.error();
+    ids.push_back(std::move(*row));
+  }
+  return trace.assign(std::move(*passes), std::move(ids));
+}
+
 }  // namespace
 
 std::string UsageHistory::serialize() const {
@@ -85,6 +138,7 @@ std::string UsageHistory::serialize() const {
   append_rows(out, "layer", counts_, static_cast<size_t>(key_.n_experts));
   append_rows(out, "reuse", reuse_, static_cast<size_t>(key_.n_experts) + 1);
   append_rows(out, "decode_reuse", decode_reuse_, static_cast<size_t>(key_.n_experts) + 1);
+  append_trace(out, trace_);
   detail::Fnv1a64 checksum;
   checksum.add(out);
   out += std::string(kChecksumPrefix) + checksum.hex() + "\n";
@@ -145,13 +199,14 @@ Result<UsageHistory> UsageHistory::parse(std::string_view text, const UsageHisto
   if (!history) return fail(history.error().message);
   history->total_tokens_ = *tokens;
   constexpr size_t kFirstLayerLine = 7;
-  const auto per_layer = static_cast<size_t>(*version);  // layer lines, then reuse (2) and decode_reuse (3) lines
-  if (lines.size() != kFirstLayerLine + per_layer * static_cast<size_t>(expected.n_layers) + 1)
-    return fail("expected " + std::to_string(per_layer * static_cast<size_t>(expected.n_layers)) +
-                " layer and reuse lines, found " +
+  // Layer lines, then reuse (2), decode_reuse (3) and trace (4, after its trace_passes line) lines.
+  const auto per_layer = static_cast<size_t>(*version);
+  const size_t body_lines = per_layer * static_cast<size_t>(expected.n_layers) + (*version >= 4 ? 1 : 0);
+  if (lines.size() != kFirstLayerLine + body_lines + 1)
+    return fail("expected " + std::to_string(body_lines) + " layer, reuse and trace lines, found " +
                 std::to_string(static_cast<long long>(lines.size()) - static_cast<long long>(kFirstLayerLine) - 1));
   const auto layers = static_cast<size_t>(expected.n_layers), experts = static_cast<size_t>(expected.n_experts);
-  const auto rows = std::span<const std::string_view>(lines).subspan(kFirstLayerLine, per_layer * layers);
+  const auto rows = std::span<const std::string_view>(lines).subspan(kFirstLayerLine, body_lines);
   if (auto bad = parse_rows(rows.first(layers), "layer", history->counts_, experts, "", "count of expert "))
     return fail(*bad);
   const std::string reuse_values = ": distances 0.." + std::to_string(experts - 1) + " and first uses";
@@ -163,6 +218,9 @@ Result<UsageHistory> UsageHistory::parse(std::string_view text, const UsageHisto
     if (auto bad = parse_rows(rows.subspan(2 * layers, layers), "decode_reuse", history->decode_reuse_, experts + 1,
                               reuse_values, "count "))
       return fail(*bad);
+  }
+  if (per_layer >= 4) {
+    if (Status s = parse_trace(rows.subspan(3 * layers), expected, history->trace_); !s) return fail(s.error().message);
   }
   return history;
 }

@@ -85,6 +85,7 @@ struct MoeModel::State {
   int used = 0;  // KV positions filled
   std::vector<std::vector<std::uint64_t>> routing_counts;  // [MoE layer][expert], for the usage history
   experts::ReuseDistances reuse{1, 1};  // the CPU passes' LRU stack distances, for the usage history
+  experts::RoutingTrace trace;          // the CPU passes' recent routings, for the usage history
   std::unique_ptr<OpTimes> op_times;  // ModelOptions::op_timing on the CPU backend
   forward::KvCache kv;  // every layer's K and V (CPU backend; the GPU keeps its own)
   std::unique_ptr<GpuRun> gpu;  // backend "vulkan" or "cuda": the decoder on the GPU
@@ -371,6 +372,7 @@ std::vector<forward::Routing> MoeModel::State::route_tokens(const LayerWeights& 
                                       static_cast<int>(c.num_experts_per_tok), router_norm(c.router_normalization)));
     for (int expert : routings.back().experts) ++routing_counts[static_cast<std::size_t>(w.moe_index)][static_cast<std::size_t>(expert)];
     reuse.record(w.moe_index, routings.back().experts, count == 1);  // a single-token pass: a generated token
+    trace.record(w.moe_index, routings.back().experts);
   }
   // How well the previous layer predicted these experts (speculative prefetch).
   std::vector<int>& guess = predicted[static_cast<std::size_t>(w.moe_index)];
@@ -520,6 +522,9 @@ Result<MoeModel> MoeModel::load(const std::filesystem::path& path, const ModelOp
   const auto& layout = state->reader->index().experts;
   state->routing_counts.assign(layout.layers, std::vector<std::uint64_t>(layout.experts, 0));
   state->reuse = experts::ReuseDistances(static_cast<int>(layout.layers), static_cast<int>(layout.experts));
+  if (auto trace = experts::RoutingTrace::create(static_cast<int>(layout.layers), static_cast<int>(c.num_experts_per_tok))) {
+    state->trace = std::move(*trace);
+  }
   state->predicted.assign(layout.layers, {});
   // Prefetching pays only when experts stream.
   state->options.speculative_prefetch = options.speculative_prefetch && state->experts.experts_stream();
@@ -591,6 +596,7 @@ Status MoeModel::State::forward_cpu(std::span<const std::int32_t> tokens, int st
   const int count = static_cast<int>(tokens.size());
   const OpPass pass(op_times.get(), count);
   if (Status s = use_thread_set(count); !s) return s;
+  trace.begin_pass(count);
   const std::size_t hidden = config.hidden_size;
   std::vector<float> xs(static_cast<std::size_t>(count) * hidden);
   for (int t = 0; t < count; ++t) forward::dense_row(embed, tokens[static_cast<std::size_t>(t)], std::span(xs).subspan(t * hidden, hidden));
@@ -681,6 +687,7 @@ const std::vector<std::vector<std::uint64_t>>& MoeModel::reuse_distances() const
 const std::vector<std::vector<std::uint64_t>>& MoeModel::decode_reuse_distances() const {
   return state_->reuse.decode_counts();
 }
+const experts::RoutingTrace& MoeModel::routing_trace() const { return state_->trace; }
 
 namespace {
 
@@ -700,6 +707,16 @@ ModelShape shape_of(const container::ContainerReader& reader, const model::Model
 
 experts::UsageHistoryKey usage_history_key(const ModelShape& shape) {
   return {shape.moe_layers, shape.experts, shape.top_k, experts::usage_model_identity(shape.config_json, shape.tensor_names)};
+}
+
+Result<experts::UsageHistory> usage_history_of(const MoeModel& model) {
+  auto history = experts::UsageHistory::create(usage_history_key(model.shape()));
+  if (!history) return history.error();
+  if (Status s = history->add_counts(model.routing_counts(), model.stats().tokens); !s) return s.error();
+  if (Status s = history->add_reuse(model.reuse_distances()); !s) return s.error();
+  if (Status s = history->add_decode_reuse(model.decode_reuse_distances()); !s) return s.error();
+  if (Status s = history->add_trace(model.routing_trace()); !s) return s.error();
+  return history;
 }
 
 Result<ModelShape> MoeModel::read_shape(const std::filesystem::path& path) {

@@ -3,13 +3,15 @@
 //
 // File format (text, one record per line, version kUsageHistoryVersion):
 //   coli-usage-history
-//   format_version 3
+//   format_version 4
 //   n_layers <int>  n_experts <int>  top_k <int>     (one per line)
 //   model <identity, no whitespace>
 //   total_tokens <double>
 //   layer <i> <count_0> ... <count_{n_experts-1}>      (i = 0..n_layers-1)
 //   reuse <i> <d_0> ... <d_{n_experts-1}> <first>       (version 2; i = 0..n_layers-1)
 //   decode_reuse <i> <d_0> ... <first>                   (version 3; the same, decode tokens only)
+//   trace_passes <n> <tokens_0> ... <tokens_{n-1}>       (version 4; the routing trace's passes, oldest first)
+//   trace <i> <expert ids, top_k a token, pass by pass>  (version 4; i = 0..n_layers-1)
 //   checksum fnv1a64:<16 hex digits of every byte before this line>
 // reuse: how many routings found their expert at LRU stack distance d (d
 // other experts of the layer were used more recently; a token's choices are
@@ -18,8 +20,10 @@
 // so the planner reads any cap's hit rate from it. decode_reuse counts only
 // the routings of single-token passes (generated tokens): a prompt's routings
 // and a generation's differ (a greedy decode often repeats its experts), and
-// decode speed depends on the latter. Version 1 files (no reuse lines) and
-// version 2 files (no decode_reuse lines) still load, without them.
+// decode speed depends on the latter. trace: the most recent routings
+// (routing_trace.h), which the planner replays through the engine's cache.
+// Version 1 files (no reuse lines), version 2 (no decode_reuse lines) and
+// version 3 (no trace) still load, without them.
 // Counts are doubles because merging applies exponential decay. Loading never
 // crashes: a missing, empty, foreign, truncated, corrupt, version-mismatched
 // or other-model file is an Error the engine reports before ignoring it.
@@ -33,10 +37,11 @@
 #include <vector>
 
 #include "coli/base/result.h"
+#include "coli/experts/routing_trace.h"
 
 namespace coli::experts {
 
-inline constexpr int kUsageHistoryVersion = 3;
+inline constexpr int kUsageHistoryVersion = 4;
 
 // Which model (and routing shape) a history belongs to.
 struct UsageHistoryKey {
@@ -70,10 +75,14 @@ class UsageHistory {
   Status add_reuse(const std::vector<std::vector<std::uint64_t>>& reuse);
   // The same for the decode tokens' routings alone (MoeModel::decode_reuse_distances).
   Status add_decode_reuse(const std::vector<std::vector<std::uint64_t>>& reuse);
+  // Appends a run's routing trace (MoeModel::routing_trace), keeping the
+  // window's most recent tokens. Errors on another shape.
+  Status add_trace(const RoutingTrace& trace);
   // Tokens the recorded routings came from (for rates and decay).
   void add_tokens(std::uint64_t tokens) { total_tokens_ += static_cast<double>(tokens); }
 
-  // Folds a newer run in: this = this * decay + newer, counts and tokens.
+  // Folds a newer run in: this = this * decay + newer, counts and tokens;
+  // the newer trace follows this one's (decay 0: the newer trace alone).
   // decay 1 keeps everything, 0 keeps only the newer run. Errors: decay
   // outside [0, 1], or a newer run of another key (nothing changes then).
   Status merge(const UsageHistory& newer, double decay);
@@ -84,6 +93,7 @@ class UsageHistory {
   std::span<const double> layer_counts(int layer) const;  // empty when out of range
   std::span<const double> layer_reuse(int layer) const;   // n_experts + 1 values; empty when out of range
   std::span<const double> layer_decode_reuse(int layer) const;  // the same, decode tokens only
+  const RoutingTrace& trace() const { return trace_; }          // empty before version 4
 
   std::string serialize() const;
   // `source` names the file in messages. The header must match `expected`.
@@ -102,6 +112,7 @@ class UsageHistory {
   std::vector<double> counts_;  // [layer][expert], row-major
   std::vector<double> reuse_;   // [layer][distance 0..n_experts-1, first use], row-major
   std::vector<double> decode_reuse_;  // the same, decode tokens only
+  RoutingTrace trace_;
 };
 
 // Mattson's LRU stack per MoE layer: the engine hands it each token's

@@ -181,6 +181,11 @@ struct ModelShape {
 // The key a usage history of this model is recorded and checked under.
 experts::UsageHistoryKey usage_history_key(const ModelShape& shape);
 
+class MoeModel;
+// What a loaded model routed since its load, as a usage history: counts,
+// reuse distances and the routing trace (merge it into the saved one).
+Result<experts::UsageHistory> usage_history_of(const MoeModel& model);
+
 class MoeModel {
  public:
   // Errors: container problems (named by the reader), a config the engine
@@ -212,6 +217,9 @@ class MoeModel {
   const std::vector<std::vector<std::uint64_t>>& reuse_distances() const;
   // The same for single-token passes (generated tokens) alone.
   const std::vector<std::vector<std::uint64_t>>& decode_reuse_distances() const;
+  // The CPU passes' most recent routings (experts::RoutingTrace); empty
+  // when the GPU decoder routed every pass.
+  const experts::RoutingTrace& routing_trace() const;
   ModelShape shape() const;
   // The same from the container's index alone (no weights loaded).
   static Result<ModelShape> read_shape(const std::filesystem::path& container);

@@ -1,0 +1,68 @@
+// A bounded window of the most recent routings: each forward pass's token
+// count and, per MoE layer, every token's top_k expert ids in order. The
+// usage history carries it so the planner can replay the engine's own
+// expert cache (SlotPolicy: pins, LRU, prefill rounds) over real routings:
+// reuse distances are exact for a token-by-token LRU only, and say nothing
+// of pins taking slots or of a prefill round leasing its experts together
+// (a Qwen3-30B-shaped prompt read 1688 experts at cap 64, 2041 with 32
+// pins, where the distances said 1356 for both).
+#pragma once
+
+#include <span>
+#include <vector>
+
+#include "coli/base/result.h"
+
+namespace coli::experts {
+
+// Tokens a trace keeps: a 512-token prompt, a 512-token context and their
+// decodes fit; older passes are dropped first.
+inline constexpr int kRoutingTraceTokens = 2048;
+
+class RoutingTrace {
+ public:
+  RoutingTrace() = default;
+  // Errors: a dimension < 1, max_tokens < 1.
+  static Result<RoutingTrace> create(int n_layers, int top_k, int max_tokens = kRoutingTraceTokens);
+
+  // The engine, as it runs: a forward pass of `tokens` tokens begins, then
+  // each layer's `tokens` routings follow (record, one token's choices at a
+  // time, in token order). A pass whose layers were left incomplete (a
+  // failed forward) is dropped when the next begins.
+  void begin_pass(int tokens);
+  void record(int layer, std::span<const int> experts);
+
+  // The most recent max_tokens tokens of every complete pass (a pass cut at
+  // its front when it straddles the window's start).
+  RoutingTrace window() const;
+  // `newer` after this one, windowed. Errors: another shape (nothing changes).
+  Status append(const RoutingTrace& newer);
+  // Replaces the contents with passes and per-layer ids read from a file.
+  // Errors (nothing changes): a pass < 1 token, a layer whose ids are not
+  // top_k per token of the passes, more than max_tokens tokens.
+  Status assign(std::vector<int> pass_tokens, std::vector<std::vector<int>> layer_ids);
+
+  int n_layers() const { return static_cast<int>(ids_.size()); }
+  int top_k() const { return top_k_; }
+  int max_tokens() const { return max_tokens_; }
+  int tokens() const;  // over complete passes
+  bool empty() const { return tokens() == 0; }
+  // Complete passes, oldest first.
+  std::span<const int> pass_tokens() const;
+  // A layer's ids over the complete passes: top_k per token.
+  std::span<const int> layer(int layer) const;
+
+ private:
+  RoutingTrace(int n_layers, int top_k, int max_tokens);
+  bool open_pass_complete() const;
+  void drop_open_pass();
+  void drop_front(int tokens);
+
+  int top_k_ = 1;
+  int max_tokens_ = kRoutingTraceTokens;
+  std::vector<int> passes_;             // token counts; the last one may still be recording
+  bool open_ = false;                   // the last pass is still recording
+  std::vector<std::vector<int>> ids_;   // [layer]: top_k ids a token
+};
+
+}  // namespace coli::experts
