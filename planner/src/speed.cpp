@@ -1,5 +1,7 @@
 #include "coli/planner/speed.h"
 
+#include "coli/planner/cache_replay.h"
+
 #include "cuda/cuda_layout.h"  // the hybrid batch's staging pass
 #include "measured_rates.h"
 
@@ -193,6 +195,7 @@ struct PlanRates {
   double miss = 0;        // share of a decode token's expert reads that go to disk
   double prefill_miss = 0;  // the same for a prompt's
   double vram_share = 0;  // share of expert reads served from VRAM
+  std::optional<double> round_distinct;  // a prompt round's distinct experts a layer, from the cache replay
   // Seconds for `reads` expert records requested together and waited for (0 when nothing misses).
   double disk_seconds(double reads) const { return disk ? disk->seconds(reads) : 0.0; }
 };
@@ -453,7 +456,7 @@ void predict_prefill(const DeviceProfile& profile, const ModelFootprint& fp, con
   const Team team = plan.prefill_threads > 0 || !plan.prefill_pus.empty()
                         ? Team{plan.prefill_pus.empty() ? plan.prefill_threads : plan.prefill_pus.size(), plan.prefill_pus}
                         : Team{plan.threads, plan.compute_pus};
-  const double distinct = distinct_experts(fp, round, history);
+  const double distinct = r.round_distinct ? *r.round_distinct : distinct_experts(fp, round, history);
   const PromptCompute compute = r.vram ? PromptCompute{} : prompt_compute(profile, fp, team, prompt, round, distinct, r.ram);
   const u64 dense = dense_bytes_per_token(fp);
   // A round reads what its tokens' routings miss: a routing whose expert the
@@ -490,7 +493,10 @@ void predict_prefill(const DeviceProfile& profile, const ModelFootprint& fp, con
   const std::string memory_text = "a " + format_fixed(prompt, 0) + "-token prompt reading dense " + format_bytes(dense) +
                                   " once and, in " + format_fixed(rounds, 0) + " rounds of " + format_fixed(round, 0) + " tokens, " +
                                   format_fixed(distinct, 1) + " distinct experts x " + format_fixed(layers, 0) + " layers each" +
-                                  (history_fits(fp, history) ? " (the usage history's routing shares)" : " (uniform routing)") + ", " +
+                                  (r.round_distinct             ? " (the routing trace's rounds)"
+                                   : history_fits(fp, history) ? " (the usage history's routing shares)"
+                                                               : " (uniform routing)") +
+                                  ", " +
                                   format_fixed(reads_per_round, 2) + " of them from disk (" + format_fixed(r.prefill_miss * 100, 1) +
                                   "% of the routings miss)" +
                                   (disk_s > 0 ? " (" + r.disk->text + "; each round's misses, binomially, less its resident experts' compute)"
@@ -501,6 +507,24 @@ void predict_prefill(const DeviceProfile& profile, const ModelFootprint& fp, con
                                          ", and RAM reads, then the disk: " + memory_text
                                    : "rough, bandwidth only (no timed prefill kernel in this profile: real prefill is slower): " +
                                          memory_text;
+}
+
+// A CPU plan's hit rates and round sizes from the engine's cache replayed
+// over the usage history's routing trace, where it has one (else the
+// reuse distances or routing shares stand, as expected_hit_rate says).
+void replay_cache(const ModelFootprint& fp, const Plan& plan, const experts::UsageHistory* history, SpeedPrediction& s,
+                  PlanRates& rates) {
+  if (!history_fits(fp, history)) return;
+  const int cap = std::min(plan.cap, fp.n_experts);
+  const auto replay = replay_expert_cache(*history, cap, plan.pins, plan.prefill_round_tokens);
+  if (!replay) return;
+  rates.round_distinct = replay->distinct_per_round();
+  if (cap >= fp.n_experts) return;  // every expert resident: the hit rates are 1 already
+  if (const auto misses = replay->decode_misses_per_layer_token()) {
+    s.hit_rate = std::clamp(1.0 - *misses / fp.top_k, 0.0, 1.0);
+    s.hit_rate_inputs = replay->describe(cap, plan.pins) + ": " + format_fixed(*misses, 3) + " reads a decode token and layer";
+  }
+  if (const auto misses = replay->prompt_misses_per_layer_token()) s.prefill_hit_rate = std::clamp(1.0 - *misses / fp.top_k, 0.0, 1.0);
 }
 
 }  // namespace
@@ -517,6 +541,7 @@ SpeedPrediction predict_speed(const DeviceProfile& profile, const ModelFootprint
   std::string prompt_inputs;
   s.prefill_hit_rate = expected_hit_rate(fp, slots, history, prompt_inputs, false);
   PlanRates rates;
+  if (plan.gpu.vram_slots() == 0) replay_cache(fp, plan, history, s, rates);
   rates.vram_share = std::min(plan.gpu.vram_share, s.hit_rate);
   if (plan.gpu.vram_slots() > 0) {
     rates.vram = vram_bandwidth(profile, fp, plan.gpu);

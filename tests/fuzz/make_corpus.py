@@ -99,11 +99,19 @@ def gguf(pre):
     return out
 
 
-def usage_history(layers, experts, top_k):
-    body = "coli-usage-history\nformat_version 1\nn_layers %d\nn_experts %d\ntop_k %d\n" % (layers, experts, top_k)
+def usage_history(layers, experts, top_k, version=1):
+    body = "coli-usage-history\nformat_version %d\nn_layers %d\nn_experts %d\ntop_k %d\n" % (
+        version, layers, experts, top_k)
     body += "model fnv1a64:00000000deadbeef\ntotal_tokens 12.5\n"
     for layer in range(layers):
         body += "layer %d %s\n" % (layer, " ".join(str(layer + e * 0.5) for e in range(experts)))
+    for tag in ("reuse", "decode_reuse")[:max(0, version - 1)]:
+        for layer in range(layers):
+            body += "%s %d %s\n" % (tag, layer, " ".join(str(d % 3) for d in range(experts + 1)))
+    if version >= 4:  # a 2-token prompt and one generated token
+        body += "trace_passes 2 2 1\n"
+        for layer in range(layers):
+            body += "trace %d %s\n" % (layer, " ".join(str((layer + i) % experts) for i in range(3 * top_k)))
     digest = 0xCBF29CE484222325
     for byte in body.encode():
         digest = ((digest ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
@@ -113,12 +121,15 @@ def usage_history(layers, experts, top_k):
 def main():
     for harness in os.listdir(CORPUS) if os.path.isdir(CORPUS) else []:
         # plans are written by coli-plan, the container by make_container_seed (docs/fuzzing.md)
-        if harness not in ("plan_fuzz", "container_fuzz"):
+        # and the request, quality and saved-logits seeds are written by hand
+        if harness not in ("plan_fuzz", "container_fuzz", "openai_request_fuzz", "quality_fuzz", "saved_logits_fuzz"):
             shutil.rmtree(os.path.join(CORPUS, harness))
     for name in sorted(os.listdir(os.path.join(ROOT, "profiles"))):
         if name.endswith(".toml"):
             copy("profile_fuzz", os.path.join("profiles", name))
     for gpu in sorted(os.listdir(os.path.join(ROOT, "tests/fixtures/gpus"))):
+        if not os.path.isdir(os.path.join(ROOT, "tests/fixtures/gpus", gpu)):
+            continue  # the script that made them
         copy("gpu_record_fuzz", os.path.join("tests/fixtures/gpus", gpu, "gpus.toml"), gpu + ".toml")
     for name in sorted(os.listdir(os.path.join(ROOT, "tests/fixtures/model-configs"))):
         if not name.endswith(".json"):
@@ -149,6 +160,7 @@ def main():
     put("gguf_fuzz", "gpt2.gguf", gguf("gpt-2"))
     put("gguf_fuzz", "qwen2.gguf", gguf("qwen2"))
     put("usage_history_fuzz", "3x4.coli_usage", usage_history(3, 4, 2))
+    put("usage_history_fuzz", "3x4-v4.coli_usage", usage_history(3, 4, 2, 4))
 
 
 if __name__ == "__main__":

@@ -25,4 +25,20 @@ inline DeviceProfile h200() {
   return *profile;
 }
 
+inline DiskBandwidthPoint disk(std::uint64_t block, int qd, double gbs) {
+  return {"random", block, qd, {1, gbs, gbs, gbs, 0}};
+}
+
+// RAM read 1 GB/s at 1 thread and `gbs` at 8; random reads of 1 MiB (best
+// queue depth 2.0 GB/s) and 16 MiB (9 GB/s, but far from Qwen3's 2.4 MiB record).
+inline DeviceProfile measured_profile(double gbs) {
+  DeviceProfile p = h200();
+  p.measurements.memory = MemoryBandwidth{1 << 30, {{"read", -1, 1, {}, {1, 1, 1, 1, 0}},
+                                                    {"triad", -1, 8, {}, {1, 99, 99, 99, 0}},
+                                                    {"read", -1, 8, {}, {1, gbs, gbs, gbs, 0}}}};
+  p.measurements.disk = DiskBandwidth{"/d", "ext4", true, "", 1 << 30,
+                                      {disk(1 << 20, 1, 0.5), disk(1 << 20, 4, 2.0), disk(16 << 20, 8, 9.0)}};
+  return p;
+}
+
 }  // namespace coli::planner

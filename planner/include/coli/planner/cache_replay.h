@@ -1,0 +1,42 @@
+// The engine's own expert cache replayed over the usage history's routing
+// trace (experts::RoutingTrace): for a plan's cap, pins and prefill round,
+// how many of a decode token's and of a prompt's experts the engine reads,
+// and how many distinct experts a prompt round leases. The replay runs the
+// engine's experts::SlotPolicy (pins from the same history, LRU, a round's
+// union leased at once) and sizes rounds with its RoundPlanner, so a plan
+// is priced by the cache it will run with, not by a model of one.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "coli/experts/usage_history.h"
+
+namespace coli::planner {
+
+struct CacheReplay {
+  int layers = 0;
+  int round_tokens = 0;     // the round the engine runs (RoundPlanner::tokens_per_round)
+  double decode_tokens = 0, decode_misses = 0;  // single-token passes; misses over all layers
+  double prompt_tokens = 0, prompt_misses = 0;  // passes of several tokens; misses over all layers
+  double full_rounds = 0, full_round_distinct = 0;  // prompt rounds of round_tokens tokens, over all layers
+
+  // Expert reads a decode token makes at one layer, when the trace has decode tokens.
+  std::optional<double> decode_misses_per_layer_token() const;
+  // Expert reads a prompt token makes at one layer, when the trace has prompts.
+  std::optional<double> prompt_misses_per_layer_token() const;
+  // Distinct experts a full prompt round leases at one layer, when the trace had one.
+  std::optional<double> distinct_per_round() const;
+  // "the routing trace (N tokens: P prompt, D decode) replayed through the engine's cache ..."
+  std::string describe(int cap, int pins) const;
+};
+
+// The trace replayed twice through each MoE layer's cache: once to warm it
+// (the state a long run leaves), then counted. nullopt when the history has
+// no trace or the cache shape cannot run (validate_cache_shape's errors:
+// the plan's deciders refuse those first). `pins`: per layer, the history's
+// most used experts (experts::pins_from_history), as the engine takes them.
+std::optional<CacheReplay> replay_expert_cache(const experts::UsageHistory& history, int cap, int pins,
+                                               int requested_round_tokens);
+
+}  // namespace coli::planner

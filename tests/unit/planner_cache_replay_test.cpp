@@ -1,0 +1,129 @@
+// The engine's expert cache replayed over a usage history's routing trace:
+// hand-counted hits and misses of tiny traces (LRU, pins, prefill rounds),
+// and the speed prediction reading them.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <vector>
+
+#include "coli/planner/cache_replay.h"
+#include "coli/planner/deciders.h"
+#include "coli/planner/speed.h"
+#include "planner_fixtures.h"
+
+namespace coli::planner {
+namespace {
+
+// A history of one layer of `n` experts, top_k 1: each pass's routings
+// counted and traced.
+experts::UsageHistory traced(int n, const std::vector<std::vector<int>>& passes, int layers = 1) {
+  auto history = experts::UsageHistory::create({layers, n, 1, "replay-test"});
+  EXPECT_TRUE(history.ok());
+  auto trace = experts::RoutingTrace::create(layers, 1);
+  int tokens = 0;
+  for (const auto& pass : passes) {
+    trace->begin_pass(static_cast<int>(pass.size()));
+    for (int layer = 0; layer < layers; ++layer) {
+      for (const int expert : pass) {
+        trace->record(layer, std::vector<int>{expert});
+        EXPECT_TRUE(history->record(layer, std::vector<int>{expert}).ok());
+      }
+    }
+    tokens += static_cast<int>(pass.size());
+  }
+  history->add_tokens(static_cast<std::uint64_t>(tokens));
+  EXPECT_TRUE(history->add_trace(*trace).ok());
+  return std::move(history).value();
+}
+
+// Generated tokens 0 1 0 1 2 0 through 2 LRU slots: the warming pass leaves
+// [2 0]; then 0 hits, 1 misses, 0 and 1 hit, 2 and 0 miss: 3 of 6. With
+// one pin (expert 0, the most used) the one LRU slot holds 2: 1 misses, 1
+// hits, 2 misses; 0 always hits: 2 of 6.
+TEST(CacheReplay, DecodeTokensMissAsTheEnginesLruAndPinsDo) {
+  const auto history = traced(4, {{0}, {1}, {0}, {1}, {2}, {0}});
+  const auto lru = replay_expert_cache(history, 2, 0, 512);
+  ASSERT_TRUE(lru.has_value());
+  EXPECT_DOUBLE_EQ(*lru->decode_misses_per_layer_token(), 3.0 / 6);
+  EXPECT_FALSE(lru->prompt_misses_per_layer_token().has_value()) << "no prompt in the trace";
+  const auto pinned = replay_expert_cache(history, 2, 1, 512);
+  ASSERT_TRUE(pinned.has_value());
+  EXPECT_DOUBLE_EQ(*pinned->decode_misses_per_layer_token(), 2.0 / 6);
+  EXPECT_DOUBLE_EQ(*replay_expert_cache(history, 4, 0, 512)->decode_misses_per_layer_token(), 0.0);
+}
+
+// A prompt of 0 0 1 1 2 2 3 3 with 2 slots runs in rounds of 2 tokens (the
+// RoundPlanner's (cap - pins) / top_k): each round leases one distinct expert
+// and misses it (the warming pass left 2 3, and LRU order evicts them before
+// their use). A round of 0 0 reads expert 0 once, where a reuse distance
+// counts the second 0 a hit of its own.
+TEST(CacheReplay, PromptRoundsLeaseTheirDistinctExpertsOnce) {
+  const auto history = traced(4, {{0, 0, 1, 1, 2, 2, 3, 3}});
+  const auto replay = replay_expert_cache(history, 2, 0, 512);
+  ASSERT_TRUE(replay.has_value());
+  EXPECT_EQ(replay->round_tokens, 2);
+  EXPECT_DOUBLE_EQ(*replay->distinct_per_round(), 1.0);
+  EXPECT_DOUBLE_EQ(*replay->prompt_misses_per_layer_token(), 4.0 / 8);
+  const auto rounds_of_4 = replay_expert_cache(history, 4, 0, 4);
+  EXPECT_DOUBLE_EQ(*rounds_of_4->distinct_per_round(), 2.0);
+  EXPECT_DOUBLE_EQ(*rounds_of_4->prompt_misses_per_layer_token(), 0.0) << "every expert resident after the warming pass";
+}
+
+TEST(CacheReplay, NothingToReplayOrACacheThatCannotRunGivesNothing) {
+  auto empty = experts::UsageHistory::create({1, 4, 1, "replay-test"});
+  EXPECT_FALSE(replay_expert_cache(*empty, 2, 0, 512).has_value()) << "a version 3 history has no trace";
+  const auto history = traced(4, {{0}, {1}});
+  EXPECT_FALSE(replay_expert_cache(history, 0, 0, 512).has_value());
+  EXPECT_FALSE(replay_expert_cache(history, 2, 2, 512).has_value()) << "pins leave no slot for a token's expert";
+  const auto replay = replay_expert_cache(history, 2, 0, 512);
+  EXPECT_NE(replay->describe(2, 0).find("routing trace (2 tokens: 0 in prompts, 2 generated)"), std::string::npos)
+      << replay->describe(2, 0);
+}
+
+// The speed model prices a streaming CPU plan's misses by the replay: the
+// same routings, pinned, read more (the pins take LRU slots the cycle
+// needed), which the reuse distances cannot tell apart.
+TEST(PlanSpeed, AReplayedTracePricesPinsThatTakeLruSlots) {
+  auto fp = read_footprint(std::filesystem::path(COLI_FIXTURES_DIR) / "models" / "tiny-demo", WeightFormat::q4_g64,
+                           DenseFormat::source);
+  ASSERT_TRUE(fp.ok()) << fp.error().message;
+  const int layers = static_cast<int>(fp->moe_layer_count()), n = fp->n_experts, k = fp->top_k;
+  auto history = experts::UsageHistory::create({layers, n, k, "tiny-test"});
+  auto trace = experts::RoutingTrace::create(layers, k);
+  // Generated tokens cycling through experts {0,1}, {2,3}, {4,5}, with {0,1} twice as often.
+  const std::vector<std::vector<int>> cycle = {{0, 1}, {2, 3}, {0, 1}, {4, 5}};
+  for (int token = 0; token < 64; ++token) {
+    trace->begin_pass(1);
+    for (int layer = 0; layer < layers; ++layer) {
+      trace->record(layer, cycle[static_cast<std::size_t>(token) % cycle.size()]);
+      ASSERT_TRUE(history->record(layer, cycle[static_cast<std::size_t>(token) % cycle.size()]).ok());
+    }
+  }
+  history->add_tokens(64);
+  ASSERT_TRUE(history->add_trace(*trace).ok());
+  PlanRequest request;
+  request.gpu = "none";
+  request.cap = 6;
+  auto made = make_plan(measured_profile(10), *fp, request);
+  ASSERT_TRUE(made.ok()) << made.error().message;
+  Plan plan = *made;
+  plan.pins = 0;
+  const SpeedPrediction lru = predict_speed(measured_profile(10), *fp, plan, &*history);
+  ASSERT_TRUE(lru.available) << lru.unavailable;
+  EXPECT_DOUBLE_EQ(lru.hit_rate, 1.0) << "three pairs in 6 slots: every routing hits";
+  EXPECT_NE(lru.hit_rate_inputs.find("replayed through the engine's cache (cap 6, 0 pins"), std::string::npos)
+      << lru.hit_rate_inputs;
+  // Pinning {0,1} leaves 4 LRU slots for {2,3} and {4,5}: still every routing hits.
+  plan.pins = 2;
+  EXPECT_DOUBLE_EQ(predict_speed(measured_profile(10), *fp, plan, &*history).hit_rate, 1.0);
+  // At cap 5 with 3 pins ({0,1} and 2, the lowest id of the tie) experts 3, 4 and 5 share 2 LRU slots: each
+  // {2,3} token reads 3 and each {4,5} token one of its pair, 2 misses of every 8 routings.
+  plan.cap = 5, plan.pins = 3, plan.prefill_round_tokens = 1;
+  const SpeedPrediction pinned = predict_speed(measured_profile(10), *fp, plan, &*history);
+  ASSERT_TRUE(pinned.available) << pinned.unavailable;
+  EXPECT_DOUBLE_EQ(pinned.hit_rate, 1.0 - 2.0 / (4 * k));
+  EXPECT_LT(pinned.decode_tok_per_s, lru.decode_tok_per_s);
+}
+
+}  // namespace
+}  // namespace coli::planner
