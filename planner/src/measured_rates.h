@@ -60,6 +60,8 @@ struct StepCost {
 struct Team {
   int threads = 1;
   CpuSet pus;
+  // Threads the team runs: its PUs where pinned. One enters no OpenMP region.
+  int size() const { return pus.empty() ? threads : pus.size(); }
 };
 
 // The point measured on the team's own PUs, else at the team size nearest

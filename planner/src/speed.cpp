@@ -2,6 +2,7 @@
 
 #include "coli/planner/cache_replay.h"
 
+#include "coli/base/pass_shape.h"  // kPassSlice, kParallelTokens
 #include "cuda/cuda_layout.h"  // the hybrid batch's staging pass
 #include "measured_rates.h"
 
@@ -434,7 +435,7 @@ struct ExpertBatchSteps {
 };
 ExpertBatchSteps prefill_expert_steps(const DeviceProfile& profile, const ModelFootprint& fp, const Team& team,
                                       double layer_rounds, double round, double distinct, double miss) {
-  if ((team.pus.empty() ? static_cast<std::size_t>(team.threads) : team.pus.size()) <= 1) return {};
+  if (team.size() <= 1) return {};
   const double any_missed = 1.0 - std::pow(1.0 - miss, distinct), any_resident = 1.0 - std::pow(miss, distinct);
   const double barriers_per_batch = round > 1 ? 4 : 2;
   const double sums = fp.config.has_shared_expert() ? 0.0 : 1.0 - any_missed;
@@ -445,6 +446,27 @@ ExpertBatchSteps prefill_expert_steps(const DeviceProfile& profile, const ModelF
   return {regions * step->seconds + barriers * step->barrier_seconds,
           "the expert batches' " + step->text + " (" + format_fixed(layer_rounds, 0) + " layer rounds, " +
               format_fixed(any_missed * 100, 0) + "% of them with a second batch for their misses)"};
+}
+
+// The fork/joins of a prompt's pass outside its expert batches, as
+// MoeModel's forward_cpu runs them: per layer and slice of kPassSlice tokens
+// the q/k/v projection, the attention and the o projection (three regions),
+// and in a slice of kParallelTokens or more its norm, rope, KV store and
+// residual add (four more); per MoE layer over the whole pass its
+// post-attention norm (from kParallelTokens tokens) and router; per dense-MLP
+// layer the same norm and, per slice, gate/up, down and (from
+// kParallelTokens) the residual add. The demo model's 512-token prompt at 16
+// threads enters 60 of these, 1 us a token beside its 9.
+ParallelSteps cpu_prefill_parallel_steps(const ModelFootprint& fp, int prompt) {
+  const int layers = static_cast<int>(fp.config.num_hidden_layers), moe = static_cast<int>(fp.moe_layer_count());
+  int per_layer = 0, per_dense_mlp = 0;
+  for (int first = 0; first < prompt; first += kPassSlice) {
+    const bool across_team = static_cast<std::size_t>(std::min(kPassSlice, prompt - first)) >= kParallelTokens;
+    per_layer += 3 + (across_team ? 4 : 0);
+    per_dense_mlp += 2 + (across_team ? 1 : 0);
+  }
+  const int pass_norm = static_cast<std::size_t>(prompt) >= kParallelTokens ? 1 : 0;
+  return {layers * (per_layer + pass_norm) + moe + (layers - moe) * per_dense_mlp, 0};
 }
 
 void predict_prefill(const DeviceProfile& profile, const ModelFootprint& fp, const Plan& plan, const PlanRates& r,
@@ -475,6 +497,10 @@ void predict_prefill(const DeviceProfile& profile, const ModelFootprint& fp, con
   });
   const ExpertBatchSteps steps = r.vram ? ExpertBatchSteps{}
                                         : prefill_expert_steps(profile, fp, team, rounds * layers, round, distinct, distinct_miss);
+  const ParallelSteps pass_steps = cpu_prefill_parallel_steps(fp, static_cast<int>(prompt));
+  const std::optional<StepCost> pass_step =
+      r.vram || team.size() <= 1 ? std::nullopt : parallel_step_cost(profile, team, pass_steps);
+  const double pass_steps_s = pass_step ? pass_steps.regions * pass_step->seconds : 0.0;
   // Every prompt token is routed at every MoE layer on the calling thread.
   const auto routing = r.vram ? std::nullopt : routing_cost(profile, team, fp.n_experts, fp.top_k);
   const double routing_s = routing ? prompt * layers * routing->seconds : 0.0;
@@ -486,10 +512,11 @@ void predict_prefill(const DeviceProfile& profile, const ModelFootprint& fp, con
                      {"compute: attention", compute.attention_s / prompt},
                      {"compute: lm_head of the last token", compute.lm_head_s / prompt},
                      {"compute: expert batches' parallel steps", steps.seconds / prompt},
+                     {"compute: the pass's other parallel steps", pass_steps_s / prompt},
                      {"compute: routing", routing_s / prompt},
                      {"memory: weights from RAM", ram_s / prompt},
                      {"memory: experts from disk", disk_s / prompt}};
-  s.prefill_tok_per_s = prompt / (std::max(ram_s, compute.seconds() + steps.seconds + routing_s) + disk_s);
+  s.prefill_tok_per_s = prompt / (std::max(ram_s, compute.seconds() + steps.seconds + pass_steps_s + routing_s) + disk_s);
   const std::string memory_text = "a " + format_fixed(prompt, 0) + "-token prompt reading dense " + format_bytes(dense) +
                                   " once and, in " + format_fixed(rounds, 0) + " rounds of " + format_fixed(round, 0) + " tokens, " +
                                   format_fixed(distinct, 1) + " distinct experts x " + format_fixed(layers, 0) + " layers each" +
@@ -501,7 +528,10 @@ void predict_prefill(const DeviceProfile& profile, const ModelFootprint& fp, con
                                   "% of the routings miss)" +
                                   (disk_s > 0 ? " (" + r.disk->text + "; each round's misses, binomially, less its resident experts' compute)"
                                               : std::string());
-  s.prefill_inputs = compute.timed ? "the longer of compute, " + compute.text + (steps.text.empty() ? "" : " + " + steps.text) +
+  const std::string pass_text = pass_step ? " + the pass's " + std::to_string(pass_steps.regions) + " other parallel steps (projections, " +
+                                                 "attention, norms, rope, residual adds; " + pass_step->text + ")"
+                                           : std::string();
+  s.prefill_inputs = compute.timed ? "the longer of compute, " + compute.text + (steps.text.empty() ? "" : " + " + steps.text) + pass_text +
                                          (routing ? " + routing each token at " + format_fixed(layers, 0) + " layers x " + routing->text
                                                   : "") +
                                          ", and RAM reads, then the disk: " + memory_text

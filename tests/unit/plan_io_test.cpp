@@ -440,11 +440,37 @@ TEST(PlanSpeed, SmallPrefillRoundsPayTheirExpertBatchesForkJoins) {
   const double q = std::min(distinct, 2 * 8 * (1 - b.prefill_hit_rate)) / distinct;
   const double regions = layer_rounds * ((1 - std::pow(q, distinct)) + (1 - std::pow(1 - q, distinct)));
   const double barriers = regions * 4 + layer_rounds * std::pow(1 - q, distinct);
-  EXPECT_NEAR(512 / b.prefill_tok_per_s - 512 / a.prefill_tok_per_s, regions * (3.0 + 4.0) * 1e-6 + barriers * 1e-6, 1e-9);
+  const double pass_regions = 48 * (4 * 7 + 1) + 48;  // the pass's own (PrefillPassesPayTheirOwnForkJoins)
+  EXPECT_NEAR(512 / b.prefill_tok_per_s - 512 / a.prefill_tok_per_s,
+              (regions + pass_regions) * (3.0 + 4.0) * 1e-6 + barriers * 1e-6, 1e-9);
   EXPECT_NEAR(term_seconds(b.prefill_terms, "compute: expert batches' parallel steps") * 512, regions * 7e-6 + barriers * 1e-6, 1e-9);
   EXPECT_NE(b.prefill_inputs.find("the expert batches' "), std::string::npos) << b.prefill_inputs;
   plan.threads = 1, plan.compute_pus = {};  // one thread enters no region
   EXPECT_EQ(term_seconds(predict_speed(with, fp, plan).prefill_terms, "compute: expert batches' parallel steps"), 0.0);
+}
+
+// Beside its expert batches a prompt's pass enters, per layer and slice of
+// 128 tokens, its q/k/v projection, attention and o projection, and from 16
+// tokens a slice its norm, rope, KV store and residual add; per layer and
+// pass the post-attention norm and the router (counted on the demo model with
+// tools/bench/libcoli_count_omp_regions.so: 14 regions more a 128-token slice
+// of its two layers). Each costs the measured fork/join.
+TEST(PlanSpeed, PrefillPassesPayTheirOwnForkJoins) {
+  const ModelFootprint fp = qwen3();
+  Plan plan = resident_qwen3_plan(8);
+  plan.compute_pus = {};
+  DeviceProfile profile = measured_profile(10);
+  profile.measurements.kernel_tuning = tuned_on_8_threads("expert_q4_prefill", 1024, 32, 768, {}, {3, 100, 100, 100, 0});
+  profile.measurements.parallel_overhead = ParallelOverhead{100, {{1, 0.5, 0.2, 2.0}, {8, 3.0, 1.0, 4.0}}};
+  const std::string term = "compute: the pass's other parallel steps";
+  const SpeedPrediction full = predict_speed(profile, fp, plan);
+  EXPECT_NEAR(term_seconds(full.prefill_terms, term) * 512, (48 * (4 * 7 + 1) + 48) * 7e-6, 1e-12);
+  EXPECT_NE(full.prefill_inputs.find("the pass's 1440 other parallel steps"), std::string::npos) << full.prefill_inputs;
+  plan.ctx = 129;  // a 129-token prompt: its second slice is one token, run on the calling thread but for the matmuls
+  const SpeedPrediction short_prompt = predict_speed(profile, fp, plan);
+  EXPECT_NEAR(term_seconds(short_prompt.prefill_terms, term) * 129, (48 * (7 + 3 + 1) + 48) * 7e-6, 1e-12);
+  plan.threads = 1;  // one thread enters no region
+  EXPECT_EQ(term_seconds(predict_speed(profile, fp, plan).prefill_terms, term), 0.0);
 }
 
 // Issue 15: prefill was predicted from bandwidth alone (396 tok/s where 47

@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "coli/backend/backend.h"
+#include "coli/base/pass_shape.h"  // kPassSlice, kParallelTokens
 #include "coli/base/process_memory.h"
 #include "coli/base/text.h"
 #include "coli/container/container.h"
@@ -39,15 +40,6 @@ struct LayerWeights {
 };
 
 constexpr const char* kEmbedding = "model.embed_tokens.weight";
-// Tokens per batched pass of the attention half and of a dense MLP: enough
-// to reuse every weight row many times over (the kernels' tiles are 4 to 8
-// tokens), few enough that q, k, v, attention and MLP rows stay a few MiB
-// whatever the prompt's length.
-constexpr int kPassSlice = 128;
-// From this many tokens on, per-token steps (norms, rope, the experts'
-// weighted sums, residual adds) run across the team: serial, they were a
-// fifth of a 512-token prefill at 16 threads while 15 threads waited.
-constexpr std::size_t kParallelTokens = 16;
 
 // The CPU backend as the options ask for it (kernel variant or "exact",
 // threads, their PUs).
