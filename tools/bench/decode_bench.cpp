@@ -5,9 +5,10 @@
 // cap x kernel) is loaded once per repeat and run once, interleaved so drift
 // in the machine spreads over all of them.
 //
-// One run: load the model, warm up with one untimed prefill of the prompt
-// (it routes to most experts: "resident" (cap all) becomes resident, a
-// streaming cache reaches its steady state), then one pass of the tests.
+// One run: load the model, warm up with one untimed prefill of as many other
+// tokens (it routes to most experts: "resident" (cap all) becomes resident,
+// a streaming cache reaches its steady state without the timed prompt's own
+// experts), then one pass of the tests.
 // Streamed experts are read with O_DIRECT where the filesystem allows it
 // (the engine's default), so "disk MiB/tok" then comes from the device.
 // --op-times adds the op-level time breakdown (op_timing.h) of the first
@@ -101,7 +102,7 @@ coli::Result<Run> run_once(const Args& args, const Config& config, const coli::r
   if (!options) return options.error();
   auto model = coli::runtime::MoeModel::load(args.model, *options);
   if (!model) return model.error();
-  if (auto warm = coli::bench::time_prefill(*model, tokens.prompt); !warm) return warm.error();
+  if (auto warm = coli::bench::time_prefill(*model, tokens.warmup); !warm) return warm.error();
   auto pass = coli::bench::measure_pass(*model, args.tests, tokens);
   if (!pass) return pass.error();
   Run run{args.tests.prefill_tokens / pass->prefill_seconds, {}, pass->decode_traffic, rss_bytes("VmRSS:"), model->stats().cpu_kernel};
@@ -126,7 +127,7 @@ coli::Status print_op_times(const Args& args, const Config& config, const coli::
   auto model = coli::runtime::MoeModel::load(args.model, *options);
   if (!model) return model.error();
   coli::runtime::OpTimes& times = *model->op_times();
-  if (auto warm = coli::bench::time_prefill(*model, tokens.prompt); !warm) return warm.error();
+  if (auto warm = coli::bench::time_prefill(*model, tokens.warmup); !warm) return warm.error();
   std::vector<std::int32_t> context = tokens.context;
   for (int i = static_cast<int>(context.size()); i < args.op_depth + args.op_tokens; ++i) context.push_back(tokens.prompt[static_cast<std::size_t>(i) % tokens.prompt.size()]);
   std::printf("\nop-level time breakdown (threads %d, cap %d, wall time on the calling thread)\n", config.threads, config.cap);

@@ -204,7 +204,7 @@ int main(int argc, char** argv) {
   const coli::bench::SpeedTests& tests = args.tests;
   const auto tokens = coli::bench::bench_tokens(tests, configs.front().model->vocab_size());
   for (Config& c : configs) {  // warm-up: first submissions record command buffers, first reads fill caches
-    if (auto warm = coli::bench::time_prefill(*c.model, tokens.prompt); !warm) return fail(warm.error().message);
+    if (auto warm = coli::bench::time_prefill(*c.model, tokens.warmup); !warm) return fail(warm.error().message);
   }
   for (int r = 0; r < tests.repeats; ++r) {
     for (Config& c : configs) {

@@ -34,7 +34,8 @@ void add_traffic(const runtime::ModelStats& before, const runtime::ModelStats& a
 }  // namespace
 
 BenchTokens bench_tokens(const SpeedTests& tests, int vocab) {
-  return {spread_ids(tests.prefill_tokens, vocab, 7919, 13), spread_ids(tests.max_depth() + 1, vocab, 8023, 990)};
+  return {spread_ids(tests.prefill_tokens, vocab, 7919, 13), spread_ids(tests.max_depth() + 1, vocab, 8023, 990),
+          spread_ids(tests.prefill_tokens, vocab, 7907, 577)};
 }
 
 Result<double> time_prefill(runtime::MoeModel& model, const std::vector<std::int32_t>& prompt, ExpertTraffic* traffic) {

@@ -23,7 +23,7 @@ Result<RunOutput> run_config(const std::filesystem::path& model_path, const runt
   auto model = runtime::MoeModel::load(model_path, options);
   if (!model) return model.error();
   out.record.load_seconds = seconds_since(load_start);
-  if (auto warm = time_prefill(*model, workload.tokens.prompt); !warm) return warm.error();
+  if (auto warm = time_prefill(*model, workload.tokens.warmup); !warm) return warm.error();
   auto pass = measure_pass(*model, workload.tests, workload.tokens);
   if (!pass) return pass.error();
   RunRecord& r = out.record;

@@ -31,9 +31,10 @@ struct RunOutput {
   std::vector<std::vector<std::int32_t>> tokens;  // per depth: the decode test's greedy tokens
 };
 
-// Loads the model with `options`, warms up with one untimed prefill (it
-// routes to most experts: a resident cache then holds nearly every expert the
-// timed pass needs, a streaming one is in its steady state), then one pass of
+// Loads the model with `options`, warms up with one untimed prefill of other
+// tokens than the timed prompt's (BenchTokens::warmup: a resident cache then
+// holds nearly every expert the timed pass needs, a streaming one is in its
+// steady state without holding the timed prompt's own experts), then one pass of
 // the tests (speed_measure.h). The record's config and repeat are left to the caller.
 Result<RunOutput> run_config(const std::filesystem::path& model, const runtime::ModelOptions& options,
                              const Workload& workload);
