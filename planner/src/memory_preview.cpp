@@ -1,5 +1,7 @@
 #include "coli/planner/memory_preview.h"
 
+#include "coli/experts/routing_trace.h"
+
 #include <algorithm>
 #include <numeric>
 
@@ -142,6 +144,18 @@ MemoryPreview preview_memory(const ModelFootprint& fp, const MemoryKnobs& k) {
       (gpu ? std::string("the embedding buffer rounded to pages")
            : n(fp.dense_tensor_count) + " dense tensors at 64-byte boundaries of one block rounded to pages") +
           " + " + n(big_allocations) + " slab/KV allocations x 8 KiB");
+  // What the engine keeps of its routings for the usage history (MoeModel:
+  // per MoE layer the routing counts, the whole run's and the decode tokens'
+  // reuse distances and the LRU stack they come from; the CPU passes'
+  // routing trace, reserved whole at its first pass).
+  const u64 experts_n = static_cast<u64>(fp.n_experts);
+  const u64 tables = layers * (experts_n * 8 + 2 * (experts_n + 1) * 8 + experts_n * 4);
+  const u64 trace = gpu ? 0 : experts::RoutingTrace::bytes_held(static_cast<int>(layers), fp.top_k);
+  add("routing record", Tier::ram, tables + trace,
+      n(layers) + " MoE layers x (" + n(experts_n) + " counts + 2 x " + n(experts_n + 1) + " reuse distances) x 8 B + an LRU stack of " + n(experts_n) + " x 4 B + " +
+          (gpu ? std::string("no routing trace (the GPU routes)")
+               : "routing trace of 3 x " + n(static_cast<u64>(experts::kRoutingTraceTokens)) + " tokens x top_k " + n(top_k) +
+                     " ids x 4 B a layer"));
   const u64 tokenizer = k.tokenizer ? c.vocab_size * kTokenizerBytesPerToken : 0;
   add("runtime reserve", Tier::ram, kProcessBaseBytes + tokenizer,
       "20 MiB process base (code, libraries, stacks; 16 MiB measured) + " +

@@ -59,6 +59,17 @@ TEST(RoutingTrace, TheWindowKeepsTheNewestTokensCuttingTheOldestPass) {
   EXPECT_EQ(ids(trace->window().layer(1)), (std::vector<int>{46, 47, 48, 49}));
 }
 
+// A prompt longer than the window is kept by its last tokens as it is
+// recorded: the trace never holds more than three windows of ids (two before
+// a trim, one pass), which the plan prices as the engine's routing record.
+TEST(RoutingTrace, APassLongerThanTheWindowKeepsItsLastTokens) {
+  auto trace = RoutingTrace::create(2, 1, 4);
+  run_pass(*trace, 10, 100);
+  EXPECT_EQ(ids(trace->pass_tokens()), (std::vector<int>{4}));
+  EXPECT_EQ(ids(trace->layer(1)), (std::vector<int>{106, 107, 108, 109}));
+  EXPECT_EQ(RoutingTrace::bytes_held(48, 8, 2048), 3ull * 2048 * 4 * (48 * 8 + 1));
+}
+
 TEST(RoutingTrace, AppendFollowsTheOlderTraceWithinTheWindow) {
   auto older = RoutingTrace::create(2, 1, 4);
   auto newer = RoutingTrace::create(2, 1, 4);

@@ -17,8 +17,17 @@ Result<RoutingTrace> RoutingTrace::create(int n_layers, int top_k, int max_token
   return RoutingTrace(n_layers, top_k, max_tokens);
 }
 
+namespace {
+constexpr std::uint64_t kWindowsHeld = 3;  // two windows before a trim, and one pass of at most a window
+}  // namespace
+
 RoutingTrace::RoutingTrace(int n_layers, int top_k, int max_tokens)
-    : top_k_(top_k), max_tokens_(max_tokens), ids_(at(n_layers)) {}
+    : top_k_(top_k), max_tokens_(max_tokens), seen_(at(n_layers), 0), ids_(at(n_layers)) {}
+
+std::uint64_t RoutingTrace::bytes_held(int n_layers, int top_k, int max_tokens) {
+  const std::uint64_t tokens = kWindowsHeld * static_cast<std::uint64_t>(std::max(0, max_tokens));
+  return tokens * sizeof(int) * (static_cast<std::uint64_t>(std::max(0, n_layers)) * static_cast<std::uint64_t>(std::max(0, top_k)) + 1);
+}
 
 bool RoutingTrace::open_pass_complete() const {
   const std::size_t want = at(std::accumulate(passes_.begin(), passes_.end(), 0)) * at(top_k_);
@@ -38,12 +47,22 @@ void RoutingTrace::begin_pass(int tokens) {
   // Trimmed in steps of a window, so a long session pays one move per window of tokens.
   if (const int over = this->tokens() - max_tokens_; over > max_tokens_) drop_front(over);
   if (tokens < 1 || ids_.empty()) return;
-  passes_.push_back(tokens);
+  // A recording trace holds its most from the start (bytes_held), so its
+  // memory is what the plan priced and never moves.
+  const std::size_t most = kWindowsHeld * at(max_tokens_);
+  if (passes_.capacity() < most) {
+    passes_.reserve(most);
+    for (std::vector<int>& ids : ids_) ids.reserve(most * at(top_k_));
+  }
+  skip_ = std::max(0, tokens - max_tokens_);
+  passes_.push_back(tokens - skip_);
+  std::fill(seen_.begin(), seen_.end(), 0);
   open_ = true;
 }
 
 void RoutingTrace::record(int layer, std::span<const int> experts) {
   if (!open_ || layer < 0 || layer >= n_layers()) return;
+  if (seen_[at(layer)]++ < skip_) return;  // beyond the window already
   ids_[at(layer)].insert(ids_[at(layer)].end(), experts.begin(), experts.end());
 }
 

@@ -8,6 +8,7 @@
 // pins, where the distances said 1356 for both).
 #pragma once
 
+#include <cstdint>
 #include <span>
 #include <vector>
 
@@ -28,9 +29,15 @@ class RoutingTrace {
   // The engine, as it runs: a forward pass of `tokens` tokens begins, then
   // each layer's `tokens` routings follow (record, one token's choices at a
   // time, in token order). A pass whose layers were left incomplete (a
-  // failed forward) is dropped when the next begins.
+  // failed forward) is dropped when the next begins. A pass longer than the
+  // window keeps its last max_tokens tokens.
   void begin_pass(int tokens);
   void record(int layer, std::span<const int> experts);
+
+  // What a recording trace holds at most (the planner's memory line): ids
+  // reserved at create for three windows (two before a trim, and a pass),
+  // and as many pass counts.
+  static std::uint64_t bytes_held(int n_layers, int top_k, int max_tokens = kRoutingTraceTokens);
 
   // The most recent max_tokens tokens of every complete pass (a pass cut at
   // its front when it straddles the window's start).
@@ -62,6 +69,8 @@ class RoutingTrace {
   int max_tokens_ = kRoutingTraceTokens;
   std::vector<int> passes_;             // token counts; the last one may still be recording
   bool open_ = false;                   // the last pass is still recording
+  int skip_ = 0;                        // the open pass's first tokens, beyond the window
+  std::vector<int> seen_;               // [layer]: the open pass's tokens recorded (skipped ones included)
   std::vector<std::vector<int>> ids_;   // [layer]: top_k ids a token
 };
 
