@@ -1,6 +1,7 @@
 #include "coli/planner/cache_replay.h"
 
 #include <map>
+#include <numeric>
 #include <mutex>
 #include <tuple>
 #include <vector>
@@ -29,6 +30,11 @@ std::optional<experts::SlotPolicy> layer_policy(const experts::UsageHistory& his
   return std::move(*policy);
 }
 
+void count_round(std::vector<double>& rounds_missing, std::size_t misses) {
+  if (rounds_missing.size() <= misses) rounds_missing.resize(misses + 1, 0.0);
+  rounds_missing[misses] += 1;
+}
+
 // One pass through `policy`: each single-token pass a round, each longer
 // one in rounds of `round` tokens; counted into `out` when `count`.
 bool replay_layer(const experts::RoutingTrace& trace, int layer, int round, experts::SlotPolicy& policy, bool count,
@@ -43,14 +49,17 @@ bool replay_layer(const experts::RoutingTrace& trace, int layer, int round, expe
       if (!plan) return false;
       policy.end_round();
       if (!count) continue;
-      const auto misses = static_cast<double>(plan->loads.size());
+      const std::size_t loads = plan->loads.size();
+      const auto misses = static_cast<double>(loads);
       if (pass == 1) {
         out.decode_misses += misses;
+        count_round(out.decode_rounds_missing, loads);
       } else {
         out.prompt_misses += misses;
         if (tokens == round) {
           out.full_rounds += 1;
           out.full_round_distinct += plan->distinct;
+          count_round(out.prompt_rounds_missing, loads);
         }
       }
     }
@@ -111,6 +120,14 @@ std::optional<double> CacheReplay::prompt_misses_per_layer_token() const {
 std::optional<double> CacheReplay::distinct_per_round() const {
   if (full_rounds <= 0) return std::nullopt;
   return full_round_distinct / full_rounds;
+}
+
+std::vector<double> CacheReplay::shares(const std::vector<double>& rounds_missing) {
+  const double rounds = std::accumulate(rounds_missing.begin(), rounds_missing.end(), 0.0);
+  if (rounds <= 0) return {};
+  std::vector<double> out;
+  for (const double count : rounds_missing) out.push_back(count / rounds);
+  return out;
 }
 
 std::string CacheReplay::describe(int cap, int pins) const {

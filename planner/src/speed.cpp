@@ -197,6 +197,10 @@ struct PlanRates {
   double prefill_miss = 0;  // the same for a prompt's
   double vram_share = 0;  // share of expert reads served from VRAM
   std::optional<double> round_distinct;  // a prompt round's distinct experts a layer, from the cache replay
+  // Shares of layer-rounds that missed m experts together (index m), from
+  // the cache replay: decode tokens' and full prompt rounds'; empty: the
+  // binomial spread of the miss rate.
+  std::vector<double> decode_batches, prompt_batches;
   // Seconds for `reads` expert records requested together and waited for (0 when nothing misses).
   double disk_seconds(double reads) const { return disk ? disk->seconds(reads) : 0.0; }
 };
@@ -209,8 +213,17 @@ struct PlanRates {
 // (a fraction of a read against all of the compute) hides. A fractional
 // `needed` (a prefill round's expected distinct experts) interpolates
 // between its neighbours.
-double expected_read_wait(const PlanRates& r, double needed, double miss, const std::function<double(int)>& overlap) {
+double expected_read_wait(const PlanRates& r, double needed, double miss, const std::function<double(int)>& overlap,
+                          const std::vector<double>& batches = {}) {
   if (miss <= 0 || !r.disk || needed <= 0) return 0.0;
+  if (!batches.empty()) {  // the replay's own rounds: how often m misses came together
+    double wait = 0;
+    for (std::size_t m = 1; m < batches.size(); ++m) {
+      const int misses = static_cast<int>(m);
+      wait += batches[m] * std::max(0.0, r.disk_seconds(misses) - overlap(misses));
+    }
+    return wait;
+  }
   auto wait_of = [&](int n) {
     double wait = 0, ways = 1;  // ways: n choose m
     for (int m = 1; m <= n; ++m) {
@@ -228,9 +241,9 @@ double expected_read_wait(const PlanRates& r, double needed, double miss, const 
 // A decode layer's expected wait: its top_k routings, the resident ones
 // (not in VRAM, not missed) computed on the CPU while the misses are read.
 double layer_disk_wait(const PlanRates& r, int top_k, double expert_compute_s) {
-  return expected_read_wait(r, top_k, r.miss, [&](int m) {
-    return std::max(0.0, top_k * (1.0 - r.vram_share) - m) * expert_compute_s;
-  });
+  return expected_read_wait(
+      r, top_k, r.miss, [&](int m) { return std::max(0.0, top_k * (1.0 - r.vram_share) - m) * expert_compute_s; },
+      r.decode_batches);
 }
 
 // Decode: seconds per token as planner/README.md's formula says, and its inputs.
@@ -289,7 +302,10 @@ void predict_decode(const DeviceProfile& profile, const ModelFootprint& fp, cons
                     (r.vram ? " x RAM share " + format_fixed(1.0 - r.vram_share, 3) : "") + ") / " + r.ram.text + " + missed " +
                     format_bytes(static_cast<u64>(missed)) + "/token (miss rate " + format_fixed(r.miss, 3) + ")" +
                     (r.disk ? " / " + r.disk->text : "") +
-                    (missed > 0 ? " less the resident experts' compute it overlaps, per layer for its own misses (binomially; " +
+                    (missed > 0 ? " less the resident experts' compute it overlaps, per layer for its own misses (" +
+                                       (r.decode_batches.empty() ? std::string("binomially")
+                                                                 : std::string("as many at once as the replay's tokens missed")) +
+                                       "; " +
                                       format_fixed(resident_compute_s * 1e3, 2) + " ms/token in all)"
                                 : "") +
                     (r.vram ? " + VRAM " + format_bytes(static_cast<u64>(in_vram)) + "/token (share " +
@@ -492,9 +508,9 @@ void predict_prefill(const DeviceProfile& profile, const ModelFootprint& fp, con
   // (a distinct expert's share of the round's expert GEMMs each).
   const double per_expert_s = (compute.expert_s + compute.dispatch_s) / (rounds * layers * distinct);
   const double distinct_miss = distinct > 0 ? reads_per_round / distinct : 0.0;
-  const double disk_s = rounds * layers * expected_read_wait(r, distinct, distinct_miss, [&](int m) {
-    return std::max(0.0, distinct - m) * per_expert_s;
-  });
+  const double disk_s = rounds * layers * expected_read_wait(
+                            r, distinct, distinct_miss, [&](int m) { return std::max(0.0, distinct - m) * per_expert_s; },
+                            r.prompt_batches);
   const ExpertBatchSteps steps = r.vram ? ExpertBatchSteps{}
                                         : prefill_expert_steps(profile, fp, team, rounds * layers, round, distinct, distinct_miss);
   const ParallelSteps pass_steps = cpu_prefill_parallel_steps(fp, static_cast<int>(prompt));
@@ -526,7 +542,9 @@ void predict_prefill(const DeviceProfile& profile, const ModelFootprint& fp, con
                                   ", " +
                                   format_fixed(reads_per_round, 2) + " of them from disk (" + format_fixed(r.prefill_miss * 100, 1) +
                                   "% of the routings miss)" +
-                                  (disk_s > 0 ? " (" + r.disk->text + "; each round's misses, binomially, less its resident experts' compute)"
+                                  (disk_s > 0 ? " (" + r.disk->text + "; each round's misses, " +
+                                                    (r.prompt_batches.empty() ? "binomially" : "as many at once as the replay's rounds missed") +
+                                                    ", less its resident experts' compute)"
                                               : std::string());
   const std::string pass_text = pass_step ? " + the pass's " + std::to_string(pass_steps.regions) + " other parallel steps (projections, " +
                                                  "attention, norms, rope, residual adds; " + pass_step->text + ")"
@@ -550,6 +568,8 @@ void replay_cache(const ModelFootprint& fp, const Plan& plan, const experts::Usa
   if (!replay) return;
   rates.round_distinct = replay->distinct_per_round();
   if (cap >= fp.n_experts) return;  // every expert resident: the hit rates are 1 already
+  rates.decode_batches = CacheReplay::shares(replay->decode_rounds_missing);
+  rates.prompt_batches = CacheReplay::shares(replay->prompt_rounds_missing);
   if (const auto misses = replay->decode_misses_per_layer_token()) {
     s.hit_rate = std::clamp(1.0 - *misses / fp.top_k, 0.0, 1.0);
     s.hit_rate_inputs = replay->describe(cap, plan.pins) + ": " + format_fixed(*misses, 3) + " reads a decode token and layer";

@@ -50,6 +50,8 @@ TEST(CacheReplay, DecodeTokensMissAsTheEnginesLruAndPinsDo) {
   ASSERT_TRUE(pinned.has_value());
   EXPECT_DOUBLE_EQ(*pinned->decode_misses_per_layer_token(), 2.0 / 6);
   EXPECT_DOUBLE_EQ(*replay_expert_cache(history, 4, 0, 512)->decode_misses_per_layer_token(), 0.0);
+  // The tokens one at a time: 3 rounds missed nothing, 3 missed one.
+  EXPECT_EQ(CacheReplay::shares(lru->decode_rounds_missing), (std::vector<double>{0.5, 0.5}));
 }
 
 // A prompt of 0 0 1 1 2 2 3 3 with 2 slots runs in rounds of 2 tokens (the
@@ -123,6 +125,56 @@ TEST(PlanSpeed, AReplayedTracePricesPinsThatTakeLruSlots) {
   ASSERT_TRUE(pinned.available) << pinned.unavailable;
   EXPECT_DOUBLE_EQ(pinned.hit_rate, 1.0 - 2.0 / (4 * k));
   EXPECT_LT(pinned.decode_tok_per_s, lru.decode_tok_per_s);
+}
+
+// Generated tokens of the demo model (top 2) through 2 slots, one miss a
+// token either way: {0,1} {0,2} alternating misses one expert every token;
+// {0,1} {0,1} {2,3} {2,3} misses two every other token. The binomial spread
+// of one miss rate prices both alike; the replay's rounds request two reads
+// together, which this disk serves faster than two one after another.
+TEST(PlanSpeed, MissesThatComeTogetherAreReadTogether) {
+  auto fp = read_footprint(std::filesystem::path(COLI_FIXTURES_DIR) / "models" / "tiny-demo", WeightFormat::q4_g64,
+                           DenseFormat::source);
+  ASSERT_TRUE(fp.ok()) << fp.error().message;
+  const int layers = static_cast<int>(fp->moe_layer_count()), n = fp->n_experts, k = fp->top_k;
+  auto decode_trace = [&](const std::vector<std::vector<int>>& cycle) {
+    auto history = experts::UsageHistory::create({layers, n, k, "tiny-test"});
+    auto trace = experts::RoutingTrace::create(layers, k);
+    for (int token = 0; token < 64; ++token) {
+      const auto& experts = cycle[static_cast<std::size_t>(token) % cycle.size()];
+      trace->begin_pass(1);
+      for (int layer = 0; layer < layers; ++layer) {
+        trace->record(layer, experts);
+        EXPECT_TRUE(history->record(layer, experts).ok());
+      }
+    }
+    history->add_tokens(64);
+    EXPECT_TRUE(history->add_trace(*trace).ok());
+    return std::move(history).value();
+  };
+  const auto one_at_a_time = decode_trace({{0, 1}, {0, 2}});
+  const auto two_together = decode_trace({{0, 1}, {0, 1}, {2, 3}, {2, 3}});
+  PlanRequest request;
+  request.gpu = "none";
+  request.cap = 2;
+  auto made = make_plan(measured_profile(10), *fp, request);
+  ASSERT_TRUE(made.ok()) << made.error().message;
+  Plan plan = *made;
+  plan.pins = 0;
+  const SpeedPrediction single = predict_speed(measured_profile(10), *fp, plan, &one_at_a_time);
+  const SpeedPrediction paired = predict_speed(measured_profile(10), *fp, plan, &two_together);
+  ASSERT_TRUE(single.available && paired.available);
+  EXPECT_DOUBLE_EQ(single.hit_rate, 0.5);
+  EXPECT_DOUBLE_EQ(paired.hit_rate, 0.5);
+  auto disk_term = [](const SpeedPrediction& s) {
+    for (const SpeedTerm& t : s.decode_terms)
+      if (t.name == "experts from disk") return t.seconds;
+    return -1.0;
+  };
+  EXPECT_GT(disk_term(single), 0.0);
+  EXPECT_LT(disk_term(paired), disk_term(single)) << "two reads at once cost less than one read on each of two tokens";
+  EXPECT_NE(paired.decode_inputs.find("as many at once as the replay's tokens missed"), std::string::npos)
+      << paired.decode_inputs;
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "coli/experts/usage_history.h"
 
@@ -20,6 +21,12 @@ struct CacheReplay {
   double decode_tokens = 0, decode_misses = 0;  // single-token passes; misses over all layers
   double prompt_tokens = 0, prompt_misses = 0;  // passes of several tokens; misses over all layers
   double full_rounds = 0, full_round_distinct = 0;  // prompt rounds of round_tokens tokens, over all layers
+  // How many layer-rounds missed m experts at once (index m): a decode
+  // token's, and a prompt round's (full rounds only). Misses cluster (a
+  // token whose routing moved misses several experts of a layer together),
+  // which a binomial spread of the mean miss rate does not show, and a
+  // batch of reads costs the disk less than as many reads one by one.
+  std::vector<double> decode_rounds_missing, prompt_rounds_missing;
 
   // Expert reads a decode token makes at one layer, when the trace has decode tokens.
   std::optional<double> decode_misses_per_layer_token() const;
@@ -27,6 +34,9 @@ struct CacheReplay {
   std::optional<double> prompt_misses_per_layer_token() const;
   // Distinct experts a full prompt round leases at one layer, when the trace had one.
   std::optional<double> distinct_per_round() const;
+  // The share of layer-rounds that missed m experts together (index m), or
+  // empty when the trace has none of that kind.
+  static std::vector<double> shares(const std::vector<double>& rounds_missing);
   // "the routing trace (N tokens: P prompt, D decode) replayed through the engine's cache ..."
   std::string describe(int cap, int pins) const;
 };
