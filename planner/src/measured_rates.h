@@ -113,7 +113,13 @@ std::optional<Bandwidth> vram_bandwidth(const DeviceProfile& profile, const Mode
 std::optional<Bandwidth> upload_bandwidth(const DeviceProfile& profile, const GpuTier& tier, double bytes);
 std::optional<StepCost> parallel_step_cost(const DeviceProfile& profile, const Team& team, ParallelSteps steps);
 // The tuning phase's decode kernels for the experts and for the dense
-// matrices, in preference order, and the rate of the first one measured.
+// matrices, in preference order, and the rate of the first one measured,
+// net of the fork/joins its timed call entered (the expert batch's region
+// and three barriers, a dense point's region per matrix) where the profile
+// measured them at the team: the decode model prices every region of a
+// token as a parallel step, so a rate that also carried them counted each
+// twice (the H200's dense q4 point at 16 threads: 4 regions of 8.5 us in a
+// 122 us call of four 2048 x 2048 matrices).
 std::vector<std::string> expert_decode_kernels(WeightFormat experts);
 std::vector<std::string> dense_decode_kernels(const ModelFootprint& fp);
 std::optional<Bandwidth> decode_kernel_rate(const DeviceProfile& profile, const std::vector<std::string>& kernels,

@@ -781,6 +781,38 @@ TEST(PlanSpeed, DecodeExpertsStreamAtTheTunedKernelRate) {
               experts * (1 / 20e9 - 1 / 10e9), 1e-12);
 }
 
+// A tuned decode call entered its own fork/joins (the expert batch's region
+// and three barriers, a region per dense matrix), which the decode model
+// prices apart as parallel steps: the kernel's rate is its call's bytes over
+// the call's time less those, so no region is counted twice. Here a 100 us
+// call at 5 GB/s less 7 + 3 x 1 us streams at 5.56 GB/s.
+TEST(PlanSpeed, DecodeKernelRatesLeaveOutTheForkJoinsTheStepsPrice) {
+  const ModelFootprint fp = qwen3();
+  const Plan plan = resident_qwen3_plan(8);
+  DeviceProfile profile = measured_profile(10);
+  profile.measurements.parallel_overhead = ParallelOverhead{100, {{1, 0.5, 0.2, 2.0}, {8, 3.0, 1.0, 4.0}}};
+  profile.measurements.kernel_tuning = tuned_on_8_threads("expert_q4_decode", 768, 1, 24, {3, 5, 5, 5, 0}, {3, 1e4, 1e4, 1e4, 0});
+  const SpeedPrediction s = predict_speed(profile, fp, plan);
+  ASSERT_TRUE(s.available) << s.unavailable;
+  const double experts = static_cast<double>(fp.moe_layer_count()) * fp.top_k * static_cast<double>(fp.expert().record_bytes);
+  const double net = 5e9 * 100.0 / 90.0;
+  EXPECT_NEAR(term_seconds(s.decode_terms, "experts in RAM"), experts / net, 1e-12);
+  EXPECT_NE(s.decode_inputs.find("expert_q4_decode 5.6 GB/s streaming (5.0 GB/s measured at 8 threads, less its call's 1 "
+                                 "region and 3 barriers, priced as parallel steps)"),
+            std::string::npos) << s.decode_inputs;
+  // A dense point's call: a region per matrix (4 x 7 us of a 100 us call); one thread enters none.
+  ModelFootprint q8 = fp;
+  q8.dense_format = DenseFormat::q8_row;
+  profile.measurements.kernel_tuning = tuned_on_8_threads("dense_q8_decode", 2048, 1, 4, {3, 5, 5, 5, 0}, {3, 1e4, 1e4, 1e4, 0});
+  const SpeedPrediction dense = predict_speed(profile, q8, plan);
+  EXPECT_NE(dense.decode_inputs.find("dense_q8_decode 6.9 GB/s streaming (5.0 GB/s measured at 8 threads, less its call's 4 "
+                                     "regions, priced as parallel steps)"),
+            std::string::npos) << dense.decode_inputs;
+  profile.measurements.parallel_overhead.reset();
+  EXPECT_NE(predict_speed(profile, q8, plan).decode_inputs.find("dense_q8_decode 5.0 GB/s (measured at 8 threads)"),
+            std::string::npos) << "without measured fork/joins the rate stays as timed";
+}
+
 // Dense matrices kept in the checkpoint's bf16 run on the engine's float
 // GEMV, which computes more per byte than the int8 one: on the 2-core VM it
 // streamed 30 GB/s at one thread against a 37 GB/s read bandwidth. The
