@@ -1,8 +1,8 @@
 #include "coli/planner/cache_replay.h"
 
 #include <map>
-#include <numeric>
 #include <mutex>
+#include <numeric>
 #include <tuple>
 #include <vector>
 

@@ -9,6 +9,8 @@ namespace {
 
 std::size_t at(int index) { return static_cast<std::size_t>(index); }
 
+constexpr std::uint64_t kWindowsHeld = 3;  // two windows before a trim, and one pass of at most a window
+
 }  // namespace
 
 Result<RoutingTrace> RoutingTrace::create(int n_layers, int top_k, int max_tokens) {
@@ -16,10 +18,6 @@ Result<RoutingTrace> RoutingTrace::create(int n_layers, int top_k, int max_token
     return make_error("routing trace: n_layers, top_k and max_tokens must be >= 1");
   return RoutingTrace(n_layers, top_k, max_tokens);
 }
-
-namespace {
-constexpr std::uint64_t kWindowsHeld = 3;  // two windows before a trim, and one pass of at most a window
-}  // namespace
 
 RoutingTrace::RoutingTrace(int n_layers, int top_k, int max_tokens)
     : top_k_(top_k), max_tokens_(max_tokens), seen_(at(n_layers), 0), ids_(at(n_layers)) {}

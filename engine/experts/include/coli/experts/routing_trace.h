@@ -35,8 +35,8 @@ class RoutingTrace {
   void record(int layer, std::span<const int> experts);
 
   // What a recording trace holds at most (the planner's memory line): ids
-  // reserved at create for three windows (two before a trim, and a pass),
-  // and as many pass counts.
+  // for three windows (two before a trim, and a pass), reserved at its
+  // first pass, and as many pass counts.
   static std::uint64_t bytes_held(int n_layers, int top_k, int max_tokens = kRoutingTraceTokens);
 
   // The most recent max_tokens tokens of every complete pass (a pass cut at
