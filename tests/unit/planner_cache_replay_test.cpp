@@ -36,6 +36,44 @@ experts::UsageHistory traced(int n, const std::vector<std::vector<int>>& passes,
   return std::move(history).value();
 }
 
+ModelFootprint demo_model() {
+  auto fp = read_footprint(std::filesystem::path(COLI_FIXTURES_DIR) / "models" / "tiny-demo", WeightFormat::q4_g64,
+                           DenseFormat::source);
+  EXPECT_TRUE(fp.ok()) << (fp.ok() ? "" : fp.error().message);
+  return *fp;
+}
+
+// A history of the demo model's `tokens` generated tokens, token t routed at
+// every layer to cycle[t % size], counted and traced.
+experts::UsageHistory generated(const ModelFootprint& fp, const std::vector<std::vector<int>>& cycle, int tokens = 64) {
+  const int layers = static_cast<int>(fp.moe_layer_count());
+  auto history = experts::UsageHistory::create({layers, fp.n_experts, fp.top_k, "tiny-test"});
+  auto trace = experts::RoutingTrace::create(layers, fp.top_k);
+  for (int token = 0; token < tokens; ++token) {
+    const auto& experts = cycle[static_cast<std::size_t>(token) % cycle.size()];
+    trace->begin_pass(1);
+    for (int layer = 0; layer < layers; ++layer) {
+      trace->record(layer, experts);
+      EXPECT_TRUE(history->record(layer, experts).ok());
+    }
+  }
+  history->add_tokens(static_cast<std::uint64_t>(tokens));
+  EXPECT_TRUE(history->add_trace(*trace).ok());
+  return std::move(history).value();
+}
+
+// The demo model's CPU plan at `cap` with no pins.
+Plan cpu_plan(const ModelFootprint& fp, int cap) {
+  PlanRequest request;
+  request.gpu = "none";
+  request.cap = cap;
+  auto made = make_plan(measured_profile(10), fp, request);
+  EXPECT_TRUE(made.ok()) << (made.ok() ? "" : made.error().message);
+  Plan plan = *made;
+  plan.pins = 0;
+  return plan;
+}
+
 // Generated tokens 0 1 0 1 2 0 through 2 LRU slots: the warming pass leaves
 // [2 0]; then 0 hits, 1 misses, 0 and 1 hit, 2 and 0 miss: 3 of 6. With
 // one pin (expert 0, the most used) the one LRU slot holds 2: 1 misses, 1
@@ -86,42 +124,23 @@ TEST(CacheReplay, NothingToReplayOrACacheThatCannotRunGivesNothing) {
 // same routings, pinned, read more (the pins take LRU slots the cycle
 // needed), which the reuse distances cannot tell apart.
 TEST(PlanSpeed, AReplayedTracePricesPinsThatTakeLruSlots) {
-  auto fp = read_footprint(std::filesystem::path(COLI_FIXTURES_DIR) / "models" / "tiny-demo", WeightFormat::q4_g64,
-                           DenseFormat::source);
-  ASSERT_TRUE(fp.ok()) << fp.error().message;
-  const int layers = static_cast<int>(fp->moe_layer_count()), n = fp->n_experts, k = fp->top_k;
-  auto history = experts::UsageHistory::create({layers, n, k, "tiny-test"});
-  auto trace = experts::RoutingTrace::create(layers, k);
+  const ModelFootprint fp = demo_model();
+  const int k = fp.top_k;
   // Generated tokens cycling through experts {0,1}, {2,3}, {4,5}, with {0,1} twice as often.
-  const std::vector<std::vector<int>> cycle = {{0, 1}, {2, 3}, {0, 1}, {4, 5}};
-  for (int token = 0; token < 64; ++token) {
-    trace->begin_pass(1);
-    for (int layer = 0; layer < layers; ++layer) {
-      trace->record(layer, cycle[static_cast<std::size_t>(token) % cycle.size()]);
-      ASSERT_TRUE(history->record(layer, cycle[static_cast<std::size_t>(token) % cycle.size()]).ok());
-    }
-  }
-  history->add_tokens(64);
-  ASSERT_TRUE(history->add_trace(*trace).ok());
-  PlanRequest request;
-  request.gpu = "none";
-  request.cap = 6;
-  auto made = make_plan(measured_profile(10), *fp, request);
-  ASSERT_TRUE(made.ok()) << made.error().message;
-  Plan plan = *made;
-  plan.pins = 0;
-  const SpeedPrediction lru = predict_speed(measured_profile(10), *fp, plan, &*history);
+  const auto history = generated(fp, {{0, 1}, {2, 3}, {0, 1}, {4, 5}});
+  Plan plan = cpu_plan(fp, 6);
+  const SpeedPrediction lru = predict_speed(measured_profile(10), fp, plan, &history);
   ASSERT_TRUE(lru.available) << lru.unavailable;
   EXPECT_DOUBLE_EQ(lru.hit_rate, 1.0) << "three pairs in 6 slots: every routing hits";
   EXPECT_NE(lru.hit_rate_inputs.find("replayed through the engine's cache (cap 6, 0 pins"), std::string::npos)
       << lru.hit_rate_inputs;
   // Pinning {0,1} leaves 4 LRU slots for {2,3} and {4,5}: still every routing hits.
   plan.pins = 2;
-  EXPECT_DOUBLE_EQ(predict_speed(measured_profile(10), *fp, plan, &*history).hit_rate, 1.0);
+  EXPECT_DOUBLE_EQ(predict_speed(measured_profile(10), fp, plan, &history).hit_rate, 1.0);
   // At cap 5 with 3 pins ({0,1} and 2, the lowest id of the tie) experts 3, 4 and 5 share 2 LRU slots: each
   // {2,3} token reads 3 and each {4,5} token one of its pair, 2 misses of every 8 routings.
   plan.cap = 5, plan.pins = 3, plan.prefill_round_tokens = 1;
-  const SpeedPrediction pinned = predict_speed(measured_profile(10), *fp, plan, &*history);
+  const SpeedPrediction pinned = predict_speed(measured_profile(10), fp, plan, &history);
   ASSERT_TRUE(pinned.available) << pinned.unavailable;
   EXPECT_DOUBLE_EQ(pinned.hit_rate, 1.0 - 2.0 / (4 * k));
   EXPECT_LT(pinned.decode_tok_per_s, lru.decode_tok_per_s);
@@ -133,36 +152,12 @@ TEST(PlanSpeed, AReplayedTracePricesPinsThatTakeLruSlots) {
 // of one miss rate prices both alike; the replay's rounds request two reads
 // together, which this disk serves faster than two one after another.
 TEST(PlanSpeed, MissesThatComeTogetherAreReadTogether) {
-  auto fp = read_footprint(std::filesystem::path(COLI_FIXTURES_DIR) / "models" / "tiny-demo", WeightFormat::q4_g64,
-                           DenseFormat::source);
-  ASSERT_TRUE(fp.ok()) << fp.error().message;
-  const int layers = static_cast<int>(fp->moe_layer_count()), n = fp->n_experts, k = fp->top_k;
-  auto decode_trace = [&](const std::vector<std::vector<int>>& cycle) {
-    auto history = experts::UsageHistory::create({layers, n, k, "tiny-test"});
-    auto trace = experts::RoutingTrace::create(layers, k);
-    for (int token = 0; token < 64; ++token) {
-      const auto& experts = cycle[static_cast<std::size_t>(token) % cycle.size()];
-      trace->begin_pass(1);
-      for (int layer = 0; layer < layers; ++layer) {
-        trace->record(layer, experts);
-        EXPECT_TRUE(history->record(layer, experts).ok());
-      }
-    }
-    history->add_tokens(64);
-    EXPECT_TRUE(history->add_trace(*trace).ok());
-    return std::move(history).value();
-  };
-  const auto one_at_a_time = decode_trace({{0, 1}, {0, 2}});
-  const auto two_together = decode_trace({{0, 1}, {0, 1}, {2, 3}, {2, 3}});
-  PlanRequest request;
-  request.gpu = "none";
-  request.cap = 2;
-  auto made = make_plan(measured_profile(10), *fp, request);
-  ASSERT_TRUE(made.ok()) << made.error().message;
-  Plan plan = *made;
-  plan.pins = 0;
-  const SpeedPrediction single = predict_speed(measured_profile(10), *fp, plan, &one_at_a_time);
-  const SpeedPrediction paired = predict_speed(measured_profile(10), *fp, plan, &two_together);
+  const ModelFootprint fp = demo_model();
+  const auto one_at_a_time = generated(fp, {{0, 1}, {0, 2}});
+  const auto two_together = generated(fp, {{0, 1}, {0, 1}, {2, 3}, {2, 3}});
+  const Plan plan = cpu_plan(fp, 2);
+  const SpeedPrediction single = predict_speed(measured_profile(10), fp, plan, &one_at_a_time);
+  const SpeedPrediction paired = predict_speed(measured_profile(10), fp, plan, &two_together);
   ASSERT_TRUE(single.available && paired.available);
   EXPECT_DOUBLE_EQ(single.hit_rate, 0.5);
   EXPECT_DOUBLE_EQ(paired.hit_rate, 0.5);
