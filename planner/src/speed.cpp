@@ -3,6 +3,7 @@
 #include "coli/planner/cache_replay.h"
 
 #include "coli/base/pass_shape.h"  // kPassSlice, kParallelTokens
+#include "coli/forward/attention.h"  // kAttentionRowsPerBlock
 #include "cuda/cuda_layout.h"  // the hybrid batch's staging pass
 #include "measured_rates.h"
 
@@ -399,6 +400,28 @@ struct PromptCompute {
   std::string text;
   double seconds() const { return expert_s + dispatch_s + dense_s + attention_s + lm_head_s; }
 };
+// A prompt's attention as the engine runs it: slice by slice of kPassSlice
+// tokens, each a team region over (KV head x block of
+// kAttentionRowsPerBlock query rows) items handed out largest first. A
+// slice takes the longer of its (head, query, key) pairs shared evenly over
+// the team and its largest item, the last block, on one thread: the tuning
+// point's 16 heads x 16 blocks kept 16 threads busy, the demo model's 4
+// heads give 16 items a slice (1.2x the even share over 512 tokens).
+double prompt_attention_seconds(const AttentionCost& cost, const model::ModelConfig& c, int prompt, int threads) {
+  const double heads = static_cast<double>(c.num_attention_heads);
+  const double group = std::max(1.0, heads / static_cast<double>(std::max<std::uint64_t>(1, c.num_key_value_heads)));
+  const int per_block = std::max(1, forward::kAttentionRowsPerBlock / static_cast<int>(group));
+  const double per_pair = cost.seconds(1, 1, static_cast<double>(c.head_dim));  // wall time of a pair at the team
+  double seconds = 0;
+  for (int first = 0; first < prompt; first += kPassSlice) {
+    const double n = std::min(kPassSlice, prompt - first), lb = std::min<double>(per_block, n);
+    const double pairs = heads * (n * first + n * (n + 1) / 2);  // each query attends its positions up to its own
+    const double largest = group * (lb * (first + n) - lb * (lb - 1) / 2);
+    seconds += std::max(pairs, largest * std::max(1, threads)) * per_pair;
+  }
+  return static_cast<double>(c.num_hidden_layers) * seconds;
+}
+
 // `distinct`: the experts each round of a layer touches (each dispatched once, in one of its batches).
 PromptCompute prompt_compute(const DeviceProfile& profile, const ModelFootprint& fp, const Team& team, double prompt,
                              double round, double distinct, const Bandwidth& ram) {
@@ -417,9 +440,7 @@ PromptCompute prompt_compute(const DeviceProfile& profile, const ModelFootprint&
                                     : dense_prefill_rate(profile, team);
   if (!dense_rate) dense_rate = prefill_compute_rate(profile, fp.expert_format, team, round * top_k / n, false);
   const auto attention = prefill_attention_cost(profile, team);
-  const model::ModelConfig& c = fp.config;
-  const double heads = static_cast<double>(c.num_hidden_layers) * static_cast<double>(c.num_attention_heads);
-  out.attention_s = attention ? attention->seconds(heads, prompt * (prompt + 1) / 2, static_cast<double>(c.head_dim)) : 0.0;
+  out.attention_s = attention ? prompt_attention_seconds(*attention, fp.config, static_cast<int>(prompt), team.size()) : 0.0;
   out.expert_s = prompt * compute->seconds(layers * top_k, expert_macs);
   const double layer_rounds = std::ceil(prompt / round) * layers;
   out.dispatch_s = layer_rounds * distinct * compute->seconds_per_expert;

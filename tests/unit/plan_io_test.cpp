@@ -550,6 +550,39 @@ TEST(PlanSpeed, PrefillComputeAddsThePromptsAttentionAtItsTunedRate) {
       << with.prefill_inputs;
 }
 
+// The engine's prefill attention hands out (KV head x 32-row block) items a
+// 128-token slice, largest first; a slice waits for its largest item on one
+// thread where there are not enough items to share. Qwen3's 4 KV heads of 8
+// query heads make 128 items a slice (4-token blocks): shared evenly at 8
+// threads. With 8 heads of their own (8 KV heads, 32-token blocks) a slice
+// has 32 items; at 64 threads a slice takes the longer of its pairs over 64
+// threads and its last block's 32 rows on one.
+TEST(PlanSpeed, PromptAttentionWaitsForItsLargestItemWhenItemsAreFew) {
+  ModelFootprint fp = qwen3();
+  Plan plan = resident_qwen3_plan(8);
+  plan.compute_pus = {};
+  DeviceProfile profile = measured_profile(10);
+  profile.measurements.kernel_tuning = tuned_on_8_threads("expert_q4_prefill", 1024, 32, 768, {}, {3, 100, 100, 100, 0});
+  KernelThroughputPoint attention = profile.measurements.kernel_tuning->points[0];
+  attention.kernel = "attention_prefill";
+  attention.rows = 16, attention.cols = 128, attention.batch = 512, attention.matrices = 0;
+  attention.tokens_per_s = {3, 2000, 2000, 2000, 0};
+  profile.measurements.kernel_tuning->points.push_back(attention);
+  const std::string term = "compute: attention";
+  const double per_pair = 512.0 / 2000 / (16.0 * 512 * 513 / 2);  // wall seconds a (head, query, key) pair
+  EXPECT_NEAR(term_seconds(predict_speed(profile, fp, plan).prefill_terms, term) * 512, 48.0 * 32 * 512 * 513 / 2 * per_pair,
+              1e-9) << "many items: the pairs shared evenly";
+  fp.config.num_attention_heads = 8, fp.config.num_key_value_heads = 8;
+  plan.threads = 64;
+  double seconds = 0;
+  for (int first = 0; first < 512; first += 128) {
+    const double pairs = 8.0 * (128.0 * first + 128.0 * 129 / 2), largest = 32.0 * (first + 128) - 32.0 * 31 / 2;
+    seconds += std::max(pairs, largest * 64) * per_pair;
+  }
+  ASSERT_GT(seconds, 8.0 * 512 * 513 / 2 * per_pair * 1.05) << "the made-up shape must leave threads idle";
+  EXPECT_NEAR(term_seconds(predict_speed(profile, fp, plan).prefill_terms, term) * 512, 48 * seconds, 1e-9);
+}
+
 // Narrow heads cost more per multiply-add: with the tuning phase's point
 // at head_dim 16 beside the one at 128, attention is a fixed cost per head
 // and (query, key) pair plus 2 x head_dim multiply-adds, fitted through
