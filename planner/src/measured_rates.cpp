@@ -344,11 +344,6 @@ std::vector<std::string> dense_decode_kernels(const ModelFootprint& fp) {
   return {};
 }
 
-// How fast the engine's own decode GEMV `kernel` streams weights at the team
-// size nearest `threads`, as the tuning phase timed it. Below the RAM
-// bandwidth, the kernel, not the memory, bounds decode (one core streams
-// less than the bus carries; the float GEMV computes more per byte).
-// The first of `kernels` the profile timed.
 namespace {
 
 // A decode point's GB/s with its call's fork/joins taken out (decode_kernel_rate).
@@ -357,7 +352,7 @@ Bandwidth net_of_steps(const DeviceProfile& profile, const Team& team, const std
   const double gbs = point.gb_per_s.median;
   const std::string measured = kernel + " " + format_fixed(gbs, 1) + " GB/s (measured at " + std::to_string(point.threads) + " threads";
   const bool experts = kernel.rfind("expert_", 0) == 0;
-  const ParallelSteps steps = experts ? ParallelSteps{1, 3} : ParallelSteps{point.matrices, 0};
+  const ParallelSteps steps = experts ? kDecodeExpertBatch : ParallelSteps{point.matrices, 0};
   const auto step = team.size() > 1 && point.tokens_per_s.median > 0 && point.batch > 0
                         ? parallel_step_cost(profile, team, steps)
                         : std::nullopt;
@@ -376,6 +371,11 @@ Bandwidth net_of_steps(const DeviceProfile& profile, const Team& team, const std
 
 }  // namespace
 
+// How fast the engine's own decode GEMV `kernel` streams weights at the team
+// size nearest `threads`, as the tuning phase timed it. Below the RAM
+// bandwidth, the kernel, not the memory, bounds decode (one core streams
+// less than the bus carries; the float GEMV computes more per byte).
+// The first of `kernels` the profile timed.
 std::optional<Bandwidth> decode_kernel_rate(const DeviceProfile& profile, const std::vector<std::string>& kernels,
                                             const Team& team) {
   if (!profile.measurements.kernel_tuning) return std::nullopt;

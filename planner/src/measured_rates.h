@@ -49,6 +49,11 @@ struct ParallelSteps {
   int regions = 0;
   int barriers = 0;
 };
+// One decode layer's expert batch without a shared expert, as the engine
+// runs it and the tuning phase times it (expert_q4_decode): one team region,
+// its steps meeting at three barriers (gate/up, SwiGLU, down, the weighted
+// sums); a shared expert's layer sums after the batch, one barrier fewer.
+inline constexpr ParallelSteps kDecodeExpertBatch{1, 3};
 
 struct StepCost {
   double seconds = 0;  // one parallel step: a region plus its threads reading what the calling thread wrote

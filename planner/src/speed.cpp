@@ -25,8 +25,9 @@ using namespace measured;  // the profile's rates the model reads (measured_rate
 // struct's comment in measured_rates.h lists them).
 ParallelSteps cpu_decode_parallel_steps(const ModelFootprint& fp) {
   const int layers = static_cast<int>(fp.config.num_hidden_layers), moe = static_cast<int>(fp.moe_layer_count());
-  const int per_moe = 1 + 1 + (fp.config.has_shared_expert() ? 2 : 0);
-  return {layers * 3 + moe * per_moe + (layers - moe) * 2 + 1, moe * (fp.config.has_shared_expert() ? 2 : 3)};
+  const bool shared = fp.config.has_shared_expert();
+  const int per_moe = 1 + kDecodeExpertBatch.regions + (shared ? 2 : 0);
+  return {layers * 3 + moe * per_moe + (layers - moe) * 2 + 1, moe * (kDecodeExpertBatch.barriers - (shared ? 1 : 0))};
 }
 
 // Multiply-adds of a causal prompt's attention: every layer, every query
