@@ -1,7 +1,6 @@
 #include "coli/experts/routing_trace.h"
 
 #include <algorithm>
-#include <numeric>
 #include <string>
 
 namespace coli::experts {
@@ -28,13 +27,14 @@ std::uint64_t RoutingTrace::bytes_held(int n_layers, int top_k, int max_tokens) 
 }
 
 bool RoutingTrace::open_pass_complete() const {
-  const std::size_t want = at(std::accumulate(passes_.begin(), passes_.end(), 0)) * at(top_k_);
+  const std::size_t want = at(passes_total_) * at(top_k_);
   return std::all_of(ids_.begin(), ids_.end(), [&](const std::vector<int>& ids) { return ids.size() == want; });
 }
 
 void RoutingTrace::drop_open_pass() {
-  const std::size_t keep = at(std::accumulate(passes_.begin(), passes_.end() - 1, 0)) * at(top_k_);
+  passes_total_ -= passes_.back();
   passes_.pop_back();
+  const std::size_t keep = at(passes_total_) * at(top_k_);
   for (std::vector<int>& ids : ids_) ids.resize(std::min(ids.size(), keep));
   open_ = false;
 }
@@ -54,6 +54,7 @@ void RoutingTrace::begin_pass(int tokens) {
   }
   skip_ = std::max(0, tokens - max_tokens_);
   passes_.push_back(tokens - skip_);
+  passes_total_ += tokens - skip_;
   std::fill(seen_.begin(), seen_.end(), 0);
   open_ = true;
 }
@@ -65,8 +66,8 @@ void RoutingTrace::record(int layer, std::span<const int> experts) {
 }
 
 int RoutingTrace::tokens() const {
-  const auto passes = pass_tokens();
-  return std::accumulate(passes.begin(), passes.end(), 0);
+  const bool last_incomplete = open_ && !open_pass_complete();
+  return passes_total_ - (last_incomplete ? passes_.back() : 0);
 }
 
 std::span<const int> RoutingTrace::pass_tokens() const {
@@ -85,6 +86,7 @@ void RoutingTrace::drop_front(int tokens) {
   while (whole < passes_.size() && left >= passes_[whole]) left -= passes_[whole++];
   passes_.erase(passes_.begin(), passes_.begin() + static_cast<std::ptrdiff_t>(whole));
   if (left > 0 && !passes_.empty()) passes_.front() -= left;
+  passes_total_ = std::max(0, passes_total_ - tokens);
   const auto ids = static_cast<std::ptrdiff_t>(at(tokens) * at(top_k_));
   for (std::vector<int>& layer_ids : ids_) layer_ids.erase(layer_ids.begin(), layer_ids.begin() + std::min<std::ptrdiff_t>(ids, static_cast<std::ptrdiff_t>(layer_ids.size())));
 }
@@ -93,6 +95,7 @@ RoutingTrace RoutingTrace::window() const {
   RoutingTrace out(n_layers(), top_k_, max_tokens_);
   const auto passes = pass_tokens();
   out.passes_.assign(passes.begin(), passes.end());
+  out.passes_total_ = tokens();
   for (int l = 0; l < n_layers(); ++l) out.ids_[at(l)].assign(layer(l).begin(), layer(l).end());
   if (const int over = out.tokens() - max_tokens_; over > 0) out.drop_front(over);
   return out;
@@ -106,6 +109,7 @@ Status RoutingTrace::append(const RoutingTrace& newer) {
   RoutingTrace joined = window();
   const auto passes = newer.pass_tokens();
   joined.passes_.insert(joined.passes_.end(), passes.begin(), passes.end());
+  joined.passes_total_ += newer.tokens();
   for (int l = 0; l < n_layers(); ++l) {
     const auto ids = newer.layer(l);
     joined.ids_[at(l)].insert(joined.ids_[at(l)].end(), ids.begin(), ids.end());
@@ -133,6 +137,7 @@ Status RoutingTrace::assign(std::vector<int> pass_tokens, std::vector<std::vecto
                         " need " + std::to_string(total * top_k_));
   }
   passes_ = std::move(pass_tokens);
+  passes_total_ = static_cast<int>(total);
   ids_ = std::move(layer_ids);
   open_ = false;
   return Ok{};

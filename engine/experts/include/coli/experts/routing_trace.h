@@ -68,6 +68,7 @@ class RoutingTrace {
   int top_k_ = 1;
   int max_tokens_ = kRoutingTraceTokens;
   std::vector<int> passes_;             // token counts; the last one may still be recording
+  int passes_total_ = 0;                // their sum (read at every pass; the engine records thousands)
   bool open_ = false;                   // the last pass is still recording
   int skip_ = 0;                        // the open pass's first tokens, beyond the window
   std::vector<int> seen_;               // [layer]: the open pass's tokens recorded (skipped ones included)
