@@ -83,7 +83,27 @@ std::uint64_t trace_digest(const experts::UsageHistory& history) {
   return hash;
 }
 
-std::optional<CacheReplay> replay(const experts::UsageHistory& history, int cap, int pins, int requested_round_tokens);
+std::optional<CacheReplay> replay(const experts::UsageHistory& history, int cap, int pins, int requested_round_tokens) {
+  const experts::RoutingTrace& trace = history.trace();
+  const int layers = history.key().n_layers;
+  if (trace.empty() || trace.n_layers() != layers || cap < 1) return std::nullopt;
+  auto layer_pins = experts::pins_for_every_layer(history, std::max(0, pins));
+  if (!layer_pins) return std::nullopt;
+  std::vector<experts::CacheShape> shapes;
+  for (const auto& p : *layer_pins) shapes.push_back({history.key().n_experts, history.key().top_k, cap, static_cast<int>(p.size())});
+  auto rounds = experts::RoundPlanner::create(shapes);
+  if (!rounds) return std::nullopt;
+  CacheReplay out;
+  out.layers = layers;
+  out.round_tokens = rounds->tokens_per_round(std::max(1, requested_round_tokens));
+  for (int layer = 0; layer < layers; ++layer) {
+    auto policy = layer_policy(history, layer, cap, (*layer_pins)[at(layer)]);
+    if (!policy || !replay_layer(trace, layer, out.round_tokens, *policy, false, out) ||
+        !replay_layer(trace, layer, out.round_tokens, *policy, true, out))
+      return std::nullopt;
+  }
+  return out;
+}
 
 // A plan is predicted on every thread set and a sweep on every grid point,
 // mostly with the same cache shape; a replay of a 48-layer, 2048-token trace
@@ -142,31 +162,5 @@ std::optional<CacheReplay> replay_expert_cache(const experts::UsageHistory& hist
   if (history.trace().empty()) return std::nullopt;
   return memoized_replay(history, cap, pins, requested_round_tokens);
 }
-
-namespace {
-
-std::optional<CacheReplay> replay(const experts::UsageHistory& history, int cap, int pins, int requested_round_tokens) {
-  const experts::RoutingTrace& trace = history.trace();
-  const int layers = history.key().n_layers;
-  if (trace.empty() || trace.n_layers() != layers || cap < 1) return std::nullopt;
-  auto layer_pins = experts::pins_for_every_layer(history, std::max(0, pins));
-  if (!layer_pins) return std::nullopt;
-  std::vector<experts::CacheShape> shapes;
-  for (const auto& p : *layer_pins) shapes.push_back({history.key().n_experts, history.key().top_k, cap, static_cast<int>(p.size())});
-  auto rounds = experts::RoundPlanner::create(shapes);
-  if (!rounds) return std::nullopt;
-  CacheReplay out;
-  out.layers = layers;
-  out.round_tokens = rounds->tokens_per_round(std::max(1, requested_round_tokens));
-  for (int layer = 0; layer < layers; ++layer) {
-    auto policy = layer_policy(history, layer, cap, (*layer_pins)[at(layer)]);
-    if (!policy || !replay_layer(trace, layer, out.round_tokens, *policy, false, out) ||
-        !replay_layer(trace, layer, out.round_tokens, *policy, true, out))
-      return std::nullopt;
-  }
-  return out;
-}
-
-}  // namespace
 
 }  // namespace coli::planner
