@@ -409,6 +409,35 @@ TEST(EnginePreload, EveryResidentExpertIsReadAtLoadWithTheSameTokens) {
   EXPECT_EQ(lazily.stats.expert_reads_timed, lazily.stats.expert_misses);
   EXPECT_GT(preloaded.stats.expert_read_seconds, 0.0);
   EXPECT_GE(preloaded.stats.expert_reads_timed, lazily.stats.expert_misses);  // every record, where the lazy cache read those used
+  // The preload queues every layer's reads at once: no read round the planner prices.
+  EXPECT_TRUE(preloaded.stats.expert_read_rounds.empty());
+  EXPECT_FALSE(lazily.stats.expert_read_rounds.empty());
+}
+
+// Every round that read is timed from its submission to its last read
+// landing, filed by its read count: the rounds hold exactly the misses,
+// and a round of m reads takes at least as long as its reads did one by
+// one shared among m threads at most (the pool's 4 threads).
+TEST(EngineReadRounds, EveryRoundThatReadIsFiledByItsReadCount) {
+  const auto [ref, container] = olmoe_q4();
+  runtime::ModelOptions streaming;
+  streaming.cache_capacity = 3;
+  const EngineRun run = run_model(container, streaming, ref, true);
+  const experts::ReadRounds& batches = run.stats.expert_read_rounds;
+  std::uint64_t reads = 0, rounds = 0;
+  double seconds = 0;
+  for (std::size_t m = 0; m < batches.rounds.size(); ++m) {
+    reads += m * batches.rounds[m], rounds += batches.rounds[m], seconds += batches.seconds[m];
+    EXPECT_EQ(batches.rounds[m] == 0, batches.seconds[m] == 0.0) << m << " reads";
+  }
+  EXPECT_EQ(batches.rounds[0], 0u);  // a round without reads is not a read round
+  EXPECT_GT(batches.record_bytes, 0u);
+  EXPECT_GT(batches.io_threads, 0);
+  EXPECT_EQ(reads, run.stats.expert_misses);
+  EXPECT_GT(rounds, 0u);
+  EXPECT_GE(seconds, run.stats.expert_read_seconds / 4 * 0.999);
+  const experts::ReadRounds none = experts::ReadRounds::between(batches, batches);
+  EXPECT_EQ(std::accumulate(none.rounds.begin(), none.rounds.end(), std::uint64_t{0}), 0u);
 }
 
 }  // namespace coli

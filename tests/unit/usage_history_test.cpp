@@ -38,6 +38,11 @@ UsageHistory sample_history() {
   trace->begin_pass(1);
   for (int layer = 0; layer < kKey.n_layers; ++layer) trace->record(layer, std::vector<int>{0, layer});
   EXPECT_TRUE(history->add_trace(*trace).ok());
+  // The run's read rounds: three of one read (6 ms in all), one of three.
+  ReadRounds rounds;
+  rounds.record_bytes = 8192, rounds.io_threads = 4;
+  rounds.add(1, 0.001), rounds.add(1, 0.002), rounds.add(1, 0.003), rounds.add(3, 0.0045);
+  EXPECT_TRUE(history->set_read_rounds(rounds).ok());
   return std::move(history).value();
 }
 
@@ -118,7 +123,7 @@ TEST(UsageHistory, ReuseDistancesAreLruStackDistancesPerToken) {
 // A version 1 file (before reuse distances) loads with none recorded.
 TEST(UsageHistory, Version1FilesLoadWithoutReuse) {
   std::string body = body_of(sample_history().serialize());
-  body.replace(body.find("format_version 4"), 16, "format_version 1");
+  body.replace(body.find("format_version 5"), 16, "format_version 1");
   body.erase(body.find("reuse 0"));  // the reuse, decode_reuse and trace lines
   auto loaded = UsageHistory::parse(with_checksum(body), kKey);
   ASSERT_TRUE(loaded.ok()) << loaded.error().message;
@@ -142,7 +147,7 @@ TEST(UsageHistory, DecodeReuseRoundTripsAndVersion2FilesLoadWithout) {
   ASSERT_TRUE(loaded.ok()) << loaded.error().message;
   EXPECT_EQ(loaded->layer_decode_reuse(0)[0], 1.0);
   std::string body = body_of(history.serialize());
-  body.replace(body.find("format_version 4"), 16, "format_version 2");
+  body.replace(body.find("format_version 5"), 16, "format_version 2");
   body.erase(body.find("decode_reuse 0"));
   auto version2 = UsageHistory::parse(with_checksum(body), kKey);
   ASSERT_TRUE(version2.ok()) << version2.error().message;
@@ -180,7 +185,7 @@ TEST(UsageHistory, TraceRoundTripsAndVersion3FilesLoadWithout) {
   const auto layer2 = loaded->trace().layer(2);
   EXPECT_EQ(std::vector<int>(layer2.begin(), layer2.end()), (std::vector<int>{1, 4, 1, 5, 0, 2}));
   std::string body = body_of(history.serialize());
-  body.replace(body.find("format_version 4"), 16, "format_version 3");
+  body.replace(body.find("format_version 5"), 16, "format_version 3");
   body.erase(body.find("trace_passes"));
   auto version3 = UsageHistory::parse(with_checksum(body), kKey);
   ASSERT_TRUE(version3.ok()) << version3.error().message;
@@ -259,8 +264,8 @@ TEST(UsageHistory, ForeignVersionAndOtherModelFilesAreReported) {
   expect_refused("", "empty");
   expect_refused("{\"not\": \"a history\"}\n", "not a coli usage history");
   std::string future = file;
-  future.replace(future.find("format_version 4"), 16, "format_version 5");
-  expect_refused(future, "format version 5");
+  future.replace(future.find("format_version 5"), 16, "format_version 6");
+  expect_refused(future, "format version 6");
   expect_refused(file, "another model", {3, 6, 2, "fnv1a64:0000000000000001"});
   expect_refused(file, "n_experts 6, this model has 8", {3, 8, 2, kKey.model_identity});
   expect_refused(file, "n_layers 3, this model has 4", {4, 6, 2, kKey.model_identity});
@@ -280,7 +285,7 @@ TEST(UsageHistory, ContentErrorsBehindAValidChecksumAreReported) {
   expect_refused(edit("layer 1 0 0", "layer 1 0"), "layer line 1 is malformed");
   expect_refused(edit("layer 1 ", "layer 2 "), "layer line 1 is malformed");
   expect_refused(edit("total_tokens 3", "total_tokens lots"), "malformed header");
-  expect_refused(edit("layer 2", "layer 3 0 0 0 0 0 0\nlayer 2"), "expected 13 layer, reuse and trace lines, found 14");
+  expect_refused(edit("layer 2", "layer 3 0 0 0 0 0 0\nlayer 2"), "expected 14 layer, reuse and trace lines, found 15");
   expect_refused(edit("reuse 1 0 0", "reuse 1 nan 0"), "reuse line 1: count 0");
   expect_refused(edit("reuse 1 0 0", "reuse 1 0"), "reuse line 1 is malformed");
   expect_refused(edit("decode_reuse 1 0 0", "decode_reuse 1 0"), "decode_reuse line 1 is malformed");
@@ -290,6 +295,54 @@ TEST(UsageHistory, ContentErrorsBehindAValidChecksumAreReported) {
   expect_refused(edit("trace_passes 2 2 1", "trace_passes 3 2 1"), "must count the passes");
   expect_refused(edit("trace_passes 2 2 1", "trace_passes 2 2 0"), "a pass of 0 tokens");
   expect_refused(edit("trace_passes 2 2 1", "trace_passes 2 2 9999"), "trace_passes line: value 2");
+  expect_refused(edit("read_rounds 8192 4 3", "read_rounds 8192 4 4"), "read_rounds line is malformed");
+  expect_refused(edit("read_rounds 8192 4 3", "read_rounds 8192 4 65"), "read_rounds line is malformed");
+  expect_refused(edit("read_rounds 8192", "read_rounds -1"), "read_rounds line is malformed");
+  expect_refused(edit("read_rounds 8192", "read_rounds 0"), "rounds without a record size");
+  expect_refused(edit("read_rounds 8192 4 3 3", "read_rounds 8192 4 3 x"), "rounds of 1 reads need");
+  expect_refused(edit("read_rounds 8192 4 3 3 0.006", "read_rounds 8192 4 3 3 -0.006"), "rounds of 1 reads need");
+}
+
+// Version 5 adds the latest run's read rounds (record size, I/O threads,
+// rounds and seconds by read count); version 4 files (without them) still
+// load, with none. A merge takes the newer run's rounds where it read any,
+// and a run that read nothing leaves the ones recorded before.
+TEST(UsageHistory, ReadRoundsRoundTripAndTheNewerRunsReplaceTheOlder) {
+  const UsageHistory history = sample_history();
+  auto loaded = UsageHistory::parse(history.serialize(), kKey);
+  ASSERT_TRUE(loaded.ok()) << loaded.error().message;
+  const ReadRounds& r = loaded->read_rounds();
+  EXPECT_EQ(r.record_bytes, 8192u);
+  EXPECT_EQ(r.io_threads, 4);
+  EXPECT_EQ(r.rounds[1], 3u);
+  EXPECT_DOUBLE_EQ(r.seconds[1], 0.006);
+  EXPECT_EQ(r.rounds[2], 0u);
+  EXPECT_EQ(r.rounds[3], 1u);
+  EXPECT_NE(history.serialize().find("\nread_rounds 8192 4 3 3 0.006 0 0 1 0.0045\n"), std::string::npos);
+  std::string body = body_of(history.serialize());
+  body.replace(body.find("format_version 5"), 16, "format_version 4");
+  body.erase(body.find("read_rounds"));
+  auto version4 = UsageHistory::parse(with_checksum(body), kKey);
+  ASSERT_TRUE(version4.ok()) << version4.error().message;
+  EXPECT_TRUE(version4->read_rounds().empty());
+
+  UsageHistory older = sample_history();
+  auto newer = UsageHistory::create(kKey);
+  ASSERT_TRUE(older.merge(*newer, 0.5).ok());
+  EXPECT_EQ(older.read_rounds().rounds[1], 3u) << "a run that read nothing keeps the rounds before it";
+  ReadRounds later;
+  later.record_bytes = 8192, later.io_threads = 4;
+  later.add(2, 0.004);
+  ASSERT_TRUE(newer->set_read_rounds(later).ok());
+  ASSERT_TRUE(older.merge(*newer, 0.5).ok());
+  EXPECT_EQ(older.read_rounds().rounds[1], 0u);
+  EXPECT_EQ(older.read_rounds().rounds[2], 1u);
+  ReadRounds unsized = later;
+  unsized.record_bytes = 0;
+  EXPECT_FALSE(newer->set_read_rounds(unsized).ok());
+  ReadRounds negative = later;
+  negative.seconds[2] = -1;
+  EXPECT_FALSE(newer->set_read_rounds(negative).ok());
 }
 
 }  // namespace

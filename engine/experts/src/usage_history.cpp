@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <numeric>
 
 #include "fnv1a.h"
@@ -93,6 +94,17 @@ Status UsageHistory::add_decode_reuse(const std::vector<std::vector<std::uint64_
 
 Status UsageHistory::add_trace(const RoutingTrace& trace) { return trace_.append(trace); }
 
+Status UsageHistory::set_read_rounds(const ReadRounds& rounds) {
+  if (rounds.empty()) return Ok{};
+  const bool sized = rounds.rounds.size() == ReadRounds::kLargest + 1 && rounds.seconds.size() == rounds.rounds.size();
+  if (!sized || rounds.record_bytes == 0 || rounds.io_threads < 0 ||
+      !std::all_of(rounds.seconds.begin(), rounds.seconds.end(), [](double s) { return std::isfinite(s) && s >= 0.0; }))
+    return make_error("usage history: read rounds need a record size, an I/O thread count >= 0 and " +
+                      std::to_string(ReadRounds::kLargest + 1) + " finite seconds >= 0");
+  read_rounds_ = rounds;
+  return Ok{};
+}
+
 Status UsageHistory::merge(const UsageHistory& newer, double decay) {
   if (!(decay >= 0.0 && decay <= 1.0))  // also refuses NaN
     return make_error("usage history: decay " + std::to_string(decay) + " is outside [0, 1]");
@@ -105,6 +117,7 @@ Status UsageHistory::merge(const UsageHistory& newer, double decay) {
   total_tokens_ = total_tokens_ * decay + newer.total_tokens_;
   if (decay == 0.0) trace_ = newer.trace_;
   else if (Status s = trace_.append(newer.trace_); !s) return s;  // same key: same shape
+  if (!newer.read_rounds_.empty()) read_rounds_ = newer.read_rounds_;
   return Ok{};
 }
 

@@ -1,5 +1,6 @@
 // The .coli_usage text format (see usage_history.h): write, and a strict read
 // that turns every kind of bad file into an Error.
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <optional>
@@ -122,6 +123,46 @@ Status parse_trace(std::span<const std::string_view> lines, const UsageHistoryKe
   return trace.assign(std::move(*passes), std::move(ids));
 }
 
+// "read_rounds <record_bytes> <io_threads> <n> <rounds_1> <seconds_1> ...
+// <rounds_n> <seconds_n>": n the largest read count with a round (0: none).
+void append_read_rounds(std::string& out, const ReadRounds& r) {
+  std::size_t n = 0;
+  for (std::size_t m = 1; m < r.rounds.size(); ++m) n = r.rounds[m] > 0 ? m : n;
+  out += "read_rounds " + std::to_string(r.record_bytes) + " " + std::to_string(r.io_threads) + " " + std::to_string(n);
+  for (std::size_t m = 1; m <= n; ++m) {
+    out += " " + std::to_string(r.rounds[m]) + " ";
+    append_number(out, r.seconds[m]);
+  }
+  out += "\n";
+}
+
+// Version 5's read_rounds line into `rounds`; the error names the line.
+Status parse_read_rounds(std::string_view line, ReadRounds& rounds) {
+  const std::vector<std::string_view> parts = split(line, ' ');
+  const auto whole = [&](std::size_t i, std::int64_t low, std::int64_t high) -> std::optional<std::int64_t> {
+    const auto v = i < parts.size() ? parse_int(parts[i]) : std::nullopt;
+    return v && *v >= low && *v <= high ? v : std::nullopt;
+  };
+  const auto bytes = whole(1, 0, std::int64_t{1} << 40), threads = whole(2, 0, 4096);
+  const auto n = whole(3, 0, static_cast<std::int64_t>(ReadRounds::kLargest));
+  if (parts.empty() || parts[0] != "read_rounds" || !bytes || !threads || !n ||
+      parts.size() != 4 + 2 * static_cast<std::size_t>(*n))
+    return make_error("read_rounds line is malformed (want 'read_rounds <record_bytes> <io_threads> <n>' and n pairs "
+                      "of a round count and seconds, n at most " + std::to_string(ReadRounds::kLargest) + ")");
+  ReadRounds out;
+  out.record_bytes = static_cast<std::uint64_t>(*bytes), out.io_threads = static_cast<int>(*threads);
+  for (std::size_t m = 1; m <= static_cast<std::size_t>(*n); ++m) {
+    const auto count = whole(2 + 2 * m, 0, std::int64_t{1} << 50);
+    const auto seconds = parse_count(parts[3 + 2 * m]);
+    if (!count || !seconds)
+      return make_error("read_rounds line: rounds of " + std::to_string(m) + " reads need a whole count and seconds >= 0");
+    out.rounds[m] = static_cast<std::uint64_t>(*count), out.seconds[m] = *seconds;
+  }
+  if (!out.empty() && out.record_bytes == 0) return make_error("read_rounds line: rounds without a record size");
+  rounds = std::move(out);
+  return Ok{};
+}
+
 }  // namespace
 
 std::string UsageHistory::serialize() const {
@@ -139,6 +180,7 @@ std::string UsageHistory::serialize() const {
   append_rows(out, "reuse", reuse_, static_cast<size_t>(key_.n_experts) + 1);
   append_rows(out, "decode_reuse", decode_reuse_, static_cast<size_t>(key_.n_experts) + 1);
   append_trace(out, trace_);
+  append_read_rounds(out, read_rounds_);
   detail::Fnv1a64 checksum;
   checksum.add(out);
   out += std::string(kChecksumPrefix) + checksum.hex() + "\n";
@@ -199,9 +241,11 @@ Result<UsageHistory> UsageHistory::parse(std::string_view text, const UsageHisto
   if (!history) return fail(history.error().message);
   history->total_tokens_ = *tokens;
   constexpr size_t kFirstLayerLine = 7;
-  // Layer lines, then reuse (2), decode_reuse (3) and trace (4, after its trace_passes line) lines.
-  const auto per_layer = static_cast<size_t>(*version);
-  const size_t body_lines = per_layer * static_cast<size_t>(expected.n_layers) + (*version >= 4 ? 1 : 0);
+  // Layer lines, then reuse (2), decode_reuse (3) and trace (4, after its
+  // trace_passes line) lines, then one read_rounds line (5).
+  const auto per_layer = static_cast<size_t>(std::min<std::int64_t>(*version, 4));
+  const size_t body_lines =
+      per_layer * static_cast<size_t>(expected.n_layers) + (*version >= 4 ? 1 : 0) + (*version >= 5 ? 1 : 0);
   if (lines.size() != kFirstLayerLine + body_lines + 1)
     return fail("expected " + std::to_string(body_lines) + " layer, reuse and trace lines, found " +
                 std::to_string(static_cast<long long>(lines.size()) - static_cast<long long>(kFirstLayerLine) - 1));
@@ -220,7 +264,11 @@ Result<UsageHistory> UsageHistory::parse(std::string_view text, const UsageHisto
       return fail(*bad);
   }
   if (per_layer >= 4) {
-    if (Status s = parse_trace(rows.subspan(3 * layers), expected, history->trace_); !s) return fail(s.error().message);
+    if (Status s = parse_trace(rows.subspan(3 * layers, layers + 1), expected, history->trace_); !s)
+      return fail(s.error().message);
+  }
+  if (*version >= 5) {
+    if (Status s = parse_read_rounds(rows.back(), history->read_rounds_); !s) return fail(s.error().message);
   }
   return history;
 }

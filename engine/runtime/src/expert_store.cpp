@@ -96,6 +96,8 @@ void ExpertStore::setup_io(const ExpertIo& io) {
   else if (!experts_stream_) why = "all experts resident: page cache";
   else why = try_direct();
   io_mode_ = why.empty() ? "O_DIRECT, " + threads : "buffered, " + threads + " (" + why + ")";
+  read_rounds_.record_bytes = read_bytes_;
+  read_rounds_.io_threads = std::max(0, io.threads);
 }
 
 Status ExpertStore::prefetch(int moe_layer, std::span<const int> experts) {
@@ -136,11 +138,13 @@ Status ExpertStore::begin(int moe_layer, std::span<const int> experts) {
   Round& round = rounds_[layer];
   round.order.clear();
   round.reads.clear();
+  round.submitted = std::chrono::steady_clock::now();
+  round.landed->store(0);
   for (const experts::SlotLoad& load : plan->loads) {
     const std::uint64_t offset = layout_.record_offset(static_cast<std::uint32_t>(moe_layer),
                                                        static_cast<std::uint32_t>(load.expert));
     round.read_of_expert[static_cast<std::size_t>(load.expert)] = static_cast<int>(round.reads.size());
-    round.reads.push_back(io_->submit(read_job(moe_layer, load, offset)));
+    round.reads.push_back(io_->submit(read_job(moe_layer, load, offset, round.landed)));
   }
   // Hits first (computable now), then misses in submission order, which the
   // pool's FIFO queue makes roughly their landing order.
@@ -157,17 +161,22 @@ Status ExpertStore::begin(int moe_layer, std::span<const int> experts) {
 // One miss's read, for an I/O thread: straight into the slot when the host
 // can address it, else into an aligned staging buffer that the backend
 // uploads from (device storage).
-std::function<Status()> ExpertStore::read_job(int moe_layer, const experts::SlotLoad& load, std::uint64_t offset) {
+std::function<Status()> ExpertStore::read_job(int moe_layer, const experts::SlotLoad& load, std::uint64_t offset,
+                                              std::shared_ptr<std::atomic<std::int64_t>> landed) {
   experts::SlotStorage* storage = &caches_[static_cast<std::size_t>(moe_layer)].storage();
   return [fd = read_fd_, offset, destination = load.destination, read_bytes = read_bytes_,
           min_bytes = layout_.record_bytes, file = reader_->path().string(), backend = backend_, storage, moe_layer,
-          expert = load.expert, slot = load.slot, clock = read_clock_]() -> Status {
+          expert = load.expert, slot = load.slot, clock = read_clock_, landed = std::move(landed)]() -> Status {
     const std::string what = "expert " + std::to_string(expert) + " of MoE layer " + std::to_string(moe_layer) + ": ";
     const auto start = std::chrono::steady_clock::now();
     auto timed = [&] {
-      clock->nanoseconds.fetch_add(static_cast<std::uint64_t>(
-          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count()));
+      const auto now = std::chrono::steady_clock::now();
+      clock->nanoseconds.fetch_add(
+          static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(now - start).count()));
       clock->reads.fetch_add(1);
+      const std::int64_t at = std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count();
+      for (std::int64_t seen = landed->load(); seen < at && !landed->compare_exchange_weak(seen, at);) {
+      }
     };
     if (!destination.empty()) {
       Status read = pread_full(fd, offset, destination.first(read_bytes), min_bytes, file);
@@ -191,13 +200,18 @@ std::span<const int> ExpertStore::round_order(int moe_layer) const {
   return rounds_[static_cast<std::size_t>(moe_layer)].order;
 }
 
-std::optional<Error> ExpertStore::drain(Round& round) {
+std::optional<Error> ExpertStore::drain(Round& round, bool failed) {
   std::optional<Error> first;
   for (std::future<Status>& read : round.reads) {
     if (!read.valid()) continue;  // already waited for
     Status s = read.get();
     if (s) bytes_read_ += read_bytes_;
     else if (!first) first = s.error();
+  }
+  if (!round.reads.empty() && !first && !failed) {
+    const std::chrono::nanoseconds landed(round.landed->load());
+    const auto elapsed = std::chrono::steady_clock::time_point(landed) - round.submitted;
+    read_rounds_.add(round.reads.size(), std::max(0.0, std::chrono::duration<double>(elapsed).count()));
   }
   for (int e : round.order) round.read_of_expert[static_cast<std::size_t>(e)] = -1;
   round.reads.clear();
@@ -217,7 +231,7 @@ Status ExpertStore::wait(int moe_layer, int expert) {
     return read;
   }
   // No read may still be writing into a slot once the round is aborted.
-  (void)drain(round);
+  (void)drain(round, true);
   caches_[layer].abort_round();
   return read;
 }
@@ -301,6 +315,7 @@ Status ExpertStore::load_every_expert() {
   std::vector<int> every(layout_.experts);
   std::iota(every.begin(), every.end(), 0);
   std::vector<experts::ExpertCacheStats> before;
+  const experts::ReadRounds rounds_before = read_rounds_;
   Status result = Ok{};
   std::size_t opened = 0;
   for (; opened < caches_.size() && result; ++opened) {
@@ -315,6 +330,7 @@ Status ExpertStore::load_every_expert() {
     uncounted_hits_ += caches_[layer].stats().hits - before[layer].hits;
     uncounted_misses_ += caches_[layer].stats().misses - before[layer].misses;
   }
+  read_rounds_ = rounds_before;  // every layer's reads queued at once: no round the planner prices
   if (!result) return make_error("reading every expert at load: " + result.error().message);
   return result;
 }

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <future>
 #include <memory>
@@ -19,6 +20,7 @@
 #include "coli/container/container.h"
 #include "coli/experts/expert_cache.h"
 #include "coli/experts/round_planner.h"
+#include "coli/experts/read_rounds.h"
 #include "io_pool.h"
 
 namespace coli::runtime {
@@ -125,6 +127,10 @@ class ExpertStore {
   // speculative rounds' (which hits() and misses() leave out).
   double read_seconds() const { return static_cast<double>(read_clock_->nanoseconds.load()) * 1e-9; }
   std::uint64_t timed_reads() const { return read_clock_->reads.load(); }
+  // Every closed round that read, by its read count, from its submission to
+  // its last read landing (each read stamps when it landed, so a compute
+  // thread busy elsewhere does not lengthen the figure); not the preload's.
+  const experts::ReadRounds& read_rounds() const { return read_rounds_; }
   // "O_DIRECT, 4 I/O threads", "buffered, ... (why)", "synchronous ...".
   const std::string& io_mode() const { return io_mode_; }
 
@@ -136,15 +142,21 @@ class ExpertStore {
     std::vector<int> read_of_expert;  // index into reads; -1: none pending
     bool speculative = false;         // opened by prefetch(); closed by the next begin()
     std::vector<int> prefetched;      // experts a speculative round read
+    std::chrono::steady_clock::time_point submitted;  // when begin() submitted the reads
+    // Nanoseconds (steady clock) of the round's last read to land, set by
+    // the I/O threads; shared with the jobs, which outlive no round.
+    std::shared_ptr<std::atomic<std::int64_t>> landed = std::make_shared<std::atomic<std::int64_t>>(0);
   };
   // Waits for a speculative round's reads and closes it (a failed read only
   // aborts it: the real round reads the expert again and reports).
   void close_speculative(int moe_layer, std::span<const int> needed);
 
   void setup_io(const ExpertIo& io);
-  std::function<Status()> read_job(int moe_layer, const experts::SlotLoad& load, std::uint64_t offset);
-  // Waits for every read still pending; the first error, if any.
-  std::optional<Error> drain(Round& round);
+  std::function<Status()> read_job(int moe_layer, const experts::SlotLoad& load, std::uint64_t offset,
+                                   std::shared_ptr<std::atomic<std::int64_t>> landed);
+  // Waits for every read still pending; the first error, if any. A round
+  // whose reads all succeeded counts in read_rounds() unless `failed`.
+  std::optional<Error> drain(Round& round, bool failed = false);
 
   const container::ContainerReader* reader_ = nullptr;
   backend::Backend* backend_ = nullptr;
@@ -168,6 +180,7 @@ class ExpertStore {
     std::atomic<std::uint64_t> nanoseconds{0}, reads{0};
   };
   std::shared_ptr<ReadClock> read_clock_ = std::make_shared<ReadClock>();
+  experts::ReadRounds read_rounds_;
   std::uint64_t prefetched_ = 0, prefetch_used_ = 0;
   std::uint64_t uncounted_hits_ = 0, uncounted_misses_ = 0;  // speculative rounds' and the preload's lookups
   bool experts_stream_ = false;  // see experts_stream()

@@ -634,6 +634,7 @@ Status MoeModel::forward(std::span<const std::int32_t> tokens, int start_positio
   s.stats.expert_bytes_read = s.experts.bytes_read();
   s.stats.expert_read_seconds = s.experts.read_seconds();
   s.stats.expert_reads_timed = s.experts.timed_reads();
+  s.stats.expert_read_rounds = s.experts.read_rounds();
   s.stats.prefetch_reads = s.experts.prefetched();
   s.stats.prefetch_reads_used = s.experts.prefetch_used();
   return s.watch_rss();
@@ -708,6 +709,7 @@ Result<experts::UsageHistory> usage_history_of(const MoeModel& model) {
   if (Status s = history->add_reuse(model.reuse_distances()); !s) return s.error();
   if (Status s = history->add_decode_reuse(model.decode_reuse_distances()); !s) return s.error();
   if (Status s = history->add_trace(model.routing_trace()); !s) return s.error();
+  if (Status s = history->set_read_rounds(model.stats().expert_read_rounds); !s) return s.error();
   return history;
 }
 

@@ -12,6 +12,8 @@
 //   decode_reuse <i> <d_0> ... <first>                   (version 3; the same, decode tokens only)
 //   trace_passes <n> <tokens_0> ... <tokens_{n-1}>       (version 4; the routing trace's passes, oldest first)
 //   trace <i> <expert ids, top_k a token, pass by pass>  (version 4; i = 0..n_layers-1)
+//   read_rounds <record_bytes> <io_threads> <n> <rounds_1> <seconds_1> ... <rounds_n> <seconds_n>
+//                                                        (version 5; the latest run's read rounds, read_rounds.h)
 //   checksum fnv1a64:<16 hex digits of every byte before this line>
 // reuse: how many routings found their expert at LRU stack distance d (d
 // other experts of the layer were used more recently; a token's choices are
@@ -22,8 +24,12 @@
 // and a generation's differ (a greedy decode often repeats its experts), and
 // decode speed depends on the latter. trace: the most recent routings
 // (routing_trace.h), which the planner replays through the engine's cache.
-// Version 1 files (no reuse lines), version 2 (no decode_reuse lines) and
-// version 3 (no trace) still load, without them.
+// read_rounds: the rounds of expert reads the latest run that read any made,
+// by how many records each read, and their seconds (submission to the last
+// landing): what a batch of m reads costs on this machine for this model's
+// file, which the planner prefers to the probe's test file.
+// Version 1 files (no reuse lines), version 2 (no decode_reuse lines),
+// version 3 (no trace) and version 4 (no read_rounds) still load, without them.
 // Counts are doubles because merging applies exponential decay. Loading never
 // crashes: a missing, empty, foreign, truncated, corrupt, version-mismatched
 // or other-model file is an Error the engine reports before ignoring it.
@@ -37,11 +43,12 @@
 #include <vector>
 
 #include "coli/base/result.h"
+#include "coli/experts/read_rounds.h"
 #include "coli/experts/routing_trace.h"
 
 namespace coli::experts {
 
-inline constexpr int kUsageHistoryVersion = 4;
+inline constexpr int kUsageHistoryVersion = 5;
 
 // Which model (and routing shape) a history belongs to.
 struct UsageHistoryKey {
@@ -78,11 +85,17 @@ class UsageHistory {
   // Appends a run's routing trace (MoeModel::routing_trace), keeping the
   // window's most recent tokens. Errors on another shape.
   Status add_trace(const RoutingTrace& trace);
+  // A run's expert-read rounds (ModelStats::expert_read_rounds); a run that
+  // read nothing leaves the ones recorded before. Errors: a round count or
+  // seconds that is not finite and >= 0, rounds without a record size.
+  Status set_read_rounds(const ReadRounds& rounds);
   // Tokens the recorded routings came from (for rates and decay).
   void add_tokens(std::uint64_t tokens) { total_tokens_ += static_cast<double>(tokens); }
 
   // Folds a newer run in: this = this * decay + newer, counts and tokens;
-  // the newer trace follows this one's (decay 0: the newer trace alone).
+  // the newer trace follows this one's (decay 0: the newer trace alone);
+  // the newer run's read rounds replace these where it read any (the disk
+  // as it is now).
   // decay 1 keeps everything, 0 keeps only the newer run. Errors: decay
   // outside [0, 1], or a newer run of another key (nothing changes then).
   Status merge(const UsageHistory& newer, double decay);
@@ -94,6 +107,7 @@ class UsageHistory {
   std::span<const double> layer_reuse(int layer) const;   // n_experts + 1 values; empty when out of range
   std::span<const double> layer_decode_reuse(int layer) const;  // the same, decode tokens only
   const RoutingTrace& trace() const { return trace_; }          // empty before version 4
+  const ReadRounds& read_rounds() const { return read_rounds_; }  // empty before version 5 or a run that read
 
   std::string serialize() const;
   // `source` names the file in messages. The header must match `expected`.
@@ -113,6 +127,7 @@ class UsageHistory {
   std::vector<double> reuse_;   // [layer][distance 0..n_experts-1, first use], row-major
   std::vector<double> decode_reuse_;  // the same, decode tokens only
   RoutingTrace trace_;
+  ReadRounds read_rounds_;
 };
 
 // Mattson's LRU stack per MoE layer: the engine hands it each token's

@@ -22,6 +22,7 @@
 #include "coli/base/kv_type.h"
 #include "coli/base/result.h"
 #include "coli/base/weight_format.h"
+#include "coli/experts/read_rounds.h"
 #include "coli/experts/usage_history.h"
 #include "coli/runtime/op_timing.h"
 
@@ -145,6 +146,7 @@ struct ModelStats {
   // (ExpertStore::read_seconds, timed_reads).
   double expert_read_seconds = 0;
   std::uint64_t expert_reads_timed = 0;
+  experts::ReadRounds expert_read_rounds;  // every round that read (ExpertStore::read_rounds)
   // Speculative prefetch (ModelOptions::speculative_prefetch): experts the
   // next layer's router predicted, how many of them that layer then used,
   // and the reads the prediction started / that turned out needed.

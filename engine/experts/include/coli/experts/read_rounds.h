@@ -1,0 +1,46 @@
+// The engine's expert-read rounds (a decode layer's misses, a prefill
+// round's) by how many records each read, and their seconds from submission
+// to the last read landing: the disk as the engine meets it, on the model's
+// own file in its own pattern. The engine counts them (ExpertStore), a usage
+// history keeps the latest run's, and the planner prices a batch of m reads
+// by them where they were measured (measured_rates.h, DiskReads).
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace coli::experts {
+
+struct ReadRounds {
+  static constexpr std::size_t kLargest = 64;  // rounds of more reads are filed here
+  std::uint64_t record_bytes = 0;  // what one read transfers (the record stride under O_DIRECT)
+  int io_threads = 0;              // the pool that read them
+  std::vector<std::uint64_t> rounds = std::vector<std::uint64_t>(kLargest + 1, 0);  // index: reads in the round
+  std::vector<double> seconds = std::vector<double>(kLargest + 1, 0.0);             // summed over those rounds
+
+  void add(std::size_t reads, double elapsed) {
+    const std::size_t m = std::min(reads, kLargest);
+    ++rounds[m];
+    seconds[m] += elapsed;
+  }
+  bool empty() const {
+    return std::all_of(rounds.begin(), rounds.end(), [](std::uint64_t n) { return n == 0; });
+  }
+  ReadRounds& operator+=(const ReadRounds& other) {
+    for (std::size_t m = 0; m <= kLargest; ++m) rounds[m] += other.rounds[m], seconds[m] += other.seconds[m];
+    return *this;
+  }
+  // `after`'s rounds less `before`'s (a timed step's), with after's record size and pool.
+  static ReadRounds between(const ReadRounds& before, const ReadRounds& after) {
+    ReadRounds out = after;
+    for (std::size_t m = 0; m <= kLargest; ++m) {
+      out.rounds[m] -= before.rounds[m];
+      out.seconds[m] -= before.seconds[m];
+    }
+    return out;
+  }
+};
+
+}  // namespace coli::experts
