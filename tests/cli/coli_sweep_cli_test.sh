@@ -43,7 +43,7 @@ EOF
 check "JSON: schema, planned, ranking, token check" python3 - "$work/out/sweep.json" <<'EOF'
 import json, sys
 d = json.load(open(sys.argv[1]))
-assert d["schema_version"] == 6
+assert d["schema_version"] == 7
 # The prefill pass's expert reads per run: none where every expert is resident, and byte counts
 # that go with the misses (a resident configuration reads nothing).
 for c in d["configs"]:

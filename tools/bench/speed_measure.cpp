@@ -29,6 +29,7 @@ void add_traffic(const runtime::ModelStats& before, const runtime::ModelStats& a
   traffic.misses += after.expert_misses - before.expert_misses;
   traffic.bytes_read += after.expert_bytes_read - before.expert_bytes_read;
   traffic.read_seconds += after.expert_read_seconds - before.expert_read_seconds;
+  traffic.rounds += experts::ReadRounds::between(before.expert_read_rounds, after.expert_read_rounds);
 }
 
 }  // namespace

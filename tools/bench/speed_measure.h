@@ -30,8 +30,10 @@ BenchTokens bench_tokens(const SpeedTests& tests, int vocab);
 struct ExpertTraffic {
   std::uint64_t hits = 0, misses = 0, bytes_read = 0;
   double read_seconds = 0;  // the I/O threads' time in those reads (ModelStats::expert_read_seconds)
+  experts::ReadRounds rounds;  // the rounds that read, by read count (ModelStats::expert_read_rounds)
   ExpertTraffic& operator+=(const ExpertTraffic& other) {
     hits += other.hits, misses += other.misses, bytes_read += other.bytes_read, read_seconds += other.read_seconds;
+    rounds += other.rounds;
     return *this;
   }
 };

@@ -111,8 +111,11 @@ ConfigPrediction predict_config(const Setup& s, const planner::Plan& plan, const
 }
 
 // The usage history pins come from: --usage (default MODEL.usage), else one
-// recorded from this workload into OUT (the model's own file is left alone).
-Result<std::optional<experts::UsageHistory>> open_history(const Args& args, const Setup& s, bool pins_wanted) {
+// recorded from this workload into OUT (the model's own file is left alone),
+// at `record_cap` slots (the grid's smallest streaming cap: its expert reads
+// are timed too, the disk as the engine meets it; routings never depend on the cap).
+Result<std::optional<experts::UsageHistory>> open_history(const Args& args, const Setup& s, bool pins_wanted,
+                                                          int record_cap) {
   const fs::path path = args.usage.empty() ? args.model + ".usage" : args.usage;
   if (fs::exists(path)) {
     auto loaded = experts::UsageHistory::load(path, runtime::usage_history_key(s.shape));
@@ -126,11 +129,15 @@ Result<std::optional<experts::UsageHistory>> open_history(const Args& args, cons
   runtime::ModelOptions options;
   options.max_context = s.workload.context();
   place_threads(options, s.profile.threads.decode_pus);
+  options.cache_capacity = record_cap;
   auto recorded = record_usage(args.model, options, s.workload);
   if (!recorded) return recorded.error();
   const fs::path saved = fs::path(args.out) / "sweep.usage";
   if (Status st = recorded->save(saved); !st) return st.error();
-  std::printf("no usage history at %s: recorded one from this workload into %s\n", path.c_str(), saved.c_str());
+  std::printf("no usage history at %s: recorded one from this workload into %s (%s)\n", path.c_str(), saved.c_str(),
+              record_cap < s.footprint.n_experts
+                  ? ("at cap " + std::to_string(record_cap) + ", which streams: its expert reads timed too").c_str()
+                  : "every expert resident");
   return std::optional(std::move(*recorded));
 }
 
@@ -235,7 +242,8 @@ int run_sweep(const Args& args) {
     return fail("the planner refused: " + early.error().message, cli::kExitRefused);
   }
   fs::create_directories(args.out);
-  auto history = open_history(args, s, pins_wanted);
+  const int record_cap = *std::min_element(caps->begin(), caps->end());
+  auto history = open_history(args, s, pins_wanted, record_cap);
   if (!history) return fail("recording a usage history: " + history.error().message);
   s.history = std::move(*history);
   if (!s.history) std::erase(spec.pins, true);

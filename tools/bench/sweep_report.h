@@ -19,7 +19,18 @@ namespace coli::bench {
 // 5: the prefill pass's expert misses and bytes read per run, and the predicted reads beside them
 // 6: the I/O threads' seconds in those reads per run (expert_read_seconds,
 //    prefill_expert_read_seconds) and the predicted time of one read alone (disk_read_seconds)
-inline constexpr int kSweepSchemaVersion = 6;
+// 7: the rounds that read, by how many records each read, and their seconds from submission to
+//    the last landing, per run (decode_read_batches, prefill_read_batches)
+inline constexpr int kSweepSchemaVersion = 7;
+
+// The expert-read rounds of `reads` records each in a timed step: how many,
+// and their seconds in all from submission to the last read landing
+// (experts::ReadRounds, one entry per read count that occurred).
+struct ReadBatch {
+  int reads = 0;
+  std::uint64_t rounds = 0;
+  double seconds = 0;
+};
 
 struct RunRecord {
   std::size_t config = 0;      // index into the grid
@@ -36,6 +47,7 @@ struct RunRecord {
   // The I/O threads' time in the decode steps' and the prefill pass's reads:
   // their misses' (the preload runs at load, and a sweep runs no speculative prefetch).
   double read_seconds = 0, prefill_read_seconds = 0;
+  std::vector<ReadBatch> read_batches, prefill_read_batches;  // rounds that read, fewest reads first
   std::string kernel_used;     // what the engine ran ("" config: its own choice)
   double prefill_tok_s() const { return prefill_seconds > 0 ? prefill_tokens / prefill_seconds : 0; }
   double decode_tok_s() const { return decode_seconds > 0 ? decode_tokens / decode_seconds : 0; }

@@ -10,6 +10,14 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
+std::vector<ReadBatch> read_batches(const experts::ReadRounds& times) {
+  std::vector<ReadBatch> out;
+  for (std::size_t m = 1; m < times.rounds.size(); ++m) {
+    if (times.rounds[m] > 0) out.push_back({static_cast<int>(m), times.rounds[m], times.seconds[m]});
+  }
+  return out;
+}
+
 }  // namespace
 
 Workload make_workload(const SpeedTests& tests, std::uint64_t vocab) {
@@ -42,6 +50,8 @@ Result<RunOutput> run_config(const std::filesystem::path& model_path, const runt
   r.prefill_bytes_read = pass->prefill_traffic.bytes_read;
   r.read_seconds = pass->decode_traffic.read_seconds;
   r.prefill_read_seconds = pass->prefill_traffic.read_seconds;
+  r.read_batches = read_batches(pass->decode_traffic.rounds);
+  r.prefill_read_batches = read_batches(pass->prefill_traffic.rounds);
   r.kernel_used = model->stats().cpu_kernel;
   out.tokens = std::move(pass->greedy);
   return out;
@@ -49,7 +59,6 @@ Result<RunOutput> run_config(const std::filesystem::path& model_path, const runt
 
 Result<experts::UsageHistory> record_usage(const std::filesystem::path& model_path, runtime::ModelOptions options,
                                            const Workload& workload) {
-  options.cache_capacity = runtime::kAllExperts;
   options.pins.clear();
   auto model = runtime::MoeModel::load(model_path, options);
   if (!model) return model.error();
