@@ -234,7 +234,47 @@ std::optional<DiskReads> bare_disk_reads(const DiskBandwidth& disk, u64 record_s
 }
 }  // namespace
 
-std::optional<DiskReads> disk_reads(const DeviceProfile& profile, u64 record_stride, int io_threads) {
+namespace {
+
+// Rounds of a read count needed before their mean prices that batch size.
+constexpr std::uint64_t kMinMeasuredRounds = 3;
+
+// The engine's measured rounds as a batch curve (reads, mean seconds),
+// from 1 read up, each batch at least as long as the smaller one before it;
+// empty unless they read records of `record_stride` (within the O_DIRECT
+// alignment: buffered reads move the record's bytes) with `io_threads`
+// threads and give one read and one larger batch.
+std::vector<std::pair<double, double>> measured_batch_curve(const experts::ReadRounds& measured, u64 record_stride,
+                                                            int io_threads) {
+  constexpr u64 kAlignment = 4096;
+  if (measured.io_threads != io_threads || measured.record_bytes > record_stride ||
+      measured.record_bytes + kAlignment <= record_stride)
+    return {};
+  std::vector<std::pair<double, double>> curve;
+  for (std::size_t m = 1; m < measured.rounds.size(); ++m) {
+    if (measured.rounds[m] < kMinMeasuredRounds) continue;
+    const double mean = measured.seconds[m] / static_cast<double>(measured.rounds[m]);
+    curve.emplace_back(static_cast<double>(m), curve.empty() ? mean : std::max(mean, curve.back().second));
+  }
+  if (curve.size() < 2 || curve.front().first != 1.0) return {};
+  return curve;
+}
+
+std::string measured_curve_text(const experts::ReadRounds& measured, const std::vector<std::pair<double, double>>& curve,
+                                double probed_one_read_s) {
+  std::string text = "; the engine's own read rounds on this model's file (usage history, submission to last landing):";
+  for (const auto& [reads, seconds] : curve) {
+    text += " " + format_fixed(reads, 0) + (reads == 1 ? " read " : " reads ") + format_fixed(seconds * 1e3, 2) + " ms (" +
+            std::to_string(measured.rounds[static_cast<std::size_t>(reads)]) + " rounds)" +
+            (reads == curve.back().first ? "" : ",");
+  }
+  return text + ", where the probe's test file gave " + format_fixed(probed_one_read_s * 1e3, 2) + " ms a read";
+}
+
+}  // namespace
+
+std::optional<DiskReads> disk_reads(const DeviceProfile& profile, u64 record_stride, int io_threads,
+                                    const experts::ReadRounds* measured) {
   if (!profile.measurements.disk) return std::nullopt;
   const DiskBandwidth& disk = *profile.measurements.disk;
   auto reads = bare_disk_reads(disk, record_stride);
@@ -255,6 +295,14 @@ std::optional<DiskReads> disk_reads(const DeviceProfile& profile, u64 record_str
   } else if (disk.engine_io_threads > 0 && disk.engine_io_threads != io_threads) {
     reads->text += "; the probe timed the engine's I/O pool at " + std::to_string(disk.engine_io_threads) +
                    " threads, not the plan's " + std::to_string(io_threads) + ": bare reads";
+  }
+  // The engine's own rounds, where a run measured them, over the probe's test file.
+  std::vector<std::pair<double, double>> curve;
+  if (measured) curve = measured_batch_curve(*measured, record_stride, io_threads);
+  if (!curve.empty()) {
+    reads->text += measured_curve_text(*measured, curve, reads->one_read_s);
+    reads->batch_seconds = std::move(curve);
+    reads->one_read_s = reads->batch_seconds.front().second;
   }
   return reads;
 }

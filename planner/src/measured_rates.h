@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "coli/base/text.h"
+#include "coli/experts/read_rounds.h"
 #include "coli/planner/speed.h"
 
 namespace coli::planner::measured {
@@ -111,8 +112,14 @@ struct DiskReads {
   double seconds(double reads) const;
 };
 // `io_threads`: the plan's; the engine_pool points count only when the
-// probe's pool had as many threads.
-std::optional<DiskReads> disk_reads(const DeviceProfile& profile, u64 record_stride, int io_threads);
+// probe's pool had as many threads. `measured`: the engine's own read rounds
+// on this model's file (a usage history's), which replace the probe's batch
+// curve where they read records of this stride with as many I/O threads
+// (the disk as the engine meets it: the H200 machine's virtual disk read
+// the model's records in 1.9-2.3 ms a round of one where the probe's test
+// file took 2.75).
+std::optional<DiskReads> disk_reads(const DeviceProfile& profile, u64 record_stride, int io_threads,
+                                    const experts::ReadRounds* measured = nullptr);
 std::string missing_disk_bandwidth(const DeviceProfile& profile);  // why there is none, and what to run
 std::optional<Bandwidth> vram_bandwidth(const DeviceProfile& profile, const ModelFootprint& fp, const GpuTier& tier);
 std::optional<Bandwidth> upload_bandwidth(const DeviceProfile& profile, const GpuTier& tier, double bytes);

@@ -524,8 +524,10 @@ void predict_prefill(const DeviceProfile& profile, const ModelFootprint& fp, con
   // reuse distances (token by token) count it a hit, so the prompt reads
   // prompt x top_k x the miss rate records per layer, at most each round's distinct experts.
   const double reads_per_round = std::min(distinct, prompt * top_k * r.prefill_miss / rounds);
-  const double pass_ram = static_cast<double>(dense) + rounds * layers * distinct * static_cast<double>(fp.expert().record_bytes);
-  const double ram_s = pass_ram / (r.ram.gb_per_s * 1e9);
+  const double expert_ram_s =
+      rounds * layers * distinct * static_cast<double>(fp.expert().record_bytes) / (r.ram.gb_per_s * 1e9);
+  const double dense_ram_s = static_cast<double>(dense) / (r.ram.gb_per_s * 1e9);
+  const double ram_s = expert_ram_s + dense_ram_s;
   // Each round's misses of a layer, requested together; the round's resident experts compute meanwhile
   // (a distinct expert's share of the round's expert GEMMs each).
   const double per_expert_s = (compute.expert_s + compute.dispatch_s) / (rounds * layers * distinct);
@@ -554,7 +556,14 @@ void predict_prefill(const DeviceProfile& profile, const ModelFootprint& fp, con
                      {"compute: routing", routing_s / prompt},
                      {"memory: weights from RAM", ram_s / prompt},
                      {"memory: experts from disk", disk_s / prompt}};
-  s.prefill_tok_per_s = prompt / (std::max(ram_s, compute.seconds() + steps.seconds + pass_steps_s + routing_s) + disk_s);
+  // The expert batches stream their weights from RAM (each round its
+  // distinct experts'; a few tokens each when rounds are small) while the
+  // projections and attention compute on weights read once: each phase
+  // takes the longer of its compute and its reads, one after the other.
+  const double expert_phase_s = std::max(expert_ram_s, compute.expert_s + compute.dispatch_s + steps.seconds);
+  const double other_phase_s =
+      std::max(dense_ram_s, compute.dense_s + compute.attention_s + compute.lm_head_s + pass_steps_s + routing_s);
+  s.prefill_tok_per_s = prompt / (expert_phase_s + other_phase_s + disk_s);
   const std::string memory_text = "a " + format_fixed(prompt, 0) + "-token prompt reading dense " + format_bytes(dense) +
                                   " once and, in " + format_fixed(rounds, 0) + " rounds of " + format_fixed(round, 0) + " tokens, " +
                                   format_fixed(distinct, 1) + " distinct experts x " + format_fixed(layers, 0) + " layers each" +
@@ -571,10 +580,12 @@ void predict_prefill(const DeviceProfile& profile, const ModelFootprint& fp, con
   const std::string pass_text = pass_step ? " + the pass's " + std::to_string(pass_steps.regions) + " other parallel steps (projections, " +
                                                  "attention, norms, rope, residual adds; " + pass_step->text + ")"
                                            : std::string();
-  s.prefill_inputs = compute.timed ? "the longer of compute, " + compute.text + (steps.text.empty() ? "" : " + " + steps.text) + pass_text +
+  s.prefill_inputs = compute.timed ? "per phase (the expert batches; the rest of the pass) the longer of its compute and its "
+                                         "RAM reads, then the disk; compute: " +
+                                         compute.text + (steps.text.empty() ? "" : " + " + steps.text) + pass_text +
                                          (routing ? " + routing each token at " + format_fixed(layers, 0) + " layers x " + routing->text
                                                   : "") +
-                                         ", and RAM reads, then the disk: " + memory_text
+                                         "; reads: " + memory_text
                                    : "rough, bandwidth only (no timed prefill kernel in this profile: real prefill is slower): " +
                                          memory_text;
 }
@@ -628,7 +639,8 @@ SpeedPrediction predict_speed(const DeviceProfile& profile, const ModelFootprint
     }
   }
   const auto ram = ram_bandwidth(profile, plan.threads);
-  rates.disk = disk_reads(profile, fp.expert().record_stride, plan.io_threads);
+  rates.disk = disk_reads(profile, fp.expert().record_stride, plan.io_threads,
+                         history_fits(fp, history) ? &history->read_rounds() : nullptr);
   // A plan that streams needs the disk figure; one that holds every expert does not.
   if (!ram) {
     s.unavailable = kNoMeasuredBandwidth;
