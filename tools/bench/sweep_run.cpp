@@ -62,6 +62,9 @@ Result<experts::UsageHistory> record_usage(const std::filesystem::path& model_pa
   options.pins.clear();
   auto model = runtime::MoeModel::load(model_path, options);
   if (!model) return model.error();
+  // The warm-up prompt too, as every run of the grid makes it: the trace
+  // then holds the timed prompt after it, as the runs meet it.
+  if (auto warm = time_prefill(*model, workload.tokens.warmup); !warm) return warm.error();
   if (auto pass = measure_pass(*model, workload.tests, workload.tokens); !pass) return pass.error();
   return runtime::usage_history_of(*model);
 }

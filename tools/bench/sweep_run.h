@@ -39,7 +39,7 @@ struct RunOutput {
 Result<RunOutput> run_config(const std::filesystem::path& model, const runtime::ModelOptions& options,
                              const Workload& workload);
 
-// One untimed pass of the workload at options' cache capacity, as a usage
+// One untimed pass of the workload (its warm-up prompt first, as run_config) at options' cache capacity, as a usage
 // history (what `coli run` would have recorded for these prompts; a
 // capacity that streams records its read rounds too).
 Result<experts::UsageHistory> record_usage(const std::filesystem::path& model, runtime::ModelOptions options,
