@@ -112,6 +112,8 @@ def usage_history(layers, experts, top_k, version=1):
         body += "trace_passes 2 2 1\n"
         for layer in range(layers):
             body += "trace %d %s\n" % (layer, " ".join(str((layer + i) % experts) for i in range(3 * top_k)))
+    if version >= 5:  # read rounds: 3 of one read, one of three
+        body += "read_rounds 8192 4 3 3 0.006 0 0 1 0.0045\n"
     digest = 0xCBF29CE484222325
     for byte in body.encode():
         digest = ((digest ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
@@ -161,6 +163,7 @@ def main():
     put("gguf_fuzz", "qwen2.gguf", gguf("qwen2"))
     put("usage_history_fuzz", "3x4.coli_usage", usage_history(3, 4, 2))
     put("usage_history_fuzz", "3x4-v4.coli_usage", usage_history(3, 4, 2, 4))
+    put("usage_history_fuzz", "3x4-v5.coli_usage", usage_history(3, 4, 2, 5))
 
 
 if __name__ == "__main__":
