@@ -333,11 +333,12 @@ struct Work {
   std::vector<double> round_medians;
 };
 
+// Each point over its undisturbed rounds (undisturbed_rounds).
 Result<std::vector<KernelThroughputPoint>> points_of(const std::vector<Work>& work) {
   std::vector<KernelThroughputPoint> points;
   for (const Work& w : work) {
     if (w.round_medians.empty()) continue;
-    auto point = w.runner.point(w.round_medians);
+    auto point = w.runner.point(undisturbed_rounds(w.round_medians));
     if (!point) return point.error();
     points.push_back(std::move(*point));
   }
@@ -502,6 +503,11 @@ Result<KernelTuning> measure_kernel_tuning(const CpuFacts& facts, const MemoryFa
     }
     rounds = round + 1;
     if (rounds < kMinTuningRounds) continue;
+    // A point with fewer undisturbed rounds than that has no spread to judge by yet.
+    const bool disturbed = std::any_of(work.begin(), work.end(), [](const Work& w) {
+      return !w.round_medians.empty() && undisturbed_rounds(w.round_medians).size() < static_cast<std::size_t>(kMinTuningRounds);
+    });
+    if (disturbed && rounds < kMaxTuningRounds) continue;
     auto points = points_of(work);
     if (!points) return points.error();
     const SeparationResult separation = separate_sets(decode_scores(*points), rounds, kMaxTuningRounds);
@@ -513,6 +519,12 @@ Result<KernelTuning> measure_kernel_tuning(const CpuFacts& facts, const MemoryFa
     break;
   }
   if (left() < 0) add_note(tuning, "the last round overran the budget by " + std::to_string(-left()) + " s");
+  for (const Work& w : work) {
+    const std::size_t dropped = w.round_medians.size() - undisturbed_rounds(w.round_medians).size();
+    if (dropped > 0)
+      add_note(tuning, w.runner.spec().name + " on " + sets[w.set].name + ": " + std::to_string(dropped) + " of " +
+                           std::to_string(w.round_medians.size()) + " rounds below half its best, left out as disturbed");
+  }
   auto points = points_of(work);
   if (!points) return points.error();
   tuning.points = std::move(*points);

@@ -129,6 +129,15 @@ std::vector<ThreadCandidate> tuning_candidates(const CpuFacts& cpu) {
   return out;
 }
 
+std::vector<double> undisturbed_rounds(const std::vector<double>& round_figures) {
+  const double best = round_figures.empty() ? 0.0 : *std::max_element(round_figures.begin(), round_figures.end());
+  std::vector<double> kept;
+  for (const double figure : round_figures) {
+    if (figure >= kDisturbedRoundShare * best) kept.push_back(figure);
+  }
+  return kept;
+}
+
 int choose_set(const std::vector<SetScore>& scores, double tolerance) {
   double best = 0;
   for (const SetScore& score : scores) best = std::max(best, score.score);

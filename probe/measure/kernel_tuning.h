@@ -57,6 +57,15 @@ int choose_set(const std::vector<SetScore>& scores, double tolerance = kTuningTo
 // fewer than `max_rounds` were run, then `cannot_separate` naming the sets
 // that overlap, and the caller falls back to the tier rule and says so.
 inline constexpr int kMinTuningRounds = 3;  // a spread from fewer says nothing
+// A round is disturbed when its figure falls below this share of the
+// point's best round: each round already is the median of its slice's calls,
+// so a whole round that slow was another process holding a core the team
+// spins on, not the kernel (the H200 machine's 16-core expert decode once
+// gave rounds of 2.2, 2.7 and 90.8 GB/s, and the median of 2.7 chose 8
+// threads and predicted a tenth of the measured decode).
+inline constexpr double kDisturbedRoundShare = 0.5;
+// The round figures without the disturbed ones, in their order.
+std::vector<double> undisturbed_rounds(const std::vector<double>& round_figures);
 inline constexpr int kMaxTuningRounds = 6;
 enum class Separation { chosen, more_rounds, cannot_separate };
 struct SeparationResult {
