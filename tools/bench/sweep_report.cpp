@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "coli/base/text.h"
+#include "coli/experts/read_rounds.h"
 
 namespace coli::bench {
 namespace {
@@ -358,7 +359,8 @@ std::string read_time(double decode_s, double decode_reads, double prefill_s, do
 // from submission to the last landing, what the model prices as a batch
 // of m reads (a layer's misses, a prefill round's).
 std::string read_round_line(const SweepReport& r, std::size_t config) {
-  std::vector<ReadBatch> decode(65), prefill_sum(1);
+  std::vector<ReadBatch> decode(experts::ReadRounds::kLargest + 1);  // by read count
+  ReadBatch prefill_all;  // every prefill round together
   double prefill_reads = 0;
   for (const RunRecord& run : r.runs) {
     if (run.config != config) continue;
@@ -367,7 +369,7 @@ std::string read_round_line(const SweepReport& r, std::size_t config) {
       decode[m].reads = static_cast<int>(m), decode[m].rounds += b.rounds, decode[m].seconds += b.seconds;
     }
     for (const ReadBatch& b : run.prefill_read_batches) {
-      prefill_sum[0].rounds += b.rounds, prefill_sum[0].seconds += b.seconds;
+      prefill_all.rounds += b.rounds, prefill_all.seconds += b.seconds;
       prefill_reads += static_cast<double>(b.rounds) * b.reads;
     }
   }
@@ -377,10 +379,10 @@ std::string read_round_line(const SweepReport& r, std::size_t config) {
     decoding += (decoding.empty() ? "decoding: " : ", ") + std::to_string(b.reads) + (b.reads == 1 ? " read " : " reads ") +
                 std::to_string(b.rounds) + " x " + format_fixed(b.seconds / static_cast<double>(b.rounds) * 1e3, 2) + " ms";
   }
-  if (const ReadBatch& p = prefill_sum[0]; p.rounds > 0) {
-    const auto rounds = static_cast<double>(p.rounds);
+  if (prefill_all.rounds > 0) {
+    const auto rounds = static_cast<double>(prefill_all.rounds);
     prefill = "in prefill: " + format_fixed(rounds, 0) + " rounds of " + format_fixed(prefill_reads / rounds, 1) +
-              " reads, " + format_fixed(p.seconds / rounds * 1e3, 2) + " ms a round";
+              " reads, " + format_fixed(prefill_all.seconds / rounds * 1e3, 2) + " ms a round";
   }
   if (decoding.empty() && prefill.empty()) return "";
   return "    rounds that read, submission to last landing: " + decoding + (decoding.empty() || prefill.empty() ? "" : "; ") +
