@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "coli/container/container.h"  // kAlignment
+
 namespace coli::planner::measured {
 
 // The "read" kernel (decode streams weights, it does not write them) at the
@@ -241,14 +243,13 @@ constexpr std::uint64_t kMinMeasuredRounds = 3;
 
 // The engine's measured rounds as a batch curve (reads, mean seconds),
 // from 1 read up, each batch at least as long as the smaller one before it;
-// empty unless they read records of `record_stride` (within the O_DIRECT
+// empty unless they read records of `record_stride` (within the container's
 // alignment: buffered reads move the record's bytes) with `io_threads`
 // threads and give one read and one larger batch.
 std::vector<std::pair<double, double>> measured_batch_curve(const experts::ReadRounds& measured, u64 record_stride,
                                                             int io_threads) {
-  constexpr u64 kAlignment = 4096;
   if (measured.io_threads != io_threads || measured.record_bytes > record_stride ||
-      measured.record_bytes + kAlignment <= record_stride)
+      measured.record_bytes + container::kAlignment <= record_stride)
     return {};
   std::vector<std::pair<double, double>> curve;
   for (std::size_t m = 1; m < measured.rounds.size(); ++m) {
