@@ -399,7 +399,9 @@ struct PromptCompute {
   bool timed = false;  // the profile timed the engine's expert GEMM
   double expert_s = 0, dispatch_s = 0, dense_s = 0, attention_s = 0, lm_head_s = 0;
   std::string text;
-  double seconds() const { return expert_s + dispatch_s + dense_s + attention_s + lm_head_s; }
+  // The expert batches' compute, and the rest of the pass's (predict_prefill's two phases).
+  double expert_phase_s() const { return expert_s + dispatch_s; }
+  double rest_s() const { return dense_s + attention_s + lm_head_s; }
 };
 // A prompt's attention as the engine runs it: slice by slice of kPassSlice
 // tokens, each a team region over (KV head x block of
@@ -530,7 +532,7 @@ void predict_prefill(const DeviceProfile& profile, const ModelFootprint& fp, con
   const double ram_s = expert_ram_s + dense_ram_s;
   // Each round's misses of a layer, requested together; the round's resident experts compute meanwhile
   // (a distinct expert's share of the round's expert GEMMs each).
-  const double per_expert_s = (compute.expert_s + compute.dispatch_s) / (rounds * layers * distinct);
+  const double per_expert_s = compute.expert_phase_s() / (rounds * layers * distinct);
   const double distinct_miss = distinct > 0 ? reads_per_round / distinct : 0.0;
   const double disk_s = rounds * layers * expected_read_wait(
                             r, distinct, distinct_miss, [&](int m) { return std::max(0.0, distinct - m) * per_expert_s; },
@@ -560,9 +562,8 @@ void predict_prefill(const DeviceProfile& profile, const ModelFootprint& fp, con
   // distinct experts'; a few tokens each when rounds are small) while the
   // projections and attention compute on weights read once: each phase
   // takes the longer of its compute and its reads, one after the other.
-  const double expert_phase_s = std::max(expert_ram_s, compute.expert_s + compute.dispatch_s + steps.seconds);
-  const double other_phase_s =
-      std::max(dense_ram_s, compute.dense_s + compute.attention_s + compute.lm_head_s + pass_steps_s + routing_s);
+  const double expert_phase_s = std::max(expert_ram_s, compute.expert_phase_s() + steps.seconds);
+  const double other_phase_s = std::max(dense_ram_s, compute.rest_s() + pass_steps_s + routing_s);
   s.prefill_tok_per_s = prompt / (expert_phase_s + other_phase_s + disk_s);
   const std::string memory_text = "a " + format_fixed(prompt, 0) + "-token prompt reading dense " + format_bytes(dense) +
                                   " once and, in " + format_fixed(rounds, 0) + " rounds of " + format_fixed(round, 0) + " tokens, " +
