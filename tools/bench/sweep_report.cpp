@@ -4,12 +4,12 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <numeric>
 
 #include <nlohmann/json.hpp>
 
 #include "coli/base/text.h"
-#include "coli/experts/read_rounds.h"
 
 namespace coli::bench {
 namespace {
@@ -359,14 +359,14 @@ std::string read_time(double decode_s, double decode_reads, double prefill_s, do
 // from submission to the last landing, what the model prices as a batch
 // of m reads (a layer's misses, a prefill round's).
 std::string read_round_line(const SweepReport& r, std::size_t config) {
-  std::vector<ReadBatch> decode(experts::ReadRounds::kLargest + 1);  // by read count
-  ReadBatch prefill_all;  // every prefill round together
+  std::map<int, ReadBatch> decode;  // by read count, over the repeats
+  ReadBatch prefill_all;             // every prefill round together
   double prefill_reads = 0;
   for (const RunRecord& run : r.runs) {
     if (run.config != config) continue;
     for (const ReadBatch& b : run.read_batches) {
-      const auto m = std::min<std::size_t>(static_cast<std::size_t>(b.reads), decode.size() - 1);
-      decode[m].reads = static_cast<int>(m), decode[m].rounds += b.rounds, decode[m].seconds += b.seconds;
+      ReadBatch& sum = decode[b.reads];
+      sum.rounds += b.rounds, sum.seconds += b.seconds;
     }
     for (const ReadBatch& b : run.prefill_read_batches) {
       prefill_all.rounds += b.rounds, prefill_all.seconds += b.seconds;
@@ -374,9 +374,9 @@ std::string read_round_line(const SweepReport& r, std::size_t config) {
     }
   }
   std::string decoding, prefill;
-  for (const ReadBatch& b : decode) {
+  for (const auto& [reads, b] : decode) {
     if (b.rounds == 0) continue;
-    decoding += (decoding.empty() ? "decoding: " : ", ") + std::to_string(b.reads) + (b.reads == 1 ? " read " : " reads ") +
+    decoding += (decoding.empty() ? "decoding: " : ", ") + std::to_string(reads) + (reads == 1 ? " read " : " reads ") +
                 std::to_string(b.rounds) + " x " + format_fixed(b.seconds / static_cast<double>(b.rounds) * 1e3, 2) + " ms";
   }
   if (prefill_all.rounds > 0) {
