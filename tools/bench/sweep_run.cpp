@@ -67,14 +67,10 @@ Result<experts::UsageHistory> record_usage(const std::filesystem::path& model_pa
   if (auto warm = time_prefill(*model, workload.tokens.warmup); !warm) return warm.error();
   const experts::ReadRounds cold = model->stats().expert_read_rounds;
   if (auto pass = measure_pass(*model, workload.tests, workload.tokens); !pass) return pass.error();
-  auto history = runtime::usage_history_of(*model);
-  if (!history) return history.error();
   // The read rounds of the workload after the warm-up, as the grid's runs
   // meet the disk: the warm-up's are an empty cache's first reads of the
   // file (the tiny model's 8 KiB records on the H200 took 2x longer then).
-  if (Status s = history->set_read_rounds(experts::ReadRounds::between(cold, model->stats().expert_read_rounds)); !s)
-    return s.error();
-  return history;
+  return runtime::usage_history_of(*model, &cold);
 }
 
 void place_threads(runtime::ModelOptions& options, const CpuSet& pus) {

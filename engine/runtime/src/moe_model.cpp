@@ -702,14 +702,16 @@ experts::UsageHistoryKey usage_history_key(const ModelShape& shape) {
   return {shape.moe_layers, shape.experts, shape.top_k, experts::usage_model_identity(shape.config_json, shape.tensor_names)};
 }
 
-Result<experts::UsageHistory> usage_history_of(const MoeModel& model) {
+Result<experts::UsageHistory> usage_history_of(const MoeModel& model, const experts::ReadRounds* rounds_before) {
   auto history = experts::UsageHistory::create(usage_history_key(model.shape()));
   if (!history) return history.error();
   if (Status s = history->add_counts(model.routing_counts(), model.stats().tokens); !s) return s.error();
   if (Status s = history->add_reuse(model.reuse_distances()); !s) return s.error();
   if (Status s = history->add_decode_reuse(model.decode_reuse_distances()); !s) return s.error();
   if (Status s = history->add_trace(model.routing_trace()); !s) return s.error();
-  if (Status s = history->set_read_rounds(model.stats().expert_read_rounds); !s) return s.error();
+  const experts::ReadRounds& rounds = model.stats().expert_read_rounds;
+  if (Status s = history->set_read_rounds(rounds_before ? experts::ReadRounds::between(*rounds_before, rounds) : rounds); !s)
+    return s.error();
   return history;
 }
 

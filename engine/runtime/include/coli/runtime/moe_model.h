@@ -185,8 +185,10 @@ experts::UsageHistoryKey usage_history_key(const ModelShape& shape);
 
 class MoeModel;
 // What a loaded model routed since its load, as a usage history: counts,
-// reuse distances and the routing trace (merge it into the saved one).
-Result<experts::UsageHistory> usage_history_of(const MoeModel& model);
+// reuse distances, the routing trace and the read rounds (merge it into the saved one).
+// `rounds_before`: the model's read rounds at a point the history's rounds
+// should start from (a benchmark's warm-up left out); none: the whole run's.
+Result<experts::UsageHistory> usage_history_of(const MoeModel& model, const experts::ReadRounds* rounds_before = nullptr);
 
 class MoeModel {
  public:
