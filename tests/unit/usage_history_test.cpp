@@ -57,6 +57,17 @@ std::string with_checksum(const std::string& body) {
 
 std::string body_of(const std::string& file) { return file.substr(0, file.rfind("checksum ")); }
 
+// `history` as an older version writes it: the version line set to
+// `version` and every line from `first_dropped` on left out (what that
+// version lacks), with a valid checksum.
+std::string as_version(const UsageHistory& history, int version, const std::string& first_dropped) {
+  std::string body = body_of(history.serialize());
+  const std::string current = "format_version " + std::to_string(kUsageHistoryVersion);
+  body.replace(body.find(current), current.size(), "format_version " + std::to_string(version));
+  body.erase(body.find(first_dropped));
+  return with_checksum(body);
+}
+
 void expect_refused(const std::string& text, const std::string& says, const UsageHistoryKey& key = kKey) {
   auto parsed = UsageHistory::parse(text, key, "test.coli_usage");
   ASSERT_FALSE(parsed.ok()) << "accepted a bad file that should say '" << says << "'";
@@ -122,10 +133,8 @@ TEST(UsageHistory, ReuseDistancesAreLruStackDistancesPerToken) {
 
 // A version 1 file (before reuse distances) loads with none recorded.
 TEST(UsageHistory, Version1FilesLoadWithoutReuse) {
-  std::string body = body_of(sample_history().serialize());
-  body.replace(body.find("format_version 5"), 16, "format_version 1");
-  body.erase(body.find("reuse 0"));  // the reuse, decode_reuse and trace lines
-  auto loaded = UsageHistory::parse(with_checksum(body), kKey);
+  // Without the reuse, decode_reuse, trace and read_rounds lines.
+  auto loaded = UsageHistory::parse(as_version(sample_history(), 1, "reuse 0"), kKey);
   ASSERT_TRUE(loaded.ok()) << loaded.error().message;
   EXPECT_EQ(loaded->count(0, 1), 2.0);
   for (int layer = 0; layer < kKey.n_layers; ++layer)
@@ -146,10 +155,7 @@ TEST(UsageHistory, DecodeReuseRoundTripsAndVersion2FilesLoadWithout) {
   auto loaded = UsageHistory::parse(history.serialize(), kKey);
   ASSERT_TRUE(loaded.ok()) << loaded.error().message;
   EXPECT_EQ(loaded->layer_decode_reuse(0)[0], 1.0);
-  std::string body = body_of(history.serialize());
-  body.replace(body.find("format_version 5"), 16, "format_version 2");
-  body.erase(body.find("decode_reuse 0"));
-  auto version2 = UsageHistory::parse(with_checksum(body), kKey);
+  auto version2 = UsageHistory::parse(as_version(history, 2, "decode_reuse 0"), kKey);
   ASSERT_TRUE(version2.ok()) << version2.error().message;
   for (const double d : version2->layer_decode_reuse(0)) EXPECT_EQ(d, 0.0);
   const auto before = loaded->layer_reuse(0), after = version2->layer_reuse(0);
@@ -184,10 +190,7 @@ TEST(UsageHistory, TraceRoundTripsAndVersion3FilesLoadWithout) {
             (std::vector<int>{2, 1}));
   const auto layer2 = loaded->trace().layer(2);
   EXPECT_EQ(std::vector<int>(layer2.begin(), layer2.end()), (std::vector<int>{1, 4, 1, 5, 0, 2}));
-  std::string body = body_of(history.serialize());
-  body.replace(body.find("format_version 5"), 16, "format_version 3");
-  body.erase(body.find("trace_passes"));
-  auto version3 = UsageHistory::parse(with_checksum(body), kKey);
+  auto version3 = UsageHistory::parse(as_version(history, 3, "trace_passes"), kKey);
   ASSERT_TRUE(version3.ok()) << version3.error().message;
   EXPECT_TRUE(version3->trace().empty());
   EXPECT_EQ(version3->count(0, 1), 2.0);
@@ -319,10 +322,7 @@ TEST(UsageHistory, ReadRoundsRoundTripAndTheNewerRunsReplaceTheOlder) {
   EXPECT_EQ(r.rounds[2], 0u);
   EXPECT_EQ(r.rounds[3], 1u);
   EXPECT_NE(history.serialize().find("\nread_rounds 8192 4 3 3 0.006 0 0 1 0.0045\n"), std::string::npos);
-  std::string body = body_of(history.serialize());
-  body.replace(body.find("format_version 5"), 16, "format_version 4");
-  body.erase(body.find("read_rounds"));
-  auto version4 = UsageHistory::parse(with_checksum(body), kKey);
+  auto version4 = UsageHistory::parse(as_version(history, 4, "read_rounds"), kKey);
   ASSERT_TRUE(version4.ok()) << version4.error().message;
   EXPECT_TRUE(version4->read_rounds().empty());
 
