@@ -14,6 +14,12 @@
 namespace coli::backend {
 namespace {
 
+// Resizes `v` to at least `n` elements, never down (kept for the next call).
+template <class T>
+void grow_to(std::vector<T>& v, std::size_t n) {
+  if (v.size() < n) v.resize(n);
+}
+
 namespace cpu = kernels::cpu;
 
 const std::byte* record_of(const ExpertBatch& batch, int slot) {
@@ -279,13 +285,17 @@ void CpuBackend::ffn_quantized(const ExpertBatch& batch) {
   const bool one_row = std::all_of(groups.begin(), groups.end(), [](const ExpertGroup& g) { return g.count == 1; }) &&
                        std::all_of(batch.rows.begin(), batch.rows.end(),
                                    [&](const ExpertRow& row) { return row.input_row == batch.rows.front().input_row; });
-  inputs_.resize(groups.size());
-  hidden_.resize(groups.size());
-  gate_.resize(total * width);
-  up_.resize(total * width);
+  // The buffers only grow: a decode token's call between two prompts'
+  // would otherwise free the quantised inputs of all but top_k experts and
+  // shrink the rows, and the next prompt's first layer allocate and zero
+  // them again (a 64-wide model's prompt ran 1.5x slower per routed row).
+  grow_to(inputs_, groups.size());
+  grow_to(hidden_, groups.size());
+  grow_to(gate_, total * width);
+  grow_to(up_, total * width);
   if (!one_row) {
-    gathered_.resize(total * in_width);
-    down_.resize(total * out_width);
+    grow_to(gathered_, total * in_width);
+    grow_to(down_, total * out_width);
   }
   auto rows_of = [](std::vector<float>& buffer, const ExpertGroup& g, std::size_t row_width) {
     return std::span(buffer).subspan(g.first * row_width, g.count * row_width);
