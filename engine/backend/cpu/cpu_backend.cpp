@@ -14,10 +14,11 @@
 namespace coli::backend {
 namespace {
 
-// Resizes `v` to at least `n` elements, never down (kept for the next call).
-template <class T>
-void grow_to(std::vector<T>& v, std::size_t n) {
-  if (v.size() < n) v.resize(n);
+// Resizes `v` to at least `n` elements (new ones `fill`, when given), never
+// down: what a larger call grew is kept for the next one.
+template <class T, class... Fill>
+void grow_to(std::vector<T>& v, std::size_t n, const Fill&... fill) {
+  if (v.size() < n) v.resize(n, fill...);
 }
 
 namespace cpu = kernels::cpu;
@@ -285,7 +286,7 @@ void CpuBackend::ffn_quantized(const ExpertBatch& batch) {
   const bool one_row = std::all_of(groups.begin(), groups.end(), [](const ExpertGroup& g) { return g.count == 1; }) &&
                        std::all_of(batch.rows.begin(), batch.rows.end(),
                                    [&](const ExpertRow& row) { return row.input_row == batch.rows.front().input_row; });
-  // The buffers only grow: a decode token's call between two prompts'
+  // The buffers only grow: a decode token's call between two prompts
   // would otherwise free the quantised inputs of all but top_k experts and
   // shrink the rows, and the next prompt's first layer allocate and zero
   // them again (a 64-wide model's prompt ran 1.5x slower per routed row).
@@ -366,7 +367,7 @@ const std::vector<ExpertGrouping::Group>& ExpertGrouping::group(std::span<const 
                                   std::to_string(slot_count) + " slots");
     }
   }
-  if (group_of_slot_.size() < slot_count) group_of_slot_.resize(slot_count, -1);
+  grow_to(group_of_slot_, slot_count, -1);
   groups_.clear();
   group_of_row_.resize(rows.size());
   for (std::size_t i = 0; i < rows.size(); ++i) {
