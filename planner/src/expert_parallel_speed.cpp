@@ -190,7 +190,9 @@ SpeedPrediction predict_expert_parallel(const DeviceProfile& profile, const Mode
     r.expert_kernel = decode_kernel_rate(profile, expert_decode_kernels(fp.expert_format), Team{plan.threads, plan.compute_pus});
   }
   r.disk = disk_reads(profile, fp.expert().record_stride, plan.io_threads,
-                      history && history->key().n_experts == fp.n_experts ? &history->read_rounds() : nullptr);
+                      history && history->key().n_experts == fp.n_experts ? history->read_round_sets()
+                                                                          : std::span<const experts::ReadRounds>(),
+                      plan.threads);
   if (r.miss > 0 && !r.disk) {
     s.unavailable = missing_disk_bandwidth(profile);
     return s;

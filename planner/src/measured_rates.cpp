@@ -263,7 +263,10 @@ std::vector<std::pair<double, double>> measured_batch_curve(const experts::ReadR
 
 std::string measured_curve_text(const experts::ReadRounds& measured, const std::vector<std::pair<double, double>>& curve,
                                 double probed_one_read_s) {
-  std::string text = "; the engine's own read rounds on this model's file (usage history, submission to last landing):";
+  std::string text = "; the engine's own read rounds on this model's file (usage history, beside " +
+                     (measured.compute_threads > 0 ? std::to_string(measured.compute_threads) + " compute threads"
+                                                   : std::string("a compute team it did not record")) +
+                     "; submission to last landing):";
   for (const auto& [reads, seconds] : curve) {
     text += " " + format_fixed(reads, 0) + (reads == 1 ? " read " : " reads ") + format_fixed(seconds * 1e3, 2) + " ms (" +
             std::to_string(measured.rounds[static_cast<std::size_t>(reads)]) + " rounds)" +
@@ -272,10 +275,45 @@ std::string measured_curve_text(const experts::ReadRounds& measured, const std::
   return text + ", where the probe's test file gave " + format_fixed(probed_one_read_s * 1e3, 2) + " ms a read";
 }
 
+// The history's rounds that price a plan: of its record stride and I/O pool
+// beside its compute team, else beside a team not recorded (a version-5
+// history). Rounds beside another team do not: where compute and I/O
+// threads share cores a round's time depends on the team (a 2-core VM's
+// took 0.14 ms beside 2 compute threads, 0.06 beside one).
+struct ChosenRounds {
+  const experts::ReadRounds* rounds = nullptr;
+  std::vector<std::pair<double, double>> curve;
+  std::vector<int> other_teams;  // teams whose rounds would have fit but for the team
+};
+ChosenRounds choose_measured_rounds(std::span<const experts::ReadRounds> measured, u64 record_stride, int io_threads,
+                                    int compute_threads) {
+  ChosenRounds chosen;
+  for (const int wanted : {compute_threads, 0}) {
+    for (const experts::ReadRounds& rounds : measured) {
+      if (rounds.compute_threads != wanted) continue;
+      auto curve = measured_batch_curve(rounds, record_stride, io_threads);
+      if (curve.empty()) continue;
+      chosen.rounds = &rounds, chosen.curve = std::move(curve);
+      return chosen;
+    }
+  }
+  for (const experts::ReadRounds& rounds : measured) {
+    if (!measured_batch_curve(rounds, record_stride, io_threads).empty()) chosen.other_teams.push_back(rounds.compute_threads);
+  }
+  return chosen;
+}
+
+std::string other_teams_text(const std::vector<int>& teams, int compute_threads) {
+  std::string list;
+  for (const int team : teams) list += (list.empty() ? "" : ", ") + std::to_string(team);
+  return "; the usage history's read rounds ran beside " + list + " compute threads, not the plan's " +
+         std::to_string(compute_threads) + " (rounds depend on the team where they share cores): not used";
+}
+
 }  // namespace
 
 std::optional<DiskReads> disk_reads(const DeviceProfile& profile, u64 record_stride, int io_threads,
-                                    const experts::ReadRounds* measured) {
+                                    std::span<const experts::ReadRounds> measured, int compute_threads) {
   if (!profile.measurements.disk) return std::nullopt;
   const DiskBandwidth& disk = *profile.measurements.disk;
   auto reads = bare_disk_reads(disk, record_stride);
@@ -297,13 +335,14 @@ std::optional<DiskReads> disk_reads(const DeviceProfile& profile, u64 record_str
     reads->text += "; the probe timed the engine's I/O pool at " + std::to_string(disk.engine_io_threads) +
                    " threads, not the plan's " + std::to_string(io_threads) + ": bare reads";
   }
-  // The engine's own rounds, where a run measured them, over the probe's test file.
-  std::vector<std::pair<double, double>> curve;
-  if (measured) curve = measured_batch_curve(*measured, record_stride, io_threads);
-  if (!curve.empty()) {
-    reads->text += measured_curve_text(*measured, curve, reads->one_read_s);
-    reads->batch_seconds = std::move(curve);
+  // The engine's own rounds, where a run measured them beside this team, over the probe's test file.
+  ChosenRounds chosen = choose_measured_rounds(measured, record_stride, io_threads, compute_threads);
+  if (chosen.rounds) {
+    reads->text += measured_curve_text(*chosen.rounds, chosen.curve, reads->one_read_s);
+    reads->batch_seconds = std::move(chosen.curve);
     reads->one_read_s = reads->batch_seconds.front().second;
+  } else if (!chosen.other_teams.empty()) {
+    reads->text += other_teams_text(chosen.other_teams, compute_threads);
   }
   return reads;
 }

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -113,13 +114,14 @@ struct DiskReads {
 };
 // `io_threads`: the plan's; the engine_pool points count only when the
 // probe's pool had as many threads. `measured`: the engine's own read rounds
-// on this model's file (a usage history's), which replace the probe's batch
-// curve where they read records of this stride with as many I/O threads
-// (the disk as the engine meets it: the H200 machine's virtual disk read
-// the model's records in 1.9-2.3 ms a round of one where the probe's test
-// file took 2.75).
+// on this model's file (a usage history's sets), which replace the probe's
+// batch curve where they read records of this stride with as many I/O
+// threads beside `compute_threads` compute threads (or a team not recorded):
+// the disk as the engine meets it (the H200 machine's virtual disk read the
+// model's records in 1.9-2.3 ms a round of one where the probe's test file
+// took 2.75).
 std::optional<DiskReads> disk_reads(const DeviceProfile& profile, u64 record_stride, int io_threads,
-                                    const experts::ReadRounds* measured = nullptr);
+                                    std::span<const experts::ReadRounds> measured = {}, int compute_threads = 0);
 std::string missing_disk_bandwidth(const DeviceProfile& profile);  // why there is none, and what to run
 std::optional<Bandwidth> vram_bandwidth(const DeviceProfile& profile, const ModelFootprint& fp, const GpuTier& tier);
 std::optional<Bandwidth> upload_bandwidth(const DeviceProfile& profile, const GpuTier& tier, double bytes);

@@ -641,7 +641,8 @@ SpeedPrediction predict_speed(const DeviceProfile& profile, const ModelFootprint
   }
   const auto ram = ram_bandwidth(profile, plan.threads);
   rates.disk = disk_reads(profile, fp.expert().record_stride, plan.io_threads,
-                         history_fits(fp, history) ? &history->read_rounds() : nullptr);
+                         history_fits(fp, history) ? history->read_round_sets() : std::span<const experts::ReadRounds>(),
+                         plan.threads);
   // A plan that streams needs the disk figure; one that holds every expert does not.
   if (!ram) {
     s.unavailable = kNoMeasuredBandwidth;

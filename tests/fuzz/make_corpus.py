@@ -112,8 +112,10 @@ def usage_history(layers, experts, top_k, version=1):
         body += "trace_passes 2 2 1\n"
         for layer in range(layers):
             body += "trace %d %s\n" % (layer, " ".join(str((layer + i) % experts) for i in range(3 * top_k)))
-    if version >= 5:  # read rounds: 3 of one read, one of three
+    if version == 5:  # read rounds: 3 of one read, one of three
         body += "read_rounds 8192 4 3 3 0.006 0 0 1 0.0045\n"
+    if version >= 6:  # the same beside 2 compute threads, and one read beside 1
+        body += "read_rounds 2 8192 4 3 3 0.006 0 0 1 0.0045\nread_rounds 1 8192 4 1 3 0.0018\n"
     digest = 0xCBF29CE484222325
     for byte in body.encode():
         digest = ((digest ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
@@ -164,6 +166,7 @@ def main():
     put("usage_history_fuzz", "3x4.coli_usage", usage_history(3, 4, 2))
     put("usage_history_fuzz", "3x4-v4.coli_usage", usage_history(3, 4, 2, 4))
     put("usage_history_fuzz", "3x4-v5.coli_usage", usage_history(3, 4, 2, 5))
+    put("usage_history_fuzz", "3x4-v6.coli_usage", usage_history(3, 4, 2, 6))
 
 
 if __name__ == "__main__":

@@ -1065,7 +1065,9 @@ TEST(PlanSpeed, MissesWaitForTheEnginePoolsMeasuredBatches) {
 // read the model's records in 1.9-2.3 ms a round of one where its test file
 // took 2.75. Rounds of a size seen fewer than 3 times do not count, a
 // larger batch never costs less than a smaller one, and rounds of another
-// record size or pool, or of one size alone, leave the probe's figures.
+// record size, pool or compute team, or of one size alone, leave the
+// probe's figures (rounds whose team was not recorded, a version-5
+// history's, still count).
 TEST(PlanSpeed, TheEnginesMeasuredReadRoundsPriceTheDiskWhereTheyFit) {
   auto fp = read_footprint(std::filesystem::path(COLI_FIXTURES_DIR) / "models" / "tiny-demo", WeightFormat::q4_g64,
                            DenseFormat::source);
@@ -1091,9 +1093,10 @@ TEST(PlanSpeed, TheEnginesMeasuredReadRoundsPriceTheDiskWhereTheyFit) {
   auto plan = make_plan(profile, *fp, request);
   ASSERT_TRUE(plan.ok()) << plan.error().message;
   const double stride = static_cast<double>(fp->expert().record_stride);
-  auto with_rounds = [&](std::uint64_t bytes, int threads, std::vector<std::pair<int, double>> rounds) {
+  const int team = plan->threads;
+  auto with_rounds = [&](std::uint64_t bytes, int threads, std::vector<std::pair<int, double>> rounds, int compute = -1) {
     experts::ReadRounds r;
-    r.record_bytes = bytes, r.io_threads = threads;
+    r.record_bytes = bytes, r.io_threads = threads, r.compute_threads = compute < 0 ? team : compute;
     for (const auto& [m, seconds] : rounds) r.add(static_cast<std::size_t>(m), seconds);
     experts::UsageHistory h = *history;
     EXPECT_TRUE(h.set_read_rounds(r).ok());
@@ -1109,11 +1112,14 @@ TEST(PlanSpeed, TheEnginesMeasuredReadRoundsPriceTheDiskWhereTheyFit) {
                                                      {2, 0.8e-3}, {2, 0.8e-3}, {3, 5e-3},   {3, 5e-3}};
   const SpeedPrediction own = with_rounds(static_cast<std::uint64_t>(stride), 4, measured);
   EXPECT_NEAR(disk_term(own), layers * (0.5 * 0.5e-3 + 0.25 * 0.8e-3), 1e-9);
-  EXPECT_NE(own.decode_inputs.find("the engine's own read rounds on this model's file (usage history, submission to last "
-                                   "landing): 1 read 0.50 ms (3 rounds), 2 reads 0.80 ms (3 rounds), where the probe's "
-                                   "test file gave"),
+  EXPECT_NE(own.decode_inputs.find("the engine's own read rounds on this model's file (usage history, beside " +
+                                   std::to_string(team) + " compute threads; submission to last landing): 1 read 0.50 ms "
+                                   "(3 rounds), 2 reads 0.80 ms (3 rounds), where the probe's test file gave"),
             std::string::npos)
       << own.decode_inputs;
+  const SpeedPrediction unrecorded_team = with_rounds(static_cast<std::uint64_t>(stride), 4, measured, 0);
+  EXPECT_NEAR(disk_term(unrecorded_team), disk_term(own), 1e-12) << "a version-5 history's rounds, team not recorded";
+  EXPECT_NE(unrecorded_team.decode_inputs.find("beside a compute team it did not record"), std::string::npos);
   EXPECT_NEAR(own.disk_read_seconds, 100e-6 + stride / 2e9, 1e-12) << "beside the runs' reads: the probe's bare read";
   // A batch of two measured faster than one read costs one read.
   const SpeedPrediction flat = with_rounds(static_cast<std::uint64_t>(stride), 4,
@@ -1122,6 +1128,12 @@ TEST(PlanSpeed, TheEnginesMeasuredReadRoundsPriceTheDiskWhereTheyFit) {
   const double probed = layers * (0.5 * probe_s(1) + 0.25 * probe_s(2));
   EXPECT_NEAR(disk_term(with_rounds(static_cast<std::uint64_t>(stride) * 2, 4, measured)), probed, 1e-9) << "another record size";
   EXPECT_NEAR(disk_term(with_rounds(static_cast<std::uint64_t>(stride), 2, measured)), probed, 1e-9) << "another pool";
+  const SpeedPrediction other_team = with_rounds(static_cast<std::uint64_t>(stride), 4, measured, team + 1);
+  EXPECT_NEAR(disk_term(other_team), probed, 1e-9) << "rounds beside another compute team";
+  EXPECT_NE(other_team.decode_inputs.find("the usage history's read rounds ran beside " + std::to_string(team + 1) +
+                                          " compute threads, not the plan's " + std::to_string(team)),
+            std::string::npos)
+      << other_team.decode_inputs;
   EXPECT_NEAR(disk_term(with_rounds(static_cast<std::uint64_t>(stride), 4, {{1, 1e-3}, {1, 1e-3}, {1, 1e-3}, {2, 1e-3}})),
               probed, 1e-9)
       << "one read count seen 3 times";

@@ -40,7 +40,7 @@ UsageHistory sample_history() {
   EXPECT_TRUE(history->add_trace(*trace).ok());
   // The run's read rounds: three of one read (6 ms in all), one of three.
   ReadRounds rounds;
-  rounds.record_bytes = 8192, rounds.io_threads = 4;
+  rounds.record_bytes = 8192, rounds.io_threads = 4, rounds.compute_threads = 2;
   rounds.add(1, 0.001), rounds.add(1, 0.002), rounds.add(1, 0.003), rounds.add(3, 0.0045);
   EXPECT_TRUE(history->set_read_rounds(rounds).ok());
   return std::move(history).value();
@@ -267,8 +267,9 @@ TEST(UsageHistory, ForeignVersionAndOtherModelFilesAreReported) {
   expect_refused("", "empty");
   expect_refused("{\"not\": \"a history\"}\n", "not a coli usage history");
   std::string future = file;
-  future.replace(future.find("format_version 5"), 16, "format_version 6");
-  expect_refused(future, "format version 6");
+  const std::string current = "format_version " + std::to_string(kUsageHistoryVersion);
+  future.replace(future.find(current), current.size(), "format_version " + std::to_string(kUsageHistoryVersion + 1));
+  expect_refused(future, "format version " + std::to_string(kUsageHistoryVersion + 1));
   expect_refused(file, "another model", {3, 6, 2, "fnv1a64:0000000000000001"});
   expect_refused(file, "n_experts 6, this model has 8", {3, 8, 2, kKey.model_identity});
   expect_refused(file, "n_layers 3, this model has 4", {4, 6, 2, kKey.model_identity});
@@ -288,7 +289,13 @@ TEST(UsageHistory, ContentErrorsBehindAValidChecksumAreReported) {
   expect_refused(edit("layer 1 0 0", "layer 1 0"), "layer line 1 is malformed");
   expect_refused(edit("layer 1 ", "layer 2 "), "layer line 1 is malformed");
   expect_refused(edit("total_tokens 3", "total_tokens lots"), "malformed header");
-  expect_refused(edit("layer 2", "layer 3 0 0 0 0 0 0\nlayer 2"), "expected 14 layer, reuse and trace lines, found 15");
+  expect_refused(edit("layer 2", "layer 3 0 0 0 0 0 0\nlayer 2"), "layer line 2 is malformed");
+  const std::string seventeen_sets = [&] {
+    std::string lines;
+    for (int team = 1; team <= 17; ++team) lines += "read_rounds " + std::to_string(team) + " 8192 4 0\n";
+    return lines;
+  }();
+  expect_refused(edit("read_rounds 2 8192", seventeen_sets + "read_rounds 2 8192"), "expected 13 to 29 layer, reuse, trace and read_rounds lines, found 31");
   expect_refused(edit("reuse 1 0 0", "reuse 1 nan 0"), "reuse line 1: count 0");
   expect_refused(edit("reuse 1 0 0", "reuse 1 0"), "reuse line 1 is malformed");
   expect_refused(edit("decode_reuse 1 0 0", "decode_reuse 1 0"), "decode_reuse line 1 is malformed");
@@ -298,51 +305,101 @@ TEST(UsageHistory, ContentErrorsBehindAValidChecksumAreReported) {
   expect_refused(edit("trace_passes 2 2 1", "trace_passes 3 2 1"), "must count the passes");
   expect_refused(edit("trace_passes 2 2 1", "trace_passes 2 2 0"), "a pass of 0 tokens");
   expect_refused(edit("trace_passes 2 2 1", "trace_passes 2 2 9999"), "trace_passes line: value 2");
-  expect_refused(edit("read_rounds 8192 4 3", "read_rounds 8192 4 4"), "read_rounds line is malformed");
-  expect_refused(edit("read_rounds 8192 4 3", "read_rounds 8192 4 65"), "read_rounds line is malformed");
-  expect_refused(edit("read_rounds 8192", "read_rounds -1"), "read_rounds line is malformed");
-  expect_refused(edit("read_rounds 8192", "read_rounds 0"), "rounds without a record size");
-  expect_refused(edit("read_rounds 8192 4 3 3", "read_rounds 8192 4 3 x"), "rounds of 1 reads need");
-  expect_refused(edit("read_rounds 8192 4 3 3 0.006", "read_rounds 8192 4 3 3 -0.006"), "rounds of 1 reads need");
+  expect_refused(edit("read_rounds 2 8192 4 3", "read_rounds 2 8192 4 4"), "read_rounds line is malformed");
+  expect_refused(edit("read_rounds 2 8192 4 3", "read_rounds 2 8192 4 65"), "read_rounds line is malformed");
+  expect_refused(edit("read_rounds 2 8192", "read_rounds 2 -1"), "read_rounds line is malformed");
+  expect_refused(edit("read_rounds 2 8192", "read_rounds -2 8192"), "read_rounds line is malformed");
+  expect_refused(edit("read_rounds 2 8192", "read_rounds 8192"), "read_rounds line is malformed");
+  expect_refused(edit("read_rounds 2 8192", "read_rounds 2 0"), "rounds without a record size");
+  expect_refused(edit("read_rounds 2 8192 4 3 3", "read_rounds 2 8192 4 3 x"), "rounds of 1 reads need");
+  expect_refused(edit("read_rounds 2 8192 4 3 3 0.006", "read_rounds 2 8192 4 3 3 -0.006"), "rounds of 1 reads need");
 }
 
-// Version 5 adds the latest run's read rounds (record size, I/O threads,
-// rounds and seconds by read count); version 4 files (without them) still
-// load, with none. A merge takes the newer run's rounds where it read any,
-// and a run that read nothing leaves the ones recorded before.
+// Version 5 added the latest run's read rounds (record size, I/O threads,
+// rounds and seconds by read count), version 6 one set per compute team;
+// version 4 files (without them) still load, with none, and version 5's one
+// set loads with its team unrecorded (0). A merge takes the newer run's
+// rounds where it read any, and a run that read nothing leaves the ones
+// recorded before.
 TEST(UsageHistory, ReadRoundsRoundTripAndTheNewerRunsReplaceTheOlder) {
   const UsageHistory history = sample_history();
   auto loaded = UsageHistory::parse(history.serialize(), kKey);
   ASSERT_TRUE(loaded.ok()) << loaded.error().message;
-  const ReadRounds& r = loaded->read_rounds();
+  ASSERT_EQ(loaded->read_round_sets().size(), 1u);
+  const ReadRounds& r = loaded->read_round_sets()[0];
+  EXPECT_EQ(r.compute_threads, 2);
   EXPECT_EQ(r.record_bytes, 8192u);
   EXPECT_EQ(r.io_threads, 4);
   EXPECT_EQ(r.rounds[1], 3u);
   EXPECT_DOUBLE_EQ(r.seconds[1], 0.006);
   EXPECT_EQ(r.rounds[2], 0u);
   EXPECT_EQ(r.rounds[3], 1u);
-  EXPECT_NE(history.serialize().find("\nread_rounds 8192 4 3 3 0.006 0 0 1 0.0045\n"), std::string::npos);
+  EXPECT_NE(history.serialize().find("\nread_rounds 2 8192 4 3 3 0.006 0 0 1 0.0045\n"), std::string::npos);
   auto version4 = UsageHistory::parse(as_version(history, 4, "read_rounds"), kKey);
   ASSERT_TRUE(version4.ok()) << version4.error().message;
-  EXPECT_TRUE(version4->read_rounds().empty());
+  EXPECT_TRUE(version4->read_round_sets().empty());
+  const std::string version5 = body_of(as_version(history, 5, "read_rounds")) + "read_rounds 8192 4 3 3 0.006 0 0 1 0.0045\n";
+  auto loaded5 = UsageHistory::parse(with_checksum(version5), kKey);
+  ASSERT_TRUE(loaded5.ok()) << loaded5.error().message;
+  ASSERT_EQ(loaded5->read_round_sets().size(), 1u);
+  EXPECT_EQ(loaded5->read_round_sets()[0].compute_threads, 0) << "version 5 did not record the team";
+  EXPECT_EQ(loaded5->read_round_sets()[0].rounds[3], 1u);
 
   UsageHistory older = sample_history();
   auto newer = UsageHistory::create(kKey);
   ASSERT_TRUE(older.merge(*newer, 0.5).ok());
-  EXPECT_EQ(older.read_rounds().rounds[1], 3u) << "a run that read nothing keeps the rounds before it";
+  EXPECT_EQ(older.read_round_sets()[0].rounds[1], 3u) << "a run that read nothing keeps the rounds before it";
   ReadRounds later;
-  later.record_bytes = 8192, later.io_threads = 4;
+  later.record_bytes = 8192, later.io_threads = 4, later.compute_threads = 2;
   later.add(2, 0.004);
   ASSERT_TRUE(newer->set_read_rounds(later).ok());
   ASSERT_TRUE(older.merge(*newer, 0.5).ok());
-  EXPECT_EQ(older.read_rounds().rounds[1], 0u);
-  EXPECT_EQ(older.read_rounds().rounds[2], 1u);
+  ASSERT_EQ(older.read_round_sets().size(), 1u);
+  EXPECT_EQ(older.read_round_sets()[0].rounds[1], 0u);
+  EXPECT_EQ(older.read_round_sets()[0].rounds[2], 1u);
   ReadRounds unsized = later;
   unsized.record_bytes = 0;
   EXPECT_FALSE(newer->set_read_rounds(unsized).ok());
   ReadRounds negative = later;
   negative.seconds[2] = -1;
   EXPECT_FALSE(newer->set_read_rounds(negative).ok());
+}
+
+// Each compute team (and pool and record size) keeps its own rounds: a run
+// beside one team leaves another's, the same team's replaces them, and
+// beyond kMaxReadRoundSets the oldest setting goes.
+TEST(UsageHistory, ReadRoundsAreKeptPerComputeTeam) {
+  UsageHistory history = sample_history();  // team 2
+  auto rounds_of = [](int team, double seconds) {
+    ReadRounds r;
+    r.record_bytes = 8192, r.io_threads = 4, r.compute_threads = team;
+    r.add(1, seconds);
+    return r;
+  };
+  auto newer = UsageHistory::create(kKey);
+  ASSERT_TRUE(newer->set_read_rounds(rounds_of(1, 0.0006)).ok());
+  ASSERT_TRUE(history.merge(*newer, 0.5).ok());
+  ASSERT_EQ(history.read_round_sets().size(), 2u);
+  EXPECT_EQ(history.read_round_sets()[0].compute_threads, 2);
+  EXPECT_EQ(history.read_round_sets()[0].rounds[3], 1u) << "team 2's rounds stay beside team 1's";
+  EXPECT_EQ(history.read_round_sets()[1].compute_threads, 1);
+  ASSERT_TRUE(history.set_read_rounds(rounds_of(2, 0.0014)).ok());
+  ASSERT_EQ(history.read_round_sets().size(), 2u);
+  EXPECT_EQ(history.read_round_sets()[1].compute_threads, 2) << "the latest set last";
+  EXPECT_DOUBLE_EQ(history.read_round_sets()[1].seconds[1], 0.0014);
+  ReadRounds other_pool = rounds_of(2, 0.002);
+  other_pool.io_threads = 0;
+  ASSERT_TRUE(history.set_read_rounds(other_pool).ok());
+  EXPECT_EQ(history.read_round_sets().size(), 3u);
+
+  auto reloaded = UsageHistory::parse(history.serialize(), kKey);
+  ASSERT_TRUE(reloaded.ok()) << reloaded.error().message;
+  EXPECT_EQ(reloaded->serialize(), history.serialize());
+  for (int team = 3; team < 3 + static_cast<int>(UsageHistory::kMaxReadRoundSets); ++team)
+    ASSERT_TRUE(history.set_read_rounds(rounds_of(team, 0.001)).ok());
+  ASSERT_EQ(history.read_round_sets().size(), UsageHistory::kMaxReadRoundSets);
+  EXPECT_EQ(history.read_round_sets()[0].compute_threads, 3) << "the three oldest settings went";
+  EXPECT_TRUE(UsageHistory::parse(history.serialize(), kKey).ok());
 }
 
 }  // namespace

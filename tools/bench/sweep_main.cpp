@@ -74,6 +74,7 @@ struct Setup {
   planner::ModelFootprint footprint;
   Workload workload;
   std::optional<experts::UsageHistory> history;
+  fs::path recorded_history;  // where a history recorded from the workload went (empty: none recorded)
   planner::PlanRequest request;
 };
 
@@ -114,7 +115,7 @@ ConfigPrediction predict_config(const Setup& s, const planner::Plan& plan, const
 // recorded from this workload into OUT (the model's own file is left alone),
 // at `record_cap` slots (the grid's smallest streaming cap: its expert reads
 // are timed too, the disk as the engine meets it; routings never depend on the cap).
-Result<std::optional<experts::UsageHistory>> open_history(const Args& args, const Setup& s, bool pins_wanted,
+Result<std::optional<experts::UsageHistory>> open_history(const Args& args, Setup& s, bool pins_wanted,
                                                           int record_cap) {
   const fs::path path = args.usage.empty() ? args.model + ".usage" : args.usage;
   if (fs::exists(path)) {
@@ -134,11 +135,42 @@ Result<std::optional<experts::UsageHistory>> open_history(const Args& args, cons
   if (!recorded) return recorded.error();
   const fs::path saved = fs::path(args.out) / "sweep.usage";
   if (Status st = recorded->save(saved); !st) return st.error();
+  s.recorded_history = saved;
   std::printf("no usage history at %s: recorded one from this workload into %s (%s)\n", path.c_str(), saved.c_str(),
               record_cap < s.footprint.n_experts
                   ? ("at cap " + std::to_string(record_cap) + ", which streams: its expert reads timed too").c_str()
                   : "every expert resident");
   return std::optional(std::move(*recorded));
+}
+
+// Read rounds depend on the compute team where compute and I/O threads share
+// cores (read_rounds.h), and the planner prices a configuration only by
+// rounds beside its own team: for each team of the grid's streaming
+// configurations whose rounds (with that I/O pool) the history lacks, one
+// untimed pass of the first such configuration adds them. A history recorded
+// into OUT is saved again with them; the model's own history is left alone.
+Status add_team_read_rounds(const Args& args, Setup& s, const planner::Plan& plan, const std::vector<SweepConfig>& grid) {
+  if (!s.history) return Ok{};
+  for (const SweepConfig& config : grid) {
+    const planner::Plan run_plan = plan_of_config(plan, config);
+    if (!run_plan.streaming() || config.gpu.all_in_vram) continue;
+    const auto sets = s.history->read_round_sets();
+    const bool have = std::any_of(sets.begin(), sets.end(), [&](const experts::ReadRounds& r) {
+      return r.compute_threads == config.threads.threads() && r.io_threads == run_plan.io_threads;
+    });
+    if (have) continue;
+    auto options = runtime::options_from_plan(run_plan, s.shape, &*s.history);
+    if (!options) return options.error();
+    options->rss_limit_bytes = 0;
+    auto rounds = record_read_rounds(args.model, *options, s.workload);
+    if (!rounds) return rounds.error();
+    if (rounds->empty()) continue;  // nothing read: the probe's figures price it
+    if (Status st = s.history->set_read_rounds(*rounds); !st) return st;
+    std::printf("read rounds beside %d compute threads: recorded from one untimed pass of %s\n", config.threads.threads(),
+                config_label(config, s.footprint.n_experts).c_str());
+  }
+  if (!s.recorded_history.empty()) return s.history->save(s.recorded_history);
+  return Ok{};
 }
 
 // The expert placements: every expert on the CPU, and with --gpu, per --vram
@@ -266,6 +298,7 @@ int run_sweep(const Args& args) {
   SweepConfig planned_one = planned_config(*plan, s.profile, profile_sets);
   if (planned_one.kernel.empty()) planned_one.kernel = auto_kernel;  // a plan that leaves the kernel to the engine
   const std::size_t planned = add_planned(*grid, std::move(planned_one));
+  if (Status st = add_team_read_rounds(args, s, *plan, *grid); !st) return fail("recording read rounds: " + st.error().message);
 
   SweepReport report;
   report.model = args.model;

@@ -57,20 +57,44 @@ Result<RunOutput> run_config(const std::filesystem::path& model_path, const runt
   return out;
 }
 
-Result<experts::UsageHistory> record_usage(const std::filesystem::path& model_path, runtime::ModelOptions options,
-                                           const Workload& workload) {
-  options.pins.clear();
+namespace {
+
+// A model that ran the workload once, untimed (its warm-up prompt first, as
+// every run of the grid makes it), and its read rounds after the warm-up.
+struct RecordedPass {
+  runtime::MoeModel model;
+  experts::ReadRounds cold;  // the warm-up's rounds: an empty cache's first reads of the file
+};
+
+Result<RecordedPass> run_workload_once(const std::filesystem::path& model_path, const runtime::ModelOptions& options,
+                                       const Workload& workload) {
   auto model = runtime::MoeModel::load(model_path, options);
   if (!model) return model.error();
-  // The warm-up prompt too, as every run of the grid makes it: the trace
-  // then holds the timed prompt after it, as the runs meet it.
   if (auto warm = time_prefill(*model, workload.tokens.warmup); !warm) return warm.error();
   const experts::ReadRounds cold = model->stats().expert_read_rounds;
   if (auto pass = measure_pass(*model, workload.tests, workload.tokens); !pass) return pass.error();
-  // The read rounds of the workload after the warm-up, as the grid's runs
-  // meet the disk: the warm-up's are an empty cache's first reads of the
-  // file (the tiny model's 8 KiB records on the H200 took 2x longer then).
-  return runtime::usage_history_of(*model, &cold);
+  return RecordedPass{std::move(*model), cold};
+}
+
+}  // namespace
+
+Result<experts::UsageHistory> record_usage(const std::filesystem::path& model_path, runtime::ModelOptions options,
+                                           const Workload& workload) {
+  options.pins.clear();
+  auto pass = run_workload_once(model_path, options, workload);
+  if (!pass) return pass.error();
+  // The trace then holds the timed prompt after the warm-up, as the runs
+  // meet it; the read rounds are the workload's after the warm-up, as the
+  // grid's runs meet the disk (the warm-up's first reads of the file took
+  // the tiny model's 8 KiB records on the H200 2x longer).
+  return runtime::usage_history_of(pass->model, &pass->cold);
+}
+
+Result<experts::ReadRounds> record_read_rounds(const std::filesystem::path& model_path,
+                                               const runtime::ModelOptions& options, const Workload& workload) {
+  auto pass = run_workload_once(model_path, options, workload);
+  if (!pass) return pass.error();
+  return experts::ReadRounds::between(pass->cold, pass->model.stats().expert_read_rounds);
 }
 
 void place_threads(runtime::ModelOptions& options, const CpuSet& pus) {

@@ -45,6 +45,12 @@ Result<RunOutput> run_config(const std::filesystem::path& model, const runtime::
 Result<experts::UsageHistory> record_usage(const std::filesystem::path& model, runtime::ModelOptions options,
                                            const Workload& workload);
 
+// The read rounds of one untimed pass of the workload after its warm-up
+// prompt, with `options` as given (a grid configuration's): the disk as
+// that configuration's compute team and I/O pool meet it.
+Result<experts::ReadRounds> record_read_rounds(const std::filesystem::path& model, const runtime::ModelOptions& options,
+                                               const Workload& workload);
+
 // The engine's compute threads: one per PU of `pus`, pinned there.
 void place_threads(runtime::ModelOptions& options, const CpuSet& pus);
 

@@ -101,7 +101,9 @@ Status UsageHistory::set_read_rounds(const ReadRounds& rounds) {
       !std::all_of(rounds.seconds.begin(), rounds.seconds.end(), [](double s) { return std::isfinite(s) && s >= 0.0; }))
     return make_error("usage history: read rounds need a record size, an I/O thread count >= 0 and " +
                       std::to_string(ReadRounds::kLargest + 1) + " finite seconds >= 0");
-  read_rounds_ = rounds;
+  std::erase_if(read_round_sets_, [&](const ReadRounds& kept) { return kept.same_setting(rounds); });
+  read_round_sets_.push_back(rounds);
+  if (read_round_sets_.size() > kMaxReadRoundSets) read_round_sets_.erase(read_round_sets_.begin());
   return Ok{};
 }
 
@@ -117,7 +119,9 @@ Status UsageHistory::merge(const UsageHistory& newer, double decay) {
   total_tokens_ = total_tokens_ * decay + newer.total_tokens_;
   if (decay == 0.0) trace_ = newer.trace_;
   else if (Status s = trace_.append(newer.trace_); !s) return s;  // same key: same shape
-  if (!newer.read_rounds_.empty()) read_rounds_ = newer.read_rounds_;
+  for (const ReadRounds& rounds : newer.read_round_sets_) {
+    if (Status s = set_read_rounds(rounds); !s) return s;  // checked when newer took them
+  }
   return Ok{};
 }
 

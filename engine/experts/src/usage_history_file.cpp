@@ -123,12 +123,14 @@ Status parse_trace(std::span<const std::string_view> lines, const UsageHistoryKe
   return trace.assign(std::move(*passes), std::move(ids));
 }
 
-// "read_rounds <record_bytes> <io_threads> <n> <rounds_1> <seconds_1> ...
-// <rounds_n> <seconds_n>": n the largest read count with a round (0: none).
+// "read_rounds <compute_threads> <record_bytes> <io_threads> <n> <rounds_1>
+// <seconds_1> ... <rounds_n> <seconds_n>": n the largest read count with a
+// round (0: none).
 void append_read_rounds(std::string& out, const ReadRounds& r) {
   std::size_t n = 0;
   for (std::size_t m = 1; m < r.rounds.size(); ++m) n = r.rounds[m] > 0 ? m : n;
-  out += "read_rounds " + std::to_string(r.record_bytes) + " " + std::to_string(r.io_threads) + " " + std::to_string(n);
+  out += "read_rounds " + std::to_string(r.compute_threads) + " " + std::to_string(r.record_bytes) + " " +
+         std::to_string(r.io_threads) + " " + std::to_string(n);
   for (std::size_t m = 1; m <= n; ++m) {
     out += " " + std::to_string(r.rounds[m]) + " ";
     append_number(out, r.seconds[m]);
@@ -136,30 +138,47 @@ void append_read_rounds(std::string& out, const ReadRounds& r) {
   out += "\n";
 }
 
-// Version 5's read_rounds line into `rounds`; the error names the line.
-Status parse_read_rounds(std::string_view line, ReadRounds& rounds) {
+// A read_rounds line into `rounds` (version 5's has no compute_threads);
+// the error names the line.
+Status parse_read_rounds(std::string_view line, std::int64_t version, ReadRounds& rounds) {
   const std::vector<std::string_view> parts = split(line, ' ');
+  const std::size_t first = version >= 6 ? 2 : 1;  // index of record_bytes
   const auto whole = [&](std::size_t i, std::int64_t low, std::int64_t high) -> std::optional<std::int64_t> {
     const auto v = i < parts.size() ? parse_int(parts[i]) : std::nullopt;
     return v && *v >= low && *v <= high ? v : std::nullopt;
   };
-  const auto bytes = whole(1, 0, std::int64_t{1} << 40), threads = whole(2, 0, 4096);
-  const auto n = whole(3, 0, static_cast<std::int64_t>(ReadRounds::kLargest));
-  if (parts.empty() || parts[0] != "read_rounds" || !bytes || !threads || !n ||
-      parts.size() != 4 + 2 * static_cast<std::size_t>(*n))
-    return make_error("read_rounds line is malformed (want 'read_rounds <record_bytes> <io_threads> <n>' and n pairs "
-                      "of a round count and seconds, n at most " + std::to_string(ReadRounds::kLargest) + ")");
+  const auto team = version >= 6 ? whole(1, 0, 4096) : std::optional<std::int64_t>(0);
+  const auto bytes = whole(first, 0, std::int64_t{1} << 40), threads = whole(first + 1, 0, 4096);
+  const auto n = whole(first + 2, 0, static_cast<std::int64_t>(ReadRounds::kLargest));
+  if (parts.empty() || parts[0] != "read_rounds" || !team || !bytes || !threads || !n ||
+      parts.size() != first + 3 + 2 * static_cast<std::size_t>(*n))
+    return make_error(std::string("read_rounds line is malformed (want 'read_rounds ") +
+                      (version >= 6 ? "<compute_threads> " : "") +
+                      "<record_bytes> <io_threads> <n>' and n pairs of a round count and seconds, n at most " +
+                      std::to_string(ReadRounds::kLargest) + ")");
   ReadRounds out;
+  out.compute_threads = static_cast<int>(*team);
   out.record_bytes = static_cast<std::uint64_t>(*bytes), out.io_threads = static_cast<int>(*threads);
   for (std::size_t m = 1; m <= static_cast<std::size_t>(*n); ++m) {
-    const auto count = whole(2 + 2 * m, 0, std::int64_t{1} << 50);
-    const auto seconds = parse_count(parts[3 + 2 * m]);
+    const auto count = whole(first + 1 + 2 * m, 0, std::int64_t{1} << 50);
+    const auto seconds = parse_count(parts[first + 2 + 2 * m]);
     if (!count || !seconds)
       return make_error("read_rounds line: rounds of " + std::to_string(m) + " reads need a whole count and seconds >= 0");
     out.rounds[m] = static_cast<std::uint64_t>(*count), out.seconds[m] = *seconds;
   }
   if (!out.empty() && out.record_bytes == 0) return make_error("read_rounds line: rounds without a record size");
   rounds = std::move(out);
+  return Ok{};
+}
+
+// The read_rounds lines (`lines`, after the trace) into `history`: version
+// 5 has exactly one, version 6 up to kMaxReadRoundSets.
+Status parse_read_round_sets(std::span<const std::string_view> lines, std::int64_t version, UsageHistory& history) {
+  for (const std::string_view line : lines) {
+    ReadRounds rounds;
+    if (Status s = parse_read_rounds(line, version, rounds); !s) return s;
+    if (Status s = history.set_read_rounds(rounds); !s) return make_error("read_rounds line: " + s.error().message);
+  }
   return Ok{};
 }
 
@@ -180,7 +199,7 @@ std::string UsageHistory::serialize() const {
   append_rows(out, "reuse", reuse_, static_cast<size_t>(key_.n_experts) + 1);
   append_rows(out, "decode_reuse", decode_reuse_, static_cast<size_t>(key_.n_experts) + 1);
   append_trace(out, trace_);
-  append_read_rounds(out, read_rounds_);
+  for (const ReadRounds& rounds : read_round_sets_) append_read_rounds(out, rounds);
   detail::Fnv1a64 checksum;
   checksum.add(out);
   out += std::string(kChecksumPrefix) + checksum.hex() + "\n";
@@ -242,15 +261,19 @@ Result<UsageHistory> UsageHistory::parse(std::string_view text, const UsageHisto
   history->total_tokens_ = *tokens;
   constexpr size_t kFirstLayerLine = 7;
   // Layer lines, then reuse (2), decode_reuse (3) and trace (4, after its
-  // trace_passes line) lines, then one read_rounds line (5).
+  // trace_passes line) lines, then one read_rounds line (5) or one per
+  // setting, none to kMaxReadRoundSets (6).
   const auto per_layer = static_cast<size_t>(std::min<std::int64_t>(*version, 4));
-  const size_t body_lines =
-      per_layer * static_cast<size_t>(expected.n_layers) + (*version >= 4 ? 1 : 0) + (*version >= 5 ? 1 : 0);
-  if (lines.size() != kFirstLayerLine + body_lines + 1)
-    return fail("expected " + std::to_string(body_lines) + " layer, reuse and trace lines, found " +
-                std::to_string(static_cast<long long>(lines.size()) - static_cast<long long>(kFirstLayerLine) - 1));
+  const size_t fixed_lines = per_layer * static_cast<size_t>(expected.n_layers) + (*version >= 4 ? 1 : 0);
+  const size_t found = lines.size() - std::min(lines.size(), kFirstLayerLine + 1);
+  const size_t most_rounds = *version >= 6 ? kMaxReadRoundSets : *version == 5 ? 1 : 0;
+  const size_t least_rounds = *version == 5 ? 1 : 0;
+  if (found < fixed_lines + least_rounds || found > fixed_lines + most_rounds)
+    return fail("expected " + std::to_string(fixed_lines + least_rounds) +
+                (most_rounds > least_rounds ? " to " + std::to_string(fixed_lines + most_rounds) : std::string()) +
+                " layer, reuse, trace and read_rounds lines, found " + std::to_string(found));
   const auto layers = static_cast<size_t>(expected.n_layers), experts = static_cast<size_t>(expected.n_experts);
-  const auto rows = std::span<const std::string_view>(lines).subspan(kFirstLayerLine, body_lines);
+  const auto rows = std::span<const std::string_view>(lines).subspan(kFirstLayerLine, found);
   if (auto bad = parse_rows(rows.first(layers), "layer", history->counts_, experts, "", "count of expert "))
     return fail(*bad);
   const std::string reuse_values = ": distances 0.." + std::to_string(experts - 1) + " and first uses";
@@ -267,9 +290,7 @@ Result<UsageHistory> UsageHistory::parse(std::string_view text, const UsageHisto
     if (Status s = parse_trace(rows.subspan(3 * layers, layers + 1), expected, history->trace_); !s)
       return fail(s.error().message);
   }
-  if (*version >= 5) {
-    if (Status s = parse_read_rounds(rows.back(), history->read_rounds_); !s) return fail(s.error().message);
-  }
+  if (Status s = parse_read_round_sets(rows.subspan(fixed_lines), *version, *history); !s) return fail(s.error().message);
   return history;
 }
 

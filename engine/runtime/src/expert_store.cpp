@@ -98,6 +98,7 @@ void ExpertStore::setup_io(const ExpertIo& io) {
   io_mode_ = why.empty() ? "O_DIRECT, " + threads : "buffered, " + threads + " (" + why + ")";
   read_rounds_.record_bytes = read_bytes_;
   read_rounds_.io_threads = std::max(0, io.threads);
+  read_rounds_.compute_threads = std::max(0, io.compute_threads);
 }
 
 Status ExpertStore::prefetch(int moe_layer, std::span<const int> experts) {

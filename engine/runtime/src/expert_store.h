@@ -33,6 +33,7 @@ struct ExpertIo {
   // every expert resident each record is read once and buffered reads are
   // as good (and a second run finds them in the page cache).
   bool direct_io = true;
+  int compute_threads = 0;  // the compute team beside the reads: labels the read rounds (ReadRounds)
 };
 
 class ExpertStore {

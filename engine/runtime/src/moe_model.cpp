@@ -54,6 +54,11 @@ backend::BackendProps cpu_backend_props(const ModelOptions& options) {
   return props;
 }
 
+// The decode team's size: its PUs when pinned, else the thread count.
+int decode_team_size(const ModelOptions& options) {
+  return options.compute_pus.empty() ? std::max(1, options.threads) : options.compute_pus.size();
+}
+
 forward::RouterNorm router_norm(model::RouterNormalization n) {
   return n == model::RouterNormalization::SoftmaxTopK ? forward::RouterNorm::softmax_topk
                                                       : forward::RouterNorm::softmax_topk_renorm;
@@ -503,7 +508,8 @@ Result<MoeModel> MoeModel::load(const std::filesystem::path& path, const ModelOp
   const bool host_experts = !on_gpu || !every_expert_in_vram(vram, state->reader->index().experts);
   if (host_experts) {
     auto experts = ExpertStore::create(*state->reader, *state->backend, static_cast<int>(c.num_experts_per_tok),
-                                       options.cache_capacity, options.pins, ExpertIo{options.io_threads, options.direct_io});
+                                       options.cache_capacity, options.pins,
+                                       ExpertIo{options.io_threads, options.direct_io, decode_team_size(options)});
     if (!experts) return experts.error();
     state->experts = std::move(*experts);
   }

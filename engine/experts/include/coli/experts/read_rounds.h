@@ -17,6 +17,7 @@ struct ReadRounds {
   static constexpr std::size_t kLargest = 64;  // rounds of more reads are filed here
   std::uint64_t record_bytes = 0;  // what one read transfers (the record stride under O_DIRECT)
   int io_threads = 0;              // the pool that read them
+  int compute_threads = 0;         // the compute team they ran beside; 0 = not recorded (a version-5 history)
   std::vector<std::uint64_t> rounds = std::vector<std::uint64_t>(kLargest + 1, 0);  // index: reads in the round
   std::vector<double> seconds = std::vector<double>(kLargest + 1, 0.0);             // summed over those rounds
 
@@ -25,6 +26,10 @@ struct ReadRounds {
     ++rounds[m];
     seconds[m] += elapsed;
   }
+  // Rounds of the same reads, pool and team: one replaces the other in a history.
+  bool same_setting(const ReadRounds& other) const {
+    return record_bytes == other.record_bytes && io_threads == other.io_threads && compute_threads == other.compute_threads;
+  }
   bool empty() const {
     return std::all_of(rounds.begin(), rounds.end(), [](std::uint64_t n) { return n == 0; });
   }
@@ -32,7 +37,7 @@ struct ReadRounds {
     for (std::size_t m = 0; m <= kLargest; ++m) rounds[m] += other.rounds[m], seconds[m] += other.seconds[m];
     return *this;
   }
-  // `after`'s rounds less `before`'s (a timed step's), with after's record size and pool.
+  // `after`'s rounds less `before`'s (a timed step's), with after's record size, pool and team.
   static ReadRounds between(const ReadRounds& before, const ReadRounds& after) {
     ReadRounds out = after;
     for (std::size_t m = 0; m <= kLargest; ++m) {

@@ -3,7 +3,7 @@
 //
 // File format (text, one record per line, version kUsageHistoryVersion):
 //   coli-usage-history
-//   format_version 4
+//   format_version 6
 //   n_layers <int>  n_experts <int>  top_k <int>     (one per line)
 //   model <identity, no whitespace>
 //   total_tokens <double>
@@ -12,8 +12,9 @@
 //   decode_reuse <i> <d_0> ... <first>                   (version 3; the same, decode tokens only)
 //   trace_passes <n> <tokens_0> ... <tokens_{n-1}>       (version 4; the routing trace's passes, oldest first)
 //   trace <i> <expert ids, top_k a token, pass by pass>  (version 4; i = 0..n_layers-1)
-//   read_rounds <record_bytes> <io_threads> <n> <rounds_1> <seconds_1> ... <rounds_n> <seconds_n>
-//                                                        (version 5; the latest run's read rounds, read_rounds.h)
+//   read_rounds <compute_threads> <record_bytes> <io_threads> <n> <rounds_1> <seconds_1> ... <rounds_n> <seconds_n>
+//                                                        (version 6: 0 to kMaxReadRoundSets lines, one per team;
+//                                                         version 5: exactly one, without <compute_threads>)
 //   checksum fnv1a64:<16 hex digits of every byte before this line>
 // reuse: how many routings found their expert at LRU stack distance d (d
 // other experts of the layer were used more recently; a token's choices are
@@ -24,12 +25,15 @@
 // and a generation's differ (a greedy decode often repeats its experts), and
 // decode speed depends on the latter. trace: the most recent routings
 // (routing_trace.h), which the planner replays through the engine's cache.
-// read_rounds: the rounds of expert reads the latest run that read any made,
-// by how many records each read, and their seconds (submission to the last
-// landing): what a batch of m reads costs on this machine for this model's
-// file, which the planner prefers to the probe's test file.
+// read_rounds: the rounds of expert reads the latest run that read any made
+// beside each compute team (and I/O pool and record size), by how many
+// records each read, and their seconds (submission to the last landing):
+// what a batch of m reads costs on this machine for this model's file,
+// which the planner prefers to the probe's test file. Rounds depend on the
+// team where compute and I/O threads share cores, so each team keeps its own.
 // Version 1 files (no reuse lines), version 2 (no decode_reuse lines),
-// version 3 (no trace) and version 4 (no read_rounds) still load, without them.
+// version 3 (no trace), version 4 (no read_rounds) and version 5 (one
+// read_rounds line, its team not recorded: compute_threads 0) still load.
 // Counts are doubles because merging applies exponential decay. Loading never
 // crashes: a missing, empty, foreign, truncated, corrupt, version-mismatched
 // or other-model file is an Error the engine reports before ignoring it.
@@ -48,7 +52,7 @@
 
 namespace coli::experts {
 
-inline constexpr int kUsageHistoryVersion = 5;
+inline constexpr int kUsageHistoryVersion = 6;
 
 // Which model (and routing shape) a history belongs to.
 struct UsageHistoryKey {
@@ -65,6 +69,9 @@ std::string usage_model_identity(std::string_view config_text, std::span<const s
 
 class UsageHistory {
  public:
+  // Settings (team, pool, record size) whose read rounds a history keeps.
+  static constexpr std::size_t kMaxReadRoundSets = 16;
+
   // Errors: a dimension < 1, top_k > n_experts, an identity that is empty or
   // contains whitespace (it must fit on one header line).
   static Result<UsageHistory> create(UsageHistoryKey key);
@@ -85,17 +92,19 @@ class UsageHistory {
   // Appends a run's routing trace (MoeModel::routing_trace), keeping the
   // window's most recent tokens. Errors on another shape.
   Status add_trace(const RoutingTrace& trace);
-  // A run's expert-read rounds (ModelStats::expert_read_rounds); a run that
-  // read nothing leaves the ones recorded before. Errors: a round count or
-  // seconds that is not finite and >= 0, rounds without a record size.
+  // A run's expert-read rounds (ModelStats::expert_read_rounds): they
+  // replace the rounds of the same setting (ReadRounds::same_setting) and
+  // keep the others; beyond kMaxReadRoundSets the oldest setting goes. A run
+  // that read nothing leaves the ones recorded before. Errors: a round count
+  // or seconds that is not finite and >= 0, rounds without a record size.
   Status set_read_rounds(const ReadRounds& rounds);
   // Tokens the recorded routings came from (for rates and decay).
   void add_tokens(std::uint64_t tokens) { total_tokens_ += static_cast<double>(tokens); }
 
   // Folds a newer run in: this = this * decay + newer, counts and tokens;
   // the newer trace follows this one's (decay 0: the newer trace alone);
-  // the newer run's read rounds replace these where it read any (the disk
-  // as it is now).
+  // the newer run's read rounds replace these of their setting (the disk
+  // as it is now), as set_read_rounds.
   // decay 1 keeps everything, 0 keeps only the newer run. Errors: decay
   // outside [0, 1], or a newer run of another key (nothing changes then).
   Status merge(const UsageHistory& newer, double decay);
@@ -107,7 +116,8 @@ class UsageHistory {
   std::span<const double> layer_reuse(int layer) const;   // n_experts + 1 values; empty when out of range
   std::span<const double> layer_decode_reuse(int layer) const;  // the same, decode tokens only
   const RoutingTrace& trace() const { return trace_; }          // empty before version 4
-  const ReadRounds& read_rounds() const { return read_rounds_; }  // empty before version 5 or a run that read
+  // Per setting, the oldest first; none before version 5 or a run that read.
+  std::span<const ReadRounds> read_round_sets() const { return read_round_sets_; }
 
   std::string serialize() const;
   // `source` names the file in messages. The header must match `expected`.
@@ -127,7 +137,7 @@ class UsageHistory {
   std::vector<double> reuse_;   // [layer][distance 0..n_experts-1, first use], row-major
   std::vector<double> decode_reuse_;  // the same, decode tokens only
   RoutingTrace trace_;
-  ReadRounds read_rounds_;
+  std::vector<ReadRounds> read_round_sets_;  // distinct settings, the latest set last
 };
 
 // Mattson's LRU stack per MoE layer: the engine hands it each token's
