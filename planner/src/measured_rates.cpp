@@ -746,4 +746,48 @@ std::optional<RoutingCost> routing_cost(const DeviceProfile& profile, const Team
                                     " x " + std::to_string(one->cols) + ")"};
 }
 
+namespace {
+// Elements of one token's ops at a layer: two norms and two residual adds
+// over the hidden state, RoPE over q and k, K and V stored, and q/k norms
+// where the model has them.
+double token_elements(double hidden, double heads, double kv_heads, double head_dim, bool qk_norm) {
+  return 4 * hidden + (heads + kv_heads) * head_dim * (qk_norm ? 2 : 1) + 2 * kv_heads * head_dim;
+}
+}  // namespace
+
+double token_ops_elements(const model::ModelConfig& c) {
+  return token_elements(static_cast<double>(c.hidden_size), static_cast<double>(c.num_attention_heads),
+                        static_cast<double>(c.num_key_value_heads), static_cast<double>(c.head_dim),
+                        c.qk_norm != model::QkNorm::None);
+}
+
+std::optional<TokenOpsCost> token_ops_cost(const DeviceProfile& profile, const Team& team) {
+  if (!profile.measurements.kernel_tuning) return std::nullopt;
+  auto point = [&](const char* kernel) {
+    return nearest_team(profile.measurements.kernel_tuning->points, team, [&](const KernelThroughputPoint& p) {
+      return p.kernel == kernel && p.rows > 0 && p.cols > 0 && p.matrices > 0 && p.tokens_per_s.median > 0;
+    });
+  };
+  // The probe's shapes: `matrices` heads of `cols` for q and KV alike, no q/k norms.
+  auto size = [](const KernelThroughputPoint* p) {
+    return token_elements(p->rows, p->matrices, p->matrices, p->cols, false);
+  };
+  auto time = [](const KernelThroughputPoint* p) { return 1.0 / p->tokens_per_s.median; };
+  const KernelThroughputPoint* wide = point("token_ops_prefill");
+  const KernelThroughputPoint* narrow = point("token_ops_prefill_narrow");
+  if (!wide && !narrow) return std::nullopt;
+  if (const auto fit = wide && narrow && size(wide) > size(narrow)
+                           ? line_through(size(wide), time(wide), size(narrow), time(narrow))
+                           : std::nullopt) {
+    return TokenOpsCost{fit->fixed, fit->per_unit,
+                        format_fixed(fit->fixed * 1e9, 0) + " ns + " + format_fixed(fit->per_unit * 1e9, 3) +
+                            " ns per element (token_ops_prefill fitted at hidden " + std::to_string(wide->rows) + " and " +
+                            std::to_string(narrow->rows) + ", one thread)"};
+  }
+  const KernelThroughputPoint* one = wide ? wide : narrow;
+  return TokenOpsCost{0, time(one) / size(one),
+                      format_fixed(time(one) / size(one) * 1e9, 3) + " ns per element (" + one->kernel + " at hidden " +
+                          std::to_string(one->rows) + ", one thread)"};
+}
+
 }  // namespace coli::planner::measured

@@ -196,6 +196,19 @@ struct RoutingCost {
   std::string text;
 };
 std::optional<RoutingCost> routing_cost(const DeviceProfile& profile, const Team& team, int n_experts, int top_k);
+// A token's element-wise work at one layer (MoeModel's input and
+// post-attention RMS norms, q/k norms, RoPE of q and k, the KV store and the
+// two residual adds) on one thread (token_ops_prefill and _narrow): a cost
+// per token and layer plus one per element, fitted through both points;
+// with one point, per element alone.
+struct TokenOpsCost {
+  double fixed_seconds = 0, seconds_per_element = 0;
+  std::string text;
+  double seconds(double elements) const { return fixed_seconds + elements * seconds_per_element; }
+};
+// The elements a token's ops touch at one layer of `c`, as the probe counts them.
+double token_ops_elements(const model::ModelConfig& c);
+std::optional<TokenOpsCost> token_ops_cost(const DeviceProfile& profile, const Team& team);
 // The float (bf16) dense projections of a prompt: multiply-adds per second
 // and, fitted with the 64-wide point (dense_bf16_prefill_narrow), a cost
 // per projected row.

@@ -274,6 +274,10 @@ void predict_decode(const DeviceProfile& profile, const ModelFootprint& fp, cons
   const double sampling_s = sampling ? static_cast<double>(fp.config.vocab_size) * sampling->seconds_per_entry : 0.0;
   const auto routing = routing_cost(profile, team, fp.n_experts, fp.top_k);
   const double routing_s = routing ? layers * routing->seconds : 0.0;
+  // A single token's norms, RoPE, KV store and residual adds run on the calling thread at every layer.
+  const auto token_ops = r.vram ? std::nullopt : token_ops_cost(profile, team);
+  const double all_layers = static_cast<double>(fp.config.num_hidden_layers);
+  const double token_ops_s = token_ops ? all_layers * token_ops->seconds(token_ops_elements(fp.config)) : 0.0;
   const DenseGemv gemv = dense_gemv(profile, fp, team);
   const auto& [dense_kernel, rows] = gemv;
   const double dense_s = gemv.seconds(static_cast<double>(dense), static_cast<double>(dense_rows_per_token(fp)), r.ram);
@@ -294,7 +298,8 @@ void predict_decode(const DeviceProfile& profile, const ModelFootprint& fp, cons
       {"experts in VRAM", r.vram ? in_vram / (r.vram->gb_per_s * 1e9) : 0.0},
       {"parallel steps", step ? steps.regions * step->seconds + steps.barriers * step->barrier_seconds : 0.0},
       {"sampling", sampling_s},
-      {"routing", routing_s}};
+      {"routing", routing_s},
+      {"norms, rope, KV store", token_ops_s}};
   double seconds = 0;
   for (const SpeedTerm& term : s.decode_terms) seconds += term.seconds;
   s.decode_tok_per_s = 1.0 / seconds;
@@ -319,6 +324,9 @@ void predict_decode(const DeviceProfile& profile, const ModelFootprint& fp, cons
                                     : "") +
                     (sampling ? " + vocabulary " + std::to_string(fp.config.vocab_size) + " x " + sampling->text : "") +
                     (routing ? " + routing " + format_fixed(layers, 0) + " layers x " + routing->text : "") +
+                    (token_ops ? " + norms, rope, KV store and residual adds " + format_fixed(all_layers, 0) + " layers x " +
+                                     format_fixed(token_ops_elements(fp.config), 0) + " elements at " + token_ops->text
+                               : "") +
                     (r.vram ? ""
                      : step ? " + " + step->text
                             : " (OpenMP step costs not in this profile: re-probe to price " +
@@ -397,11 +405,11 @@ constexpr int kPrefillPromptTokens = 512;
 // the tuning phase's measured rates (planner/README.md has the formulas).
 struct PromptCompute {
   bool timed = false;  // the profile timed the engine's expert GEMM
-  double expert_s = 0, dispatch_s = 0, dense_s = 0, attention_s = 0, lm_head_s = 0;
+  double expert_s = 0, dispatch_s = 0, dense_s = 0, attention_s = 0, lm_head_s = 0, token_ops_s = 0;
   std::string text;
   // The expert batches' compute, and the rest of the pass's (predict_prefill's two phases).
   double expert_phase_s() const { return expert_s + dispatch_s; }
-  double rest_s() const { return dense_s + attention_s + lm_head_s; }
+  double rest_s() const { return dense_s + attention_s + lm_head_s + token_ops_s; }
 };
 // A prompt's attention as the engine runs it: slice by slice of kPassSlice
 // tokens, each a team region over (KV head x block of
@@ -449,6 +457,12 @@ PromptCompute prompt_compute(const DeviceProfile& profile, const ModelFootprint&
   out.dispatch_s = layer_rounds * distinct * compute->seconds_per_expert;
   out.dense_s = prompt * dense_rate->seconds(prefill_dense_rows(fp), dense_macs);
   out.lm_head_s = last_token_lm_head_seconds(profile, fp, team, ram);
+  // Every token's norms, RoPE, KV store and residual adds at every layer,
+  // the tokens shared over the team (MoeModel's for_tokens, from kParallelTokens).
+  const auto token_ops = token_ops_cost(profile, team);
+  const double all_layers = static_cast<double>(fp.config.num_hidden_layers);
+  const double sharing = prompt >= static_cast<double>(kParallelTokens) ? std::max(1, team.size()) : 1;
+  out.token_ops_s = token_ops ? prompt * all_layers * token_ops->seconds(token_ops_elements(fp.config)) / sharing : 0.0;
   out.text = "experts " + format_fixed(expert_macs / 1e9, 2) + " GMAC per token / " + compute->text + " + dense " +
              format_fixed(dense_macs / 1e9, 3) + " GMAC per token / " + dense_rate->text +
              (attention ? " + attention " + format_fixed(prompt_attention_macs(fp, prompt) / 1e9, 2) + " GMAC per prompt at " +
@@ -457,7 +471,11 @@ PromptCompute prompt_compute(const DeviceProfile& profile, const ModelFootprint&
              " + the last token's lm_head " + format_fixed(out.lm_head_s * 1e3, 3) + " ms as one decode token's (dense rate above)" +
              (out.dispatch_s > 0 ? " + " + format_fixed(layer_rounds, 0) + " layer rounds x " +
                                        format_fixed(distinct, 1) + " distinct experts x " + compute->dispatch_text
-                                 : std::string());
+                                 : std::string()) +
+             (token_ops ? " + norms, rope, KV store and residual adds " + format_fixed(all_layers, 0) + " layers x " +
+                              format_fixed(token_ops_elements(fp.config), 0) + " elements a token at " + token_ops->text +
+                              (sharing > 1 ? ", the tokens over " + std::to_string(team.size()) + " threads" : std::string())
+                        : std::string());
   return out;
 }
 
@@ -553,6 +571,7 @@ void predict_prefill(const DeviceProfile& profile, const ModelFootprint& fp, con
                      {"compute: dense projections", compute.dense_s / prompt},
                      {"compute: attention", compute.attention_s / prompt},
                      {"compute: lm_head of the last token", compute.lm_head_s / prompt},
+                     {"compute: norms, rope, KV store", compute.token_ops_s / prompt},
                      {"compute: expert batches' parallel steps", steps.seconds / prompt},
                      {"compute: the pass's other parallel steps", pass_steps_s / prompt},
                      {"compute: routing", routing_s / prompt},

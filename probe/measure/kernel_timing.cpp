@@ -121,8 +121,16 @@ struct KernelSpec {
   // `route_top_k`: the serial part of every token's pass.
   bool routing = false;
   int route_experts = kExperts, route_top_k = kTopK;
+  // A token's element-wise work per layer as MoeModel's pass does it
+  // (token_ops_prefill): the input and post-attention RMS norms, RoPE of q
+  // and k, the KV store (f16) and the two residual adds, over `token_hidden`
+  // and `token_heads` heads of `head_dim` (q and KV heads alike), token
+  // after token at positions 0, 1, ... on the calling thread (a prompt
+  // splits its tokens evenly over the team: the speed model divides).
+  bool token_ops = false;
+  int token_hidden = kHidden, token_heads = 16;
   // The calling thread's kernels alone: they do not depend on the team.
-  bool serial() const { return sampling || routing; }
+  bool serial() const { return sampling || routing || token_ops; }
   // Every other kernel that is neither dense nor attention runs the engine's expert batch.
   bool experts() const { return !dense && !attention && !serial(); }
 };
@@ -137,6 +145,9 @@ constexpr int kNarrowRows = 32768, kNarrowCols = 64;  // 4 MiB of bf16
 constexpr int kNarrowHeadDim = 16;
 constexpr int kNarrowExpert = 64;
 constexpr int kSampledVocab = 131072;  // logits scanned per greedy pick (512 KiB: a cache-resident vocabulary row)  // hidden and width of the narrow expert and dense prefill points
+
+// Tokens per token_ops call: positions 0..kTokenOpsTokens-1, each a new RoPE angle.
+constexpr int kTokenOpsTokens = 128;
 
 // Prefill attention: a prompt of kAttentionTokens causal positions over an
 // f16 KV cache (the CPU's default), OLMoE's 16 heads of 128.
@@ -192,6 +203,8 @@ class KernelRunner {
       for (float& v : logits_) v = uniform(random);
       reuse_.emplace(1, spec.route_experts);
       bytes_ = 4.0 * static_cast<double>(logits_.size());
+    } else if (spec.token_ops) {
+      init_token_ops(random);
     } else if (spec.sampling) {
       // rows: the vocabulary scanned; bytes: its logits.
       point_.rows = kSampledVocab, point_.cols = 1, point_.batch = 1, point_.matrices = 0;
@@ -237,6 +250,8 @@ class KernelRunner {
     const auto start = Clock::now();
     if (spec_.routing) {
       route_all();
+    } else if (spec_.token_ops) {
+      token_ops_all();
     } else if (spec_.sampling) {
       picked_ = forward::greedy_token(logits_);
     } else if (spec_.attention) {
@@ -277,7 +292,8 @@ class KernelRunner {
 
   Result<KernelThroughputPoint> point(std::vector<double> samples) const {
     const auto all_finite = [](const std::vector<float>& v) { return std::all_of(v.begin(), v.end(), [](float x) { return std::isfinite(x); }); };
-    const bool finite = spec_.serial()    ? picked_ >= 0
+    const bool finite = spec_.token_ops   ? all_finite(token_x_)
+                        : spec_.serial()    ? picked_ >= 0
                         : spec_.attention ? all_finite(attention_out_)
                         : spec_.dense   ? all_finite(y_)
                         : experts_->finite();
@@ -290,6 +306,42 @@ class KernelRunner {
   const KernelSpec& spec() const { return spec_; }
 
  private:
+  // rows: hidden; cols: head_dim; matrices: heads; batch: tokens per call;
+  // bytes: the floats the ops read and write.
+  void init_token_ops(std::mt19937& random) {
+    std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+    const int hidden = spec_.token_hidden, heads = spec_.token_heads, head_dim = spec_.head_dim;
+    point_.rows = hidden, point_.cols = head_dim, point_.matrices = heads, point_.batch = kTokenOpsTokens;
+    const auto tokens = static_cast<std::size_t>(kTokenOpsTokens), width = static_cast<std::size_t>(heads) * head_dim;
+    for (auto* v : {&token_x_, &token_o_}) v->resize(tokens * static_cast<std::size_t>(hidden));
+    for (auto* v : {&token_q_, &token_k_, &token_v_}) v->resize(tokens * width);
+    for (auto* v : {&token_x_, &token_q_, &token_k_, &token_v_}) for (float& x : *v) x = uniform(random);
+    for (float& x : token_o_) x = 1e-3f * uniform(random);  // small residual updates: x stays finite over every call
+    norm_weight_.assign(static_cast<std::size_t>(hidden), 1.0f);
+    normed_.resize(static_cast<std::size_t>(hidden));
+    rope_.emplace(head_dim, 10000.0);
+    cache_ = forward::KvCache(1, heads, head_dim, kTokenOpsTokens, KvType::f16);
+    bytes_ = 4.0 * kTokenOpsTokens * (6.0 * hidden + 4.0 * static_cast<double>(width));
+  }
+
+  void token_ops_all() {
+    const auto hidden = static_cast<std::size_t>(spec_.token_hidden);
+    const auto width = static_cast<std::size_t>(spec_.token_heads) * static_cast<std::size_t>(spec_.head_dim);
+    for (int t = 0; t < kTokenOpsTokens; ++t) {
+      const auto at = static_cast<std::size_t>(t);
+      const std::span<float> x = std::span(token_x_).subspan(at * hidden, hidden);
+      const std::span<const float> o = std::span<const float>(token_o_).subspan(at * hidden, hidden);
+      forward::rms_norm(x, norm_weight_, 1e-6f, normed_);
+      const std::span<float> q = std::span(token_q_).subspan(at * width, width), k = std::span(token_k_).subspan(at * width, width);
+      rope_->apply(q, spec_.token_heads, t);
+      rope_->apply(k, spec_.token_heads, t);
+      cache_.store(0, t, k, std::span<const float>(token_v_).subspan(at * width, width));
+      for (std::size_t i = 0; i < hidden; ++i) x[i] += o[i];  // the attention output's residual add
+      forward::rms_norm(x, norm_weight_, 1e-6f, normed_);    // the post-attention norm
+      for (std::size_t i = 0; i < hidden; ++i) x[i] += o[i];  // the MoE output's
+    }
+  }
+
   void route_all() {
     const auto n = static_cast<std::size_t>(spec_.route_experts);
     routings_.clear();
@@ -308,7 +360,9 @@ class KernelRunner {
   std::vector<float> xs_, y_;
   std::optional<EngineExpertBatch> experts_;
   std::vector<std::pair<int, int>> routing_;  // (token, expert) of one call
-  forward::KvCache cache_;                 // attention_prefill
+  forward::KvCache cache_;                 // attention_prefill, token_ops
+  std::optional<forward::Rope> rope_;      // token_ops
+  std::vector<float> token_x_, token_q_, token_k_, token_v_, token_o_, norm_weight_, normed_;  // token_ops
   std::vector<float> q_, attention_out_;
   std::vector<float> logits_;              // greedy_sample, route_tokens
   std::optional<experts::ReuseDistances> reuse_;  // route_tokens
@@ -414,7 +468,13 @@ std::vector<KernelSpec> tuning_specs() {
       // small model's 8 top 2: the speed model fits a cost per call plus
       // one per (expert x top_k).
       {.name = "route_tokens", .format = F::f32, .weight = 0.25, .routing = true},
-      {.name = "route_tokens_narrow", .format = F::f32, .weight = 0.25, .routing = true, .route_experts = 8, .route_top_k = 2}};
+      {.name = "route_tokens_narrow", .format = F::f32, .weight = 0.25, .routing = true, .route_experts = 8, .route_top_k = 2},
+      // A token's norms, RoPE, KV store and residual adds per layer, OLMoE's
+      // shape and a 64-wide one: the speed model fits a cost per token and
+      // layer plus one per element through both.
+      {.name = "token_ops_prefill", .format = F::f32, .weight = 0.25, .head_dim = kHeadDim, .token_ops = true},
+      {.name = "token_ops_prefill_narrow", .format = F::f32, .weight = 0.25, .head_dim = kNarrowHeadDim, .token_ops = true,
+       .token_hidden = kNarrowExpert, .token_heads = 4}};
 }
 
 // One round's slice of one (set, kernel): calls until `unit` x its weight

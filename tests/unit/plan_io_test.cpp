@@ -713,6 +713,47 @@ TEST(PlanSpeed, EveryTokenPaysItsRoutingAtEveryMoeLayer) {
   EXPECT_EQ(term_seconds(without.decode_terms, "routing"), 0.0) << "not timed: left out";
 }
 
+// Every token pays its element-wise ops at every layer (two RMS norms, q/k
+// norms, RoPE of q and k, the KV store, two residual adds): the tuning phase
+// times them on one thread at OLMoE's shape (token_ops_prefill: hidden 2048,
+// 16 heads of 128) and a 64-wide one (_narrow: 4 heads of 16), and the model
+// fits a cost per token and layer plus one per element. Made up: 100 ns +
+// 0.25 ns per element. Qwen3 touches 4 x 2048 + (32 + 4) x 128 x 2 (RoPE and
+// its q/k norms) + 2 x 4 x 128 = 18432 elements a layer, at 48 layers; a
+// decode token runs them on one thread, a prompt's tokens share the team.
+TEST(PlanSpeed, EveryTokenPaysItsNormsRopeAndKvStoreAtEveryLayer) {
+  const ModelFootprint fp = qwen3();
+  Plan plan = resident_qwen3_plan(8);
+  plan.prefill_threads = 0, plan.prefill_pus = {}, plan.compute_pus = {};  // prompts on the decode team of 8
+  DeviceProfile profile = measured_profile(10);
+  profile.measurements.kernel_tuning = tuned_on_8_threads("expert_q4_prefill_wide", 1024, 64, 3 * 512, {}, {3, 1e3, 1e3, 1e3, 0});
+  const SpeedPrediction without = predict_speed(profile, fp, plan);
+  auto token_point = [&](const char* kernel, int hidden, int heads, int head_dim) {
+    KernelThroughputPoint p = profile.measurements.kernel_tuning->points[0];
+    const double elements = 4.0 * hidden + 2.0 * heads * head_dim + 2.0 * heads * head_dim, seconds = 100e-9 + 0.25e-9 * elements;
+    p.kernel = kernel, p.rows = hidden, p.cols = head_dim, p.matrices = heads, p.batch = 128;
+    p.tokens_per_s = {3, 1 / seconds, 1 / seconds, 1 / seconds, 0};
+    return p;
+  };
+  profile.measurements.kernel_tuning->points.push_back(token_point("token_ops_prefill", 2048, 16, 128));
+  profile.measurements.kernel_tuning->points.push_back(token_point("token_ops_prefill_narrow", 64, 4, 16));
+  const SpeedPrediction s = predict_speed(profile, fp, plan);
+  ASSERT_TRUE(s.available && without.available);
+  const double one = 100e-9 + 0.25e-9 * 18432;
+  EXPECT_NEAR(term_seconds(s.decode_terms, "norms, rope, KV store"), 48 * one, 1e-12);
+  EXPECT_NEAR(1 / s.decode_tok_per_s - 1 / without.decode_tok_per_s, 48 * one, 1e-12);
+  EXPECT_NEAR(term_seconds(s.prefill_terms, "compute: norms, rope, KV store"), 48 * one / 8, 1e-12) << "the team shares the tokens";
+  EXPECT_NE(s.decode_inputs.find("norms, rope, KV store and residual adds 48 layers x 18432 elements at 100 ns + 0.250 ns per "
+                                 "element (token_ops_prefill fitted at hidden 2048 and 64, one thread)"),
+            std::string::npos)
+      << s.decode_inputs;
+  EXPECT_EQ(term_seconds(without.decode_terms, "norms, rope, KV store"), 0.0) << "not timed: left out";
+  // One point alone: per element, no fixed cost.
+  profile.measurements.kernel_tuning->points.pop_back();
+  const double per_element = (100e-9 + 0.25e-9 * 16384) / 16384;
+  EXPECT_NEAR(term_seconds(predict_speed(profile, fp, plan).decode_terms, "norms, rope, KV store"), 48 * 18432 * per_element, 1e-12);
+}
+
 // A routed row costs more than its multiply-adds (gathering, quantising,
 // SwiGLU, scattering, summing): the tuning phase times 64-wide experts
 // (expert_q4_prefill_narrow) beside OLMoE-wide ones at equal tokens per
