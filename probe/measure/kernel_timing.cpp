@@ -588,6 +588,10 @@ Result<KernelTuning> measure_kernel_tuning(const CpuFacts& facts, const MemoryFa
   auto points = points_of(work);
   if (!points) return points.error();
   tuning.points = std::move(*points);
+  if (const std::string unsteady = unsteady_points_note(tuning.points); !unsteady.empty()) {
+    add_note(tuning, unsteady);
+    if (progress) progress("kernel tuning: " + unsteady);
+  }
   if (rounds < kMaxTuningRounds && tuning.note.find(" rounds: ") == std::string::npos) {
     add_note(tuning, std::to_string(rounds) + " rounds before the budget ran out");
   }

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <map>
 
+#include "coli/base/text.h"
 #include "cpu/core_map.h"
 
 namespace coli::probe {
@@ -136,6 +137,22 @@ std::vector<double> undisturbed_rounds(const std::vector<double>& round_figures)
     if (figure >= kDisturbedRoundShare * best) kept.push_back(figure);
   }
   return kept;
+}
+
+std::string unsteady_points_note(const std::vector<KernelThroughputPoint>& points, double limit) {
+  const KernelThroughputPoint* worst = nullptr;
+  std::size_t unsteady = 0;
+  for (const KernelThroughputPoint& p : points) {
+    if (!(p.gb_per_s.spread > limit)) continue;
+    ++unsteady;
+    if (!worst || p.gb_per_s.spread > worst->gb_per_s.spread) worst = &p;
+  }
+  if (!worst) return "";
+  return "unsteady: " + std::to_string(unsteady) + " of " + std::to_string(points.size()) + " points spread over " +
+         format_fixed(limit * 100, 0) + "% between rounds (worst " + worst->kernel + " on " + worst->thread_set + ", " +
+         format_fixed(worst->gb_per_s.spread * 100, 0) +
+         "%): the machine's speed moved while it was timed and speed predictions carry that; re-run coli-probe when the "
+         "machine is quiet";
 }
 
 int choose_set(const std::vector<SetScore>& scores, double tolerance) {

@@ -66,6 +66,13 @@ inline constexpr int kMinTuningRounds = 3;  // a spread from fewer says nothing
 inline constexpr double kDisturbedRoundShare = 0.5;
 // The round figures without the disturbed ones, in their order.
 std::vector<double> undisturbed_rounds(const std::vector<double>& round_figures);
+// Points whose kept rounds still spread more than kUnsteadySpread (best
+// less worst over the median): the machine's speed moved while they were
+// timed (the 2-core VM ran 30% apart within minutes; one H200 probe's
+// 16-thread points spread 10-19%), so a speed prediction from them carries
+// that much. The note names how many and the worst, or is empty.
+inline constexpr double kUnsteadySpread = 0.10;
+std::string unsteady_points_note(const std::vector<KernelThroughputPoint>& points, double limit = kUnsteadySpread);
 inline constexpr int kMaxTuningRounds = 6;
 enum class Separation { chosen, more_rounds, cannot_separate };
 struct SeparationResult {

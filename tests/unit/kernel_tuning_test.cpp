@@ -146,6 +146,24 @@ TEST(TuningRounds, RoundsBelowHalfTheBestAreLeftOutAsDisturbed) {
   EXPECT_TRUE(undisturbed_rounds({}).empty());
 }
 
+// A point whose kept rounds spread over 10% was timed while the machine's
+// speed moved: the note says how many and names the worst.
+TEST(TuningRounds, PointsSpreadOverTenPercentAreNamedUnsteady) {
+  auto point = [](const char* kernel, const char* set, double spread) {
+    KernelThroughputPoint p;
+    p.kernel = kernel, p.thread_set = set;
+    p.gb_per_s = {3, 10, 10 * (1 + spread / 2), 10 * (1 - spread / 2), spread};
+    return p;
+  };
+  EXPECT_EQ(unsteady_points_note({point("expert_q4_decode", "kind0:8c", 0.04), point("dense_bf16_decode", "kind0:16c", 0.10)}), "");
+  const std::string note = unsteady_points_note({point("expert_q4_decode", "kind0:8c", 0.04), point("dense_bf16_decode", "kind0:16c", 0.19),
+                                                 point("expert_q4_prefill", "kind0:16c", 0.12)});
+  EXPECT_EQ(note.rfind("unsteady: 2 of 3 points spread over 10% between rounds (worst dense_bf16_decode on kind0:16c, 19%)", 0), 0u)
+      << note;
+  EXPECT_NE(note.find("re-run coli-probe"), std::string::npos);
+  EXPECT_EQ(unsteady_points_note({}), "");
+}
+
 TEST(TuningSeparation, ClearWinnerIsChosenAfterTheFewestRounds) {
   const std::vector<SetScore> scores = {scored("k0:1c", CpuSet({0}), 80, 0.02), scored("k0:2c", CpuSet({0, 1}), 143, 0.02)};
   const SeparationResult result = separate_sets(scores, kMinTuningRounds, kMaxTuningRounds);
