@@ -214,6 +214,12 @@ Result<PinRoundChoice> decide_pins_and_round(const ModelFootprint& fp, int cap, 
   auto unpinned = planner_for(fp, cap, 0);
   if (!unpinned) return make_error("cache shape " + where + " cannot work: " + unpinned.error().message);
   const int unpinned_round = unpinned->tokens_per_round(requested_round);
+  if (cap >= fp.n_experts && pins > 0) {  // a pin keeps an expert from eviction, and nothing is evicted
+    out.round_tokens = unpinned_round;
+    out.reason = "no pins: every expert is resident (cap " + std::to_string(cap) + " of " + std::to_string(fp.n_experts) +
+                 "), so none is ever evicted";
+    return out;
+  }
   const int floor_round = (unpinned_round + 1) / 2;
   // Each pin is one slot fewer for the round's misses; keep the most pins
   // that still leave at least half of the round the cap alone allows.

@@ -544,7 +544,8 @@ Result<KernelTuning> measure_kernel_tuning(const CpuFacts& facts, const MemoryFa
   // drift then touch every set alike instead of whichever ran at a bad moment.
   // Sized so the most rounds fit the budget (a slice never below
   // kMinUnitSeconds); after the fewest, stop as soon as the decode sets
-  // separate (separate_sets), when they cannot, or at the budget.
+  // separate (separate_sets) and every point's rounds agree within
+  // kUnsteadySpread, when they cannot, or at the budget.
   int rounds = 0;
   for (int round = 0; round < kMaxTuningRounds && left() > 0; ++round) {
     const double unit = std::max(kMinUnitSeconds, left() / ((kMaxTuningRounds - round) *
@@ -570,6 +571,10 @@ Result<KernelTuning> measure_kernel_tuning(const CpuFacts& facts, const MemoryFa
     if (disturbed && rounds < kMaxTuningRounds) continue;
     auto points = points_of(work);
     if (!points) return points.error();
+    // Rounds that disagree by more than kUnsteadySpread: every round the
+    // budget was sized for, so each point's median stands on more of them
+    // (the H200's first three rounds spread 40-77% on the small sets).
+    if (rounds < kMaxTuningRounds && !unsteady_points_note(*points).empty()) continue;
     const SeparationResult separation = separate_sets(decode_scores(*points), rounds, kMaxTuningRounds);
     if (separation.outcome == Separation::more_rounds) continue;
     add_note(tuning, std::to_string(rounds) + " rounds: " +

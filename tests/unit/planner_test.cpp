@@ -125,6 +125,21 @@ TEST(PlannerScenario, HistoryPinsThatWouldStarveTheCacheAreShrunk) {
   expect_round_fits(*plan, fp);
 }
 
+// A pin keeps an expert from eviction: with every expert resident nothing
+// is evicted, so the history's pins are not taken (coli-sweep's "pins on"
+// at cap all was the same run as pins off, and ranked apart by noise alone).
+TEST(PlannerScenario, EveryExpertResidentTakesNoPins) {
+  const ModelFootprint fp = footprint("Qwen3-30B-A3B.json");
+  auto choice = decide_pins_and_round(fp, fp.n_experts, fp.n_experts, false, 512);
+  ASSERT_TRUE(choice.ok()) << choice.error().message;
+  EXPECT_EQ(choice->pins, 0);
+  EXPECT_EQ(choice->round_tokens, 512);
+  EXPECT_TRUE(mentions(choice->reason, "every expert is resident")) << choice->reason;
+  auto forced = decide_pins_and_round(fp, fp.n_experts, 16, true, 512);  // asked for by name: kept
+  ASSERT_TRUE(forced.ok()) << forced.error().message;
+  EXPECT_EQ(forced->pins, 16);
+}
+
 TEST(PlannerScenario, ForcedPinsShrinkTheRoundOrAreRefused) {
   const ModelFootprint fp = footprint("Qwen3-30B-A3B.json");
   PlanRequest request;

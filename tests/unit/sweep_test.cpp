@@ -105,11 +105,12 @@ TEST(SweepGrid, GridCombinesAndDropsPinsThatEqualOff) {
   spec.kernels = {"", "avx2"};
   auto grid = build_grid(fp, spec);
   ASSERT_TRUE(grid.ok()) << grid.error().message;
-  // cap 8 = top_k leaves no room for a pin: pins on equals off there.
-  EXPECT_EQ(grid->size(), 2u * (2 + 2 + 1) * 2);
+  // cap 8 = top_k leaves no room for a pin, and with every expert resident
+  // none is ever evicted: pins on equals off at both.
+  EXPECT_EQ(grid->size(), 2u * (1 + 2 + 1) * 2);
   for (const SweepConfig& c : *grid) {
     EXPECT_FALSE(c.planned);
-    if (c.cap == 8) {
+    if (c.cap == 8 || c.cap == fp.n_experts) {
       EXPECT_EQ(c.pins, 0);
     }
     EXPECT_GE(c.round_tokens, 1);
