@@ -20,6 +20,7 @@ check "probe exits 0" test $? -eq 0
 check "sweep exits 0" test $? -eq 0
 check "no history: one recorded from the workload" contains "$work/s.out" "recorded one from this workload"
 check "history written into --out" contains "$work/out/sweep.usage" "coli-usage-history"
+check "the history has read rounds beside the grid's 1-thread team" grep -q "^read_rounds 1 " "$work/out/sweep.usage"
 check "the table marks the planned row" grep -qE "^ +[0-9]+ \* " "$work/s.out"
 check "the table has a decode column per depth" grep -qE "kernel +tg@d0  tg@d3$" "$work/s.out"
 check "the workload is llama-bench's tests" contains "$work/s.out" "workload: pp5, then 4 greedy decode tokens at depths 0 3"

@@ -151,14 +151,17 @@ Result<std::optional<experts::UsageHistory>> open_history(const Args& args, Setu
 // into OUT is saved again with them; the model's own history is left alone.
 Status add_team_read_rounds(const Args& args, Setup& s, const planner::Plan& plan, const std::vector<SweepConfig>& grid) {
   if (!s.history) return Ok{};
+  std::vector<std::pair<int, int>> tried;  // (team, I/O threads) passes run, whether they read or not
   for (const SweepConfig& config : grid) {
     const planner::Plan run_plan = plan_of_config(plan, config);
     if (!run_plan.streaming() || config.gpu.all_in_vram) continue;
+    const std::pair setting{config.threads.threads(), run_plan.io_threads};
     const auto sets = s.history->read_round_sets();
     const bool have = std::any_of(sets.begin(), sets.end(), [&](const experts::ReadRounds& r) {
-      return r.compute_threads == config.threads.threads() && r.io_threads == run_plan.io_threads;
+      return std::pair{r.compute_threads, r.io_threads} == setting;
     });
-    if (have) continue;
+    if (have || std::find(tried.begin(), tried.end(), setting) != tried.end()) continue;
+    tried.push_back(setting);
     auto options = runtime::options_from_plan(run_plan, s.shape, &*s.history);
     if (!options) return options.error();
     options->rss_limit_bytes = 0;
