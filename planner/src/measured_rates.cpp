@@ -746,6 +746,16 @@ std::optional<RoutingCost> routing_cost(const DeviceProfile& profile, const Team
                                     " x " + std::to_string(one->cols) + ")"};
 }
 
+std::optional<Bandwidth> prefill_stream_rate(const DeviceProfile& profile, WeightFormat experts, const Team& team) {
+  if (!profile.measurements.kernel_tuning) return std::nullopt;
+  const std::string kernel = experts == WeightFormat::q4_g64 ? "expert_q4_prefill_stream" : "expert_q8_prefill_stream";
+  const KernelThroughputPoint* point = prefill_point(profile, kernel, team);
+  if (!point || !(point->gb_per_s.median > 0)) return std::nullopt;
+  return Bandwidth{point->gb_per_s.median, format_fixed(point->gb_per_s.median, 1) + " GB/s (" + kernel + ", " +
+                                               std::to_string(point->batch) + " tokens on each expert, measured at " +
+                                               std::to_string(point->threads) + " threads)"};
+}
+
 namespace {
 // Elements of one token's ops at a layer: two norms and two residual adds
 // over the hidden state, RoPE over q and k, K and V stored, and q/k norms

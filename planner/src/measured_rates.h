@@ -196,6 +196,11 @@ struct RoutingCost {
   std::string text;
 };
 std::optional<RoutingCost> routing_cost(const DeviceProfile& profile, const Team& team, int n_experts, int top_k);
+// A prompt's small rounds (a token or two per expert) stream each distinct
+// expert's record through the batch's GEMM path: its GB/s at two tokens on
+// each of 8 OLMoE-wide experts (expert_q4_prefill_stream, _q8_), at the
+// team nearest the plan's; nullopt where the profile has no such point.
+std::optional<Bandwidth> prefill_stream_rate(const DeviceProfile& profile, WeightFormat experts, const Team& team);
 // A token's element-wise work at one layer (MoeModel's input and
 // post-attention RMS norms, q/k norms, RoPE of q and k, the KV store and the
 // two residual adds) on one thread (token_ops_prefill and _narrow): a cost

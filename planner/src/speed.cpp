@@ -544,8 +544,13 @@ void predict_prefill(const DeviceProfile& profile, const ModelFootprint& fp, con
   // reuse distances (token by token) count it a hit, so the prompt reads
   // prompt x top_k x the miss rate records per layer, at most each round's distinct experts.
   const double reads_per_round = std::min(distinct, prompt * top_k * r.prefill_miss / rounds);
-  const double expert_ram_s =
-      rounds * layers * distinct * static_cast<double>(fp.expert().record_bytes) / (r.ram.gb_per_s * 1e9);
+  // Each round streams its distinct experts' records: through the batch's
+  // GEMM path where the probe timed it with a token or two per expert (the
+  // 2-core VM's one thread: 12.7 GB/s where RAM reads 35 and the decode
+  // kernel 20), else at the RAM read rate.
+  const auto stream = r.vram ? std::nullopt : prefill_stream_rate(profile, fp.expert_format, team);
+  const double stream_gbs = stream ? stream->gb_per_s : r.ram.gb_per_s;
+  const double expert_ram_s = rounds * layers * distinct * static_cast<double>(fp.expert().record_bytes) / (stream_gbs * 1e9);
   const double dense_ram_s = static_cast<double>(dense) / (r.ram.gb_per_s * 1e9);
   const double ram_s = expert_ram_s + dense_ram_s;
   // Each round's misses of a layer, requested together; the round's resident experts compute meanwhile
@@ -587,6 +592,7 @@ void predict_prefill(const DeviceProfile& profile, const ModelFootprint& fp, con
   const std::string memory_text = "a " + format_fixed(prompt, 0) + "-token prompt reading dense " + format_bytes(dense) +
                                   " once and, in " + format_fixed(rounds, 0) + " rounds of " + format_fixed(round, 0) + " tokens, " +
                                   format_fixed(distinct, 1) + " distinct experts x " + format_fixed(layers, 0) + " layers each" +
+                                  (stream ? " streamed at " + stream->text : std::string()) +
                                   (r.round_distinct             ? " (the routing trace's rounds)"
                                    : history_fits(fp, history) ? " (the usage history's routing shares)"
                                                                : " (uniform routing)") +

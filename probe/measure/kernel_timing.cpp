@@ -141,6 +141,7 @@ struct KernelSpec {
 // interpolates at a model's own tokens per expert. 64 tokens on 8 experts
 // are the pass's per-expert shape at an eighth of its cost.
 constexpr int kWideTokensPerExpert = 64;
+constexpr int kStreamTokens = 2;  // tokens per expert of the stream points (one would take the decode path)
 constexpr int kNarrowRows = 32768, kNarrowCols = 64;  // 4 MiB of bf16
 constexpr int kNarrowHeadDim = 16;
 constexpr int kNarrowExpert = 64;
@@ -440,6 +441,11 @@ std::vector<KernelSpec> tuning_specs() {
       {.name = "attention_prefill", .format = F::f32, .prefill = true, .attention = true},
       {.name = "expert_q4_prefill_wide", .format = F::q4_g64, .prefill = true, .call_tokens = kWideTokensPerExpert},
       {.name = "expert_q8_prefill_wide", .format = F::q8_row, .prefill = true, .call_tokens = kWideTokensPerExpert},
+      // Two tokens on each of 8 OLMoE-wide experts: a streaming prompt's
+      // small rounds (a token or two per expert) stream each expert's
+      // record through the batch's GEMM path, priced by this GB/s.
+      {.name = "expert_q4_prefill_stream", .format = F::q4_g64, .prefill = true, .weight = 0.5, .call_tokens = kStreamTokens},
+      {.name = "expert_q8_prefill_stream", .format = F::q8_row, .prefill = true, .weight = 0.5, .call_tokens = kStreamTokens},
       // The float GEMV over narrow rows (an lm_head of a 64-wide model): its
       // cost per row beside the 2048-wide point's per byte (speed model).
       {.name = "dense_bf16_decode_narrow", .format = F::bf16, .dense = true, .weight = 0.5, .dense_rows = kNarrowRows,

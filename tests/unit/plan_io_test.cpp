@@ -8,6 +8,7 @@
 #include <regex>
 #include <string>
 
+#include "coli/base/text.h"
 #include "coli/planner/plan_io.h"
 #include "coli/probe/profile_io.h"
 #include "planner_fixtures.h"
@@ -752,6 +753,42 @@ TEST(PlanSpeed, EveryTokenPaysItsNormsRopeAndKvStoreAtEveryLayer) {
   profile.measurements.kernel_tuning->points.pop_back();
   const double per_element = (100e-9 + 0.25e-9 * 16384) / 16384;
   EXPECT_NEAR(term_seconds(predict_speed(profile, fp, plan).decode_terms, "norms, rope, KV store"), 48 * 18432 * per_element, 1e-12);
+}
+
+// A prompt's rounds stream their distinct experts' records through the
+// batch's GEMM path: where the tuning phase timed it with two tokens on each
+// of 8 OLMoE-wide experts (expert_q4_prefill_stream), the experts' RAM term
+// runs at that GB/s instead of the RAM read figure (the 2-core VM's one
+// thread: 12.7 against 35; the OLMoE shape's streaming prompt took 9.4 s
+// where the RAM figure said 5.5). Made up: the term moves with 1 / GB/s.
+TEST(PlanSpeed, PromptRoundsStreamTheirExpertsAtTheBatchPathsRate) {
+  const ModelFootprint fp = qwen3();
+  Plan plan = resident_qwen3_plan(8);
+  plan.prefill_threads = 0, plan.prefill_pus = {}, plan.compute_pus = {};
+  DeviceProfile profile = measured_profile(10);
+  profile.measurements.kernel_tuning = tuned_on_8_threads("expert_q4_prefill_wide", 1024, 64, 3 * 512, {}, {3, 1e3, 1e3, 1e3, 0});
+  auto ram_term = [&](double stream_gbs) {
+    DeviceProfile p = profile;
+    if (stream_gbs > 0) {
+      KernelThroughputPoint stream = p.measurements.kernel_tuning->points[0];
+      stream.kernel = "expert_q4_prefill_stream", stream.batch = 2, stream.matrices = 3 * 16;
+      stream.gb_per_s = {3, stream_gbs, stream_gbs, stream_gbs, 0};
+      p.measurements.kernel_tuning->points.push_back(stream);
+    }
+    const SpeedPrediction s = predict_speed(p, fp, plan);
+    EXPECT_TRUE(s.available) << s.unavailable;
+    if (stream_gbs > 0) {
+      EXPECT_NE(s.prefill_inputs.find("streamed at " + format_fixed(stream_gbs, 1) +
+                                      " GB/s (expert_q4_prefill_stream, 2 tokens on each expert, measured at 8 threads)"),
+                std::string::npos)
+          << s.prefill_inputs;
+    }
+    return term_seconds(s.prefill_terms, "memory: weights from RAM");
+  };
+  const double ram = ram_term(0), at_10 = ram_term(10), at_5 = ram_term(5), at_2_5 = ram_term(2.5);
+  EXPECT_NEAR(at_10, ram, 1e-12) << "the RAM figure is 10 GB/s too";
+  EXPECT_GT(at_5, at_10);
+  EXPECT_NEAR(at_2_5 - at_10, 3 * (at_5 - at_10), 1e-12) << "the experts' share doubles at half the rate";
 }
 
 // A routed row costs more than its multiply-adds (gathering, quantising,
