@@ -249,6 +249,21 @@ double layer_disk_wait(const PlanRates& r, int top_k, double expert_compute_s) {
 }
 
 // Decode: seconds per token as planner/README.md's formula says, and its inputs.
+// A token's norms, RoPE, KV store and residual adds at every layer (dense-MLP
+// layers too) on one thread, and the text coli-plan prints for them; nullopt
+// where the profile did not time them.
+struct TokenOpsTerm {
+  double seconds = 0;
+  std::string text;
+};
+std::optional<TokenOpsTerm> token_ops_per_token(const DeviceProfile& profile, const ModelFootprint& fp, const Team& team) {
+  const auto cost = token_ops_cost(profile, team);
+  if (!cost) return std::nullopt;
+  const double layers = static_cast<double>(fp.config.num_hidden_layers), elements = token_ops_elements(fp.config);
+  return TokenOpsTerm{layers * cost->seconds(elements), "norms, rope, KV store and residual adds " + format_fixed(layers, 0) +
+                                                            " layers x " + format_fixed(elements, 0) + " elements at " + cost->text};
+}
+
 void predict_decode(const DeviceProfile& profile, const ModelFootprint& fp, const Plan& plan, const PlanRates& r,
                     int decode_depth, SpeedPrediction& s) {
   const double layers = static_cast<double>(fp.moe_layer_count()), top_k = fp.top_k;
@@ -275,9 +290,7 @@ void predict_decode(const DeviceProfile& profile, const ModelFootprint& fp, cons
   const auto routing = routing_cost(profile, team, fp.n_experts, fp.top_k);
   const double routing_s = routing ? layers * routing->seconds : 0.0;
   // A single token's norms, RoPE, KV store and residual adds run on the calling thread at every layer.
-  const auto token_ops = r.vram ? std::nullopt : token_ops_cost(profile, team);
-  const double all_layers = static_cast<double>(fp.config.num_hidden_layers);
-  const double token_ops_s = token_ops ? all_layers * token_ops->seconds(token_ops_elements(fp.config)) : 0.0;
+  const auto token_ops = r.vram ? std::nullopt : token_ops_per_token(profile, fp, team);
   const DenseGemv gemv = dense_gemv(profile, fp, team);
   const auto& [dense_kernel, rows] = gemv;
   const double dense_s = gemv.seconds(static_cast<double>(dense), static_cast<double>(dense_rows_per_token(fp)), r.ram);
@@ -299,7 +312,7 @@ void predict_decode(const DeviceProfile& profile, const ModelFootprint& fp, cons
       {"parallel steps", step ? steps.regions * step->seconds + steps.barriers * step->barrier_seconds : 0.0},
       {"sampling", sampling_s},
       {"routing", routing_s},
-      {"norms, rope, KV store", token_ops_s}};
+      {"norms, rope, KV store", token_ops ? token_ops->seconds : 0.0}};
   double seconds = 0;
   for (const SpeedTerm& term : s.decode_terms) seconds += term.seconds;
   s.decode_tok_per_s = 1.0 / seconds;
@@ -324,9 +337,7 @@ void predict_decode(const DeviceProfile& profile, const ModelFootprint& fp, cons
                                     : "") +
                     (sampling ? " + vocabulary " + std::to_string(fp.config.vocab_size) + " x " + sampling->text : "") +
                     (routing ? " + routing " + format_fixed(layers, 0) + " layers x " + routing->text : "") +
-                    (token_ops ? " + norms, rope, KV store and residual adds " + format_fixed(all_layers, 0) + " layers x " +
-                                     format_fixed(token_ops_elements(fp.config), 0) + " elements at " + token_ops->text
-                               : "") +
+                    (token_ops ? " + " + token_ops->text : "") +
                     (r.vram ? ""
                      : step ? " + " + step->text
                             : " (OpenMP step costs not in this profile: re-probe to price " +
@@ -459,10 +470,9 @@ PromptCompute prompt_compute(const DeviceProfile& profile, const ModelFootprint&
   out.lm_head_s = last_token_lm_head_seconds(profile, fp, team, ram);
   // Every token's norms, RoPE, KV store and residual adds at every layer,
   // the tokens shared over the team (MoeModel's for_tokens, from kParallelTokens).
-  const auto token_ops = token_ops_cost(profile, team);
-  const double all_layers = static_cast<double>(fp.config.num_hidden_layers);
+  const auto token_ops = token_ops_per_token(profile, fp, team);
   const double sharing = prompt >= static_cast<double>(kParallelTokens) ? std::max(1, team.size()) : 1;
-  out.token_ops_s = token_ops ? prompt * all_layers * token_ops->seconds(token_ops_elements(fp.config)) / sharing : 0.0;
+  out.token_ops_s = token_ops ? prompt * token_ops->seconds / sharing : 0.0;
   out.text = "experts " + format_fixed(expert_macs / 1e9, 2) + " GMAC per token / " + compute->text + " + dense " +
              format_fixed(dense_macs / 1e9, 3) + " GMAC per token / " + dense_rate->text +
              (attention ? " + attention " + format_fixed(prompt_attention_macs(fp, prompt) / 1e9, 2) + " GMAC per prompt at " +
@@ -472,8 +482,7 @@ PromptCompute prompt_compute(const DeviceProfile& profile, const ModelFootprint&
              (out.dispatch_s > 0 ? " + " + format_fixed(layer_rounds, 0) + " layer rounds x " +
                                        format_fixed(distinct, 1) + " distinct experts x " + compute->dispatch_text
                                  : std::string()) +
-             (token_ops ? " + norms, rope, KV store and residual adds " + format_fixed(all_layers, 0) + " layers x " +
-                              format_fixed(token_ops_elements(fp.config), 0) + " elements a token at " + token_ops->text +
+             (token_ops ? " + " + token_ops->text +
                               (sharing > 1 ? ", the tokens over " + std::to_string(team.size()) + " threads" : std::string())
                         : std::string());
   return out;

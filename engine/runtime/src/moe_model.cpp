@@ -54,10 +54,8 @@ backend::BackendProps cpu_backend_props(const ModelOptions& options) {
   return props;
 }
 
-// The decode team's size: its PUs when pinned, else the thread count.
-int decode_team_size(const ModelOptions& options) {
-  return options.compute_pus.empty() ? std::max(1, options.threads) : options.compute_pus.size();
-}
+// A team's size: its PUs when pinned, else the thread count (at least one).
+int team_size(const CpuSet& pus, int threads) { return pus.empty() ? std::max(1, threads) : pus.size(); }
 
 forward::RouterNorm router_norm(model::RouterNormalization n) {
   return n == model::RouterNormalization::SoftmaxTopK ? forward::RouterNorm::softmax_topk
@@ -509,7 +507,8 @@ Result<MoeModel> MoeModel::load(const std::filesystem::path& path, const ModelOp
   if (host_experts) {
     auto experts = ExpertStore::create(*state->reader, *state->backend, static_cast<int>(c.num_experts_per_tok),
                                        options.cache_capacity, options.pins,
-                                       ExpertIo{options.io_threads, options.direct_io, decode_team_size(options)});
+                                       ExpertIo{options.io_threads, options.direct_io,
+                                                team_size(options.compute_pus, options.threads)});
     if (!experts) return experts.error();
     state->experts = std::move(*experts);
   }
@@ -576,7 +575,7 @@ std::string thread_set_text(int threads, const CpuSet& pus) {
 Status MoeModel::State::use_thread_set(int count) {
   const bool prefill = count > 1 && (options.prefill_threads > 0 || !options.prefill_pus.empty());
   const CpuSet& pus = prefill ? options.prefill_pus : options.compute_pus;
-  const int threads = pus.empty() ? std::max(1, prefill ? options.prefill_threads : options.threads) : pus.size();
+  const int threads = team_size(pus, prefill ? options.prefill_threads : options.threads);
   if (prefill != on_prefill_set) {
     const Status placed = pus.empty() ? kernels::cpu::release_openmp_team() : kernels::cpu::pin_openmp_team(pus);
     if (!placed) return placed;
