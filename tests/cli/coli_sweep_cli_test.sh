@@ -16,7 +16,7 @@ check "probe exits 0" test $? -eq 0
 
 # A tiny grid: 1 thread (plus the plan's set), resident and 4 of 8 slots, pins off and on.
 "$sweep" --model "$work/demo.coli" --profile "$work/profile.toml" --threads 1 --caps all,4 --pins off,on \
-  --kernels auto -p 5 -n 4 -d 0,3 --repeats 2 --out "$work/out" >"$work/s.out" 2>"$work/s.err"
+  --kernels auto -p 5 -n 4 -d 0,3 --repeats 2 --min-time 0.05 --out "$work/out" >"$work/s.out" 2>"$work/s.err"
 check "sweep exits 0" test $? -eq 0
 check "no history: one recorded from the workload" contains "$work/s.out" "recorded one from this workload"
 check "history written into --out" contains "$work/out/sweep.usage" "coli-usage-history"
@@ -44,7 +44,10 @@ EOF
 check "JSON: schema, planned, ranking, token check" python3 - "$work/out/sweep.json" <<'EOF'
 import json, sys
 d = json.load(open(sys.argv[1]))
-assert d["schema_version"] == 7
+assert d["schema_version"] == 8
+# --min-time 0.05: a run repeats its few-millisecond pass, its figures the passes' medians.
+assert d["workload"]["min_timed_seconds"] == 0.05
+assert all(r["passes"] >= 2 for c in d["configs"] for r in c["runs"]), [r["passes"] for c in d["configs"] for r in c["runs"]]
 # The prefill pass's expert reads per run: none where every expert is resident, and byte counts
 # that go with the misses (a resident configuration reads nothing).
 for c in d["configs"]:

@@ -43,6 +43,7 @@ struct Args {
   std::vector<std::string> pins{"off", "on"};
   std::vector<std::string> kernels;       // "auto" = engine's choice; empty: what the profile's ISA allows
   int plan_cap = 0;                       // 0: the planner decides
+  double min_time = 0.5;                  // seconds a run's timed passes add up to (Workload::min_timed_seconds)
   SpeedTests tests = [] {  // llama-bench's pp512 and decode at depths 0 and 512, fewer tokens per grid point
     SpeedTests t;
     t.decode_tokens = 16;
@@ -235,6 +236,7 @@ int run_sweep(const Args& args) {
   if (!model_config) return fail(model_config.error().message);
   s.footprint = planner::describe_footprint(*model_config, s.shape.expert_format, s.shape.dense_format);
   s.workload = make_workload(args.tests, model_config->vocab_size);
+  s.workload.min_timed_seconds = args.min_time;
 
   // Grid dimensions before anything runs, so bad input fails fast.
   GridSpec spec;
@@ -312,6 +314,7 @@ int run_sweep(const Args& args) {
   report.decode_tokens = args.tests.decode_tokens;
   report.depths = args.tests.depths;
   report.repeats = args.tests.repeats;
+  report.min_timed_seconds = s.workload.min_timed_seconds;
   report.token_check = args.token_check;
   report.planned = planned;
   for (const auto& d : plan->decisions) report.plan_decisions.push_back(d.knob + " = " + d.value + ": " + d.reason);
@@ -325,7 +328,8 @@ int run_sweep(const Args& args) {
               std::string(dense_format_name(s.shape.dense_format)).c_str());
   std::printf("workload: %s, then %d greedy decode tokens at depths", args.tests.prefill_label().c_str(), args.tests.decode_tokens);
   for (int depth : args.tests.depths) std::printf(" %d", depth);
-  std::printf("; %d repeats, interleaved\n", args.tests.repeats);
+  std::printf("; %d repeats, interleaved; each run's figures the median of its passes until %.2f s were timed\n",
+              args.tests.repeats, args.min_time);
   std::printf("planned: %s\n", config_label(report.grid[planned], report.n_experts).c_str());
   for (const std::string& d : report.plan_decisions) std::printf("  %s\n", d.c_str());
   const planner::SpeedPrediction predicted = planner::predict_speed(s.profile, s.footprint, *plan, s.history ? &*s.history : nullptr);
@@ -409,6 +413,10 @@ int main(int argc, char** argv) {
   app.add_option("--ram", args.ram, "RAM the planner may use, e.g. 8G (default: the profile's headroom)");
   app.add_option("--plan-cap", args.plan_cap, "Cap the planner is told to use (0: it decides)")->check(CLI::Range(0, 1 << 20));
   add_speed_options(app, args.tests);
+  app.add_option("--min-time", args.min_time,
+                 "Seconds each run's timed passes add up to at least: a run repeats its warm-up and timed pass until "
+                 "then (at most " + std::to_string(kMaxPasses) + " passes) and reports their medians; 0: one pass")
+      ->check(CLI::Range(0.0, 3600.0))->capture_default_str();
   app.add_option("--gpu", args.gpu, "none (every expert on the CPU), auto or a GPU index: adds GPU placements per --vram and --split")
       ->capture_default_str();
   app.add_option("--gpu-backend", args.gpu_backend, "vulkan, cuda or auto, as coli-plan")

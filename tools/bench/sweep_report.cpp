@@ -224,7 +224,8 @@ std::string sweep_json(const SweepReport& r) {
   j["profile"] = r.profile;
   j["profile_fingerprint"] = r.profile_fingerprint;
   j["workload"] = {{"prompt_tokens", r.prompt_tokens}, {"decode_tokens", r.decode_tokens},
-                   {"depths", r.depths}, {"repeats", r.repeats}};
+                   {"depths", r.depths}, {"repeats", r.repeats},
+                   {"min_timed_seconds", r.min_timed_seconds}};
   j["plan_decisions"] = r.plan_decisions;
   j["planned_config"] = r.planned;
   j["token_check"] = {{"mode", r.token_check}, {"passed", r.token_mismatches.empty()},
@@ -236,7 +237,7 @@ std::string sweep_json(const SweepReport& r) {
     nlohmann::ordered_json runs = nlohmann::ordered_json::array();
     for (const RunRecord& run : r.runs) {
       if (run.config != i) continue;
-      runs.push_back({{"repeat", run.repeat}, {"prefill_tokens", run.prefill_tokens},
+      runs.push_back({{"repeat", run.repeat}, {"passes", run.passes}, {"prefill_tokens", run.prefill_tokens},
                       {"prefill_s", run.prefill_seconds}, {"prefill_tok_s", run.prefill_tok_s()},
                       {"decode_tokens", run.decode_tokens}, {"decode_s", run.decode_seconds},
                       {"decode_tok_s", run.decode_tok_s()}, {"decode_tok_s_at_depth", run.depth_tok_s},
@@ -448,7 +449,11 @@ std::string sweep_table(const SweepReport& r) {
     }
     out += "\n";
   }
-  out += "* = planned; tok/s: median of " + std::to_string(r.repeats) + " interleaved repeats; spread: (max - min) / median;\n"
+  out += "* = planned; tok/s: median of " + std::to_string(r.repeats) + " interleaved repeats" +
+         (r.min_timed_seconds > 0 ? ", each the median of its passes (warm-up and timed pass, again until " +
+                                        format_fixed(r.min_timed_seconds, 2) + " s were timed)"
+                                  : std::string()) +
+         "; spread: (max - min) / median;\n"
          "prefill: pp" + std::to_string(r.prompt_tokens) + "; decode: tg" + std::to_string(r.decode_tokens) +
          " over every depth; tg@dD: decode after D tokens are in the KV cache;\n"
          "predicted: the planner's prediction (coli-plan) for that configuration, as its error against the median\n";

@@ -21,7 +21,7 @@ namespace coli::bench {
 //    prefill_expert_read_seconds) and the predicted time of one read alone (disk_read_seconds)
 // 7: the rounds that read, by how many records each read, and their seconds from submission to
 //    the last landing, per run (decode_read_batches, prefill_read_batches)
-inline constexpr int kSweepSchemaVersion = 7;
+inline constexpr int kSweepSchemaVersion = 8;  // 8: runs repeat their pass until --min-time (workload.min_timed_seconds, runs[].passes)
 
 // The expert-read rounds of `reads` records each in a timed step: how many,
 // and their seconds in all from submission to the last read landing
@@ -35,6 +35,7 @@ struct ReadBatch {
 struct RunRecord {
   std::size_t config = 0;      // index into the grid
   int repeat = 0;              // 0-based
+  int passes = 1;              // timed passes the figures are the median of (Workload::min_timed_seconds)
   int prefill_tokens = 0;      // the pp test's prompt
   double prefill_seconds = 0;
   int decode_tokens = 0;      // summed over the depths
@@ -126,6 +127,7 @@ struct SweepReport {
   std::string model, profile, profile_fingerprint;
   int n_experts = 0;
   int prompt_tokens = 0, decode_tokens = 0, repeats = 0;  // pp prompt, tg tokens per depth
+  double min_timed_seconds = 0;  // a run's timed passes add up to at least this (Workload)
   std::vector<int> depths;
   std::vector<std::string> plan_decisions;  // "threads = 2: reason", ...
   std::vector<SweepConfig> grid;
