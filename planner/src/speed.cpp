@@ -264,6 +264,25 @@ std::optional<TokenOpsTerm> token_ops_per_token(const DeviceProfile& profile, co
                                                             " layers x " + format_fixed(elements, 0) + " elements at " + cost->text};
 }
 
+// A decoded token's attention over `depth` positions as forward::attention's
+// decode path runs it: (KV head x tile of kAttentionTile positions) items
+// shared statically over the team, each on one thread for the KV head's
+// group of query heads, a layer taking the longer of its pairs shared
+// evenly and its busiest thread's items. Qwen3's 4 KV heads give 36 items
+// at depth 512 for 16 threads (3 on the busiest, each 8 heads x 64
+// positions): on the H200 the token's attention took 1.1 ms more at depth
+// 512 than at 0, where its KV bytes at the RAM rate take 0.45.
+double decode_attention_seconds(const AttentionCost& cost, const model::ModelConfig& c, int depth, int threads) {
+  const double heads = static_cast<double>(c.num_attention_heads);
+  const double kv_heads = static_cast<double>(std::max<std::uint64_t>(1, c.num_key_value_heads));
+  const double group = std::max(1.0, heads / kv_heads), positions = depth + 1.0;
+  const double tiles = std::floor(depth / static_cast<double>(forward::kAttentionTile)) + 1;
+  const double team = std::max(1, threads);
+  const double busiest = std::ceil(kv_heads * tiles / team) * group * std::min<double>(forward::kAttentionTile, positions);
+  const double per_pair = cost.seconds(1, 1, static_cast<double>(c.head_dim));  // wall time of a pair at the team
+  return static_cast<double>(c.num_hidden_layers) * std::max(heads * positions, busiest * team) * per_pair;
+}
+
 void predict_decode(const DeviceProfile& profile, const ModelFootprint& fp, const Plan& plan, const PlanRates& r,
                     int decode_depth, SpeedPrediction& s) {
   const double layers = static_cast<double>(fp.moe_layer_count()), top_k = fp.top_k;
@@ -303,9 +322,13 @@ void predict_decode(const DeviceProfile& profile, const ModelFootprint& fp, cons
                                     static_cast<double>(record) / (expert_gbs * 1e9);
   const double disk_wait_s = layers * layer_disk_wait(r, fp.top_k, static_cast<double>(record) / (expert_gbs * 1e9));
   s.decode_disk_reads = layers * top_k * r.miss;
+  // The KV cache streams at the RAM rate, or its attention computes longer.
+  const auto attention = r.vram ? std::nullopt : prefill_attention_cost(profile, team);
+  const double kv_read_s = static_cast<double>(kv) / (r.ram.gb_per_s * 1e9);
+  const double attention_s = attention ? decode_attention_seconds(*attention, fp.config, depth, team.size()) : 0.0;
   s.decode_terms = {
       {"dense weights", dense_s},
-      {"KV cache", static_cast<double>(kv) / (r.ram.gb_per_s * 1e9)},
+      {"KV cache", std::max(kv_read_s, attention_s)},
       {"experts in RAM", experts / (expert_gbs * 1e9)},
       {"experts from disk", disk_wait_s},
       {"experts in VRAM", r.vram ? in_vram / (r.vram->gb_per_s * 1e9) : 0.0},
@@ -338,6 +361,11 @@ void predict_decode(const DeviceProfile& profile, const ModelFootprint& fp, cons
                     (sampling ? " + vocabulary " + std::to_string(fp.config.vocab_size) + " x " + sampling->text : "") +
                     (routing ? " + routing " + format_fixed(layers, 0) + " layers x " + routing->text : "") +
                     (token_ops ? " + " + token_ops->text : "") +
+                    (attention_s > kv_read_s ? " + the KV cache's attention " + format_fixed(attention_s * 1e3, 3) +
+                                                   " ms/token, longer than its reads' " + format_fixed(kv_read_s * 1e3, 3) +
+                                                   " ms (KV head x " + std::to_string(forward::kAttentionTile) +
+                                                   "-position items over the team, at " + attention->text + ")"
+                                             : std::string()) +
                     (r.vram ? ""
                      : step ? " + " + step->text
                             : " (OpenMP step costs not in this profile: re-probe to price " +

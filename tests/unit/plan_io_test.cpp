@@ -618,6 +618,40 @@ TEST(PlanSpeed, PromptAttentionWaitsForItsLargestItemWhenItemsAreFew) {
   EXPECT_NEAR(term_seconds(predict_speed(profile, fp, plan).prefill_terms, term) * 512, 48 * seconds, 1e-9);
 }
 
+// A decoded token's attention at depth 512: forward::attention's decode
+// path hands (KV head x 64-position tile) items to the team statically.
+// Qwen3's 4 KV heads make 36 items over 8 threads, 5 on the busiest, each 8
+// query heads x 64 positions: 20480 pair-times a layer where its 32 x 513
+// pairs shared evenly would be 16416. With the made-up slow attention that
+// outlasts the KV cache's reads at the RAM rate; with a fast one the reads stand.
+TEST(PlanSpeed, DecodeAttentionTakesItsBusiestThreadWhereThatOutlastsTheKvReads) {
+  const ModelFootprint fp = qwen3();  // 48 layers, 32 heads of 128, 4 KV heads
+  Plan plan = resident_qwen3_plan(8);
+  plan.compute_pus = {};  // a team of 8
+  DeviceProfile profile = measured_profile(10);
+  profile.measurements.kernel_tuning = tuned_on_8_threads("expert_q4_prefill", 1024, 32, 768, {}, {3, 100, 100, 100, 0});
+  const double reads = term_seconds(predict_speed(profile, fp, plan, nullptr, 512).decode_terms, "KV cache");
+  KernelThroughputPoint attention = profile.measurements.kernel_tuning->points[0];
+  attention.kernel = "attention_prefill";
+  attention.rows = 16, attention.cols = 128, attention.batch = 512, attention.matrices = 0;
+  for (const double prompts_per_s : {2000.0 / 512, 2e7 / 512}) {
+    attention.tokens_per_s = {3, 512 * prompts_per_s, 512 * prompts_per_s, 512 * prompts_per_s, 0};
+    profile.measurements.kernel_tuning->points.push_back(attention);
+    const SpeedPrediction s = predict_speed(profile, fp, plan, nullptr, 512);
+    profile.measurements.kernel_tuning->points.pop_back();
+    const double per_pair = 1 / prompts_per_s / (16.0 * 512 * 513 / 2);  // wall seconds a pair at the team
+    const double compute = 48 * std::max(32.0 * 513, 5.0 * 8 * 64 * 8) * per_pair;
+    ASSERT_TRUE(s.available);
+    EXPECT_NEAR(term_seconds(s.decode_terms, "KV cache"), std::max(reads, compute), 1e-12);
+    if (compute > reads) {
+      EXPECT_NE(s.decode_inputs.find("the KV cache's attention"), std::string::npos) << s.decode_inputs;
+    } else {
+      EXPECT_EQ(s.decode_inputs.find("the KV cache's attention"), std::string::npos) << "the reads stand: " << s.decode_inputs;
+    }
+  }
+  EXPECT_GT(48 * 20480 * 512 / 2000.0 / (16.0 * 512 * 513 / 2), reads) << "the slow made-up attention must outlast the reads";
+}
+
 // Narrow heads cost more per multiply-add: with the tuning phase's point
 // at head_dim 16 beside the one at 128, attention is a fixed cost per head
 // and (query, key) pair plus 2 x head_dim multiply-adds, fitted through
