@@ -270,8 +270,8 @@ std::optional<TokenOpsTerm> token_ops_per_token(const DeviceProfile& profile, co
 // group of query heads, a layer taking the longer of its pairs shared
 // evenly and its busiest thread's items. Qwen3's 4 KV heads give 36 items
 // at depth 512 for 16 threads (3 on the busiest, each 8 heads x 64
-// positions): on the H200 the token's attention took 1.1 ms more at depth
-// 512 than at 0, where its KV bytes at the RAM rate take 0.45.
+// positions): on the H200 a token took 1.1 ms more at depth 512 than at 0,
+// where its KV bytes at the RAM rate said 0.22 and these items say 1.24.
 double decode_attention_seconds(const AttentionCost& cost, const model::ModelConfig& c, int depth, int threads) {
   const double heads = static_cast<double>(c.num_attention_heads);
   const double kv_heads = static_cast<double>(std::max<std::uint64_t>(1, c.num_key_value_heads));
