@@ -200,7 +200,9 @@ int main(int argc, char** argv) {
                  "Directory on the filesystem that holds your models (one that cannot be measured is an error)")
       ->check(CLI::ExistingDirectory)
       ->capture_default_str();
-  app.add_option("--budget", options.budget_seconds, "Upper bound for all measurements, in seconds")
+  app.add_option("--budget", options.budget_seconds,
+                 "Upper bound for all measurements, in seconds (default: 25, and kernel tuning at least 4 s per candidate "
+                 "thread set)")
       ->check(CLI::Range(2.0, 3600.0))
       ->capture_default_str();
   app.add_option("--replay-root", replay_root, "Read /proc and /sys below this recorded tree")
@@ -229,6 +231,7 @@ int main(int argc, char** argv) {
 
   if (!validate.empty()) return validate_profiles(validate);
   options.disk_dir_given = app.count("--disk-dir") > 0;
+  options.budget_given = app.count("--budget") > 0;
 
   if (!replay_machine.empty()) coli::apply_replay_machine(replay_machine, options);
   if (!replay_root.empty()) options.root = coli::SystemRoot(replay_root);

@@ -291,4 +291,9 @@ Result<ThreadRecommendation> recommend_from_measurements(const std::vector<Kerne
   return out;
 }
 
+double tuning_budget_seconds(double probe_budget_seconds, bool budget_given, std::size_t candidate_sets) {
+  const double share = kTuningShareOfBudget * probe_budget_seconds;
+  return budget_given ? share : std::max(share, kTuningSecondsPerSet * static_cast<double>(candidate_sets));
+}
+
 }  // namespace coli::probe

@@ -99,6 +99,16 @@ std::vector<SetScore> prefill_scores(const std::vector<KernelThroughputPoint>& p
 // no rounds left; then the caller keeps the tier rule and says why).
 Result<ThreadRecommendation> recommend_from_measurements(const std::vector<KernelThroughputPoint>& points);
 
+// The tuning phase's share of a probe budget: 35%, and at least
+// kTuningSecondsPerSet for each candidate thread set unless the user gave
+// the budget (--budget bounds everything then). The H200's 16 cores have
+// five sets: 35% of the default 25 s timed 3 rounds of 30 ms slices, every
+// probe there had half its points spread over 10%, and one allocation's
+// decode point kept 1 round of 3; 4 s a set affords the 6 rounds.
+inline constexpr double kTuningShareOfBudget = 0.35;
+inline constexpr double kTuningSecondsPerSet = 4.0;
+double tuning_budget_seconds(double probe_budget_seconds, bool budget_given, std::size_t candidate_sets);
+
 struct KernelTuningOptions {
   double budget_seconds = 7.5;         // the whole phase, buffer fill included
   std::uint64_t pool_bytes = 0;        // weights to cycle through; 0 = 2x the LLC within [128 MiB, 1 GiB]

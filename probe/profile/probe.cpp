@@ -252,7 +252,14 @@ Status measure(const ProbeOptions& options, DeviceProfile& profile) {
     report(options, "memory bandwidth not measured: " + memory.error().message);
   }
   probe::KernelTuningOptions tuning_options;
-  tuning_options.budget_seconds = options.budget_seconds * 0.35;
+  const std::size_t sets = probe::tuning_candidates(profile.cpu).size();
+  tuning_options.budget_seconds = probe::tuning_budget_seconds(options.budget_seconds, options.budget_given, sets);
+  if (tuning_options.budget_seconds > probe::kTuningShareOfBudget * options.budget_seconds) {
+    report(options, "kernel tuning: " + format_fixed(tuning_options.budget_seconds, 1) + " s for " + std::to_string(sets) +
+                        " candidate thread sets (" + format_fixed(probe::kTuningSecondsPerSet, 1) +
+                        " s each, above 35% of the " + format_fixed(options.budget_seconds, 0) +
+                        " s budget; --budget bounds it)");
+  }
   auto tuning = probe::measure_kernel_tuning(profile.cpu, profile.memory, tuning_options, options.progress);
   if (tuning) {
     profile.measurements.kernel_tuning = std::move(*tuning);

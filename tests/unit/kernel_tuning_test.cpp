@@ -146,6 +146,18 @@ TEST(TuningRounds, RoundsBelowHalfTheBestAreLeftOutAsDisturbed) {
   EXPECT_TRUE(undisturbed_rounds({}).empty());
 }
 
+// The tuning phase gets 35% of the probe's budget, and with the default
+// budget at least 4 s per candidate thread set: the H200's five sets get 20 s
+// where 35% of 25 s timed 3 rounds; a 2-core machine's two keep 8.75 s; a
+// budget the user gave bounds the phase at its 35%.
+TEST(TuningRounds, TheDefaultBudgetGivesEveryCandidateSetItsSeconds) {
+  EXPECT_DOUBLE_EQ(tuning_budget_seconds(25, false, 5), 5 * kTuningSecondsPerSet);
+  EXPECT_DOUBLE_EQ(tuning_budget_seconds(25, false, 2), 0.35 * 25);
+  EXPECT_DOUBLE_EQ(tuning_budget_seconds(25, true, 5), 0.35 * 25);
+  EXPECT_DOUBLE_EQ(tuning_budget_seconds(100, false, 5), 35.0);
+  EXPECT_DOUBLE_EQ(tuning_budget_seconds(25, false, 0), 0.35 * 25);
+}
+
 // A point whose kept rounds spread over 10% was timed while the machine's
 // speed moved: the note says how many and names the worst.
 TEST(TuningRounds, PointsSpreadOverTenPercentAreNamedUnsteady) {

@@ -22,7 +22,8 @@ struct ProbeOptions {
   std::optional<std::filesystem::path> replay_machine; // the recorded machine directory, when one was given
   std::filesystem::path disk_dir = ".";                // filesystem whose read bandwidth is measured
   bool disk_dir_given = false;                         // the user named disk_dir: failing to measure it is an error
-  double budget_seconds = 25;                          // upper bound for all measurements
+  double budget_seconds = 25;                          // measurements' seconds (kernel tuning: tuning_budget_seconds)
+  bool budget_given = false;                           // the user set it: an upper bound for all measurements
   std::function<void(std::string_view)> progress;      // one line per step; may be empty
 };
 
