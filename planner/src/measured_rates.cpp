@@ -709,6 +709,17 @@ std::optional<ComputeRate> dense_prefill_rate(const DeviceProfile& profile, cons
   return ComputeRate{rate, format_fixed(rate / 1e9, 1) + " GMAC/s (dense_bf16_prefill, " + measured + ")"};
 }
 
+std::optional<ComputeRate> quantized_dense_prefill_rate(const DeviceProfile& profile, WeightFormat format, const Team& team) {
+  if (!profile.measurements.kernel_tuning || !traits(format).quantized) return std::nullopt;
+  const std::string kernel = "dense_" + std::string(format == WeightFormat::q4_g64 ? "q4" : "q8") + "_prefill";
+  const KernelThroughputPoint* point = prefill_point(profile, kernel, team);
+  if (!point) return std::nullopt;
+  const double rate = static_cast<double>(point->matrices) * point->rows * point->cols * point->tokens_per_s.median;
+  return ComputeRate{rate, format_fixed(rate / 1e9, 1) + " GMAC/s (" + kernel + ", " + std::to_string(point->batch) +
+                               " tokens through " + std::to_string(point->matrices) + " projections, measured at " +
+                               std::to_string(point->threads) + " threads)"};
+}
+
 std::optional<SamplingCost> sampling_cost(const DeviceProfile& profile, const Team& team) {
   if (!profile.measurements.kernel_tuning) return std::nullopt;
   const KernelThroughputPoint* best = nearest_team(profile.measurements.kernel_tuning->points, team, [](const KernelThroughputPoint& p) {

@@ -218,5 +218,10 @@ std::optional<TokenOpsCost> token_ops_cost(const DeviceProfile& profile, const T
 // and, fitted with the 64-wide point (dense_bf16_prefill_narrow), a cost
 // per projected row.
 std::optional<ComputeRate> dense_prefill_rate(const DeviceProfile& profile, const Team& team);
+// Quantised dense projections of a prompt (int4 or int8 weights): the
+// engine's projections of a prompt slice as the tuning phase timed them
+// (dense_q4_prefill / dense_q8_prefill, kPassSlice rows through q, k, v and
+// o); nullopt in a profile without that point.
+std::optional<ComputeRate> quantized_dense_prefill_rate(const DeviceProfile& profile, WeightFormat format, const Team& team);
 
 }  // namespace coli::planner::measured

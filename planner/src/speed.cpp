@@ -480,14 +480,15 @@ PromptCompute prompt_compute(const DeviceProfile& profile, const ModelFootprint&
   PromptCompute out;
   if (!compute) return out;
   out.timed = true;
-  // The dense projections run over the whole pass: float ones at the float
-  // GEMM's timed rate, quantised ones at the GEMM rate of a pass's tokens;
-  // without those points, at the experts' GEMM rate.
+  // The dense projections run over the whole pass in slices: float ones at
+  // the float GEMM's timed rate, quantised ones at the engine's projections
+  // of a slice (else the experts' GEMM rate at a pass's tokens); without
+  // those points, at the experts' GEMM rate.
   const double expert_macs = layers * top_k * static_cast<double>(fp.expert_parameters);
   const double dense_macs = std::max(0.0, prefill_macs_per_token(fp) - expert_macs);
   const auto quantized_dense = quantized_format(fp.dense_format);
-  auto dense_rate = quantized_dense ? prefill_compute_rate(profile, *quantized_dense, team, prompt, false)
-                                    : dense_prefill_rate(profile, team);
+  auto dense_rate = quantized_dense ? quantized_dense_prefill_rate(profile, *quantized_dense, team) : dense_prefill_rate(profile, team);
+  if (quantized_dense && !dense_rate) dense_rate = prefill_compute_rate(profile, *quantized_dense, team, prompt, false);
   if (!dense_rate) dense_rate = prefill_compute_rate(profile, fp.expert_format, team, round * top_k / n, false);
   const auto attention = prefill_attention_cost(profile, team);
   out.attention_s = attention ? prompt_attention_seconds(*attention, fp.config, static_cast<int>(prompt), team.size()) : 0.0;

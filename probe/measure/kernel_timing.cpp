@@ -4,11 +4,13 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <optional>
 #include <random>
 
+#include "coli/base/pass_shape.h"
 #include "coli/base/text.h"
 #include "coli/experts/usage_history.h"
 #include "coli/forward/attention.h"
@@ -17,6 +19,7 @@
 #include "cpu/parallel_for.h"
 #include "cpu/thread_placement.h"
 #include "measure/engine_expert_batch.h"
+#include "measure/engine_projections.h"
 #include "measure/kernel_tuning.h"
 #include "measure/stats.h"
 
@@ -133,6 +136,8 @@ struct KernelSpec {
   bool serial() const { return sampling || routing || token_ops; }
   // Every other kernel that is neither dense nor attention runs the engine's expert batch.
   bool experts() const { return !dense && !attention && !serial(); }
+  // A quantised dense prefill kernel runs the engine's projections of a prompt slice (EngineProjections).
+  bool projections() const { return dense && prefill && traits(format).quantized; }
 };
 
 // The engine's 512-token prefill pass over OLMoE's 64 experts gives each
@@ -182,13 +187,14 @@ SampleStats scaled(SampleStats stats, double factor) {
 // team must be pinned to the set before run()); GB/s of weights per call.
 class KernelRunner {
  public:
-  // `experts`: the engine's expert batch for an expert kernel, else empty.
+  // `experts`: the engine's expert batch for an expert kernel, else empty;
+  // `projections`: the engine's projections for a quantised dense prefill kernel, else empty.
   KernelRunner(const KernelSpec& spec, const ThreadCandidate& set, cpu::CpuKernelVariant variant, WeightPool& pool,
-               int prefill_tokens, std::optional<EngineExpertBatch> experts)
+               int prefill_tokens, std::optional<EngineExpertBatch> experts, std::optional<EngineProjections> projections)
       : spec_(spec), variant_(variant), pool_(pool), threads_(set.pus.size()),
         xs_(static_cast<std::size_t>(std::max({prefill_tokens, spec.call_tokens, 1})) * kHidden),
         y_(static_cast<std::size_t>(std::max(kHidden, spec.dense_rows))),
-        experts_(std::move(experts)),
+        experts_(std::move(experts)), projections_(std::move(projections)),
         dense_bytes_(matrix_bytes(spec.dense ? spec.format : WeightFormat::q8_row, spec.dense_rows, spec.dense_cols)) {
     std::mt19937 random(3);
     std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
@@ -231,7 +237,7 @@ class KernelRunner {
       bytes_ = static_cast<double>(static_cast<std::uint64_t>(spec.dense_matrices) * dense_bytes_);
       // A prompt's float projections (Linear over many rows): every matrix
       // times `tokens` rows of x in one region, as CpuBackend::matmul_rows.
-      if (spec.prefill) y_.assign(static_cast<std::size_t>(tokens) * spec.dense_rows * spec.dense_matrices, 0.0f);
+      if (spec.prefill && !projections_) y_.assign(static_cast<std::size_t>(tokens) * spec.dense_rows * spec.dense_matrices, 0.0f);
     } else {
       // Decode: one token on top_k experts; prefill: the routed tokens, each
       // expert's record a distinct one while the pool holds them.
@@ -257,6 +263,10 @@ class KernelRunner {
       picked_ = forward::greedy_token(logits_);
     } else if (spec_.attention) {
       forward::attention(cache_, 0, q_, kAttentionTokens, 0, kHeads, attention_out_, threads_);
+    } else if (projections_) {
+      std::array<const std::byte*, 4> weights{};
+      for (const std::byte*& w : weights) w = pool_.take(dense_bytes_);
+      projections_->run(weights, xs_, point_.batch);
     } else if (spec_.dense && spec_.prefill) {
       const int rows = spec_.dense_rows, cols = spec_.dense_cols, tokens = point_.batch;
       std::vector<forward::DenseProduct> products;
@@ -296,6 +306,7 @@ class KernelRunner {
     const bool finite = spec_.token_ops   ? all_finite(token_x_)
                         : spec_.serial()    ? picked_ >= 0
                         : spec_.attention ? all_finite(attention_out_)
+                        : projections_    ? projections_->finite()
                         : spec_.dense   ? all_finite(y_)
                         : experts_->finite();
     if (!finite) return make_error("kernel tuning: " + spec_.name + " produced non-finite values; the kernel or memory misbehaved");
@@ -360,6 +371,7 @@ class KernelRunner {
   int threads_;
   std::vector<float> xs_, y_;
   std::optional<EngineExpertBatch> experts_;
+  std::optional<EngineProjections> projections_;
   std::vector<std::pair<int, int>> routing_;  // (token, expert) of one call
   forward::KvCache cache_;                 // attention_prefill, token_ops
   std::optional<forward::Rope> rope_;      // token_ops
@@ -453,6 +465,12 @@ std::vector<KernelSpec> tuning_specs() {
       // A prompt's bf16 projections (64 tokens through q, k, v and o), and
       // attention over narrow heads: the speed model's prefill terms.
       {.name = "dense_bf16_prefill", .format = F::bf16, .prefill = true, .dense = true, .call_tokens = kWideTokensPerExpert},
+      // A prompt slice's quantised projections (`--dense q4_g64` / q8_row):
+      // q, k, v and o over kPassSlice rows as the attention pass runs them,
+      // a GEMM shape of its own (the expert points' dozens of tokens ran
+      // at half its rate on the H200's 16 cores).
+      {.name = "dense_q4_prefill", .format = F::q4_g64, .prefill = true, .dense = true, .weight = 0.5, .call_tokens = kPassSlice},
+      {.name = "dense_q8_prefill", .format = F::q8_row, .prefill = true, .dense = true, .weight = 0.5, .call_tokens = kPassSlice},
       {.name = "attention_prefill_narrow", .format = F::f32, .prefill = true, .weight = 0.5, .attention = true,
        .head_dim = kNarrowHeadDim},
       // The wide calls' shapes with 64-wide experts and matrices: what a
@@ -542,7 +560,14 @@ Result<KernelTuning> measure_kernel_tuning(const CpuFacts& facts, const MemoryFa
         if (!batch) return batch.error();
         experts = std::move(*batch);
       }
-      work.push_back({i, KernelRunner(spec, sets[i], *variant, pool, options.prefill_tokens, std::move(experts)), {}});
+      std::optional<EngineProjections> projections;
+      if (spec.projections()) {
+        auto engine = EngineProjections::create(spec.format, kHidden, tuning.cpu_kernel, sets[i].pus.size());
+        if (!engine) return engine.error();
+        projections = std::move(*engine);
+      }
+      work.push_back({i, KernelRunner(spec, sets[i], *variant, pool, options.prefill_tokens, std::move(experts), std::move(projections)),
+                      {}});
     }
   std::vector<bool> pinnable(sets.size(), true);
   Unpin unpin;

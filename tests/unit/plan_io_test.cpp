@@ -702,6 +702,37 @@ TEST(PlanSpeed, FloatDenseProjectionsOfAPromptTakeTheFloatGemmRate) {
       << float_rate.prefill_inputs;
 }
 
+// Quantised dense projections of a prompt run as the engine runs them, a
+// slice of 128 rows through q, k, v and o (dense_q4_prefill / _q8_): a
+// GEMM shape of its own (the H200's 16 cores ran OLMoE's at twice the
+// expert points' rate). A profile without that point keeps the experts' rate.
+TEST(PlanSpeed, QuantizedDenseProjectionsOfAPromptTakeTheEnginesSliceRate) {
+  ModelFootprint fp = qwen3();
+  fp.dense_format = DenseFormat::q4_g64;
+  const Plan plan = resident_qwen3_plan(8);
+  DeviceProfile profile = measured_profile(10);
+  profile.measurements.kernel_tuning = tuned_on_8_threads("expert_q4_prefill", 1024, 32, 768, {}, {3, 100, 100, 100, 0});
+  const SpeedPrediction experts_rate = predict_speed(profile, fp, plan);
+  KernelThroughputPoint dense = profile.measurements.kernel_tuning->points[0];
+  dense.kernel = "dense_q8_prefill", dense.rows = 2048, dense.cols = 2048, dense.batch = 128, dense.matrices = 4;
+  dense.tokens_per_s = {3, 2560, 2560, 2560, 0};
+  profile.measurements.kernel_tuning->points.push_back(dense);
+  const SpeedPrediction other_format = predict_speed(profile, fp, plan);
+  EXPECT_EQ(other_format.prefill_tok_per_s, experts_rate.prefill_tok_per_s) << "an int8 point does not price int4 projections";
+  profile.measurements.kernel_tuning->points.back().kernel = "dense_q4_prefill";  // 4 x 2048 x 2048 x 2560 = 42.9 GMAC/s
+  const SpeedPrediction slice_rate = predict_speed(profile, fp, plan);
+  ASSERT_TRUE(experts_rate.available && slice_rate.available);
+  const double expert_rate = 768.0 * 1024 * 2048 * 100 / 32, slice_gemm = 4.0 * 2048 * 2048 * 2560;
+  const double expert_macs = 48.0 * 8 * static_cast<double>(fp.expert_parameters);
+  const double dense_macs = static_cast<double>(fp.active_parameters) - 151936.0 * 2048 - expert_macs;
+  EXPECT_NEAR(term_seconds(slice_rate.prefill_terms, "compute: dense projections"), dense_macs / slice_gemm, 1e-9);
+  EXPECT_NEAR(512 / slice_rate.prefill_tok_per_s - 512 / experts_rate.prefill_tok_per_s,
+              512 * dense_macs * (1 / slice_gemm - 1 / expert_rate), 1e-6);
+  EXPECT_NE(slice_rate.prefill_inputs.find("42.9 GMAC/s (dense_q4_prefill, 128 tokens through 4 projections, measured at 8 threads)"),
+            std::string::npos)
+      << slice_rate.prefill_inputs;
+}
+
 // Every decoded token ends with the greedy pick, a serial scan of the
 // logits: the tuning phase times it (greedy_sample) and decode adds vocab x
 // its time per entry, at any thread count. Made-up: 131072 logits in 65.536 us.
