@@ -591,9 +591,11 @@ void predict_prefill(const DeviceProfile& profile, const ModelFootprint& fp, con
   const double expert_ram_s = rounds * layers * distinct * static_cast<double>(fp.expert().record_bytes) / (stream_gbs * 1e9);
   const double dense_ram_s = static_cast<double>(dense) / (r.ram.gb_per_s * 1e9);
   const double ram_s = expert_ram_s + dense_ram_s;
-  // Each round's misses of a layer, requested together; the round's resident experts compute meanwhile
-  // (a distinct expert's share of the round's expert GEMMs each).
-  const double per_expert_s = compute.expert_phase_s() / (rounds * layers * distinct);
+  // Each round's misses of a layer, requested together; the round's resident
+  // experts run meanwhile, each a distinct expert's share of the expert
+  // phase: its GEMMs, or streaming its record where that takes longer (rounds
+  // of a few tokens per expert stream more than they compute).
+  const double per_expert_s = std::max(compute.expert_phase_s(), expert_ram_s) / (rounds * layers * distinct);
   const double distinct_miss = distinct > 0 ? reads_per_round / distinct : 0.0;
   const double disk_s = rounds * layers * expected_read_wait(
                             r, distinct, distinct_miss, [&](int m) { return std::max(0.0, distinct - m) * per_expert_s; },
@@ -639,7 +641,7 @@ void predict_prefill(const DeviceProfile& profile, const ModelFootprint& fp, con
                                   "% of the routings miss)" +
                                   (disk_s > 0 ? " (" + r.disk->text + "; each round's misses, " +
                                                     (r.prompt_batches.empty() ? "binomially" : "as many at once as the replay's rounds missed") +
-                                                    ", less its resident experts' compute)"
+                                                    ", less its resident experts' time: their GEMMs or, longer, their streaming)"
                                               : std::string());
   const std::string pass_text = pass_step ? " + the pass's " + std::to_string(pass_steps.regions) + " other parallel steps (projections, " +
                                                  "attention, norms, rope, residual adds; " + pass_step->text + ")"
