@@ -66,6 +66,20 @@ check "coli run --op-times: the decode steps' table" contains "$work/r.out" "^de
 "$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 3 >"$work/r0.out" 2>&1
 check "no tables without --op-times" test "$(grep -c "pass(es)" "$work/r0.out")" -eq 0
 
+# Pins as a plan's: the most used experts of each layer in a usage history (coli run wrote demo.coli.usage).
+check "coli run wrote a usage history" test -s "$work/demo.coli.usage"
+"$decode_bench" --model "$work/demo.coli" --cap 4 --pins 2 -p 4 -n 2 -d 0 -r 1 >"$work/nousage.out" 2>&1
+check "--pins without --usage is a usage error" test $? -eq 2
+check "--pins without --usage says why" contains "$work/nousage.out" "--pins needs --usage"
+"$decode_bench" --model "$work/demo.coli" --cap 4,all --pins 2 --usage "$work/demo.coli.usage" -p 4 -n 2 -d 0 -r 1 \
+  >"$work/pins.out" 2>&1
+check "decode-bench --pins --usage exits 0" test $? -eq 0
+check "a row per cap" test "$(grep -cE "^ +1 +(4|all) .*tg2 @ d0 " "$work/pins.out")" -eq 2
+"$decode_bench" --model "$work/demo.coli" --cap 4 --pins 3 --usage "$work/demo.coli.usage" -p 4 -n 2 -d 0 -r 1 \
+  >"$work/toomany.out" 2>&1
+check "more pins than the cap leaves room for fail" test $? -ne 0
+check "...naming how many may be pinned" contains "$work/toomany.out" "pin at most 2"
+
 "$decode_bench" --model "$work/demo.coli" -d 0,-1 >"$work/bad.out" 2>&1
 check "a negative depth is a usage error" test $? -ne 0
 finish

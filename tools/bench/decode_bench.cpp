@@ -21,6 +21,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -53,6 +54,9 @@ struct Args {
   int op_depth = 4096;
   int op_tokens = 16;  // decode tokens averaged per --op-times table
   std::string speculative_prefetch = "off";  // ModelOptions::speculative_prefetch
+  int pins = 0;       // pinned experts per layer, the most used of --usage (as a plan's pins)
+  std::string usage;  // usage history the pins come from
+  std::shared_ptr<const coli::experts::UsageHistory> history;  // loaded from usage
 };
 
 struct Config {
@@ -85,13 +89,14 @@ coli::Result<coli::runtime::ModelOptions> options_of(const Args& args, const Con
   coli::planner::Plan plan;
   plan.threads = config.threads;
   plan.cap = config.cap;
+  plan.pins = config.cap < shape.experts ? args.pins : 0;  // a pin keeps an expert from eviction; at cap all nothing is evicted
   plan.n_experts = shape.experts;
   plan.cpu_kernel = config.kernel;
   plan.ctx = std::max(args.tests.context(), args.op_times ? args.op_depth + args.op_tokens : 0);
   plan.prefill_round_tokens = defaults.prefill_round_tokens;
   plan.io_threads = defaults.io_threads;
   plan.direct_io = defaults.direct_io;
-  auto options = coli::runtime::options_from_plan(plan, shape);
+  auto options = coli::runtime::options_from_plan(plan, shape, args.history.get());
   if (options) options->speculative_prefetch = args.speculative_prefetch == "on";
   return options;
 }
@@ -267,15 +272,21 @@ int fail(const std::string& message, int status = 1) {
   return status;
 }
 
-int run_bench(const Args& args) {
+int run_bench(Args args) {
   std::optional<coli::DeviceProfile> profile;
   if (!args.profile.empty()) {
     auto loaded = coli::load_profile(args.profile);
     if (!loaded) return fail(loaded.error().message);
     profile = std::move(*loaded);
   }
+  if (args.pins > 0 && args.usage.empty()) return fail("--pins needs --usage: the usage history says which experts to pin", 2);
   auto facts = describe_container(args);
   if (!facts) return fail(facts.error().message);
+  if (!args.usage.empty()) {
+    auto history = coli::experts::UsageHistory::load(args.usage, coli::runtime::usage_history_key(facts->shape));
+    if (!history) return fail(history.error().message);
+    args.history = std::make_shared<const coli::experts::UsageHistory>(std::move(*history));
+  }
   const auto caps = coli::bench::parse_caps(args.caps, facts->shape.experts, "--cap");
   if (!caps) return fail(caps.error().message, 2);
   auto reader = coli::container::ContainerReader::open(args.model);
@@ -327,6 +338,11 @@ int main(int argc, char** argv) {
                  "Run the next layer's router early and read its predicted experts (streaming only): on|off")
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
+  app.add_option("--pins", args.pins, "Pinned experts per layer at caps below all: the most used of each layer in --usage")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--usage", args.usage, "Usage history (MODEL.usage from coli run or coli-sweep) the pins come from")
+      ->check(CLI::ExistingFile);
   app.add_option("--op-depth", args.op_depth, "Depth of the second --op-times decode table")->check(CLI::Range(1, 1 << 24))->capture_default_str();
   app.add_option("--op-tokens", args.op_tokens, "Decode tokens averaged in each --op-times decode table")
       ->check(CLI::Range(1, 4096))
