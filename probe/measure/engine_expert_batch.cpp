@@ -48,8 +48,7 @@ EngineExpertBatch::EngineExpertBatch(EngineExpertBatch&&) noexcept = default;
 EngineExpertBatch& EngineExpertBatch::operator=(EngineExpertBatch&&) noexcept = default;
 EngineExpertBatch::~EngineExpertBatch() = default;
 
-Result<EngineExpertBatch> EngineExpertBatch::create(WeightFormat format, int hidden, int width, const std::string& cpu_kernel,
-                                                    int threads, std::span<std::byte> pool) {
+Result<std::unique_ptr<backend::CpuBackend>> tuning_cpu_backend(const std::string& cpu_kernel, int threads) {
   backend::BackendProps props;
   props.kind = backend::BackendKind::cpu;
   props.name = "cpu";
@@ -57,6 +56,13 @@ Result<EngineExpertBatch> EngineExpertBatch::create(WeightFormat format, int hid
   props.threads = threads;
   auto cpu = backend::CpuBackend::create(props);
   if (!cpu) return make_error("kernel tuning: " + cpu.error().message);
+  return std::move(*cpu);
+}
+
+Result<EngineExpertBatch> EngineExpertBatch::create(WeightFormat format, int hidden, int width, const std::string& cpu_kernel,
+                                                    int threads, std::span<std::byte> pool) {
+  auto cpu = tuning_cpu_backend(cpu_kernel, threads);
+  if (!cpu) return cpu.error();
   auto state = std::make_unique<State>();
   state->backend = std::move(*cpu);
   state->hidden = hidden, state->width = width;

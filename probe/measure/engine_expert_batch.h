@@ -29,6 +29,10 @@ class SlotStorage;
 
 namespace coli::probe {
 
+// The engine's CPU backend for the tuning phase's calls: `threads` running
+// `cpu_kernel` (a variant name). Errors: an unknown or unsupported variant.
+Result<std::unique_ptr<backend::CpuBackend>> tuning_cpu_backend(const std::string& cpu_kernel, int threads);
+
 class EngineExpertBatch {
  public:
   // Experts of hidden x width in `format`, computed by a CPU backend of

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "cpu/cpu_backend.h"
+#include "measure/engine_expert_batch.h"
 
 namespace coli::probe {
 
@@ -24,13 +25,8 @@ Result<EngineProjections> EngineProjections::create(WeightFormat format, int hid
   if (!traits(format).quantized)
     return make_error("kernel tuning: the engine's projections are timed for quantised weights, not " +
                       std::string(traits(format).name));
-  backend::BackendProps props;
-  props.kind = backend::BackendKind::cpu;
-  props.name = "cpu";
-  props.cpu_kernel = cpu_kernel;
-  props.threads = threads;
-  auto cpu = backend::CpuBackend::create(props);
-  if (!cpu) return make_error("kernel tuning: " + cpu.error().message);
+  auto cpu = tuning_cpu_backend(cpu_kernel, threads);
+  if (!cpu) return cpu.error();
   auto state = std::make_unique<State>();
   state->backend = std::move(*cpu);
   state->format = format;

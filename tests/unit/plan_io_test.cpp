@@ -680,16 +680,28 @@ TEST(PlanSpeed, PromptAttentionIsAFittedCostPerPairPlusItsMultiplyAdds) {
 
 // A bf16 dense model's prompt projections run on the float GEMM, timed by
 // the tuning phase over 64 tokens (dense_bf16_prefill), not at the experts' rate.
+// A made-up profile whose experts' prefill GEMM runs 768 matrices of 1024 x
+// 2048 at 100 calls of 32 tokens a second on 8 threads, and a dense prefill
+// point `kernel`: `batch` tokens through four 2048 x 2048 matrices.
+DeviceProfile expert_prefill_profile() {
+  DeviceProfile profile = measured_profile(10);
+  profile.measurements.kernel_tuning = tuned_on_8_threads("expert_q4_prefill", 1024, 32, 768, {}, {3, 100, 100, 100, 0});
+  return profile;
+}
+KernelThroughputPoint dense_prefill_point(const DeviceProfile& profile, const char* kernel, int batch, double tokens_per_s) {
+  KernelThroughputPoint dense = profile.measurements.kernel_tuning->points[0];
+  dense.kernel = kernel, dense.rows = 2048, dense.cols = 2048, dense.batch = batch, dense.matrices = 4;
+  dense.tokens_per_s = {3, tokens_per_s, tokens_per_s, tokens_per_s, 0};
+  return dense;
+}
+
 TEST(PlanSpeed, FloatDenseProjectionsOfAPromptTakeTheFloatGemmRate) {
   const ModelFootprint fp = qwen3();  // source (bf16) dense
   const Plan plan = resident_qwen3_plan(8);
-  DeviceProfile profile = measured_profile(10);
-  profile.measurements.kernel_tuning = tuned_on_8_threads("expert_q4_prefill", 1024, 32, 768, {}, {3, 100, 100, 100, 0});
+  DeviceProfile profile = expert_prefill_profile();
   const SpeedPrediction experts_rate = predict_speed(profile, fp, plan);
-  KernelThroughputPoint dense = profile.measurements.kernel_tuning->points[0];
-  dense.kernel = "dense_bf16_prefill", dense.rows = 2048, dense.cols = 2048, dense.batch = 64, dense.matrices = 4;
-  dense.tokens_per_s = {3, 640, 640, 640, 0};  // 4 x 2048 x 2048 x 640 = 10.7 GMAC/s
-  profile.measurements.kernel_tuning->points.push_back(dense);
+  // 4 x 2048 x 2048 x 640 = 10.7 GMAC/s
+  profile.measurements.kernel_tuning->points.push_back(dense_prefill_point(profile, "dense_bf16_prefill", 64, 640));
   const SpeedPrediction float_rate = predict_speed(profile, fp, plan);
   ASSERT_TRUE(experts_rate.available && float_rate.available);
   const double expert_rate = 768.0 * 1024 * 2048 * 100 / 32, float_gemm = 4.0 * 2048 * 2048 * 640;
@@ -710,13 +722,9 @@ TEST(PlanSpeed, QuantizedDenseProjectionsOfAPromptTakeTheEnginesSliceRate) {
   ModelFootprint fp = qwen3();
   fp.dense_format = DenseFormat::q4_g64;
   const Plan plan = resident_qwen3_plan(8);
-  DeviceProfile profile = measured_profile(10);
-  profile.measurements.kernel_tuning = tuned_on_8_threads("expert_q4_prefill", 1024, 32, 768, {}, {3, 100, 100, 100, 0});
+  DeviceProfile profile = expert_prefill_profile();
   const SpeedPrediction experts_rate = predict_speed(profile, fp, plan);
-  KernelThroughputPoint dense = profile.measurements.kernel_tuning->points[0];
-  dense.kernel = "dense_q8_prefill", dense.rows = 2048, dense.cols = 2048, dense.batch = 128, dense.matrices = 4;
-  dense.tokens_per_s = {3, 2560, 2560, 2560, 0};
-  profile.measurements.kernel_tuning->points.push_back(dense);
+  profile.measurements.kernel_tuning->points.push_back(dense_prefill_point(profile, "dense_q8_prefill", 128, 2560));
   const SpeedPrediction other_format = predict_speed(profile, fp, plan);
   EXPECT_EQ(other_format.prefill_tok_per_s, experts_rate.prefill_tok_per_s) << "an int8 point does not price int4 projections";
   profile.measurements.kernel_tuning->points.back().kernel = "dense_q4_prefill";  // 4 x 2048 x 2048 x 2560 = 42.9 GMAC/s
