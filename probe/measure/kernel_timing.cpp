@@ -462,8 +462,7 @@ std::vector<KernelSpec> tuning_specs() {
       // cost per row beside the 2048-wide point's per byte (speed model).
       {.name = "dense_bf16_decode_narrow", .format = F::bf16, .dense = true, .weight = 0.5, .dense_rows = kNarrowRows,
        .dense_cols = kNarrowCols, .dense_matrices = 1},
-      // A prompt's bf16 projections (64 tokens through q, k, v and o), and
-      // attention over narrow heads: the speed model's prefill terms.
+      // A prompt's bf16 projections (64 tokens through q, k, v and o): the speed model's prefill term.
       {.name = "dense_bf16_prefill", .format = F::bf16, .prefill = true, .dense = true, .call_tokens = kWideTokensPerExpert},
       // A prompt slice's quantised projections (`--dense q4_g64` / q8_row):
       // q, k, v and o over kPassSlice rows as the attention pass runs them,
@@ -471,6 +470,7 @@ std::vector<KernelSpec> tuning_specs() {
       // at half its rate on the H200's 16 cores).
       {.name = "dense_q4_prefill", .format = F::q4_g64, .prefill = true, .dense = true, .weight = 0.5, .call_tokens = kPassSlice},
       {.name = "dense_q8_prefill", .format = F::q8_row, .prefill = true, .dense = true, .weight = 0.5, .call_tokens = kPassSlice},
+      // A prompt's attention over narrow heads (a small model's cost per position pair).
       {.name = "attention_prefill_narrow", .format = F::f32, .prefill = true, .weight = 0.5, .attention = true,
        .head_dim = kNarrowHeadDim},
       // The wide calls' shapes with 64-wide experts and matrices: what a

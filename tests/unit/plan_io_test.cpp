@@ -678,8 +678,6 @@ TEST(PlanSpeed, PromptAttentionIsAFittedCostPerPairPlusItsMultiplyAdds) {
       << with.prefill_inputs;
 }
 
-// A bf16 dense model's prompt projections run on the float GEMM, timed by
-// the tuning phase over 64 tokens (dense_bf16_prefill), not at the experts' rate.
 // A made-up profile whose experts' prefill GEMM runs 768 matrices of 1024 x
 // 2048 at 100 calls of 32 tokens a second on 8 threads, and a dense prefill
 // point `kernel`: `batch` tokens through four 2048 x 2048 matrices.
@@ -695,6 +693,8 @@ KernelThroughputPoint dense_prefill_point(const DeviceProfile& profile, const ch
   return dense;
 }
 
+// A bf16 dense model's prompt projections run on the float GEMM, timed by
+// the tuning phase over 64 tokens (dense_bf16_prefill), not at the experts' rate.
 TEST(PlanSpeed, FloatDenseProjectionsOfAPromptTakeTheFloatGemmRate) {
   const ModelFootprint fp = qwen3();  // source (bf16) dense
   const Plan plan = resident_qwen3_plan(8);
