@@ -108,6 +108,10 @@ struct KernelSpec {
   // kernel given them routes every token to the same top_k experts (the
   // per-expert shape of a whole pass), else the probe's tokens over all 64.
   int call_tokens = 0;
+  // An expert kernel's call routes each token to one expert instead (token t
+  // to expert t mod top_k): each expert's rows are tokens of its own, as in
+  // a prompt round whose experts got a row or a few each.
+  bool token_per_expert = false;
   // A dense kernel's call: `dense_matrices` GEMVs of rows x cols (default:
   // q, k, v and o of OLMoE's attention).
   int dense_rows = kHidden, dense_cols = kHidden, dense_matrices = kAttentionMatrices;
@@ -243,7 +247,10 @@ class KernelRunner {
       // expert's record a distinct one while the pool holds them.
       const int routed = spec.call_tokens > 0 ? kTopK : kExperts;
       distinct_ = static_cast<int>(std::min<std::size_t>(spec.prefill ? routed : kTopK, experts_->slots()));
-      if (spec.prefill) {
+      if (spec.prefill && spec.token_per_expert) {
+        for (int e = 0; e < kTopK; ++e)
+          for (int token = e; token < tokens; token += kTopK) routing_.emplace_back(token, e % distinct_);
+      } else if (spec.prefill) {
         for (auto [token, expert] : prefill_routing(tokens, routed)) routing_.emplace_back(token, expert % distinct_);
       } else {
         for (int e = 0; e < kTopK; ++e) routing_.emplace_back(0, e % distinct_);
@@ -454,10 +461,22 @@ std::vector<KernelSpec> tuning_specs() {
       {.name = "expert_q4_prefill_wide", .format = F::q4_g64, .prefill = true, .call_tokens = kWideTokensPerExpert},
       {.name = "expert_q8_prefill_wide", .format = F::q8_row, .prefill = true, .call_tokens = kWideTokensPerExpert},
       // Two tokens on each of 8 OLMoE-wide experts: a streaming prompt's
-      // small rounds (a token or two per expert) stream each expert's
-      // record through the batch's GEMM path, priced by this GB/s.
+      // small rounds (a token or a few per expert) stream each expert's
+      // record through the batch's GEMM path, priced by this GB/s ...
       {.name = "expert_q4_prefill_stream", .format = F::q4_g64, .prefill = true, .weight = 0.5, .call_tokens = kStreamTokens},
       {.name = "expert_q8_prefill_stream", .format = F::q8_row, .prefill = true, .weight = 0.5, .call_tokens = kStreamTokens},
+      // ... and by these at one row and at four rows per expert, each row a
+      // token of its own: a record with one row streamed at about twice the
+      // two-row GB/s on the VM, one with four at two thirds of it, and a
+      // round's experts carry one to six (the speed model interpolates by rows).
+      {.name = "expert_q4_prefill_stream1", .format = F::q4_g64, .prefill = true, .weight = 0.25, .call_tokens = kTopK,
+       .token_per_expert = true},
+      {.name = "expert_q4_prefill_stream4", .format = F::q4_g64, .prefill = true, .weight = 0.25, .call_tokens = 4 * kTopK,
+       .token_per_expert = true},
+      {.name = "expert_q8_prefill_stream1", .format = F::q8_row, .prefill = true, .weight = 0.25, .call_tokens = kTopK,
+       .token_per_expert = true},
+      {.name = "expert_q8_prefill_stream4", .format = F::q8_row, .prefill = true, .weight = 0.25, .call_tokens = 4 * kTopK,
+       .token_per_expert = true},
       // The float GEMV over narrow rows (an lm_head of a 64-wide model): its
       // cost per row beside the 2048-wide point's per byte (speed model).
       {.name = "dense_bf16_decode_narrow", .format = F::bf16, .dense = true, .weight = 0.5, .dense_rows = kNarrowRows,
