@@ -3,6 +3,7 @@
 #include <map>
 #include <mutex>
 #include <numeric>
+#include <span>
 #include <tuple>
 #include <vector>
 
@@ -35,17 +36,29 @@ void count_round(std::vector<double>& rounds_missing, std::size_t misses) {
   rounds_missing[misses] += 1;
 }
 
+// Each distinct expert of a round's routings counted at its rows.
+void count_expert_rows(std::span<const int> round_ids, std::vector<int>& rows_of_expert, std::vector<double>& expert_rows) {
+  for (const int id : round_ids) ++rows_of_expert[at(id)];
+  for (const int id : round_ids) {
+    int& rows = rows_of_expert[at(id)];
+    if (rows > 0) count_round(expert_rows, at(rows));
+    rows = 0;
+  }
+}
+
 // One pass through `policy`: each single-token pass a round, each longer
 // one in rounds of `round` tokens; counted into `out` when `count`.
-bool replay_layer(const experts::RoutingTrace& trace, int layer, int round, experts::SlotPolicy& policy, bool count,
-                  CacheReplay& out) {
+bool replay_layer(const experts::RoutingTrace& trace, int n_experts, int layer, int round, experts::SlotPolicy& policy,
+                  bool count, CacheReplay& out) {
   const auto ids = trace.layer(layer);
   const auto k = at(trace.top_k());
+  std::vector<int> rows_of_expert(at(n_experts), 0);
   std::size_t token = 0;
   for (const int pass : trace.pass_tokens()) {
     for (int first = 0; first < pass; first += round) {
       const int tokens = std::min(round, pass - first);
-      auto plan = policy.begin_round(ids.subspan((token + at(first)) * k, at(tokens) * k));
+      const auto round_ids = ids.subspan((token + at(first)) * k, at(tokens) * k);
+      auto plan = policy.begin_round(round_ids);
       if (!plan) return false;
       policy.end_round();
       if (!count) continue;
@@ -60,6 +73,7 @@ bool replay_layer(const experts::RoutingTrace& trace, int layer, int round, expe
           out.full_rounds += 1;
           out.full_round_distinct += plan->distinct;
           count_round(out.prompt_rounds_missing, loads);
+          count_expert_rows(round_ids, rows_of_expert, out.prompt_expert_rows);
         }
       }
     }
@@ -98,8 +112,9 @@ std::optional<CacheReplay> replay(const experts::UsageHistory& history, int cap,
   out.round_tokens = rounds->tokens_per_round(std::max(1, requested_round_tokens));
   for (int layer = 0; layer < layers; ++layer) {
     auto policy = layer_policy(history, layer, cap, (*layer_pins)[at(layer)]);
-    if (!policy || !replay_layer(trace, layer, out.round_tokens, *policy, false, out) ||
-        !replay_layer(trace, layer, out.round_tokens, *policy, true, out))
+    const int n = history.key().n_experts;
+    if (!policy || !replay_layer(trace, n, layer, out.round_tokens, *policy, false, out) ||
+        !replay_layer(trace, n, layer, out.round_tokens, *policy, true, out))
       return std::nullopt;
   }
   return out;

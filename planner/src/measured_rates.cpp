@@ -757,14 +757,39 @@ std::optional<RoutingCost> routing_cost(const DeviceProfile& profile, const Team
                                     " x " + std::to_string(one->cols) + ")"};
 }
 
-std::optional<Bandwidth> prefill_stream_rate(const DeviceProfile& profile, WeightFormat experts, const Team& team) {
+double StreamCost::seconds_per_byte(double rows) const {
+  if (points.empty()) return 0.0;
+  if (rows <= points.front().first) return points.front().second;
+  for (std::size_t i = 1; i < points.size(); ++i) {
+    const auto [r0, s0] = points[i - 1];
+    const auto [r1, s1] = points[i];
+    if (rows <= r1) return s0 + (s1 - s0) * (rows - r0) / (r1 - r0);
+  }
+  return points.back().second;
+}
+
+std::optional<StreamCost> prefill_stream_cost(const DeviceProfile& profile, WeightFormat experts, const Team& team) {
   if (!profile.measurements.kernel_tuning) return std::nullopt;
   const std::string kernel = experts == WeightFormat::q4_g64 ? "expert_q4_prefill_stream" : "expert_q8_prefill_stream";
-  const KernelThroughputPoint* point = prefill_point(profile, kernel, team);
-  if (!point || !(point->gb_per_s.median > 0)) return std::nullopt;
-  return Bandwidth{point->gb_per_s.median, format_fixed(point->gb_per_s.median, 1) + " GB/s (" + kernel + ", " +
-                                               std::to_string(point->batch) + " tokens on each expert, measured at " +
-                                               std::to_string(point->threads) + " threads)"};
+  // The probe's stream points by the rows each of their experts carries (kernel_timing.cpp).
+  const std::pair<const char*, int> by_rows[] = {{"1", 1}, {"", 2}, {"4", 4}};
+  StreamCost cost;
+  std::string rates, rows, names;
+  int threads = 0;
+  for (const auto& [suffix, row_count] : by_rows) {
+    const KernelThroughputPoint* point = prefill_point(profile, kernel + suffix, team);
+    if (!point || !(point->gb_per_s.median > 0)) continue;
+    cost.points.emplace_back(row_count, 1.0 / (point->gb_per_s.median * 1e9));
+    const std::string sep = rates.empty() ? "" : " / ";
+    rates += sep + format_fixed(point->gb_per_s.median, 1);
+    rows += sep + std::to_string(row_count);
+    names += (names.empty() ? kernel : ", _stream") + std::string(suffix);
+    threads = point->threads;
+  }
+  if (cost.points.empty()) return std::nullopt;
+  cost.text = rates + " GB/s at " + rows + (cost.points.size() == 1 && cost.points[0].first == 1 ? " row" : " rows") +
+              " on each expert (" + names + ", measured at " + std::to_string(threads) + " threads)";
+  return cost;
 }
 
 namespace {

@@ -10,6 +10,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "coli/base/text.h"
@@ -196,11 +197,21 @@ struct RoutingCost {
   std::string text;
 };
 std::optional<RoutingCost> routing_cost(const DeviceProfile& profile, const Team& team, int n_experts, int top_k);
-// A prompt's small rounds (a token or two per expert) stream each distinct
-// expert's record through the batch's GEMM path: its GB/s at two tokens on
-// each of 8 OLMoE-wide experts (expert_q4_prefill_stream, _q8_), at the
-// team nearest the plan's; nullopt where the profile has no such point.
-std::optional<Bandwidth> prefill_stream_rate(const DeviceProfile& profile, WeightFormat experts, const Team& team);
+// A prompt's small rounds (a token or a few per expert) stream each
+// distinct expert's record through the batch's GEMM path, slower the more
+// rows the expert has: the tuning phase's GB/s at one, two and four rows on
+// each of 8 OLMoE-wide experts (expert_q4_prefill_stream1, _stream,
+// _stream4; _q8_ the same), at the team nearest the plan's.
+struct StreamCost {
+  std::vector<std::pair<double, double>> points;  // (rows per expert, seconds per byte of a record), by rows
+  std::string text;
+  // A record with `rows` rows: linear between the timed rows, held beyond
+  // them (past four rows the GEMM term prices the rows).
+  double seconds_per_byte(double rows) const;
+};
+// nullopt where the profile has none of those points; a profile of one
+// point (older probes timed two rows alone) prices every round by it.
+std::optional<StreamCost> prefill_stream_cost(const DeviceProfile& profile, WeightFormat experts, const Team& team);
 // A token's element-wise work at one layer (MoeModel's input and
 // post-attention RMS norms, q/k norms, RoPE of q and k, the KV store and the
 // two residual adds) on one thread (token_ops_prefill and _narrow): a cost

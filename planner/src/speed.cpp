@@ -199,6 +199,7 @@ struct PlanRates {
   double prefill_miss = 0;  // the same for a prompt's
   double vram_share = 0;  // share of expert reads served from VRAM
   std::optional<double> round_distinct;  // a prompt round's distinct experts a layer, from the cache replay
+  std::vector<double> round_expert_rows;  // shares of a full round's distinct experts with r rows (index r), from the replay
   // Shares of layer-rounds that missed m experts together (index m), from
   // the cache replay: decode tokens' and full prompt rounds'; empty: the
   // binomial spread of the miss rate.
@@ -565,6 +566,35 @@ ParallelSteps cpu_prefill_parallel_steps(const ModelFootprint& fp, int prompt) {
   return {layers * (per_layer + pass_norm) + moe + (layers - moe) * per_dense_mlp, 0};
 }
 
+// A prompt round's records streamed through the batch's GEMM path where
+// the probe timed it with a few rows per expert (the 2-core VM's one
+// thread: 22 / 13 / 8 GB/s at 1 / 2 / 4 rows where RAM reads 35): seconds
+// per byte over the replay's rows per expert, else at the round's mean
+// rows per distinct expert; at the RAM read rate without those points.
+struct StreamedRecords {
+  double seconds_per_byte = 0;
+  std::string text;  // " streamed at ..." or empty
+};
+StreamedRecords streamed_records(const DeviceProfile& profile, const ModelFootprint& fp, const Team& team, const PlanRates& r,
+                                 double mean_rows) {
+  const auto stream = r.vram ? std::nullopt : prefill_stream_cost(profile, fp.expert_format, team);
+  if (!stream) return {1.0 / (r.ram.gb_per_s * 1e9), ""};
+  const std::vector<double>& shares = r.round_expert_rows;
+  if (shares.empty()) {
+    return {stream->seconds_per_byte(mean_rows),
+            " streamed at " + stream->text + " (" + format_fixed(mean_rows, 1) + " rows per distinct expert on average)"};
+  }
+  double per_byte = 0, mean = 0;
+  for (std::size_t rows = 1; rows < shares.size(); ++rows) {
+    per_byte += shares[rows] * stream->seconds_per_byte(static_cast<double>(rows));
+    mean += shares[rows] * static_cast<double>(rows);
+  }
+  const double one_row = shares.size() > 1 ? shares[1] : 0.0;
+  return {per_byte, " streamed at " + stream->text + " (the replay's rows per expert: " + format_fixed(one_row * 100, 0) +
+                        "% with one, " + format_fixed(mean, 1) + " on average; " + format_fixed(1e-9 / per_byte, 1) +
+                        " GB/s over them)"};
+}
+
 void predict_prefill(const DeviceProfile& profile, const ModelFootprint& fp, const Plan& plan, const PlanRates& r,
                      const experts::UsageHistory* history, SpeedPrediction& s) {
   const double layers = static_cast<double>(fp.moe_layer_count()), top_k = fp.top_k;
@@ -582,13 +612,9 @@ void predict_prefill(const DeviceProfile& profile, const ModelFootprint& fp, con
   // reuse distances (token by token) count it a hit, so the prompt reads
   // prompt x top_k x the miss rate records per layer, at most each round's distinct experts.
   const double reads_per_round = std::min(distinct, prompt * top_k * r.prefill_miss / rounds);
-  // Each round streams its distinct experts' records: through the batch's
-  // GEMM path where the probe timed it with a token or two per expert (the
-  // 2-core VM's one thread: 12.7 GB/s where RAM reads 35 and the decode
-  // kernel 20), else at the RAM read rate.
-  const auto stream = r.vram ? std::nullopt : prefill_stream_rate(profile, fp.expert_format, team);
-  const double stream_gbs = stream ? stream->gb_per_s : r.ram.gb_per_s;
-  const double expert_ram_s = rounds * layers * distinct * static_cast<double>(fp.expert().record_bytes) / (stream_gbs * 1e9);
+  // Each round streams its distinct experts' records.
+  const StreamedRecords streamed = streamed_records(profile, fp, team, r, round * top_k / std::max(1.0, distinct));
+  const double expert_ram_s = rounds * layers * distinct * static_cast<double>(fp.expert().record_bytes) * streamed.seconds_per_byte;
   const double dense_ram_s = static_cast<double>(dense) / (r.ram.gb_per_s * 1e9);
   const double ram_s = expert_ram_s + dense_ram_s;
   // Each round's misses of a layer, requested together; the round's resident
@@ -632,7 +658,7 @@ void predict_prefill(const DeviceProfile& profile, const ModelFootprint& fp, con
   const std::string memory_text = "a " + format_fixed(prompt, 0) + "-token prompt reading dense " + format_bytes(dense) +
                                   " once and, in " + format_fixed(rounds, 0) + " rounds of " + format_fixed(round, 0) + " tokens, " +
                                   format_fixed(distinct, 1) + " distinct experts x " + format_fixed(layers, 0) + " layers each" +
-                                  (stream ? " streamed at " + stream->text : std::string()) +
+                                  streamed.text +
                                   (r.round_distinct             ? " (the routing trace's rounds)"
                                    : history_fits(fp, history) ? " (the usage history's routing shares)"
                                                                : " (uniform routing)") +
@@ -666,6 +692,7 @@ void replay_cache(const ModelFootprint& fp, const Plan& plan, const experts::Usa
   const auto replay = replay_expert_cache(*history, cap, plan.pins, plan.prefill_round_tokens);
   if (!replay) return;
   rates.round_distinct = replay->distinct_per_round();
+  rates.round_expert_rows = replay->expert_rows_shares();
   if (cap >= fp.n_experts) return;  // every expert resident: the hit rates are 1 already
   rates.decode_batches = CacheReplay::shares(replay->decode_rounds_missing);
   rates.prompt_batches = CacheReplay::shares(replay->prompt_rounds_missing);

@@ -218,13 +218,6 @@ TEST(PlanFile, RefusesTruncatedToml) {
 
 // ------------------------------------------------------------------- speed
 
-// A prediction's term of that name, in seconds (-1 when it has none).
-double term_seconds(const std::vector<SpeedTerm>& terms, const std::string& name) {
-  for (const SpeedTerm& t : terms)
-    if (t.name == name) return t.seconds;
-  return -1;
-}
-
 // The Qwen3 plan with every expert resident (RAM bandwidth only, no disk) on `threads` threads.
 Plan resident_qwen3_plan(int threads) {
   Plan plan = h200_qwen3_plan().plan;
@@ -852,7 +845,7 @@ TEST(PlanSpeed, PromptRoundsStreamTheirExpertsAtTheBatchPathsRate) {
     EXPECT_TRUE(s.available) << s.unavailable;
     if (stream_gbs > 0) {
       EXPECT_NE(s.prefill_inputs.find("streamed at " + format_fixed(stream_gbs, 1) +
-                                      " GB/s (expert_q4_prefill_stream, 2 tokens on each expert, measured at 8 threads)"),
+                                      " GB/s at 2 rows on each expert (expert_q4_prefill_stream, measured at 8 threads)"),
                 std::string::npos)
           << s.prefill_inputs;
     }

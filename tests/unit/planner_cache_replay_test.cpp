@@ -109,6 +109,19 @@ TEST(CacheReplay, PromptRoundsLeaseTheirDistinctExpertsOnce) {
   EXPECT_DOUBLE_EQ(*rounds_of_4->prompt_misses_per_layer_token(), 0.0) << "every expert resident after the warming pass";
 }
 
+// Rounds of 4 tokens (cap 4, top_k 1) over 0 0 0 1 | 2 3 3 3: each round
+// has an expert of three rows and one of one, counted once (the warming
+// pass is not): half the rounds' experts carry one row, half three.
+TEST(CacheReplay, PromptRoundsCountTheRowsOfEachExpert) {
+  const auto history = traced(4, {{0, 0, 0, 1, 2, 3, 3, 3}});
+  const auto replay = replay_expert_cache(history, 4, 0, 4);
+  ASSERT_TRUE(replay.has_value());
+  EXPECT_EQ(replay->round_tokens, 4);
+  EXPECT_EQ(replay->prompt_expert_rows, (std::vector<double>{0, 2, 0, 2}));
+  EXPECT_EQ(replay->expert_rows_shares(), (std::vector<double>{0, 0.5, 0, 0.5}));
+  EXPECT_TRUE(replay_expert_cache(traced(4, {{0}, {1}}), 2, 0, 512)->expert_rows_shares().empty()) << "no prompt, no rounds";
+}
+
 TEST(CacheReplay, NothingToReplayOrACacheThatCannotRunGivesNothing) {
   auto empty = experts::UsageHistory::create({1, 4, 1, "replay-test"});
   EXPECT_FALSE(replay_expert_cache(*empty, 2, 0, 512).has_value()) << "a version 3 history has no trace";
@@ -170,6 +183,70 @@ TEST(PlanSpeed, MissesThatComeTogetherAreReadTogether) {
   EXPECT_LT(disk_term(paired), disk_term(single)) << "two reads at once cost less than one read on each of two tokens";
   EXPECT_NE(paired.decode_inputs.find("as many at once as the replay's tokens missed"), std::string::npos)
       << paired.decode_inputs;
+}
+
+// A history of the demo model's one prompt, token t routed to routes[t] at every layer, counted and traced.
+experts::UsageHistory prompted(const ModelFootprint& fp, const std::vector<std::vector<int>>& routes) {
+  const int layers = static_cast<int>(fp.moe_layer_count());
+  auto history = experts::UsageHistory::create({layers, fp.n_experts, fp.top_k, "tiny-test"});
+  auto trace = experts::RoutingTrace::create(layers, fp.top_k);
+  trace->begin_pass(static_cast<int>(routes.size()));
+  for (int layer = 0; layer < layers; ++layer) {
+    for (const auto& experts : routes) {
+      trace->record(layer, experts);
+      EXPECT_TRUE(history->record(layer, experts).ok());
+    }
+  }
+  history->add_tokens(routes.size());
+  EXPECT_TRUE(history->add_trace(*trace).ok());
+  return std::move(history).value();
+}
+
+// The tuning phase's stream points on 8 threads: `gbs` at each rows per expert (0: none).
+DeviceProfile streaming_profile(double one_row_gbs, double two_row_gbs) {
+  DeviceProfile profile = measured_profile(10);
+  KernelTuning tuning{"avx512vnni", 1ull << 30, 1, "", {}};
+  auto add = [&](const char* kernel, int tokens, int rows, double gbs) {
+    if (gbs <= 0) return;
+    tuning.points.push_back({kernel, 1024, 2048, tokens, 3 * 8 * rows, "kind0:8c", 8, CpuSet({0, 1, 2, 3, 4, 5, 6, 7}), false,
+                             {3, gbs, gbs, gbs, 0}, {3, 1e3, 1e3, 1e3, 0}});
+  };
+  add("expert_q4_prefill_stream1", 8, 1, one_row_gbs);
+  add("expert_q4_prefill_stream", 2, 2, two_row_gbs);
+  profile.measurements.kernel_tuning = tuning;
+  return profile;
+}
+
+// A prompt round streams an expert of one row faster than one of two: the
+// demo model's rounds of 2 tokens (cap 4, top 2) routed {0,1} {0,2} give
+// each round expert 0 with two rows and two experts with one, so with one
+// row at 20 GB/s and two at 10 the records stream at 1 / (2/3 / 20 + 1/3 /
+// 10) = 15 GB/s: the experts' RAM term a third below the two-row figure's.
+TEST(PlanSpeed, APromptRoundsRecordsStreamAtTheirExpertsRows) {
+  const ModelFootprint fp = demo_model();
+  std::vector<std::vector<int>> routes;
+  for (int round = 0; round < 32; ++round) {
+    const int first = 2 * round % 6;
+    routes.push_back({first, first + 1}), routes.push_back({first, first + 2});
+  }
+  const auto history = prompted(fp, routes);
+  const Plan plan = cpu_plan(fp, 4);
+  auto predicted = [&](double one_row_gbs, double two_row_gbs) {
+    const SpeedPrediction s = predict_speed(streaming_profile(one_row_gbs, two_row_gbs), fp, plan, &history);
+    EXPECT_TRUE(s.available) << s.unavailable;
+    return s;
+  };
+  const SpeedPrediction mixed = predicted(20, 10);
+  EXPECT_NE(mixed.prefill_inputs.find("streamed at 20.0 / 10.0 GB/s at 1 / 2 rows on each expert (expert_q4_prefill_stream1, "
+                                      "_stream, measured at 8 threads) (the replay's rows per expert: 67% with one, 1.3 on "
+                                      "average; 15.0 GB/s over them)"),
+            std::string::npos)
+      << mixed.prefill_inputs;
+  auto ram_term = [](const SpeedPrediction& s) { return term_seconds(s.prefill_terms, "memory: weights from RAM"); };
+  const double at_10 = ram_term(predicted(0, 10)), at_20 = ram_term(predicted(0, 20));
+  EXPECT_GT(at_10, at_20);
+  EXPECT_NEAR(ram_term(mixed), at_10 - 2 * (at_10 - at_20) / 3, 1e-12) << "the experts' share at 15 GB/s: 2/3 of it at 10";
+  EXPECT_NEAR(ram_term(predicted(20, 0)), at_20, 1e-12) << "one point prices every round";
 }
 
 }  // namespace

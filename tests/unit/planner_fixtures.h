@@ -6,8 +6,11 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <string>
+#include <vector>
 
 #include "coli/planner/footprint.h"
+#include "coli/planner/speed.h"
 #include "coli/probe/profile_io.h"
 
 namespace coli::planner {
@@ -39,6 +42,13 @@ inline DeviceProfile measured_profile(double gbs) {
   p.measurements.disk = DiskBandwidth{"/d", "ext4", true, "", 1 << 30,
                                       {disk(1 << 20, 1, 0.5), disk(1 << 20, 4, 2.0), disk(16 << 20, 8, 9.0)}};
   return p;
+}
+
+// A prediction's term of that name, in seconds (-1 when it has none).
+inline double term_seconds(const std::vector<SpeedTerm>& terms, const std::string& name) {
+  for (const SpeedTerm& t : terms)
+    if (t.name == name) return t.seconds;
+  return -1;
 }
 
 }  // namespace coli::planner

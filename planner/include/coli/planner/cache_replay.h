@@ -27,6 +27,11 @@ struct CacheReplay {
   // which a binomial spread of the mean miss rate does not show, and a
   // batch of reads costs the disk less than as many reads one by one.
   std::vector<double> decode_rounds_missing, prompt_rounds_missing;
+  // How many of the full prompt rounds' distinct experts (over all layers)
+  // carried r of the round's rows (index r): an expert with one row streams
+  // its record at about twice the GB/s of one with two, and rounds with pins
+  // (fewer tokens) have more of them.
+  std::vector<double> prompt_expert_rows;
 
   // Expert reads a decode token makes at one layer, when the trace has decode tokens.
   std::optional<double> decode_misses_per_layer_token() const;
@@ -37,6 +42,8 @@ struct CacheReplay {
   // The share of layer-rounds that missed m experts together (index m), or
   // empty when the trace has none of that kind.
   static std::vector<double> shares(const std::vector<double>& rounds_missing);
+  // The shares of prompt_expert_rows (index r: a round's experts with r rows), empty without full rounds.
+  std::vector<double> expert_rows_shares() const { return shares(prompt_expert_rows); }
   // "the routing trace (N tokens: P prompt, D decode) replayed through the engine's cache ..."
   std::string describe(int cap, int pins) const;
 };
