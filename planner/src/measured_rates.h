@@ -200,7 +200,7 @@ std::optional<RoutingCost> routing_cost(const DeviceProfile& profile, const Team
 // A prompt's small rounds (a token or a few per expert) stream each
 // distinct expert's record through the batch's GEMM path, slower the more
 // rows the expert has: the tuning phase's GB/s at one, two and four rows on
-// each of 8 OLMoE-wide experts (expert_q4_prefill_stream1, _stream,
+// each of 24 OLMoE-wide experts (expert_q4_prefill_stream1, _stream,
 // _stream4; _q8_ the same), at the team nearest the plan's.
 struct StreamCost {
   std::vector<std::pair<double, double>> points;  // (rows per expert, seconds per byte of a record), by rows

@@ -108,10 +108,10 @@ struct KernelSpec {
   // kernel given them routes every token to the same top_k experts (the
   // per-expert shape of a whole pass), else the probe's tokens over all 64.
   int call_tokens = 0;
-  // An expert kernel's call routes each token to one expert instead (token t
-  // to expert t mod top_k): each expert's rows are tokens of its own, as in
-  // a prompt round whose experts got a row or a few each.
-  bool token_per_expert = false;
+  // A stream point's experts (0: none): each token routed to one of them
+  // (token t to expert t mod stream_experts), so each carries call_tokens /
+  // stream_experts rows of tokens of its own, as a prompt round's experts do.
+  int stream_experts = 0;
   // A dense kernel's call: `dense_matrices` GEMVs of rows x cols (default:
   // q, k, v and o of OLMoE's attention).
   int dense_rows = kHidden, dense_cols = kHidden, dense_matrices = kAttentionMatrices;
@@ -150,7 +150,12 @@ struct KernelSpec {
 // interpolates at a model's own tokens per expert. 64 tokens on 8 experts
 // are the pass's per-expert shape at an eighth of its cost.
 constexpr int kWideTokensPerExpert = 64;
-constexpr int kStreamTokens = 2;  // tokens per expert of the stream points (one would take the decode path)
+// The stream points' experts per call: a streaming prompt round's dozen
+// or two (OLMoE's cap-48 rounds lease 15-21 a layer). At 16 threads on the
+// H200, 8 experts of two rows streamed 10-12% slower than 24 (the team's
+// gate/up and down steps split over fewer jobs); at 8 threads and on the
+// 2-core VM the two were equal.
+constexpr int kStreamExperts = 24;
 constexpr int kNarrowRows = 32768, kNarrowCols = 64;  // 4 MiB of bf16
 constexpr int kNarrowHeadDim = 16;
 constexpr int kNarrowExpert = 64;
@@ -245,11 +250,14 @@ class KernelRunner {
     } else {
       // Decode: one token on top_k experts; prefill: the routed tokens, each
       // expert's record a distinct one while the pool holds them.
-      const int routed = spec.call_tokens > 0 ? kTopK : kExperts;
+      const int routed = spec.stream_experts > 0 ? spec.stream_experts : spec.call_tokens > 0 ? kTopK : kExperts;
       distinct_ = static_cast<int>(std::min<std::size_t>(spec.prefill ? routed : kTopK, experts_->slots()));
-      if (spec.prefill && spec.token_per_expert) {
-        for (int e = 0; e < kTopK; ++e)
-          for (int token = e; token < tokens; token += kTopK) routing_.emplace_back(token, e % distinct_);
+      if (spec.prefill && spec.stream_experts > 0) {
+        // Each expert's rows kept where the pool holds fewer records than the point's experts.
+        const int rows = spec.call_tokens / spec.stream_experts;
+        point_.batch = rows * distinct_;
+        for (int e = 0; e < distinct_; ++e)
+          for (int row = 0; row < rows; ++row) routing_.emplace_back(e + row * distinct_, e);
       } else if (spec.prefill) {
         for (auto [token, expert] : prefill_routing(tokens, routed)) routing_.emplace_back(token, expert % distinct_);
       } else {
@@ -460,23 +468,24 @@ std::vector<KernelSpec> tuning_specs() {
       {.name = "attention_prefill", .format = F::f32, .prefill = true, .attention = true},
       {.name = "expert_q4_prefill_wide", .format = F::q4_g64, .prefill = true, .call_tokens = kWideTokensPerExpert},
       {.name = "expert_q8_prefill_wide", .format = F::q8_row, .prefill = true, .call_tokens = kWideTokensPerExpert},
-      // Two tokens on each of 8 OLMoE-wide experts: a streaming prompt's
-      // small rounds (a token or a few per expert) stream each expert's
-      // record through the batch's GEMM path, priced by this GB/s ...
-      {.name = "expert_q4_prefill_stream", .format = F::q4_g64, .prefill = true, .weight = 0.5, .call_tokens = kStreamTokens},
-      {.name = "expert_q8_prefill_stream", .format = F::q8_row, .prefill = true, .weight = 0.5, .call_tokens = kStreamTokens},
-      // ... and by these at one row and at four rows per expert, each row a
-      // token of its own: a record with one row streamed at about twice the
-      // two-row GB/s on the VM, one with four at two thirds of it, and a
-      // round's experts carry one to six (the speed model interpolates by rows).
-      {.name = "expert_q4_prefill_stream1", .format = F::q4_g64, .prefill = true, .weight = 0.25, .call_tokens = kTopK,
-       .token_per_expert = true},
-      {.name = "expert_q4_prefill_stream4", .format = F::q4_g64, .prefill = true, .weight = 0.25, .call_tokens = 4 * kTopK,
-       .token_per_expert = true},
-      {.name = "expert_q8_prefill_stream1", .format = F::q8_row, .prefill = true, .weight = 0.25, .call_tokens = kTopK,
-       .token_per_expert = true},
-      {.name = "expert_q8_prefill_stream4", .format = F::q8_row, .prefill = true, .weight = 0.25, .call_tokens = 4 * kTopK,
-       .token_per_expert = true},
+      // A streaming prompt's small rounds (a token or a few per expert)
+      // stream each expert's record through the batch's GEMM path, slower the
+      // more rows it carries: one, two and four rows on each of 24 OLMoE-wide
+      // experts (a row a token of its own; one token on all of them would
+      // take the decode path). The VM's one thread: 22 / 13 / 8 GB/s; the
+      // speed model interpolates by the rows a round gives each expert.
+      {.name = "expert_q4_prefill_stream1", .format = F::q4_g64, .prefill = true, .weight = 0.25, .call_tokens = kStreamExperts,
+       .stream_experts = kStreamExperts},
+      {.name = "expert_q4_prefill_stream", .format = F::q4_g64, .prefill = true, .weight = 0.5, .call_tokens = 2 * kStreamExperts,
+       .stream_experts = kStreamExperts},
+      {.name = "expert_q4_prefill_stream4", .format = F::q4_g64, .prefill = true, .weight = 0.25, .call_tokens = 4 * kStreamExperts,
+       .stream_experts = kStreamExperts},
+      {.name = "expert_q8_prefill_stream1", .format = F::q8_row, .prefill = true, .weight = 0.25, .call_tokens = kStreamExperts,
+       .stream_experts = kStreamExperts},
+      {.name = "expert_q8_prefill_stream", .format = F::q8_row, .prefill = true, .weight = 0.5, .call_tokens = 2 * kStreamExperts,
+       .stream_experts = kStreamExperts},
+      {.name = "expert_q8_prefill_stream4", .format = F::q8_row, .prefill = true, .weight = 0.25, .call_tokens = 4 * kStreamExperts,
+       .stream_experts = kStreamExperts},
       // The float GEMV over narrow rows (an lm_head of a 64-wide model): its
       // cost per row beside the 2048-wide point's per byte (speed model).
       {.name = "dense_bf16_decode_narrow", .format = F::bf16, .dense = true, .weight = 0.5, .dense_rows = kNarrowRows,

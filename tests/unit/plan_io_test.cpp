@@ -822,8 +822,8 @@ TEST(PlanSpeed, EveryTokenPaysItsNormsRopeAndKvStoreAtEveryLayer) {
 }
 
 // A prompt's rounds stream their distinct experts' records through the
-// batch's GEMM path: where the tuning phase timed it with two tokens on each
-// of 8 OLMoE-wide experts (expert_q4_prefill_stream), the experts' RAM term
+// batch's GEMM path: where the tuning phase timed it with two rows on each
+// OLMoE-wide expert (expert_q4_prefill_stream), the experts' RAM term
 // runs at that GB/s instead of the RAM read figure (the 2-core VM's one
 // thread: 12.7 against 35; the OLMoE shape's streaming prompt took 9.4 s
 // where the RAM figure said 5.5). Made up: the term moves with 1 / GB/s.
@@ -837,7 +837,7 @@ TEST(PlanSpeed, PromptRoundsStreamTheirExpertsAtTheBatchPathsRate) {
     DeviceProfile p = profile;
     if (stream_gbs > 0) {
       KernelThroughputPoint stream = p.measurements.kernel_tuning->points[0];
-      stream.kernel = "expert_q4_prefill_stream", stream.batch = 2, stream.matrices = 3 * 16;
+      stream.kernel = "expert_q4_prefill_stream", stream.batch = 48, stream.matrices = 3 * 48;
       stream.gb_per_s = {3, stream_gbs, stream_gbs, stream_gbs, 0};
       p.measurements.kernel_tuning->points.push_back(stream);
     }
