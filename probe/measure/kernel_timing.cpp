@@ -451,6 +451,17 @@ Result<std::uint64_t> tuning_pool_bytes(const CpuFacts& facts, const MemoryFacts
   return pool_bytes;
 }
 
+// A stream point: `rows` rows on each of kStreamExperts experts in `format`
+// (int4 or int8), named expert_q4_prefill_stream, _stream1, _stream4 (the
+// speed model reads the rows from the name); two rows weigh as much as the
+// others together.
+KernelSpec stream_spec(WeightFormat format, int rows) {
+  const std::string name = std::string("expert_") + (format == WeightFormat::q4_g64 ? "q4" : "q8") + "_prefill_stream" +
+                           (rows == 2 ? "" : std::to_string(rows));
+  return {.name = name, .format = format, .prefill = true, .weight = rows == 2 ? 0.5 : 0.25, .call_tokens = rows * kStreamExperts,
+          .stream_experts = kStreamExperts};
+}
+
 // The kernels the tuning phase times, each with its share of a set's time.
 std::vector<KernelSpec> tuning_specs() {
   using F = WeightFormat;
@@ -474,18 +485,8 @@ std::vector<KernelSpec> tuning_specs() {
       // experts (a row a token of its own; one token on all of them would
       // take the decode path). The VM's one thread: 22 / 13 / 8 GB/s; the
       // speed model interpolates by the rows a round gives each expert.
-      {.name = "expert_q4_prefill_stream1", .format = F::q4_g64, .prefill = true, .weight = 0.25, .call_tokens = kStreamExperts,
-       .stream_experts = kStreamExperts},
-      {.name = "expert_q4_prefill_stream", .format = F::q4_g64, .prefill = true, .weight = 0.5, .call_tokens = 2 * kStreamExperts,
-       .stream_experts = kStreamExperts},
-      {.name = "expert_q4_prefill_stream4", .format = F::q4_g64, .prefill = true, .weight = 0.25, .call_tokens = 4 * kStreamExperts,
-       .stream_experts = kStreamExperts},
-      {.name = "expert_q8_prefill_stream1", .format = F::q8_row, .prefill = true, .weight = 0.25, .call_tokens = kStreamExperts,
-       .stream_experts = kStreamExperts},
-      {.name = "expert_q8_prefill_stream", .format = F::q8_row, .prefill = true, .weight = 0.5, .call_tokens = 2 * kStreamExperts,
-       .stream_experts = kStreamExperts},
-      {.name = "expert_q8_prefill_stream4", .format = F::q8_row, .prefill = true, .weight = 0.25, .call_tokens = 4 * kStreamExperts,
-       .stream_experts = kStreamExperts},
+      stream_spec(F::q4_g64, 1), stream_spec(F::q4_g64, 2), stream_spec(F::q4_g64, 4),
+      stream_spec(F::q8_row, 1), stream_spec(F::q8_row, 2), stream_spec(F::q8_row, 4),
       // The float GEMV over narrow rows (an lm_head of a 64-wide model): its
       // cost per row beside the 2048-wide point's per byte (speed model).
       {.name = "dense_bf16_decode_narrow", .format = F::bf16, .dense = true, .weight = 0.5, .dense_rows = kNarrowRows,
