@@ -110,9 +110,9 @@ std::optional<CacheReplay> replay(const experts::UsageHistory& history, int cap,
   CacheReplay out;
   out.layers = layers;
   out.round_tokens = rounds->tokens_per_round(std::max(1, requested_round_tokens));
+  const int n = history.key().n_experts;
   for (int layer = 0; layer < layers; ++layer) {
     auto policy = layer_policy(history, layer, cap, (*layer_pins)[at(layer)]);
-    const int n = history.key().n_experts;
     if (!policy || !replay_layer(trace, n, layer, out.round_tokens, *policy, false, out) ||
         !replay_layer(trace, n, layer, out.round_tokens, *policy, true, out))
       return std::nullopt;

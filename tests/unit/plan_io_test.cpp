@@ -226,15 +226,6 @@ Plan resident_qwen3_plan(int threads) {
   return plan;
 }
 
-// One tuning-phase point of `kernel` on 8 threads (PUs 0-7), as the probe records it.
-KernelTuning tuned_on_8_threads(const char* kernel, int rows, int batch, int matrices, SampleStats gb_per_s,
-                                SampleStats tokens_per_s) {
-  KernelTuning tuning{"avx512vnni", 1ull << 30, 1, "", {}};
-  tuning.points.push_back({kernel, rows, 2048, batch, matrices, "kind0:8c", 8, CpuSet({0, 1, 2, 3, 4, 5, 6, 7}), false,
-                           gb_per_s, tokens_per_s});
-  return tuning;
-}
-
 TEST(PlanSpeed, UsesNearestThreadsAndRecordSizedRandomReads) {
   const ModelFootprint fp = qwen3();
   Plan plan = h200_qwen3_plan().plan;

@@ -14,26 +14,37 @@
 namespace coli::planner {
 namespace {
 
+// A history of `key`'s shape holding `passes` (each a list of its tokens'
+// routings, every layer alike), counted and traced.
+experts::UsageHistory recorded(const experts::UsageHistoryKey& key, const std::vector<std::vector<std::vector<int>>>& passes) {
+  auto history = experts::UsageHistory::create(key);
+  EXPECT_TRUE(history.ok());
+  auto trace = experts::RoutingTrace::create(key.n_layers, key.top_k);
+  std::size_t tokens = 0;
+  for (const auto& pass : passes) {
+    trace->begin_pass(static_cast<int>(pass.size()));
+    for (int layer = 0; layer < key.n_layers; ++layer) {
+      for (const auto& experts : pass) {
+        trace->record(layer, experts);
+        EXPECT_TRUE(history->record(layer, experts).ok());
+      }
+    }
+    tokens += pass.size();
+  }
+  history->add_tokens(tokens);
+  EXPECT_TRUE(history->add_trace(*trace).ok());
+  return std::move(history).value();
+}
+
 // A history of one layer of `n` experts, top_k 1: each pass's routings
 // counted and traced.
 experts::UsageHistory traced(int n, const std::vector<std::vector<int>>& passes, int layers = 1) {
-  auto history = experts::UsageHistory::create({layers, n, 1, "replay-test"});
-  EXPECT_TRUE(history.ok());
-  auto trace = experts::RoutingTrace::create(layers, 1);
-  int tokens = 0;
+  std::vector<std::vector<std::vector<int>>> routed;
   for (const auto& pass : passes) {
-    trace->begin_pass(static_cast<int>(pass.size()));
-    for (int layer = 0; layer < layers; ++layer) {
-      for (const int expert : pass) {
-        trace->record(layer, std::vector<int>{expert});
-        EXPECT_TRUE(history->record(layer, std::vector<int>{expert}).ok());
-      }
-    }
-    tokens += static_cast<int>(pass.size());
+    routed.emplace_back();
+    for (const int expert : pass) routed.back().push_back({expert});
   }
-  history->add_tokens(static_cast<std::uint64_t>(tokens));
-  EXPECT_TRUE(history->add_trace(*trace).ok());
-  return std::move(history).value();
+  return recorded({layers, n, 1, "replay-test"}, routed);
 }
 
 ModelFootprint demo_model() {
@@ -43,23 +54,17 @@ ModelFootprint demo_model() {
   return *fp;
 }
 
+// The demo model's history key.
+experts::UsageHistoryKey demo_key(const ModelFootprint& fp) {
+  return {static_cast<int>(fp.moe_layer_count()), fp.n_experts, fp.top_k, "tiny-test"};
+}
+
 // A history of the demo model's `tokens` generated tokens, token t routed at
 // every layer to cycle[t % size], counted and traced.
 experts::UsageHistory generated(const ModelFootprint& fp, const std::vector<std::vector<int>>& cycle, int tokens = 64) {
-  const int layers = static_cast<int>(fp.moe_layer_count());
-  auto history = experts::UsageHistory::create({layers, fp.n_experts, fp.top_k, "tiny-test"});
-  auto trace = experts::RoutingTrace::create(layers, fp.top_k);
-  for (int token = 0; token < tokens; ++token) {
-    const auto& experts = cycle[static_cast<std::size_t>(token) % cycle.size()];
-    trace->begin_pass(1);
-    for (int layer = 0; layer < layers; ++layer) {
-      trace->record(layer, experts);
-      EXPECT_TRUE(history->record(layer, experts).ok());
-    }
-  }
-  history->add_tokens(static_cast<std::uint64_t>(tokens));
-  EXPECT_TRUE(history->add_trace(*trace).ok());
-  return std::move(history).value();
+  std::vector<std::vector<std::vector<int>>> passes;
+  for (int token = 0; token < tokens; ++token) passes.push_back({cycle[static_cast<std::size_t>(token) % cycle.size()]});
+  return recorded(demo_key(fp), passes);
 }
 
 // The demo model's CPU plan at `cap` with no pins.
@@ -185,34 +190,15 @@ TEST(PlanSpeed, MissesThatComeTogetherAreReadTogether) {
       << paired.decode_inputs;
 }
 
-// A history of the demo model's one prompt, token t routed to routes[t] at every layer, counted and traced.
-experts::UsageHistory prompted(const ModelFootprint& fp, const std::vector<std::vector<int>>& routes) {
-  const int layers = static_cast<int>(fp.moe_layer_count());
-  auto history = experts::UsageHistory::create({layers, fp.n_experts, fp.top_k, "tiny-test"});
-  auto trace = experts::RoutingTrace::create(layers, fp.top_k);
-  trace->begin_pass(static_cast<int>(routes.size()));
-  for (int layer = 0; layer < layers; ++layer) {
-    for (const auto& experts : routes) {
-      trace->record(layer, experts);
-      EXPECT_TRUE(history->record(layer, experts).ok());
-    }
-  }
-  history->add_tokens(routes.size());
-  EXPECT_TRUE(history->add_trace(*trace).ok());
-  return std::move(history).value();
-}
-
 // The tuning phase's stream points on 8 threads: `gbs` at each rows per expert (0: none).
 DeviceProfile streaming_profile(double one_row_gbs, double two_row_gbs) {
   DeviceProfile profile = measured_profile(10);
   KernelTuning tuning{"avx512vnni", 1ull << 30, 1, "", {}};
-  auto add = [&](const char* kernel, int tokens, int rows, double gbs) {
-    if (gbs <= 0) return;
-    tuning.points.push_back({kernel, 1024, 2048, tokens, 3 * 8 * rows, "kind0:8c", 8, CpuSet({0, 1, 2, 3, 4, 5, 6, 7}), false,
-                             {3, gbs, gbs, gbs, 0}, {3, 1e3, 1e3, 1e3, 0}});
+  auto add = [&](const char* kernel, int rows, double gbs) {
+    if (gbs > 0) tuning.points.push_back(point_on_8_threads(kernel, 1024, 24 * rows, 3 * 24 * rows, {3, gbs, gbs, gbs, 0}, {3, 1e3, 1e3, 1e3, 0}));
   };
-  add("expert_q4_prefill_stream1", 8, 1, one_row_gbs);
-  add("expert_q4_prefill_stream", 2, 2, two_row_gbs);
+  add("expert_q4_prefill_stream1", 1, one_row_gbs);
+  add("expert_q4_prefill_stream", 2, two_row_gbs);
   profile.measurements.kernel_tuning = tuning;
   return profile;
 }
@@ -229,7 +215,7 @@ TEST(PlanSpeed, APromptRoundsRecordsStreamAtTheirExpertsRows) {
     const int first = 2 * round % 6;
     routes.push_back({first, first + 1}), routes.push_back({first, first + 2});
   }
-  const auto history = prompted(fp, routes);
+  const auto history = recorded(demo_key(fp), {routes});
   const Plan plan = cpu_plan(fp, 4);
   auto predicted = [&](double one_row_gbs, double two_row_gbs) {
     const SpeedPrediction s = predict_speed(streaming_profile(one_row_gbs, two_row_gbs), fp, plan, &history);

@@ -44,6 +44,20 @@ inline DeviceProfile measured_profile(double gbs) {
   return p;
 }
 
+// One tuning-phase point of `kernel` on 8 threads (PUs 0-7), as the probe records it.
+inline KernelThroughputPoint point_on_8_threads(const char* kernel, int rows, int batch, int matrices, SampleStats gb_per_s,
+                                                SampleStats tokens_per_s) {
+  return {kernel, rows, 2048, batch, matrices, "kind0:8c", 8, CpuSet({0, 1, 2, 3, 4, 5, 6, 7}), false, gb_per_s, tokens_per_s};
+}
+
+// A tuning phase of that one point.
+inline KernelTuning tuned_on_8_threads(const char* kernel, int rows, int batch, int matrices, SampleStats gb_per_s,
+                                       SampleStats tokens_per_s) {
+  KernelTuning tuning{"avx512vnni", 1ull << 30, 1, "", {}};
+  tuning.points.push_back(point_on_8_threads(kernel, rows, batch, matrices, gb_per_s, tokens_per_s));
+  return tuning;
+}
+
 // A prediction's term of that name, in seconds (-1 when it has none).
 inline double term_seconds(const std::vector<SpeedTerm>& terms, const std::string& name) {
   for (const SpeedTerm& t : terms)
