@@ -147,8 +147,8 @@ Result<std::optional<experts::UsageHistory>> open_history(const Args& args, Setu
 // Read rounds depend on the compute team where compute and I/O threads share
 // cores (read_rounds.h), and the planner prices a configuration only by
 // rounds beside its own team: for each team of the grid's streaming
-// configurations whose rounds (with that I/O pool) the history lacks, one
-// untimed pass of the first such configuration adds them. A history recorded
+// configurations whose rounds (with that I/O pool) the history lacks, an
+// untimed pass of the first such configuration adds them (sweep_run.h). A history recorded
 // into OUT is saved again with them; the model's own history is left alone.
 Status add_team_read_rounds(const Args& args, Setup& s, const planner::Plan& plan, const std::vector<SweepConfig>& grid) {
   if (!s.history) return Ok{};
@@ -170,7 +170,7 @@ Status add_team_read_rounds(const Args& args, Setup& s, const planner::Plan& pla
     if (!rounds) return rounds.error();
     if (rounds->empty()) continue;  // nothing read: the probe's figures price it
     if (Status st = s.history->set_read_rounds(*rounds); !st) return st;
-    std::printf("read rounds beside %d compute threads: recorded from one untimed pass of %s\n", config.threads.threads(),
+    std::printf("read rounds beside %d compute threads: recorded from an untimed pass (the second of one load) of %s\n", config.threads.threads(),
                 config_label(config, s.footprint.n_experts).c_str());
   }
   if (!s.recorded_history.empty()) return s.history->save(s.recorded_history);

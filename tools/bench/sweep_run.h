@@ -49,13 +49,16 @@ Result<RunOutput> run_config(const std::filesystem::path& model, const runtime::
 
 // One untimed pass of the workload (its warm-up prompt first, as run_config) at options' cache capacity, as a usage
 // history (what `coli run` would have recorded for these prompts; a
-// capacity that streams records its read rounds too).
+// capacity that streams records its read rounds too, from a second pass:
+// the first over a file the disk's cache has not seen reads slower than
+// any run then does).
 Result<experts::UsageHistory> record_usage(const std::filesystem::path& model, runtime::ModelOptions options,
                                            const Workload& workload);
 
-// The read rounds of one untimed pass of the workload after its warm-up
-// prompt, with `options` as given (a grid configuration's): the disk as
-// that configuration's compute team and I/O pool meet it.
+// The read rounds of an untimed pass of the workload after its warm-up
+// prompt (the second in one load, as record_usage's), with `options` as
+// given (a grid configuration's): the disk as that configuration's compute
+// team and I/O pool meet it.
 Result<experts::ReadRounds> record_read_rounds(const std::filesystem::path& model, const runtime::ModelOptions& options,
                                                const Workload& workload);
 
