@@ -44,7 +44,7 @@ EOF
 check "JSON: schema, planned, ranking, token check" python3 - "$work/out/sweep.json" <<'EOF'
 import json, sys
 d = json.load(open(sys.argv[1]))
-assert d["schema_version"] == 8
+assert d["schema_version"] == 9
 # --min-time 0.05: a run repeats its pass until that was timed (how many passes that takes is the machine's).
 assert d["workload"]["min_timed_seconds"] == 0.05
 assert all(1 <= r["passes"] <= 32 for c in d["configs"] for r in c["runs"]), [r["passes"] for c in d["configs"] for r in c["runs"]]
@@ -85,10 +85,20 @@ assert len(rects) == 2 * configs
 assert any("(planned)" in (e.text or "") for e in root.iter("{http://www.w3.org/2000/svg}text"))
 EOF
 
-# A second sweep reads the history it is given instead of recording one.
+# A second sweep reads the history it is given instead of recording one,
+# and times the kernels again before its repeat (--retime, really measured).
 "$sweep" --model "$work/demo.coli" --profile "$work/profile.toml" --threads 1 --caps 4 --kernels auto \
-  -p 3 -n 2 -d 0 --repeats 1 --min-time 1000 --usage "$work/out/sweep.usage" --out "$work/out2" >"$work/s2.out" 2>&1
+  -p 3 -n 2 -d 0 --repeats 1 --min-time 1000 --usage "$work/out/sweep.usage" --retime --retime-seconds 0.5 \
+  --out "$work/out2" >"$work/s2.out" 2>&1
 check "second sweep exits 0" test $? -eq 0
+check "--retime: the repeat's drift printed" grep -qE "^  repeat 1 \([0-9.]+ s\): " "$work/s2.out"
+check "--retime: the JSON has the repeat and each configuration's re-timed prediction" python3 - "$work/out2/sweep.json" <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert [r["repeat"] for r in d["retimed"]["repeats"]] == [0] and d["retimed"]["repeats"][0]["seconds"] > 0, d["retimed"]
+# A --quick profile has no memory bandwidth: the re-timed figures cannot price a configuration either, and say why.
+assert all("unavailable" in c["predicted_retimed"] for c in d["configs"]), d["configs"][0]["predicted_retimed"]
+EOF
 check "a minimum time no run reaches: every run stops at 32 passes" python3 - "$work/out2/sweep.json" <<'EOF'
 import json, sys
 d = json.load(open(sys.argv[1]))

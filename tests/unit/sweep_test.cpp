@@ -12,6 +12,7 @@
 #include "coli/probe/profile_io.h"
 #include "sweep_grid.h"
 #include "sweep_report.h"
+#include "sweep_retime.h"
 
 namespace coli::bench {
 namespace {
@@ -394,6 +395,86 @@ TEST(SweepPrediction, TableJsonAndCsvCarryThePredictionAndItsError) {
   EXPECT_TRUE(json["prediction"]["decode"]["rank_correlation"].is_null());
   const std::string csv = sweep_csv(r);
   EXPECT_NE(csv.find(",15.000,12.000,\"cpu\"\n"), std::string::npos) << csv;
+}
+
+// --retime: each repeat's predictions from the figures timed before it; a
+// configuration's re-timed prediction is their median, its error beside the
+// stored profile's, and the drift of each repeat is printed.
+TEST(SweepRetime, RepeatsPredictionsGiveTheirMedianAndItsError) {
+  SweepReport r = two_config_report();  // decode medians 10 and 20
+  r.predictions = {{true, "", 12, 15}, {true, "", 20, 20}};
+  r.retimed = {{0, 9.5, "kind0:1c 0.80x (24 kernels)", {{true, "", 8, 27}, {true, "", 18, 22}}},
+               {1, 9.0, "kind0:1c 1.00x (24 kernels)", {{true, "", 10, 33}, {false, "no bandwidth", 0, 0}}}};
+  const std::vector<ConfigPrediction> retimed = retimed_predictions(r);
+  ASSERT_EQ(retimed.size(), 2u);
+  EXPECT_DOUBLE_EQ(retimed[0].decode_tok_s, 9);    // median of 8 and 10
+  EXPECT_DOUBLE_EQ(retimed[0].prefill_tok_s, 30);  // of 27 and 33
+  EXPECT_TRUE(retimed[1].available);               // the repeat that predicted it
+  EXPECT_DOUBLE_EQ(retimed[1].decode_tok_s, 18);
+  const std::string table = sweep_table(r);
+  EXPECT_NE(table.find("repeat 1 (9.5 s): kind0:1c 0.80x (24 kernels)"), std::string::npos) << table;
+  // The stored profile's worst decode error is +20% (12 against 10), the re-timed one's -10% (9 and 18 against 10 and 20).
+  EXPECT_NE(table.find("decode:  predicted vs measured over 2 configurations: worst error 20.0%"), std::string::npos) << table;
+  EXPECT_NE(table.find("decode, re-timed:  predicted vs measured over 2 configurations: worst error -10.0%"), std::string::npos)
+      << table;
+  const auto json = nlohmann::json::parse(sweep_json(r));
+  EXPECT_NEAR(json["configs"][0]["predicted_retimed"]["decode_error"].get<double>(), -0.1, 1e-12);
+  EXPECT_EQ(json["configs"][1]["predicted_retimed"]["repeats"].size(), 1u);
+  EXPECT_EQ(json["retimed"]["repeats"][1]["drift"], "kind0:1c 1.00x (24 kernels)");
+  // Prefill: 30 against a median of 30, and 22 against 16.7 (20 and 13.3 tok/s).
+  EXPECT_NEAR(json["retimed"]["prediction"]["prefill"]["worst_error"].get<double>(), 22.0 / (50.0 / 3) - 1, 1e-12);
+  r.retimed.clear();  // without --retime: neither the lines nor the keys
+  EXPECT_EQ(sweep_table(r).find("re-timed"), std::string::npos);
+  EXPECT_FALSE(nlohmann::json::parse(sweep_json(r)).contains("retimed"));
+}
+
+KernelThroughputPoint tuned(const std::string& kernel, const std::string& set, const char* pus, double gb_per_s) {
+  KernelThroughputPoint p;
+  p.kernel = kernel, p.thread_set = set, p.pus = *CpuSet::parse(pus);
+  p.threads = p.pus.size();
+  p.gb_per_s.median = gb_per_s;
+  return p;
+}
+
+// The re-timed points replace the profile's of the same kernel and PUs (a
+// set the grid did not run keeps its own), OpenMP's costs those of the same
+// team size; the drift is each set's median ratio over the kernels in both.
+TEST(SweepRetime, RetimedPointsReplaceTheirOwnAndTheDriftIsTheirMedianRatio) {
+  DeviceProfile profile;
+  profile.measurements.kernel_tuning = KernelTuning{};
+  profile.measurements.kernel_tuning->points = {tuned("expert_q4_decode", "kind0:1c", "0", 10),
+                                                tuned("dense_q8_decode", "kind0:1c", "0", 20),
+                                                tuned("greedy_sample", "kind0:1c", "0", 4),
+                                                tuned("expert_q4_decode", "kind0:2c", "0-1", 18)};
+  profile.measurements.parallel_overhead = ParallelOverhead{2000, {{1, 0.1, 0.1, 0.1}, {2, 2.0, 1.0, 1.0}}};
+  RetimedMeasurements now;
+  now.kernels.points = {tuned("expert_q4_decode", "kind0:1c", "0", 8), tuned("dense_q8_decode", "kind0:1c", "0", 18),
+                        tuned("greedy_sample", "kind0:1c", "0", 2), tuned("attention_prefill", "kind0:1c", "0", 5)};
+  now.parallel.points = {{2, 3.0, 1.5, 1.5}};
+  const DeviceProfile retimed = with_retimed(profile, now);
+  const auto& points = retimed.measurements.kernel_tuning->points;
+  ASSERT_EQ(points.size(), 5u);  // four kept or replaced, one added
+  EXPECT_DOUBLE_EQ(points[0].gb_per_s.median, 8);
+  EXPECT_DOUBLE_EQ(points[3].gb_per_s.median, 18);  // kind0:2c was not re-timed
+  EXPECT_EQ(points[4].kernel, "attention_prefill");
+  EXPECT_DOUBLE_EQ(retimed.measurements.parallel_overhead->points[0].region_us, 0.1);
+  EXPECT_DOUBLE_EQ(retimed.measurements.parallel_overhead->points[1].region_us, 3.0);
+  // Ratios 0.8, 0.9 and 0.5 (attention_prefill has no point to compare): median 0.8.
+  const std::vector<SetDrift> drift = kernel_drift(profile, now.kernels);
+  ASSERT_EQ(drift.size(), 1u);
+  EXPECT_EQ(drift[0].kernels, 3);
+  EXPECT_DOUBLE_EQ(drift[0].ratio, 0.8);
+  EXPECT_EQ(drift_text(drift), "kind0:1c 0.80x (3 kernels)");
+  EXPECT_EQ(drift_text({}), "no kernel point of the profile was timed again");
+}
+
+TEST(SweepRetime, TheGridsCpuThreadSetsOnceEachInGridOrder) {
+  const SweepReport r = two_config_report();
+  std::vector<SweepConfig> grid = r.grid;
+  grid.push_back(grid[0]);
+  grid.back().gpu.all_in_vram = true;  // the CPU computes nothing of it
+  grid.back().threads = {"4t k0", CpuSet({0, 1, 2, 3})};
+  EXPECT_EQ(labels(grid_thread_sets(grid)), (std::vector<std::string>{"1t k0=0", "2t k0=0-1"}));
 }
 
 // The reads line: each configuration's records per token and pass beside

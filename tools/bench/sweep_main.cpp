@@ -4,6 +4,7 @@
 // once per repeat, round-robin), checks that every run produced the same
 // greedy tokens, and writes CSV, JSON and an SVG plot with the planned
 // configuration marked, ranked and given as a percentage of the best.
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -28,6 +29,7 @@
 #include "cpu/gemv_cpu.h"
 #include "sweep_grid.h"
 #include "sweep_report.h"
+#include "sweep_retime.h"
 #include "sweep_run.h"
 
 namespace {
@@ -54,6 +56,8 @@ struct Args {
   std::vector<std::string> vram{"all"};            // VRAM budgets: "all" (the device's) or sizes
   std::vector<std::string> splits{"expert", "layer"};
   std::vector<std::string> gpus;                   // expert-parallel placements: coli-plan --gpus values ("all", "0,1")
+  bool retime = false;              // time the profile's CPU figures again before each repeat (sweep_retime.h)
+  double retime_seconds = 4.0;      // per thread set (the probe's kTuningSecondsPerSet)
 };
 
 int fail(const std::string& message, int code = 1) {
@@ -90,12 +94,12 @@ Result<planner::Plan> plan_with_cap(const Setup& s, int cap) {
 // the tests (a test's tokens see on average depth + n/2 positions), combined
 // as the measured figure is (every depth's tokens over the summed seconds),
 // and prefill of the prompt.
-ConfigPrediction predict_config(const Setup& s, const planner::Plan& plan, const SpeedTests& tests) {
+ConfigPrediction predict_config(const Setup& s, const DeviceProfile& profile, const planner::Plan& plan, const SpeedTests& tests) {
   const experts::UsageHistory* history = s.history ? &*s.history : nullptr;
   ConfigPrediction out;
   double seconds = 0;
   for (int depth : tests.depths) {
-    const planner::SpeedPrediction p = planner::predict_speed(s.profile, s.footprint, plan, history, depth + tests.decode_tokens / 2);
+    const planner::SpeedPrediction p = planner::predict_speed(profile, s.footprint, plan, history, depth + tests.decode_tokens / 2);
     if (!p.available) {
       out.unavailable = p.unavailable;
       return out;
@@ -223,6 +227,22 @@ Result<std::vector<GpuPlacement>> gpu_placements(const Args& args, const Setup& 
   return out;
 }
 
+// --retime: the profile's CPU figures for the grid's thread sets timed
+// again now, and every configuration predicted from them.
+Result<RetimedRepeat> retime_repeat(const Setup& s, const planner::Plan& plan, const std::vector<SweepConfig>& grid,
+                                    int repeat, double seconds_per_set, const SpeedTests& tests) {
+  const auto start = std::chrono::steady_clock::now();
+  auto measured = retime_measurements(s.profile, grid_thread_sets(grid), seconds_per_set);
+  if (!measured) return measured.error();
+  const DeviceProfile now = with_retimed(s.profile, *measured);
+  RetimedRepeat out;
+  out.repeat = repeat;
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  out.drift = drift_text(kernel_drift(s.profile, measured->kernels));
+  for (const SweepConfig& config : grid) out.predictions.push_back(predict_config(s, now, plan_of_config(plan, config), tests));
+  return out;
+}
+
 int run_sweep(const Args& args) {
   if (!fs::is_regular_file(args.model)) return fail("model " + args.model + ": no such file");
   Setup s;
@@ -320,7 +340,7 @@ int run_sweep(const Args& args) {
   for (const auto& d : plan->decisions) report.plan_decisions.push_back(d.knob + " = " + d.value + ": " + d.reason);
   report.grid = *grid;
   for (const SweepConfig& config : report.grid) {
-    report.predictions.push_back(predict_config(s, plan_of_config(*plan, config), args.tests));
+    report.predictions.push_back(predict_config(s, s.profile, plan_of_config(*plan, config), args.tests));
   }
 
   std::printf("model %s: %d MoE layers x %d experts, top %d, experts %s, dense %s\n", args.model.c_str(),
@@ -348,6 +368,13 @@ int run_sweep(const Args& args) {
   std::map<std::string, Reference> references;
   const bool per_kernel = args.token_check == "per-kernel";
   for (int repeat = 0; repeat < args.tests.repeats; ++repeat) {
+    if (args.retime) {
+      auto retimed = retime_repeat(s, *plan, report.grid, repeat, args.retime_seconds, args.tests);
+      if (!retimed) return fail("--retime: " + retimed.error().message);
+      std::fprintf(stderr, "  repeat %d/%d  re-timed in %.1f s: %s\n", repeat + 1, args.tests.repeats, retimed->seconds,
+                   retimed->drift.c_str());
+      report.retimed.push_back(std::move(*retimed));
+    }
     for (std::size_t c = 0; c < report.grid.size(); ++c) {
       const SweepConfig& config = report.grid[c];
       const std::string label = config_label(config, report.n_experts);
@@ -417,6 +444,12 @@ int main(int argc, char** argv) {
                  "Seconds each run's timed passes add up to at least: a run repeats its warm-up and timed pass until "
                  "then (at most " + std::to_string(kMaxPasses) + " passes) and reports their medians; 0: one pass")
       ->check(CLI::Range(0.0, 3600.0))->capture_default_str();
+  app.add_flag("--retime", args.retime,
+               "Before each repeat, time the profile's kernel points and OpenMP costs again for the grid's thread sets "
+               "and predict that repeat's runs from them too: prints how far the machine moved since the probe and the "
+               "prediction's error apart from that drift (the stored profile's prediction is kept beside it)");
+  app.add_option("--retime-seconds", args.retime_seconds, "Seconds of --retime per thread set (the probe gives each 4)")
+      ->check(CLI::Range(0.5, 600.0))->capture_default_str();
   app.add_option("--gpu", args.gpu, "none (every expert on the CPU), auto or a GPU index: adds GPU placements per --vram and --split")
       ->capture_default_str();
   app.add_option("--gpu-backend", args.gpu_backend, "vulkan, cuda or auto, as coli-plan")

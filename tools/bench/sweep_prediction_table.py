@@ -3,7 +3,9 @@
 measured decode and prefill medians, the planner's predictions and their
 errors, then the worst error per metric and where the planned configuration
 ranked, and (schema 5) the expert records read from disk beside the
-predicted reads for the configurations that stream. usage: sweep_prediction_table.py SWEEP_JSON [TITLE]"""
+predicted reads for the configurations that stream; (schema 9, --retime) the
+errors of the predictions from the figures re-timed before each repeat beside
+them, and each repeat's drift. usage: sweep_prediction_table.py SWEEP_JSON [TITLE]"""
 import json
 import sys
 
@@ -21,16 +23,26 @@ def main() -> int:
         return 1
     title = sys.argv[2] if len(sys.argv) > 2 else sweep.get("model", "")
     print(f"**{title}**\n")
-    print("| configuration | decode measured | predicted | error | prefill measured | predicted | error |")
-    print("|---|---|---|---|---|---|---|")
+    retimed = "retimed" in sweep
+    extra = " re-timed |" if retimed else ""
+    print(f"| configuration | decode measured | predicted | error |{extra} prefill measured | predicted | error |{extra}")
+    print("|---|---|---|---|" + ("---|" if retimed else "") + "---|---|---|" + ("---|" if retimed else ""))
     for c in configs:
-        p = c.get("predicted") or {}
+        p, q = c.get("predicted") or {}, c.get("predicted_retimed") or {}
         mark = " (planned)" if c.get("planned") else ""
         label = c['label'].replace(' | ', ', ')  # the table's own separator
+        again = (lambda key: f" {100 * q.get(key, 0):+.0f}% |") if retimed else (lambda key: "")
         print(f"| {label}{mark} | {c['decode']['median_tok_s']:.1f} | {p.get('decode_tok_s', 0):.1f} | "
-              f"{100 * p.get('decode_error', 0):+.0f}% | {c['prefill']['median_tok_s']:.1f} | "
-              f"{p.get('prefill_tok_s', 0):.1f} | {100 * p.get('prefill_error', 0):+.0f}% |")
+              f"{100 * p.get('decode_error', 0):+.0f}% |{again('decode_error')} {c['prefill']['median_tok_s']:.1f} | "
+              f"{p.get('prefill_tok_s', 0):.1f} | {100 * p.get('prefill_error', 0):+.0f}% |{again('prefill_error')}")
     print()
+    if retimed:
+        for r in sweep["retimed"].get("repeats", []):
+            print(f"- repeat {r['repeat'] + 1}, re-timed / profile: {r['drift']}")
+        for metric in ("decode", "prefill"):
+            q = sweep["retimed"].get("prediction", {}).get(metric, {})
+            print(f"- {metric}, re-timed: worst error {100 * q.get('worst_error', 0):+.1f}%, mean |error| "
+                  f"{100 * q.get('mean_abs_error', 0):.1f}%")
     for metric in ("decode", "prefill"):
         q = sweep.get("prediction", {}).get(metric, {})
         r = sweep.get("ranking", {}).get(metric, {})

@@ -40,8 +40,8 @@ std::string ranking_line(const SweepReport& r, Metric metric) {
          format_fixed(rank.percent_of_best, 1) + "% of the best (" + config_label(r.grid[rank.best], r.n_experts) + ")";
 }
 
-std::string prediction_line(const SweepReport& r, Metric metric) {
-  const PredictionQuality q = prediction_quality(r.summaries, r.predictions, metric);
+std::string prediction_line(const SweepReport& r, const std::vector<ConfigPrediction>& predictions, Metric metric) {
+  const PredictionQuality q = prediction_quality(r.summaries, predictions, metric);
   if (q.points == 0) return "predicted: none (the profile lacks a measurement the prediction needs)";
   return "predicted vs measured over " + std::to_string(q.points) + " configurations: worst error " +
          format_fixed(100 * q.worst_error, 1) + "% (" + config_label(r.grid[q.worst], r.n_experts) + "), mean |error| " +
@@ -173,6 +173,34 @@ std::optional<double> spearman_rank_correlation(const std::vector<double>& a, co
   return covariance / std::sqrt(var_a * var_b);
 }
 
+std::vector<ConfigPrediction> retimed_predictions(const SweepReport& report) {
+  if (report.retimed.empty()) return {};
+  std::vector<ConfigPrediction> out(report.grid.size());
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    std::vector<double> decode, prefill;
+    for (const RetimedRepeat& rep : report.retimed) {
+      if (i >= rep.predictions.size()) continue;
+      const ConfigPrediction& p = rep.predictions[i];
+      if (!p.available) {
+        out[i].unavailable = p.unavailable;
+        continue;
+      }
+      decode.push_back(p.decode_tok_s);
+      prefill.push_back(p.prefill_tok_s);
+      out[i].decode_disk_reads = p.decode_disk_reads;
+      out[i].prefill_disk_reads = p.prefill_disk_reads;
+      out[i].prefill_tokens = p.prefill_tokens;
+      out[i].disk_read_seconds = p.disk_read_seconds;
+    }
+    if (decode.empty()) continue;
+    out[i].available = true;
+    out[i].unavailable.clear();
+    out[i].decode_tok_s = metric_stats(std::move(decode)).median;
+    out[i].prefill_tok_s = metric_stats(std::move(prefill)).median;
+  }
+  return out;
+}
+
 PredictionQuality prediction_quality(const std::vector<ConfigSummary>& summaries,
                                      const std::vector<ConfigPrediction>& predictions, Metric metric) {
   PredictionQuality q;
@@ -278,14 +306,39 @@ std::string sweep_json(const SweepReport& r) {
                                    {"prefill_error", s.prefill.median > 0 ? p->prefill_tok_s / s.prefill.median - 1 : 0.0}}
           : nlohmann::ordered_json{{"unavailable", i < r.predictions.size() ? r.predictions[i].unavailable : "not predicted"}};
   }
-  auto quality_json = [&](Metric metric) {
-    const PredictionQuality q = prediction_quality(r.summaries, r.predictions, metric);
+  auto quality_json = [&](const std::vector<ConfigPrediction>& predictions, Metric metric) {
+    const PredictionQuality q = prediction_quality(r.summaries, predictions, metric);
     nlohmann::ordered_json out{{"points", q.points}, {"worst_error", q.worst_error}, {"worst_config", q.worst},
                                {"mean_abs_error", q.mean_abs_error}};
     out["rank_correlation"] = q.rank_correlation ? nlohmann::ordered_json(*q.rank_correlation) : nlohmann::ordered_json();
     return out;
   };
-  j["prediction"] = {{"decode", quality_json(Metric::decode)}, {"prefill", quality_json(Metric::prefill)}};
+  j["prediction"] = {{"decode", quality_json(r.predictions, Metric::decode)},
+                     {"prefill", quality_json(r.predictions, Metric::prefill)}};
+  if (!r.retimed.empty()) {
+    const std::vector<ConfigPrediction> retimed = retimed_predictions(r);
+    for (std::size_t i = 0; i < configs.size() && i < retimed.size(); ++i) {
+      const ConfigSummary& s = r.summaries[i];
+      nlohmann::ordered_json per_repeat = nlohmann::ordered_json::array();
+      for (const RetimedRepeat& rep : r.retimed) {
+        if (i < rep.predictions.size() && rep.predictions[i].available)
+          per_repeat.push_back({{"repeat", rep.repeat}, {"decode_tok_s", rep.predictions[i].decode_tok_s},
+                                {"prefill_tok_s", rep.predictions[i].prefill_tok_s}});
+      }
+      configs[i]["predicted_retimed"] =
+          retimed[i].available
+              ? nlohmann::ordered_json{{"decode_tok_s", retimed[i].decode_tok_s}, {"prefill_tok_s", retimed[i].prefill_tok_s},
+                                       {"decode_error", s.decode.median > 0 ? retimed[i].decode_tok_s / s.decode.median - 1 : 0.0},
+                                       {"prefill_error", s.prefill.median > 0 ? retimed[i].prefill_tok_s / s.prefill.median - 1 : 0.0},
+                                       {"repeats", std::move(per_repeat)}}
+              : nlohmann::ordered_json{{"unavailable", retimed[i].unavailable}};
+    }
+    nlohmann::ordered_json repeats = nlohmann::ordered_json::array();
+    for (const RetimedRepeat& rep : r.retimed)
+      repeats.push_back({{"repeat", rep.repeat}, {"seconds", rep.seconds}, {"drift", rep.drift}});
+    j["retimed"] = {{"repeats", std::move(repeats)},
+                    {"prediction", {{"decode", quality_json(retimed, Metric::decode)}, {"prefill", quality_json(retimed, Metric::prefill)}}}};
+  }
   return j.dump(2) + "\n";
 }
 
@@ -460,8 +513,16 @@ std::string sweep_table(const SweepReport& r) {
   out += "decode:  " + ranking_line(r, Metric::decode) + "\n";
   out += "prefill: " + ranking_line(r, Metric::prefill) + "\n";
   if (!r.predictions.empty()) {
-    out += "decode:  " + prediction_line(r, Metric::decode) + "\n";
-    out += "prefill: " + prediction_line(r, Metric::prefill) + "\n";
+    out += "decode:  " + prediction_line(r, r.predictions, Metric::decode) + "\n";
+    out += "prefill: " + prediction_line(r, r.predictions, Metric::prefill) + "\n";
+  }
+  if (!r.retimed.empty()) {
+    out += "--retime: the profile's kernel points and OpenMP costs timed again before each repeat (re-timed / profile GB/s):\n";
+    for (const RetimedRepeat& rep : r.retimed)
+      out += "  repeat " + std::to_string(rep.repeat + 1) + " (" + format_fixed(rep.seconds, 1) + " s): " + rep.drift + "\n";
+    const std::vector<ConfigPrediction> retimed = retimed_predictions(r);
+    out += "decode, re-timed:  " + prediction_line(r, retimed, Metric::decode) + "\n";
+    out += "prefill, re-timed: " + prediction_line(r, retimed, Metric::prefill) + "\n";
   }
   return out + disk_reads_lines(r);
 }

@@ -21,7 +21,8 @@ namespace coli::bench {
 //    prefill_expert_read_seconds) and the predicted time of one read alone (disk_read_seconds)
 // 7: the rounds that read, by how many records each read, and their seconds from submission to
 //    the last landing, per run (decode_read_batches, prefill_read_batches)
-inline constexpr int kSweepSchemaVersion = 8;  // 8: runs repeat their pass until --min-time (workload.min_timed_seconds, runs[].passes)
+// 8: runs repeat their pass until --min-time (workload.min_timed_seconds, runs[].passes)
+inline constexpr int kSweepSchemaVersion = 9;  // 9: --retime (retimed, configs[].predicted_retimed)
 
 // The expert-read rounds of `reads` records each in a timed step: how many,
 // and their seconds in all from submission to the last read landing
@@ -122,6 +123,15 @@ PredictionQuality prediction_quality(const std::vector<ConfigSummary>& summaries
 // when either list has every value equal.
 std::optional<double> spearman_rank_correlation(const std::vector<double>& a, const std::vector<double>& b);
 
+// coli-sweep --retime (sweep_retime.h): before one repeat, how far the
+// profile's kernel points had moved and every configuration predicted from
+// the figures timed then.
+struct RetimedRepeat {
+  int repeat = 0;
+  double seconds = 0;  // the re-timing's wall time
+  std::string drift;   // per thread set, re-timed / profile GB/s (drift_text)
+  std::vector<ConfigPrediction> predictions;  // one per grid entry
+};
 // What the renderings need besides the numbers.
 struct SweepReport {
   std::string model, profile, profile_fingerprint;
@@ -134,11 +144,16 @@ struct SweepReport {
   std::vector<RunRecord> runs;
   std::vector<ConfigSummary> summaries;
   std::vector<ConfigPrediction> predictions;  // one per grid entry (empty: none made)
+  std::vector<RetimedRepeat> retimed;         // --retime: one per repeat (empty: not asked)
   std::size_t planned = 0;
   std::string token_check = "all";            // "all" or "per-kernel": which runs must agree
   std::vector<std::string> token_mismatches;  // empty: every run produced its reference's tokens
   std::vector<std::string> token_notes;       // per-kernel: differences between kernel variants
 };
+
+// Per configuration, the median over the repeats of their re-timed
+// predictions (decode and prefill each); empty without --retime.
+std::vector<ConfigPrediction> retimed_predictions(const SweepReport& report);
 
 std::string sweep_csv(const SweepReport& report);   // one row per configuration x repeat
 std::string sweep_json(const SweepReport& report);  // everything, with schema_version

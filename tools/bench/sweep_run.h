@@ -14,6 +14,7 @@
 #include "coli/runtime/moe_model.h"
 #include "speed_measure.h"
 #include "sweep_report.h"
+#include "sweep_retime.h"
 
 namespace coli::bench {
 
@@ -61,6 +62,13 @@ Result<experts::UsageHistory> record_usage(const std::filesystem::path& model, r
 // team and I/O pool meet it.
 Result<experts::ReadRounds> record_read_rounds(const std::filesystem::path& model, const runtime::ModelOptions& options,
                                                const Workload& workload);
+
+// The profile's CPU figures timed again now for `sets` (sweep_retime.h): the
+// tuning phase's kernels, `seconds_per_set` each (the probe gives a set 4 s),
+// and OpenMP's fixed costs for the sets' team sizes. The machine must be
+// the profile's: the sweep runs its grid here.
+Result<RetimedMeasurements> retime_measurements(const DeviceProfile& profile, const std::vector<ThreadSet>& sets,
+                                                double seconds_per_set);
 
 // The engine's compute threads: one per PU of `pus`, pinned there.
 void place_threads(runtime::ModelOptions& options, const CpuSet& pus);
