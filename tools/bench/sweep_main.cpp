@@ -152,8 +152,9 @@ Result<std::optional<experts::UsageHistory>> open_history(const Args& args, Setu
 // cores (read_rounds.h), and the planner prices a configuration only by
 // rounds beside its own team: for each team of the grid's streaming
 // configurations whose rounds (with that I/O pool) the history lacks, an
-// untimed pass of the first such configuration adds them (sweep_run.h). A history recorded
-// into OUT is saved again with them; the model's own history is left alone.
+// untimed pass of the first such configuration adds them (sweep_run.h). A
+// history recorded into OUT is saved again with them; the model's own
+// history is left alone.
 Status add_team_read_rounds(const Args& args, Setup& s, const planner::Plan& plan, const std::vector<SweepConfig>& grid) {
   if (!s.history) return Ok{};
   std::vector<std::pair<int, int>> tried;  // (team, I/O threads) passes run, whether they read or not
@@ -174,8 +175,8 @@ Status add_team_read_rounds(const Args& args, Setup& s, const planner::Plan& pla
     if (!rounds) return rounds.error();
     if (rounds->empty()) continue;  // nothing read: the probe's figures price it
     if (Status st = s.history->set_read_rounds(*rounds); !st) return st;
-    std::printf("read rounds beside %d compute threads: recorded from an untimed pass (the second of one load) of %s\n", config.threads.threads(),
-                config_label(config, s.footprint.n_experts).c_str());
+    std::printf("read rounds beside %d compute threads: recorded from an untimed pass (the second of one load) of %s\n",
+                config.threads.threads(), config_label(config, s.footprint.n_experts).c_str());
   }
   if (!s.recorded_history.empty()) return s.history->save(s.recorded_history);
   return Ok{};

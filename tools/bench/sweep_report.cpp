@@ -244,6 +244,48 @@ std::string sweep_csv(const SweepReport& r) {
   return out;
 }
 
+namespace {
+
+nlohmann::ordered_json quality_json(const SweepReport& r, const std::vector<ConfigPrediction>& predictions, Metric metric) {
+  const PredictionQuality q = prediction_quality(r.summaries, predictions, metric);
+  nlohmann::ordered_json out{{"points", q.points}, {"worst_error", q.worst_error}, {"worst_config", q.worst},
+                             {"mean_abs_error", q.mean_abs_error}};
+  out["rank_correlation"] = q.rank_correlation ? nlohmann::ordered_json(*q.rank_correlation) : nlohmann::ordered_json();
+  return out;
+}
+
+nlohmann::ordered_json prediction_quality_json(const SweepReport& r, const std::vector<ConfigPrediction>& predictions) {
+  return {{"decode", quality_json(r, predictions, Metric::decode)}, {"prefill", quality_json(r, predictions, Metric::prefill)}};
+}
+
+// --retime: each configuration's re-timed prediction (the repeats' median,
+// its error and each repeat's figures) and the repeats' drift.
+void add_retimed_json(const SweepReport& r, nlohmann::ordered_json& j) {
+  const std::vector<ConfigPrediction> retimed = retimed_predictions(r);
+  for (std::size_t i = 0; i < j["configs"].size() && i < retimed.size(); ++i) {
+    const ConfigSummary& s = r.summaries[i];
+    nlohmann::ordered_json per_repeat = nlohmann::ordered_json::array();
+    for (const RetimedRepeat& rep : r.retimed) {
+      if (i < rep.predictions.size() && rep.predictions[i].available)
+        per_repeat.push_back({{"repeat", rep.repeat}, {"decode_tok_s", rep.predictions[i].decode_tok_s},
+                              {"prefill_tok_s", rep.predictions[i].prefill_tok_s}});
+    }
+    j["configs"][i]["predicted_retimed"] =
+        retimed[i].available
+            ? nlohmann::ordered_json{{"decode_tok_s", retimed[i].decode_tok_s}, {"prefill_tok_s", retimed[i].prefill_tok_s},
+                                     {"decode_error", s.decode.median > 0 ? retimed[i].decode_tok_s / s.decode.median - 1 : 0.0},
+                                     {"prefill_error", s.prefill.median > 0 ? retimed[i].prefill_tok_s / s.prefill.median - 1 : 0.0},
+                                     {"repeats", std::move(per_repeat)}}
+            : nlohmann::ordered_json{{"unavailable", retimed[i].unavailable}};
+  }
+  nlohmann::ordered_json repeats = nlohmann::ordered_json::array();
+  for (const RetimedRepeat& rep : r.retimed)
+    repeats.push_back({{"repeat", rep.repeat}, {"seconds", rep.seconds}, {"drift", rep.drift}});
+  j["retimed"] = {{"repeats", std::move(repeats)}, {"prediction", prediction_quality_json(r, retimed)}};
+}
+
+}  // namespace
+
 std::string sweep_json(const SweepReport& r) {
   nlohmann::ordered_json j;
   j["schema_version"] = kSweepSchemaVersion;
@@ -306,39 +348,8 @@ std::string sweep_json(const SweepReport& r) {
                                    {"prefill_error", s.prefill.median > 0 ? p->prefill_tok_s / s.prefill.median - 1 : 0.0}}
           : nlohmann::ordered_json{{"unavailable", i < r.predictions.size() ? r.predictions[i].unavailable : "not predicted"}};
   }
-  auto quality_json = [&](const std::vector<ConfigPrediction>& predictions, Metric metric) {
-    const PredictionQuality q = prediction_quality(r.summaries, predictions, metric);
-    nlohmann::ordered_json out{{"points", q.points}, {"worst_error", q.worst_error}, {"worst_config", q.worst},
-                               {"mean_abs_error", q.mean_abs_error}};
-    out["rank_correlation"] = q.rank_correlation ? nlohmann::ordered_json(*q.rank_correlation) : nlohmann::ordered_json();
-    return out;
-  };
-  j["prediction"] = {{"decode", quality_json(r.predictions, Metric::decode)},
-                     {"prefill", quality_json(r.predictions, Metric::prefill)}};
-  if (!r.retimed.empty()) {
-    const std::vector<ConfigPrediction> retimed = retimed_predictions(r);
-    for (std::size_t i = 0; i < configs.size() && i < retimed.size(); ++i) {
-      const ConfigSummary& s = r.summaries[i];
-      nlohmann::ordered_json per_repeat = nlohmann::ordered_json::array();
-      for (const RetimedRepeat& rep : r.retimed) {
-        if (i < rep.predictions.size() && rep.predictions[i].available)
-          per_repeat.push_back({{"repeat", rep.repeat}, {"decode_tok_s", rep.predictions[i].decode_tok_s},
-                                {"prefill_tok_s", rep.predictions[i].prefill_tok_s}});
-      }
-      configs[i]["predicted_retimed"] =
-          retimed[i].available
-              ? nlohmann::ordered_json{{"decode_tok_s", retimed[i].decode_tok_s}, {"prefill_tok_s", retimed[i].prefill_tok_s},
-                                       {"decode_error", s.decode.median > 0 ? retimed[i].decode_tok_s / s.decode.median - 1 : 0.0},
-                                       {"prefill_error", s.prefill.median > 0 ? retimed[i].prefill_tok_s / s.prefill.median - 1 : 0.0},
-                                       {"repeats", std::move(per_repeat)}}
-              : nlohmann::ordered_json{{"unavailable", retimed[i].unavailable}};
-    }
-    nlohmann::ordered_json repeats = nlohmann::ordered_json::array();
-    for (const RetimedRepeat& rep : r.retimed)
-      repeats.push_back({{"repeat", rep.repeat}, {"seconds", rep.seconds}, {"drift", rep.drift}});
-    j["retimed"] = {{"repeats", std::move(repeats)},
-                    {"prediction", {{"decode", quality_json(retimed, Metric::decode)}, {"prefill", quality_json(retimed, Metric::prefill)}}}};
-  }
+  j["prediction"] = prediction_quality_json(r, r.predictions);
+  if (!r.retimed.empty()) add_retimed_json(r, j);
   return j.dump(2) + "\n";
 }
 
