@@ -324,6 +324,8 @@ int run_sweep(const Args& args) {
   SweepConfig planned_one = planned_config(*plan, s.profile, profile_sets);
   if (planned_one.kernel.empty()) planned_one.kernel = auto_kernel;  // a plan that leaves the kernel to the engine
   const std::size_t planned = add_planned(*grid, std::move(planned_one));
+  if (args.retime && grid_thread_sets(*grid).empty())
+    return fail("--retime: every configuration of the grid runs on the GPU: no CPU thread set to time again", cli::kExitUsage);
   if (Status st = add_team_read_rounds(args, s, *plan, *grid); !st) return fail("recording read rounds: " + st.error().message);
 
   SweepReport report;
