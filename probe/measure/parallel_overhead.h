@@ -10,6 +10,9 @@
 
 namespace coli::probe {
 
+// Each figure the median of this many timings (the probe's; coli-sweep --retime's).
+inline constexpr int kParallelOverheadRepetitions = 2000;
+
 // One point per team size in `threads` (each >= 1), `repetitions` (>= 10) per figure.
 ParallelOverhead measure_parallel_overhead(const std::vector<int>& threads, int repetitions);
 

@@ -30,8 +30,6 @@
 namespace coli {
 namespace {
 
-// Each OpenMP overhead figure is the median of this many timings.
-constexpr int kParallelOverheadRepetitions = 2000;
 // One peer copy: large enough that launch cost vanishes against NVLink's ~450 GB/s.
 constexpr std::size_t kPeerCopyBytes = std::size_t{256} << 20;
 
@@ -275,7 +273,7 @@ Status measure(const ProbeOptions& options, DeviceProfile& profile) {
   // Well under a second: no share of the budget.
   const int usable = std::max(1, profile.cpu.usable.pus.size());
   profile.measurements.parallel_overhead =
-      probe::measure_parallel_overhead(probe::parallel_overhead_team_sizes(usable), kParallelOverheadRepetitions);
+      probe::measure_parallel_overhead(probe::parallel_overhead_team_sizes(usable), probe::kParallelOverheadRepetitions);
   return Ok{};
 }
 

@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "coli/base/text.h"
+#include "speed_tests.h"
 
 namespace coli::bench {
 
@@ -18,27 +19,31 @@ std::vector<ThreadSet> grid_thread_sets(const std::vector<SweepConfig>& grid) {
   return sets;
 }
 
+namespace {
+
+// Each of `retimed` in place of the point of `points` it is `same` as, or added.
+template <typename Point, typename Same>
+void replace_points(std::vector<Point>& points, const std::vector<Point>& retimed, const Same& same) {
+  for (const Point& p : retimed) {
+    auto old = std::find_if(points.begin(), points.end(), [&](const Point& q) { return same(q, p); });
+    if (old != points.end()) *old = p;
+    else points.push_back(p);
+  }
+}
+
+}  // namespace
+
 DeviceProfile with_retimed(const DeviceProfile& profile, const RetimedMeasurements& retimed) {
   DeviceProfile out = profile;
   if (!retimed.kernels.points.empty()) {
     if (!out.measurements.kernel_tuning) out.measurements.kernel_tuning = KernelTuning{};
-    auto& points = out.measurements.kernel_tuning->points;
-    for (const KernelThroughputPoint& p : retimed.kernels.points) {
-      auto same = std::find_if(points.begin(), points.end(), [&](const KernelThroughputPoint& q) {
-        return q.kernel == p.kernel && q.pus == p.pus;
-      });
-      if (same != points.end()) *same = p;
-      else points.push_back(p);
-    }
+    replace_points(out.measurements.kernel_tuning->points, retimed.kernels.points,
+                   [](const KernelThroughputPoint& a, const KernelThroughputPoint& b) { return a.kernel == b.kernel && a.pus == b.pus; });
   }
   if (!retimed.parallel.points.empty()) {
     if (!out.measurements.parallel_overhead) out.measurements.parallel_overhead = ParallelOverhead{retimed.parallel.repetitions, {}};
-    auto& points = out.measurements.parallel_overhead->points;
-    for (const ParallelOverheadPoint& p : retimed.parallel.points) {
-      auto same = std::find_if(points.begin(), points.end(), [&](const ParallelOverheadPoint& q) { return q.threads == p.threads; });
-      if (same != points.end()) *same = p;
-      else points.push_back(p);
-    }
+    replace_points(out.measurements.parallel_overhead->points, retimed.parallel.points,
+                   [](const ParallelOverheadPoint& a, const ParallelOverheadPoint& b) { return a.threads == b.threads; });
   }
   return out;
 }
@@ -62,11 +67,8 @@ std::vector<SetDrift> kernel_drift(const DeviceProfile& profile, const KernelTun
     ratios[static_cast<std::size_t>(set - out.begin())].push_back(p.gb_per_s.median / old->gb_per_s.median);
   }
   for (std::size_t i = 0; i < out.size(); ++i) {
-    std::vector<double>& r = ratios[i];
-    std::sort(r.begin(), r.end());
-    const std::size_t n = r.size();
-    out[i].kernels = static_cast<int>(n);
-    out[i].ratio = n % 2 ? r[n / 2] : (r[n / 2 - 1] + r[n / 2]) / 2;
+    out[i].kernels = static_cast<int>(ratios[i].size());
+    out[i].ratio = metric_stats(std::move(ratios[i])).median;
   }
   return out;
 }

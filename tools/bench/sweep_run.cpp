@@ -153,7 +153,7 @@ Result<experts::ReadRounds> record_read_rounds(const std::filesystem::path& mode
 
 Result<RetimedMeasurements> retime_measurements(const DeviceProfile& profile, const std::vector<ThreadSet>& sets,
                                                 double seconds_per_set) {
-  if (sets.empty()) return make_error("--retime: the grid runs nothing on the CPU");
+  if (sets.empty()) return make_error("no CPU thread set to time again");
   probe::KernelTuningOptions options;
   options.budget_seconds = seconds_per_set * static_cast<double>(sets.size());
   // The probe's own candidates where they cover a set (their names are the
@@ -167,8 +167,7 @@ Result<RetimedMeasurements> retime_measurements(const DeviceProfile& profile, co
   }
   auto kernels = probe::measure_kernel_tuning(profile.cpu, profile.memory, options, [](std::string_view) {});
   if (!kernels) return make_error("timing the kernels again: " + kernels.error().message);
-  const int repetitions = profile.measurements.parallel_overhead ? profile.measurements.parallel_overhead->repetitions : 0;
-  return RetimedMeasurements{std::move(*kernels), probe::measure_parallel_overhead(teams, repetitions > 0 ? repetitions : 2000)};
+  return RetimedMeasurements{std::move(*kernels), probe::measure_parallel_overhead(teams, probe::kParallelOverheadRepetitions)};
 }
 
 void place_threads(runtime::ModelOptions& options, const CpuSet& pus) {
