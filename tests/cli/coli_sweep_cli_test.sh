@@ -25,6 +25,8 @@ check "the table marks the planned row" grep -qE "^ +[0-9]+ \* " "$work/s.out"
 check "the table has a decode column per depth" grep -qE "kernel +tg@d0  tg@d3$" "$work/s.out"
 check "the workload is llama-bench's tests" contains "$work/s.out" "workload: pp5, then 4 greedy decode tokens at depths 0 3"
 check "decode rank and % of best printed" grep -qE "^decode: +planned: rank [0-9]+ of [0-9]+, [0-9.]+% of the best" "$work/s.out"
+check "decode's standing repeat by repeat printed" \
+  grep -qE "^decode: +planned: .*; repeat by repeat [0-9.]+% of its closest rival \(.*\), as fast or faster in [0-2] of 2 repeats; runs of one configuration moved [0-9]+% between repeats" "$work/s.out"
 check "prefill rank and % of best printed" grep -qE "^prefill: planned: rank [0-9]+ of [0-9]+, [0-9.]+% of the best" "$work/s.out"
 check "no prediction without a measured bandwidth, and why" grep -qE "^decode: +predicted: none \(the profile lacks" "$work/s.out"
 check "token check passed" contains "$work/s.out" "token check: all [0-9]* runs produced the same tokens"
@@ -44,7 +46,7 @@ EOF
 check "JSON: schema, planned, ranking, token check" python3 - "$work/out/sweep.json" <<'EOF'
 import json, sys
 d = json.load(open(sys.argv[1]))
-assert d["schema_version"] == 9
+assert d["schema_version"] == 10
 # --min-time 0.05: a run repeats its pass until that was timed (how many passes that takes is the machine's).
 assert d["workload"]["min_timed_seconds"] == 0.05
 assert all(1 <= r["passes"] <= 32 for c in d["configs"] for r in c["runs"]), [r["passes"] for c in d["configs"] for r in c["runs"]]
@@ -71,6 +73,12 @@ assert d["token_check"]["passed"] and d["token_check"]["mismatches"] == []
 for m in ("decode", "prefill"):
     r = d["ranking"][m]
     assert 1 <= r["rank"] <= r["of"] == len(d["configs"]) and 0 < r["percent_of_best"] <= 100
+    # Repeat by repeat against the rival it trails most (2 repeats each), and the repeats' own motion.
+    p = r["paired"]
+    assert p["repeats"] == 2 and 0 <= p["as_fast_or_faster"] <= 2 and p["percent_of_rival"] > 0, p
+    assert d["configs"][p["rival_config"]]["label"] == p["rival_label"] and p["rival_config"] != d["planned_config"], p
+    n = r["repeat_noise"]
+    assert n["configs"] == len(d["configs"]) and 0 <= n["median_spread"] <= n["widest_spread"], n
 assert all(len(c["runs"]) == 2 and c[m]["median_tok_s"] > 0 for c in d["configs"] for m in ("decode", "prefill"))
 assert any(x.startswith("cap = ") for x in d["plan_decisions"])
 EOF

@@ -296,6 +296,54 @@ TEST(SweepReport, MedianSpreadAndRank) {
   EXPECT_EQ(rank_planned(s, 1, Metric::decode).percent_of_best, 100.0);
 }
 
+// A run of `config` in `repeat` that decoded `decode` tok/s (1 token in 1 / decode s).
+RunRecord decoded(std::size_t config, int repeat, double decode) {
+  RunRecord run;
+  run.config = config, run.repeat = repeat;
+  run.decode_tokens = 1, run.decode_seconds = 1 / decode;
+  return run;
+}
+
+TEST(SweepReport, PairedStandingComparesRunsOfOneRepeat) {
+  // The machine halves its speed in repeat 1. By medians over the repeats
+  // the planned configuration (0) is 60 / 70 = 86% of config 1, which it
+  // beats in two of three repeats (a paired median of 105%); it trails
+  // config 2 by the same 9% in every repeat.
+  const std::vector<RunRecord> runs{decoded(0, 0, 100), decoded(1, 0, 95), decoded(2, 0, 110),
+                                    decoded(0, 1, 50),  decoded(1, 1, 45), decoded(2, 1, 55),
+                                    decoded(0, 2, 60),  decoded(1, 2, 70), decoded(2, 2, 66)};
+  const PairedStanding p = paired_standing(runs, 3, 0, Metric::decode);
+  ASSERT_TRUE(p.available);
+  EXPECT_EQ(p.rival, 2u) << "the configuration the planned one trails most";
+  EXPECT_NEAR(p.percent, 100.0 / 1.1, 1e-9);
+  EXPECT_EQ(p.repeats, 3);
+  EXPECT_EQ(p.ahead, 0);
+  const std::vector<RunRecord> two{runs[0], runs[1], runs[3], runs[4], runs[6], runs[7]};
+  const PairedStanding against_1 = paired_standing(two, 2, 0, Metric::decode);
+  EXPECT_NEAR(against_1.percent, 100 * 100.0 / 95, 1e-9);
+  EXPECT_EQ(against_1.ahead, 2);
+  EXPECT_NEAR(rank_planned(summarize(2, two), 0, Metric::decode).percent_of_best, 100 * 60.0 / 70, 1e-9);
+  // Only repeats both ran count; a configuration alone has no standing.
+  const PairedStanding one_common = paired_standing({runs[0], runs[1], runs[5]}, 3, 0, Metric::decode);
+  EXPECT_EQ(one_common.repeats, 1);
+  EXPECT_EQ(one_common.rival, 1u);
+  EXPECT_FALSE(paired_standing({runs[0], runs[3]}, 1, 0, Metric::decode).available);
+  EXPECT_FALSE(paired_standing(runs, 3, 0, Metric::prefill).available) << "no prefill was measured";
+}
+
+TEST(SweepReport, RepeatNoiseIsTheMedianAndWidestSpread) {
+  std::vector<ConfigSummary> s(4);
+  s[0].decode.spread = 0.10, s[1].decode.spread = 0.40, s[2].decode.spread = 0.20, s[3].decode.spread = 0.90;
+  for (ConfigSummary& c : s) c.repeats = 3;
+  s[3].repeats = 1;  // one run has no spread to speak of
+  const RepeatNoise n = repeat_noise(s, Metric::decode);
+  EXPECT_EQ(n.configs, 3);
+  EXPECT_DOUBLE_EQ(n.median_spread, 0.20);
+  EXPECT_DOUBLE_EQ(n.widest_spread, 0.40);
+  EXPECT_EQ(n.widest, 1u);
+  EXPECT_EQ(repeat_noise(std::vector<ConfigSummary>(2), Metric::prefill).configs, 0);
+}
+
 TEST(SweepReport, TokenMismatchNamesBothConfigurationsAndWhere) {
   const std::vector<std::vector<std::int32_t>> reference{{1, 2, 3}, {4, 5, 6}};
   EXPECT_FALSE(token_mismatch(reference, "a", reference, "b").has_value());
@@ -547,6 +595,9 @@ TEST(SweepReport, CsvJsonAndSvgCarryEveryRunAndThePlannedMark) {
   EXPECT_EQ(json["configs"][1]["runs"].size(), 2u);
   EXPECT_EQ(json["ranking"]["decode"]["rank"], 1);
   EXPECT_NEAR(json["ranking"]["prefill"]["percent_of_best"].get<double>(), 100.0 * (20 + 40.0 / 3) / 2 / 30, 1e-9);
+  EXPECT_EQ(json["ranking"]["decode"]["paired"]["rival_config"], 0);
+  EXPECT_EQ(json["ranking"]["decode"]["paired"]["repeats"], 2);
+  EXPECT_EQ(json["ranking"]["decode"]["repeat_noise"]["configs"], 2);
   EXPECT_TRUE(json["token_check"]["passed"]);
   EXPECT_EQ(json["workload"]["depths"], nlohmann::json::array({0, 512}));
   EXPECT_EQ(json["configs"][0]["decode_at_depth"][1]["depth"], 512);

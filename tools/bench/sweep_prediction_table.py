@@ -5,7 +5,8 @@ errors, then the worst error per metric and where the planned configuration
 ranked, and (schema 5) the expert records read from disk beside the
 predicted reads for the configurations that stream; (schema 9, --retime) the
 errors of the predictions from the figures re-timed before each repeat beside
-them, and each repeat's drift. usage: sweep_prediction_table.py SWEEP_JSON [TITLE]"""
+them, and each repeat's drift; the planned configuration against its closest rival
+repeat by repeat, and how far the repeats moved. usage: sweep_prediction_table.py SWEEP_JSON [TITLE]"""
 import json
 import sys
 
@@ -49,9 +50,44 @@ def main() -> int:
         print(f"- {metric}: worst error {100 * q.get('worst_error', 0):+.1f}%, mean |error| "
               f"{100 * q.get('mean_abs_error', 0):.1f}%, rank correlation {q.get('rank_correlation', 0):.2f}; "
               f"planned rank {r.get('rank')} of {r.get('of')}, {r.get('percent_of_best', 0):.1f}% of the best "
-              f"({r.get('best_label')})")
+              f"({r.get('best_label')}){paired_text(sweep, metric)}")
     print_disk_reads(sweep)
     return 0
+
+
+def paired_text(sweep, metric: str) -> str:
+    """The planned configuration against each other one repeat by repeat (schema 10's ranking.*.paired,
+    computed here from the runs for older files): the median over common repeats of planned / rival
+    tok/s for the rival it trails most, and the repeats' own motion (median and widest spread)."""
+    configs = sweep["configs"]
+    planned = next((c for c in configs if c.get("planned")), None)
+    key = f"{metric}_tok_s"
+    by_repeat = lambda c: {r["repeat"]: r[key] for r in c.get("runs", []) if r.get(key, 0) > 0}
+    if planned is None:
+        return ""
+    mine, worst = by_repeat(planned), None
+    for c in configs:
+        if c is planned:
+            continue
+        theirs = by_repeat(c)
+        ratios = sorted(mine[k] / theirs[k] for k in mine if k in theirs)
+        if len(ratios) < 2:
+            continue
+        n = len(ratios)
+        median = ratios[n // 2] if n % 2 else (ratios[n // 2 - 1] + ratios[n // 2]) / 2
+        ahead = sum(1 for x in ratios if x >= 1)
+        if worst is None or median < worst[0]:
+            worst = (median, c["label"], ahead, n)
+    spreads = sorted(c[metric].get("spread", 0) for c in configs if len(c.get("runs", [])) > 1)
+    text = ""
+    if worst:
+        text += (f"; repeat by repeat {100 * worst[0]:.1f}% of its closest rival ({worst[1]}), "
+                 f"as fast or faster in {worst[2]} of {worst[3]}")
+    if spreads:
+        n = len(spreads)
+        median = spreads[n // 2] if n % 2 else (spreads[n // 2 - 1] + spreads[n // 2]) / 2
+        text += f"; repeats moved {100 * median:.0f}% (median), up to {100 * spreads[-1]:.0f}%"
+    return text
 
 
 def print_disk_reads(sweep) -> None:

@@ -36,8 +36,22 @@ std::string xml_escaped(const std::string& text) {
 
 std::string ranking_line(const SweepReport& r, Metric metric) {
   const Ranking rank = rank_planned(r.summaries, r.planned, metric);
-  return "planned: rank " + std::to_string(rank.rank) + " of " + std::to_string(rank.of) + ", " +
-         format_fixed(rank.percent_of_best, 1) + "% of the best (" + config_label(r.grid[rank.best], r.n_experts) + ")";
+  std::string out = "planned: rank " + std::to_string(rank.rank) + " of " + std::to_string(rank.of) + ", " +
+                    format_fixed(rank.percent_of_best, 1) + "% of the best (" +
+                    config_label(r.grid[rank.best], r.n_experts) + ")";
+  const PairedStanding paired = paired_standing(r.runs, r.grid.size(), r.planned, metric);
+  if (paired.available && paired.repeats > 1) {
+    out += "; repeat by repeat " + format_fixed(paired.percent, 1) + "% of its closest rival (" +
+           config_label(r.grid[paired.rival], r.n_experts) + "), as fast or faster in " + std::to_string(paired.ahead) +
+           " of " + std::to_string(paired.repeats) + " repeats";
+  }
+  const RepeatNoise noise = repeat_noise(r.summaries, metric);
+  if (noise.configs > 0) {
+    out += "; runs of one configuration moved " + format_fixed(100 * noise.median_spread, 0) +
+           "% between repeats (median), up to " + format_fixed(100 * noise.widest_spread, 0) + "% (" +
+           config_label(r.grid[noise.widest], r.n_experts) + ")";
+  }
+  return out;
 }
 
 std::string prediction_line(const SweepReport& r, const std::vector<ConfigPrediction>& predictions, Metric metric) {
@@ -65,8 +79,18 @@ nlohmann::ordered_json read_batches_json(const std::vector<ReadBatch>& batches) 
 
 nlohmann::ordered_json ranking_json(const SweepReport& r, Metric metric) {
   const Ranking rank = rank_planned(r.summaries, r.planned, metric);
-  return {{"rank", rank.rank}, {"of", rank.of}, {"percent_of_best", rank.percent_of_best},
-          {"best_config", rank.best}, {"best_label", config_label(r.grid[rank.best], r.n_experts)}};
+  nlohmann::ordered_json j = {{"rank", rank.rank}, {"of", rank.of}, {"percent_of_best", rank.percent_of_best},
+                              {"best_config", rank.best}, {"best_label", config_label(r.grid[rank.best], r.n_experts)}};
+  if (const PairedStanding p = paired_standing(r.runs, r.grid.size(), r.planned, metric); p.available) {
+    j["paired"] = {{"percent_of_rival", p.percent}, {"rival_config", p.rival},
+                   {"rival_label", config_label(r.grid[p.rival], r.n_experts)}, {"repeats", p.repeats},
+                   {"as_fast_or_faster", p.ahead}};
+  }
+  if (const RepeatNoise n = repeat_noise(r.summaries, metric); n.configs > 0) {
+    j["repeat_noise"] = {{"configs", n.configs}, {"median_spread", n.median_spread}, {"widest_spread", n.widest_spread},
+                         {"widest_config", n.widest}, {"widest_label", config_label(r.grid[n.widest], r.n_experts)}};
+  }
+  return j;
 }
 
 }  // namespace
@@ -123,6 +147,62 @@ Ranking rank_planned(const std::vector<ConfigSummary>& summaries, std::size_t pl
   // Ratio first: 100 * x / x can round above 100 (about 7% of values), mine / best cannot.
   r.percent_of_best = best > 0 ? 100.0 * (mine / best) : 0;
   return r;
+}
+
+namespace {
+
+double metric_of(const RunRecord& run, Metric metric) {
+  return metric == Metric::decode ? run.decode_tok_s() : run.prefill_tok_s();
+}
+
+// One configuration's tok/s per repeat (0 where it did not run or measured nothing).
+std::vector<double> per_repeat(const std::vector<RunRecord>& runs, std::size_t config, Metric metric) {
+  std::vector<double> out;
+  for (const RunRecord& run : runs) {
+    if (run.config != config || run.repeat < 0) continue;
+    if (out.size() <= static_cast<std::size_t>(run.repeat)) out.resize(static_cast<std::size_t>(run.repeat) + 1, 0.0);
+    out[static_cast<std::size_t>(run.repeat)] = metric_of(run, metric);
+  }
+  return out;
+}
+
+}  // namespace
+
+PairedStanding paired_standing(const std::vector<RunRecord>& runs, std::size_t configs, std::size_t planned,
+                               Metric metric) {
+  PairedStanding out;
+  const std::vector<double> mine = per_repeat(runs, planned, metric);
+  for (std::size_t c = 0; c < configs; ++c) {
+    if (c == planned) continue;
+    const std::vector<double> theirs = per_repeat(runs, c, metric);
+    std::vector<double> ratios;
+    int ahead = 0;
+    for (std::size_t rep = 0; rep < std::min(mine.size(), theirs.size()); ++rep) {
+      if (mine[rep] <= 0 || theirs[rep] <= 0) continue;
+      ratios.push_back(mine[rep] / theirs[rep]);
+      ahead += mine[rep] >= theirs[rep] ? 1 : 0;
+    }
+    if (ratios.empty()) continue;
+    const int repeats = static_cast<int>(ratios.size());
+    const double percent = 100 * metric_stats(std::move(ratios)).median;
+    if (out.available && percent >= out.percent) continue;
+    out = {.available = true, .rival = c, .percent = percent, .repeats = repeats, .ahead = ahead};
+  }
+  return out;
+}
+
+RepeatNoise repeat_noise(const std::vector<ConfigSummary>& summaries, Metric metric) {
+  RepeatNoise out;
+  std::vector<double> spreads;
+  for (std::size_t c = 0; c < summaries.size(); ++c) {
+    if (summaries[c].repeats < 2) continue;
+    const double spread = (metric == Metric::decode ? summaries[c].decode : summaries[c].prefill).spread;
+    spreads.push_back(spread);
+    if (spreads.size() == 1 || spread > out.widest_spread) out.widest_spread = spread, out.widest = c;
+  }
+  out.configs = static_cast<int>(spreads.size());
+  out.median_spread = metric_stats(std::move(spreads)).median;
+  return out;
 }
 
 std::optional<std::string> token_mismatch(const std::vector<std::vector<std::int32_t>>& tokens, const std::string& label,

@@ -22,7 +22,8 @@ namespace coli::bench {
 // 7: the rounds that read, by how many records each read, and their seconds from submission to
 //    the last landing, per run (decode_read_batches, prefill_read_batches)
 // 8: runs repeat their pass until --min-time (workload.min_timed_seconds, runs[].passes)
-inline constexpr int kSweepSchemaVersion = 9;  // 9: --retime (retimed, configs[].predicted_retimed)
+// 9: --retime (retimed, configs[].predicted_retimed)
+inline constexpr int kSweepSchemaVersion = 10;  // 10: ranking.*.paired, ranking.*.repeat_noise
 
 // The expert-read rounds of `reads` records each in a timed step: how many,
 // and their seconds in all from submission to the last read landing
@@ -79,6 +80,33 @@ struct Ranking {
 // Where `planned` ranks by median tok/s of `metric`, and its median as a
 // percentage of the fastest configuration's.
 Ranking rank_planned(const std::vector<ConfigSummary>& summaries, std::size_t planned, Metric metric);
+
+// The planned configuration against every other, repeat by repeat. A
+// repeat runs each configuration once in turn (round-robin), so the
+// machine's drift between repeats (10-20% within an hour on shared
+// machines) cancels in the ratio of two runs of one repeat, where a ratio
+// of medians over the repeats keeps it. The rival is the configuration the
+// planned one trails most: the lowest median over their common repeats of
+// planned / rival tok/s.
+struct PairedStanding {
+  bool available = false;  // another configuration ran in a repeat the planned one ran
+  std::size_t rival = 0;
+  double percent = 0;      // 100 x that median
+  int repeats = 0;         // common repeats
+  int ahead = 0;           // of them, where the planned run was at least as fast
+};
+PairedStanding paired_standing(const std::vector<RunRecord>& runs, std::size_t configs, std::size_t planned,
+                               Metric metric);
+
+// How far runs of one configuration moved between repeats: the median of
+// the configurations' spreads ((max - min) / median) and the widest. An
+// error smaller than that cannot be told from the machine's own motion.
+struct RepeatNoise {
+  int configs = 0;  // configurations with two repeats or more
+  double median_spread = 0, widest_spread = 0;
+  std::size_t widest = 0;
+};
+RepeatNoise repeat_noise(const std::vector<ConfigSummary>& summaries, Metric metric);
 
 // Indices sorted fastest first by `metric` (ties keep grid order).
 std::vector<std::size_t> order_by(const std::vector<ConfigSummary>& summaries, Metric metric);
