@@ -39,7 +39,7 @@ TEST(OpTimes, TableHasOneRowPerCategoryInMsPerToken) {
   for (std::size_t i = 0; i < runtime::kOpCount; ++i) {
     EXPECT_NE(table.find(std::string(runtime::op_name(static_cast<Op>(i)))), std::string::npos) << i;
   }
-  EXPECT_NE(table.find("| lm_head                        |        1.000 |   50.0% |"), std::string::npos) << table;
+  EXPECT_NE(table.find("| lm_head                        |       1.0000 |   50.0% |"), std::string::npos) << table;
 }
 
 TEST(OpTiming, EngineMarksEveryCategoryItRunsAndKeepsTheTokens) {

@@ -53,6 +53,7 @@ struct Args {
   bool op_times = false;
   int op_depth = 4096;
   int op_tokens = 16;  // decode tokens averaged per --op-times table
+  int op_prefills = 1;  // prefill passes averaged in the --op-times prefill table
   std::string speculative_prefetch = "off";  // ModelOptions::speculative_prefetch
   int pins = 0;       // pinned experts per layer, the most used of --usage (as a plan's pins)
   std::string usage;  // usage history the pins come from
@@ -123,7 +124,7 @@ coli::Result<Run> run_once(const Args& args, const Config& config, const coli::r
 }
 
 // The op-level breakdown of `config`: per-token tables of --op-tokens decode
-// tokens from depth 0 and from --op-depth, and of one prefill pass.
+// tokens from depth 0 and from --op-depth, and of --op-prefills prefill passes.
 coli::Status print_op_times(const Args& args, const Config& config, const coli::runtime::ModelShape& shape,
                             const coli::bench::BenchTokens& tokens) {
   auto options = options_of(args, config, shape);
@@ -151,8 +152,11 @@ coli::Status print_op_times(const Args& args, const Config& config, const coli::
                                                                   std::to_string(depth + args.op_tokens - 1)).c_str());
   }
   times.clear();
-  if (auto prefill = coli::bench::time_prefill(*model, tokens.prompt); !prefill) return prefill.error();
-  std::printf("\n%s", coli::runtime::op_times_table(times, "one prefill pass of " + std::to_string(args.tests.prefill_tokens) + " tokens").c_str());
+  for (int pass = 0; pass < args.op_prefills; ++pass) {
+    if (auto prefill = coli::bench::time_prefill(*model, tokens.prompt); !prefill) return prefill.error();
+  }
+  const std::string passes = args.op_prefills == 1 ? "one prefill pass" : std::to_string(args.op_prefills) + " prefill passes";
+  std::printf("\n%s", coli::runtime::op_times_table(times, passes + " of " + std::to_string(args.tests.prefill_tokens) + " tokens").c_str());
   return coli::Ok{};
 }
 
@@ -346,6 +350,10 @@ int main(int argc, char** argv) {
   app.add_option("--op-depth", args.op_depth, "Depth of the second --op-times decode table")->check(CLI::Range(1, 1 << 24))->capture_default_str();
   app.add_option("--op-tokens", args.op_tokens, "Decode tokens averaged in each --op-times decode table")
       ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  app.add_option("--op-prefills", args.op_prefills,
+                 "Prefill passes averaged in the --op-times prefill table (a small model's pass takes milliseconds)")
+      ->check(CLI::Range(1, 1000))
       ->capture_default_str();
   coli::cli::add_version_flag(app, "coli-decode-bench");
   if (const auto done = coli::cli::parse(app, argc, argv)) return *done;

@@ -45,7 +45,8 @@ std::string op_times_table(const OpTimes& times, std::string_view title) {
     const double seconds = times.seconds(op);
     const double share = times.pass_seconds() > 0 ? 100.0 * seconds / times.pass_seconds() : 0;
     const std::string_view name = op_name(op);
-    std::snprintf(line, sizeof line, "| %-30.*s | %12.3f | %6.1f%% |\n", static_cast<int>(name.size()), name.data(),
+    // Four decimals: a prompt token of a small model spends tenths of a microsecond in some ops.
+    std::snprintf(line, sizeof line, "| %-30.*s | %12.4f | %6.1f%% |\n", static_cast<int>(name.size()), name.data(),
                   seconds * per_token, share);
     out += line;
   }
