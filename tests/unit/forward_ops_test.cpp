@@ -3,6 +3,7 @@
 
 #include <limits>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -152,14 +153,58 @@ TEST(ForwardOps, DenseManyEqualsOneTokenGemvBitForBit) {
     const DenseMatrix b{b_dtype, rows_b, cols, b16.data()};
     std::vector<float> ya(count * rows_a), yb(count * rows_b);
     const DenseProduct products[] = {{a, ya, bias}, {b, yb, {}}};
-    gemv_dense_many(products, x, count, 2);
-    for (int t = 0; t < count; ++t) {
-      std::vector<float> one_a(rows_a), one_b(rows_b);
-      const auto x_t = std::span<const float>(x).subspan(t * cols, cols);
-      gemv_dense(a, x_t, one_a, 1, bias);
-      gemv_dense(b, x_t, one_b, 1);
-      EXPECT_EQ(std::memcmp(one_a.data(), ya.data() + t * rows_a, rows_a * sizeof(float)), 0) << "token " << t;
-      EXPECT_EQ(std::memcmp(one_b.data(), yb.data() + t * rows_b, rows_b * sizeof(float)), 0) << "token " << t;
+    for (int threads : {2, 3, 16}) {  // the team's shares (dense_work_items) change nothing
+      std::fill(ya.begin(), ya.end(), 0.0f);
+      std::fill(yb.begin(), yb.end(), 0.0f);
+      gemv_dense_many(products, x, count, threads);
+      for (int t = 0; t < count; ++t) {
+        std::vector<float> one_a(rows_a), one_b(rows_b);
+        const auto x_t = std::span<const float>(x).subspan(t * cols, cols);
+        gemv_dense(a, x_t, one_a, 1, bias);
+        gemv_dense(b, x_t, one_b, 1);
+        EXPECT_EQ(std::memcmp(one_a.data(), ya.data() + t * rows_a, rows_a * sizeof(float)), 0)
+            << threads << " threads, token " << t;
+        EXPECT_EQ(std::memcmp(one_b.data(), yb.data() + t * rows_b, rows_b * sizeof(float)), 0)
+            << threads << " threads, token " << t;
+      }
+    }
+  }
+}
+
+// The team's shares: every (row, token) of every product exactly once; row
+// chunks start on whole 64-byte lines of their output row (16 floats), so no
+// two threads write one line; narrow products split their tokens instead
+// (at tiles of 8) so that the whole team still works.
+TEST(ForwardOps, DenseWorkItemsCoverEachOutputOnceInWholeLines) {
+  struct Shape {
+    std::vector<int> rows;
+    int count, threads;
+    std::size_t at_least;  // items: enough for the team where the shape allows
+  };
+  const Shape shapes[] = {{{64}, 128, 16, 16},          // an o projection of a 64-wide model
+                          {{8}, 128, 16, 16},           // its router
+                          {{64, 64, 64}, 128, 16, 12},  // q, k and v
+                          {{2048, 2048, 2048, 2048}, 128, 16, 16},
+                          {{37, 5}, 19, 2, 2},
+                          {{100}, 1, 3, 3},
+                          {{8}, 1, 16, 1}};
+  for (const Shape& shape : shapes) {
+    std::vector<DenseProduct> products;
+    for (int rows : shape.rows) products.push_back({{WeightFormat::f32, rows, 4, nullptr}, {}, {}});
+    const std::vector<DenseWorkItem> items = dense_work_items(products, shape.count, shape.threads);
+    EXPECT_GE(items.size(), shape.at_least) << shape.rows[0] << " rows, " << shape.threads << " threads";
+    for (std::size_t p = 0; p < products.size(); ++p) {
+      std::vector<int> seen(static_cast<std::size_t>(shape.rows[p] * shape.count), 0);
+      for (const DenseWorkItem& item : items) {
+        if (item.product != p) continue;
+        EXPECT_EQ(item.first_row % 16, 0);
+        EXPECT_TRUE(item.last_row % 16 == 0 || item.last_row == shape.rows[p]);
+        EXPECT_EQ(item.first_token % 8, 0);
+        for (int r = item.first_row; r < item.last_row; ++r)
+          for (int t = item.first_token; t < item.last_token; ++t)
+            ++seen[static_cast<std::size_t>(t * shape.rows[p] + r)];
+      }
+      EXPECT_TRUE(std::all_of(seen.begin(), seen.end(), [](int n) { return n == 1; })) << "product " << p;
     }
   }
 }
