@@ -516,6 +516,22 @@ TEST(SweepRetime, RetimedPointsReplaceTheirOwnAndTheDriftIsTheirMedianRatio) {
   EXPECT_EQ(drift_text({}), "no kernel point of the profile was timed again");
 }
 
+TEST(SweepRetime, ReadRoundDriftComparesOneReadRoundsOfTheSameSetting) {
+  auto rounds = [](int team, int one_read_rounds, double seconds) {
+    experts::ReadRounds r;
+    r.record_bytes = 8192, r.io_threads = 4, r.compute_threads = team;
+    r.add(2, 0.5);  // rounds of two reads are not compared
+    for (int i = 0; i < one_read_rounds; ++i) r.add(1, seconds / one_read_rounds);
+    return r;
+  };
+  const std::vector<experts::ReadRounds> before{rounds(8, 10, 1e-3), rounds(16, 4, 4e-4)};
+  const std::vector<experts::ReadRounds> now{rounds(8, 5, 1.1e-3), rounds(2, 3, 3e-4)};
+  EXPECT_EQ(read_round_drift(before, now), "; one-read rounds beside 8 threads 0.22 ms (were 0.10)")
+      << "the 2-thread setting is new, the 16-thread one gone";
+  EXPECT_EQ(read_round_drift({}, now), "");
+  EXPECT_EQ(read_round_drift(before, std::vector<experts::ReadRounds>{rounds(8, 0, 0)}), "") << "no one-read round now";
+}
+
 TEST(SweepRetime, TheGridsCpuThreadSetsOnceEachInGridOrder) {
   const SweepReport r = two_config_report();
   std::vector<SweepConfig> grid = r.grid;

@@ -150,33 +150,46 @@ Result<std::optional<experts::UsageHistory>> open_history(const Args& args, Setu
 
 // Read rounds depend on the compute team where compute and I/O threads share
 // cores (read_rounds.h), and the planner prices a configuration only by
-// rounds beside its own team: for each team of the grid's streaming
-// configurations whose rounds (with that I/O pool) the history lacks, an
-// untimed pass of the first such configuration adds them (sweep_run.h). A
-// history recorded into OUT is saved again with them; the model's own
-// history is left alone.
-Status add_team_read_rounds(const Args& args, Setup& s, const planner::Plan& plan, const std::vector<SweepConfig>& grid) {
-  if (!s.history) return Ok{};
+// rounds beside its own team: for each (team, I/O pool) of the grid's
+// streaming configurations (with `only_missing`, those whose rounds
+// `history` lacks) an untimed pass of the first such configuration records
+// them (sweep_run.h) into `history`. Returns the configurations that read.
+Result<std::vector<std::size_t>> record_team_rounds(const Args& args, const Setup& s, const planner::Plan& plan,
+                                                    const std::vector<SweepConfig>& grid, experts::UsageHistory& history,
+                                                    bool only_missing) {
+  std::vector<std::size_t> recorded;
   std::vector<std::pair<int, int>> tried;  // (team, I/O threads) passes run, whether they read or not
-  for (const SweepConfig& config : grid) {
-    const planner::Plan run_plan = plan_of_config(plan, config);
-    if (!run_plan.streaming() || config.gpu.all_in_vram) continue;
-    const std::pair setting{config.threads.threads(), run_plan.io_threads};
-    const auto sets = s.history->read_round_sets();
+  for (std::size_t c = 0; c < grid.size(); ++c) {
+    const planner::Plan run_plan = plan_of_config(plan, grid[c]);
+    if (!run_plan.streaming() || grid[c].gpu.all_in_vram) continue;
+    const std::pair setting{grid[c].threads.threads(), run_plan.io_threads};
+    const auto sets = history.read_round_sets();
     const bool have = std::any_of(sets.begin(), sets.end(), [&](const experts::ReadRounds& r) {
       return std::pair{r.compute_threads, r.io_threads} == setting;
     });
-    if (have || std::find(tried.begin(), tried.end(), setting) != tried.end()) continue;
+    if ((have && only_missing) || std::find(tried.begin(), tried.end(), setting) != tried.end()) continue;
     tried.push_back(setting);
-    auto options = runtime::options_from_plan(run_plan, s.shape, &*s.history);
+    auto options = runtime::options_from_plan(run_plan, s.shape, &history);
     if (!options) return options.error();
     options->rss_limit_bytes = 0;
     auto rounds = record_read_rounds(args.model, *options, s.workload);
     if (!rounds) return rounds.error();
     if (rounds->empty()) continue;  // nothing read: the probe's figures price it
-    if (Status st = s.history->set_read_rounds(*rounds); !st) return st;
+    if (Status st = history.set_read_rounds(*rounds); !st) return st.error();
+    recorded.push_back(c);
+  }
+  return recorded;
+}
+
+// The rounds the history lacks, added; a history recorded into OUT is saved
+// again with them; the model's own history is left alone.
+Status add_team_read_rounds(const Args& args, Setup& s, const planner::Plan& plan, const std::vector<SweepConfig>& grid) {
+  if (!s.history) return Ok{};
+  auto recorded = record_team_rounds(args, s, plan, grid, *s.history, true);
+  if (!recorded) return recorded.error();
+  for (std::size_t c : *recorded) {
     std::printf("read rounds beside %d compute threads: recorded from an untimed pass (the second of one load) of %s\n",
-                config.threads.threads(), config_label(config, s.footprint.n_experts).c_str());
+                grid[c].threads.threads(), config_label(grid[c], s.footprint.n_experts).c_str());
   }
   if (!s.recorded_history.empty()) return s.history->save(s.recorded_history);
   return Ok{};
@@ -229,18 +242,31 @@ Result<std::vector<GpuPlacement>> gpu_placements(const Args& args, const Setup& 
 }
 
 // --retime: the profile's CPU figures for the grid's thread sets timed
-// again now, and every configuration predicted from them.
-Result<RetimedRepeat> retime_repeat(const Setup& s, const planner::Plan& plan, const std::vector<SweepConfig>& grid,
-                                    int repeat, double seconds_per_set, const SpeedTests& tests) {
+// again now, the history's read rounds of every streaming team recorded
+// again now (a disk moves as the kernels do: on the H200 machine the tiny
+// model's cap-4 prompts ran at 2,945 and 7,400 tok/s twenty minutes apart,
+// priced by rounds recorded in the slower spell), and every configuration
+// predicted from both.
+Result<RetimedRepeat> retime_repeat(const Args& args, const Setup& s, const planner::Plan& plan,
+                                    const std::vector<SweepConfig>& grid, int repeat) {
   const auto start = std::chrono::steady_clock::now();
-  auto measured = retime_measurements(s.profile, grid_thread_sets(grid), seconds_per_set);
+  auto measured = retime_measurements(s.profile, grid_thread_sets(grid), args.retime_seconds);
   if (!measured) return measured.error();
-  const DeviceProfile now = with_retimed(s.profile, *measured);
+  Setup now = s;
+  now.profile = with_retimed(s.profile, *measured);
   RetimedRepeat out;
   out.repeat = repeat;
-  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   out.drift = drift_text(kernel_drift(s.profile, measured->kernels));
-  for (const SweepConfig& config : grid) out.predictions.push_back(predict_config(s, now, plan_of_config(plan, config), tests));
+  if (now.history) {
+    const auto sets = now.history->read_round_sets();
+    const std::vector<experts::ReadRounds> before(sets.begin(), sets.end());
+    auto recorded = record_team_rounds(args, now, plan, grid, *now.history, false);
+    if (!recorded) return make_error("recording read rounds again: " + recorded.error().message);
+    out.drift += read_round_drift(before, now.history->read_round_sets());
+  }
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  for (const SweepConfig& config : grid)
+    out.predictions.push_back(predict_config(now, now.profile, plan_of_config(plan, config), args.tests));
   return out;
 }
 
@@ -372,7 +398,7 @@ int run_sweep(const Args& args) {
   const bool per_kernel = args.token_check == "per-kernel";
   for (int repeat = 0; repeat < args.tests.repeats; ++repeat) {
     if (args.retime) {
-      auto retimed = retime_repeat(s, *plan, report.grid, repeat, args.retime_seconds, args.tests);
+      auto retimed = retime_repeat(args, s, *plan, report.grid, repeat);
       if (!retimed) return fail("--retime: " + retimed.error().message);
       std::fprintf(stderr, "  repeat %d/%d  re-timed in %.1f s: %s\n", repeat + 1, args.tests.repeats, retimed->seconds,
                    retimed->drift.c_str());

@@ -83,4 +83,20 @@ std::string drift_text(const std::vector<SetDrift>& drift) {
   return out;
 }
 
+std::string read_round_drift(std::span<const experts::ReadRounds> before, std::span<const experts::ReadRounds> now) {
+  auto one_read_ms = [](const experts::ReadRounds& r) {
+    return r.rounds[1] > 0 ? 1e3 * r.seconds[1] / static_cast<double>(r.rounds[1]) : 0.0;
+  };
+  std::string out;
+  for (const experts::ReadRounds& r : now) {
+    const auto was =
+        std::find_if(before.begin(), before.end(), [&](const experts::ReadRounds& b) { return b.same_setting(r); });
+    if (was == before.end() || one_read_ms(r) <= 0 || one_read_ms(*was) <= 0) continue;
+    out += "; one-read rounds beside " + std::to_string(r.compute_threads) + (r.compute_threads == 1 ? " thread " : " threads ") +
+           format_fixed(one_read_ms(r), 2) +
+           " ms (were " + format_fixed(one_read_ms(*was), 2) + ")";
+  }
+  return out;
+}
+
 }  // namespace coli::bench

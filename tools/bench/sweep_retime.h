@@ -7,9 +7,11 @@
 // measuring is in sweep_run.h (retime_measurements).
 #pragma once
 
+#include <span>
 #include <string>
 #include <vector>
 
+#include "coli/experts/read_rounds.h"
 #include "coli/probe/device_profile.h"
 #include "sweep_grid.h"
 
@@ -41,5 +43,11 @@ struct SetDrift {
 };
 std::vector<SetDrift> kernel_drift(const DeviceProfile& profile, const KernelTuning& retimed);
 std::string drift_text(const std::vector<SetDrift>& drift);  // "kind0:1c 0.78x (31 kernels), kind0:2c 0.95x (31 kernels)"
+
+// How far the engine's read rounds moved: per setting (record size, I/O
+// pool, team) in both lists with one-read rounds, the mean seconds of a
+// one-read round before and now: "; one-read rounds beside 8 threads
+// 0.22 ms (were 0.10)", or "" where no setting is in both.
+std::string read_round_drift(std::span<const experts::ReadRounds> before, std::span<const experts::ReadRounds> now);
 
 }  // namespace coli::bench
