@@ -1,6 +1,8 @@
 // coli-plan: a device profile + a model's headers -> the engine's knobs, the
 // memory they take per component and tier, why each was chosen, and the
-// predicted speed. Reads two small files; never probes or loads weights.
+// predicted speed. Reads two small files; never loads weights; with
+// --retime, times this machine's kernels again before predicting.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -27,6 +29,7 @@
 #include "coli/planner/quality.h"
 #include "coli/probe/fleet_machine.h"
 #include "coli/probe/profile_io.h"
+#include "measure/retime.h"
 
 namespace {
 
@@ -184,7 +187,8 @@ void print_human(const planner::PlanFile& f, const planner::ModelFootprint& fp, 
     std::printf("  expert cache: all %d experts per MoE layer resident: no streaming\n", p.n_experts);
   }
 
-  std::printf("\npredicted speed\n");
+  std::printf("\npredicted speed%s\n",
+              f.retimed.empty() ? "" : (" (--retime: kernels timed again here, " + f.retimed + ")").c_str());
   const planner::SpeedPrediction& s = f.speed;
   std::printf("  hit rate   %.1f%%  (%s)\n", s.hit_rate * 100, s.hit_rate_inputs.c_str());
   if (!s.available) {
@@ -203,7 +207,8 @@ void print_human(const planner::PlanFile& f, const planner::ModelFootprint& fp, 
 struct PlanArgs {
   std::string profile_path, model_path, ram_text, out, experts_name = "q4_g64", dense_name = "source";
   std::string usage_path, vram_text, kv_type, gpu_backend = "auto", quality_path;
-  bool json = false, toml = false, prompt_ids = false, offline = false;
+  bool json = false, toml = false, prompt_ids = false, offline = false, retime = false;
+  double retime_seconds = 4.0;  // per thread set, as the probe gives each
   planner::PlanRequest request;
 };
 
@@ -267,7 +272,17 @@ void add_options(CLI::App& app, PlanArgs& a) {
   auto* json_flag = app.add_flag("--json", a.json, "Print the plan as JSON instead of the table (a refusal too: \"fits\": false)");
   app.add_flag("--toml", a.toml, "Print the plan as TOML instead of the table")->excludes(json_flag);
   app.add_option("--out", a.out, "Write the plan file (TOML) here, atomically");
-  app.add_flag("--offline", a.offline, "Plan for the machine the profile describes, not this one (no live re-validation)");
+  auto* offline =
+      app.add_flag("--offline", a.offline, "Plan for the machine the profile describes, not this one (no live re-validation)");
+  app.add_flag("--retime", a.retime,
+               "Time the profile's kernel points (the thread sets the plan chooses between; --threads: that one) and "
+               "OpenMP's fixed costs again on this machine and predict from them: a machine's speed moves after its "
+               "probe (14-29% within minutes on shared machines)")
+      ->excludes(offline);
+  app.add_option("--retime-seconds", a.retime_seconds,
+                 "Tuning time per thread set for --retime (as the probe's; below ~3 s the tuning phase times fewer sets)")
+      ->check(CLI::Range(0.5, 60.0))
+      ->capture_default_str();
   app.footer("Exit status: 0 planned, 1 error (a file, the machine or the model), 2 usage, 3 refused (does not fit, "
              "or an override breaks a rule; with --json the refusal is printed as JSON on stdout).");
 }
@@ -319,6 +334,43 @@ coli::Result<coli::DeviceProfile> load_profile_for_plan(PlanArgs& a, double& liv
   if (!checked) return coli::make_error(checked.error().message + " (or plan for another machine with --offline)");
   for (const std::string& line : checked->report(a.profile_path)) std::fprintf(stderr, "coli-plan: %s\n", line.c_str());
   return std::move(checked->effective);
+}
+
+// --retime: the profile's kernel points for the thread sets the plan chooses
+// between (--threads: that set alone) and OpenMP's fixed costs timed again on
+// this machine, in place of the profile's (probe/measure/retime.h). Returns
+// how far they moved (re-timed / profile GB/s per set).
+coli::Result<std::string> retime_profile(const PlanArgs& a, coli::DeviceProfile& profile, double& retime_ms) {
+  const int threads = a.request.threads.value_or(0);
+  const auto sets = coli::probe::timed_thread_sets(profile, threads);
+  if (sets.empty()) {
+    if (threads <= 0) return coli::make_error("--retime: no usable CPU to time on this machine");
+    return coli::make_error("--retime: no thread set of " + std::to_string(threads) + " threads to time on this machine" +
+                            " (" + a.profile_path + "'s CPU): give --threads a count the probe times (1, 2, 4, ... all cores)");
+  }
+  const auto start = Clock::now();
+  auto measured = coli::probe::retime_measurements(profile, sets, a.retime_seconds);
+  retime_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  if (!measured) return coli::make_error("--retime: " + measured.error().message);
+  std::vector<std::string> timed;  // the sets the tuning phase reached (its budget keeps the first ones)
+  std::string names;
+  for (const coli::KernelThroughputPoint& p : measured->kernels.points) {
+    if (std::find(timed.begin(), timed.end(), p.thread_set) != timed.end()) continue;
+    names += (timed.empty() ? "" : ", ") + p.thread_set;
+    timed.push_back(p.thread_set);
+  }
+  const auto& before = profile.measurements.kernel_tuning;
+  std::string drift = before && !before->points.empty()
+                          ? "re-timed / profile " + coli::probe::drift_text(coli::probe::kernel_drift(profile, measured->kernels))
+                          : "timed now, the profile had no kernel timings: " + names;
+  if (timed.size() < sets.size()) {
+    drift += " (" + std::to_string(timed.size()) + " of " + std::to_string(sets.size()) +
+             " sets in --retime-seconds; raise it to time the others)";
+  }
+  profile = coli::probe::with_retimed(profile, *measured);
+  std::fprintf(stderr, "coli-plan: --retime: %zu thread set%s timed again in %.1f s: %s\n", sets.size(),
+               sets.size() == 1 ? "" : "s", retime_ms / 1e3, drift.c_str());
+  return drift;
 }
 
 void print_plan(const PlanArgs& a, const planner::PlanFile& file, const LoadedModel& model, double live_probe_ms,
@@ -385,6 +437,13 @@ int plan(PlanArgs& a) {
   if (!parse_sizes(a)) return coli::cli::kExitUsage;
   auto profile = load_profile_for_plan(a, live_probe_ms);
   if (!profile) return fail(profile.error().message);
+  std::string retimed;
+  double retime_ms = 0;  // measuring, not planning: left out of planning_ms as the live probe is
+  if (a.retime) {
+    auto drift = retime_profile(a, *profile, retime_ms);
+    if (!drift) return fail(drift.error().message);
+    retimed = std::move(*drift);
+  }
   // CLI11 checked both names against the valid ones.
   auto model = load_model(a.model_path, *coli::parse_weight_format(a.experts_name, "--experts"),
                           *coli::parse_dense_format(a.dense_name, "--dense"));
@@ -419,6 +478,7 @@ int plan(PlanArgs& a) {
   planner::PlanFile file;
   file.profile_fingerprint = profile->fingerprint;
   file.profile_path = a.profile_path;
+  file.retimed = retimed;
   file.model_name = a.model_path;
   file.model_identity = model->identity;
   file.expert_format = model->footprint.expert_format;
@@ -427,7 +487,7 @@ int plan(PlanArgs& a) {
   file.plan = std::move(std::get<planner::Plan>(outcome));
   file.speed = planner::predict_plan_speed(*profile, model->footprint, file.plan, history ? &*history : nullptr);
   // Everything from reading the profile to the prediction: the < 50 ms target.
-  file.planning_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count() - live_probe_ms;
+  file.planning_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count() - live_probe_ms - retime_ms;
   if (!a.out.empty()) {
     if (auto saved = planner::save_plan(a.out, file); !saved) return fail(saved.error().message + " (choose another place with --out)");
   }

@@ -289,6 +289,7 @@ PlanFile read_plan(const Reader& root) {
   f.profile_fingerprint = m.text("profile_fingerprint");
   if (f.profile_fingerprint.empty()) m.fail("profile_fingerprint", "is empty");
   f.profile_path = m.text("profile_path");
+  f.retimed = m.has("retimed") ? m.text("retimed") : "";
   f.model_name = m.text("model_name");
   f.model_identity = m.text("model_identity");
   if (f.model_identity.empty()) m.fail("model_identity", "is empty");

@@ -159,6 +159,8 @@ toml::table plan_table(const PlanFile& f) {
                             {"decode_terms", terms_array(s.decode_terms)},
                             {"prefill_terms", terms_array(s.prefill_terms)}}}};
   if (p.expert_parallel.active()) table.insert("expert_parallel", expert_parallel_table(p.expert_parallel));
+  // Only when coli-plan --retime timed the kernels again: its prediction is from those points.
+  if (!f.retimed.empty()) table["made_for"].as_table()->insert("retimed", f.retimed);
   // Only when prefill has a set of its own, so plans without one read as before.
   if (p.prefill_threads > 0) {
     toml::table& knobs = *table["knobs"].as_table();

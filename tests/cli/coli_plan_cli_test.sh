@@ -136,4 +136,23 @@ assert ep['exchange']['bytes_per_token']==58*2*7*7168*4//8" <"$work/ep.json"
 check "--gpus 0,9 refused" test $? -ne 0
 check "--gpus names the bad ordinal" contains "$work/ep9.err" "'9' is not a CUDA ordinal"
 
+# --retime on this machine: a quick profile (no kernel timings) of it, then
+# the plan times one thread set's kernels and OpenMP's costs now and predicts
+# from them; the plan file says so. --offline plans another machine: refused.
+"$(dirname "$plan")/coli-probe" --quick --out "$work/here.toml" >/dev/null 2>&1
+check "quick probe of this machine" test $? -eq 0
+tiny="$fixtures/models/tiny-demo"
+"$plan" --profile "$work/here.toml" --model "$tiny" --gpu none --threads 1 --retime --retime-seconds 1.5 \
+  --out "$work/retimed.toml" >"$work/rt.out" 2>"$work/rt.err"
+check "--retime plans, exit 0" test $? -eq 0
+check "--retime says what it timed" contains "$work/rt.err" "^coli-plan: --retime: 1 thread set timed again in [0-9.]* s: "
+check "the prediction says it is re-timed" contains "$work/rt.out" "^predicted speed (--retime: kernels timed again here, timed now"
+check "a quick profile's kernels timed now" contains "$work/rt.err" "timed now, the profile had no kernel timings: kind[0-9]*:1c"
+check "the plan file records the re-timing" contains "$work/retimed.toml" "^retimed = .*timed now"
+"$plan" --profile "$work/here.toml" --model "$tiny" --gpu none --retime --offline >/dev/null 2>"$work/rt2.err"
+check "--retime with --offline is a usage error" test $? -eq 2
+"$plan" --profile "$work/here.toml" --model "$tiny" --gpu none --threads 999 --retime >/dev/null 2>"$work/rt3.err"
+check "--retime at a thread count the probe cannot time fails" test $? -eq 1
+check "and says which counts it can" contains "$work/rt3.err" "no thread set of 999 threads to time on this machine"
+
 finish

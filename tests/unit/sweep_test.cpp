@@ -12,6 +12,7 @@
 #include "coli/probe/profile_io.h"
 #include "sweep_grid.h"
 #include "sweep_report.h"
+#include "measure/retime.h"
 #include "sweep_retime.h"
 
 namespace coli::bench {
@@ -495,11 +496,11 @@ TEST(SweepRetime, RetimedPointsReplaceTheirOwnAndTheDriftIsTheirMedianRatio) {
                                                 tuned("greedy_sample", "kind0:1c", "0", 4),
                                                 tuned("expert_q4_decode", "kind0:2c", "0-1", 18)};
   profile.measurements.parallel_overhead = ParallelOverhead{2000, {{1, 0.1, 0.1, 0.1}, {2, 2.0, 1.0, 1.0}}};
-  RetimedMeasurements now;
+  probe::RetimedMeasurements now;
   now.kernels.points = {tuned("expert_q4_decode", "kind0:1c", "0", 8), tuned("dense_q8_decode", "kind0:1c", "0", 18),
                         tuned("greedy_sample", "kind0:1c", "0", 2), tuned("attention_prefill", "kind0:1c", "0", 5)};
   now.parallel.points = {{2, 3.0, 1.5, 1.5}};
-  const DeviceProfile retimed = with_retimed(profile, now);
+  const DeviceProfile retimed = probe::with_retimed(profile, now);
   const auto& points = retimed.measurements.kernel_tuning->points;
   ASSERT_EQ(points.size(), 5u);  // four kept or replaced, one added
   EXPECT_DOUBLE_EQ(points[0].gb_per_s.median, 8);
@@ -508,12 +509,12 @@ TEST(SweepRetime, RetimedPointsReplaceTheirOwnAndTheDriftIsTheirMedianRatio) {
   EXPECT_DOUBLE_EQ(retimed.measurements.parallel_overhead->points[0].region_us, 0.1);
   EXPECT_DOUBLE_EQ(retimed.measurements.parallel_overhead->points[1].region_us, 3.0);
   // Ratios 0.8, 0.9 and 0.5 (attention_prefill has no point to compare): median 0.8.
-  const std::vector<SetDrift> drift = kernel_drift(profile, now.kernels);
+  const std::vector<probe::SetDrift> drift = probe::kernel_drift(profile, now.kernels);
   ASSERT_EQ(drift.size(), 1u);
   EXPECT_EQ(drift[0].kernels, 3);
   EXPECT_DOUBLE_EQ(drift[0].ratio, 0.8);
-  EXPECT_EQ(drift_text(drift), "kind0:1c 0.80x (3 kernels)");
-  EXPECT_EQ(drift_text({}), "no kernel point of the profile was timed again");
+  EXPECT_EQ(probe::drift_text(drift), "kind0:1c 0.80x (3 kernels)");
+  EXPECT_EQ(probe::drift_text({}), "no kernel point of the profile was timed again");
 }
 
 TEST(SweepRetime, ReadRoundDriftComparesOneReadRoundsOfTheSameSetting) {

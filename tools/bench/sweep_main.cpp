@@ -27,6 +27,7 @@
 #include "coli/probe/profile_io.h"
 #include "coli/runtime/plan_options.h"
 #include "cpu/gemv_cpu.h"
+#include "measure/retime.h"
 #include "sweep_grid.h"
 #include "sweep_report.h"
 #include "sweep_retime.h"
@@ -250,13 +251,14 @@ Result<std::vector<GpuPlacement>> gpu_placements(const Args& args, const Setup& 
 Result<RetimedRepeat> retime_repeat(const Args& args, const Setup& s, const planner::Plan& plan,
                                     const std::vector<SweepConfig>& grid, int repeat) {
   const auto start = std::chrono::steady_clock::now();
-  auto measured = retime_measurements(s.profile, grid_thread_sets(grid), args.retime_seconds);
+  auto measured = probe::retime_measurements(s.profile, retime_candidates(s.profile.cpu, grid_thread_sets(grid)),
+                                             args.retime_seconds);
   if (!measured) return measured.error();
   Setup now = s;
-  now.profile = with_retimed(s.profile, *measured);
+  now.profile = probe::with_retimed(s.profile, *measured);
   RetimedRepeat out;
   out.repeat = repeat;
-  out.drift = drift_text(kernel_drift(s.profile, measured->kernels));
+  out.drift = probe::drift_text(probe::kernel_drift(s.profile, measured->kernels));
   if (now.history) {
     const auto sets = now.history->read_round_sets();
     const std::vector<experts::ReadRounds> before(sets.begin(), sets.end());

@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <chrono>
 
-#include "measure/kernel_tuning.h"
-#include "measure/parallel_overhead.h"
 
 namespace coli::bench {
 namespace {
@@ -149,25 +147,6 @@ Result<experts::ReadRounds> record_read_rounds(const std::filesystem::path& mode
   auto pass = run_workload_once(model_path, options, workload);
   if (!pass) return pass.error();
   return rounds_of_next_pass(pass->model, workload);
-}
-
-Result<RetimedMeasurements> retime_measurements(const DeviceProfile& profile, const std::vector<ThreadSet>& sets,
-                                                double seconds_per_set) {
-  if (sets.empty()) return make_error("no CPU thread set to time again");
-  probe::KernelTuningOptions options;
-  options.budget_seconds = seconds_per_set * static_cast<double>(sets.size());
-  // The probe's own candidates where they cover a set (their names are the
-  // profile's points'), else the set as the sweep runs it.
-  const std::vector<probe::ThreadCandidate> probed = probe::tuning_candidates(profile.cpu);
-  std::vector<int> teams;
-  for (const ThreadSet& set : sets) {
-    auto same = std::find_if(probed.begin(), probed.end(), [&](const probe::ThreadCandidate& c) { return c.pus == set.pus; });
-    options.candidates.push_back(same != probed.end() ? *same : probe::ThreadCandidate{set.label, set.pus, set.threads(), false, 0});
-    if (std::find(teams.begin(), teams.end(), set.threads()) == teams.end()) teams.push_back(set.threads());
-  }
-  auto kernels = probe::measure_kernel_tuning(profile.cpu, profile.memory, options, [](std::string_view) {});
-  if (!kernels) return make_error("timing the kernels again: " + kernels.error().message);
-  return RetimedMeasurements{std::move(*kernels), probe::measure_parallel_overhead(teams, probe::kParallelOverheadRepetitions)};
 }
 
 void place_threads(runtime::ModelOptions& options, const CpuSet& pus) {

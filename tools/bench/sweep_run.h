@@ -63,13 +63,6 @@ Result<experts::UsageHistory> record_usage(const std::filesystem::path& model, r
 Result<experts::ReadRounds> record_read_rounds(const std::filesystem::path& model, const runtime::ModelOptions& options,
                                                const Workload& workload);
 
-// The profile's CPU figures timed again now for `sets` (sweep_retime.h): the
-// tuning phase's kernels, `seconds_per_set` each (the probe gives a set 4 s),
-// and OpenMP's fixed costs for the sets' team sizes. The machine must be
-// the profile's: the sweep runs its grid here.
-Result<RetimedMeasurements> retime_measurements(const DeviceProfile& profile, const std::vector<ThreadSet>& sets,
-                                                double seconds_per_set);
-
 // The engine's compute threads: one per PU of `pus`, pinned there.
 void place_threads(runtime::ModelOptions& options, const CpuSet& pus);
 

@@ -45,6 +45,7 @@ struct PlanFile {
   // What the plan was made for: a run on another machine or model must re-plan.
   std::string profile_fingerprint;  // DeviceProfile::fingerprint
   std::string profile_path;         // for humans
+  std::string retimed;              // coli-plan --retime: how far the kernel points moved (re-timed / profile), else ""
   std::string model_name;           // the --model argument, for humans
   std::string model_identity;       // model_identity(): config text + tensor names
   WeightFormat expert_format = WeightFormat::q4_g64;

@@ -1,0 +1,109 @@
+#include "measure/retime.h"
+
+#include <algorithm>
+
+#include "coli/base/text.h"
+#include "measure/parallel_overhead.h"
+
+namespace coli::probe {
+
+Result<RetimedMeasurements> retime_measurements(const DeviceProfile& profile, const std::vector<ThreadCandidate>& sets,
+                                                double seconds_per_set) {
+  if (sets.empty()) return make_error("no CPU thread set to time again");
+  KernelTuningOptions options;
+  options.budget_seconds = seconds_per_set * static_cast<double>(sets.size());
+  options.candidates = sets;
+  std::vector<int> teams;
+  for (const ThreadCandidate& set : sets) {
+    const int threads = std::max(1, set.pus.size());
+    if (std::find(teams.begin(), teams.end(), threads) == teams.end()) teams.push_back(threads);
+  }
+  auto kernels = measure_kernel_tuning(profile.cpu, profile.memory, options, [](std::string_view) {});
+  if (!kernels) return make_error("timing the kernels again: " + kernels.error().message);
+  return RetimedMeasurements{std::move(*kernels), measure_parallel_overhead(teams, kParallelOverheadRepetitions)};
+}
+
+std::vector<ThreadCandidate> timed_thread_sets(const DeviceProfile& profile, int threads) {
+  const auto& tuning = profile.measurements.kernel_tuning;
+  const bool any_points = tuning && !tuning->points.empty();
+  std::vector<ThreadCandidate> out;
+  for (const ThreadCandidate& c : tuning_candidates(profile.cpu)) {
+    const bool timed = !any_points || std::any_of(tuning->points.begin(), tuning->points.end(),
+                                                  [&](const KernelThroughputPoint& p) { return p.pus == c.pus; });
+    if (timed && (threads <= 0 || c.pus.size() == threads)) out.push_back(c);
+  }
+  return out;
+}
+
+namespace {
+
+double median_of(std::vector<double> values) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const std::size_t n = values.size();
+  return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
+// Each of `retimed` in place of the point of `points` it is `same` as, or added.
+template <typename Point, typename Same>
+void replace_points(std::vector<Point>& points, const std::vector<Point>& retimed, const Same& same) {
+  for (const Point& p : retimed) {
+    auto old = std::find_if(points.begin(), points.end(), [&](const Point& q) { return same(q, p); });
+    if (old != points.end()) *old = p;
+    else points.push_back(p);
+  }
+}
+
+}  // namespace
+
+DeviceProfile with_retimed(const DeviceProfile& profile, const RetimedMeasurements& retimed) {
+  DeviceProfile out = profile;
+  if (!retimed.kernels.points.empty()) {
+    if (!out.measurements.kernel_tuning) out.measurements.kernel_tuning = KernelTuning{};
+    replace_points(out.measurements.kernel_tuning->points, retimed.kernels.points,
+                   [](const KernelThroughputPoint& a, const KernelThroughputPoint& b) { return a.kernel == b.kernel && a.pus == b.pus; });
+  }
+  if (!retimed.parallel.points.empty()) {
+    if (!out.measurements.parallel_overhead) out.measurements.parallel_overhead = ParallelOverhead{retimed.parallel.repetitions, {}};
+    replace_points(out.measurements.parallel_overhead->points, retimed.parallel.points,
+                   [](const ParallelOverheadPoint& a, const ParallelOverheadPoint& b) { return a.threads == b.threads; });
+  }
+  return out;
+}
+
+std::vector<SetDrift> kernel_drift(const DeviceProfile& profile, const KernelTuning& retimed) {
+  std::vector<SetDrift> out;
+  std::vector<std::vector<double>> ratios;
+  const auto& before = profile.measurements.kernel_tuning;
+  for (const KernelThroughputPoint& p : retimed.points) {
+    if (!before || !(p.gb_per_s.median > 0)) continue;
+    auto old = std::find_if(before->points.begin(), before->points.end(), [&](const KernelThroughputPoint& q) {
+      return q.kernel == p.kernel && q.pus == p.pus && q.gb_per_s.median > 0;
+    });
+    if (old == before->points.end()) continue;
+    auto set = std::find_if(out.begin(), out.end(), [&](const SetDrift& d) { return d.thread_set == p.thread_set; });
+    if (set == out.end()) {
+      out.push_back(SetDrift{p.thread_set, p.threads, 0, 0});
+      ratios.emplace_back();
+      set = out.end() - 1;
+    }
+    ratios[static_cast<std::size_t>(set - out.begin())].push_back(p.gb_per_s.median / old->gb_per_s.median);
+  }
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    out[i].kernels = static_cast<int>(ratios[i].size());
+    out[i].ratio = median_of(std::move(ratios[i]));
+  }
+  return out;
+}
+
+std::string drift_text(const std::vector<SetDrift>& drift) {
+  if (drift.empty()) return "no kernel point of the profile was timed again";
+  std::string out;
+  for (const SetDrift& d : drift) {
+    if (!out.empty()) out += ", ";
+    out += d.thread_set + " " + format_fixed(d.ratio, 2) + "x (" + std::to_string(d.kernels) + " kernels)";
+  }
+  return out;
+}
+
+}  // namespace coli::probe
