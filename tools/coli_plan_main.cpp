@@ -277,7 +277,7 @@ void add_options(CLI::App& app, PlanArgs& a) {
   app.add_flag("--retime", a.retime,
                "Time the profile's kernel points (the thread sets the plan chooses between; --threads: that one) and "
                "OpenMP's fixed costs again on this machine and predict from them: a machine's speed moves after its "
-               "probe (14-29% within minutes on shared machines)")
+               "probe (14-49% within minutes on the shared machines measured, docs/benchmarks.md)")
       ->excludes(offline);
   app.add_option("--retime-seconds", a.retime_seconds,
                  "Tuning time per thread set for --retime (as the probe's; below ~3 s the tuning phase times fewer sets)")
