@@ -153,7 +153,7 @@ TEST(ForwardOps, DenseManyEqualsOneTokenGemvBitForBit) {
     const DenseMatrix b{b_dtype, rows_b, cols, b16.data()};
     std::vector<float> ya(count * rows_a), yb(count * rows_b);
     const DenseProduct products[] = {{a, ya, bias}, {b, yb, {}}};
-    for (int threads : {2, 3, 16}) {  // the team's shares (dense_work_items) change nothing
+    for (int threads : {2, 3, 16}) {  // the team's shares (dense_work_shares) change nothing
       std::fill(ya.begin(), ya.end(), 0.0f);
       std::fill(yb.begin(), yb.end(), 0.0f);
       gemv_dense_many(products, x, count, threads);
@@ -172,40 +172,53 @@ TEST(ForwardOps, DenseManyEqualsOneTokenGemvBitForBit) {
 }
 
 // The team's shares: every (row, token) of every product exactly once; row
-// chunks start on whole 64-byte lines of their output row (16 floats), so no
-// two threads write one line; narrow products split their tokens instead
-// (at tiles of 8) so that the whole team still works.
-TEST(ForwardOps, DenseWorkItemsCoverEachOutputOnceInWholeLines) {
+// cuts on whole 64-byte lines of their output rows (16 floats), so no two
+// threads write one line; each share at most a line of rows (over every
+// token) above the even share, so an uneven last chunk never doubles a
+// member's work; narrow products split their tokens (at tiles of 8) so that
+// the whole team still works.
+TEST(ForwardOps, DenseWorkSharesCoverEachOutputOnceInWholeLines) {
   struct Shape {
     std::vector<int> rows;
     int count, threads;
-    std::size_t at_least;  // items: enough for the team where the shape allows
+    int working;  // members with work, where the shape allows
   };
-  const Shape shapes[] = {{{64}, 128, 16, 16},          // an o projection of a 64-wide model
-                          {{8}, 128, 16, 16},           // its router
-                          {{64, 64, 64}, 128, 16, 12},  // q, k and v
-                          {{2048, 2048, 2048, 2048}, 128, 16, 16},
+  const Shape shapes[] = {{{64}, 128, 16, 16},             // an o projection of a 64-wide model
+                          {{8}, 128, 16, 16},              // its router
+                          {{64, 64, 64}, 128, 16, 12},     // its q, k and v
+                          {{4096, 512, 512}, 128, 16, 16},  // Qwen3-30B-A3B's q, k and v
+                          {{2048, 2048, 2048}, 128, 8, 8},  // OLMoE's
                           {{37, 5}, 19, 2, 2},
                           {{100}, 1, 3, 3},
                           {{8}, 1, 16, 1}};
   for (const Shape& shape : shapes) {
+    SCOPED_TRACE(std::to_string(shape.rows[0]) + " rows first, " + std::to_string(shape.threads) + " threads");
     std::vector<DenseProduct> products;
-    for (int rows : shape.rows) products.push_back({{WeightFormat::f32, rows, 4, nullptr}, {}, {}});
-    const std::vector<DenseWorkItem> items = dense_work_items(products, shape.count, shape.threads);
-    EXPECT_GE(items.size(), shape.at_least) << shape.rows[0] << " rows, " << shape.threads << " threads";
-    for (std::size_t p = 0; p < products.size(); ++p) {
-      std::vector<int> seen(static_cast<std::size_t>(shape.rows[p] * shape.count), 0);
-      for (const DenseWorkItem& item : items) {
-        if (item.product != p) continue;
+    long long total = 0;
+    for (int rows : shape.rows) products.push_back({{WeightFormat::f32, rows, 4, nullptr}, {}, {}}), total += rows;
+    const auto shares = dense_work_shares(products, shape.count, shape.threads);
+    ASSERT_EQ(shares.size(), static_cast<std::size_t>(shape.threads));
+    const long long even = total * shape.count / shape.threads;
+    int working = 0;
+    std::vector<std::vector<int>> seen;
+    for (int rows : shape.rows) seen.emplace_back(static_cast<std::size_t>(rows * shape.count), 0);
+    for (const auto& share : shares) {
+      long long work = 0;
+      for (const DenseWorkItem& item : share) {
         EXPECT_EQ(item.first_row % 16, 0);
-        EXPECT_TRUE(item.last_row % 16 == 0 || item.last_row == shape.rows[p]);
+        EXPECT_TRUE(item.last_row % 16 == 0 || item.last_row == shape.rows[item.product]);
         EXPECT_EQ(item.first_token % 8, 0);
+        work += static_cast<long long>(item.last_row - item.first_row) * (item.last_token - item.first_token);
         for (int r = item.first_row; r < item.last_row; ++r)
           for (int t = item.first_token; t < item.last_token; ++t)
-            ++seen[static_cast<std::size_t>(t * shape.rows[p] + r)];
+            ++seen[item.product][static_cast<std::size_t>(t * shape.rows[item.product] + r)];
       }
-      EXPECT_TRUE(std::all_of(seen.begin(), seen.end(), [](int n) { return n == 1; })) << "product " << p;
+      EXPECT_LE(work, even + 16LL * shape.count);
+      working += share.empty() ? 0 : 1;
     }
+    EXPECT_EQ(working, shape.working);
+    for (const auto& product : seen)
+      EXPECT_TRUE(std::all_of(product.begin(), product.end(), [](int n) { return n == 1; }));
   }
 }
 

@@ -113,7 +113,7 @@ void gemv_dense_many(std::span<const DenseProduct> products, std::span<const flo
       throw std::invalid_argument("gemv_dense_many: x must hold count * cols floats and y count * rows");
     }
   }
-  const std::vector<DenseWorkItem> items = dense_work_items(products, count, std::max(1, threads));
+  const std::vector<std::vector<DenseWorkItem>> shares = dense_work_shares(products, count, std::max(1, threads));
   // Each token's sum is dot_row's, so the bits are gemv_dense's. A tile of
   // tokens over all of the item's rows, then the next tile: a row is read
   // once per tile, from L1 for the tile's other tokens.
@@ -133,33 +133,65 @@ void gemv_dense_many(std::span<const DenseProduct> products, std::span<const flo
   };
 #pragma omp parallel num_threads(std::max(1, threads))
   {
+    // A team smaller than asked runs the shares in contiguous groups.
     const std::size_t team = static_cast<std::size_t>(omp_get_num_threads());
     const std::size_t member = static_cast<std::size_t>(omp_get_thread_num());
-    for (std::size_t i = items.size() * member / team; i < items.size() * (member + 1) / team; ++i) run_item(items[i]);
+    for (std::size_t i = shares.size() * member / team; i < shares.size() * (member + 1) / team; ++i) {
+      for (const DenseWorkItem& item : shares[i]) run_item(item);
+    }
   }
 }
 
-std::vector<DenseWorkItem> dense_work_items(std::span<const DenseProduct> products, int count, int threads) {
-  // Rows in chunks of whole cache lines of each output row, at least a
-  // thread's even share. With rows split evenly, a 64-row projection over 16
-  // threads gave each thread 4 floats of every token's 64-byte line, and the
-  // line moved between 4 cores for each token: the demo model's o projection
-  // ran slower at 16 threads than at 8 on the H200 machine, its 8-row router
+namespace {
+
+// The flattened rows [begin, end) of `products` (starts[p]: product p's
+// first), cut where a product ends, over tokens [0, count).
+void add_row_range(std::span<const DenseProduct> products, const std::vector<long long>& starts, long long begin,
+                   long long end, int count, std::vector<DenseWorkItem>& out) {
+  for (std::size_t p = 0; p < products.size() && begin < end; ++p) {
+    const long long first = std::max(begin, starts[p]), last = std::min(end, starts[p] + products[p].w.rows);
+    if (first < last) out.push_back({p, static_cast<int>(first - starts[p]), static_cast<int>(last - starts[p]), 0, count});
+  }
+}
+
+}  // namespace
+
+std::vector<std::vector<DenseWorkItem>> dense_work_shares(std::span<const DenseProduct> products, int count, int threads) {
+  threads = std::max(1, threads);
+  std::vector<long long> starts;
+  long long total = 0;
+  for (const DenseProduct& p : products) starts.push_back(total), total += p.w.rows;
+  // Rows split evenly, each cut moved to the nearest whole cache line of
+  // its product's output rows. Cuts inside a line gave 16 threads 4 floats
+  // each of every token's 64-byte line of a 64-row projection, and the line
+  // moved between 4 cores for each token: the demo model's o projection ran
+  // slower at 16 threads than at 8 on the H200 machine, its 8-row router
   // 1.5x the prediction.
-  long long total_rows = 0;
-  for (const DenseProduct& p : products) total_rows += p.w.rows;
-  const long long share = (total_rows + threads - 1) / std::max(1, threads);
-  const long long lines = (share + kLineFloats - 1) / kLineFloats;
-  const int chunk = static_cast<int>(std::max<long long>(1, lines) * kLineFloats);
+  auto cut = [&](long long flat) {
+    for (std::size_t p = 0; p < products.size(); ++p) {
+      const long long rows = products[p].w.rows, local = flat - starts[p];
+      if (local < 0 || local >= rows) continue;
+      return starts[p] + std::min(rows, (local + kLineFloats / 2) / kLineFloats * kLineFloats);
+    }
+    return flat;  // the end
+  };
+  std::vector<std::vector<DenseWorkItem>> shares(static_cast<std::size_t>(threads));
+  int working = 0;
+  for (int m = 0; m < threads; ++m) {
+    add_row_range(products, starts, cut(total * m / threads), cut(total * (m + 1) / threads), count,
+                  shares[static_cast<std::size_t>(m)]);
+    working += shares[static_cast<std::size_t>(m)].empty() ? 0 : 1;
+  }
+  const int tiles = (count + kDenseTokenTile - 1) / kDenseTokenTile;
+  if (working == threads || tiles <= 1) return shares;
+  // Narrow matrices (fewer whole lines than threads): one line of rows per
+  // chunk, each chunk's tokens split at tiles so that the whole team works.
   std::vector<DenseWorkItem> chunks;
   for (std::size_t p = 0; p < products.size(); ++p) {
-    for (int first = 0; first < products[p].w.rows; first += chunk)
-      chunks.push_back({p, first, std::min(products[p].w.rows, first + chunk), 0, count});
+    for (int first = 0; first < products[p].w.rows; first += kLineFloats)
+      chunks.push_back({p, first, std::min(products[p].w.rows, first + kLineFloats), 0, count});
   }
-  // Fewer chunks than threads (narrow matrices): each chunk's tokens split
-  // too, at tile boundaries, so that the whole team works.
-  const int tiles = (count + kDenseTokenTile - 1) / kDenseTokenTile;
-  const int groups = chunks.empty() ? 1 : std::clamp(threads / static_cast<int>(chunks.size()), 1, std::max(1, tiles));
+  const int groups = std::clamp(threads / std::max(1, static_cast<int>(chunks.size())), 1, tiles);
   std::vector<DenseWorkItem> items;
   for (const DenseWorkItem& c : chunks) {
     for (int g = 0; g < groups; ++g) {
@@ -169,7 +201,9 @@ std::vector<DenseWorkItem> dense_work_items(std::span<const DenseProduct> produc
       if (item.first_token < item.last_token) items.push_back(item);
     }
   }
-  return items;
+  for (auto& share : shares) share.clear();
+  for (std::size_t i = 0; i < items.size(); ++i) shares[i * shares.size() / items.size()].push_back(items[i]);
+  return shares;
 }
 
 void dense_row(const DenseMatrix& w, int row, std::span<float> out) {

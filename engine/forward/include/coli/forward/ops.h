@@ -39,17 +39,18 @@ struct DenseProduct {
 };
 void gemv_dense_many(std::span<const DenseProduct> products, std::span<const float> x, int count, int threads);
 
-// gemv_dense_many's share of the work: rows [first_row, last_row) of
-// product `product` for tokens [first_token, last_token). Rows come in
-// chunks of whole 64-byte lines of each output row (so no two threads write
-// one line), tokens split at tiles of 8 when there are fewer chunks than
-// threads; thread m of T runs items [n m / T, n (m + 1) / T).
+// gemv_dense_many's work per member of a team of `threads`: rows
+// [first_row, last_row) of product `product` for tokens [first_token,
+// last_token). The rows are split evenly, each cut at the nearest whole
+// 64-byte line of its product's output rows (so no two threads write one
+// line); where that leaves members without rows (narrow matrices), chunks of
+// one line with their tokens split at tiles of 8.
 struct DenseWorkItem {
   std::size_t product = 0;
   int first_row = 0, last_row = 0;
   int first_token = 0, last_token = 0;
 };
-std::vector<DenseWorkItem> dense_work_items(std::span<const DenseProduct> products, int count, int threads);
+std::vector<std::vector<DenseWorkItem>> dense_work_shares(std::span<const DenseProduct> products, int count, int threads);
 
 // One row of W as float32 (embedding lookup).
 void dense_row(const DenseMatrix& w, int row, std::span<float> out);
