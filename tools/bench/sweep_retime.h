@@ -1,11 +1,12 @@
 // coli-sweep --retime: the profile's CPU measurements timed again before each
-// repeat of the grid (probe/measure/retime.h, as coli-plan --retime does), so the grid's runs are also predicted from the machine
-// as it is while they run. A shared VM's speed moves 20-48% within minutes
-// (docs/benchmarks.md, session 26): a prediction from a probe taken before
-// that cannot hold within 10%, and the error against the re-timed points
-// says what the model gets wrong apart from the machine's drift. Pure: the
-// measuring is in sweep_run.h (retime_measurements). Here: which thread sets
-// a grid re-times, and how far the engine's read rounds moved.
+// repeat of the grid (probe/measure/retime.h, as coli-plan --retime does) and
+// the read rounds recorded again (sweep_run.h), so the grid's runs are also
+// predicted from the machine as it is while they run. A shared VM's speed
+// moves 20-48% within minutes (docs/benchmarks.md, session 26): a prediction
+// from a probe taken before that cannot hold within 10%, and the error against
+// the re-timed points says what the model gets wrong apart from the machine's
+// drift. Pure, here: which thread sets a grid re-times, and how far the
+// engine's read rounds moved.
 #pragma once
 
 #include <span>
