@@ -533,6 +533,28 @@ TEST(SweepRetime, ReadRoundDriftComparesOneReadRoundsOfTheSameSetting) {
   EXPECT_EQ(read_round_drift(before, std::vector<experts::ReadRounds>{rounds(8, 0, 0)}), "") << "no one-read round now";
 }
 
+// The sets a re-timing plan chooses between (probe/measure/retime.h): the
+// probe's candidates of the profile's CPU that its kernel points cover, in
+// the probe's order; every candidate where it has none (a quick profile);
+// only those of --threads' count when given.
+TEST(SweepRetime, TimedThreadSetsAreTheProfilesOwnOrEveryCandidate) {
+  DeviceProfile profile;
+  profile.cpu = hybrid_cpu();
+  const std::vector<probe::ThreadCandidate> all = probe::tuning_candidates(profile.cpu);
+  ASSERT_GE(all.size(), 3u);
+  EXPECT_EQ(probe::timed_thread_sets(profile), all) << "no kernel point: every candidate";
+  const probe::ThreadCandidate &first = all[0], &last = all.back();
+  profile.measurements.kernel_tuning = KernelTuning{};
+  profile.measurements.kernel_tuning->points = {tuned("expert_q4_decode", last.name, last.pus.to_list().c_str(), 10),
+                                                tuned("dense_q8_decode", first.name, first.pus.to_list().c_str(), 20),
+                                                tuned("expert_q4_decode", "elsewhere", "40-41", 5)};
+  EXPECT_EQ(probe::timed_thread_sets(profile), (std::vector<probe::ThreadCandidate>{first, last}));
+  std::vector<probe::ThreadCandidate> of_last_count{last};
+  if (first.pus.size() == last.pus.size()) of_last_count.insert(of_last_count.begin(), first);
+  EXPECT_EQ(probe::timed_thread_sets(profile, last.pus.size()), of_last_count);
+  EXPECT_TRUE(probe::timed_thread_sets(profile, 999).empty());
+}
+
 TEST(SweepRetime, TheGridsCpuThreadSetsOnceEachInGridOrder) {
   const SweepReport r = two_config_report();
   std::vector<SweepConfig> grid = r.grid;
