@@ -196,13 +196,14 @@ TEST(ForwardOps, DenseWorkSharesCoverEachOutputOnceInWholeLines) {
     std::vector<DenseProduct> products;
     long long total = 0;
     for (int rows : shape.rows) products.push_back({{WeightFormat::f32, rows, 4, nullptr}, {}, {}}), total += rows;
-    const auto shares = dense_work_shares(products, shape.count, shape.threads);
-    ASSERT_EQ(shares.size(), static_cast<std::size_t>(shape.threads));
+    const DenseWorkShares shares = dense_work_shares(products, shape.count, shape.threads);
+    ASSERT_EQ(shares.members(), static_cast<std::size_t>(shape.threads));
     const long long even = total * shape.count / shape.threads;
     int working = 0;
     std::vector<std::vector<int>> seen;
     for (int rows : shape.rows) seen.emplace_back(static_cast<std::size_t>(rows * shape.count), 0);
-    for (const auto& share : shares) {
+    for (std::size_t m = 0; m < shares.members(); ++m) {
+      const std::span<const DenseWorkItem> share = shares.share(m);
       long long work = 0;
       for (const DenseWorkItem& item : share) {
         EXPECT_EQ(item.first_row % 16, 0);

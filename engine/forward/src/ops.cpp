@@ -113,7 +113,7 @@ void gemv_dense_many(std::span<const DenseProduct> products, std::span<const flo
       throw std::invalid_argument("gemv_dense_many: x must hold count * cols floats and y count * rows");
     }
   }
-  const std::vector<std::vector<DenseWorkItem>> shares = dense_work_shares(products, count, std::max(1, threads));
+  const DenseWorkShares shares = dense_work_shares(products, count, std::max(1, threads));
   // Each token's sum is dot_row's, so the bits are gemv_dense's. A tile of
   // tokens over all of the item's rows, then the next tile: a row is read
   // once per tile, from L1 for the tile's other tokens.
@@ -136,8 +136,9 @@ void gemv_dense_many(std::span<const DenseProduct> products, std::span<const flo
     // A team smaller than asked runs the shares in contiguous groups.
     const std::size_t team = static_cast<std::size_t>(omp_get_num_threads());
     const std::size_t member = static_cast<std::size_t>(omp_get_thread_num());
-    for (std::size_t i = shares.size() * member / team; i < shares.size() * (member + 1) / team; ++i) {
-      for (const DenseWorkItem& item : shares[i]) run_item(item);
+    const std::size_t members = shares.members();
+    for (std::size_t m = members * member / team; m < members * (member + 1) / team; ++m) {
+      for (const DenseWorkItem& item : shares.share(m)) run_item(item);
     }
   }
 }
@@ -156,7 +157,7 @@ void add_row_range(std::span<const DenseProduct> products, const std::vector<lon
 
 }  // namespace
 
-std::vector<std::vector<DenseWorkItem>> dense_work_shares(std::span<const DenseProduct> products, int count, int threads) {
+DenseWorkShares dense_work_shares(std::span<const DenseProduct> products, int count, int threads) {
   threads = std::max(1, threads);
   std::vector<long long> starts;
   long long total = 0;
@@ -175,34 +176,35 @@ std::vector<std::vector<DenseWorkItem>> dense_work_shares(std::span<const DenseP
     }
     return flat;  // the end
   };
-  std::vector<std::vector<DenseWorkItem>> shares(static_cast<std::size_t>(threads));
+  DenseWorkShares shares;
   int working = 0;
   for (int m = 0; m < threads; ++m) {
-    add_row_range(products, starts, cut(total * m / threads), cut(total * (m + 1) / threads), count,
-                  shares[static_cast<std::size_t>(m)]);
-    working += shares[static_cast<std::size_t>(m)].empty() ? 0 : 1;
+    shares.first.push_back(shares.items.size());
+    add_row_range(products, starts, cut(total * m / threads), cut(total * (m + 1) / threads), count, shares.items);
+    working += shares.items.size() > shares.first.back() ? 1 : 0;
   }
+  shares.first.push_back(shares.items.size());
   const int tiles = (count + kDenseTokenTile - 1) / kDenseTokenTile;
   if (working == threads || tiles <= 1) return shares;
   // Narrow matrices (fewer whole lines than threads): one line of rows per
   // chunk, each chunk's tokens split at tiles so that the whole team works.
-  std::vector<DenseWorkItem> chunks;
+  int lines = 0;
+  for (const DenseProduct& p : products) lines += (p.w.rows + kLineFloats - 1) / kLineFloats;
+  const int groups = std::clamp(threads / std::max(1, lines), 1, tiles);
+  shares.items.clear();
   for (std::size_t p = 0; p < products.size(); ++p) {
-    for (int first = 0; first < products[p].w.rows; first += kLineFloats)
-      chunks.push_back({p, first, std::min(products[p].w.rows, first + kLineFloats), 0, count});
-  }
-  const int groups = std::clamp(threads / std::max(1, static_cast<int>(chunks.size())), 1, tiles);
-  std::vector<DenseWorkItem> items;
-  for (const DenseWorkItem& c : chunks) {
-    for (int g = 0; g < groups; ++g) {
-      DenseWorkItem item = c;
-      item.first_token = std::min(count, tiles * g / groups * kDenseTokenTile);
-      item.last_token = std::min(count, tiles * (g + 1) / groups * kDenseTokenTile);
-      if (item.first_token < item.last_token) items.push_back(item);
+    for (int first = 0; first < products[p].w.rows; first += kLineFloats) {
+      for (int g = 0; g < groups; ++g) {
+        const DenseWorkItem item{p, first, std::min(products[p].w.rows, first + kLineFloats),
+                                 std::min(count, tiles * g / groups * kDenseTokenTile),
+                                 std::min(count, tiles * (g + 1) / groups * kDenseTokenTile)};
+        if (item.first_token < item.last_token) shares.items.push_back(item);
+      }
     }
   }
-  for (auto& share : shares) share.clear();
-  for (std::size_t i = 0; i < items.size(); ++i) shares[i * shares.size() / items.size()].push_back(items[i]);
+  // Item i to member i T / n: member m's items start at the first i with i T / n >= m.
+  const std::size_t n = shares.items.size(), members = static_cast<std::size_t>(threads);
+  for (std::size_t m = 0; m <= members; ++m) shares.first[m] = (m * n + members - 1) / members;
   return shares;
 }
 

@@ -50,7 +50,17 @@ struct DenseWorkItem {
   int first_row = 0, last_row = 0;
   int first_token = 0, last_token = 0;
 };
-std::vector<std::vector<DenseWorkItem>> dense_work_shares(std::span<const DenseProduct> products, int count, int threads);
+// One list in member order (a decode token makes a few calls per layer: no
+// list per member to allocate each time).
+struct DenseWorkShares {
+  std::vector<DenseWorkItem> items;  // member m's: items[first[m], first[m + 1])
+  std::vector<std::size_t> first;    // one per member, then items.size()
+  std::size_t members() const { return first.size() - 1; }
+  std::span<const DenseWorkItem> share(std::size_t m) const {
+    return std::span<const DenseWorkItem>(items).subspan(first[m], first[m + 1] - first[m]);
+  }
+};
+DenseWorkShares dense_work_shares(std::span<const DenseProduct> products, int count, int threads);
 
 // One row of W as float32 (embedding lookup).
 void dense_row(const DenseMatrix& w, int row, std::span<float> out);
