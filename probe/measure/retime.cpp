@@ -4,6 +4,7 @@
 
 #include "coli/base/text.h"
 #include "measure/parallel_overhead.h"
+#include "measure/stats.h"
 
 namespace coli::probe {
 
@@ -36,13 +37,6 @@ std::vector<ThreadCandidate> timed_thread_sets(const DeviceProfile& profile, int
 }
 
 namespace {
-
-double median_of(std::vector<double> values) {
-  if (values.empty()) return 0;
-  std::sort(values.begin(), values.end());
-  const std::size_t n = values.size();
-  return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
-}
 
 // Each of `retimed` in place of the point of `points` it is `same` as, or added.
 template <typename Point, typename Same>
@@ -91,7 +85,7 @@ std::vector<SetDrift> kernel_drift(const DeviceProfile& profile, const KernelTun
   }
   for (std::size_t i = 0; i < out.size(); ++i) {
     out[i].kernels = static_cast<int>(ratios[i].size());
-    out[i].ratio = median_of(std::move(ratios[i]));
+    out[i].ratio = summarize(std::move(ratios[i])).median;
   }
   return out;
 }

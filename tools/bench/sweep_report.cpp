@@ -121,9 +121,15 @@ std::vector<ConfigSummary> summarize(std::size_t configs, const std::vector<RunR
 
 const char* metric_name(Metric metric) { return metric == Metric::decode ? "decode" : "prefill"; }
 
-double metric_median(const ConfigSummary& summary, Metric metric) {
-  return metric == Metric::decode ? summary.decode.median : summary.prefill.median;
+namespace {
+
+const MetricStats& stats_of(const ConfigSummary& summary, Metric metric) {
+  return metric == Metric::decode ? summary.decode : summary.prefill;
 }
+
+}  // namespace
+
+double metric_median(const ConfigSummary& summary, Metric metric) { return stats_of(summary, metric).median; }
 
 std::vector<std::size_t> order_by(const std::vector<ConfigSummary>& summaries, Metric metric) {
   std::vector<std::size_t> order(summaries.size());
@@ -196,7 +202,7 @@ RepeatNoise repeat_noise(const std::vector<ConfigSummary>& summaries, Metric met
   std::vector<double> spreads;
   for (std::size_t c = 0; c < summaries.size(); ++c) {
     if (summaries[c].repeats < 2) continue;
-    const double spread = (metric == Metric::decode ? summaries[c].decode : summaries[c].prefill).spread;
+    const double spread = stats_of(summaries[c], metric).spread;
     spreads.push_back(spread);
     if (spreads.size() == 1 || spread > out.widest_spread) out.widest_spread = spread, out.widest = c;
   }
