@@ -8,6 +8,7 @@ errors of the predictions from the figures re-timed before each repeat beside
 them, and each repeat's drift; the planned configuration against its closest rival
 repeat by repeat, and how far the repeats moved. usage: sweep_prediction_table.py SWEEP_JSON [TITLE]"""
 import json
+import statistics
 import sys
 
 
@@ -70,23 +71,20 @@ def paired_text(sweep, metric: str) -> str:
         if c is planned:
             continue
         theirs = by_repeat(c)
-        ratios = sorted(mine[k] / theirs[k] for k in mine if k in theirs)
+        ratios = [mine[k] / theirs[k] for k in mine if k in theirs]
         if len(ratios) < 2:
             continue
-        n = len(ratios)
-        median = ratios[n // 2] if n % 2 else (ratios[n // 2 - 1] + ratios[n // 2]) / 2
+        median = statistics.median(ratios)
         ahead = sum(1 for x in ratios if x >= 1)
         if worst is None or median < worst[0]:
-            worst = (median, c["label"], ahead, n)
-    spreads = sorted(c[metric].get("spread", 0) for c in configs if len(c.get("runs", [])) > 1)
+            worst = (median, c["label"], ahead, len(ratios))
+    spreads = [c[metric].get("spread", 0) for c in configs if len(c.get("runs", [])) > 1]
     text = ""
     if worst:
         text += (f"; repeat by repeat {100 * worst[0]:.1f}% of its closest rival ({worst[1]}), "
                  f"as fast or faster in {worst[2]} of {worst[3]}")
     if spreads:
-        n = len(spreads)
-        median = spreads[n // 2] if n % 2 else (spreads[n // 2 - 1] + spreads[n // 2]) / 2
-        text += f"; repeats moved {100 * median:.0f}% (median), up to {100 * spreads[-1]:.0f}%"
+        text += f"; repeats moved {100 * statistics.median(spreads):.0f}% (median), up to {100 * max(spreads):.0f}%"
     return text
 
 
