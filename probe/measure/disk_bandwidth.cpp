@@ -28,6 +28,7 @@
 #include "coli/base/text.h"
 #include "io_pool.h"
 #include "measure/stats.h"
+#include "measure/test_file.h"
 
 namespace coli::probe {
 namespace {
@@ -42,24 +43,15 @@ constexpr std::array<int, 4> kQueueDepths{1, 2, 4, 8};
 // it). Assumed no faster than one such read per 100 us when sizing a round.
 constexpr std::uint64_t kLatencyBlock = 16 * 1024;
 constexpr double kLatencyBlockSeconds = 100e-6;
-constexpr std::uint64_t kLargestBlock = 16 * kMiB;
+constexpr std::uint64_t kLargestBlock = kTestFileChunk;
 // The engine's read path: a layer's misses submitted to its I/O pool
 // together and waited for (small records, an OLMoE-sized and a larger one).
 constexpr std::array<std::uint64_t, 3> kEnginePoolBlocks{kLatencyBlock, 1 * kMiB, 4 * kMiB};
-constexpr std::uint64_t kMinFileBytes = 2 * kLargestBlock;
+constexpr std::uint64_t kMinFileBytes = kMinTestFileBytes;
 constexpr std::uint64_t kMinDerivedFileBytes = 256 * kMiB;
 constexpr std::uint64_t kMaxDerivedFileBytes = 1024 * kMiB;
 constexpr std::uint64_t kDerivedFileBytesPerSecond = 128 * kMiB;  // of budget
 constexpr double kWriteShareOfBudget = 0.3;  // stop writing early on a slow disk
-constexpr std::size_t kAlignment = 4096;     // O_DIRECT wants buffers and offsets aligned to the block size
-
-std::string where(const std::filesystem::path& directory) {
-  return " (directory " + directory.string() + "); choose another with --disk-dir";
-}
-
-Error os_error(const std::string& what, const std::filesystem::path& directory, int error_number) {
-  return make_error("disk bandwidth: " + what + ": " + std::strerror(error_number) + where(directory));
-}
 
 std::string filesystem_name(const std::filesystem::path& directory) {
 #if defined(__linux__)
@@ -79,107 +71,6 @@ std::string filesystem_name(const std::filesystem::path& directory) {
   (void)directory;
   return "unknown";
 #endif
-}
-
-struct FreeDeleter {
-  void operator()(void* pointer) const { std::free(pointer); }
-};
-using AlignedBuffer = std::unique_ptr<std::byte, FreeDeleter>;
-
-AlignedBuffer aligned_buffer(std::size_t bytes) {
-  void* pointer = nullptr;
-  if (posix_memalign(&pointer, kAlignment, bytes) != 0) return nullptr;
-  return AlignedBuffer(static_cast<std::byte*>(pointer));
-}
-
-// A temporary file that never outlives the measurement: it is unlinked as
-// soon as the reader is open (so even a killed process leaves nothing), and
-// the destructor covers the error paths before that.
-class TempFile {
- public:
-  TempFile() = default;
-  TempFile(const TempFile&) = delete;
-  TempFile& operator=(const TempFile&) = delete;
-  ~TempFile() {
-    unlink_now();
-    if (writer_ >= 0) close(writer_);
-    if (reader_ >= 0) close(reader_);
-  }
-
-  Status open(const std::filesystem::path& directory, bool try_direct) {
-    std::string name = (directory / ".coli-disk-probe-XXXXXX").string();
-    writer_ = mkstemp(name.data());
-    if (writer_ < 0) return os_error("cannot create a test file", directory, errno);
-    path_ = name;
-#ifdef O_DIRECT
-    if (try_direct) reader_ = ::open(path_.c_str(), O_RDONLY | O_DIRECT);
-    direct_ = reader_ >= 0;
-#endif
-    if (reader_ < 0) reader_ = ::open(path_.c_str(), O_RDONLY);  // tmpfs before Linux 6.6 refuses O_DIRECT
-    if (reader_ < 0) return os_error("cannot reopen the test file", directory, errno);
-    unlink_now();
-    return Ok{};
-  }
-
-  // Some filesystems accept O_DIRECT at open and refuse it at read time.
-  void drop_direct() {
-#ifdef O_DIRECT
-    fcntl(reader_, F_SETFL, fcntl(reader_, F_GETFL) & ~O_DIRECT);
-#endif
-    direct_ = false;
-  }
-  void close_writer() { close(writer_), writer_ = -1; }
-
-  int writer() const { return writer_; }
-  int reader() const { return reader_; }
-  bool direct() const { return direct_; }
-
- private:
-  void unlink_now() {
-    if (!path_.empty()) ::unlink(path_.c_str());
-    path_.clear();
-  }
-  std::string path_;
-  int writer_ = -1, reader_ = -1;
-  bool direct_ = false;
-};
-
-// Non-zero, incompressible data so compressing filesystems store (and read) it all.
-void fill_random(std::byte* data, std::size_t bytes, std::uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  for (std::size_t i = 0; i + 8 <= bytes; i += 8) {
-    const std::uint64_t value = rng() | 1;
-    std::memcpy(data + i, &value, 8);
-  }
-}
-
-// Writes up to `bytes` (whole largest blocks), stopping early once the write
-// share of the budget is spent; returns the bytes written.
-Result<std::uint64_t> write_test_file(TempFile& file, std::uint64_t bytes, double seconds,
-                                      const std::filesystem::path& directory) {
-  AlignedBuffer chunk = aligned_buffer(kLargestBlock);
-  if (!chunk) return make_error("disk bandwidth: out of memory for the write buffer");
-  fill_random(chunk.get(), kLargestBlock, 1);
-  const auto start = Clock::now();
-  std::uint64_t written = 0;
-  for (std::uint64_t index = 0; written < bytes; ++index) {
-    std::memcpy(chunk.get(), &index, sizeof(index));  // no two chunks alike (deduplication)
-    for (std::uint64_t done = 0; done < kLargestBlock;) {
-      const ssize_t n = pwrite(file.writer(), chunk.get() + done, kLargestBlock - done, static_cast<off_t>(written + done));
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return os_error("writing the test file failed", directory, n < 0 ? errno : ENOSPC);
-      done += static_cast<std::uint64_t>(n);
-    }
-    written += kLargestBlock;
-    const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-    if (written >= kMinFileBytes && elapsed > seconds) break;
-  }
-  if (fsync(file.writer()) != 0) return os_error("fsync of the test file failed", directory, errno);
-#ifdef POSIX_FADV_DONTNEED
-  posix_fadvise(file.writer(), 0, 0, POSIX_FADV_DONTNEED);  // clean pages can go: buffered reads start colder
-#endif
-  file.close_writer();
-  return written;
 }
 
 // Reads `offsets` with `queue_depth` threads pulling from one queue, each

@@ -1,8 +1,6 @@
 // The timing half of the tuning phase: the engine's GEMV calls at OLMoE-class
 // shapes on weights cycled through a pool larger than the last-level cache,
 // so every call streams from RAM as decode does (see kernel_tuning.h).
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -22,6 +20,7 @@
 #include "measure/engine_projections.h"
 #include "measure/kernel_tuning.h"
 #include "measure/stats.h"
+#include "measure/weight_pool.h"
 
 namespace coli::probe {
 namespace {
@@ -31,59 +30,12 @@ using Clock = std::chrono::steady_clock;
 
 // OLMoE-1B-7B: hidden 2048, 64 experts of width 1024, top-8, 16 heads of 128.
 constexpr int kHidden = 2048, kWidth = 1024, kTopK = 8, kExperts = 64, kAttentionMatrices = 4;
-constexpr std::uint64_t kMiB = 1ull << 20;
-constexpr std::uint64_t kMinPool = 128 * kMiB, kMaxPool = 1024 * kMiB, kSmallestPool = 32 * kMiB;
 constexpr double kFillShare = 0.35;      // of the budget, at most, for first-touching the pool
 constexpr double kMinUnitSeconds = 0.03; // per round: a slice below this is mostly noise
 
 std::uint64_t matrix_bytes(WeightFormat format, int rows, int cols) {
   return traits(format).matrix_bytes(static_cast<std::uint64_t>(rows), static_cast<std::uint64_t>(cols));
 }
-std::uint64_t round64(std::uint64_t bytes) { return (bytes + 63) / 64 * 64; }
-
-// Weight bytes in one anonymous mapping, handed out round robin so
-// consecutive calls read different memory.
-class WeightPool {
- public:
-  explicit WeightPool(std::uint64_t bytes) : mapped_(bytes) {
-    void* address = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (address == MAP_FAILED) return;
-#ifdef MADV_HUGEPAGE
-    madvise(address, bytes, MADV_HUGEPAGE);
-#endif
-    base_ = static_cast<std::byte*>(address);
-  }
-  ~WeightPool() { if (base_) munmap(base_, mapped_); }
-  WeightPool(const WeightPool&) = delete;
-  bool mapped() const { return base_ != nullptr; }
-  std::uint64_t size() const { return used_; }
-  std::span<std::byte> filled() const { return {base_, used_}; }
-
-  // Bytes 0x30..0x3f: as int8 small weights, as nibbles any value, and as
-  // binary16 or float32 scales always normal numbers (no denormal slow paths).
-  // Touches chunk by chunk until done or the deadline, at least kSmallestPool.
-  void fill(Clock::time_point deadline) {
-    std::uint32_t state = 12345;
-    for (std::uint64_t chunk = 0; used_ < mapped_ && (used_ < kSmallestPool || Clock::now() < deadline); used_ += chunk) {
-      chunk = std::min<std::uint64_t>(8 * kMiB, mapped_ - used_);
-      for (std::uint64_t i = 0; i < chunk; ++i) {
-        state = state * 1664525u + 1013904223u;
-        base_[used_ + i] = static_cast<std::byte>(0x30 | (state >> 28));
-      }
-    }
-  }
-  const std::byte* take(std::uint64_t bytes) {
-    bytes = round64(bytes);
-    if (cursor_ + bytes > used_) cursor_ = 0;
-    const std::byte* out = base_ + cursor_;
-    cursor_ += bytes;
-    return out;
-  }
-
- private:
-  std::byte* base_ = nullptr;
-  std::uint64_t mapped_ = 0, used_ = 0, cursor_ = 0;
-};
 
 template <class View>
 View view_at(const std::byte* p, int rows, int cols);
@@ -429,26 +381,6 @@ Result<std::vector<KernelThroughputPoint>> points_of(const std::vector<Work>& wo
 
 void add_note(KernelTuning& tuning, const std::string& note) {
   tuning.note += (tuning.note.empty() ? "" : "; ") + note;
-}
-
-// The test weights' size: twice the last-level cache (so decode streams
-// from RAM) within [kMinPool, kMaxPool] unless given, at most an eighth of
-// the memory headroom; an error when that leaves less than kSmallestPool.
-Result<std::uint64_t> tuning_pool_bytes(const CpuFacts& facts, const MemoryFacts& memory, std::uint64_t requested) {
-  std::uint64_t pool_bytes = requested;
-  if (pool_bytes == 0) {
-    std::uint64_t llc = 0;
-    int last_level = 0;
-    for (const auto& cache : facts.caches) last_level = std::max(last_level, cache.level);
-    for (const auto& cache : facts.caches)
-      if (cache.level == last_level) llc += cache.size_bytes * static_cast<std::uint64_t>(std::max(1, cache.instances));
-    pool_bytes = std::clamp(2 * llc, kMinPool, kMaxPool);
-  }
-  if (memory.headroom_bytes > 0) pool_bytes = std::min(pool_bytes, memory.headroom_bytes / 8);
-  if (pool_bytes < kSmallestPool)
-    return make_error("kernel tuning: only " + format_bytes(memory.headroom_bytes) + " of memory headroom; too little for " +
-                      format_bytes(kSmallestPool) + " of test weights");
-  return pool_bytes;
 }
 
 // A stream point: `rows` rows on each of kStreamExperts experts in `format`
