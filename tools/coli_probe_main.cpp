@@ -303,6 +303,14 @@ int main(int argc, char** argv) {
       std::printf("tuning      %zu kernel points in %.1f s (%s)%s%s\n", tuning->points.size(), tuning->seconds,
                   tuning->cpu_kernel.c_str(), tuning->note.empty() ? "" : "; ", tuning->note.c_str());
     }
+    if (const auto& reads = profile->measurements.read_interference) {
+      std::string sets;
+      for (const auto& p : reads->points)
+        sets += (sets.empty() ? "" : ", ") + coli::format_fixed(100 * p.slowdown, 0) + "% on " + p.thread_set;
+      std::printf("reads       %s slower by %s with a %s %s read in flight%s%s\n", reads->kernel.c_str(), sets.c_str(),
+                  coli::format_bytes(reads->block_bytes).c_str(), reads->direct_io ? "O_DIRECT" : "buffered",
+                  reads->note.empty() ? "" : "; ", reads->note.c_str());
+    }
     if (!profile->measurements.upload_status.empty()) {
       std::printf("uploads     %s\n", profile->measurements.upload_status.c_str());
       for (const auto& u : profile->measurements.uploads) {

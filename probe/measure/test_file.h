@@ -1,6 +1,7 @@
 // The probe's disk test file and its buffers: a temporary file written with
 // incompressible data and read back (O_DIRECT where the filesystem allows)
-// by the disk bandwidth phase (disk_bandwidth.h).
+// by the disk bandwidth phase (disk_bandwidth.h) and the reads beside compute
+// (read_interference.h).
 #pragma once
 
 #include <fcntl.h>

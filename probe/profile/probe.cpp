@@ -1,5 +1,6 @@
 // run_probe: facts from replayable sources, then (full mode) measurements,
 // then the thread recommendation, provenance and fingerprint.
+#include "coli/base/expert_io.h"
 #include "coli/base/text.h"
 #include "coli/probe/probe.h"
 #include "coli/probe/profile_io.h"
@@ -25,6 +26,8 @@
 #include "measure/kernel_tuning.h"
 #include "measure/memory_bandwidth.h"
 #include "measure/parallel_overhead.h"
+#include "measure/read_interference.h"
+#include "measure/retime.h"
 #include "memory/memory_facts.h"
 
 namespace coli {
@@ -236,6 +239,25 @@ Status measure_disk(const ProbeOptions& options, DeviceProfile& profile) {
   return Ok{};
 }
 
+// Reads beside compute (schema 6): the expert decode batch on the sets the
+// tuning phase timed, alone and beside 1 MiB reads of a 64 MiB test file in
+// the disk's directory, a few seconds in all. Left out, and said, without a
+// measured disk or kernel points.
+void measure_interference(const ProbeOptions& options, DeviceProfile& profile) {
+  const auto& disk = profile.measurements.disk;
+  if (!disk || disk->points.empty() || !profile.measurements.kernel_tuning) {
+    report(options, "read interference not measured: it needs the disk and kernel tuning phases");
+    return;
+  }
+  auto reads = probe::BackgroundReads::open(disk->directory, probe::kInterferenceFileBytes, 1.0, probe::kInterferenceBlockBytes,
+                                            kDefaultIoThreads);
+  auto measured = reads ? probe::measure_read_interference(profile.cpu, profile.memory, probe::timed_thread_sets(profile),
+                                                           **reads, {}, options.progress)
+                        : Result<ReadInterference>(reads.error());
+  if (measured) profile.measurements.read_interference = std::move(*measured);
+  else report(options, "read interference not measured: " + measured.error().message);
+}
+
 // Disk first: a --disk-dir that cannot be measured fails before the rest of the budget is spent.
 Status measure(const ProbeOptions& options, DeviceProfile& profile) {
   // Shares of the budget: memory 35%, disk 25%, kernel tuning 35% (at 30% a
@@ -274,6 +296,7 @@ Status measure(const ProbeOptions& options, DeviceProfile& profile) {
   const int usable = std::max(1, profile.cpu.usable.pus.size());
   profile.measurements.parallel_overhead =
       probe::measure_parallel_overhead(probe::parallel_overhead_team_sizes(usable), probe::kParallelOverheadRepetitions);
+  measure_interference(options, profile);
   return Ok{};
 }
 

@@ -37,6 +37,27 @@ KernelTuning read_kernel_tuning(const Reader& r, const CpuFacts& cpu) {
   return tuning;
 }
 
+// Rates of one kernel alone and beside reads, and of the reads alone and
+// beside it: a slowdown below -0.5 (the reads doubling the kernel's speed)
+// or above 100 is a broken file.
+ReadInterference read_read_interference(const Reader& r, const CpuFacts& cpu) {
+  ReadInterference out{r.text("kernel"), r.bytes("block_bytes"), r.small_int("io_threads", 0, 1024), r.boolean("direct_io"),
+                       r.text("note"), {}};
+  for (const Reader& p : r.tables("points")) {
+    ReadInterferencePoint point{p.text("thread_set"),         p.small_int("threads", 1, kMaxCpus),
+                                p.cpus("pus"),                p.small_int("pairs", 1, 100000),
+                                p.real("alone_gb_per_s", 0, kMaxGbPerS), p.real("with_reads_gb_per_s", 0, kMaxGbPerS),
+                                p.real("slowdown", -0.5, 100),
+                                p.real("reads_alone_per_s", 0, 1e9),
+                                p.real("reads_beside_per_s", 0, 1e9),
+                                p.real("read_progress", 0, 100)};
+    if (point.pus.size() != point.threads) p.fail(nullptr, "pus", "must hold one PU per thread");
+    if (point.pus.intersect(cpu.usable.pus) != point.pus) p.fail(nullptr, "pus", "must be usable PUs of cpu.usable.pus");
+    out.points.push_back(std::move(point));
+  }
+  return out;
+}
+
 }  // namespace
 
 Measurements read_measurements(const Reader& r, const CpuFacts& cpu) {
@@ -91,6 +112,7 @@ Measurements read_measurements(const Reader& r, const CpuFacts& cpu) {
     }
   }
   if (r.has("kernel_tuning")) out.kernel_tuning = read_kernel_tuning(r.table("kernel_tuning"), cpu);
+  if (r.has("read_interference")) out.read_interference = read_read_interference(r.table("read_interference"), cpu);
   if (r.has("uploads")) {
     const Reader u = r.table("uploads");
     out.upload_status = u.text("status");

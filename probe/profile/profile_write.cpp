@@ -221,6 +221,26 @@ toml::table kernel_tuning_table(const KernelTuning& tuning) {
                      {"points", std::move(points)}};
 }
 
+// [measurements.read_interference] (schema 6).
+toml::table read_interference_table(const ReadInterference& interference) {
+  toml::array points;
+  for (const ReadInterferencePoint& point : interference.points) {
+    points.push_back(toml::table{{"thread_set", point.thread_set},
+                                 {"threads", point.threads},
+                                 {"pus", point.pus.to_list()},
+                                 {"pairs", point.pairs},
+                                 {"alone_gb_per_s", point.alone_gb_per_s},
+                                 {"with_reads_gb_per_s", point.with_reads_gb_per_s},
+                                 {"slowdown", point.slowdown},
+                                 {"reads_alone_per_s", point.reads_alone_per_s},
+                                 {"reads_beside_per_s", point.reads_beside_per_s},
+                                 {"read_progress", point.read_progress}});
+  }
+  return toml::table{{"kernel", interference.kernel},         {"block_bytes", as_int(interference.block_bytes)},
+                     {"io_threads", interference.io_threads}, {"direct_io", interference.direct_io},
+                     {"note", interference.note},             {"points", std::move(points)}};
+}
+
 toml::table measurements_table(const Measurements& measurements) {
   toml::table table;
   if (measurements.memory) {
@@ -282,6 +302,8 @@ toml::table measurements_table(const Measurements& measurements) {
   }
   if (!kernels.empty()) table.insert("gpu_kernels", std::move(kernels));
   if (measurements.kernel_tuning) table.insert("kernel_tuning", kernel_tuning_table(*measurements.kernel_tuning));
+  if (measurements.read_interference)
+    table.insert("read_interference", read_interference_table(*measurements.read_interference));
   if (!measurements.upload_status.empty() || !measurements.uploads.empty()) {
     toml::array uploads;
     for (const UploadBandwidthPoint& point : measurements.uploads) {

@@ -300,6 +300,31 @@ TEST(ProfileIo, ParallelOverheadRoundTripsAndBadValuesNameTheField) {
       << bad.error().message;
 }
 
+// Schema 6: the expert decode batch alone and beside reads, per thread set.
+TEST(ProfileIo, ReadInterferenceRoundTripsAndBadValuesNameTheField) {
+  DeviceProfile original = tuned_profile();
+  const CpuSet first = CpuSet({original.cpu.usable.pus.cpus().front()});
+  original.measurements.read_interference =
+      ReadInterference{"expert_q4_decode", 1 << 20, 4, true, "", {{"kind0:1c", 1, first, 4, 20.7, 18.5, 0.121, 1150, 790, 0.69}}};
+  const std::string text = profile_to_toml(original);
+  auto parsed = parse_profile(text, "interference.toml");
+  ASSERT_TRUE(parsed.ok()) << parsed.error().message << "\n" << text;
+  EXPECT_EQ(*parsed, original);
+  EXPECT_EQ(profile_to_toml(*parsed), text);
+  // A v5 file has no such table and still loads.
+  auto v5 = parse_profile(profile_to_toml(tuned_profile()), "v5.toml");
+  ASSERT_TRUE(v5.ok()) << v5.error().message;
+  EXPECT_FALSE(v5->measurements.read_interference);
+  int line = 0;
+  auto bad = parse_profile(with_field(text, "[[measurements.read_interference.points]]", "slowdown", "-2", &line), "bad.toml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("'measurements.read_interference.points[0].slowdown' = -2"), std::string::npos)
+      << bad.error().message;
+  auto wrong_pus = parse_profile(with_field(text, "[[measurements.read_interference.points]]", "threads", "2", &line), "bad.toml");
+  ASSERT_FALSE(wrong_pus.ok());
+  EXPECT_NE(wrong_pus.error().message.find("one PU per thread"), std::string::npos) << wrong_pus.error().message;
+}
+
 // Schema 5: two CUDA devices with their locality and the link between them.
 DeviceProfile two_gpu_profile() {
   DeviceProfile p = sample_profile();

@@ -26,7 +26,10 @@ namespace coli {
 //     NUMA node, local CPUs, PCIe link) and [[gpus.links]] between pairs of
 //     CUDA devices (NVLink / PCIe path, spec and measured peer bandwidth);
 //     optional, so v1-v4 files read as before.
-inline constexpr int kDeviceProfileSchemaVersion = 5;
+// v6: [measurements.read_interference] (the expert decode batch timed with
+//     the engine's I/O pool reading beside it, per thread set); optional,
+//     so v1-v5 files read as before.
+inline constexpr int kDeviceProfileSchemaVersion = 6;
 
 // ---------------------------------------------------------------- CPU facts
 
@@ -372,6 +375,44 @@ struct KernelTuning {
   bool operator==(const KernelTuning&) const = default;
 };
 
+// How much slower the engine's expert decode batch (expert_q4_decode) runs
+// on one thread set while the engine's I/O pool keeps a read of the disk
+// test file in flight: where the team holds every core, a read's CPU work
+// (its submission and completion, the copy without O_DIRECT, a hypervisor's
+// disk emulation) comes out of the team's time. The 2-core VM decoded the
+// OLMoE shape at 2 threads in 21.9 ms a token streaming against 18.9
+// resident, 0.8 ms of it waiting for reads: its compute slowed while the
+// reads ran. Slices alone and with reads alternate, so the machine's drift
+// touches both alike. The reads' own rate beside the kernel says how much of
+// a read's time the compute beside it really hides.
+struct ReadInterferencePoint {
+  std::string thread_set;  // candidate name, as the kernel points'
+  int threads = 0;
+  CpuSet pus;
+  int pairs = 0;                  // (alone, with reads) slice pairs timed
+  double alone_gb_per_s = 0;      // median over the alone slices (each its calls' median)
+  double with_reads_gb_per_s = 0; // median over the slices with reads in flight
+  double slowdown = 0;            // median over the pairs of alone / with reads, less 1 (below 0: noise)
+  // The reads' side: reads landed per second with the calling thread asleep
+  // (a layer waiting) and beside the kernel, and the median over the pairs
+  // of beside / alone: how far reads get while the team computes (near 1
+  // with a core to spare; the 2-core VM's 2 threads left them ...).
+  double reads_alone_per_s = 0;
+  double reads_beside_per_s = 0;
+  double read_progress = 1;
+  bool operator==(const ReadInterferencePoint&) const = default;
+};
+
+struct ReadInterference {
+  std::string kernel;             // the kernel timed ("expert_q4_decode")
+  std::uint64_t block_bytes = 0;  // one read
+  int io_threads = 0;             // the I/O pool's threads (one read in flight at a time)
+  bool direct_io = false;         // O_DIRECT reads (else the page cache's copy)
+  std::string note;               // what was left out and why
+  std::vector<ReadInterferencePoint> points;
+  bool operator==(const ReadInterference&) const = default;
+};
+
 // Host-to-device copy bandwidth of one GPU (pinned/staging host memory).
 struct UploadBandwidthPoint {
   std::string backend;     // "cuda" or "vulkan"
@@ -390,6 +431,7 @@ struct Measurements {
   std::string upload_status;                  // schema 3: what was measured, or why nothing was
   std::vector<UploadBandwidthPoint> uploads;  // schema 3
   std::optional<ParallelOverhead> parallel_overhead;  // schema 4
+  std::optional<ReadInterference> read_interference;  // schema 6
   bool operator==(const Measurements&) const = default;
 };
 
