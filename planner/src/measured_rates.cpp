@@ -413,6 +413,26 @@ std::optional<StepCost> parallel_step_cost(const DeviceProfile& profile, const T
                       std::to_string(best->threads) + " threads"};
 }
 
+std::optional<ReadInterferenceCost> read_interference_cost(const DeviceProfile& profile, const Team& team) {
+  const auto& interference = profile.measurements.read_interference;
+  if (!interference) return std::nullopt;
+  const ReadInterferencePoint* best =
+      nearest_team(interference->points, team, [](const ReadInterferencePoint& p) { return p.alone_gb_per_s > 0; });
+  if (!best) return std::nullopt;
+  const double slowdown = std::max(0.0, best->slowdown), progress = std::clamp(best->read_progress, 0.0, 1.0);
+  return ReadInterferenceCost{
+      slowdown, progress,
+      "compute " + format_fixed(100 * slowdown, 1) + "% slower while a read is in flight, the read at " +
+          format_fixed(100 * progress, 0) + "% of its speed alone (" + interference->kernel +
+          " on " + best->thread_set + ": " + format_fixed(best->alone_gb_per_s, 1) + " GB/s alone, " +
+          format_fixed(best->with_reads_gb_per_s, 1) + " beside " + format_bytes(interference->block_bytes) +
+          (interference->direct_io ? " O_DIRECT" : " buffered") + " reads, median of " +
+          std::to_string(best->pairs) + " pairs; " + format_fixed(best->reads_beside_per_s, 0) + " reads/s beside it, " +
+          format_fixed(best->reads_alone_per_s, 0) + " alone" +
+          (best->slowdown < 0 ? "; the kernel faster beside them: noise, counted 0" : "") +
+          (best->read_progress > 1 ? "; the reads faster beside it: noise, counted 100%" : "") + ")"};
+}
+
 // The tuning phase's decode kernels for the experts (one layer's top-k per
 // call) and for the dense matrices as the model holds them (four separate
 // GEMVs a layer: the int8 GEMV for q8 and q4, the engine's float GEMV for the

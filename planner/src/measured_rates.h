@@ -127,6 +127,19 @@ std::string missing_disk_bandwidth(const DeviceProfile& profile);  // why there 
 std::optional<Bandwidth> vram_bandwidth(const DeviceProfile& profile, const ModelFootprint& fp, const GpuTier& tier);
 std::optional<Bandwidth> upload_bandwidth(const DeviceProfile& profile, const GpuTier& tier, double bytes);
 std::optional<StepCost> parallel_step_cost(const DeviceProfile& profile, const Team& team, ParallelSteps steps);
+// How much longer the team's compute takes while an expert read is in
+// flight, and how far the read gets meanwhile (the probe's
+// read_interference point on the team's PUs, else at the nearest team
+// size): a share of the overlapped time, 0 where the probe measured the
+// kernel no slower, and the reads' rate beside it over their rate alone,
+// at most 1 (past either bound is noise). nullopt without the measurement
+// (profiles before schema 6 and quick ones).
+struct ReadInterferenceCost {
+  double slowdown = 0;
+  double read_progress = 1;  // the reads' speed beside the team's compute / alone, at most 1
+  std::string text;
+};
+std::optional<ReadInterferenceCost> read_interference_cost(const DeviceProfile& profile, const Team& team);
 // The tuning phase's decode kernels for the experts and for the dense
 // matrices, in preference order, and the rate of the first one measured,
 // net of the fork/joins its timed call entered (the expert batch's region

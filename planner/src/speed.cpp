@@ -208,45 +208,56 @@ struct PlanRates {
   double disk_seconds(double reads) const { return disk ? disk->seconds(reads) : 0.0; }
 };
 
-// The expected wait for one layer's (or prefill round's) expert reads:
-// each of the `needed` experts misses with probability `miss`
+// One layer's (or prefill round's) expert reads, expected: the wait for
+// what outlasts the compute beside them, and the compute they overlap.
+struct ReadsBesideCompute {
+  double wait = 0;        // seconds the layer waits for its reads
+  double overlapped = 0;  // seconds of its compute with a read in flight
+};
+
+// Each of the `needed` experts misses with probability `miss`
 // (binomially), the m misses are requested together, and the layer waits
 // for what outlasts `overlap(m)`, the compute it does meanwhile. Misses
 // come whole: one miss costs a whole read however rare it is, which a mean
 // (a fraction of a read against all of the compute) hides. A fractional
 // `needed` (a prefill round's expected distinct experts) interpolates
 // between its neighbours.
-double expected_read_wait(const PlanRates& r, double needed, double miss, const std::function<double(int)>& overlap,
-                          const std::vector<double>& batches = {}) {
-  if (miss <= 0 || !r.disk || needed <= 0) return 0.0;
+// The reads get `progress` of their own speed while the team computes (the
+// probe's read_interference: 1 where a core is free for the I/O threads),
+// so compute C hides progress x C of them.
+ReadsBesideCompute expected_reads(const PlanRates& r, double needed, double miss, const std::function<double(int)>& overlap,
+                                  const std::vector<double>& batches = {}, double progress = 1.0) {
+  if (miss <= 0 || !r.disk || needed <= 0) return {};
+  ReadsBesideCompute out;
+  auto add = [&](double share, int misses) {
+    const double read = r.disk_seconds(misses), compute = overlap(misses);
+    out.wait += share * std::max(0.0, read - progress * compute);
+    out.overlapped += share * (progress > 0 ? std::min(compute, read / progress) : compute);
+  };
   if (!batches.empty()) {  // the replay's own rounds: how often m misses came together
-    double wait = 0;
-    for (std::size_t m = 1; m < batches.size(); ++m) {
-      const int misses = static_cast<int>(m);
-      wait += batches[m] * std::max(0.0, r.disk_seconds(misses) - overlap(misses));
-    }
-    return wait;
+    for (std::size_t m = 1; m < batches.size(); ++m) add(batches[m], static_cast<int>(m));
+    return out;
   }
-  auto wait_of = [&](int n) {
-    double wait = 0, ways = 1;  // ways: n choose m
+  auto spread = [&](int n, double weight) {
+    double ways = 1;  // n choose m
     for (int m = 1; m <= n; ++m) {
       ways = ways * (n - m + 1) / m;
-      const double p_m = ways * std::pow(miss, m) * std::pow(1.0 - miss, n - m);
-      wait += p_m * std::max(0.0, r.disk_seconds(m) - overlap(m));
+      add(weight * ways * std::pow(miss, m) * std::pow(1.0 - miss, n - m), m);
     }
-    return wait;
   };
   const int below = static_cast<int>(std::floor(needed));
   const double above_share = needed - below;
-  return (1.0 - above_share) * wait_of(below) + (above_share > 0 ? above_share * wait_of(below + 1) : 0.0);
+  spread(below, 1.0 - above_share);
+  if (above_share > 0) spread(below + 1, above_share);
+  return out;
 }
 
-// A decode layer's expected wait: its top_k routings, the resident ones
-// (not in VRAM, not missed) computed on the CPU while the misses are read.
-double layer_disk_wait(const PlanRates& r, int top_k, double expert_compute_s) {
-  return expected_read_wait(
+// A decode layer's reads: its top_k routings, the resident ones (not in
+// VRAM, not missed) computed on the CPU while the misses are read.
+ReadsBesideCompute layer_disk_reads(const PlanRates& r, int top_k, double expert_compute_s, double progress) {
+  return expected_reads(
       r, top_k, r.miss, [&](int m) { return std::max(0.0, top_k * (1.0 - r.vram_share) - m) * expert_compute_s; },
-      r.decode_batches);
+      r.decode_batches, progress);
 }
 
 // Decode: seconds per token as planner/README.md's formula says, and its inputs.
@@ -321,7 +332,12 @@ void predict_decode(const DeviceProfile& profile, const ModelFootprint& fp, cons
   const double expert_gbs = streams_at(expert_kernel);
   const double resident_compute_s = layers * top_k * std::max(0.0, 1.0 - r.vram_share - r.miss) *
                                     static_cast<double>(record) / (expert_gbs * 1e9);
-  const double disk_wait_s = layers * layer_disk_wait(r, fp.top_k, static_cast<double>(record) / (expert_gbs * 1e9));
+  // The compute a read overlaps runs slower, and hides less of the read, by what the probe measured beside reads.
+  const auto interference = r.vram ? std::nullopt : read_interference_cost(profile, team);
+  const ReadsBesideCompute layer_reads = layer_disk_reads(r, fp.top_k, static_cast<double>(record) / (expert_gbs * 1e9),
+                                                          interference ? interference->read_progress : 1.0);
+  const double disk_wait_s = layers * layer_reads.wait;
+  const double beside_reads_s = interference ? layers * layer_reads.overlapped * interference->slowdown : 0.0;
   s.decode_disk_reads = layers * top_k * r.miss;
   // The KV cache streams at the RAM rate, or its attention computes longer.
   const auto attention = r.vram ? std::nullopt : prefill_attention_cost(profile, team);
@@ -332,6 +348,7 @@ void predict_decode(const DeviceProfile& profile, const ModelFootprint& fp, cons
       {"KV cache", std::max(kv_read_s, attention_s)},
       {"experts in RAM", experts / (expert_gbs * 1e9)},
       {"experts from disk", disk_wait_s},
+      {"compute beside reads", beside_reads_s},
       {"experts in VRAM", r.vram ? in_vram / (r.vram->gb_per_s * 1e9) : 0.0},
       {"parallel steps", step ? steps.regions * step->seconds + steps.barriers * step->barrier_seconds : 0.0},
       {"sampling", sampling_s},
@@ -350,7 +367,10 @@ void predict_decode(const DeviceProfile& profile, const ModelFootprint& fp, cons
                                        (r.decode_batches.empty() ? std::string("binomially")
                                                                  : std::string("as many at once as the replay's tokens missed")) +
                                        "; " +
-                                      format_fixed(resident_compute_s * 1e3, 2) + " ms/token in all)"
+                                      format_fixed(resident_compute_s * 1e3, 2) + " ms/token in all)" +
+                                      (interference ? " + " + format_fixed(layers * layer_reads.overlapped * 1e3, 3) +
+                                                          " ms/token of that compute beside reads x " + interference->text
+                                                    : std::string(""))
                                 : "") +
                     (r.vram ? " + VRAM " + format_bytes(static_cast<u64>(in_vram)) + "/token (share " +
                                   format_fixed(r.vram_share, 3) + ") / " + r.vram->text
@@ -623,9 +643,12 @@ void predict_prefill(const DeviceProfile& profile, const ModelFootprint& fp, con
   // of a few tokens per expert stream more than they compute).
   const double per_expert_s = std::max(compute.expert_phase_s(), expert_ram_s) / (rounds * layers * distinct);
   const double distinct_miss = distinct > 0 ? reads_per_round / distinct : 0.0;
-  const double disk_s = rounds * layers * expected_read_wait(
-                            r, distinct, distinct_miss, [&](int m) { return std::max(0.0, distinct - m) * per_expert_s; },
-                            r.prompt_batches);
+  const auto interference = r.vram ? std::nullopt : read_interference_cost(profile, team);
+  const ReadsBesideCompute round_reads =
+      expected_reads(r, distinct, distinct_miss, [&](int m) { return std::max(0.0, distinct - m) * per_expert_s; },
+                     r.prompt_batches, interference ? interference->read_progress : 1.0);
+  const double disk_s = rounds * layers * round_reads.wait;
+  const double beside_reads_s = interference ? rounds * layers * round_reads.overlapped * interference->slowdown : 0.0;
   const ExpertBatchSteps steps = r.vram ? ExpertBatchSteps{}
                                         : prefill_expert_steps(profile, fp, team, rounds * layers, round, distinct, distinct_miss);
   const ParallelSteps pass_steps = cpu_prefill_parallel_steps(fp, static_cast<int>(prompt));
@@ -647,14 +670,15 @@ void predict_prefill(const DeviceProfile& profile, const ModelFootprint& fp, con
                      {"compute: the pass's other parallel steps", pass_steps_s / prompt},
                      {"compute: routing", routing_s / prompt},
                      {"memory: weights from RAM", ram_s / prompt},
-                     {"memory: experts from disk", disk_s / prompt}};
+                     {"memory: experts from disk", disk_s / prompt},
+                     {"compute beside reads", beside_reads_s / prompt}};
   // The expert batches stream their weights from RAM (each round its
   // distinct experts'; a few tokens each when rounds are small) while the
   // projections and attention compute on weights read once: each phase
   // takes the longer of its compute and its reads, one after the other.
   const double expert_phase_s = std::max(expert_ram_s, compute.expert_phase_s() + steps.seconds);
   const double other_phase_s = std::max(dense_ram_s, compute.rest_s() + pass_steps_s + routing_s);
-  s.prefill_tok_per_s = prompt / (expert_phase_s + other_phase_s + disk_s);
+  s.prefill_tok_per_s = prompt / (expert_phase_s + other_phase_s + disk_s + beside_reads_s);
   const std::string memory_text = "a " + format_fixed(prompt, 0) + "-token prompt reading dense " + format_bytes(dense) +
                                   " once and, in " + format_fixed(rounds, 0) + " rounds of " + format_fixed(round, 0) + " tokens, " +
                                   format_fixed(distinct, 1) + " distinct experts x " + format_fixed(layers, 0) + " layers each" +
@@ -667,7 +691,11 @@ void predict_prefill(const DeviceProfile& profile, const ModelFootprint& fp, con
                                   "% of the routings miss)" +
                                   (disk_s > 0 ? " (" + r.disk->text + "; each round's misses, " +
                                                     (r.prompt_batches.empty() ? "binomially" : "as many at once as the replay's rounds missed") +
-                                                    ", less its resident experts' time: their GEMMs or, longer, their streaming)"
+                                                    ", less its resident experts' time: their GEMMs or, longer, their streaming" +
+                                                    (interference ? "; " + format_fixed(rounds * layers * round_reads.overlapped * 1e3, 2) +
+                                                                        " ms of that time beside reads x " + interference->text
+                                                                  : std::string()) +
+                                                    ")"
                                               : std::string());
   const std::string pass_text = pass_step ? " + the pass's " + std::to_string(pass_steps.regions) + " other parallel steps (projections, " +
                                                  "attention, norms, rope, residual adds; " + pass_step->text + ")"
