@@ -1,12 +1,37 @@
 #include "measure/retime.h"
 
 #include <algorithm>
+#include <filesystem>
 
 #include "coli/base/text.h"
 #include "measure/parallel_overhead.h"
+#include "measure/read_interference.h"
 #include "measure/stats.h"
 
 namespace coli::probe {
+namespace {
+
+// The profile's reads beside compute timed again on `sets`, in its disk
+// directory with its block size (a profile without them: nothing).
+void retime_interference(const DeviceProfile& profile, const std::vector<ThreadCandidate>& sets, RetimedMeasurements& out) {
+  const auto& before = profile.measurements.read_interference;
+  if (!before || before->block_bytes == 0) return;
+  const std::string directory = profile.measurements.disk ? profile.measurements.disk->directory : "";
+  std::error_code missing;
+  if (directory.empty() || !std::filesystem::is_directory(directory, missing)) {
+    out.interference_note = "reads beside compute not timed again: the profile's disk directory " +
+                            (directory.empty() ? std::string("is not recorded") : directory + " is not on this machine");
+    return;
+  }
+  auto reads = BackgroundReads::open(directory, kInterferenceFileBytes, 1.0, before->block_bytes,
+                                     std::max(1, before->io_threads));
+  auto measured = reads ? measure_read_interference(profile.cpu, profile.memory, sets, **reads, {}, {})
+                        : Result<ReadInterference>(reads.error());
+  if (measured) out.interference = std::move(*measured);
+  else out.interference_note = "reads beside compute not timed again: " + measured.error().message;
+}
+
+}  // namespace
 
 Result<RetimedMeasurements> retime_measurements(const DeviceProfile& profile, const std::vector<ThreadCandidate>& sets,
                                                 double seconds_per_set) {
@@ -21,7 +46,9 @@ Result<RetimedMeasurements> retime_measurements(const DeviceProfile& profile, co
   }
   auto kernels = measure_kernel_tuning(profile.cpu, profile.memory, options, [](std::string_view) {});
   if (!kernels) return make_error("timing the kernels again: " + kernels.error().message);
-  return RetimedMeasurements{std::move(*kernels), measure_parallel_overhead(teams, kParallelOverheadRepetitions)};
+  RetimedMeasurements out{std::move(*kernels), measure_parallel_overhead(teams, kParallelOverheadRepetitions), {}, ""};
+  retime_interference(profile, sets, out);
+  return out;
 }
 
 std::vector<ThreadCandidate> timed_thread_sets(const DeviceProfile& profile, int threads) {
@@ -56,6 +83,11 @@ DeviceProfile with_retimed(const DeviceProfile& profile, const RetimedMeasuremen
     if (!out.measurements.kernel_tuning) out.measurements.kernel_tuning = KernelTuning{};
     replace_points(out.measurements.kernel_tuning->points, retimed.kernels.points,
                    [](const KernelThroughputPoint& a, const KernelThroughputPoint& b) { return a.kernel == b.kernel && a.pus == b.pus; });
+  }
+  if (retimed.interference && !retimed.interference->points.empty()) {
+    if (!out.measurements.read_interference) out.measurements.read_interference = *retimed.interference;
+    replace_points(out.measurements.read_interference->points, retimed.interference->points,
+                   [](const ReadInterferencePoint& a, const ReadInterferencePoint& b) { return a.pus == b.pus; });
   }
   if (!retimed.parallel.points.empty()) {
     if (!out.measurements.parallel_overhead) out.measurements.parallel_overhead = ParallelOverhead{retimed.parallel.repetitions, {}};
@@ -96,6 +128,19 @@ std::string drift_text(const std::vector<SetDrift>& drift) {
   for (const SetDrift& d : drift) {
     if (!out.empty()) out += ", ";
     out += d.thread_set + " " + format_fixed(d.ratio, 2) + "x (" + std::to_string(d.kernels) + " kernels)";
+  }
+  return out;
+}
+
+std::string interference_drift_text(const DeviceProfile& profile, const RetimedMeasurements& retimed) {
+  const auto& before = profile.measurements.read_interference;
+  if (!before) return "";
+  if (!retimed.interference) return retimed.interference_note.empty() ? "" : "; " + retimed.interference_note;
+  std::string out;
+  for (const ReadInterferencePoint& p : retimed.interference->points) {
+    auto old = std::find_if(before->points.begin(), before->points.end(), [&](const ReadInterferencePoint& q) { return q.pus == p.pus; });
+    out += (out.empty() ? "; beside reads " : ", ") + p.thread_set + " " + format_fixed(100 * p.slowdown, 0) + "%" +
+           (old != before->points.end() ? " (was " + format_fixed(100 * old->slowdown, 0) + "%)" : "");
   }
   return out;
 }

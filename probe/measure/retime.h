@@ -7,6 +7,7 @@
 // coli-plan --retime and coli-sweep --retime both use it.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,11 +20,16 @@ namespace coli::probe {
 struct RetimedMeasurements {
   KernelTuning kernels;
   ParallelOverhead parallel;
+  // The sets' slowdown beside reads, where the profile measured it and its
+  // disk directory is here; `interference_note` says why not otherwise.
+  std::optional<ReadInterference> interference;
+  std::string interference_note;
 };
 
 // The tuning phase over `sets` (seconds_per_set each, as the probe gives each
-// set 4) and OpenMP's fixed costs for their team sizes. An error when `sets`
-// is empty or the tuning fails.
+// set 4), OpenMP's fixed costs for their team sizes and, where the profile
+// has them, the sets' slowdown beside reads (in the profile's disk
+// directory). An error when `sets` is empty or the tuning fails.
 Result<RetimedMeasurements> retime_measurements(const DeviceProfile& profile, const std::vector<ThreadCandidate>& sets,
                                                 double seconds_per_set);
 
@@ -49,5 +55,8 @@ struct SetDrift {
 };
 std::vector<SetDrift> kernel_drift(const DeviceProfile& profile, const KernelTuning& retimed);
 std::string drift_text(const std::vector<SetDrift>& drift);  // "kind0:1c 0.78x (31 kernels), kind0:2c 0.95x (31 kernels)"
+// "; beside reads kind0:1c +12% (was +10%), kind0:2c +30% (was +34%)", or
+// why they were not timed again; "" where the profile had none.
+std::string interference_drift_text(const DeviceProfile& profile, const RetimedMeasurements& retimed);
 
 }  // namespace coli::probe

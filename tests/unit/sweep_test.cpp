@@ -517,6 +517,29 @@ TEST(SweepRetime, RetimedPointsReplaceTheirOwnAndTheDriftIsTheirMedianRatio) {
   EXPECT_EQ(probe::drift_text({}), "no kernel point of the profile was timed again");
 }
 
+// Reads beside compute timed again replace the point of their PUs, and the
+// drift says where each stands now against the profile.
+TEST(SweepRetime, ReadInterferenceTimedAgainReplacesItsSetAndSaysHowItMoved) {
+  DeviceProfile profile;
+  const auto point = [](const char* set, const char* pus, double slowdown) {
+    auto cpus = CpuSet::parse(pus);
+    return ReadInterferencePoint{set, cpus->size(), *cpus, 4, 30, 30 / (1 + slowdown), slowdown, 1000, 1000, 1};
+  };
+  probe::RetimedMeasurements now;
+  EXPECT_EQ(probe::interference_drift_text(profile, now), "") << "the profile measured none";
+  profile.measurements.read_interference =
+      ReadInterference{"expert_q4_decode", 1 << 20, 4, true, "", {point("kind0:1c", "0", 0.10), point("kind0:2c", "0-1", 0.34)}};
+  now.interference_note = "reads beside compute not timed again: the profile's disk directory /d is not on this machine";
+  EXPECT_EQ(probe::interference_drift_text(profile, now), "; " + now.interference_note);
+  now.interference = ReadInterference{"expert_q4_decode", 1 << 20, 4, true, "", {point("kind0:2c", "0-1", 0.20)}};
+  EXPECT_EQ(probe::interference_drift_text(profile, now), "; beside reads kind0:2c 20% (was 34%)");
+  const DeviceProfile retimed = probe::with_retimed(profile, now);
+  const auto& points = retimed.measurements.read_interference->points;
+  ASSERT_EQ(points.size(), 2u);
+  EXPECT_DOUBLE_EQ(points[0].slowdown, 0.10);  // kind0:1c was not timed again
+  EXPECT_DOUBLE_EQ(points[1].slowdown, 0.20);
+}
+
 TEST(SweepRetime, ReadRoundDriftComparesOneReadRoundsOfTheSameSetting) {
   auto rounds = [](int team, int one_read_rounds, double seconds) {
     experts::ReadRounds r;
