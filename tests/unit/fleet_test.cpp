@@ -22,8 +22,21 @@ const fs::path kMachines = kFixtures / "machines";
 const fs::path kH200Gpus = kFixtures / "gpus/nvidia-h200/gpus.toml";
 constexpr std::uint64_t kGiB = 1ull << 30;
 
+// This process's scratch directory, removed when it exits (ctest runs each
+// test in a process of its own: nothing is left in the temporary directory).
+const fs::path& scratch_root() {
+  static const struct Root {
+    fs::path path;
+    ~Root() {
+      std::error_code ignored;
+      fs::remove_all(path, ignored);
+    }
+  } root{fs::temp_directory_path() / ("coli_fleet_test_" + std::to_string(::getpid()))};
+  return root.path;
+}
+
 fs::path scratch(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("coli_fleet_test_" + std::to_string(::getpid())) / name;
+  const fs::path dir = scratch_root() / name;
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir;

@@ -127,9 +127,22 @@ TEST(MachineFixtures, FingerprintsTellMachinesApart) {
 const fs::path kEpyc = fs::path(COLI_FIXTURES_DIR) / "machines" / "amd-epyc-2s";
 constexpr std::uint64_t kEpycNumaTotal = 270193930240ull + 270579572736ull;  // local_memory in topology.xml
 
+// This process's scratch directory, removed when it exits (ctest runs each
+// test in a process of its own: nothing is left in the temporary directory).
+const fs::path& scratch_root() {
+  static const struct Root {
+    fs::path path;
+    ~Root() {
+      std::error_code ignored;
+      fs::remove_all(path, ignored);
+    }
+  } root{fs::temp_directory_path() / ("coli_replay_" + std::to_string(::getpid()))};
+  return root.path;
+}
+
 // A copy of the EPYC recording with only `files` (relative paths) in it.
 fs::path partial_recording(const std::string& name, const std::vector<std::string>& files) {
-  const fs::path dir = fs::temp_directory_path() / ("coli_replay_" + std::to_string(::getpid())) / name;
+  const fs::path dir = scratch_root() / name;
   fs::remove_all(dir);
   for (const std::string& file : files) {
     fs::create_directories((dir / file).parent_path());
