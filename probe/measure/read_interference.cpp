@@ -198,6 +198,14 @@ Result<ReadInterferencePoint> time_set(const ThreadCandidate& set, DecodeBatch& 
 
 }  // namespace
 
+ReadInterferenceOptions read_interference_options(double budget_seconds, std::size_t sets) {
+  ReadInterferenceOptions options;
+  const double slices = static_cast<double>(std::max<std::size_t>(1, sets)) * options.pairs * 3;
+  options.slice_seconds = std::clamp(0.1 * budget_seconds / slices, 0.01, 0.05);
+  options.fill_seconds = std::min(2.0, 0.05 * budget_seconds);
+  return options;
+}
+
 Result<ReadInterference> measure_read_interference(const CpuFacts& cpu, const MemoryFacts& memory,
                                                    const std::vector<ThreadCandidate>& sets, BackgroundReads& reads,
                                                    const ReadInterferenceOptions& options, const ProgressFn& progress) {
@@ -209,7 +217,7 @@ Result<ReadInterference> measure_read_interference(const CpuFacts& cpu, const Me
   if (!pool_bytes) return pool_bytes.error();
   WeightPool pool(*pool_bytes);
   if (!pool.mapped()) return make_error("read interference: could not map " + format_bytes(*pool_bytes) + " of test weights");
-  pool.fill(Clock::now() + std::chrono::seconds(2));
+  pool.fill(Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options.fill_seconds)));
 
   ReadInterference out{"expert_q4_decode", reads.block_bytes(), reads.io_threads(), reads.direct(), "", {}};
   Unpin unpin;

@@ -56,7 +56,13 @@ struct ReadInterferenceOptions {
   int pairs = 4;                // (alone, with reads) slice pairs per set, the order alternating
   double slice_seconds = 0.05;  // each slice's calls
   std::uint64_t pool_bytes = 0; // test weights; 0 = tuning_pool_bytes' default
+  double fill_seconds = 2;      // first-touching them, at most (at least kSmallestPool)
 };
+
+// Options within `budget_seconds` of a probe for `sets` thread sets: a
+// tenth of it over every slice (each 10-50 ms) and a twentieth (at most 2 s)
+// for the test weights.
+ReadInterferenceOptions read_interference_options(double budget_seconds, std::size_t sets);
 
 // The expert decode batch (expert_q4_decode's call: one token on 8
 // OLMoE-shaped int4 experts) on each of `sets`, pinned as the tuning phase

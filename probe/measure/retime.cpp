@@ -25,7 +25,7 @@ void retime_interference(const DeviceProfile& profile, const std::vector<ThreadC
   }
   auto reads = BackgroundReads::open(directory, kInterferenceFileBytes, 1.0, before->block_bytes,
                                      std::max(1, before->io_threads));
-  auto measured = reads ? measure_read_interference(profile.cpu, profile.memory, sets, **reads, {}, {})
+  auto measured = reads ? measure_read_interference(profile.cpu, profile.memory, sets, **reads, ReadInterferenceOptions{}, {})
                         : Result<ReadInterference>(reads.error());
   if (measured) out.interference = std::move(*measured);
   else out.interference_note = "reads beside compute not timed again: " + measured.error().message;

@@ -241,8 +241,9 @@ Status measure_disk(const ProbeOptions& options, DeviceProfile& profile) {
 
 // Reads beside compute (schema 6): the expert decode batch on the sets the
 // tuning phase timed, alone and beside 1 MiB reads of a 64 MiB test file in
-// the disk's directory, a few seconds in all. Left out, and said, without a
-// measured disk or kernel points.
+// the disk's directory, about a tenth of the budget beside the writing of
+// the file and the weights (read_interference_options). Left out, and
+// said, without a measured disk or kernel points.
 void measure_interference(const ProbeOptions& options, DeviceProfile& profile) {
   const auto& disk = profile.measurements.disk;
   if (!disk || disk->points.empty() || !profile.measurements.kernel_tuning) {
@@ -251,8 +252,10 @@ void measure_interference(const ProbeOptions& options, DeviceProfile& profile) {
   }
   auto reads = probe::BackgroundReads::open(disk->directory, probe::kInterferenceFileBytes, 1.0, probe::kInterferenceBlockBytes,
                                             kDefaultIoThreads);
-  auto measured = reads ? probe::measure_read_interference(profile.cpu, profile.memory, probe::timed_thread_sets(profile),
-                                                           **reads, {}, options.progress)
+  const auto sets = probe::timed_thread_sets(profile);
+  auto measured = reads ? probe::measure_read_interference(profile.cpu, profile.memory, sets, **reads,
+                                                           probe::read_interference_options(options.budget_seconds, sets.size()),
+                                                           options.progress)
                         : Result<ReadInterference>(reads.error());
   if (measured) profile.measurements.read_interference = std::move(*measured);
   else report(options, "read interference not measured: " + measured.error().message);

@@ -76,6 +76,8 @@ check "full probe exits 0" test $? -eq 0
 check "full mode recorded" contains "$work/full.toml" "^mode = 'full'"
 check "memory bandwidth measured" contains "$work/full.toml" "^\[measurements.memory_bandwidth\]"
 check "disk bandwidth measured" contains "$work/full.toml" "^\[measurements.disk\]"
+check "reads beside compute measured" contains "$work/full.toml" "^\[measurements.read_interference\]"
+check "and summarised" contains "$work/full.out" "^reads       expert_q4_decode slower by"
 check "disk test file removed" test "$(ls "$work" | grep -vc -E '\.(toml|out|err|json)$')" -eq 0
 
 # Issue 12: a --disk-dir that cannot be measured is an error naming it and the

@@ -106,5 +106,19 @@ TEST(ReadInterference, TimesEverySetItCanPinAndNamesTheOthers) {
   EXPECT_GT((*reads)->reads_done(), 0u) << "the slices beside reads really had reads beside them";
 }
 
+// A tenth of the probe's budget over the slices, each 10-50 ms; a
+// twentieth, at most 2 s, for the test weights.
+TEST(ReadInterference, OptionsShareTheProbesBudget) {
+  const ReadInterferenceOptions small = read_interference_options(4, 2);  // 2 sets x 4 pairs x 3 slices
+  EXPECT_NEAR(small.slice_seconds, 0.4 / 24, 1e-12);
+  EXPECT_NEAR(small.fill_seconds, 0.2, 1e-12);
+  const ReadInterferenceOptions usual = read_interference_options(25, 2);
+  EXPECT_DOUBLE_EQ(usual.slice_seconds, 0.05);
+  EXPECT_DOUBLE_EQ(usual.fill_seconds, 1.25);
+  const ReadInterferenceOptions many = read_interference_options(1, 40);
+  EXPECT_DOUBLE_EQ(many.slice_seconds, 0.01);
+  EXPECT_DOUBLE_EQ(read_interference_options(1000, 8).fill_seconds, 2.0);
+}
+
 }  // namespace
 }  // namespace coli::probe
