@@ -340,6 +340,7 @@ std::optional<DiskReads> disk_reads(const DeviceProfile& profile, u64 record_str
   if (chosen.rounds) {
     reads->text += measured_curve_text(*chosen.rounds, chosen.curve, reads->one_read_s);
     reads->batch_seconds = std::move(chosen.curve);
+    reads->beside_the_team = true;
     reads->one_read_s = reads->batch_seconds.front().second;
   } else if (!chosen.other_teams.empty()) {
     reads->text += other_teams_text(chosen.other_teams, compute_threads);

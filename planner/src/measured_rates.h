@@ -106,6 +106,10 @@ struct DiskReads {
   // plan's I/O threads): seconds of a batch of `reads` records submitted
   // together and waited for, by batch size, smallest first (the first is 1).
   std::vector<std::pair<double, double>> batch_seconds;
+  // The batches are the engine's own read rounds, timed while the plan's
+  // team computed beside them (a usage history's): already as slow as the
+  // team's compute leaves them, where the probe's ran beside nothing.
+  bool beside_the_team = false;
   // Expected seconds for `reads` records requested together and all waited
   // for (a layer's or a prefill round's misses): below one read, that share
   // of a lone read; else the measured batches interpolated (beyond the

@@ -224,7 +224,7 @@ struct ReadsBesideCompute {
 // between its neighbours.
 // The reads get `progress` of their own speed while the team computes (the
 // probe's read_interference: 1 where a core is free for the I/O threads),
-// so compute C hides progress x C of them.
+// so compute C hides progress x C of them (read_progress below).
 ReadsBesideCompute expected_reads(const PlanRates& r, double needed, double miss, const std::function<double(int)>& overlap,
                                   const std::vector<double>& batches = {}, double progress = 1.0) {
   if (miss <= 0 || !r.disk || needed <= 0) return {};
@@ -250,6 +250,17 @@ ReadsBesideCompute expected_reads(const PlanRates& r, double needed, double miss
   spread(below, 1.0 - above_share);
   if (above_share > 0) spread(below + 1, above_share);
   return out;
+}
+
+// How far reads get beside the team's compute: the probe's figure for reads
+// it timed beside nothing (its engine_pool points), 1 for the engine's own
+// rounds timed beside this team, which are as slow as the team left them.
+double read_progress(const PlanRates& r, const std::optional<ReadInterferenceCost>& interference) {
+  return interference && r.disk && !r.disk->beside_the_team ? interference->read_progress : 1.0;
+}
+
+std::string rounds_note(const PlanRates& r) {
+  return r.disk && r.disk->beside_the_team ? " (the reads' own speed: the engine's rounds were timed beside this team)" : "";
 }
 
 // A decode layer's reads: its top_k routings, the resident ones (not in
@@ -335,7 +346,7 @@ void predict_decode(const DeviceProfile& profile, const ModelFootprint& fp, cons
   // The compute a read overlaps runs slower, and hides less of the read, by what the probe measured beside reads.
   const auto interference = r.vram ? std::nullopt : read_interference_cost(profile, team);
   const ReadsBesideCompute layer_reads = layer_disk_reads(r, fp.top_k, static_cast<double>(record) / (expert_gbs * 1e9),
-                                                          interference ? interference->read_progress : 1.0);
+                                                          read_progress(r, interference));
   const double disk_wait_s = layers * layer_reads.wait;
   const double beside_reads_s = interference ? layers * layer_reads.overlapped * interference->slowdown : 0.0;
   s.decode_disk_reads = layers * top_k * r.miss;
@@ -369,7 +380,8 @@ void predict_decode(const DeviceProfile& profile, const ModelFootprint& fp, cons
                                        "; " +
                                       format_fixed(resident_compute_s * 1e3, 2) + " ms/token in all)" +
                                       (interference ? " + " + format_fixed(layers * layer_reads.overlapped * 1e3, 3) +
-                                                          " ms/token of that compute beside reads x " + interference->text
+                                                          " ms/token of that compute beside reads x " + interference->text +
+                                                          rounds_note(r)
                                                     : std::string(""))
                                 : "") +
                     (r.vram ? " + VRAM " + format_bytes(static_cast<u64>(in_vram)) + "/token (share " +
@@ -646,7 +658,7 @@ void predict_prefill(const DeviceProfile& profile, const ModelFootprint& fp, con
   const auto interference = r.vram ? std::nullopt : read_interference_cost(profile, team);
   const ReadsBesideCompute round_reads =
       expected_reads(r, distinct, distinct_miss, [&](int m) { return std::max(0.0, distinct - m) * per_expert_s; },
-                     r.prompt_batches, interference ? interference->read_progress : 1.0);
+                     r.prompt_batches, read_progress(r, interference));
   const double disk_s = rounds * layers * round_reads.wait;
   const double beside_reads_s = interference ? rounds * layers * round_reads.overlapped * interference->slowdown : 0.0;
   const ExpertBatchSteps steps = r.vram ? ExpertBatchSteps{}
@@ -693,7 +705,8 @@ void predict_prefill(const DeviceProfile& profile, const ModelFootprint& fp, con
                                                     (r.prompt_batches.empty() ? "binomially" : "as many at once as the replay's rounds missed") +
                                                     ", less its resident experts' time: their GEMMs or, longer, their streaming" +
                                                     (interference ? "; " + format_fixed(rounds * layers * round_reads.overlapped * 1e3, 2) +
-                                                                        " ms of that time beside reads x " + interference->text
+                                                                        " ms of that time beside reads x " + interference->text +
+                                                                        rounds_note(r)
                                                                   : std::string()) +
                                                     ")"
                                               : std::string());

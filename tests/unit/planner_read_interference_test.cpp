@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "coli/planner/plan.h"
+#include "coli/experts/usage_history.h"
 #include "coli/planner/speed.h"
 #include "planner_fixtures.h"
 
@@ -121,6 +122,32 @@ TEST(PlanSpeed, ReadsSlowedBesideComputeHideLessOfTheirTime) {
   EXPECT_NEAR(term_seconds(faster.decode_terms, "experts from disk"),
               layers * (0.5 * (s.batch_s(1) - compute_s) + 0.25 * s.batch_s(2)), 1e-12);
   EXPECT_NE(faster.decode_inputs.find("the reads faster beside it: noise, counted 100%"), std::string::npos);
+}
+
+// The engine's own read rounds, timed while this team computed beside them
+// (a usage history's), are as slow as the team left them: the reads'
+// progress beside compute is already in them and is not applied again;
+// the compute's slowdown still is.
+TEST(PlanSpeed, ReadRoundsTimedBesideTheTeamCarryTheirOwnProgress) {
+  const double ram_gbs = 0.3;
+  StreamingPlan s = streaming_setup(ram_gbs);
+  s.profile.measurements.read_interference = interference(0.2, 0.5);
+  const double layers = s.fp.moe_layer_count();
+  const double compute_s = static_cast<double>(s.fp.expert().record_bytes) / (ram_gbs * 1e9);
+  auto history = experts::UsageHistory::create({static_cast<int>(layers), s.fp.n_experts, s.fp.top_k, "tiny-test"});
+  ASSERT_TRUE(history.ok());
+  std::vector<std::vector<std::uint64_t>> uniform(static_cast<std::size_t>(layers),
+                                                  std::vector<std::uint64_t>(static_cast<std::size_t>(s.fp.n_experts), 10));
+  ASSERT_TRUE(history->add_counts(uniform, 40).ok());
+  experts::ReadRounds rounds;
+  rounds.record_bytes = s.fp.expert().record_stride, rounds.io_threads = 4, rounds.compute_threads = s.plan.threads;
+  for (int i = 0; i < 3; ++i) rounds.add(1, 0.5e-3), rounds.add(2, 0.8e-3);
+  ASSERT_TRUE(history->set_read_rounds(rounds).ok());
+  const SpeedPrediction p = predict_speed(s.profile, s.fp, s.plan, &*history);
+  ASSERT_NEAR(p.hit_rate, 0.5, 1e-12);
+  EXPECT_NEAR(term_seconds(p.decode_terms, "experts from disk"), layers * (0.5 * (0.5e-3 - compute_s) + 0.25 * 0.8e-3), 1e-12);
+  EXPECT_NEAR(term_seconds(p.decode_terms, "compute beside reads"), layers * 0.5 * compute_s * 0.2, 1e-12);
+  EXPECT_NE(p.decode_inputs.find("the engine's rounds were timed beside this team"), std::string::npos) << p.decode_inputs;
 }
 
 // A kernel the probe timed faster beside reads is noise: no term, and the
