@@ -614,7 +614,7 @@ std::string sweep_table(const SweepReport& r) {
     out += "prefill: " + prediction_line(r, r.predictions, Metric::prefill) + "\n";
   }
   if (!r.retimed.empty()) {
-    out += "--retime: the profile's kernel points and OpenMP costs timed again before each repeat (re-timed / profile GB/s):\n";
+    out += "--retime: the profile's kernel points, OpenMP costs and reads beside compute timed again before each repeat (re-timed / profile GB/s):\n";
     for (const RetimedRepeat& rep : r.retimed)
       out += "  repeat " + std::to_string(rep.repeat + 1) + " (" + format_fixed(rep.seconds, 1) + " s): " + rep.drift + "\n";
     const std::vector<ConfigPrediction> retimed = retimed_predictions(r);
