@@ -12,6 +12,7 @@
 #include "coli/planner/plan.h"
 #include "coli/probe/fleet_machine.h"
 #include "coli/probe/profile_io.h"
+#include "test_support.h"
 
 namespace coli::fleet {
 namespace {
@@ -25,14 +26,8 @@ constexpr std::uint64_t kGiB = 1ull << 30;
 // This process's scratch directory, removed when it exits (ctest runs each
 // test in a process of its own: nothing is left in the temporary directory).
 const fs::path& scratch_root() {
-  static const struct Root {
-    fs::path path;
-    ~Root() {
-      std::error_code ignored;
-      fs::remove_all(path, ignored);
-    }
-  } root{fs::temp_directory_path() / ("coli_fleet_test_" + std::to_string(::getpid()))};
-  return root.path;
+  static const testing_support::TempDir root("coli_fleet_test");
+  return root.path();
 }
 
 fs::path scratch(const std::string& name) {

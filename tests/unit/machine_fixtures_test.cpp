@@ -16,6 +16,7 @@
 #include "coli/probe/probe.h"
 #include "coli/probe/profile_io.h"
 #include "memory/memory_facts.h"
+#include "test_support.h"
 
 namespace coli {
 namespace {
@@ -130,14 +131,8 @@ constexpr std::uint64_t kEpycNumaTotal = 270193930240ull + 270579572736ull;  // 
 // This process's scratch directory, removed when it exits (ctest runs each
 // test in a process of its own: nothing is left in the temporary directory).
 const fs::path& scratch_root() {
-  static const struct Root {
-    fs::path path;
-    ~Root() {
-      std::error_code ignored;
-      fs::remove_all(path, ignored);
-    }
-  } root{fs::temp_directory_path() / ("coli_replay_" + std::to_string(::getpid()))};
-  return root.path;
+  static const testing_support::TempDir root("coli_replay");
+  return root.path();
 }
 
 // A copy of the EPYC recording with only `files` (relative paths) in it.

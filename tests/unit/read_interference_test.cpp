@@ -13,27 +13,13 @@
 #include <gtest/gtest.h>
 
 #include "measure/read_interference.h"
+#include "test_support.h"
 
 namespace coli::probe {
 namespace {
 
 constexpr std::uint64_t kMiB = 1ull << 20;
 
-class Scratch {
- public:
-  Scratch() {
-    std::string name = (std::filesystem::temp_directory_path() / "coli-read-interference-XXXXXX").string();
-    if (mkdtemp(name.data())) path_ = name;
-  }
-  ~Scratch() {
-    std::error_code ignored;
-    if (!path_.empty()) std::filesystem::remove_all(path_, ignored);
-  }
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
 
 int first_usable_pu() {
   cpu_set_t mask;
@@ -51,7 +37,7 @@ bool landed_more_than(const BackgroundReads& reads, std::uint64_t after) {
 }
 
 TEST(BackgroundReads, ReadWhileStartedStopAndLeaveNoFile) {
-  Scratch scratch;
+  testing_support::TempDir scratch("coli-read-interference");
   ASSERT_FALSE(scratch.path().empty());
   auto reads = BackgroundReads::open(scratch.path(), 32 * kMiB, 2.0, 1 * kMiB, 2);
   ASSERT_TRUE(reads.ok()) << reads.error().message;
@@ -70,7 +56,7 @@ TEST(BackgroundReads, ReadWhileStartedStopAndLeaveNoFile) {
 }
 
 TEST(BackgroundReads, ABlockTheDiskCannotReadOrAMissingDirectoryIsAnError) {
-  Scratch scratch;
+  testing_support::TempDir scratch("coli-read-interference");
   auto odd = BackgroundReads::open(scratch.path(), 32 * kMiB, 1.0, 1000, 1);
   ASSERT_FALSE(odd.ok());
   EXPECT_NE(odd.error().message.find("multiple of 4096"), std::string::npos) << odd.error().message;
@@ -84,7 +70,7 @@ TEST(BackgroundReads, ABlockTheDiskCannotReadOrAMissingDirectoryIsAnError) {
 // One set on a usable PU gets a point of positive rates; a set on a PU the
 // process may not use is left out and the note says why.
 TEST(ReadInterference, TimesEverySetItCanPinAndNamesTheOthers) {
-  Scratch scratch;
+  testing_support::TempDir scratch("coli-read-interference");
   auto reads = BackgroundReads::open(scratch.path(), 32 * kMiB, 2.0, 1 * kMiB, 1);
   ASSERT_TRUE(reads.ok()) << reads.error().message;
   const ThreadCandidate usable{"kind0:1c", CpuSet({first_usable_pu()}), 1, false, 0};
