@@ -415,7 +415,8 @@ TEST(EnginePreload, EveryResidentExpertIsReadAtLoadWithTheSameTokens) {
 }
 
 // Every round that read is timed from its submission to its last read
-// landing, filed by its read count: the rounds hold exactly the misses,
+// landing (and, where the compute thread was still waiting then, its
+// wake-up after it), filed by its read count: the rounds hold exactly the misses,
 // and a round of m reads takes at least as long as its reads did one by
 // one shared among m threads at most (the pool's 4 threads).
 TEST(EngineReadRounds, EveryRoundThatReadIsFiledByItsReadCount) {
@@ -436,8 +437,12 @@ TEST(EngineReadRounds, EveryRoundThatReadIsFiledByItsReadCount) {
   EXPECT_EQ(reads, run.stats.expert_misses);
   EXPECT_GT(rounds, 0u);
   EXPECT_GE(seconds, run.stats.expert_read_seconds / 4 * 0.999);
+  // Rounds whose compute thread was still waiting at their last landing: some of them, each woken once.
+  EXPECT_LE(batches.waited, rounds);
+  EXPECT_GE(batches.wake_seconds, 0.0);
   const experts::ReadRounds none = experts::ReadRounds::between(batches, batches);
   EXPECT_EQ(std::accumulate(none.rounds.begin(), none.rounds.end(), std::uint64_t{0}), 0u);
+  EXPECT_EQ(none.waited, 0u);
 }
 
 }  // namespace coli

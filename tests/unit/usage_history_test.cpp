@@ -42,6 +42,7 @@ UsageHistory sample_history() {
   ReadRounds rounds;
   rounds.record_bytes = 8192, rounds.io_threads = 4, rounds.compute_threads = 2;
   rounds.add(1, 0.001), rounds.add(1, 0.002), rounds.add(1, 0.003), rounds.add(3, 0.0045);
+  rounds.add_wake(0.25e-4), rounds.add_wake(0.25e-4);  // two waited for their last read: 50 us of wake-ups
   EXPECT_TRUE(history->set_read_rounds(rounds).ok());
   return std::move(history).value();
 }
@@ -313,10 +314,14 @@ TEST(UsageHistory, ContentErrorsBehindAValidChecksumAreReported) {
   expect_refused(edit("read_rounds 2 8192", "read_rounds 2 0"), "rounds without a record size");
   expect_refused(edit("read_rounds 2 8192 4 3 3", "read_rounds 2 8192 4 3 x"), "rounds of 1 reads need");
   expect_refused(edit("read_rounds 2 8192 4 3 3 0.006", "read_rounds 2 8192 4 3 3 -0.006"), "rounds of 1 reads need");
+  expect_refused(edit("0.0045 2 5e-05", "0.0045 2 -5e-05"), "the waited rounds need");
+  expect_refused(edit("0.0045 2 5e-05", "0.0045 x 5e-05"), "the waited rounds need");
+  expect_refused(edit("0.0045 2 5e-05", "0.0045 2"), "read_rounds line is malformed");
 }
 
 // Version 5 added the latest run's read rounds (record size, I/O threads,
-// rounds and seconds by read count), version 6 one set per compute team;
+// rounds and seconds by read count), version 6 one set per compute team,
+// version 7 the rounds that waited for their last read and the wake-ups;
 // version 4 files (without them) still load, with none, and version 5's one
 // set loads with its team unrecorded (0). A merge takes the newer run's
 // rounds where it read any, and a run that read nothing leaves the ones
@@ -334,7 +339,16 @@ TEST(UsageHistory, ReadRoundsRoundTripAndTheNewerRunsReplaceTheOlder) {
   EXPECT_DOUBLE_EQ(r.seconds[1], 0.006);
   EXPECT_EQ(r.rounds[2], 0u);
   EXPECT_EQ(r.rounds[3], 1u);
-  EXPECT_NE(history.serialize().find("\nread_rounds 2 8192 4 3 3 0.006 0 0 1 0.0045\n"), std::string::npos);
+  EXPECT_EQ(r.waited, 2u);
+  EXPECT_DOUBLE_EQ(r.wake_seconds, 0.5e-4);
+  EXPECT_NE(history.serialize().find("\nread_rounds 2 8192 4 3 3 0.006 0 0 1 0.0045 2 5e-05\n"), std::string::npos)
+      << history.serialize();
+  // Version 6 recorded no wake-ups: none.
+  const std::string version6 = body_of(as_version(history, 6, "read_rounds")) + "read_rounds 2 8192 4 3 3 0.006 0 0 1 0.0045\n";
+  auto loaded6 = UsageHistory::parse(with_checksum(version6), kKey);
+  ASSERT_TRUE(loaded6.ok()) << loaded6.error().message;
+  EXPECT_EQ(loaded6->read_round_sets()[0].waited, 0u);
+  EXPECT_EQ(loaded6->read_round_sets()[0].rounds[1], 3u);
   auto version4 = UsageHistory::parse(as_version(history, 4, "read_rounds"), kKey);
   ASSERT_TRUE(version4.ok()) << version4.error().message;
   EXPECT_TRUE(version4->read_round_sets().empty());
@@ -363,6 +377,9 @@ TEST(UsageHistory, ReadRoundsRoundTripAndTheNewerRunsReplaceTheOlder) {
   ReadRounds negative = later;
   negative.seconds[2] = -1;
   EXPECT_FALSE(newer->set_read_rounds(negative).ok());
+  ReadRounds negative_wake = later;
+  negative_wake.add_wake(-1e-6);
+  EXPECT_FALSE(newer->set_read_rounds(negative_wake).ok());
 }
 
 // Each compute team (and pool and record size) keeps its own rounds: a run

@@ -98,9 +98,10 @@ Status UsageHistory::set_read_rounds(const ReadRounds& rounds) {
   if (rounds.empty()) return Ok{};
   const bool sized = rounds.rounds.size() == ReadRounds::kLargest + 1 && rounds.seconds.size() == rounds.rounds.size();
   if (!sized || rounds.record_bytes == 0 || rounds.io_threads < 0 ||
-      !std::all_of(rounds.seconds.begin(), rounds.seconds.end(), [](double s) { return std::isfinite(s) && s >= 0.0; }))
+      !std::all_of(rounds.seconds.begin(), rounds.seconds.end(), [](double s) { return std::isfinite(s) && s >= 0.0; }) ||
+      !std::isfinite(rounds.wake_seconds) || rounds.wake_seconds < 0.0)
     return make_error("usage history: read rounds need a record size, an I/O thread count >= 0 and " +
-                      std::to_string(ReadRounds::kLargest + 1) + " finite seconds >= 0");
+                      std::to_string(ReadRounds::kLargest + 1) + " finite seconds >= 0, and wake-ups >= 0");
   std::erase_if(read_round_sets_, [&](const ReadRounds& kept) { return kept.same_setting(rounds); });
   read_round_sets_.push_back(rounds);
   if (read_round_sets_.size() > kMaxReadRoundSets) read_round_sets_.erase(read_round_sets_.begin());

@@ -124,8 +124,8 @@ Status parse_trace(std::span<const std::string_view> lines, const UsageHistoryKe
 }
 
 // "read_rounds <compute_threads> <record_bytes> <io_threads> <n> <rounds_1>
-// <seconds_1> ... <rounds_n> <seconds_n>": n the largest read count with a
-// round (0: none).
+// <seconds_1> ... <rounds_n> <seconds_n> <waited> <wake_seconds>": n the
+// largest read count with a round (0: none).
 void append_read_rounds(std::string& out, const ReadRounds& r) {
   std::size_t n = 0;
   for (std::size_t m = 1; m < r.rounds.size(); ++m) n = r.rounds[m] > 0 ? m : n;
@@ -135,11 +135,13 @@ void append_read_rounds(std::string& out, const ReadRounds& r) {
     out += " " + std::to_string(r.rounds[m]) + " ";
     append_number(out, r.seconds[m]);
   }
+  out += " " + std::to_string(r.waited) + " ";
+  append_number(out, r.wake_seconds);
   out += "\n";
 }
 
-// A read_rounds line into `rounds` (version 5's has no compute_threads);
-// the error names the line.
+// A read_rounds line into `rounds` (version 5's has no compute_threads,
+// version 6's no waited and wake_seconds); the error names the line.
 Status parse_read_rounds(std::string_view line, std::int64_t version, ReadRounds& rounds) {
   const std::vector<std::string_view> parts = split(line, ' ');
   const std::size_t first = version >= 6 ? 2 : 1;  // index of record_bytes
@@ -150,12 +152,13 @@ Status parse_read_rounds(std::string_view line, std::int64_t version, ReadRounds
   const auto team = version >= 6 ? whole(1, 0, 4096) : std::optional<std::int64_t>(0);
   const auto bytes = whole(first, 0, std::int64_t{1} << 40), threads = whole(first + 1, 0, 4096);
   const auto n = whole(first + 2, 0, static_cast<std::int64_t>(ReadRounds::kLargest));
+  const std::size_t wakes = version >= 7 ? 2 : 0;  // waited, wake_seconds
   if (parts.empty() || parts[0] != "read_rounds" || !team || !bytes || !threads || !n ||
-      parts.size() != first + 3 + 2 * static_cast<std::size_t>(*n))
+      parts.size() != first + 3 + 2 * static_cast<std::size_t>(*n) + wakes)
     return make_error(std::string("read_rounds line is malformed (want 'read_rounds ") +
                       (version >= 6 ? "<compute_threads> " : "") +
                       "<record_bytes> <io_threads> <n>' and n pairs of a round count and seconds, n at most " +
-                      std::to_string(ReadRounds::kLargest) + ")");
+                      std::to_string(ReadRounds::kLargest) + (wakes ? ", then <waited> <wake_seconds>" : "") + ")");
   ReadRounds out;
   out.compute_threads = static_cast<int>(*team);
   out.record_bytes = static_cast<std::uint64_t>(*bytes), out.io_threads = static_cast<int>(*threads);
@@ -165,6 +168,13 @@ Status parse_read_rounds(std::string_view line, std::int64_t version, ReadRounds
     if (!count || !seconds)
       return make_error("read_rounds line: rounds of " + std::to_string(m) + " reads need a whole count and seconds >= 0");
     out.rounds[m] = static_cast<std::uint64_t>(*count), out.seconds[m] = *seconds;
+  }
+  if (wakes) {
+    const std::size_t at = first + 3 + 2 * static_cast<std::size_t>(*n);
+    const auto waited = whole(at, 0, std::int64_t{1} << 50);
+    const auto wake = parse_count(parts[at + 1]);
+    if (!waited || !wake) return make_error("read_rounds line: the waited rounds need a whole count and seconds >= 0");
+    out.waited = static_cast<std::uint64_t>(*waited), out.wake_seconds = *wake;
   }
   if (!out.empty() && out.record_bytes == 0) return make_error("read_rounds line: rounds without a record size");
   rounds = std::move(out);

@@ -140,6 +140,7 @@ Status ExpertStore::begin(int moe_layer, std::span<const int> experts) {
   round.order.clear();
   round.reads.clear();
   round.submitted = std::chrono::steady_clock::now();
+  round.resumed = {};
   round.landed->store(0);
   for (const experts::SlotLoad& load : plan->loads) {
     const std::uint64_t offset = layout_.record_offset(static_cast<std::uint32_t>(moe_layer),
@@ -213,6 +214,9 @@ std::optional<Error> ExpertStore::drain(Round& round, bool failed) {
     const std::chrono::nanoseconds landed(round.landed->load());
     const auto elapsed = std::chrono::steady_clock::time_point(landed) - round.submitted;
     read_rounds_.add(round.reads.size(), std::max(0.0, std::chrono::duration<double>(elapsed).count()));
+    // Still waiting when the last read landed: the time until it ran again.
+    if (round.resumed >= std::chrono::steady_clock::time_point(landed))
+      read_rounds_.add_wake(std::chrono::duration<double>(round.resumed - std::chrono::steady_clock::time_point(landed)).count());
   }
   for (int e : round.order) round.read_of_expert[static_cast<std::size_t>(e)] = -1;
   round.reads.clear();
@@ -225,7 +229,10 @@ Status ExpertStore::wait(int moe_layer, int expert) {
   Round& round = rounds_[layer];
   int& index = round.read_of_expert[static_cast<std::size_t>(expert)];
   if (index < 0) return Ok{};  // resident, or already landed
-  Status read = round.reads[static_cast<std::size_t>(index)].get();
+  std::future<Status>& pending = round.reads[static_cast<std::size_t>(index)];
+  const bool landed_already = pending.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+  Status read = pending.get();
+  if (!landed_already) round.resumed = std::chrono::steady_clock::now();
   index = -1;
   if (read) {
     bytes_read_ += read_bytes_;

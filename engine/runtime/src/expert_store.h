@@ -147,6 +147,9 @@ class ExpertStore {
     // Nanoseconds (steady clock) of the round's last read to land, set by
     // the I/O threads; shared with the jobs, which outlive no round.
     std::shared_ptr<std::atomic<std::int64_t>> landed = std::make_shared<std::atomic<std::int64_t>>(0);
+    // When wait() last returned from a read it had to wait for (the
+    // epoch while it never had to): the round's wake-up after its last landing.
+    std::chrono::steady_clock::time_point resumed{};
   };
   // Waits for a speculative round's reads and closes it (a failed read only
   // aborts it: the real round reads the expert again and reports).

@@ -3,7 +3,7 @@
 //
 // File format (text, one record per line, version kUsageHistoryVersion):
 //   coli-usage-history
-//   format_version 6
+//   format_version 7
 //   n_layers <int>  n_experts <int>  top_k <int>     (one per line)
 //   model <identity, no whitespace>
 //   total_tokens <double>
@@ -13,8 +13,9 @@
 //   trace_passes <n> <tokens_0> ... <tokens_{n-1}>       (version 4; the routing trace's passes, oldest first)
 //   trace <i> <expert ids, top_k a token, pass by pass>  (version 4; i = 0..n_layers-1)
 //   read_rounds <compute_threads> <record_bytes> <io_threads> <n> <rounds_1> <seconds_1> ... <rounds_n> <seconds_n>
-//                                                        (version 6: 0 to kMaxReadRoundSets lines, one per team;
-//                                                         version 5: exactly one, without <compute_threads>)
+//               <waited> <wake_seconds>                  (version 6: 0 to kMaxReadRoundSets lines, one per team,
+//                                                         without <waited> <wake_seconds>; version 5: exactly
+//                                                         one, without <compute_threads> either)
 //   checksum fnv1a64:<16 hex digits of every byte before this line>
 // reuse: how many routings found their expert at LRU stack distance d (d
 // other experts of the layer were used more recently; a token's choices are
@@ -31,9 +32,12 @@
 // what a batch of m reads costs on this machine for this model's file,
 // which the planner prefers to the probe's test file. Rounds depend on the
 // team where compute and I/O threads share cores, so each team keeps its own.
+// waited / wake_seconds: the rounds whose compute thread was still waiting
+// at their last landing, and its wake-ups summed (ReadRounds).
 // Version 1 files (no reuse lines), version 2 (no decode_reuse lines),
-// version 3 (no trace), version 4 (no read_rounds) and version 5 (one
-// read_rounds line, its team not recorded: compute_threads 0) still load.
+// version 3 (no trace), version 4 (no read_rounds), version 5 (one
+// read_rounds line, its team not recorded: compute_threads 0) and version 6
+// (no wake-ups: waited 0) still load.
 // Counts are doubles because merging applies exponential decay. Loading never
 // crashes: a missing, empty, foreign, truncated, corrupt, version-mismatched
 // or other-model file is an Error the engine reports before ignoring it.
@@ -52,7 +56,7 @@
 
 namespace coli::experts {
 
-inline constexpr int kUsageHistoryVersion = 6;
+inline constexpr int kUsageHistoryVersion = 7;
 
 // Which model (and routing shape) a history belongs to.
 struct UsageHistoryKey {
