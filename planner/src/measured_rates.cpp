@@ -342,6 +342,12 @@ std::optional<DiskReads> disk_reads(const DeviceProfile& profile, u64 record_str
     reads->batch_seconds = std::move(chosen.curve);
     reads->beside_the_team = true;
     reads->one_read_s = reads->batch_seconds.front().second;
+    if (chosen.rounds->waited >= kMinMeasuredRounds) {
+      reads->wake_s = chosen.rounds->wake_seconds / static_cast<double>(chosen.rounds->waited);
+      reads->text += "; the compute thread ran again " + format_fixed(reads->wake_s * 1e6, 1) +
+                     " us after a round's last read landed (mean of " + std::to_string(chosen.rounds->waited) +
+                     " rounds that waited for it)";
+    }
   } else if (!chosen.other_teams.empty()) {
     reads->text += other_teams_text(chosen.other_teams, compute_threads);
   }

@@ -110,6 +110,10 @@ struct DiskReads {
   // team computed beside them (a usage history's): already as slow as the
   // team's compute leaves them, where the probe's ran beside nothing.
   bool beside_the_team = false;
+  // Those rounds' mean wake-up: from the last read landing to the compute
+  // thread running again, where it was still waiting (0 without them, or
+  // fewer than 3 such rounds). A layer that waits for its reads pays it.
+  double wake_s = 0;
   // Expected seconds for `reads` records requested together and all waited
   // for (a layer's or a prefill round's misses): below one read, that share
   // of a lone read; else the measured batches interpolated (beyond the

@@ -217,7 +217,8 @@ struct ReadsBesideCompute {
 
 // Each of the `needed` experts misses with probability `miss`
 // (binomially), the m misses are requested together, and the layer waits
-// for what outlasts `overlap(m)`, the compute it does meanwhile. Misses
+// for what outlasts `overlap(m)`, the compute it does meanwhile, and its
+// wake-up after the last landing. Misses
 // come whole: one miss costs a whole read however rare it is, which a mean
 // (a fraction of a read against all of the compute) hides. A fractional
 // `needed` (a prefill round's expected distinct experts) interpolates
@@ -231,7 +232,9 @@ ReadsBesideCompute expected_reads(const PlanRates& r, double needed, double miss
   ReadsBesideCompute out;
   auto add = [&](double share, int misses) {
     const double read = r.disk_seconds(misses), compute = overlap(misses);
-    out.wait += share * std::max(0.0, read - progress * compute);
+    const double outlasts = read - progress * compute;
+    // A layer still waiting when its reads land runs again after a wake-up (the engine's rounds measured it).
+    out.wait += share * (outlasts > 0 ? outlasts + r.disk->wake_s : 0.0);
     out.overlapped += share * (progress > 0 ? std::min(compute, read / progress) : compute);
   };
   if (!batches.empty()) {  // the replay's own rounds: how often m misses came together

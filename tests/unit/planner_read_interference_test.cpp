@@ -127,7 +127,8 @@ TEST(PlanSpeed, ReadsSlowedBesideComputeHideLessOfTheirTime) {
 // The engine's own read rounds, timed while this team computed beside them
 // (a usage history's), are as slow as the team left them: the reads'
 // progress beside compute is already in them and is not applied again;
-// the compute's slowdown still is.
+// the compute's slowdown still is, and so is the compute thread's measured
+// wake-up after a round's last landing (the 2-core VM: 12 us at 1 thread).
 TEST(PlanSpeed, ReadRoundsTimedBesideTheTeamCarryTheirOwnProgress) {
   const double ram_gbs = 0.3;
   StreamingPlan s = streaming_setup(ram_gbs);
@@ -142,12 +143,22 @@ TEST(PlanSpeed, ReadRoundsTimedBesideTheTeamCarryTheirOwnProgress) {
   experts::ReadRounds rounds;
   rounds.record_bytes = s.fp.expert().record_stride, rounds.io_threads = 4, rounds.compute_threads = s.plan.threads;
   for (int i = 0; i < 3; ++i) rounds.add(1, 0.5e-3), rounds.add(2, 0.8e-3);
+  rounds.add_wake(10e-6), rounds.add_wake(10e-6);  // too few to price
   ASSERT_TRUE(history->set_read_rounds(rounds).ok());
   const SpeedPrediction p = predict_speed(s.profile, s.fp, s.plan, &*history);
   ASSERT_NEAR(p.hit_rate, 0.5, 1e-12);
   EXPECT_NEAR(term_seconds(p.decode_terms, "experts from disk"), layers * (0.5 * (0.5e-3 - compute_s) + 0.25 * 0.8e-3), 1e-12);
   EXPECT_NEAR(term_seconds(p.decode_terms, "compute beside reads"), layers * 0.5 * compute_s * 0.2, 1e-12);
   EXPECT_NE(p.decode_inputs.find("the engine's rounds were timed beside this team"), std::string::npos) << p.decode_inputs;
+  // Three rounds that waited for their last read, 10 us each to run again:
+  // every layer that waits pays it beside its reads.
+  rounds.add_wake(10e-6);
+  ASSERT_TRUE(history->set_read_rounds(rounds).ok());
+  const SpeedPrediction woken = predict_speed(s.profile, s.fp, s.plan, &*history);
+  EXPECT_NEAR(term_seconds(woken.decode_terms, "experts from disk"),
+              layers * (0.5 * (0.5e-3 - compute_s + 10e-6) + 0.25 * (0.8e-3 + 10e-6)), 1e-12);
+  EXPECT_NE(woken.decode_inputs.find("the compute thread ran again 10.0 us after a round's last read landed (mean of 3 rounds"),
+            std::string::npos) << woken.decode_inputs;
 }
 
 // A kernel the probe timed faster beside reads is noise: no term, and the
