@@ -217,15 +217,14 @@ struct ReadsBesideCompute {
 
 // Each of the `needed` experts misses with probability `miss`
 // (binomially), the m misses are requested together, and the layer waits
-// for what outlasts `overlap(m)`, the compute it does meanwhile, and its
-// wake-up after the last landing. Misses
-// come whole: one miss costs a whole read however rare it is, which a mean
-// (a fraction of a read against all of the compute) hides. A fractional
-// `needed` (a prefill round's expected distinct experts) interpolates
-// between its neighbours.
-// The reads get `progress` of their own speed while the team computes (the
-// probe's read_interference: 1 where a core is free for the I/O threads),
-// so compute C hides progress x C of them (read_progress below).
+// for what outlasts `overlap(m)`, the compute it does meanwhile, then for
+// its wake-up after the last landing. Misses come whole: one miss costs a
+// whole read however rare it is, which a mean (a fraction of a read against
+// all of the compute) hides. A fractional `needed` (a prefill round's
+// expected distinct experts) interpolates between its neighbours. The reads
+// get `progress` of their own speed while the team computes (the probe's
+// read_interference: 1 where a core is free for the I/O threads), so
+// compute C hides progress x C of them (read_progress below).
 ReadsBesideCompute expected_reads(const PlanRates& r, double needed, double miss, const std::function<double(int)>& overlap,
                                   const std::vector<double>& batches = {}, double progress = 1.0) {
   if (miss <= 0 || !r.disk || needed <= 0) return {};
