@@ -238,4 +238,13 @@ Result<ReadInterference> measure_read_interference(const CpuFacts& cpu, const Me
   return out;
 }
 
+Result<ReadInterference> measure_reads_beside_compute(const std::filesystem::path& directory, std::uint64_t block_bytes,
+                                                      int io_threads, const CpuFacts& cpu, const MemoryFacts& memory,
+                                                      const std::vector<ThreadCandidate>& sets,
+                                                      const ReadInterferenceOptions& options, const ProgressFn& progress) {
+  auto reads = BackgroundReads::open(directory, kInterferenceFileBytes, 1.0, block_bytes, io_threads);
+  if (!reads) return reads.error();
+  return measure_read_interference(cpu, memory, sets, **reads, options, progress);
+}
+
 }  // namespace coli::probe

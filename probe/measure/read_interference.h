@@ -73,4 +73,12 @@ Result<ReadInterference> measure_read_interference(const CpuFacts& cpu, const Me
                                                    const std::vector<ThreadCandidate>& sets, BackgroundReads& reads,
                                                    const ReadInterferenceOptions& options, const ProgressFn& progress);
 
+// The same beside reads of `block_bytes` by `io_threads` from a
+// kInterferenceFileBytes test file in `directory` (BackgroundReads::open),
+// as coli-probe and --retime measure it.
+Result<ReadInterference> measure_reads_beside_compute(const std::filesystem::path& directory, std::uint64_t block_bytes,
+                                                      int io_threads, const CpuFacts& cpu, const MemoryFacts& memory,
+                                                      const std::vector<ThreadCandidate>& sets,
+                                                      const ReadInterferenceOptions& options, const ProgressFn& progress);
+
 }  // namespace coli::probe

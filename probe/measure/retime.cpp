@@ -23,10 +23,8 @@ void retime_interference(const DeviceProfile& profile, const std::vector<ThreadC
                             (directory.empty() ? std::string("is not recorded") : directory + " is not on this machine");
     return;
   }
-  auto reads = BackgroundReads::open(directory, kInterferenceFileBytes, 1.0, before->block_bytes,
-                                     std::max(1, before->io_threads));
-  auto measured = reads ? measure_read_interference(profile.cpu, profile.memory, sets, **reads, ReadInterferenceOptions{}, {})
-                        : Result<ReadInterference>(reads.error());
+  auto measured = measure_reads_beside_compute(directory, before->block_bytes, std::max(1, before->io_threads), profile.cpu,
+                                               profile.memory, sets, ReadInterferenceOptions{}, {});
   if (measured) out.interference = std::move(*measured);
   else out.interference_note = "reads beside compute not timed again: " + measured.error().message;
 }

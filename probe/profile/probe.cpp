@@ -250,13 +250,11 @@ void measure_interference(const ProbeOptions& options, DeviceProfile& profile) {
     report(options, "read interference not measured: it needs the disk and kernel tuning phases");
     return;
   }
-  auto reads = probe::BackgroundReads::open(disk->directory, probe::kInterferenceFileBytes, 1.0, probe::kInterferenceBlockBytes,
-                                            kDefaultIoThreads);
   const auto sets = probe::timed_thread_sets(profile);
-  auto measured = reads ? probe::measure_read_interference(profile.cpu, profile.memory, sets, **reads,
-                                                           probe::read_interference_options(options.budget_seconds, sets.size()),
-                                                           options.progress)
-                        : Result<ReadInterference>(reads.error());
+  auto measured = probe::measure_reads_beside_compute(disk->directory, probe::kInterferenceBlockBytes, kDefaultIoThreads,
+                                                      profile.cpu, profile.memory, sets,
+                                                      probe::read_interference_options(options.budget_seconds, sets.size()),
+                                                      options.progress);
   if (measured) profile.measurements.read_interference = std::move(*measured);
   else report(options, "read interference not measured: " + measured.error().message);
 }
