@@ -34,6 +34,12 @@ Status pin_openmp_team(const std::vector<int>& pus);
 // pin. No-op when nothing is pinned.
 Status release_openmp_team();
 
+// Releases the team when it goes out of scope: a measurement that pins sets
+// leaves the calling thread free again on every path out.
+struct TeamRelease {
+  ~TeamRelease() { (void)release_openmp_team(); }
+};
+
 // The affinity of each member of a team of `threads` threads (for checks and
 // reports; members run one region to read it).
 std::vector<CpuSet> openmp_team_affinity(int threads);

@@ -29,6 +29,11 @@ class SlotStorage;
 
 namespace coli::probe {
 
+// The tuning phase's expert shapes: OLMoE-1B-7B's hidden 2048 and 64 experts
+// of width 1024, top-8 (kernel_timing.cpp's points and the reads beside
+// compute time them).
+inline constexpr int kOlmoeHidden = 2048, kOlmoeWidth = 1024, kOlmoeTopK = 8, kOlmoeExperts = 64;
+
 // The engine's CPU backend for the tuning phase's calls: `threads` running
 // `cpu_kernel` (a variant name). Errors: an unknown or unsupported variant.
 Result<std::unique_ptr<backend::CpuBackend>> tuning_cpu_backend(const std::string& cpu_kernel, int threads);

@@ -28,8 +28,8 @@ namespace {
 namespace cpu = kernels::cpu;
 using Clock = std::chrono::steady_clock;
 
-// OLMoE-1B-7B: hidden 2048, 64 experts of width 1024, top-8, 16 heads of 128.
-constexpr int kHidden = 2048, kWidth = 1024, kTopK = 8, kExperts = 64, kAttentionMatrices = 4;
+// OLMoE-1B-7B (engine_expert_batch.h): hidden 2048, 64 experts of width 1024, top-8, 16 heads of 128.
+constexpr int kHidden = kOlmoeHidden, kWidth = kOlmoeWidth, kTopK = kOlmoeTopK, kExperts = kOlmoeExperts, kAttentionMatrices = 4;
 constexpr double kFillShare = 0.35;      // of the budget, at most, for first-touching the pool
 constexpr double kMinUnitSeconds = 0.03; // per round: a slice below this is mostly noise
 
@@ -354,10 +354,6 @@ class KernelRunner {
   KernelThroughputPoint point_;
 };
 
-struct Unpin {
-  ~Unpin() { (void)cpu::release_openmp_team(); }
-};
-
 // One kernel on one set; each round adds the median of its slice, so a
 // point's figures (and spread) are over rounds: a round disturbed by other
 // processes is one sample, not hundreds.
@@ -531,7 +527,7 @@ Result<KernelTuning> measure_kernel_tuning(const CpuFacts& facts, const MemoryFa
                       {}});
     }
   std::vector<bool> pinnable(sets.size(), true);
-  Unpin unpin;
+  cpu::TeamRelease release;
   // Rounds over every (set, kernel): load from other processes and frequency
   // drift then touch every set alike instead of whichever ran at a bad moment.
   // Sized so the most rounds fit the budget (a slice never below

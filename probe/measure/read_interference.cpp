@@ -105,22 +105,16 @@ std::uint64_t BackgroundReads::reads_done() const {
 
 namespace {
 
-// expert_q4_decode's call (kernel_timing.cpp): one token on kTopK
+// expert_q4_decode's call (kernel_timing.cpp): one token on the top-k of
 // OLMoE-shaped experts, each call on the pool's next records.
-constexpr int kHidden = 2048, kWidth = 1024, kTopK = 8;
-
-struct Unpin {
-  ~Unpin() { (void)cpu::release_openmp_team(); }
-};
-
 class DecodeBatch {
  public:
-  explicit DecodeBatch(EngineExpertBatch batch) : batch_(std::move(batch)), xs_(kHidden) {
+  explicit DecodeBatch(EngineExpertBatch batch) : batch_(std::move(batch)), xs_(kOlmoeHidden) {
     std::mt19937 random(3);
     std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
     for (float& v : xs_) v = uniform(random);
-    distinct_ = static_cast<int>(std::min<std::size_t>(kTopK, batch_.slots()));
-    for (int e = 0; e < kTopK; ++e) tasks_.emplace_back(0, e % distinct_);
+    distinct_ = static_cast<int>(std::min<std::size_t>(kOlmoeTopK, batch_.slots()));
+    for (int e = 0; e < kOlmoeTopK; ++e) tasks_.emplace_back(0, e % distinct_);
   }
   // Calls for `seconds` (at least 3, after one untimed): their median GB/s.
   double slice(double seconds) {
@@ -220,14 +214,14 @@ Result<ReadInterference> measure_read_interference(const CpuFacts& cpu, const Me
   pool.fill(Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options.fill_seconds)));
 
   ReadInterference out{"expert_q4_decode", reads.block_bytes(), reads.io_threads(), reads.direct(), "", {}};
-  Unpin unpin;
+  cpu::TeamRelease release;
   for (const ThreadCandidate& set : sets) {
     if (Status pinned = cpu::pin_openmp_team(set.pus); !pinned) {
       out.note += (out.note.empty() ? "" : "; ") + set.name + " skipped: " + pinned.error().message;
       continue;
     }
     if (progress) progress("read interference: " + set.name + " beside " + format_bytes(reads.block_bytes()) + " reads");
-    auto batch = EngineExpertBatch::create(WeightFormat::q4_g64, kHidden, kWidth, std::string(cpu::variant_name(*variant)),
+    auto batch = EngineExpertBatch::create(WeightFormat::q4_g64, kOlmoeHidden, kOlmoeWidth, std::string(cpu::variant_name(*variant)),
                                            set.pus.size(), pool.filled());
     if (!batch) return batch.error();
     DecodeBatch decode(std::move(*batch));
