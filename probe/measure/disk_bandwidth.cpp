@@ -226,11 +226,11 @@ Result<DiskBandwidth> measure_disk_bandwidth(const std::filesystem::path& direct
   // cache whatever the flag says: count it as buffered.
   const bool in_memory = result.filesystem == "tmpfs" || result.filesystem == "ramfs";
   TempFile file;
-  if (auto opened = file.open(directory, !in_memory); !opened) return opened.error();
+  if (auto opened = file.open(directory, !in_memory); !opened) return make_error("disk bandwidth: " + opened.error().message);
   if (progress) progress("disk bandwidth: writing a " + format_bytes(file_bytes) + " test file in " + result.directory);
   const auto write_start = Clock::now();
   auto written = write_test_file(file, file_bytes, options.budget_seconds * kWriteShareOfBudget, directory);
-  if (!written) return written.error();
+  if (!written) return make_error("disk bandwidth: " + written.error().message);
   result.file_bytes = *written;
   const double write_seconds = std::chrono::duration<double>(Clock::now() - write_start).count();
   double expected_gb_per_s = static_cast<double>(result.file_bytes) / write_seconds / 1e9;

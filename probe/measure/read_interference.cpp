@@ -67,9 +67,9 @@ Result<std::unique_ptr<BackgroundReads>> BackgroundReads::open(const std::filesy
     return make_error("background reads: a read of " + std::to_string(block_bytes) + " bytes must be a multiple of " +
                       std::to_string(kAlignment) + " up to " + format_bytes(kTestFileChunk));
   auto state = std::make_unique<State>(io_threads);
-  if (Status opened = state->file.open(directory, true); !opened) return opened.error();
+  if (Status opened = state->file.open(directory, true); !opened) return make_error("background reads: " + opened.error().message);
   auto written = write_test_file(state->file, std::max(file_bytes, kMinTestFileBytes), write_seconds, directory);
-  if (!written) return written.error();
+  if (!written) return make_error("background reads: " + written.error().message);
   state->file_bytes = *written, state->block_bytes = block_bytes;
   state->buffer = aligned_buffer(block_bytes);
   if (!state->buffer) return make_error("background reads: out of memory for a " + format_bytes(block_bytes) + " read buffer");

@@ -26,7 +26,7 @@ std::string where(const std::filesystem::path& directory) {
 }
 
 Error os_error(const std::string& what, const std::filesystem::path& directory, int error_number) {
-  return make_error("disk bandwidth: " + what + ": " + std::strerror(error_number) + where(directory));
+  return make_error(what + ": " + std::strerror(error_number) + where(directory));
 }
 
 AlignedBuffer aligned_buffer(std::size_t bytes) {
@@ -53,7 +53,7 @@ Status TempFile::open(const std::filesystem::path& directory, bool try_direct) {
 Result<std::uint64_t> write_test_file(TempFile& file, std::uint64_t bytes, double seconds,
                                       const std::filesystem::path& directory) {
   AlignedBuffer chunk = aligned_buffer(kTestFileChunk);
-  if (!chunk) return make_error("disk bandwidth: out of memory for the write buffer");
+  if (!chunk) return make_error("out of memory for the test file's write buffer");
   fill_random(chunk.get(), kTestFileChunk, 1);
   const auto start = Clock::now();
   std::uint64_t written = 0;

@@ -24,7 +24,7 @@ inline constexpr std::uint64_t kMinTestFileBytes = 2 * kTestFileChunk;
 
 // " (directory D); choose another with --disk-dir"
 std::string where(const std::filesystem::path& directory);
-// "disk bandwidth: what: strerror" and where.
+// "what: strerror" and where; the caller names its phase ("disk bandwidth: ...").
 Error os_error(const std::string& what, const std::filesystem::path& directory, int error_number);
 
 struct FreeDeleter {
@@ -74,6 +74,7 @@ class TempFile {
 // Writes up to `bytes` (whole kTestFileChunk chunks, at least
 // kMinTestFileBytes), stopping early once `seconds` have passed; fsyncs,
 // drops the clean pages and closes the writer; returns the bytes written.
+// Errors name no phase: the caller prefixes its own.
 Result<std::uint64_t> write_test_file(TempFile& file, std::uint64_t bytes, double seconds,
                                       const std::filesystem::path& directory);
 

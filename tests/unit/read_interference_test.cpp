@@ -65,6 +65,7 @@ TEST(BackgroundReads, ABlockTheDiskCannotReadOrAMissingDirectoryIsAnError) {
   ASSERT_FALSE(nowhere.ok());
   EXPECT_NE(nowhere.error().message.find(missing), std::string::npos) << nowhere.error().message;
   EXPECT_NE(nowhere.error().message.find("--disk-dir"), std::string::npos) << nowhere.error().message;
+  EXPECT_EQ(nowhere.error().message.rfind("background reads: ", 0), 0u) << nowhere.error().message;
 }
 
 // One set on a usable PU gets a point of positive rates; a set on a PU the
