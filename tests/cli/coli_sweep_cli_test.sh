@@ -46,7 +46,7 @@ EOF
 check "JSON: schema, planned, ranking, token check" python3 - "$work/out/sweep.json" <<'EOF'
 import json, sys
 d = json.load(open(sys.argv[1]))
-assert d["schema_version"] == 10
+assert d["schema_version"] == 11
 # --min-time 0.05: a run repeats its pass until that was timed (how many passes that takes is the machine's).
 assert d["workload"]["min_timed_seconds"] == 0.05
 assert all(1 <= r["passes"] <= 32 for c in d["configs"] for r in c["runs"]), [r["passes"] for c in d["configs"] for r in c["runs"]]
@@ -58,6 +58,11 @@ for c in d["configs"]:
         assert not c["resident"] or r["prefill_expert_misses"] == 0, (c["label"], r)
         # The I/O threads' read time: some where a record was read, none where none was.
         assert (r["prefill_expert_read_seconds"] > 0) == (r["prefill_expert_misses"] > 0), r
+        # The compute thread's wake-ups after a round's last landing: only where rounds read.
+        for phase in ("decode", "prefill"):
+            w = r[phase + "_wakes"]
+            assert w["rounds"] >= 0 and w["seconds"] >= 0 and (w["seconds"] > 0) <= (w["rounds"] > 0), (phase, r)
+            assert not c["resident"] or w["rounds"] == 0, (c["label"], phase, r)
         assert (r["expert_read_seconds"] > 0) == (r["expert_misses"] > 0), r
 assert all(c["gpu"] == "cpu" and c["vram_experts"] == [] for c in d["configs"]), "no --gpu: every expert on the CPU"
 # Every configuration says what the planner predicted for it; a --quick profile has no measured

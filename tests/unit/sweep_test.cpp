@@ -611,18 +611,21 @@ TEST(SweepPrediction, ReadsLineSetsTheRunsReadTimesBesideTheProbes) {
 
 // The rounds that read, from submission to the last landing: decode's by
 // read count (summed over the repeats), prefill's as rounds of a mean
-// size, in the reads line and in each run's JSON.
+// size, with the compute thread's wake-ups after the landing, in the reads
+// line and in each run's JSON.
 TEST(SweepPrediction, ReadRoundsAreListedByReadCount) {
   SweepReport r = two_config_report();
   for (RunRecord& run : r.runs) {
     if (run.config != 1) continue;
     run.read_batches = {{1, 3, 0.009}, {2, 1, 0.004}};
     run.prefill_read_batches = {{2, 1, 0.006}, {4, 1, 0.010}};
+    run.decode_wakes = {2, run.repeat == 0 ? 10e-6 : 30e-6};
   }
   r.predictions = {{true, "", 12, 15}, {true, "", 12, 15, 0.5, 3.0, 4}};
   const std::string table = sweep_table(r);
   EXPECT_NE(table.find("    rounds that read, submission to last landing: decoding: 1 read 6 x 3.00 ms, 2 reads 2 x "
-                       "4.00 ms; in prefill: 4 rounds of 3.0 reads, 8.00 ms a round\n"),
+                       "4.00 ms, 4 waited, woken 10.0 us after the landing; in prefill: 4 rounds of 3.0 reads, "
+                       "8.00 ms a round\n"),
             std::string::npos)
       << table;
   const auto json = nlohmann::json::parse(sweep_json(r));
@@ -631,6 +634,9 @@ TEST(SweepPrediction, ReadRoundsAreListedByReadCount) {
   EXPECT_EQ(first["decode_read_batches"][1]["reads"], 2);
   EXPECT_EQ(first["decode_read_batches"][1]["rounds"], 1);
   EXPECT_DOUBLE_EQ(first["prefill_read_batches"][1]["seconds"].get<double>(), 0.010);
+  EXPECT_EQ(first["decode_wakes"]["rounds"], 2);
+  EXPECT_DOUBLE_EQ(first["decode_wakes"]["seconds"].get<double>(), 10e-6);
+  EXPECT_EQ(first["prefill_wakes"]["rounds"], 0);
   EXPECT_TRUE(json["configs"][0]["runs"][0]["decode_read_batches"].empty());
 }
 

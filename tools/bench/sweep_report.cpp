@@ -77,6 +77,10 @@ nlohmann::ordered_json read_batches_json(const std::vector<ReadBatch>& batches) 
   return out;
 }
 
+nlohmann::ordered_json wakes_json(const ReadWakes& wakes) {
+  return {{"rounds", wakes.rounds}, {"seconds", wakes.seconds}};
+}
+
 nlohmann::ordered_json ranking_json(const SweepReport& r, Metric metric) {
   const Ranking rank = rank_planned(r.summaries, r.planned, metric);
   nlohmann::ordered_json j = {{"rank", rank.rank}, {"of", rank.of}, {"percent_of_best", rank.percent_of_best},
@@ -406,6 +410,7 @@ std::string sweep_json(const SweepReport& r) {
                       {"expert_read_seconds", run.read_seconds}, {"prefill_expert_read_seconds", run.prefill_read_seconds},
                       {"decode_read_batches", read_batches_json(run.read_batches)},
                       {"prefill_read_batches", read_batches_json(run.prefill_read_batches)},
+                      {"decode_wakes", wakes_json(run.decode_wakes)}, {"prefill_wakes", wakes_json(run.prefill_wakes)},
                       {"kernel_used", run.kernel_used}});
     }
     const ConfigSummary& s = r.summaries[i];
@@ -505,13 +510,23 @@ std::string read_time(double decode_s, double decode_reads, double prefill_s, do
          (p && p->disk_read_seconds > 0 ? " (probed alone " + format_fixed(p->disk_read_seconds * 1e3, 3) + ")" : "");
 }
 
+// ", 5 waited, woken 12.0 us after the landing": the rounds whose compute
+// thread still waited when their last read landed, and its mean wake-up.
+std::string wake_text(const ReadWakes& wakes) {
+  if (wakes.rounds == 0) return "";
+  return ", " + std::to_string(wakes.rounds) + " waited, woken " +
+         format_fixed(wakes.seconds / static_cast<double>(wakes.rounds) * 1e6, 1) + " us after the landing";
+}
+
 // "    rounds that read, ...: decoding: 1 read 96 x 3.10 ms, 2 reads 12 x
-// 3.92 ms; in prefill: 128 rounds of 6.0 reads, 9.81 ms a round": the rounds' time
-// from submission to the last landing, what the model prices as a batch
-// of m reads (a layer's misses, a prefill round's).
+// 3.92 ms, 80 waited, woken 12.0 us after the landing; in prefill: 128
+// rounds of 6.0 reads, 9.81 ms a round": the rounds' time from submission
+// to the last landing, what the model prices as a batch of m reads (a
+// layer's misses, a prefill round's), and the wake-ups it adds.
 std::string read_round_line(const SweepReport& r, std::size_t config) {
   std::map<int, ReadBatch> decode;  // by read count, over the repeats
   ReadBatch prefill_all;             // every prefill round together
+  ReadWakes decode_wakes, prefill_wakes;
   double prefill_reads = 0;
   for (const RunRecord& run : r.runs) {
     if (run.config != config) continue;
@@ -523,6 +538,8 @@ std::string read_round_line(const SweepReport& r, std::size_t config) {
       prefill_all.rounds += b.rounds, prefill_all.seconds += b.seconds;
       prefill_reads += static_cast<double>(b.rounds) * b.reads;
     }
+    decode_wakes.rounds += run.decode_wakes.rounds, decode_wakes.seconds += run.decode_wakes.seconds;
+    prefill_wakes.rounds += run.prefill_wakes.rounds, prefill_wakes.seconds += run.prefill_wakes.seconds;
   }
   std::string decoding, prefill;
   for (const auto& [reads, b] : decode) {
@@ -530,10 +547,11 @@ std::string read_round_line(const SweepReport& r, std::size_t config) {
     decoding += (decoding.empty() ? "decoding: " : ", ") + std::to_string(reads) + (reads == 1 ? " read " : " reads ") +
                 std::to_string(b.rounds) + " x " + format_fixed(b.seconds / static_cast<double>(b.rounds) * 1e3, 2) + " ms";
   }
+  if (!decoding.empty()) decoding += wake_text(decode_wakes);
   if (prefill_all.rounds > 0) {
     const auto rounds = static_cast<double>(prefill_all.rounds);
     prefill = "in prefill: " + format_fixed(rounds, 0) + " rounds of " + format_fixed(prefill_reads / rounds, 1) +
-              " reads, " + format_fixed(prefill_all.seconds / rounds * 1e3, 2) + " ms a round";
+              " reads, " + format_fixed(prefill_all.seconds / rounds * 1e3, 2) + " ms a round" + wake_text(prefill_wakes);
   }
   if (decoding.empty() && prefill.empty()) return "";
   return "    rounds that read, submission to last landing: " + decoding + (decoding.empty() || prefill.empty() ? "" : "; ") +

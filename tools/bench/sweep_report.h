@@ -23,13 +23,24 @@ namespace coli::bench {
 //    the last landing, per run (decode_read_batches, prefill_read_batches)
 // 8: runs repeat their pass until --min-time (workload.min_timed_seconds, runs[].passes)
 // 9: --retime (retimed, configs[].predicted_retimed)
-inline constexpr int kSweepSchemaVersion = 10;  // 10: ranking.*.paired, ranking.*.repeat_noise
+// 10: ranking.*.paired, ranking.*.repeat_noise
+// 11: the compute thread's wake-ups after its rounds' last landing, per run (decode_wakes, prefill_wakes)
+inline constexpr int kSweepSchemaVersion = 11;
 
 // The expert-read rounds of `reads` records each in a timed step: how many,
 // and their seconds in all from submission to the last read landing
 // (experts::ReadRounds, one entry per read count that occurred).
 struct ReadBatch {
   int reads = 0;
+  std::uint64_t rounds = 0;
+  double seconds = 0;
+};
+
+// Rounds whose compute thread was still waiting when their last read landed,
+// and the seconds summed from that landing to the thread running again
+// (experts::ReadRounds::waited, wake_seconds): what the model adds to a
+// round that waits.
+struct ReadWakes {
   std::uint64_t rounds = 0;
   double seconds = 0;
 };
@@ -51,6 +62,7 @@ struct RunRecord {
   // their misses' (the preload runs at load, and a sweep runs no speculative prefetch).
   double read_seconds = 0, prefill_read_seconds = 0;
   std::vector<ReadBatch> read_batches, prefill_read_batches;  // rounds that read, fewest reads first
+  ReadWakes decode_wakes, prefill_wakes;
   std::string kernel_used;     // what the engine ran ("" config: its own choice)
   double prefill_tok_s() const { return prefill_seconds > 0 ? prefill_tokens / prefill_seconds : 0; }
   double decode_tok_s() const { return decode_seconds > 0 ? decode_tokens / decode_seconds : 0; }

@@ -82,6 +82,8 @@ Result<RunOutput> run_config(const std::filesystem::path& model_path, const runt
   r.prefill_read_seconds = first.prefill_traffic.read_seconds;
   r.read_batches = read_batches(first.decode_traffic.rounds);
   r.prefill_read_batches = read_batches(first.prefill_traffic.rounds);
+  r.decode_wakes = {first.decode_traffic.rounds.waited, first.decode_traffic.rounds.wake_seconds};
+  r.prefill_wakes = {first.prefill_traffic.rounds.waited, first.prefill_traffic.rounds.wake_seconds};
   r.kernel_used = model->stats().cpu_kernel;
   out.tokens = std::move(passes->front().greedy);
   return out;
