@@ -110,8 +110,11 @@ constexpr int kWideTokensPerExpert = 64;
 constexpr int kStreamExperts = 24;
 constexpr int kNarrowRows = 32768, kNarrowCols = 64;  // 4 MiB of bf16
 constexpr int kNarrowHeadDim = 16;
-constexpr int kNarrowExpert = 64;
-constexpr int kSampledVocab = 131072;  // logits scanned per greedy pick (512 KiB: a cache-resident vocabulary row)  // hidden and width of the narrow expert and dense prefill points
+constexpr int kNarrowExpert = 64;  // hidden and width of the narrow expert and dense prefill points
+// The narrow expert decode point's width (hidden stays OLMoE's 2048):
+// fine-grained experts (Qwen3's 768, 512 and below) walk more rows per byte.
+constexpr int kNarrowDecodeWidth = 256;
+constexpr int kSampledVocab = 131072;  // logits scanned per greedy pick (512 KiB: a cache-resident vocabulary row)
 
 // Tokens per token_ops call: positions 0..kTokenOpsTokens-1, each a new RoPE angle.
 constexpr int kTokenOpsTokens = 128;
@@ -444,6 +447,11 @@ std::vector<KernelSpec> tuning_specs() {
       // a few tokens on each of their experts, hundreds of rounds a prompt).
       {.name = "expert_q4_prefill_single", .format = F::q4_g64, .prefill = true, .weight = 0.25, .call_tokens = 1,
        .expert_hidden = kNarrowExpert, .expert_width = kNarrowExpert},
+      // The expert decode batch over narrow experts: beside the OLMoE-wide
+      // point, what a row costs apart from its bytes (its reduction and
+      // store; the speed model fits both from the two points).
+      {.name = "expert_q4_decode_narrow", .format = F::q4_g64, .weight = 0.5, .expert_width = kNarrowDecodeWidth},
+      {.name = "expert_q8_decode_narrow", .format = F::q8_row, .weight = 0.5, .expert_width = kNarrowDecodeWidth},
       {.name = "greedy_sample", .format = F::f32, .weight = 0.25, .sampling = true},
       // A token's routing per MoE layer, OLMoE's 64 experts top 8 and a
       // small model's 8 top 2: the speed model fits a cost per call plus
