@@ -461,26 +461,38 @@ std::vector<std::string> dense_decode_kernels(const ModelFootprint& fp) {
 
 namespace {
 
+// A decode point's call: the bytes it streamed and its seconds less the
+// fork/joins it entered (an expert point's batch region and barriers, a dense
+// point's region per matrix) where the profile measured them at the team;
+// `steps` empty where it did not.
+struct NetCall {
+  double bytes = 0, streaming_s = 0;
+  std::string steps;  // " region", " regions and 3 barriers", or ""
+};
+NetCall net_call(const DeviceProfile& profile, const Team& team, const std::string& kernel, const KernelThroughputPoint& point) {
+  const double gbs = point.gb_per_s.median;
+  const double call_s = point.tokens_per_s.median > 0 && point.batch > 0 ? point.batch / point.tokens_per_s.median : 0;
+  const bool experts = kernel.rfind("expert_", 0) == 0;
+  const ParallelSteps steps = experts ? kDecodeExpertBatch : ParallelSteps{point.matrices, 0};
+  const auto step = team.size() > 1 && call_s > 0 ? parallel_step_cost(profile, team, steps) : std::nullopt;
+  if (!step) return {gbs * 1e9 * call_s, call_s, ""};
+  const double forks_s = steps.regions * step->seconds + steps.barriers * step->barrier_seconds;
+  // Never less than half the timed call: a noisy overhead must not make the kernel infinitely fast.
+  return {gbs * 1e9 * call_s, std::max(call_s - forks_s, call_s / 2),
+          std::to_string(steps.regions) + (steps.regions == 1 ? " region" : " regions") +
+              (steps.barriers > 0 ? " and " + std::to_string(steps.barriers) + " barriers" : std::string())};
+}
+
 // A decode point's GB/s with its call's fork/joins taken out (decode_kernel_rate).
 Bandwidth net_of_steps(const DeviceProfile& profile, const Team& team, const std::string& kernel,
                        const KernelThroughputPoint& point) {
   const double gbs = point.gb_per_s.median;
   const std::string measured = kernel + " " + format_fixed(gbs, 1) + " GB/s (measured at " + std::to_string(point.threads) + " threads";
-  const bool experts = kernel.rfind("expert_", 0) == 0;
-  const ParallelSteps steps = experts ? kDecodeExpertBatch : ParallelSteps{point.matrices, 0};
-  const auto step = team.size() > 1 && point.tokens_per_s.median > 0 && point.batch > 0
-                        ? parallel_step_cost(profile, team, steps)
-                        : std::nullopt;
-  if (!step) return Bandwidth{gbs, measured + ")"};
-  const double call_s = point.batch / point.tokens_per_s.median, bytes = gbs * 1e9 * call_s;
-  const double forks_s = steps.regions * step->seconds + steps.barriers * step->barrier_seconds;
-  // Never more than half the timed call: a noisy overhead must not make the kernel infinitely fast.
-  const double streaming_s = std::max(call_s - forks_s, call_s / 2);
-  const double net = bytes / streaming_s / 1e9;
-  return Bandwidth{net, kernel + " " + format_fixed(net, 1) + " GB/s streaming (" + format_fixed(gbs, 1) +
-                            " GB/s measured at " + std::to_string(point.threads) + " threads, less its call's " +
-                            std::to_string(steps.regions) + (steps.regions == 1 ? " region" : " regions") +
-                            (steps.barriers > 0 ? " and " + std::to_string(steps.barriers) + " barriers" : std::string()) +
+  const NetCall call = net_call(profile, team, kernel, point);
+  if (call.steps.empty()) return Bandwidth{gbs, measured + ")"};
+  const double net = call.bytes / call.streaming_s / 1e9;
+  return Bandwidth{net, kernel + " " + format_fixed(net, 1) + " GB/s streaming (" + format_fixed(gbs, 1) + " GB/s measured at " +
+                            std::to_string(point.threads) + " threads, less its call's " + call.steps +
                             ", priced as parallel steps)"};
 }
 
@@ -545,6 +557,41 @@ std::optional<RowCost> float_gemv_row_cost(const DeviceProfile& profile, const T
                  "dense_bf16_decode " + format_fixed(row * 1e9, 2) + " ns per row + " + format_fixed(gbs, 1) + " GB/s (fitted from " +
                      std::to_string(wide->cols) + "- and " + std::to_string(narrow->cols) + "-wide rows, measured at " +
                      std::to_string(wide->threads) + " threads)"};
+}
+
+// Both points at one team (the nearest to the plan's), each net of its call's
+// fork/joins; the line through their seconds per row against bytes per row.
+std::optional<RowCost> expert_gemv_row_cost(const DeviceProfile& profile, WeightFormat experts, const Team& team) {
+  const std::vector<std::string> kernels = expert_decode_kernels(experts);
+  if (!profile.measurements.kernel_tuning || kernels.empty()) return std::nullopt;
+  const std::string wide_kernel = kernels.front(), narrow_kernel = wide_kernel + "_narrow";
+  auto point = [&](const std::string& kernel) {
+    return nearest_team(profile.measurements.kernel_tuning->points, team, [&](const KernelThroughputPoint& p) {
+      return p.kernel == kernel && p.gb_per_s.median > 0 && p.tokens_per_s.median > 0 && p.batch == 1 && p.rows > 0 &&
+             p.cols > 0 && p.matrices >= 3;
+    });
+  };
+  const KernelThroughputPoint* wide = point(wide_kernel);
+  const KernelThroughputPoint* narrow = point(narrow_kernel);
+  if (!wide || !narrow || wide->threads != narrow->threads || wide->rows == narrow->rows) return std::nullopt;
+  // An expert point's rows are its width, its columns the hidden size:
+  // each of its matrices / 3 experts walks 2 x width + hidden rows.
+  auto per_row = [&](const std::string& kernel, const KernelThroughputPoint& p) {
+    const NetCall call = net_call(profile, team, kernel, p);
+    const double rows = p.matrices / 3.0 * (2.0 * p.rows + p.cols);
+    return std::pair{call.streaming_s / rows, call.bytes / rows};
+  };
+  const auto [t_wide, b_wide] = per_row(wide_kernel, *wide);
+  const auto [t_narrow, b_narrow] = per_row(narrow_kernel, *narrow);
+  const auto fit = line_through(b_wide, t_wide, b_narrow, t_narrow);  // seconds per row against bytes per row
+  if (!fit) return std::nullopt;
+  const double row = fit->fixed, gbs = 1e-9 / fit->per_unit;
+  const std::string steps = net_call(profile, team, wide_kernel, *wide).steps;
+  return RowCost{row, gbs,
+                 wide_kernel + " " + format_fixed(row * 1e9, 2) + " ns per row + " + format_fixed(gbs, 1) +
+                     " GB/s (fitted from " + std::to_string(wide->rows) + "- and " + std::to_string(narrow->rows) +
+                     "-wide experts of " + std::to_string(wide->cols) + ", measured at " + std::to_string(wide->threads) +
+                     " threads" + (steps.empty() ? "" : ", less each call's " + steps + ", priced as parallel steps") + ")"};
 }
 
 namespace {

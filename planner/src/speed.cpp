@@ -66,22 +66,29 @@ const DenseComponent* vocabulary_projection(const ModelFootprint& fp) {
   return nullptr;
 }
 
-// The decode GEMV of the model's dense format as the tuning phase timed it
-// at the team: the float GEMV's fitted cost per row plus bytes (narrow rows
+// A decode GEMV as the tuning phase timed it at the team: a fitted cost per
+// row plus bytes where it has a narrow point beside the wide one (narrow rows
 // cost more than their bytes), else the kernel's streaming rate; weights
 // never stream faster than RAM.
-struct DenseGemv {
+struct DecodeGemv {
   std::optional<Bandwidth> kernel;
   std::optional<RowCost> rows;
   double seconds(double bytes, double row_count, const Bandwidth& ram) const {
     if (rows) return bytes / (rows->gb_per_s * 1e9) + row_count * rows->seconds_per_row;
     return bytes / ((kernel ? kernel->gb_per_s : ram.gb_per_s) * 1e9);
   }
+  std::string text() const { return rows ? rows->text : kernel ? kernel->text : ""; }
 };
-DenseGemv dense_gemv(const DeviceProfile& profile, const ModelFootprint& fp, const Team& team) {
-  DenseGemv gemv{decode_kernel_rate(profile, dense_decode_kernels(fp), team), std::nullopt};
+// The model's dense format's.
+DecodeGemv dense_gemv(const DeviceProfile& profile, const ModelFootprint& fp, const Team& team) {
+  DecodeGemv gemv{decode_kernel_rate(profile, dense_decode_kernels(fp), team), std::nullopt};
   if (gemv.kernel && dense_decode_kernels(fp).front() == "dense_bf16_decode") gemv.rows = float_gemv_row_cost(profile, team);
   return gemv;
+}
+// The expert decode batch's, in the experts' format.
+DecodeGemv expert_gemv(const DeviceProfile& profile, const ModelFootprint& fp, const Team& team) {
+  return {decode_kernel_rate(profile, expert_decode_kernels(fp.expert_format), team),
+          expert_gemv_row_cost(profile, fp.expert_format, team)};
 }
 
 // A prompt's last token projected to the vocabulary, as a decode token's
@@ -326,8 +333,10 @@ void predict_decode(const DeviceProfile& profile, const ModelFootprint& fp, cons
   // Weights stream at the engine's kernel's own rate where the tuning phase
   // timed it (on weights from RAM: a pool of twice the last-level cache), else
   // at the RAM read bandwidth.
-  const auto expert_kernel = decode_kernel_rate(profile, expert_decode_kernels(fp.expert_format), team);
-  auto streams_at = [&](const std::optional<Bandwidth>& kernel) { return kernel ? kernel->gb_per_s : r.ram.gb_per_s; };
+  const DecodeGemv expert_kernel = expert_gemv(profile, fp, team);
+  // One expert record's GEMVs for one token.
+  const double expert_s =
+      expert_kernel.seconds(static_cast<double>(record), static_cast<double>(fp.expert_matrix_rows()), r.ram);
   // The greedy pick after the pass scans every logit on one thread.
   const auto sampling = sampling_cost(profile, team);
   const double sampling_s = sampling ? static_cast<double>(fp.config.vocab_size) * sampling->seconds_per_entry : 0.0;
@@ -335,20 +344,17 @@ void predict_decode(const DeviceProfile& profile, const ModelFootprint& fp, cons
   const double routing_s = routing ? layers * routing->seconds : 0.0;
   // A single token's norms, RoPE, KV store and residual adds run on the calling thread at every layer.
   const auto token_ops = r.vram ? std::nullopt : token_ops_per_token(profile, fp, team);
-  const DenseGemv gemv = dense_gemv(profile, fp, team);
+  const DecodeGemv gemv = dense_gemv(profile, fp, team);
   const auto& [dense_kernel, rows] = gemv;
   const double dense_s = gemv.seconds(static_cast<double>(dense), static_cast<double>(dense_rows_per_token(fp)), r.ram);
   // A layer computes its resident experts while the I/O threads read its
   // misses (ExpertStore, MoeModel::moe_round), then the misses: the reads
   // (top_k x miss rate per layer, requested together) cost only what
   // outlasts the resident experts' compute.
-  const double expert_gbs = streams_at(expert_kernel);
-  const double resident_compute_s = layers * top_k * std::max(0.0, 1.0 - r.vram_share - r.miss) *
-                                    static_cast<double>(record) / (expert_gbs * 1e9);
+  const double resident_compute_s = layers * top_k * std::max(0.0, 1.0 - r.vram_share - r.miss) * expert_s;
   // The compute a read overlaps runs slower, and hides less of the read, by what the probe measured beside reads.
   const auto interference = r.vram ? std::nullopt : read_interference_cost(profile, team);
-  const ReadsBesideCompute layer_reads = layer_disk_reads(r, fp.top_k, static_cast<double>(record) / (expert_gbs * 1e9),
-                                                          read_progress(r, interference));
+  const ReadsBesideCompute layer_reads = layer_disk_reads(r, fp.top_k, expert_s, read_progress(r, interference));
   const double disk_wait_s = layers * layer_reads.wait;
   const double beside_reads_s = interference ? layers * layer_reads.overlapped * interference->slowdown : 0.0;
   s.decode_disk_reads = layers * top_k * r.miss;
@@ -359,7 +365,7 @@ void predict_decode(const DeviceProfile& profile, const ModelFootprint& fp, cons
   s.decode_terms = {
       {"dense weights", dense_s},
       {"KV cache", std::max(kv_read_s, attention_s)},
-      {"experts in RAM", experts / (expert_gbs * 1e9)},
+      {"experts in RAM", layers * top_k * (1.0 - r.vram_share) * expert_s},
       {"experts from disk", disk_wait_s},
       {"compute beside reads", beside_reads_s},
       {"experts in VRAM", r.vram ? in_vram / (r.vram->gb_per_s * 1e9) : 0.0},
@@ -389,7 +395,10 @@ void predict_decode(const DeviceProfile& profile, const ModelFootprint& fp, cons
                     (r.vram ? " + VRAM " + format_bytes(static_cast<u64>(in_vram)) + "/token (share " +
                                   format_fixed(r.vram_share, 3) + ") / " + r.vram->text
                             : "") +
-                    (expert_kernel ? "; experts stream at " + expert_kernel->text : "") +
+                    (expert_kernel.rows     ? "; experts " + std::to_string(fp.expert_matrix_rows()) + " rows each at " +
+                                                  expert_kernel.text()
+                     : expert_kernel.kernel ? "; experts stream at " + expert_kernel.text()
+                                            : "") +
                     (rows           ? "; dense " + std::to_string(dense_rows_per_token(fp)) + " rows at " + rows->text
                      : dense_kernel ? "; dense streams at " + dense_kernel->text
                                     : "") +

@@ -61,6 +61,9 @@ struct ModelFootprint {
   std::uint64_t expert_source_bytes = 0;  // one expert in the source dtype
   ExpertRecordSize q4_g64, q8_row, f32;   // one expert in each container format
   ExpertRecordSize expert() const;        // the one for expert_format
+  // Rows of one expert's matrices, what a token's expert GEMVs walk: gate and
+  // up (its width each) and down (the hidden size).
+  std::uint64_t expert_matrix_rows() const { return 2 * config.moe_intermediate_size + config.hidden_size; }
 
   std::vector<DenseComponent> dense;      // by role, in first-appearance order
   std::uint64_t dense_held_bytes = 0;     // sum of held_bytes
