@@ -175,9 +175,9 @@ std::optional<RowCost> float_gemv_row_cost(const DeviceProfile& profile, const T
 // reduction and store beside its bytes) plus a rate per byte, fitted from
 // the OLMoE-shaped point (expert_q4_decode, experts 1024 wide) and a narrow
 // one (expert_q4_decode_narrow, 256 wide), both of hidden 2048 (int8:
-// expert_q8_decode and _narrow). On the 2-core VM, 6 ns a row: Qwen3's
-// 768-wide experts ran 5% slower per byte than OLMoE's at 2 threads, 10% at
-// 1, and 256-wide ones 22-34%. nullopt without both points at one team
+// expert_q8_decode and _narrow). On the 2-core VM, 6 ns a row at 2 threads:
+// Qwen3's 768-wide experts ran 4-5% slower per byte than OLMoE's (8-13% at 1
+// thread), 256-wide ones 22-34%. nullopt without both points at one team
 // (profiles before them) or when they do not fit.
 std::optional<RowCost> expert_gemv_row_cost(const DeviceProfile& profile, WeightFormat experts, const Team& team);
 

@@ -1,10 +1,11 @@
 // Issue 15: the expert decode batch costs a time per row beside its bytes.
 // The 2-core VM's Qwen3-shaped resident decode (768-wide experts) ran 8-13%
-// below its prediction in three grids where OLMoE's (1024-wide) held 3%: the
+// below its prediction in three grids where OLMoE's (1024-wide) held 3%; the
 // tuning phase's point at OLMoE's shape priced every expert by its bytes,
-// and 768-wide experts walk 17% more rows per byte (256-wide ones 2.5x).
-// With a narrow point beside it, the model fits a cost per row plus a rate
-// per byte, as it does for the float GEMV's narrow rows.
+// and 768-wide experts walk 17% more rows per byte (256-wide ones 2.5x):
+// 4-5% of that at 2 threads. With a narrow point beside it, the model fits
+// a cost per row plus a rate per byte, as it does for the float GEMV's
+// narrow rows.
 #include <gtest/gtest.h>
 
 #include "coli/planner/plan.h"
