@@ -467,7 +467,7 @@ namespace {
 // `steps` empty where it did not.
 struct NetCall {
   double bytes = 0, streaming_s = 0;
-  std::string steps;  // " region", " regions and 3 barriers", or ""
+  std::string steps;  // "1 region and 3 barriers", "4 regions", or "" where not taken out
 };
 NetCall net_call(const DeviceProfile& profile, const Team& team, const std::string& kernel, const KernelThroughputPoint& point) {
   const double gbs = point.gb_per_s.median;

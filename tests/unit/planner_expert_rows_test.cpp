@@ -19,10 +19,11 @@ constexpr double kRowSeconds = 2e-9, kBytesPerSecond = 20e9;
 
 // An expert decode point of 8 experts of `width` x 2048 (one token, 24
 // matrices) timed on 8 threads as taking kRowSeconds a row plus its bytes
-// (int4: 0.53 bytes a weight, int8 1.0) at kBytesPerSecond.
-KernelThroughputPoint expert_point(const char* kernel, int width, double bytes_per_weight = 0.53) {
+// (int4: 0.53 bytes a weight, int8 1.0) at kBytesPerSecond, plus `forks_s`
+// a call for its region and barriers.
+KernelThroughputPoint expert_point(const char* kernel, int width, double bytes_per_weight = 0.53, double forks_s = 0) {
   const double rows = 2.0 * width + 2048, bytes = 3.0 * width * 2048 * bytes_per_weight;
-  const double call_s = 8 * (bytes / kBytesPerSecond + rows * kRowSeconds);
+  const double call_s = 8 * (bytes / kBytesPerSecond + rows * kRowSeconds) + forks_s;
   const double gbs = 8 * bytes / call_s / 1e9;
   return point_on_8_threads(kernel, width, 1, 24, {3, gbs, gbs, gbs, 0}, {3, 1 / call_s, 1 / call_s, 1 / call_s, 0});
 }
@@ -73,6 +74,22 @@ TEST(PlanSpeed, ExpertDecodeRowsCostAFittedTimePerRowPlusTheirBytes) {
   const std::string inputs = predict_speed(q.profile, q.fp, q.plan).decode_inputs;
   EXPECT_NE(inputs.find("experts 3584 rows each at expert_q4_decode 2.00 ns per row + 20.0 GB/s (fitted from 1024- and "
                         "256-wide experts of 2048, measured at 8 threads)"),
+            std::string::npos)
+      << inputs;
+}
+
+// The calls' fork/joins (one region and three barriers, priced as parallel
+// steps) come out of both points before the fit: the profile's 8-thread
+// steps, a region of 3 us + 4 us broadcast and barriers of 1 us, are 10 us
+// a call, which the fit would otherwise count as a cost per row.
+TEST(PlanSpeed, ExpertRowCostIsFittedNetOfEachCallsForkJoins) {
+  ResidentQwen3 q;
+  q.profile.measurements.parallel_overhead = ParallelOverhead{100, {{1, 0.5, 0.2, 2.0}, {8, 3.0, 1.0, 4.0}}};
+  q.profile.measurements.kernel_tuning->points = {expert_point("expert_q4_decode", 1024, 0.53, 10e-6),
+                                                  expert_point("expert_q4_decode_narrow", 256, 0.53, 10e-6)};
+  const std::string inputs = predict_speed(q.profile, q.fp, q.plan).decode_inputs;
+  EXPECT_NE(inputs.find("expert_q4_decode 2.00 ns per row + 20.0 GB/s (fitted from 1024- and 256-wide experts of 2048, "
+                        "measured at 8 threads, less each call's 1 region and 3 barriers, priced as parallel steps)"),
             std::string::npos)
       << inputs;
 }
