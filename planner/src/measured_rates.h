@@ -177,8 +177,8 @@ std::optional<RowCost> float_gemv_row_cost(const DeviceProfile& profile, const T
 // one (expert_q4_decode_narrow, 256 wide), both of hidden 2048 (int8:
 // expert_q8_decode and _narrow). On the 2-core VM, 6 ns a row at 2 threads:
 // Qwen3's 768-wide experts ran 4-5% slower per byte than OLMoE's (8-13% at 1
-// thread), 256-wide ones 22-34%. nullopt without both points at one team
-// (profiles before them) or when they do not fit.
+// thread), 256-wide ones 22-25% (34-35%). nullopt without both points at one
+// team (profiles before them) or when they do not fit.
 std::optional<RowCost> expert_gemv_row_cost(const DeviceProfile& profile, WeightFormat experts, const Team& team);
 
 // The expert GEMM's rate at `tokens_per_expert`, and the cost of a routed
