@@ -26,7 +26,7 @@ struct EpRates {
   double host_gbs = 0;             // rank 0's host link: it copies the host's experts up in prefill
   std::string host_text;
   std::optional<Bandwidth> ram;
-  std::optional<Bandwidth> expert_kernel;
+  DecodeGemv expert_kernel;  // the host's experts computed on its CPU (expert_gemv)
   std::optional<DiskReads> disk;
   double gpu_share = 0, miss = 0;  // of a decode token's expert reads
 };
@@ -96,8 +96,13 @@ void predict_ep_decode(const ModelFootprint& fp, const Plan& plan, const std::ve
     experts_s += worst;
   }
   const double ram_share = std::max(0.0, 1.0 - r.gpu_share - r.miss);
-  const double host_gbs = r.ram ? (r.expert_kernel ? std::min(r.ram->gb_per_s, r.expert_kernel->gb_per_s) : r.ram->gb_per_s) : 0;
-  const double ram_s = ram_share > 0 && host_gbs > 0 ? layers * top_k * ram_share * record / (host_gbs * 1e9) : 0.0;
+  // A host expert for one token: the CPU's GEMVs over it, never faster than RAM streams it.
+  const double host_record_s =
+      r.ram ? std::max(record / (r.ram->gb_per_s * 1e9),
+                       r.expert_kernel.seconds(record, static_cast<double>(fp.expert_matrix_rows()), *r.ram))
+            : 0.0;
+  const double host_gbs = host_record_s > 0 ? record / host_record_s / 1e9 : 0.0;
+  const double ram_s = ram_share > 0 && host_gbs > 0 ? layers * top_k * ram_share * host_record_s : 0.0;
   const double disk_s = r.miss > 0 && r.disk ? layers * r.disk->seconds(top_k * r.miss) : 0.0;
   s.decode_terms = {{"dense weights (each GPU its copy)", static_cast<double>(dense) / (copy_gbs * 1e9)},
                     {"KV cache (each GPU its copy)", static_cast<double>(kv) / (copy_gbs * 1e9)},
@@ -187,7 +192,7 @@ SpeedPrediction predict_expert_parallel(const DeviceProfile& profile, const Mode
       s.unavailable = kNoMeasuredBandwidth;
       return s;
     }
-    r.expert_kernel = decode_kernel_rate(profile, expert_decode_kernels(fp.expert_format), Team{plan.threads, plan.compute_pus});
+    r.expert_kernel = expert_gemv(profile, fp.expert_format, Team{plan.threads, plan.compute_pus});
   }
   r.disk = disk_reads(profile, fp.expert().record_stride, plan.io_threads,
                       history && history->key().n_experts == fp.n_experts ? history->read_round_sets()

@@ -594,6 +594,10 @@ std::optional<RowCost> expert_gemv_row_cost(const DeviceProfile& profile, Weight
                      " threads" + (steps.empty() ? "" : ", less each call's " + steps + ", priced as parallel steps") + ")"};
 }
 
+DecodeGemv expert_gemv(const DeviceProfile& profile, WeightFormat experts, const Team& team) {
+  return {decode_kernel_rate(profile, expert_decode_kernels(experts), team), expert_gemv_row_cost(profile, experts, team)};
+}
+
 namespace {
 
 // One tuned expert GEMM point's rate in multiply-adds per second, and the

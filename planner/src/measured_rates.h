@@ -181,6 +181,23 @@ std::optional<RowCost> float_gemv_row_cost(const DeviceProfile& profile, const T
 // team (profiles before them) or when they do not fit.
 std::optional<RowCost> expert_gemv_row_cost(const DeviceProfile& profile, WeightFormat experts, const Team& team);
 
+// A decode GEMV as the tuning phase timed it at the team: a fitted cost per
+// row plus bytes where it has a narrow point beside the wide one (narrow rows
+// cost more than their bytes), else the kernel's streaming rate, else RAM's.
+struct DecodeGemv {
+  std::optional<Bandwidth> kernel;
+  std::optional<RowCost> rows;
+  double seconds(double bytes, double row_count, const Bandwidth& ram) const {
+    if (rows) return bytes / (rows->gb_per_s * 1e9) + row_count * rows->seconds_per_row;
+    return bytes / ((kernel ? kernel->gb_per_s : ram.gb_per_s) * 1e9);
+  }
+  std::string text() const { return rows ? rows->text : kernel ? kernel->text : ""; }
+};
+// The expert decode batch's, in the experts' format: what one token costs
+// an expert record on the CPU, for every prediction that computes experts
+// there.
+DecodeGemv expert_gemv(const DeviceProfile& profile, WeightFormat experts, const Team& team);
+
 // The expert GEMM's rate at `tokens_per_expert`, and the cost of a routed
 // row fitted from the OLMoE-wide and 64-wide expert points at 64 tokens per
 // expert (expert_q4_prefill_wide, expert_q4_prefill_narrow) where both are

@@ -66,29 +66,11 @@ const DenseComponent* vocabulary_projection(const ModelFootprint& fp) {
   return nullptr;
 }
 
-// A decode GEMV as the tuning phase timed it at the team: a fitted cost per
-// row plus bytes where it has a narrow point beside the wide one (narrow rows
-// cost more than their bytes), else the kernel's streaming rate; weights
-// never stream faster than RAM.
-struct DecodeGemv {
-  std::optional<Bandwidth> kernel;
-  std::optional<RowCost> rows;
-  double seconds(double bytes, double row_count, const Bandwidth& ram) const {
-    if (rows) return bytes / (rows->gb_per_s * 1e9) + row_count * rows->seconds_per_row;
-    return bytes / ((kernel ? kernel->gb_per_s : ram.gb_per_s) * 1e9);
-  }
-  std::string text() const { return rows ? rows->text : kernel ? kernel->text : ""; }
-};
-// The model's dense format's.
+// The decode GEMV (measured_rates.h) of the model's dense format.
 DecodeGemv dense_gemv(const DeviceProfile& profile, const ModelFootprint& fp, const Team& team) {
   DecodeGemv gemv{decode_kernel_rate(profile, dense_decode_kernels(fp), team), std::nullopt};
   if (gemv.kernel && dense_decode_kernels(fp).front() == "dense_bf16_decode") gemv.rows = float_gemv_row_cost(profile, team);
   return gemv;
-}
-// The expert decode batch's, in the experts' format.
-DecodeGemv expert_gemv(const DeviceProfile& profile, const ModelFootprint& fp, const Team& team) {
-  return {decode_kernel_rate(profile, expert_decode_kernels(fp.expert_format), team),
-          expert_gemv_row_cost(profile, fp.expert_format, team)};
 }
 
 // A prompt's last token projected to the vocabulary, as a decode token's
@@ -333,7 +315,7 @@ void predict_decode(const DeviceProfile& profile, const ModelFootprint& fp, cons
   // Weights stream at the engine's kernel's own rate where the tuning phase
   // timed it (on weights from RAM: a pool of twice the last-level cache), else
   // at the RAM read bandwidth.
-  const DecodeGemv expert_kernel = expert_gemv(profile, fp, team);
+  const DecodeGemv expert_kernel = expert_gemv(profile, fp.expert_format, team);
   // One expert record's GEMVs for one token.
   const double expert_s =
       expert_kernel.seconds(static_cast<double>(record), static_cast<double>(fp.expert_matrix_rows()), r.ram);

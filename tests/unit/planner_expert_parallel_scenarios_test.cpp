@@ -186,5 +186,39 @@ TEST(ExpertParallelScenario, Glm5OnTwoGpusHoldsAShareAndStreamsTheRest) {
   expect_share_on_two(model("GLM-5.json"), 1843200);
 }
 
+// The host's share of the experts is computed on its CPU, priced as the
+// CPU-only prediction prices an expert (expert_gemv): with the tuning
+// phase's narrow expert point beside the wide one, a cost per row plus
+// bytes. Made-up points on the plan's team, 2 ns a row + 20 GB/s (below the
+// host's RAM rate, which never lets an expert go faster).
+TEST(ExpertParallelScenario, HostExpertsCostTheCpusRowsAndBytes) {
+  const ModelFootprint fp = model("DeepSeek-V3.json");
+  DeviceProfile host = replayed("h200-nvl-2gpu.toml");
+  const Measurements selftests = host.measurements;
+  host.measurements = h200().measurements;
+  host.measurements.gpu_kernels = selftests.gpu_kernels;
+  host.measurements.parallel_overhead.reset();  // no fork/joins to take out of the made-up calls
+  auto plan = make_plan(host, fp, spread("all"));
+  ASSERT_TRUE(plan.ok()) << plan.error().message;
+  auto point = [&](const char* kernel, int width) {
+    const double rows = 2.0 * width + 2048, bytes = 3.0 * width * 2048 * 0.53;
+    const double call_s = 8 * (bytes / 20e9 + rows * 2e-9), gbs = 8 * bytes / call_s / 1e9;
+    KernelThroughputPoint p = point_on_8_threads(kernel, width, 1, 24, {3, gbs, gbs, gbs, 0}, {3, 1 / call_s, 1 / call_s, 1 / call_s, 0});
+    p.threads = plan->threads, p.pus = plan->compute_pus, p.thread_set = "plan";
+    return p;
+  };
+  host.measurements.kernel_tuning = KernelTuning{"avx512vnni", 1ull << 30, 1, "", {point("expert_q4_decode", 1024)}};
+  const double wide_gbs = host.measurements.kernel_tuning->points[0].gb_per_s.median;
+  const double by_bytes = predict_plan_speed(host, fp, *plan).decode_terms[4].seconds;
+  host.measurements.kernel_tuning->points.push_back(point("expert_q4_decode_narrow", 256));
+  const SpeedPrediction s = predict_plan_speed(host, fp, *plan);
+  ASSERT_EQ(s.decode_terms[4].name, "experts in RAM");
+  ASSERT_GT(by_bytes, 0.0) << "the host computes a share";
+  // DeepSeek's experts (2048 wide, hidden 7168) walk fewer rows per byte than the 1024-wide point.
+  const double record = static_cast<double>(fp.expert().record_bytes), rows = static_cast<double>(fp.expert_matrix_rows());
+  EXPECT_NEAR(s.decode_terms[4].seconds / by_bytes, (record / 20e9 + rows * 2e-9) / (record / (wide_gbs * 1e9)), 1e-3);
+  EXPECT_LT(s.decode_terms[4].seconds, by_bytes);
+}
+
 }  // namespace
 }  // namespace coli::planner
