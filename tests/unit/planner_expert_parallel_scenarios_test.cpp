@@ -201,9 +201,7 @@ TEST(ExpertParallelScenario, HostExpertsCostTheCpusRowsAndBytes) {
   auto plan = make_plan(host, fp, spread("all"));
   ASSERT_TRUE(plan.ok()) << plan.error().message;
   auto point = [&](const char* kernel, int width) {
-    const double rows = 2.0 * width + 2048, bytes = 3.0 * width * 2048 * 0.53;
-    const double call_s = 8 * (bytes / 20e9 + rows * 2e-9), gbs = 8 * bytes / call_s / 1e9;
-    KernelThroughputPoint p = point_on_8_threads(kernel, width, 1, 24, {3, gbs, gbs, gbs, 0}, {3, 1 / call_s, 1 / call_s, 1 / call_s, 0});
+    KernelThroughputPoint p = made_up_expert_decode_point(kernel, width, 2e-9, 20e9);
     p.threads = plan->threads, p.pus = plan->compute_pus, p.thread_set = "plan";
     return p;
   };

@@ -17,15 +17,10 @@ namespace {
 
 constexpr double kRowSeconds = 2e-9, kBytesPerSecond = 20e9;
 
-// An expert decode point of 8 experts of `width` x 2048 (one token, 24
-// matrices) timed on 8 threads as taking kRowSeconds a row plus its bytes
-// (int4: 0.53 bytes a weight, int8 1.0) at kBytesPerSecond, plus `forks_s`
-// a call for its region and barriers.
+// An expert decode point (planner_fixtures.h) at kRowSeconds a row plus its
+// bytes at kBytesPerSecond.
 KernelThroughputPoint expert_point(const char* kernel, int width, double bytes_per_weight = 0.53, double forks_s = 0) {
-  const double rows = 2.0 * width + 2048, bytes = 3.0 * width * 2048 * bytes_per_weight;
-  const double call_s = 8 * (bytes / kBytesPerSecond + rows * kRowSeconds) + forks_s;
-  const double gbs = 8 * bytes / call_s / 1e9;
-  return point_on_8_threads(kernel, width, 1, 24, {3, gbs, gbs, gbs, 0}, {3, 1 / call_s, 1 / call_s, 1 / call_s, 0});
+  return made_up_expert_decode_point(kernel, width, kRowSeconds, kBytesPerSecond, bytes_per_weight, forks_s);
 }
 
 struct ResidentQwen3 {
@@ -43,6 +38,7 @@ struct ResidentQwen3 {
     EXPECT_EQ(plan.cap, fp.n_experts);
   }
   double experts_in_ram_s() const { return term_seconds(predict_speed(profile, fp, plan).decode_terms, "experts in RAM"); }
+  std::string decode_inputs() const { return predict_speed(profile, fp, plan).decode_inputs; }
   double per_token_experts() const { return static_cast<double>(fp.moe_layer_count()) * fp.top_k; }
 };
 
@@ -65,13 +61,12 @@ TEST(PlanSpeed, ExpertDecodeRowsCostAFittedTimePerRowPlusTheirBytes) {
   q.profile.measurements.kernel_tuning->points.push_back(expert_point("expert_q4_decode_narrow", 256));
   const double per_row = q.experts_in_ram_s();
   const double rows = static_cast<double>(q.fp.expert_matrix_rows());
-  // The record's bytes (its scales too) at the fitted rate, within the
-  // fit's rounding of the test's 0.5625 bytes a weight.
+  // The record's bytes (its scales too) at the fitted rate plus its rows.
   EXPECT_NEAR(per_row, q.per_token_experts() * (record / kBytesPerSecond + rows * kRowSeconds), per_row * 1e-3);
   // 768-wide experts walk 17% more rows per byte than the 1024-wide point,
   // whose time is 4% rows here: 0.7% slower.
   EXPECT_GT(per_row, per_byte * 1.005);
-  const std::string inputs = predict_speed(q.profile, q.fp, q.plan).decode_inputs;
+  const std::string inputs = q.decode_inputs();
   EXPECT_NE(inputs.find("experts 3584 rows each at expert_q4_decode 2.00 ns per row + 20.0 GB/s (fitted from 1024- and "
                         "256-wide experts of 2048, measured at 8 threads)"),
             std::string::npos)
@@ -87,7 +82,7 @@ TEST(PlanSpeed, ExpertRowCostIsFittedNetOfEachCallsForkJoins) {
   q.profile.measurements.parallel_overhead = ParallelOverhead{100, {{1, 0.5, 0.2, 2.0}, {8, 3.0, 1.0, 4.0}}};
   q.profile.measurements.kernel_tuning->points = {expert_point("expert_q4_decode", 1024, 0.53, 10e-6),
                                                   expert_point("expert_q4_decode_narrow", 256, 0.53, 10e-6)};
-  const std::string inputs = predict_speed(q.profile, q.fp, q.plan).decode_inputs;
+  const std::string inputs = q.decode_inputs();
   EXPECT_NE(inputs.find("expert_q4_decode 2.00 ns per row + 20.0 GB/s (fitted from 1024- and 256-wide experts of 2048, "
                         "measured at 8 threads, less each call's 1 region and 3 barriers, priced as parallel steps)"),
             std::string::npos)
@@ -121,10 +116,10 @@ TEST(PlanSpeed, Int8ExpertsFitTheirOwnNarrowPoint) {
   q.profile.measurements.kernel_tuning->points = {expert_point("expert_q8_decode", 1024, 1.0),
                                                   expert_point("expert_q4_decode_narrow", 256)};
   const double per_byte = q.experts_in_ram_s();
-  EXPECT_EQ(predict_speed(q.profile, q.fp, q.plan).decode_inputs.find("ns per row"), std::string::npos);
+  EXPECT_EQ(q.decode_inputs().find("ns per row"), std::string::npos);
   q.profile.measurements.kernel_tuning->points.push_back(expert_point("expert_q8_decode_narrow", 256, 1.0));
   EXPECT_GT(q.experts_in_ram_s(), per_byte);
-  EXPECT_NE(predict_speed(q.profile, q.fp, q.plan).decode_inputs.find("expert_q8_decode 2.00 ns per row"), std::string::npos);
+  EXPECT_NE(q.decode_inputs().find("expert_q8_decode 2.00 ns per row"), std::string::npos);
 }
 
 }  // namespace

@@ -50,6 +50,19 @@ inline KernelThroughputPoint point_on_8_threads(const char* kernel, int rows, in
   return {kernel, rows, 2048, batch, matrices, "kind0:8c", 8, CpuSet({0, 1, 2, 3, 4, 5, 6, 7}), false, gb_per_s, tokens_per_s};
 }
 
+// A made-up expert decode point as the probe records it (expert_q4_decode
+// and _narrow): one token on 8 experts of `width` x 2048 (24 matrices) on 8
+// threads, each taking `row_s` a row (2 x width + 2048 rows) plus its bytes
+// (`bytes_per_weight`: int4 0.53, int8 1.0) at `bytes_per_s`, and the call
+// `forks_s` more for its region and barriers.
+inline KernelThroughputPoint made_up_expert_decode_point(const char* kernel, int width, double row_s, double bytes_per_s,
+                                                         double bytes_per_weight = 0.53, double forks_s = 0) {
+  const double rows = 2.0 * width + 2048, bytes = 3.0 * width * 2048 * bytes_per_weight;
+  const double call_s = 8 * (bytes / bytes_per_s + rows * row_s) + forks_s;
+  const double gbs = 8 * bytes / call_s / 1e9;
+  return point_on_8_threads(kernel, width, 1, 24, {3, gbs, gbs, gbs, 0}, {3, 1 / call_s, 1 / call_s, 1 / call_s, 0});
+}
+
 // A tuning phase of that one point.
 inline KernelTuning tuned_on_8_threads(const char* kernel, int rows, int batch, int matrices, SampleStats gb_per_s,
                                        SampleStats tokens_per_s) {
