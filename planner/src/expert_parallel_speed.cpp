@@ -101,8 +101,8 @@ void predict_ep_decode(const ModelFootprint& fp, const Plan& plan, const std::ve
       r.ram ? std::max(record / (r.ram->gb_per_s * 1e9),
                        r.expert_kernel.seconds(record, static_cast<double>(fp.expert_matrix_rows()), *r.ram))
             : 0.0;
-  const double host_gbs = host_record_s > 0 ? record / host_record_s / 1e9 : 0.0;
-  const double ram_s = ram_share > 0 && host_gbs > 0 ? layers * top_k * ram_share * host_record_s : 0.0;
+  const double host_gbs = host_record_s > 0 ? record / host_record_s / 1e9 : 0.0;  // for the inputs
+  const double ram_s = ram_share > 0 ? layers * top_k * ram_share * host_record_s : 0.0;
   const double disk_s = r.miss > 0 && r.disk ? layers * r.disk->seconds(top_k * r.miss) : 0.0;
   s.decode_terms = {{"dense weights (each GPU its copy)", static_cast<double>(dense) / (copy_gbs * 1e9)},
                     {"KV cache (each GPU its copy)", static_cast<double>(kv) / (copy_gbs * 1e9)},

@@ -574,19 +574,20 @@ std::optional<RowCost> expert_gemv_row_cost(const DeviceProfile& profile, Weight
   const KernelThroughputPoint* wide = point(wide_kernel);
   const KernelThroughputPoint* narrow = point(narrow_kernel);
   if (!wide || !narrow || wide->threads != narrow->threads || wide->rows == narrow->rows) return std::nullopt;
+  const NetCall wide_call = net_call(profile, team, wide_kernel, *wide);
+  const NetCall narrow_call = net_call(profile, team, narrow_kernel, *narrow);
   // An expert point's rows are its width, its columns the hidden size:
   // each of its matrices / 3 experts walks 2 x width + hidden rows.
-  auto per_row = [&](const std::string& kernel, const KernelThroughputPoint& p) {
-    const NetCall call = net_call(profile, team, kernel, p);
+  auto per_row = [](const NetCall& call, const KernelThroughputPoint& p) {
     const double rows = p.matrices / 3.0 * (2.0 * p.rows + p.cols);
     return std::pair{call.streaming_s / rows, call.bytes / rows};
   };
-  const auto [t_wide, b_wide] = per_row(wide_kernel, *wide);
-  const auto [t_narrow, b_narrow] = per_row(narrow_kernel, *narrow);
+  const auto [t_wide, b_wide] = per_row(wide_call, *wide);
+  const auto [t_narrow, b_narrow] = per_row(narrow_call, *narrow);
   const auto fit = line_through(b_wide, t_wide, b_narrow, t_narrow);  // seconds per row against bytes per row
   if (!fit) return std::nullopt;
   const double row = fit->fixed, gbs = 1e-9 / fit->per_unit;
-  const std::string steps = net_call(profile, team, wide_kernel, *wide).steps;
+  const std::string& steps = wide_call.steps;
   return RowCost{row, gbs,
                  wide_kernel + " " + format_fixed(row * 1e9, 2) + " ns per row + " + format_fixed(gbs, 1) +
                      " GB/s (fitted from " + std::to_string(wide->rows) + "- and " + std::to_string(narrow->rows) +

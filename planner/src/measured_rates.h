@@ -191,7 +191,13 @@ struct DecodeGemv {
     if (rows) return bytes / (rows->gb_per_s * 1e9) + row_count * rows->seconds_per_row;
     return bytes / ((kernel ? kernel->gb_per_s : ram.gb_per_s) * 1e9);
   }
-  std::string text() const { return rows ? rows->text : kernel ? kernel->text : ""; }
+  // For a prediction's inputs: "; <by_rows> at <the fit>" ("experts 3584
+  // rows each"), else "; <streaming> at <the rate>" ("experts stream"), else
+  // "" (RAM's rate, in the inputs already).
+  std::string inputs(const std::string& streaming, const std::string& by_rows) const {
+    if (rows) return "; " + by_rows + " at " + rows->text;
+    return kernel ? "; " + streaming + " at " + kernel->text : "";
+  }
 };
 // The expert decode batch's, in the experts' format: what one token costs
 // an expert record on the CPU, for every prediction that computes experts

@@ -327,7 +327,6 @@ void predict_decode(const DeviceProfile& profile, const ModelFootprint& fp, cons
   // A single token's norms, RoPE, KV store and residual adds run on the calling thread at every layer.
   const auto token_ops = r.vram ? std::nullopt : token_ops_per_token(profile, fp, team);
   const DecodeGemv gemv = dense_gemv(profile, fp, team);
-  const auto& [dense_kernel, rows] = gemv;
   const double dense_s = gemv.seconds(static_cast<double>(dense), static_cast<double>(dense_rows_per_token(fp)), r.ram);
   // A layer computes its resident experts while the I/O threads read its
   // misses (ExpertStore, MoeModel::moe_round), then the misses: the reads
@@ -377,13 +376,8 @@ void predict_decode(const DeviceProfile& profile, const ModelFootprint& fp, cons
                     (r.vram ? " + VRAM " + format_bytes(static_cast<u64>(in_vram)) + "/token (share " +
                                   format_fixed(r.vram_share, 3) + ") / " + r.vram->text
                             : "") +
-                    (expert_kernel.rows     ? "; experts " + std::to_string(fp.expert_matrix_rows()) + " rows each at " +
-                                                  expert_kernel.text()
-                     : expert_kernel.kernel ? "; experts stream at " + expert_kernel.text()
-                                            : "") +
-                    (rows           ? "; dense " + std::to_string(dense_rows_per_token(fp)) + " rows at " + rows->text
-                     : dense_kernel ? "; dense streams at " + dense_kernel->text
-                                    : "") +
+                    expert_kernel.inputs("experts stream", "experts " + std::to_string(fp.expert_matrix_rows()) + " rows each") +
+                    gemv.inputs("dense streams", "dense " + std::to_string(dense_rows_per_token(fp)) + " rows") +
                     (sampling ? " + vocabulary " + std::to_string(fp.config.vocab_size) + " x " + sampling->text : "") +
                     (routing ? " + routing " + format_fixed(layers, 0) + " layers x " + routing->text : "") +
                     (token_ops ? " + " + token_ops->text : "") +
