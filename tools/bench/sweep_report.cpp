@@ -538,8 +538,8 @@ std::string read_round_line(const SweepReport& r, std::size_t config) {
       prefill_all.rounds += b.rounds, prefill_all.seconds += b.seconds;
       prefill_reads += static_cast<double>(b.rounds) * b.reads;
     }
-    decode_wakes.rounds += run.decode_wakes.rounds, decode_wakes.seconds += run.decode_wakes.seconds;
-    prefill_wakes.rounds += run.prefill_wakes.rounds, prefill_wakes.seconds += run.prefill_wakes.seconds;
+    decode_wakes += run.decode_wakes;
+    prefill_wakes += run.prefill_wakes;
   }
   std::string decoding, prefill;
   for (const auto& [reads, b] : decode) {

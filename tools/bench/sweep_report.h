@@ -43,6 +43,10 @@ struct ReadBatch {
 struct ReadWakes {
   std::uint64_t rounds = 0;
   double seconds = 0;
+  ReadWakes& operator+=(const ReadWakes& other) {
+    rounds += other.rounds, seconds += other.seconds;
+    return *this;
+  }
 };
 
 struct RunRecord {
