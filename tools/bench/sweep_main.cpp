@@ -457,6 +457,8 @@ int run_sweep(const Args& args) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Line by line into a log too: a sweep cut by a timeout still shows how far it got.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   Args args;
   CLI::App app{"coli-sweep: run the engine over a grid of configurations and rank the planned one"};
   app.add_option("--model", args.model, "Container (coli convert or coli-make-synthetic)")->required();
