@@ -31,6 +31,9 @@ check "prefill rank and % of best printed" grep -qE "^prefill: planned: rank [0-
 check "no prediction without a measured bandwidth, and why" grep -qE "^decode: +predicted: none \(the profile lacks" "$work/s.out"
 check "token check passed" contains "$work/s.out" "token check: all [0-9]* runs produced the same tokens"
 check "progress on stderr" contains "$work/s.err" "repeat 2/2"
+check "each repeat's time on stderr" contains "$work/s.err" "repeat 1/2  took [0-9.]* [a-z]* (the predictions: "
+check "the grid's time by its predictions, unpredicted configurations named" \
+  contains "$work/s.out" "one repeat of the grid takes about .*configuration(s) without a prediction not counted"
 check "disk reads listed for the streaming configurations" contains "$work/s.out" "expert records read from disk, measured"
 check "no temporary files left" test "$(ls "$work/out" | grep -c '\.tmp')" -eq 0
 
@@ -46,9 +49,10 @@ EOF
 check "JSON: schema, planned, ranking, token check" python3 - "$work/out/sweep.json" <<'EOF'
 import json, sys
 d = json.load(open(sys.argv[1]))
-assert d["schema_version"] == 11
+assert d["schema_version"] == 12
 # --min-time 0.05: a run repeats its pass until that was timed (how many passes that takes is the machine's).
 assert d["workload"]["min_timed_seconds"] == 0.05
+assert d["workload"]["repeats"] == d["workload"]["repeats_asked"] == 2 and d["stopped_early"] == ""
 assert all(1 <= r["passes"] <= 32 for c in d["configs"] for r in c["runs"]), [r["passes"] for c in d["configs"] for r in c["runs"]]
 # The prefill pass's expert reads per run: none where every expert is resident, and byte counts
 # that go with the misses (a resident configuration reads nothing).
@@ -196,6 +200,13 @@ check "bad --pins is a usage error" test $? -eq 2
 "$sweep" --model "$work/demo.coli" --profile "$work/profile.toml" --ram 100M --out "$work/e" >/dev/null 2>"$work/e7"
 check "a plan that does not fit exits 3" test $? -eq 3
 check "the planner's refusal is shown" contains "$work/e7" "the planner refused: .*raise --ram"
+"$sweep" --model "$work/demo.coli" --profile "$work/profile.toml" --threads 1 --caps all --pins off -p 5 -n 4 \
+  --max-minutes 0.00001 --out "$work/e" >/dev/null 2>"$work/e8"
+check "a sweep that cannot end within --max-minutes is refused before its runs" test $? -eq 3
+check "the refusal says the limit, the time passed and the repeat's" \
+  contains "$work/e8" "--max-minutes allows .* have passed and the next repeat would take about .*raise --max-minutes"
+"$sweep" --model "$work/demo.coli" --profile "$work/profile.toml" --max-minutes -1 --out "$work/e" >/dev/null 2>"$work/e9"
+check "a negative --max-minutes is a usage error" test $? -eq 2
 head -c 100000 "$work/demo.coli" >"$work/cut.coli"
 "$sweep" --model "$work/cut.coli" --profile "$work/profile.toml" --out "$work/e" >/dev/null 2>"$work/e6"
 check "truncated container exits 1" test $? -eq 1

@@ -28,6 +28,7 @@
 #include "coli/runtime/plan_options.h"
 #include "cpu/gemv_cpu.h"
 #include "measure/retime.h"
+#include "sweep_duration.h"
 #include "sweep_grid.h"
 #include "sweep_report.h"
 #include "sweep_retime.h"
@@ -47,6 +48,7 @@ struct Args {
   std::vector<std::string> kernels;       // "auto" = engine's choice; empty: what the profile's ISA allows
   int plan_cap = 0;                       // 0: the planner decides
   double min_time = 0.5;                  // seconds a run's timed passes add up to (Workload::min_timed_seconds)
+  double max_minutes = 0;                 // the whole sweep's time; 0: no limit (sweep_duration.h)
   SpeedTests tests = [] {  // llama-bench's pp512 and decode at depths 0 and 512, fewer tokens per grid point
     SpeedTests t;
     t.decode_tokens = 16;
@@ -273,7 +275,84 @@ Result<RetimedRepeat> retime_repeat(const Args& args, const Setup& s, const plan
   return out;
 }
 
+// The untimed passes before the grid runs: a usage history's two (none where one exists or no pins are
+// asked for) and two per compute team's read rounds where `record_cap` streams, each priced by the
+// prediction at that cap (uniform routing: no history yet). --max-minutes refuses before them a sweep
+// whose recording alone would outrun it (the H200's disk read the OLMoE shape's cap-16 recording
+// passes for minutes).
+Status check_recording_time(const Args& args, const Setup& s, int record_cap, bool records_history,
+                            std::size_t thread_sets, double elapsed) {
+  const bool streams = record_cap < s.footprint.n_experts;
+  const int passes = (records_history ? 2 : 0) + (streams ? 2 * static_cast<int>(thread_sets) : 0);
+  if (args.max_minutes <= 0 || passes == 0) return Ok{};
+  auto plan = plan_with_cap(s, record_cap);
+  if (!plan) return Ok{};  // refused later with the planner's own reason
+  auto run = estimate_run(args.tests, 0, predict_config(s, s.profile, *plan, args.tests));
+  if (!run) return Ok{};
+  const double seconds = passes * run->pass_seconds;
+  if (repeat_fits(args.max_minutes, elapsed, seconds)) return Ok{};
+  return make_error("--max-minutes allows " + format_duration(args.max_minutes * 60) + ": recording " +
+                    std::to_string(passes) + " untimed passes at cap " + std::to_string(record_cap) +
+                    " before the grid would take about " + format_duration(seconds) +
+                    " by the predictions: raise --max-minutes, give a larger smallest cap (--caps) or a usage history (--usage)");
+}
+
+// The first run of each token group is its reference: one group, or one
+// per kernel variant with --token-check per-kernel (variants sum floats in
+// different orders, so near-ties may flip between them).
+struct Reference {
+  std::vector<std::vector<std::int32_t>> tokens;
+  std::string label, kernel;
+};
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// One repeat: every configuration of the grid once (after re-timing the profile's figures with --retime),
+// its runs and token checks into `report`.
+Status run_repeat(const Args& args, const Setup& s, const planner::Plan& plan, int repeat,
+                  std::map<std::string, Reference>& references, SweepReport& report) {
+  const bool per_kernel = args.token_check == "per-kernel";
+  if (args.retime) {
+    auto retimed = retime_repeat(args, s, plan, report.grid, repeat);
+    if (!retimed) return make_error("--retime: " + retimed.error().message);
+    std::fprintf(stderr, "  repeat %d/%d  re-timed in %.1f s: %s\n", repeat + 1, args.tests.repeats, retimed->seconds,
+                 retimed->drift.c_str());
+    report.retimed.push_back(std::move(*retimed));
+  }
+  for (std::size_t c = 0; c < report.grid.size(); ++c) {
+    const SweepConfig& config = report.grid[c];
+    const std::string label = config_label(config, report.n_experts);
+    auto options = runtime::options_from_plan(plan_of_config(plan, config), s.shape, s.history ? &*s.history : nullptr);
+    if (!options) return make_error(label + ": " + options.error().message);
+    options->rss_limit_bytes = 0;  // the plan's RAM is for its own cap: the watchdog would shrink the grid's larger ones
+    auto run = run_config(args.model, *options, s.workload);
+    if (!run) return make_error(label + ": " + run.error().message);
+    run->record.config = c;
+    run->record.repeat = repeat;
+    std::fprintf(stderr, "  repeat %d/%d  %-44s prefill %8.2f tok/s  decode %7.2f tok/s\n", repeat + 1, args.tests.repeats,
+                 label.c_str(), run->record.prefill_tok_s(), run->record.decode_tok_s());
+    const std::string run_label = label + " (repeat " + std::to_string(repeat + 1) + ")";
+    const std::string& kernel = run->record.kernel_used;
+    const Reference first{run->tokens, run_label, kernel};
+    // Per kernel variant and placement: the GPU backends round differently from the CPU (int8 activations).
+    const Reference& ref = references.try_emplace(per_kernel ? kernel + " | " + config.gpu.label : "", first).first->second;
+    if (auto m = token_mismatch(run->tokens, run_label, ref.tokens, ref.label)) {
+      report.token_mismatches.push_back(*m + (kernel != ref.kernel ? " (kernels " + kernel + " vs " + ref.kernel + ")" : ""));
+    }
+    const Reference& any = references.begin()->second;
+    if (per_kernel && repeat == 0 && kernel != any.kernel) {
+      if (auto m = token_mismatch(run->tokens, run_label, any.tokens, any.label))
+        report.token_notes.push_back(*m + " (kernels " + kernel + " vs " + any.kernel + ": allowed by --token-check per-kernel)");
+    }
+    report.runs.push_back(std::move(run->record));
+  }
+  return Ok{};
+}
+
 int run_sweep(const Args& args) {
+  const auto sweep_start = std::chrono::steady_clock::now();
   if (!fs::is_regular_file(args.model)) return fail("model " + args.model + ": no such file");
   Setup s;
   auto profile = load_profile(args.profile);
@@ -330,6 +409,9 @@ int run_sweep(const Args& args) {
   }
   fs::create_directories(args.out);
   const int record_cap = *std::min_element(caps->begin(), caps->end());
+  const bool records_history = pins_wanted && !fs::exists(args.usage.empty() ? args.model + ".usage" : args.usage);
+  if (Status st = check_recording_time(args, s, record_cap, records_history, spec.thread_sets.size(), seconds_since(sweep_start)); !st)
+    return fail(st.error().message, cli::kExitRefused);
   auto history = open_history(args, s, pins_wanted, record_cap);
   if (!history) return fail("recording a usage history: " + history.error().message);
   s.history = std::move(*history);
@@ -365,7 +447,7 @@ int run_sweep(const Args& args) {
   report.prompt_tokens = args.tests.prefill_tokens;
   report.decode_tokens = args.tests.decode_tokens;
   report.depths = args.tests.depths;
-  report.repeats = args.tests.repeats;
+  report.repeats_asked = args.tests.repeats;
   report.min_timed_seconds = s.workload.min_timed_seconds;
   report.token_check = args.token_check;
   report.planned = planned;
@@ -390,50 +472,33 @@ int run_sweep(const Args& args) {
   std::printf("grid: %zu configurations x %d repeats\n\n", report.grid.size(), args.tests.repeats);
 
   // Round-robin: every configuration once per repeat, so drift spreads over all of them.
-  // The first run of each token group is its reference: one group, or one
-  // per kernel variant with --token-check per-kernel (variants sum floats in
-  // different orders, so near-ties may flip between them).
-  struct Reference {
-    std::vector<std::vector<std::int32_t>> tokens;
-    std::string label, kernel;
-  };
+  const RepeatEstimate estimate = estimate_repeat(args.tests, args.min_time, report.predictions);
+  std::vector<std::string> labels;
+  for (const SweepConfig& config : report.grid) labels.push_back(config_label(config, report.n_experts));
+  std::printf("%s\n", describe_repeat(estimate, labels).c_str());
   std::map<std::string, Reference> references;
-  const bool per_kernel = args.token_check == "per-kernel";
+  double next_repeat_seconds = estimate.seconds;  // then the last repeat's own time, re-timing included
   for (int repeat = 0; repeat < args.tests.repeats; ++repeat) {
-    if (args.retime) {
-      auto retimed = retime_repeat(args, s, *plan, report.grid, repeat);
-      if (!retimed) return fail("--retime: " + retimed.error().message);
-      std::fprintf(stderr, "  repeat %d/%d  re-timed in %.1f s: %s\n", repeat + 1, args.tests.repeats, retimed->seconds,
-                   retimed->drift.c_str());
-      report.retimed.push_back(std::move(*retimed));
+    const double elapsed = seconds_since(sweep_start);
+    if (!repeat_fits(args.max_minutes, elapsed, next_repeat_seconds)) {
+      const std::string why = "--max-minutes allows " + format_duration(args.max_minutes * 60) + ": " +
+                              format_duration(elapsed) + " have passed and the next repeat would take about " +
+                              format_duration(next_repeat_seconds);
+      if (repeat == 0)
+        return fail(why + " (" + describe_repeat(estimate, labels) +
+                        "): raise --max-minutes or leave the slow configurations out (--caps, --threads, --pins)",
+                    cli::kExitRefused);
+      report.stopped_early = "stopped after " + std::to_string(repeat) + " of " + std::to_string(args.tests.repeats) +
+                             " repeats: " + why;
+      std::printf("%s\n", report.stopped_early.c_str());
+      break;
     }
-    for (std::size_t c = 0; c < report.grid.size(); ++c) {
-      const SweepConfig& config = report.grid[c];
-      const std::string label = config_label(config, report.n_experts);
-      auto options = runtime::options_from_plan(plan_of_config(*plan, config), s.shape, s.history ? &*s.history : nullptr);
-      if (!options) return fail(label + ": " + options.error().message);
-      options->rss_limit_bytes = 0;  // the plan's RAM is for its own cap: the watchdog would shrink the grid's larger ones
-      auto run = run_config(args.model, *options, s.workload);
-      if (!run) return fail(label + ": " + run.error().message);
-      run->record.config = c;
-      run->record.repeat = repeat;
-      std::fprintf(stderr, "  repeat %d/%d  %-44s prefill %8.2f tok/s  decode %7.2f tok/s\n", repeat + 1, args.tests.repeats,
-                   label.c_str(), run->record.prefill_tok_s(), run->record.decode_tok_s());
-      const std::string run_label = label + " (repeat " + std::to_string(repeat + 1) + ")";
-      const std::string& kernel = run->record.kernel_used;
-      const Reference first{run->tokens, run_label, kernel};
-      // Per kernel variant and placement: the GPU backends round differently from the CPU (int8 activations).
-      const Reference& ref = references.try_emplace(per_kernel ? kernel + " | " + config.gpu.label : "", first).first->second;
-      if (auto m = token_mismatch(run->tokens, run_label, ref.tokens, ref.label)) {
-        report.token_mismatches.push_back(*m + (kernel != ref.kernel ? " (kernels " + kernel + " vs " + ref.kernel + ")" : ""));
-      }
-      const Reference& any = references.begin()->second;
-      if (per_kernel && repeat == 0 && kernel != any.kernel) {
-        if (auto m = token_mismatch(run->tokens, run_label, any.tokens, any.label))
-          report.token_notes.push_back(*m + " (kernels " + kernel + " vs " + any.kernel + ": allowed by --token-check per-kernel)");
-      }
-      report.runs.push_back(std::move(run->record));
-    }
+    const auto repeat_start = std::chrono::steady_clock::now();
+    if (Status st = run_repeat(args, s, *plan, repeat, references, report); !st) return fail(st.error().message);
+    report.repeats = repeat + 1;
+    next_repeat_seconds = seconds_since(repeat_start);
+    std::fprintf(stderr, "  repeat %d/%d  took %s (the predictions: %s)\n", repeat + 1, args.tests.repeats,
+                 format_duration(next_repeat_seconds).c_str(), format_duration(estimate.seconds).c_str());
   }
   report.summaries = summarize(report.grid.size(), report.runs);
 
@@ -450,7 +515,7 @@ int run_sweep(const Args& args) {
   }
   for (const std::string& n : report.token_notes) std::printf("note: %s\n", n.c_str());
   std::printf("token check: all %zu runs produced the same tokens%s\n", report.runs.size(),
-              per_kernel ? " as the other runs of their kernel variant" : "");
+              args.token_check == "per-kernel" ? " as the other runs of their kernel variant" : "");
   return 0;
 }
 
@@ -478,6 +543,10 @@ int main(int argc, char** argv) {
                  "Seconds each run's timed passes add up to at least: a run repeats its warm-up and timed pass until "
                  "then (at most " + std::to_string(kMaxPasses) + " passes) and reports their medians; 0: one pass")
       ->check(CLI::Range(0.0, 3600.0))->capture_default_str();
+  app.add_option("--max-minutes", args.max_minutes,
+                 "Minutes the whole sweep may take: a repeat that would end later is not started (the first by the "
+                 "predictions, later ones by the last repeat's time) and the repeats done are reported; 0: no limit")
+      ->check(CLI::Range(0.0, 10080.0))->capture_default_str();
   app.add_flag("--retime", args.retime,
                "Before each repeat, time the profile's kernel points and OpenMP costs again for the grid's thread sets "
                "and predict that repeat's runs from them too: prints how far the machine moved since the probe and the "

@@ -384,8 +384,9 @@ std::string sweep_json(const SweepReport& r) {
   j["profile"] = r.profile;
   j["profile_fingerprint"] = r.profile_fingerprint;
   j["workload"] = {{"prompt_tokens", r.prompt_tokens}, {"decode_tokens", r.decode_tokens},
-                   {"depths", r.depths}, {"repeats", r.repeats},
+                   {"depths", r.depths}, {"repeats", r.repeats}, {"repeats_asked", r.repeats_asked},
                    {"min_timed_seconds", r.min_timed_seconds}};
+  j["stopped_early"] = r.stopped_early;
   j["plan_decisions"] = r.plan_decisions;
   j["planned_config"] = r.planned;
   j["token_check"] = {{"mode", r.token_check}, {"passed", r.token_mismatches.empty()},
@@ -617,6 +618,7 @@ std::string sweep_table(const SweepReport& r) {
     }
     out += "\n";
   }
+  if (!r.stopped_early.empty()) out += r.stopped_early + "\n";
   out += "* = planned; tok/s: median of " + std::to_string(r.repeats) + " interleaved repeats" +
          (r.min_timed_seconds > 0 ? ", each the median of its passes (warm-up and timed pass, again until " +
                                         format_fixed(r.min_timed_seconds, 2) + " s were timed)"

@@ -25,7 +25,8 @@ namespace coli::bench {
 // 9: --retime (retimed, configs[].predicted_retimed)
 // 10: ranking.*.paired, ranking.*.repeat_noise
 // 11: the compute thread's wake-ups after its rounds' last landing, per run (decode_wakes, prefill_wakes)
-inline constexpr int kSweepSchemaVersion = 11;
+// 12: --max-minutes: workload.repeats (those run) beside workload.repeats_asked, and stopped_early (why, or "")
+inline constexpr int kSweepSchemaVersion = 12;
 
 // The expert-read rounds of `reads` records each in a timed step: how many,
 // and their seconds in all from submission to the last read landing
@@ -180,7 +181,9 @@ struct RetimedRepeat {
 struct SweepReport {
   std::string model, profile, profile_fingerprint;
   int n_experts = 0;
-  int prompt_tokens = 0, decode_tokens = 0, repeats = 0;  // pp prompt, tg tokens per depth
+  int prompt_tokens = 0, decode_tokens = 0, repeats = 0;  // pp prompt, tg tokens per depth, repeats run
+  int repeats_asked = 0;       // -r; more than `repeats` when --max-minutes stopped the sweep
+  std::string stopped_early;   // why (empty: every repeat ran)
   double min_timed_seconds = 0;  // a run's timed passes add up to at least this (Workload)
   std::vector<int> depths;
   std::vector<std::string> plan_decisions;  // "threads = 2: reason", ...

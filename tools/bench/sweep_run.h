@@ -13,6 +13,7 @@
 #include "coli/experts/usage_history.h"
 #include "coli/runtime/moe_model.h"
 #include "speed_measure.h"
+#include "sweep_duration.h"  // kMaxPasses
 #include "sweep_report.h"
 #include "sweep_retime.h"
 
@@ -44,7 +45,6 @@ struct RunOutput {
 // parts are under workload.min_timed_seconds, each figure then the median
 // over the passes (the expert traffic and tokens: the first pass's). The
 // record's config and repeat are left to the caller.
-inline constexpr int kMaxPasses = 32;
 Result<RunOutput> run_config(const std::filesystem::path& model, const runtime::ModelOptions& options,
                              const Workload& workload);
 
