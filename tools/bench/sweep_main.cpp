@@ -119,13 +119,15 @@ ConfigPrediction predict_config(const Setup& s, const DeviceProfile& profile, co
   return out;
 }
 
+fs::path usage_path(const Args& args) { return args.usage.empty() ? args.model + ".usage" : args.usage; }
+
 // The usage history pins come from: --usage (default MODEL.usage), else one
 // recorded from this workload into OUT (the model's own file is left alone),
 // at `record_cap` slots (the grid's smallest streaming cap: its expert reads
 // are timed too, the disk as the engine meets it; routings never depend on the cap).
 Result<std::optional<experts::UsageHistory>> open_history(const Args& args, Setup& s, bool pins_wanted,
                                                           int record_cap) {
-  const fs::path path = args.usage.empty() ? args.model + ".usage" : args.usage;
+  const fs::path path = usage_path(args);
   if (fs::exists(path)) {
     auto loaded = experts::UsageHistory::load(path, runtime::usage_history_key(s.shape));
     if (loaded) {
@@ -409,7 +411,7 @@ int run_sweep(const Args& args) {
   }
   fs::create_directories(args.out);
   const int record_cap = *std::min_element(caps->begin(), caps->end());
-  const bool records_history = pins_wanted && !fs::exists(args.usage.empty() ? args.model + ".usage" : args.usage);
+  const bool records_history = pins_wanted && !fs::exists(usage_path(args));
   if (Status st = check_recording_time(args, s, record_cap, records_history, spec.thread_sets.size(), seconds_since(sweep_start)); !st)
     return fail(st.error().message, cli::kExitRefused);
   auto history = open_history(args, s, pins_wanted, record_cap);
