@@ -64,6 +64,12 @@ TEST(SweepDuration, ARepeatSumsItsRunsNamesTheLongestAndLeavesOutUnpredictedOnes
   EXPECT_NE(text.find("1 configuration(s) without a prediction"), std::string::npos) << text;
 }
 
+TEST(SweepDuration, AGridWithoutPredictionsSaysItHasNoEstimate) {
+  const RepeatEstimate repeat = estimate_repeat(pp512_tg16_at_0_and_512(), 0.5, {ConfigPrediction{}, ConfigPrediction{}});
+  EXPECT_DOUBLE_EQ(repeat.seconds, 0.0);
+  EXPECT_EQ(describe_repeat(repeat, {"a", "b"}), "no estimate of the grid's time: none of its 2 configuration(s) has a prediction");
+}
+
 TEST(SweepDuration, AZeroSpeedIsNoEstimate) {
   EXPECT_FALSE(estimate_run(pp512_tg16_at_0_and_512(), 0.5, predicted(0, 16)));
   EXPECT_FALSE(estimate_run(pp512_tg16_at_0_and_512(), 0.5, ConfigPrediction{}));

@@ -43,9 +43,12 @@ std::string format_duration(double seconds) {
 }
 
 std::string describe_repeat(const RepeatEstimate& estimate, const std::vector<std::string>& labels) {
+  if (estimate.slowest_seconds <= 0)
+    return "no estimate of the grid's time: none of its " + std::to_string(estimate.unpredicted.size()) +
+           " configuration(s) has a prediction";
   std::string text = "one repeat of the grid takes about " + format_duration(estimate.seconds) +
                      " by the predictions (the runs' passes; loads and untimed recording passes come on top)";
-  if (estimate.slowest_seconds > 0 && estimate.slowest < labels.size())
+  if (estimate.slowest < labels.size())
     text += "; the longest run: " + labels[estimate.slowest] + ", " + format_duration(estimate.slowest_seconds);
   if (!estimate.unpredicted.empty())
     text += "; " + std::to_string(estimate.unpredicted.size()) + " configuration(s) without a prediction not counted";

@@ -42,7 +42,8 @@ RepeatEstimate estimate_repeat(const SpeedTests& tests, double min_timed_seconds
 // "6.9 s", "2.3 min", "1.5 h"
 std::string format_duration(double seconds);
 
-// "one repeat of the grid takes about 2.3 min by the predictions (runs only: ...); the longest run: LABEL, 58 s"
+// "one repeat of the grid takes about 2.3 min by the predictions (...); the longest run: LABEL, 58 s",
+// or that there is no estimate where no configuration has a prediction.
 std::string describe_repeat(const RepeatEstimate& estimate, const std::vector<std::string>& labels);
 
 // --max-minutes: whether a repeat that would take `next_seconds` may start
