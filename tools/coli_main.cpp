@@ -10,6 +10,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "coli/base/clock.h"
 #include "coli/base/text.h"
 #include "coli/cli/command_line.h"
 #include "coli/convert/convert.h"
@@ -21,8 +22,7 @@
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+using coli::seconds_since;
 
 int run_convert(const std::string& model_dir, const std::string& out, const std::string& experts,
                 const std::string& dense_name, const std::string& tokenizer) {

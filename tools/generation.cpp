@@ -3,12 +3,13 @@
 #include <algorithm>
 #include <chrono>
 
+#include "coli/base/clock.h"
+
 namespace coli::tools {
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 // The length of the longest suffix of `text` that is a proper prefix of `stop`.
 std::size_t partial_match_length(std::string_view text, std::string_view stop) {

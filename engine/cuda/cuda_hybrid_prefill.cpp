@@ -6,6 +6,7 @@
 #include <cstring>
 #include <utility>
 
+#include "coli/base/clock.h"
 #include "cuda/cuda_layout.h"
 
 namespace coli::cuda {
@@ -13,8 +14,6 @@ namespace {
 
 using kernels::cuda::ExpertChoice;
 using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 // A record into pinned memory by every thread: one thread copies ~10 GB/s,
 // well under what PCIe takes.

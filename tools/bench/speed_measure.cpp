@@ -4,14 +4,13 @@
 #include <chrono>
 #include <span>
 
+#include "coli/base/clock.h"
 #include "coli/forward/ops.h"
 
 namespace coli::bench {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 // The sampler's greedy pick (what the speed model prices as sampling).
 std::int32_t argmax(const std::vector<float>& logits) { return forward::greedy_token(logits); }

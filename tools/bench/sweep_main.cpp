@@ -15,6 +15,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "coli/base/clock.h"
 #include "coli/base/cpu_kernels.h"
 #include "coli/base/files.h"
 #include "coli/base/text.h"
@@ -271,7 +272,7 @@ Result<RetimedRepeat> retime_repeat(const Args& args, const Setup& s, const plan
     if (!recorded) return make_error("recording read rounds again: " + recorded.error().message);
     out.drift += read_round_drift(before, now.history->read_round_sets());
   }
-  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  out.seconds = seconds_since(start);
   for (const SweepConfig& config : grid)
     out.predictions.push_back(predict_config(now, now.profile, plan_of_config(plan, config), args.tests));
   return out;
@@ -306,10 +307,6 @@ struct Reference {
   std::vector<std::vector<std::int32_t>> tokens;
   std::string label, kernel;
 };
-
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
 
 // One repeat: every configuration of the grid once (after re-timing the profile's figures with --retime),
 // its runs and token checks into `report`.

@@ -3,12 +3,12 @@
 #include <algorithm>
 #include <chrono>
 
+#include "coli/base/clock.h"
+
 namespace coli::bench {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 std::vector<ReadBatch> read_batches(const experts::ReadRounds& times) {
   std::vector<ReadBatch> out;
