@@ -489,7 +489,6 @@ int run_sweep(const Args& args) {
                     cli::kExitRefused);
       report.stopped_early = "stopped after " + std::to_string(repeat) + " of " + std::to_string(args.tests.repeats) +
                              " repeats: " + why;
-      std::printf("%s\n", report.stopped_early.c_str());
       break;
     }
     const auto repeat_start = std::chrono::steady_clock::now();
