@@ -1,20 +1,24 @@
 // Merging the measurements of several machines of one class (docs/fleet.md).
 // Outlier rule: for each machine and each measurement point it shares with at
 // least one peer, ratio = its median / the median of the other machines'
-// medians. Per kind of measurement (memory_bandwidth, disk, gpu_kernels) the
-// machine's score is the median of those ratios; its score is the lowest of
-// them. A score of kOutlierRatio (0.8) or less (20% or more slower in any
-// kind) is a finding reported by name, and that machine is left out of the
-// merged numbers.
+// medians. Per kind of measurement (memory_bandwidth, disk, gpu_kernels,
+// cpu_kernels, uploads) the machine's score is the median of those ratios;
+// its score is the lowest of them. A score of kOutlierRatio (0.8) or less
+// (20% or more slower in any kind) is a finding reported by name, and that
+// machine is left out of the merged numbers. The speed model's other inputs
+// (OpenMP step costs, reads beside compute) are the kept machines' medians.
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <optional>
 
 #include "coli/probe/fleet.h"
 
 namespace coli::fleet {
 namespace {
 
+// Each point's figure, higher is better, keyed "KIND rest": the kind (up to
+// the first space) is what a machine's score is per.
 using Points = std::map<std::string, SampleStats>;
 
 double median_of(std::vector<double> values) {
@@ -32,6 +36,15 @@ std::string disk_key(const DiskBandwidthPoint& p) {
 std::string gpu_key(const GpuKernelResult& k) {
   return "gpu_kernels " + k.device + " " + k.variant + " " + std::to_string(k.rows) + "x" + std::to_string(k.cols);
 }
+// The tuning phase's points, which the speed model prices a plan with: a
+// box whose cores run slow (power settings, throttling) shows here first.
+std::string cpu_kernel_key(const KernelThroughputPoint& p) {
+  return "cpu_kernels " + p.kernel + " " + p.thread_set + " " + std::to_string(p.rows) + "x" + std::to_string(p.cols) + " b" +
+         std::to_string(p.batch) + " m" + std::to_string(p.matrices);
+}
+std::string upload_key(const UploadBandwidthPoint& p) {
+  return "uploads " + p.backend + " " + p.device + " " + std::to_string(p.device_index) + " " + std::to_string(p.block_bytes) + " B";
+}
 
 Points points_of(const Measurements& m) {
   Points out;
@@ -40,6 +53,8 @@ Points points_of(const Measurements& m) {
   for (const auto& k : m.gpu_kernels) {
     if (k.passed && k.gb_per_s.samples > 0) out[gpu_key(k)] = k.gb_per_s;
   }
+  if (m.kernel_tuning) for (const auto& p : m.kernel_tuning->points) out[cpu_kernel_key(p)] = p.tokens_per_s;
+  for (const auto& p : m.uploads) out[upload_key(p)] = p.gb_per_s;
   return out;
 }
 
@@ -57,6 +72,115 @@ SampleStats combine(const std::vector<SampleStats>& all) {
   s.median = median_of(medians);
   s.spread = s.median > 0 ? (s.best - s.worst) / s.median : 0;
   return s;
+}
+
+// Machine i against its peers: per kind the median of its points' ratios, the lowest kind kept.
+MachineScore score_machine(const std::vector<Points>& points, std::size_t i, const std::string& name) {
+  std::map<std::string, std::vector<double>> ratios;  // per kind of measurement
+  for (const auto& [key, stats] : points[i]) {
+    std::vector<double> peers;
+    for (std::size_t j = 0; j < points.size(); ++j) {
+      if (j == i) continue;
+      if (const auto it = points[j].find(key); it != points[j].end()) peers.push_back(it->second.median);
+    }
+    const double peer_median = median_of(peers);
+    if (!peers.empty() && peer_median > 0) ratios[key.substr(0, key.find(' '))].push_back(stats.median / peer_median);
+  }
+  MachineScore score{name, 1.0, 0, false, ""};
+  for (const auto& [kind, values] : ratios) {
+    const double ratio = median_of(values);
+    if (score.kind.empty() || ratio < score.ratio) score.ratio = ratio, score.points = static_cast<int>(values.size()), score.kind = kind;
+  }
+  score.outlier = score.points > 0 && score.ratio <= kOutlierRatio;
+  return score;
+}
+
+// The median over the kept machines of a figure each may have (nullopt: none has it).
+template <typename Figure>
+std::optional<double> kept_median(const std::vector<DeviceProfile>& profiles, const std::vector<std::size_t>& kept,
+                                  Figure figure) {
+  std::vector<double> values;
+  for (std::size_t i : kept) {
+    if (const std::optional<double> v = figure(profiles[i].measurements)) values.push_back(*v);
+  }
+  if (values.empty()) return std::nullopt;
+  return median_of(values);
+}
+
+// The kernel point's weight bytes per second go with its tokens per second:
+// the same calls timed, so the merged pair keeps the point's bytes per token.
+void merge_kernel_bytes(KernelThroughputPoint& merged, const std::vector<DeviceProfile>& profiles,
+                        const std::vector<std::size_t>& kept) {
+  std::vector<SampleStats> all;
+  for (std::size_t i : kept) {
+    if (!profiles[i].measurements.kernel_tuning) continue;
+    for (const auto& p : profiles[i].measurements.kernel_tuning->points)
+      if (cpu_kernel_key(p) == cpu_kernel_key(merged)) all.push_back(p.gb_per_s);
+  }
+  if (!all.empty()) merged.gb_per_s = combine(all);
+}
+
+// OpenMP's step costs (lower is better, not scored) and the reads beside
+// compute: each figure the kept machines' median, point by point.
+void merge_unscored(Measurements& merged, const std::vector<DeviceProfile>& profiles, const std::vector<std::size_t>& kept) {
+  if (merged.parallel_overhead) {
+    for (auto& point : merged.parallel_overhead->points) {
+      auto field = [&](double ParallelOverheadPoint::*member) {
+        return kept_median(profiles, kept, [&](const Measurements& m) -> std::optional<double> {
+          if (!m.parallel_overhead) return std::nullopt;
+          for (const auto& p : m.parallel_overhead->points)
+            if (p.threads == point.threads) return p.*member;
+          return std::nullopt;
+        });
+      };
+      for (auto member : {&ParallelOverheadPoint::region_us, &ParallelOverheadPoint::barrier_us, &ParallelOverheadPoint::broadcast_us})
+        if (const auto v = field(member)) point.*member = *v;
+    }
+  }
+  if (merged.read_interference) {
+    for (auto& point : merged.read_interference->points) {
+      auto field = [&](double ReadInterferencePoint::*member) {
+        return kept_median(profiles, kept, [&](const Measurements& m) -> std::optional<double> {
+          if (!m.read_interference) return std::nullopt;
+          for (const auto& p : m.read_interference->points)
+            if (p.thread_set == point.thread_set) return p.*member;
+          return std::nullopt;
+        });
+      };
+      for (auto member : {&ReadInterferencePoint::alone_gb_per_s, &ReadInterferencePoint::with_reads_gb_per_s,
+                          &ReadInterferencePoint::slowdown, &ReadInterferencePoint::reads_alone_per_s,
+                          &ReadInterferencePoint::reads_beside_per_s, &ReadInterferencePoint::read_progress})
+        if (const auto v = field(member)) point.*member = *v;
+    }
+  }
+}
+
+// The first kept machine's profile with every measured figure replaced by the kept machines' combined one.
+DeviceProfile merge_kept(const std::vector<DeviceProfile>& profiles, const std::vector<Points>& points,
+                         const std::vector<std::size_t>& kept) {
+  DeviceProfile merged = profiles[kept.front()];
+  auto merged_stats = [&](const std::string& key, SampleStats& into) {
+    std::vector<SampleStats> all;
+    for (std::size_t i : kept) {
+      if (const auto it = points[i].find(key); it != points[i].end()) all.push_back(it->second);
+    }
+    if (!all.empty()) into = combine(all);
+  };
+  Measurements& m = merged.measurements;
+  if (m.memory) for (auto& p : m.memory->points) merged_stats(memory_key(p), p.gb_per_s);
+  if (m.disk) for (auto& p : m.disk->points) merged_stats(disk_key(p), p.gb_per_s);
+  for (auto& k : m.gpu_kernels) {
+    if (k.passed && k.gb_per_s.samples > 0) merged_stats(gpu_key(k), k.gb_per_s);
+  }
+  if (m.kernel_tuning) {
+    for (auto& p : m.kernel_tuning->points) {
+      merged_stats(cpu_kernel_key(p), p.tokens_per_s);
+      merge_kernel_bytes(p, profiles, kept);
+    }
+  }
+  for (auto& p : m.uploads) merged_stats(upload_key(p), p.gb_per_s);
+  merge_unscored(m, profiles, kept);
+  return merged;
 }
 
 }  // namespace
@@ -84,22 +208,7 @@ Result<MergeResult> merge_profiles(const std::vector<DeviceProfile>& profiles, c
 
   MergeResult result;
   for (std::size_t i = 0; i < profiles.size(); ++i) {
-    std::map<std::string, std::vector<double>> ratios;  // per kind of measurement
-    for (const auto& [key, stats] : points[i]) {
-      std::vector<double> peers;
-      for (std::size_t j = 0; j < profiles.size(); ++j) {
-        if (j == i) continue;
-        if (const auto it = points[j].find(key); it != points[j].end()) peers.push_back(it->second.median);
-      }
-      const double peer_median = median_of(peers);
-      if (!peers.empty() && peer_median > 0) ratios[key.substr(0, key.find(' '))].push_back(stats.median / peer_median);
-    }
-    MachineScore score{names[i], 1.0, 0, false, ""};
-    for (const auto& [kind, values] : ratios) {
-      const double ratio = median_of(values);
-      if (score.kind.empty() || ratio < score.ratio) score.ratio = ratio, score.points = static_cast<int>(values.size()), score.kind = kind;
-    }
-    score.outlier = score.points > 0 && score.ratio <= kOutlierRatio;
+    MachineScore score = score_machine(points, i, names[i]);
     if (score.outlier) {
       char text[320];
       std::snprintf(text, sizeof text,
@@ -109,7 +218,7 @@ Result<MergeResult> merge_profiles(const std::vector<DeviceProfile>& profiles, c
                     names[i].c_str(), (1 - score.ratio) * 100, score.kind.c_str(), score.ratio, score.points);
       result.findings.push_back(text);
     }
-    result.machines.push_back(score);
+    result.machines.push_back(std::move(score));
   }
   std::vector<std::size_t> kept;
   for (std::size_t i = 0; i < profiles.size(); ++i) {
@@ -117,19 +226,7 @@ Result<MergeResult> merge_profiles(const std::vector<DeviceProfile>& profiles, c
   }
   if (kept.empty()) return make_error("every machine is an outlier of the others: nothing to merge");
 
-  DeviceProfile merged = profiles[kept.front()];
-  auto merged_stats = [&](const std::string& key, SampleStats& into) {
-    std::vector<SampleStats> all;
-    for (std::size_t i : kept) {
-      if (const auto it = points[i].find(key); it != points[i].end()) all.push_back(it->second);
-    }
-    if (!all.empty()) into = combine(all);
-  };
-  if (merged.measurements.memory) for (auto& p : merged.measurements.memory->points) merged_stats(memory_key(p), p.gb_per_s);
-  if (merged.measurements.disk) for (auto& p : merged.measurements.disk->points) merged_stats(disk_key(p), p.gb_per_s);
-  for (auto& k : merged.measurements.gpu_kernels) {
-    if (k.passed && k.gb_per_s.samples > 0) merged_stats(gpu_key(k), k.gb_per_s);
-  }
+  DeviceProfile merged = merge_kept(profiles, points, kept);
   merged.provenance.host.clear();
   merged.export_info.reset();
   std::string included;

@@ -295,6 +295,61 @@ TEST(Fleet, MergeOfFiveFlagsTheOutlierByName) {
   EXPECT_NE(refused.error().message.find("cpu.kinds[0].cores"), std::string::npos);
 }
 
+// A made-up tuning phase: two kernel points, OpenMP step costs at 16
+// threads and reads beside compute, each figure scaled by `factor`
+// (costs divided: a slower machine's steps take longer).
+void set_tuning(DeviceProfile& p, double factor) {
+  const CpuSet pus = *CpuSet::parse("0-15");
+  KernelTuning tuning;
+  for (const char* kernel : {"expert_q4_decode", "expert_q4_prefill"}) {
+    KernelThroughputPoint point;
+    point.kernel = kernel, point.thread_set = "kind0:16c", point.threads = 16, point.pus = pus;
+    point.rows = 1024, point.cols = 2048;
+    point.tokens_per_s = {5, 1000 * factor, 1100 * factor, 900 * factor, 0.2};
+    point.gb_per_s = {5, 30 * factor, 33 * factor, 27 * factor, 0.2};
+    tuning.points.push_back(point);
+  }
+  p.measurements.kernel_tuning = tuning;
+  p.measurements.parallel_overhead = ParallelOverhead{9, {{16, 2.0 / factor, 1.0 / factor, 0.5 / factor}}};
+  ReadInterference reads;
+  reads.points.push_back({.thread_set = "kind0:16c", .threads = 16, .pus = pus, .pairs = 4, .slowdown = 0.1 / factor, .read_progress = factor});
+  p.measurements.read_interference = reads;
+}
+
+TEST(Fleet, MergeScoresAndCombinesTheTuningPhase) {
+  // m2's cores run 25% slow (its memory and disk as its peers'): the
+  // kernel points name it; the others' figures are their medians.
+  const double factors[] = {1.0, 0.75, 1.1, 0.96};
+  std::vector<DeviceProfile> profiles;
+  std::vector<std::string> names;
+  for (int i = 0; i < 4; ++i) {
+    DeviceProfile p = tuned_h200();
+    set_tuning(p, factors[i]);
+    profiles.push_back(p);
+    names.push_back("m" + std::to_string(i + 1));
+  }
+  auto merged = merge_profiles(profiles, names);
+  ASSERT_TRUE(merged.ok()) << merged.error().message;
+  ASSERT_EQ(merged->findings.size(), 1u);
+  EXPECT_TRUE(merged->findings[0].starts_with("m2 is 25% slower than its peers in cpu_kernels")) << merged->findings[0];
+  EXPECT_EQ(merged->machines[1].points, 2);
+  const Measurements& m = merged->merged.measurements;
+  ASSERT_TRUE(m.kernel_tuning && m.parallel_overhead && m.read_interference);
+  for (const KernelThroughputPoint& point : m.kernel_tuning->points) {
+    EXPECT_DOUBLE_EQ(point.tokens_per_s.median, 1000);  // median of 1.0, 1.1, 0.96: m2 left out
+    EXPECT_DOUBLE_EQ(point.gb_per_s.median, 30);
+    EXPECT_DOUBLE_EQ(point.tokens_per_s.best, 1100 * 1.1);
+    EXPECT_DOUBLE_EQ(point.gb_per_s.worst, 27 * 0.96);
+    EXPECT_EQ(point.tokens_per_s.samples, 15);
+  }
+  EXPECT_DOUBLE_EQ(m.parallel_overhead->points[0].region_us, 2.0);
+  EXPECT_DOUBLE_EQ(m.parallel_overhead->points[0].barrier_us, 1.0);
+  EXPECT_DOUBLE_EQ(m.read_interference->points[0].read_progress, 1.0);
+  EXPECT_DOUBLE_EQ(m.read_interference->points[0].slowdown, 0.1);
+  auto verified = verify_shared_profile(export_profile(merged->merged, {}), "merged.toml");
+  EXPECT_TRUE(verified.ok()) << verified.error().message;
+}
+
 TEST(Fleet, DiffNamesEveryChangedField) {
   const DeviceProfile a = replay(kMachines / "container-cgroup-8g");
   DeviceProfile b = a;

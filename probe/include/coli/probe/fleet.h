@@ -99,7 +99,7 @@ struct MachineScore {
   double ratio = 1;      // lowest per-kind median of (its median / the other machines' median)
   int points = 0;        // points of that kind it shares with a peer
   bool outlier = false;  // ratio <= kOutlierRatio
-  std::string kind;      // "memory_bandwidth", "disk", "gpu_kernels": where the ratio comes from
+  std::string kind;      // "memory_bandwidth", "disk", "gpu_kernels", "cpu_kernels", "uploads": where the ratio comes from
 };
 inline constexpr double kOutlierRatio = 0.8;  // 20% or more slower than its peers
 
@@ -111,8 +111,10 @@ struct MergeResult {
 
 // Profiles of one class (refused otherwise, naming the file and field):
 // per measurement point, samples summed, median of the machines' medians,
-// best of bests, worst of worsts, spread recomputed. Outliers are reported
-// and left out of the merged numbers.
+// best of bests, worst of worsts, spread recomputed (the tuning phase's
+// kernel points too, which the speed model prices plans with); OpenMP step
+// costs and reads beside compute are the machines' medians. Outliers are
+// reported and left out of the merged numbers.
 Result<MergeResult> merge_profiles(const std::vector<DeviceProfile>& profiles, const std::vector<std::string>& names);
 
 // Every field whose value differs between two profiles ("path: A -> B").
