@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 
+#include "coli/base/clock.h"
 #include "coli/base/files.h"
 #include "coli/cli/exit_codes.h"
 #include "coli/experts/usage_history.h"
@@ -252,7 +253,7 @@ int PerplexityCommand::run() {
       return fail(s.error().message, cli::kExitError);
     }
     std::fprintf(stderr, "[%d/%d] perplexity %.4f (%.1f s)\n", i + 1, w.count, tally.perplexity(),
-                 std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+                 coli::seconds_since(start));
   }
   if (saved) {
     if (Status s = saved->commit(); !s) return fail("--save-logits " + save_logits_ + ": " + s.error().message, cli::kExitError);

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "coli/base/clock.h"
 #include "coli/base/cpu_kernels.h"
 #include "coli/base/files.h"
 #include "coli/base/kv_type.h"
@@ -81,7 +82,7 @@ Status verify_container(const std::string& model, const char* program) {
   if (!summary) return make_error("--verify: " + summary.error().message);
   std::fprintf(stderr, "%s: verified %llu tensors and %llu expert records (%s) in %.2f s\n", program,
                static_cast<unsigned long long>(summary->tensors), static_cast<unsigned long long>(summary->records),
-               format_bytes(summary->bytes).c_str(), std::chrono::duration<double>(Clock::now() - start).count());
+               format_bytes(summary->bytes).c_str(), coli::seconds_since(start));
   return Ok{};
 }
 
@@ -380,7 +381,7 @@ Result<LoadedEngine> load_engine(const EngineArgs& args, const RunWorkload& work
   auto model = runtime::MoeModel::load(args.model, options);
   if (!model) return model.error();
   engine.model.emplace(std::move(*model));
-  engine.load_seconds = std::chrono::duration<double>(Clock::now() - load_start).count();
+  engine.load_seconds = coli::seconds_since(load_start);
   return engine;
 }
 

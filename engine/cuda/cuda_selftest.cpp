@@ -11,6 +11,7 @@
 #include "cuda/decoder_kernels.h"
 #include "measure/stats.h"
 #include "reference/gemv_reference.h"
+#include "coli/base/clock.h"
 
 namespace coli::cuda {
 namespace {
@@ -135,7 +136,7 @@ GpuKernelResult run_case(const std::string& device, int ordinal, WeightFormat fo
       r.note = s.error().message;
       return r;
     }
-    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    const double seconds = coli::seconds_since(start);
     samples.push_back(static_cast<double>(copies * weight_bytes) / seconds / 1e9);
   }
   r.gb_per_s = probe::summarize(std::move(samples));

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "gpu/vulkan_probe.h"
+#include "coli/base/clock.h"
 
 namespace coli::vulkan {
 namespace {
@@ -345,7 +346,7 @@ Result<double> ComputeContext::submit_timed(const std::function<void(VkCommandBu
   if (!has_timestamps()) {
     const auto start = std::chrono::steady_clock::now();
     if (Status s = submit_and_wait(record); !s) return s.error();
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return coli::seconds_since(start);
   }
   Status submitted = submit_and_wait([&](VkCommandBuffer cmd) {
     device_fn_.vkCmdResetQueryPool(cmd, timestamp_pool_, 0, 2);

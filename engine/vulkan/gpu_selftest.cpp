@@ -2,6 +2,7 @@
 
 #include <chrono>
 
+#include "coli/base/clock.h"
 #include "coli/shaders/selection.h"
 #include "vulkan/compute_context.h"
 #include "vulkan/gemv_check.h"
@@ -85,7 +86,7 @@ class SelftestRun {
   GpuKernelResult run_variant(ComputeContext& context, const GemvCase& c, const shaders::ShaderVariant& variant,
                               const shaders::GemvSpec& spec);
   bool budget_left() const {
-    return std::chrono::duration<double>(Clock::now() - start_).count() < options_.time_budget_seconds;
+    return coli::seconds_since(start_) < options_.time_budget_seconds;
   }
 
   const SelftestOptions& options_;

@@ -6,6 +6,7 @@
 
 #include "measure/stats.h"
 #include "vulkan/storage_buffer.h"
+#include "coli/base/clock.h"
 
 namespace coli::vulkan {
 
@@ -35,7 +36,7 @@ UploadResult measure_vulkan_uploads(std::size_t block_bytes, double budget_secon
       const SampleStats stats = probe::measure_repeatedly([&] {
         const auto start = std::chrono::steady_clock::now();
         if (!(*buffer)->upload(host.data(), block_bytes)) failed = true;
-        return static_cast<double>(block_bytes) / std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / 1e9;
+        return static_cast<double>(block_bytes) / coli::seconds_since(start) / 1e9;
       }, policy);
       if (failed) {
         failures += "; device " + std::to_string(index) + ": an upload failed";

@@ -5,6 +5,7 @@
 
 #include "gpu/cuda_probe.h"
 #include "measure/stats.h"
+#include "coli/base/clock.h"
 
 namespace coli::probe {
 namespace {
@@ -88,7 +89,7 @@ std::string measure_pair(const PeerApi& api, GpuLink& link, std::size_t bytes, d
   const SampleStats stats = measure_repeatedly([&] {
     const auto start = std::chrono::steady_clock::now();
     if (api.cuMemcpyPeer(pair.dst, pair.cb, pair.src, pair.ca, bytes) != 0 || api.cuCtxSynchronize() != 0) failed = true;
-    return static_cast<double>(bytes) / std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / 1e9;
+    return static_cast<double>(bytes) / coli::seconds_since(start) / 1e9;
   }, policy);
   if (failed) return "cuMemcpyPeer failed";
   link.measured_gbs = stats.median;

@@ -6,6 +6,7 @@
 
 #include "gpu/cuda_probe.h"
 #include "measure/stats.h"
+#include "coli/base/clock.h"
 
 namespace coli::probe {
 namespace {
@@ -50,7 +51,7 @@ std::string measure_device(const UploadApi& api, int ordinal, std::size_t bytes,
     const SampleStats stats = measure_repeatedly([&] {
       const auto start = std::chrono::steady_clock::now();
       if (api.cuMemcpyHtoD(target, host, bytes) != 0) failed = true;
-      return static_cast<double>(bytes) / std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / 1e9;
+      return static_cast<double>(bytes) / coli::seconds_since(start) / 1e9;
     }, policy);
     if (failed) problem = "cuMemcpyHtoD failed";
     else points.push_back({"cuda", name, ordinal, static_cast<std::uint64_t>(bytes), stats});

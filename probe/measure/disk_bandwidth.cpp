@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "coli/base/clock.h"
 #include "coli/base/expert_io.h"
 #include "coli/base/pending_file.h"
 #include "coli/base/text.h"
@@ -104,7 +105,7 @@ ReadRun timed_reads(int fd, std::uint64_t block, const std::vector<std::uint64_t
   const auto start = Clock::now();
   go.count_down();
   for (auto& thread : threads) thread.join();
-  return {std::chrono::duration<double>(Clock::now() - start).count(), failure.load()};
+  return {coli::seconds_since(start), failure.load()};
 }
 
 struct PointSetup {
@@ -186,7 +187,7 @@ Result<SampleStats> measure_engine_pool_point(int fd, std::uint64_t file_bytes, 
         if (Status done = read.get(); !done && failure.empty()) failure = done.error().message;
       }
     }
-    const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+    const double elapsed = coli::seconds_since(start);
     return static_cast<double>(batches) * batch_bytes / elapsed / 1e9;
   };
   const SampleStats stats = measure_repeatedly(run_once, point_policy(seconds));
@@ -232,7 +233,7 @@ Result<DiskBandwidth> measure_disk_bandwidth(const std::filesystem::path& direct
   auto written = write_test_file(file, file_bytes, options.budget_seconds * kWriteShareOfBudget, directory);
   if (!written) return make_error("disk bandwidth: " + written.error().message);
   result.file_bytes = *written;
-  const double write_seconds = std::chrono::duration<double>(Clock::now() - write_start).count();
+  const double write_seconds = coli::seconds_since(write_start);
   double expected_gb_per_s = static_cast<double>(result.file_bytes) / write_seconds / 1e9;
 
   // Probe one O_DIRECT read: some filesystems accept the flag at open only.

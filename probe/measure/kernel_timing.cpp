@@ -8,6 +8,7 @@
 #include <optional>
 #include <random>
 
+#include "coli/base/clock.h"
 #include "coli/base/pass_shape.h"
 #include "coli/base/text.h"
 #include "coli/experts/usage_history.h"
@@ -268,7 +269,7 @@ class KernelRunner {
     } else {
       experts_->run(routing_, distinct_, xs_, spec_.prefill ? point_.batch : 1);
     }
-    return bytes_ / std::chrono::duration<double>(Clock::now() - start).count() / 1e9;
+    return bytes_ / coli::seconds_since(start) / 1e9;
   }
 
   Result<KernelThroughputPoint> point(std::vector<double> samples) const {
@@ -596,7 +597,7 @@ Result<KernelTuning> measure_kernel_tuning(const CpuFacts& facts, const MemoryFa
   if (rounds < kMaxTuningRounds && tuning.note.find(" rounds: ") == std::string::npos) {
     add_note(tuning, std::to_string(rounds) + " rounds before the budget ran out");
   }
-  tuning.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  tuning.seconds = coli::seconds_since(start);
   return tuning;
 }
 

@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "coli/base/clock.h"
 #include "coli/base/files.h"
 #include "coli/base/text.h"
 #include "cpu/core_map.h"
@@ -282,7 +283,7 @@ Result<std::vector<MemoryBandwidthPoint>> measure_point(const PointPlan& plan, c
   if (!team.complete())
     return make_error("memory bandwidth: could not start " + std::to_string(plan.pus.size()) + " threads");
 
-  const double setup = std::chrono::duration<double>(Clock::now() - started).count();
+  const double setup = coli::seconds_since(started);
   RepeatPolicy policy;
   policy.max_total = std::chrono::duration<double>(std::max(0.05, (seconds - setup) / 2));
   const double read_bytes = static_cast<double>(arrays.elements) * sizeof(double);

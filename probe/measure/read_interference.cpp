@@ -10,6 +10,7 @@
 #include <thread>
 #include <utility>
 
+#include "coli/base/clock.h"
 #include "coli/base/text.h"
 #include "cpu/gemv_cpu.h"
 #include "cpu/thread_placement.h"
@@ -131,7 +132,7 @@ class DecodeBatch {
     const auto start = Clock::now();
     batch_.run(tasks_, distinct_, xs_, 1);
     const double bytes = static_cast<double>(distinct_) * static_cast<double>(batch_.record_bytes());
-    return bytes / std::chrono::duration<double>(Clock::now() - start).count() / 1e9;
+    return bytes / coli::seconds_since(start) / 1e9;
   }
   EngineExpertBatch batch_;
   std::vector<float> xs_;
@@ -145,7 +146,7 @@ Result<double> reads_per_second(BackgroundReads& reads, const std::function<void
   const std::uint64_t before = reads.reads_done();
   const auto start = Clock::now();
   during();
-  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  const double seconds = coli::seconds_since(start);
   const std::uint64_t landed = reads.reads_done() - before;
   if (Status stopped = reads.stop(); !stopped) return stopped.error();
   return static_cast<double>(landed) / seconds;

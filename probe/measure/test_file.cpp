@@ -5,6 +5,8 @@
 #include <cstring>
 #include <random>
 
+#include "coli/base/clock.h"
+
 namespace coli::probe {
 namespace {
 
@@ -66,7 +68,7 @@ Result<std::uint64_t> write_test_file(TempFile& file, std::uint64_t bytes, doubl
       done += static_cast<std::uint64_t>(n);
     }
     written += kTestFileChunk;
-    const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+    const double elapsed = coli::seconds_since(start);
     if (written >= kMinTestFileBytes && elapsed > seconds) break;
   }
   if (fsync(file.writer()) != 0) return os_error("fsync of the test file failed", directory, errno);

@@ -1,5 +1,6 @@
 // run_probe: facts from replayable sources, then (full mode) measurements,
 // then the thread recommendation, provenance and fingerprint.
+#include "coli/base/clock.h"
 #include "coli/base/expert_io.h"
 #include "coli/base/text.h"
 #include "coli/probe/probe.h"
@@ -380,7 +381,7 @@ Result<DeviceProfile> run_probe(const ProbeOptions& options) {
   provenance.created_utc = utc_now();
   provenance.host = is_replay(options) ? "replay" : host_name();
   provenance.mode = measured ? "full" : "quick";
-  provenance.probe_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  provenance.probe_seconds = coli::seconds_since(start);
   assign_fingerprint(profile);
   return profile;
 }

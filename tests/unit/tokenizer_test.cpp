@@ -18,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "coli/base/clock.h"
 #include "coli/base/files.h"
 #include "coli/tokenizer/gguf_metadata.h"
 #include "coli/tokenizer/tokenizer.h"
@@ -350,7 +351,7 @@ TEST(Tokenizer, EncodesLongTextQuickly) {
   while (text.size() < (4u << 20)) text += sample;
   const auto start = std::chrono::steady_clock::now();
   const Ids ids = qwen.encode(text, false);
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double seconds = coli::seconds_since(start);
   std::printf("encoded %zu bytes into %zu tokens in %.3f s: %.0f tokens/s\n", text.size(), ids.size(), seconds,
               static_cast<double>(ids.size()) / seconds);
   EXPECT_EQ(qwen.decode(ids), text);

@@ -13,6 +13,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "coli/base/clock.h"
 #include "coli/cli/command_line.h"
 
 #include "coli/base/text.h"
@@ -194,7 +195,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "coli-make-synthetic: %s\n", status.error().message.c_str());
     return 1;
   }
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double seconds = coli::seconds_since(start);
   std::printf("wrote %s in %.1f s: dense %s (%s), %llu experts of %s (%s), file %s\n", o.out.c_str(), seconds,
               coli::format_bytes(synthetic.dense_bytes()).c_str(), o.dense.c_str(),
               static_cast<unsigned long long>(s.layers * s.experts), coli::format_bytes(synthetic.record_bytes()).c_str(),
