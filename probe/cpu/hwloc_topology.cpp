@@ -14,6 +14,8 @@
 #include <tuple>
 #include <vector>
 
+#include "coli/base/text.h"
+
 namespace coli::probe {
 namespace {
 
@@ -89,9 +91,11 @@ std::string info_of(hwloc_obj_t object, const char* name) {
 }
 
 // CPU identity lives on Package objects on Linux, on the Machine elsewhere.
+// Trimmed: cpuid's brand string comes padded with spaces on some hosts.
 std::string cpu_info(hwloc_topology_t topology, const char* name) {
   std::string value = info_of(hwloc_get_obj_by_type(topology, HWLOC_OBJ_PACKAGE, 0), name);
-  return value.empty() ? info_of(hwloc_get_root_obj(topology), name) : value;
+  if (value.empty()) value = info_of(hwloc_get_root_obj(topology), name);
+  return std::string(trim(value));
 }
 
 // ARM has no vendor string, only the MIDR implementer code.

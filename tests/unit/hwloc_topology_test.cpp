@@ -258,6 +258,22 @@ TEST_F(HwlocTopologyErrors, TruncatedXmlNamesThePath) {
 
 TEST_F(HwlocTopologyErrors, DirectoryInsteadOfFileNamesThePath) { expect_error_naming(dir_); }
 
+// The cpuid brand string is padded with spaces on some hosts (the 2-core
+// VM's hwloc read "Oxide Virtual Turin-like Processor" and 13 spaces after
+// a live migration): the model is the text without them, so the class of a
+// machine does not hang on padding.
+TEST_F(HwlocTopologyErrors, PaddedCpuModelIsTrimmed) {
+  std::ifstream in(fixture_xml("intel-i9-13900k"));
+  std::string whole((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string model = "13th Gen Intel(R) Core(TM) i9-13900K";
+  const std::size_t at = whole.find(model + "\"");
+  ASSERT_NE(at, std::string::npos);
+  whole.insert(at + model.size(), "             ");
+  auto facts = read_hwloc_topology(write("padded.xml", whole));
+  ASSERT_TRUE(facts.ok()) << facts.error().message;
+  EXPECT_EQ(facts->model, model);
+}
+
 TEST(HwlocTopologyLive, LiveMachineHasCoresAndPus) {
   auto facts = read_hwloc_topology(std::nullopt);
   ASSERT_TRUE(facts.ok()) << facts.error().message;
