@@ -36,6 +36,15 @@ RepeatEstimate estimate_repeat(const SpeedTests& tests, double min_timed_seconds
   return repeat;
 }
 
+double estimate_retime(const SpeedTests& tests, double seconds_per_set, int thread_sets,
+                       const std::vector<ConfigPrediction>& recorders) {
+  double seconds = seconds_per_set * std::max(0, thread_sets);
+  for (const ConfigPrediction& p : recorders) {
+    if (auto run = estimate_run(tests, 0, p)) seconds += kPassesPerRecording * run->pass_seconds;
+  }
+  return seconds;
+}
+
 std::string format_duration(double seconds) {
   if (seconds < 90) return format_fixed(seconds, seconds < 10 ? 1 : 0) + " s";
   if (seconds < 5400) return format_fixed(seconds / 60, 1) + " min";
@@ -46,8 +55,11 @@ std::string describe_repeat(const RepeatEstimate& estimate, const std::vector<st
   if (estimate.slowest_seconds <= 0)
     return "no estimate of the grid's time: none of its " + std::to_string(estimate.unpredicted.size()) +
            " configuration(s) has a prediction";
-  std::string text = "one repeat of the grid takes about " + format_duration(estimate.seconds) +
-                     " by the predictions (the runs' passes; loads and untimed recording passes come on top)";
+  std::string text = "one repeat of the grid takes about " + format_duration(estimate.total()) + " by the predictions (" +
+                     (estimate.retime_seconds > 0 ? "the runs' passes " + format_duration(estimate.seconds) + ", re-timing " +
+                                                        format_duration(estimate.retime_seconds)
+                                                  : std::string("the runs' passes")) +
+                     "; loads and the first untimed recording passes come on top)";
   if (estimate.slowest < labels.size())
     text += "; the longest run: " + labels[estimate.slowest] + ", " + format_duration(estimate.slowest_seconds);
   if (!estimate.unpredicted.empty())

@@ -29,20 +29,36 @@ struct RunEstimate {
 };
 std::optional<RunEstimate> estimate_run(const SpeedTests& tests, double min_timed_seconds, const ConfigPrediction& p);
 
+// An untimed recording (a usage history, or a team's read rounds) is two
+// of the workload's passes in one load: a first, then the one it keeps
+// (sweep_run.h).
+inline constexpr int kPassesPerRecording = 2;
+
 // One repeat of the grid (every configuration once) by its predictions.
 struct RepeatEstimate {
-  double seconds = 0;            // over the configurations with a prediction
+  double seconds = 0;            // the runs, over the configurations with a prediction
+  double retime_seconds = 0;     // --retime's work before the runs (estimate_retime)
   std::vector<std::size_t> unpredicted;  // configurations left out of it
   std::size_t slowest = 0;       // the configuration of the longest run
   double slowest_seconds = 0;
+  double total() const { return seconds + retime_seconds; }
 };
 RepeatEstimate estimate_repeat(const SpeedTests& tests, double min_timed_seconds,
                                const std::vector<ConfigPrediction>& predictions);
+
+// --retime before each repeat: the kernel points timed again for
+// `thread_sets` sets at `seconds_per_set` each, then each streaming team's
+// read rounds recorded again, priced by the prediction of the configuration
+// that records them (`recorders`). On the VM the OLMoE shape's two teams at
+// cap 48 took 114 s of it, the repeat's runs 1.9 min.
+double estimate_retime(const SpeedTests& tests, double seconds_per_set, int thread_sets,
+                       const std::vector<ConfigPrediction>& recorders);
 
 // "6.9 s", "2.3 min", "1.5 h"
 std::string format_duration(double seconds);
 
 // "one repeat of the grid takes about 2.3 min by the predictions (...); the longest run: LABEL, 58 s",
+// with --retime's share named,
 // or that there is no estimate where no configuration has a prediction.
 std::string describe_repeat(const RepeatEstimate& estimate, const std::vector<std::string>& labels);
 

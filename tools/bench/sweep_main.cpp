@@ -160,21 +160,32 @@ Result<std::optional<experts::UsageHistory>> open_history(const Args& args, Setu
 // streaming configurations (with `only_missing`, those whose rounds
 // `history` lacks) an untimed pass of the first such configuration records
 // them (sweep_run.h) into `history`. Returns the configurations that read.
-Result<std::vector<std::size_t>> record_team_rounds(const Args& args, const Setup& s, const planner::Plan& plan,
-                                                    const std::vector<SweepConfig>& grid, experts::UsageHistory& history,
-                                                    bool only_missing) {
-  std::vector<std::size_t> recorded;
-  std::vector<std::pair<int, int>> tried;  // (team, I/O threads) passes run, whether they read or not
+// The first streaming configuration of each (team, I/O pool) of the grid: the ones whose passes record read rounds.
+std::vector<std::size_t> round_recorders(const planner::Plan& plan, const std::vector<SweepConfig>& grid) {
+  std::vector<std::size_t> out;
+  std::vector<std::pair<int, int>> seen;  // (team, I/O threads)
   for (std::size_t c = 0; c < grid.size(); ++c) {
     const planner::Plan run_plan = plan_of_config(plan, grid[c]);
     if (!run_plan.streaming() || grid[c].gpu.all_in_vram) continue;
     const std::pair setting{grid[c].threads.threads(), run_plan.io_threads};
+    if (std::find(seen.begin(), seen.end(), setting) != seen.end()) continue;
+    seen.push_back(setting);
+    out.push_back(c);
+  }
+  return out;
+}
+
+Result<std::vector<std::size_t>> record_team_rounds(const Args& args, const Setup& s, const planner::Plan& plan,
+                                                    const std::vector<SweepConfig>& grid, experts::UsageHistory& history,
+                                                    bool only_missing) {
+  std::vector<std::size_t> recorded;
+  for (std::size_t c : round_recorders(plan, grid)) {
+    const planner::Plan run_plan = plan_of_config(plan, grid[c]);
     const auto sets = history.read_round_sets();
     const bool have = std::any_of(sets.begin(), sets.end(), [&](const experts::ReadRounds& r) {
-      return std::pair{r.compute_threads, r.io_threads} == setting;
+      return r.compute_threads == grid[c].threads.threads() && r.io_threads == run_plan.io_threads;
     });
-    if ((have && only_missing) || std::find(tried.begin(), tried.end(), setting) != tried.end()) continue;
-    tried.push_back(setting);
+    if (have && only_missing) continue;
     auto options = runtime::options_from_plan(run_plan, s.shape, &history);
     if (!options) return options.error();
     options->rss_limit_bytes = 0;
@@ -471,12 +482,19 @@ int run_sweep(const Args& args) {
   std::printf("grid: %zu configurations x %d repeats\n\n", report.grid.size(), args.tests.repeats);
 
   // Round-robin: every configuration once per repeat, so drift spreads over all of them.
-  const RepeatEstimate estimate = estimate_repeat(args.tests, args.min_time, report.predictions);
+  RepeatEstimate estimate = estimate_repeat(args.tests, args.min_time, report.predictions);
+  if (args.retime) {
+    std::vector<ConfigPrediction> recorders;  // a history's read rounds are recorded again (retime_repeat)
+    if (s.history)
+      for (std::size_t c : round_recorders(*plan, report.grid)) recorders.push_back(report.predictions[c]);
+    estimate.retime_seconds = estimate_retime(args.tests, args.retime_seconds,
+                                              static_cast<int>(grid_thread_sets(report.grid).size()), recorders);
+  }
   std::vector<std::string> labels;
   for (const SweepConfig& config : report.grid) labels.push_back(config_label(config, report.n_experts));
   std::printf("%s\n", describe_repeat(estimate, labels).c_str());
   std::map<std::string, Reference> references;
-  double next_repeat_seconds = estimate.seconds;  // then the last repeat's own time, re-timing included
+  double next_repeat_seconds = estimate.total();  // then the last repeat's own time, re-timing included
   for (int repeat = 0; repeat < args.tests.repeats; ++repeat) {
     const double elapsed = seconds_since(sweep_start);
     if (!repeat_fits(args.max_minutes, elapsed, next_repeat_seconds)) {
@@ -496,7 +514,7 @@ int run_sweep(const Args& args) {
     report.repeats = repeat + 1;
     next_repeat_seconds = seconds_since(repeat_start);
     std::fprintf(stderr, "  repeat %d/%d  took %s (the predictions: %s)\n", repeat + 1, args.tests.repeats,
-                 format_duration(next_repeat_seconds).c_str(), format_duration(estimate.seconds).c_str());
+                 format_duration(next_repeat_seconds).c_str(), format_duration(estimate.total()).c_str());
   }
   report.summaries = summarize(report.grid.size(), report.runs);
 
