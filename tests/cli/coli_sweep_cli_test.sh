@@ -49,10 +49,11 @@ EOF
 check "JSON: schema, planned, ranking, token check" python3 - "$work/out/sweep.json" <<'EOF'
 import json, sys
 d = json.load(open(sys.argv[1]))
-assert d["schema_version"] == 12
+assert d["schema_version"] == 13
 # --min-time 0.05: a run repeats its pass until that was timed (how many passes that takes is the machine's).
 assert d["workload"]["min_timed_seconds"] == 0.05
 assert d["workload"]["repeats"] == d["workload"]["repeats_asked"] == 2 and d["stopped_early"] == ""
+assert d["machine_changes"] == [], d["machine_changes"]  # its own quick profile: this machine
 assert all(1 <= r["passes"] <= 32 for c in d["configs"] for r in c["runs"]), [r["passes"] for c in d["configs"] for r in c["runs"]]
 # The prefill pass's expert reads per run: none where every expert is resident, and byte counts
 # that go with the misses (a resident configuration reads nothing).

@@ -640,6 +640,21 @@ TEST(SweepPrediction, ReadRoundsAreListedByReadCount) {
   EXPECT_TRUE(json["configs"][0]["runs"][0]["decode_read_batches"].empty());
 }
 
+TEST(SweepReport, RepeatsOnAnotherMachineAreNamedOncePerMismatch) {
+  SweepReport r = two_config_report();
+  EXPECT_EQ(sweep_table(r).find("not the profile's machine"), std::string::npos);
+  EXPECT_TRUE(nlohmann::json::parse(sweep_json(r))["machine_changes"].empty());
+  const std::string moved = "cpu.model: profile AMD EPYC, this machine Oxide Virtual Turin-like Processor";
+  r.machine_changes = {{0, moved}, {1, moved}};
+  const std::string table = sweep_table(r);
+  EXPECT_NE(table.find("not the profile's machine in repeat(s) 1, 2 (" + moved + ")"), std::string::npos) << table;
+  EXPECT_EQ(table.find("not the profile's machine", table.find("not the profile's machine") + 1), std::string::npos);
+  const auto json = nlohmann::json::parse(sweep_json(r));
+  ASSERT_EQ(json["machine_changes"].size(), 2u);
+  EXPECT_EQ(json["machine_changes"][1]["repeat"], 2);
+  EXPECT_EQ(json["machine_changes"][1]["mismatch"], moved);
+}
+
 TEST(SpeedTests, LabelsAndContextFollowLlamaBench) {
   SpeedTests tests;  // defaults: pp512, tg64 at depths 0 and 512
   EXPECT_EQ(tests.prefill_label(), "pp512");

@@ -25,6 +25,7 @@
 #include "coli/planner/plan.h"
 #include "coli/planner/plan_io.h"
 #include "coli/planner/speed.h"
+#include "coli/probe/fleet_machine.h"
 #include "coli/probe/profile_io.h"
 #include "coli/runtime/plan_options.h"
 #include "cpu/gemv_cpu.h"
@@ -321,9 +322,29 @@ struct Reference {
 
 // One repeat: every configuration of the grid once (after re-timing the profile's figures with --retime),
 // its runs and token checks into `report`.
+// Before a repeat: whether this machine is still of the profile's class. A
+// VM can move to another host between repeats: the 2-core VM's cpuid brand
+// read "AMD EPYC" at 07:35 and "Oxide Virtual Turin-like Processor" at 07:48
+// of one session, its memory 36.5 and 24.6 GB/s at one thread on the two.
+// The sweep runs on; the table and JSON name the repeats that moved.
+std::optional<std::string> machine_mismatch(const DeviceProfile& profile) {
+  auto checked = fleet::revalidate_here(profile);
+  if (!checked) return "this machine could not be re-checked: " + checked.error().message;
+  if (checked->class_match) return std::nullopt;
+  std::string why;
+  for (const fleet::FieldDifference& d : checked->class_mismatches) why += (why.empty() ? "" : "; ") + d.line();
+  return why.empty() ? "another machine class" : why;
+}
+
 Status run_repeat(const Args& args, const Setup& s, const planner::Plan& plan, int repeat,
                   std::map<std::string, Reference>& references, SweepReport& report) {
   const bool per_kernel = args.token_check == "per-kernel";
+  if (auto mismatch = machine_mismatch(s.profile)) {
+    const auto& changes = report.machine_changes;
+    const bool as_before = !changes.empty() && changes.back().repeat == repeat - 1 && changes.back().mismatch == *mismatch;
+    if (!as_before) std::fprintf(stderr, "  repeat %d/%d  not the profile's machine: %s\n", repeat + 1, args.tests.repeats, mismatch->c_str());
+    report.machine_changes.push_back({repeat, std::move(*mismatch)});
+  }
   if (args.retime) {
     auto retimed = retime_repeat(args, s, plan, report.grid, repeat);
     if (!retimed) return make_error("--retime: " + retimed.error().message);

@@ -387,6 +387,9 @@ std::string sweep_json(const SweepReport& r) {
                    {"depths", r.depths}, {"repeats", r.repeats}, {"repeats_asked", r.repeats_asked},
                    {"min_timed_seconds", r.min_timed_seconds}};
   j["stopped_early"] = r.stopped_early;
+  j["machine_changes"] = nlohmann::ordered_json::array();
+  for (const auto& change : r.machine_changes)
+    j["machine_changes"].push_back({{"repeat", change.repeat + 1}, {"mismatch", change.mismatch}});
   j["plan_decisions"] = r.plan_decisions;
   j["planned_config"] = r.planned;
   j["token_check"] = {{"mode", r.token_check}, {"passed", r.token_mismatches.empty()},
@@ -586,6 +589,22 @@ std::string disk_reads_lines(const SweepReport& r) {
   return out.empty() ? out : "expert records read from disk, measured (predicted):\n" + out;
 }
 
+// One line per distinct mismatch, with the repeats that met it.
+std::string machine_change_lines(const std::vector<SweepReport::MachineChange>& changes) {
+  std::string out;
+  for (std::size_t i = 0; i < changes.size(); ++i) {
+    bool seen = false;
+    for (std::size_t k = 0; k < i; ++k) seen = seen || changes[k].mismatch == changes[i].mismatch;
+    if (seen) continue;
+    std::string repeats;
+    for (const auto& c : changes)
+      if (c.mismatch == changes[i].mismatch) repeats += (repeats.empty() ? "" : ", ") + std::to_string(c.repeat + 1);
+    out += "not the profile's machine in repeat(s) " + repeats + " (" + changes[i].mismatch +
+           "): those runs measured another machine than the predictions describe\n";
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string sweep_table(const SweepReport& r) {
@@ -619,6 +638,7 @@ std::string sweep_table(const SweepReport& r) {
     out += "\n";
   }
   if (!r.stopped_early.empty()) out += r.stopped_early + "\n";
+  out += machine_change_lines(r.machine_changes);
   out += "* = planned; tok/s: median of " + std::to_string(r.repeats) + " interleaved repeats" +
          (r.min_timed_seconds > 0 ? ", each the median of its passes (warm-up and timed pass, again until " +
                                         format_fixed(r.min_timed_seconds, 2) + " s were timed)"

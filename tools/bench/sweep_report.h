@@ -26,7 +26,8 @@ namespace coli::bench {
 // 10: ranking.*.paired, ranking.*.repeat_noise
 // 11: the compute thread's wake-ups after its rounds' last landing, per run (decode_wakes, prefill_wakes)
 // 12: --max-minutes: workload.repeats (those run) beside workload.repeats_asked, and stopped_early (why, or "")
-inline constexpr int kSweepSchemaVersion = 12;
+// 13: machine_changes: the repeats that ran on a machine of another class than the profile's
+inline constexpr int kSweepSchemaVersion = 13;
 
 // The expert-read rounds of `reads` records each in a timed step: how many,
 // and their seconds in all from submission to the last read landing
@@ -184,6 +185,13 @@ struct SweepReport {
   int prompt_tokens = 0, decode_tokens = 0, repeats = 0;  // pp prompt, tg tokens per depth, repeats run
   int repeats_asked = 0;       // -r; more than `repeats` when --max-minutes stopped the sweep
   std::string stopped_early;   // why (empty: every repeat ran)
+  // The repeats that ran where this machine was not the profile's class (a
+  // VM moved to another host), each with what differed.
+  struct MachineChange {
+    int repeat = 0;        // 0-based
+    std::string mismatch;  // "cpu.model: profile X, this machine Y; ..."
+  };
+  std::vector<MachineChange> machine_changes;
   double min_timed_seconds = 0;  // a run's timed passes add up to at least this (Workload)
   std::vector<int> depths;
   std::vector<std::string> plan_decisions;  // "threads = 2: reason", ...
