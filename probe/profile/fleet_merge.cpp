@@ -9,6 +9,7 @@
 // (OpenMP step costs, reads beside compute) are the kept machines' medians.
 #include <algorithm>
 #include <cstdio>
+#include <initializer_list>
 #include <map>
 #include <optional>
 
@@ -120,38 +121,44 @@ void merge_kernel_bytes(KernelThroughputPoint& merged, const std::vector<DeviceP
   if (!all.empty()) merged.gb_per_s = combine(all);
 }
 
+// Each of `members` of every point of the merged profile's `points`, the
+// median over the kept machines of their same point (`same`) in the section
+// `section` gives (nullptr: the machine has none).
+template <typename Point, typename Section, typename Same>
+void median_fields(std::vector<Point>& points, const std::vector<DeviceProfile>& profiles, const std::vector<std::size_t>& kept,
+                   Section section, Same same, std::initializer_list<double Point::*> members) {
+  for (Point& point : points) {
+    for (double Point::*member : members) {
+      const auto value = kept_median(profiles, kept, [&](const Measurements& m) -> std::optional<double> {
+        const std::vector<Point>* theirs = section(m);
+        if (!theirs) return std::nullopt;
+        for (const Point& p : *theirs)
+          if (same(p, point)) return p.*member;
+        return std::nullopt;
+      });
+      if (value) point.*member = *value;
+    }
+  }
+}
+
 // OpenMP's step costs (lower is better, not scored) and the reads beside
 // compute: each figure the kept machines' median, point by point.
 void merge_unscored(Measurements& merged, const std::vector<DeviceProfile>& profiles, const std::vector<std::size_t>& kept) {
   if (merged.parallel_overhead) {
-    for (auto& point : merged.parallel_overhead->points) {
-      auto field = [&](double ParallelOverheadPoint::*member) {
-        return kept_median(profiles, kept, [&](const Measurements& m) -> std::optional<double> {
-          if (!m.parallel_overhead) return std::nullopt;
-          for (const auto& p : m.parallel_overhead->points)
-            if (p.threads == point.threads) return p.*member;
-          return std::nullopt;
-        });
-      };
-      for (auto member : {&ParallelOverheadPoint::region_us, &ParallelOverheadPoint::barrier_us, &ParallelOverheadPoint::broadcast_us})
-        if (const auto v = field(member)) point.*member = *v;
-    }
+    median_fields(
+        merged.parallel_overhead->points, profiles, kept,
+        [](const Measurements& m) { return m.parallel_overhead ? &m.parallel_overhead->points : nullptr; },
+        [](const ParallelOverheadPoint& a, const ParallelOverheadPoint& b) { return a.threads == b.threads; },
+        {&ParallelOverheadPoint::region_us, &ParallelOverheadPoint::barrier_us, &ParallelOverheadPoint::broadcast_us});
   }
   if (merged.read_interference) {
-    for (auto& point : merged.read_interference->points) {
-      auto field = [&](double ReadInterferencePoint::*member) {
-        return kept_median(profiles, kept, [&](const Measurements& m) -> std::optional<double> {
-          if (!m.read_interference) return std::nullopt;
-          for (const auto& p : m.read_interference->points)
-            if (p.thread_set == point.thread_set) return p.*member;
-          return std::nullopt;
-        });
-      };
-      for (auto member : {&ReadInterferencePoint::alone_gb_per_s, &ReadInterferencePoint::with_reads_gb_per_s,
-                          &ReadInterferencePoint::slowdown, &ReadInterferencePoint::reads_alone_per_s,
-                          &ReadInterferencePoint::reads_beside_per_s, &ReadInterferencePoint::read_progress})
-        if (const auto v = field(member)) point.*member = *v;
-    }
+    median_fields(
+        merged.read_interference->points, profiles, kept,
+        [](const Measurements& m) { return m.read_interference ? &m.read_interference->points : nullptr; },
+        [](const ReadInterferencePoint& a, const ReadInterferencePoint& b) { return a.thread_set == b.thread_set; },
+        {&ReadInterferencePoint::alone_gb_per_s, &ReadInterferencePoint::with_reads_gb_per_s, &ReadInterferencePoint::slowdown,
+         &ReadInterferencePoint::reads_alone_per_s, &ReadInterferencePoint::reads_beside_per_s,
+         &ReadInterferencePoint::read_progress});
   }
 }
 

@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <initializer_list>
 
 #include "coli/base/files.h"
 #include "coli/planner/plan.h"
@@ -260,20 +262,31 @@ TEST(Fleet, OutOfBoundsAndFutureSchemaRefusedWithTheFieldNamed) {
   EXPECT_NE(forged.error().message.find("'identity.equivalence_class'"), std::string::npos) << forged.error().message;
 }
 
+// Machines m1, m2, ... of one class: copies of `base`, each scaled by its factor.
+struct ScaledFleet {
+  std::vector<DeviceProfile> profiles;
+  std::vector<std::string> names;
+};
+ScaledFleet scaled_fleet(const DeviceProfile& base, std::initializer_list<double> factors,
+                         const std::function<void(DeviceProfile&, double)>& scale) {
+  ScaledFleet fleet;
+  for (double factor : factors) {
+    fleet.profiles.push_back(base);
+    scale(fleet.profiles.back(), factor);
+    fleet.names.push_back("m" + std::to_string(fleet.names.size() + 1));
+  }
+  return fleet;
+}
+
 TEST(Fleet, MergeOfFiveFlagsTheOutlierByName) {
   const DeviceProfile base = tuned_h200();
   ASSERT_TRUE(base.measurements.memory.has_value());
-  const double factors[] = {1.0, 1.04, 0.7, 0.97, 0.9};  // m3 is 30% slower; m5 (10%) is within the rule
-  std::vector<DeviceProfile> profiles;
-  std::vector<std::string> names;
-  for (int i = 0; i < 5; ++i) {
-    DeviceProfile p = base;
+  // m3 is 30% slower; m5 (10%) is within the rule
+  auto [profiles, names] = scaled_fleet(base, {1.0, 1.04, 0.7, 0.97, 0.9}, [](DeviceProfile& p, double factor) {
     for (auto& point : p.measurements.memory->points) {
-      point.gb_per_s.median *= factors[i], point.gb_per_s.best *= factors[i], point.gb_per_s.worst *= factors[i];
+      point.gb_per_s.median *= factor, point.gb_per_s.best *= factor, point.gb_per_s.worst *= factor;
     }
-    profiles.push_back(p);
-    names.push_back("m" + std::to_string(i + 1));
-  }
+  });
   auto merged = merge_profiles(profiles, names);
   ASSERT_TRUE(merged.ok()) << merged.error().message;
   ASSERT_EQ(merged->findings.size(), 1u);
@@ -319,15 +332,7 @@ void set_tuning(DeviceProfile& p, double factor) {
 TEST(Fleet, MergeScoresAndCombinesTheTuningPhase) {
   // m2's cores run 25% slow (its memory and disk as its peers'): the
   // kernel points name it; the others' figures are their medians.
-  const double factors[] = {1.0, 0.75, 1.1, 0.96};
-  std::vector<DeviceProfile> profiles;
-  std::vector<std::string> names;
-  for (int i = 0; i < 4; ++i) {
-    DeviceProfile p = tuned_h200();
-    set_tuning(p, factors[i]);
-    profiles.push_back(p);
-    names.push_back("m" + std::to_string(i + 1));
-  }
+  const auto [profiles, names] = scaled_fleet(tuned_h200(), {1.0, 0.75, 1.1, 0.96}, set_tuning);
   auto merged = merge_profiles(profiles, names);
   ASSERT_TRUE(merged.ok()) << merged.error().message;
   ASSERT_EQ(merged->findings.size(), 1u);
