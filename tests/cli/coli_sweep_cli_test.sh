@@ -208,6 +208,14 @@ check "the refusal says the limit, the time passed and the repeat's" \
   contains "$work/e8" "--max-minutes allows .* have passed and the next repeat would take about .*raise --max-minutes"
 "$sweep" --model "$work/demo.coli" --profile "$work/profile.toml" --max-minutes -1 --out "$work/e" >/dev/null 2>"$work/e9"
 check "a negative --max-minutes is a usage error" test $? -eq 2
+# A profile of another machine (a replayed dual-socket EPYC: its plan runs
+# 128 threads) is refused before any run, not after the first configuration.
+"$(dirname "$coli")/coli-probe" --quick --replay-machine "$fixtures/machines/amd-epyc-2s" --out "$work/epyc.toml" >/dev/null 2>&1
+"$sweep" --model "$work/demo.coli" --profile "$work/epyc.toml" --threads 1 --caps all --pins off -p 5 -n 4 \
+  --out "$work/e" >"$work/e10.out" 2>"$work/e10"
+check "a grid this machine cannot run exits 3" test $? -eq 3
+check "the refusal names the configuration and the profile" contains "$work/e10" "128t .*describes another machine"
+check "no run started" test "$(grep -c 'repeat 1/' "$work/e10")" -eq 0
 head -c 100000 "$work/demo.coli" >"$work/cut.coli"
 "$sweep" --model "$work/cut.coli" --profile "$work/profile.toml" --out "$work/e" >/dev/null 2>"$work/e6"
 check "truncated container exits 1" test $? -eq 1

@@ -322,6 +322,24 @@ struct Reference {
 
 // One repeat: every configuration of the grid once (after re-timing the profile's figures with --retime),
 // its runs and token checks into `report`.
+// Every configuration must be one this machine runs before any runs: a
+// profile of another machine plans kernels and CPUs this one may lack (the
+// H200 box's profile on the 2-core VM planned 16 threads on AMX, which failed
+// after the first configuration had run). `usable`: this process's CPUs.
+Status check_grid_runs_here(const std::vector<SweepConfig>& grid, int n_experts, const CpuSet& usable) {
+  for (const SweepConfig& config : grid) {
+    const std::string label = config_label(config, n_experts);
+    if (!config.kernel.empty()) {
+      if (auto variant = kernels::cpu::parse_variant(config.kernel); !variant) return make_error(label + ": " + variant.error().message);
+    }
+    for (const ThreadSet* set : {&config.threads, config.prefill_threads ? &*config.prefill_threads : nullptr}) {
+      if (set && !usable.empty() && set->pus.minus(usable).size() > 0)
+        return make_error(label + ": runs on CPUs " + set->pus.to_list() + ", but this process may use " + usable.to_list());
+    }
+  }
+  return Ok{};
+}
+
 // Before a repeat: whether this machine is still of the profile's class. A
 // VM can move to another host between repeats: the 2-core VM's cpuid brand
 // read "AMD EPYC" at 07:35 and "Oxide Virtual Turin-like Processor" at 07:48
@@ -385,6 +403,9 @@ Status run_repeat(const Args& args, const Setup& s, const planner::Plan& plan, i
 int run_sweep(const Args& args) {
   const auto sweep_start = std::chrono::steady_clock::now();
   if (!fs::is_regular_file(args.model)) return fail("model " + args.model + ": no such file");
+  // This process's CPUs, read before any run pins the calling thread to its team's first.
+  const auto live = fleet::probe_live();
+  const CpuSet usable_here = live ? live->cpu.usable.pus : CpuSet();
   Setup s;
   auto profile = load_profile(args.profile);
   if (!profile) return fail(profile.error().message);
@@ -466,6 +487,10 @@ int run_sweep(const Args& args) {
   SweepConfig planned_one = planned_config(*plan, s.profile, profile_sets);
   if (planned_one.kernel.empty()) planned_one.kernel = auto_kernel;  // a plan that leaves the kernel to the engine
   const std::size_t planned = add_planned(*grid, std::move(planned_one));
+  if (Status st = check_grid_runs_here(*grid, s.footprint.n_experts, usable_here); !st)
+    return fail(st.error().message + ": the profile " + args.profile +
+                    " describes another machine (probe this one with coli-probe), or leave those configurations out",
+                cli::kExitRefused);
   if (args.retime && grid_thread_sets(*grid).empty())
     return fail("--retime: every configuration of the grid runs on the GPU: no CPU thread set to time again", cli::kExitUsage);
   if (Status st = add_team_read_rounds(args, s, *plan, *grid); !st) return fail("recording read rounds: " + st.error().message);
