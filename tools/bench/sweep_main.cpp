@@ -155,12 +155,6 @@ Result<std::optional<experts::UsageHistory>> open_history(const Args& args, Setu
   return std::optional(std::move(*recorded));
 }
 
-// Read rounds depend on the compute team where compute and I/O threads share
-// cores (read_rounds.h), and the planner prices a configuration only by
-// rounds beside its own team: for each (team, I/O pool) of the grid's
-// streaming configurations (with `only_missing`, those whose rounds
-// `history` lacks) an untimed pass of the first such configuration records
-// them (sweep_run.h) into `history`. Returns the configurations that read.
 // The first streaming configuration of each (team, I/O pool) of the grid: the ones whose passes record read rounds.
 std::vector<std::size_t> round_recorders(const planner::Plan& plan, const std::vector<SweepConfig>& grid) {
   std::vector<std::size_t> out;
@@ -176,6 +170,12 @@ std::vector<std::size_t> round_recorders(const planner::Plan& plan, const std::v
   return out;
 }
 
+// Read rounds depend on the compute team where compute and I/O threads share
+// cores (read_rounds.h), and the planner prices a configuration only by
+// rounds beside its own team: for each (team, I/O pool) of the grid's
+// streaming configurations (with `only_missing`, those whose rounds
+// `history` lacks) an untimed pass of the first such configuration records
+// them (sweep_run.h) into `history`. Returns the configurations that read.
 Result<std::vector<std::size_t>> record_team_rounds(const Args& args, const Setup& s, const planner::Plan& plan,
                                                     const std::vector<SweepConfig>& grid, experts::UsageHistory& history,
                                                     bool only_missing) {
@@ -320,8 +320,6 @@ struct Reference {
   std::string label, kernel;
 };
 
-// One repeat: every configuration of the grid once (after re-timing the profile's figures with --retime),
-// its runs and token checks into `report`.
 // Every configuration must be one this machine runs before any runs: a
 // profile of another machine plans kernels and CPUs this one may lack (the
 // H200 box's profile on the 2-core VM planned 16 threads on AMX, which failed
@@ -342,9 +340,9 @@ Status check_grid_runs_here(const std::vector<SweepConfig>& grid, int n_experts,
 
 // Before a repeat: whether this machine is still of the profile's class. A
 // VM can move to another host between repeats: the 2-core VM's cpuid brand
-// read "AMD EPYC" at 07:35 and "Oxide Virtual Turin-like Processor" at 07:48
-// of one session, its memory 36.5 and 24.6 GB/s at one thread on the two.
-// The sweep runs on; the table and JSON name the repeats that moved.
+// read "Oxide Virtual Turin-like Processor" at 07:08, "AMD EPYC" at 07:35
+// and the first again at 07:48 of one session. The sweep runs on; the table
+// and JSON name the repeats that moved.
 std::optional<std::string> machine_mismatch(const DeviceProfile& profile) {
   auto checked = fleet::revalidate_here(profile);
   if (!checked) return "this machine could not be re-checked: " + checked.error().message;
@@ -354,6 +352,8 @@ std::optional<std::string> machine_mismatch(const DeviceProfile& profile) {
   return why.empty() ? "another machine class" : why;
 }
 
+// One repeat: every configuration of the grid once (after re-timing the profile's figures with --retime),
+// its runs and token checks into `report`.
 Status run_repeat(const Args& args, const Setup& s, const planner::Plan& plan, int repeat,
                   std::map<std::string, Reference>& references, SweepReport& report) {
   const bool per_kernel = args.token_check == "per-kernel";
