@@ -34,24 +34,29 @@ def main() -> int:
         mark = " (planned)" if c.get("planned") else ""
         label = c['label'].replace(' | ', ', ')  # the table's own separator
         again = (lambda key: f" {100 * q.get(key, 0):+.0f}% |") if retimed else (lambda key: "")
-        print(f"| {label}{mark} | {c['decode']['median_tok_s']:.1f} | {p.get('decode_tok_s', 0):.1f} | "
-              f"{100 * p.get('decode_error', 0):+.0f}% |{again('decode_error')} {c['prefill']['median_tok_s']:.1f} | "
-              f"{p.get('prefill_tok_s', 0):.1f} | {100 * p.get('prefill_error', 0):+.0f}% |{again('prefill_error')}")
+        print(f"| {label}{mark} | {c['decode']['median_tok_s']:.1f} | {(p.get('decode_tok_s') or 0):.1f} | "
+              f"{100 * (p.get('decode_error') or 0):+.0f}% |{again('decode_error')} {c['prefill']['median_tok_s']:.1f} | "
+              f"{(p.get('prefill_tok_s') or 0):.1f} | {100 * (p.get('prefill_error') or 0):+.0f}% |{again('prefill_error')}")
     print()
     if retimed:
         for r in sweep["retimed"].get("repeats", []):
             print(f"- repeat {r['repeat'] + 1}, re-timed / profile: {r['drift']}")
         for metric in ("decode", "prefill"):
             q = sweep["retimed"].get("prediction", {}).get(metric, {})
-            print(f"- {metric}, re-timed: worst error {100 * q.get('worst_error', 0):+.1f}%, mean |error| "
-                  f"{100 * q.get('mean_abs_error', 0):.1f}%")
+            print(f"- {metric}, re-timed: worst error {100 * (q.get('worst_error') or 0):+.1f}%, mean |error| "
+                  f"{100 * (q.get('mean_abs_error') or 0):.1f}%")
     for metric in ("decode", "prefill"):
         q = sweep.get("prediction", {}).get(metric, {})
         r = sweep.get("ranking", {}).get(metric, {})
-        print(f"- {metric}: worst error {100 * q.get('worst_error', 0):+.1f}%, mean |error| "
-              f"{100 * q.get('mean_abs_error', 0):.1f}%, rank correlation {q.get('rank_correlation', 0):.2f}; "
-              f"planned rank {r.get('rank')} of {r.get('of')}, {r.get('percent_of_best', 0):.1f}% of the best "
+        rank_corr = q.get('rank_correlation')
+        quality = (f"worst error {100 * (q.get('worst_error') or 0):+.1f}%, mean |error| "
+                   f"{100 * (q.get('mean_abs_error') or 0):.1f}%, rank correlation "
+                   f"{'n/a' if rank_corr is None else f'{rank_corr:.2f}'}" if q.get('points') else "no predictions")
+        print(f"- {metric}: {quality}; "
+              f"planned rank {r.get('rank')} of {r.get('of')}, {(r.get('percent_of_best') or 0):.1f}% of the best "
               f"({r.get('best_label')}){paired_text(sweep, metric)}")
+    for change in sweep.get("machine_changes", []):  # schema 13
+        print(f"- repeat {change['repeat']}: not the profile's machine ({change['mismatch']})")
     print_disk_reads(sweep)
     return 0
 
@@ -98,8 +103,8 @@ def print_disk_reads(sweep) -> None:
             continue
         decode = sum(r["expert_misses"] for r in runs) / max(1, sum(r["decode_tokens"] for r in runs))
         prefill = sum(r["prefill_expert_misses"] for r in runs) / len(runs)
-        rows.append(f"| {c['label'].replace(' | ', ', ')} | {decode:.2f} | {p.get('decode_disk_reads_per_token', 0):.2f} | "
-                    f"{prefill:.0f} | {p.get('prefill_disk_reads', 0):.0f} |")
+        rows.append(f"| {c['label'].replace(' | ', ', ')} | {decode:.2f} | {(p.get('decode_disk_reads_per_token') or 0):.2f} | "
+                    f"{prefill:.0f} | {(p.get('prefill_disk_reads') or 0):.0f} |")
     if rows:
         print("\n| configuration | decode reads/token | predicted | prefill reads/pass | predicted |")
         print("|---|---|---|---|---|")
