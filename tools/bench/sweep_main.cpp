@@ -123,22 +123,26 @@ ConfigPrediction predict_config(const Setup& s, const DeviceProfile& profile, co
 
 fs::path usage_path(const Args& args) { return args.usage.empty() ? args.model + ".usage" : args.usage; }
 
-// The usage history pins come from: --usage (default MODEL.usage), else one
-// recorded from this workload into OUT (the model's own file is left alone),
-// at `record_cap` slots (the grid's smallest streaming cap: its expert reads
-// are timed too, the disk as the engine meets it; routings never depend on the cap).
-Result<std::optional<experts::UsageHistory>> open_history(const Args& args, Setup& s, bool pins_wanted,
-                                                          int record_cap) {
+// The usage history pins come from: --usage (default MODEL.usage) when it
+// loads for this model, else (load_history: nullopt) one recorded from this
+// workload by record_history.
+std::optional<experts::UsageHistory> load_history(const Args& args, const Setup& s) {
   const fs::path path = usage_path(args);
-  if (fs::exists(path)) {
-    auto loaded = experts::UsageHistory::load(path, runtime::usage_history_key(s.shape));
-    if (loaded) {
-      std::printf("pins from the usage history %s\n", path.c_str());
-      return std::optional(std::move(*loaded));
-    }
+  if (!fs::exists(path)) return std::nullopt;
+  auto loaded = experts::UsageHistory::load(path, runtime::usage_history_key(s.shape));
+  if (!loaded) {
     std::fprintf(stderr, "coli-sweep: ignoring usage history: %s\n", loaded.error().message.c_str());
+    return std::nullopt;
   }
-  if (!pins_wanted) return std::optional<experts::UsageHistory>();
+  std::printf("pins from the usage history %s\n", path.c_str());
+  return std::move(*loaded);
+}
+
+// A usage history recorded from this workload into OUT (the model's own file
+// is left alone), at `record_cap` slots (the grid's smallest streaming cap:
+// its expert reads are timed too, the disk as the engine meets it; routings
+// never depend on the cap).
+Result<experts::UsageHistory> record_history(const Args& args, Setup& s, int record_cap) {
   runtime::ModelOptions options;
   options.max_context = s.workload.context();
   place_threads(options, s.profile.threads.decode_pus);
@@ -148,11 +152,12 @@ Result<std::optional<experts::UsageHistory>> open_history(const Args& args, Setu
   const fs::path saved = fs::path(args.out) / "sweep.usage";
   if (Status st = recorded->save(saved); !st) return st.error();
   s.recorded_history = saved;
-  std::printf("no usage history at %s: recorded one from this workload into %s (%s)\n", path.c_str(), saved.c_str(),
+  std::printf("no usage history at %s: recorded one from this workload into %s (%s)\n", usage_path(args).c_str(),
+              saved.c_str(),
               record_cap < s.footprint.n_experts
                   ? ("at cap " + std::to_string(record_cap) + ", which streams: its expert reads timed too").c_str()
                   : "every expert resident");
-  return std::optional(std::move(*recorded));
+  return std::move(*recorded);
 }
 
 // The first streaming configuration of each (team, I/O pool) of the grid: the ones whose passes record read rounds.
@@ -298,7 +303,7 @@ Result<RetimedRepeat> retime_repeat(const Args& args, const Setup& s, const plan
 Status check_recording_time(const Args& args, const Setup& s, int record_cap, bool records_history,
                             std::size_t thread_sets, double elapsed) {
   const bool streams = record_cap < s.footprint.n_experts;
-  const int passes = (records_history ? 2 : 0) + (streams ? 2 * static_cast<int>(thread_sets) : 0);
+  const int passes = (records_history ? kPassesPerRecording : 0) + (streams ? kPassesPerRecording * static_cast<int>(thread_sets) : 0);
   if (args.max_minutes <= 0 || passes == 0) return Ok{};
   auto plan = plan_with_cap(s, record_cap);
   if (!plan) return Ok{};  // refused later with the planner's own reason
@@ -461,12 +466,16 @@ int run_sweep(const Args& args) {
   }
   fs::create_directories(args.out);
   const int record_cap = *std::min_element(caps->begin(), caps->end());
-  const bool records_history = pins_wanted && !fs::exists(usage_path(args));
+  auto loaded = load_history(args, s);
+  const bool records_history = pins_wanted && !loaded;  // also where a history file is there but not this model's
   if (Status st = check_recording_time(args, s, record_cap, records_history, spec.thread_sets.size(), seconds_since(sweep_start)); !st)
     return fail(st.error().message, cli::kExitRefused);
-  auto history = open_history(args, s, pins_wanted, record_cap);
-  if (!history) return fail("recording a usage history: " + history.error().message);
-  s.history = std::move(*history);
+  s.history = std::move(loaded);
+  if (records_history) {
+    auto recorded = record_history(args, s, record_cap);
+    if (!recorded) return fail("recording a usage history: " + recorded.error().message);
+    s.history = std::move(*recorded);
+  }
   if (!s.history) std::erase(spec.pins, true);
   s.request.history_pins = s.history ? s.footprint.n_experts : 0;
   s.request.history = s.history ? &*s.history : nullptr;  // pins only where the history predicts a gain
