@@ -108,19 +108,6 @@ std::optional<double> kept_median(const std::vector<DeviceProfile>& profiles, co
   return median_of(values);
 }
 
-// The kernel point's weight bytes per second go with its tokens per second:
-// the same calls timed, so the merged pair keeps the point's bytes per token.
-void merge_kernel_bytes(KernelThroughputPoint& merged, const std::vector<DeviceProfile>& profiles,
-                        const std::vector<std::size_t>& kept) {
-  std::vector<SampleStats> all;
-  for (std::size_t i : kept) {
-    if (!profiles[i].measurements.kernel_tuning) continue;
-    for (const auto& p : profiles[i].measurements.kernel_tuning->points)
-      if (cpu_kernel_key(p) == cpu_kernel_key(merged)) all.push_back(p.gb_per_s);
-  }
-  if (!all.empty()) merged.gb_per_s = combine(all);
-}
-
 // Each of `members` of every point of the merged profile's `points`, the
 // median over the kept machines of their same point (`same`) in the section
 // `section` gives (nullptr: the machine has none).
@@ -166,26 +153,33 @@ void merge_unscored(Measurements& merged, const std::vector<DeviceProfile>& prof
 DeviceProfile merge_kept(const std::vector<DeviceProfile>& profiles, const std::vector<Points>& points,
                          const std::vector<std::size_t>& kept) {
   DeviceProfile merged = profiles[kept.front()];
-  auto merged_stats = [&](const std::string& key, SampleStats& into) {
+  // The kernel points' weight bytes per second go with their tokens per
+  // second (the same calls timed): merged alike, not scored.
+  std::vector<Points> kernel_bytes(profiles.size());
+  for (std::size_t i : kept) {
+    if (profiles[i].measurements.kernel_tuning)
+      for (const auto& p : profiles[i].measurements.kernel_tuning->points) kernel_bytes[i][cpu_kernel_key(p)] = p.gb_per_s;
+  }
+  auto merged_stats = [&](const std::vector<Points>& of, const std::string& key, SampleStats& into) {
     std::vector<SampleStats> all;
     for (std::size_t i : kept) {
-      if (const auto it = points[i].find(key); it != points[i].end()) all.push_back(it->second);
+      if (const auto it = of[i].find(key); it != of[i].end()) all.push_back(it->second);
     }
     if (!all.empty()) into = combine(all);
   };
   Measurements& m = merged.measurements;
-  if (m.memory) for (auto& p : m.memory->points) merged_stats(memory_key(p), p.gb_per_s);
-  if (m.disk) for (auto& p : m.disk->points) merged_stats(disk_key(p), p.gb_per_s);
+  if (m.memory) for (auto& p : m.memory->points) merged_stats(points, memory_key(p), p.gb_per_s);
+  if (m.disk) for (auto& p : m.disk->points) merged_stats(points, disk_key(p), p.gb_per_s);
   for (auto& k : m.gpu_kernels) {
-    if (k.passed && k.gb_per_s.samples > 0) merged_stats(gpu_key(k), k.gb_per_s);
+    if (k.passed && k.gb_per_s.samples > 0) merged_stats(points, gpu_key(k), k.gb_per_s);
   }
   if (m.kernel_tuning) {
     for (auto& p : m.kernel_tuning->points) {
-      merged_stats(cpu_kernel_key(p), p.tokens_per_s);
-      merge_kernel_bytes(p, profiles, kept);
+      merged_stats(points, cpu_kernel_key(p), p.tokens_per_s);
+      merged_stats(kernel_bytes, cpu_kernel_key(p), p.gb_per_s);
     }
   }
-  for (auto& p : m.uploads) merged_stats(upload_key(p), p.gb_per_s);
+  for (auto& p : m.uploads) merged_stats(points, upload_key(p), p.gb_per_s);
   merge_unscored(m, profiles, kept);
   return merged;
 }
