@@ -59,9 +59,13 @@ Status check_runnable(const planner::Plan& plan, const std::string& source, cons
                       plan.gpu.device.gpu.describe() + " (" + plan.gpu.backend +
                       " backend), which this build's engine does not run (a preview): re-plan with --gpu none");
   }
-  if (!usable.empty() && plan.compute_pus.minus(usable).size() > 0) {
-    return make_error(source + " pins its threads to CPUs " + plan.compute_pus.to_list() + ", but this process may use " +
-                      usable.to_list() + ": re-plan here with coli-plan --profile");
+  // Both sets: a prefill set outside this process's CPUs failed only when
+  // the first prompt pinned the team to it, after the load.
+  for (const auto& [pus, what] : {std::pair{&plan.compute_pus, "its threads"}, std::pair{&plan.prefill_pus, "its prefill threads"}}) {
+    if (!usable.empty() && !pus->is_subset_of(usable)) {
+      return make_error(source + " pins " + what + " to CPUs " + pus->to_list() + ", but this process may use " +
+                        usable.to_list() + ": re-plan here with coli-plan --profile");
+    }
   }
   return Ok{};
 }

@@ -69,7 +69,7 @@ CpuFacts read_cpu(const Reader& r) {
                                  std::to_string(cpu.pus) + " PUs (they cover " + std::to_string(all_cores) +
                                  " cores, " + std::to_string(all_pus.size()) + " PUs)");
   }
-  if (cpu.usable.pus.empty() || cpu.usable.pus.minus(all_pus).size() > 0) {
+  if (cpu.usable.pus.empty() || !cpu.usable.pus.is_subset_of(all_pus)) {
     usable.fail(nullptr, "pus", "must be a non-empty subset of the machine's PUs " + all_pus.to_list());
   }
 
@@ -194,7 +194,7 @@ std::string gpu_locality_problem(const DeviceProfile& profile) {
   const auto& nodes = profile.cpu.numa_nodes;
   for (const CudaDevice& device : profile.gpus.cuda) {
     const std::string which = "of CUDA device " + std::to_string(device.ordinal);
-    if (!device.local_cpus.minus(machine_pus).empty()) {
+    if (!device.local_cpus.is_subset_of(machine_pus)) {
       return "local_cpus " + device.local_cpus.to_list() + " " + which + " are not all among the machine's PUs " +
              machine_pus.to_list();
     }

@@ -201,6 +201,13 @@ check "coli-plan plans a container with --kernel scalar" test $? -eq 0
 "$coli" run --model "$work/demo.coli" --plan "$work/scalar.plan" --prompt-ids 1 2 3 --max-tokens 2 >"$work/k.out" 2>&1
 check "run --plan uses the plan's kernel" contains "$work/k.out" "kernel scalar"
 check "run --plan reports the RSS watchdog's limit" contains "$work/k.out" "RSS watchdog: limit .*; shrank the expert cache 0 time"
+# A prefill set this process may not use is refused before the load (it
+# failed when the first prompt pinned the team there).
+sed -e '/^prefill_threads =/d' -e '/^prefill_pus =/d' -e "/^\[knobs\]$/a prefill_threads = 1\nprefill_pus = '4095'" \
+  "$work/scalar.plan" >"$work/far.plan"
+"$coli" run --model "$work/demo.coli" --plan "$work/far.plan" --prompt-ids 1 2 3 --max-tokens 2 >"$work/far.out" 2>"$work/far.err"
+check "a plan whose prefill set lies outside this process's CPUs is refused" test $? -eq 1
+check "and the refusal names the set" contains "$work/far.err" "pins its prefill threads to CPUs 4095, but this process may use"
 "$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 2 --rss-limit 1 >"$work/w.out" 2>&1
 check "the RSS watchdog warns past its limit" contains "$work/w.out" "WARNING: RSS .* is past the plan's limit"
 # Issue 12: without a plan the run's memory is checked before loading (it was

@@ -336,7 +336,7 @@ Status check_grid_runs_here(const std::vector<SweepConfig>& grid, int n_experts,
       if (auto variant = kernels::cpu::parse_variant(config.kernel); !variant) return make_error(label + ": " + variant.error().message);
     }
     for (const ThreadSet* set : {&config.threads, config.prefill_threads ? &*config.prefill_threads : nullptr}) {
-      if (set && !usable.empty() && set->pus.minus(usable).size() > 0)
+      if (set && !usable.empty() && !set->pus.is_subset_of(usable))
         return make_error(label + ": runs on CPUs " + set->pus.to_list() + ", but this process may use " + usable.to_list());
     }
   }

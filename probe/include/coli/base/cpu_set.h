@@ -29,6 +29,7 @@ class CpuSet {
   CpuSet intersect(const CpuSet& other) const;
   CpuSet unite(const CpuSet& other) const;
   CpuSet minus(const CpuSet& other) const;
+  bool is_subset_of(const CpuSet& other) const { return minus(other).empty(); }  // the empty set is one of every set
 
   bool operator==(const CpuSet&) const = default;
 
