@@ -8,11 +8,13 @@ errors of the predictions from the figures re-timed before each repeat beside
 them, and each repeat's drift; the planned configuration against its closest rival
 repeat by repeat, and how far the repeats moved. usage: sweep_prediction_table.py SWEEP_JSON [TITLE]"""
 import json
+import signal
 import statistics
 import sys
 
 
 def main() -> int:
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `| head` ends the table quietly
     if len(sys.argv) < 2:
         print(__doc__, file=sys.stderr)
         return 2
