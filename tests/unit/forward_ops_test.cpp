@@ -70,6 +70,42 @@ TEST(ForwardOps, RopeCachedAnglesBelongToTheirRopeAndPosition) {
   }
 }
 
+// silu's exp is a polynomial, not libm's: within a few ulp of the double
+// formula over the range activations take, exact at the saturated ends
+// (0 for very negative inputs, x for large ones), and NaN stays NaN.
+TEST(ForwardOps, SiluIsWithinAFewUlpOfTheFormula) {
+  double worst_ulps = 0;
+  for (float x = -90.0f; x <= 90.0f; x += 0.00731f) {
+    const double exact = x / (1.0 + std::exp(-static_cast<double>(x)));
+    const float got = silu(x);
+    if (std::fabs(exact) < 1e-30) continue;  // saturated: checked below
+    const double ulp = std::nextafter(static_cast<float>(std::fabs(exact)), std::numeric_limits<float>::infinity()) -
+                       static_cast<float>(std::fabs(exact));
+    worst_ulps = std::max(worst_ulps, std::fabs(got - exact) / ulp);
+  }
+  EXPECT_LT(worst_ulps, 4.0);
+  EXPECT_EQ(silu(200.0f), 200.0f);
+  EXPECT_EQ(silu(0.0f), 0.0f);
+  EXPECT_LE(std::fabs(silu(-200.0f)), 1e-30f);
+  EXPECT_TRUE(std::isnan(silu(std::numeric_limits<float>::quiet_NaN())));
+}
+
+// The vectorised loop computes what silu() does, element by element, bit for
+// bit (the per-expert and the batched CPU paths must agree exactly).
+TEST(ForwardOps, SwigluEqualsSiluTimesUpBitForBit) {
+  std::mt19937 random(5);
+  std::normal_distribution<float> value(0.0f, 4.0f);
+  std::vector<float> gate(1037), up(1037);
+  for (std::size_t i = 0; i < gate.size(); ++i) gate[i] = value(random), up[i] = value(random);
+  std::vector<float> out = gate;
+  swiglu(out, up);
+  for (std::size_t i = 0; i < gate.size(); ++i) {
+    const float want = silu(gate[i]) * up[i];
+    EXPECT_EQ(std::memcmp(&out[i], &want, sizeof want), 0) << "element " << i;
+  }
+  EXPECT_THROW(swiglu(std::span(out).first(3), std::span<const float>(up).first(2)), std::invalid_argument);
+}
+
 TEST(ForwardOps, GreedyTokenIsTheFirstLargestFiniteLogit) {
   const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
   EXPECT_EQ(greedy_token(std::vector<float>{0.5f, 2.0f, -1.0f, 2.0f}), 1);    // the first of equal ones

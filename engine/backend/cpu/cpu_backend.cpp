@@ -256,7 +256,7 @@ void CpuBackend::ffn_each(const ExpertBatch& batch) {
     const auto x = batch.in.subspan(static_cast<std::size_t>(row.input_row) * in_width, in_width);
     project(gate_part, batch.layout->format, record, x, gate_);
     project(up_part, batch.layout->format, record, x, up_);
-    for (std::size_t i = 0; i < gate_.size(); ++i) gate_[i] = forward::silu(gate_[i]) * up_[i];
+    forward::swiglu(gate_, up_);
     project(down_part, batch.layout->format, record, gate_,
             batch.out.subspan(static_cast<std::size_t>(row.output_row) * out_width, out_width));
   }
@@ -341,7 +341,7 @@ void CpuBackend::ffn_quantized(const ExpertBatch& batch) {
   steps.emplace_back([&] {
     cpu::for_each_in_team(groups.size(), [&](std::size_t g) {
       const auto gate = rows_of(gate_, groups[g], width), up = rows_of(up_, groups[g], width);
-      for (std::size_t j = 0; j < gate.size(); ++j) gate[j] = forward::silu(gate[j]) * up[j];
+      forward::swiglu(gate, up);
       hidden_[g].fill(gate);
     }, cpu::StepCost::unequal_steps);
   });

@@ -322,8 +322,6 @@ void softmax(std::span<float> x) {
   for (float& v : x) v = static_cast<float>(v / sum);
 }
 
-float silu(float x) { return x / (1.0f + std::exp(-x)); }
-
 void add_scaled(float weight, std::span<const float> y, std::span<float> out) {
   for (std::size_t i = 0; i < out.size(); ++i) out[i] += weight * y[i];
 }

@@ -210,7 +210,7 @@ std::vector<backend::MatmulOutput> MoeModel::State::mlp_gate_up(const LayerWeigh
 
 void MoeModel::State::mlp_down(const LayerWeights& w, int count, std::span<float> out) {
   const std::size_t rows = static_cast<std::size_t>(count) * static_cast<std::size_t>(w.mlp_gate.rows);
-  for (std::size_t i = 0; i < rows; ++i) mlp_a[i] = forward::silu(mlp_a[i]) * mlp_b[i];
+  forward::swiglu(std::span(mlp_a).first(rows), std::span<const float>(mlp_b).first(rows));
   backend->matmul_rows(w.mlp_down, mlp_a, count, out);
 }
 

@@ -97,6 +97,13 @@ void softmax(std::span<float> x);
 // benchmarks and the probe's tuning phase (which times it) share it.
 int greedy_token(std::span<const float> logits);
 float silu(float x);
+// gate[i] = silu(gate[i]) * up[i]: the SwiGLU between an FFN's gate/up and
+// its down, on every CPU path (experts, dense MLPs, shared experts). Its exp
+// is a polynomial the compiler vectorises, per instruction set and with the
+// same bits on each (src/swiglu.cpp); silu within 2.2 ulp of the exact
+// formula (tests/unit/forward_ops_test.cpp). silu() above computes the same
+// values one at a time.
+void swiglu(std::span<float> gate, std::span<const float> up);
 
 // out += weight * y, element by element: the one place expert outputs are
 // summed (the engine's and the CPU backend's weighted sums), so every caller
