@@ -106,6 +106,28 @@ TEST(ForwardOps, SwigluEqualsSiluTimesUpBitForBit) {
   EXPECT_THROW(swiglu(std::span(out).first(3), std::span<const float>(up).first(2)), std::invalid_argument);
 }
 
+// The attention's softmax weights: e^(x - shift) within 2 ulp of std::exp
+// down to where it underflows, and below that ~0, never garbage.
+TEST(ForwardOps, ExpShiftedIsWithinTwoUlpOfStdExp) {
+  std::vector<float> x;
+  for (float v = -87.0f; v <= 0.0f; v += 0.00917f) x.push_back(v + 3.0f);
+  std::vector<float> e = x;
+  exp_shifted(e, 3.0f);
+  double worst_ulps = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const double exact = std::exp(static_cast<double>(x[i] - 3.0f));
+    const double ulp = std::nextafter(static_cast<float>(exact), std::numeric_limits<float>::infinity()) - static_cast<float>(exact);
+    worst_ulps = std::max(worst_ulps, std::fabs(e[i] - exact) / ulp);
+  }
+  EXPECT_LT(worst_ulps, 2.0);
+  std::vector<float> far = {-1000.0f, -200.0f, 0.0f};
+  exp_shifted(far, 0.0f);
+  EXPECT_GE(far[0], 0.0f);
+  EXPECT_LT(far[0], 1e-37f);
+  EXPECT_LT(far[1], 1e-37f);
+  EXPECT_EQ(far[2], 1.0f);
+}
+
 TEST(ForwardOps, GreedyTokenIsTheFirstLargestFiniteLogit) {
   const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
   EXPECT_EQ(greedy_token(std::vector<float>{0.5f, 2.0f, -1.0f, 2.0f}), 1);    // the first of equal ones

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "attention_rows.h"
+#include "coli/forward/ops.h"
 
 namespace coli::forward {
 namespace {
@@ -133,7 +134,8 @@ void tile_partials(const Head& head, const float* const* q_rows, const int* limi
     const int seen = std::min(end, limits[r] + 1) - first;
     out.max[r] = seen > 0 ? *std::max_element(w, w + seen) : kNoRow;
     float sum = 0;
-    for (int i = 0; i < seen; ++i) sum += (w[i] = std::exp(w[i] - out.max[r]));
+    if (seen > 0) exp_shifted(std::span(w, static_cast<std::size_t>(seen)), out.max[r]);
+    for (int i = 0; i < seen; ++i) sum += w[i];  // in position order, as before
     out.sum[r] = sum;
     std::fill_n(out.acc + static_cast<std::size_t>(r) * head_dim, head_dim, 0.0f);
   }

@@ -100,10 +100,14 @@ float silu(float x);
 // gate[i] = silu(gate[i]) * up[i]: the SwiGLU between an FFN's gate/up and
 // its down, on every CPU path (experts, dense MLPs, shared experts). Its exp
 // is a polynomial the compiler vectorises, per instruction set and with the
-// same bits on each (src/swiglu.cpp); silu within 2.2 ulp of the exact
+// same bits on each (src/vector_math.cpp); silu within 2.2 ulp of the exact
 // formula (tests/unit/forward_ops_test.cpp). silu() above computes the same
 // values one at a time.
 void swiglu(std::span<float> gate, std::span<const float> up);
+// x[i] = e^(x[i] - shift) with swiglu's exp, vectorised: the CPU attention's
+// softmax weights (libm's expf, one call per position, was 14% of a tiny
+// model's 512-token prefill at one thread). Within 2 ulp of std::exp.
+void exp_shifted(std::span<float> x, float shift);
 
 // out += weight * y, element by element: the one place expert outputs are
 // summed (the engine's and the CPU backend's weighted sums), so every caller

@@ -1,5 +1,6 @@
-// SiLU and SwiGLU on the CPU, the same values on every CPU. swiglu() is
-// cloned per instruction set (target_clones: the loader picks the widest this
+// e^x where it is taken per element of a vector on the CPU (SiLU and
+// SwiGLU, attention's softmax weights), the same values on every CPU. The
+// loops are cloned per instruction set (target_clones: the loader picks the widest this
 // CPU runs), and this file is compiled with -fno-trapping-math and
 // -ffp-contract=off (engine/forward/CMakeLists.txt):
 // - without -fno-trapping-math GCC keeps exp_poly's clamps as branches and
@@ -48,11 +49,18 @@ inline float silu_of(float x) { return x / (1.0f + exp_poly(-x)); }
 
 float silu(float x) { return silu_of(x); }
 
-__attribute__((target_clones("avx512f", "avx2", "default"))) void swiglu(std::span<float> gate, std::span<const float> up) {
+#define COLI_PER_ISA __attribute__((target_clones("avx512f", "avx2", "default")))
+
+COLI_PER_ISA void swiglu(std::span<float> gate, std::span<const float> up) {
   if (up.size() != gate.size()) throw std::invalid_argument("swiglu: gate and up differ in length");
   float* g = gate.data();
   const float* u = up.data();
   for (std::size_t i = 0; i < gate.size(); ++i) g[i] = silu_of(g[i]) * u[i];
+}
+
+COLI_PER_ISA void exp_shifted(std::span<float> x, float shift) {
+  float* v = x.data();
+  for (std::size_t i = 0; i < x.size(); ++i) v[i] = exp_poly(v[i] - shift);
 }
 
 }  // namespace coli::forward
