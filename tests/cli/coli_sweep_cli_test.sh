@@ -206,6 +206,19 @@ check "the planner's refusal is shown" contains "$work/e7" "the planner refused:
 check "a sweep that cannot end within --max-minutes is refused before its runs" test $? -eq 3
 check "the refusal says the limit, the time passed and the repeat's" \
   contains "$work/e8" "--max-minutes allows .* have passed and the next repeat would take about .*raise --max-minutes"
+# The untimed recording passes are checked just before they run: a usage
+# history's by uniform routing (none recorded yet), the read rounds' by the
+# history (given here, so only they are left). Their prices need a tuned
+# profile: a recorded one (tests/fixtures/profiles/h200-tuned/SOURCE.md).
+tuned="$fixtures/profiles/h200-tuned/device-profile.toml"
+"$sweep" --model "$work/demo.coli" --profile "$tuned" --threads 1 --caps 4 --pins on -p 5 -n 4 \
+  --max-minutes 0.00001 --out "$work/e" >/dev/null 2>"$work/e10"
+check "recording a usage history past --max-minutes is refused before it" test $? -eq 3
+check "priced by uniform routing" contains "$work/e10" "recording 2 untimed passes at cap 4 .*(uniform routing: no usage history yet)"
+"$sweep" --model "$work/demo.coli" --profile "$tuned" --threads 1 --caps 4 --pins on -p 5 -n 4 \
+  --usage "$work/out/sweep.usage" --max-minutes 0.00001 --out "$work/e" >/dev/null 2>"$work/e11"
+check "recording read rounds past --max-minutes is refused before them" test $? -eq 3
+check "priced with the history given" contains "$work/e11" "recording 2 untimed passes at cap 4 .*(with the usage history)"
 "$sweep" --model "$work/demo.coli" --profile "$work/profile.toml" --max-minutes -1 --out "$work/e" >/dev/null 2>"$work/e9"
 check "a negative --max-minutes is a usage error" test $? -eq 2
 # A profile of another machine (a replayed dual-socket EPYC: its plan runs

@@ -296,14 +296,14 @@ Result<RetimedRepeat> retime_repeat(const Args& args, const Setup& s, const plan
 }
 
 // The untimed passes before the grid runs: a usage history's two (none where one exists or no pins are
-// asked for) and two per compute team's read rounds where `record_cap` streams, each priced by the
-// prediction at that cap (uniform routing: no history yet). --max-minutes refuses before them a sweep
-// whose recording alone would outrun it (the H200's disk read the OLMoE shape's cap-16 recording
-// passes for minutes).
-Status check_recording_time(const Args& args, const Setup& s, int record_cap, bool records_history,
-                            std::size_t thread_sets, double elapsed) {
-  const bool streams = record_cap < s.footprint.n_experts;
-  const int passes = (records_history ? kPassesPerRecording : 0) + (streams ? kPassesPerRecording * static_cast<int>(thread_sets) : 0);
+// asked for), then two per compute team's read rounds where `record_cap` streams. --max-minutes refuses
+// before them a sweep whose recording alone would outrun it (the H200's disk read the OLMoE shape's
+// cap-16 recording passes for minutes). Each batch is checked just before it runs, priced by the
+// prediction at that cap: the history's passes with uniform routing (none recorded yet: where routing
+// concentrates, an upper bound), the read rounds' with the history. Both priced uniformly, the H200's
+// OLMoE-shaped grid at cap 48 was refused at "11.3 min" where the sweep with its history then ran
+// all its recording and runs in 71 s.
+Status check_recording_time(const Args& args, const Setup& s, int record_cap, int passes, double elapsed) {
   if (args.max_minutes <= 0 || passes == 0) return Ok{};
   auto plan = plan_with_cap(s, record_cap);
   if (!plan) return Ok{};  // refused later with the planner's own reason
@@ -313,8 +313,9 @@ Status check_recording_time(const Args& args, const Setup& s, int record_cap, bo
   if (repeat_fits(args.max_minutes, elapsed, seconds)) return Ok{};
   return make_error("--max-minutes allows " + format_duration(args.max_minutes * 60) + ": recording " +
                     std::to_string(passes) + " untimed passes at cap " + std::to_string(record_cap) +
-                    " before the grid would take about " + format_duration(seconds) +
-                    " by the predictions: raise --max-minutes, give a larger smallest cap (--caps) or a usage history (--usage)");
+                    " before the grid would take about " + format_duration(seconds) + " by the predictions (" +
+                    (s.history ? "with the usage history" : "uniform routing: no usage history yet") +
+                    "): raise --max-minutes, give a larger smallest cap (--caps) or a usage history (--usage)");
 }
 
 // The first run of each token group is its reference: one group, or one
@@ -468,14 +469,17 @@ int run_sweep(const Args& args) {
   const int record_cap = *std::min_element(caps->begin(), caps->end());
   auto loaded = load_history(args, s);
   const bool records_history = pins_wanted && !loaded;  // also where a history file is there but not this model's
-  if (Status st = check_recording_time(args, s, record_cap, records_history, spec.thread_sets.size(), seconds_since(sweep_start)); !st)
-    return fail(st.error().message, cli::kExitRefused);
   s.history = std::move(loaded);
   if (records_history) {
+    if (Status st = check_recording_time(args, s, record_cap, kPassesPerRecording, seconds_since(sweep_start)); !st)
+      return fail(st.error().message, cli::kExitRefused);
     auto recorded = record_history(args, s, record_cap);
     if (!recorded) return fail("recording a usage history: " + recorded.error().message);
     s.history = std::move(*recorded);
   }
+  const int recording_teams = record_cap < s.footprint.n_experts ? static_cast<int>(spec.thread_sets.size()) : 0;
+  if (Status st = check_recording_time(args, s, record_cap, kPassesPerRecording * recording_teams, seconds_since(sweep_start)); !st)
+    return fail(st.error().message, cli::kExitRefused);
   if (!s.history) std::erase(spec.pins, true);
   s.request.history_pins = s.history ? s.footprint.n_experts : 0;
   s.request.history = s.history ? &*s.history : nullptr;  // pins only where the history predicts a gain
