@@ -229,6 +229,14 @@ check "a negative --max-minutes is a usage error" test $? -eq 2
 check "a grid this machine cannot run exits 3" test $? -eq 3
 check "the refusal names the configuration and the profile" contains "$work/e10" "128t .*describes another machine"
 check "no run started" test "$(grep -c 'repeat 1/' "$work/e10")" -eq 0
+# The same profile where the grid would record a usage history first (pins
+# on, a streaming cap): refused before the recording pins a thread to a CPU
+# this process lacks (it failed there, exit 1, "cannot pin a thread").
+"$sweep" --model "$work/demo.coli" --profile "$work/epyc.toml" --threads 1 --caps 4 --pins on -p 5 -n 4 \
+  --out "$work/e" >/dev/null 2>"$work/e12"
+check "recording on another machine's CPUs exits 3" test $? -eq 3
+check "the refusal names the recording's CPUs and the profile" \
+  contains "$work/e12" "recording a usage history: the profile's decode threads run on CPUs .*describes another machine"
 head -c 100000 "$work/demo.coli" >"$work/cut.coli"
 "$sweep" --model "$work/cut.coli" --profile "$work/profile.toml" --out "$work/e" >/dev/null 2>"$work/e6"
 check "truncated container exits 1" test $? -eq 1

@@ -473,6 +473,13 @@ int run_sweep(const Args& args) {
   if (records_history) {
     if (Status st = check_recording_time(args, s, record_cap, kPassesPerRecording, seconds_since(sweep_start)); !st)
       return fail(st.error().message, cli::kExitRefused);
+    // The recording pass runs on the profile's decode set, before the grid is checked against this machine.
+    const CpuSet& recording_pus = s.profile.threads.decode_pus;
+    if (!usable_here.empty() && !recording_pus.is_subset_of(usable_here))
+      return fail("recording a usage history: the profile's decode threads run on CPUs " + recording_pus.to_list() +
+                      ", but this process may use " + usable_here.to_list() + ": the profile " + args.profile +
+                      " describes another machine (probe this one with coli-probe), or give a usage history with --usage",
+                  cli::kExitRefused);
     auto recorded = record_history(args, s, record_cap);
     if (!recorded) return fail("recording a usage history: " + recorded.error().message);
     s.history = std::move(*recorded);
