@@ -178,6 +178,14 @@ void QuantizedActivations::fill(std::span<const float> x, int threads) {
                [&](std::size_t t) { quantize_one(in + t * cols, static_cast<int>(cols), out + t * stride); });
 }
 
+void QuantizedActivations::fill_vector(int index, std::span<const float> x) {
+  require(index >= 0 && index < count_ && x.size() == static_cast<std::size_t>(cols_),
+          "quantize activations: fill_vector needs an index below count and cols floats");
+  const VariantKernels& kernels = kernels_for(variant_);
+  auto quantize_one = format_ == WeightFormat::q8_row ? kernels.q8_quantize : kernels.q4_quantize;
+  quantize_one(x.data(), cols_, bytes_.get() + static_cast<std::size_t>(index) * stride_);
+}
+
 Q8RowView view_of(const Q8RowMatrix& matrix) {
   require(matrix.weights.size() == static_cast<std::size_t>(matrix.rows) * static_cast<std::size_t>(matrix.cols) &&
               matrix.scales.size() == static_cast<std::size_t>(matrix.rows),

@@ -103,6 +103,9 @@ class QuantizedActivations {
   // steps quantises; the bytes are quantize()'s.
   void shape(CpuKernelVariant variant, WeightFormat format, int count, int cols);
   void fill(std::span<const float> x, int threads = 1);
+  // One vector's values (cols floats) at `index` < count(): the bytes fill()
+  // gives it, for rows quantised where they lie instead of gathered first.
+  void fill_vector(int index, std::span<const float> x);
 
   CpuKernelVariant variant() const { return variant_; }
   WeightFormat format() const { return format_; }

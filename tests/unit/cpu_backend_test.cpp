@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -112,6 +113,17 @@ TEST_P(CpuBackendExperts, BatchEqualsTheOldPerExpertPathBitForBit) {
   std::vector<float> again(out.size(), -1.0f);
   (*backend)->expert_ffn_batch({storage->get(), &layout, in, again, rows});
   EXPECT_EQ(std::memcmp(again.data(), out.data(), out.size() * sizeof(float)), 0) << arch;
+  // Staged a few experts at a time, as a large model's prompt runs (each
+  // expert a chunk of its own, or two a chunk): the same bits.
+  auto* cpu = dynamic_cast<CpuBackend*>(backend->get());
+  ASSERT_NE(cpu, nullptr);
+  const std::size_t row_bytes = sizeof(float) * (2 * layout.parts[0].rows + out_width);
+  for (const std::size_t rows_per_chunk : {1, 7, 12}) {
+    cpu->set_staging_bytes(rows_per_chunk * row_bytes);
+    std::vector<float> chunked(out.size(), -1.0f);
+    (*backend)->expert_ffn_batch({storage->get(), &layout, in, chunked, rows});
+    EXPECT_EQ(std::memcmp(chunked.data(), out.data(), out.size() * sizeof(float)), 0) << arch << " chunks of " << rows_per_chunk;
+  }
 }
 
 // With weighted sums in the batch, the backend adds each token's experts in
@@ -148,9 +160,8 @@ TEST_P(CpuBackendExperts, WeightedSumsEqualTheEnginesSumBitForBit) {
         sums.push_back({t, row, 0.5f / static_cast<float>(i + 1) + 0.01f * static_cast<float>(t)});
       }
     }
-    std::vector<float> out(rows.size() * out_width), plain(out.size()), sum_into = base;
+    std::vector<float> plain(rows.size() * out_width);
     (*backend)->expert_ffn_batch({storage->get(), &layout, in, plain, rows});
-    (*backend)->expert_ffn_batch({storage->get(), &layout, in, out, rows, sums, sum_into});
     std::vector<float> expected = base;
     for (int t = 0; t < tokens; ++t) {
       std::vector<float> sum(out_width, 0.0f);
@@ -159,9 +170,18 @@ TEST_P(CpuBackendExperts, WeightedSumsEqualTheEnginesSumBitForBit) {
       }
       for (std::size_t i = 0; i < out_width; ++i) expected[t * out_width + i] += sum[i];
     }
-    EXPECT_EQ(std::memcmp(out.data(), plain.data(), out.size() * sizeof(float)), 0) << arch << " tokens " << tokens;
-    EXPECT_EQ(std::memcmp(sum_into.data(), expected.data(), expected.size() * sizeof(float)), 0)
-        << arch << " tokens " << tokens;
+    // Staged all at once, and one expert at a time (the sums after the last chunk).
+    auto* cpu = dynamic_cast<CpuBackend*>(backend->get());
+    ASSERT_NE(cpu, nullptr);
+    for (const std::size_t staging : {kCpuExpertStagingBytes, std::size_t{1}}) {
+      cpu->set_staging_bytes(staging);
+      std::vector<float> out(plain.size()), sum_into = base;
+      (*backend)->expert_ffn_batch({storage->get(), &layout, in, out, rows, sums, sum_into});
+      EXPECT_EQ(std::memcmp(out.data(), plain.data(), out.size() * sizeof(float)), 0) << arch << " tokens " << tokens;
+      EXPECT_EQ(std::memcmp(sum_into.data(), expected.data(), expected.size() * sizeof(float)), 0)
+          << arch << " tokens " << tokens << " staging " << staging;
+    }
+    cpu->set_staging_bytes(kCpuExpertStagingBytes);
   }
   // A term outside sum_into is refused before anything runs.
   std::vector<float> in(in_width), out(out_width), small(out_width);
@@ -312,6 +332,21 @@ TEST(ExpertGrouping, KeepsFirstAppearanceAndBatchOrder) {
     }
     ASSERT_EQ(grouping.row_order(), expected_order) << "batch " << batch;
   }
+}
+
+// Chunks take consecutive groups while their rows fit; a group larger than
+// a chunk is one of its own, and every group is in exactly one chunk.
+TEST(StagedChunks, ConsecutiveGroupsWhileTheirRowsFit) {
+  const std::vector<ExpertGrouping::Group> groups = {{4, 0, 3}, {2, 3, 5}, {7, 8, 2}, {1, 10, 9}, {0, 19, 1}};
+  const std::vector<StagedChunk> chunks = staged_chunks(groups, 8);
+  ASSERT_EQ(chunks.size(), 4u);
+  const std::vector<std::array<std::size_t, 4>> expected = {{0, 2, 0, 8}, {2, 3, 8, 2}, {3, 4, 10, 9}, {4, 5, 19, 1}};
+  for (std::size_t c = 0; c < chunks.size(); ++c) {
+    EXPECT_EQ((std::array{chunks[c].first_group, chunks[c].end_group, chunks[c].first_row, chunks[c].rows}), expected[c]) << c;
+  }
+  EXPECT_EQ(staged_chunks(groups, 100).size(), 1u);
+  EXPECT_EQ(staged_chunks(groups, 1).size(), groups.size());
+  EXPECT_TRUE(staged_chunks({}, 8).empty());
 }
 
 TEST(ExpertGrouping, SlotOutsideTheStorageIsAWiringMistake) {

@@ -256,6 +256,33 @@ TEST(CpuGemv, QuantizedActivationsAreReusable) {
   EXPECT_EQ(0, std::memcmp(direct.data(), via_prepared.data(), direct.size() * 4));
 }
 
+// Vectors filled one at a time, in any order, give fill()'s products bit
+// for bit; an index past the count or a row of the wrong width is refused.
+TEST(CpuGemv, FillVectorEqualsFillOfAllVectors) {
+  const std::vector<float> x = activations(5, 256, 9);
+  const Q4G64Matrix q4 = quantize_q4_g64(random_values(20 * 256, 11), 20, 256);
+  const Q8RowMatrix q8 = quantize_q8_row(random_values(20 * 256, 12), 20, 256);
+  for (const CpuKernelVariant variant : supported_variants()) {
+    for (const WeightFormat format : {WeightFormat::q4_g64, WeightFormat::q8_row}) {
+      QuantizedActivations whole, each;
+      whole.quantize(variant, format, x, 5, 256);
+      each.shape(variant, format, 5, 256);
+      for (const int t : {3, 0, 4, 1, 2}) each.fill_vector(t, std::span(x).subspan(static_cast<std::size_t>(t) * 256, 256));
+      std::vector<float> from_whole(5 * 20), from_each(5 * 20);
+      if (format == WeightFormat::q4_g64) {
+        gemv_quantized(view_of(q4), whole, from_whole, 1);
+        gemv_quantized(view_of(q4), each, from_each, 1);
+      } else {
+        gemv_quantized(view_of(q8), whole, from_whole, 1);
+        gemv_quantized(view_of(q8), each, from_each, 1);
+      }
+      EXPECT_EQ(0, std::memcmp(from_whole.data(), from_each.data(), from_whole.size() * 4)) << variant_name(variant);
+      EXPECT_THROW(each.fill_vector(5, std::span(x).first(256)), std::invalid_argument);
+      EXPECT_THROW(each.fill_vector(0, std::span(x).first(255)), std::invalid_argument);
+    }
+  }
+}
+
 TEST(CpuGemv, ManyJobsEqualSeparateCalls) {
   const std::vector<Q4G64Matrix> q4{quantize_q4_g64(random_values(20 * 256, 10), 20, 256),
                                     quantize_q4_g64(random_values(37 * 512, 11), 37, 512),

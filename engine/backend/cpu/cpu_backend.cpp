@@ -263,15 +263,15 @@ void CpuBackend::ffn_each(const ExpertBatch& batch) {
 }
 
 // With the SIMD kernels every expert of the batch is one job with all of
-// its rows (the tokens routed to it, quantised one after another), so each
-// weight row is read once per tile of tokens. The whole batch is one team
-// (cpu::team_steps) whose steps meet at barriers: rows gathered and
-// quantised per expert, all gates and ups, SwiGLU and its quantisation per
-// expert, all downs, rows scattered back, the weighted sums when the batch
-// asks for them. As regions of their own, a decode token's gate/up, SwiGLU
-// and down cost two more fork/joins per layer (~4.5 us each at 16 threads,
-// a barrier ~1.5 us: docs/benchmarks.md). Every output equals ffn_each's
-// bit for bit: quantisation is per row and every Y[t] of a many-token job
+// its rows (the tokens routed to it), so each weight row is read once per
+// tile of tokens. The whole batch is one team (cpu::team_steps) whose steps
+// meet at barriers, chunk after chunk of its experts (staged_chunks): rows
+// quantised where they lie, all gates and ups, SwiGLU and its quantisation,
+// all downs, rows scattered back; then the weighted sums when the batch asks
+// for them. As regions of their own, a decode token's gate/up, SwiGLU and
+// down cost two more fork/joins per layer (~4.5 us each at 16 threads, a
+// barrier ~1.5 us: docs/benchmarks.md). Every output equals ffn_each's bit
+// for bit: quantisation is per row and every Y[t] of a many-token job
 // equals the one-token product.
 void CpuBackend::ffn_quantized(const ExpertBatch& batch) {
   const WeightFormat format = batch.layout->format;
@@ -279,28 +279,29 @@ void CpuBackend::ffn_quantized(const ExpertBatch& batch) {
   const std::size_t width = gate_part.rows, in_width = gate_part.cols, out_width = down_part.rows;
   const std::vector<ExpertGroup>& groups = grouping_.group(batch.rows, batch.storage->slot_count());
   const std::vector<std::size_t>& row_order = grouping_.row_order();
-  const std::size_t total = batch.rows.size();
   auto input_of = [&](const ExpertRow& row) { return batch.in.subspan(static_cast<std::size_t>(row.input_row) * in_width, in_width); };
   // Decode: every expert takes the one token's row, quantised once for all
-  // (quantisation is per row, so the bytes are the same) and not gathered.
+  // (quantisation is per row, so the bytes are the same), in one chunk.
   const bool one_row = std::all_of(groups.begin(), groups.end(), [](const ExpertGroup& g) { return g.count == 1; }) &&
                        std::all_of(batch.rows.begin(), batch.rows.end(),
                                    [&](const ExpertRow& row) { return row.input_row == batch.rows.front().input_row; });
+  const std::size_t staged_row_bytes = sizeof(float) * (2 * width + out_width);
+  const std::vector<StagedChunk> chunks =
+      staged_chunks(groups, one_row ? batch.rows.size() : std::max<std::size_t>(1, staging_bytes_ / staged_row_bytes));
+  std::size_t staged_rows = 0;
+  for (const StagedChunk& c : chunks) staged_rows = std::max(staged_rows, c.rows);
   // The buffers only grow: a decode token's call between two prompts
   // would otherwise free the quantised inputs of all but top_k experts and
   // shrink the rows, and the next prompt's first layer allocate and zero
   // them again (a 64-wide model's prompt ran 1.5x slower per routed row).
   grow_to(inputs_, groups.size());
   grow_to(hidden_, groups.size());
-  grow_to(gate_, total * width);
-  grow_to(up_, total * width);
-  if (!one_row) {
-    grow_to(gathered_, total * in_width);
-    grow_to(down_, total * out_width);
-  }
-  auto rows_of = [](std::vector<float>& buffer, const ExpertGroup& g, std::size_t row_width) {
-    return std::span(buffer).subspan(g.first * row_width, g.count * row_width);
-  };
+  grow_to(gate_, staged_rows * width);
+  grow_to(up_, staged_rows * width);
+  if (!one_row) grow_to(down_, staged_rows * out_width);
+  group_of_staged_row_.resize(batch.rows.size());
+  for (std::size_t g = 0; g < groups.size(); ++g)
+    std::fill_n(group_of_staged_row_.begin() + static_cast<std::ptrdiff_t>(groups[g].first), groups[g].count, g);
   // Every job's activations are shaped before the team starts, so the jobs
   // are checked here; the team's steps fill them.
   if (one_row) inputs_.front().quantize(gemv_.variant, format, input_of(batch.rows.front()), 1, static_cast<int>(in_width));
@@ -309,55 +310,76 @@ void CpuBackend::ffn_quantized(const ExpertBatch& batch) {
     if (!one_row) inputs_[g].shape(gemv_.variant, format, count, static_cast<int>(in_width));
     hidden_[g].shape(gemv_.variant, format, count, static_cast<int>(width));
   }
-  // Decode writes every expert's output row in place; otherwise the grouped
+  // Row i (of row_order) in its chunk's staging buffer, and in batch.out:
+  // decode writes every expert's output row in place; otherwise the staged
   // rows are scattered to theirs afterwards.
+  auto staged = [&](std::vector<float>& buffer, const StagedChunk& c, std::size_t i, std::size_t rows, std::size_t row_width) {
+    return std::span(buffer).subspan((i - c.first_row) * row_width, rows * row_width);
+  };
   auto output_row = [&](std::size_t i) {
     return batch.out.subspan(static_cast<std::size_t>(batch.rows[row_order[i]].output_row) * out_width, out_width);
   };
-  std::vector<QuantizedJob> gate_up_jobs, down_jobs;
-  for (std::size_t g = 0; g < groups.size(); ++g) {
-    const std::byte* record = record_of(batch, groups[g].slot);
-    const kernels::cpu::QuantizedActivations* input = one_row ? &inputs_.front() : &inputs_[g];
-    gate_up_jobs.push_back({part_view(gate_part, format, record), input, rows_of(gate_, groups[g], width)});
-    gate_up_jobs.push_back({part_view(up_part, format, record), input, rows_of(up_, groups[g], width)});
-    down_jobs.push_back({part_view(down_part, format, record), &hidden_[g],
-                         one_row ? output_row(groups[g].first) : rows_of(down_, groups[g], out_width)});
+  std::vector<std::unique_ptr<cpu::GemvTeamWork>> works;  // per chunk: gate/up, then down
+  for (const StagedChunk& c : chunks) {
+    std::vector<QuantizedJob> gate_up_jobs, down_jobs;
+    for (std::size_t g = c.first_group; g < c.end_group; ++g) {
+      const ExpertGroup& group = groups[g];
+      const std::byte* record = record_of(batch, group.slot);
+      const cpu::QuantizedActivations* input = one_row ? &inputs_.front() : &inputs_[g];
+      gate_up_jobs.push_back({part_view(gate_part, format, record), input, staged(gate_, c, group.first, group.count, width)});
+      gate_up_jobs.push_back({part_view(up_part, format, record), input, staged(up_, c, group.first, group.count, width)});
+      down_jobs.push_back({part_view(down_part, format, record), &hidden_[g],
+                           one_row ? output_row(group.first) : staged(down_, c, group.first, group.count, out_width)});
+    }
+    works.push_back(team_work(format, gate_up_jobs));
+    works.push_back(team_work(format, down_jobs));
   }
-  const auto gate_up = team_work(format, gate_up_jobs), down = team_work(format, down_jobs);
-  std::vector<std::function<void()>> steps;
-  if (!one_row) {
-    steps.emplace_back([&] {
-      cpu::for_each_in_team(groups.size(), [&](std::size_t g) {
-        const auto rows = rows_of(gathered_, groups[g], in_width);
-        for (std::size_t i = 0; i < groups[g].count; ++i) {
-          const auto x = input_of(batch.rows[row_order[groups[g].first + i]]);
-          std::copy(x.begin(), x.end(), rows.begin() + static_cast<std::ptrdiff_t>(i * in_width));
-        }
-        inputs_[g].fill(rows);
-      }, cpu::StepCost::unequal_steps);
-    });
-  }
-  steps.emplace_back([&] { gate_up->share(); });
-  steps.emplace_back([&] {
-    cpu::for_each_in_team(groups.size(), [&](std::size_t g) {
-      const auto gate = rows_of(gate_, groups[g], width), up = rows_of(up_, groups[g], width);
-      forward::swiglu(gate, up);
-      hidden_[g].fill(gate);
-    }, cpu::StepCost::unequal_steps);
-  });
-  steps.emplace_back([&] { down->share(); });
-  if (!one_row) {
-    steps.emplace_back([&] {
-      cpu::for_each_in_team(total, [&](std::size_t i) {
-        const auto from = std::span(down_).subspan(i * out_width, out_width);
-        std::copy(from.begin(), from.end(), output_row(i).begin());
+  // The steps of chunk c over its rows: row i's group and place in it.
+  auto each_row = [&](const StagedChunk& c, auto step) {
+    return [&, c, step] {
+      cpu::for_each_in_team(c.rows, [&](std::size_t r) {
+        const std::size_t i = c.first_row + r, g = group_of_staged_row_[i];
+        step(i, g, static_cast<int>(i - groups[g].first));
       });
-    });
+    };
+  };
+  std::vector<std::function<void()>> steps;
+  for (std::size_t k = 0; k < chunks.size(); ++k) {
+    const StagedChunk& c = chunks[k];
+    if (!one_row) {
+      steps.emplace_back(each_row(c, [&](std::size_t i, std::size_t g, int local) {
+        inputs_[g].fill_vector(local, input_of(batch.rows[row_order[i]]));
+      }));
+    }
+    steps.emplace_back([&, k] { works[2 * k]->share(); });
+    steps.emplace_back(each_row(c, [&, c](std::size_t i, std::size_t g, int local) {
+      const auto gate = staged(gate_, c, i, 1, width);
+      forward::swiglu(gate, staged(up_, c, i, 1, width));
+      hidden_[g].fill_vector(local, gate);
+    }));
+    steps.emplace_back([&, k] { works[2 * k + 1]->share(); });
+    if (!one_row) {
+      steps.emplace_back(each_row(c, [&, c](std::size_t i, std::size_t, int) {
+        const auto from = staged(down_, c, i, 1, out_width);
+        std::copy(from.begin(), from.end(), output_row(i).begin());
+      }));
+    }
   }
   if (!batch.sums.empty()) {
     steps.emplace_back([&] { cpu::for_each_in_team(sum_items(out_width), [&](std::size_t i) { add_sum_item(batch, out_width, i); }); });
   }
   cpu::team_steps(gemv_.threads, steps);
+}
+
+std::vector<StagedChunk> staged_chunks(std::span<const ExpertGrouping::Group> groups, std::size_t max_rows) {
+  std::vector<StagedChunk> chunks;
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    if (chunks.empty() || chunks.back().rows + groups[g].count > max_rows)
+      chunks.push_back({g, g, groups[g].first, 0});
+    chunks.back().end_group = g + 1;
+    chunks.back().rows += groups[g].count;
+  }
+  return chunks;
 }
 
 const std::vector<ExpertGrouping::Group>& ExpertGrouping::group(std::span<const ExpertRow> rows, std::size_t slot_count) {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "coli/backend/backend.h"
+#include "coli/backend/backend_memory.h"
 #include "cpu/gemv_cpu.h"
 
 namespace coli::backend {
@@ -40,6 +41,15 @@ class ExpertGrouping {
   std::vector<int> group_of_slot_;  // -1 for every slot between calls
 };
 
+// A prompt's expert batch runs a chunk of its experts at a time: consecutive
+// groups whose rows fit max_rows (a larger group alone is a chunk of its
+// own), rows [first_row, first_row + rows) of the row order.
+struct StagedChunk {
+  std::size_t first_group = 0, end_group = 0, first_row = 0, rows = 0;
+};
+std::vector<StagedChunk> staged_chunks(std::span<const ExpertGrouping::Group> groups, std::size_t max_rows);
+
+
 class CpuBackend final : public Backend {
  public:
   // Errors: props of another kind, a kernel name that is not a variant or
@@ -58,6 +68,10 @@ class CpuBackend final : public Backend {
   void matmul_rows(std::span<const float> x, int count, std::span<const MatmulOutput> outputs) override;
   using Backend::matmul_rows;
   void set_threads(int threads) override;
+  // Bytes of staged rows per chunk of a prompt's expert batch (default
+  // kCpuExpertStagingBytes; at least one expert a chunk): tests force several chunks
+  // on small models, the expert batch benchmark compares chunk sizes.
+  void set_staging_bytes(std::size_t bytes) { staging_bytes_ = bytes; }
 
  private:
   explicit CpuBackend(BackendProps props) : props_(std::move(props)) {}
@@ -92,9 +106,11 @@ class CpuBackend final : public Backend {
   BackendProps props_;
   kernels::cpu::GemvOptions gemv_;
   bool exact_ = false;
+  std::size_t staging_bytes_ = kCpuExpertStagingBytes;
   std::atomic<std::uint64_t> slot_bytes_allocated_{0};
   // scratch, kept between calls
-  std::vector<float> gate_, up_, down_, gathered_;
+  std::vector<float> gate_, up_, down_;
+  std::vector<std::size_t> group_of_staged_row_;  // by index into the row order
   std::vector<kernels::cpu::QuantizedActivations> inputs_, hidden_;
   kernels::cpu::QuantizedActivations rows_q8_, rows_q4_;  // matmul_rows
   ExpertGrouping grouping_;

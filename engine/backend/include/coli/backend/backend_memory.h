@@ -56,6 +56,15 @@ struct BackendMemory {
   bool operator==(const BackendMemory&) const = default;
 };
 
+// The CPU backend runs a prompt's expert batch a chunk of its experts at a
+// time, each chunk's float rows (gate, up and down) within these bytes, so
+// they stay in the caches from step to step. Staged all at once, OLMoE's
+// resident 512-token layer (4096 rows) sent its gathered inputs, gates, ups
+// and downs (96 MiB) through DRAM. 8 MiB stages 512 of its rows: the probe's
+// expert prefill points' own batch (8 experts of 64 tokens), so they time
+// what the engine runs. The planner prices the chunks' memory and barriers.
+inline constexpr std::uint64_t kCpuExpertStagingBytes = 8ull << 20;
+
 // The CPU: expert slots are the RAM cache itself (one packed record each),
 // no host copies, no staging, no driver.
 BackendMemory cpu_backend_memory(const BackendProps& props);
