@@ -1,5 +1,7 @@
 #include "coli/planner/footprint.h"
 
+#include "coli/backend/backend_memory.h"
+
 #include <algorithm>
 #include <tuple>
 
@@ -171,6 +173,10 @@ Result<ModelFootprint> read_footprint(const std::filesystem::path& path, WeightF
   auto config = model::read_model_config(file);
   if (!config) return config.error();
   return describe_footprint(*config, experts, dense);
+}
+
+std::uint64_t ModelFootprint::cpu_staged_chunk_rows() const {
+  return std::max<std::uint64_t>(1, backend::kCpuExpertStagingBytes / (sizeof(float) * std::max<std::uint64_t>(1, expert_matrix_rows())));
 }
 
 }  // namespace coli::planner

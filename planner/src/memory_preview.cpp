@@ -109,19 +109,25 @@ MemoryPreview preview_memory(const ModelFootprint& fp, const MemoryKnobs& k) {
   // their normed copy live for the whole prefill.
   add("activations: prompt", Tier::ram, gpu ? 0 : 2 * prompt * hidden * 4,
       gpu ? on_gpu : "2 buffers (hidden, normed) x " + n(prompt) + " prompt tokens x hidden " + n(hidden) + " x 4 B");
-  // Per round: one output row per (token, expert), gate and up outputs of the
-  // expert width, and int8-quantised inputs (1 B + a scale per 32 values).
-  // A round never holds more tokens than the longest pass.
+  // Per round: one output row per (token, expert) and int8-quantised inputs
+  // (1 B + a scale per 32 values); the CPU backend's gate, up and down
+  // rows of one chunk of the round's experts (kCpuExpertStagingBytes, or
+  // one expert's rows where they are more). A round never holds more tokens
+  // than the longest pass.
   const u64 round_held = prompt > 0 ? std::min(round, prompt) : round;
   const u64 tasks = round_held * top_k;
+  const u64 staged_row_bytes = (2 * width + hidden) * 4;
+  const u64 staged = std::min(tasks, std::max(fp.cpu_staged_chunk_rows(), round_held));
   // amx: q4's tile-row copy, and up to 15 padding tokens per expert's 16-token tiles.
   const u64 quantised_quarters = 5 + (k.amx_tiles && fp.expert_format == WeightFormat::q4_g64 ? 4 : 0);
   const u64 quantised = (hidden + width) * quantised_quarters / 4;
   const u64 padding_tokens = 15;
   const u64 tile_padding = k.amx_tiles ? static_cast<u64>(fp.n_experts) * padding_tokens * quantised : 0;
-  add("activations: prefill round", Tier::ram, experts_here ? tasks * (hidden * 4 + 2 * width * 4 + quantised) + tile_padding : 0,
-      experts_here ? n(round_held) + " round tokens x top_k " + n(top_k) + " x (hidden " + n(hidden) + " x 4 + 2 x width " +
-                         n(width) + " x 4 + ~" + (quantised_quarters == 5 ? "1.25" : "2.25") + " B x (hidden + width))" +
+  add("activations: prefill round", Tier::ram,
+      experts_here ? tasks * (hidden * 4 + quantised) + staged * staged_row_bytes + tile_padding : 0,
+      experts_here ? n(round_held) + " round tokens x top_k " + n(top_k) + " x (hidden " + n(hidden) + " x 4 + ~" +
+                         (quantised_quarters == 5 ? "1.25" : "2.25") + " B x (hidden + width " + n(width) + ")) + " +
+                         n(staged) + " staged rows x (2 x width + hidden) x 4" +
                          (k.amx_tiles ? " + " + n(static_cast<u64>(fp.n_experts)) + " experts x " + n(padding_tokens) + " padding tokens (amx tiles)" : "")
                    : no_cache);
   // Decode scratch: a few hidden/head vectors, router logits, the logits,

@@ -539,10 +539,11 @@ PromptCompute prompt_compute(const DeviceProfile& profile, const ModelFootprint&
 
 // The fork/joins of a prompt's expert batches: each round of each MoE layer
 // runs its resident experts as one team region (CpuBackend::ffn_quantized:
-// gather, gate/up, SwiGLU, down, scatter, each step behind a barrier; a
-// one-token round skips gather and scatter) and, when any of its D distinct
-// experts missed, the missed ones as a second; a round with no miss and no
-// shared expert adds its weighted sums as one more step. Rounds of a few
+// per chunk of cpu_staged_chunk_rows rows gather, gate/up, SwiGLU, down,
+// scatter, each step behind a barrier; a one-token round skips gather and
+// scatter) and, when any of its D distinct experts missed, the missed ones
+// as a second; a round with no miss and no shared expert adds its weighted
+// sums as one more step. Rounds of a few
 // tokens (a small cap) make hundreds of these per prompt: the demo model at
 // cap 4 runs 512 at 16 threads, ~10 us each. One thread enters no region.
 struct ExpertBatchSteps {
@@ -553,10 +554,12 @@ ExpertBatchSteps prefill_expert_steps(const DeviceProfile& profile, const ModelF
                                       double layer_rounds, double round, double distinct, double miss) {
   if (team.size() <= 1) return {};
   const double any_missed = 1.0 - std::pow(1.0 - miss, distinct), any_resident = 1.0 - std::pow(miss, distinct);
-  const double barriers_per_batch = round > 1 ? 4 : 2;
+  const double rows = round * fp.top_k, chunk_rows = static_cast<double>(fp.cpu_staged_chunk_rows());
+  auto barriers_per_batch = [&](double batch_rows) { return round > 1 ? 5 * std::max(1.0, std::ceil(batch_rows / chunk_rows)) - 1 : 2; };
   const double sums = fp.config.has_shared_expert() ? 0.0 : 1.0 - any_missed;
   const double regions = layer_rounds * (any_resident + any_missed);
-  const double barriers = regions * barriers_per_batch + layer_rounds * sums;
+  const double barriers = layer_rounds * (any_resident * barriers_per_batch(rows * (1 - miss)) +
+                                          any_missed * barriers_per_batch(rows * miss) + sums);
   const auto step = parallel_step_cost(profile, team, {static_cast<int>(std::lround(regions)), static_cast<int>(std::lround(barriers))});
   if (!step) return {};
   return {regions * step->seconds + barriers * step->barrier_seconds,

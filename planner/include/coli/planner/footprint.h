@@ -64,6 +64,9 @@ struct ModelFootprint {
   // Rows of one expert's matrices, what a token's expert GEMVs walk: gate and
   // up (its width each) and down (the hidden size).
   std::uint64_t expert_matrix_rows() const { return 2 * config.moe_intermediate_size + config.hidden_size; }
+  // Rows (token, expert) of a prompt's expert batch the CPU backend stages
+  // per chunk: their gate, up and down floats within kCpuExpertStagingBytes.
+  std::uint64_t cpu_staged_chunk_rows() const;
 
   std::vector<DenseComponent> dense;      // by role, in first-appearance order
   std::uint64_t dense_held_bytes = 0;     // sum of held_bytes
