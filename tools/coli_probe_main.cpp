@@ -205,6 +205,10 @@ int main(int argc, char** argv) {
                  "thread set)")
       ->check(CLI::Range(2.0, 3600.0))
       ->capture_default_str();
+  std::string tuning_pool;
+  app.add_option("--tuning-pool", tuning_pool,
+                 "Test weights the kernel tuning cycles through, e.g. 1G (default: 4x the last-level cache within "
+                 "128 MiB..2 GiB, at most an eighth of the memory headroom)");
   app.add_option("--replay-root", replay_root, "Read /proc and /sys below this recorded tree")
       ->check(CLI::ExistingDirectory);
   app.add_option("--replay-hwloc-xml", replay_xml, "Read the CPU topology from this hwloc XML file")
@@ -232,6 +236,14 @@ int main(int argc, char** argv) {
   if (!validate.empty()) return validate_profiles(validate);
   options.disk_dir_given = app.count("--disk-dir") > 0;
   options.budget_given = app.count("--budget") > 0;
+  if (!tuning_pool.empty()) {
+    const auto bytes = coli::parse_size(tuning_pool);
+    if (!bytes || *bytes < (32ull << 20) || *bytes > (1ull << 40)) {
+      std::fprintf(stderr, "coli-probe: --tuning-pool '%s' is not a size between 32M and 1T (e.g. 1G)\n", tuning_pool.c_str());
+      return coli::cli::kExitUsage;
+    }
+    options.tuning_pool_bytes = *bytes;
+  }
 
   if (!replay_machine.empty()) coli::apply_replay_machine(replay_machine, options);
   if (!replay_root.empty()) options.root = coli::SystemRoot(replay_root);

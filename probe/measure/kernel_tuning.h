@@ -111,7 +111,7 @@ double tuning_budget_seconds(double probe_budget_seconds, bool budget_given, std
 
 struct KernelTuningOptions {
   double budget_seconds = 7.5;         // the whole phase, buffer fill included
-  std::uint64_t pool_bytes = 0;        // weights to cycle through; 0 = 2x the LLC within [128 MiB, 1 GiB]
+  std::uint64_t pool_bytes = 0;        // weights to cycle through; 0 = tuning_pool_bytes' default
   // Tokens of the prefill round timed: 128 tokens top-8 over 64 experts give
   // each expert 16 on average, so the kernels run their many-token GEMM as
   // in a real prefill (more would make a one-core slice too long).

@@ -37,6 +37,8 @@ Result<RetimedMeasurements> retime_measurements(const DeviceProfile& profile, co
   KernelTuningOptions options;
   options.budget_seconds = seconds_per_set * static_cast<double>(sets.size());
   options.candidates = sets;
+  // The profile's own pool: a point timed again reads as much memory as the one it replaces.
+  if (profile.measurements.kernel_tuning) options.pool_bytes = profile.measurements.kernel_tuning->pool_bytes;
   std::vector<int> teams;
   for (const ThreadCandidate& set : sets) {
     const int threads = std::max(1, set.pus.size());

@@ -252,9 +252,10 @@ void measure_interference(const ProbeOptions& options, DeviceProfile& profile) {
     return;
   }
   const auto sets = probe::timed_thread_sets(profile);
+  auto interference_options = probe::read_interference_options(options.budget_seconds, sets.size());
+  interference_options.pool_bytes = profile.measurements.kernel_tuning->pool_bytes;  // the weights the kernels read
   auto measured = probe::measure_reads_beside_compute(disk->directory, probe::kInterferenceBlockBytes, kDefaultIoThreads,
-                                                      profile.cpu, profile.memory, sets,
-                                                      probe::read_interference_options(options.budget_seconds, sets.size()),
+                                                      profile.cpu, profile.memory, sets, interference_options,
                                                       options.progress);
   if (measured) profile.measurements.read_interference = std::move(*measured);
   else report(options, "read interference not measured: " + measured.error().message);
@@ -274,6 +275,7 @@ Status measure(const ProbeOptions& options, DeviceProfile& profile) {
     report(options, "memory bandwidth not measured: " + memory.error().message);
   }
   probe::KernelTuningOptions tuning_options;
+  tuning_options.pool_bytes = options.tuning_pool_bytes;
   const std::size_t sets = probe::tuning_candidates(profile.cpu).size();
   tuning_options.budget_seconds = probe::tuning_budget_seconds(options.budget_seconds, options.budget_given, sets);
   if (tuning_options.budget_seconds > probe::kTuningShareOfBudget * options.budget_seconds) {

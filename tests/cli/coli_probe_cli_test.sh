@@ -80,6 +80,19 @@ check "reads beside compute measured" contains "$work/full.toml" "^\[measurement
 check "and summarised" contains "$work/full.out" "^reads       expert_q4_decode slower by"
 check "disk test file removed" test "$(ls "$work" | grep -vc -E '\.(toml|out|err|json)$')" -eq 0
 
+check "the tuning pool is four last-level caches here" python3 - "$work/full.toml" <<'EOF'
+import sys, tomllib
+d = tomllib.load(open(sys.argv[1], "rb"))
+llc = max(c["level"] for c in d["cpu"]["caches"])
+size = sum(c["size_bytes"] * c["instances"] for c in d["cpu"]["caches"] if c["level"] == llc)
+pool = d["measurements"]["kernel_tuning"]["pool_bytes"]
+want = min(max(4 * size, 128 << 20), 2 << 30, d["memory"]["headroom_bytes"] // 8)
+assert 32 << 20 <= pool <= want, (pool, want)  # filled up to the budget's share
+EOF
+"$probe" --budget 4 --tuning-pool 5M --out "$work/pool.toml" >/dev/null 2>"$work/pool.err"
+check "a --tuning-pool below 32M is a usage error" test $? -eq 2
+check "and says the range" contains "$work/pool.err" "--tuning-pool '5M' is not a size between 32M and 1T"
+
 # Issue 12: a --disk-dir that cannot be measured is an error naming it and the
 # reason (it used to exit 0 with no disk figure and no word); /proc/self has no
 # free space even for root. A default directory that fails is a note in the profile.

@@ -7,6 +7,7 @@
 #include "coli/probe/probe.h"
 #include "cpu/thread_placement.h"
 #include "measure/kernel_tuning.h"
+#include "measure/weight_pool.h"
 #include "test_support.h"
 
 namespace coli::probe {
@@ -227,6 +228,31 @@ TEST(TuningSeparation, RecommendationFallsBackWhenDecodeSetsDoNotSeparate) {
   ASSERT_FALSE(fallback);
   EXPECT_TRUE(Contains(fallback.error().message, "could not separate the decode thread sets")) << fallback.error().message;
   EXPECT_TRUE(Contains(fallback.error().message, "k0:1c 80 ±26.8%")) << fallback.error().message;
+}
+
+// The test weights: four times the last-level cache (summed over its
+// instances) within 128 MiB..2 GiB, at most an eighth of the headroom; a
+// requested size wins; too little headroom is an error that says so.
+TEST(KernelTuning, PoolIsFourLastLevelCachesWithinBounds) {
+  auto facts = [](std::uint64_t l3, int instances) {
+    CpuFacts cpu;
+    cpu.caches = {{2, "unified", 0, 2ull << 20, 64, 1, 16}, {3, "unified", 0, l3, 64, 16 / instances, instances}};
+    return cpu;
+  };
+  MemoryFacts memory;
+  memory.headroom_bytes = 100ull << 30;
+  constexpr std::uint64_t MiB = 1ull << 20;
+  EXPECT_EQ(*tuning_pool_bytes(facts(300 * MiB, 1), memory, 0), 1200 * MiB);  // the H200 box's L3
+  EXPECT_EQ(*tuning_pool_bytes(facts(16 * MiB, 2), memory, 0), 128 * MiB);   // two 16 MiB L3s
+  EXPECT_EQ(*tuning_pool_bytes(facts(8 * MiB, 1), memory, 0), 128 * MiB);    // at least 128 MiB
+  EXPECT_EQ(*tuning_pool_bytes(facts(1024 * MiB, 1), memory, 0), 2048 * MiB); // at most 2 GiB
+  EXPECT_EQ(*tuning_pool_bytes(facts(300 * MiB, 1), memory, 600 * MiB), 600 * MiB);  // --tuning-pool
+  memory.headroom_bytes = 4ull << 30;
+  EXPECT_EQ(*tuning_pool_bytes(facts(300 * MiB, 1), memory, 0), 512 * MiB);
+  memory.headroom_bytes = 128 * MiB;
+  auto refused = tuning_pool_bytes(facts(300 * MiB, 1), memory, 0);
+  ASSERT_FALSE(refused);
+  EXPECT_TRUE(Contains(refused.error().message, "memory headroom")) << refused.error().message;
 }
 
 TEST(KernelTuning, ShortRealRunOnThisMachine) {
