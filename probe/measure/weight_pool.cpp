@@ -12,7 +12,7 @@ Result<std::uint64_t> tuning_pool_bytes(const CpuFacts& facts, const MemoryFacts
     for (const auto& cache : facts.caches) last_level = std::max(last_level, cache.level);
     for (const auto& cache : facts.caches)
       if (cache.level == last_level) llc += cache.size_bytes * static_cast<std::uint64_t>(std::max(1, cache.instances));
-    pool_bytes = std::clamp(4 * llc, kMinPool, kMaxPool);
+    pool_bytes = std::clamp(2 * llc, kMinPool, kMaxPool);
   }
   if (memory.headroom_bytes > 0) pool_bytes = std::min(pool_bytes, memory.headroom_bytes / 8);
   if (pool_bytes < kSmallestPool)

@@ -16,7 +16,7 @@
 
 namespace coli::probe {
 
-inline constexpr std::uint64_t kMinPool = 128ull << 20, kMaxPool = 2048ull << 20, kSmallestPool = 32ull << 20;
+inline constexpr std::uint64_t kMinPool = 128ull << 20, kMaxPool = 1024ull << 20, kSmallestPool = 32ull << 20;
 
 // Weight bytes in one anonymous mapping, handed out round robin so
 // consecutive calls read different memory.
@@ -62,12 +62,13 @@ class WeightPool {
   std::uint64_t mapped_ = 0, used_ = 0, cursor_ = 0;
 };
 
-// The test weights' size: four times the last-level cache (so decode
-// streams from RAM, as the memory bandwidth's arrays do) within [kMinPool,
-// kMaxPool] unless given, at most an eighth of the memory headroom; an
-// error when that leaves less than kSmallestPool. At twice, the H200 box's
-// 300 MiB L3 served part of a 600 MiB pool: its 16-thread expert decode
-// point read 115.9 GB/s where RAM read 114.9 and the engine's experts 99.
+// The test weights' size: twice the last-level cache (so decode streams
+// from RAM) within [kMinPool, kMaxPool] unless given (coli-probe
+// --tuning-pool), at most an eighth of the memory headroom; an error when
+// that leaves less than kSmallestPool. The H100 box (300 MiB L3) probed
+// with 600 MiB and with 1200 MiB timed its decode points alike: the larger
+// pool 3-10% faster, its prefill points and RAM read faster too (the
+// machine moved between the probes), so twice holds no L3 share to speak of.
 Result<std::uint64_t> tuning_pool_bytes(const CpuFacts& facts, const MemoryFacts& memory, std::uint64_t requested);
 
 }  // namespace coli::probe

@@ -230,10 +230,10 @@ TEST(TuningSeparation, RecommendationFallsBackWhenDecodeSetsDoNotSeparate) {
   EXPECT_TRUE(Contains(fallback.error().message, "k0:1c 80 ±26.8%")) << fallback.error().message;
 }
 
-// The test weights: four times the last-level cache (summed over its
-// instances) within 128 MiB..2 GiB, at most an eighth of the headroom; a
-// requested size wins; too little headroom is an error that says so.
-TEST(KernelTuning, PoolIsFourLastLevelCachesWithinBounds) {
+// The test weights: twice the last-level cache (summed over its instances)
+// within 128 MiB..1 GiB, at most an eighth of the headroom; a requested
+// size wins; too little headroom is an error that says so.
+TEST(KernelTuning, PoolIsTwoLastLevelCachesWithinBounds) {
   auto facts = [](std::uint64_t l3, int instances) {
     CpuFacts cpu;
     cpu.caches = {{2, "unified", 0, 2ull << 20, 64, 1, 16}, {3, "unified", 0, l3, 64, 16 / instances, instances}};
@@ -242,13 +242,13 @@ TEST(KernelTuning, PoolIsFourLastLevelCachesWithinBounds) {
   MemoryFacts memory;
   memory.headroom_bytes = 100ull << 30;
   constexpr std::uint64_t MiB = 1ull << 20;
-  EXPECT_EQ(*tuning_pool_bytes(facts(300 * MiB, 1), memory, 0), 1200 * MiB);  // the H200 box's L3
-  EXPECT_EQ(*tuning_pool_bytes(facts(16 * MiB, 2), memory, 0), 128 * MiB);   // two 16 MiB L3s
+  EXPECT_EQ(*tuning_pool_bytes(facts(300 * MiB, 1), memory, 0), 600 * MiB);  // the H200 and H100 boxes' L3
+  EXPECT_EQ(*tuning_pool_bytes(facts(64 * MiB, 2), memory, 0), 256 * MiB);   // two 64 MiB L3s
   EXPECT_EQ(*tuning_pool_bytes(facts(8 * MiB, 1), memory, 0), 128 * MiB);    // at least 128 MiB
-  EXPECT_EQ(*tuning_pool_bytes(facts(1024 * MiB, 1), memory, 0), 2048 * MiB); // at most 2 GiB
-  EXPECT_EQ(*tuning_pool_bytes(facts(300 * MiB, 1), memory, 600 * MiB), 600 * MiB);  // --tuning-pool
-  memory.headroom_bytes = 4ull << 30;
-  EXPECT_EQ(*tuning_pool_bytes(facts(300 * MiB, 1), memory, 0), 512 * MiB);
+  EXPECT_EQ(*tuning_pool_bytes(facts(1024 * MiB, 1), memory, 0), 1024 * MiB); // at most 1 GiB
+  EXPECT_EQ(*tuning_pool_bytes(facts(300 * MiB, 1), memory, 1200 * MiB), 1200 * MiB);  // --tuning-pool
+  memory.headroom_bytes = 2ull << 30;
+  EXPECT_EQ(*tuning_pool_bytes(facts(300 * MiB, 1), memory, 0), 256 * MiB);
   memory.headroom_bytes = 128 * MiB;
   auto refused = tuning_pool_bytes(facts(300 * MiB, 1), memory, 0);
   ASSERT_FALSE(refused);

@@ -24,7 +24,7 @@ struct ProbeOptions {
   bool disk_dir_given = false;                         // the user named disk_dir: failing to measure it is an error
   double budget_seconds = 25;                          // measurements' seconds (kernel tuning: tuning_budget_seconds)
   bool budget_given = false;                           // the user set it: an upper bound for all measurements
-  std::uint64_t tuning_pool_bytes = 0;                 // kernel tuning's test weights; 0 = 4x the LLC (weight_pool.h)
+  std::uint64_t tuning_pool_bytes = 0;                 // kernel tuning's test weights; 0 = 2x the LLC (weight_pool.h)
   std::function<void(std::string_view)> progress;      // one line per step; may be empty
 };
 
