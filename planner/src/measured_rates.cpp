@@ -606,7 +606,7 @@ namespace {
 // (expert_q4_prefill, `batch` tokens) top-8 over 64 experts, its wide call
 // (..._wide) every token to the same 8 (probe/measure/kernel_timing.cpp).
 struct GemmPoint {
-  double macs_per_s = 0, tokens_per_expert = 0;
+  double macs_per_s = 0, tokens_per_expert = 0;  // multiply-adds of the rows routed, padded ones left out (amx)
   const KernelThroughputPoint* point = nullptr;
 };
 std::optional<GemmPoint> gemm_point(const DeviceProfile& profile, const std::string& kernel, const Team& team,
@@ -617,11 +617,34 @@ std::optional<GemmPoint> gemm_point(const DeviceProfile& profile, const std::str
                                                    });
   if (!best) return std::nullopt;
   const double macs_per_call = static_cast<double>(best->matrices) * best->rows * best->cols;
-  return GemmPoint{macs_per_call * best->tokens_per_s.median / best->batch,
-                   wide ? static_cast<double>(best->batch) : best->batch * 8.0 / 64.0, best};
+  // The wide point gives each of its experts all `batch` tokens; the other
+  // routes them top-8 over 64 (kernel_timing.cpp). On amx both computed
+  // their rows padded to whole tiles: the rate of the multiply-adds done.
+  const double batch = static_cast<double>(best->batch);
+  const double padding = !tuned_on_amx(profile) ? 1.0 : amx_tile_padding(batch, wide ? 1.0 : 8.0 / 64.0);
+  return GemmPoint{macs_per_call * best->tokens_per_s.median / batch * padding, wide ? batch : batch * 8.0 / 64.0, best};
 }
 
 }  // namespace
+
+double amx_tile_padding(double tokens, double share) {
+  const int n = static_cast<int>(std::lround(std::max(0.0, tokens)));
+  const double p = std::clamp(share, 0.0, 1.0);
+  if (n == 0 || p <= 0) return 1.0;
+  if (p >= 1) return n < kAmxMinRows ? 1.0 : std::ceil(n / static_cast<double>(kAmxTileRows)) * kAmxTileRows / n;
+  // Binomial probabilities in log space (n reaches thousands of tokens).
+  double rows = 0;
+  for (int k = 1; k <= n; ++k) {
+    const double log_pmf = std::lgamma(n + 1.0) - std::lgamma(k + 1.0) - std::lgamma(n - k + 1.0) + k * std::log(p) +
+                           (n - k) * std::log1p(-p);
+    rows += std::exp(log_pmf) * (k < kAmxMinRows ? k : std::ceil(k / static_cast<double>(kAmxTileRows)) * kAmxTileRows);
+  }
+  return rows / (n * p);
+}
+
+bool tuned_on_amx(const DeviceProfile& profile) {
+  return profile.measurements.kernel_tuning && profile.measurements.kernel_tuning->cpu_kernel == "amx";
+}
 
 namespace {
 

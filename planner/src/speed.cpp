@@ -512,7 +512,9 @@ PromptCompute prompt_compute(const DeviceProfile& profile, const ModelFootprint&
   if (!dense_rate) dense_rate = prefill_compute_rate(profile, fp.expert_format, team, round * top_k / n, false);
   const auto attention = prefill_attention_cost(profile, team);
   out.attention_s = attention ? prompt_attention_seconds(*attention, fp.config, static_cast<int>(prompt), team.size()) : 0.0;
-  out.expert_s = prompt * compute->seconds(layers * top_k, expert_macs);
+  // amx computes each expert's rows padded to whole tiles (rounds of `round` tokens, uniform routing).
+  const double padding = tuned_on_amx(profile) ? amx_tile_padding(round, top_k / n) : 1.0;
+  out.expert_s = prompt * compute->seconds(layers * top_k, expert_macs * padding);
   const double layer_rounds = std::ceil(prompt / round) * layers;
   out.dispatch_s = layer_rounds * distinct * compute->seconds_per_expert;
   out.dense_s = prompt * dense_rate->seconds(prefill_dense_rows(fp), dense_macs);
@@ -522,7 +524,11 @@ PromptCompute prompt_compute(const DeviceProfile& profile, const ModelFootprint&
   const auto token_ops = token_ops_per_token(profile, fp, team);
   const double sharing = prompt >= static_cast<double>(kParallelTokens) ? std::max(1, team.size()) : 1;
   out.token_ops_s = token_ops ? prompt * token_ops->seconds / sharing : 0.0;
-  out.text = "experts " + format_fixed(expert_macs / 1e9, 2) + " GMAC per token / " + compute->text + " + dense " +
+  out.text = "experts " + format_fixed(expert_macs / 1e9, 2) + " GMAC per token" +
+             (padding > 1 ? " x " + format_fixed(padding, 3) + " (amx tiles of " + std::to_string(kAmxTileRows) +
+                                " rows: an expert's rows of a " + format_fixed(round, 0) + "-token round padded)"
+                          : std::string()) +
+             " / " + compute->text + " + dense " +
              format_fixed(dense_macs / 1e9, 3) + " GMAC per token / " + dense_rate->text +
              (attention ? " + attention " + format_fixed(prompt_attention_macs(fp, prompt) / 1e9, 2) + " GMAC per prompt at " +
                               attention->text

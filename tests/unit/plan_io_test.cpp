@@ -544,6 +544,44 @@ TEST(PlanSpeed, PrefillGemmRateFollowsTheTokensPerExpert) {
   EXPECT_NE(predict_speed(profile, fp, one_token_rounds).prefill_inputs.find("at 0.1 tokens per expert"), std::string::npos);
 }
 
+// amx multiplies an expert's rows in 16-row tiles, the unused rows of the
+// last computed all the same. A resident 512-token Qwen3-30B-A3B round
+// gives each of its 128 experts Binomial(512, 1/16) rows, 32 on average
+// and 39.3 once padded: its expert GEMMs take 1.227x what the avx512vnni
+// profile's same points give. The wide point's 64 rows an expert are four
+// whole tiles (no padding in its rate); the probe's 128-token point routes
+// 16 an expert on average, 22.9 padded: its rate counted the rows routed,
+// so on amx it is 1.434x what it computed. A round of 2 tokens gives each
+// expert at most 2 rows, below the tiles' 4, which avx512vnni runs unpadded.
+TEST(PlanSpeed, AmxPadsEachExpertsRowsToWholeTiles) {
+  const ModelFootprint fp = qwen3();
+  Plan plan = resident_qwen3_plan(8);
+  plan.prefill_round_tokens = 512;
+  DeviceProfile profile = measured_profile(10);
+  profile.measurements.kernel_tuning = tuned_on_8_threads("expert_q4_prefill_wide", 1024, 64, 3 * 512, {}, {3, 40, 40, 40, 0});
+  const double vnni_s = term_seconds(predict_speed(profile, fp, plan).prefill_terms, "compute: expert GEMMs");
+  profile.measurements.kernel_tuning->cpu_kernel = "amx";
+  const SpeedPrediction amx = predict_speed(profile, fp, plan);
+  ASSERT_GT(vnni_s, 0);
+  EXPECT_NEAR(term_seconds(amx.prefill_terms, "compute: expert GEMMs") / vnni_s, 1.227185, 1e-5);
+  EXPECT_NE(amx.prefill_inputs.find("x 1.227 (amx tiles of 16 rows: an expert's rows of a 512-token round padded)"),
+            std::string::npos) << amx.prefill_inputs;
+  // The probe's 128-token point beside it: its rate unpadded, so the GEMMs between the two points run faster.
+  KernelThroughputPoint narrow = profile.measurements.kernel_tuning->points[0];
+  narrow.kernel = "expert_q4_prefill", narrow.batch = 128, narrow.matrices = 3 * 1024, narrow.tokens_per_s = {3, 10, 10, 10, 0};
+  profile.measurements.kernel_tuning->points.push_back(narrow);
+  const double amx_both_s = term_seconds(predict_speed(profile, fp, plan).prefill_terms, "compute: expert GEMMs");
+  profile.measurements.kernel_tuning->cpu_kernel = "avx512vnni";
+  const double vnni_both_s = term_seconds(predict_speed(profile, fp, plan).prefill_terms, "compute: expert GEMMs");
+  EXPECT_NEAR(amx_both_s / vnni_both_s, 1.227185 / std::sqrt(1.433888), 1e-5);  // halfway in log tokens per expert
+  Plan small_rounds = plan;
+  small_rounds.prefill_round_tokens = 2;
+  const double vnni_small_s = term_seconds(predict_speed(profile, fp, small_rounds).prefill_terms, "compute: expert GEMMs");
+  profile.measurements.kernel_tuning->cpu_kernel = "amx";
+  const double amx_small_s = term_seconds(predict_speed(profile, fp, small_rounds).prefill_terms, "compute: expert GEMMs");
+  EXPECT_NEAR(amx_small_s / vnni_small_s, 1 / 1.433888, 1e-5);  // at the narrow point's rate, its padding taken out
+}
+
 // A prompt's attention grows with its square: 512 tokens of Qwen3-30B-A3B
 // (48 layers, 32 heads of 128) are 48 x 32 x 128 x 2 x 512 x 513 / 2 = 103
 // GMAC beside the experts' GEMMs. The tuning phase times the engine's
