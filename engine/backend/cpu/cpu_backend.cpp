@@ -30,6 +30,18 @@ const std::byte* record_of(const ExpertBatch& batch, int slot) {
   return bytes.data();
 }
 
+// `rows` rows from row i (of the row order) in chunk c's staging buffer.
+std::span<float> staged_rows(std::vector<float>& buffer, const StagedChunk& c, std::size_t i, std::size_t rows,
+                             std::size_t row_width) {
+  return std::span(buffer).subspan((i - c.first_row) * row_width, rows * row_width);
+}
+
+// Row `row` of the batch (an index into batch.rows): its output row in batch.out.
+std::span<float> batch_output_row(const ExpertBatch& batch, std::size_t row) {
+  const std::size_t width = batch.layout->parts[2].rows;
+  return batch.out.subspan(static_cast<std::size_t>(batch.rows[row].output_row) * width, width);
+}
+
 cpu::Q4G64View q4_view(const std::byte* weights, const std::byte* scales, int rows, int cols) {
   return {reinterpret_cast<const std::uint8_t*>(weights), reinterpret_cast<const std::uint16_t*>(scales), rows, cols};
 }
@@ -288,17 +300,17 @@ void CpuBackend::ffn_quantized(const ExpertBatch& batch) {
   const std::size_t staged_row_bytes = sizeof(float) * (2 * width + out_width);
   const std::vector<StagedChunk> chunks =
       staged_chunks(groups, one_row ? batch.rows.size() : std::max<std::size_t>(1, staging_bytes_ / staged_row_bytes));
-  std::size_t staged_rows = 0;
-  for (const StagedChunk& c : chunks) staged_rows = std::max(staged_rows, c.rows);
+  std::size_t largest_chunk = 0;
+  for (const StagedChunk& c : chunks) largest_chunk = std::max(largest_chunk, c.rows);
   // The buffers only grow: a decode token's call between two prompts
   // would otherwise free the quantised inputs of all but top_k experts and
   // shrink the rows, and the next prompt's first layer allocate and zero
   // them again (a 64-wide model's prompt ran 1.5x slower per routed row).
   grow_to(inputs_, groups.size());
   grow_to(hidden_, groups.size());
-  grow_to(gate_, staged_rows * width);
-  grow_to(up_, staged_rows * width);
-  if (!one_row) grow_to(down_, staged_rows * out_width);
+  grow_to(gate_, largest_chunk * width);
+  grow_to(up_, largest_chunk * width);
+  if (!one_row) grow_to(down_, largest_chunk * out_width);
   group_of_staged_row_.resize(batch.rows.size());
   for (std::size_t g = 0; g < groups.size(); ++g)
     std::fill_n(group_of_staged_row_.begin() + static_cast<std::ptrdiff_t>(groups[g].first), groups[g].count, g);
@@ -310,30 +322,9 @@ void CpuBackend::ffn_quantized(const ExpertBatch& batch) {
     if (!one_row) inputs_[g].shape(gemv_.variant, format, count, static_cast<int>(in_width));
     hidden_[g].shape(gemv_.variant, format, count, static_cast<int>(width));
   }
-  // Row i (of row_order) in its chunk's staging buffer, and in batch.out:
-  // decode writes every expert's output row in place; otherwise the staged
-  // rows are scattered to theirs afterwards.
-  auto staged = [&](std::vector<float>& buffer, const StagedChunk& c, std::size_t i, std::size_t rows, std::size_t row_width) {
-    return std::span(buffer).subspan((i - c.first_row) * row_width, rows * row_width);
-  };
-  auto output_row = [&](std::size_t i) {
-    return batch.out.subspan(static_cast<std::size_t>(batch.rows[row_order[i]].output_row) * out_width, out_width);
-  };
+  auto output_row = [&](std::size_t i) { return batch_output_row(batch, row_order[i]); };
   std::vector<std::unique_ptr<cpu::GemvTeamWork>> works;  // per chunk: gate/up, then down
-  for (const StagedChunk& c : chunks) {
-    std::vector<QuantizedJob> gate_up_jobs, down_jobs;
-    for (std::size_t g = c.first_group; g < c.end_group; ++g) {
-      const ExpertGroup& group = groups[g];
-      const std::byte* record = record_of(batch, group.slot);
-      const cpu::QuantizedActivations* input = one_row ? &inputs_.front() : &inputs_[g];
-      gate_up_jobs.push_back({part_view(gate_part, format, record), input, staged(gate_, c, group.first, group.count, width)});
-      gate_up_jobs.push_back({part_view(up_part, format, record), input, staged(up_, c, group.first, group.count, width)});
-      down_jobs.push_back({part_view(down_part, format, record), &hidden_[g],
-                           one_row ? output_row(group.first) : staged(down_, c, group.first, group.count, out_width)});
-    }
-    works.push_back(team_work(format, gate_up_jobs));
-    works.push_back(team_work(format, down_jobs));
-  }
+  for (const StagedChunk& c : chunks) chunk_works(batch, c, one_row, works);
   // The steps of chunk c over its rows: row i's group and place in it.
   auto each_row = [&](const StagedChunk& c, auto step) {
     return [&, c, step] {
@@ -353,14 +344,14 @@ void CpuBackend::ffn_quantized(const ExpertBatch& batch) {
     }
     steps.emplace_back([&, k] { works[2 * k]->share(); });
     steps.emplace_back(each_row(c, [&, c](std::size_t i, std::size_t g, int local) {
-      const auto gate = staged(gate_, c, i, 1, width);
-      forward::swiglu(gate, staged(up_, c, i, 1, width));
+      const auto gate = staged_rows(gate_, c, i, 1, width);
+      forward::swiglu(gate, staged_rows(up_, c, i, 1, width));
       hidden_[g].fill_vector(local, gate);
     }));
     steps.emplace_back([&, k] { works[2 * k + 1]->share(); });
     if (!one_row) {
       steps.emplace_back(each_row(c, [&, c](std::size_t i, std::size_t, int) {
-        const auto from = staged(down_, c, i, 1, out_width);
+        const auto from = staged_rows(down_, c, i, 1, out_width);
         std::copy(from.begin(), from.end(), output_row(i).begin());
       }));
     }
@@ -369,6 +360,29 @@ void CpuBackend::ffn_quantized(const ExpertBatch& batch) {
     steps.emplace_back([&] { cpu::for_each_in_team(sum_items(out_width), [&](std::size_t i) { add_sum_item(batch, out_width, i); }); });
   }
   cpu::team_steps(gemv_.threads, steps);
+}
+
+// Chunk c's jobs as two team works, gate/up then down: their outputs the
+// chunk's staged rows, or decode's output rows in place.
+void CpuBackend::chunk_works(const ExpertBatch& batch, const StagedChunk& c, bool one_row,
+                             std::vector<std::unique_ptr<cpu::GemvTeamWork>>& works) {
+  const WeightFormat format = batch.layout->format;
+  const auto& [gate_part, up_part, down_part] = std::tie(batch.layout->parts[0], batch.layout->parts[1], batch.layout->parts[2]);
+  const std::size_t width = gate_part.rows, out_width = down_part.rows;
+  const std::vector<ExpertGroup>& groups = grouping_.groups();
+  std::vector<QuantizedJob> gate_up_jobs, down_jobs;
+  for (std::size_t g = c.first_group; g < c.end_group; ++g) {
+    const ExpertGroup& group = groups[g];
+    const std::byte* record = record_of(batch, group.slot);
+    const cpu::QuantizedActivations* input = one_row ? &inputs_.front() : &inputs_[g];
+    gate_up_jobs.push_back({part_view(gate_part, format, record), input, staged_rows(gate_, c, group.first, group.count, width)});
+    gate_up_jobs.push_back({part_view(up_part, format, record), input, staged_rows(up_, c, group.first, group.count, width)});
+    down_jobs.push_back({part_view(down_part, format, record), &hidden_[g],
+                         one_row ? batch_output_row(batch, grouping_.row_order()[group.first])
+                                 : staged_rows(down_, c, group.first, group.count, out_width)});
+  }
+  works.push_back(team_work(format, gate_up_jobs));
+  works.push_back(team_work(format, down_jobs));
 }
 
 std::vector<StagedChunk> staged_chunks(std::span<const ExpertGrouping::Group> groups, std::size_t max_rows) {

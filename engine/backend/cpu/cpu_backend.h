@@ -83,6 +83,9 @@ class CpuBackend final : public Backend {
   // One job per expert with all its rows; the whole batch in one parallel
   // region whose steps meet at barriers.
   void ffn_quantized(const ExpertBatch& batch);
+  // A chunk's gate/up and down jobs as two team works, appended to `works`.
+  void chunk_works(const ExpertBatch& batch, const StagedChunk& c, bool one_row,
+                   std::vector<std::unique_ptr<kernels::cpu::GemvTeamWork>>& works);
   using ExpertGroup = ExpertGrouping::Group;
   // A quantised matrix (an expert's part, or a matmul_rows output) times
   // quantised rows: y holds x->count() rows of w.rows floats.
