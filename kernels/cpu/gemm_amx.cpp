@@ -19,6 +19,7 @@
 
 #include <cstring>
 
+#include "cpu/amx_tiles.h"
 #include "cpu/variant_kernels.h"
 
 #pragma GCC push_options
@@ -32,12 +33,11 @@
 namespace coli::kernels::cpu::detail {
 namespace {
 
-constexpr int kTileTokens = 16;
+constexpr int kTileTokens = kAmxTileTokens;
 constexpr int kMaxTokenTiles = 4;  // C tiles tmm0-3; B in tmm4; A in tmm5-7
 constexpr int kBlockTokens = kTileTokens * kMaxTokenTiles;
 constexpr std::size_t kTileBytes = 1024;
-// From this many tokens on the tiles beat the avx512vnni GEMM (its threshold).
-constexpr int kAmxMinTokens = 4;
+// kAmxMinTokens (amx_tiles.h): from that many tokens on the tiles beat the avx512vnni GEMM (its threshold).
 
 // Palette 1, all eight tiles 16 rows x 64 bytes.
 struct alignas(64) TileConfig {

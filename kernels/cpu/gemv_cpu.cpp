@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "cpu/amx_tiles.h"
 #include "cpu/parallel_for.h"
 #include "cpu/variant_kernels.h"
 
@@ -128,8 +129,6 @@ void check_job(const Job& job, WeightFormat format) {
   kernels_for(x.variant());  // throws for a variant this CPU cannot run
 }
 
-constexpr std::size_t kAmxTileTokens = 16;
-
 // From this many vectors on, quantising them in parallel pays for a fork/join.
 constexpr int kParallelQuantizeCount = 8;
 
@@ -157,7 +156,7 @@ void QuantizedActivations::shape(CpuKernelVariant variant, WeightFormat format, 
   // amx: room for whole 16-token groups (its GEMM loads 16 tokens per tile
   // and drops the sums of those past the count).
   const std::size_t vectors = detail::round_up(static_cast<std::size_t>(std::max(count, 1)),
-                                               variant == CpuKernelVariant::amx ? kAmxTileTokens : 1);
+                                               variant == CpuKernelVariant::amx ? static_cast<std::size_t>(kAmxTileTokens) : 1);
   const std::size_t needed = stride * vectors;
   if (needed > capacity_) {
     bytes_.reset(static_cast<std::byte*>(::operator new[](needed, std::align_val_t{64})));

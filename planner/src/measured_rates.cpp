@@ -628,16 +628,20 @@ std::optional<GemmPoint> gemm_point(const DeviceProfile& profile, const std::str
 }  // namespace
 
 double amx_tile_padding(double tokens, double share) {
+  using kernels::cpu::kAmxMinTokens, kernels::cpu::kAmxTileTokens;
+  const auto padded = [](int rows) {  // what an expert of `rows` rows computes
+    return rows < kAmxMinTokens ? rows : std::ceil(rows / static_cast<double>(kAmxTileTokens)) * kAmxTileTokens;
+  };
   const int n = static_cast<int>(std::lround(std::max(0.0, tokens)));
   const double p = std::clamp(share, 0.0, 1.0);
   if (n == 0 || p <= 0) return 1.0;
-  if (p >= 1) return n < kAmxMinRows ? 1.0 : std::ceil(n / static_cast<double>(kAmxTileRows)) * kAmxTileRows / n;
+  if (p >= 1) return padded(n) / n;
   // Binomial probabilities in log space (n reaches thousands of tokens).
   double rows = 0;
   for (int k = 1; k <= n; ++k) {
     const double log_pmf = std::lgamma(n + 1.0) - std::lgamma(k + 1.0) - std::lgamma(n - k + 1.0) + k * std::log(p) +
                            (n - k) * std::log1p(-p);
-    rows += std::exp(log_pmf) * (k < kAmxMinRows ? k : std::ceil(k / static_cast<double>(kAmxTileRows)) * kAmxTileRows);
+    rows += std::exp(log_pmf) * padded(k);
   }
   return rows / (n * p);
 }

@@ -16,6 +16,7 @@
 #include "coli/base/text.h"
 #include "coli/experts/read_rounds.h"
 #include "coli/planner/speed.h"
+#include "cpu/amx_tiles.h"  // header only
 
 namespace coli::planner::measured {
 
@@ -204,17 +205,16 @@ struct DecodeGemv {
 // there.
 DecodeGemv expert_gemv(const DeviceProfile& profile, WeightFormat experts, const Team& team);
 
-// AMX multiplies an expert's rows in tiles of kAmxTileRows tokens, a tile's
-// unused rows computed all the same, so n rows cost ceil(n / 16) tiles; an
-// expert of fewer than kAmxMinRows rows runs avx512vnni's GEMM, unpadded
-// (kernels/cpu/gemm_amx.cpp). The expected padded rows over the expected
+// AMX multiplies an expert's rows in tiles of kAmxTileTokens tokens, a
+// tile's unused rows computed all the same, so n rows cost ceil(n / 16)
+// tiles; an expert of fewer than kAmxMinTokens rows runs avx512vnni's GEMM,
+// unpadded (kernels/cpu/amx_tiles.h). The expected padded rows over the expected
 // rows, for a batch of `tokens` tokens each routed to an expert with
 // probability `share` (binomial rows per expert): 1.45 for the probe's
 // expert_q4_prefill point (128 tokens, 16 rows an expert on average), 1.12
 // for OLMoE's 512-token rounds (64). It prices the tiles' multiply-adds:
 // at 2048-wide experts they are the batch's time (the H100 box's engine
 // batch ran 16% slower per multiply-add than the probe's 64-row experts).
-inline constexpr int kAmxTileRows = 16, kAmxMinRows = 4;
 double amx_tile_padding(double tokens, double share);
 // The profile's expert GEMM points ran the amx variant (their rows padded to tiles).
 bool tuned_on_amx(const DeviceProfile& profile);

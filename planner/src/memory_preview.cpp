@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "coli/forward/attention.h"
+#include "cpu/amx_tiles.h"  // header only
 #include "coli/planner/deciders.h"  // format_bytes
 
 namespace coli::planner {
@@ -121,7 +122,7 @@ MemoryPreview preview_memory(const ModelFootprint& fp, const MemoryKnobs& k) {
   // amx: q4's tile-row copy, and up to 15 padding tokens per expert's 16-token tiles.
   const u64 quantised_quarters = 5 + (k.amx_tiles && fp.expert_format == WeightFormat::q4_g64 ? 4 : 0);
   const u64 quantised = (hidden + width) * quantised_quarters / 4;
-  const u64 padding_tokens = 15;
+  const u64 padding_tokens = kernels::cpu::kAmxTileTokens - 1;
   const u64 tile_padding = k.amx_tiles ? static_cast<u64>(fp.n_experts) * padding_tokens * quantised : 0;
   add("activations: prefill round", Tier::ram,
       experts_here ? tasks * (hidden * 4 + quantised) + staged * staged_row_bytes + tile_padding : 0,

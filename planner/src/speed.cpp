@@ -525,7 +525,7 @@ PromptCompute prompt_compute(const DeviceProfile& profile, const ModelFootprint&
   const double sharing = prompt >= static_cast<double>(kParallelTokens) ? std::max(1, team.size()) : 1;
   out.token_ops_s = token_ops ? prompt * token_ops->seconds / sharing : 0.0;
   out.text = "experts " + format_fixed(expert_macs / 1e9, 2) + " GMAC per token" +
-             (padding > 1 ? " x " + format_fixed(padding, 3) + " (amx tiles of " + std::to_string(kAmxTileRows) +
+             (padding > 1 ? " x " + format_fixed(padding, 3) + " (amx tiles of " + std::to_string(kernels::cpu::kAmxTileTokens) +
                                 " rows: an expert's rows of a " + format_fixed(round, 0) + "-token round padded)"
                           : std::string()) +
              " / " + compute->text + " + dense " +
