@@ -176,7 +176,7 @@ Result<ModelFootprint> read_footprint(const std::filesystem::path& path, WeightF
 }
 
 std::uint64_t ModelFootprint::cpu_staged_chunk_rows() const {
-  return std::max<std::uint64_t>(1, backend::kCpuExpertStagingBytes / (sizeof(float) * std::max<std::uint64_t>(1, expert_matrix_rows())));
+  return backend::cpu_staged_chunk_rows(backend::kCpuExpertStagingBytes, config.moe_intermediate_size, config.hidden_size);
 }
 
 }  // namespace coli::planner

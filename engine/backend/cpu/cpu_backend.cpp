@@ -297,9 +297,8 @@ void CpuBackend::ffn_quantized(const ExpertBatch& batch) {
   const bool one_row = std::all_of(groups.begin(), groups.end(), [](const ExpertGroup& g) { return g.count == 1; }) &&
                        std::all_of(batch.rows.begin(), batch.rows.end(),
                                    [&](const ExpertRow& row) { return row.input_row == batch.rows.front().input_row; });
-  const std::size_t staged_row_bytes = sizeof(float) * (2 * width + out_width);
   const std::vector<StagedChunk> chunks =
-      staged_chunks(groups, one_row ? batch.rows.size() : std::max<std::size_t>(1, staging_bytes_ / staged_row_bytes));
+      staged_chunks(groups, one_row ? batch.rows.size() : cpu_staged_chunk_rows(staging_bytes_, width, out_width));
   std::size_t largest_chunk = 0;
   for (const StagedChunk& c : chunks) largest_chunk = std::max(largest_chunk, c.rows);
   // The buffers only grow: a decode token's call between two prompts

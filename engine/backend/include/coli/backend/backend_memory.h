@@ -7,6 +7,7 @@
 // as a function of its props; the planner never keeps a table of them.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -64,6 +65,11 @@ struct BackendMemory {
 // expert prefill points' own batch (8 experts of 64 tokens), so they time
 // what the engine runs. The planner prices the chunks' memory and barriers.
 inline constexpr std::uint64_t kCpuExpertStagingBytes = 8ull << 20;
+// Rows (token, expert) a chunk stages: their gate and up (`width` floats
+// each) and down (`hidden`) within `staging_bytes`, at least one.
+inline std::uint64_t cpu_staged_chunk_rows(std::uint64_t staging_bytes, std::uint64_t width, std::uint64_t hidden) {
+  return std::max<std::uint64_t>(1, staging_bytes / (sizeof(float) * std::max<std::uint64_t>(1, 2 * width + hidden)));
+}
 
 // The CPU: expert slots are the RAM cache itself (one packed record each),
 // no host copies, no staging, no driver.
