@@ -49,7 +49,6 @@ struct StagedChunk {
 };
 std::vector<StagedChunk> staged_chunks(std::span<const ExpertGrouping::Group> groups, std::size_t max_rows);
 
-
 class CpuBackend final : public Backend {
  public:
   // Errors: props of another kind, a kernel name that is not a variant or
