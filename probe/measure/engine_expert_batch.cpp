@@ -66,16 +66,9 @@ Result<EngineExpertBatch> EngineExpertBatch::create(WeightFormat format, int hid
   auto state = std::make_unique<State>();
   state->backend = std::move(*cpu);
   state->hidden = hidden, state->width = width;
-  container::ExpertRecordLayout record = container::expert_record_layout(format, static_cast<std::uint64_t>(hidden),
-                                                                         static_cast<std::uint64_t>(width));
+  // As many records as the pool holds slots (set below, once the stride gives them).
   container::ExpertLayout& layout = state->layout;
-  layout.format = format;
-  layout.layers = 1;
-  layout.model_layers = {0};
-  layout.parts = std::move(record.parts);
-  layout.record_bytes = record.record_bytes;
-  layout.record_stride = (record.record_bytes + container::kAlignment - 1) / container::kAlignment * container::kAlignment;
-  layout.layer_offsets = {0};
+  layout = container::single_layer_expert_layout(format, static_cast<std::uint64_t>(hidden), static_cast<std::uint64_t>(width), 0);
   state->slots = std::make_unique<PoolSlots>(pool, layout.record_stride);
   if (state->slots->slot_count() == 0) {
     return make_error("kernel tuning: a pool of " + std::to_string(pool.size()) + " bytes holds no " +

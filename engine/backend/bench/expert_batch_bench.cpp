@@ -34,23 +34,15 @@ struct Experts {
 
 Experts make_experts(Backend& backend, WeightFormat format) {
   Experts out;
-  container::ExpertRecordLayout record = container::expert_record_layout(format, kHidden, kWidth);
-  out.layout.format = format;
-  out.layout.layers = 1;
-  out.layout.experts = kExperts;
-  out.layout.model_layers = {0};
-  out.layout.parts = record.parts;
-  out.layout.record_bytes = record.record_bytes;
-  out.layout.record_stride = (record.record_bytes + container::kAlignment - 1) / container::kAlignment * container::kAlignment;
-  out.layout.layer_offsets = {0};
+  out.layout = container::single_layer_expert_layout(format, kHidden, kWidth, kExperts);
   auto storage = backend.create_slot_storage(kExperts, out.layout.record_stride, container::kAlignment);
   if (!storage) std::abort();
   out.storage = std::move(*storage);
   std::mt19937 rng(3);
-  std::vector<std::byte> bytes(record.record_bytes);
+  std::vector<std::byte> bytes(out.layout.record_bytes);
   for (int e = 0; e < kExperts; ++e) {
     for (std::byte& b : bytes) b = static_cast<std::byte>(rng() & 0x77);  // int8 weights and nibbles of either sign
-    for (const container::ExpertPart& part : record.parts) {
+    for (const container::ExpertPart& part : out.layout.parts) {
       std::byte* scales = bytes.data() + part.scales_offset;
       if (format == WeightFormat::q4_g64) {
         const std::uint16_t half = 0x1C00;  // binary16 2^-8

@@ -70,6 +70,20 @@ Status ContainerWriter::add_tensor(const std::string& name, WeightFormat dtype,
   return Ok{};
 }
 
+ExpertLayout single_layer_expert_layout(WeightFormat format, std::uint64_t hidden, std::uint64_t width, std::uint32_t experts) {
+  ExpertRecordLayout record = expert_record_layout(format, hidden, width);
+  ExpertLayout layout;
+  layout.format = format;
+  layout.layers = 1;
+  layout.experts = experts;
+  layout.model_layers = {0};
+  layout.parts = std::move(record.parts);
+  layout.record_bytes = record.record_bytes;
+  layout.record_stride = format::align_up(record.record_bytes);
+  layout.layer_offsets = {0};
+  return layout;
+}
+
 ExpertRecordLayout expert_record_layout(WeightFormat format, std::uint64_t hidden, std::uint64_t width) {
   const WeightFormatTraits& t = traits(format);
   auto align = [](std::uint64_t v) { return (v + kScalesAlignment - 1) / kScalesAlignment * kScalesAlignment; };

@@ -99,6 +99,10 @@ struct ExpertLayout {
     return layer_offsets[layer] + static_cast<std::uint64_t>(expert) * record_stride;
   }
 };
+// One MoE layer of `experts` records of this shape from offset 0, without
+// checksums: for expert slots filled from elsewhere than a container (the
+// probe's tuning pool, the expert batch benchmark).
+ExpertLayout single_layer_expert_layout(WeightFormat format, std::uint64_t hidden, std::uint64_t width, std::uint32_t experts);
 
 // A file the engine needs beside the weights, carried in the index so one
 // container runs on its own: the tokenizer ("tokenizer.json", or a GGUF
