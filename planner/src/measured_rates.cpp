@@ -406,18 +406,29 @@ std::optional<Bandwidth> upload_bandwidth(const DeviceProfile& profile, const Gp
                                               format_bytes(best->block_bytes) + " blocks, coli-probe)"};
 }
 
-// The probe's OpenMP costs at the team size nearest the plan's, for `steps`.
-std::optional<StepCost> parallel_step_cost(const DeviceProfile& profile, const Team& team, ParallelSteps steps) {
+namespace {
+// The broadcast read of `floats` (a step's hidden state): along the line
+// through the probe's two sizes, held at the narrow figure below it.
+double broadcast_us(const ParallelOverheadPoint& p, double floats) {
+  const double slope = (p.broadcast_us - p.broadcast_narrow_us) / (kBroadcastFloats - kBroadcastNarrowFloats);
+  return std::max(0.0, p.broadcast_narrow_us + slope * (std::max<double>(floats, kBroadcastNarrowFloats) - kBroadcastNarrowFloats));
+}
+}  // namespace
+
+// The probe's OpenMP costs at the team size nearest the plan's, for `steps`
+// whose threads read a hidden state of `hidden_floats`.
+std::optional<StepCost> parallel_step_cost(const DeviceProfile& profile, const Team& team, ParallelSteps steps,
+                                           double hidden_floats) {
   if (!profile.measurements.parallel_overhead) return std::nullopt;
   const ParallelOverheadPoint* best =
       nearest_team(profile.measurements.parallel_overhead->points, team, [](const ParallelOverheadPoint&) { return true; });
   if (!best) return std::nullopt;
-  const double us = best->region_us + best->broadcast_us;
+  const double broadcast = broadcast_us(*best, hidden_floats), us = best->region_us + broadcast;
   return StepCost{us * 1e-6, best->barrier_us * 1e-6,
                   std::to_string(steps.regions) + " parallel steps x " + format_fixed(us) + " us per step (region " +
-                      format_fixed(best->region_us) + " + broadcast read " + format_fixed(best->broadcast_us) + " us) + " +
-                      std::to_string(steps.barriers) + " barriers x " + format_fixed(best->barrier_us) + " us, measured at " +
-                      std::to_string(best->threads) + " threads"};
+                      format_fixed(best->region_us) + " + broadcast read of " + format_bytes(static_cast<u64>(4 * hidden_floats)) +
+                      " " + format_fixed(broadcast) + " us) + " + std::to_string(steps.barriers) + " barriers x " +
+                      format_fixed(best->barrier_us) + " us, measured at " + std::to_string(best->threads) + " threads"};
 }
 
 std::optional<ReadInterferenceCost> read_interference_cost(const DeviceProfile& profile, const Team& team) {
@@ -474,7 +485,7 @@ NetCall net_call(const DeviceProfile& profile, const Team& team, const std::stri
   const double call_s = point.tokens_per_s.median > 0 && point.batch > 0 ? point.batch / point.tokens_per_s.median : 0;
   const bool experts = kernel.rfind("expert_", 0) == 0;
   const ParallelSteps steps = experts ? kDecodeExpertBatch : ParallelSteps{point.matrices, 0};
-  const auto step = team.size() > 1 && call_s > 0 ? parallel_step_cost(profile, team, steps) : std::nullopt;
+  const auto step = team.size() > 1 && call_s > 0 ? parallel_step_cost(profile, team, steps, static_cast<double>(point.cols)) : std::nullopt;
   if (!step) return {gbs * 1e9 * call_s, call_s, ""};
   const double forks_s = steps.regions * step->seconds + steps.barriers * step->barrier_seconds;
   // Never less than half the timed call: a noisy overhead must not make the kernel infinitely fast.

@@ -135,7 +135,10 @@ std::optional<DiskReads> disk_reads(const DeviceProfile& profile, u64 record_str
 std::string missing_disk_bandwidth(const DeviceProfile& profile);  // why there is none, and what to run
 std::optional<Bandwidth> vram_bandwidth(const DeviceProfile& profile, const ModelFootprint& fp, const GpuTier& tier);
 std::optional<Bandwidth> upload_bandwidth(const DeviceProfile& profile, const GpuTier& tier, double bytes);
-std::optional<StepCost> parallel_step_cost(const DeviceProfile& profile, const Team& team, ParallelSteps steps);
+// OpenMP's costs for `steps` whose threads each read the `hidden_floats` the
+// calling thread wrote (a dense point's columns, a model's hidden size).
+std::optional<StepCost> parallel_step_cost(const DeviceProfile& profile, const Team& team, ParallelSteps steps,
+                                           double hidden_floats);
 // How much longer the team's compute takes while an expert read is in
 // flight, and how far the read gets meanwhile (the probe's
 // read_interference point on the team's PUs, else at the nearest team

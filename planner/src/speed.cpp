@@ -311,7 +311,7 @@ void predict_decode(const DeviceProfile& profile, const ModelFootprint& fp, cons
   // OpenMP's fixed costs, for a plan the CPU engine runs alone.
   const ParallelSteps steps = cpu_decode_parallel_steps(fp);
   const Team team{plan.threads, plan.compute_pus};
-  const std::optional<StepCost> step = r.vram ? std::nullopt : parallel_step_cost(profile, team, steps);
+  const std::optional<StepCost> step = r.vram ? std::nullopt : parallel_step_cost(profile, team, steps, static_cast<double>(fp.config.hidden_size));
   // Weights stream at the engine's kernel's own rate where the tuning phase
   // timed it (on weights from RAM: a pool of twice the last-level cache), else
   // at the RAM read bandwidth.
@@ -566,7 +566,8 @@ ExpertBatchSteps prefill_expert_steps(const DeviceProfile& profile, const ModelF
   const double regions = layer_rounds * (any_resident + any_missed);
   const double barriers = layer_rounds * (any_resident * barriers_per_batch(rows * (1 - miss)) +
                                           any_missed * barriers_per_batch(rows * miss) + sums);
-  const auto step = parallel_step_cost(profile, team, {static_cast<int>(std::lround(regions)), static_cast<int>(std::lround(barriers))});
+  const auto step = parallel_step_cost(profile, team, {static_cast<int>(std::lround(regions)), static_cast<int>(std::lround(barriers))},
+                                       static_cast<double>(fp.config.hidden_size));
   if (!step) return {};
   return {regions * step->seconds + barriers * step->barrier_seconds,
           "the expert batches' " + step->text + " (" + format_fixed(layer_rounds, 0) + " layer rounds, " +
@@ -661,7 +662,7 @@ void predict_prefill(const DeviceProfile& profile, const ModelFootprint& fp, con
                                         : prefill_expert_steps(profile, fp, team, rounds * layers, round, distinct, distinct_miss);
   const ParallelSteps pass_steps = cpu_prefill_parallel_steps(fp, static_cast<int>(prompt));
   const std::optional<StepCost> pass_step =
-      r.vram || team.size() <= 1 ? std::nullopt : parallel_step_cost(profile, team, pass_steps);
+      r.vram || team.size() <= 1 ? std::nullopt : parallel_step_cost(profile, team, pass_steps, static_cast<double>(fp.config.hidden_size));
   const double pass_steps_s = pass_step ? pass_steps.regions * pass_step->seconds : 0.0;
   // Every prompt token is routed at every MoE layer on the calling thread.
   const auto routing = r.vram ? std::nullopt : routing_cost(profile, team, fp.n_experts, fp.top_k);

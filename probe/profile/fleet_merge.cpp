@@ -136,7 +136,8 @@ void merge_unscored(Measurements& merged, const std::vector<DeviceProfile>& prof
         merged.parallel_overhead->points, profiles, kept,
         [](const Measurements& m) { return m.parallel_overhead ? &m.parallel_overhead->points : nullptr; },
         [](const ParallelOverheadPoint& a, const ParallelOverheadPoint& b) { return a.threads == b.threads; },
-        {&ParallelOverheadPoint::region_us, &ParallelOverheadPoint::barrier_us, &ParallelOverheadPoint::broadcast_us});
+        {&ParallelOverheadPoint::region_us, &ParallelOverheadPoint::barrier_us, &ParallelOverheadPoint::broadcast_us,
+         &ParallelOverheadPoint::broadcast_narrow_us});
   }
   if (merged.read_interference) {
     median_fields(

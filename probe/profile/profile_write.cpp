@@ -262,7 +262,8 @@ toml::table measurements_table(const Measurements& measurements) {
       points.push_back(toml::table{{"threads", point.threads},
                                    {"region_us", point.region_us},
                                    {"barrier_us", point.barrier_us},
-                                   {"broadcast_us", point.broadcast_us}});
+                                   {"broadcast_us", point.broadcast_us},
+                                   {"broadcast_narrow_us", point.broadcast_narrow_us}});
     }
     table.insert("parallel_overhead", toml::table{{"repetitions", measurements.parallel_overhead->repetitions},
                                                   {"points", std::move(points)}});

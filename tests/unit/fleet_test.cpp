@@ -323,7 +323,7 @@ void set_tuning(DeviceProfile& p, double factor) {
     tuning.points.push_back(point);
   }
   p.measurements.kernel_tuning = tuning;
-  p.measurements.parallel_overhead = ParallelOverhead{9, {{16, 2.0 / factor, 1.0 / factor, 0.5 / factor}}};
+  p.measurements.parallel_overhead = ParallelOverhead{9, {{16, 2.0 / factor, 1.0 / factor, 0.5 / factor, 0.25 / factor}}};
   ReadInterference reads;
   reads.points.push_back({.thread_set = "kind0:16c", .threads = 16, .pus = pus, .pairs = 4, .slowdown = 0.1 / factor, .read_progress = factor});
   p.measurements.read_interference = reads;
@@ -349,6 +349,7 @@ TEST(Fleet, MergeScoresAndCombinesTheTuningPhase) {
   }
   EXPECT_DOUBLE_EQ(m.parallel_overhead->points[0].region_us, 2.0);
   EXPECT_DOUBLE_EQ(m.parallel_overhead->points[0].barrier_us, 1.0);
+  EXPECT_DOUBLE_EQ(m.parallel_overhead->points[0].broadcast_narrow_us, 0.25);
   EXPECT_DOUBLE_EQ(m.read_interference->points[0].read_progress, 1.0);
   EXPECT_DOUBLE_EQ(m.read_interference->points[0].slowdown, 0.1);
   auto verified = verify_shared_profile(export_profile(merged->merged, {}), "merged.toml");

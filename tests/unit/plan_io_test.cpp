@@ -400,10 +400,30 @@ TEST(PlanSpeed, ParallelStepsCostWhatTheProbeMeasuredAtTheTeamSize) {
   const SpeedPrediction b = predict_speed(with, fp, plan);
   ASSERT_TRUE(a.available && b.available);
   EXPECT_NEAR(1 / b.decode_tok_per_s - 1 / a.decode_tok_per_s, (241 * (4.54 + 4.24) + 144 * 1.48) * 1e-6, 1e-12);
-  EXPECT_NE(b.decode_inputs.find("241 parallel steps x 8.78 us per step (region 4.54 + broadcast read 4.24 us) + 144 barriers "
+  EXPECT_NE(b.decode_inputs.find("241 parallel steps x 8.78 us per step (region 4.54 + broadcast read of 8.0 KiB 4.24 us) + 144 barriers "
                                  "x 1.48 us, measured at 16 threads"),
             std::string::npos) << b.decode_inputs;
   EXPECT_NE(a.decode_inputs.find("OpenMP step costs not in this profile: re-probe"), std::string::npos) << a.decode_inputs;
+}
+
+// A step's threads read the hidden state the calling thread wrote: the
+// probe times 2048 floats and 64 (vectorised reads; the scalar sum it timed
+// before was 2.2 us of dependent adds on one H100-box core), and a model
+// pays along the line through them by its hidden size: the demo model's 64
+// the narrow figure, a 4096-wide model beyond the 2048 one.
+TEST(PlanSpeed, BroadcastReadCostsByTheHiddenStatesBytes) {
+  const Plan plan = resident_qwen3_plan(15);
+  DeviceProfile flat = measured_profile(10), sloped = flat;
+  flat.measurements.parallel_overhead = ParallelOverhead{100, {{16, 4.54, 1.48, 4.24, 4.24}}};
+  sloped.measurements.parallel_overhead = ParallelOverhead{100, {{16, 4.54, 1.48, 4.24, 0.5}}};
+  const double slope = (4.24 - 0.5) / (2048 - 64);
+  for (const auto& [hidden, broadcast] : {std::pair{64.0, 0.5}, {2048.0, 4.24}, {4096.0, 0.5 + slope * (4096 - 64)}}) {
+    ModelFootprint fp = qwen3();
+    fp.config.hidden_size = static_cast<std::uint64_t>(hidden);
+    const SpeedPrediction a = predict_speed(flat, fp, plan), b = predict_speed(sloped, fp, plan);
+    ASSERT_TRUE(a.available && b.available);
+    EXPECT_NEAR(1 / b.decode_tok_per_s - 1 / a.decode_tok_per_s, 241 * (broadcast - 4.24) * 1e-6, 1e-12) << hidden;
+  }
 }
 
 // A prefill round's experts run as one team region of barriered steps

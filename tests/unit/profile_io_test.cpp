@@ -283,12 +283,19 @@ TEST(ProfileIo, RefusesBadTuningFieldsWithTheFieldNamed) {
 // Schema 4: OpenMP's fixed costs per team size.
 TEST(ProfileIo, ParallelOverheadRoundTripsAndBadValuesNameTheField) {
   DeviceProfile original = tuned_profile();
-  original.measurements.parallel_overhead = ParallelOverhead{2000, {{1, 0.37, 0.21, 1.95}, {16, 4.54, 1.48, 4.24}}};
+  original.measurements.parallel_overhead = ParallelOverhead{2000, {{1, 0.37, 0.21, 1.95, 0.4}, {16, 4.54, 1.48, 4.24, 1.1}}};
   const std::string text = profile_to_toml(original);
   auto parsed = parse_profile(text, "overhead.toml");
   ASSERT_TRUE(parsed.ok()) << parsed.error().message << "\n" << text;
   EXPECT_EQ(*parsed, original);
   EXPECT_EQ(profile_to_toml(*parsed), text);
+  // A profile before the 256-byte figure prices every hidden state at its 8 KiB one.
+  std::string older = text;
+  for (std::size_t at; (at = older.find("broadcast_narrow_us")) != std::string::npos;) older.erase(at, older.find('\n', at) + 1 - at);
+  auto before = parse_profile(older, "older.toml");
+  ASSERT_TRUE(before.ok()) << before.error().message;
+  EXPECT_DOUBLE_EQ(before->measurements.parallel_overhead->points[0].broadcast_narrow_us, 1.95);
+  EXPECT_DOUBLE_EQ(before->measurements.parallel_overhead->points[1].broadcast_narrow_us, 4.24);
   // A v3 file (the profiles in profiles/) has no such table and still loads.
   auto v3 = parse_profile(profile_to_toml(tuned_profile()), "v3.toml");
   ASSERT_TRUE(v3.ok()) << v3.error().message;

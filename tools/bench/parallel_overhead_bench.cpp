@@ -27,13 +27,13 @@ int main(int argc, char** argv) {
     threads = coli::probe::parallel_overhead_team_sizes(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   }
   const coli::ParallelOverhead measured = coli::probe::measure_parallel_overhead(threads, reps);
-  std::printf("%8s %14s %14s %22s\n", "threads", "region us", "barrier us", "8 KiB broadcast us");
+  std::printf("%8s %14s %14s %22s %22s\n", "threads", "region us", "barrier us", "8 KiB broadcast us", "256 B broadcast us");
   for (const coli::ParallelOverheadPoint& p : measured.points) {
-    std::printf("%8d %14.2f %14.2f %22.2f\n", p.threads, p.region_us, p.barrier_us, p.broadcast_us);
+    std::printf("%8d %14.2f %14.2f %22.2f %22.2f\n", p.threads, p.region_us, p.barrier_us, p.broadcast_us, p.broadcast_narrow_us);
   }
   std::printf("region: fork and join of an empty parallel region, the team already formed; barrier: one\n"
               "'#pragma omp barrier' inside a region; broadcast: what a region costs more when the calling\n"
-              "thread has just written 2048 floats that every thread then reads. Medians of %d repetitions.\n",
+              "thread has just written 2048 (or 64) floats that every thread then reads. Medians of %d repetitions.\n",
               measured.repetitions);
   return 0;
 }

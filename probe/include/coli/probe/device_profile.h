@@ -286,11 +286,20 @@ struct MemoryBandwidth {
 // What OpenMP's fixed costs are at one team size (unpinned team, already
 // formed and spinning, as between the engine's steps), microseconds. A
 // decode token pays them once per parallel step (issue 15's speed model).
+// The hidden states the broadcast figures read: OLMoE's 2048 floats (8 KiB)
+// and a 64-wide model's (256 B).
+inline constexpr int kBroadcastFloats = 2048, kBroadcastNarrowFloats = 64;
+
 struct ParallelOverheadPoint {
   int threads = 0;
   double region_us = 0;     // fork and join of an empty parallel region
   double barrier_us = 0;    // one barrier inside a region
-  double broadcast_us = 0;  // what a region costs more when all threads read 8 KiB the calling thread just wrote
+  // What a region costs more when all threads read floats the calling thread
+  // just wrote (the hidden state between steps): kBroadcastFloats of them,
+  // and kBroadcastNarrowFloats (a small model's; profiles before it: the
+  // first figure, so their step cost is as before).
+  double broadcast_us = 0;
+  double broadcast_narrow_us = 0;
   bool operator==(const ParallelOverheadPoint&) const = default;
 };
 
