@@ -544,30 +544,39 @@ std::optional<LinearCost> line_through(double x_a, double t_a, double x_b, doubl
 
 }  // namespace
 
-std::optional<RowCost> float_gemv_row_cost(const DeviceProfile& profile, const Team& team) {
+std::optional<RowCost> float_gemv_row_cost(const DeviceProfile& profile, const Team& team, WeightsFrom from) {
   if (!profile.measurements.kernel_tuning) return std::nullopt;
-  auto point = [&](const char* kernel) {
+  const std::string suffix = from == WeightsFrom::cache ? "_cached" : "";
+  const std::string wide_kernel = "dense_bf16_decode" + suffix, narrow_kernel = "dense_bf16_decode_narrow" + suffix;
+  auto point = [&](const std::string& kernel) {
     return nearest_team(profile.measurements.kernel_tuning->points, team, [&](const KernelThroughputPoint& p) {
-      return p.kernel == kernel && p.gb_per_s.median > 0 && p.rows > 0 && p.cols > 0 && p.matrices > 0;
+      return p.kernel == kernel && p.gb_per_s.median > 0 && p.tokens_per_s.median > 0 && p.batch > 0 && p.rows > 0 &&
+             p.cols > 0 && p.matrices > 0;
     });
   };
-  const KernelThroughputPoint* wide = point("dense_bf16_decode");
-  const KernelThroughputPoint* narrow = point("dense_bf16_decode_narrow");
-  if (!wide || !narrow || wide->cols <= narrow->cols) return std::nullopt;
-  // Seconds per row and bytes per row of each point (bf16: 2 bytes a weight).
-  auto per_row = [](const KernelThroughputPoint& p) {
-    const double rows = static_cast<double>(p.rows) * p.matrices, bytes = 2.0 * p.cols;
-    return std::pair{bytes * rows / (p.gb_per_s.median * 1e9) / rows, bytes};
+  const KernelThroughputPoint* wide = point(wide_kernel);
+  const KernelThroughputPoint* narrow = point(narrow_kernel);
+  if (!wide || !narrow || wide->threads != narrow->threads || wide->cols <= narrow->cols) return std::nullopt;
+  // Seconds per row and bytes per row of each call (bf16: 2 bytes a weight),
+  // net of its regions as the experts' fit (the parallel-steps term prices them).
+  const NetCall wide_call = net_call(profile, team, wide_kernel, *wide);
+  const NetCall narrow_call = net_call(profile, team, narrow_kernel, *narrow);
+  auto per_row = [](const NetCall& call, const KernelThroughputPoint& p) {
+    const double bytes = 2.0 * p.cols;
+    return std::pair{bytes * call.streaming_s / call.bytes, bytes};
   };
-  const auto [t_wide, b_wide] = per_row(*wide);
-  const auto [t_narrow, b_narrow] = per_row(*narrow);
+  const auto [t_wide, b_wide] = per_row(wide_call, *wide);
+  const auto [t_narrow, b_narrow] = per_row(narrow_call, *narrow);
   const auto fit = line_through(b_wide, t_wide, b_narrow, t_narrow);  // seconds per row against bytes per row
   if (!fit) return std::nullopt;
   const double row = fit->fixed, gbs = 1e-9 / fit->per_unit;
+  const std::string& steps = narrow_call.steps;
   return RowCost{row, gbs,
-                 "dense_bf16_decode " + format_fixed(row * 1e9, 2) + " ns per row + " + format_fixed(gbs, 1) + " GB/s (fitted from " +
-                     std::to_string(wide->cols) + "- and " + std::to_string(narrow->cols) + "-wide rows, measured at " +
-                     std::to_string(wide->threads) + " threads)"};
+                 wide_kernel + " " + format_fixed(row * 1e9, 2) + " ns per row + " + format_fixed(gbs, 1) + " GB/s (fitted from " +
+                     std::to_string(wide->cols) + "- and " + std::to_string(narrow->cols) + "-wide rows" +
+                     (from == WeightsFrom::cache ? " warm in the caches" : "") + ", measured at " +
+                     std::to_string(wide->threads) + " threads" +
+                     (steps.empty() ? "" : ", less each call's regions, priced as parallel steps") + ")"};
 }
 
 // Both points at one team (the nearest to the plan's), each net of its call's

@@ -174,7 +174,11 @@ struct RowCost {
   double gb_per_s = 0;
   std::string text;
 };
-std::optional<RowCost> float_gemv_row_cost(const DeviceProfile& profile, const Team& team);
+// `from` cache: the same fit through the points timed on weights warm in
+// the caches (dense_bf16_decode_cached, _narrow_cached), for a model whose
+// decode working set fits the last-level cache.
+enum class WeightsFrom { ram, cache };
+std::optional<RowCost> float_gemv_row_cost(const DeviceProfile& profile, const Team& team, WeightsFrom from);
 // The engine's expert decode batch the same way: a cost per row (a row's
 // reduction and store beside its bytes) plus a rate per byte, fitted from
 // the OLMoE-shaped point (expert_q4_decode, experts 1024 wide) and a narrow

@@ -66,20 +66,25 @@ const DenseComponent* vocabulary_projection(const ModelFootprint& fp) {
   return nullptr;
 }
 
-// The decode GEMV (measured_rates.h) of the model's dense format.
-DecodeGemv dense_gemv(const DeviceProfile& profile, const ModelFootprint& fp, const Team& team) {
+// The decode GEMV (measured_rates.h) of the model's dense format, its
+// weights `from` RAM or warm in the caches (the float GEMV's cached fit where
+// the profile has it; the other formats have no cached points: RAM's).
+DecodeGemv dense_gemv(const DeviceProfile& profile, const ModelFootprint& fp, const Team& team, WeightsFrom from) {
   DecodeGemv gemv{decode_kernel_rate(profile, dense_decode_kernels(fp), team), std::nullopt};
-  if (gemv.kernel && dense_decode_kernels(fp).front() == "dense_bf16_decode") gemv.rows = float_gemv_row_cost(profile, team);
+  if (gemv.kernel && dense_decode_kernels(fp).front() == "dense_bf16_decode") {
+    if (from == WeightsFrom::cache) gemv.rows = float_gemv_row_cost(profile, team, WeightsFrom::cache);
+    if (!gemv.rows) gemv.rows = float_gemv_row_cost(profile, team, WeightsFrom::ram);
+  }
   return gemv;
 }
 
 // A prompt's last token projected to the vocabulary, as a decode token's
 // lm_head (the whole matrix streamed once for one row of x).
 double last_token_lm_head_seconds(const DeviceProfile& profile, const ModelFootprint& fp, const Team& team,
-                                  const Bandwidth& ram) {
+                                  const Bandwidth& ram, WeightsFrom from) {
   const DenseComponent* projection = vocabulary_projection(fp);
   if (!projection) return 0.0;
-  return dense_gemv(profile, fp, team)
+  return dense_gemv(profile, fp, team, from)
       .seconds(static_cast<double>(projection->held_bytes), static_cast<double>(projection->matrix_rows), ram);
 }
 
@@ -193,6 +198,10 @@ struct PlanRates {
   // the cache replay: decode tokens' and full prompt rounds'; empty: the
   // binomial spread of the miss rate.
   std::vector<double> decode_batches, prompt_batches;
+  // Where the dense weights come from token after token: RAM, or the caches
+  // where the decode working set fits (decode_weights_from); `from_text` says why.
+  WeightsFrom dense_from = WeightsFrom::ram;
+  std::string dense_from_text;
   // Seconds for `reads` expert records requested together and waited for (0 when nothing misses).
   double disk_seconds(double reads) const { return disk ? disk->seconds(reads) : 0.0; }
 };
@@ -326,7 +335,7 @@ void predict_decode(const DeviceProfile& profile, const ModelFootprint& fp, cons
   const double routing_s = routing ? layers * routing->seconds : 0.0;
   // A single token's norms, RoPE, KV store and residual adds run on the calling thread at every layer.
   const auto token_ops = r.vram ? std::nullopt : token_ops_per_token(profile, fp, team);
-  const DecodeGemv gemv = dense_gemv(profile, fp, team);
+  const DecodeGemv gemv = dense_gemv(profile, fp, team, r.dense_from);
   const double dense_s = gemv.seconds(static_cast<double>(dense), static_cast<double>(dense_rows_per_token(fp)), r.ram);
   // A layer computes its resident experts while the I/O threads read its
   // misses (ExpertStore, MoeModel::moe_round), then the misses: the reads
@@ -378,6 +387,7 @@ void predict_decode(const DeviceProfile& profile, const ModelFootprint& fp, cons
                             : "") +
                     expert_kernel.inputs("experts stream", "experts " + std::to_string(fp.expert_matrix_rows()) + " rows each") +
                     gemv.inputs("dense streams", "dense " + std::to_string(dense_rows_per_token(fp)) + " rows") +
+                    r.dense_from_text +
                     (sampling ? " + vocabulary " + std::to_string(fp.config.vocab_size) + " x " + sampling->text : "") +
                     (routing ? " + routing " + format_fixed(layers, 0) + " layers x " + routing->text : "") +
                     (token_ops ? " + " + token_ops->text : "") +
@@ -494,7 +504,7 @@ double prompt_attention_seconds(const AttentionCost& cost, const model::ModelCon
 
 // `distinct`: the experts each round of a layer touches (each dispatched once, in one of its batches).
 PromptCompute prompt_compute(const DeviceProfile& profile, const ModelFootprint& fp, const Team& team, double prompt,
-                             double round, double distinct, const Bandwidth& ram) {
+                             double round, double distinct, const PlanRates& r) {
   const double layers = static_cast<double>(fp.moe_layer_count()), top_k = fp.top_k, n = fp.n_experts;
   const auto compute = prefill_compute_rate(profile, fp.expert_format, team, round * top_k / n);
   PromptCompute out;
@@ -518,7 +528,7 @@ PromptCompute prompt_compute(const DeviceProfile& profile, const ModelFootprint&
   const double layer_rounds = std::ceil(prompt / round) * layers;
   out.dispatch_s = layer_rounds * distinct * compute->seconds_per_expert;
   out.dense_s = prompt * dense_rate->seconds(prefill_dense_rows(fp), dense_macs);
-  out.lm_head_s = last_token_lm_head_seconds(profile, fp, team, ram);
+  out.lm_head_s = last_token_lm_head_seconds(profile, fp, team, r.ram, r.dense_from);
   // Every token's norms, RoPE, KV store and residual adds at every layer,
   // the tokens shared over the team (MoeModel's for_tokens, from kParallelTokens).
   const auto token_ops = token_ops_per_token(profile, fp, team);
@@ -634,7 +644,7 @@ void predict_prefill(const DeviceProfile& profile, const ModelFootprint& fp, con
                         ? Team{plan.prefill_pus.empty() ? plan.prefill_threads : plan.prefill_pus.size(), plan.prefill_pus}
                         : Team{plan.threads, plan.compute_pus};
   const double distinct = r.round_distinct ? *r.round_distinct : distinct_experts(fp, round, history);
-  const PromptCompute compute = r.vram ? PromptCompute{} : prompt_compute(profile, fp, team, prompt, round, distinct, r.ram);
+  const PromptCompute compute = r.vram ? PromptCompute{} : prompt_compute(profile, fp, team, prompt, round, distinct, r);
   const u64 dense = dense_bytes_per_token(fp);
   // A round reads what its tokens' routings miss: a routing whose expert the
   // round already leased is no miss of its own, and the usage history's
@@ -741,6 +751,30 @@ void replay_cache(const ModelFootprint& fp, const Plan& plan, const experts::Usa
   if (const auto misses = replay->prompt_misses_per_layer_token()) s.prefill_hit_rate = std::clamp(1.0 - *misses / fp.top_k, 0.0, 1.0);
 }
 
+// Where a CPU plan's dense weights come from, token after token: the
+// caches where what a decode token reads again the next (the dense weights,
+// the experts the RAM cache holds, the KV cache at the depth) fits half the
+// last-level cache the team reaches, the rest left to activations and the
+// expert slots' churn; else RAM.
+void decide_dense_from(const DeviceProfile& profile, const ModelFootprint& fp, const Plan& plan, int decode_depth,
+                       PlanRates& r) {
+  if (plan.gpu.vram_slots() > 0 || plan.gpu.whole_decoder) return;
+  const int depth = decode_depth >= 0 ? decode_depth : plan.ctx / 2;
+  const u64 experts = fp.moe_layer_count() * static_cast<u64>(std::min(plan.cap, fp.n_experts)) * fp.expert().record_bytes;
+  const u64 working_set = dense_bytes_per_token(fp) + experts + kv_cache_bytes(fp.config, depth, plan.kv_type);
+  const u64 llc = last_level_cache_bytes(profile.cpu.caches, plan.threads);
+  if (llc == 0 || 2 * working_set > llc) return;
+  const Team team{plan.threads, plan.compute_pus};
+  const bool measured = float_gemv_row_cost(profile, team, WeightsFrom::cache).has_value();
+  const bool float_dense = dense_decode_kernels(fp) == std::vector<std::string>{"dense_bf16_decode"};
+  r.dense_from = WeightsFrom::cache;
+  r.dense_from_text = "; the working set " + format_bytes(working_set) + " (dense, the cached experts, KV) fits half the " +
+                      format_bytes(llc) + " last-level cache a team of " + std::to_string(plan.threads) + " reaches: " +
+                      (!float_dense ? "no cached points for this dense format, priced from RAM"
+                       : measured   ? "dense priced warm in the caches"
+                                    : "the profile has no cached points (re-probe), dense priced from RAM");
+}
+
 }  // namespace
 
 SpeedPrediction predict_speed(const DeviceProfile& profile, const ModelFootprint& fp, const Plan& plan,
@@ -786,6 +820,7 @@ SpeedPrediction predict_speed(const DeviceProfile& profile, const ModelFootprint
   rates.miss = plan.streaming() && s.hit_rate < 1.0 ? 1.0 - s.hit_rate : 0.0;
   rates.prefill_miss = plan.streaming() && s.prefill_hit_rate < 1.0 ? 1.0 - s.prefill_hit_rate : 0.0;
   s.disk_read_seconds = plan.streaming() && rates.disk ? rates.disk->bare_one_read_s : 0.0;
+  decide_dense_from(profile, fp, plan, decode_depth, rates);
   predict_decode(profile, fp, plan, rates, decode_depth, s);
   if (plan.gpu.whole_decoder && plan.gpu.device.gpu.chosen() && rates.vram) {
     predict_gpu_prefill(fp, plan, rates, history, s);

@@ -119,6 +119,12 @@ struct KernelTuningOptions {
   std::vector<ThreadCandidate> candidates;  // empty = tuning_candidates(cpu)
 };
 
+// The kernels the tuning phase times on `cpu`: every one, but the
+// cache-resident points (dense_bf16_decode_cached, _narrow_cached) only
+// where the last-level cache holds twice their weights; `note` says when
+// they were left out.
+std::vector<std::string> tuned_kernel_names(const CpuFacts& cpu, std::string* note = nullptr);
+
 Result<KernelTuning> measure_kernel_tuning(const CpuFacts& cpu, const MemoryFacts& memory,
                                            const KernelTuningOptions& options, const ProgressFn& progress);
 

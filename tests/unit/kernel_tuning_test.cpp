@@ -255,6 +255,37 @@ TEST(KernelTuning, PoolIsTwoLastLevelCachesWithinBounds) {
   EXPECT_TRUE(Contains(refused.error().message, "memory headroom")) << refused.error().message;
 }
 
+// The cached points' 4 MiB each are timed warm only where the last-level
+// cache holds twice them: a 4 MiB L3 would time RAM under a cached name.
+TEST(KernelTuning, CacheResidentPointsOnlyWhereTheCacheHoldsThem) {
+  CpuFacts cpu;
+  cpu.cores = 16;
+  cpu.caches = {{2, "unified", 0, 2ull << 20, 64, 1, 16}, {3, "unified", 0, 32ull << 20, 64, 16, 1}};
+  const auto cached = [](const std::vector<std::string>& names) {
+    return std::count_if(names.begin(), names.end(), [](const std::string& n) { return n.ends_with("_cached"); });
+  };
+  std::string note;
+  EXPECT_EQ(cached(tuned_kernel_names(cpu, &note)), 2);
+  EXPECT_EQ(note, "");
+  cpu.caches[1].size_bytes = 4ull << 20;
+  const std::vector<std::string> small = tuned_kernel_names(cpu, &note);
+  EXPECT_EQ(cached(small), 0);
+  EXPECT_EQ(std::count(small.begin(), small.end(), "dense_bf16_decode_narrow"), 1);
+  EXPECT_EQ(note, "cache-resident points not timed: the last-level cache (4.0 MiB) holds less than twice their weights");
+}
+
+// The bytes of the last cache level a team reaches: the instances it spans
+// at fewest (an EPYC's 32 MiB per 8-core CCD), the largest kind's.
+TEST(KernelTuning, LastLevelCacheATeamReaches) {
+  const std::vector<CacheInfo> epyc = {{2, "unified", 0, 1ull << 20, 64, 1, 64}, {3, "unified", 0, 32ull << 20, 64, 8, 8}};
+  EXPECT_EQ(last_level_cache_bytes(epyc, 1), 32ull << 20);
+  EXPECT_EQ(last_level_cache_bytes(epyc, 9), 64ull << 20);
+  EXPECT_EQ(last_level_cache_bytes(epyc, 512), 256ull << 20);
+  const std::vector<CacheInfo> hybrid = {{3, "unified", 0, 24ull << 20, 64, 8, 1}, {3, "unified", 1, 24ull << 20, 64, 16, 1}};
+  EXPECT_EQ(last_level_cache_bytes(hybrid, 24), 24ull << 20);  // one L3 both kinds report
+  EXPECT_EQ(last_level_cache_bytes({}, 4), 0u);
+}
+
 TEST(KernelTuning, ShortRealRunOnThisMachine) {
   ProbeOptions options;
   options.quick = true;

@@ -1127,6 +1127,69 @@ TEST(PlanSpeed, Bf16DenseRowsCostAFittedTimePerRowPlusTheirBytes) {
   EXPECT_EQ(dense_rows_per_token(fp), 48u * (4096 + 512 + 512 + 2048 + 128) + 151936u);
 }
 
+// The float GEMV's points are timed calls, each a region per matrix: the
+// fit takes them out as the experts' does (the parallel-steps term prices a
+// token's regions), else a 64-wide model's lm_head paid its region twice.
+// Made-up calls of 1 ns a row + 5 GB/s, each region 3 us + the broadcast
+// read of its columns (4 us at 2048 floats, 1 us at 64).
+TEST(PlanSpeed, Bf16DenseFitIsNetOfItsCallsRegions) {
+  const ModelFootprint fp = qwen3();
+  const Plan plan = resident_qwen3_plan(8);
+  DeviceProfile profile = measured_profile(10);
+  profile.measurements.parallel_overhead = ParallelOverhead{100, {{8, 3.0, 1.0, 4.0, 1.0}}};
+  profile.measurements.kernel_tuning = KernelTuning{"avx512vnni", 1ull << 30, 1, "", {}};
+  profile.measurements.kernel_tuning->points = {
+      made_up_dense_bf16_point("dense_bf16_decode", 2048, 2048, 4, 1e-9, 5e9, 4 * 7e-6),
+      made_up_dense_bf16_point("dense_bf16_decode_narrow", 32768, 64, 1, 1e-9, 5e9, 4e-6)};
+  const SpeedPrediction s = predict_speed(profile, fp, plan);
+  ASSERT_TRUE(s.available);
+  EXPECT_NE(s.decode_inputs.find("dense_bf16_decode 1.00 ns per row + 5.0 GB/s (fitted from 2048- and 64-wide rows, "
+                                 "measured at 8 threads, less each call's regions"),
+            std::string::npos) << s.decode_inputs;
+  EXPECT_NEAR(term_seconds(s.decode_terms, "dense weights"),
+              static_cast<double>(dense_bytes_per_token(fp)) / 5e9 + static_cast<double>(dense_rows_per_token(fp)) * 1e-9, 1e-9);
+}
+
+// A model whose decode working set (dense, the experts the RAM cache holds,
+// KV) fits half the last-level cache its team reaches reads its dense
+// weights from the caches, token after token: the float GEMV's fit through
+// the points timed warm (the tiny model's 6 MiB lm_head on the H100 box:
+// 114 us measured, 161 by the RAM fit). Made-up: from RAM 1 ns a row + 5
+// GB/s, warm 0.5 ns + 20 GB/s; the Qwen3 shape's 16.8 GiB against a made-up
+// 64 GiB L3, then the H200's own.
+TEST(PlanSpeed, AWorkingSetInTheLastLevelCacheReadsDenseWarm) {
+  const ModelFootprint fp = qwen3();
+  const Plan plan = resident_qwen3_plan(8);
+  DeviceProfile profile = measured_profile(10);
+  const auto h200_caches = profile.cpu.caches;
+  profile.measurements.kernel_tuning = KernelTuning{"avx512vnni", 1ull << 30, 1, "", {}};
+  auto& points = profile.measurements.kernel_tuning->points;
+  points = {made_up_dense_bf16_point("dense_bf16_decode", 2048, 2048, 4, 1e-9, 5e9),
+            made_up_dense_bf16_point("dense_bf16_decode_narrow", 32768, 64, 1, 1e-9, 5e9)};
+  points.push_back(point_on_8_threads("expert_q4_prefill", 1024, 32, 768, {}, {3, 100, 100, 100, 0}));
+  profile.cpu.caches = {{3, "unified", 0, 64ull << 30, 64, 8, 1}};
+  const SpeedPrediction unmeasured = predict_speed(profile, fp, plan);
+  points.push_back(made_up_dense_bf16_point("dense_bf16_decode_cached", 1024, 2048, 1, 0.5e-9, 20e9));
+  points.push_back(made_up_dense_bf16_point("dense_bf16_decode_narrow_cached", 32768, 64, 1, 0.5e-9, 20e9));
+  const SpeedPrediction warm = predict_speed(profile, fp, plan);
+  profile.cpu.caches = h200_caches;
+  const SpeedPrediction cold = predict_speed(profile, fp, plan);
+  ASSERT_TRUE(unmeasured.available && warm.available && cold.available);
+  const auto bytes = static_cast<double>(dense_bytes_per_token(fp)), rows = static_cast<double>(dense_rows_per_token(fp));
+  EXPECT_NEAR(term_seconds(warm.decode_terms, "dense weights"), bytes / 20e9 + rows * 0.5e-9, 1e-9);
+  EXPECT_NE(warm.decode_inputs.find("fits half the 64.00 GiB last-level cache a team of 8 reaches: dense priced warm in the caches"),
+            std::string::npos) << warm.decode_inputs;
+  EXPECT_NEAR(term_seconds(cold.decode_terms, "dense weights"), bytes / 5e9 + rows * 1e-9, 1e-9);
+  EXPECT_EQ(cold.decode_inputs.find("last-level cache"), std::string::npos) << cold.decode_inputs;
+  EXPECT_NEAR(term_seconds(unmeasured.decode_terms, "dense weights"), bytes / 5e9 + rows * 1e-9, 1e-9);
+  EXPECT_NE(unmeasured.decode_inputs.find("the profile has no cached points (re-probe), dense priced from RAM"),
+            std::string::npos) << unmeasured.decode_inputs;
+  // The prompt's last token projects to the vocabulary from the same caches.
+  const double lm_head_rows = 151936, lm_head_bytes = lm_head_rows * 2048 * 2;
+  EXPECT_NEAR(term_seconds(warm.prefill_terms, "compute: lm_head of the last token") * 512,
+              lm_head_bytes / 20e9 + lm_head_rows * 0.5e-9, 1e-9);
+}
+
 // q4 dense runs four separate int4 GEMVs a layer (dense_q4_decode), not the
 // experts' batched kernel; a profile from before that point prices it by
 // expert_q4_decode.

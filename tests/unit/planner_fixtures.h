@@ -63,6 +63,20 @@ inline KernelThroughputPoint made_up_expert_decode_point(const char* kernel, int
   return point_on_8_threads(kernel, width, 1, 24, {3, gbs, gbs, gbs, 0}, {3, 1 / call_s, 1 / call_s, 1 / call_s, 0});
 }
 
+// A made-up float GEMV decode point (dense_bf16_decode and its narrow and
+// cached kin): `matrices` of rows x cols bf16 on 8 threads, each row taking
+// `row_s` plus its bytes at `bytes_per_s`, and the call `forks_s` more for
+// its regions.
+inline KernelThroughputPoint made_up_dense_bf16_point(const char* kernel, int rows, int cols, int matrices, double row_s,
+                                                      double bytes_per_s, double forks_s = 0) {
+  const double all_rows = static_cast<double>(rows) * matrices, bytes = all_rows * 2.0 * cols;
+  const double call_s = bytes / bytes_per_s + all_rows * row_s + forks_s, gbs = bytes / call_s / 1e9;
+  KernelThroughputPoint point = point_on_8_threads(kernel, rows, 1, matrices, {3, gbs, gbs, gbs, 0},
+                                                   {3, 1 / call_s, 1 / call_s, 1 / call_s, 0});
+  point.cols = cols;
+  return point;
+}
+
 // A tuning phase of that one point.
 inline KernelTuning tuned_on_8_threads(const char* kernel, int rows, int batch, int matrices, SampleStats gb_per_s,
                                        SampleStats tokens_per_s) {

@@ -5,6 +5,7 @@
 // source, so a planner decision can be traced back to a file or a measurement.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -63,6 +64,22 @@ struct CacheInfo {
   int instances = 0;             // how many instances serve this kind
   bool operator==(const CacheInfo&) const = default;
 };
+
+// The last cache level's bytes a team of `threads` threads on distinct
+// cores reaches: per kind, its instances the team spans at fewest
+// (ceil(threads / cores sharing one)); the largest over kinds (a hybrid
+// CPU's kinds report one shared L3 each). 0 without cache facts.
+inline std::uint64_t last_level_cache_bytes(const std::vector<CacheInfo>& caches, int threads) {
+  int last_level = 0;
+  for (const CacheInfo& c : caches) last_level = std::max(last_level, c.level);
+  std::uint64_t best = 0;
+  for (const CacheInfo& c : caches) {
+    if (c.level != last_level) continue;
+    const int sharing = std::max(1, c.cores_sharing), reached = (std::max(1, threads) + sharing - 1) / sharing;
+    best = std::max(best, c.size_bytes * static_cast<std::uint64_t>(std::clamp(reached, 1, std::max(1, c.instances))));
+  }
+  return best;
+}
 
 struct NumaNode {
   int os_index = 0;
