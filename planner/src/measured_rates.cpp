@@ -3,6 +3,7 @@
 #include "measured_rates.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 
@@ -579,8 +580,51 @@ std::optional<RowCost> float_gemv_row_cost(const DeviceProfile& profile, const T
                      (steps.empty() ? "" : ", less each call's regions, priced as parallel steps") + ")"};
 }
 
-// Both points at one team (the nearest to the plan's), each net of its call's
-// fork/joins; the line through their seconds per row against bytes per row.
+namespace {
+
+// An expert decode point's call per expert, net of its fork/joins: seconds, rows, bytes.
+struct PerExpert {
+  double seconds = 0, rows = 0, bytes = 0;
+};
+PerExpert per_expert(const NetCall& call, const KernelThroughputPoint& p) {
+  // An expert point's rows are its width, its columns the hidden size:
+  // each of its matrices / 3 experts walks 2 x width + hidden rows.
+  const double experts = p.matrices / 3.0;
+  return {call.streaming_s / experts, 2.0 * p.rows + p.cols, call.bytes / experts};
+}
+
+// The cost per expert E, per row c and per byte 1 / R through three
+// points, t = E + rows c + bytes / R (Cramer's rule), or nullopt where they
+// do not describe costs (E or c below 0, R not positive, or collinear).
+struct ExpertCost {
+  double per_expert = 0, per_row = 0, per_byte = 0;
+};
+std::optional<ExpertCost> plane_through(const std::array<PerExpert, 3>& p) {
+  const auto det = [](const std::array<std::array<double, 3>, 3>& m) {
+    return m[0][0] * (m[1][1] * m[2][2] - m[1][2] * m[2][1]) - m[0][1] * (m[1][0] * m[2][2] - m[1][2] * m[2][0]) +
+           m[0][2] * (m[1][0] * m[2][1] - m[1][1] * m[2][0]);
+  };
+  std::array<std::array<double, 3>, 3> a{};
+  for (std::size_t i = 0; i < 3; ++i) a[i] = {1.0, p[i].rows, p[i].bytes};
+  const double d = det(a);
+  if (std::abs(d) < 1e-12 * std::abs(p[0].rows * p[1].bytes)) return std::nullopt;
+  std::array<double, 3> x{};
+  for (std::size_t column = 0; column < 3; ++column) {
+    auto m = a;
+    for (std::size_t i = 0; i < 3; ++i) m[i][column] = p[i].seconds;
+    x[column] = det(m) / d;
+  }
+  if (x[0] < 0 || x[1] < 0 || !(x[2] > 0)) return std::nullopt;
+  return ExpertCost{x[0], x[1], x[2]};
+}
+
+}  // namespace
+
+// Both decode points at one team (the nearest to the plan's), each net of its
+// call's fork/joins; the line through their seconds per row against bytes
+// per row, or, with the int4 single-token batch of 64-wide experts beside
+// them (expert_q4_prefill_single: the decode path, one token on 8
+// experts), the plane through all three with a cost per expert.
 std::optional<RowCost> expert_gemv_row_cost(const DeviceProfile& profile, WeightFormat experts, const Team& team) {
   const std::vector<std::string> kernels = expert_decode_kernels(experts);
   if (!profile.measurements.kernel_tuning || kernels.empty()) return std::nullopt;
@@ -595,24 +639,31 @@ std::optional<RowCost> expert_gemv_row_cost(const DeviceProfile& profile, Weight
   const KernelThroughputPoint* narrow = point(narrow_kernel);
   if (!wide || !narrow || wide->threads != narrow->threads || wide->rows == narrow->rows) return std::nullopt;
   const NetCall wide_call = net_call(profile, team, wide_kernel, *wide);
-  const NetCall narrow_call = net_call(profile, team, narrow_kernel, *narrow);
-  // An expert point's rows are its width, its columns the hidden size:
-  // each of its matrices / 3 experts walks 2 x width + hidden rows.
-  auto per_row = [](const NetCall& call, const KernelThroughputPoint& p) {
-    const double rows = p.matrices / 3.0 * (2.0 * p.rows + p.cols);
-    return std::pair{call.streaming_s / rows, call.bytes / rows};
-  };
-  const auto [t_wide, b_wide] = per_row(wide_call, *wide);
-  const auto [t_narrow, b_narrow] = per_row(narrow_call, *narrow);
-  const auto fit = line_through(b_wide, t_wide, b_narrow, t_narrow);  // seconds per row against bytes per row
+  const PerExpert w = per_expert(wide_call, *wide), n = per_expert(net_call(profile, team, narrow_kernel, *narrow), *narrow);
+  const std::string measured = ", measured at " + std::to_string(wide->threads) + " threads" +
+                               (wide_call.steps.empty() ? "" : ", less each call's " + wide_call.steps + ", priced as parallel steps") + ")";
+  const KernelThroughputPoint* single = experts == WeightFormat::q4_g64 ? point("expert_q4_prefill_single") : nullptr;
+  if (single && single->threads == wide->threads) {
+    const PerExpert one = per_expert(net_call(profile, team, "expert_q4_prefill_single", *single), *single);
+    if (const auto cost = plane_through({w, n, one})) {
+      const double gbs = 1e-9 / cost->per_byte;
+      return RowCost{cost->per_row, gbs,
+                     wide_kernel + " " + format_fixed(cost->per_expert * 1e6, 2) + " us per expert + " +
+                         format_fixed(cost->per_row * 1e9, 2) + " ns per row + " + format_fixed(gbs, 1) + " GB/s (fitted from " +
+                         std::to_string(wide->rows) + "- and " + std::to_string(narrow->rows) + "-wide experts of " +
+                         std::to_string(wide->cols) + " and expert_q4_prefill_single's one token on " +
+                         std::to_string(single->rows) + "-wide experts of " + std::to_string(single->cols) + measured,
+                     cost->per_expert};
+    }
+  }
+  // Seconds per row against bytes per row.
+  const auto fit = line_through(w.bytes / w.rows, w.seconds / w.rows, n.bytes / n.rows, n.seconds / n.rows);
   if (!fit) return std::nullopt;
   const double row = fit->fixed, gbs = 1e-9 / fit->per_unit;
-  const std::string& steps = wide_call.steps;
   return RowCost{row, gbs,
                  wide_kernel + " " + format_fixed(row * 1e9, 2) + " ns per row + " + format_fixed(gbs, 1) +
                      " GB/s (fitted from " + std::to_string(wide->rows) + "- and " + std::to_string(narrow->rows) +
-                     "-wide experts of " + std::to_string(wide->cols) + ", measured at " + std::to_string(wide->threads) +
-                     " threads" + (steps.empty() ? "" : ", less each call's " + steps + ", priced as parallel steps") + ")"};
+                     "-wide experts of " + std::to_string(wide->cols) + measured};
 }
 
 DecodeGemv expert_gemv(const DeviceProfile& profile, WeightFormat experts, const Team& team) {
@@ -715,16 +766,26 @@ std::optional<ExpertDispatchCost> expert_dispatch_cost(const DeviceProfile& prof
   // Routed rows (matrices / 3) and experts (every token of these calls is routed to all of them).
   auto rows = [](const KernelThroughputPoint& p) { return p.matrices / 3.0; };
   auto experts = [&](const KernelThroughputPoint& p) { return rows(p) / p.batch; };
-  auto call_s = [](const KernelThroughputPoint& p) { return p.batch / p.tokens_per_s.median; };
+  // Each call less its batch's fork/joins, which the prefill's expert-batch
+  // steps price: the narrow call's chunk of gather, gate/up, SwiGLU, down and
+  // scatter (1 region, 4 barriers and the weighted sums' one), the single
+  // token's decode path (1 region, 3 barriers).
+  auto call_s = [&](const KernelThroughputPoint& p, ParallelSteps steps) {
+    const double gross = p.batch / p.tokens_per_s.median;
+    const auto step = team.size() > 1 ? parallel_step_cost(profile, team, steps, static_cast<double>(p.cols)) : std::nullopt;
+    const double forks = step ? steps.regions * step->seconds + steps.barriers * step->barrier_seconds : 0.0;
+    return std::max(gross - forks, gross / 2);  // a noisy overhead never makes the call free
+  };
   if (experts(*narrow) != experts(*single) || rows(*narrow) <= rows(*single)) return std::nullopt;
-  const double per_row = (call_s(*narrow) - call_s(*single)) / (rows(*narrow) - rows(*single));
-  const double per_expert = (call_s(*single) - rows(*single) * per_row) / experts(*single);
+  const double narrow_s = call_s(*narrow, {1, 5}), single_s = call_s(*single, kDecodeExpertBatch);
+  const double per_row = (narrow_s - single_s) / (rows(*narrow) - rows(*single));
+  const double per_expert = (single_s - rows(*single) * per_row) / experts(*single);
   if (!(per_row > 0) || !(per_expert > 0)) return std::nullopt;
   return ExpertDispatchCost{per_expert, static_cast<double>(narrow->batch),
                             format_fixed(per_expert * 1e6, 2) + " us per distinct expert of a batch (expert_q4_prefill_single, " +
                                 format_fixed(experts(*single), 0) + " experts of one token, against _narrow's " +
                                 std::to_string(narrow->batch) + " tokens each; measured at " +
-                                std::to_string(single->threads) + " threads)"};
+                                std::to_string(single->threads) + " threads, each call less its fork/joins)"};
 }
 
 // The engine's expert GEMM as the probe's tuning phase timed it, at the

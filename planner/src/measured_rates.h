@@ -173,6 +173,7 @@ struct RowCost {
   double seconds_per_row = 0;
   double gb_per_s = 0;
   std::string text;
+  double seconds_per_call = 0;  // beside rows and bytes (an expert's dispatch in its batch)
 };
 // `from` cache: the same fit through the points timed on weights warm in
 // the caches (dense_bf16_decode_cached, _narrow_cached), for a model whose
@@ -185,8 +186,12 @@ std::optional<RowCost> float_gemv_row_cost(const DeviceProfile& profile, const T
 // one (expert_q4_decode_narrow, 256 wide), both of hidden 2048 (int8:
 // expert_q8_decode and _narrow). On the 2-core VM, 6 ns a row at 2 threads:
 // Qwen3's 768-wide experts ran 4-5% slower per byte than OLMoE's (8-13% at 1
-// thread), 256-wide ones 22-25% (34-35%). nullopt without both points at one
-// team (profiles before them) or when they do not fit.
+// thread), 256-wide ones 22-25% (34-35%). With the single-token batch of
+// 64-wide experts (expert_q4_prefill_single, the decode path) a cost per
+// expert beside them, through all three: on the H100 box the demo model's
+// two 64-wide experts a layer took 21 us a layer at 16 threads where rows
+// and bytes gave 11 (int8 experts: the two points). nullopt without both
+// points at one team (profiles before them) or when they do not fit.
 std::optional<RowCost> expert_gemv_row_cost(const DeviceProfile& profile, WeightFormat experts, const Team& team);
 
 // A decode GEMV as the tuning phase timed it at the team: a fitted cost per
@@ -196,7 +201,7 @@ struct DecodeGemv {
   std::optional<Bandwidth> kernel;
   std::optional<RowCost> rows;
   double seconds(double bytes, double row_count, const Bandwidth& ram) const {
-    if (rows) return bytes / (rows->gb_per_s * 1e9) + row_count * rows->seconds_per_row;
+    if (rows) return rows->seconds_per_call + bytes / (rows->gb_per_s * 1e9) + row_count * rows->seconds_per_row;
     return bytes / ((kernel ? kernel->gb_per_s : ram.gb_per_s) * 1e9);
   }
   // For a prediction's inputs: "; <by_rows> at <the fit>" ("experts 3584

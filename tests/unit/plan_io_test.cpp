@@ -982,6 +982,36 @@ TEST(PlanSpeed, EachDistinctExpertOfARoundPaysItsDispatch) {
               48 * 8 * (1e-6 + 5e-6 / 64 + 3.0 * 2048 * 768 / 100e9), 1e-12);
 }
 
+// The points' calls each entered their batch's fork/joins, which the
+// prefill's expert-batch steps price: the narrow call 1 region and 5
+// barriers (gather, gate/up, SwiGLU, down, scatter, sums), the single
+// token's 1 and 3. Taken out before the fit, the dispatch is the made-up
+// 5 us again, not 5 us + (4 + 3 x 1) / 8.
+TEST(PlanSpeed, DispatchCostIsNetOfEachCallsForkJoins) {
+  const ModelFootprint fp = qwen3();
+  Plan plan = resident_qwen3_plan(8);
+  plan.prefill_round_tokens = 512;
+  DeviceProfile profile = measured_profile(10);
+  profile.measurements.parallel_overhead = ParallelOverhead{100, {{8, 3.0, 1.0, 4.0, 1.0}}};  // 64 floats: 3 + 1 us a region
+  profile.measurements.kernel_tuning = tuned_on_8_threads("expert_q4_prefill_wide", 1024, 64, 3 * 512, {}, {});
+  KernelThroughputPoint narrow = profile.measurements.kernel_tuning->points[0];
+  narrow.kernel = "expert_q4_prefill_narrow", narrow.rows = 64, narrow.cols = 64;
+  KernelThroughputPoint single = narrow;
+  single.kernel = "expert_q4_prefill_single", single.batch = 1, single.matrices = 3 * 8;
+  profile.measurements.kernel_tuning->points.push_back(narrow);
+  profile.measurements.kernel_tuning->points.push_back(single);
+  for (KernelThroughputPoint& p : profile.measurements.kernel_tuning->points) {
+    const double rows = p.matrices / 3.0, forks = p.batch == 1 ? 4e-6 + 3e-6 : 4e-6 + 5e-6;
+    const double call_s = 8 * 5e-6 + rows * (1e-6 + 3.0 * p.rows * p.cols / 100e9) + (p.cols == 64 ? forks : 0.0);
+    p.tokens_per_s = {3, p.batch / call_s, p.batch / call_s, p.batch / call_s, 0};
+  }
+  const SpeedPrediction s = predict_speed(profile, fp, plan);
+  ASSERT_TRUE(s.available);
+  EXPECT_NE(s.prefill_inputs.find("5.00 us per distinct expert of a batch (expert_q4_prefill_single, 8 experts of one token, "
+                                  "against _narrow's 64 tokens each; measured at 8 threads, each call less its fork/joins)"),
+            std::string::npos) << s.prefill_inputs;
+}
+
 // The same for a prompt's float projections: 64-wide rows
 // (dense_bf16_prefill_narrow) beside 2048-wide ones give a cost per
 // (token, output row) plus a rate per multiply-add. Made-up points from

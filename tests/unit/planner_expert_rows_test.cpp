@@ -106,6 +106,41 @@ TEST(PlanSpeed, ANarrowExpertPointThatDoesNotFitLeavesTheBytesRate) {
   EXPECT_DOUBLE_EQ(q.experts_in_ram_s(), per_byte);
 }
 
+// The single-token batch of 64-wide experts (expert_q4_prefill_single: one
+// token on 8 experts, the decode path) beside both decode points: a cost
+// per expert beside rows and bytes, through all three (the demo model's
+// 64-wide experts took 21 us a layer on the H100 box at 16 threads where
+// rows and bytes gave 11). Made-up calls of 8 experts at 3 us each + 2 ns a
+// row + 20 GB/s: Qwen3's experts pay the 3 us each.
+TEST(PlanSpeed, ExpertDecodeCostsPerExpertWithTheSingleTokenBatch) {
+  ResidentQwen3 q;
+  constexpr double kPerExpert = 3e-6;
+  auto with_dispatch = [](const char* kernel, int width, int hidden) {
+    const double rows = 2.0 * width + hidden, bytes = 3.0 * width * hidden * 0.53;
+    const double call_s = 8 * (kPerExpert + bytes / kBytesPerSecond + rows * kRowSeconds), gbs = 8 * bytes / call_s / 1e9;
+    KernelThroughputPoint p = point_on_8_threads(kernel, width, 1, 24, {3, gbs, gbs, gbs, 0}, {3, 1 / call_s, 1 / call_s, 1 / call_s, 0});
+    p.cols = hidden;
+    return p;
+  };
+  auto& points = q.profile.measurements.kernel_tuning->points;
+  points = {with_dispatch("expert_q4_decode", 1024, 2048), with_dispatch("expert_q4_decode_narrow", 256, 2048)};
+  const double two_points = q.experts_in_ram_s();
+  points.push_back(with_dispatch("expert_q4_prefill_single", 64, 64));
+  const double record = static_cast<double>(q.fp.expert().record_bytes), rows = static_cast<double>(q.fp.expert_matrix_rows());
+  EXPECT_NEAR(q.experts_in_ram_s(), q.per_token_experts() * (kPerExpert + record / kBytesPerSecond + rows * kRowSeconds),
+              q.experts_in_ram_s() * 1e-3);
+  EXPECT_NE(q.decode_inputs().find("experts 3584 rows each at expert_q4_decode 3.00 us per expert + 2.00 ns per row + 20.0 GB/s "
+                                   "(fitted from 1024- and 256-wide experts of 2048 and expert_q4_prefill_single's one token "
+                                   "on 64-wide experts of 64, measured at 8 threads)"),
+            std::string::npos)
+      << q.decode_inputs();
+  // The two points alone put the dispatch into their rows: within 1% at Qwen3's shape.
+  EXPECT_NEAR(two_points, q.experts_in_ram_s(), q.experts_in_ram_s() * 0.01);
+  // A single point that leaves no cost per expert (faster than its rows and bytes) keeps the line.
+  points.back().tokens_per_s.median *= 10, points.back().gb_per_s.median *= 10;
+  EXPECT_DOUBLE_EQ(q.experts_in_ram_s(), two_points);
+}
+
 // The int8 experts fit their own pair (expert_q8_decode and _narrow), never the int4 one.
 TEST(PlanSpeed, Int8ExpertsFitTheirOwnNarrowPoint) {
   ResidentQwen3 q;
