@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <functional>
 #include <regex>
 #include <string>
 
@@ -938,6 +939,28 @@ TEST(PlanSpeed, PrefillExpertRowsCostAFittedTimeBesideTheirMultiplyAdds) {
   EXPECT_NEAR(wide_only.prefill_terms[0].seconds, 48 * 8 * 3.0 * 2048 * 768 / wide_rate, 1e-12);
 }
 
+// The expert prefill points of made-up calls: 8 experts of 5 us each + 1 us
+// per routed row + 100 GMAC/s, plus `forks(point)` seconds for the
+// fork/joins a call entered: 2048-wide experts at 64 tokens each
+// (expert_q4_prefill_wide), 64-wide ones likewise (_narrow) and with one
+// token (_single), on 8 threads.
+DeviceProfile dispatch_profile(const std::function<double(const KernelThroughputPoint&)>& forks) {
+  DeviceProfile profile = measured_profile(10);
+  profile.measurements.kernel_tuning = tuned_on_8_threads("expert_q4_prefill_wide", 1024, 64, 3 * 512, {}, {});
+  KernelThroughputPoint narrow = profile.measurements.kernel_tuning->points[0];
+  narrow.kernel = "expert_q4_prefill_narrow", narrow.rows = 64, narrow.cols = 64;
+  KernelThroughputPoint single = narrow;
+  single.kernel = "expert_q4_prefill_single", single.batch = 1, single.matrices = 3 * 8;
+  profile.measurements.kernel_tuning->points.push_back(narrow);
+  profile.measurements.kernel_tuning->points.push_back(single);
+  for (KernelThroughputPoint& p : profile.measurements.kernel_tuning->points) {
+    const double rows = p.matrices / 3.0, call_s = 8 * 5e-6 + rows * (1e-6 + 3.0 * p.rows * p.cols / 100e9) + forks(p);
+    p.tokens_per_s = {3, p.batch / call_s, p.batch / call_s, p.batch / call_s, 0};
+  }
+  return profile;
+}
+const auto no_forks = [](const KernelThroughputPoint&) { return 0.0; };
+
 // Issue 15: each distinct expert of an expert batch costs a fixed time
 // beside its routed rows (its slot, its tiles, its share of the gather and
 // scatter), which a small cap's rounds of a few tokens pay hundreds of times
@@ -949,18 +972,7 @@ TEST(PlanSpeed, EachDistinctExpertOfARoundPaysItsDispatch) {
   const ModelFootprint fp = qwen3();
   Plan plan = resident_qwen3_plan(8);
   plan.prefill_round_tokens = 512;  // every expert resident: the whole prompt is one round
-  DeviceProfile profile = measured_profile(10);
-  profile.measurements.kernel_tuning = tuned_on_8_threads("expert_q4_prefill_wide", 1024, 64, 3 * 512, {}, {});
-  KernelThroughputPoint narrow = profile.measurements.kernel_tuning->points[0];
-  narrow.kernel = "expert_q4_prefill_narrow", narrow.rows = 64, narrow.cols = 64;
-  KernelThroughputPoint single = narrow;
-  single.kernel = "expert_q4_prefill_single", single.batch = 1, single.matrices = 3 * 8;
-  profile.measurements.kernel_tuning->points.push_back(narrow);
-  profile.measurements.kernel_tuning->points.push_back(single);
-  for (KernelThroughputPoint& p : profile.measurements.kernel_tuning->points) {
-    const double rows = p.matrices / 3.0, call_s = 8 * 5e-6 + rows * (1e-6 + 3.0 * p.rows * p.cols / 100e9);
-    p.tokens_per_s = {3, p.batch / call_s, p.batch / call_s, p.batch / call_s, 0};
-  }
+  DeviceProfile profile = dispatch_profile(no_forks);
   const SpeedPrediction s = predict_speed(profile, fp, plan);
   ASSERT_TRUE(s.available);
   // The rows keep their own 1 us; one round of the whole prompt dispatches each touched expert once a layer.
@@ -991,20 +1003,11 @@ TEST(PlanSpeed, DispatchCostIsNetOfEachCallsForkJoins) {
   const ModelFootprint fp = qwen3();
   Plan plan = resident_qwen3_plan(8);
   plan.prefill_round_tokens = 512;
-  DeviceProfile profile = measured_profile(10);
-  profile.measurements.parallel_overhead = ParallelOverhead{100, {{8, 3.0, 1.0, 4.0, 1.0}}};  // 64 floats: 3 + 1 us a region
-  profile.measurements.kernel_tuning = tuned_on_8_threads("expert_q4_prefill_wide", 1024, 64, 3 * 512, {}, {});
-  KernelThroughputPoint narrow = profile.measurements.kernel_tuning->points[0];
-  narrow.kernel = "expert_q4_prefill_narrow", narrow.rows = 64, narrow.cols = 64;
-  KernelThroughputPoint single = narrow;
-  single.kernel = "expert_q4_prefill_single", single.batch = 1, single.matrices = 3 * 8;
-  profile.measurements.kernel_tuning->points.push_back(narrow);
-  profile.measurements.kernel_tuning->points.push_back(single);
-  for (KernelThroughputPoint& p : profile.measurements.kernel_tuning->points) {
-    const double rows = p.matrices / 3.0, forks = p.batch == 1 ? 4e-6 + 3e-6 : 4e-6 + 5e-6;
-    const double call_s = 8 * 5e-6 + rows * (1e-6 + 3.0 * p.rows * p.cols / 100e9) + (p.cols == 64 ? forks : 0.0);
-    p.tokens_per_s = {3, p.batch / call_s, p.batch / call_s, p.batch / call_s, 0};
-  }
+  // The 64-wide calls' fork/joins: a region of 3 + 1 us (64 floats' broadcast) and barriers of 1 us.
+  DeviceProfile profile = dispatch_profile([](const KernelThroughputPoint& p) {
+    return p.cols != 64 ? 0.0 : p.batch == 1 ? 4e-6 + 3e-6 : 4e-6 + 5e-6;
+  });
+  profile.measurements.parallel_overhead = ParallelOverhead{100, {{8, 3.0, 1.0, 4.0, 1.0}}};
   const SpeedPrediction s = predict_speed(profile, fp, plan);
   ASSERT_TRUE(s.available);
   EXPECT_NE(s.prefill_inputs.find("5.00 us per distinct expert of a batch (expert_q4_prefill_single, 8 experts of one token, "
