@@ -199,7 +199,7 @@ struct PlanRates {
   // binomial spread of the miss rate.
   std::vector<double> decode_batches, prompt_batches;
   // Where the dense weights come from token after token: RAM, or the caches
-  // where the decode working set fits (decode_weights_from); `from_text` says why.
+  // where the decode working set fits (decide_dense_from); the text says why.
   WeightsFrom dense_from = WeightsFrom::ram;
   std::string dense_from_text;
   // Seconds for `reads` expert records requested together and waited for (0 when nothing misses).
@@ -320,7 +320,8 @@ void predict_decode(const DeviceProfile& profile, const ModelFootprint& fp, cons
   // OpenMP's fixed costs, for a plan the CPU engine runs alone.
   const ParallelSteps steps = cpu_decode_parallel_steps(fp);
   const Team team{plan.threads, plan.compute_pus};
-  const std::optional<StepCost> step = r.vram ? std::nullopt : parallel_step_cost(profile, team, steps, static_cast<double>(fp.config.hidden_size));
+  const std::optional<StepCost> step =
+      r.vram ? std::nullopt : parallel_step_cost(profile, team, steps, static_cast<double>(fp.config.hidden_size));
   // Weights stream at the engine's kernel's own rate where the tuning phase
   // timed it (on weights from RAM: a pool of twice the last-level cache), else
   // at the RAM read bandwidth.
@@ -672,7 +673,8 @@ void predict_prefill(const DeviceProfile& profile, const ModelFootprint& fp, con
                                         : prefill_expert_steps(profile, fp, team, rounds * layers, round, distinct, distinct_miss);
   const ParallelSteps pass_steps = cpu_prefill_parallel_steps(fp, static_cast<int>(prompt));
   const std::optional<StepCost> pass_step =
-      r.vram || team.size() <= 1 ? std::nullopt : parallel_step_cost(profile, team, pass_steps, static_cast<double>(fp.config.hidden_size));
+      r.vram || team.size() <= 1 ? std::nullopt
+                                 : parallel_step_cost(profile, team, pass_steps, static_cast<double>(fp.config.hidden_size));
   const double pass_steps_s = pass_step ? pass_steps.regions * pass_step->seconds : 0.0;
   // Every prompt token is routed at every MoE layer on the calling thread.
   const auto routing = r.vram ? std::nullopt : routing_cost(profile, team, fp.n_experts, fp.top_k);
