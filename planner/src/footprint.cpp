@@ -147,6 +147,7 @@ ModelFootprint describe_footprint(const model::ModelConfig& config, WeightFormat
     found->q4_g64_bytes += q4;
     found->held_bytes += held;
     if (t.shape.size() == 2) found->matrix_rows += t.shape[0];
+    if (t.shape.size() == 2 && held == source) found->float_matrix_bytes += held, found->float_matrix_rows += t.shape[0];
     fp.dense_held_bytes += held;
     fp.dense_tensor_count += 1;
     dense_block += round_up(held, kDenseTensorAlignment);

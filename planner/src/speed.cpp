@@ -78,14 +78,44 @@ DecodeGemv dense_gemv(const DeviceProfile& profile, const ModelFootprint& fp, co
   return gemv;
 }
 
+// A token's dense GEMVs over `components`: with quantised dense, the
+// matrices the engine keeps in the checkpoint's bf16 (the router) by the
+// float GEMV's fit where the profile has it, the rest by the quantised
+// kernel; with source dense, all by the float GEMV (dense_gemv). `text`
+// says what went the float way.
+struct DenseSeconds {
+  double seconds = 0;
+  std::string text;
+};
+template <class Components>
+DenseSeconds dense_gemv_seconds(const DeviceProfile& profile, const ModelFootprint& fp, const Team& team, WeightsFrom from,
+                                const Bandwidth& ram, const Components& components) {
+  double bytes = 0, rows = 0, float_bytes = 0, float_rows = 0;
+  for (const DenseComponent& c : components) {
+    const bool lookup = c.role == "embedding" && !fp.config.tie_word_embeddings;  // one row, no GEMV
+    const u64 row = fp.config.hidden_size * fp.source_dtype_bytes;
+    bytes += static_cast<double>(lookup ? std::min<u64>(c.held_bytes, row) : c.held_bytes);
+    if (lookup) continue;
+    rows += static_cast<double>(c.matrix_rows);
+    float_bytes += static_cast<double>(c.float_matrix_bytes), float_rows += static_cast<double>(c.float_matrix_rows);
+  }
+  const DecodeGemv gemv = dense_gemv(profile, fp, team, from);
+  const bool mixed = quantized_format(fp.dense_format) && float_bytes > 0 && fp.source_dtype.rfind("bfloat16", 0) == 0;
+  const DecodeGemv floats{decode_kernel_rate(profile, {"dense_bf16_decode"}, team),
+                          mixed ? float_gemv_row_cost(profile, team, from) : std::nullopt};
+  if (!mixed || !floats.rows) return {gemv.seconds(bytes, rows, ram), ""};
+  return {gemv.seconds(bytes - float_bytes, rows - float_rows, ram) + floats.seconds(float_bytes, float_rows, ram),
+          "; of them " + format_bytes(static_cast<u64>(float_bytes)) + " in " + std::to_string(static_cast<u64>(float_rows)) +
+              " rows kept in bf16 (not quantised: the router) at " + floats.rows->text};
+}
+
 // A prompt's last token projected to the vocabulary, as a decode token's
 // lm_head (the whole matrix streamed once for one row of x).
 double last_token_lm_head_seconds(const DeviceProfile& profile, const ModelFootprint& fp, const Team& team,
                                   const Bandwidth& ram, WeightsFrom from) {
   const DenseComponent* projection = vocabulary_projection(fp);
   if (!projection) return 0.0;
-  return dense_gemv(profile, fp, team, from)
-      .seconds(static_cast<double>(projection->held_bytes), static_cast<double>(projection->matrix_rows), ram);
+  return dense_gemv_seconds(profile, fp, team, from, ram, std::span<const DenseComponent>(projection, 1)).seconds;
 }
 
 }  // namespace
@@ -337,7 +367,8 @@ void predict_decode(const DeviceProfile& profile, const ModelFootprint& fp, cons
   // A single token's norms, RoPE, KV store and residual adds run on the calling thread at every layer.
   const auto token_ops = r.vram ? std::nullopt : token_ops_per_token(profile, fp, team);
   const DecodeGemv gemv = dense_gemv(profile, fp, team, r.dense_from);
-  const double dense_s = gemv.seconds(static_cast<double>(dense), static_cast<double>(dense_rows_per_token(fp)), r.ram);
+  const DenseSeconds dense_gemvs = dense_gemv_seconds(profile, fp, team, r.dense_from, r.ram, fp.dense);
+  const double dense_s = dense_gemvs.seconds;
   // A layer computes its resident experts while the I/O threads read its
   // misses (ExpertStore, MoeModel::moe_round), then the misses: the reads
   // (top_k x miss rate per layer, requested together) cost only what
@@ -388,7 +419,7 @@ void predict_decode(const DeviceProfile& profile, const ModelFootprint& fp, cons
                             : "") +
                     expert_kernel.inputs("experts stream", "experts " + std::to_string(fp.expert_matrix_rows()) + " rows each") +
                     gemv.inputs("dense streams", "dense " + std::to_string(dense_rows_per_token(fp)) + " rows") +
-                    r.dense_from_text +
+                    dense_gemvs.text + r.dense_from_text +
                     (sampling ? " + vocabulary " + std::to_string(fp.config.vocab_size) + " x " + sampling->text : "") +
                     (routing ? " + routing " + format_fixed(layers, 0) + " layers x " + routing->text : "") +
                     (token_ops ? " + " + token_ops->text : "") +

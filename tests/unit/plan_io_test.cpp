@@ -1,6 +1,7 @@
 // The plan file round-trips exactly and refuses broken or unsafe files with
 // the file, line and field named; the speed prediction picks the measured
 // points it says it picks and refuses to guess without measurements.
+#include <algorithm>
 #include <cmath>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -1221,6 +1222,36 @@ TEST(PlanSpeed, AWorkingSetInTheLastLevelCacheReadsDenseWarm) {
   const double lm_head_rows = 151936, lm_head_bytes = lm_head_rows * 2048 * 2;
   EXPECT_NEAR(term_seconds(warm.prefill_terms, "compute: lm_head of the last token") * 512,
               lm_head_bytes / 20e9 + lm_head_rows * 0.5e-9, 1e-9);
+}
+
+// With quantised dense the engine keeps the router in the checkpoint's bf16
+// (convert's quantisable_dense), and multiplies it with the float GEMV:
+// Qwen3's 48 routers of 128 x 2048 are 24 MiB a token, priced by the float
+// fit (made up: 1 ns a row + 5 GB/s) where the profile has it, the rest by
+// dense_q4_decode (made up: 50 GB/s); without the float points, all of it
+// at the int4 rate as before.
+TEST(PlanSpeed, QuantisedDenseKeepsTheRouterOnTheFloatGemv) {
+  auto fp = read_footprint(std::filesystem::path(COLI_FIXTURES_DIR) / "model-configs" / "Qwen3-30B-A3B.json",
+                           WeightFormat::q4_g64, DenseFormat::q4_g64);
+  ASSERT_TRUE(fp.ok()) << fp.error().message;
+  const auto router = std::find_if(fp->dense.begin(), fp->dense.end(), [](const DenseComponent& c) { return c.role == "router"; });
+  ASSERT_NE(router, fp->dense.end());
+  EXPECT_EQ(router->float_matrix_bytes, 48u * 128 * 2048 * 2);
+  EXPECT_EQ(router->float_matrix_rows, 48u * 128);
+  const Plan plan = resident_qwen3_plan(8);
+  DeviceProfile profile = measured_profile(10);
+  profile.measurements.kernel_tuning = tuned_on_8_threads("dense_q4_decode", 2048, 1, 4, {3, 50, 50, 50, 0}, {3, 1, 1, 1, 0});
+  const double bytes = static_cast<double>(dense_bytes_per_token(*fp)), floats = 48.0 * 128 * 2048 * 2;
+  const SpeedPrediction int4_only = predict_speed(profile, *fp, plan);
+  EXPECT_NEAR(term_seconds(int4_only.decode_terms, "dense weights"), bytes / 50e9, 1e-9);
+  profile.measurements.kernel_tuning->points.push_back(made_up_dense_bf16_point("dense_bf16_decode", 2048, 2048, 4, 1e-9, 5e9));
+  profile.measurements.kernel_tuning->points.push_back(
+      made_up_dense_bf16_point("dense_bf16_decode_narrow", 32768, 64, 1, 1e-9, 5e9));
+  const SpeedPrediction split = predict_speed(profile, *fp, plan);
+  EXPECT_NEAR(term_seconds(split.decode_terms, "dense weights"), (bytes - floats) / 50e9 + floats / 5e9 + 48 * 128 * 1e-9, 1e-9);
+  EXPECT_NE(split.decode_inputs.find("; of them 24.0 MiB in 6144 rows kept in bf16 (not quantised: the router) at "
+                                     "dense_bf16_decode 1.00 ns per row + 5.0 GB/s"),
+            std::string::npos) << split.decode_inputs;
 }
 
 // q4 dense runs four separate int4 GEMVs a layer (dense_q4_decode), not the

@@ -37,6 +37,11 @@ struct DenseComponent {
   std::uint64_t q4_g64_bytes = 0;
   std::uint64_t held_bytes = 0;      // in the footprint's dense format
   std::uint64_t matrix_rows = 0;     // rows of its 2-D tensors: what a token's GEMVs walk (speed model)
+  // Its 2-D tensors the engine keeps in the checkpoint's precision in the
+  // footprint's dense format (all of them with source dense; else the ones
+  // not quantised: the router), which the float GEMV multiplies (speed model).
+  std::uint64_t float_matrix_bytes = 0;
+  std::uint64_t float_matrix_rows = 0;
 };
 
 // A part of the checkpoint coli leaves out, with why (e.g. the MTP modules).
