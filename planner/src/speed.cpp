@@ -68,13 +68,17 @@ const DenseComponent* vocabulary_projection(const ModelFootprint& fp) {
 
 // The decode GEMV (measured_rates.h) of the model's dense format, its
 // weights `from` RAM or warm in the caches (the float GEMV's cached fit where
-// the profile has it; the other formats have no cached points: RAM's).
+// the profile has it, float_gemv_fit; the other formats have no cached
+// points: RAM's).
+std::optional<RowCost> float_gemv_fit(const DeviceProfile& profile, const Team& team, WeightsFrom from) {
+  if (from == WeightsFrom::cache) {
+    if (auto warm = float_gemv_row_cost(profile, team, from)) return warm;
+  }
+  return float_gemv_row_cost(profile, team, WeightsFrom::ram);
+}
 DecodeGemv dense_gemv(const DeviceProfile& profile, const ModelFootprint& fp, const Team& team, WeightsFrom from) {
   DecodeGemv gemv{decode_kernel_rate(profile, dense_decode_kernels(fp), team), std::nullopt};
-  if (gemv.kernel && dense_decode_kernels(fp).front() == "dense_bf16_decode") {
-    if (from == WeightsFrom::cache) gemv.rows = float_gemv_row_cost(profile, team, WeightsFrom::cache);
-    if (!gemv.rows) gemv.rows = float_gemv_row_cost(profile, team, WeightsFrom::ram);
-  }
+  if (gemv.kernel && dense_decode_kernels(fp).front() == "dense_bf16_decode") gemv.rows = float_gemv_fit(profile, team, from);
   return gemv;
 }
 
@@ -102,7 +106,7 @@ DenseSeconds dense_gemv_seconds(const DeviceProfile& profile, const ModelFootpri
   const DecodeGemv gemv = dense_gemv(profile, fp, team, from);
   const bool mixed = quantized_format(fp.dense_format) && float_bytes > 0 && fp.source_dtype.rfind("bfloat16", 0) == 0;
   const DecodeGemv floats{decode_kernel_rate(profile, {"dense_bf16_decode"}, team),
-                          mixed ? float_gemv_row_cost(profile, team, from) : std::nullopt};
+                          mixed ? float_gemv_fit(profile, team, from) : std::nullopt};
   if (!mixed || !floats.rows) return {gemv.seconds(bytes, rows, ram), ""};
   return {gemv.seconds(bytes - float_bytes, rows - float_rows, ram) + floats.seconds(float_bytes, float_rows, ram),
           "; of them " + format_bytes(static_cast<u64>(float_bytes)) + " in " + std::to_string(static_cast<u64>(float_rows)) +
