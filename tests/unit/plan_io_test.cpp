@@ -1252,6 +1252,11 @@ TEST(PlanSpeed, QuantisedDenseKeepsTheRouterOnTheFloatGemv) {
   EXPECT_NE(split.decode_inputs.find("; of them 24.0 MiB in 6144 rows kept in bf16 (not quantised: the router) at "
                                      "dense_bf16_decode 1.00 ns per row + 5.0 GB/s"),
             std::string::npos) << split.decode_inputs;
+  // A working set in a (made-up) 64 GiB L3 without cached points: the router keeps the float fit from RAM.
+  profile.cpu.caches = {{3, "unified", 0, 64ull << 30, 64, 8, 1}};
+  const SpeedPrediction warm = predict_speed(profile, *fp, plan);
+  EXPECT_NE(warm.decode_inputs.find("fits half the 64.00 GiB last-level cache"), std::string::npos) << warm.decode_inputs;
+  EXPECT_NEAR(term_seconds(warm.decode_terms, "dense weights"), term_seconds(split.decode_terms, "dense weights"), 1e-12);
 }
 
 // q4 dense runs four separate int4 GEMVs a layer (dense_q4_decode), not the
