@@ -473,19 +473,16 @@ std::vector<std::string> dense_decode_kernels(const ModelFootprint& fp) {
 
 namespace {
 
-// A decode point's call: the bytes it streamed and its seconds less the
-// fork/joins it entered (an expert point's batch region and barriers, a dense
-// point's region per matrix) where the profile measured them at the team;
-// `steps` empty where it did not.
+// A timed call: the bytes it streamed and its seconds less the fork/joins
+// it entered where the profile measured them at the team; `steps` empty
+// where it did not.
 struct NetCall {
   double bytes = 0, streaming_s = 0;
   std::string steps;  // "1 region and 3 barriers", "4 regions", or "" where not taken out
 };
-NetCall net_call(const DeviceProfile& profile, const Team& team, const std::string& kernel, const KernelThroughputPoint& point) {
+NetCall net_call(const DeviceProfile& profile, const Team& team, const KernelThroughputPoint& point, ParallelSteps steps) {
   const double gbs = point.gb_per_s.median;
   const double call_s = point.tokens_per_s.median > 0 && point.batch > 0 ? point.batch / point.tokens_per_s.median : 0;
-  const bool experts = kernel.rfind("expert_", 0) == 0;
-  const ParallelSteps steps = experts ? kDecodeExpertBatch : ParallelSteps{point.matrices, 0};
   const auto step = team.size() > 1 && call_s > 0 ? parallel_step_cost(profile, team, steps, static_cast<double>(point.cols)) : std::nullopt;
   if (!step) return {gbs * 1e9 * call_s, call_s, ""};
   const double forks_s = steps.regions * step->seconds + steps.barriers * step->barrier_seconds;
@@ -494,13 +491,19 @@ NetCall net_call(const DeviceProfile& profile, const Team& team, const std::stri
           std::to_string(steps.regions) + (steps.regions == 1 ? " region" : " regions") +
               (steps.barriers > 0 ? " and " + std::to_string(steps.barriers) + " barriers" : std::string())};
 }
+// A decode point's call: an expert point's batch region and barriers, a
+// dense point's region per matrix.
+NetCall net_call(const DeviceProfile& profile, const Team& team, const KernelThroughputPoint& point) {
+  const bool experts = point.kernel.rfind("expert_", 0) == 0;
+  return net_call(profile, team, point, experts ? kDecodeExpertBatch : ParallelSteps{point.matrices, 0});
+}
 
 // A decode point's GB/s with its call's fork/joins taken out (decode_kernel_rate).
 Bandwidth net_of_steps(const DeviceProfile& profile, const Team& team, const std::string& kernel,
                        const KernelThroughputPoint& point) {
   const double gbs = point.gb_per_s.median;
   const std::string measured = kernel + " " + format_fixed(gbs, 1) + " GB/s (measured at " + std::to_string(point.threads) + " threads";
-  const NetCall call = net_call(profile, team, kernel, point);
+  const NetCall call = net_call(profile, team, point);
   if (call.steps.empty()) return Bandwidth{gbs, measured + ")"};
   const double net = call.bytes / call.streaming_s / 1e9;
   return Bandwidth{net, kernel + " " + format_fixed(net, 1) + " GB/s streaming (" + format_fixed(gbs, 1) + " GB/s measured at " +
@@ -560,8 +563,8 @@ std::optional<RowCost> float_gemv_row_cost(const DeviceProfile& profile, const T
   if (!wide || !narrow || wide->threads != narrow->threads || wide->cols <= narrow->cols) return std::nullopt;
   // Seconds per row and bytes per row of each call (bf16: 2 bytes a weight),
   // net of its regions as the experts' fit (the parallel-steps term prices them).
-  const NetCall wide_call = net_call(profile, team, wide_kernel, *wide);
-  const NetCall narrow_call = net_call(profile, team, narrow_kernel, *narrow);
+  const NetCall wide_call = net_call(profile, team, *wide);
+  const NetCall narrow_call = net_call(profile, team, *narrow);
   auto per_row = [](const NetCall& call, const KernelThroughputPoint& p) {
     const double bytes = 2.0 * p.cols;
     return std::pair{bytes * call.streaming_s / call.bytes, bytes};
@@ -638,13 +641,13 @@ std::optional<RowCost> expert_gemv_row_cost(const DeviceProfile& profile, Weight
   const KernelThroughputPoint* wide = point(wide_kernel);
   const KernelThroughputPoint* narrow = point(narrow_kernel);
   if (!wide || !narrow || wide->threads != narrow->threads || wide->rows == narrow->rows) return std::nullopt;
-  const NetCall wide_call = net_call(profile, team, wide_kernel, *wide);
-  const PerExpert w = per_expert(wide_call, *wide), n = per_expert(net_call(profile, team, narrow_kernel, *narrow), *narrow);
+  const NetCall wide_call = net_call(profile, team, *wide);
+  const PerExpert w = per_expert(wide_call, *wide), n = per_expert(net_call(profile, team, *narrow), *narrow);
   const std::string measured = ", measured at " + std::to_string(wide->threads) + " threads" +
                                (wide_call.steps.empty() ? "" : ", less each call's " + wide_call.steps + ", priced as parallel steps") + ")";
   const KernelThroughputPoint* single = experts == WeightFormat::q4_g64 ? point("expert_q4_prefill_single") : nullptr;
   if (single && single->threads == wide->threads) {
-    const PerExpert one = per_expert(net_call(profile, team, "expert_q4_prefill_single", *single), *single);
+    const PerExpert one = per_expert(net_call(profile, team, *single), *single);
     if (const auto cost = plane_through({w, n, one})) {
       const double gbs = 1e-9 / cost->per_byte;
       return RowCost{cost->per_row, gbs,
@@ -766,18 +769,13 @@ std::optional<ExpertDispatchCost> expert_dispatch_cost(const DeviceProfile& prof
   // Routed rows (matrices / 3) and experts (every token of these calls is routed to all of them).
   auto rows = [](const KernelThroughputPoint& p) { return p.matrices / 3.0; };
   auto experts = [&](const KernelThroughputPoint& p) { return rows(p) / p.batch; };
+  if (experts(*narrow) != experts(*single) || rows(*narrow) <= rows(*single)) return std::nullopt;
   // Each call less its batch's fork/joins, which the prefill's expert-batch
   // steps price: the narrow call's chunk of gather, gate/up, SwiGLU, down and
   // scatter (1 region, 4 barriers and the weighted sums' one), the single
   // token's decode path (1 region, 3 barriers).
-  auto call_s = [&](const KernelThroughputPoint& p, ParallelSteps steps) {
-    const double gross = p.batch / p.tokens_per_s.median;
-    const auto step = team.size() > 1 ? parallel_step_cost(profile, team, steps, static_cast<double>(p.cols)) : std::nullopt;
-    const double forks = step ? steps.regions * step->seconds + steps.barriers * step->barrier_seconds : 0.0;
-    return std::max(gross - forks, gross / 2);  // a noisy overhead never makes the call free
-  };
-  if (experts(*narrow) != experts(*single) || rows(*narrow) <= rows(*single)) return std::nullopt;
-  const double narrow_s = call_s(*narrow, {1, 5}), single_s = call_s(*single, kDecodeExpertBatch);
+  const double narrow_s = net_call(profile, team, *narrow, {1, 5}).streaming_s;
+  const double single_s = net_call(profile, team, *single, kDecodeExpertBatch).streaming_s;
   const double per_row = (narrow_s - single_s) / (rows(*narrow) - rows(*single));
   const double per_expert = (single_s - rows(*single) * per_row) / experts(*single);
   if (!(per_row > 0) || !(per_expert > 0)) return std::nullopt;
