@@ -82,34 +82,45 @@ DecodeGemv dense_gemv(const DeviceProfile& profile, const ModelFootprint& fp, co
   return gemv;
 }
 
-// A token's dense GEMVs over `components`: with quantised dense, the
-// matrices the engine keeps in the checkpoint's bf16 (the router) by the
-// float GEMV's fit where the profile has it, the rest by the quantised
-// kernel; with source dense, all by the float GEMV (dense_gemv). `text`
-// says what went the float way.
+// What one token's dense GEMVs over `components` read: every dense tensor
+// but the embedding table, of which a token reads one row (no GEMV) unless
+// the lm_head is that table (tied embeddings); and of those the matrices the
+// float GEMV multiplies. dense_bytes_per_token and dense_rows_per_token are
+// its totals over the model.
+struct DenseWork {
+  u64 bytes = 0, rows = 0, float_bytes = 0, float_rows = 0;
+};
+DenseWork dense_work(const ModelFootprint& fp, std::span<const DenseComponent> components) {
+  DenseWork work;
+  for (const DenseComponent& c : components) {
+    const bool lookup = c.role == "embedding" && !fp.config.tie_word_embeddings;
+    work.bytes += lookup ? std::min<u64>(c.held_bytes, fp.config.hidden_size * fp.source_dtype_bytes) : c.held_bytes;
+    if (lookup) continue;
+    work.rows += c.matrix_rows;
+    work.float_bytes += c.float_matrix_bytes, work.float_rows += c.float_matrix_rows;
+  }
+  return work;
+}
+
+// A token's dense GEMVs: with quantised dense, the matrices the engine keeps
+// in the checkpoint's bf16 (the router) by the float GEMV's fit where the
+// profile has it, the rest by the quantised kernel; with source dense, all
+// by the float GEMV (dense_gemv). `text` says what went the float way.
 struct DenseSeconds {
   double seconds = 0;
   std::string text;
 };
-template <class Components>
 DenseSeconds dense_gemv_seconds(const DeviceProfile& profile, const ModelFootprint& fp, const Team& team, WeightsFrom from,
-                                const Bandwidth& ram, const Components& components) {
-  double bytes = 0, rows = 0, float_bytes = 0, float_rows = 0;
-  for (const DenseComponent& c : components) {
-    const bool lookup = c.role == "embedding" && !fp.config.tie_word_embeddings;  // one row, no GEMV
-    const u64 row = fp.config.hidden_size * fp.source_dtype_bytes;
-    bytes += static_cast<double>(lookup ? std::min<u64>(c.held_bytes, row) : c.held_bytes);
-    if (lookup) continue;
-    rows += static_cast<double>(c.matrix_rows);
-    float_bytes += static_cast<double>(c.float_matrix_bytes), float_rows += static_cast<double>(c.float_matrix_rows);
-  }
+                                const Bandwidth& ram, const DenseWork& work) {
+  const auto bytes = static_cast<double>(work.bytes), rows = static_cast<double>(work.rows);
+  const auto float_bytes = static_cast<double>(work.float_bytes), float_rows = static_cast<double>(work.float_rows);
   const DecodeGemv gemv = dense_gemv(profile, fp, team, from);
   const bool mixed = quantized_format(fp.dense_format) && float_bytes > 0 && fp.source_dtype.rfind("bfloat16", 0) == 0;
   const DecodeGemv floats{decode_kernel_rate(profile, {"dense_bf16_decode"}, team),
                           mixed ? float_gemv_fit(profile, team, from) : std::nullopt};
   if (!mixed || !floats.rows) return {gemv.seconds(bytes, rows, ram), ""};
   return {gemv.seconds(bytes - float_bytes, rows - float_rows, ram) + floats.seconds(float_bytes, float_rows, ram),
-          "; of them " + format_bytes(static_cast<u64>(float_bytes)) + " in " + std::to_string(static_cast<u64>(float_rows)) +
+          "; of them " + format_bytes(work.float_bytes) + " in " + std::to_string(work.float_rows) +
               " rows kept in bf16 (not quantised: the router) at " + floats.rows->text};
 }
 
@@ -119,27 +130,14 @@ double last_token_lm_head_seconds(const DeviceProfile& profile, const ModelFootp
                                   const Bandwidth& ram, WeightsFrom from) {
   const DenseComponent* projection = vocabulary_projection(fp);
   if (!projection) return 0.0;
-  return dense_gemv_seconds(profile, fp, team, from, ram, std::span<const DenseComponent>(projection, 1)).seconds;
+  return dense_gemv_seconds(profile, fp, team, from, ram, dense_work(fp, std::span(projection, 1))).seconds;
 }
 
 }  // namespace
 
-u64 dense_bytes_per_token(const ModelFootprint& fp) {
-  u64 bytes = fp.dense_held_bytes;
-  for (const DenseComponent& c : fp.dense) {
-    if (c.role == "embedding" && !fp.config.tie_word_embeddings)
-      bytes -= c.held_bytes - std::min<u64>(c.held_bytes, fp.config.hidden_size * fp.source_dtype_bytes);
-  }
-  return bytes;
-}
+u64 dense_bytes_per_token(const ModelFootprint& fp) { return dense_work(fp, fp.dense).bytes; }
 
-std::uint64_t dense_rows_per_token(const ModelFootprint& fp) {
-  std::uint64_t rows = 0;
-  for (const DenseComponent& c : fp.dense) {
-    if (c.role != "embedding" || fp.config.tie_word_embeddings) rows += c.matrix_rows;
-  }
-  return rows;
-}
+std::uint64_t dense_rows_per_token(const ModelFootprint& fp) { return dense_work(fp, fp.dense).rows; }
 
 // Whether the usage history speaks for this model: its expert count and
 // some recorded tokens (the hit rate and the rounds' distinct experts read
@@ -371,7 +369,7 @@ void predict_decode(const DeviceProfile& profile, const ModelFootprint& fp, cons
   // A single token's norms, RoPE, KV store and residual adds run on the calling thread at every layer.
   const auto token_ops = r.vram ? std::nullopt : token_ops_per_token(profile, fp, team);
   const DecodeGemv gemv = dense_gemv(profile, fp, team, r.dense_from);
-  const DenseSeconds dense_gemvs = dense_gemv_seconds(profile, fp, team, r.dense_from, r.ram, fp.dense);
+  const DenseSeconds dense_gemvs = dense_gemv_seconds(profile, fp, team, r.dense_from, r.ram, dense_work(fp, fp.dense));
   const double dense_s = dense_gemvs.seconds;
   // A layer computes its resident experts while the I/O threads read its
   // misses (ExpertStore, MoeModel::moe_round), then the misses: the reads
