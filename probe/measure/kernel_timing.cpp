@@ -34,9 +34,6 @@ constexpr int kHidden = kOlmoeHidden, kWidth = kOlmoeWidth, kTopK = kOlmoeTopK, 
 constexpr double kFillShare = 0.35;      // of the budget, at most, for first-touching the pool
 constexpr double kMinUnitSeconds = 0.03; // per round: a slice below this is mostly noise
 
-// The pool hands out whole cache lines (WeightPool::take).
-std::uint64_t aligned(std::uint64_t bytes) { return (bytes + 63) / 64 * 64; }
-
 std::uint64_t matrix_bytes(WeightFormat format, int rows, int cols) {
   return traits(format).matrix_bytes(static_cast<std::uint64_t>(rows), static_cast<std::uint64_t>(cols));
 }
@@ -209,7 +206,8 @@ class KernelRunner {
     } else if (spec.dense) {
       point_.matrices = spec.dense_matrices;
       bytes_ = static_cast<double>(static_cast<std::uint64_t>(spec.dense_matrices) * dense_bytes_);
-      if (spec.cache_resident) resident_ = pool.take(static_cast<std::uint64_t>(spec.dense_matrices) * aligned(dense_bytes_));
+      if (spec.cache_resident)
+        resident_ = pool.take(static_cast<std::uint64_t>(spec.dense_matrices) * WeightPool::taken_bytes(dense_bytes_));
       // A prompt's float projections (Linear over many rows): every matrix
       // times `tokens` rows of x in one region, as CpuBackend::matmul_rows.
       if (spec.prefill && !projections_) y_.assign(static_cast<std::size_t>(tokens) * spec.dense_rows * spec.dense_matrices, 0.0f);
@@ -267,7 +265,8 @@ class KernelRunner {
       const std::span<const float> x = std::span<const float>(xs_).first(static_cast<std::size_t>(cols));
       const std::span<float> y = std::span<float>(y_).first(static_cast<std::size_t>(rows));
       for (int m = 0; m < spec_.dense_matrices; ++m) {
-        const std::byte* weights = resident_ ? resident_ + static_cast<std::size_t>(m) * aligned(dense_bytes_) : pool_.take(dense_bytes_);
+        const std::byte* weights =
+            resident_ ? resident_ + static_cast<std::size_t>(m) * WeightPool::taken_bytes(dense_bytes_) : pool_.take(dense_bytes_);
         if (spec_.format == WeightFormat::q4_g64) {
           cpu::gemv(view_at<cpu::Q4G64View>(weights, rows, cols), x, y, {variant_, threads_});
         } else if (spec_.format == WeightFormat::q8_row) {
@@ -492,7 +491,7 @@ std::vector<KernelSpec> affordable_specs(const CpuFacts& facts, std::string& not
   std::vector<KernelSpec> specs = tuning_specs();
   const std::uint64_t llc = last_level_cache_bytes(facts.caches, facts.cores);
   const auto too_large = [&](const KernelSpec& spec) {
-    return spec.cache_resident && 2 * aligned(matrix_bytes(spec.format, spec.dense_rows, spec.dense_cols)) *
+    return spec.cache_resident && 2 * WeightPool::taken_bytes(matrix_bytes(spec.format, spec.dense_rows, spec.dense_cols)) *
                                           static_cast<std::uint64_t>(spec.dense_matrices) > llc;
   };
   if (std::any_of(specs.begin(), specs.end(), too_large)) {

@@ -49,8 +49,10 @@ class WeightPool {
       }
     }
   }
+  // What take(bytes) hands out: whole 64-byte cache lines.
+  static std::uint64_t taken_bytes(std::uint64_t bytes) { return (bytes + 63) / 64 * 64; }
   const std::byte* take(std::uint64_t bytes) {
-    bytes = (bytes + 63) / 64 * 64;
+    bytes = taken_bytes(bytes);
     if (cursor_ + bytes > used_) cursor_ = 0;
     const std::byte* out = base_ + cursor_;
     cursor_ += bytes;
