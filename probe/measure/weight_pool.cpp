@@ -1,5 +1,7 @@
 #include "measure/weight_pool.h"
 
+#include <limits>
+
 #include "coli/base/text.h"
 
 namespace coli::probe {
@@ -7,11 +9,9 @@ namespace coli::probe {
 Result<std::uint64_t> tuning_pool_bytes(const CpuFacts& facts, const MemoryFacts& memory, std::uint64_t requested) {
   std::uint64_t pool_bytes = requested;
   if (pool_bytes == 0) {
-    std::uint64_t llc = 0;
-    int last_level = 0;
-    for (const auto& cache : facts.caches) last_level = std::max(last_level, cache.level);
-    for (const auto& cache : facts.caches)
-      if (cache.level == last_level) llc += cache.size_bytes * static_cast<std::uint64_t>(std::max(1, cache.instances));
+    // Every instance a team of all the machine's threads reaches, counted
+    // once: a hybrid CPU's kinds each report the one L3 they share.
+    const std::uint64_t llc = last_level_cache_bytes(facts.caches, std::numeric_limits<int>::max());
     pool_bytes = std::clamp(2 * llc, kMinPool, kMaxPool);
   }
   if (memory.headroom_bytes > 0) pool_bytes = std::min(pool_bytes, memory.headroom_bytes / 8);

@@ -230,7 +230,8 @@ TEST(TuningSeparation, RecommendationFallsBackWhenDecodeSetsDoNotSeparate) {
   EXPECT_TRUE(Contains(fallback.error().message, "k0:1c 80 ±26.8%")) << fallback.error().message;
 }
 
-// The test weights: twice the last-level cache (summed over its instances)
+// The test weights: twice the last-level cache (summed over its instances,
+// a hybrid CPU's shared L3 once)
 // within 128 MiB..1 GiB, at most an eighth of the headroom; a requested
 // size wins; too little headroom is an error that says so.
 TEST(KernelTuning, PoolIsTwoLastLevelCachesWithinBounds) {
@@ -244,6 +245,11 @@ TEST(KernelTuning, PoolIsTwoLastLevelCachesWithinBounds) {
   constexpr std::uint64_t MiB = 1ull << 20;
   EXPECT_EQ(*tuning_pool_bytes(facts(300 * MiB, 1), memory, 0), 600 * MiB);  // the H200 and H100 boxes' L3
   EXPECT_EQ(*tuning_pool_bytes(facts(64 * MiB, 2), memory, 0), 256 * MiB);   // two 64 MiB L3s
+  CpuFacts hybrid;  // a hybrid CPU's two kinds each report the one 30 MiB L3 they share: counted once
+  hybrid.caches = {{3, "unified", 0, 30 * MiB, 64, 8, 1}, {3, "unified", 1, 30 * MiB, 64, 16, 1}};
+  EXPECT_EQ(*tuning_pool_bytes(hybrid, memory, 0), 128 * MiB);  // 60 MiB, raised to the least
+  hybrid.caches[0].size_bytes = hybrid.caches[1].size_bytes = 100 * MiB;
+  EXPECT_EQ(*tuning_pool_bytes(hybrid, memory, 0), 200 * MiB);
   EXPECT_EQ(*tuning_pool_bytes(facts(8 * MiB, 1), memory, 0), 128 * MiB);    // at least 128 MiB
   EXPECT_EQ(*tuning_pool_bytes(facts(1024 * MiB, 1), memory, 0), 1024 * MiB); // at most 1 GiB
   EXPECT_EQ(*tuning_pool_bytes(facts(300 * MiB, 1), memory, 1200 * MiB), 1200 * MiB);  // --tuning-pool

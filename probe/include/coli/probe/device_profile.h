@@ -75,7 +75,8 @@ inline std::uint64_t last_level_cache_bytes(const std::vector<CacheInfo>& caches
   std::uint64_t best = 0;
   for (const CacheInfo& c : caches) {
     if (c.level != last_level) continue;
-    const int sharing = std::max(1, c.cores_sharing), reached = (std::max(1, threads) + sharing - 1) / sharing;
+    const int sharing = std::max(1, c.cores_sharing), team = std::max(1, threads);
+    const int reached = team / sharing + (team % sharing != 0 ? 1 : 0);  // no overflow at INT_MAX
     best = std::max(best, c.size_bytes * static_cast<std::uint64_t>(std::clamp(reached, 1, std::max(1, c.instances))));
   }
   return best;
