@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <numeric>
+#include <random>
 
 #include <cstdio>
 #include <filesystem>
@@ -130,6 +132,35 @@ TEST(UsageHistory, ReuseDistancesAreLruStackDistancesPerToken) {
   EXPECT_EQ(history->layer_reuse(0).size(), 5u);
   EXPECT_TRUE(history->layer_reuse(2).empty());
   EXPECT_FALSE(history->add_reuse({{1, 2, 3}}).ok()) << "another shape is refused";
+}
+
+// The recorder keeps last-use times, not the stack: over random tokens of
+// 128 experts, top 8, its distances are the stack's, searched as written.
+TEST(UsageHistory, ReuseDistancesMatchAnExplicitStack) {
+  const int n = 128, k = 8;
+  std::mt19937 rng(7);
+  ReuseDistances reuse(1, n);
+  std::vector<int> stack;  // most recently used first
+  std::vector<std::uint64_t> want(n + 1, 0), want_decode(n + 1, 0);
+  for (int token = 0; token < 2000; ++token) {
+    std::vector<int> experts(n);
+    std::iota(experts.begin(), experts.end(), 0);
+    std::shuffle(experts.begin(), experts.end(), rng);
+    experts.resize(token % 3 == 0 ? k : k / 2 + token % 5);  // some tokens route fewer
+    if (token % 7 == 0) experts.assign(experts.begin(), experts.begin() + 2);
+    const bool decode = token % 2 == 1;
+    for (int e : experts) {
+      const auto at = std::find(stack.begin(), stack.end(), e);
+      const auto d = at == stack.end() ? static_cast<std::size_t>(n) : static_cast<std::size_t>(at - stack.begin());
+      ++want[d];
+      if (decode) ++want_decode[d];
+    }
+    std::erase_if(stack, [&](int e) { return std::find(experts.begin(), experts.end(), e) != experts.end(); });
+    stack.insert(stack.begin(), experts.begin(), experts.end());
+    reuse.record(0, experts, decode);
+  }
+  EXPECT_EQ(reuse.counts()[0], want);
+  EXPECT_EQ(reuse.decode_counts()[0], want_decode);
 }
 
 // A version 1 file (before reuse distances) loads with none recorded.

@@ -149,24 +149,33 @@ std::span<const double> UsageHistory::layer_reuse(int layer) const {
 }
 
 ReuseDistances::ReuseDistances(int n_layers, int n_experts)
-    : stacks_(static_cast<size_t>(n_layers)),
+    : last_use_(static_cast<size_t>(n_layers), std::vector<std::uint64_t>(static_cast<size_t>(n_experts), 0)),
+      clock_(static_cast<size_t>(n_layers), 0),
       counts_(static_cast<size_t>(n_layers), std::vector<std::uint64_t>(static_cast<size_t>(n_experts) + 1, 0)),
       decode_counts_(counts_) {}
 
 void ReuseDistances::record(int layer, std::span<const int> experts, bool decode) {
-  std::vector<int>& stack = stacks_[static_cast<size_t>(layer)];
+  std::vector<std::uint64_t>& last_use = last_use_[static_cast<size_t>(layer)];
   std::vector<std::uint64_t>& counts = counts_[static_cast<size_t>(layer)];
   std::vector<std::uint64_t>& decode_counts = decode_counts_[static_cast<size_t>(layer)];
   // Distances against the stack before this token (its choices are used
-  // together), then the token's experts move to the top in their order.
+  // together): an expert's depth is how many experts were used after it
+  // last was, a count the compiler vectorises (the stack itself, searched,
+  // erased from and shifted per token, cost a 128-expert layer 1 us).
   for (const int expert : experts) {
-    const auto at = std::find(stack.begin(), stack.end(), expert);
-    const size_t d = at == stack.end() ? counts.size() - 1 : static_cast<size_t>(at - stack.begin());
+    const std::uint64_t mine = last_use[static_cast<size_t>(expert)];
+    size_t d = counts.size() - 1;  // never used: beyond every depth
+    if (mine > 0) {
+      d = 0;
+      for (const std::uint64_t other : last_use) d += other > mine ? 1 : 0;
+    }
     ++counts[d];
     if (decode) ++decode_counts[d];
   }
-  std::erase_if(stack, [&](int e) { return std::find(experts.begin(), experts.end(), e) != experts.end(); });
-  stack.insert(stack.begin(), experts.begin(), experts.end());
+  // Then the token's experts move to the top in their order: the first the most recent.
+  std::uint64_t& clock = clock_[static_cast<size_t>(layer)];
+  for (size_t i = 0; i < experts.size(); ++i) last_use[static_cast<size_t>(experts[i])] = clock + experts.size() - i;
+  clock += experts.size();
 }
 
 Result<std::vector<int>> pins_from_history(const UsageHistory& history, int layer, int n_pins) {

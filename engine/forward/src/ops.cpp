@@ -327,24 +327,40 @@ void add_scaled(float weight, std::span<const float> y, std::span<float> out) {
 }
 
 Routing route(std::span<const float> router_logits, int top_k, RouterNorm norm) {
-  std::vector<float> probabilities(router_logits.begin(), router_logits.end());
-  softmax(probabilities);
-  std::vector<int> order(probabilities.size());
-  std::iota(order.begin(), order.end(), 0);
-  // Highest probability first; equal probabilities keep the lower expert id (torch.topk's order on CPU).
-  std::partial_sort(order.begin(), order.begin() + top_k, order.end(), [&](int a, int b) {
-    return probabilities[static_cast<std::size_t>(a)] > probabilities[static_cast<std::size_t>(b)] ||
-           (probabilities[static_cast<std::size_t>(a)] == probabilities[static_cast<std::size_t>(b)] && a < b);
-  });
-  Routing routing;
+  // Softmax with the vectorised exp (libm's expf, one call per expert, and
+  // a sorted index vector were most of a 128-expert token's routing, run
+  // serially per token and layer); the buffer stays with the thread.
+  thread_local std::vector<float> probabilities;
+  probabilities.assign(router_logits.begin(), router_logits.end());
+  const int n = static_cast<int>(probabilities.size()), k = std::clamp(top_k, 0, n);
+  if (n > 0) exp_shifted(probabilities, *std::max_element(probabilities.begin(), probabilities.end()));
   double sum = 0;
-  for (int i = 0; i < top_k; ++i) {
-    routing.experts.push_back(order[static_cast<std::size_t>(i)]);
-    routing.weights.push_back(probabilities[static_cast<std::size_t>(order[static_cast<std::size_t>(i)])]);
-    sum += routing.weights.back();
+  for (const float v : probabilities) sum += v;
+  for (float& v : probabilities) v = static_cast<float>(v / sum);
+  // Top-k by insertion, highest probability first; equal probabilities keep
+  // the lower expert id (torch.topk's order on CPU): scanning ids upwards, a
+  // later expert passes only a strictly smaller probability.
+  thread_local std::vector<int> best;
+  best.resize(static_cast<std::size_t>(k));
+  const float* p = probabilities.data();
+  int* top = best.data();
+  int held = 0;
+  for (int e = 0; e < n && k > 0; ++e) {
+    if (held == k && !(p[e] > p[top[k - 1]])) continue;
+    int at = held == k ? k - 1 : held++;  // the last place, or a new one
+    for (; at > 0 && p[e] > p[top[at - 1]]; --at) top[at] = top[at - 1];
+    top[at] = e;
+  }
+  Routing routing;
+  routing.experts.assign(best.begin(), best.end());
+  routing.weights.reserve(static_cast<std::size_t>(k));
+  double chosen = 0;
+  for (const int e : routing.experts) {
+    routing.weights.push_back(p[e]);
+    chosen += routing.weights.back();
   }
   if (norm == RouterNorm::softmax_topk_renorm) {
-    for (float& w : routing.weights) w = static_cast<float>(w / sum);
+    for (float& w : routing.weights) w = static_cast<float>(w / chosen);
   }
   return routing;
 }

@@ -361,13 +361,17 @@ std::vector<forward::Routing> MoeModel::State::route_tokens(const LayerWeights& 
   if (with_shared_gate_up) outputs = mlp_gate_up(w, count);
   outputs.push_back({w.router, router_rows, {}});
   backend->matmul_rows(normed, count, outputs);
-  std::vector<forward::Routing> routings;
-  for (std::size_t t = 0; t < static_cast<std::size_t>(count); ++t) {
-    routings.push_back(forward::route(std::span(router_rows).subspan(t * n_experts, n_experts),
-                                      static_cast<int>(c.num_experts_per_tok), router_norm(c.router_normalization)));
-    for (int expert : routings.back().experts) ++routing_counts[static_cast<std::size_t>(w.moe_index)][static_cast<std::size_t>(expert)];
-    reuse.record(w.moe_index, routings.back().experts, count == 1);  // a single-token pass: a generated token
-    trace.record(w.moe_index, routings.back().experts);
+  // Each token's top-k on the team (a prompt's tokens are independent),
+  // then the records in token order on this thread.
+  std::vector<forward::Routing> routings(static_cast<std::size_t>(count));
+  for_tokens(routings.size(), [&](std::size_t t) {
+    routings[t] = forward::route(std::span(router_rows).subspan(t * n_experts, n_experts),
+                                 static_cast<int>(c.num_experts_per_tok), router_norm(c.router_normalization));
+  });
+  for (const forward::Routing& routing : routings) {
+    for (int expert : routing.experts) ++routing_counts[static_cast<std::size_t>(w.moe_index)][static_cast<std::size_t>(expert)];
+    reuse.record(w.moe_index, routing.experts, count == 1);  // a single-token pass: a generated token
+    trace.record(w.moe_index, routing.experts);
   }
   // How well the previous layer predicted these experts (speculative prefetch).
   std::vector<int>& guess = predicted[static_cast<std::size_t>(w.moe_index)];

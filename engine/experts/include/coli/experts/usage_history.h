@@ -156,7 +156,10 @@ class ReuseDistances {
   const std::vector<std::vector<std::uint64_t>>& decode_counts() const { return decode_counts_; }
 
  private:
-  std::vector<std::vector<int>> stacks_;  // per layer: experts, most recently used first
+  // Per layer: each expert's last use on the layer's clock (0 = never), the
+  // LRU stack as times: an expert's depth is the count of later ones.
+  std::vector<std::vector<std::uint64_t>> last_use_;
+  std::vector<std::uint64_t> clock_;
   std::vector<std::vector<std::uint64_t>> counts_, decode_counts_;
 };
 
