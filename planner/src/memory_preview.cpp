@@ -153,13 +153,14 @@ MemoryPreview preview_memory(const ModelFootprint& fp, const MemoryKnobs& k) {
           " + " + n(big_allocations) + " slab/KV allocations x 8 KiB");
   // What the engine keeps of its routings for the usage history (MoeModel:
   // per MoE layer the routing counts, the whole run's and the decode tokens'
-  // reuse distances and the LRU stack they come from; the CPU passes'
-  // routing trace, reserved whole at its first pass).
+  // reuse distances and the LRU stack they come from, kept as each
+  // expert's last use and a clock; the CPU passes' routing trace, reserved
+  // whole at its first pass).
   const u64 experts_n = static_cast<u64>(fp.n_experts);
-  const u64 tables = layers * (experts_n * 8 + 2 * (experts_n + 1) * 8 + experts_n * 4);
+  const u64 tables = layers * (experts_n * 8 + 2 * (experts_n + 1) * 8 + experts_n * 8 + 8);
   const u64 trace = gpu ? 0 : experts::RoutingTrace::bytes_held(static_cast<int>(layers), fp.top_k);
   add("routing record", Tier::ram, tables + trace,
-      n(layers) + " MoE layers x (" + n(experts_n) + " counts + 2 x " + n(experts_n + 1) + " reuse distances) x 8 B + an LRU stack of " + n(experts_n) + " x 4 B + " +
+      n(layers) + " MoE layers x (" + n(experts_n) + " counts + 2 x " + n(experts_n + 1) + " reuse distances + " + n(experts_n) + " last uses + a clock) x 8 B + " +
           (gpu ? std::string("no routing trace (the GPU routes)")
                : "routing trace of 3 x " + n(static_cast<u64>(experts::kRoutingTraceTokens)) + " tokens x top_k " + n(top_k) +
                      " ids x 4 B a layer"));

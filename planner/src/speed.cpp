@@ -635,8 +635,10 @@ ParallelSteps cpu_prefill_parallel_steps(const ModelFootprint& fp, int prompt) {
     per_layer += 3 + (across_team ? 4 : 0);
     per_dense_mlp += 2 + (across_team ? 1 : 0);
   }
-  const int pass_norm = static_cast<std::size_t>(prompt) >= kParallelTokens ? 1 : 0;
-  return {layers * (per_layer + pass_norm) + moe + (layers - moe) * per_dense_mlp, 0};
+  // Per pass: the post-attention norm of every layer and each MoE layer's
+  // routing, across the team from kParallelTokens; the router's matmul.
+  const int across_team = static_cast<std::size_t>(prompt) >= kParallelTokens ? 1 : 0;
+  return {layers * (per_layer + across_team) + moe * (1 + across_team) + (layers - moe) * per_dense_mlp, 0};
 }
 
 // A prompt round's records streamed through the batch's GEMM path where
@@ -709,9 +711,12 @@ void predict_prefill(const DeviceProfile& profile, const ModelFootprint& fp, con
       r.vram || team.size() <= 1 ? std::nullopt
                                  : parallel_step_cost(profile, team, pass_steps, static_cast<double>(fp.config.hidden_size));
   const double pass_steps_s = pass_step ? pass_steps.regions * pass_step->seconds : 0.0;
-  // Every prompt token is routed at every MoE layer on the calling thread.
+  // Every prompt token is routed at every MoE layer, the tokens shared over
+  // the team from kParallelTokens (MoeModel::route_tokens; its records stay
+  // on the calling thread, a quarter of the timed call at 128 experts).
   const auto routing = r.vram ? std::nullopt : routing_cost(profile, team, fp.n_experts, fp.top_k);
-  const double routing_s = routing ? prompt * layers * routing->seconds : 0.0;
+  const double routing_sharing = prompt >= static_cast<double>(kParallelTokens) ? std::max(1, team.size()) : 1;
+  const double routing_s = routing ? prompt * layers * routing->seconds / routing_sharing : 0.0;
   s.prefill_disk_reads = rounds * layers * reads_per_round;
   s.prefill_prompt_tokens = static_cast<int>(prompt);
   s.prefill_terms = {{"compute: expert GEMMs", compute.expert_s / prompt},
@@ -758,7 +763,8 @@ void predict_prefill(const DeviceProfile& profile, const ModelFootprint& fp, con
   s.prefill_inputs = compute.timed ? "per phase (the expert batches; the rest of the pass) the longer of its compute and its "
                                          "RAM reads, then the disk; compute: " +
                                          compute.text + (steps.text.empty() ? "" : " + " + steps.text) + pass_text +
-                                         (routing ? " + routing each token at " + format_fixed(layers, 0) + " layers x " + routing->text
+                                         (routing ? " + routing each token at " + format_fixed(layers, 0) + " layers x " + routing->text +
+                                                        (routing_sharing > 1 ? ", the tokens over " + format_fixed(routing_sharing, 0) + " threads" : "")
                                                   : "") +
                                          "; reads: " + memory_text
                                    : "rough, bandwidth only (no timed prefill kernel in this profile: real prefill is slower): " +
