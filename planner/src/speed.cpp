@@ -56,6 +56,24 @@ double prefill_dense_rows(const ModelFootprint& fp) {
   return rows;
 }
 
+// A prompt token's dense matrices the engine keeps in the checkpoint's bf16
+// beside quantised dense ones (the router: DenseComponent::float_matrix_*),
+// which the float GEMM multiplies: their multiply-adds and rows. None with
+// source dense (all of it is the float GEMM's already) or another source.
+struct FloatProjections {
+  double macs = 0, rows = 0;
+};
+FloatProjections prefill_float_projections(const ModelFootprint& fp) {
+  FloatProjections out;
+  if (!quantized_format(fp.dense_format) || fp.source_dtype.rfind("bfloat16", 0) != 0 || fp.source_dtype_bytes == 0) return out;
+  for (const DenseComponent& c : fp.dense) {
+    if (c.role == "embedding" || c.role == "lm_head") continue;
+    out.macs += static_cast<double>(c.float_matrix_bytes) / static_cast<double>(fp.source_dtype_bytes);
+    out.rows += static_cast<double>(c.float_matrix_rows);
+  }
+  return out;
+}
+
 // The matrix that projects to the vocabulary: the lm_head, or the embedding
 // table it is tied to.
 const DenseComponent* vocabulary_projection(const ModelFootprint& fp) {
@@ -561,7 +579,12 @@ PromptCompute prompt_compute(const DeviceProfile& profile, const ModelFootprint&
   out.expert_s = prompt * compute->seconds(layers * top_k, expert_macs * padding);
   const double layer_rounds = std::ceil(prompt / round) * layers;
   out.dispatch_s = layer_rounds * distinct * compute->seconds_per_expert;
-  out.dense_s = prompt * dense_rate->seconds(prefill_dense_rows(fp), dense_macs);
+  // The router stays in bf16 beside quantised projections: the float GEMM's rate.
+  const FloatProjections floats = quantized_dense ? prefill_float_projections(fp) : FloatProjections{};
+  const auto float_rate = floats.macs > 0 ? dense_prefill_rate(profile, team) : std::nullopt;
+  out.dense_s = float_rate ? prompt * (dense_rate->seconds(prefill_dense_rows(fp) - floats.rows, dense_macs - floats.macs) +
+                                       float_rate->seconds(floats.rows, floats.macs))
+                           : prompt * dense_rate->seconds(prefill_dense_rows(fp), dense_macs);
   out.lm_head_s = last_token_lm_head_seconds(profile, fp, team, r.ram, r.dense_from);
   // Every token's norms, RoPE, KV store and residual adds at every layer,
   // the tokens shared over the team (MoeModel's for_tokens, from kParallelTokens).
@@ -574,6 +597,8 @@ PromptCompute prompt_compute(const DeviceProfile& profile, const ModelFootprint&
                           : std::string()) +
              " / " + compute->text + " + dense " +
              format_fixed(dense_macs / 1e9, 3) + " GMAC per token / " + dense_rate->text +
+             (float_rate ? " (of them " + format_fixed(floats.macs / 1e9, 3) + " GMAC kept in bf16, the router, / " + float_rate->text + ")"
+                         : std::string()) +
              (attention ? " + attention " + format_fixed(prompt_attention_macs(fp, prompt) / 1e9, 2) + " GMAC per prompt at " +
                               attention->text
                         : " (the prompt's attention not timed in this profile: re-probe to price it)") +

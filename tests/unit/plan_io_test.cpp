@@ -1260,6 +1260,35 @@ TEST(PlanSpeed, QuantisedDenseKeepsTheRouterOnTheFloatGemv) {
   EXPECT_NEAR(term_seconds(warm.decode_terms, "dense weights"), term_seconds(split.decode_terms, "dense weights"), 1e-12);
 }
 
+// A prompt's router stays in bf16 beside int4 projections too: its
+// multiply-adds (48 x 128 x 2048 a token) go by the float GEMM's rate
+// (dense_bf16_prefill, made up: 640 tokens/s through 4 x 2048 x 2048), the
+// rest by the int4 slice's (dense_q4_prefill, 2560); without the float
+// point, all of them at the int4 rate. The H100 box's Qwen3 shape at 16
+// threads: the router phase took 195 us a prompt token where the int4 rate gave 8.
+TEST(PlanSpeed, QuantisedDensePromptKeepsTheRouterOnTheFloatGemm) {
+  auto fp = read_footprint(std::filesystem::path(COLI_FIXTURES_DIR) / "model-configs" / "Qwen3-30B-A3B.json",
+                           WeightFormat::q4_g64, DenseFormat::q4_g64);
+  ASSERT_TRUE(fp.ok()) << fp.error().message;
+  const Plan plan = resident_qwen3_plan(8);
+  DeviceProfile profile = expert_prefill_profile();
+  profile.measurements.kernel_tuning->points.push_back(dense_prefill_point(profile, "dense_q4_prefill", 128, 2560));
+  const SpeedPrediction int4_only = predict_speed(profile, *fp, plan);
+  profile.measurements.kernel_tuning->points.push_back(dense_prefill_point(profile, "dense_bf16_prefill", 64, 640));
+  const SpeedPrediction split = predict_speed(profile, *fp, plan);
+  ASSERT_TRUE(int4_only.available && split.available);
+  const double slice_gemm = 4.0 * 2048 * 2048 * 2560, float_gemm = 4.0 * 2048 * 2048 * 640;
+  const double expert_macs = 48.0 * 8 * static_cast<double>(fp->expert_parameters);
+  const double dense_macs = static_cast<double>(fp->active_parameters) - 151936.0 * 2048 - expert_macs;
+  const double router_macs = 48.0 * 128 * 2048;
+  EXPECT_NEAR(term_seconds(int4_only.prefill_terms, "compute: dense projections"), dense_macs / slice_gemm, 1e-9);
+  EXPECT_NEAR(term_seconds(split.prefill_terms, "compute: dense projections"),
+              (dense_macs - router_macs) / slice_gemm + router_macs / float_gemm, 1e-9);
+  EXPECT_NE(split.prefill_inputs.find("(of them 0.013 GMAC kept in bf16, the router, / 10.7 GMAC/s (dense_bf16_prefill"),
+            std::string::npos)
+      << split.prefill_inputs;
+}
+
 // q4 dense runs four separate int4 GEMVs a layer (dense_q4_decode), not the
 // experts' batched kernel; a profile from before that point prices it by
 // expert_q4_decode.
