@@ -80,10 +80,11 @@ struct KernelSpec {
   // Greedy sampling's scan of a vocabulary's logits (forward::greedy_token,
   // on the calling thread): what every decoded token costs after its pass.
   bool sampling = false;
-  // A token's routing as MoeModel::route_tokens does it on the calling
-  // thread, per MoE layer: top-k of the router's logits (forward::route) and
-  // the reuse-distance bookkeeping, over `route_experts` experts, top
-  // `route_top_k`: the serial part of every token's pass.
+  // A token's routing as MoeModel::route_tokens does it for a decode token
+  // on the calling thread, per MoE layer: top-k of the router's logits
+  // (forward::route) and the reuse-distance bookkeeping, over
+  // `route_experts` experts, top `route_top_k` (a prompt's tokens share the
+  // top-k over the team: the planner divides it there).
   bool routing = false;
   int route_experts = kExperts, route_top_k = kTopK;
   // A token's element-wise work per layer as MoeModel's pass does it
