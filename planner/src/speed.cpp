@@ -45,33 +45,40 @@ double prefill_macs_per_token(const ModelFootprint& fp) {
   return std::max(0.0, static_cast<double>(fp.active_parameters) - lm_head);
 }
 
-// Rows a prompt token's dense projections produce (attention, router,
-// shared expert, dense MLP): every dense matrix but the embedding table and
-// the lm_head (prefill projects only the last token to the vocabulary).
-double prefill_dense_rows(const ModelFootprint& fp) {
-  double rows = 0;
-  for (const DenseComponent& c : fp.dense) {
-    if (c.role != "embedding" && c.role != "lm_head") rows += static_cast<double>(c.matrix_rows);
-  }
-  return rows;
+// Quantised dense from a bf16 checkpoint: the matrices coli convert keeps
+// in the checkpoint's precision (the router: DenseComponent::float_matrix_*)
+// run on the float kernels beside the quantised ones.
+bool keeps_bf16_matrices(const ModelFootprint& fp) {
+  return quantized_format(fp.dense_format).has_value() && fp.source_dtype.rfind("bfloat16", 0) == 0;
 }
 
-// A prompt token's dense matrices the engine keeps in the checkpoint's bf16
-// beside quantised dense ones (the router: DenseComponent::float_matrix_*),
-// which the float GEMM multiplies: their multiply-adds and rows. None with
-// source dense (all of it is the float GEMM's already) or another source.
-struct FloatProjections {
-  double macs = 0, rows = 0;
+// What a prompt token's dense projections run (attention, router, shared
+// expert, dense MLP: every dense matrix but the embedding table and the
+// lm_head; prefill projects only the last token to the vocabulary): their
+// rows, and of them the matrices kept in bf16 beside quantised ones
+// (keeps_bf16_matrices), which the float GEMM multiplies: rows and
+// multiply-adds. None of those with source dense (all of it is the float
+// GEMM's already) or another source.
+struct PromptProjections {
+  double rows = 0, float_rows = 0, float_macs = 0;
 };
-FloatProjections prefill_float_projections(const ModelFootprint& fp) {
-  FloatProjections out;
-  if (!quantized_format(fp.dense_format) || fp.source_dtype.rfind("bfloat16", 0) != 0 || fp.source_dtype_bytes == 0) return out;
+PromptProjections prompt_projections(const ModelFootprint& fp) {
+  PromptProjections out;
+  const bool split = keeps_bf16_matrices(fp) && fp.source_dtype_bytes > 0;
   for (const DenseComponent& c : fp.dense) {
     if (c.role == "embedding" || c.role == "lm_head") continue;
-    out.macs += static_cast<double>(c.float_matrix_bytes) / static_cast<double>(fp.source_dtype_bytes);
-    out.rows += static_cast<double>(c.float_matrix_rows);
+    out.rows += static_cast<double>(c.matrix_rows);
+    if (!split) continue;
+    out.float_rows += static_cast<double>(c.float_matrix_rows);
+    out.float_macs += static_cast<double>(c.float_matrix_bytes) / static_cast<double>(fp.source_dtype_bytes);
   }
   return out;
+}
+
+// The threads a prompt's per-token steps share (MoeModel::for_tokens: the
+// team from kParallelTokens tokens, else the calling thread alone).
+double prompt_token_sharing(double prompt, const Team& team) {
+  return prompt >= static_cast<double>(kParallelTokens) ? std::max(1, team.size()) : 1;
 }
 
 // The matrix that projects to the vocabulary: the lm_head, or the embedding
@@ -133,7 +140,7 @@ DenseSeconds dense_gemv_seconds(const DeviceProfile& profile, const ModelFootpri
   const auto bytes = static_cast<double>(work.bytes), rows = static_cast<double>(work.rows);
   const auto float_bytes = static_cast<double>(work.float_bytes), float_rows = static_cast<double>(work.float_rows);
   const DecodeGemv gemv = dense_gemv(profile, fp, team, from);
-  const bool mixed = quantized_format(fp.dense_format) && float_bytes > 0 && fp.source_dtype.rfind("bfloat16", 0) == 0;
+  const bool mixed = keeps_bf16_matrices(fp) && float_bytes > 0;
   const DecodeGemv floats{decode_kernel_rate(profile, {"dense_bf16_decode"}, team),
                           mixed ? float_gemv_fit(profile, team, from) : std::nullopt};
   if (!mixed || !floats.rows) return {gemv.seconds(bytes, rows, ram), ""};
@@ -580,16 +587,17 @@ PromptCompute prompt_compute(const DeviceProfile& profile, const ModelFootprint&
   const double layer_rounds = std::ceil(prompt / round) * layers;
   out.dispatch_s = layer_rounds * distinct * compute->seconds_per_expert;
   // The router stays in bf16 beside quantised projections: the float GEMM's rate.
-  const FloatProjections floats = quantized_dense ? prefill_float_projections(fp) : FloatProjections{};
-  const auto float_rate = floats.macs > 0 ? dense_prefill_rate(profile, team) : std::nullopt;
-  out.dense_s = float_rate ? prompt * (dense_rate->seconds(prefill_dense_rows(fp) - floats.rows, dense_macs - floats.macs) +
-                                       float_rate->seconds(floats.rows, floats.macs))
-                           : prompt * dense_rate->seconds(prefill_dense_rows(fp), dense_macs);
+  const PromptProjections projections = prompt_projections(fp);
+  const auto float_rate = projections.float_macs > 0 ? dense_prefill_rate(profile, team) : std::nullopt;
+  const double int_rows = projections.rows - projections.float_rows, int_macs = dense_macs - projections.float_macs;
+  out.dense_s = prompt * (float_rate ? dense_rate->seconds(int_rows, int_macs) +
+                                           float_rate->seconds(projections.float_rows, projections.float_macs)
+                                     : dense_rate->seconds(projections.rows, dense_macs));
   out.lm_head_s = last_token_lm_head_seconds(profile, fp, team, r.ram, r.dense_from);
   // Every token's norms, RoPE, KV store and residual adds at every layer,
   // the tokens shared over the team (MoeModel's for_tokens, from kParallelTokens).
   const auto token_ops = token_ops_per_token(profile, fp, team);
-  const double sharing = prompt >= static_cast<double>(kParallelTokens) ? std::max(1, team.size()) : 1;
+  const double sharing = prompt_token_sharing(prompt, team);
   out.token_ops_s = token_ops ? prompt * token_ops->seconds / sharing : 0.0;
   out.text = "experts " + format_fixed(expert_macs / 1e9, 2) + " GMAC per token" +
              (padding > 1 ? " x " + format_fixed(padding, 3) + " (amx tiles of " + std::to_string(kernels::cpu::kAmxTileTokens) +
@@ -597,7 +605,8 @@ PromptCompute prompt_compute(const DeviceProfile& profile, const ModelFootprint&
                           : std::string()) +
              " / " + compute->text + " + dense " +
              format_fixed(dense_macs / 1e9, 3) + " GMAC per token / " + dense_rate->text +
-             (float_rate ? " (of them " + format_fixed(floats.macs / 1e9, 3) + " GMAC kept in bf16, the router, / " + float_rate->text + ")"
+             (float_rate ? " (of them " + format_fixed(projections.float_macs / 1e9, 3) + " GMAC kept in bf16, the router, / " +
+                               float_rate->text + ")"
                          : std::string()) +
              (attention ? " + attention " + format_fixed(prompt_attention_macs(fp, prompt) / 1e9, 2) + " GMAC per prompt at " +
                               attention->text
@@ -740,7 +749,7 @@ void predict_prefill(const DeviceProfile& profile, const ModelFootprint& fp, con
   // the team from kParallelTokens (MoeModel::route_tokens; its records stay
   // on the calling thread, a quarter of the timed call at 128 experts).
   const auto routing = r.vram ? std::nullopt : routing_cost(profile, team, fp.n_experts, fp.top_k);
-  const double routing_sharing = prompt >= static_cast<double>(kParallelTokens) ? std::max(1, team.size()) : 1;
+  const double routing_sharing = prompt_token_sharing(prompt, team);
   const double routing_s = routing ? prompt * layers * routing->seconds / routing_sharing : 0.0;
   s.prefill_disk_reads = rounds * layers * reads_per_round;
   s.prefill_prompt_tokens = static_cast<int>(prompt);
