@@ -207,8 +207,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   std::string tuning_pool;
   app.add_option("--tuning-pool", tuning_pool,
-                 "Test weights the kernel tuning cycles through, e.g. 1G (default: 2x the last-level cache within "
-                 "128 MiB..1 GiB, at most an eighth of the memory headroom)");
+                 "Test weights the kernel tuning cycles through, e.g. 1G (default: 16x the last-level cache within "
+                 "1 GiB..4 GiB, at most an eighth of the memory headroom)");
   app.add_option("--replay-root", replay_root, "Read /proc and /sys below this recorded tree")
       ->check(CLI::ExistingDirectory);
   app.add_option("--replay-hwloc-xml", replay_xml, "Read the CPU topology from this hwloc XML file")

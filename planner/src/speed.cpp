@@ -380,7 +380,7 @@ void predict_decode(const DeviceProfile& profile, const ModelFootprint& fp, cons
   const std::optional<StepCost> step =
       r.vram ? std::nullopt : parallel_step_cost(profile, team, steps, static_cast<double>(fp.config.hidden_size));
   // Weights stream at the engine's kernel's own rate where the tuning phase
-  // timed it (on weights from RAM: a pool of twice the last-level cache), else
+  // timed it (on weights from RAM: a pool of 16 last-level caches), else
   // at the RAM read bandwidth.
   const DecodeGemv expert_kernel = expert_gemv(profile, fp.expert_format, team);
   // One expert record's GEMVs for one token.

@@ -12,7 +12,7 @@ Result<std::uint64_t> tuning_pool_bytes(const CpuFacts& facts, const MemoryFacts
     // Every instance a team of all the machine's threads reaches, counted
     // once: a hybrid CPU's kinds each report the one L3 they share.
     const std::uint64_t llc = last_level_cache_bytes(facts.caches, std::numeric_limits<int>::max());
-    pool_bytes = std::clamp(2 * llc, kMinPool, kMaxPool);
+    pool_bytes = std::clamp(kPoolCaches * llc, kMinPool, kMaxPool);
   }
   if (memory.headroom_bytes > 0) pool_bytes = std::min(pool_bytes, memory.headroom_bytes / 8);
   if (pool_bytes < kSmallestPool)

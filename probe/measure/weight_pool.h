@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <span>
 
 #include "coli/base/result.h"
@@ -16,7 +17,8 @@
 
 namespace coli::probe {
 
-inline constexpr std::uint64_t kMinPool = 128ull << 20, kMaxPool = 1024ull << 20, kSmallestPool = 32ull << 20;
+inline constexpr std::uint64_t kMinPool = 1ull << 30, kMaxPool = 4ull << 30, kSmallestPool = 32ull << 20;
+inline constexpr std::uint64_t kPoolCaches = 16;  // the default pool in last-level caches
 
 // Weight bytes in one anonymous mapping, handed out round robin so
 // consecutive calls read different memory.
@@ -38,11 +40,20 @@ class WeightPool {
 
   // Bytes 0x30..0x3f: as int8 small weights, as nibbles any value, and as
   // binary16 or float32 scales always normal numbers (no denormal slow paths).
-  // Touches chunk by chunk until done or the deadline, at least kSmallestPool.
+  // The first 8 MiB chunk is drawn, the others copy it: a kernel's timing
+  // does not depend on the values, and a byte a step filled ~140 MB/s on the
+  // 2-core VM, cutting a 2.5 GiB pool to 1.1 GiB at the deadline (the VM's
+  // first touch alone runs ~0.8 GB/s). Touches chunk by chunk until done or
+  // the deadline, at least kSmallestPool.
   void fill(std::chrono::steady_clock::time_point deadline) {
+    constexpr std::uint64_t kChunk = 8ull << 20;
     std::uint32_t state = 12345;
     for (std::uint64_t chunk = 0; used_ < mapped_ && (used_ < kSmallestPool || std::chrono::steady_clock::now() < deadline); used_ += chunk) {
-      chunk = std::min<std::uint64_t>(8ull << 20, mapped_ - used_);
+      chunk = std::min(kChunk, mapped_ - used_);
+      if (used_ >= kChunk) {
+        std::memcpy(base_ + used_, base_, chunk);
+        continue;
+      }
       for (std::uint64_t i = 0; i < chunk; ++i) {
         state = state * 1664525u + 1013904223u;
         base_[used_ + i] = static_cast<std::byte>(0x30 | (state >> 28));
@@ -64,13 +75,18 @@ class WeightPool {
   std::uint64_t mapped_ = 0, used_ = 0, cursor_ = 0;
 };
 
-// The test weights' size: twice the last-level cache (so decode streams
-// from RAM) within [kMinPool, kMaxPool] unless given (coli-probe
-// --tuning-pool), at most an eighth of the memory headroom; an error when
-// that leaves less than kSmallestPool. The H100 box (300 MiB L3) probed
-// with 600 MiB and with 1200 MiB timed its decode points alike: the larger
-// pool 3-10% faster, its prefill points and RAM read faster too (the
-// machine moved between the probes), so twice holds no L3 share to speak of.
+// The test weights' size: 16 times the last-level cache within
+// [kMinPool, kMaxPool] unless given (coli-probe --tuning-pool), at most an
+// eighth of the memory headroom; an error when that leaves less than
+// kSmallestPool. A model's decode streams gigabytes a token from RAM; a pool
+// the cache partly keeps between cycles times the kernels too fast. The
+// 2-core VM (32 MiB L3) timed its decode points 10-15% faster over 128 MiB
+// than over 1 GiB or more in interleaved probes (expert_q4_decode at two
+// threads 31.5 against 26.5 GB/s, dense_q8_decode 43 against 36), and the
+// decode the H100 box's 600 MiB pool (twice its 300 MiB L3) priced ran
+// 8-13% slower on every OLMoE and Qwen3 point. An L3 that resists streaming
+// (adaptive insertion) may keep up to its own size of a cycled pool, so at
+// 16 times at most a sixteenth of the reads hit.
 Result<std::uint64_t> tuning_pool_bytes(const CpuFacts& facts, const MemoryFacts& memory, std::uint64_t requested);
 
 }  // namespace coli::probe

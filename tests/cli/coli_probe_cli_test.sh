@@ -80,13 +80,13 @@ check "reads beside compute measured" contains "$work/full.toml" "^\[measurement
 check "and summarised" contains "$work/full.out" "^reads       expert_q4_decode slower by"
 check "disk test file removed" test "$(ls "$work" | grep -vc -E '\.(toml|out|err|json)$')" -eq 0
 
-check "the tuning pool is two last-level caches here" python3 - "$work/full.toml" <<'EOF'
+check "the tuning pool is 16 last-level caches here" python3 - "$work/full.toml" <<'EOF'
 import sys, tomllib
 d = tomllib.load(open(sys.argv[1], "rb"))
 llc = max(c["level"] for c in d["cpu"]["caches"])
 size = sum(c["size_bytes"] * c["instances"] for c in d["cpu"]["caches"] if c["level"] == llc)
 pool = d["measurements"]["kernel_tuning"]["pool_bytes"]
-want = min(max(2 * size, 128 << 20), 1 << 30, d["memory"]["headroom_bytes"] // 8)
+want = min(max(16 * size, 1 << 30), 4 << 30, d["memory"]["headroom_bytes"] // 8)
 assert 32 << 20 <= pool <= want, (pool, want)  # filled up to the budget's share
 EOF
 "$probe" --budget 4 --tuning-pool 5M --out "$work/pool.toml" >/dev/null 2>"$work/pool.err"

@@ -2,6 +2,9 @@
 // chooser on made-up measurements, and a short real run on this machine.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <array>
+#include <chrono>
 #include <filesystem>
 
 #include "coli/probe/probe.h"
@@ -230,11 +233,11 @@ TEST(TuningSeparation, RecommendationFallsBackWhenDecodeSetsDoNotSeparate) {
   EXPECT_TRUE(Contains(fallback.error().message, "k0:1c 80 ±26.8%")) << fallback.error().message;
 }
 
-// The test weights: twice the last-level cache (summed over its instances,
-// a hybrid CPU's shared L3 once)
-// within 128 MiB..1 GiB, at most an eighth of the headroom; a requested
-// size wins; too little headroom is an error that says so.
-TEST(KernelTuning, PoolIsTwoLastLevelCachesWithinBounds) {
+// The test weights: 16 last-level caches (summed over its instances, a
+// hybrid CPU's shared L3 once) within 1..4 GiB, at most an eighth of the
+// headroom; a requested size wins; too little headroom is an error that
+// says so.
+TEST(KernelTuning, PoolIsSixteenLastLevelCachesWithinBounds) {
   auto facts = [](std::uint64_t l3, int instances) {
     CpuFacts cpu;
     cpu.caches = {{2, "unified", 0, 2ull << 20, 64, 1, 16}, {3, "unified", 0, l3, 64, 16 / instances, instances}};
@@ -242,23 +245,40 @@ TEST(KernelTuning, PoolIsTwoLastLevelCachesWithinBounds) {
   };
   MemoryFacts memory;
   memory.headroom_bytes = 100ull << 30;
-  constexpr std::uint64_t MiB = 1ull << 20;
-  EXPECT_EQ(*tuning_pool_bytes(facts(300 * MiB, 1), memory, 0), 600 * MiB);  // the H200 and H100 boxes' L3
-  EXPECT_EQ(*tuning_pool_bytes(facts(64 * MiB, 2), memory, 0), 256 * MiB);   // two 64 MiB L3s
-  CpuFacts hybrid;  // a hybrid CPU's two kinds each report the one 30 MiB L3 they share: counted once
-  hybrid.caches = {{3, "unified", 0, 30 * MiB, 64, 8, 1}, {3, "unified", 1, 30 * MiB, 64, 16, 1}};
-  EXPECT_EQ(*tuning_pool_bytes(hybrid, memory, 0), 128 * MiB);  // 60 MiB, raised to the least
-  hybrid.caches[0].size_bytes = hybrid.caches[1].size_bytes = 100 * MiB;
-  EXPECT_EQ(*tuning_pool_bytes(hybrid, memory, 0), 200 * MiB);
-  EXPECT_EQ(*tuning_pool_bytes(facts(8 * MiB, 1), memory, 0), 128 * MiB);    // at least 128 MiB
-  EXPECT_EQ(*tuning_pool_bytes(facts(1024 * MiB, 1), memory, 0), 1024 * MiB); // at most 1 GiB
+  constexpr std::uint64_t MiB = 1ull << 20, GiB = 1ull << 30;
+  EXPECT_EQ(*tuning_pool_bytes(facts(200 * MiB, 1), memory, 0), 3200 * MiB);
+  EXPECT_EQ(*tuning_pool_bytes(facts(300 * MiB, 1), memory, 0), 4 * GiB);   // the H200 and H100 boxes' L3: at most 4 GiB
+  EXPECT_EQ(*tuning_pool_bytes(facts(64 * MiB, 2), memory, 0), 2 * GiB);    // two 64 MiB L3s
+  CpuFacts hybrid;  // a hybrid CPU's two kinds each report the one 100 MiB L3 they share: counted once
+  hybrid.caches = {{3, "unified", 0, 100 * MiB, 64, 8, 1}, {3, "unified", 1, 100 * MiB, 64, 16, 1}};
+  EXPECT_EQ(*tuning_pool_bytes(hybrid, memory, 0), 1600 * MiB);
+  EXPECT_EQ(*tuning_pool_bytes(facts(32 * MiB, 1), memory, 0), 1 * GiB);    // the VM's: at least 1 GiB
   EXPECT_EQ(*tuning_pool_bytes(facts(300 * MiB, 1), memory, 1200 * MiB), 1200 * MiB);  // --tuning-pool
-  memory.headroom_bytes = 2ull << 30;
+  memory.headroom_bytes = 2 * GiB;
   EXPECT_EQ(*tuning_pool_bytes(facts(300 * MiB, 1), memory, 0), 256 * MiB);
   memory.headroom_bytes = 128 * MiB;
   auto refused = tuning_pool_bytes(facts(300 * MiB, 1), memory, 0);
   ASSERT_FALSE(refused);
   EXPECT_TRUE(Contains(refused.error().message, "memory headroom")) << refused.error().message;
+}
+
+// The pool's bytes are 0x30..0x3f everywhere, past the first drawn chunk
+// too (the rest copy it), and filling stops at the deadline only after the
+// smallest pool: 32 MiB of a 40 MiB mapping when the deadline has passed.
+TEST(KernelTuning, PoolFillsEveryByteInRangeUpToTheDeadline) {
+  constexpr std::uint64_t MiB = 1ull << 20;
+  WeightPool full(40 * MiB + 100);
+  ASSERT_TRUE(full.mapped());
+  full.fill(std::chrono::steady_clock::now() + std::chrono::hours(1));
+  ASSERT_EQ(full.size(), 40 * MiB + 100);
+  const auto bytes = full.filled();
+  EXPECT_TRUE(std::all_of(bytes.begin(), bytes.end(), [](std::byte b) { return (static_cast<unsigned>(b) & 0xf0u) == 0x30u; }));
+  std::array<int, 16> nibbles{};
+  for (std::size_t i = 0; i < (1u << 20); ++i) ++nibbles[static_cast<unsigned>(bytes[i]) & 0xfu];
+  for (int count : nibbles) EXPECT_GT(count, 50000);  // every value, about 65536 times each
+  WeightPool late(40 * MiB);
+  late.fill(std::chrono::steady_clock::now() - std::chrono::seconds(1));
+  EXPECT_EQ(late.size(), kSmallestPool);
 }
 
 // The cached points' 4 MiB each are timed warm only where the last-level

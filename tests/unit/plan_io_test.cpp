@@ -1052,7 +1052,7 @@ TEST(PlanSpeed, FloatDenseProjectionsOfAPromptCostAFittedTimePerRow) {
 // at the plan's team size (the tuning phase's expert_q4_decode), when that is
 // below the RAM bandwidth: a few cores cannot drain the bus.
 // The tuning phase times the engine's own expert GEMV on its thread set
-// over weights from RAM (a pool of twice the last-level cache): that rate,
+// over weights from RAM (a pool of 16 last-level caches): that rate,
 // slower or faster than the generic read kernel's, is what the experts
 // stream at. Faster happens: the H200 machine's read kernel measured 85.6
 // GB/s at 16 threads with a 44% spread where expert_q4_decode streamed 98.0
