@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <barrier>
 #include <chrono>
+#include <limits>
 #include <memory>
 #include <string>
 #include <system_error>
@@ -27,9 +28,13 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr std::uint64_t kMiB = 1ull << 20;
 constexpr std::uint64_t kMinBufferBytes = 64 * kMiB;
-// 1 GiB per array (3 GiB for triad) is several times any L3 except multi-socket
-// 3D V-cache parts, and larger arrays would not fit the time budget.
-constexpr std::uint64_t kMaxDerivedBufferBytes = 1024 * kMiB;
+// 16 last-level caches per array, as the tuning pool (weight_pool.h): a
+// buffer the cache partly keeps between passes reads too fast. On the 2-core
+// VM (32 MiB L3) one thread read 128 MiB at 30.8 GB/s, 512 MiB at 27.1 and
+// 2 GiB at 26.3 (interleaved, medians of 12). At most 2 GiB per array (6 GiB
+// for triad): larger would not fit the time budget's first touch.
+constexpr std::uint64_t kBufferCaches = 16;
+constexpr std::uint64_t kMaxDerivedBufferBytes = 2048 * kMiB;
 constexpr std::uint64_t kSmallestUsefulBuffer = 1 * kMiB;
 // Kernels walk blocks of this many doubles: a constant inner trip count lets
 // GCC -O2 (very-cheap vectoriser cost model) vectorise without epilogues.
@@ -111,16 +116,15 @@ std::vector<PointPlan> plan_points(const std::vector<KindCores>& kinds, double b
   return plans;
 }
 
+}  // namespace
+
 // ------------------------------------------------------------- buffers
 
-Result<std::uint64_t> choose_buffer_bytes(const CpuFacts& cpu, const MemoryFacts& memory,
-                                          const MemoryBandwidthOptions& options) {
-  int last_level = 0;
-  for (const auto& cache : cpu.caches) last_level = std::max(last_level, cache.level);
-  std::uint64_t last_level_bytes = 0;  // summed over kinds and instances: an upper estimate
-  for (const auto& cache : cpu.caches)
-    if (cache.level == last_level) last_level_bytes += cache.size_bytes * std::max(1, cache.instances);
-  std::uint64_t bytes = std::clamp(4 * last_level_bytes, kMinBufferBytes, kMaxDerivedBufferBytes);
+Result<std::uint64_t> memory_buffer_bytes(const CpuFacts& cpu, const MemoryFacts& memory, const MemoryBandwidthOptions& options) {
+  // Every instance a team of all the machine's threads reaches, counted
+  // once: a hybrid CPU's kinds each report the one L3 they share.
+  const std::uint64_t last_level_bytes = last_level_cache_bytes(cpu.caches, std::numeric_limits<int>::max());
+  std::uint64_t bytes = std::clamp(kBufferCaches * last_level_bytes, kMinBufferBytes, kMaxDerivedBufferBytes);
   if (options.max_buffer_bytes > 0) bytes = std::min(bytes, options.max_buffer_bytes);
   if (memory.headroom_bytes == 0)
     return make_error("memory bandwidth: memory headroom is unknown, so buffer sizes cannot be chosen safely");
@@ -132,6 +136,8 @@ Result<std::uint64_t> choose_buffer_bytes(const CpuFacts& cpu, const MemoryFacts
                       format_bytes(kSmallestUsefulBuffer));
   return bytes;
 }
+
+namespace {
 
 // a, b and c in one anonymous mapping, unmapped on destruction.
 struct TriadArrays {
@@ -307,7 +313,7 @@ Result<std::vector<MemoryBandwidthPoint>> measure_point(const PointPlan& plan, c
 Result<MemoryBandwidth> measure_memory_bandwidth(const CpuFacts& cpu, const MemoryFacts& memory,
                                                  const MemoryBandwidthOptions& options, const ProgressFn& progress) {
   const auto deadline = Clock::now() + std::chrono::duration<double>(options.budget_seconds);
-  auto buffer_bytes = choose_buffer_bytes(cpu, memory, options);
+  auto buffer_bytes = memory_buffer_bytes(cpu, memory, options);
   if (!buffer_bytes) return buffer_bytes.error();
   const auto plans = plan_points(usable_kinds(cpu), options.budget_seconds);
   if (plans.empty()) return make_error("memory bandwidth: no usable CPU to run on (usable set is empty)");

@@ -133,6 +133,32 @@ const MemoryBandwidthPoint* find_point(const MemoryBandwidth& bandwidth, const s
   return nullptr;
 }
 
+// Arrays of 16 last-level caches (a hybrid CPU's shared L3 once) within
+// 64 MiB..2 GiB, at most the option's bytes and three arrays within an
+// eighth of the headroom; unknown headroom is an error.
+TEST(MemoryBandwidth, BufferIsSixteenLastLevelCachesWithinBounds) {
+  auto cpu_with = [](std::uint64_t l3, int instances) {
+    CpuFacts cpu;
+    cpu.caches = {{2, "unified", 0, 2 * kMiB, 64, 1, 16}, {3, "unified", 0, l3, 64, 16 / instances, instances}};
+    return cpu;
+  };
+  MemoryFacts memory = plenty_of_memory();
+  memory.headroom_bytes = 100ull << 30;
+  EXPECT_EQ(*memory_buffer_bytes(cpu_with(32 * kMiB, 1), memory, {}), 512 * kMiB);  // the VM's 32 MiB L3
+  EXPECT_EQ(*memory_buffer_bytes(cpu_with(64 * kMiB, 2), memory, {}), 2048 * kMiB);  // two 64 MiB L3s: at most 2 GiB
+  EXPECT_EQ(*memory_buffer_bytes(cpu_with(2 * kMiB, 1), memory, {}), 64 * kMiB);     // at least 64 MiB
+  CpuFacts hybrid;  // two kinds report the one 8 MiB L3 they share: counted once
+  hybrid.caches = {{3, "unified", 0, 8 * kMiB, 64, 8, 1}, {3, "unified", 1, 8 * kMiB, 64, 16, 1}};
+  EXPECT_EQ(*memory_buffer_bytes(hybrid, memory, {}), 128 * kMiB);
+  EXPECT_EQ(*memory_buffer_bytes(cpu_with(32 * kMiB, 1), memory, {.max_buffer_bytes = 16 * kMiB}), 16 * kMiB);
+  memory.headroom_bytes = 3ull << 30;  // 3 arrays within 384 MiB
+  EXPECT_EQ(*memory_buffer_bytes(cpu_with(32 * kMiB, 1), memory, {}), 128 * kMiB);
+  memory.headroom_bytes = 0;
+  const auto unknown = memory_buffer_bytes(cpu_with(32 * kMiB, 1), memory, {});
+  ASSERT_FALSE(unknown);
+  EXPECT_NE(unknown.error().message.find("headroom is unknown"), std::string::npos) << unknown.error().message;
+}
+
 TEST(MemoryBandwidth, MeasuresEveryThreadCountWithinTheBudget) {
   const CpuFacts cpu = allowed_cpus(2);
   const int max_threads = cpu.usable.pus.size();
