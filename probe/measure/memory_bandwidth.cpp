@@ -33,7 +33,6 @@ constexpr std::uint64_t kMinBufferBytes = 64 * kMiB;
 // VM (32 MiB L3) one thread read 128 MiB at 30.8 GB/s, 512 MiB at 27.1 and
 // 2 GiB at 26.3 (interleaved, medians of 12). At most 2 GiB per array (6 GiB
 // for triad): larger would not fit the time budget's first touch.
-constexpr std::uint64_t kBufferCaches = 16;
 constexpr std::uint64_t kMaxDerivedBufferBytes = 2048 * kMiB;
 constexpr std::uint64_t kSmallestUsefulBuffer = 1 * kMiB;
 // Kernels walk blocks of this many doubles: a constant inner trip count lets
@@ -124,7 +123,7 @@ Result<std::uint64_t> memory_buffer_bytes(const CpuFacts& cpu, const MemoryFacts
   // Every instance a team of all the machine's threads reaches, counted
   // once: a hybrid CPU's kinds each report the one L3 they share.
   const std::uint64_t last_level_bytes = last_level_cache_bytes(cpu.caches, std::numeric_limits<int>::max());
-  std::uint64_t bytes = std::clamp(kBufferCaches * last_level_bytes, kMinBufferBytes, kMaxDerivedBufferBytes);
+  std::uint64_t bytes = std::clamp(kTuningPoolCaches * last_level_bytes, kMinBufferBytes, kMaxDerivedBufferBytes);
   if (options.max_buffer_bytes > 0) bytes = std::min(bytes, options.max_buffer_bytes);
   if (memory.headroom_bytes == 0)
     return make_error("memory bandwidth: memory headroom is unknown, so buffer sizes cannot be chosen safely");

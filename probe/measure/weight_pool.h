@@ -17,8 +17,7 @@
 
 namespace coli::probe {
 
-inline constexpr std::uint64_t kMinPool = 1ull << 30, kMaxPool = 4ull << 30, kSmallestPool = 32ull << 20;
-inline constexpr std::uint64_t kPoolCaches = 16;  // the default pool in last-level caches
+inline constexpr std::uint64_t kSmallestPool = 32ull << 20;
 
 // Weight bytes in one anonymous mapping, handed out round robin so
 // consecutive calls read different memory.
@@ -75,8 +74,8 @@ class WeightPool {
   std::uint64_t mapped_ = 0, used_ = 0, cursor_ = 0;
 };
 
-// The test weights' size: 16 times the last-level cache within
-// [kMinPool, kMaxPool] unless given (coli-probe --tuning-pool), at most an
+// The test weights' size: default_tuning_pool_bytes (16 times the
+// last-level cache within 1..4 GiB) unless given (coli-probe --tuning-pool), at most an
 // eighth of the memory headroom; an error when that leaves less than
 // kSmallestPool. A model's decode streams gigabytes a token from RAM; a pool
 // the cache partly keeps between cycles times the kernels too fast. The

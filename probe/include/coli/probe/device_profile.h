@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -80,6 +81,17 @@ inline std::uint64_t last_level_cache_bytes(const std::vector<CacheInfo>& caches
     best = std::max(best, c.size_bytes * static_cast<std::uint64_t>(std::clamp(reached, 1, std::max(1, c.instances))));
   }
   return best;
+}
+
+// The tuning phase's test weights by default: 16 last-level caches (every
+// instance, a hybrid CPU's shared L3 once) within 1..4 GiB, before the
+// probe's headroom bound (measure/weight_pool.h says why). A profile tuned
+// over fewer bytes than the caches' 16 may carry decode rates a cache
+// helped; the speed model says so.
+inline constexpr std::uint64_t kMinTuningPool = 1ull << 30, kMaxTuningPool = 4ull << 30, kTuningPoolCaches = 16;
+inline std::uint64_t default_tuning_pool_bytes(const std::vector<CacheInfo>& caches) {
+  const std::uint64_t llc = last_level_cache_bytes(caches, std::numeric_limits<int>::max());
+  return std::clamp(kTuningPoolCaches * llc, kMinTuningPool, kMaxTuningPool);
 }
 
 struct NumaNode {
