@@ -372,7 +372,7 @@ double decode_attention_seconds(const AttentionCost& cost, const model::ModelCon
 std::string small_tuning_pool_note(const DeviceProfile& profile) {
   const auto& tuning = profile.measurements.kernel_tuning;
   const u64 llc = last_level_cache_bytes(profile.cpu.caches, std::numeric_limits<int>::max());
-  if (!tuning || tuning->pool_bytes == 0 || llc == 0 || tuning->pool_bytes >= kTuningPoolCaches * llc) return "";
+  if (!tuning || tuning->pool_bytes == 0 || llc == 0 || tuning->pool_bytes >= streaming_buffer_bytes(profile.cpu.caches)) return "";
   return "; the profile's kernels cycled " + format_bytes(tuning->pool_bytes) + " of test weights, " +
          format_fixed(static_cast<double>(tuning->pool_bytes) / static_cast<double>(llc), 1) + "x the " + format_bytes(llc) +
          " last-level cache, which may keep part of them: its decode rates may run fast (re-probe: coli-probe now cycles " +

@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <barrier>
 #include <chrono>
-#include <limits>
 #include <memory>
 #include <string>
 #include <system_error>
@@ -28,8 +27,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr std::uint64_t kMiB = 1ull << 20;
 constexpr std::uint64_t kMinBufferBytes = 64 * kMiB;
-// 16 last-level caches per array, as the tuning pool (weight_pool.h): a
-// buffer the cache partly keeps between passes reads too fast. On the 2-core
+// streaming_buffer_bytes per array (16 last-level caches), as the tuning
+// pool: a buffer the cache partly keeps between passes reads too fast. On the 2-core
 // VM (32 MiB L3) one thread read 128 MiB at 30.8 GB/s, 512 MiB at 27.1 and
 // 2 GiB at 26.3 (interleaved, medians of 12). At most 2 GiB per array (6 GiB
 // for triad): larger would not fit the time budget's first touch.
@@ -120,10 +119,7 @@ std::vector<PointPlan> plan_points(const std::vector<KindCores>& kinds, double b
 // ------------------------------------------------------------- buffers
 
 Result<std::uint64_t> memory_buffer_bytes(const CpuFacts& cpu, const MemoryFacts& memory, const MemoryBandwidthOptions& options) {
-  // Every instance a team of all the machine's threads reaches, counted
-  // once: a hybrid CPU's kinds each report the one L3 they share.
-  const std::uint64_t last_level_bytes = last_level_cache_bytes(cpu.caches, std::numeric_limits<int>::max());
-  std::uint64_t bytes = std::clamp(kTuningPoolCaches * last_level_bytes, kMinBufferBytes, kMaxDerivedBufferBytes);
+  std::uint64_t bytes = std::clamp(streaming_buffer_bytes(cpu.caches), kMinBufferBytes, kMaxDerivedBufferBytes);
   if (options.max_buffer_bytes > 0) bytes = std::min(bytes, options.max_buffer_bytes);
   if (memory.headroom_bytes == 0)
     return make_error("memory bandwidth: memory headroom is unknown, so buffer sizes cannot be chosen safely");

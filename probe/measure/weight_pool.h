@@ -75,15 +75,15 @@ class WeightPool {
 };
 
 // The test weights' size: default_tuning_pool_bytes (16 times the
-// last-level cache within 1..4 GiB) unless given (coli-probe --tuning-pool), at most an
-// eighth of the memory headroom; an error when that leaves less than
-// kSmallestPool. A model's decode streams gigabytes a token from RAM; a pool
-// the cache partly keeps between cycles times the kernels too fast. The
-// 2-core VM (32 MiB L3) timed its decode points 10-15% faster over 128 MiB
-// than over 1 GiB or more in interleaved probes (medians at two threads:
-// expert_q4_decode 32.2 against 27.3 GB/s, dense_q8_decode 42.5 against
-// 35.9; docs/benchmarks.md, session 37), and the
-// decode the H100 box's 600 MiB pool (twice its 300 MiB L3) priced ran
+// last-level cache within 1..4 GiB) unless given (coli-probe
+// --tuning-pool), at most an eighth of the memory headroom; an error when
+// that leaves less than kSmallestPool. A model's decode streams gigabytes a
+// token from RAM; a pool the cache partly keeps between cycles times the
+// kernels too fast. The 2-core VM (32 MiB L3) timed its decode points
+// 10-15% faster over 128 MiB than over 1 GiB or more in interleaved probes
+// (medians at two threads: expert_q4_decode 32.2 against 27.3 GB/s,
+// dense_q8_decode 42.5 against 35.9; docs/benchmarks.md, session 37), and
+// the decode the H100 box's 600 MiB pool (twice its 300 MiB L3) priced ran
 // 8-13% slower on every OLMoE and Qwen3 point. An L3 that resists streaming
 // (adaptive insertion) may keep up to its own size of a cycled pool, so at
 // 16 times at most a sixteenth of the reads hit.

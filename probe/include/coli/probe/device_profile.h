@@ -83,15 +83,21 @@ inline std::uint64_t last_level_cache_bytes(const std::vector<CacheInfo>& caches
   return best;
 }
 
-// The tuning phase's test weights by default: 16 last-level caches (every
-// instance, a hybrid CPU's shared L3 once) within 1..4 GiB, before the
-// probe's headroom bound (measure/weight_pool.h says why). A profile tuned
-// over fewer bytes than the caches' 16 may carry decode rates a cache
-// helped; the speed model says so.
-inline constexpr std::uint64_t kMinTuningPool = 1ull << 30, kMaxTuningPool = 4ull << 30, kTuningPoolCaches = 16;
+// What a buffer the probe reads round and round must span to stream from
+// RAM: 16 last-level caches (every instance, a hybrid CPU's shared L3
+// once), of which a cache that resists streaming keeps at most a sixteenth
+// (measure/weight_pool.h says why). The tuning pool and the bandwidth
+// arrays take it within bounds of their own; a profile tuned over fewer
+// bytes may carry decode rates a cache helped, and the speed model says so.
+inline constexpr std::uint64_t kTuningPoolCaches = 16;
+inline std::uint64_t streaming_buffer_bytes(const std::vector<CacheInfo>& caches) {
+  return kTuningPoolCaches * last_level_cache_bytes(caches, std::numeric_limits<int>::max());
+}
+// The tuning phase's test weights by default: streaming_buffer_bytes within
+// 1..4 GiB, before the probe's headroom bound.
+inline constexpr std::uint64_t kMinTuningPool = 1ull << 30, kMaxTuningPool = 4ull << 30;
 inline std::uint64_t default_tuning_pool_bytes(const std::vector<CacheInfo>& caches) {
-  const std::uint64_t llc = last_level_cache_bytes(caches, std::numeric_limits<int>::max());
-  return std::clamp(kTuningPoolCaches * llc, kMinTuningPool, kMaxTuningPool);
+  return std::clamp(streaming_buffer_bytes(caches), kMinTuningPool, kMaxTuningPool);
 }
 
 struct NumaNode {
