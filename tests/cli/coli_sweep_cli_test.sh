@@ -131,6 +131,9 @@ COLI_CPU_KERNEL=scalar "$sweep" --model "$work/demo.coli" --profile "$work/profi
   --kernels auto,scalar -p 3 -n 2 -d 0 --repeats 1 --out "$work/out3" >"$work/s3.out" 2>&1
 check "auto and its variant: sweep exits 0" test $? -eq 0
 check "auto and its variant merged, said so" contains "$work/s3.out" "kernels: auto and scalar are scalar .*merged"
+# A streaming cap wants the workload's routing even with pins off: the history is recorded all the same.
+check "a streaming cap without pins records a history" contains "$work/s3.out" "recorded one from this workload .*at cap 4, which streams"
+check "its history is in --out" contains "$work/out3/sweep.usage" "coli-usage-history"
 check "auto and its variant run once" python3 - "$work/out3/sweep.json" <<'EOF'
 import json, sys
 configs = json.load(open(sys.argv[1]))["configs"]
@@ -138,6 +141,20 @@ labels = [c["label"] for c in configs]
 assert not any(l.endswith("| auto") for l in labels), labels
 assert len(labels) == len(set(labels)), labels
 EOF
+
+# --record-usage off: no history, so no pins and uniform routing for the streaming cap.
+"$sweep" --model "$work/demo.coli" --profile "$work/profile.toml" --threads 1 --caps 4 --pins off,on --kernels auto \
+  --record-usage off -p 3 -n 2 -d 0 --repeats 1 --out "$work/out4" >"$work/s4.out" 2>&1
+check "--record-usage off: sweep exits 0" test $? -eq 0
+check "--record-usage off records nothing" lacks "$work/s4.out" "recorded one from this workload"
+check "--record-usage off leaves no history in --out" test ! -e "$work/out4/sweep.usage"
+check "--record-usage off runs no pins" python3 - "$work/out4/sweep.json" <<'EOF'
+import json, sys
+configs = json.load(open(sys.argv[1]))["configs"]
+assert configs and all(c["pins"] == 0 for c in configs), [c["label"] for c in configs]
+EOF
+"$sweep" --model "$work/demo.coli" --profile "$work/profile.toml" --record-usage sometimes --out "$work/e" >/dev/null 2>&1
+check "bad --record-usage is a usage error" test $? -eq 2
 
 # --gpu: the expert placements are a dimension of the grid, run on the Vulkan
 # device (lavapipe in CI; skipped without one unless COLI_REQUIRE_VULKAN=1):

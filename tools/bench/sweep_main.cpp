@@ -47,6 +47,7 @@ struct Args {
   std::vector<int> threads;               // thread counts to keep; empty: every set from the profile
   std::vector<std::string> caps;          // "all" or slots; empty: all + one streaming cap
   std::vector<std::string> pins{"off", "on"};
+  std::string record_usage = "auto";      // "auto": record a history where none loads and pins or a streaming cap want one; "off"
   std::vector<std::string> kernels;       // "auto" = engine's choice; empty: what the profile's ISA allows
   int plan_cap = 0;                       // 0: the planner decides
   double min_time = 0.5;                  // seconds a run's timed passes add up to (Workload::min_timed_seconds)
@@ -295,8 +296,8 @@ Result<RetimedRepeat> retime_repeat(const Args& args, const Setup& s, const plan
   return out;
 }
 
-// The untimed passes before the grid runs: a usage history's two (none where one exists or no pins are
-// asked for), then two per compute team's read rounds where `record_cap` streams. --max-minutes refuses
+// The untimed passes before the grid runs: a usage history's two (none where one exists, where neither
+// pins nor a streaming cap want one, or with --record-usage off), then two per compute team's read rounds where `record_cap` streams. --max-minutes refuses
 // before them a sweep whose recording alone would outrun it (the H200's disk read the OLMoE shape's
 // cap-16 recording passes for minutes). Each batch is checked just before it runs, priced by the
 // prediction at that cap: the history's passes with uniform routing (none recorded yet: where routing
@@ -468,7 +469,11 @@ int run_sweep(const Args& args) {
   fs::create_directories(args.out);
   const int record_cap = *std::min_element(caps->begin(), caps->end());
   auto loaded = load_history(args, s);
-  const bool records_history = pins_wanted && !loaded;  // also where a history file is there but not this model's
+  // A streaming cap is priced by the history's routing and read rounds: uniform routing put the tiny
+  // model's cap-4 decode at 2.00 reads a token where it made 0.31, and the probe's reads alone its
+  // 2-thread prompt rounds at 84 us where the team's took 100-230 us (session 37's VM grid, +64%).
+  const bool streams = record_cap < s.footprint.n_experts;
+  const bool records_history = args.record_usage == "auto" && (pins_wanted || streams) && !loaded;  // also a file not this model's
   s.history = std::move(loaded);
   if (records_history) {
     if (Status st = check_recording_time(args, s, record_cap, kPassesPerRecording, seconds_since(sweep_start)); !st)
@@ -614,6 +619,11 @@ int main(int argc, char** argv) {
   app.add_option("--threads", args.threads, "Keep thread sets of these sizes (default: every set from the profile)")->delimiter(',');
   app.add_option("--caps", args.caps, "Expert slots per layer, comma-separated, 'all' = resident (default: all + a streaming cap)")->delimiter(',');
   app.add_option("--pins", args.pins, "Pins from the usage history: off,on")->delimiter(',')->capture_default_str();
+  app.add_option("--record-usage", args.record_usage,
+                 "auto: with no usage history (--usage), record one from this workload into --out first (two untimed "
+                 "passes at the smallest cap) where pins are asked for or a cap streams, so streaming is priced by the "
+                 "workload's routing and read rounds; off: never (no pins; streaming priced by uniform routing)")
+      ->check(CLI::IsMember({"auto", "off"}))->capture_default_str();
   app.add_option("--kernels", args.kernels,
                  "CPU kernels, comma-separated: auto or " + cpu_kernel_names_text() +
                      " (default: what the profile's ISA allows; auto and the variant it is here run once)")
