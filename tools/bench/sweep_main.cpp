@@ -297,9 +297,9 @@ Result<RetimedRepeat> retime_repeat(const Args& args, const Setup& s, const plan
 }
 
 // The untimed passes before the grid runs: a usage history's two (none where one exists, where neither
-// pins nor a streaming cap want one, or with --record-usage off), then two per compute team's read rounds where `record_cap` streams. --max-minutes refuses
-// before them a sweep whose recording alone would outrun it (the H200's disk read the OLMoE shape's
-// cap-16 recording passes for minutes). Each batch is checked just before it runs, priced by the
+// pins nor a streaming cap want one, or with --record-usage off), then two per compute team's read rounds
+// where `record_cap` streams. --max-minutes refuses before them a sweep whose recording alone would
+// outrun it (the H200's disk read the OLMoE shape's cap-16 recording passes for minutes). Each batch is checked just before it runs, priced by the
 // prediction at that cap: the history's passes with uniform routing (none recorded yet: where routing
 // concentrates, an upper bound), the read rounds' with the history. Both priced uniformly, the H200's
 // OLMoE-shaped grid at cap 48 was refused at "11.3 min" where the sweep with its history then ran
@@ -407,48 +407,71 @@ Status run_repeat(const Args& args, const Setup& s, const planner::Plan& plan, i
   return Ok{};
 }
 
-int run_sweep(const Args& args) {
-  const auto sweep_start = std::chrono::steady_clock::now();
-  if (!fs::is_regular_file(args.model)) return fail("model " + args.model + ": no such file");
-  // This process's CPUs, read before any run pins the calling thread to its team's first.
-  const auto live = fleet::probe_live();
-  const CpuSet usable_here = live ? live->cpu.usable.pus : CpuSet();
+// Where the sweep ends before its report: what to tell the user and the exit code (cli::kExit*).
+struct Stop {
+  std::string message;
+  int code = 1;
+};
+
+// What the sweep settles before its first run, step by step (run_sweep).
+struct Sweep {
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+  CpuSet usable_here;  // this process's CPUs, read before any run pins the calling thread to its team's first
   Setup s;
+  std::vector<ThreadSet> profile_sets;
+  std::vector<int> caps;    // --caps, before the planner leaves out those this memory refuses
+  GridSpec spec;
+  std::string auto_kernel;  // the engine's own choice on this CPU
+  std::optional<planner::Plan> plan;
+  std::vector<SweepConfig> grid;
+  std::size_t planned = 0;  // the planned configuration's index in grid
+};
+
+// The profile, the model's shape and the workload.
+std::optional<Stop> load_inputs(const Args& args, Sweep& w) {
+  if (!fs::is_regular_file(args.model)) return Stop{"model " + args.model + ": no such file"};
+  const auto live = fleet::probe_live();
+  w.usable_here = live ? live->cpu.usable.pus : CpuSet();
+  Setup& s = w.s;
   auto profile = load_profile(args.profile);
-  if (!profile) return fail(profile.error().message);
+  if (!profile) return Stop{profile.error().message};
   s.profile = std::move(*profile);
   auto shape = runtime::MoeModel::read_shape(args.model);
-  if (!shape) return fail(shape.error().message);
+  if (!shape) return Stop{shape.error().message};
   s.shape = std::move(*shape);
   auto model_config = model::parse_model_config(s.shape.config_json, args.model + " (config)");
-  if (!model_config) return fail(model_config.error().message);
+  if (!model_config) return Stop{model_config.error().message};
   s.footprint = planner::describe_footprint(*model_config, s.shape.expert_format, s.shape.dense_format);
   s.workload = make_workload(args.tests, model_config->vocab_size);
   s.workload.min_timed_seconds = args.min_time;
+  return std::nullopt;
+}
 
-  // Grid dimensions before anything runs, so bad input fails fast.
-  GridSpec spec;
-  const std::vector<ThreadSet> profile_sets = thread_sets_from_profile(s.profile.cpu);
-  for (const ThreadSet& set : profile_sets) {
+// The grid's dimensions and the plan request, checked before anything runs so bad input fails fast;
+// a plan this memory refuses fails here too, before a usage history is recorded (pins never change what fits).
+std::optional<Stop> grid_dimensions(const Args& args, Sweep& w) {
+  Setup& s = w.s;
+  w.profile_sets = thread_sets_from_profile(s.profile.cpu);
+  for (const ThreadSet& set : w.profile_sets) {
     if (args.threads.empty() || std::find(args.threads.begin(), args.threads.end(), set.threads()) != args.threads.end())
-      spec.thread_sets.push_back(set);
+      w.spec.thread_sets.push_back(set);
   }
   auto caps = args.caps.empty() ? Result<std::vector<int>>(default_caps(s.footprint)) : parse_caps(args.caps, s.footprint.n_experts, "--caps");
-  if (!caps) return fail(caps.error().message, cli::kExitUsage);
+  if (!caps) return Stop{caps.error().message, cli::kExitUsage};
+  w.caps = std::move(*caps);
   for (const std::string& p : args.pins) {
-    if (p != "off" && p != "on") return fail("--pins: '" + p + "' is not off or on", cli::kExitUsage);
-    spec.pins.push_back(p == "on");
+    if (p != "off" && p != "on") return Stop{"--pins: '" + p + "' is not off or on", cli::kExitUsage};
+    w.spec.pins.push_back(p == "on");
   }
   for (const std::string& k : args.kernels.empty() ? kernels_from_isa(s.profile.cpu.isa) : args.kernels)
-    spec.kernels.push_back(k == "auto" ? "" : k);
+    w.spec.kernels.push_back(k == "auto" ? "" : k);
   // "auto" is whatever the engine picks here: one configuration with that variant.
   const auto engine_choice = kernels::cpu::selected_variant();
-  if (!engine_choice) return fail(engine_choice.error().message);
-  const std::string auto_kernel(kernels::cpu::variant_name(*engine_choice));
-  ResolvedKernels resolved = resolve_kernels(spec.kernels, auto_kernel);
+  if (!engine_choice) return Stop{engine_choice.error().message};
+  w.auto_kernel = kernels::cpu::variant_name(*engine_choice);
+  ResolvedKernels resolved = resolve_kernels(w.spec.kernels, w.auto_kernel);
   for (const std::string& note : resolved.merged) std::printf("kernels: %s\n", note.c_str());
-  spec.kernels = std::move(resolved.kernels);
-  const bool pins_wanted = std::find(spec.pins.begin(), spec.pins.end(), true) != spec.pins.end();
+  w.spec.kernels = std::move(resolved.kernels);
 
   // The plan for this machine, model and workload (what coli run --profile would run).
   s.request.ctx = s.workload.context();
@@ -457,87 +480,107 @@ int run_sweep(const Args& args) {
   s.request.backend = planner::gpu_backend_memory(args.gpu_backend, s.profile);
   if (!args.ram.empty()) {
     s.request.ram = parse_size(args.ram);
-    if (!s.request.ram) return fail("--ram '" + args.ram + "' is not a size (e.g. 16G)", cli::kExitUsage);
+    if (!s.request.ram) return Stop{"--ram '" + args.ram + "' is not a size (e.g. 16G)", cli::kExitUsage};
   }
-  spec.caps = *caps;  // checked now: a bad cap or an empty grid is an input error, not a planner refusal
-  if (auto checked = build_grid(s.footprint, spec); !checked) return fail(checked.error().message, cli::kExitUsage);
-  spec.caps.clear();
-  // A plan this memory refuses fails before a usage history is recorded (pins never change what fits).
-  if (auto early = plan_with_cap(s, args.plan_cap); !early) {
-    return fail("the planner refused: " + early.error().message, cli::kExitRefused);
-  }
+  w.spec.caps = w.caps;  // checked now: a bad cap or an empty grid is an input error, not a planner refusal
+  if (auto checked = build_grid(s.footprint, w.spec); !checked) return Stop{checked.error().message, cli::kExitUsage};
+  w.spec.caps.clear();
+  if (auto early = plan_with_cap(s, args.plan_cap); !early) return Stop{"the planner refused: " + early.error().message, cli::kExitRefused};
+  return std::nullopt;
+}
+
+// The usage history pins and streaming are priced by: --usage's, else one recorded from the workload
+// (--record-usage auto) where pins are asked for or a cap streams. A streaming cap is priced by the
+// history's routing and read rounds: uniform routing put the tiny model's cap-4 decode at 2.00 reads a
+// token where it made 0.31, and the probe's reads alone its 2-thread prompt rounds at 84 us where the
+// team's took 100-230 us (session 37's VM grid, +64%). Without a history the grid has no pins.
+std::optional<Stop> prepare_history(const Args& args, Sweep& w) {
+  Setup& s = w.s;
   fs::create_directories(args.out);
-  const int record_cap = *std::min_element(caps->begin(), caps->end());
-  auto loaded = load_history(args, s);
-  // A streaming cap is priced by the history's routing and read rounds: uniform routing put the tiny
-  // model's cap-4 decode at 2.00 reads a token where it made 0.31, and the probe's reads alone its
-  // 2-thread prompt rounds at 84 us where the team's took 100-230 us (session 37's VM grid, +64%).
+  const int record_cap = *std::min_element(w.caps.begin(), w.caps.end());
   const bool streams = record_cap < s.footprint.n_experts;
+  const bool pins_wanted = std::find(w.spec.pins.begin(), w.spec.pins.end(), true) != w.spec.pins.end();
+  auto loaded = load_history(args, s);
   const bool records_history = args.record_usage == "auto" && (pins_wanted || streams) && !loaded;  // also a file not this model's
   s.history = std::move(loaded);
   if (records_history) {
-    if (Status st = check_recording_time(args, s, record_cap, kPassesPerRecording, seconds_since(sweep_start)); !st)
-      return fail(st.error().message, cli::kExitRefused);
+    if (Status st = check_recording_time(args, s, record_cap, kPassesPerRecording, seconds_since(w.start)); !st)
+      return Stop{st.error().message, cli::kExitRefused};
     // The recording pass runs on the profile's decode set, before the grid is checked against this machine.
     const CpuSet& recording_pus = s.profile.threads.decode_pus;
-    if (!usable_here.empty() && !recording_pus.is_subset_of(usable_here))
-      return fail("recording a usage history: the profile's decode threads run on CPUs " + recording_pus.to_list() +
-                      ", but this process may use " + usable_here.to_list() + ": the profile " + args.profile +
+    if (!w.usable_here.empty() && !recording_pus.is_subset_of(w.usable_here))
+      return Stop{"recording a usage history: the profile's decode threads run on CPUs " + recording_pus.to_list() +
+                      ", but this process may use " + w.usable_here.to_list() + ": the profile " + args.profile +
                       " describes another machine (probe this one with coli-probe), or give a usage history with --usage",
-                  cli::kExitRefused);
+                  cli::kExitRefused};
     auto recorded = record_history(args, s, record_cap);
-    if (!recorded) return fail("recording a usage history: " + recorded.error().message);
+    if (!recorded) return Stop{"recording a usage history: " + recorded.error().message};
     s.history = std::move(*recorded);
   }
-  const int recording_teams = record_cap < s.footprint.n_experts ? static_cast<int>(spec.thread_sets.size()) : 0;
-  if (Status st = check_recording_time(args, s, record_cap, kPassesPerRecording * recording_teams, seconds_since(sweep_start)); !st)
-    return fail(st.error().message, cli::kExitRefused);
-  if (!s.history) std::erase(spec.pins, true);
+  const int recording_teams = streams ? static_cast<int>(w.spec.thread_sets.size()) : 0;
+  if (Status st = check_recording_time(args, s, record_cap, kPassesPerRecording * recording_teams, seconds_since(w.start)); !st)
+    return Stop{st.error().message, cli::kExitRefused};
+  if (!s.history) std::erase(w.spec.pins, true);
   s.request.history_pins = s.history ? s.footprint.n_experts : 0;
   s.request.history = s.history ? &*s.history : nullptr;  // pins only where the history predicts a gain
-  auto plan = plan_with_cap(s, args.plan_cap);
-  if (!plan) return fail("the planner refused: " + plan.error().message, cli::kExitRefused);
+  return std::nullopt;
+}
 
+// The plan, the grid of configurations this machine can run with the planned one marked, and the
+// read rounds beside each streaming team that the history lacks.
+std::optional<Stop> plan_grid(const Args& args, Sweep& w) {
+  Setup& s = w.s;
+  auto plan = plan_with_cap(s, args.plan_cap);
+  if (!plan) return Stop{"the planner refused: " + plan.error().message, cli::kExitRefused};
+  w.plan = std::move(*plan);
   // Caps the planner refuses in this memory are not configurations this machine can run.
-  for (int cap : *caps) {
+  for (int cap : w.caps) {
     auto fits = plan_with_cap(s, cap);
-    if (fits) spec.caps.push_back(cap);
+    if (fits) w.spec.caps.push_back(cap);
     else std::printf("cap %d left out: %s\n", cap, fits.error().message.c_str());
   }
   auto placements = gpu_placements(args, s);
-  if (!placements) return fail(placements.error().message, cli::kExitUsage);
-  spec.placements = std::move(*placements);
-  auto grid = build_grid(s.footprint, spec);
-  if (!grid) return fail(grid.error().message);
-  SweepConfig planned_one = planned_config(*plan, s.profile, profile_sets);
-  if (planned_one.kernel.empty()) planned_one.kernel = auto_kernel;  // a plan that leaves the kernel to the engine
-  const std::size_t planned = add_planned(*grid, std::move(planned_one));
-  if (Status st = check_grid_runs_here(*grid, s.footprint.n_experts, usable_here); !st)
-    return fail(st.error().message + ": the profile " + args.profile +
+  if (!placements) return Stop{placements.error().message, cli::kExitUsage};
+  w.spec.placements = std::move(*placements);
+  auto grid = build_grid(s.footprint, w.spec);
+  if (!grid) return Stop{grid.error().message};
+  w.grid = std::move(*grid);
+  SweepConfig planned_one = planned_config(*w.plan, s.profile, w.profile_sets);
+  if (planned_one.kernel.empty()) planned_one.kernel = w.auto_kernel;  // a plan that leaves the kernel to the engine
+  w.planned = add_planned(w.grid, std::move(planned_one));
+  if (Status st = check_grid_runs_here(w.grid, s.footprint.n_experts, w.usable_here); !st)
+    return Stop{st.error().message + ": the profile " + args.profile +
                     " describes another machine (probe this one with coli-probe), or leave those configurations out",
-                cli::kExitRefused);
-  if (args.retime && grid_thread_sets(*grid).empty())
-    return fail("--retime: every configuration of the grid runs on the GPU: no CPU thread set to time again", cli::kExitUsage);
-  if (Status st = add_team_read_rounds(args, s, *plan, *grid); !st) return fail("recording read rounds: " + st.error().message);
+                cli::kExitRefused};
+  if (args.retime && grid_thread_sets(w.grid).empty())
+    return Stop{"--retime: every configuration of the grid runs on the GPU: no CPU thread set to time again", cli::kExitUsage};
+  if (Status st = add_team_read_rounds(args, s, *w.plan, w.grid); !st) return Stop{"recording read rounds: " + st.error().message};
+  return std::nullopt;
+}
 
+// The report before any run: the grid, the plan's decisions and every configuration's prediction.
+SweepReport start_report(const Args& args, const Sweep& w) {
   SweepReport report;
   report.model = args.model;
   report.profile = args.profile;
-  report.profile_fingerprint = s.profile.fingerprint;
-  report.n_experts = s.footprint.n_experts;
+  report.profile_fingerprint = w.s.profile.fingerprint;
+  report.n_experts = w.s.footprint.n_experts;
   report.prompt_tokens = args.tests.prefill_tokens;
   report.decode_tokens = args.tests.decode_tokens;
   report.depths = args.tests.depths;
   report.repeats_asked = args.tests.repeats;
-  report.min_timed_seconds = s.workload.min_timed_seconds;
+  report.min_timed_seconds = w.s.workload.min_timed_seconds;
   report.token_check = args.token_check;
-  report.planned = planned;
-  for (const auto& d : plan->decisions) report.plan_decisions.push_back(d.knob + " = " + d.value + ": " + d.reason);
-  report.grid = *grid;
-  for (const SweepConfig& config : report.grid) {
-    report.predictions.push_back(predict_config(s, s.profile, plan_of_config(*plan, config), args.tests));
-  }
+  report.planned = w.planned;
+  for (const auto& d : w.plan->decisions) report.plan_decisions.push_back(d.knob + " = " + d.value + ": " + d.reason);
+  report.grid = w.grid;
+  for (const SweepConfig& config : report.grid)
+    report.predictions.push_back(predict_config(w.s, w.s.profile, plan_of_config(*w.plan, config), args.tests));
+  return report;
+}
 
+void print_header(const Args& args, const Sweep& w, const SweepReport& report) {
+  const Setup& s = w.s;
   std::printf("model %s: %d MoE layers x %d experts, top %d, experts %s, dense %s\n", args.model.c_str(),
               s.shape.moe_layers, s.shape.experts, s.shape.top_k, std::string(name_of(s.shape.expert_format)).c_str(),
               std::string(dense_format_name(s.shape.dense_format)).c_str());
@@ -545,19 +588,22 @@ int run_sweep(const Args& args) {
   for (int depth : args.tests.depths) std::printf(" %d", depth);
   std::printf("; %d repeats, interleaved; each run's figures the median of its passes until %.2f s were timed\n",
               args.tests.repeats, args.min_time);
-  std::printf("planned: %s\n", config_label(report.grid[planned], report.n_experts).c_str());
+  std::printf("planned: %s\n", config_label(report.grid[report.planned], report.n_experts).c_str());
   for (const std::string& d : report.plan_decisions) std::printf("  %s\n", d.c_str());
-  const planner::SpeedPrediction predicted = planner::predict_speed(s.profile, s.footprint, *plan, s.history ? &*s.history : nullptr);
+  const planner::SpeedPrediction predicted = planner::predict_speed(s.profile, s.footprint, *w.plan, s.history ? &*s.history : nullptr);
   if (predicted.available)
     std::printf("  predicted: decode %.2f tok/s, prefill %.2f tok/s\n", predicted.decode_tok_per_s, predicted.prefill_tok_per_s);
   std::printf("grid: %zu configurations x %d repeats\n\n", report.grid.size(), args.tests.repeats);
+}
 
-  // Round-robin: every configuration once per repeat, so drift spreads over all of them.
+// The repeats, round-robin: every configuration once per repeat, so drift spreads over all of them;
+// --max-minutes refuses a first repeat that would end too late and stops before a later one.
+std::optional<Stop> run_repeats(const Args& args, const Sweep& w, SweepReport& report) {
   RepeatEstimate estimate = estimate_repeat(args.tests, args.min_time, report.predictions);
   if (args.retime) {
     std::vector<ConfigPrediction> recorders;  // a history's read rounds are recorded again (retime_repeat)
-    if (s.history)
-      for (std::size_t c : round_recorders(*plan, report.grid)) recorders.push_back(report.predictions[c]);
+    if (w.s.history)
+      for (std::size_t c : round_recorders(*w.plan, report.grid)) recorders.push_back(report.predictions[c]);
     estimate.retime_seconds = estimate_retime(args.tests, args.retime_seconds,
                                               static_cast<int>(grid_thread_sets(report.grid).size()), recorders);
   }
@@ -567,28 +613,32 @@ int run_sweep(const Args& args) {
   std::map<std::string, Reference> references;
   double next_repeat_seconds = estimate.total();  // then the last repeat's own time, re-timing included
   for (int repeat = 0; repeat < args.tests.repeats; ++repeat) {
-    const double elapsed = seconds_since(sweep_start);
+    const double elapsed = seconds_since(w.start);
     if (!repeat_fits(args.max_minutes, elapsed, next_repeat_seconds)) {
       const std::string why = "--max-minutes allows " + format_duration(args.max_minutes * 60) + ": " +
                               format_duration(elapsed) + " have passed and the next repeat would take about " +
                               format_duration(next_repeat_seconds);
       if (repeat == 0)
-        return fail(why + " (" + describe_repeat(estimate, labels) +
+        return Stop{why + " (" + describe_repeat(estimate, labels) +
                         "): raise --max-minutes or leave the slow configurations out (--caps, --threads, --pins)",
-                    cli::kExitRefused);
+                    cli::kExitRefused};
       report.stopped_early = "stopped after " + std::to_string(repeat) + " of " + std::to_string(args.tests.repeats) +
                              " repeats: " + why;
       break;
     }
     const auto repeat_start = std::chrono::steady_clock::now();
-    if (Status st = run_repeat(args, s, *plan, repeat, references, report); !st) return fail(st.error().message);
+    if (Status st = run_repeat(args, w.s, *w.plan, repeat, references, report); !st) return Stop{st.error().message};
     report.repeats = repeat + 1;
     next_repeat_seconds = seconds_since(repeat_start);
     std::fprintf(stderr, "  repeat %d/%d  took %s (the predictions: %s)\n", repeat + 1, args.tests.repeats,
                  format_duration(next_repeat_seconds).c_str(), format_duration(estimate.total()).c_str());
   }
-  report.summaries = summarize(report.grid.size(), report.runs);
+  return std::nullopt;
+}
 
+// The files and the table; fails when configurations produced different tokens.
+int write_report(const Args& args, SweepReport& report) {
+  report.summaries = summarize(report.grid.size(), report.runs);
   const fs::path out(args.out);
   for (const auto& [name, text] : {std::pair{"sweep.csv", sweep_csv(report)}, std::pair{"sweep.json", sweep_json(report)},
                                    std::pair{"sweep.svg", sweep_svg(report)}}) {
@@ -604,6 +654,18 @@ int run_sweep(const Args& args) {
   std::printf("token check: all %zu runs produced the same tokens%s\n", report.runs.size(),
               args.token_check == "per-kernel" ? " as the other runs of their kernel variant" : "");
   return 0;
+}
+
+int run_sweep(const Args& args) {
+  Sweep w;
+  using SetupStep = std::optional<Stop> (*)(const Args&, Sweep&);
+  for (SetupStep step : {load_inputs, grid_dimensions, prepare_history, plan_grid}) {
+    if (auto stop = step(args, w)) return fail(stop->message, stop->code);
+  }
+  SweepReport report = start_report(args, w);
+  print_header(args, w, report);
+  if (auto stop = run_repeats(args, w, report)) return fail(stop->message, stop->code);
+  return write_report(args, report);
 }
 
 }  // namespace
