@@ -159,8 +159,6 @@ int validate_profiles(const std::vector<std::string>& paths) {
   return invalid == 0 ? coli::cli::kExitOk : coli::cli::kExitError;
 }
 
-}  // namespace
-
 // Where this run's profile goes. An explicit --out is obeyed. The default
 // location holds the machine's profile that coli-plan and coli run find: a
 // replay (another machine's facts) never writes there, and a quick probe
@@ -184,153 +182,197 @@ coli::Result<std::string> output_path(const std::string& out, bool out_given, co
   return out;
 }
 
-int main(int argc, char** argv) {
-  CLI::App app{"coli-probe: measure this machine and write its device profile (TOML)"};
+// The command line's choices beside coli::ProbeOptions.
+struct ProbeArgs {
   coli::ProbeOptions options;
   std::string out = coli::default_profile_path().string();
+  bool out_given = false;
   bool json = false;
+  std::string tuning_pool;
   std::string replay_root, replay_xml, replay_sysctl, replay_machine, replay_gpus;
   std::vector<std::string> validate;
   bool gpu_selftest = false;
   coli::vulkan::SelftestOptions selftest;
-  app.add_option("--out", out, "Where to write the profile ('-' = stdout: TOML, or JSON with --json)")->capture_default_str();
-  app.add_flag("--quick", options.quick, "Facts only: skip the bandwidth measurements");
-  app.add_flag("--json", json, "Print the profile as JSON on stdout instead of the summary");
-  app.add_option("--disk-dir", options.disk_dir,
+
+  bool replay() const {
+    return !replay_machine.empty() || !replay_root.empty() || !replay_xml.empty() || !replay_sysctl.empty() ||
+           !replay_gpus.empty();
+  }
+};
+
+void add_options(CLI::App& app, ProbeArgs& a) {
+  app.add_option("--out", a.out, "Where to write the profile ('-' = stdout: TOML, or JSON with --json)")->capture_default_str();
+  app.add_flag("--quick", a.options.quick, "Facts only: skip the bandwidth measurements");
+  app.add_flag("--json", a.json, "Print the profile as JSON on stdout instead of the summary");
+  app.add_option("--disk-dir", a.options.disk_dir,
                  "Directory on the filesystem that holds your models (one that cannot be measured is an error)")
       ->check(CLI::ExistingDirectory)
       ->capture_default_str();
-  app.add_option("--budget", options.budget_seconds,
+  app.add_option("--budget", a.options.budget_seconds,
                  "Upper bound for all measurements, in seconds (default: 25, and kernel tuning at least 4 s per candidate "
                  "thread set)")
       ->check(CLI::Range(2.0, 3600.0))
       ->capture_default_str();
-  std::string tuning_pool;
-  app.add_option("--tuning-pool", tuning_pool,
+  app.add_option("--tuning-pool", a.tuning_pool,
                  "Test weights the kernel tuning cycles through, e.g. 1G (default: 16x the last-level cache within "
                  "1 GiB..4 GiB, at most an eighth of the memory headroom)");
-  app.add_option("--replay-root", replay_root, "Read /proc and /sys below this recorded tree")
+  app.add_option("--replay-root", a.replay_root, "Read /proc and /sys below this recorded tree")
       ->check(CLI::ExistingDirectory);
-  app.add_option("--replay-hwloc-xml", replay_xml, "Read the CPU topology from this hwloc XML file")
+  app.add_option("--replay-hwloc-xml", a.replay_xml, "Read the CPU topology from this hwloc XML file")
       ->check(CLI::ExistingFile);
-  app.add_option("--replay-sysctl", replay_sysctl, "Read a recorded macOS sysctl listing instead of hwloc")
+  app.add_option("--replay-sysctl", a.replay_sysctl, "Read a recorded macOS sysctl listing instead of hwloc")
       ->check(CLI::ExistingFile);
-  app.add_option("--replay-gpus", replay_gpus, "Read recorded GPU facts (a [gpus] TOML file) instead of the live GPUs")
+  app.add_option("--replay-gpus", a.replay_gpus, "Read recorded GPU facts (a [gpus] TOML file) instead of the live GPUs")
       ->check(CLI::ExistingFile);
-  app.add_option("--replay-machine", replay_machine,
+  app.add_option("--replay-machine", a.replay_machine,
                  "A recorded machine directory (topology.xml, sysctl.txt, root/), e.g. tests/fixtures/machines/*")
       ->check(CLI::ExistingDirectory);
-  app.add_flag("--gpu-selftest", gpu_selftest,
+  app.add_flag("--gpu-selftest", a.gpu_selftest,
                "Run every GEMV shader variant that fits each Vulkan device against the CPU reference and time it");
-  app.add_option("--gpu-selftest-budget", selftest.time_budget_seconds, "Seconds of timing for the self-test")
+  app.add_option("--gpu-selftest-budget", a.selftest.time_budget_seconds, "Seconds of timing for the self-test")
       ->check(CLI::Range(1.0, 3600.0))
       ->capture_default_str();
-  app.add_option("--gpu-shared-memory-limit", selftest.shared_memory_limit_bytes,
+  app.add_option("--gpu-shared-memory-limit", a.selftest.shared_memory_limit_bytes,
                  "Pretend each GPU allows at most this many bytes of shared memory in the self-test")
       ->check(CLI::Range(1024u, 1u << 24));
-  app.add_option("--validate", validate, "Check existing profile files and exit (nothing is probed)");
+  app.add_option("--validate", a.validate, "Check existing profile files and exit (nothing is probed)");
   app.footer("Exit status: 0 done, 1 error (probe failed, profile invalid, file not written), 2 usage.");
-  coli::cli::add_version_flag(app, "coli-probe");
-  if (const auto done = coli::cli::parse(app, argc, argv)) return *done;
+}
 
-  if (!validate.empty()) return validate_profiles(validate);
+// The options the parsed flags imply (replays, the tuning pool, progress on a terminal); false after
+// printing why when --tuning-pool is no size in range.
+bool finish_options(const CLI::App& app, ProbeArgs& a) {
+  coli::ProbeOptions& options = a.options;
   options.disk_dir_given = app.count("--disk-dir") > 0;
   options.budget_given = app.count("--budget") > 0;
-  if (!tuning_pool.empty()) {
-    const auto bytes = coli::parse_size(tuning_pool);
+  a.out_given = app.count("--out") > 0;
+  if (!a.tuning_pool.empty()) {
+    const auto bytes = coli::parse_size(a.tuning_pool);
     if (!bytes || *bytes < (32ull << 20) || *bytes > (1ull << 40)) {
-      std::fprintf(stderr, "coli-probe: --tuning-pool '%s' is not a size between 32M and 1T (e.g. 1G)\n", tuning_pool.c_str());
-      return coli::cli::kExitUsage;
+      std::fprintf(stderr, "coli-probe: --tuning-pool '%s' is not a size between 32M and 1T (e.g. 1G)\n", a.tuning_pool.c_str());
+      return false;
     }
     options.tuning_pool_bytes = *bytes;
   }
-
-  if (!replay_machine.empty()) coli::apply_replay_machine(replay_machine, options);
-  if (!replay_root.empty()) options.root = coli::SystemRoot(replay_root);
-  if (!replay_xml.empty()) options.hwloc_xml = replay_xml;
-  if (!replay_sysctl.empty()) options.sysctl_file = replay_sysctl;
-  if (!replay_gpus.empty()) options.gpu_record = replay_gpus;
+  if (!a.replay_machine.empty()) coli::apply_replay_machine(a.replay_machine, options);
+  if (!a.replay_root.empty()) options.root = coli::SystemRoot(a.replay_root);
+  if (!a.replay_xml.empty()) options.hwloc_xml = a.replay_xml;
+  if (!a.replay_sysctl.empty()) options.sysctl_file = a.replay_sysctl;
+  if (!a.replay_gpus.empty()) options.gpu_record = a.replay_gpus;
   if (::isatty(STDERR_FILENO)) {
     options.progress = [](std::string_view line) { std::cerr << "coli-probe: " << line << "\n"; };
   }
+  return true;
+}
 
-  auto profile = coli::run_probe(options);
-  if (!profile) {
-    std::fprintf(stderr, "coli-probe: %s\n", profile.error().message.c_str());
-    return coli::cli::kExitError;
-  }
-  if (const auto& disk = profile->measurements.disk; disk && disk->points.empty()) {
+// What the probe could not do as asked, on stderr: an unmeasured disk, a tuning phase that fell back to
+// the tier rule, what a replay's recording lacks.
+void report_shortfalls(const DeviceProfile& profile) {
+  if (const auto& disk = profile.measurements.disk; disk && disk->points.empty()) {
     std::fprintf(stderr, "coli-probe: disk bandwidth %s (recorded in the profile; --disk-dir DIR measures another)\n",
                  disk->note.c_str());
   }
-  if (profile->measurements.kernel_tuning && profile->threads.reason.find(coli::kTuningFallback) != std::string::npos) {
-    std::fprintf(stderr, "coli-probe: threads: %s\n", profile->threads.reason.c_str());
+  if (profile.measurements.kernel_tuning && profile.threads.reason.find(coli::kTuningFallback) != std::string::npos) {
+    std::fprintf(stderr, "coli-probe: threads: %s\n", profile.threads.reason.c_str());
   }
-  for (const std::string& source : profile->provenance.sources) {  // what a replay's recording lacks
+  for (const std::string& source : profile.provenance.sources) {
     if (source.rfind("not recorded:", 0) == 0) std::fprintf(stderr, "coli-probe: replay: %s\n", source.c_str());
   }
-  coli::fleet::assign_identity(*profile, coli::fleet::kernel_catalogue_digest());  // docs/fleet.md
-  if (profile->provenance.mode == "full") {  // host-to-device upload bandwidth, 5% of the budget
+}
+
+// A full probe's host-to-device upload bandwidth (5% of the budget) and, asked for, the GPU self-test.
+void measure_gpus(DeviceProfile& profile, const ProbeArgs& a) {
+  const coli::ProbeOptions& options = a.options;
+  if (profile.provenance.mode == "full") {
     if (options.progress) options.progress("GPU upload bandwidth (Vulkan, CUDA)");
     constexpr std::size_t kUploadBlock = 64u << 20;
     auto vulkan = coli::vulkan::measure_vulkan_uploads(kUploadBlock, options.budget_seconds * 0.025);
     auto cuda = coli::probe::measure_cuda_uploads(kUploadBlock, options.budget_seconds * 0.025);
-    auto& m = profile->measurements;
+    auto& m = profile.measurements;
     m.upload_status = vulkan.status + "; " + cuda.status;
     m.uploads = std::move(vulkan.points);
     m.uploads.insert(m.uploads.end(), cuda.points.begin(), cuda.points.end());
   }
-  if (gpu_selftest) {
+  if (a.gpu_selftest) {
     if (options.progress) options.progress("GPU self-test: running every fitting shader variant");
-    profile->measurements.gpu_kernels = coli::vulkan::run_gpu_selftest(selftest);
+    profile.measurements.gpu_kernels = coli::vulkan::run_gpu_selftest(a.selftest);
 #ifdef COLI_HAS_CUDA_SELFTEST
     if (options.progress) options.progress("GPU self-test: the CUDA decoder's matvec on each CUDA device");
-    for (coli::GpuKernelResult& r : coli::cuda::run_cuda_selftest()) profile->measurements.gpu_kernels.push_back(std::move(r));
+    for (coli::GpuKernelResult& r : coli::cuda::run_cuda_selftest()) profile.measurements.gpu_kernels.push_back(std::move(r));
 #endif
   }
-  const bool replay = !replay_machine.empty() || !replay_root.empty() || !replay_xml.empty() ||
-                      !replay_sysctl.empty() || !replay_gpus.empty();
-  auto destination = output_path(out, app.count("--out") > 0, *profile, replay);
+}
+
+// The summary's measurement lines: tuning, reads beside compute, uploads.
+void print_measurements(const DeviceProfile& profile) {
+  if (const auto& tuning = profile.measurements.kernel_tuning) {
+    std::printf("tuning      %zu kernel points in %.1f s (%s)%s%s\n", tuning->points.size(), tuning->seconds,
+                tuning->cpu_kernel.c_str(), tuning->note.empty() ? "" : "; ", tuning->note.c_str());
+  }
+  if (const auto& reads = profile.measurements.read_interference) {
+    std::string sets;
+    for (const auto& p : reads->points)
+      sets += (sets.empty() ? "" : ", ") + coli::format_fixed(100 * p.slowdown, 0) + "% on " + p.thread_set;
+    std::printf("reads       %s slower by %s with a %s %s read in flight%s%s\n", reads->kernel.c_str(), sets.c_str(),
+                coli::format_bytes(reads->block_bytes).c_str(), reads->direct_io ? "O_DIRECT" : "buffered",
+                reads->note.empty() ? "" : "; ", reads->note.c_str());
+  }
+  if (!profile.measurements.upload_status.empty()) {
+    std::printf("uploads     %s\n", profile.measurements.upload_status.c_str());
+    for (const auto& u : profile.measurements.uploads) {
+      std::printf("  %-6s %d %s: %.2f GB/s (median of %d, spread %.2f)\n", u.backend.c_str(), u.device_index,
+                  u.device.c_str(), u.gb_per_s.median, u.gb_per_s.samples, u.gb_per_s.spread);
+    }
+  }
+}
+
+// The profile to its destination (output_path) or stdout, then the summary or JSON.
+int write_profile(const DeviceProfile& profile, const ProbeArgs& a) {
+  auto destination = output_path(a.out, a.out_given, profile, a.replay());
   if (!destination) {
     std::fprintf(stderr, "coli-probe: %s\n", destination.error().message.c_str());
     return coli::cli::kExitUsage;
   }
-  out = *destination;
+  const std::string out = *destination;
   // A shared profile of this class (COLI_PROFILE_PATH, user and system dirs): say so.
-  const std::string shared_match = coli::fleet::describe_class_match(*profile, out == "-" ? fs::path() : fs::path(out));
+  const std::string shared_match = coli::fleet::describe_class_match(profile, out == "-" ? fs::path() : fs::path(out));
   if (out == "-") {  // the format --json asks for, else TOML
-    std::fputs((json ? coli::profile_to_json(*profile) : coli::profile_to_toml(*profile)).c_str(), stdout);
+    std::fputs((a.json ? coli::profile_to_json(profile) : coli::profile_to_toml(profile)).c_str(), stdout);
     std::fprintf(stderr, "coli-probe: %s\n", shared_match.c_str());
     return 0;
   }
-  if (auto saved = coli::save_profile(out, *profile); !saved) {
+  if (auto saved = coli::save_profile(out, profile); !saved) {
     std::fprintf(stderr, "coli-probe: %s (choose another place with --out)\n", saved.error().message.c_str());
     return coli::cli::kExitError;
   }
-  if (json) {
-    std::fputs(coli::profile_to_json(*profile).c_str(), stdout);
-  } else {
-    print_summary(*profile, out);
-    if (const auto& tuning = profile->measurements.kernel_tuning) {
-      std::printf("tuning      %zu kernel points in %.1f s (%s)%s%s\n", tuning->points.size(), tuning->seconds,
-                  tuning->cpu_kernel.c_str(), tuning->note.empty() ? "" : "; ", tuning->note.c_str());
-    }
-    if (const auto& reads = profile->measurements.read_interference) {
-      std::string sets;
-      for (const auto& p : reads->points)
-        sets += (sets.empty() ? "" : ", ") + coli::format_fixed(100 * p.slowdown, 0) + "% on " + p.thread_set;
-      std::printf("reads       %s slower by %s with a %s %s read in flight%s%s\n", reads->kernel.c_str(), sets.c_str(),
-                  coli::format_bytes(reads->block_bytes).c_str(), reads->direct_io ? "O_DIRECT" : "buffered",
-                  reads->note.empty() ? "" : "; ", reads->note.c_str());
-    }
-    if (!profile->measurements.upload_status.empty()) {
-      std::printf("uploads     %s\n", profile->measurements.upload_status.c_str());
-      for (const auto& u : profile->measurements.uploads) {
-        std::printf("  %-6s %d %s: %.2f GB/s (median of %d, spread %.2f)\n", u.backend.c_str(), u.device_index,
-                    u.device.c_str(), u.gb_per_s.median, u.gb_per_s.samples, u.gb_per_s.spread);
-      }
-    }
-    std::printf("class       %s\n%s\n", profile->identity.equivalence_class.c_str(), shared_match.c_str());
+  if (a.json) {
+    std::fputs(coli::profile_to_json(profile).c_str(), stdout);
+    return 0;
   }
+  print_summary(profile, out);
+  print_measurements(profile);
+  std::printf("class       %s\n%s\n", profile.identity.equivalence_class.c_str(), shared_match.c_str());
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"coli-probe: measure this machine and write its device profile (TOML)"};
+  ProbeArgs a;
+  add_options(app, a);
+  coli::cli::add_version_flag(app, "coli-probe");
+  if (const auto done = coli::cli::parse(app, argc, argv)) return *done;
+  if (!a.validate.empty()) return validate_profiles(a.validate);
+  if (!finish_options(app, a)) return coli::cli::kExitUsage;
+
+  auto profile = coli::run_probe(a.options);
+  if (!profile) {
+    std::fprintf(stderr, "coli-probe: %s\n", profile.error().message.c_str());
+    return coli::cli::kExitError;
+  }
+  report_shortfalls(*profile);
+  coli::fleet::assign_identity(*profile, coli::fleet::kernel_catalogue_digest());  // docs/fleet.md
+  measure_gpus(*profile, a);
+  return write_profile(*profile, a);
 }
