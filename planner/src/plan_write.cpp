@@ -69,8 +69,7 @@ toml::table expert_parallel_table(const ExpertParallelPlan& ep) {
                      {"layers", std::move(layers)}};
 }
 
-toml::table plan_table(const PlanFile& f) {
-  const Plan& p = f.plan;
+toml::table memory_table(const Plan& p) {
   toml::array lines;
   for (const MemoryLine& line : p.memory.lines) {
     lines.push_back(toml::table{{"component", line.component},
@@ -78,95 +77,115 @@ toml::table plan_table(const PlanFile& f) {
                                 {"bytes", as_int(line.bytes)},
                                 {"formula", line.formula}});
   }
+  // planned_ram_bytes is the sum of the RAM lines, written for people
+  // reading the file; the reader checks it so a hand edit stays consistent.
+  return toml::table{{"headroom_bytes", as_int(p.headroom_bytes)},
+                     {"headroom_source", p.headroom_source},
+                     {"planned_ram_bytes", as_int(p.planned_ram_bytes())},
+                     {"margin_bytes", as_int(p.margin.bytes)},
+                     {"margin_reason", p.margin.reason},
+                     {"lines", std::move(lines)}};
+}
+
+toml::array decisions_array(const Plan& p) {
   toml::array decisions;
   for (const Decision& d : p.decisions) {
     toml::table decision{{"knob", d.knob}, {"value", d.value}, {"reason", d.reason}};
     if (d.number) decision.insert("number", *d.number), decision.insert("unit", d.unit);  // schema 4
     decisions.push_back(std::move(decision));
   }
-  const SpeedPrediction& s = f.speed;
+  return decisions;
+}
+
+toml::table gpu_table(const GpuTier& g) {
   toml::array variants, vram_experts;
-  for (const VariantChoice& v : p.gpu.device.variants) {
+  for (const VariantChoice& v : g.device.variants) {
     variants.push_back(toml::table{{"shape", v.shape},
                                    {"variant", v.variant},
                                    {"shared_memory_bytes", static_cast<std::int64_t>(v.shared_memory_bytes)},
                                    {"reason", v.reason}});
   }
-  for (int count : p.gpu.vram_experts) vram_experts.push_back(count);
-  toml::table gpu{{"device", p.gpu.device.gpu.name},
-                  {"device_index", p.gpu.device.gpu.index},
-                  {"device_uuid", p.gpu.device.gpu.uuid},
-                  {"backend", p.gpu.backend},
-                  {"engine_runs_it", p.gpu.engine_runs_it},
-                  {"whole_decoder", p.gpu.whole_decoder},
-                  {"device_type", p.gpu.device_type},
-                  {"vendor_id", static_cast<std::int64_t>(p.gpu.vendor_id)},
-                  {"vram_headroom_bytes", as_int(p.gpu.vram_headroom_bytes)},
-                  {"vram_headroom_source", p.gpu.vram_headroom_source},
-                  {"vram_reserve_bytes", as_int(p.gpu.vram_reserve_bytes)},
-                  {"load_buffer_bytes", as_int(p.gpu.load_buffer_bytes)},
-                  {"vram_experts", std::move(vram_experts)},
-                  {"vram_share", p.gpu.vram_share},
-                  {"batch_tokens", p.gpu.batch_tokens},
-                  {"share_inputs", p.gpu.share_inputs},
-                  {"reason", p.gpu.reason},
-                  {"device_reason", p.gpu.device.reason},
-                  {"variants", std::move(variants)}};
-  toml::table table{
-      {"gpu", std::move(gpu)},
-      {"schema_version", f.schema_version},
-      {"planning_ms", f.planning_ms},
-      {"made_for", toml::table{{"profile_fingerprint", f.profile_fingerprint},
-                               {"profile_path", f.profile_path},
-                               {"model_name", f.model_name},
-                               {"model_identity", f.model_identity},
-                               {"expert_format", name_of(f.expert_format)},
-                               {"dense_format", dense_format_name(f.dense_format)}}},
-      {"knobs", toml::table{{"threads", p.threads},
-                            {"n_experts", p.n_experts},
-                            {"top_k", f.top_k},
-                            {"cap", p.cap},
-                            {"pins", p.pins},
-                            {"prefill_round_tokens", p.prefill_round_tokens},
-                            {"ctx", p.ctx},
-                            {"kv_type", kv_type_name(p.kv_type)},
-                            {"io_threads", p.io_threads},
-                            {"direct_io", p.direct_io},
-                            {"compute_pus", p.compute_pus.to_list()},
-                            {"cpu_kernel", p.cpu_kernel}}},
-      // planned_ram_bytes is the sum of the RAM lines, written for people
-      // reading the file; the reader checks it so a hand edit stays consistent.
-      {"memory", toml::table{{"headroom_bytes", as_int(p.headroom_bytes)},
-                             {"headroom_source", p.headroom_source},
-                             {"planned_ram_bytes", as_int(p.planned_ram_bytes())},
-                             {"margin_bytes", as_int(p.margin.bytes)},
-                             {"margin_reason", p.margin.reason},
-                             {"lines", std::move(lines)}}},
-      {"decisions", std::move(decisions)},
-      {"speed", toml::table{{"available", s.available},
-                            {"unavailable", s.unavailable},
-                            {"hit_rate", s.hit_rate},
-                            {"prefill_hit_rate", s.prefill_hit_rate},
-                            {"hit_rate_inputs", s.hit_rate_inputs},
-                            {"decode_tok_per_s", s.decode_tok_per_s},
-                            {"decode_inputs", s.decode_inputs},
-                            {"prefill_tok_per_s", s.prefill_tok_per_s},
-                            {"prefill_inputs", s.prefill_inputs},
-                            {"decode_disk_reads", s.decode_disk_reads},
-                            {"prefill_disk_reads", s.prefill_disk_reads},
-                            {"prefill_prompt_tokens", s.prefill_prompt_tokens},
-                            {"disk_read_seconds", s.disk_read_seconds},
-                            {"decode_terms", terms_array(s.decode_terms)},
-                            {"prefill_terms", terms_array(s.prefill_terms)}}}};
-  if (p.expert_parallel.active()) table.insert("expert_parallel", expert_parallel_table(p.expert_parallel));
-  // Only when coli-plan --retime timed the kernels again: its prediction is from those points.
-  if (!f.retimed.empty()) table["made_for"].as_table()->insert("retimed", f.retimed);
+  for (int count : g.vram_experts) vram_experts.push_back(count);
+  return toml::table{{"device", g.device.gpu.name},
+                     {"device_index", g.device.gpu.index},
+                     {"device_uuid", g.device.gpu.uuid},
+                     {"backend", g.backend},
+                     {"engine_runs_it", g.engine_runs_it},
+                     {"whole_decoder", g.whole_decoder},
+                     {"device_type", g.device_type},
+                     {"vendor_id", static_cast<std::int64_t>(g.vendor_id)},
+                     {"vram_headroom_bytes", as_int(g.vram_headroom_bytes)},
+                     {"vram_headroom_source", g.vram_headroom_source},
+                     {"vram_reserve_bytes", as_int(g.vram_reserve_bytes)},
+                     {"load_buffer_bytes", as_int(g.load_buffer_bytes)},
+                     {"vram_experts", std::move(vram_experts)},
+                     {"vram_share", g.vram_share},
+                     {"batch_tokens", g.batch_tokens},
+                     {"share_inputs", g.share_inputs},
+                     {"reason", g.reason},
+                     {"device_reason", g.device.reason},
+                     {"variants", std::move(variants)}};
+}
+
+toml::table speed_table(const SpeedPrediction& s) {
+  return toml::table{{"available", s.available},
+                     {"unavailable", s.unavailable},
+                     {"hit_rate", s.hit_rate},
+                     {"prefill_hit_rate", s.prefill_hit_rate},
+                     {"hit_rate_inputs", s.hit_rate_inputs},
+                     {"decode_tok_per_s", s.decode_tok_per_s},
+                     {"decode_inputs", s.decode_inputs},
+                     {"prefill_tok_per_s", s.prefill_tok_per_s},
+                     {"prefill_inputs", s.prefill_inputs},
+                     {"decode_disk_reads", s.decode_disk_reads},
+                     {"prefill_disk_reads", s.prefill_disk_reads},
+                     {"prefill_prompt_tokens", s.prefill_prompt_tokens},
+                     {"disk_read_seconds", s.disk_read_seconds},
+                     {"decode_terms", terms_array(s.decode_terms)},
+                     {"prefill_terms", terms_array(s.prefill_terms)}};
+}
+
+toml::table knobs_table(const PlanFile& f) {
+  const Plan& p = f.plan;
+  toml::table knobs{{"threads", p.threads},
+                    {"n_experts", p.n_experts},
+                    {"top_k", f.top_k},
+                    {"cap", p.cap},
+                    {"pins", p.pins},
+                    {"prefill_round_tokens", p.prefill_round_tokens},
+                    {"ctx", p.ctx},
+                    {"kv_type", kv_type_name(p.kv_type)},
+                    {"io_threads", p.io_threads},
+                    {"direct_io", p.direct_io},
+                    {"compute_pus", p.compute_pus.to_list()},
+                    {"cpu_kernel", p.cpu_kernel}};
   // Only when prefill has a set of its own, so plans without one read as before.
   if (p.prefill_threads > 0) {
-    toml::table& knobs = *table["knobs"].as_table();
     knobs.insert("prefill_threads", p.prefill_threads);
     knobs.insert("prefill_pus", p.prefill_pus.to_list());
   }
+  return knobs;
+}
+
+toml::table plan_table(const PlanFile& f) {
+  const Plan& p = f.plan;
+  toml::table made_for{{"profile_fingerprint", f.profile_fingerprint},
+                       {"profile_path", f.profile_path},
+                       {"model_name", f.model_name},
+                       {"model_identity", f.model_identity},
+                       {"expert_format", name_of(f.expert_format)},
+                       {"dense_format", dense_format_name(f.dense_format)}};
+  // Only when coli-plan --retime timed the kernels again: its prediction is from those points.
+  if (!f.retimed.empty()) made_for.insert("retimed", f.retimed);
+  toml::table table{{"gpu", gpu_table(p.gpu)},
+                    {"schema_version", f.schema_version},
+                    {"planning_ms", f.planning_ms},
+                    {"made_for", std::move(made_for)},
+                    {"knobs", knobs_table(f)},
+                    {"memory", memory_table(p)},
+                    {"decisions", decisions_array(p)},
+                    {"speed", speed_table(f.speed)}};
+  if (p.expert_parallel.active()) table.insert("expert_parallel", expert_parallel_table(p.expert_parallel));
   return table;
 }
 
