@@ -88,6 +88,11 @@ struct MoeModel::State {
   std::vector<float> h, normed, q_rows, k_rows, v_rows, attn_rows, o_rows, router_rows, moe_out, mlp_a, mlp_b,
       shared_rows, shared_gates, expert_rows;
 
+  // MoeModel::load's steps, in order.
+  Status open(const std::filesystem::path& path);
+  Result<std::vector<std::vector<int>>> load_weights(bool on_gpu, bool& host_experts);
+  void start_routing_record();
+  Status start_decoder(bool on_gpu, std::vector<std::vector<int>> vram, bool host_experts);
   Status load_layers();
   void attention_pass(std::size_t l, std::span<float> xs, int count, int first_position);
   void rotate_and_norm(const LayerWeights& w, std::span<float> q, std::span<float> k, std::span<float> v, int position);
@@ -469,96 +474,116 @@ MoeModel::MoeModel(MoeModel&&) noexcept = default;
 MoeModel& MoeModel::operator=(MoeModel&&) noexcept = default;
 MoeModel::~MoeModel() = default;
 
-Result<MoeModel> MoeModel::load(const std::filesystem::path& path, const ModelOptions& options) {
-  auto state = std::make_unique<State>();
-  state->options = options;
-  auto reader = container::ContainerReader::open(path);
-  if (!reader) return reader.error();
-  state->reader = std::make_unique<container::ContainerReader>(std::move(*reader));
-  state->reader->release_runtime_files();  // the tokenizer is the caller's (coli run loads it apart)
-  auto config = model::parse_model_config(state->reader->index().config_json, path.string() + " (config)");
-  if (!config) return config.error();
-  if (Status s = model::check_engine_support(*config, path.string()); !s) return s.error();
-  state->config = std::move(*config);
-  const auto& c = state->config;
-  if (c.rope_scaling.type != "default") {
+// The container and its config, checked for what this engine runs.
+Status MoeModel::State::open(const std::filesystem::path& path) {
+  auto opened = container::ContainerReader::open(path);
+  if (!opened) return opened.error();
+  reader = std::make_unique<container::ContainerReader>(std::move(*opened));
+  reader->release_runtime_files();  // the tokenizer is the caller's (coli run loads it apart)
+  auto parsed = model::parse_model_config(reader->index().config_json, path.string() + " (config)");
+  if (!parsed) return parsed.error();
+  if (Status s = model::check_engine_support(*parsed, path.string()); !s) return s.error();
+  config = std::move(*parsed);
+  if (config.rope_scaling.type != "default") {
     return make_error(path.string() + ": rope_scaling is not supported by the engine yet; convert a model without it");
   }
   if (options.backend != "cpu" && options.backend != "vulkan" && options.backend != "cuda") {
     return make_error("backend '" + options.backend + "' is not one this engine runs (cpu, vulkan, cuda)");
   }
-  // On the GPU the host keeps only the embedding table (its row lookups);
-  // the decoder reads every other dense tensor from the container into VRAM.
-  const bool on_gpu = options.backend == "vulkan" || options.backend == "cuda";
-  auto dense = DenseWeights::load(*state->reader, on_gpu ? std::function<bool(const std::string&)>(
-                                                               [](const std::string& name) { return name == kEmbedding; })
-                                                         : nullptr);
-  if (!dense) return dense.error();
-  state->dense = std::move(*dense);
-  auto backend = backend::create_backend(cpu_backend_props(options));
-  if (!backend) return backend.error();
-  state->backend = std::move(*backend);
+  return Ok{};
+}
+
+// The host's dense weights (on the GPU only the embedding table, for its row lookups: the decoder
+// reads every other dense tensor from the container into VRAM), the backend, and the expert store
+// (none with every expert in VRAM: host_experts false). Returns the experts each MoE layer keeps in VRAM.
+Result<std::vector<std::vector<int>>> MoeModel::State::load_weights(bool on_gpu, bool& host_experts) {
+  auto loaded = DenseWeights::load(*reader, on_gpu ? std::function<bool(const std::string&)>(
+                                                         [](const std::string& name) { return name == kEmbedding; })
+                                                   : nullptr);
+  if (!loaded) return loaded.error();
+  dense = std::move(*loaded);
+  auto created = backend::create_backend(cpu_backend_props(options));
+  if (!created) return created.error();
+  backend = std::move(*created);
   // I/O threads inherit the creating thread's affinity: create them unpinned.
   if (Status s = kernels::cpu::release_openmp_team(); !s) return s.error();
-  // With every expert in VRAM the host keeps no expert cache at all.
   std::vector<std::vector<int>> vram;
   if (on_gpu) {
-    auto chosen = vram_experts_of(options, state->reader->index().experts);
+    auto chosen = vram_experts_of(options, reader->index().experts);
     if (!chosen) return chosen.error();
     vram = std::move(*chosen);
   }
-  const bool host_experts = !on_gpu || !every_expert_in_vram(vram, state->reader->index().experts);
+  host_experts = !on_gpu || !every_expert_in_vram(vram, reader->index().experts);
   if (host_experts) {
-    auto experts = ExpertStore::create(*state->reader, *state->backend, static_cast<int>(c.num_experts_per_tok),
-                                       options.cache_capacity, options.pins,
-                                       ExpertIo{options.io_threads, options.direct_io,
-                                                team_size(options.compute_pus, options.threads)});
-    if (!experts) return experts.error();
-    state->experts = std::move(*experts);
+    auto store = ExpertStore::create(*reader, *backend, static_cast<int>(config.num_experts_per_tok), options.cache_capacity,
+                                     options.pins,
+                                     ExpertIo{options.io_threads, options.direct_io, team_size(options.compute_pus, options.threads)});
+    if (!store) return store.error();
+    experts = std::move(*store);
   }
-  state->stats.io_mode = state->experts.io_mode();
+  stats.io_mode = experts.io_mode();
   if (!on_gpu) {
-    if (Status s = state->load_layers(); !s) return s.error();
+    if (Status s = load_layers(); !s) return s.error();
   }
-  const auto& layout = state->reader->index().experts;
-  state->routing_counts.assign(layout.layers, std::vector<std::uint64_t>(layout.experts, 0));
-  state->reuse = experts::ReuseDistances(static_cast<int>(layout.layers), static_cast<int>(layout.experts));
-  if (auto trace = experts::RoutingTrace::create(static_cast<int>(layout.layers), static_cast<int>(c.num_experts_per_tok))) {
-    state->trace = std::move(*trace);
-  }
-  state->predicted.assign(layout.layers, {});
-  // Prefetching pays only when experts stream.
-  state->options.speculative_prefetch = options.speculative_prefetch && state->experts.experts_stream();
+  return vram;
+}
 
+// What the passes keep of their routings for the usage history, and the layers' predictions.
+void MoeModel::State::start_routing_record() {
+  const auto& layout = reader->index().experts;
+  routing_counts.assign(layout.layers, std::vector<std::uint64_t>(layout.experts, 0));
+  reuse = experts::ReuseDistances(static_cast<int>(layout.layers), static_cast<int>(layout.experts));
+  if (auto created = experts::RoutingTrace::create(static_cast<int>(layout.layers), static_cast<int>(config.num_experts_per_tok))) {
+    trace = std::move(*created);
+  }
+  predicted.assign(layout.layers, {});
+  // Prefetching pays only when experts stream.
+  options.speculative_prefetch = options.speculative_prefetch && experts.experts_stream();
+}
+
+// The pinned team, RoPE and scratch, then the GPU decoder or the host's KV cache; the expert cache
+// committed or preloaded as asked.
+Status MoeModel::State::start_decoder(bool on_gpu, std::vector<std::vector<int>> vram, bool host_experts) {
   if (!options.compute_pus.empty()) {
     if (Status s = kernels::cpu::pin_openmp_team(options.compute_pus); !s) return s.error();
   }
-  state->stats.cpu_kernel = state->backend->props().cpu_kernel;
-  state->rope = std::make_unique<forward::Rope>(static_cast<int>(c.head_dim), c.rope_theta);
-
-  const std::size_t hidden = c.hidden_size;
-  state->h.resize(hidden);
-  state->stats.backend = options.backend;
-  state->stats.rss_watchdog_limit = options.rss_limit_bytes;
+  const auto& c = config;
+  stats.cpu_kernel = backend->props().cpu_kernel;
+  rope = std::make_unique<forward::Rope>(static_cast<int>(c.head_dim), c.rope_theta);
+  h.resize(c.hidden_size);
+  stats.backend = options.backend;
+  stats.rss_watchdog_limit = options.rss_limit_bytes;
   if (on_gpu) {
-    auto gpu = GpuRun::start(options, *state->reader, c, state->dense, std::move(vram),
-                             host_experts ? &state->experts : nullptr);
-    if (!gpu) return gpu.error();
-    state->gpu = std::move(*gpu);
-    state->stats.gpu = state->gpu->memory();
+    auto started = GpuRun::start(options, *reader, c, dense, std::move(vram), host_experts ? &experts : nullptr);
+    if (!started) return started.error();
+    gpu = std::move(*started);
+    stats.gpu = gpu->memory();
   } else {
-    state->kv = forward::KvCache(static_cast<int>(c.num_hidden_layers), static_cast<int>(c.num_key_value_heads),
-                                 static_cast<int>(c.head_dim), options.max_context, options.kv_type);
-    state->stats.kv_cache_bytes = state->kv.bytes();
-    state->stats.kv_type = options.kv_type;
+    kv = forward::KvCache(static_cast<int>(c.num_hidden_layers), static_cast<int>(c.num_key_value_heads),
+                          static_cast<int>(c.head_dim), options.max_context, options.kv_type);
+    stats.kv_cache_bytes = kv.bytes();
+    stats.kv_type = options.kv_type;
   }
-  state->stats.dense_bytes = state->dense.bytes();
-  state->stats.expert_cache_bytes = state->experts.slab_bytes();
-  if (options.commit_expert_cache) state->experts.commit_slabs();
+  stats.dense_bytes = dense.bytes();
+  stats.expert_cache_bytes = experts.slab_bytes();
+  if (options.commit_expert_cache) experts.commit_slabs();
   if (options.preload_experts && host_experts) {
-    if (Status s = state->experts.load_every_expert(); !s) return s.error();
+    if (Status s = experts.load_every_expert(); !s) return s.error();
   }
-  if (options.op_timing && !on_gpu) state->op_times = std::make_unique<OpTimes>();
+  if (options.op_timing && !on_gpu) op_times = std::make_unique<OpTimes>();
+  return Ok{};
+}
+
+Result<MoeModel> MoeModel::load(const std::filesystem::path& path, const ModelOptions& options) {
+  auto state = std::make_unique<State>();
+  state->options = options;
+  if (Status s = state->open(path); !s) return s.error();
+  const bool on_gpu = options.backend == "vulkan" || options.backend == "cuda";
+  bool host_experts = true;
+  auto vram = state->load_weights(on_gpu, host_experts);
+  if (!vram) return vram.error();
+  state->start_routing_record();
+  if (Status s = state->start_decoder(on_gpu, std::move(*vram), host_experts); !s) return s.error();
   return MoeModel(std::move(state));
 }
 
