@@ -265,7 +265,8 @@ void add_options(CLI::App& app, PlanArgs& a) {
                  "costs (KL divergence against f32) and the other measured ones, each planned: fits or not")
       ->check(CLI::ExistingFile);
   app.add_option("--usage", a.usage_path,
-                 "Routing history (MODEL.usage from coli run): pins the most-used experts and predicts the hit rate");
+                 "Routing history: pins the most-used experts and predicts the hit rate and disk reads (default: "
+                 "MODEL.usage where coli run left one; none: plan by uniform routing)");
   app.add_option("--prompt-tokens", a.request.prompt_tokens,
                  "Longest prompt the runs will give, in tokens (default: the whole context)");
   app.add_flag("--prompt-ids", a.prompt_ids, "Runs pass token ids, so no tokenizer tables are planned");
@@ -431,6 +432,30 @@ int fail(const std::string& message, int code = coli::cli::kExitError) {
   return code;
 }
 
+// The routing history the plan pins and prices by: --usage FILE (an error where it does not load for
+// this model), else MODEL.usage where coli run left one (as coli run --profile plans; one of another
+// model is passed over, saying so); --usage none, or neither, plans by uniform routing.
+coli::Result<std::optional<coli::experts::UsageHistory>> load_usage(const PlanArgs& a, const LoadedModel& model) {
+  const auto& fp = model.footprint;
+  const coli::experts::UsageHistoryKey key{static_cast<int>(fp.moe_layer_count()), fp.n_experts, fp.top_k, model.identity};
+  if (a.usage_path == "none") return std::optional<coli::experts::UsageHistory>();
+  if (!a.usage_path.empty()) {
+    auto loaded = coli::experts::UsageHistory::load(a.usage_path, key);
+    if (!loaded) return loaded.error();
+    return std::optional(std::move(*loaded));
+  }
+  const std::string fallback = a.model_path + ".usage";
+  if (!fs::is_regular_file(fallback)) return std::optional<coli::experts::UsageHistory>();
+  auto loaded = coli::experts::UsageHistory::load(fallback, key);
+  if (!loaded) {
+    std::fprintf(stderr, "coli-plan: passing over the usage history %s: %s\n", fallback.c_str(), loaded.error().message.c_str());
+    return std::optional<coli::experts::UsageHistory>();
+  }
+  std::fprintf(stderr, "coli-plan: usage history %s (the default: coli run records it; --usage none plans without)\n",
+               fallback.c_str());
+  return std::optional(std::move(*loaded));
+}
+
 int plan(PlanArgs& a) {
   using coli::cli::kExitRefused;
   const auto start = Clock::now();
@@ -460,15 +485,10 @@ int plan(PlanArgs& a) {
     quality = std::move(*table);
   }
   a.request.tokenizer = !a.prompt_ids;
-  std::optional<coli::experts::UsageHistory> history;
-  if (!a.usage_path.empty()) {
-    const auto& fp = model->footprint;
-    const coli::experts::UsageHistoryKey key{static_cast<int>(fp.moe_layer_count()), fp.n_experts, fp.top_k, model->identity};
-    auto loaded = coli::experts::UsageHistory::load(a.usage_path, key);
-    if (!loaded) return fail(loaded.error().message);
-    history = std::move(*loaded);
-    a.request.history_pins = fp.n_experts;  // as many as the round allows; decide_pins_and_round shrinks them
-  }
+  auto usage = load_usage(a, *model);
+  if (!usage) return fail(usage.error().message);
+  std::optional<coli::experts::UsageHistory> history = std::move(*usage);
+  if (history) a.request.history_pins = model->footprint.n_experts;  // as many as the round allows; decide_pins_and_round shrinks them
   a.request.history = history ? &*history : nullptr;
   a.request.backend = coli::planner::gpu_backend_memory(a.gpu_backend, *profile);
   auto outcome = planner::plan_or_refusal(*profile, model->footprint, a.request);

@@ -187,6 +187,27 @@ fi
 check "explicit knobs with a plan refused" test $? -eq 2
 check "the refusal says to use coli-plan" contains "$work/p2.err" "coli-plan"
 
+# coli-plan plans from the history coli run left beside the model, as run --profile does, and says so;
+# --usage none plans by uniform routing; a history of another model beside it is passed over, saying why.
+"$(dirname "$coli")/coli-plan" --profile "$work/profile.toml" --model "$work/demo.coli" --cap 4 --prompt-ids \
+  --prompt-tokens 3 --toml >"$work/ph.toml" 2>"$work/ph.err"
+check "coli-plan with demo.coli.usage beside the model exits 0" test $? -eq 0
+check "coli-plan names the default history it used" contains "$work/ph.err" "usage history .*demo.coli.usage (the default"
+check "its hit rate replays the history" contains "$work/ph.toml" "^hit_rate_inputs = .the usage history's routing"
+"$(dirname "$coli")/coli-plan" --profile "$work/profile.toml" --model "$work/demo.coli" --cap 4 --prompt-ids \
+  --prompt-tokens 3 --usage none --toml >"$work/pn.toml" 2>"$work/pn.err"
+check "--usage none exits 0" test $? -eq 0
+check "--usage none uses no history" lacks "$work/pn.err" "usage history"
+check "--usage none: uniform routing" contains "$work/pn.toml" "^hit_rate_inputs = 'uniform routing"
+cp "$work/demo.coli" "$work/other.coli" && echo "not a history" >"$work/other.coli.usage"
+"$(dirname "$coli")/coli-plan" --profile "$work/profile.toml" --model "$work/other.coli" --cap 4 --prompt-ids \
+  --prompt-tokens 3 >/dev/null 2>"$work/po.err"
+check "a broken default history is not fatal to coli-plan" test $? -eq 0
+check "coli-plan says it passed over the broken default history" contains "$work/po.err" "passing over the usage history .*other.coli.usage"
+"$(dirname "$coli")/coli-plan" --profile "$work/profile.toml" --model "$work/other.coli" --cap 4 --prompt-ids \
+  --prompt-tokens 3 --usage "$work/other.coli.usage" >/dev/null 2>"$work/pu.err"
+check "a broken --usage given by name is an error" test $? -eq 1
+
 # The plan is enforced: its kernel and thread placement reach the engine, the
 # RSS watchdog arms at the plan's RAM plus margin (--rss-limit overrides it),
 # and a Vulkan plan runs the whole decoder on the GPU.
