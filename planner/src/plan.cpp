@@ -124,22 +124,21 @@ void add_gpu_decisions(Plan& plan, std::optional<ExpertParallelPlan>& ep) {
   plan.expert_parallel = std::move(*ep);
 }
 
-// The plan with the request's knobs; `set`: decode and prefill on that
-// measured thread set (a candidate of plan_by_prediction) instead of the
-// profile's recommendation or --threads.
-Result<Plan> plan_on_set(const DeviceProfile& profile, const ModelFootprint& fp, const PlanRequest& request,
-                         const MeasuredThreadSet* set, Refusal& refusal) {
+// Input the planner cannot plan for at all.
+Status check_request(const ModelFootprint& fp, const PlanRequest& request) {
   if (fp.n_experts < 1 || fp.top_k < 1 || fp.top_k > fp.n_experts) {
     return make_error("the model has " + std::to_string(fp.n_experts) + " experts and top_k " + std::to_string(fp.top_k) +
                       ": not an MoE model the engine can plan for");
   }
   if (request.pins && *request.pins < 0) return make_error("--pin " + std::to_string(*request.pins) + " is negative");
   if (request.io_threads < 0) return make_error("io_threads " + std::to_string(request.io_threads) + " is negative");
-  Plan plan;
-  plan.n_experts = fp.n_experts;
-  plan.io_threads = request.io_threads;
-  plan.direct_io = request.direct_io;
+  return Ok{};
+}
 
+// Threads (on `set` where given), kernel, context and RAM headroom, each with its decision;
+// `user_limited`: --ram below the measured headroom.
+Status decide_host_knobs(const DeviceProfile& profile, const ModelFootprint& fp, const PlanRequest& request,
+                         const MeasuredThreadSet* set, Plan& plan, bool& user_limited) {
   auto threads = set ? Result<ThreadChoice>(threads_on_set(*set)) : decide_threads(profile, request.threads);
   if (!threads) return threads.error();
   plan.threads = threads->threads;
@@ -158,13 +157,16 @@ Result<Plan> plan_on_set(const DeviceProfile& profile, const ModelFootprint& fp,
   plan.ctx = *ctx;
   plan.decisions.push_back({"ctx", std::to_string(plan.ctx), ctx_reason, plan.ctx, "tokens"});
 
-  bool user_limited = false;
   auto headroom = decide_headroom(profile, request.ram, plan.headroom_source, user_limited);
   if (!headroom) return headroom.error();
   plan.headroom_bytes = *headroom;
   plan.decisions.push_back({"ram", format_bytes(plan.headroom_bytes), "headroom from " + plan.headroom_source,
                             bytes_number(plan.headroom_bytes), "bytes"});
+  return Ok{};
+}
 
+// What decide_cache sizes the expert cache from: the plan's host knobs and the request's cache knobs.
+CacheRequest cache_request(const Plan& plan, const PlanRequest& request, bool user_limited, const RoutingConcentration* routing) {
   CacheRequest cache;
   cache.headroom_bytes = plan.headroom_bytes;
   cache.headroom_source = plan.headroom_source;
@@ -179,78 +181,63 @@ Result<Plan> plan_on_set(const DeviceProfile& profile, const ModelFootprint& fp,
   cache.knobs.io_threads = plan.io_threads;
   cache.knobs.amx_tiles = plan.cpu_kernel == "amx";
   cache.knobs.tokenizer = request.tokenizer;
-  const auto routing = routing_concentration(fp, request.history);
-  cache.routing = routing ? &*routing : nullptr;
+  cache.routing = routing;
+  return cache;
+}
+
+GpuTierRequest gpu_tier_request(const PlanRequest& request, int ctx) {
   GpuTierRequest gpu_request;
   gpu_request.gpu = request.gpu;
   gpu_request.vram = request.vram;
   gpu_request.force_variant = request.gpu_variant;
   if (request.backend) gpu_request.backend = *request.backend;
   gpu_request.history = request.history;
-  gpu_request.ctx = plan.ctx;
+  gpu_request.ctx = ctx;
   gpu_request.batch_tokens = request.gpu_batch_tokens;
-  std::optional<ExpertParallelPlan> ep;
-  auto tier = decide_tier(profile, fp, request, gpu_request, ep);
-  if (!tier) return tier.error();
-  // A whole-decoder backend: the host keeps the embedding table, and an
-  // expert cache only for the experts outside VRAM.
-  auto gpu_knobs = [&](const GpuTier& t) {
-    cache.knobs.gpu_decoder = t.whole_decoder && t.device.gpu.chosen();
-    cache.knobs.host_experts = !cache.knobs.gpu_decoder || !t.all_experts_in_vram(fp.n_experts);
-  };
-  gpu_knobs(*tier);
-  const KvTypeChoice kv = decide_kv_type(fp, request.kv_type, cache.knobs.gpu_decoder, plan.ctx);
-  plan.kv_type = cache.knobs.kv_type = kv.type;
-  // RAM slots serve the experts the VRAM tier does not hold.
-  auto useful_cap = [&](const GpuTier& t) {
-    if (t.vram_slots() == 0) return 0;
-    return std::max(fp.top_k, fp.n_experts - *std::min_element(t.vram_experts.begin(), t.vram_experts.end()));
-  };
-  auto use_tier = [&](const GpuTier& t) {
-    gpu_knobs(t);
-    cache.extra_lines = t.lines;
-    cache.load_phase_bytes = t.load_buffer_bytes;
-    cache.useful_cap = useful_cap(t);
-  };
-  use_tier(*tier);
-  auto choice = decide_cache(fp, cache);
-  if (!choice && tier->vram_slots() > 0 && !ep) {
-    // Field note 4: the backend's host copies per VRAM slot compete with the
-    // RAM cache. Keep the largest VRAM tier whose copies still fit.
-    const int wanted = tier->vram_slots();
-    int low = 0, high = wanted - 1, best = -1;
-    while (low <= high) {
-      const int mid = low + (high - low) / 2;
-      const GpuTier trial = shrink_gpu_tier(*tier, fp, gpu_request, mid);
-      use_tier(trial);
-      if (decide_cache(fp, cache)) best = mid, low = mid + 1;
-      else high = mid - 1;
-    }
-    if (best >= 0) {
-      std::uint64_t host_copies = 0;
-      for (const MemoryLine& l : tier->lines) {
-        if (l.component.rfind("GPU host copy", 0) == 0) host_copies += l.bytes;
-      }
-      const std::uint64_t per_slot = host_copies / static_cast<std::uint64_t>(wanted);
-      *tier = shrink_gpu_tier(*tier, fp, gpu_request, best);
-      tier->reason += "; shrunk from " + std::to_string(wanted) + " to " + std::to_string(best) +
-                      " VRAM slots: the backend's host copies (" + format_bytes(per_slot) +
-                      " of RAM per VRAM slot) did not fit the RAM headroom beside the expert cache";
-      use_tier(*tier);
-      choice = decide_cache(fp, cache);
-    }
+  return gpu_request;
+}
+
+// The cache request beside a GPU tier: a whole-decoder backend leaves the host the embedding table,
+// and an expert cache only for the experts outside VRAM, whose RAM slots serve those experts alone.
+void use_tier(CacheRequest& cache, const ModelFootprint& fp, const GpuTier& t) {
+  cache.knobs.gpu_decoder = t.whole_decoder && t.device.gpu.chosen();
+  cache.knobs.host_experts = !cache.knobs.gpu_decoder || !t.all_experts_in_vram(fp.n_experts);
+  cache.extra_lines = t.lines;
+  cache.load_phase_bytes = t.load_buffer_bytes;
+  cache.useful_cap = t.vram_slots() == 0
+                         ? 0
+                         : std::max(fp.top_k, fp.n_experts - *std::min_element(t.vram_experts.begin(), t.vram_experts.end()));
+}
+
+// Field note 4: the backend's host copies per VRAM slot compete with the RAM cache. The largest VRAM
+// tier whose copies still fit beside the cache, found by bisection, replaces `tier` (saying so); the
+// cache decided beside it, or `refused` where none fits.
+Result<CacheChoice> shrink_tier_to_fit(const ModelFootprint& fp, const GpuTierRequest& gpu_request, GpuTier& tier,
+                                       CacheRequest& cache, Result<CacheChoice> refused) {
+  const int wanted = tier.vram_slots();
+  int low = 0, high = wanted - 1, best = -1;
+  while (low <= high) {
+    const int mid = low + (high - low) / 2;
+    use_tier(cache, fp, shrink_gpu_tier(tier, fp, gpu_request, mid));
+    if (decide_cache(fp, cache)) best = mid, low = mid + 1;
+    else high = mid - 1;
   }
-  if (!choice) {
-    explain_shortfall(fp, cache, *tier, refusal);
-    return choice.error();
+  if (best < 0) return refused;  // the cache request as the smallest trial left it (explain_shortfall reads it)
+  std::uint64_t host_copies = 0;
+  for (const MemoryLine& l : tier.lines) {
+    if (l.component.rfind("GPU host copy", 0) == 0) host_copies += l.bytes;
   }
-  if (cache.knobs.gpu_decoder && !cache.knobs.host_experts) {
-    const std::string where = ep ? std::to_string(ep->gpus.size()) + " GPUs (expert parallel)" : tier->device.gpu.describe();
-    const std::string none = "no host expert cache: every expert is in VRAM on " + where;
-    choice->reason = request.cap ? choice->reason + "; " + none : none;
-  }
-  plan.gpu = std::move(*tier);
-  add_gpu_decisions(plan, ep);
+  const std::uint64_t per_slot = host_copies / static_cast<std::uint64_t>(wanted);
+  tier = shrink_gpu_tier(tier, fp, gpu_request, best);
+  tier.reason += "; shrunk from " + std::to_string(wanted) + " to " + std::to_string(best) +
+                 " VRAM slots: the backend's host copies (" + format_bytes(per_slot) +
+                 " of RAM per VRAM slot) did not fit the RAM headroom beside the expert cache";
+  use_tier(cache, fp, tier);
+  return decide_cache(fp, cache);
+}
+
+// The GPU batch, KV type and expert cache decisions (cap, pins, round, margin) into the plan.
+void add_cache_decisions(Plan& plan, const PlanRequest& request, const KvTypeChoice& kv, CacheChoice& choice) {
   if (plan.gpu.whole_decoder && plan.gpu.device.gpu.chosen()) {
     const std::string source = request.gpu_batch_tokens ? "--gpu-batch" : "the " + plan.gpu.backend + " decoder's default";
     const bool staged = plan.gpu.backend == "cuda" && !plan.gpu.all_experts_in_vram(plan.n_experts);
@@ -262,16 +249,54 @@ Result<Plan> plan_on_set(const DeviceProfile& profile, const ModelFootprint& fp,
                               plan.gpu.batch_tokens, "tokens"});
   }
   plan.decisions.push_back({"kv_type", std::string(kv_type_name(plan.kv_type)), kv.reason});
-  plan.cap = choice->cap;
-  plan.pins = choice->pins_round.pins;
-  plan.prefill_round_tokens = choice->pins_round.round_tokens;
-  plan.memory = std::move(choice->memory);
-  plan.margin = choice->margin;
-  plan.decisions.push_back({"cap", std::to_string(plan.cap), choice->reason, plan.cap, "slots"});
-  plan.decisions.push_back({"pins", std::to_string(plan.pins), choice->pins_round.reason, plan.pins, "experts"});
-  plan.decisions.push_back({"prefill_round_tokens", std::to_string(plan.prefill_round_tokens), choice->pins_round.reason,
+  plan.cap = choice.cap;
+  plan.pins = choice.pins_round.pins;
+  plan.prefill_round_tokens = choice.pins_round.round_tokens;
+  plan.memory = std::move(choice.memory);
+  plan.margin = choice.margin;
+  plan.decisions.push_back({"cap", std::to_string(plan.cap), choice.reason, plan.cap, "slots"});
+  plan.decisions.push_back({"pins", std::to_string(plan.pins), choice.pins_round.reason, plan.pins, "experts"});
+  plan.decisions.push_back({"prefill_round_tokens", std::to_string(plan.prefill_round_tokens), choice.pins_round.reason,
                             plan.prefill_round_tokens, "tokens"});
   plan.decisions.push_back({"margin", format_bytes(plan.margin.bytes), plan.margin.reason, bytes_number(plan.margin.bytes), "bytes"});
+}
+
+// The plan with the request's knobs; `set`: decode and prefill on that
+// measured thread set (a candidate of plan_by_prediction) instead of the
+// profile's recommendation or --threads.
+Result<Plan> plan_on_set(const DeviceProfile& profile, const ModelFootprint& fp, const PlanRequest& request,
+                         const MeasuredThreadSet* set, Refusal& refusal) {
+  if (Status s = check_request(fp, request); !s) return s.error();
+  Plan plan;
+  plan.n_experts = fp.n_experts;
+  plan.io_threads = request.io_threads;
+  plan.direct_io = request.direct_io;
+  bool user_limited = false;
+  if (Status s = decide_host_knobs(profile, fp, request, set, plan, user_limited); !s) return s.error();
+
+  const auto routing = routing_concentration(fp, request.history);
+  CacheRequest cache = cache_request(plan, request, user_limited, routing ? &*routing : nullptr);
+  GpuTierRequest gpu_request = gpu_tier_request(request, plan.ctx);  // decide_tier fills in what it chose
+  std::optional<ExpertParallelPlan> ep;
+  auto tier = decide_tier(profile, fp, request, gpu_request, ep);
+  if (!tier) return tier.error();
+  use_tier(cache, fp, *tier);
+  const KvTypeChoice kv = decide_kv_type(fp, request.kv_type, cache.knobs.gpu_decoder, plan.ctx);
+  plan.kv_type = cache.knobs.kv_type = kv.type;
+  auto choice = decide_cache(fp, cache);
+  if (!choice && tier->vram_slots() > 0 && !ep) choice = shrink_tier_to_fit(fp, gpu_request, *tier, cache, std::move(choice));
+  if (!choice) {
+    explain_shortfall(fp, cache, *tier, refusal);
+    return choice.error();
+  }
+  if (cache.knobs.gpu_decoder && !cache.knobs.host_experts) {
+    const std::string where = ep ? std::to_string(ep->gpus.size()) + " GPUs (expert parallel)" : tier->device.gpu.describe();
+    const std::string none = "no host expert cache: every expert is in VRAM on " + where;
+    choice->reason = request.cap ? choice->reason + "; " + none : none;
+  }
+  plan.gpu = std::move(*tier);
+  add_gpu_decisions(plan, ep);
+  add_cache_decisions(plan, request, kv, *choice);
   return plan;
 }
 
