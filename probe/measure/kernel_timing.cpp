@@ -514,6 +514,97 @@ void time_slice(Work& w, double unit) {
   w.round_medians.push_back(summarize(std::move(samples)).median);
 }
 
+// A runner for every (set, kernel), the calling thread's kernels on the first set only.
+Result<std::vector<Work>> make_work(const std::vector<ThreadCandidate>& sets, const std::vector<KernelSpec>& specs,
+                                    cpu::CpuKernelVariant variant, const std::string& cpu_kernel, WeightPool& pool, int prefill_tokens) {
+  std::vector<Work> work;
+  for (std::size_t i = 0; i < sets.size(); ++i)
+    for (const KernelSpec& spec : specs) {
+      if (spec.serial() && i > 0) continue;
+      std::optional<EngineExpertBatch> experts;
+      if (spec.experts()) {
+        auto batch = EngineExpertBatch::create(spec.format, spec.expert_hidden, spec.expert_width, cpu_kernel,
+                                               sets[i].pus.size(), pool.filled());
+        if (!batch) return batch.error();
+        experts = std::move(*batch);
+      }
+      std::optional<EngineProjections> projections;
+      if (spec.projections()) {
+        auto engine = EngineProjections::create(spec.format, kHidden, cpu_kernel, sets[i].pus.size());
+        if (!engine) return engine.error();
+        projections = std::move(*engine);
+      }
+      work.push_back({i, KernelRunner(spec, sets[i], variant, pool, prefill_tokens, std::move(experts), std::move(projections)),
+                      {}});
+    }
+  return work;
+}
+
+// One round: each set pinned in turn (one that cannot be is skipped from then on, saying so) and
+// a slice of each of its kernels.
+void time_round(std::vector<Work>& work, const std::vector<ThreadCandidate>& sets, std::vector<bool>& pinnable,
+                double unit, const ProgressFn& progress, KernelTuning& tuning) {
+  for (std::size_t i = 0; i < sets.size(); ++i) {
+    if (!pinnable[i]) continue;
+    if (Status pinned = cpu::pin_openmp_team(sets[i].pus); !pinned) {
+      add_note(tuning, sets[i].name + " skipped: " + pinned.error().message);
+      pinnable[i] = false;
+      continue;
+    }
+    if (progress) progress("kernel tuning: " + sets[i].name + " (PUs " + sets[i].pus.to_list() + ")");
+    for (Work& w : work) {
+      if (w.set == i) time_slice(w, unit);
+    }
+  }
+}
+
+// After `rounds` rounds: the note to stop with, once the fewest are done, every point's rounds agree
+// within kUnsteadySpread and the decode sets separate (or cannot); nothing to time another round.
+Result<std::optional<std::string>> stop_note(const std::vector<Work>& work, int rounds) {
+  const std::optional<std::string> more;
+  if (rounds < kMinTuningRounds) return more;
+  // A point with fewer undisturbed rounds than that has no spread to judge by yet.
+  const bool disturbed = std::any_of(work.begin(), work.end(), [](const Work& w) {
+    return !w.round_medians.empty() && undisturbed_rounds(w.round_medians).size() < static_cast<std::size_t>(kMinTuningRounds);
+  });
+  if (disturbed && rounds < kMaxTuningRounds) return more;
+  auto points = points_of(work);
+  if (!points) return points.error();
+  // Rounds that disagree by more than kUnsteadySpread: every round the
+  // budget was sized for, so each point's median stands on more of them
+  // (the H200's first three rounds spread 40-77% on the small sets).
+  if (rounds < kMaxTuningRounds && !unsteady_points_note(*points).empty()) return more;
+  const SeparationResult separation = separate_sets(decode_scores(*points), rounds, kMaxTuningRounds);
+  if (separation.outcome == Separation::more_rounds) return more;
+  return std::optional<std::string>(std::to_string(rounds) + " rounds: " +
+                                    (separation.outcome == Separation::chosen
+                                         ? "the decode thread sets separated"
+                                         : "the decode thread sets did not separate (" + separation.reason + ")"));
+}
+
+// The points over each one's undisturbed rounds, and the notes on what was left out or unsteady.
+Status finish_tuning(KernelTuning& tuning, const std::vector<Work>& work, const std::vector<ThreadCandidate>& sets,
+                     int rounds, double overrun, const ProgressFn& progress) {
+  if (overrun > 0) add_note(tuning, "the last round overran the budget by " + std::to_string(overrun) + " s");
+  for (const Work& w : work) {
+    const std::size_t dropped = w.round_medians.size() - undisturbed_rounds(w.round_medians).size();
+    if (dropped > 0)
+      add_note(tuning, w.runner.spec().name + " on " + sets[w.set].name + ": " + std::to_string(dropped) + " of " +
+                           std::to_string(w.round_medians.size()) + " rounds below half its best, left out as disturbed");
+  }
+  auto points = points_of(work);
+  if (!points) return points.error();
+  tuning.points = std::move(*points);
+  if (const std::string unsteady = unsteady_points_note(tuning.points); !unsteady.empty()) {
+    add_note(tuning, unsteady);
+    if (progress) progress("kernel tuning: " + unsteady);
+  }
+  if (rounds < kMaxTuningRounds && tuning.note.find(" rounds: ") == std::string::npos) {
+    add_note(tuning, std::to_string(rounds) + " rounds before the budget ran out");
+  }
+  return Ok{};
+}
+
 }  // namespace
 
 std::vector<std::string> tuned_kernel_names(const CpuFacts& cpu, std::string* note) {
@@ -561,88 +652,28 @@ Result<KernelTuning> measure_kernel_tuning(const CpuFacts& facts, const MemoryFa
                   " candidate sets (budget)";
     sets.resize(affordable);
   }
-  std::vector<Work> work;
-  for (std::size_t i = 0; i < sets.size(); ++i)
-    for (const KernelSpec& spec : specs) {
-      if (spec.serial() && i > 0) continue;
-      std::optional<EngineExpertBatch> experts;
-      if (spec.experts()) {
-        auto batch = EngineExpertBatch::create(spec.format, spec.expert_hidden, spec.expert_width, tuning.cpu_kernel,
-                                               sets[i].pus.size(), pool.filled());
-        if (!batch) return batch.error();
-        experts = std::move(*batch);
-      }
-      std::optional<EngineProjections> projections;
-      if (spec.projections()) {
-        auto engine = EngineProjections::create(spec.format, kHidden, tuning.cpu_kernel, sets[i].pus.size());
-        if (!engine) return engine.error();
-        projections = std::move(*engine);
-      }
-      work.push_back({i, KernelRunner(spec, sets[i], *variant, pool, options.prefill_tokens, std::move(experts), std::move(projections)),
-                      {}});
-    }
+  auto work = make_work(sets, specs, *variant, tuning.cpu_kernel, pool, options.prefill_tokens);
+  if (!work) return work.error();
   std::vector<bool> pinnable(sets.size(), true);
   cpu::TeamRelease release;
   // Rounds over every (set, kernel): load from other processes and frequency
   // drift then touch every set alike instead of whichever ran at a bad moment.
   // Sized so the most rounds fit the budget (a slice never below
-  // kMinUnitSeconds); after the fewest, stop as soon as the decode sets
-  // separate (separate_sets) and every point's rounds agree within
-  // kUnsteadySpread, when they cannot, or at the budget.
+  // kMinUnitSeconds); stop_note says when to stop, or the budget does.
   int rounds = 0;
   for (int round = 0; round < kMaxTuningRounds && left() > 0; ++round) {
     const double unit = std::max(kMinUnitSeconds, left() / ((kMaxTuningRounds - round) *
                                                               (units_per_set * static_cast<double>(sets.size()) + serial_units)));
-    for (std::size_t i = 0; i < sets.size(); ++i) {
-      if (!pinnable[i]) continue;
-      if (Status pinned = cpu::pin_openmp_team(sets[i].pus); !pinned) {
-        add_note(tuning, sets[i].name + " skipped: " + pinned.error().message);
-        pinnable[i] = false;
-        continue;
-      }
-      if (progress && round == 0) progress("kernel tuning: " + sets[i].name + " (PUs " + sets[i].pus.to_list() + ")");
-      for (Work& w : work) {
-        if (w.set == i) time_slice(w, unit);
-      }
-    }
+    time_round(*work, sets, pinnable, unit, round == 0 ? progress : ProgressFn(), tuning);
     rounds = round + 1;
-    if (rounds < kMinTuningRounds) continue;
-    // A point with fewer undisturbed rounds than that has no spread to judge by yet.
-    const bool disturbed = std::any_of(work.begin(), work.end(), [](const Work& w) {
-      return !w.round_medians.empty() && undisturbed_rounds(w.round_medians).size() < static_cast<std::size_t>(kMinTuningRounds);
-    });
-    if (disturbed && rounds < kMaxTuningRounds) continue;
-    auto points = points_of(work);
-    if (!points) return points.error();
-    // Rounds that disagree by more than kUnsteadySpread: every round the
-    // budget was sized for, so each point's median stands on more of them
-    // (the H200's first three rounds spread 40-77% on the small sets).
-    if (rounds < kMaxTuningRounds && !unsteady_points_note(*points).empty()) continue;
-    const SeparationResult separation = separate_sets(decode_scores(*points), rounds, kMaxTuningRounds);
-    if (separation.outcome == Separation::more_rounds) continue;
-    add_note(tuning, std::to_string(rounds) + " rounds: " +
-                         (separation.outcome == Separation::chosen ? "the decode thread sets separated"
-                                                                   : "the decode thread sets did not separate (" +
-                                                                         separation.reason + ")"));
-    break;
+    auto stop = stop_note(*work, rounds);
+    if (!stop) return stop.error();
+    if (*stop) {
+      add_note(tuning, **stop);
+      break;
+    }
   }
-  if (left() < 0) add_note(tuning, "the last round overran the budget by " + std::to_string(-left()) + " s");
-  for (const Work& w : work) {
-    const std::size_t dropped = w.round_medians.size() - undisturbed_rounds(w.round_medians).size();
-    if (dropped > 0)
-      add_note(tuning, w.runner.spec().name + " on " + sets[w.set].name + ": " + std::to_string(dropped) + " of " +
-                           std::to_string(w.round_medians.size()) + " rounds below half its best, left out as disturbed");
-  }
-  auto points = points_of(work);
-  if (!points) return points.error();
-  tuning.points = std::move(*points);
-  if (const std::string unsteady = unsteady_points_note(tuning.points); !unsteady.empty()) {
-    add_note(tuning, unsteady);
-    if (progress) progress("kernel tuning: " + unsteady);
-  }
-  if (rounds < kMaxTuningRounds && tuning.note.find(" rounds: ") == std::string::npos) {
-    add_note(tuning, std::to_string(rounds) + " rounds before the budget ran out");
-  }
+  if (Status s = finish_tuning(tuning, *work, sets, rounds, -left(), progress); !s) return s.error();
   tuning.seconds = coli::seconds_since(start);
   return tuning;
 }
