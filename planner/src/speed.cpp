@@ -379,103 +379,128 @@ std::string small_tuning_pool_note(const DeviceProfile& profile) {
          std::to_string(kTuningPoolCaches) + "x)";
 }
 
+// A decode token's parts, priced (predict_decode), with what decode_inputs_text names.
+struct DecodeParts {
+  int depth = 0;               // KV positions attended
+  double layers = 0, top_k = 0;
+  u64 dense = 0, kv = 0, record = 0;
+  double resident = 0, in_vram = 0, missed = 0;
+  ParallelSteps steps;
+  std::optional<StepCost> step;
+  DecodeGemv expert_kernel, gemv;
+  DenseSeconds dense_gemvs;
+  std::optional<SamplingCost> sampling;
+  std::optional<RoutingCost> routing;
+  std::optional<TokenOpsTerm> token_ops;
+  std::optional<ReadInterferenceCost> interference;
+  ReadsBesideCompute layer_reads;
+  double resident_compute_s = 0;
+  std::optional<AttentionCost> attention;
+  double kv_read_s = 0, attention_s = 0;
+};
+
+// The decode prediction's inputs as coli-plan prints them: every term's figures and where they come from.
+std::string decode_inputs_text(const DeviceProfile& profile, const ModelFootprint& fp, const PlanRates& r, int decode_depth,
+                               const DecodeParts& d) {
+  return "resident " + format_bytes(static_cast<u64>(d.resident)) + "/token (dense " + format_bytes(d.dense) +
+         " + KV at " + (decode_depth >= 0 ? "depth " + std::to_string(d.depth) : "ctx/2") + " " + format_bytes(d.kv) +
+         " + " + format_fixed(d.layers, 0) + " layers x top_k " + format_fixed(d.top_k, 0) + " x " + format_bytes(d.record) +
+         (r.vram ? " x RAM share " + format_fixed(1.0 - r.vram_share, 3) : "") + ") / " + r.ram.text + " + missed " +
+         format_bytes(static_cast<u64>(d.missed)) + "/token (miss rate " + format_fixed(r.miss, 3) + ")" +
+         (r.disk ? " / " + r.disk->text : "") +
+         (d.missed > 0 ? " less the resident experts' compute it overlaps, per layer for its own misses (" +
+                             (r.decode_batches.empty() ? std::string("binomially")
+                                                       : std::string("as many at once as the replay's tokens missed")) +
+                             "; " + format_fixed(d.resident_compute_s * 1e3, 2) + " ms/token in all)" +
+                             (d.interference ? " + " + format_fixed(d.layers * d.layer_reads.overlapped * 1e3, 3) +
+                                                   " ms/token of that compute beside reads x " + d.interference->text +
+                                                   rounds_note(r)
+                                             : std::string(""))
+                       : "") +
+         (r.vram ? " + VRAM " + format_bytes(static_cast<u64>(d.in_vram)) + "/token (share " + format_fixed(r.vram_share, 3) +
+                       ") / " + r.vram->text
+                 : "") +
+         d.expert_kernel.inputs("experts stream", "experts " + std::to_string(fp.expert_matrix_rows()) + " rows each") +
+         d.gemv.inputs("dense streams", "dense " + std::to_string(dense_rows_per_token(fp)) + " rows") + d.dense_gemvs.text +
+         r.dense_from_text + (d.sampling ? " + vocabulary " + std::to_string(fp.config.vocab_size) + " x " + d.sampling->text : "") +
+         (d.routing ? " + routing " + format_fixed(d.layers, 0) + " layers x " + d.routing->text : "") +
+         (d.token_ops ? " + " + d.token_ops->text : "") +
+         (d.attention_s > d.kv_read_s ? " + the KV cache's attention " + format_fixed(d.attention_s * 1e3, 3) +
+                                            " ms/token, longer than its reads' " + format_fixed(d.kv_read_s * 1e3, 3) +
+                                            " ms (KV head x " + std::to_string(forward::kAttentionTile) +
+                                            "-position items over the team, at " + d.attention->text + ")"
+                                      : std::string()) +
+         (r.vram     ? ""
+          : d.step ? " + " + d.step->text
+                   : " (OpenMP step costs not in this profile: re-probe to price " + std::to_string(d.steps.regions) +
+                         " parallel steps per token)") +
+         (r.vram ? "" : small_tuning_pool_note(profile));
+}
+
 void predict_decode(const DeviceProfile& profile, const ModelFootprint& fp, const Plan& plan, const PlanRates& r,
                     int decode_depth, SpeedPrediction& s) {
-  const double layers = static_cast<double>(fp.moe_layer_count()), top_k = fp.top_k;
-  const u64 stride = fp.expert().record_stride, record = fp.expert().record_bytes;
+  DecodeParts d;
+  d.layers = static_cast<double>(fp.moe_layer_count()), d.top_k = fp.top_k;
+  const double layers = d.layers, top_k = d.top_k;
+  const u64 stride = fp.expert().record_stride;
+  d.record = fp.expert().record_bytes;
   // The KV cache of `depth` positions (the mean of a full context, ctx / 2, unless asked).
-  const int depth = decode_depth >= 0 ? decode_depth : plan.ctx / 2;
-  const u64 dense = dense_bytes_per_token(fp), kv = kv_cache_bytes(fp.config, depth, plan.kv_type);
-  const double experts = layers * top_k * (1.0 - r.vram_share) * static_cast<double>(record);
-  const double in_vram = layers * top_k * r.vram_share * static_cast<double>(record);
-  const double resident = static_cast<double>(dense + kv) + experts;
-  const double missed = layers * top_k * r.miss * static_cast<double>(stride);
+  d.depth = decode_depth >= 0 ? decode_depth : plan.ctx / 2;
+  d.dense = dense_bytes_per_token(fp), d.kv = kv_cache_bytes(fp.config, d.depth, plan.kv_type);
+  const double experts = layers * top_k * (1.0 - r.vram_share) * static_cast<double>(d.record);
+  d.in_vram = layers * top_k * r.vram_share * static_cast<double>(d.record);
+  d.resident = static_cast<double>(d.dense + d.kv) + experts;
+  d.missed = layers * top_k * r.miss * static_cast<double>(stride);
   // OpenMP's fixed costs, for a plan the CPU engine runs alone.
-  const ParallelSteps steps = cpu_decode_parallel_steps(fp);
+  d.steps = cpu_decode_parallel_steps(fp);
   const Team team{plan.threads, plan.compute_pus};
-  const std::optional<StepCost> step =
-      r.vram ? std::nullopt : parallel_step_cost(profile, team, steps, static_cast<double>(fp.config.hidden_size));
+  d.step = r.vram ? std::nullopt : parallel_step_cost(profile, team, d.steps, static_cast<double>(fp.config.hidden_size));
   // Weights stream at the engine's kernel's own rate where the tuning phase
   // timed it (on weights from RAM: a pool of 16 last-level caches), else
   // at the RAM read bandwidth.
-  const DecodeGemv expert_kernel = expert_gemv(profile, fp.expert_format, team);
+  d.expert_kernel = expert_gemv(profile, fp.expert_format, team);
   // One expert record's GEMVs for one token.
   const double expert_s =
-      expert_kernel.seconds(static_cast<double>(record), static_cast<double>(fp.expert_matrix_rows()), r.ram);
+      d.expert_kernel.seconds(static_cast<double>(d.record), static_cast<double>(fp.expert_matrix_rows()), r.ram);
   // The greedy pick after the pass scans every logit on one thread.
-  const auto sampling = sampling_cost(profile, team);
-  const double sampling_s = sampling ? static_cast<double>(fp.config.vocab_size) * sampling->seconds_per_entry : 0.0;
-  const auto routing = routing_cost(profile, team, fp.n_experts, fp.top_k);
-  const double routing_s = routing ? layers * routing->seconds : 0.0;
+  d.sampling = sampling_cost(profile, team);
+  const double sampling_s = d.sampling ? static_cast<double>(fp.config.vocab_size) * d.sampling->seconds_per_entry : 0.0;
+  d.routing = routing_cost(profile, team, fp.n_experts, fp.top_k);
+  const double routing_s = d.routing ? layers * d.routing->seconds : 0.0;
   // A single token's norms, RoPE, KV store and residual adds run on the calling thread at every layer.
-  const auto token_ops = r.vram ? std::nullopt : token_ops_per_token(profile, fp, team);
-  const DecodeGemv gemv = dense_gemv(profile, fp, team, r.dense_from);
-  const DenseSeconds dense_gemvs = dense_gemv_seconds(profile, fp, team, r.dense_from, r.ram, dense_work(fp, fp.dense));
-  const double dense_s = dense_gemvs.seconds;
+  d.token_ops = r.vram ? std::nullopt : token_ops_per_token(profile, fp, team);
+  d.gemv = dense_gemv(profile, fp, team, r.dense_from);
+  d.dense_gemvs = dense_gemv_seconds(profile, fp, team, r.dense_from, r.ram, dense_work(fp, fp.dense));
   // A layer computes its resident experts while the I/O threads read its
   // misses (ExpertStore, MoeModel::moe_round), then the misses: the reads
   // (top_k x miss rate per layer, requested together) cost only what
   // outlasts the resident experts' compute.
-  const double resident_compute_s = layers * top_k * std::max(0.0, 1.0 - r.vram_share - r.miss) * expert_s;
+  d.resident_compute_s = layers * top_k * std::max(0.0, 1.0 - r.vram_share - r.miss) * expert_s;
   // The compute a read overlaps runs slower, and hides less of the read, by what the probe measured beside reads.
-  const auto interference = r.vram ? std::nullopt : read_interference_cost(profile, team);
-  const ReadsBesideCompute layer_reads = layer_disk_reads(r, fp.top_k, expert_s, read_progress(r, interference));
-  const double disk_wait_s = layers * layer_reads.wait;
-  const double beside_reads_s = interference ? layers * layer_reads.overlapped * interference->slowdown : 0.0;
+  d.interference = r.vram ? std::nullopt : read_interference_cost(profile, team);
+  d.layer_reads = layer_disk_reads(r, fp.top_k, expert_s, read_progress(r, d.interference));
+  const double disk_wait_s = layers * d.layer_reads.wait;
+  const double beside_reads_s = d.interference ? layers * d.layer_reads.overlapped * d.interference->slowdown : 0.0;
   s.decode_disk_reads = layers * top_k * r.miss;
   // The KV cache streams at the RAM rate, or its attention computes longer.
-  const auto attention = r.vram ? std::nullopt : prefill_attention_cost(profile, team);
-  const double kv_read_s = static_cast<double>(kv) / (r.ram.gb_per_s * 1e9);
-  const double attention_s = attention ? decode_attention_seconds(*attention, fp.config, depth, team.size()) : 0.0;
+  d.attention = r.vram ? std::nullopt : prefill_attention_cost(profile, team);
+  d.kv_read_s = static_cast<double>(d.kv) / (r.ram.gb_per_s * 1e9);
+  d.attention_s = d.attention ? decode_attention_seconds(*d.attention, fp.config, d.depth, team.size()) : 0.0;
   s.decode_terms = {
-      {"dense weights", dense_s},
-      {"KV cache", std::max(kv_read_s, attention_s)},
+      {"dense weights", d.dense_gemvs.seconds},
+      {"KV cache", std::max(d.kv_read_s, d.attention_s)},
       {"experts in RAM", layers * top_k * (1.0 - r.vram_share) * expert_s},
       {"experts from disk", disk_wait_s},
       {"compute beside reads", beside_reads_s},
-      {"experts in VRAM", r.vram ? in_vram / (r.vram->gb_per_s * 1e9) : 0.0},
-      {"parallel steps", step ? steps.regions * step->seconds + steps.barriers * step->barrier_seconds : 0.0},
+      {"experts in VRAM", r.vram ? d.in_vram / (r.vram->gb_per_s * 1e9) : 0.0},
+      {"parallel steps", d.step ? d.steps.regions * d.step->seconds + d.steps.barriers * d.step->barrier_seconds : 0.0},
       {"sampling", sampling_s},
       {"routing", routing_s},
-      {"norms, rope, KV store", token_ops ? token_ops->seconds : 0.0}};
+      {"norms, rope, KV store", d.token_ops ? d.token_ops->seconds : 0.0}};
   double seconds = 0;
   for (const SpeedTerm& term : s.decode_terms) seconds += term.seconds;
   s.decode_tok_per_s = 1.0 / seconds;
-  s.decode_inputs = "resident " + format_bytes(static_cast<u64>(resident)) + "/token (dense " + format_bytes(dense) +
-                    " + KV at " + (decode_depth >= 0 ? "depth " + std::to_string(depth) : "ctx/2") + " " + format_bytes(kv) +
-                    " + " + format_fixed(layers, 0) + " layers x top_k " + format_fixed(top_k, 0) + " x " + format_bytes(record) +
-                    (r.vram ? " x RAM share " + format_fixed(1.0 - r.vram_share, 3) : "") + ") / " + r.ram.text + " + missed " +
-                    format_bytes(static_cast<u64>(missed)) + "/token (miss rate " + format_fixed(r.miss, 3) + ")" +
-                    (r.disk ? " / " + r.disk->text : "") +
-                    (missed > 0 ? " less the resident experts' compute it overlaps, per layer for its own misses (" +
-                                       (r.decode_batches.empty() ? std::string("binomially")
-                                                                 : std::string("as many at once as the replay's tokens missed")) +
-                                       "; " +
-                                      format_fixed(resident_compute_s * 1e3, 2) + " ms/token in all)" +
-                                      (interference ? " + " + format_fixed(layers * layer_reads.overlapped * 1e3, 3) +
-                                                          " ms/token of that compute beside reads x " + interference->text +
-                                                          rounds_note(r)
-                                                    : std::string(""))
-                                : "") +
-                    (r.vram ? " + VRAM " + format_bytes(static_cast<u64>(in_vram)) + "/token (share " +
-                                  format_fixed(r.vram_share, 3) + ") / " + r.vram->text
-                            : "") +
-                    expert_kernel.inputs("experts stream", "experts " + std::to_string(fp.expert_matrix_rows()) + " rows each") +
-                    gemv.inputs("dense streams", "dense " + std::to_string(dense_rows_per_token(fp)) + " rows") +
-                    dense_gemvs.text + r.dense_from_text +
-                    (sampling ? " + vocabulary " + std::to_string(fp.config.vocab_size) + " x " + sampling->text : "") +
-                    (routing ? " + routing " + format_fixed(layers, 0) + " layers x " + routing->text : "") +
-                    (token_ops ? " + " + token_ops->text : "") +
-                    (attention_s > kv_read_s ? " + the KV cache's attention " + format_fixed(attention_s * 1e3, 3) +
-                                                   " ms/token, longer than its reads' " + format_fixed(kv_read_s * 1e3, 3) +
-                                                   " ms (KV head x " + std::to_string(forward::kAttentionTile) +
-                                                   "-position items over the team, at " + attention->text + ")"
-                                             : std::string()) +
-                    (r.vram ? ""
-                     : step ? " + " + step->text
-                            : " (OpenMP step costs not in this profile: re-probe to price " +
-                                  std::to_string(steps.regions) + " parallel steps per token)") +
-                    (r.vram ? "" : small_tuning_pool_note(profile));
+  s.decode_inputs = decode_inputs_text(profile, fp, r, decode_depth, d);
 }
 
 // The distinct experts a batch of `tokens` tokens routes to in one MoE layer,
