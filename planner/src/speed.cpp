@@ -746,54 +746,109 @@ StreamedRecords streamed_records(const DeviceProfile& profile, const ModelFootpr
                         " GB/s over them)"};
 }
 
+// A prompt's parts, priced (predict_prefill), with what prefill_inputs_text names.
+struct PrefillParts {
+  double layers = 0, prompt = 0, round = 0, rounds = 0, distinct = 0, reads_per_round = 0;
+  u64 dense = 0;
+  PromptCompute compute;
+  StreamedRecords streamed;
+  std::optional<ReadInterferenceCost> interference;
+  ReadsBesideCompute round_reads;
+  double disk_s = 0;
+  ExpertBatchSteps steps;
+  ParallelSteps pass_steps;
+  std::optional<StepCost> pass_step;
+  std::optional<RoutingCost> routing;
+  double routing_sharing = 1;
+};
+
+// The prefill prediction's inputs as coli-plan prints them: the compute's figures, then the reads'.
+std::string prefill_inputs_text(const ModelFootprint& fp, const PlanRates& r, const experts::UsageHistory* history,
+                                const PrefillParts& p) {
+  const std::string memory_text =
+      "a " + format_fixed(p.prompt, 0) + "-token prompt reading dense " + format_bytes(p.dense) + " once and, in " +
+      format_fixed(p.rounds, 0) + " rounds of " + format_fixed(p.round, 0) + " tokens, " + format_fixed(p.distinct, 1) +
+      " distinct experts x " + format_fixed(p.layers, 0) + " layers each" + p.streamed.text +
+      (r.round_distinct             ? " (the routing trace's rounds)"
+       : history_fits(fp, history) ? " (the usage history's routing shares)"
+                                   : " (uniform routing)") +
+      ", " + format_fixed(p.reads_per_round, 2) + " of them from disk (" + format_fixed(r.prefill_miss * 100, 1) +
+      "% of the routings miss)" +
+      (p.disk_s > 0 ? " (" + r.disk->text + "; each round's misses, " +
+                          (r.prompt_batches.empty() ? "binomially" : "as many at once as the replay's rounds missed") +
+                          ", less its resident experts' time: their GEMMs or, longer, their streaming" +
+                          (p.interference ? "; " + format_fixed(p.rounds * p.layers * p.round_reads.overlapped * 1e3, 2) +
+                                                " ms of that time beside reads x " + p.interference->text + rounds_note(r)
+                                          : std::string()) +
+                          ")"
+                    : std::string());
+  if (!p.compute.timed)
+    return "rough, bandwidth only (no timed prefill kernel in this profile: real prefill is slower): " + memory_text;
+  const std::string pass_text = p.pass_step ? " + the pass's " + std::to_string(p.pass_steps.regions) +
+                                                  " other parallel steps (projections, attention, norms, rope, residual adds; " +
+                                                  p.pass_step->text + ")"
+                                            : std::string();
+  return "per phase (the expert batches; the rest of the pass) the longer of its compute and its RAM reads, then the disk; "
+         "compute: " +
+         p.compute.text + (p.steps.text.empty() ? "" : " + " + p.steps.text) + pass_text +
+         (p.routing ? " + routing each token at " + format_fixed(p.layers, 0) + " layers x " + p.routing->text +
+                          (p.routing_sharing > 1 ? ", the tokens over " + format_fixed(p.routing_sharing, 0) + " threads" : "")
+                    : "") +
+         "; reads: " + memory_text;
+}
+
 void predict_prefill(const DeviceProfile& profile, const ModelFootprint& fp, const Plan& plan, const PlanRates& r,
                      const experts::UsageHistory* history, SpeedPrediction& s) {
-  const double layers = static_cast<double>(fp.moe_layer_count()), top_k = fp.top_k;
-  const double prompt = std::clamp(plan.ctx, 1, kPrefillPromptTokens);
-  const double round = std::clamp(static_cast<double>(plan.prefill_round_tokens), 1.0, prompt);
-  const double rounds = std::ceil(prompt / round);
+  PrefillParts p;
+  p.layers = static_cast<double>(fp.moe_layer_count());
+  const double layers = p.layers, top_k = fp.top_k;
+  p.prompt = std::clamp(plan.ctx, 1, kPrefillPromptTokens);
+  const double prompt = p.prompt;
+  p.round = std::clamp(static_cast<double>(plan.prefill_round_tokens), 1.0, prompt);
+  p.rounds = std::ceil(prompt / p.round);
+  const double round = p.round, rounds = p.rounds;
   const Team team = plan.prefill_threads > 0 || !plan.prefill_pus.empty()
                         ? Team{plan.prefill_pus.empty() ? plan.prefill_threads : plan.prefill_pus.size(), plan.prefill_pus}
                         : Team{plan.threads, plan.compute_pus};
-  const double distinct = r.round_distinct ? *r.round_distinct : distinct_experts(fp, round, history);
-  const PromptCompute compute = r.vram ? PromptCompute{} : prompt_compute(profile, fp, team, prompt, round, distinct, r);
-  const u64 dense = dense_bytes_per_token(fp);
+  p.distinct = r.round_distinct ? *r.round_distinct : distinct_experts(fp, round, history);
+  const double distinct = p.distinct;
+  p.compute = r.vram ? PromptCompute{} : prompt_compute(profile, fp, team, prompt, round, distinct, r);
+  const PromptCompute& compute = p.compute;
+  p.dense = dense_bytes_per_token(fp);
   // A round reads what its tokens' routings miss: a routing whose expert the
   // round already leased is no miss of its own, and the usage history's
   // reuse distances (token by token) count it a hit, so the prompt reads
   // prompt x top_k x the miss rate records per layer, at most each round's distinct experts.
-  const double reads_per_round = std::min(distinct, prompt * top_k * r.prefill_miss / rounds);
+  p.reads_per_round = std::min(distinct, prompt * top_k * r.prefill_miss / rounds);
   // Each round streams its distinct experts' records.
-  const StreamedRecords streamed = streamed_records(profile, fp, team, r, round * top_k / std::max(1.0, distinct));
-  const double expert_ram_s = rounds * layers * distinct * static_cast<double>(fp.expert().record_bytes) * streamed.seconds_per_byte;
-  const double dense_ram_s = static_cast<double>(dense) / (r.ram.gb_per_s * 1e9);
+  p.streamed = streamed_records(profile, fp, team, r, round * top_k / std::max(1.0, distinct));
+  const double expert_ram_s = rounds * layers * distinct * static_cast<double>(fp.expert().record_bytes) * p.streamed.seconds_per_byte;
+  const double dense_ram_s = static_cast<double>(p.dense) / (r.ram.gb_per_s * 1e9);
   const double ram_s = expert_ram_s + dense_ram_s;
   // Each round's misses of a layer, requested together; the round's resident
   // experts run meanwhile, each a distinct expert's share of the expert
   // phase: its GEMMs, or streaming its record where that takes longer (rounds
   // of a few tokens per expert stream more than they compute).
   const double per_expert_s = std::max(compute.expert_phase_s(), expert_ram_s) / (rounds * layers * distinct);
-  const double distinct_miss = distinct > 0 ? reads_per_round / distinct : 0.0;
-  const auto interference = r.vram ? std::nullopt : read_interference_cost(profile, team);
-  const ReadsBesideCompute round_reads =
-      expected_reads(r, distinct, distinct_miss, [&](int m) { return std::max(0.0, distinct - m) * per_expert_s; },
-                     r.prompt_batches, read_progress(r, interference));
-  const double disk_s = rounds * layers * round_reads.wait;
-  const double beside_reads_s = interference ? rounds * layers * round_reads.overlapped * interference->slowdown : 0.0;
-  const ExpertBatchSteps steps = r.vram ? ExpertBatchSteps{}
-                                        : prefill_expert_steps(profile, fp, team, rounds * layers, round, distinct, distinct_miss);
-  const ParallelSteps pass_steps = cpu_prefill_parallel_steps(fp, static_cast<int>(prompt));
-  const std::optional<StepCost> pass_step =
-      r.vram || team.size() <= 1 ? std::nullopt
-                                 : parallel_step_cost(profile, team, pass_steps, static_cast<double>(fp.config.hidden_size));
-  const double pass_steps_s = pass_step ? pass_steps.regions * pass_step->seconds : 0.0;
+  const double distinct_miss = distinct > 0 ? p.reads_per_round / distinct : 0.0;
+  p.interference = r.vram ? std::nullopt : read_interference_cost(profile, team);
+  p.round_reads = expected_reads(r, distinct, distinct_miss, [&](int m) { return std::max(0.0, distinct - m) * per_expert_s; },
+                                 r.prompt_batches, read_progress(r, p.interference));
+  p.disk_s = rounds * layers * p.round_reads.wait;
+  const double beside_reads_s = p.interference ? rounds * layers * p.round_reads.overlapped * p.interference->slowdown : 0.0;
+  p.steps = r.vram ? ExpertBatchSteps{} : prefill_expert_steps(profile, fp, team, rounds * layers, round, distinct, distinct_miss);
+  p.pass_steps = cpu_prefill_parallel_steps(fp, static_cast<int>(prompt));
+  p.pass_step = r.vram || team.size() <= 1
+                    ? std::nullopt
+                    : parallel_step_cost(profile, team, p.pass_steps, static_cast<double>(fp.config.hidden_size));
+  const double pass_steps_s = p.pass_step ? p.pass_steps.regions * p.pass_step->seconds : 0.0;
   // Every prompt token is routed at every MoE layer, the tokens shared over
   // the team from kParallelTokens (MoeModel::route_tokens; its records stay
   // on the calling thread, a quarter of the timed call at 128 experts).
-  const auto routing = r.vram ? std::nullopt : routing_cost(profile, team, fp.n_experts, fp.top_k);
-  const double routing_sharing = prompt_token_sharing(prompt, team);
-  const double routing_s = routing ? prompt * layers * routing->seconds / routing_sharing : 0.0;
-  s.prefill_disk_reads = rounds * layers * reads_per_round;
+  p.routing = r.vram ? std::nullopt : routing_cost(profile, team, fp.n_experts, fp.top_k);
+  p.routing_sharing = prompt_token_sharing(prompt, team);
+  const double routing_s = p.routing ? prompt * layers * p.routing->seconds / p.routing_sharing : 0.0;
+  s.prefill_disk_reads = rounds * layers * p.reads_per_round;
   s.prefill_prompt_tokens = static_cast<int>(prompt);
   s.prefill_terms = {{"compute: expert GEMMs", compute.expert_s / prompt},
                      {"compute: expert dispatch", compute.dispatch_s / prompt},
@@ -801,50 +856,20 @@ void predict_prefill(const DeviceProfile& profile, const ModelFootprint& fp, con
                      {"compute: attention", compute.attention_s / prompt},
                      {"compute: lm_head of the last token", compute.lm_head_s / prompt},
                      {"compute: norms, rope, KV store", compute.token_ops_s / prompt},
-                     {"compute: expert batches' parallel steps", steps.seconds / prompt},
+                     {"compute: expert batches' parallel steps", p.steps.seconds / prompt},
                      {"compute: the pass's other parallel steps", pass_steps_s / prompt},
                      {"compute: routing", routing_s / prompt},
                      {"memory: weights from RAM", ram_s / prompt},
-                     {"memory: experts from disk", disk_s / prompt},
+                     {"memory: experts from disk", p.disk_s / prompt},
                      {"compute beside reads", beside_reads_s / prompt}};
   // The expert batches stream their weights from RAM (each round its
   // distinct experts'; a few tokens each when rounds are small) while the
   // projections and attention compute on weights read once: each phase
   // takes the longer of its compute and its reads, one after the other.
-  const double expert_phase_s = std::max(expert_ram_s, compute.expert_phase_s() + steps.seconds);
+  const double expert_phase_s = std::max(expert_ram_s, compute.expert_phase_s() + p.steps.seconds);
   const double other_phase_s = std::max(dense_ram_s, compute.rest_s() + pass_steps_s + routing_s);
-  s.prefill_tok_per_s = prompt / (expert_phase_s + other_phase_s + disk_s + beside_reads_s);
-  const std::string memory_text = "a " + format_fixed(prompt, 0) + "-token prompt reading dense " + format_bytes(dense) +
-                                  " once and, in " + format_fixed(rounds, 0) + " rounds of " + format_fixed(round, 0) + " tokens, " +
-                                  format_fixed(distinct, 1) + " distinct experts x " + format_fixed(layers, 0) + " layers each" +
-                                  streamed.text +
-                                  (r.round_distinct             ? " (the routing trace's rounds)"
-                                   : history_fits(fp, history) ? " (the usage history's routing shares)"
-                                                               : " (uniform routing)") +
-                                  ", " +
-                                  format_fixed(reads_per_round, 2) + " of them from disk (" + format_fixed(r.prefill_miss * 100, 1) +
-                                  "% of the routings miss)" +
-                                  (disk_s > 0 ? " (" + r.disk->text + "; each round's misses, " +
-                                                    (r.prompt_batches.empty() ? "binomially" : "as many at once as the replay's rounds missed") +
-                                                    ", less its resident experts' time: their GEMMs or, longer, their streaming" +
-                                                    (interference ? "; " + format_fixed(rounds * layers * round_reads.overlapped * 1e3, 2) +
-                                                                        " ms of that time beside reads x " + interference->text +
-                                                                        rounds_note(r)
-                                                                  : std::string()) +
-                                                    ")"
-                                              : std::string());
-  const std::string pass_text = pass_step ? " + the pass's " + std::to_string(pass_steps.regions) + " other parallel steps (projections, " +
-                                                 "attention, norms, rope, residual adds; " + pass_step->text + ")"
-                                           : std::string();
-  s.prefill_inputs = compute.timed ? "per phase (the expert batches; the rest of the pass) the longer of its compute and its "
-                                         "RAM reads, then the disk; compute: " +
-                                         compute.text + (steps.text.empty() ? "" : " + " + steps.text) + pass_text +
-                                         (routing ? " + routing each token at " + format_fixed(layers, 0) + " layers x " + routing->text +
-                                                        (routing_sharing > 1 ? ", the tokens over " + format_fixed(routing_sharing, 0) + " threads" : "")
-                                                  : "") +
-                                         "; reads: " + memory_text
-                                   : "rough, bandwidth only (no timed prefill kernel in this profile: real prefill is slower): " +
-                                         memory_text;
+  s.prefill_tok_per_s = prompt / (expert_phase_s + other_phase_s + p.disk_s + beside_reads_s);
+  s.prefill_inputs = prefill_inputs_text(fp, r, history, p);
 }
 
 // A CPU plan's hit rates and round sizes from the engine's cache replayed
