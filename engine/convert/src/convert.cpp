@@ -246,6 +246,67 @@ Result<std::vector<container::RuntimeFile>> runtime_files_for(const std::filesys
   return files;
 }
 
+// Every tensor but the experts': quantised where --dense asks and the row width allows, else as stored.
+Status write_dense_tensors(container::ContainerWriter& writer, const model::ModelDesc& desc, DenseFormat dense,
+                           const std::filesystem::path& model_dir, ConvertReport& report) {
+  const std::optional<WeightFormat> dense_quantized = quantized_format(dense);
+  for (const auto& t : desc.tensors) {
+    if (t.role == model::TensorRole::Expert) continue;
+    if (dense_quantized && quantisable_dense(t) && traits(*dense_quantized).valid_cols(t.shape[1])) {
+      auto matrix = read_f32(t);
+      if (!matrix) return matrix.error();
+      const auto bytes = quantized_tensor(*dense_quantized, *matrix, t.shape[0], t.shape[1]);
+      if (Status s = writer.add_tensor(t.name, *dense_quantized, t.shape, bytes); !s) return s.error();
+      ++report.dense_tensors;
+      report.dense_bytes += bytes.size();
+      continue;
+    }
+    auto bytes = model::read_tensor_bytes(info_of(t), 0, t.bytes);
+    if (!bytes) return bytes.error();
+    if (Status s = check_finite(t, *bytes); !s) return s.error();
+    auto dtype = parse_container_dtype(model::dtype_name(t.dtype), model_dir.string() + ": tensor " + t.name);
+    if (!dtype) return dtype.error();
+    if (Status s = writer.add_tensor(t.name, *dtype, t.shape, *bytes); !s) return s.error();
+    ++report.dense_tensors;
+    report.dense_bytes += t.bytes;
+  }
+  return Ok{};
+}
+
+// Every MoE layer's experts, each one record of its gate, up and down parts in `format`.
+Status write_experts(container::ContainerWriter& writer, const model::ModelDesc& desc,
+                     const std::map<std::pair<int, int>, ExpertTensors>& experts, WeightFormat format,
+                     const ConvertProgress& progress, ConvertReport& report) {
+  const model::ModelConfig& config = desc.config;
+  const container::ExpertRecordLayout record_layout =
+      container::expert_record_layout(format, config.hidden_size, config.moe_intermediate_size);
+  const std::vector<ExpertPart>& parts = record_layout.parts;
+  std::vector<std::uint32_t> model_layers(desc.moe_layers.begin(), desc.moe_layers.end());
+  if (Status s = writer.begin_experts(format, static_cast<std::uint32_t>(model_layers.size()),
+                                      static_cast<std::uint32_t>(config.num_experts), model_layers, parts);
+      !s) {
+    return s.error();
+  }
+  std::vector<std::byte> record(record_layout.record_bytes);
+  for (std::uint32_t layer : model_layers) {
+    if (progress) progress("layer " + std::to_string(layer) + ": quantising " + std::to_string(config.num_experts) + " experts");
+    for (std::uint64_t e = 0; e < config.num_experts; ++e) {
+      const ExpertTensors& tensors = experts.at({static_cast<int>(layer), static_cast<int>(e)});
+      std::fill(record.begin(), record.end(), std::byte{0});
+      const model::DescribedTensor* sources[] = {tensors.gate, tensors.up, tensors.down};
+      for (std::size_t p = 0; p < parts.size(); ++p) {
+        auto matrix = read_f32(*sources[p]);
+        if (!matrix) return matrix.error();
+        pack_part(format, *matrix, parts[p], record);
+      }
+      if (Status s = writer.add_expert(record); !s) return s.error();
+      ++report.experts;
+    }
+  }
+  report.expert_record_bytes = record_layout.record_bytes;
+  return Ok{};
+}
+
 }  // namespace
 
 Result<ConvertReport> convert_model(const std::filesystem::path& model_dir, const std::filesystem::path& output,
@@ -278,54 +339,8 @@ Result<ConvertReport> convert_model(const std::filesystem::path& model_dir, cons
     report.runtime_files.push_back(file.name);
     if (Status s = writer->add_runtime_file(std::move(file.name), std::move(file.bytes)); !s) return s.error();
   }
-  const std::optional<WeightFormat> dense_quantized = quantized_format(dense);
-  for (const auto& t : desc->tensors) {
-    if (t.role == model::TensorRole::Expert) continue;
-    if (dense_quantized && quantisable_dense(t) && traits(*dense_quantized).valid_cols(t.shape[1])) {
-      auto matrix = read_f32(t);
-      if (!matrix) return matrix.error();
-      const auto bytes = quantized_tensor(*dense_quantized, *matrix, t.shape[0], t.shape[1]);
-      if (Status s = writer->add_tensor(t.name, *dense_quantized, t.shape, bytes); !s) return s.error();
-      ++report.dense_tensors;
-      report.dense_bytes += bytes.size();
-      continue;
-    }
-    auto bytes = model::read_tensor_bytes(info_of(t), 0, t.bytes);
-    if (!bytes) return bytes.error();
-    if (Status s = check_finite(t, *bytes); !s) return s.error();
-    auto dtype = parse_container_dtype(model::dtype_name(t.dtype), model_dir.string() + ": tensor " + t.name);
-    if (!dtype) return dtype.error();
-    if (Status s = writer->add_tensor(t.name, *dtype, t.shape, *bytes); !s) return s.error();
-    ++report.dense_tensors;
-    report.dense_bytes += t.bytes;
-  }
-
-  const container::ExpertRecordLayout record_layout = container::expert_record_layout(format, hidden, width);
-  const std::vector<ExpertPart>& parts = record_layout.parts;
-  const std::uint64_t offset = record_layout.record_bytes;
-  std::vector<std::uint32_t> model_layers(desc->moe_layers.begin(), desc->moe_layers.end());
-  if (Status s = writer->begin_experts(format, static_cast<std::uint32_t>(model_layers.size()),
-                                       static_cast<std::uint32_t>(config.num_experts), model_layers, parts);
-      !s) {
-    return s.error();
-  }
-  std::vector<std::byte> record(offset);
-  for (std::uint32_t layer : model_layers) {
-    if (progress) progress("layer " + std::to_string(layer) + ": quantising " + std::to_string(config.num_experts) + " experts");
-    for (std::uint64_t e = 0; e < config.num_experts; ++e) {
-      const ExpertTensors& tensors = experts->at({static_cast<int>(layer), static_cast<int>(e)});
-      std::fill(record.begin(), record.end(), std::byte{0});
-      const model::DescribedTensor* sources[] = {tensors.gate, tensors.up, tensors.down};
-      for (std::size_t p = 0; p < parts.size(); ++p) {
-        auto matrix = read_f32(*sources[p]);
-        if (!matrix) return matrix.error();
-        pack_part(format, *matrix, parts[p], record);
-      }
-      if (Status s = writer->add_expert(record); !s) return s.error();
-      ++report.experts;
-    }
-  }
-  report.expert_record_bytes = offset;
+  if (Status s = write_dense_tensors(*writer, *desc, dense, model_dir, report); !s) return s.error();
+  if (Status s = write_experts(*writer, *desc, *experts, format, progress, report); !s) return s.error();
   report.source_bytes_per_expert = desc->bytes_per_expert;
   const std::string source = "converted from " + model_dir.string() + " (experts " +
                              std::string(name_of(format)) + ")";
