@@ -445,15 +445,15 @@ coli::Result<std::optional<coli::experts::UsageHistory>> load_usage(const PlanAr
     return std::optional(std::move(*loaded));
   }
   const std::string fallback = a.model_path + ".usage";
-  if (!fs::is_regular_file(fallback)) return std::optional<coli::experts::UsageHistory>();
-  auto loaded = coli::experts::UsageHistory::load(fallback, key);
+  auto loaded = coli::experts::UsageHistory::load_if_present(fallback, key);
   if (!loaded) {
     std::fprintf(stderr, "coli-plan: passing over the usage history %s: %s\n", fallback.c_str(), loaded.error().message.c_str());
     return std::optional<coli::experts::UsageHistory>();
   }
-  std::fprintf(stderr, "coli-plan: usage history %s (the default: coli run records it; --usage none plans without)\n",
-               fallback.c_str());
-  return std::optional(std::move(*loaded));
+  if (*loaded)
+    std::fprintf(stderr, "coli-plan: usage history %s (the default: coli run records it; --usage none plans without)\n",
+                 fallback.c_str());
+  return loaded;
 }
 
 int plan(PlanArgs& a) {

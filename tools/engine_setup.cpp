@@ -45,8 +45,7 @@ void apply_special_ids(Tokenizer& tokenizer, const std::string& text) {
 
 History open_history(const fs::path& path, const experts::UsageHistoryKey& key, const char* program) {
   History history{path, std::nullopt, true};
-  if (!fs::exists(path)) return history;
-  auto loaded = experts::UsageHistory::load(path, key);
+  auto loaded = experts::UsageHistory::load_if_present(path, key);
   if (loaded) {
     history.loaded = std::move(*loaded);
   } else {

@@ -111,6 +111,28 @@ TEST(UsageHistory, SaveLoadRoundTripsExactly) {
   EXPECT_FALSE(UsageHistory::load(path, kKey).ok());  // missing file: an error, not a crash
 }
 
+// MODEL.usage, where one may be: nothing there is no history and no error;
+// a history there loads; one of another model there is an error naming why.
+TEST(UsageHistory, LoadIfPresentTellsAbsentFromUnloadable) {
+  const auto dir = std::filesystem::temp_directory_path() / ("coli_usage_present_" + std::to_string(::getpid()));
+  const auto path = dir / "model.coli.usage";
+  std::filesystem::remove_all(dir);
+  auto absent = UsageHistory::load_if_present(path, kKey);
+  ASSERT_TRUE(absent.ok()) << absent.error().message;
+  EXPECT_FALSE(absent->has_value());
+  ASSERT_TRUE(sample_history().save(path).ok());
+  auto present = UsageHistory::load_if_present(path, kKey);
+  ASSERT_TRUE(present.ok()) << present.error().message;
+  ASSERT_TRUE(present->has_value());
+  EXPECT_EQ((*present)->serialize(), sample_history().serialize());
+  UsageHistoryKey other = kKey;
+  other.model_identity = "fnv1a64:00000000feedface";
+  auto foreign = UsageHistory::load_if_present(path, other);
+  ASSERT_FALSE(foreign.ok());
+  EXPECT_NE(foreign.error().message.find("recorded for another model"), std::string::npos) << foreign.error().message;
+  std::filesystem::remove_all(dir);
+}
+
 // Mattson's stack: a token's choices are measured against the stack before
 // it, then move to its top in their order. An LRU cache of C slots hits the
 // routings at distance < C.

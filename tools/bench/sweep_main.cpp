@@ -129,13 +129,12 @@ fs::path usage_path(const Args& args) { return args.usage.empty() ? args.model +
 // workload by record_history.
 std::optional<experts::UsageHistory> load_history(const Args& args, const Setup& s) {
   const fs::path path = usage_path(args);
-  if (!fs::exists(path)) return std::nullopt;
-  auto loaded = experts::UsageHistory::load(path, runtime::usage_history_key(s.shape));
+  auto loaded = experts::UsageHistory::load_if_present(path, runtime::usage_history_key(s.shape));
   if (!loaded) {
     std::fprintf(stderr, "coli-sweep: ignoring usage history: %s\n", loaded.error().message.c_str());
     return std::nullopt;
   }
-  std::printf("pins from the usage history %s\n", path.c_str());
+  if (*loaded) std::printf("pins from the usage history %s\n", path.c_str());
   return std::move(*loaded);
 }
 

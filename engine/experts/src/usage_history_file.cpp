@@ -192,6 +192,53 @@ Status parse_read_round_sets(std::span<const std::string_view> lines, std::int64
   return Ok{};
 }
 
+// The damage a file shows before its meaning is read: truncation (no
+// checksum line at the end) or a checksum mismatch; nullopt when intact.
+// Integrity before meaning: a damaged file is reported as damaged, not as
+// whatever odd field the damage happens to produce.
+std::optional<std::string> damage(std::string_view text) {
+  const size_t last_line_start = text.rfind('\n', text.size() - 2) + 1;  // npos + 1 == 0
+  const std::string_view last_line = text.substr(last_line_start);
+  if (text.back() != '\n' || !starts_with(last_line, kChecksumPrefix)) return "truncated (no checksum line at the end)";
+  detail::Fnv1a64 checksum;
+  checksum.add(text.substr(0, last_line_start));
+  if (trim(last_line.substr(kChecksumPrefix.size())) != checksum.hex())
+    return "corrupt (checksum mismatch: the file was changed or damaged after it was written)";
+  return std::nullopt;
+}
+
+struct Header {
+  double total_tokens = 0;  // the rest of the header is the expected key, checked
+};
+
+// Lines 3-7 (n_layers, n_experts, top_k, model, total_tokens), checked
+// against the model this history is loaded for; the error says which differs.
+Result<Header> parse_header(std::span<const std::string_view> lines, const UsageHistoryKey& expected) {
+  const auto header_int = [&](size_t line, std::string_view key) -> std::optional<std::int64_t> {
+    if (line >= lines.size()) return std::nullopt;
+    const auto value = field(lines[line], key);
+    return value ? parse_int(*value) : std::nullopt;
+  };
+  const auto n_layers = header_int(2, "n_layers");
+  const auto n_experts = header_int(3, "n_experts");
+  const auto top_k = header_int(4, "top_k");
+  const auto model = lines.size() > 5 ? field(lines[5], "model") : std::nullopt;
+  const auto tokens_text = lines.size() > 6 ? field(lines[6], "total_tokens") : std::nullopt;
+  const auto tokens = tokens_text ? parse_count(*tokens_text) : std::nullopt;
+  if (!n_layers || !n_experts || !top_k || !model || !tokens) return make_error("malformed header (lines 3-7)");
+  if (*model != expected.model_identity)
+    return make_error("recorded for another model (identity " + std::string(*model) + ", this model is " +
+                      expected.model_identity + ")");
+  const auto mismatch = [&](std::string_view what, std::int64_t found, int want) {
+    return make_error("recorded with " + std::string(what) + " " + std::to_string(found) + ", this model has " +
+                      std::to_string(want));
+  };
+  if (*n_layers != expected.n_layers) return mismatch("n_layers", *n_layers, expected.n_layers);
+  if (*n_experts != expected.n_experts) return mismatch("n_experts", *n_experts, expected.n_experts);
+  if (*top_k != expected.top_k) return mismatch("top_k", *top_k, expected.top_k);
+  return Header{*tokens};
+}
+
 }  // namespace
 
 std::string UsageHistory::serialize() const {
@@ -230,45 +277,13 @@ Result<UsageHistory> UsageHistory::parse(std::string_view text, const UsageHisto
   if (*version < 1 || *version > kUsageHistoryVersion)
     return fail("format version " + std::to_string(*version) + ", this build reads versions 1 to " +
                 std::to_string(kUsageHistoryVersion) + "; the next run writes a fresh history");
-
-  // Integrity before meaning: a damaged file is reported as damaged, not as
-  // whatever odd field the damage happens to produce.
-  const size_t last_line_start = text.rfind('\n', text.size() - 2) + 1;  // npos + 1 == 0
-  const std::string_view last_line = text.substr(last_line_start);
-  if (text.back() != '\n' || !starts_with(last_line, kChecksumPrefix))
-    return fail("truncated (no checksum line at the end)");
-  detail::Fnv1a64 checksum;
-  checksum.add(text.substr(0, last_line_start));
-  if (trim(last_line.substr(kChecksumPrefix.size())) != checksum.hex())
-    return fail("corrupt (checksum mismatch: the file was changed or damaged after it was written)");
-
-  const auto header_int = [&](size_t line, std::string_view key) -> std::optional<std::int64_t> {
-    if (line >= lines.size()) return std::nullopt;
-    const auto value = field(lines[line], key);
-    return value ? parse_int(*value) : std::nullopt;
-  };
-  const auto n_layers = header_int(2, "n_layers");
-  const auto n_experts = header_int(3, "n_experts");
-  const auto top_k = header_int(4, "top_k");
-  const auto model = lines.size() > 5 ? field(lines[5], "model") : std::nullopt;
-  const auto tokens_text = lines.size() > 6 ? field(lines[6], "total_tokens") : std::nullopt;
-  const auto tokens = tokens_text ? parse_count(*tokens_text) : std::nullopt;
-  if (!n_layers || !n_experts || !top_k || !model || !tokens) return fail("malformed header (lines 3-7)");
-
-  if (*model != expected.model_identity)
-    return fail("recorded for another model (identity " + std::string(*model) + ", this model is " +
-                expected.model_identity + ")");
-  const auto mismatch = [&](std::string_view what, std::int64_t found, int want) {
-    return fail("recorded with " + std::string(what) + " " + std::to_string(found) + ", this model has " +
-                std::to_string(want));
-  };
-  if (*n_layers != expected.n_layers) return mismatch("n_layers", *n_layers, expected.n_layers);
-  if (*n_experts != expected.n_experts) return mismatch("n_experts", *n_experts, expected.n_experts);
-  if (*top_k != expected.top_k) return mismatch("top_k", *top_k, expected.top_k);
+  if (auto damaged = damage(text)) return fail(*damaged);
+  auto header = parse_header(lines, expected);
+  if (!header) return fail(header.error().message);
 
   auto history = UsageHistory::create(expected);
   if (!history) return fail(history.error().message);
-  history->total_tokens_ = *tokens;
+  history->total_tokens_ = header->total_tokens;
   constexpr size_t kFirstLayerLine = 7;
   // Layer lines, then reuse (2), decode_reuse (3) and trace (4, after its
   // trace_passes line) lines, then one read_rounds line (5) or one per
@@ -310,6 +325,15 @@ Result<UsageHistory> UsageHistory::load(const std::filesystem::path& path, const
   auto text = read_text_file(path);
   if (!text) return text.error();
   return parse(*text, expected, path.string());
+}
+
+Result<std::optional<UsageHistory>> UsageHistory::load_if_present(const std::filesystem::path& path,
+                                                                  const UsageHistoryKey& expected) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return std::optional<UsageHistory>();
+  auto loaded = load(path, expected);
+  if (!loaded) return loaded.error();
+  return std::optional(std::move(*loaded));
 }
 
 }  // namespace coli::experts

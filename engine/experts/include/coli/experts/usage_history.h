@@ -45,6 +45,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -130,6 +131,10 @@ class UsageHistory {
   // Atomic (write_file_atomically): a crash leaves the old file or the new one.
   Status save(const std::filesystem::path& path) const;
   static Result<UsageHistory> load(const std::filesystem::path& path, const UsageHistoryKey& expected);
+  // Where a history may be (a model's MODEL.usage): nullopt where nothing is
+  // at `path`, an error where something is and does not load for `expected`.
+  static Result<std::optional<UsageHistory>> load_if_present(const std::filesystem::path& path,
+                                                             const UsageHistoryKey& expected);
 
  private:
   explicit UsageHistory(UsageHistoryKey key);
