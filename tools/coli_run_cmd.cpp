@@ -86,6 +86,11 @@ void say_why_it_stopped(const GenerationResult& result, const std::optional<Chat
   if (stop == "context_full") std::fprintf(stderr, "coli run: stopped: the context of %d positions is full (--ctx)\n", context);
 }
 
+MeasuredSpeed measured_speed(const GenerationResult& result) {
+  return {result.prompt_tokens / result.prefill_seconds, result.prompt_tokens, decode_tok_s(result),
+          result.prompt_tokens + (result.generated - 1) / 2.0};
+}
+
 void print_json_stats(const GenerationResult& result, const LoadedEngine& engine, const std::optional<ChatSetup>& chat) {
   const auto& stats = engine.model->stats();
   const double lookups = static_cast<double>(stats.expert_hits + stats.expert_misses);
@@ -99,10 +104,16 @@ void print_json_stats(const GenerationResult& result, const LoadedEngine& engine
       {"expert_reads_timed", stats.expert_reads_timed}, {"kernel", stats.cpu_kernel},
       {"prefill_threads", stats.prefill_thread_set}, {"decode_threads", stats.decode_thread_set}, {"io", stats.io_mode},
       {"peak_rss_bytes", process_peak_resident_bytes()}};
-  if (engine.planned && engine.planned->plan.speed.available) {
-    json["predicted"] = {{"decode_tok_s", engine.planned->plan.speed.decode_tok_per_s},
-                         {"prefill_tok_s", engine.planned->plan.speed.prefill_tok_per_s},
-                         {"disk_read_s", engine.planned->plan.speed.disk_read_seconds}};
+  if (engine.planned) {
+    const RunPrediction predicted = prediction_for_run(*engine.planned, measured_speed(result));
+    if (predicted.speed.available) {
+      json["predicted"] = {{"decode_tok_s", predicted.speed.decode_tok_per_s},
+                           {"prefill_tok_s", predicted.speed.prefill_tok_per_s},
+                           {"disk_read_s", predicted.speed.disk_read_seconds},
+                           {"for_this_run", predicted.for_this_run},
+                           {"prompt_tokens", predicted.prompt_tokens},
+                           {"decode_depth", predicted.decode_depth}};
+    }
   }
   std::fprintf(stderr, "%s\n", json.dump().c_str());
 }
@@ -129,9 +140,8 @@ void print_stats(const GenerationResult& result, const LoadedEngine& engine, boo
                format_bytes(process_peak_resident_bytes()).c_str());
   if (engine.planned) {
     print_plan_vs_actual(engine.planned->plan, stats, process_peak_resident_bytes());
-    const MeasuredSpeed measured{result.prompt_tokens / result.prefill_seconds, result.prompt_tokens, decode_tok_s(result),
-                                 result.prompt_tokens + (result.generated - 1) / 2.0};
-    print_speed_vs_plan(engine.planned->plan.speed, engine.planned->plan.plan.ctx, measured);
+    const MeasuredSpeed measured = measured_speed(result);
+    print_speed_vs_plan(prediction_for_run(*engine.planned, measured), measured);
   } else if (report) {
     print_measured(stats, process_peak_resident_bytes());
   }

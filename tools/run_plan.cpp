@@ -1,6 +1,8 @@
 #include "run_plan.h"
 
 #include <algorithm>
+#include <cmath>
+#include <memory>
 #include <cstdio>
 
 #include "coli/base/files.h"
@@ -9,6 +11,7 @@
 #include "coli/base/weight_memory.h"
 #include "coli/experts/usage_history.h"
 #include "coli/model/model_config.h"
+#include "coli/planner/expert_parallel_speed.h"
 #include "coli/planner/footprint.h"
 #include "coli/probe/fleet_machine.h"
 #include "coli/probe/profile_io.h"
@@ -136,6 +139,14 @@ Result<PlannedKnobs> knobs_from_plan(const std::filesystem::path& plan_file, con
   return PlannedKnobs{std::move(*options), *plan, "plan " + plan_file.string()};
 }
 
+// What a plan made on the spot predicts from, kept for the end of the run.
+struct PredictionInputs {
+  DeviceProfile profile;
+  planner::ModelFootprint footprint;
+  planner::Plan plan;
+  std::optional<experts::UsageHistory> history;
+};
+
 Result<PlannedKnobs> knobs_from_profile(const std::filesystem::path& profile_file, const runtime::ModelShape& shape,
                                         int history_pins, const RunWorkload& workload, bool* refused) {
   auto profile = fleet::load_shared_profile(profile_file.string());
@@ -171,10 +182,19 @@ Result<PlannedKnobs> knobs_from_profile(const std::filesystem::path& profile_fil
   file.dense_format = shape.dense_format;
   file.top_k = shape.top_k;
   file.plan = *plan;
+  // As coli-plan predicts it; the run ends with the same model at its own prompt and depth.
+  file.speed = planner::predict_plan_speed(*profile, footprint, *plan, workload.history);
   if (Status s = check_gpu_here(*plan, profile->gpus); !s) return s.error();
   auto options = runtime::options_from_plan(*plan, shape, workload.history);
   if (!options) return make_error("the plan from " + profile_file.string() + ": " + options.error().message);
-  return PlannedKnobs{std::move(*options), file, "profile " + profile_file.string()};
+  auto inputs = std::make_shared<const PredictionInputs>(
+      PredictionInputs{*profile, footprint, *plan,
+                       workload.history ? std::optional(*workload.history) : std::optional<experts::UsageHistory>()});
+  auto predict_for = [inputs](int prompt_tokens, int decode_depth) {
+    return planner::predict_plan_speed(inputs->profile, inputs->footprint, inputs->plan,
+                                       inputs->history ? &*inputs->history : nullptr, decode_depth, prompt_tokens);
+  };
+  return PlannedKnobs{std::move(*options), file, "profile " + profile_file.string(), predict_for};
 }
 
 Result<std::uint64_t> check_memory_without_plan(const runtime::ModelShape& shape, const runtime::ModelOptions& options,
@@ -261,9 +281,20 @@ bool print_plan_vs_actual(const planner::PlanFile& file, const runtime::ModelSta
   return within;
 }
 
-void print_speed_vs_plan(const planner::SpeedPrediction& predicted, int planned_ctx, const MeasuredSpeed& measured) {
-  if (!predicted.available) {
-    std::fprintf(stderr, "speed: the plan has no prediction (%s)\n", predicted.unavailable.c_str());
+RunPrediction prediction_for_run(const PlannedKnobs& knobs, const MeasuredSpeed& measured) {
+  const planner::PlanFile& file = knobs.plan;
+  if (knobs.predict_for && measured.prompt_tokens > 0) {
+    const int depth = static_cast<int>(std::lround(measured.decode_mean_depth));
+    return {knobs.predict_for(measured.prompt_tokens, depth), true, measured.prompt_tokens, depth};
+  }
+  return {file.speed, false, file.speed.prefill_prompt_tokens, file.plan.ctx / 2};
+}
+
+void print_speed_vs_plan(const RunPrediction& predicted, const MeasuredSpeed& measured) {
+  const planner::SpeedPrediction& speed = predicted.speed;
+  if (!speed.available) {
+    std::fprintf(stderr, "speed: the plan has no prediction (%s)\n",
+                 speed.unavailable.empty() ? "none was made" : speed.unavailable.c_str());
     return;
   }
   auto row = [](const char* what, double planned, double actual, const std::string& note) {
@@ -271,13 +302,16 @@ void print_speed_vs_plan(const planner::SpeedPrediction& predicted, int planned_
     std::fprintf(stderr, "  %-28s planned %8.1f tok/s  measured %8.1f tok/s  (%+.1f%%)%s\n", what, planned, actual,
                 (planned / actual - 1) * 100, note.c_str());
   };
-  std::fprintf(stderr, "speed: plan vs actual (error = planned / measured - 1):\n");
-  row("prefill", predicted.prefill_tok_per_s, measured.prefill_tok_s,
-      "  pp" + std::to_string(measured.prompt_tokens) + "; planned for rounds of the plan");
-  char depths[96];
-  std::snprintf(depths, sizeof depths, "  planned at KV depth %d (ctx/2), measured at %.0f on average", planned_ctx / 2,
-                measured.decode_mean_depth);
-  row("decode", predicted.decode_tok_per_s, measured.decode_tok_s, depths);
+  std::fprintf(stderr, "speed: plan vs actual (error = planned / measured - 1; %s):\n",
+               predicted.for_this_run ? "predicted from the profile for this run's prompt and depth"
+                                      : "the plan's figures, for its own prompt and depth");
+  const std::string planned_prompt = predicted.prompt_tokens > 0 ? "pp" + std::to_string(predicted.prompt_tokens) : "the plan's prompt";
+  row("prefill", speed.prefill_tok_per_s, measured.prefill_tok_s,
+      "  measured pp" + std::to_string(measured.prompt_tokens) + ", planned " + planned_prompt + " in rounds of the plan");
+  char depths[128];
+  std::snprintf(depths, sizeof depths, "  planned at KV depth %d%s, measured at %.1f on average", predicted.decode_depth,
+                predicted.for_this_run ? "" : " (ctx/2)", measured.decode_mean_depth);
+  row("decode", speed.decode_tok_per_s, measured.decode_tok_s, depths);
 }
 
 void print_measured(const runtime::ModelStats& stats, std::uint64_t peak_rss) {

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -19,6 +20,10 @@ struct PlannedKnobs {
   runtime::ModelOptions options;  // runtime::options_from_plan, pins included
   planner::PlanFile plan;
   std::string source;         // "plan FILE" or "profile FILE" for messages
+  // This plan's speed for another workload (a prompt of N tokens, decode at
+  // KV depth D), predicted from the profile as coli-plan predicts; empty
+  // where no profile is at hand (--plan: the plan's own figures stand).
+  std::function<planner::SpeedPrediction(int prompt_tokens, int decode_depth)> predict_for;
 };
 
 // A prompt's tokens per GPU submission for `coli run --backend B` without a
@@ -69,7 +74,17 @@ struct MeasuredSpeed {
   double decode_tok_s = 0;       // 0: fewer than two generated tokens
   double decode_mean_depth = 0;  // KV positions the decode steps saw, on average
 };
-void print_speed_vs_plan(const planner::SpeedPrediction& predicted, int planned_ctx, const MeasuredSpeed& measured);
+// The prediction to set beside a run: for its own prompt and mean decode
+// depth where the knobs can predict (--profile), else the plan's (a 512-token
+// prompt at most the context, decode at ctx / 2), each saying which.
+struct RunPrediction {
+  planner::SpeedPrediction speed;
+  bool for_this_run = false;
+  int prompt_tokens = 0;  // the prefill figure's prompt
+  int decode_depth = 0;   // the decode figure's KV depth
+};
+RunPrediction prediction_for_run(const PlannedKnobs& knobs, const MeasuredSpeed& measured);
+void print_speed_vs_plan(const RunPrediction& predicted, const MeasuredSpeed& measured);
 // The engine's own accounting and the process's RSS, for a run without a plan (--report).
 void print_measured(const runtime::ModelStats& stats, std::uint64_t peak_rss);
 

@@ -534,9 +534,9 @@ double distinct_experts(const ModelFootprint& fp, double tokens, const experts::
 // only where that is faster, so this bounds it). The GPU's GEMM time is in
 // no profile yet, so the figure is an upper bound and says so.
 void predict_gpu_prefill(const ModelFootprint& fp, const Plan& plan, const PlanRates& r,
-                         const experts::UsageHistory* history, SpeedPrediction& s) {
+                         const experts::UsageHistory* history, int prompt_tokens, SpeedPrediction& s) {
   const double layers = static_cast<double>(fp.moe_layer_count());
-  const double batch = plan.gpu.batch_tokens;
+  const double batch = prompt_tokens > 0 ? std::clamp(prompt_tokens, 1, std::max(1, plan.gpu.batch_tokens)) : plan.gpu.batch_tokens;
   const double distinct = distinct_experts(fp, batch, history);
   const u64 dense = dense_bytes_per_token(fp);
   const double experts = layers * distinct * static_cast<double>(fp.expert().record_bytes);
@@ -561,7 +561,7 @@ void predict_gpu_prefill(const ModelFootprint& fp, const Plan& plan, const PlanR
                                          : std::string());
 }
 
-// Prefill of a 512-token prompt (llama-bench's pp512; at most the context),
+// Prefill of a 512-token prompt (llama-bench's pp512; at most the context) or of the run's own,
 // as the engine runs it: each layer's dense projections and attention over
 // the whole pass (the dense weights read once), the experts in rounds of R
 // tokens, each reading the distinct experts it touches once (uniform
@@ -798,11 +798,11 @@ std::string prefill_inputs_text(const ModelFootprint& fp, const PlanRates& r, co
 }
 
 void predict_prefill(const DeviceProfile& profile, const ModelFootprint& fp, const Plan& plan, const PlanRates& r,
-                     const experts::UsageHistory* history, SpeedPrediction& s) {
+                     const experts::UsageHistory* history, int prompt_tokens, SpeedPrediction& s) {
   PrefillParts p;
   p.layers = static_cast<double>(fp.moe_layer_count());
   const double layers = p.layers, top_k = fp.top_k;
-  p.prompt = std::clamp(plan.ctx, 1, kPrefillPromptTokens);
+  p.prompt = std::clamp(prompt_tokens > 0 ? prompt_tokens : kPrefillPromptTokens, 1, std::max(1, plan.ctx));
   const double prompt = p.prompt;
   p.round = std::clamp(static_cast<double>(plan.prefill_round_tokens), 1.0, prompt);
   p.rounds = std::ceil(prompt / p.round);
@@ -920,7 +920,7 @@ void decide_dense_from(const DeviceProfile& profile, const ModelFootprint& fp, c
 }  // namespace
 
 SpeedPrediction predict_speed(const DeviceProfile& profile, const ModelFootprint& fp, const Plan& plan,
-                              const experts::UsageHistory* history, int decode_depth) {
+                              const experts::UsageHistory* history, int decode_depth, int prompt_tokens) {
   SpeedPrediction s;
   // With a VRAM tier, RAM and VRAM together hold the cap + VRAM slots most
   // used experts of a layer (mean VRAM slots per layer).
@@ -965,9 +965,9 @@ SpeedPrediction predict_speed(const DeviceProfile& profile, const ModelFootprint
   decide_dense_from(profile, fp, plan, decode_depth, rates);
   predict_decode(profile, fp, plan, rates, decode_depth, s);
   if (plan.gpu.whole_decoder && plan.gpu.device.gpu.chosen() && rates.vram) {
-    predict_gpu_prefill(fp, plan, rates, history, s);
+    predict_gpu_prefill(fp, plan, rates, history, prompt_tokens, s);
   } else {
-    predict_prefill(profile, fp, plan, rates, history, s);
+    predict_prefill(profile, fp, plan, rates, history, prompt_tokens, s);
   }
   s.available = true;
   return s;

@@ -156,6 +156,15 @@ check "run --profile says where its knobs come from" contains "$work/p1.out" "kn
 check "run --profile reports plan vs actual" contains "$work/p1.out" "plan vs actual"
 check "dense weights match the plan exactly" contains "$work/p1.out" "dense weights .*(+0.0%)"
 check "the f16 KV cache matches the plan exactly" contains "$work/p1.out" "KV cache (f16) .*(+0.0%)"
+check "a quick profile's run says why it has no speed prediction" contains "$work/p1.out" "speed: the plan has no prediction (no measured bandwidth"
+# With measured rates (the shortest full probe) the run sets its speed beside a prediction for its own prompt and depth.
+"$(dirname "$coli")/coli-probe" --budget 2 --disk-dir "$work" --out "$work/full-profile.toml" >/dev/null 2>&1
+check "a full probe exits 0" test $? -eq 0
+"$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 4 --ignore-eos --profile "$work/full-profile.toml" >"$work/p3.out" 2>&1
+check "run --profile with rates exits 0" test $? -eq 0
+check "its speed is predicted for this run" contains "$work/p3.out" "predicted from the profile for this run's prompt and depth"
+check "the prefill for its 3-token prompt" contains "$work/p3.out" "measured pp3, planned pp3"
+check "the decode at its mean depth" contains "$work/p3.out" "planned at KV depth 5, measured at 4.5 on average"
 "$coli" run --model "$work/demo.coli" --prompt-ids 1 --profile "$work/profile.toml" --kv-type f32 >/dev/null 2>"$work/kv1.err"
 check "--kv-type with a plan refused" test $? -eq 2
 "$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 4 --kv-type bf16 --report >"$work/kv2.out" 2>&1

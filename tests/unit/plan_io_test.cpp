@@ -662,6 +662,33 @@ TEST(PlanSpeed, PromptAttentionWaitsForItsLargestItemWhenItemsAreFew) {
   EXPECT_NEAR(term_seconds(predict_speed(profile, fp, plan).prefill_terms, term) * 512, 48 * seconds, 1e-9);
 }
 
+// coli run sets its own prompt beside its measured prefill: the prompt's
+// terms at its length (attention over 128 positions: one slice, 128 items
+// shared evenly at 8 threads), at most the context; decode does not change.
+TEST(PlanSpeed, ARunsOwnPromptIsPricedAtItsLength) {
+  const ModelFootprint fp = qwen3();
+  Plan plan = resident_qwen3_plan(8);
+  plan.compute_pus = {};
+  DeviceProfile profile = measured_profile(10);
+  profile.measurements.kernel_tuning = tuned_on_8_threads("expert_q4_prefill", 1024, 32, 768, {}, {3, 100, 100, 100, 0});
+  KernelThroughputPoint attention = profile.measurements.kernel_tuning->points[0];
+  attention.kernel = "attention_prefill";
+  attention.rows = 16, attention.cols = 128, attention.batch = 512, attention.matrices = 0;
+  attention.tokens_per_s = {3, 2000, 2000, 2000, 0};
+  profile.measurements.kernel_tuning->points.push_back(attention);
+  const double per_pair = 512.0 / 2000 / (16.0 * 512 * 513 / 2);
+  const SpeedPrediction pp512 = predict_speed(profile, fp, plan);
+  const SpeedPrediction pp128 = predict_speed(profile, fp, plan, nullptr, kPlanMeanDepth, 128);
+  ASSERT_TRUE(pp512.available && pp128.available);
+  EXPECT_EQ(pp512.prefill_prompt_tokens, 512);
+  EXPECT_EQ(pp128.prefill_prompt_tokens, 128);
+  EXPECT_NEAR(term_seconds(pp128.prefill_terms, "compute: attention") * 128, 48.0 * 32 * 128 * 129 / 2 * per_pair, 1e-9);
+  EXPECT_GT(pp128.prefill_tok_per_s, pp512.prefill_tok_per_s) << "a shorter prompt attends over fewer positions";
+  EXPECT_EQ(pp128.decode_tok_per_s, pp512.decode_tok_per_s);
+  EXPECT_EQ(predict_speed(profile, fp, plan, nullptr, kPlanMeanDepth, plan.ctx * 4).prefill_prompt_tokens, plan.ctx)
+      << "at most the context";
+}
+
 // A decoded token's attention at depth 512: forward::attention's decode
 // path hands (KV head x 64-position tile) items to the team statically.
 // Qwen3's 4 KV heads make 36 items over 8 threads, 5 on the busiest, each 8

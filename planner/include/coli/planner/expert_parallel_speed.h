@@ -16,7 +16,9 @@ SpeedPrediction predict_expert_parallel(const DeviceProfile& profile, const Mode
                                         int decode_depth = kPlanMeanDepth);
 
 // predict_expert_parallel for an expert-parallel plan, else predict_speed.
+// (An expert-parallel plan's prefill is per batch of its exchange: `prompt_tokens` does not change it.)
 SpeedPrediction predict_plan_speed(const DeviceProfile& profile, const ModelFootprint& footprint, const Plan& plan,
-                                   const experts::UsageHistory* history = nullptr, int decode_depth = kPlanMeanDepth);
+                                   const experts::UsageHistory* history = nullptr, int decode_depth = kPlanMeanDepth,
+                                   int prompt_tokens = kPlanPrompt);
 
 }  // namespace coli::planner

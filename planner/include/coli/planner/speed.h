@@ -73,8 +73,13 @@ std::uint64_t dense_rows_per_token(const ModelFootprint& footprint);
 // deep before the token); kPlanMeanDepth: the mean over a full context of
 // the plan (ctx / 2), what a plan's one decode figure assumes.
 inline constexpr int kPlanMeanDepth = -1;
+// Prefill runs a prompt of `prompt_tokens` (at most the context; a GPU
+// decoder's batch holds at most that many); kPlanPrompt: llama-bench's
+// pp512, at most the context, what a plan's one prefill figure assumes.
+inline constexpr int kPlanPrompt = -1;
 SpeedPrediction predict_speed(const DeviceProfile& profile, const ModelFootprint& footprint, const Plan& plan,
-                              const experts::UsageHistory* history = nullptr, int decode_depth = kPlanMeanDepth);
+                              const experts::UsageHistory* history = nullptr, int decode_depth = kPlanMeanDepth,
+                              int prompt_tokens = kPlanPrompt);
 
 // llama.cpp's split of experts over a GPU (`-ngl 99 --n-cpu-moe N`): whole
 // MoE layers' experts in VRAM, the first N layers' on the CPU. The split of
