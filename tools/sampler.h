@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <random>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "coli/base/result.h"
@@ -37,10 +38,14 @@ class Sampler {
   void accept(std::int32_t token);
 
  private:
+  using Logit = std::pair<float, std::int32_t>;  // (logit, token)
+  const std::vector<Logit>& highest_logits(std::span<const float> logits, std::size_t k, double floor);
+
   SamplingOptions options_;
   std::mt19937_64 rng_;
   std::vector<std::int32_t> recent_;   // the last repeat_last_n tokens
   std::vector<float> penalised_;       // scratch: the logits after the penalty
+  std::vector<Logit> top_;             // scratch: top-k's heap
 };
 
 }  // namespace coli::tools

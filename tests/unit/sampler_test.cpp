@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "sampler.h"
@@ -125,6 +127,37 @@ TEST(Sampler, TopKDrawsOnlyTheKMostProbable) {
   EXPECT_GT(seen[1], 0);
   EXPECT_GT(seen[3], 0);
   EXPECT_EQ(seen[1] + seen[3], 400) << "a token outside the top 2 was drawn";
+}
+
+// top-k over a large vocabulary, selected on the logits in one pass: the
+// drawn tokens are exactly the k highest finite logits (a tie at the k-th
+// place goes to the higher token id; NaN and infinities never enter), found
+// here by sorting every logit.
+TEST(Sampler, TopKOverALargeVocabularyKeepsTheKHighestLogits) {
+  std::vector<float> logits(20000);
+  for (std::size_t i = 0; i < logits.size(); ++i) logits[i] = static_cast<float>((i * 7919) % 1000) / 100.0f;  // ties
+  logits[3] = kNaN, logits[5] = kInf, logits[7] = -kInf;
+  const int k = 6;
+  std::vector<std::pair<float, int>> finite;
+  for (std::size_t i = 0; i < logits.size(); ++i)
+    if (std::isfinite(logits[i])) finite.emplace_back(logits[i], static_cast<int>(i));
+  std::sort(finite.begin(), finite.end(), std::greater<>());
+  std::vector<int> expected;
+  for (int i = 0; i < k; ++i) expected.push_back(finite[static_cast<std::size_t>(i)].second);
+  ASSERT_EQ(finite[k - 1].first, finite[k].first) << "the made-up logits must tie at the k-th place";
+  Sampler sampler(sampling(1000.0, k, 0));
+  std::vector<int> seen(logits.size(), 0);
+  for (int i = 0; i < 3000; ++i) {
+    auto picked = sampler.pick(logits);
+    ASSERT_TRUE(picked.ok());
+    ++seen[static_cast<std::size_t>(*picked)];
+  }
+  int drawn = 0;
+  for (const int token : expected) {
+    EXPECT_GT(seen[static_cast<std::size_t>(token)], 0) << "token " << token << " of the top " << k << " never drawn";
+    drawn += seen[static_cast<std::size_t>(token)];
+  }
+  EXPECT_EQ(drawn, 3000) << "a token outside the top " << k << " was drawn";
 }
 
 // min-p 0.1 on the untempered probabilities: exp(-1) = 0.37 of the best stays,
