@@ -1,6 +1,8 @@
 #include "engine_setup.h"
 
 #include <algorithm>
+#include <cmath>
+#include <optional>
 #include <chrono>
 #include <string_view>
 #include <type_traits>
@@ -276,22 +278,27 @@ std::string apply_generation_defaults(const std::string& text, SamplingArgs& sam
   const auto do_sample = config.find("do_sample");
   if (do_sample == config.end() || !do_sample->is_boolean() || !do_sample->get<bool>()) return "";
   std::string applied;
-  auto take = [&](const char* key, const char* option, auto& field, double low, double high) {
-    const auto it = config.find(key);
-    if (it == config.end() || !it->is_number()) return;
-    const double value = it->get<double>();
-    if (!(value >= low && value <= high)) return;  // absurd values stay the engine's defaults
+  // A key the file leaves out, or gives an absurd value, samples as
+  // transformers' GenerationConfig defaults it (`sampled_default`), as the
+  // model's authors ran it: temperature 1, top_k 50, top_p 1.
+  auto take = [&](const char* key, const char* option, auto& field, double low, double high,
+                  std::optional<double> sampled_default) {
     if (std::find(sampling.given.begin(), sampling.given.end(), option) != sampling.given.end()) return;
+    const auto it = config.find(key);
+    const double in_file = it != config.end() && it->is_number() ? it->get<double>() : std::nan("");
+    const bool usable = in_file >= low && in_file <= high;  // NaN: absent, not a number
+    if (!usable && !sampled_default) return;
+    const double value = usable ? in_file : *sampled_default;
     field = static_cast<std::remove_reference_t<decltype(field)>>(value);
     char shown[32];
     std::snprintf(shown, sizeof shown, "%g", value);
-    applied += (applied.empty() ? "" : ", ") + std::string(key) + " " + shown;
+    applied += (applied.empty() ? "" : ", ") + std::string(key) + " " + shown + (usable ? "" : " (transformers' default)");
   };
   SamplingOptions& o = sampling.options;
-  take("temperature", "--temperature", o.temperature, 0, 100);
-  take("top_p", "--top-p", o.top_p, 1e-6, 1);
-  take("top_k", "--top-k", o.top_k, 0, 1 << 24);
-  take("repetition_penalty", "--repeat-penalty", o.repeat_penalty, 1e-3, 100);
+  take("temperature", "--temperature", o.temperature, 0, 100, 1.0);
+  take("top_p", "--top-p", o.top_p, 1e-6, 1, std::nullopt);  // transformers' 1 is the engine's
+  take("top_k", "--top-k", o.top_k, 0, 1 << 24, 50.0);
+  take("repetition_penalty", "--repeat-penalty", o.repeat_penalty, 1e-3, 100, std::nullopt);  // 1 both
   return applied;
 }
 

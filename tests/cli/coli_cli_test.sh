@@ -116,9 +116,14 @@ cp -r "$fixtures/models/tiny-demo" "$work/sampled-model"
 printf '{"do_sample": true, "temperature": 0.7, "top_p": 0.8, "top_k": 1e12}' >"$work/sampled-model/generation_config.json"
 "$coli" convert --model "$work/sampled-model" --out "$work/sampled.coli" --tokenizer "$vocab" >/dev/null 2>&1
 "$coli" run --model "$work/sampled.coli" --prompt "Hello" --max-tokens 2 >/dev/null 2>"$work/gen1.err"
-check "generation_config.json's sampling applies, and run says so" contains "$work/gen1.err" "generation_config.json says: temperature 0.7, top_p 0.8 (options override)"
-"$coli" run --model "$work/sampled.coli" --prompt "Hello" --max-tokens 2 --temperature 0 >/dev/null 2>"$work/gen2.err"
+check "generation_config.json's sampling applies, and run says so" contains "$work/gen1.err" "generation_config.json says: temperature 0.7, top_p 0.8, top_k 50 (transformers' default) (options override)"
+"$coli" run --model "$work/sampled.coli" --prompt "Hello" --max-tokens 2 --temperature 0 --top-k 5 >/dev/null 2>"$work/gen2.err"
 check "an option given overrides it" contains "$work/gen2.err" "generation_config.json says: top_p 0.8 (options"
+# do_sample alone samples as transformers does: temperature 1 and top_k 50 (not greedy).
+printf '{"do_sample": true}' >"$work/sampled-model/generation_config.json"
+"$coli" convert --model "$work/sampled-model" --out "$work/sampled2.coli" --tokenizer "$vocab" >/dev/null 2>&1
+"$coli" run --model "$work/sampled2.coli" --prompt "Hello" --max-tokens 2 >/dev/null 2>"$work/gen3.err"
+check "do_sample alone takes transformers' defaults" contains "$work/gen3.err" "says: temperature 1 (transformers' default), top_k 50 (transformers' default) (options"
 # A SentencePiece vocabulary (Llama 2's: its ids fit the demo's 50257) asks for BOS first.
 spm="$fixtures/tokenizer/ggml-vocab-llama-spm.gguf"
 "$coli" run --model "$work/demo.coli" --tokenizer "$spm" --prompt "Hello world" --max-tokens 2 >/dev/null 2>"$work/bos.err"
