@@ -629,6 +629,19 @@ TEST(PlanSpeed, PrefillComputeAddsThePromptsAttentionAtItsTunedRate) {
       << with.prefill_inputs;
 }
 
+// measured_profile(10) with the tuning phase's expert GEMM on 8 threads and
+// its prompt attention (16 heads of 128, 512 causal positions) at 2000 tok/s.
+DeviceProfile with_prompt_attention_at_2000() {
+  DeviceProfile profile = measured_profile(10);
+  profile.measurements.kernel_tuning = tuned_on_8_threads("expert_q4_prefill", 1024, 32, 768, {}, {3, 100, 100, 100, 0});
+  KernelThroughputPoint attention = profile.measurements.kernel_tuning->points[0];
+  attention.kernel = "attention_prefill";
+  attention.rows = 16, attention.cols = 128, attention.batch = 512, attention.matrices = 0;
+  attention.tokens_per_s = {3, 2000, 2000, 2000, 0};
+  profile.measurements.kernel_tuning->points.push_back(attention);
+  return profile;
+}
+
 // The engine's prefill attention hands out (KV head x 32-row block) items a
 // 128-token slice, largest first; a slice waits for its largest item on one
 // thread where there are not enough items to share. Qwen3's 4 KV heads of 8
@@ -640,13 +653,7 @@ TEST(PlanSpeed, PromptAttentionWaitsForItsLargestItemWhenItemsAreFew) {
   ModelFootprint fp = qwen3();
   Plan plan = resident_qwen3_plan(8);
   plan.compute_pus = {};
-  DeviceProfile profile = measured_profile(10);
-  profile.measurements.kernel_tuning = tuned_on_8_threads("expert_q4_prefill", 1024, 32, 768, {}, {3, 100, 100, 100, 0});
-  KernelThroughputPoint attention = profile.measurements.kernel_tuning->points[0];
-  attention.kernel = "attention_prefill";
-  attention.rows = 16, attention.cols = 128, attention.batch = 512, attention.matrices = 0;
-  attention.tokens_per_s = {3, 2000, 2000, 2000, 0};
-  profile.measurements.kernel_tuning->points.push_back(attention);
+  const DeviceProfile profile = with_prompt_attention_at_2000();
   const std::string term = "compute: attention";
   const double per_pair = 512.0 / 2000 / (16.0 * 512 * 513 / 2);  // wall seconds a (head, query, key) pair
   EXPECT_NEAR(term_seconds(predict_speed(profile, fp, plan).prefill_terms, term) * 512, 48.0 * 32 * 512 * 513 / 2 * per_pair,
@@ -669,13 +676,7 @@ TEST(PlanSpeed, ARunsOwnPromptIsPricedAtItsLength) {
   const ModelFootprint fp = qwen3();
   Plan plan = resident_qwen3_plan(8);
   plan.compute_pus = {};
-  DeviceProfile profile = measured_profile(10);
-  profile.measurements.kernel_tuning = tuned_on_8_threads("expert_q4_prefill", 1024, 32, 768, {}, {3, 100, 100, 100, 0});
-  KernelThroughputPoint attention = profile.measurements.kernel_tuning->points[0];
-  attention.kernel = "attention_prefill";
-  attention.rows = 16, attention.cols = 128, attention.batch = 512, attention.matrices = 0;
-  attention.tokens_per_s = {3, 2000, 2000, 2000, 0};
-  profile.measurements.kernel_tuning->points.push_back(attention);
+  const DeviceProfile profile = with_prompt_attention_at_2000();
   const double per_pair = 512.0 / 2000 / (16.0 * 512 * 513 / 2);
   const SpeedPrediction pp512 = predict_speed(profile, fp, plan);
   const SpeedPrediction pp128 = predict_speed(profile, fp, plan, nullptr, kPlanMeanDepth, 128);
