@@ -104,6 +104,43 @@ RunRoom room_for_this_run(const DeviceProfile& live) {
           live.memory.headroom_source + ", this process's resident set included"};
 }
 
+// What a plan's speed is predicted from, kept for the end of the run.
+struct PredictionInputs {
+  DeviceProfile profile;
+  planner::ModelFootprint footprint;
+  planner::Plan plan;
+  std::optional<experts::UsageHistory> history;
+};
+
+std::function<planner::SpeedPrediction(int, int)> predictor(PredictionInputs inputs) {
+  auto kept = std::make_shared<const PredictionInputs>(std::move(inputs));
+  return [kept](int prompt_tokens, int decode_depth) {
+    return planner::predict_plan_speed(kept->profile, kept->footprint, kept->plan,
+                                       kept->history ? &*kept->history : nullptr, decode_depth, prompt_tokens);
+  };
+}
+
+std::optional<experts::UsageHistory> copy_of(const experts::UsageHistory* history) {
+  return history ? std::optional(*history) : std::nullopt;
+}
+
+// A plan file's profile, where it is still at the path the plan names with
+// the fingerprint it was planned from: the run then predicts for its own
+// prompt and depth as with --profile. Empty otherwise (the plan's figures stand).
+std::function<planner::SpeedPrediction(int, int)> plan_file_predictor(const planner::PlanFile& file,
+                                                                       const runtime::ModelShape& shape,
+                                                                       const experts::UsageHistory* history) {
+  if (file.profile_path.empty() || file.profile_fingerprint.empty()) return {};
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(file.profile_path, ec)) return {};
+  auto profile = fleet::load_shared_profile(file.profile_path);
+  if (!profile || profile->fingerprint != file.profile_fingerprint) return {};
+  auto config = model::parse_model_config(shape.config_json, "the container's config");
+  if (!config) return {};
+  return predictor({std::move(*profile), planner::describe_footprint(*config, shape.expert_format, shape.dense_format),
+                    file.plan, copy_of(history)});
+}
+
 }  // namespace
 
 Result<PlannedKnobs> knobs_from_plan(const std::filesystem::path& plan_file, const runtime::ModelShape& shape,
@@ -136,16 +173,9 @@ Result<PlannedKnobs> knobs_from_plan(const std::filesystem::path& plan_file, con
   if (Status s = check_gpu_here(plan->plan, live->gpus); !s) return make_error(plan_file.string() + ": " + s.error().message);
   auto options = runtime::options_from_plan(plan->plan, shape, history);
   if (!options) return make_error(plan_file.string() + ": " + options.error().message);
-  return PlannedKnobs{std::move(*options), *plan, "plan " + plan_file.string()};
+  auto predict_for = plan_file_predictor(*plan, shape, history);
+  return PlannedKnobs{std::move(*options), *plan, "plan " + plan_file.string(), std::move(predict_for)};
 }
-
-// What a plan made on the spot predicts from, kept for the end of the run.
-struct PredictionInputs {
-  DeviceProfile profile;
-  planner::ModelFootprint footprint;
-  planner::Plan plan;
-  std::optional<experts::UsageHistory> history;
-};
 
 Result<PlannedKnobs> knobs_from_profile(const std::filesystem::path& profile_file, const runtime::ModelShape& shape,
                                         int history_pins, const RunWorkload& workload, bool* refused) {
@@ -187,14 +217,8 @@ Result<PlannedKnobs> knobs_from_profile(const std::filesystem::path& profile_fil
   if (Status s = check_gpu_here(*plan, profile->gpus); !s) return s.error();
   auto options = runtime::options_from_plan(*plan, shape, workload.history);
   if (!options) return make_error("the plan from " + profile_file.string() + ": " + options.error().message);
-  auto inputs = std::make_shared<const PredictionInputs>(
-      PredictionInputs{*profile, footprint, *plan,
-                       workload.history ? std::optional(*workload.history) : std::optional<experts::UsageHistory>()});
-  auto predict_for = [inputs](int prompt_tokens, int decode_depth) {
-    return planner::predict_plan_speed(inputs->profile, inputs->footprint, inputs->plan,
-                                       inputs->history ? &*inputs->history : nullptr, decode_depth, prompt_tokens);
-  };
-  return PlannedKnobs{std::move(*options), file, "profile " + profile_file.string(), predict_for};
+  auto predict_for = predictor({std::move(*profile), footprint, *plan, copy_of(workload.history)});
+  return PlannedKnobs{std::move(*options), file, "profile " + profile_file.string(), std::move(predict_for)};
 }
 
 Result<std::uint64_t> check_memory_without_plan(const runtime::ModelShape& shape, const runtime::ModelOptions& options,

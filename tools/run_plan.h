@@ -22,7 +22,8 @@ struct PlannedKnobs {
   std::string source;         // "plan FILE" or "profile FILE" for messages
   // This plan's speed for another workload (a prompt of N tokens, decode at
   // KV depth D), predicted from the profile as coli-plan predicts; empty
-  // where no profile is at hand (--plan: the plan's own figures stand).
+  // where no profile is at hand (a plan file whose profile is gone or
+  // changed: the plan's own figures stand).
   std::function<planner::SpeedPrediction(int prompt_tokens, int decode_depth)> predict_for;
 };
 

@@ -170,6 +170,15 @@ check "run --profile with rates exits 0" test $? -eq 0
 check "its speed is predicted for this run" contains "$work/p3.out" "predicted from the profile for this run's prompt and depth"
 check "the prefill for its 3-token prompt" contains "$work/p3.out" "measured pp3, planned pp3"
 check "the decode at its mean depth" contains "$work/p3.out" "planned at KV depth 5, measured at 4.5 on average"
+# A plan file predicts again from the profile it names while that is unchanged; without it, the plan's own figures.
+"$(dirname "$coli")/coli-plan" --profile "$work/full-profile.toml" --model "$work/demo.coli" --out "$work/full.plan" >/dev/null 2>&1
+"$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 4 --ignore-eos --plan "$work/full.plan" >"$work/p4.out" 2>&1
+check "run --plan predicts for this run from the plan's profile" contains "$work/p4.out" "predicted from the profile for this run's prompt and depth"
+mv "$work/full-profile.toml" "$work/full-profile.moved"
+"$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 4 --ignore-eos --plan "$work/full.plan" >"$work/p5.out" 2>&1
+check "without its profile the plan's own figures, saying so" contains "$work/p5.out" "the plan's figures, for its own prompt and depth"
+check "and which prompt they are for" contains "$work/p5.out" "measured pp3, planned pp512"
+mv "$work/full-profile.moved" "$work/full-profile.toml"
 "$coli" run --model "$work/demo.coli" --prompt-ids 1 --profile "$work/profile.toml" --kv-type f32 >/dev/null 2>"$work/kv1.err"
 check "--kv-type with a plan refused" test $? -eq 2
 "$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 4 --kv-type bf16 --report >"$work/kv2.out" 2>&1
