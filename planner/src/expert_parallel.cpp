@@ -390,6 +390,7 @@ Result<ExpertParallelPlan> decide_expert_parallel(const DeviceProfile& profile, 
     ep.gpus.push_back(share_of(profile, tiers[g], ordinals[g], placement, heat));
     ep.gpu_share += ep.gpus.back().load_share;
   }
+  ep.gpu_share = std::min(1.0, ep.gpu_share);  // the shares summed can round past 1 (a plan file refuses that)
   ep.expert_gpu = std::move(placement);
   auto exchange = price_exchange(profile.gpus, ordinals, fp, tiers.front().batch_tokens);
   if (!exchange) return exchange.error();

@@ -201,7 +201,8 @@ void place(GpuTier& tier, const ModelFootprint& fp, const GpuTierRequest& reques
     ++tier.vram_experts[static_cast<std::size_t>(ranked[i].layer)];
     share += ranked[i].share;
   }
-  tier.vram_share = layers > 0 ? share / layers : 0;
+  // At most 1: every expert's share summed can round past it (a plan file's range check refuses 1 + 1 ulp).
+  tier.vram_share = layers > 0 ? std::min(1.0, share / layers) : 0;
   const bool history = request.history && request.history->total_tokens() > 0;
   tier.share_inputs = std::string(history ? "usage history" : "uniform routing") + ": " + n(static_cast<u64>(slots)) +
                       " experts ranked by expected reads per byte serve " + std::to_string(tier.vram_share * 100).substr(0, 5) +
