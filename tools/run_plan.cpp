@@ -10,7 +10,6 @@
 #include "coli/base/text.h"
 #include "coli/base/weight_memory.h"
 #include "coli/experts/usage_history.h"
-#include "coli/model/model_config.h"
 #include "coli/planner/expert_parallel_speed.h"
 #include "coli/planner/footprint.h"
 #include "coli/probe/fleet_machine.h"
@@ -131,14 +130,11 @@ std::function<planner::SpeedPrediction(int, int)> plan_file_predictor(const plan
                                                                        const runtime::ModelShape& shape,
                                                                        const experts::UsageHistory* history) {
   if (file.profile_path.empty() || file.profile_fingerprint.empty()) return {};
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(file.profile_path, ec)) return {};
-  auto profile = fleet::load_shared_profile(file.profile_path);
+  auto profile = fleet::load_shared_profile(file.profile_path);  // gone or unreadable: an error, so none
   if (!profile || profile->fingerprint != file.profile_fingerprint) return {};
-  auto config = model::parse_model_config(shape.config_json, "the container's config");
-  if (!config) return {};
-  return predictor({std::move(*profile), planner::describe_footprint(*config, shape.expert_format, shape.dense_format),
-                    file.plan, copy_of(history)});
+  auto footprint = runtime::footprint_of(shape);
+  if (!footprint) return {};
+  return predictor({std::move(*profile), std::move(*footprint), file.plan, copy_of(history)});
 }
 
 }  // namespace
@@ -187,9 +183,9 @@ Result<PlannedKnobs> knobs_from_profile(const std::filesystem::path& profile_fil
   if (!checked) return checked.error();
   for (const std::string& line : checked->report(profile_file.string())) std::fprintf(stderr, "%s: %s\n", workload.program, line.c_str());
   *profile = std::move(checked->effective);
-  auto config = model::parse_model_config(shape.config_json, "the container's config");
-  if (!config) return config.error();
-  const planner::ModelFootprint footprint = planner::describe_footprint(*config, shape.expert_format, shape.dense_format);
+  auto described = runtime::footprint_of(shape);
+  if (!described) return described.error();
+  const planner::ModelFootprint& footprint = *described;
   planner::PlanRequest request;
   request.history_pins = history_pins;
   if (workload.prompt_tokens > 0) request.prompt_tokens = workload.prompt_tokens;

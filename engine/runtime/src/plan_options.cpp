@@ -82,11 +82,17 @@ Result<ModelOptions> options_from_plan(const planner::Plan& plan, const ModelSha
   return options;
 }
 
-Result<KnobsMemory> memory_for_options(const ModelShape& shape, const ModelOptions& options, int prompt_tokens,
-                                       bool tokenizer) {
+Result<planner::ModelFootprint> footprint_of(const ModelShape& shape) {
   auto config = model::parse_model_config(shape.config_json, "the container's config");
   if (!config) return config.error();
-  const planner::ModelFootprint footprint = planner::describe_footprint(*config, shape.expert_format, shape.dense_format);
+  return planner::describe_footprint(*config, shape.expert_format, shape.dense_format);
+}
+
+Result<KnobsMemory> memory_for_options(const ModelShape& shape, const ModelOptions& options, int prompt_tokens,
+                                       bool tokenizer) {
+  auto described = footprint_of(shape);
+  if (!described) return described.error();
+  const planner::ModelFootprint& footprint = *described;
   planner::MemoryKnobs knobs;
   knobs.cap = std::clamp(options.cache_capacity, shape.top_k, shape.experts);
   for (const auto& layer_pins : options.pins) knobs.pins = std::max(knobs.pins, static_cast<int>(layer_pins.size()));

@@ -33,6 +33,11 @@ struct KnobsMemory {
   std::string summary;              // "dense 1.2 GiB, KV 64 MiB, expert slots 3.0 GiB, ..."
   std::uint64_t needed() const { return planned_bytes + margin_bytes; }
 };
+// The planner's footprint of the model a container holds: its config with
+// the formats its experts and dense tensors are stored in. Errors: the
+// container's config cannot be read.
+Result<planner::ModelFootprint> footprint_of(const ModelShape& shape);
+
 // `prompt_tokens`: the longest forward pass; `tokenizer`: one is loaded.
 // Errors: the container's config cannot be read.
 Result<KnobsMemory> memory_for_options(const ModelShape& shape, const ModelOptions& options, int prompt_tokens,
