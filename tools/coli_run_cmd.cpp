@@ -101,7 +101,8 @@ void print_json_stats(const GenerationResult& result, const LoadedEngine& engine
       {"expert_hits", stats.expert_hits}, {"expert_misses", stats.expert_misses},
       {"hit_rate", lookups > 0 ? static_cast<double>(stats.expert_hits) / lookups : 0.0},
       {"expert_bytes_read", stats.expert_bytes_read}, {"expert_read_s", stats.expert_read_seconds},
-      {"expert_reads_timed", stats.expert_reads_timed}, {"kernel", stats.cpu_kernel},
+      {"expert_reads_timed", stats.expert_reads_timed}, {"preloaded_experts", stats.preloaded_experts},
+      {"kernel", stats.cpu_kernel},
       {"prefill_threads", stats.prefill_thread_set}, {"decode_threads", stats.decode_thread_set}, {"io", stats.io_mode},
       {"peak_rss_bytes", process_peak_resident_bytes()}};
   if (engine.planned) {
@@ -140,7 +141,9 @@ void print_stats(const GenerationResult& result, const LoadedEngine& engine, boo
                format_bytes(process_peak_resident_bytes()).c_str());
   if (engine.planned) {
     print_plan_vs_actual(engine.planned->plan, stats, process_peak_resident_bytes());
-    const MeasuredSpeed measured = measured_speed(result);
+    MeasuredSpeed measured = measured_speed(result);
+    const planner::Plan& plan = engine.planned->plan.plan;
+    measured.cold_cache = plan.cap < plan.n_experts && stats.preloaded_experts == 0;
     print_speed_vs_plan(prediction_for_run(*engine.planned, measured), measured);
   } else if (report) {
     print_measured(stats, process_peak_resident_bytes());

@@ -74,6 +74,24 @@ Result<std::vector<std::vector<int>>> choose_pins(const EngineArgs& args, const 
   return experts::pins_for_every_layer(*history.loaded, n_pins);
 }
 
+// Where experts stream, the usage history's most used of each layer, as many
+// as the cap holds (the pins among them: both rank by the same counts), read
+// at load so the first tokens meet the cache the history's hit rate prices.
+// None without a history (this run records one) or with --no-preload.
+Result<std::vector<std::vector<int>>> preload_by_use(const History& history, const runtime::ModelOptions& options,
+                                                     const runtime::ModelShape& shape, const char* program) {
+  const bool streams = options.cache_capacity > 0 && options.cache_capacity < shape.experts;
+  if (!streams || !options.preload_experts || !history.loaded) return std::vector<std::vector<int>>{};
+  auto chosen = experts::pins_for_every_layer(*history.loaded, options.cache_capacity);
+  if (!chosen) return chosen.error();
+  std::size_t total = 0;
+  for (const auto& layer : *chosen) total += layer.size();
+  std::fprintf(stderr, "%s: preloading %zu experts over %zu MoE layers, the usage history's most used (at most cap %d "
+                       "each), so the first tokens meet a warm cache (--no-preload: read each on first use)\n",
+               program, total, chosen->size(), options.cache_capacity);
+  return chosen;
+}
+
 // --verify: re-reads the whole data region against its checksums (the
 // index's own is checked on every open).
 Status verify_container(const std::string& model, const char* program) {
@@ -168,8 +186,9 @@ void add_engine_options(CLI::App& cmd, EngineArgs& args) {
                  "profile search path)")
       ->check(CLI::ExistingFile);
   cmd.add_flag("--no-preload", args.no_preload,
-               "With every expert resident, read each on first use instead of all at load (the default reads them at "
-               "load, so the first tokens wait for no reads)");
+               "Read every expert on first use. By default the load reads them all when every expert is resident, and "
+               "where experts stream the usage history's most used (as many as the cache holds), so the first tokens "
+               "wait for no reads or meet a warm cache");
   cmd.add_flag("--speculative-prefetch", args.speculative_prefetch,
                "When experts stream, run the next layer's router early and start reading its predicted experts (off by "
                "default: slower on random weights, see docs/engine.md)");
@@ -382,6 +401,9 @@ Result<LoadedEngine> load_engine(const EngineArgs& args, const RunWorkload& work
   options.op_timing = args.op_times;
   // Speed only (no memory, no tokens): given after the plan's knobs, never by it.
   options.preload_experts = !args.no_preload;
+  auto preload = preload_by_use(engine.history, options, *shape, program);
+  if (!preload) return preload.error();
+  options.preload_by_use = std::move(*preload);
   options.speculative_prefetch = args.speculative_prefetch;
   options.on_warning = [program](const std::string& message) { std::fprintf(stderr, "%s: WARNING: %s\n", program, message.c_str()); };
   auto model = runtime::MoeModel::load(args.model, options);

@@ -332,6 +332,10 @@ void print_speed_vs_plan(const RunPrediction& predicted, const MeasuredSpeed& me
   std::snprintf(depths, sizeof depths, "  planned at KV depth %d%s, measured at %.1f on average", predicted.decode_depth,
                 predicted.for_this_run ? "" : " (ctx/2)", measured.decode_mean_depth);
   row("decode", speed.decode_tok_per_s, measured.decode_tok_s, depths);
+  if (measured.cold_cache) {
+    std::fprintf(stderr, "  the expert cache started empty (--no-preload, or no usage history yet): this run's first pass "
+                         "read every expert it used, where the prediction prices the history's warm cache\n");
+  }
 }
 
 void print_measured(const runtime::ModelStats& stats, std::uint64_t peak_rss) {

@@ -74,6 +74,7 @@ struct MeasuredSpeed {
   int prompt_tokens = 0;
   double decode_tok_s = 0;       // 0: fewer than two generated tokens
   double decode_mean_depth = 0;  // KV positions the decode steps saw, on average
+  bool cold_cache = false;       // experts stream and the load read none (--no-preload, no usage history)
 };
 // The prediction to set beside a run: for its own prompt and mean decode
 // depth where the knobs can predict (--profile), else the plan's (a 512-token

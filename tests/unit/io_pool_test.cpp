@@ -215,5 +215,55 @@ TEST(ExpertReads, PreloadOfATruncatedContainerNamesTheFirstFailedRead) {
   fs::remove(pristine);
 }
 
+// Where experts stream, the load reads a chosen set (a usage history's most
+// used): those experts are then resident, the reads are neither hits nor
+// misses, and a set the cache cannot hold or an id the layer lacks is
+// refused before anything is read.
+TEST(ExpertReads, PreloadOfAChosenSetLeavesThoseExpertsResident) {
+  const fs::path source = fs::path(COLI_FIXTURES_DIR) / "models" / "qwen3_moe";
+  const fs::path file = fs::temp_directory_path() / ("coli_preload_set_" + std::to_string(::getpid()) + ".coli");
+  auto report = convert::convert_model(source, file, WeightFormat::f32);
+  ASSERT_TRUE(report.ok()) << report.error().message;
+  auto reader = container::ContainerReader::open(file);
+  ASSERT_TRUE(reader.ok()) << reader.error().message;
+  const container::ExpertLayout layout = reader->index().experts;
+  ASSERT_GE(layout.layers, 2u);
+  ASSERT_GE(layout.experts, 4u);
+  auto backend = backend::create_backend({.kind = backend::BackendKind::cpu, .name = "cpu", .threads = 1});
+  ASSERT_TRUE(backend.ok()) << backend.error().message;
+  auto store = ExpertStore::create(*reader, **backend, /*top_k=*/2, /*capacity=*/2, {}, ExpertIo{2, true});
+  ASSERT_TRUE(store.ok()) << store.error().message;
+  ASSERT_TRUE(store->experts_stream());
+
+  const int too_many = static_cast<int>(layout.experts) - 1;
+  Status refused = store->load_experts({{0, 1, 2}});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().message, "MoE layer 0: 3 experts to read into a cache of 2 slots");
+  refused = store->load_experts({{0, 1}, {1, static_cast<int>(layout.experts)}});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().message, "MoE layer 1: expert " + std::to_string(layout.experts) + " is not one of its " +
+                                         std::to_string(layout.experts));
+  EXPECT_EQ(store->bytes_read(), 0u);
+
+  const std::vector<std::vector<int>> chosen = {{too_many, 1}, {2}};
+  ASSERT_TRUE(store->load_experts(chosen).ok());
+  EXPECT_EQ(store->hits(), 0u);
+  EXPECT_EQ(store->misses(), 0u);
+  EXPECT_GT(store->bytes_read(), 0u);
+  // Layer 0's round of the two preloaded experts reads nothing more; layer 1
+  // had one preloaded, so a round of it and another reads one record.
+  const std::uint64_t read_at_load = store->bytes_read();
+  for (int layer : {0, 1}) {
+    const std::vector<int> round = layer == 0 ? chosen[0] : std::vector<int>{2, 3};
+    ASSERT_TRUE(store->begin(layer, round).ok());
+    for (int e : round) ASSERT_TRUE(store->wait(layer, e).ok());
+    store->end(layer);
+  }
+  EXPECT_EQ(store->hits(), 3u);
+  EXPECT_EQ(store->misses(), 1u);
+  EXPECT_EQ(store->bytes_read(), read_at_load + read_at_load / 3);
+  fs::remove(file);
+}
+
 }  // namespace
 }  // namespace coli::runtime

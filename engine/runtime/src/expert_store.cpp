@@ -313,33 +313,50 @@ void ExpertStore::commit_slabs() {
   }
 }
 
+Status ExpertStore::load_every_expert() {
+  if (experts_stream_ || caches_.empty()) return Ok{};
+  std::vector<int> every(layout_.experts);
+  std::iota(every.begin(), every.end(), 0);
+  const std::vector<std::vector<int>> per_layer(caches_.size(), every);
+  if (Status s = load_experts(per_layer); !s) return make_error("reading every expert at load: " + s.error().message);
+  return Ok{};
+}
+
 // Every layer's round is opened (its reads submitted) before any read is
 // waited for, so the I/O threads' queue holds every record and never runs
 // dry at a layer's end. Waiting layer by layer, expert by expert, makes the
 // error reported the first failed read in that order, whatever the timing;
 // every round is closed (its reads drained) before returning.
-Status ExpertStore::load_every_expert() {
-  if (experts_stream_ || caches_.empty()) return Ok{};
-  std::vector<int> every(layout_.experts);
-  std::iota(every.begin(), every.end(), 0);
+Status ExpertStore::load_experts(const std::vector<std::vector<int>>& per_layer) {
+  const std::size_t layers = std::min(per_layer.size(), caches_.size());
+  for (std::size_t layer = 0; layer < layers; ++layer) {
+    const std::vector<int>& ids = per_layer[layer];
+    if (static_cast<int>(ids.size()) > caches_[layer].cap())
+      return make_error("MoE layer " + std::to_string(layer) + ": " + std::to_string(ids.size()) +
+                        " experts to read into a cache of " + std::to_string(caches_[layer].cap()) + " slots");
+    for (int e : ids) {
+      if (e < 0 || e >= static_cast<int>(layout_.experts))
+        return make_error("MoE layer " + std::to_string(layer) + ": expert " + std::to_string(e) + " is not one of its " +
+                          std::to_string(layout_.experts));
+    }
+  }
   std::vector<experts::ExpertCacheStats> before;
   const experts::ReadRounds rounds_before = read_rounds_;
   Status result = Ok{};
   std::size_t opened = 0;
-  for (; opened < caches_.size() && result; ++opened) {
+  for (; opened < layers && result; ++opened) {
     before.push_back(caches_[opened].stats());
-    result = begin(static_cast<int>(opened), every);
+    result = begin(static_cast<int>(opened), per_layer[opened]);
   }
   if (!result) --opened;  // the failed begin() left its round closed
   for (std::size_t layer = 0; layer < opened; ++layer) {
     const int moe_layer = static_cast<int>(layer);
-    for (std::size_t e = 0; e < every.size() && result; ++e) result = wait(moe_layer, every[e]);
+    for (std::size_t e = 0; e < per_layer[layer].size() && result; ++e) result = wait(moe_layer, per_layer[layer][e]);
     end(moe_layer);  // after a failed wait() the round is closed already
     uncounted_hits_ += caches_[layer].stats().hits - before[layer].hits;
     uncounted_misses_ += caches_[layer].stats().misses - before[layer].misses;
   }
   read_rounds_ = rounds_before;  // every layer's reads queued at once: no round the planner prices
-  if (!result) return make_error("reading every expert at load: " + result.error().message);
   return result;
 }
 

@@ -96,6 +96,7 @@ class ExpertStore {
   int tokens_per_round(int requested) const { return planner_->tokens_per_round(requested); }
 
   std::uint64_t slab_bytes() const;  // all layers' cache slabs (slots in use)
+  int moe_layers() const { return static_cast<int>(caches_.size()); }
   // The RSS watchdog's lever: every layer hands up to `slots` evictable slots
   // back (never below top_k evictable), and later rounds shrink to fit.
   // Call between rounds. Returns the bytes given back to the OS.
@@ -106,11 +107,16 @@ class ExpertStore {
   // Reads every expert of every layer into its slot, the I/O threads in
   // parallel (every layer's reads queued at once), when the cache holds them
   // all (a resident plan): the first tokens then wait for no reads, as
-  // llama.cpp's load leaves every weight in memory. Not counted as hits or
-  // misses. Errors: the first failed read in layer-then-expert order (named),
-  // returned once every read has finished. Ok and nothing read when the
-  // cache streams.
+  // llama.cpp's load leaves every weight in memory. Ok and nothing read when
+  // the cache streams (load_experts reads a chosen part then).
   Status load_every_expert();
+  // Reads the given experts into their slots: `per_layer[l]` for MoE layer l
+  // (distinct ids, at most the cap; layers past the list's end read none),
+  // every layer's reads queued at once. Not counted as hits or misses, nor as
+  // a read round the planner prices. Errors: an id out of range or a layer
+  // over its cap (before any read), else the first failed read in
+  // layer-then-list order (named), returned once every read has finished.
+  Status load_experts(const std::vector<std::vector<int>>& per_layer);
 
   // Whether experts stream: the capacity given to create() is below the
   // expert count, so rounds read misses. The one place that fact is decided:

@@ -93,6 +93,7 @@ struct MoeModel::State {
   Result<std::vector<std::vector<int>>> load_weights(bool on_gpu, bool& host_experts);
   void start_routing_record();
   Status start_decoder(bool on_gpu, std::vector<std::vector<int>> vram, bool host_experts);
+  Status preload_host_experts();
   Status load_layers();
   void attention_pass(std::size_t l, std::span<float> xs, int count, int first_position);
   void rotate_and_norm(const LayerWeights& w, std::span<float> q, std::span<float> k, std::span<float> v, int position);
@@ -541,6 +542,21 @@ void MoeModel::State::start_routing_record() {
   options.speculative_prefetch = options.speculative_prefetch && experts.experts_stream();
 }
 
+// Every expert when all are resident; the usage history's most used where
+// experts stream (ModelOptions::preload_by_use), as many as there are slots.
+Status MoeModel::State::preload_host_experts() {
+  if (!experts.experts_stream()) {
+    if (Status s = experts.load_every_expert(); !s) return s;
+    stats.preloaded_experts = static_cast<std::uint64_t>(config.num_experts) * static_cast<std::uint64_t>(experts.moe_layers());
+    return Ok{};
+  }
+  if (options.preload_by_use.empty()) return Ok{};
+  if (Status s = experts.load_experts(options.preload_by_use); !s)
+    return make_error("reading the usage history's most used experts at load: " + s.error().message);
+  for (const auto& layer : options.preload_by_use) stats.preloaded_experts += layer.size();
+  return Ok{};
+}
+
 // The pinned team, RoPE and scratch, then the GPU decoder or the host's KV cache; the expert cache
 // committed or preloaded as asked.
 Status MoeModel::State::start_decoder(bool on_gpu, std::vector<std::vector<int>> vram, bool host_experts) {
@@ -568,7 +584,7 @@ Status MoeModel::State::start_decoder(bool on_gpu, std::vector<std::vector<int>>
   stats.expert_cache_bytes = experts.slab_bytes();
   if (options.commit_expert_cache) experts.commit_slabs();
   if (options.preload_experts && host_experts) {
-    if (Status s = experts.load_every_expert(); !s) return s.error();
+    if (Status s = preload_host_experts(); !s) return s.error();
   }
   if (options.op_timing && !on_gpu) op_times = std::make_unique<OpTimes>();
   return Ok{};
