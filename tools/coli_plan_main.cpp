@@ -25,6 +25,7 @@
 #include "coli/experts/usage_history.h"
 #include "coli/model/model_desc.h"
 #include "coli/planner/expert_parallel_speed.h"
+#include "coli/planner/speed_band.h"
 #include "coli/planner/plan_io.h"
 #include "coli/planner/quality.h"
 #include "coli/probe/fleet_machine.h"
@@ -197,6 +198,14 @@ void print_human(const planner::PlanFile& f, const planner::ModelFootprint& fp, 
   }
   std::printf("  decode     %.2f tok/s  = 1 / (%s)\n", s.decode_tok_per_s, s.decode_inputs.c_str());
   std::printf("  prefill    %.1f tok/s  %s\n", s.prefill_tok_per_s, s.prefill_inputs.c_str());
+  if (s.band.made() && s.band.decode_slowest == s.band.decode_fastest && s.band.prefill_slowest == s.band.prefill_fastest) {
+    std::printf("  band       none: the rates this prediction rests on were each timed in one round (coli-probe "
+                "--budget short of several), so the probe saw no spread to show\n");
+  } else if (s.band.made()) {
+    std::printf("  band       decode %.2f-%.2f tok/s, prefill %.1f-%.1f tok/s: the same model on the probe's slowest and "
+                "fastest rounds of every measured rate (how far this machine moved while it was probed)\n",
+                s.band.decode_slowest, s.band.decode_fastest, s.band.prefill_slowest, s.band.prefill_fastest);
+  }
   if (p.expert_parallel.active()) {
     print_terms("decode", s.decode_terms);
     print_terms("prefill", s.prefill_terms);
@@ -507,6 +516,8 @@ int plan(PlanArgs& a) {
   file.top_k = model->footprint.top_k;
   file.plan = std::move(std::get<planner::Plan>(outcome));
   file.speed = planner::predict_plan_speed(*profile, model->footprint, file.plan, history ? &*history : nullptr);
+  file.speed = planner::with_sample_band(std::move(file.speed), *profile, model->footprint, file.plan,
+                                         history ? &*history : nullptr);
   // Everything from reading the profile to the prediction: the < 50 ms target.
   file.planning_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count() - live_probe_ms - retime_ms;
   if (!a.out.empty()) {

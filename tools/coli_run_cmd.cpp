@@ -114,6 +114,10 @@ void print_json_stats(const GenerationResult& result, const LoadedEngine& engine
                            {"for_this_run", predicted.for_this_run},
                            {"prompt_tokens", predicted.prompt_tokens},
                            {"decode_depth", predicted.decode_depth}};
+      if (const planner::SpeedBand& band = predicted.speed.band; band.made()) {  // the probe's slowest and fastest rounds
+        json["predicted"]["decode_band_tok_s"] = {band.decode_slowest, band.decode_fastest};
+        json["predicted"]["prefill_band_tok_s"] = {band.prefill_slowest, band.prefill_fastest};
+      }
     }
   }
   std::fprintf(stderr, "%s\n", json.dump().c_str());

@@ -11,6 +11,7 @@
 #include "coli/base/weight_memory.h"
 #include "coli/experts/usage_history.h"
 #include "coli/planner/expert_parallel_speed.h"
+#include "coli/planner/speed_band.h"
 #include "coli/planner/footprint.h"
 #include "coli/probe/fleet_machine.h"
 #include "coli/probe/profile_io.h"
@@ -114,8 +115,10 @@ struct PredictionInputs {
 std::function<planner::SpeedPrediction(int, int)> predictor(PredictionInputs inputs) {
   auto kept = std::make_shared<const PredictionInputs>(std::move(inputs));
   return [kept](int prompt_tokens, int decode_depth) {
-    return planner::predict_plan_speed(kept->profile, kept->footprint, kept->plan,
-                                       kept->history ? &*kept->history : nullptr, decode_depth, prompt_tokens);
+    const experts::UsageHistory* history = kept->history ? &*kept->history : nullptr;
+    return planner::with_sample_band(
+        planner::predict_plan_speed(kept->profile, kept->footprint, kept->plan, history, decode_depth, prompt_tokens),
+        kept->profile, kept->footprint, kept->plan, history, decode_depth, prompt_tokens);
   };
 }
 
@@ -209,7 +212,8 @@ Result<PlannedKnobs> knobs_from_profile(const std::filesystem::path& profile_fil
   file.top_k = shape.top_k;
   file.plan = *plan;
   // As coli-plan predicts it; the run ends with the same model at its own prompt and depth.
-  file.speed = planner::predict_plan_speed(*profile, footprint, *plan, workload.history);
+  file.speed = planner::with_sample_band(planner::predict_plan_speed(*profile, footprint, *plan, workload.history),
+                                         *profile, footprint, *plan, workload.history);
   if (Status s = check_gpu_here(*plan, profile->gpus); !s) return s.error();
   auto options = runtime::options_from_plan(*plan, shape, workload.history);
   if (!options) return make_error("the plan from " + profile_file.string() + ": " + options.error().message);
@@ -322,16 +326,24 @@ void print_speed_vs_plan(const RunPrediction& predicted, const MeasuredSpeed& me
     std::fprintf(stderr, "  %-28s planned %8.1f tok/s  measured %8.1f tok/s  (%+.1f%%)%s\n", what, planned, actual,
                 (planned / actual - 1) * 100, note.c_str());
   };
+  // The probe's slowest and fastest rounds (speed_band.h): whether the measured figure is inside.
+  auto band = [&](double slowest, double fastest, double actual) -> std::string {
+    if (!speed.band.made() || actual <= 0 || slowest == fastest) return "";  // one round per rate: no spread to show
+    const char* where = actual < slowest ? "below" : actual > fastest ? "above" : "inside";
+    return "; " + std::string(where) + " the probe's band " + format_fixed(slowest, 1) + "-" + format_fixed(fastest, 1);
+  };
   std::fprintf(stderr, "speed: plan vs actual (error = planned / measured - 1; %s):\n",
                predicted.for_this_run ? "predicted from the profile for this run's prompt and depth"
                                       : "the plan's figures, for its own prompt and depth");
   const std::string planned_prompt = predicted.prompt_tokens > 0 ? "pp" + std::to_string(predicted.prompt_tokens) : "the plan's prompt";
   row("prefill", speed.prefill_tok_per_s, measured.prefill_tok_s,
-      "  measured pp" + std::to_string(measured.prompt_tokens) + ", planned " + planned_prompt + " in rounds of the plan");
+      "  measured pp" + std::to_string(measured.prompt_tokens) + ", planned " + planned_prompt + " in rounds of the plan" +
+          band(speed.band.prefill_slowest, speed.band.prefill_fastest, measured.prefill_tok_s));
   char depths[128];
   std::snprintf(depths, sizeof depths, "  planned at KV depth %d%s, measured at %.1f on average", predicted.decode_depth,
                 predicted.for_this_run ? "" : " (ctx/2)", measured.decode_mean_depth);
-  row("decode", speed.decode_tok_per_s, measured.decode_tok_s, depths);
+  row("decode", speed.decode_tok_per_s, measured.decode_tok_s,
+      depths + band(speed.band.decode_slowest, speed.band.decode_fastest, measured.decode_tok_s));
   if (measured.cold_cache) {
     std::fprintf(stderr, "  the expert cache started empty (--no-preload, or no usage history yet): this run's first pass "
                          "read every expert it used, where the prediction prices the history's warm cache\n");

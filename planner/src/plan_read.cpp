@@ -124,6 +124,10 @@ void read_speed(const Reader& s, SpeedPrediction& out) {
   if (s.has("prefill_disk_reads")) out.prefill_disk_reads = s.real("prefill_disk_reads", 0, 1e15);
   if (s.has("prefill_prompt_tokens")) out.prefill_prompt_tokens = static_cast<int>(s.integer("prefill_prompt_tokens", 0, 1 << 30));
   if (s.has("disk_read_seconds")) out.disk_read_seconds = s.real("disk_read_seconds", 0, 3600);
+  // The probe's slowest and fastest rounds (speed_band.h; absent before session 40: 0, none made).
+  auto rate = [&](const char* key, double limit) { return s.has(key) ? s.real(key, 0, limit) : 0.0; };
+  out.band = {rate("decode_slowest_tok_per_s", 1e9), rate("decode_fastest_tok_per_s", 1e9),
+              rate("prefill_slowest_tok_per_s", 1e12), rate("prefill_fastest_tok_per_s", 1e12)};
   // Each prediction's terms, seconds per token (absent in plans from before issue 15's).
   auto terms = [&](const char* key, std::vector<SpeedTerm>& into) {
     if (!s.has(key)) return;

@@ -141,6 +141,10 @@ toml::table speed_table(const SpeedPrediction& s) {
                      {"prefill_disk_reads", s.prefill_disk_reads},
                      {"prefill_prompt_tokens", s.prefill_prompt_tokens},
                      {"disk_read_seconds", s.disk_read_seconds},
+                     {"decode_slowest_tok_per_s", s.band.decode_slowest},
+                     {"decode_fastest_tok_per_s", s.band.decode_fastest},
+                     {"prefill_slowest_tok_per_s", s.band.prefill_slowest},
+                     {"prefill_fastest_tok_per_s", s.band.prefill_fastest},
                      {"decode_terms", terms_array(s.decode_terms)},
                      {"prefill_terms", terms_array(s.prefill_terms)}};
 }

@@ -179,7 +179,16 @@ mv "$work/full-profile.toml" "$work/full-profile.moved"
 "$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 4 --ignore-eos --plan "$work/full.plan" >"$work/p5.out" 2>&1
 check "without its profile the plan's own figures, saying so" contains "$work/p5.out" "the plan's figures, for its own prompt and depth"
 check "and which prompt they are for" contains "$work/p5.out" "measured pp3, planned pp512"
+check "the plan file carries the band" contains "$work/full.plan" "^decode_slowest_tok_per_s = [0-9]"
 mv "$work/full-profile.moved" "$work/full-profile.toml"
+"$(dirname "$coli")/coli-plan" --profile "$work/full-profile.toml" --model "$work/demo.coli" >"$work/band.out" 2>&1
+check "coli-plan prints the band, or why it has none" contains "$work/band.out" "band       \(decode [0-9.]*-[0-9.]* tok/s, prefill\|none: the rates this prediction rests on were each timed in one round\)"
+# coli run --profile on the same profile sets its figures against that band, or, where it has none, against none.
+if grep -q "band       decode" "$work/band.out"; then
+  check "run --profile says where its figures lie against the probe's band" contains "$work/p3.out" "\(inside\|below\|above\) the probe's band [0-9.]*-[0-9.]*"
+else
+  check "run --profile shows no band the probe did not measure" lacks "$work/p3.out" "the probe's band"
+fi
 "$coli" run --model "$work/demo.coli" --prompt-ids 1 --profile "$work/profile.toml" --kv-type f32 >/dev/null 2>"$work/kv1.err"
 check "--kv-type with a plan refused" test $? -eq 2
 "$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 4 --kv-type bf16 --report >"$work/kv2.out" 2>&1

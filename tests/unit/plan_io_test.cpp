@@ -11,6 +11,7 @@
 #include <string>
 
 #include "coli/base/text.h"
+#include "coli/planner/speed_band.h"
 #include "coli/planner/plan_io.h"
 #include "coli/probe/profile_io.h"
 #include "planner_fixtures.h"
@@ -35,7 +36,7 @@ PlanFile h200_qwen3_plan() {
   f.model_identity = model_identity("{\"model_type\": \"qwen3_moe\"}", fp.config);
   f.top_k = fp.top_k;
   f.plan = *plan;
-  f.speed = predict_speed(profile, fp, f.plan);
+  f.speed = with_sample_band(predict_speed(profile, fp, f.plan), profile, fp, f.plan);
   f.planning_ms = 3.25;
   return f;
 }
@@ -61,6 +62,22 @@ TEST(PlanFile, RoundTripsThroughToml) {
   ASSERT_TRUE(back.ok()) << back.error().message;
   EXPECT_EQ(*back, f);
   EXPECT_EQ(plan_to_toml(*back), text);  // stable: writing what was read changes nothing
+}
+
+// The band (the prediction on the probe's slowest and fastest rounds)
+// travels through the file; a plan written before it reads with none.
+TEST(PlanFile, CarriesTheSpeedBandAndReadsOlderPlansWithout) {
+  const PlanFile f = h200_qwen3_plan();
+  ASSERT_TRUE(f.speed.band.made());
+  EXPECT_LT(f.speed.band.decode_slowest, f.speed.band.decode_fastest);
+  std::string text = plan_to_toml(f);
+  for (const char* key : {"decode_slowest_tok_per_s", "decode_fastest_tok_per_s", "prefill_slowest_tok_per_s",
+                          "prefill_fastest_tok_per_s"})
+    text = edit(text, key, "");
+  auto back = parse_plan(text, "plan.toml");
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_FALSE(back->speed.band.made());
+  EXPECT_EQ(back->speed.decode_tok_per_s, f.speed.decode_tok_per_s);
 }
 
 // A prefill thread set of its own travels through the file (the engine

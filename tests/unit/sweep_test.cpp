@@ -430,6 +430,24 @@ TEST(SweepPrediction, QualityTakesTheWorstErrorAndSkipsWhatWasNotPredicted) {
   EXPECT_DOUBLE_EQ(*prefill.rank_correlation, -1.0);  // 100 < 150 where 200 > 100
 }
 
+// The band: a measured median at either end counts inside; a band of no
+// width (the probe timed each rate once) or none at all is left out.
+TEST(SweepPrediction, BandStandingCountsWhatLiesInsideAndNamesTheRest) {
+  std::vector<ConfigSummary> s(5);
+  for (std::size_t i = 0; i < s.size(); ++i) s[i].decode.median = 100, s[i].prefill.median = 500;
+  std::vector<ConfigPrediction> p(5, ConfigPrediction{true, "", 100, 500});
+  auto band = [](ConfigPrediction& c, double lo, double hi) { c.decode_slowest = lo, c.decode_fastest = hi; };
+  band(p[0], 90, 110);
+  band(p[1], 100, 120);  // at its lower end
+  band(p[2], 101, 130);  // above the measured: outside
+  band(p[3], 100, 100);  // no width
+  const BandStanding decode = band_standing(s, p, Metric::decode);  // p[4]: no band
+  EXPECT_EQ(decode.points, 3);
+  EXPECT_EQ(decode.inside, 2);
+  EXPECT_EQ(decode.outside, std::vector<std::size_t>{2});
+  EXPECT_EQ(band_standing(s, p, Metric::prefill).points, 0) << "no prefill band was made";
+}
+
 TEST(SweepPrediction, TableJsonAndCsvCarryThePredictionAndItsError) {
   SweepReport r = two_config_report();  // decode medians 10 and 20, prefill 30 and 20
   r.predictions = {{true, "", 12, 15}, {false, "no measured bandwidth", 0, 0}};

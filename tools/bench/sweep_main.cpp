@@ -21,6 +21,7 @@
 #include "coli/base/text.h"
 #include "coli/cli/command_line.h"
 #include "coli/model/model_config.h"
+#include "coli/planner/speed_band.h"
 #include "coli/planner/footprint.h"
 #include "coli/planner/plan.h"
 #include "coli/planner/plan_io.h"
@@ -119,6 +120,19 @@ ConfigPrediction predict_config(const Setup& s, const DeviceProfile& profile, co
   }
   out.available = seconds > 0;
   out.decode_tok_s = seconds > 0 ? tests.decode_tokens * static_cast<double>(tests.depths.size()) / seconds : 0;
+  return out;
+}
+
+// predict_config with its band: the same on the profile's slowest and
+// fastest rounds (`bounds`: planner::at_sample_bound's two profiles).
+ConfigPrediction predict_config_with_band(const Setup& s, const std::pair<DeviceProfile, DeviceProfile>& bounds,
+                                          const planner::Plan& plan, const SpeedTests& tests) {
+  ConfigPrediction out = predict_config(s, s.profile, plan, tests);
+  const ConfigPrediction slow = predict_config(s, bounds.first, plan, tests);
+  const ConfigPrediction fast = predict_config(s, bounds.second, plan, tests);
+  if (!out.available || !slow.available || !fast.available) return out;
+  out.decode_slowest = slow.decode_tok_s, out.decode_fastest = fast.decode_tok_s;
+  out.prefill_slowest = slow.prefill_tok_s, out.prefill_fastest = fast.prefill_tok_s;
   return out;
 }
 
@@ -573,8 +587,10 @@ SweepReport start_report(const Args& args, const Sweep& w) {
   report.planned = w.planned;
   for (const auto& d : w.plan->decisions) report.plan_decisions.push_back(d.knob + " = " + d.value + ": " + d.reason);
   report.grid = w.grid;
+  const std::pair bounds{planner::at_sample_bound(w.s.profile, planner::SampleBound::slowest),
+                         planner::at_sample_bound(w.s.profile, planner::SampleBound::fastest)};
   for (const SweepConfig& config : report.grid)
-    report.predictions.push_back(predict_config(w.s, w.s.profile, plan_of_config(*w.plan, config), args.tests));
+    report.predictions.push_back(predict_config_with_band(w.s, bounds, plan_of_config(*w.plan, config), args.tests));
   return report;
 }
 

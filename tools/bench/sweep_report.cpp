@@ -57,10 +57,24 @@ std::string ranking_line(const SweepReport& r, Metric metric) {
 std::string prediction_line(const SweepReport& r, const std::vector<ConfigPrediction>& predictions, Metric metric) {
   const PredictionQuality q = prediction_quality(r.summaries, predictions, metric);
   if (q.points == 0) return "predicted: none (the profile lacks a measurement the prediction needs)";
-  return "predicted vs measured over " + std::to_string(q.points) + " configurations: worst error " +
-         format_fixed(100 * q.worst_error, 1) + "% (" + config_label(r.grid[q.worst], r.n_experts) + "), mean |error| " +
-         format_fixed(100 * q.mean_abs_error, 1) + "%, rank correlation " +
-         (q.rank_correlation ? format_fixed(*q.rank_correlation, 2) : std::string("- (fewer than 2 distinct values)"));
+  std::string out = "predicted vs measured over " + std::to_string(q.points) + " configurations: worst error " +
+                    format_fixed(100 * q.worst_error, 1) + "% (" + config_label(r.grid[q.worst], r.n_experts) +
+                    "), mean |error| " + format_fixed(100 * q.mean_abs_error, 1) + "%, rank correlation " +
+                    (q.rank_correlation ? format_fixed(*q.rank_correlation, 2) : std::string("- (fewer than 2 distinct values)"));
+  const BandStanding band = band_standing(r.summaries, predictions, metric);
+  if (band.points > 0) {
+    out += "; inside the probe's band (its slowest to fastest rounds) " + std::to_string(band.inside) + " of " +
+           std::to_string(band.points);
+    for (std::size_t i : band.outside) {
+      const ConfigPrediction& p = predictions[i];
+      const bool decode = metric == Metric::decode;
+      out += (i == band.outside.front() ? ", outside: " : ", ") + config_label(r.grid[i], r.n_experts) + " " +
+             format_fixed(metric_median(r.summaries[i], metric), 1) + " against " +
+             format_fixed(decode ? p.decode_slowest : p.prefill_slowest, 1) + "-" +
+             format_fixed(decode ? p.decode_fastest : p.prefill_fastest, 1);
+    }
+  }
+  return out;
 }
 
 const ConfigPrediction* prediction_of(const SweepReport& r, std::size_t config) {
@@ -311,6 +325,22 @@ PredictionQuality prediction_quality(const std::vector<ConfigSummary>& summaries
   return q;
 }
 
+BandStanding band_standing(const std::vector<ConfigSummary>& summaries, const std::vector<ConfigPrediction>& predictions,
+                           Metric metric) {
+  BandStanding out;
+  for (std::size_t i = 0; i < summaries.size() && i < predictions.size(); ++i) {
+    const ConfigPrediction& p = predictions[i];
+    const bool decode = metric == Metric::decode;
+    const double lo = decode ? p.decode_slowest : p.prefill_slowest, hi = decode ? p.decode_fastest : p.prefill_fastest;
+    const double m = metric_median(summaries[i], metric);
+    if (!p.available || lo <= 0 || hi <= lo || m <= 0) continue;  // none, or one round per rate: no spread measured
+    ++out.points;
+    if (m >= lo && m <= hi) ++out.inside;
+    else out.outside.push_back(i);
+  }
+  return out;
+}
+
 std::string sweep_csv(const SweepReport& r) {
   std::string out =
       "config,label,planned,threads,pus,cap,pins,round_tokens,kernel,kernel_used,repeat,prefill_tokens,prefill_s,"
@@ -439,6 +469,8 @@ std::string sweep_json(const SweepReport& r) {
                                    {"prefill_disk_reads", p->prefill_disk_reads},
                                    {"prefill_disk_reads_prompt_tokens", p->prefill_tokens},
                                    {"disk_read_seconds", p->disk_read_seconds},
+                                   {"decode_band_tok_s", {p->decode_slowest, p->decode_fastest}},
+                                   {"prefill_band_tok_s", {p->prefill_slowest, p->prefill_fastest}},
                                    {"decode_error", s.decode.median > 0 ? p->decode_tok_s / s.decode.median - 1 : 0.0},
                                    {"prefill_error", s.prefill.median > 0 ? p->prefill_tok_s / s.prefill.median - 1 : 0.0}}
           : nlohmann::ordered_json{{"unavailable", i < r.predictions.size() ? r.predictions[i].unavailable : "not predicted"}};

@@ -147,6 +147,9 @@ struct ConfigPrediction {
   double prefill_disk_reads = 0;  // per prefill pass (the planner's prompt of prefill_tokens)
   int prefill_tokens = 0;
   double disk_read_seconds = 0;   // one record read alone by a reading thread (the profile's bare figure)
+  // The same on the probe's slowest and fastest rounds of every rate
+  // (planner/speed_band.h); all 0 where not made.
+  double decode_slowest = 0, decode_fastest = 0, prefill_slowest = 0, prefill_fastest = 0;
 };
 
 // Predicted against measured over the configurations that have both: the
@@ -163,6 +166,17 @@ struct PredictionQuality {
 };
 PredictionQuality prediction_quality(const std::vector<ConfigSummary>& summaries,
                                      const std::vector<ConfigPrediction>& predictions, Metric metric);
+
+// How many measured medians lie inside their configuration's band (the
+// prediction on the probe's slowest to fastest rounds), of those with one
+// of some width (a probe that timed each rate once has none), and the
+// configurations outside.
+struct BandStanding {
+  int inside = 0, points = 0;
+  std::vector<std::size_t> outside;
+};
+BandStanding band_standing(const std::vector<ConfigSummary>& summaries, const std::vector<ConfigPrediction>& predictions,
+                           Metric metric);
 
 // Spearman's rho of two equally long lists: Pearson's correlation of their
 // ranks, ties sharing the mean of their ranks. nullopt below 2 values or

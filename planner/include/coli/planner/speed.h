@@ -25,6 +25,15 @@ struct SpeedTerm {
   bool operator==(const SpeedTerm&) const = default;
 };
 
+// A prediction on the probe's slowest and on its fastest rounds of every
+// measured rate (speed_band.h); all 0 where none was made.
+struct SpeedBand {
+  double decode_slowest = 0, decode_fastest = 0;
+  double prefill_slowest = 0, prefill_fastest = 0;
+  bool made() const { return decode_slowest > 0 && decode_fastest > 0; }
+  bool operator==(const SpeedBand&) const = default;
+};
+
 struct SpeedPrediction {
   bool available = false;      // false: the profile lacks a bandwidth the plan needs
   std::string unavailable;     // why (kNoMeasuredBandwidth, ...)
@@ -47,6 +56,7 @@ struct SpeedPrediction {
   double disk_read_seconds = 0;
   std::vector<SpeedTerm> decode_terms;   // they sum to 1 / decode_tok_per_s
   std::vector<SpeedTerm> prefill_terms;  // compute and memory parts: 1 / prefill_tok_per_s is the longer sum
+  SpeedBand band;                        // with_sample_band's; not made by predict_speed itself
   bool operator==(const SpeedPrediction&) const = default;
 };
 
