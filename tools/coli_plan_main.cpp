@@ -198,7 +198,7 @@ void print_human(const planner::PlanFile& f, const planner::ModelFootprint& fp, 
   }
   std::printf("  decode     %.2f tok/s  = 1 / (%s)\n", s.decode_tok_per_s, s.decode_inputs.c_str());
   std::printf("  prefill    %.1f tok/s  %s\n", s.prefill_tok_per_s, s.prefill_inputs.c_str());
-  if (s.band.made() && s.band.decode_slowest == s.band.decode_fastest && s.band.prefill_slowest == s.band.prefill_fastest) {
+  if (s.band.made() && !s.band.has_width()) {
     std::printf("  band       none: the rates this prediction rests on were each timed in one round (coli-probe "
                 "--budget short of several), so the probe saw no spread to show\n");
   } else if (s.band.made()) {

@@ -87,8 +87,12 @@ void say_why_it_stopped(const GenerationResult& result, const std::optional<Chat
 }
 
 MeasuredSpeed measured_speed(const GenerationResult& result) {
-  return {result.prompt_tokens / result.prefill_seconds, result.prompt_tokens, decode_tok_s(result),
-          result.prompt_tokens + (result.generated - 1) / 2.0};
+  MeasuredSpeed measured{result.prompt_tokens / result.prefill_seconds, result.prompt_tokens, decode_tok_s(result),
+                         result.prompt_tokens + (result.generated - 1) / 2.0};
+  measured.prompt_reads = static_cast<double>(result.prompt_misses);
+  if (result.decode_passes > 0)
+    measured.decode_reads_per_token = static_cast<double>(result.decode_misses) / static_cast<double>(result.decode_passes);
+  return measured;
 }
 
 void print_json_stats(const GenerationResult& result, const LoadedEngine& engine, const std::optional<ChatSetup>& chat) {
@@ -102,6 +106,7 @@ void print_json_stats(const GenerationResult& result, const LoadedEngine& engine
       {"hit_rate", lookups > 0 ? static_cast<double>(stats.expert_hits) / lookups : 0.0},
       {"expert_bytes_read", stats.expert_bytes_read}, {"expert_read_s", stats.expert_read_seconds},
       {"expert_reads_timed", stats.expert_reads_timed}, {"preloaded_experts", stats.preloaded_experts},
+      {"prompt_expert_misses", result.prompt_misses}, {"decode_expert_misses", result.decode_misses},
       {"kernel", stats.cpu_kernel},
       {"prefill_threads", stats.prefill_thread_set}, {"decode_threads", stats.decode_thread_set}, {"io", stats.io_mode},
       {"peak_rss_bytes", process_peak_resident_bytes()}};
@@ -111,6 +116,8 @@ void print_json_stats(const GenerationResult& result, const LoadedEngine& engine
       json["predicted"] = {{"decode_tok_s", predicted.speed.decode_tok_per_s},
                            {"prefill_tok_s", predicted.speed.prefill_tok_per_s},
                            {"disk_read_s", predicted.speed.disk_read_seconds},
+                           {"prompt_disk_reads", predicted.speed.prefill_disk_reads},
+                           {"decode_disk_reads_per_token", predicted.speed.decode_disk_reads},
                            {"for_this_run", predicted.for_this_run},
                            {"prompt_tokens", predicted.prompt_tokens},
                            {"decode_depth", predicted.decode_depth}};

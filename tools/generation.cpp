@@ -95,11 +95,14 @@ Result<GenerationResult> Generator::generate(std::span<const std::int32_t> promp
   if (!limits.stop_strings.empty() && tokenizer_ == nullptr) return make_error("stop strings need a tokenizer");
   GenerationResult result;
   result.prompt_tokens = static_cast<int>(prompt.size());
+  const std::uint64_t misses_before = model_.stats().expert_misses;
   const auto prefill_start = Clock::now();
   auto reused = run_prompt(prompt);
   if (!reused) return reused.error();
   result.reused_tokens = *reused;
   result.prefill_seconds = seconds_since(prefill_start);
+  const std::uint64_t misses_after_prompt = model_.stats().expert_misses, tokens_after_prompt = model_.stats().tokens;
+  result.prompt_misses = misses_after_prompt - misses_before;
   if (after_prefill) after_prefill();
 
   Sampler sampler(sampling);
@@ -157,6 +160,8 @@ Result<GenerationResult> Generator::generate(std::span<const std::int32_t> promp
     }
   }
   result.decode_seconds = seconds_since(decode_start);
+  result.decode_misses = model_.stats().expert_misses - misses_after_prompt;
+  result.decode_passes = model_.stats().tokens - tokens_after_prompt;
   return result;
 }
 

@@ -61,6 +61,10 @@ struct GenerationResult {
   std::optional<std::string> stop_string;
   double prefill_seconds = 0;  // the prompt's forward pass (time to the first token's logits)
   double decode_seconds = 0;   // from the first pick to the end
+  // Expert cache misses (records read from disk) of the prompt's pass and of
+  // the decode passes after it, and how many decode passes ran: plan vs
+  // actual for the reads the speed prediction counts.
+  std::uint64_t prompt_misses = 0, decode_misses = 0, decode_passes = 0;
   std::string text;            // everything shown (with a tokenizer)
 };
 

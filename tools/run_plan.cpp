@@ -328,9 +328,10 @@ void print_speed_vs_plan(const RunPrediction& predicted, const MeasuredSpeed& me
   };
   // The probe's slowest and fastest rounds (speed_band.h): whether the measured figure is inside.
   auto band = [&](double slowest, double fastest, double actual) -> std::string {
-    if (!speed.band.made() || actual <= 0 || slowest == fastest) return "";  // one round per rate: no spread to show
+    const std::string lo = format_fixed(slowest, 1), hi = format_fixed(fastest, 1);
+    if (!speed.band.made() || actual <= 0 || lo == hi) return "";  // one round per rate: no spread to show
     const char* where = actual < slowest ? "below" : actual > fastest ? "above" : "inside";
-    return "; " + std::string(where) + " the probe's band " + format_fixed(slowest, 1) + "-" + format_fixed(fastest, 1);
+    return "; " + std::string(where) + " the probe's band " + lo + "-" + hi;
   };
   std::fprintf(stderr, "speed: plan vs actual (error = planned / measured - 1; %s):\n",
                predicted.for_this_run ? "predicted from the profile for this run's prompt and depth"
@@ -344,6 +345,18 @@ void print_speed_vs_plan(const RunPrediction& predicted, const MeasuredSpeed& me
                 predicted.for_this_run ? "" : " (ctx/2)", measured.decode_mean_depth);
   row("decode", speed.decode_tok_per_s, measured.decode_tok_s,
       depths + band(speed.band.decode_slowest, speed.band.decode_fastest, measured.decode_tok_s));
+  // The reads the prediction counts, where experts stream: what most of a streaming run's time waits on.
+  if (speed.decode_disk_reads > 0 || speed.prefill_disk_reads > 0) {
+    if (measured.prompt_reads >= 0) {
+      std::fprintf(stderr, "  %-28s planned %8.1f        measured %8.0f        (pp%d planned, pp%d measured)\n",
+                   "expert reads, the prompt", speed.prefill_disk_reads, measured.prompt_reads,
+                   speed.prefill_prompt_tokens, measured.prompt_tokens);
+    }
+    if (measured.decode_reads_per_token >= 0) {
+      std::fprintf(stderr, "  %-28s planned %8.2f        measured %8.2f\n", "expert reads a decode token",
+                   speed.decode_disk_reads, measured.decode_reads_per_token);
+    }
+  }
   if (measured.cold_cache) {
     std::fprintf(stderr, "  the expert cache started empty (--no-preload, or no usage history yet): this run's first pass "
                          "read every expert it used, where the prediction prices the history's warm cache\n");

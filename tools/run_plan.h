@@ -75,6 +75,9 @@ struct MeasuredSpeed {
   double decode_tok_s = 0;       // 0: fewer than two generated tokens
   double decode_mean_depth = 0;  // KV positions the decode steps saw, on average
   bool cold_cache = false;       // experts stream and the load read none (--no-preload, no usage history)
+  // Expert records read from disk (cache misses): the prompt's pass, and per
+  // decode pass; negative where the run has none to count.
+  double prompt_reads = -1, decode_reads_per_token = -1;
 };
 // The prediction to set beside a run: for its own prompt and mean decode
 // depth where the knobs can predict (--profile), else the plan's (a 512-token

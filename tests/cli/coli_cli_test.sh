@@ -183,12 +183,19 @@ check "the plan file carries the band" contains "$work/full.plan" "^decode_slowe
 mv "$work/full-profile.moved" "$work/full-profile.toml"
 "$(dirname "$coli")/coli-plan" --profile "$work/full-profile.toml" --model "$work/demo.coli" >"$work/band.out" 2>&1
 check "coli-plan prints the band, or why it has none" contains "$work/band.out" "band       \(decode [0-9.]*-[0-9.]* tok/s, prefill\|none: the rates this prediction rests on were each timed in one round\)"
-# coli run --profile on the same profile sets its figures against that band, or, where it has none, against none.
-if grep -q "band       decode" "$work/band.out"; then
-  check "run --profile says where its figures lie against the probe's band" contains "$work/p3.out" "\(inside\|below\|above\) the probe's band [0-9.]*-[0-9.]*"
-else
-  check "run --profile shows no band the probe did not measure" lacks "$work/p3.out" "the probe's band"
-fi
+# A streaming plan's run sets the expert reads it made beside the ones predicted, prompt and decode apart.
+"$(dirname "$coli")/coli-plan" --profile "$work/full-profile.toml" --model "$work/demo.coli" --cap 2 --out "$work/cap2.plan" >/dev/null 2>&1
+"$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 6 --ignore-eos --plan "$work/cap2.plan" >"$work/r2.out" 2>&1
+check "a streaming plan's run exits 0" test $? -eq 0
+check "it sets the prompt's reads beside the plan's" contains "$work/r2.out" "expert reads, the prompt *planned *[0-9.]* *measured *[0-9]* *(pp3 planned, pp3 measured)"
+check "and a decode token's" contains "$work/r2.out" "expert reads a decode token *planned *[0-9.]* *measured *[0-9.]*"
+"$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 6 --ignore-eos --plan "$work/cap2.plan" --json >/dev/null 2>"$work/r2.json"
+check "--json counts the prompt's misses" contains "$work/r2.json" '"prompt_expert_misses":[0-9]'
+check "and the decode's apart" contains "$work/r2.json" '"decode_expert_misses":[0-9]'
+# coli run sets its figures against the band of its own prediction: every mention in full, none of no width.
+check "run --profile names where its figures lie in the band" test "$(grep -c "the probe's band" "$work/p3.out")" -eq \
+  "$(grep -c "\(inside\|below\|above\) the probe's band [0-9.]*-[0-9.]*$" "$work/p3.out")"
+check "and shows no band of no width" lacks "$work/p3.out" "the probe's band \([0-9.]*\)-\1$"
 "$coli" run --model "$work/demo.coli" --prompt-ids 1 --profile "$work/profile.toml" --kv-type f32 >/dev/null 2>"$work/kv1.err"
 check "--kv-type with a plan refused" test $? -eq 2
 "$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 4 --kv-type bf16 --report >"$work/kv2.out" 2>&1

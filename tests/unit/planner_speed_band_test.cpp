@@ -81,6 +81,8 @@ TEST(SpeedBand, BracketsThePredictionAndClosesOnASteadyMachine) {
   EXPECT_EQ(steady.band.decode_slowest, steady.decode_tok_per_s);
   EXPECT_EQ(steady.band.decode_fastest, steady.decode_tok_per_s);
   EXPECT_EQ(steady.band.prefill_slowest, steady.prefill_tok_per_s);
+  EXPECT_TRUE(banded.band.has_width());
+  EXPECT_FALSE(steady.band.has_width());
 }
 
 // No prediction, no band.

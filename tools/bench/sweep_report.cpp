@@ -333,7 +333,7 @@ BandStanding band_standing(const std::vector<ConfigSummary>& summaries, const st
     const bool decode = metric == Metric::decode;
     const double lo = decode ? p.decode_slowest : p.prefill_slowest, hi = decode ? p.decode_fastest : p.prefill_fastest;
     const double m = metric_median(summaries[i], metric);
-    if (!p.available || lo <= 0 || hi <= lo || m <= 0) continue;  // none, or one round per rate: no spread measured
+    if (!p.available || lo <= 0 || hi - lo <= 1e-4 * hi || m <= 0) continue;  // none, or one round per rate: no spread
     ++out.points;
     if (m >= lo && m <= hi) ++out.inside;
     else out.outside.push_back(i);

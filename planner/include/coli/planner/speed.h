@@ -31,6 +31,11 @@ struct SpeedBand {
   double decode_slowest = 0, decode_fastest = 0;
   double prefill_slowest = 0, prefill_fastest = 0;
   bool made() const { return decode_slowest > 0 && decode_fastest > 0; }
+  // Wider than rounding (0.01%) for decode or prefill: where every rate the
+  // prediction rests on was timed in one round, both ends are the prediction.
+  bool has_width() const {
+    return decode_fastest - decode_slowest > 1e-4 * decode_fastest || prefill_fastest - prefill_slowest > 1e-4 * prefill_fastest;
+  }
   bool operator==(const SpeedBand&) const = default;
 };
 
