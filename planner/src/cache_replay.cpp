@@ -69,6 +69,13 @@ bool replay_layer(const experts::RoutingTrace& trace, int n_experts, int layer, 
         count_round(out.decode_rounds_missing, loads);
       } else {
         out.prompt_misses += misses;
+        const auto place = at(first / round);
+        if (out.prompt_round_misses.size() <= place) {
+          out.prompt_round_misses.resize(place + 1, 0.0);
+          out.prompt_round_tokens.resize(place + 1, 0.0);
+        }
+        out.prompt_round_misses[place] += misses;
+        if (layer == 0) out.prompt_round_tokens[place] += tokens;
         if (tokens == round) {
           out.full_rounds += 1;
           out.full_round_distinct += plan->distinct;
@@ -150,6 +157,20 @@ std::optional<double> CacheReplay::decode_misses_per_layer_token() const {
 std::optional<double> CacheReplay::prompt_misses_per_layer_token() const {
   if (prompt_tokens <= 0 || layers <= 0) return std::nullopt;
   return prompt_misses / (prompt_tokens * layers);
+}
+
+std::optional<double> CacheReplay::prompt_misses_per_layer_token(int tokens) const {
+  const auto mean = prompt_misses_per_layer_token();
+  if (!mean || tokens <= 0 || round_tokens <= 0) return mean;
+  double misses = 0;  // per layer, over the prompt
+  int left = tokens;
+  for (std::size_t place = 0; left > 0; ++place) {
+    const int in_round = std::min(left, round_tokens);
+    const bool seen = place < prompt_round_tokens.size() && prompt_round_tokens[place] > 0;
+    misses += in_round * (seen ? prompt_round_misses[place] / (prompt_round_tokens[place] * layers) : *mean);
+    left -= in_round;
+  }
+  return misses / tokens;
 }
 
 std::optional<double> CacheReplay::distinct_per_round() const {

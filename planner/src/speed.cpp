@@ -571,6 +571,11 @@ void predict_gpu_prefill(const ModelFootprint& fp, const Plan& plan, const PlanR
 // experts' compute, since the round waits for them.
 constexpr int kPrefillPromptTokens = 512;
 
+// The prompt a prefill figure is for: `prompt_tokens`, or kPlanPrompt's 512, at most the context.
+int planned_prompt(const Plan& plan, int prompt_tokens) {
+  return std::clamp(prompt_tokens > 0 ? prompt_tokens : kPrefillPromptTokens, 1, std::max(1, plan.ctx));
+}
+
 // The compute side of a prompt of `prompt` tokens in rounds of `round`, at
 // the tuning phase's measured rates (planner/README.md has the formulas).
 struct PromptCompute {
@@ -802,7 +807,7 @@ void predict_prefill(const DeviceProfile& profile, const ModelFootprint& fp, con
   PrefillParts p;
   p.layers = static_cast<double>(fp.moe_layer_count());
   const double layers = p.layers, top_k = fp.top_k;
-  p.prompt = std::clamp(prompt_tokens > 0 ? prompt_tokens : kPrefillPromptTokens, 1, std::max(1, plan.ctx));
+  p.prompt = planned_prompt(plan, prompt_tokens);
   const double prompt = p.prompt;
   p.round = std::clamp(static_cast<double>(plan.prefill_round_tokens), 1.0, prompt);
   p.rounds = std::ceil(prompt / p.round);
@@ -875,8 +880,8 @@ void predict_prefill(const DeviceProfile& profile, const ModelFootprint& fp, con
 // A CPU plan's hit rates and round sizes from the engine's cache replayed
 // over the usage history's routing trace, where it has one (else the
 // reuse distances or routing shares stand, as expected_hit_rate says).
-void replay_cache(const ModelFootprint& fp, const Plan& plan, const experts::UsageHistory* history, SpeedPrediction& s,
-                  PlanRates& rates) {
+void replay_cache(const ModelFootprint& fp, const Plan& plan, const experts::UsageHistory* history, int prompt_tokens,
+                  SpeedPrediction& s, PlanRates& rates) {
   if (!history_fits(fp, history)) return;
   const int cap = std::min(plan.cap, fp.n_experts);
   const auto replay = replay_expert_cache(*history, cap, plan.pins, plan.prefill_round_tokens);
@@ -890,7 +895,8 @@ void replay_cache(const ModelFootprint& fp, const Plan& plan, const experts::Usa
     s.hit_rate = std::clamp(1.0 - *misses / fp.top_k, 0.0, 1.0);
     s.hit_rate_inputs = replay->describe(cap, plan.pins) + ": " + format_fixed(*misses, 3) + " reads a decode token and layer";
   }
-  if (const auto misses = replay->prompt_misses_per_layer_token()) s.prefill_hit_rate = std::clamp(1.0 - *misses / fp.top_k, 0.0, 1.0);
+  if (const auto misses = replay->prompt_misses_per_layer_token(planned_prompt(plan, prompt_tokens)))
+    s.prefill_hit_rate = std::clamp(1.0 - *misses / fp.top_k, 0.0, 1.0);
 }
 
 // Where a CPU plan's dense weights come from, token after token: the
@@ -931,7 +937,7 @@ SpeedPrediction predict_speed(const DeviceProfile& profile, const ModelFootprint
   std::string prompt_inputs;
   s.prefill_hit_rate = expected_hit_rate(fp, slots, history, prompt_inputs, false);
   PlanRates rates;
-  if (plan.gpu.vram_slots() == 0) replay_cache(fp, plan, history, s, rates);
+  if (plan.gpu.vram_slots() == 0) replay_cache(fp, plan, history, prompt_tokens, s, rates);
   rates.vram_share = std::min(plan.gpu.vram_share, s.hit_rate);
   if (plan.gpu.vram_slots() > 0) {
     rates.vram = vram_bandwidth(profile, fp, plan.gpu);

@@ -127,6 +127,24 @@ TEST(CacheReplay, PromptRoundsCountTheRowsOfEachExpert) {
   EXPECT_TRUE(replay_expert_cache(traced(4, {{0}, {1}}), 2, 0, 512)->expert_rows_shares().empty()) << "no prompt, no rounds";
 }
 
+// Prompts 0 0 0 0 0 0 | 1 1 1 1 1 1 through one slot (rounds of one token):
+// each prompt's first round misses (the slot holds the other prompt's
+// expert), the rest hit. A prompt's own rate is its rounds' by place: 1
+// read a token for one token, 0.5 for two, the mean (2 of 12) for six;
+// places past the trace's longest prompt take the mean.
+TEST(CacheReplay, AShortPromptIsPricedByThePromptsOpeningRounds) {
+  const auto replay = replay_expert_cache(traced(4, {{0, 0, 0, 0, 0, 0}, {1, 1, 1, 1, 1, 1}}), 1, 0, 512);
+  ASSERT_TRUE(replay.has_value());
+  ASSERT_EQ(replay->round_tokens, 1);
+  EXPECT_EQ(replay->prompt_round_misses, (std::vector<double>{2, 0, 0, 0, 0, 0}));
+  EXPECT_EQ(replay->prompt_round_tokens, (std::vector<double>{2, 2, 2, 2, 2, 2}));
+  EXPECT_DOUBLE_EQ(*replay->prompt_misses_per_layer_token(), 2.0 / 12);
+  EXPECT_DOUBLE_EQ(*replay->prompt_misses_per_layer_token(1), 1.0);
+  EXPECT_DOUBLE_EQ(*replay->prompt_misses_per_layer_token(2), 0.5);
+  EXPECT_DOUBLE_EQ(*replay->prompt_misses_per_layer_token(6), 2.0 / 12);
+  EXPECT_DOUBLE_EQ(*replay->prompt_misses_per_layer_token(12), (1 + 6 * (2.0 / 12)) / 12);
+}
+
 TEST(CacheReplay, NothingToReplayOrACacheThatCannotRunGivesNothing) {
   auto empty = experts::UsageHistory::create({1, 4, 1, "replay-test"});
   EXPECT_FALSE(replay_expert_cache(*empty, 2, 0, 512).has_value()) << "a version 3 history has no trace";
@@ -136,6 +154,25 @@ TEST(CacheReplay, NothingToReplayOrACacheThatCannotRunGivesNothing) {
   const auto replay = replay_expert_cache(history, 2, 0, 512);
   EXPECT_NE(replay->describe(2, 0).find("routing trace (2 tokens: 0 in prompts, 2 generated)"), std::string::npos)
       << replay->describe(2, 0);
+}
+
+// Two 8-token prompts, one routing every token to {0, 1} and one to {2,
+// 3}, through 2 slots (rounds of one token): each prompt reads its two
+// experts in its first round and none after. A one-token prompt is priced
+// at its opening round's 2 reads a layer, not at an eighth of them (the
+// 8-token mean), and the 8-token prompt at the same 2.
+TEST(PlanSpeed, AShortPromptReadsWhatThePromptsFirstRoundsRead) {
+  const ModelFootprint fp = demo_model();
+  const std::vector<std::vector<int>> a(8, {0, 1}), b(8, {2, 3});
+  const auto history = recorded(demo_key(fp), {a, b});
+  const Plan plan = cpu_plan(fp, 2);
+  ASSERT_EQ(plan.prefill_round_tokens, 1);
+  const double layers = static_cast<double>(fp.moe_layer_count());
+  const SpeedPrediction one = predict_speed(measured_profile(10), fp, plan, &history, kPlanMeanDepth, 1);
+  ASSERT_TRUE(one.available) << one.unavailable;
+  EXPECT_DOUBLE_EQ(one.prefill_disk_reads, 2 * layers);
+  const SpeedPrediction eight = predict_speed(measured_profile(10), fp, plan, &history, kPlanMeanDepth, 8);
+  EXPECT_NEAR(eight.prefill_disk_reads, 2 * layers, 1e-9);
 }
 
 // The speed model prices a streaming CPU plan's misses by the replay: the

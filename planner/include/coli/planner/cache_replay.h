@@ -32,11 +32,21 @@ struct CacheReplay {
   // its record at about twice the GB/s of one with two, and rounds with pins
   // (fewer tokens) have more of them.
   std::vector<double> prompt_expert_rows;
+  // Per round of a prompt pass by its place (index 0: the pass's first
+  // round): misses over all layers and passes, and tokens over the passes
+  // that reached it. A prompt's opening rounds meet the cache the passes
+  // before it left; its later rounds, the experts its own rounds leased.
+  std::vector<double> prompt_round_misses, prompt_round_tokens;
 
   // Expert reads a decode token makes at one layer, when the trace has decode tokens.
   std::optional<double> decode_misses_per_layer_token() const;
   // Expert reads a prompt token makes at one layer, when the trace has prompts.
   std::optional<double> prompt_misses_per_layer_token() const;
+  // The same for a prompt of `tokens`: each of its rounds at the rate of the
+  // trace's prompts' rounds at that place, rounds past the trace's longest
+  // prompt at the trace's mean (a 16-token prompt after a fresh preload read
+  // 8.2 experts a layer where the mean over 512-token prompts priced 1.75).
+  std::optional<double> prompt_misses_per_layer_token(int tokens) const;
   // Distinct experts a full prompt round leases at one layer, when the trace had one.
   std::optional<double> distinct_per_round() const;
   // The share of layer-rounds that missed m experts together (index m), or
