@@ -314,6 +314,24 @@ RunPrediction prediction_for_run(const PlannedKnobs& knobs, const MeasuredSpeed&
   return {file.speed, false, file.speed.prefill_prompt_tokens, file.plan.ctx / 2};
 }
 
+namespace {
+
+// The reads the prediction counts, where experts stream: what most of a streaming run's time waits on.
+void print_reads_vs_plan(const planner::SpeedPrediction& speed, const MeasuredSpeed& measured) {
+  if (speed.decode_disk_reads <= 0 && speed.prefill_disk_reads <= 0) return;
+  if (measured.prompt_reads >= 0) {
+    std::fprintf(stderr, "  %-28s planned %8.1f        measured %8.0f        (pp%d planned, pp%d measured)\n",
+                 "expert reads, the prompt", speed.prefill_disk_reads, measured.prompt_reads,
+                 speed.prefill_prompt_tokens, measured.prompt_tokens);
+  }
+  if (measured.decode_reads_per_token >= 0) {
+    std::fprintf(stderr, "  %-28s planned %8.2f        measured %8.2f\n", "expert reads a decode token",
+                 speed.decode_disk_reads, measured.decode_reads_per_token);
+  }
+}
+
+}  // namespace
+
 void print_speed_vs_plan(const RunPrediction& predicted, const MeasuredSpeed& measured) {
   const planner::SpeedPrediction& speed = predicted.speed;
   if (!speed.available) {
@@ -345,18 +363,7 @@ void print_speed_vs_plan(const RunPrediction& predicted, const MeasuredSpeed& me
                 predicted.for_this_run ? "" : " (ctx/2)", measured.decode_mean_depth);
   row("decode", speed.decode_tok_per_s, measured.decode_tok_s,
       depths + band(speed.band.decode_slowest, speed.band.decode_fastest, measured.decode_tok_s));
-  // The reads the prediction counts, where experts stream: what most of a streaming run's time waits on.
-  if (speed.decode_disk_reads > 0 || speed.prefill_disk_reads > 0) {
-    if (measured.prompt_reads >= 0) {
-      std::fprintf(stderr, "  %-28s planned %8.1f        measured %8.0f        (pp%d planned, pp%d measured)\n",
-                   "expert reads, the prompt", speed.prefill_disk_reads, measured.prompt_reads,
-                   speed.prefill_prompt_tokens, measured.prompt_tokens);
-    }
-    if (measured.decode_reads_per_token >= 0) {
-      std::fprintf(stderr, "  %-28s planned %8.2f        measured %8.2f\n", "expert reads a decode token",
-                   speed.decode_disk_reads, measured.decode_reads_per_token);
-    }
-  }
+  print_reads_vs_plan(speed, measured);
   if (measured.cold_cache) {
     std::fprintf(stderr, "  the expert cache started empty (--no-preload, or no usage history yet): this run's first pass "
                          "read every expert it used, where the prediction prices the history's warm cache\n");
