@@ -79,17 +79,19 @@ Result<std::vector<std::vector<int>>> choose_pins(const EngineArgs& args, const 
 // at load so the first tokens meet the cache the history's hit rate prices.
 // None without a history (this run records one) or with --no-preload.
 Result<std::vector<std::vector<int>>> preload_by_use(const History& history, const runtime::ModelOptions& options,
-                                                     const runtime::ModelShape& shape, const char* program) {
+                                                     const runtime::ModelShape& shape) {
   const bool streams = options.cache_capacity > 0 && options.cache_capacity < shape.experts;
   if (!streams || !options.preload_experts || !history.loaded) return std::vector<std::vector<int>>{};
-  auto chosen = experts::pins_for_every_layer(*history.loaded, options.cache_capacity);
-  if (!chosen) return chosen.error();
-  std::size_t total = 0;
-  for (const auto& layer : *chosen) total += layer.size();
-  std::fprintf(stderr, "%s: preloading %zu experts over %zu MoE layers, the usage history's most used (at most cap %d "
-                       "each), so the first tokens meet a warm cache (--no-preload: read each on first use)\n",
-               program, total, chosen->size(), options.cache_capacity);
-  return chosen;
+  return experts::pins_for_every_layer(*history.loaded, options.cache_capacity);
+}
+
+// Says what the load read by use (the engine skips it where no expert stays on the host).
+void report_preload(const runtime::ModelOptions& options, const runtime::MoeModel& model, const char* program) {
+  const std::uint64_t read = model.stats().preloaded_experts;
+  if (options.preload_by_use.empty() || read == 0) return;
+  std::fprintf(stderr, "%s: preloaded %llu experts, the usage history's most used of each of %zu MoE layers (at most "
+                       "cap %d each), so the first tokens meet a warm cache (--no-preload: read each on first use)\n",
+               program, static_cast<unsigned long long>(read), options.preload_by_use.size(), options.cache_capacity);
 }
 
 // --verify: re-reads the whole data region against its checksums (the
@@ -401,13 +403,14 @@ Result<LoadedEngine> load_engine(const EngineArgs& args, const RunWorkload& work
   options.op_timing = args.op_times;
   // Speed only (no memory, no tokens): given after the plan's knobs, never by it.
   options.preload_experts = !args.no_preload;
-  auto preload = preload_by_use(engine.history, options, *shape, program);
+  auto preload = preload_by_use(engine.history, options, *shape);
   if (!preload) return preload.error();
   options.preload_by_use = std::move(*preload);
   options.speculative_prefetch = args.speculative_prefetch;
   options.on_warning = [program](const std::string& message) { std::fprintf(stderr, "%s: WARNING: %s\n", program, message.c_str()); };
   auto model = runtime::MoeModel::load(args.model, options);
   if (!model) return model.error();
+  report_preload(options, *model, program);
   engine.model.emplace(std::move(*model));
   engine.load_seconds = coli::seconds_since(load_start);
   return engine;

@@ -147,7 +147,7 @@ check "first run without history says so" contains "$work/h1.out" "no usage hist
 "$coli" run --model "$work/demo.coli" --prompt-ids 5 6 7 8 --max-tokens 8 --cap 4 --pin 2 --usage "$work/u" >"$work/h2.out" 2>&1
 check "second run pins from history" test $? -eq 0
 check "second run does not complain" test "$(grep -c 'no usage history\|ignoring usage history' "$work/h2.out")" -eq 0
-check "second run preloads from it" contains "$work/h2.out" "preloading .* the usage history's most used"
+check "second run preloads from it" contains "$work/h2.out" "preloaded .* the usage history's most used"
 echo "not a history" >"$work/bad.usage"
 "$coli" run --model "$work/demo.coli" --prompt-ids 5 --max-tokens 2 --cap 4 --pin "$work/bad.usage" >"$work/h3.out" 2>&1
 check "broken history is not fatal" test $? -eq 0
@@ -216,7 +216,7 @@ check "both streaming runs finished" contains "$work/spec1.err" "experts:"
 check "--speculative-prefetch gives the same tokens" test "$(head -1 "$work/spec1.out")" = "$(head -1 "$work/spec2.out")"
 # A streaming cache starts with the usage history's most used experts (the
 # history beside the model is there by now); --no-preload starts it empty.
-check "a streaming run preloads the history's most used experts" contains "$work/spec1.err" "preloading [0-9]* experts over [0-9]* MoE layers"
+check "a streaming run preloads the history's most used experts" contains "$work/spec1.err" "preloaded [0-9]* experts, the usage history.s most used of each of [0-9]* MoE layers"
 "$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 6 --cap 2 --json >"$work/spec3.out" 2>"$work/spec3.err"
 check "its --json counts them" contains "$work/spec3.err" '"preloaded_experts":[1-9]'
 "$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 6 --cap 2 --json --no-preload >"$work/spec4.out" 2>"$work/spec4.err"
