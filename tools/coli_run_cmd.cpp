@@ -92,6 +92,7 @@ MeasuredSpeed measured_speed(const GenerationResult& result) {
   measured.prompt_reads = static_cast<double>(result.prompt_misses);
   if (result.decode_passes > 0)
     measured.decode_reads_per_token = static_cast<double>(result.decode_misses) / static_cast<double>(result.decode_passes);
+  measured.decode_tokens = static_cast<int>(result.decode_passes);
   return measured;
 }
 

@@ -112,13 +112,14 @@ struct PredictionInputs {
   std::optional<experts::UsageHistory> history;
 };
 
-std::function<planner::SpeedPrediction(int, int)> predictor(PredictionInputs inputs) {
+RunPredictor predictor(PredictionInputs inputs) {
   auto kept = std::make_shared<const PredictionInputs>(std::move(inputs));
-  return [kept](int prompt_tokens, int decode_depth) {
+  return [kept](int prompt_tokens, int decode_depth, int decode_tokens) {
     const experts::UsageHistory* history = kept->history ? &*kept->history : nullptr;
-    return planner::with_sample_band(
-        planner::predict_plan_speed(kept->profile, kept->footprint, kept->plan, history, decode_depth, prompt_tokens),
-        kept->profile, kept->footprint, kept->plan, history, decode_depth, prompt_tokens);
+    return planner::with_sample_band(planner::predict_plan_speed(kept->profile, kept->footprint, kept->plan, history,
+                                                                 decode_depth, prompt_tokens, decode_tokens),
+                                     kept->profile, kept->footprint, kept->plan, history, decode_depth, prompt_tokens,
+                                     decode_tokens);
   };
 }
 
@@ -129,7 +130,7 @@ std::optional<experts::UsageHistory> copy_of(const experts::UsageHistory* histor
 // A plan file's profile, where it is still at the path the plan names with
 // the fingerprint it was planned from: the run then predicts for its own
 // prompt and depth as with --profile. Empty otherwise (the plan's figures stand).
-std::function<planner::SpeedPrediction(int, int)> plan_file_predictor(const planner::PlanFile& file,
+RunPredictor plan_file_predictor(const planner::PlanFile& file,
                                                                        const runtime::ModelShape& shape,
                                                                        const experts::UsageHistory* history) {
   if (file.profile_path.empty() || file.profile_fingerprint.empty()) return {};
@@ -309,7 +310,8 @@ RunPrediction prediction_for_run(const PlannedKnobs& knobs, const MeasuredSpeed&
   const planner::PlanFile& file = knobs.plan;
   if (knobs.predict_for && measured.prompt_tokens > 0) {
     const int depth = static_cast<int>(std::lround(measured.decode_mean_depth));
-    return {knobs.predict_for(measured.prompt_tokens, depth), true, measured.prompt_tokens, depth};
+    const int decode_tokens = measured.decode_tokens > 0 ? measured.decode_tokens : planner::kTracedDecodeRun;
+    return {knobs.predict_for(measured.prompt_tokens, depth, decode_tokens), true, measured.prompt_tokens, depth};
   }
   return {file.speed, false, file.speed.prefill_prompt_tokens, file.plan.ctx / 2};
 }

@@ -16,6 +16,9 @@
 
 namespace coli::tools {
 
+// The speed model for a run's own prompt, mean decode depth and decode tokens (planner::predict_plan_speed).
+using RunPredictor = std::function<planner::SpeedPrediction(int prompt_tokens, int decode_depth, int decode_tokens)>;
+
 struct PlannedKnobs {
   runtime::ModelOptions options;  // runtime::options_from_plan, pins included
   planner::PlanFile plan;
@@ -24,7 +27,7 @@ struct PlannedKnobs {
   // KV depth D), predicted from the profile as coli-plan predicts; empty
   // where no profile is at hand (a plan file whose profile is gone or
   // changed: the plan's own figures stand).
-  std::function<planner::SpeedPrediction(int prompt_tokens, int decode_depth)> predict_for;
+  RunPredictor predict_for;
 };
 
 // A prompt's tokens per GPU submission for `coli run --backend B` without a
@@ -78,6 +81,7 @@ struct MeasuredSpeed {
   // Expert records read from disk (cache misses): the prompt's pass, and per
   // decode pass; negative where the run has none to count.
   double prompt_reads = -1, decode_reads_per_token = -1;
+  int decode_tokens = 0;  // decode passes (forward passes after the prompt's)
 };
 // The prediction to set beside a run: for its own prompt and mean decode
 // depth where the knobs can predict (--profile), else the plan's (a 512-token

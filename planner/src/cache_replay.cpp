@@ -46,6 +46,12 @@ void count_expert_rows(std::span<const int> round_ids, std::vector<int>& rows_of
   }
 }
 
+// values[place] += value, growing the list with zeros.
+void add_at(std::vector<double>& values, std::size_t place, double value) {
+  if (values.size() <= place) values.resize(place + 1, 0.0);
+  values[place] += value;
+}
+
 // One pass through `policy`: each single-token pass a round, each longer
 // one in rounds of `round` tokens; counted into `out` when `count`.
 bool replay_layer(const experts::RoutingTrace& trace, int n_experts, int layer, int round, experts::SlotPolicy& policy,
@@ -53,7 +59,7 @@ bool replay_layer(const experts::RoutingTrace& trace, int n_experts, int layer, 
   const auto ids = trace.layer(layer);
   const auto k = at(trace.top_k());
   std::vector<int> rows_of_expert(at(n_experts), 0);
-  std::size_t token = 0;
+  std::size_t token = 0, decode_place = 0;
   for (const int pass : trace.pass_tokens()) {
     for (int first = 0; first < pass; first += round) {
       const int tokens = std::min(round, pass - first);
@@ -67,15 +73,13 @@ bool replay_layer(const experts::RoutingTrace& trace, int n_experts, int layer, 
       if (pass == 1) {
         out.decode_misses += misses;
         count_round(out.decode_rounds_missing, loads);
+        add_at(out.decode_place_misses, decode_place, misses);
+        if (layer == 0) add_at(out.decode_place_tokens, decode_place, 1.0);
       } else {
         out.prompt_misses += misses;
         const auto place = at(first / round);
-        if (out.prompt_round_misses.size() <= place) {
-          out.prompt_round_misses.resize(place + 1, 0.0);
-          out.prompt_round_tokens.resize(place + 1, 0.0);
-        }
-        out.prompt_round_misses[place] += misses;
-        if (layer == 0) out.prompt_round_tokens[place] += tokens;
+        add_at(out.prompt_round_misses, place, misses);
+        if (layer == 0) add_at(out.prompt_round_tokens, place, tokens);
         if (tokens == round) {
           out.full_rounds += 1;
           out.full_round_distinct += plan->distinct;
@@ -85,6 +89,7 @@ bool replay_layer(const experts::RoutingTrace& trace, int n_experts, int layer, 
       }
     }
     if (count && layer == 0) (pass == 1 ? out.decode_tokens : out.prompt_tokens) += pass;
+    decode_place = pass == 1 ? decode_place + 1 : 0;
     token += at(pass);
   }
   return true;
@@ -157,6 +162,22 @@ std::optional<double> CacheReplay::decode_misses_per_layer_token() const {
 std::optional<double> CacheReplay::prompt_misses_per_layer_token() const {
   if (prompt_tokens <= 0 || layers <= 0) return std::nullopt;
   return prompt_misses / (prompt_tokens * layers);
+}
+
+std::optional<double> CacheReplay::decode_misses_per_layer_token(int tokens) const {
+  const auto mean = decode_misses_per_layer_token();
+  if (!mean || tokens <= 0) return mean;
+  // The settled rate: the later half of the places the trace saw (at least those after the first), else the mean.
+  double later_misses = 0, later_tokens = 0;
+  for (std::size_t place = std::max<std::size_t>(1, decode_place_tokens.size() / 2); place < decode_place_tokens.size(); ++place)
+    later_misses += decode_place_misses[place], later_tokens += decode_place_tokens[place];
+  const double settled = later_tokens > 0 ? later_misses / (later_tokens * layers) : *mean;
+  double misses = 0;
+  for (std::size_t place = 0; place < static_cast<std::size_t>(tokens); ++place) {
+    const bool seen = place < decode_place_tokens.size() && decode_place_tokens[place] > 0;
+    misses += seen ? decode_place_misses[place] / (decode_place_tokens[place] * layers) : settled;
+  }
+  return misses / tokens;
 }
 
 std::optional<double> CacheReplay::prompt_misses_per_layer_token(int tokens) const {

@@ -210,9 +210,10 @@ SpeedPrediction predict_expert_parallel(const DeviceProfile& profile, const Mode
 }
 
 SpeedPrediction predict_plan_speed(const DeviceProfile& profile, const ModelFootprint& fp, const Plan& plan,
-                                   const experts::UsageHistory* history, int decode_depth, int prompt_tokens) {
+                                   const experts::UsageHistory* history, int decode_depth, int prompt_tokens,
+                                   int decode_tokens) {
   if (plan.expert_parallel.active()) return predict_expert_parallel(profile, fp, plan, history, decode_depth);
-  return predict_speed(profile, fp, plan, history, decode_depth, prompt_tokens);
+  return predict_speed(profile, fp, plan, history, decode_depth, prompt_tokens, decode_tokens);
 }
 
 }  // namespace coli::planner

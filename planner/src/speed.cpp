@@ -880,7 +880,12 @@ void predict_prefill(const DeviceProfile& profile, const ModelFootprint& fp, con
 // A CPU plan's hit rates and round sizes from the engine's cache replayed
 // over the usage history's routing trace, where it has one (else the
 // reuse distances or routing shares stand, as expected_hit_rate says).
-void replay_cache(const ModelFootprint& fp, const Plan& plan, const experts::UsageHistory* history, int prompt_tokens,
+// `run`: the prompt's tokens and the decode's (kTracedDecodeRun: the trace's own runs).
+struct ReplayedRun {
+  int prompt_tokens, decode_tokens;
+};
+
+void replay_cache(const ModelFootprint& fp, const Plan& plan, const experts::UsageHistory* history, ReplayedRun run,
                   SpeedPrediction& s, PlanRates& rates) {
   if (!history_fits(fp, history)) return;
   const int cap = std::min(plan.cap, fp.n_experts);
@@ -891,11 +896,13 @@ void replay_cache(const ModelFootprint& fp, const Plan& plan, const experts::Usa
   if (cap >= fp.n_experts) return;  // every expert resident: the hit rates are 1 already
   rates.decode_batches = CacheReplay::shares(replay->decode_rounds_missing);
   rates.prompt_batches = CacheReplay::shares(replay->prompt_rounds_missing);
-  if (const auto misses = replay->decode_misses_per_layer_token()) {
+  const auto decode_misses = run.decode_tokens > 0 ? replay->decode_misses_per_layer_token(run.decode_tokens)
+                                                   : replay->decode_misses_per_layer_token();
+  if (const auto misses = decode_misses) {
     s.hit_rate = std::clamp(1.0 - *misses / fp.top_k, 0.0, 1.0);
     s.hit_rate_inputs = replay->describe(cap, plan.pins) + ": " + format_fixed(*misses, 3) + " reads a decode token and layer";
   }
-  if (const auto misses = replay->prompt_misses_per_layer_token(planned_prompt(plan, prompt_tokens)))
+  if (const auto misses = replay->prompt_misses_per_layer_token(planned_prompt(plan, run.prompt_tokens)))
     s.prefill_hit_rate = std::clamp(1.0 - *misses / fp.top_k, 0.0, 1.0);
 }
 
@@ -926,7 +933,8 @@ void decide_dense_from(const DeviceProfile& profile, const ModelFootprint& fp, c
 }  // namespace
 
 SpeedPrediction predict_speed(const DeviceProfile& profile, const ModelFootprint& fp, const Plan& plan,
-                              const experts::UsageHistory* history, int decode_depth, int prompt_tokens) {
+                              const experts::UsageHistory* history, int decode_depth, int prompt_tokens,
+                              int decode_tokens) {
   SpeedPrediction s;
   // With a VRAM tier, RAM and VRAM together hold the cap + VRAM slots most
   // used experts of a layer (mean VRAM slots per layer).
@@ -937,7 +945,7 @@ SpeedPrediction predict_speed(const DeviceProfile& profile, const ModelFootprint
   std::string prompt_inputs;
   s.prefill_hit_rate = expected_hit_rate(fp, slots, history, prompt_inputs, false);
   PlanRates rates;
-  if (plan.gpu.vram_slots() == 0) replay_cache(fp, plan, history, prompt_tokens, s, rates);
+  if (plan.gpu.vram_slots() == 0) replay_cache(fp, plan, history, {prompt_tokens, decode_tokens}, s, rates);
   rates.vram_share = std::min(plan.gpu.vram_share, s.hit_rate);
   if (plan.gpu.vram_slots() > 0) {
     rates.vram = vram_bandwidth(profile, fp, plan.gpu);

@@ -33,12 +33,12 @@ DeviceProfile at_sample_bound(DeviceProfile profile, SampleBound bound) {
 
 SpeedPrediction with_sample_band(SpeedPrediction speed, const DeviceProfile& profile, const ModelFootprint& footprint,
                                  const Plan& plan, const experts::UsageHistory* history, int decode_depth,
-                                 int prompt_tokens) {
+                                 int prompt_tokens, int decode_tokens) {
   if (!speed.available) return speed;
   const SpeedPrediction slow = predict_plan_speed(at_sample_bound(profile, SampleBound::slowest), footprint, plan,
-                                                  history, decode_depth, prompt_tokens);
+                                                  history, decode_depth, prompt_tokens, decode_tokens);
   const SpeedPrediction fast = predict_plan_speed(at_sample_bound(profile, SampleBound::fastest), footprint, plan,
-                                                  history, decode_depth, prompt_tokens);
+                                                  history, decode_depth, prompt_tokens, decode_tokens);
   if (!slow.available || !fast.available) return speed;
   speed.band = SpeedBand{slow.decode_tok_per_s, fast.decode_tok_per_s, slow.prefill_tok_per_s, fast.prefill_tok_per_s};
   return speed;

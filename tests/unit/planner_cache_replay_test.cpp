@@ -145,6 +145,21 @@ TEST(CacheReplay, AShortPromptIsPricedByThePromptsOpeningRounds) {
   EXPECT_DOUBLE_EQ(*replay->prompt_misses_per_layer_token(12), (1 + 6 * (2.0 / 12)) / 12);
 }
 
+// Prompt 0 0 then decode 1 1 1, twice over, through one slot: each run's
+// first decode token misses (the slot holds the prompt's 0), the next two
+// hit. A run of one token reads 1 a token, of three a third; a run of six
+// reads the first place's 1 and the settled 0 five times over.
+TEST(CacheReplay, ADecodeRunIsPricedByItsTokensPlaces) {
+  const auto replay = replay_expert_cache(traced(4, {{0, 0}, {1}, {1}, {1}, {0, 0}, {1}, {1}, {1}}), 1, 0, 512);
+  ASSERT_TRUE(replay.has_value());
+  EXPECT_EQ(replay->decode_place_misses, (std::vector<double>{2, 0, 0}));
+  EXPECT_EQ(replay->decode_place_tokens, (std::vector<double>{2, 2, 2}));
+  EXPECT_DOUBLE_EQ(*replay->decode_misses_per_layer_token(), 2.0 / 6);
+  EXPECT_DOUBLE_EQ(*replay->decode_misses_per_layer_token(1), 1.0);
+  EXPECT_DOUBLE_EQ(*replay->decode_misses_per_layer_token(3), 1.0 / 3);
+  EXPECT_DOUBLE_EQ(*replay->decode_misses_per_layer_token(6), 1.0 / 6);
+}
+
 TEST(CacheReplay, NothingToReplayOrACacheThatCannotRunGivesNothing) {
   auto empty = experts::UsageHistory::create({1, 4, 1, "replay-test"});
   EXPECT_FALSE(replay_expert_cache(*empty, 2, 0, 512).has_value()) << "a version 3 history has no trace";
@@ -173,6 +188,26 @@ TEST(PlanSpeed, AShortPromptReadsWhatThePromptsFirstRoundsRead) {
   EXPECT_DOUBLE_EQ(one.prefill_disk_reads, 2 * layers);
   const SpeedPrediction eight = predict_speed(measured_profile(10), fp, plan, &history, kPlanMeanDepth, 8);
   EXPECT_NEAR(eight.prefill_disk_reads, 2 * layers, 1e-9);
+}
+
+// Prompts routed to {0, 1}, each followed by 3 decode tokens routed to
+// {2, 3}, through 2 slots: a run's first token reads both experts at every
+// layer, the next two none. A 64-token run reads them once (its first
+// place), a 3-token run as the trace's runs, and the plan's own figure (no
+// run given) at the trace's mean.
+TEST(PlanSpeed, ALongerDecodeRunSettlesAfterItsFirstTokens) {
+  const ModelFootprint fp = demo_model();
+  const double layers = static_cast<double>(fp.moe_layer_count());
+  const std::vector<std::vector<int>> prompt(2, {0, 1}), token(1, {2, 3});
+  const auto history = recorded(demo_key(fp), {prompt, token, token, token, prompt, token, token, token});
+  const Plan plan = cpu_plan(fp, 2);
+  const SpeedPrediction mean = predict_speed(measured_profile(10), fp, plan, &history);
+  ASSERT_TRUE(mean.available) << mean.unavailable;
+  EXPECT_NEAR(mean.decode_disk_reads, layers * 2.0 / 3, 1e-12) << "2 reads a layer in every 3-token run";
+  const SpeedPrediction three = predict_speed(measured_profile(10), fp, plan, &history, kPlanMeanDepth, kPlanPrompt, 3);
+  EXPECT_NEAR(three.decode_disk_reads, layers * 2.0 / 3, 1e-12);
+  const SpeedPrediction long_run = predict_speed(measured_profile(10), fp, plan, &history, kPlanMeanDepth, kPlanPrompt, 64);
+  EXPECT_NEAR(long_run.decode_disk_reads, layers * 2.0 / 64, 1e-12);
 }
 
 // The speed model prices a streaming CPU plan's misses by the replay: the

@@ -106,7 +106,8 @@ ConfigPrediction predict_config(const Setup& s, const DeviceProfile& profile, co
   ConfigPrediction out;
   double seconds = 0;
   for (int depth : tests.depths) {
-    const planner::SpeedPrediction p = planner::predict_speed(profile, s.footprint, plan, history, depth + tests.decode_tokens / 2);
+    const planner::SpeedPrediction p = planner::predict_speed(profile, s.footprint, plan, history, depth + tests.decode_tokens / 2,
+                                                              tests.prefill_tokens, tests.decode_tokens);
     if (!p.available) {
       out.unavailable = p.unavailable;
       return out;

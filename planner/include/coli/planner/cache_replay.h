@@ -37,9 +37,20 @@ struct CacheReplay {
   // that reached it. A prompt's opening rounds meet the cache the passes
   // before it left; its later rounds, the experts its own rounds leased.
   std::vector<double> prompt_round_misses, prompt_round_tokens;
+  // Per decode token by its place in its run of single-token passes (index
+  // 0: the first after a prompt, or the trace's start): misses over all
+  // layers, and tokens. The first tokens leave the prompt's experts for the
+  // decode's own; later ones reuse what the run before them read.
+  std::vector<double> decode_place_misses, decode_place_tokens;
 
   // Expert reads a decode token makes at one layer, when the trace has decode tokens.
   std::optional<double> decode_misses_per_layer_token() const;
+  // The mean over a run of `tokens` decode tokens, each at the rate of the
+  // trace's decode tokens at its place; places past the trace's longest run
+  // at the rate of the later half of its places (the runs settled). The
+  // Qwen3 shape's grid trace (16-token runs) read 0.1-0.8 experts a layer
+  // at places 0-6 and 0.02-0.07 from place 7 on.
+  std::optional<double> decode_misses_per_layer_token(int tokens) const;
   // Expert reads a prompt token makes at one layer, when the trace has prompts.
   std::optional<double> prompt_misses_per_layer_token() const;
   // The same for a prompt of `tokens`: each of its rounds at the rate of the

@@ -92,9 +92,14 @@ inline constexpr int kPlanMeanDepth = -1;
 // decoder's batch holds at most that many); kPlanPrompt: llama-bench's
 // pp512, at most the context, what a plan's one prefill figure assumes.
 inline constexpr int kPlanPrompt = -1;
+// Decode runs `decode_tokens` tokens after the prompt (a replayed trace
+// prices each by its place in the run: the first ones leave the prompt's
+// experts); kTracedDecodeRun: the trace's own runs, what a plan's one decode
+// figure assumes.
+inline constexpr int kTracedDecodeRun = -1;
 SpeedPrediction predict_speed(const DeviceProfile& profile, const ModelFootprint& footprint, const Plan& plan,
                               const experts::UsageHistory* history = nullptr, int decode_depth = kPlanMeanDepth,
-                              int prompt_tokens = kPlanPrompt);
+                              int prompt_tokens = kPlanPrompt, int decode_tokens = kTracedDecodeRun);
 
 // llama.cpp's split of experts over a GPU (`-ngl 99 --n-cpu-moe N`): whole
 // MoE layers' experts in VRAM, the first N layers' on the CPU. The split of

@@ -27,6 +27,7 @@ DeviceProfile at_sample_bound(DeviceProfile profile, SampleBound bound);
 // Unchanged when the prediction is unavailable.
 SpeedPrediction with_sample_band(SpeedPrediction speed, const DeviceProfile& profile, const ModelFootprint& footprint,
                                  const Plan& plan, const experts::UsageHistory* history = nullptr,
-                                 int decode_depth = kPlanMeanDepth, int prompt_tokens = kPlanPrompt);
+                                 int decode_depth = kPlanMeanDepth, int prompt_tokens = kPlanPrompt,
+                                 int decode_tokens = kTracedDecodeRun);
 
 }  // namespace coli::planner
