@@ -515,9 +515,7 @@ int plan(PlanArgs& a) {
   file.dense_format = model->footprint.dense_format;
   file.top_k = model->footprint.top_k;
   file.plan = std::move(std::get<planner::Plan>(outcome));
-  file.speed = planner::predict_plan_speed(*profile, model->footprint, file.plan, history ? &*history : nullptr);
-  file.speed = planner::with_sample_band(std::move(file.speed), *profile, model->footprint, file.plan,
-                                         history ? &*history : nullptr);
+  file.speed = planner::predict_plan_speed_with_band(*profile, model->footprint, file.plan, history ? &*history : nullptr);
   // Everything from reading the profile to the prediction: the < 50 ms target.
   file.planning_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count() - live_probe_ms - retime_ms;
   if (!a.out.empty()) {

@@ -154,8 +154,7 @@ void print_stats(const GenerationResult& result, const LoadedEngine& engine, boo
   if (engine.planned) {
     print_plan_vs_actual(engine.planned->plan, stats, process_peak_resident_bytes());
     MeasuredSpeed measured = measured_speed(result);
-    const planner::Plan& plan = engine.planned->plan.plan;
-    measured.cold_cache = plan.cap < plan.n_experts && stats.preloaded_experts == 0;
+    measured.cold_cache = stats.experts_stream && stats.preloaded_experts == 0;
     print_speed_vs_plan(prediction_for_run(*engine.planned, measured), measured);
   } else if (report) {
     print_measured(stats, process_peak_resident_bytes());

@@ -88,7 +88,7 @@ Result<std::vector<std::vector<int>>> preload_by_use(const History& history, con
 // Says what the load read by use (the engine skips it where no expert stays on the host).
 void report_preload(const runtime::ModelOptions& options, const runtime::MoeModel& model, const char* program) {
   const std::uint64_t read = model.stats().preloaded_experts;
-  if (options.preload_by_use.empty() || read == 0) return;
+  if (!model.stats().experts_stream || read == 0) return;
   std::fprintf(stderr, "%s: preloaded %llu experts, the usage history's most used of each of %zu MoE layers (at most "
                        "cap %d each), so the first tokens meet a warm cache (--no-preload: read each on first use)\n",
                program, static_cast<unsigned long long>(read), options.preload_by_use.size(), options.cache_capacity);

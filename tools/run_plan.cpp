@@ -116,10 +116,8 @@ RunPredictor predictor(PredictionInputs inputs) {
   auto kept = std::make_shared<const PredictionInputs>(std::move(inputs));
   return [kept](int prompt_tokens, int decode_depth, int decode_tokens) {
     const experts::UsageHistory* history = kept->history ? &*kept->history : nullptr;
-    return planner::with_sample_band(planner::predict_plan_speed(kept->profile, kept->footprint, kept->plan, history,
-                                                                 decode_depth, prompt_tokens, decode_tokens),
-                                     kept->profile, kept->footprint, kept->plan, history, decode_depth, prompt_tokens,
-                                     decode_tokens);
+    return planner::predict_plan_speed_with_band(kept->profile, kept->footprint, kept->plan, history, decode_depth,
+                                                 prompt_tokens, decode_tokens);
   };
 }
 
@@ -130,9 +128,8 @@ std::optional<experts::UsageHistory> copy_of(const experts::UsageHistory* histor
 // A plan file's profile, where it is still at the path the plan names with
 // the fingerprint it was planned from: the run then predicts for its own
 // prompt and depth as with --profile. Empty otherwise (the plan's figures stand).
-RunPredictor plan_file_predictor(const planner::PlanFile& file,
-                                                                       const runtime::ModelShape& shape,
-                                                                       const experts::UsageHistory* history) {
+RunPredictor plan_file_predictor(const planner::PlanFile& file, const runtime::ModelShape& shape,
+                                 const experts::UsageHistory* history) {
   if (file.profile_path.empty() || file.profile_fingerprint.empty()) return {};
   auto profile = fleet::load_shared_profile(file.profile_path);  // gone or unreadable: an error, so none
   if (!profile || profile->fingerprint != file.profile_fingerprint) return {};
@@ -213,8 +210,7 @@ Result<PlannedKnobs> knobs_from_profile(const std::filesystem::path& profile_fil
   file.top_k = shape.top_k;
   file.plan = *plan;
   // As coli-plan predicts it; the run ends with the same model at its own prompt and depth.
-  file.speed = planner::with_sample_band(planner::predict_plan_speed(*profile, footprint, *plan, workload.history),
-                                         *profile, footprint, *plan, workload.history);
+  file.speed = planner::predict_plan_speed_with_band(*profile, footprint, *plan, workload.history);
   if (Status s = check_gpu_here(*plan, profile->gpus); !s) return s.error();
   auto options = runtime::options_from_plan(*plan, shape, workload.history);
   if (!options) return make_error("the plan from " + profile_file.string() + ": " + options.error().message);

@@ -877,13 +877,14 @@ void predict_prefill(const DeviceProfile& profile, const ModelFootprint& fp, con
   s.prefill_inputs = prefill_inputs_text(fp, r, history, p);
 }
 
-// A CPU plan's hit rates and round sizes from the engine's cache replayed
-// over the usage history's routing trace, where it has one (else the
-// reuse distances or routing shares stand, as expected_hit_rate says).
-// `run`: the prompt's tokens and the decode's (kTracedDecodeRun: the trace's own runs).
+// The prompt's tokens and the decode's (kTracedDecodeRun: the trace's own runs).
 struct ReplayedRun {
   int prompt_tokens, decode_tokens;
 };
+
+// A CPU plan's hit rates and round sizes from the engine's cache replayed
+// over the usage history's routing trace, where it has one (else the
+// reuse distances or routing shares stand, as expected_hit_rate says).
 
 void replay_cache(const ModelFootprint& fp, const Plan& plan, const experts::UsageHistory* history, ReplayedRun run,
                   SpeedPrediction& s, PlanRates& rates) {
@@ -896,9 +897,7 @@ void replay_cache(const ModelFootprint& fp, const Plan& plan, const experts::Usa
   if (cap >= fp.n_experts) return;  // every expert resident: the hit rates are 1 already
   rates.decode_batches = CacheReplay::shares(replay->decode_rounds_missing);
   rates.prompt_batches = CacheReplay::shares(replay->prompt_rounds_missing);
-  const auto decode_misses = run.decode_tokens > 0 ? replay->decode_misses_per_layer_token(run.decode_tokens)
-                                                   : replay->decode_misses_per_layer_token();
-  if (const auto misses = decode_misses) {
+  if (const auto misses = replay->decode_misses_per_layer_token(run.decode_tokens)) {
     s.hit_rate = std::clamp(1.0 - *misses / fp.top_k, 0.0, 1.0);
     s.hit_rate_inputs = replay->describe(cap, plan.pins) + ": " + format_fixed(*misses, 3) + " reads a decode token and layer";
   }

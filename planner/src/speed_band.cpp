@@ -31,9 +31,10 @@ DeviceProfile at_sample_bound(DeviceProfile profile, SampleBound bound) {
   return profile;
 }
 
-SpeedPrediction with_sample_band(SpeedPrediction speed, const DeviceProfile& profile, const ModelFootprint& footprint,
-                                 const Plan& plan, const experts::UsageHistory* history, int decode_depth,
-                                 int prompt_tokens, int decode_tokens) {
+SpeedPrediction predict_plan_speed_with_band(const DeviceProfile& profile, const ModelFootprint& footprint,
+                                             const Plan& plan, const experts::UsageHistory* history, int decode_depth,
+                                             int prompt_tokens, int decode_tokens) {
+  SpeedPrediction speed = predict_plan_speed(profile, footprint, plan, history, decode_depth, prompt_tokens, decode_tokens);
   if (!speed.available) return speed;
   const SpeedPrediction slow = predict_plan_speed(at_sample_bound(profile, SampleBound::slowest), footprint, plan,
                                                   history, decode_depth, prompt_tokens, decode_tokens);

@@ -36,7 +36,7 @@ PlanFile h200_qwen3_plan() {
   f.model_identity = model_identity("{\"model_type\": \"qwen3_moe\"}", fp.config);
   f.top_k = fp.top_k;
   f.plan = *plan;
-  f.speed = with_sample_band(predict_speed(profile, fp, f.plan), profile, fp, f.plan);
+  f.speed = predict_plan_speed_with_band(profile, fp, f.plan);
   f.planning_ms = 3.25;
   return f;
 }

@@ -68,7 +68,7 @@ TEST(SpeedBand, BracketsThePredictionAndClosesOnASteadyMachine) {
   p.measurements.kernel_tuning.reset();
   p.measurements.memory->points[2].gb_per_s = {5, 20, 26, 14, 0.6};
   const ResidentPlan r = resident_plan(p);
-  const SpeedPrediction banded = with_sample_band(predict_speed(p, r.fp, r.plan), p, r.fp, r.plan);
+  const SpeedPrediction banded = predict_plan_speed_with_band(p, r.fp, r.plan);
   ASSERT_TRUE(banded.available) << banded.unavailable;
   ASSERT_TRUE(banded.band.made());
   EXPECT_LT(banded.band.decode_slowest, banded.decode_tok_per_s);
@@ -77,7 +77,7 @@ TEST(SpeedBand, BracketsThePredictionAndClosesOnASteadyMachine) {
   EXPECT_GE(banded.band.prefill_fastest, banded.prefill_tok_per_s);
 
   p.measurements.memory->points[2].gb_per_s = {5, 20, 20, 20, 0};
-  const SpeedPrediction steady = with_sample_band(predict_speed(p, r.fp, r.plan), p, r.fp, r.plan);
+  const SpeedPrediction steady = predict_plan_speed_with_band(p, r.fp, r.plan);
   EXPECT_EQ(steady.band.decode_slowest, steady.decode_tok_per_s);
   EXPECT_EQ(steady.band.decode_fastest, steady.decode_tok_per_s);
   EXPECT_EQ(steady.band.prefill_slowest, steady.prefill_tok_per_s);
@@ -90,7 +90,7 @@ TEST(SpeedBand, NoneWithoutAPrediction) {
   DeviceProfile p = measured_profile(20);
   const ResidentPlan r = resident_plan(p);
   p.measurements.memory.reset();
-  const SpeedPrediction none = with_sample_band(predict_speed(p, r.fp, r.plan), p, r.fp, r.plan);
+  const SpeedPrediction none = predict_plan_speed_with_band(p, r.fp, r.plan);
   ASSERT_FALSE(none.available);
   EXPECT_FALSE(none.band.made());
 }

@@ -436,7 +436,7 @@ TEST(SweepPrediction, BandStandingCountsWhatLiesInsideAndNamesTheRest) {
   std::vector<ConfigSummary> s(5);
   for (std::size_t i = 0; i < s.size(); ++i) s[i].decode.median = 100, s[i].prefill.median = 500;
   std::vector<ConfigPrediction> p(5, ConfigPrediction{true, "", 100, 500});
-  auto band = [](ConfigPrediction& c, double lo, double hi) { c.decode_slowest = lo, c.decode_fastest = hi; };
+  auto band = [](ConfigPrediction& c, double lo, double hi) { c.band.decode_slowest = lo, c.band.decode_fastest = hi; };
   band(p[0], 90, 110);
   band(p[1], 100, 120);  // at its lower end
   band(p[2], 101, 130);  // above the measured: outside

@@ -132,8 +132,7 @@ ConfigPrediction predict_config_with_band(const Setup& s, const std::pair<Device
   const ConfigPrediction slow = predict_config(s, bounds.first, plan, tests);
   const ConfigPrediction fast = predict_config(s, bounds.second, plan, tests);
   if (!out.available || !slow.available || !fast.available) return out;
-  out.decode_slowest = slow.decode_tok_s, out.decode_fastest = fast.decode_tok_s;
-  out.prefill_slowest = slow.prefill_tok_s, out.prefill_fastest = fast.prefill_tok_s;
+  out.band = {slow.decode_tok_s, fast.decode_tok_s, slow.prefill_tok_s, fast.prefill_tok_s};
   return out;
 }
 

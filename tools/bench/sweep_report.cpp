@@ -6,6 +6,7 @@
 #include <cstring>
 #include <map>
 #include <numeric>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -54,6 +55,12 @@ std::string ranking_line(const SweepReport& r, Metric metric) {
   return out;
 }
 
+// A configuration's band for one metric: its slowest and fastest ends.
+std::pair<double, double> band_of(const ConfigPrediction& p, Metric metric) {
+  return metric == Metric::decode ? std::pair{p.band.decode_slowest, p.band.decode_fastest}
+                                  : std::pair{p.band.prefill_slowest, p.band.prefill_fastest};
+}
+
 std::string prediction_line(const SweepReport& r, const std::vector<ConfigPrediction>& predictions, Metric metric) {
   const PredictionQuality q = prediction_quality(r.summaries, predictions, metric);
   if (q.points == 0) return "predicted: none (the profile lacks a measurement the prediction needs)";
@@ -66,12 +73,10 @@ std::string prediction_line(const SweepReport& r, const std::vector<ConfigPredic
     out += "; inside the probe's band (its slowest to fastest rounds) " + std::to_string(band.inside) + " of " +
            std::to_string(band.points);
     for (std::size_t i : band.outside) {
-      const ConfigPrediction& p = predictions[i];
-      const bool decode = metric == Metric::decode;
+      const auto [slowest, fastest] = band_of(predictions[i], metric);
       out += (i == band.outside.front() ? ", outside: " : ", ") + config_label(r.grid[i], r.n_experts) + " " +
-             format_fixed(metric_median(r.summaries[i], metric), 1) + " against " +
-             format_fixed(decode ? p.decode_slowest : p.prefill_slowest, 1) + "-" +
-             format_fixed(decode ? p.decode_fastest : p.prefill_fastest, 1);
+             format_fixed(metric_median(r.summaries[i], metric), 1) + " against " + format_fixed(slowest, 1) + "-" +
+             format_fixed(fastest, 1);
     }
   }
   return out;
@@ -329,11 +334,9 @@ BandStanding band_standing(const std::vector<ConfigSummary>& summaries, const st
                            Metric metric) {
   BandStanding out;
   for (std::size_t i = 0; i < summaries.size() && i < predictions.size(); ++i) {
-    const ConfigPrediction& p = predictions[i];
-    const bool decode = metric == Metric::decode;
-    const double lo = decode ? p.decode_slowest : p.prefill_slowest, hi = decode ? p.decode_fastest : p.prefill_fastest;
+    const auto [lo, hi] = band_of(predictions[i], metric);
     const double m = metric_median(summaries[i], metric);
-    if (!p.available || lo <= 0 || hi - lo <= 1e-4 * hi || m <= 0) continue;  // none, or one round per rate: no spread
+    if (!predictions[i].available || lo <= 0 || !planner::SpeedBand::wide(lo, hi) || m <= 0) continue;  // none, or one round per rate
     ++out.points;
     if (m >= lo && m <= hi) ++out.inside;
     else out.outside.push_back(i);
@@ -469,8 +472,8 @@ std::string sweep_json(const SweepReport& r) {
                                    {"prefill_disk_reads", p->prefill_disk_reads},
                                    {"prefill_disk_reads_prompt_tokens", p->prefill_tokens},
                                    {"disk_read_seconds", p->disk_read_seconds},
-                                   {"decode_band_tok_s", {p->decode_slowest, p->decode_fastest}},
-                                   {"prefill_band_tok_s", {p->prefill_slowest, p->prefill_fastest}},
+                                   {"decode_band_tok_s", {p->band.decode_slowest, p->band.decode_fastest}},
+                                   {"prefill_band_tok_s", {p->band.prefill_slowest, p->band.prefill_fastest}},
                                    {"decode_error", s.decode.median > 0 ? p->decode_tok_s / s.decode.median - 1 : 0.0},
                                    {"prefill_error", s.prefill.median > 0 ? p->prefill_tok_s / s.prefill.median - 1 : 0.0}}
           : nlohmann::ordered_json{{"unavailable", i < r.predictions.size() ? r.predictions[i].unavailable : "not predicted"}};

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "coli/planner/speed.h"
 #include "speed_tests.h"
 #include "sweep_grid.h"
 
@@ -147,9 +148,7 @@ struct ConfigPrediction {
   double prefill_disk_reads = 0;  // per prefill pass (the planner's prompt of prefill_tokens)
   int prefill_tokens = 0;
   double disk_read_seconds = 0;   // one record read alone by a reading thread (the profile's bare figure)
-  // The same on the probe's slowest and fastest rounds of every rate
-  // (planner/speed_band.h); all 0 where not made.
-  double decode_slowest = 0, decode_fastest = 0, prefill_slowest = 0, prefill_fastest = 0;
+  planner::SpeedBand band;  // the same on the probe's slowest and fastest rounds (planner/speed_band.h)
 };
 
 // Predicted against measured over the configurations that have both: the

@@ -523,6 +523,7 @@ Result<std::vector<std::vector<int>>> MoeModel::State::load_weights(bool on_gpu,
     experts = std::move(*store);
   }
   stats.io_mode = experts.io_mode();
+  stats.experts_stream = experts.experts_stream();
   if (!on_gpu) {
     if (Status s = load_layers(); !s) return s.error();
   }

@@ -47,7 +47,8 @@ struct CacheReplay {
   std::optional<double> decode_misses_per_layer_token() const;
   // The mean over a run of `tokens` decode tokens, each at the rate of the
   // trace's decode tokens at its place; places past the trace's longest run
-  // at the rate of the later half of its places (the runs settled). The
+  // at the rate of the later half of its places (the runs settled). `tokens`
+  // < 1 (kTracedDecodeRun): the trace's own runs, the mean above. The
   // Qwen3 shape's grid trace (16-token runs) read 0.1-0.8 experts a layer
   // at places 0-6 and 0.02-0.07 from place 7 on.
   std::optional<double> decode_misses_per_layer_token(int tokens) const;

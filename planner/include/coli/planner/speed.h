@@ -31,11 +31,10 @@ struct SpeedBand {
   double decode_slowest = 0, decode_fastest = 0;
   double prefill_slowest = 0, prefill_fastest = 0;
   bool made() const { return decode_slowest > 0 && decode_fastest > 0; }
-  // Wider than rounding (0.01%) for decode or prefill: where every rate the
-  // prediction rests on was timed in one round, both ends are the prediction.
-  bool has_width() const {
-    return decode_fastest - decode_slowest > 1e-4 * decode_fastest || prefill_fastest - prefill_slowest > 1e-4 * prefill_fastest;
-  }
+  // One metric's ends wider apart than rounding (0.01%): where every rate
+  // the prediction rests on was timed in one round, both are the prediction.
+  static bool wide(double slowest, double fastest) { return fastest - slowest > 1e-4 * fastest; }
+  bool has_width() const { return wide(decode_slowest, decode_fastest) || wide(prefill_slowest, prefill_fastest); }
   bool operator==(const SpeedBand&) const = default;
 };
 
@@ -61,7 +60,7 @@ struct SpeedPrediction {
   double disk_read_seconds = 0;
   std::vector<SpeedTerm> decode_terms;   // they sum to 1 / decode_tok_per_s
   std::vector<SpeedTerm> prefill_terms;  // compute and memory parts: 1 / prefill_tok_per_s is the longer sum
-  SpeedBand band;                        // with_sample_band's; not made by predict_speed itself
+  SpeedBand band;                        // predict_plan_speed_with_band's; not made by predict_speed itself
   bool operator==(const SpeedPrediction&) const = default;
 };
 

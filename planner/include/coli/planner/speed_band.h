@@ -22,12 +22,12 @@ enum class SampleBound { slowest, fastest };
 // compute slowdowns keep their medians: they are stored without rounds.
 DeviceProfile at_sample_bound(DeviceProfile profile, SampleBound bound);
 
-// `speed` (predict_plan_speed's, for the same arguments) with its band
-// filled in: decode and prefill on the slowest and on the fastest rounds.
-// Unchanged when the prediction is unavailable.
-SpeedPrediction with_sample_band(SpeedPrediction speed, const DeviceProfile& profile, const ModelFootprint& footprint,
-                                 const Plan& plan, const experts::UsageHistory* history = nullptr,
-                                 int decode_depth = kPlanMeanDepth, int prompt_tokens = kPlanPrompt,
-                                 int decode_tokens = kTracedDecodeRun);
+// predict_plan_speed with its band filled in: decode and prefill on the
+// slowest and on the fastest rounds. No band when the prediction is
+// unavailable.
+SpeedPrediction predict_plan_speed_with_band(const DeviceProfile& profile, const ModelFootprint& footprint,
+                                             const Plan& plan, const experts::UsageHistory* history = nullptr,
+                                             int decode_depth = kPlanMeanDepth, int prompt_tokens = kPlanPrompt,
+                                             int decode_tokens = kTracedDecodeRun);
 
 }  // namespace coli::planner

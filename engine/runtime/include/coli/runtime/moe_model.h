@@ -163,6 +163,7 @@ struct ModelStats {
   // every one when resident, else ModelOptions::preload_by_use's; 0 = the
   // cache started empty.
   std::uint64_t preloaded_experts = 0;
+  bool experts_stream = false;  // the host's expert cache holds fewer than every expert (ExpertStore::experts_stream)
   std::string cpu_kernel;                 // the variant in use
   // The thread sets the passes ran on, e.g. "2 threads on PUs 0-1"; empty
   // for a phase that has not run. Prefill: passes of several tokens.
