@@ -67,7 +67,35 @@ TEST(RoutingTrace, APassLongerThanTheWindowKeepsItsLastTokens) {
   run_pass(*trace, 10, 100);
   EXPECT_EQ(ids(trace->pass_tokens()), (std::vector<int>{4}));
   EXPECT_EQ(ids(trace->layer(1)), (std::vector<int>{106, 107, 108, 109}));
-  EXPECT_EQ(RoutingTrace::bytes_held(48, 8, 2048), 3ull * 2048 * 4 * (48 * 8 + 1));
+  EXPECT_EQ(RoutingTrace::bytes_held(48, 8, 2048), 3ull * 2048 * 4 * (48 * 8 + 2));
+}
+
+// Each pass keeps its first KV position: cut at its front by the window, it
+// starts that many positions later; appended, it keeps its own; read from
+// a file, one a pass or none (older histories: unknown).
+TEST(RoutingTrace, EachPassKeepsItsFirstPosition) {
+  auto trace = RoutingTrace::create(2, 1, 4);
+  trace->begin_pass(3, 0);
+  for (int layer = 0; layer < 2; ++layer)
+    for (int t = 0; t < 3; ++t) trace->record(layer, std::vector<int>{t});
+  trace->begin_pass(1, 3);
+  for (int layer = 0; layer < 2; ++layer) trace->record(layer, std::vector<int>{9});
+  run_pass(*trace, 1, 7);  // no position given: unknown
+  EXPECT_EQ(ids(trace->pass_starts()), (std::vector<int>{0, 3, kUnknownStart}));
+  const RoutingTrace window = trace->window();  // 5 tokens in a window of 4: the prompt's first is cut
+  EXPECT_EQ(ids(window.pass_tokens()), (std::vector<int>{2, 1, 1}));
+  EXPECT_EQ(ids(window.pass_starts()), (std::vector<int>{1, 3, kUnknownStart}));
+  auto longer = RoutingTrace::create(1, 1, 4);
+  longer->begin_pass(6, 10);  // longer than the window: its last 4 tokens, from position 12
+  for (int t = 0; t < 6; ++t) longer->record(0, std::vector<int>{t});
+  EXPECT_EQ(ids(longer->pass_starts()), (std::vector<int>{12}));
+  auto read = RoutingTrace::create(1, 1, 4);
+  EXPECT_TRUE(read->assign({1, 1}, {{0, 1}}, {5, 6}).ok());
+  EXPECT_EQ(ids(read->pass_starts()), (std::vector<int>{5, 6}));
+  EXPECT_TRUE(read->assign({1, 1}, {{0, 1}}).ok());
+  EXPECT_EQ(ids(read->pass_starts()), (std::vector<int>{kUnknownStart, kUnknownStart}));
+  EXPECT_FALSE(read->assign({1, 1}, {{0, 1}}, {5}).ok()) << "one position a pass";
+  EXPECT_FALSE(read->assign({1, 1}, {{0, 1}}, {5, -2}).ok());
 }
 
 TEST(RoutingTrace, AppendFollowsTheOlderTraceWithinTheWindow) {

@@ -32,12 +32,12 @@ UsageHistory sample_history() {
   // A two-token prompt, then one generated token, at each of the 3 layers.
   auto trace = RoutingTrace::create(kKey.n_layers, kKey.top_k);
   EXPECT_TRUE(trace.ok());
-  trace->begin_pass(2);
+  trace->begin_pass(2, 0);
   for (int layer = 0; layer < kKey.n_layers; ++layer) {
     trace->record(layer, std::vector<int>{1, 4});
     trace->record(layer, std::vector<int>{1, 5});
   }
-  trace->begin_pass(1);
+  trace->begin_pass(1, 2);
   for (int layer = 0; layer < kKey.n_layers; ++layer) trace->record(layer, std::vector<int>{0, layer});
   EXPECT_TRUE(history->add_trace(*trace).ok());
   // The run's read rounds: three of one read (6 ms in all), one of three.
@@ -62,12 +62,15 @@ std::string body_of(const std::string& file) { return file.substr(0, file.rfind(
 
 // `history` as an older version writes it: the version line set to
 // `version` and every line from `first_dropped` on left out (what that
-// version lacks), with a valid checksum.
+// version lacks), before version 8 its trace_starts line too, with a valid
+// checksum.
 std::string as_version(const UsageHistory& history, int version, const std::string& first_dropped) {
   std::string body = body_of(history.serialize());
   const std::string current = "format_version " + std::to_string(kUsageHistoryVersion);
   body.replace(body.find(current), current.size(), "format_version " + std::to_string(version));
   body.erase(body.find(first_dropped));
+  if (const auto starts = body.find("trace_starts "); version < 8 && starts != std::string::npos)
+    body.erase(starts, body.find('\n', starts) + 1 - starts);
   return with_checksum(body);
 }
 
@@ -250,6 +253,31 @@ TEST(UsageHistory, TraceRoundTripsAndVersion3FilesLoadWithout) {
   EXPECT_EQ(version3->count(0, 1), 2.0);
 }
 
+// Version 8 adds each pass's first KV position (the 2-token prompt at 0,
+// the generated token after it at 2); version 7 files load with none known.
+TEST(UsageHistory, TraceStartsRoundTripAndVersion7FilesLoadWithout) {
+  const UsageHistory history = sample_history();
+  EXPECT_NE(history.serialize().find("\ntrace_passes 2 2 1\ntrace_starts 2 0 2\n"), std::string::npos) << history.serialize();
+  auto loaded = UsageHistory::parse(history.serialize(), kKey);
+  ASSERT_TRUE(loaded.ok()) << loaded.error().message;
+  const auto starts = loaded->trace().pass_starts();
+  EXPECT_EQ(std::vector<int>(starts.begin(), starts.end()), (std::vector<int>{0, 2}));
+  auto version7 = UsageHistory::parse(as_version(history, 7, "read_rounds"), kKey);
+  ASSERT_TRUE(version7.ok()) << version7.error().message;
+  const auto unknown = version7->trace().pass_starts();
+  EXPECT_EQ(std::vector<int>(unknown.begin(), unknown.end()), (std::vector<int>{kUnknownStart, kUnknownStart}));
+  EXPECT_EQ(version7->trace().tokens(), 3);
+  const std::string file = body_of(history.serialize());
+  auto edit = [&](const std::string& from, const std::string& to) {
+    std::string text = file;
+    text.replace(text.find(from), from.size(), to);
+    return with_checksum(text);
+  };
+  expect_refused(edit("trace_starts 2 0 2", "trace_starts 1 0"), "trace_starts line: 1 first positions for 2 passes");
+  expect_refused(edit("trace_starts 2 0 2", "trace_starts 2 0 -2"), "trace_starts line: value 2 is not an integer in -1..");
+  expect_refused(edit("trace_starts 2 0 2", "trace_starts 3 0 2"), "trace_starts line: the first value must count");
+}
+
 // Merging appends the newer run's trace (decay 0: it alone), within the window.
 TEST(UsageHistory, MergedTracesFollowEachOther) {
   UsageHistory older = sample_history();
@@ -349,14 +377,14 @@ TEST(UsageHistory, ContentErrorsBehindAValidChecksumAreReported) {
     for (int team = 1; team <= 17; ++team) lines += "read_rounds " + std::to_string(team) + " 8192 4 0\n";
     return lines;
   }();
-  expect_refused(edit("read_rounds 2 8192", seventeen_sets + "read_rounds 2 8192"), "expected 13 to 29 layer, reuse, trace and read_rounds lines, found 31");
+  expect_refused(edit("read_rounds 2 8192", seventeen_sets + "read_rounds 2 8192"), "expected 14 to 30 layer, reuse, trace and read_rounds lines, found 32");
   expect_refused(edit("reuse 1 0 0", "reuse 1 nan 0"), "reuse line 1: count 0");
   expect_refused(edit("reuse 1 0 0", "reuse 1 0"), "reuse line 1 is malformed");
   expect_refused(edit("decode_reuse 1 0 0", "decode_reuse 1 0"), "decode_reuse line 1 is malformed");
   expect_refused(edit("trace 1 1 4", "trace 1 6 4"), "trace line 1: value 0 is not an integer in 0..5");
   expect_refused(edit("trace 1 1 4", "trace 1 4"), "layer 1 has 5 expert ids");
   expect_refused(edit("trace 1 1 4", "trace 2 1 4"), "trace line 1 is malformed");
-  expect_refused(edit("trace_passes 2 2 1", "trace_passes 3 2 1"), "must count the passes");
+  expect_refused(edit("trace_passes 2 2 1", "trace_passes 3 2 1"), "trace_passes line: the first value must count the values");
   expect_refused(edit("trace_passes 2 2 1", "trace_passes 2 2 0"), "a pass of 0 tokens");
   expect_refused(edit("trace_passes 2 2 1", "trace_passes 2 2 9999"), "trace_passes line: value 2");
   expect_refused(edit("read_rounds 2 8192 4 3", "read_rounds 2 8192 4 4"), "read_rounds line is malformed");

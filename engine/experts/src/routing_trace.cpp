@@ -23,7 +23,8 @@ RoutingTrace::RoutingTrace(int n_layers, int top_k, int max_tokens)
 
 std::uint64_t RoutingTrace::bytes_held(int n_layers, int top_k, int max_tokens) {
   const std::uint64_t tokens = kWindowsHeld * static_cast<std::uint64_t>(std::max(0, max_tokens));
-  return tokens * sizeof(int) * (static_cast<std::uint64_t>(std::max(0, n_layers)) * static_cast<std::uint64_t>(std::max(0, top_k)) + 1);
+  // Per token: its layers' ids; at most one pass a token, each a count and a first position.
+  return tokens * sizeof(int) * (static_cast<std::uint64_t>(std::max(0, n_layers)) * static_cast<std::uint64_t>(std::max(0, top_k)) + 2);
 }
 
 bool RoutingTrace::open_pass_complete() const {
@@ -34,12 +35,13 @@ bool RoutingTrace::open_pass_complete() const {
 void RoutingTrace::drop_open_pass() {
   passes_total_ -= passes_.back();
   passes_.pop_back();
+  starts_.pop_back();
   const std::size_t keep = at(passes_total_) * at(top_k_);
   for (std::vector<int>& ids : ids_) ids.resize(std::min(ids.size(), keep));
   open_ = false;
 }
 
-void RoutingTrace::begin_pass(int tokens) {
+void RoutingTrace::begin_pass(int tokens, int first_position) {
   if (open_ && !open_pass_complete()) drop_open_pass();
   open_ = false;
   // Trimmed in steps of a window, so a long session pays one move per window of tokens.
@@ -50,10 +52,12 @@ void RoutingTrace::begin_pass(int tokens) {
   const std::size_t most = kWindowsHeld * at(max_tokens_);
   if (passes_.capacity() < most) {
     passes_.reserve(most);
+    starts_.reserve(most);
     for (std::vector<int>& ids : ids_) ids.reserve(most * at(top_k_));
   }
   skip_ = std::max(0, tokens - max_tokens_);
   passes_.push_back(tokens - skip_);
+  starts_.push_back(first_position < 0 ? kUnknownStart : first_position + skip_);
   passes_total_ += tokens - skip_;
   std::fill(seen_.begin(), seen_.end(), 0);
   open_ = true;
@@ -75,6 +79,8 @@ std::span<const int> RoutingTrace::pass_tokens() const {
   return std::span<const int>(passes_).first(passes_.size() - (last_incomplete ? 1 : 0));
 }
 
+std::span<const int> RoutingTrace::pass_starts() const { return std::span<const int>(starts_).first(pass_tokens().size()); }
+
 std::span<const int> RoutingTrace::layer(int layer) const {
   if (layer < 0 || layer >= n_layers()) return {};
   return std::span<const int>(ids_[at(layer)]).first(at(tokens()) * at(top_k_));
@@ -85,7 +91,11 @@ void RoutingTrace::drop_front(int tokens) {
   std::size_t whole = 0;
   while (whole < passes_.size() && left >= passes_[whole]) left -= passes_[whole++];
   passes_.erase(passes_.begin(), passes_.begin() + static_cast<std::ptrdiff_t>(whole));
-  if (left > 0 && !passes_.empty()) passes_.front() -= left;
+  starts_.erase(starts_.begin(), starts_.begin() + static_cast<std::ptrdiff_t>(whole));
+  if (left > 0 && !passes_.empty()) {
+    passes_.front() -= left;
+    if (starts_.front() != kUnknownStart) starts_.front() += left;  // its first tokens cut
+  }
   passes_total_ = std::max(0, passes_total_ - tokens);
   const auto ids = static_cast<std::ptrdiff_t>(at(tokens) * at(top_k_));
   for (std::vector<int>& layer_ids : ids_) layer_ids.erase(layer_ids.begin(), layer_ids.begin() + std::min<std::ptrdiff_t>(ids, static_cast<std::ptrdiff_t>(layer_ids.size())));
@@ -95,6 +105,7 @@ RoutingTrace RoutingTrace::window() const {
   RoutingTrace out(n_layers(), top_k_, max_tokens_);
   const auto passes = pass_tokens();
   out.passes_.assign(passes.begin(), passes.end());
+  out.starts_.assign(pass_starts().begin(), pass_starts().end());
   out.passes_total_ = tokens();
   for (int l = 0; l < n_layers(); ++l) out.ids_[at(l)].assign(layer(l).begin(), layer(l).end());
   if (const int over = out.tokens() - max_tokens_; over > 0) out.drop_front(over);
@@ -109,6 +120,7 @@ Status RoutingTrace::append(const RoutingTrace& newer) {
   RoutingTrace joined = window();
   const auto passes = newer.pass_tokens();
   joined.passes_.insert(joined.passes_.end(), passes.begin(), passes.end());
+  joined.starts_.insert(joined.starts_.end(), newer.pass_starts().begin(), newer.pass_starts().end());
   joined.passes_total_ += newer.tokens();
   for (int l = 0; l < n_layers(); ++l) {
     const auto ids = newer.layer(l);
@@ -118,7 +130,8 @@ Status RoutingTrace::append(const RoutingTrace& newer) {
   return Ok{};
 }
 
-Status RoutingTrace::assign(std::vector<int> pass_tokens, std::vector<std::vector<int>> layer_ids) {
+Status RoutingTrace::assign(std::vector<int> pass_tokens, std::vector<std::vector<int>> layer_ids,
+                            std::vector<int> pass_starts) {
   if (layer_ids.size() != ids_.size())
     return make_error("routing trace: ids for " + std::to_string(layer_ids.size()) + " layers, the model has " +
                       std::to_string(ids_.size()));
@@ -136,7 +149,14 @@ Status RoutingTrace::assign(std::vector<int> pass_tokens, std::vector<std::vecto
                         " expert ids, its passes' " + std::to_string(total) + " tokens x top_k " + std::to_string(top_k_) +
                         " need " + std::to_string(total * top_k_));
   }
+  if (pass_starts.empty()) pass_starts.assign(pass_tokens.size(), kUnknownStart);
+  if (pass_starts.size() != pass_tokens.size())
+    return make_error("routing trace: " + std::to_string(pass_starts.size()) + " first positions for " +
+                      std::to_string(pass_tokens.size()) + " passes (one each)");
+  for (const int start : pass_starts)
+    if (start < kUnknownStart) return make_error("routing trace: a first position of " + std::to_string(start) + " (at least 0, or -1: not recorded)");
   passes_ = std::move(pass_tokens);
+  starts_ = std::move(pass_starts);
   passes_total_ = static_cast<int>(total);
   ids_ = std::move(layer_ids);
   open_ = false;

@@ -2,6 +2,7 @@
 // that turns every kind of bad file into an Error.
 #include <algorithm>
 #include <charconv>
+#include <limits>
 #include <cmath>
 #include <optional>
 #include <span>
@@ -75,11 +76,14 @@ void append_ints(std::string& out, std::span<const int> values) {
   out += '\n';
 }
 
-// "trace_passes <n> <tokens...>", then "trace <i> <ids...>" per layer.
+// "trace_passes <n> <tokens...>", "trace_starts <n> <first positions...>",
+// then "trace <i> <ids...>" per layer.
 void append_trace(std::string& out, const RoutingTrace& trace) {
   const auto passes = trace.pass_tokens();
   out += "trace_passes " + std::to_string(passes.size());
   append_ints(out, passes);
+  out += "trace_starts " + std::to_string(passes.size());
+  append_ints(out, trace.pass_starts());
   for (int layer = 0; layer < trace.n_layers(); ++layer) {
     out += "trace " + std::to_string(layer);
     append_ints(out, trace.layer(layer));
@@ -107,20 +111,39 @@ Result<std::vector<int>> parse_ints(std::string_view line, std::string_view tag,
   return values;
 }
 
-// Version 4's trace lines into `trace` (n_layers + 1 lines).
-Status parse_trace(std::span<const std::string_view> lines, const UsageHistoryKey& key, RoutingTrace& trace) {
-  auto passes = parse_ints(lines[0], "trace_passes", std::nullopt, 0, kRoutingTraceTokens);
+// A "<tag> <n> <values...>" line of the trace: the values, n of them, each in [low, high].
+Result<std::vector<int>> parse_counted_ints(std::string_view line, std::string_view tag, int low, int high) {
+  auto values = parse_ints(line, tag, std::nullopt, low, high);
+  if (!values) return values.error();
+  if (values->empty() || (*values)[0] != static_cast<int>(values->size()) - 1)
+    return make_error(std::string(tag) + " line: the first value must count the values that follow");
+  values->erase(values->begin());
+  return values;
+}
+
+// The trace lines into `trace`: trace_passes, trace_starts (version 8 on:
+// `with_starts`), then one per layer.
+Status parse_trace(std::span<const std::string_view> lines, const UsageHistoryKey& key, bool with_starts,
+                   RoutingTrace& trace) {
+  auto passes = parse_counted_ints(lines[0], "trace_passes", 0, kRoutingTraceTokens);
   if (!passes) return passes.error();
-  if (passes->empty() || (*passes)[0] != static_cast<int>(passes->size()) - 1)
-    return make_error("trace_passes line: the first value must count the passes that follow");
-  passes->erase(passes->begin());
+  std::vector<int> starts;
+  if (with_starts) {
+    auto read = parse_counted_ints(lines[1], "trace_starts", kUnknownStart, std::numeric_limits<int>::max());
+    if (!read) return read.error();
+    if (read->size() != passes->size())
+      return make_error("trace_starts line: " + std::to_string(read->size()) + " first positions for " +
+                        std::to_string(passes->size()) + " passes (one each)");
+    starts = std::move(*read);
+  }
+  const std::size_t first_layer_line = with_starts ? 2 : 1;
   std::vector<std::vector<int>> ids;
   for (int layer = 0; layer < key.n_layers; ++layer) {
-    auto row = parse_ints(lines[static_cast<size_t>(layer) + 1], "trace", layer, 0, key.n_experts - 1);
+    auto row = parse_ints(lines[first_layer_line + static_cast<size_t>(layer)], "trace", layer, 0, key.n_experts - 1);
     if (!row) return row.error();
     ids.push_back(std::move(*row));
   }
-  return trace.assign(std::move(*passes), std::move(ids));
+  return trace.assign(std::move(*passes), std::move(ids), std::move(starts));
 }
 
 // "read_rounds <compute_threads> <record_bytes> <io_threads> <n> <rounds_1>
@@ -286,10 +309,11 @@ Result<UsageHistory> UsageHistory::parse(std::string_view text, const UsageHisto
   history->total_tokens_ = header->total_tokens;
   constexpr size_t kFirstLayerLine = 7;
   // Layer lines, then reuse (2), decode_reuse (3) and trace (4, after its
-  // trace_passes line) lines, then one read_rounds line (5) or one per
-  // setting, none to kMaxReadRoundSets (6).
+  // trace_passes line and, from 8, its trace_starts line) lines, then one
+  // read_rounds line (5) or one per setting, none to kMaxReadRoundSets (6).
   const auto per_layer = static_cast<size_t>(std::min<std::int64_t>(*version, 4));
-  const size_t fixed_lines = per_layer * static_cast<size_t>(expected.n_layers) + (*version >= 4 ? 1 : 0);
+  const size_t trace_heads = *version >= 8 ? 2 : *version >= 4 ? 1 : 0;
+  const size_t fixed_lines = per_layer * static_cast<size_t>(expected.n_layers) + trace_heads;
   const size_t found = lines.size() - std::min(lines.size(), kFirstLayerLine + 1);
   const size_t most_rounds = *version >= 6 ? kMaxReadRoundSets : *version == 5 ? 1 : 0;
   const size_t least_rounds = *version == 5 ? 1 : 0;
@@ -312,7 +336,7 @@ Result<UsageHistory> UsageHistory::parse(std::string_view text, const UsageHisto
       return fail(*bad);
   }
   if (per_layer >= 4) {
-    if (Status s = parse_trace(rows.subspan(3 * layers, layers + 1), expected, history->trace_); !s)
+    if (Status s = parse_trace(rows.subspan(3 * layers, layers + trace_heads), expected, trace_heads == 2, history->trace_); !s)
       return fail(s.error().message);
   }
   if (Status s = parse_read_round_sets(rows.subspan(fixed_lines), *version, *history); !s) return fail(s.error().message);

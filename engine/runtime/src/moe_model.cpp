@@ -639,7 +639,7 @@ Status MoeModel::State::forward_cpu(std::span<const std::int32_t> tokens, int st
   const int count = static_cast<int>(tokens.size());
   const OpPass pass(op_times.get(), count);
   if (Status s = use_thread_set(count); !s) return s;
-  trace.begin_pass(count);
+  trace.begin_pass(count, start_position);
   const std::size_t hidden = config.hidden_size;
   std::vector<float> xs(static_cast<std::size_t>(count) * hidden);
   for (int t = 0; t < count; ++t) forward::dense_row(embed, tokens[static_cast<std::size_t>(t)], std::span(xs).subspan(t * hidden, hidden));

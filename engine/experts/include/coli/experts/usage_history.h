@@ -3,7 +3,7 @@
 //
 // File format (text, one record per line, version kUsageHistoryVersion):
 //   coli-usage-history
-//   format_version 7
+//   format_version 8
 //   n_layers <int>  n_experts <int>  top_k <int>     (one per line)
 //   model <identity, no whitespace>
 //   total_tokens <double>
@@ -11,6 +11,7 @@
 //   reuse <i> <d_0> ... <d_{n_experts-1}> <first>       (version 2; i = 0..n_layers-1)
 //   decode_reuse <i> <d_0> ... <first>                   (version 3; the same, decode tokens only)
 //   trace_passes <n> <tokens_0> ... <tokens_{n-1}>       (version 4; the routing trace's passes, oldest first)
+//   trace_starts <n> <first_0> ... <first_{n-1}>         (version 8; each pass's first KV position, -1 unknown)
 //   trace <i> <expert ids, top_k a token, pass by pass>  (version 4; i = 0..n_layers-1)
 //   read_rounds <compute_threads> <record_bytes> <io_threads> <n> <rounds_1> <seconds_1> ... <rounds_n> <seconds_n>
 //               <waited> <wake_seconds>                  (version 6: 0 to kMaxReadRoundSets lines, one per team,
@@ -26,6 +27,9 @@
 // and a generation's differ (a greedy decode often repeats its experts), and
 // decode speed depends on the latter. trace: the most recent routings
 // (routing_trace.h), which the planner replays through the engine's cache.
+// trace_starts: where each pass began in its context, so a decode run that
+// starts a context (first position 0) is told from one that follows its own
+// prompt (they read different experts: the latter reuses the prompt's).
 // read_rounds: the rounds of expert reads the latest run that read any made
 // beside each compute team (and I/O pool and record size), by how many
 // records each read, and their seconds (submission to the last landing):
@@ -36,8 +40,8 @@
 // at their last landing, and its wake-ups summed (ReadRounds).
 // Version 1 files (no reuse lines), version 2 (no decode_reuse lines),
 // version 3 (no trace), version 4 (no read_rounds), version 5 (one
-// read_rounds line, its team not recorded: compute_threads 0) and version 6
-// (no wake-ups: waited 0) still load.
+// read_rounds line, its team not recorded: compute_threads 0), version 6
+// (no wake-ups: waited 0) and version 7 (no trace_starts: each -1) still load.
 // Counts are doubles because merging applies exponential decay. Loading never
 // crashes: a missing, empty, foreign, truncated, corrupt, version-mismatched
 // or other-model file is an Error the engine reports before ignoring it.
@@ -57,7 +61,7 @@
 
 namespace coli::experts {
 
-inline constexpr int kUsageHistoryVersion = 7;
+inline constexpr int kUsageHistoryVersion = 8;
 
 // Which model (and routing shape) a history belongs to.
 struct UsageHistoryKey {
