@@ -114,10 +114,10 @@ struct PredictionInputs {
 
 RunPredictor predictor(PredictionInputs inputs) {
   auto kept = std::make_shared<const PredictionInputs>(std::move(inputs));
-  return [kept](int prompt_tokens, int decode_depth, int decode_tokens) {
+  return [kept](int prompt_tokens, int decode_depth, planner::DecodeRun decode) {
     const experts::UsageHistory* history = kept->history ? &*kept->history : nullptr;
     return planner::predict_plan_speed_with_band(kept->profile, kept->footprint, kept->plan, history, decode_depth,
-                                                 prompt_tokens, decode_tokens);
+                                                 prompt_tokens, decode);
   };
 }
 
@@ -306,8 +306,10 @@ RunPrediction prediction_for_run(const PlannedKnobs& knobs, const MeasuredSpeed&
   const planner::PlanFile& file = knobs.plan;
   if (knobs.predict_for && measured.prompt_tokens > 0) {
     const int depth = static_cast<int>(std::lround(measured.decode_mean_depth));
-    const int decode_tokens = measured.decode_tokens > 0 ? measured.decode_tokens : planner::kTracedDecodeRun;
-    return {knobs.predict_for(measured.prompt_tokens, depth, decode_tokens), true, measured.prompt_tokens, depth};
+    // The run's decode follows its own prompt: priced by the trace's runs that did the same, where it has them.
+    const planner::DecodeRun decode{measured.decode_tokens > 0 ? measured.decode_tokens : planner::kTracedDecodeRun,
+                                    planner::DecodeStart::in_context};
+    return {knobs.predict_for(measured.prompt_tokens, depth, decode), true, measured.prompt_tokens, depth};
   }
   return {file.speed, false, file.speed.prefill_prompt_tokens, file.plan.ctx / 2};
 }

@@ -16,8 +16,8 @@
 
 namespace coli::tools {
 
-// The speed model for a run's own prompt, mean decode depth and decode tokens (planner::predict_plan_speed).
-using RunPredictor = std::function<planner::SpeedPrediction(int prompt_tokens, int decode_depth, int decode_tokens)>;
+// The speed model for a run's own prompt, mean decode depth and decode run (planner::predict_plan_speed).
+using RunPredictor = std::function<planner::SpeedPrediction(int prompt_tokens, int decode_depth, planner::DecodeRun decode)>;
 
 struct PlannedKnobs {
   runtime::ModelOptions options;  // runtime::options_from_plan, pins included

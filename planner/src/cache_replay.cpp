@@ -52,15 +52,73 @@ void add_at(std::vector<double>& values, std::size_t place, double value) {
   values[place] += value;
 }
 
+// Where a run of single-token passes is: its kind (by its first pass's
+// position) and each token's place in it. A pass begins a new run after a
+// prompt, or where its position does not follow the pass before it (a new
+// context: llama-bench's next tg test); unknown positions follow.
+class DecodeRunTracker {
+ public:
+  // Before each pass, in order: `tokens` at first position `start`.
+  void next_pass(int tokens, int start) {
+    const bool follows = tokens == 1 && previous_tokens_ == 1 &&
+                         (start == experts::kUnknownStart || previous_start_ == experts::kUnknownStart ||
+                          start == previous_start_ + 1);
+    place_ = follows ? place_ + 1 : 0;
+    if (tokens == 1 && !follows)
+      kind_ = start == experts::kUnknownStart ? DecodeStart::any : start == 0 ? DecodeStart::fresh : DecodeStart::in_context;
+    previous_tokens_ = tokens, previous_start_ = start;
+  }
+  std::size_t place() const { return place_; }
+  DecodeStart kind() const { return kind_; }
+
+ private:
+  int previous_tokens_ = 0, previous_start_ = experts::kUnknownStart;
+  std::size_t place_ = 0;
+  DecodeStart kind_ = DecodeStart::any;
+};
+
+// A decode token's misses at one layer into every kind of run it belongs to.
+void count_decode(CacheReplay& out, const DecodeRunTracker& run, std::size_t misses, bool first_layer) {
+  for (DecodeCounts* counts : {&out.decode_runs, run.kind() == DecodeStart::fresh ? &out.fresh_decode_runs
+                                                 : run.kind() == DecodeStart::in_context ? &out.in_context_decode_runs
+                                                                                         : nullptr}) {
+    if (counts == nullptr) continue;
+    counts->places.add_misses(run.place(), static_cast<double>(misses));
+    if (first_layer) counts->places.add_tokens(run.place(), 1.0);
+    count_round(counts->rounds_missing, misses);
+  }
+}
+
+// A prompt round's misses: by its place, and, for a full round, its batch and expert rows.
+void count_prompt_round(CacheReplay& out, std::span<const int> round_ids, const experts::RoundPlan& plan, int first,
+                        int tokens, bool first_layer, std::vector<int>& rows_of_expert) {
+  const std::size_t loads = plan.loads.size();
+  out.prompt_misses += static_cast<double>(loads);
+  const auto place = at(first / out.round_tokens);
+  out.prompt_rounds.add_misses(place, static_cast<double>(loads));
+  if (first_layer) out.prompt_rounds.add_tokens(place, tokens);
+  if (tokens != out.round_tokens) return;
+  out.full_rounds += 1;
+  out.full_round_distinct += plan.distinct;
+  count_round(out.prompt_rounds_missing, loads);
+  count_expert_rows(round_ids, rows_of_expert, out.prompt_expert_rows);
+}
+
 // One pass through `policy`: each single-token pass a round, each longer
-// one in rounds of `round` tokens; counted into `out` when `count`.
-bool replay_layer(const experts::RoutingTrace& trace, int n_experts, int layer, int round, experts::SlotPolicy& policy,
-                  bool count, CacheReplay& out) {
+// one in rounds of out.round_tokens tokens; counted into `out` when `count`.
+bool replay_layer(const experts::RoutingTrace& trace, int n_experts, int layer, experts::SlotPolicy& policy, bool count,
+                  CacheReplay& out) {
   const auto ids = trace.layer(layer);
   const auto k = at(trace.top_k());
+  const auto passes = trace.pass_tokens();
+  const auto starts = trace.pass_starts();
+  const int round = out.round_tokens;
   std::vector<int> rows_of_expert(at(n_experts), 0);
-  std::size_t token = 0, decode_place = 0;
-  for (const int pass : trace.pass_tokens()) {
+  std::size_t token = 0;
+  DecodeRunTracker run;
+  for (std::size_t i = 0; i < passes.size(); ++i) {
+    const int pass = passes[i];
+    run.next_pass(pass, starts[i]);
     for (int first = 0; first < pass; first += round) {
       const int tokens = std::min(round, pass - first);
       const auto round_ids = ids.subspan((token + at(first)) * k, at(tokens) * k);
@@ -68,28 +126,14 @@ bool replay_layer(const experts::RoutingTrace& trace, int n_experts, int layer, 
       if (!plan) return false;
       policy.end_round();
       if (!count) continue;
-      const std::size_t loads = plan->loads.size();
-      const auto misses = static_cast<double>(loads);
       if (pass == 1) {
-        out.decode_misses += misses;
-        count_round(out.decode_rounds_missing, loads);
-        add_at(out.decode_place_misses, decode_place, misses);
-        if (layer == 0) add_at(out.decode_place_tokens, decode_place, 1.0);
+        out.decode_misses += static_cast<double>(plan->loads.size());
+        count_decode(out, run, plan->loads.size(), layer == 0);
       } else {
-        out.prompt_misses += misses;
-        const auto place = at(first / round);
-        add_at(out.prompt_round_misses, place, misses);
-        if (layer == 0) add_at(out.prompt_round_tokens, place, tokens);
-        if (tokens == round) {
-          out.full_rounds += 1;
-          out.full_round_distinct += plan->distinct;
-          count_round(out.prompt_rounds_missing, loads);
-          count_expert_rows(round_ids, rows_of_expert, out.prompt_expert_rows);
-        }
+        count_prompt_round(out, round_ids, *plan, first, tokens, layer == 0, rows_of_expert);
       }
     }
     if (count && layer == 0) (pass == 1 ? out.decode_tokens : out.prompt_tokens) += pass;
-    decode_place = pass == 1 ? decode_place + 1 : 0;
     token += at(pass);
   }
   return true;
@@ -102,6 +146,7 @@ std::uint64_t trace_digest(const experts::UsageHistory& history) {
   auto add = [&](std::uint64_t value) { hash = (hash ^ value) * 0x100000001b3ULL; };
   const experts::RoutingTrace& trace = history.trace();
   for (const int tokens : trace.pass_tokens()) add(static_cast<std::uint64_t>(tokens));
+  for (const int start : trace.pass_starts()) add(static_cast<std::uint64_t>(static_cast<std::int64_t>(start)));
   for (int layer = 0; layer < trace.n_layers(); ++layer) {
     for (const int id : trace.layer(layer)) add(static_cast<std::uint64_t>(id));
     for (const double count : history.layer_counts(layer)) add(static_cast<std::uint64_t>(count * 1024.0));
@@ -125,8 +170,7 @@ std::optional<CacheReplay> replay(const experts::UsageHistory& history, int cap,
   const int n = history.key().n_experts;
   for (int layer = 0; layer < layers; ++layer) {
     auto policy = layer_policy(history, layer, cap, (*layer_pins)[at(layer)]);
-    if (!policy || !replay_layer(trace, n, layer, out.round_tokens, *policy, false, out) ||
-        !replay_layer(trace, n, layer, out.round_tokens, *policy, true, out))
+    if (!policy || !replay_layer(trace, n, layer, *policy, false, out) || !replay_layer(trace, n, layer, *policy, true, out))
       return std::nullopt;
   }
   return out;
@@ -154,30 +198,52 @@ std::optional<CacheReplay> memoized_replay(const experts::UsageHistory& history,
 
 }  // namespace
 
-std::optional<double> CacheReplay::decode_misses_per_layer_token() const {
+void PlaceCounts::add_misses(std::size_t place, double count) { add_at(misses, place, count); }
+void PlaceCounts::add_tokens(std::size_t place, double count) {
+  add_at(tokens, place, count);
+  if (misses.size() < tokens.size()) misses.resize(tokens.size(), 0.0);
+}
+
+double PlaceCounts::total_tokens() const { return std::accumulate(tokens.begin(), tokens.end(), 0.0); }
+
+const DecodeCounts& CacheReplay::decode_runs_of(DecodeStart start) const {
+  const DecodeCounts& own = start == DecodeStart::fresh ? fresh_decode_runs : in_context_decode_runs;
+  return start != DecodeStart::any && own.places.total_tokens() > 0 ? own : decode_runs;
+}
+
+std::optional<double> CacheReplay::decode_misses_per_layer_token(DecodeRun run) const {
   if (decode_tokens <= 0 || layers <= 0) return std::nullopt;
-  return decode_misses / (decode_tokens * layers);
+  const PlaceCounts& places = decode_runs_of(run.start).places;
+  const double traced = places.total_tokens();
+  const double mean = std::accumulate(places.misses.begin(), places.misses.end(), 0.0) / (traced * layers);
+  if (run.tokens <= 0) return mean;
+  // The settled rate: the later half of the places the trace saw (at least those after the first), else the mean.
+  double later_misses = 0, later_tokens = 0;
+  for (std::size_t place = std::max<std::size_t>(1, places.tokens.size() / 2); place < places.tokens.size(); ++place)
+    later_misses += places.misses[place], later_tokens += places.tokens[place];
+  const double settled = later_tokens > 0 ? later_misses / (later_tokens * layers) : mean;
+  double misses = 0;
+  for (std::size_t place = 0; place < static_cast<std::size_t>(run.tokens); ++place)
+    misses += places.seen(place) ? places.per_layer_token(place, layers) : settled;
+  return misses / run.tokens;
+}
+
+std::vector<double> CacheReplay::decode_batches(DecodeRun run) const {
+  std::vector<double> out = shares(decode_runs_of(run.start).rounds_missing);
+  const auto misses = decode_misses_per_layer_token(run);
+  double mean = 0, missing = 0;  // of the kind's rounds: misses, and the share that missed any
+  for (std::size_t m = 1; m < out.size(); ++m) mean += static_cast<double>(m) * out[m], missing += out[m];
+  if (!misses || mean <= 0) return out;
+  // Scaled to the run's misses; where that needs more than every round, every round misses.
+  const double scale = std::min(*misses / mean, 1.0 / missing);
+  for (std::size_t m = 1; m < out.size(); ++m) out[m] *= scale;
+  out[0] = std::max(0.0, 1.0 - missing * scale);
+  return out;
 }
 
 std::optional<double> CacheReplay::prompt_misses_per_layer_token() const {
   if (prompt_tokens <= 0 || layers <= 0) return std::nullopt;
   return prompt_misses / (prompt_tokens * layers);
-}
-
-std::optional<double> CacheReplay::decode_misses_per_layer_token(int tokens) const {
-  const auto mean = decode_misses_per_layer_token();
-  if (!mean || tokens <= 0) return mean;
-  // The settled rate: the later half of the places the trace saw (at least those after the first), else the mean.
-  double later_misses = 0, later_tokens = 0;
-  for (std::size_t place = std::max<std::size_t>(1, decode_place_tokens.size() / 2); place < decode_place_tokens.size(); ++place)
-    later_misses += decode_place_misses[place], later_tokens += decode_place_tokens[place];
-  const double settled = later_tokens > 0 ? later_misses / (later_tokens * layers) : *mean;
-  double misses = 0;
-  for (std::size_t place = 0; place < static_cast<std::size_t>(tokens); ++place) {
-    const bool seen = place < decode_place_tokens.size() && decode_place_tokens[place] > 0;
-    misses += seen ? decode_place_misses[place] / (decode_place_tokens[place] * layers) : settled;
-  }
-  return misses / tokens;
 }
 
 std::optional<double> CacheReplay::prompt_misses_per_layer_token(int tokens) const {
@@ -187,8 +253,7 @@ std::optional<double> CacheReplay::prompt_misses_per_layer_token(int tokens) con
   int left = tokens;
   for (std::size_t place = 0; left > 0; ++place) {
     const int in_round = std::min(left, round_tokens);
-    const bool seen = place < prompt_round_tokens.size() && prompt_round_tokens[place] > 0;
-    misses += in_round * (seen ? prompt_round_misses[place] / (prompt_round_tokens[place] * layers) : *mean);
+    misses += in_round * (prompt_rounds.seen(place) ? prompt_rounds.per_layer_token(place, layers) : *mean);
     left -= in_round;
   }
   return misses / tokens;
@@ -212,6 +277,14 @@ std::string CacheReplay::describe(int cap, int pins) const {
          format_fixed(prompt_tokens, 0) + " in prompts, " + format_fixed(decode_tokens, 0) +
          " generated) replayed through the engine's cache (cap " + std::to_string(cap) + ", " + std::to_string(pins) +
          " pins, rounds of " + std::to_string(round_tokens) + " tokens) after a warming pass";
+}
+
+std::string CacheReplay::decode_runs_text(DecodeStart start) const {
+  if (start == DecodeStart::any) return {};
+  const std::string kind = start == DecodeStart::fresh ? "that start a fresh context" : "that follow their own context";
+  const PlaceCounts& own = (start == DecodeStart::fresh ? fresh_decode_runs : in_context_decode_runs).places;
+  if (own.total_tokens() > 0) return "; priced by the trace's decode runs " + kind + " (" + format_fixed(own.total_tokens(), 0) + " tokens)";
+  return "; the trace has no decode runs " + kind + " (a history recorded before format 8 keeps no positions): priced by all its runs";
 }
 
 std::optional<CacheReplay> replay_expert_cache(const experts::UsageHistory& history, int cap, int pins,

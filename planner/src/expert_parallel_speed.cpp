@@ -211,9 +211,9 @@ SpeedPrediction predict_expert_parallel(const DeviceProfile& profile, const Mode
 
 SpeedPrediction predict_plan_speed(const DeviceProfile& profile, const ModelFootprint& fp, const Plan& plan,
                                    const experts::UsageHistory* history, int decode_depth, int prompt_tokens,
-                                   int decode_tokens) {
+                                   DecodeRun decode_run) {
   if (plan.expert_parallel.active()) return predict_expert_parallel(profile, fp, plan, history, decode_depth);
-  return predict_speed(profile, fp, plan, history, decode_depth, prompt_tokens, decode_tokens);
+  return predict_speed(profile, fp, plan, history, decode_depth, prompt_tokens, decode_run);
 }
 
 }  // namespace coli::planner

@@ -877,9 +877,10 @@ void predict_prefill(const DeviceProfile& profile, const ModelFootprint& fp, con
   s.prefill_inputs = prefill_inputs_text(fp, r, history, p);
 }
 
-// The prompt's tokens and the decode's (kTracedDecodeRun: the trace's own runs).
+// The prompt's tokens and the decode run.
 struct ReplayedRun {
-  int prompt_tokens, decode_tokens;
+  int prompt_tokens;
+  DecodeRun decode;
 };
 
 // A CPU plan's hit rates and round sizes from the engine's cache replayed
@@ -895,11 +896,12 @@ void replay_cache(const ModelFootprint& fp, const Plan& plan, const experts::Usa
   rates.round_distinct = replay->distinct_per_round();
   rates.round_expert_rows = replay->expert_rows_shares();
   if (cap >= fp.n_experts) return;  // every expert resident: the hit rates are 1 already
-  rates.decode_batches = CacheReplay::shares(replay->decode_rounds_missing);
+  rates.decode_batches = replay->decode_batches(run.decode);
   rates.prompt_batches = CacheReplay::shares(replay->prompt_rounds_missing);
-  if (const auto misses = replay->decode_misses_per_layer_token(run.decode_tokens)) {
+  if (const auto misses = replay->decode_misses_per_layer_token(run.decode)) {
     s.hit_rate = std::clamp(1.0 - *misses / fp.top_k, 0.0, 1.0);
-    s.hit_rate_inputs = replay->describe(cap, plan.pins) + ": " + format_fixed(*misses, 3) + " reads a decode token and layer";
+    s.hit_rate_inputs = replay->describe(cap, plan.pins) + ": " + format_fixed(*misses, 3) + " reads a decode token and layer" +
+                        replay->decode_runs_text(run.decode.start);
   }
   if (const auto misses = replay->prompt_misses_per_layer_token(planned_prompt(plan, run.prompt_tokens)))
     s.prefill_hit_rate = std::clamp(1.0 - *misses / fp.top_k, 0.0, 1.0);
@@ -933,7 +935,7 @@ void decide_dense_from(const DeviceProfile& profile, const ModelFootprint& fp, c
 
 SpeedPrediction predict_speed(const DeviceProfile& profile, const ModelFootprint& fp, const Plan& plan,
                               const experts::UsageHistory* history, int decode_depth, int prompt_tokens,
-                              int decode_tokens) {
+                              DecodeRun decode_run) {
   SpeedPrediction s;
   // With a VRAM tier, RAM and VRAM together hold the cap + VRAM slots most
   // used experts of a layer (mean VRAM slots per layer).
@@ -944,7 +946,7 @@ SpeedPrediction predict_speed(const DeviceProfile& profile, const ModelFootprint
   std::string prompt_inputs;
   s.prefill_hit_rate = expected_hit_rate(fp, slots, history, prompt_inputs, false);
   PlanRates rates;
-  if (plan.gpu.vram_slots() == 0) replay_cache(fp, plan, history, {prompt_tokens, decode_tokens}, s, rates);
+  if (plan.gpu.vram_slots() == 0) replay_cache(fp, plan, history, {prompt_tokens, decode_run}, s, rates);
   rates.vram_share = std::min(plan.gpu.vram_share, s.hit_rate);
   if (plan.gpu.vram_slots() > 0) {
     rates.vram = vram_bandwidth(profile, fp, plan.gpu);

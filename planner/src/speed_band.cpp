@@ -33,13 +33,13 @@ DeviceProfile at_sample_bound(DeviceProfile profile, SampleBound bound) {
 
 SpeedPrediction predict_plan_speed_with_band(const DeviceProfile& profile, const ModelFootprint& footprint,
                                              const Plan& plan, const experts::UsageHistory* history, int decode_depth,
-                                             int prompt_tokens, int decode_tokens) {
-  SpeedPrediction speed = predict_plan_speed(profile, footprint, plan, history, decode_depth, prompt_tokens, decode_tokens);
+                                             int prompt_tokens, DecodeRun decode_run) {
+  SpeedPrediction speed = predict_plan_speed(profile, footprint, plan, history, decode_depth, prompt_tokens, decode_run);
   if (!speed.available) return speed;
   const SpeedPrediction slow = predict_plan_speed(at_sample_bound(profile, SampleBound::slowest), footprint, plan,
-                                                  history, decode_depth, prompt_tokens, decode_tokens);
+                                                  history, decode_depth, prompt_tokens, decode_run);
   const SpeedPrediction fast = predict_plan_speed(at_sample_bound(profile, SampleBound::fastest), footprint, plan,
-                                                  history, decode_depth, prompt_tokens, decode_tokens);
+                                                  history, decode_depth, prompt_tokens, decode_run);
   if (!slow.available || !fast.available) return speed;
   speed.band = SpeedBand{slow.decode_tok_per_s, fast.decode_tok_per_s, slow.prefill_tok_per_s, fast.prefill_tok_per_s};
   return speed;

@@ -21,8 +21,15 @@ check "sweep exits 0" test $? -eq 0
 check "no history: one recorded from the workload" contains "$work/s.out" "recorded one from this workload"
 check "history written into --out" contains "$work/out/sweep.usage" "coli-usage-history"
 check "the history has read rounds beside the grid's 1-thread team" grep -q "^read_rounds 1 " "$work/out/sweep.usage"
+# Each traced pass's first KV position: decode at depth 0 starts a fresh context, at depth 3 it follows its prompt.
+check "the history's trace keeps each pass's first position, fresh (0) and later ones" python3 - "$work/out/sweep.usage" <<'EOF'
+import sys
+line = next(l for l in open(sys.argv[1]) if l.startswith("trace_starts "))
+starts = [int(v) for v in line.split()[2:]]
+assert 0 in starts and any(s > 0 for s in starts), starts
+EOF
 check "the table marks the planned row" grep -qE "^ +[0-9]+ \* " "$work/s.out"
-check "the table has a decode column per depth" grep -qE "kernel +tg@d0  tg@d3$" "$work/s.out"
+check "the table has a decode column per depth, each beside its prediction" grep -qE "kernel +tg@d0 predicted  tg@d3 predicted$" "$work/s.out"
 check "the workload is llama-bench's tests" contains "$work/s.out" "workload: pp5, then 4 greedy decode tokens at depths 0 3"
 check "decode rank and % of best printed" grep -qE "^decode: +planned: rank [0-9]+ of [0-9]+, [0-9.]+% of the best" "$work/s.out"
 check "decode's standing repeat by repeat printed" \
@@ -49,7 +56,7 @@ EOF
 check "JSON: schema, planned, ranking, token check" python3 - "$work/out/sweep.json" <<'EOF'
 import json, sys
 d = json.load(open(sys.argv[1]))
-assert d["schema_version"] == 13
+assert d["schema_version"] == 14
 # --min-time 0.05: a run repeats its pass until that was timed (how many passes that takes is the machine's).
 assert d["workload"]["min_timed_seconds"] == 0.05
 assert d["workload"]["repeats"] == d["workload"]["repeats_asked"] == 2 and d["stopped_early"] == ""

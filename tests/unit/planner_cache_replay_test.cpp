@@ -15,14 +15,17 @@ namespace coli::planner {
 namespace {
 
 // A history of `key`'s shape holding `passes` (each a list of its tokens'
-// routings, every layer alike), counted and traced.
-experts::UsageHistory recorded(const experts::UsageHistoryKey& key, const std::vector<std::vector<std::vector<int>>>& passes) {
+// routings, every layer alike), counted and traced, each pass at its first
+// position in `starts` (none: unknown, as before format 8).
+experts::UsageHistory recorded(const experts::UsageHistoryKey& key, const std::vector<std::vector<std::vector<int>>>& passes,
+                               const std::vector<int>& starts = {}) {
   auto history = experts::UsageHistory::create(key);
   EXPECT_TRUE(history.ok());
   auto trace = experts::RoutingTrace::create(key.n_layers, key.top_k);
   std::size_t tokens = 0;
-  for (const auto& pass : passes) {
-    trace->begin_pass(static_cast<int>(pass.size()));
+  for (std::size_t i = 0; i < passes.size(); ++i) {
+    const auto& pass = passes[i];
+    trace->begin_pass(static_cast<int>(pass.size()), starts.empty() ? experts::kUnknownStart : starts[i]);
     for (int layer = 0; layer < key.n_layers; ++layer) {
       for (const auto& experts : pass) {
         trace->record(layer, experts);
@@ -37,14 +40,15 @@ experts::UsageHistory recorded(const experts::UsageHistoryKey& key, const std::v
 }
 
 // A history of one layer of `n` experts, top_k 1: each pass's routings
-// counted and traced.
-experts::UsageHistory traced(int n, const std::vector<std::vector<int>>& passes, int layers = 1) {
+// counted and traced (at `starts`, as recorded() takes them).
+experts::UsageHistory traced(int n, const std::vector<std::vector<int>>& passes, int layers = 1,
+                             const std::vector<int>& starts = {}) {
   std::vector<std::vector<std::vector<int>>> routed;
   for (const auto& pass : passes) {
     routed.emplace_back();
     for (const int expert : pass) routed.back().push_back({expert});
   }
-  return recorded({layers, n, 1, "replay-test"}, routed);
+  return recorded({layers, n, 1, "replay-test"}, routed, starts);
 }
 
 ModelFootprint demo_model() {
@@ -94,7 +98,7 @@ TEST(CacheReplay, DecodeTokensMissAsTheEnginesLruAndPinsDo) {
   EXPECT_DOUBLE_EQ(*pinned->decode_misses_per_layer_token(), 2.0 / 6);
   EXPECT_DOUBLE_EQ(*replay_expert_cache(history, 4, 0, 512)->decode_misses_per_layer_token(), 0.0);
   // The tokens one at a time: 3 rounds missed nothing, 3 missed one.
-  EXPECT_EQ(CacheReplay::shares(lru->decode_rounds_missing), (std::vector<double>{0.5, 0.5}));
+  EXPECT_EQ(CacheReplay::shares(lru->decode_runs.rounds_missing), (std::vector<double>{0.5, 0.5}));
 }
 
 // A prompt of 0 0 1 1 2 2 3 3 with 2 slots runs in rounds of 2 tokens (the
@@ -136,8 +140,8 @@ TEST(CacheReplay, AShortPromptIsPricedByThePromptsOpeningRounds) {
   const auto replay = replay_expert_cache(traced(4, {{0, 0, 0, 0, 0, 0}, {1, 1, 1, 1, 1, 1}}), 1, 0, 512);
   ASSERT_TRUE(replay.has_value());
   ASSERT_EQ(replay->round_tokens, 1);
-  EXPECT_EQ(replay->prompt_round_misses, (std::vector<double>{2, 0, 0, 0, 0, 0}));
-  EXPECT_EQ(replay->prompt_round_tokens, (std::vector<double>{2, 2, 2, 2, 2, 2}));
+  EXPECT_EQ(replay->prompt_rounds.misses, (std::vector<double>{2, 0, 0, 0, 0, 0}));
+  EXPECT_EQ(replay->prompt_rounds.tokens, (std::vector<double>{2, 2, 2, 2, 2, 2}));
   EXPECT_DOUBLE_EQ(*replay->prompt_misses_per_layer_token(), 2.0 / 12);
   EXPECT_DOUBLE_EQ(*replay->prompt_misses_per_layer_token(1), 1.0);
   EXPECT_DOUBLE_EQ(*replay->prompt_misses_per_layer_token(2), 0.5);
@@ -152,12 +156,57 @@ TEST(CacheReplay, AShortPromptIsPricedByThePromptsOpeningRounds) {
 TEST(CacheReplay, ADecodeRunIsPricedByItsTokensPlaces) {
   const auto replay = replay_expert_cache(traced(4, {{0, 0}, {1}, {1}, {1}, {0, 0}, {1}, {1}, {1}}), 1, 0, 512);
   ASSERT_TRUE(replay.has_value());
-  EXPECT_EQ(replay->decode_place_misses, (std::vector<double>{2, 0, 0}));
-  EXPECT_EQ(replay->decode_place_tokens, (std::vector<double>{2, 2, 2}));
+  EXPECT_EQ(replay->decode_runs.places.misses, (std::vector<double>{2, 0, 0}));
+  EXPECT_EQ(replay->decode_runs.places.tokens, (std::vector<double>{2, 2, 2}));
   EXPECT_DOUBLE_EQ(*replay->decode_misses_per_layer_token(), 2.0 / 6);
-  EXPECT_DOUBLE_EQ(*replay->decode_misses_per_layer_token(1), 1.0);
-  EXPECT_DOUBLE_EQ(*replay->decode_misses_per_layer_token(3), 1.0 / 3);
-  EXPECT_DOUBLE_EQ(*replay->decode_misses_per_layer_token(6), 1.0 / 6);
+  EXPECT_DOUBLE_EQ(*replay->decode_misses_per_layer_token({1}), 1.0);
+  EXPECT_DOUBLE_EQ(*replay->decode_misses_per_layer_token({3}), 1.0 / 3);
+  EXPECT_DOUBLE_EQ(*replay->decode_misses_per_layer_token({6}), 1.0 / 6);
+}
+
+// Through one slot: prompt 0 0 at position 0 and a reply 0 0 0 after it
+// (positions 2-4: the slot holds its prompt's expert, every token hits),
+// then prompt 1 1 and a fresh context's decode 2 2 2 (positions 0-2: its
+// first token misses). A run is priced by the trace's runs that start as
+// it does; a trace without positions (format 7) prices both by all runs.
+TEST(CacheReplay, ADecodeAfterItsOwnPromptIsPricedApartFromAFreshOne) {
+  const std::vector<std::vector<int>> passes = {{0, 0}, {0}, {0}, {0}, {1, 1}, {2}, {2}, {2}};
+  const auto replay = replay_expert_cache(traced(4, passes, 1, {0, 2, 3, 4, 0, 0, 1, 2}), 1, 0, 512);
+  ASSERT_TRUE(replay.has_value());
+  EXPECT_EQ(replay->in_context_decode_runs.places.misses, (std::vector<double>{0, 0, 0}));
+  EXPECT_EQ(replay->fresh_decode_runs.places.misses, (std::vector<double>{1, 0, 0}));
+  EXPECT_EQ(replay->decode_runs.places.misses, (std::vector<double>{1, 0, 0}));
+  EXPECT_DOUBLE_EQ(*replay->decode_misses_per_layer_token({1, DecodeStart::in_context}), 0.0);
+  EXPECT_DOUBLE_EQ(*replay->decode_misses_per_layer_token({1, DecodeStart::fresh}), 1.0);
+  EXPECT_DOUBLE_EQ(*replay->decode_misses_per_layer_token({1, DecodeStart::any}), 0.5);
+  EXPECT_DOUBLE_EQ(*replay->decode_misses_per_layer_token({kTracedDecodeRun, DecodeStart::fresh}), 1.0 / 3);
+  EXPECT_NE(replay->decode_runs_text(DecodeStart::fresh).find("runs that start a fresh context (3 tokens)"), std::string::npos);
+  // Their misses come in the batches of their own kind's rounds, scaled to the run's misses.
+  auto expect_shares = [](const std::vector<double>& shares, const std::vector<double>& want) {
+    ASSERT_EQ(shares.size(), want.size());
+    for (std::size_t m = 0; m < want.size(); ++m) EXPECT_NEAR(shares[m], want[m], 1e-12) << "index " << m;
+  };
+  expect_shares(replay->decode_batches({kTracedDecodeRun, DecodeStart::fresh}), {2.0 / 3, 1.0 / 3});
+  expect_shares(replay->decode_batches({1, DecodeStart::fresh}), {0, 1});
+  expect_shares(replay->decode_batches({1, DecodeStart::in_context}), {1});
+  expect_shares(replay->decode_batches({1, DecodeStart::any}), {0.5, 0.5});
+  const auto unknown = replay_expert_cache(traced(4, passes), 1, 0, 512);
+  EXPECT_DOUBLE_EQ(*unknown->decode_misses_per_layer_token({1, DecodeStart::in_context}), 0.5);
+  EXPECT_TRUE(unknown->in_context_decode_runs.places.tokens.empty());
+  EXPECT_NE(unknown->decode_runs_text(DecodeStart::in_context).find("no decode runs that follow their own context"),
+            std::string::npos);
+}
+
+// Two fresh decode runs back to back (positions 0 1, then 0 1 again: a new
+// context) are two runs, each from place 0; without positions they read
+// as one run of four.
+TEST(CacheReplay, ADecodeRunEndsWhereItsPositionsStartAgain) {
+  const std::vector<std::vector<int>> passes = {{3}, {3}, {1}, {1}};
+  const auto replay = replay_expert_cache(traced(4, passes, 1, {0, 1, 0, 1}), 1, 0, 512);
+  ASSERT_TRUE(replay.has_value());
+  EXPECT_EQ(replay->fresh_decode_runs.places.tokens, (std::vector<double>{2, 2}));
+  EXPECT_EQ(replay->fresh_decode_runs.places.misses, (std::vector<double>{2, 0}));
+  EXPECT_EQ(replay_expert_cache(traced(4, passes), 1, 0, 512)->decode_runs.places.tokens, (std::vector<double>{1, 1, 1, 1}));
 }
 
 TEST(CacheReplay, NothingToReplayOrACacheThatCannotRunGivesNothing) {
@@ -204,10 +253,20 @@ TEST(PlanSpeed, ALongerDecodeRunSettlesAfterItsFirstTokens) {
   const SpeedPrediction mean = predict_speed(measured_profile(10), fp, plan, &history);
   ASSERT_TRUE(mean.available) << mean.unavailable;
   EXPECT_NEAR(mean.decode_disk_reads, layers * 2.0 / 3, 1e-12) << "2 reads a layer in every 3-token run";
-  const SpeedPrediction three = predict_speed(measured_profile(10), fp, plan, &history, kPlanMeanDepth, kPlanPrompt, 3);
+  const SpeedPrediction three = predict_speed(measured_profile(10), fp, plan, &history, kPlanMeanDepth, kPlanPrompt, {3});
   EXPECT_NEAR(three.decode_disk_reads, layers * 2.0 / 3, 1e-12);
-  const SpeedPrediction long_run = predict_speed(measured_profile(10), fp, plan, &history, kPlanMeanDepth, kPlanPrompt, 64);
+  const SpeedPrediction long_run = predict_speed(measured_profile(10), fp, plan, &history, kPlanMeanDepth, kPlanPrompt, {64});
   EXPECT_NEAR(long_run.decode_disk_reads, layers * 2.0 / 64, 1e-12);
+  // With positions: a reply after its own prompt {0, 1} reads nothing; a fresh context's run after it, 2 at its first token.
+  const std::vector<std::vector<int>> reply_token(1, {0, 1});
+  const auto placed = recorded(demo_key(fp), {prompt, reply_token, reply_token, reply_token, prompt, token, token, token},
+                               {0, 2, 3, 4, 0, 0, 1, 2});
+  const SpeedPrediction reply = predict_speed(measured_profile(10), fp, plan, &placed, 4, 2, {3, DecodeStart::in_context});
+  EXPECT_NEAR(reply.decode_disk_reads, 0.0, 1e-12);
+  EXPECT_NE(reply.hit_rate_inputs.find("runs that follow their own context (3 tokens)"), std::string::npos) << reply.hit_rate_inputs;
+  const SpeedPrediction fresh = predict_speed(measured_profile(10), fp, plan, &placed, 1, 2, {3, DecodeStart::fresh});
+  EXPECT_NEAR(fresh.decode_disk_reads, layers * 2.0 / 3, 1e-12);
+  EXPECT_LT(fresh.decode_tok_per_s, reply.decode_tok_per_s) << "the fresh run's reads are waited for";
 }
 
 // The speed model prices a streaming CPU plan's misses by the replay: the

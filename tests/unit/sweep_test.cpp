@@ -627,6 +627,29 @@ TEST(SweepPrediction, ReadsLineSetsTheRunsReadTimesBesideTheProbes) {
   EXPECT_DOUBLE_EQ(json["configs"][1]["predicted"]["disk_read_seconds"].get<double>(), 0.003);
 }
 
+// Decode at each depth, priced apart (a test at depth 0 starts a fresh
+// context, a deeper one follows its prompt): each depth's error beside its
+// measured median, and its reads a token beside the predicted ones.
+TEST(SweepPrediction, EachDepthsDecodeStandsBesideItsOwnPrediction) {
+  SweepReport r = two_config_report();
+  for (RunRecord& run : r.runs)
+    if (run.config == 1) run.depth_misses = {1, 0};
+  ConfigPrediction streaming{true, "", 12, 15, 0.5, 3.0, 4};
+  streaming.decode_tok_s_at_depth = {18, 11};
+  streaming.decode_disk_reads_at_depth = {0.9, 0.1};
+  r.predictions = {{true, "", 12, 15}, streaming};
+  const std::string table = sweep_table(r);
+  EXPECT_NE(table.find("tg@d0 predicted  tg@d512 predicted\n"), std::string::npos) << table;
+  EXPECT_NE(table.find("  20.50      -12%    10.00       10%\n"), std::string::npos) << table;
+  EXPECT_NE(table.find("decode 0.50 per token (predicted 0.50), at d0 1.00 (predicted 0.90), at d512 0.00 (predicted 0.10), "
+                       "prefill"),
+            std::string::npos)
+      << table;
+  const auto json = nlohmann::json::parse(sweep_json(r));
+  EXPECT_EQ(json["configs"][1]["predicted"]["decode_tok_s_at_depth"], nlohmann::json({18.0, 11.0}));
+  EXPECT_EQ(json["configs"][1]["predicted"]["decode_disk_reads_per_token_at_depth"], nlohmann::json({0.9, 0.1}));
+}
+
 // The rounds that read, from submission to the last landing: decode's by
 // read count (summed over the repeats), prefill's as rounds of a mean
 // size, with the compute thread's wake-ups after the landing, in the reads

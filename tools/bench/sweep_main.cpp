@@ -4,6 +4,7 @@
 // once per repeat, round-robin), checks that every run produced the same
 // greedy tokens, and writes CSV, JSON and an SVG plot with the planned
 // configuration marked, ranked and given as a percentage of the best.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -98,16 +99,18 @@ Result<planner::Plan> plan_with_cap(const Setup& s, int cap) {
 }
 
 // The planner's prediction for one configuration: decode at each depth of
-// the tests (a test's tokens see on average depth + n/2 positions), combined
-// as the measured figure is (every depth's tokens over the summed seconds),
-// and prefill of the prompt.
+// the tests (a test's tokens see on average depth + n/2 positions; a test at
+// depth 0 starts a fresh context, a deeper one follows the prompt that
+// filled its cache), combined as the measured figure is (every depth's
+// tokens over the summed seconds), and prefill of the prompt.
 ConfigPrediction predict_config(const Setup& s, const DeviceProfile& profile, const planner::Plan& plan, const SpeedTests& tests) {
   const experts::UsageHistory* history = s.history ? &*s.history : nullptr;
   ConfigPrediction out;
   double seconds = 0;
   for (int depth : tests.depths) {
+    const planner::DecodeRun run{tests.decode_tokens, depth > 0 ? planner::DecodeStart::in_context : planner::DecodeStart::fresh};
     const planner::SpeedPrediction p = planner::predict_speed(profile, s.footprint, plan, history, depth + tests.decode_tokens / 2,
-                                                              tests.prefill_tokens, tests.decode_tokens);
+                                                              tests.prefill_tokens, run);
     if (!p.available) {
       out.unavailable = p.unavailable;
       return out;
@@ -115,10 +118,13 @@ ConfigPrediction predict_config(const Setup& s, const DeviceProfile& profile, co
     out.prefill_tok_s = p.prefill_tok_per_s;
     out.prefill_disk_reads = p.prefill_disk_reads;
     out.prefill_tokens = p.prefill_prompt_tokens;
-    out.decode_disk_reads = p.decode_disk_reads;  // the hit rate, so the reads, do not depend on the depth
+    out.decode_tok_s_at_depth.push_back(p.decode_tok_per_s);
+    out.decode_disk_reads_at_depth.push_back(p.decode_disk_reads);
     out.disk_read_seconds = p.disk_read_seconds;
     seconds += tests.decode_tokens / p.decode_tok_per_s;
   }
+  const auto depths = static_cast<double>(std::max<std::size_t>(1, tests.depths.size()));
+  for (const double reads : out.decode_disk_reads_at_depth) out.decode_disk_reads += reads / depths;
   out.available = seconds > 0;
   out.decode_tok_s = seconds > 0 ? tests.decode_tokens * static_cast<double>(tests.depths.size()) / seconds : 0;
   return out;

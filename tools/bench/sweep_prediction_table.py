@@ -6,7 +6,8 @@ ranked, and (schema 5) the expert records read from disk beside the
 predicted reads for the configurations that stream; (schema 9, --retime) the
 errors of the predictions from the figures re-timed before each repeat beside
 them, and each repeat's drift; the planned configuration against its closest rival
-repeat by repeat, and how far the repeats moved. usage: sweep_prediction_table.py SWEEP_JSON [TITLE]"""
+repeat by repeat, and how far the repeats moved; where the planner priced each depth
+apart, each depth's decode and reads a token beside their predictions. usage: sweep_prediction_table.py SWEEP_JSON [TITLE]"""
 import json
 import signal
 import statistics
@@ -60,6 +61,7 @@ def main() -> int:
     for change in sweep.get("machine_changes", []):  # schema 13
         print(f"- repeat {change['repeat']}: not the profile's machine ({change['mismatch']})")
     print_disk_reads(sweep)
+    print_depths(sweep)
     return 0
 
 
@@ -110,6 +112,32 @@ def print_disk_reads(sweep) -> None:
     if rows:
         print("\n| configuration | decode reads/token | predicted | prefill reads/pass | predicted |")
         print("|---|---|---|---|---|")
+        print("\n".join(rows))
+
+
+def print_depths(sweep) -> None:
+    """Decode at each depth (a test at depth 0 starts a fresh context, a deeper one follows its
+    prompt), measured and predicted, with each depth's reads a token where the experts stream."""
+    depths = sweep.get("workload", {}).get("depths", [])
+    rows = []
+    for c in sweep["configs"]:
+        p, runs = c.get("predicted") or {}, c.get("runs", [])
+        speeds, reads = p.get("decode_tok_s_at_depth") or [], p.get("decode_disk_reads_per_token_at_depth") or []
+        if len(speeds) != len(depths) or len(depths) < 2:
+            continue
+        cells = []
+        for d, depth in enumerate(depths):
+            measured = next((m["median_tok_s"] for m in c.get("decode_at_depth", []) if m.get("depth") == depth), 0)
+            error = f"{100 * (speeds[d] / measured - 1):+.0f}%" if measured > 0 else "-"
+            misses = sum(r.get("expert_misses_at_depth", [0] * len(depths))[d] for r in runs)
+            tokens = sum(r["decode_tokens"] for r in runs) / len(depths)
+            read = f"{misses / tokens:.2f} / {reads[d]:.2f}" if tokens > 0 and not c.get("resident") else "-"
+            cells.append(f"{measured:.1f} | {speeds[d]:.1f} | {error} | {read}")
+        rows.append(f"| {c['label'].replace(' | ', ', ')} | " + " | ".join(cells) + " |")
+    if rows:
+        head = " | ".join(f"tg@d{d} measured | predicted | error | reads/token (predicted)" for d in depths)
+        print(f"\n| configuration | {head} |")
+        print("|---|" + "---|---|---|---|" * len(depths))
         print("\n".join(rows))
 
 

@@ -469,6 +469,8 @@ std::string sweep_json(const SweepReport& r) {
     configs.back()["predicted"] =
         p ? nlohmann::ordered_json{{"decode_tok_s", p->decode_tok_s}, {"prefill_tok_s", p->prefill_tok_s},
                                    {"decode_disk_reads_per_token", p->decode_disk_reads},
+                                   {"decode_tok_s_at_depth", p->decode_tok_s_at_depth},
+                                   {"decode_disk_reads_per_token_at_depth", p->decode_disk_reads_at_depth},
                                    {"prefill_disk_reads", p->prefill_disk_reads},
                                    {"prefill_disk_reads_prompt_tokens", p->prefill_tokens},
                                    {"disk_read_seconds", p->disk_read_seconds},
@@ -597,6 +599,21 @@ std::string read_round_line(const SweepReport& r, std::size_t config) {
          prefill + "\n";
 }
 
+// ", at d0 18.38 (predicted 17.90), at d512 ...": a decode token's reads at
+// each depth, measured and predicted, where there are several depths.
+std::string reads_at_depths(const std::vector<int>& depths, const std::vector<double>& misses,
+                            const std::vector<double>& tokens, const ConfigPrediction* p) {
+  const bool measured = std::any_of(tokens.begin(), tokens.end(), [](double t) { return t > 0; });
+  const bool predicted = p && p->decode_disk_reads_at_depth.size() == depths.size();
+  if (depths.size() < 2 || (!measured && !predicted)) return {};
+  std::string out;
+  for (std::size_t d = 0; d < depths.size(); ++d) {
+    out += ", at d" + std::to_string(depths[d]) + " " + (tokens[d] > 0 ? format_fixed(misses[d] / tokens[d], 2) : std::string("-"));
+    if (predicted) out += " (predicted " + format_fixed(p->decode_disk_reads_at_depth[d], 2) + ")";
+  }
+  return out;
+}
+
 // Expert records read from disk, measured (mean per run) beside predicted,
 // for the configurations that read any: whether a speed error comes from
 // the hit rate or from the price of a read.
@@ -604,9 +621,14 @@ std::string disk_reads_lines(const SweepReport& r) {
   std::string out;
   for (std::size_t i = 0; i < r.grid.size(); ++i) {
     double decode_misses = 0, decode_tokens = 0, prefill_misses = 0, passes = 0, decode_read_s = 0, prefill_read_s = 0;
+    std::vector<double> depth_misses(r.depths.size(), 0.0), depth_tokens(r.depths.size(), 0.0);
     for (const RunRecord& run : r.runs) {
       if (run.config != i) continue;
       decode_misses += static_cast<double>(run.expert_misses), decode_tokens += run.decode_tokens;
+      for (std::size_t d = 0; d < run.depth_misses.size() && d < depth_misses.size(); ++d) {
+        depth_misses[d] += static_cast<double>(run.depth_misses[d]);
+        depth_tokens[d] += static_cast<double>(run.decode_tokens) / static_cast<double>(run.depth_misses.size());
+      }
       prefill_misses += static_cast<double>(run.prefill_misses), passes += 1;
       decode_read_s += run.read_seconds, prefill_read_s += run.prefill_read_seconds;
     }
@@ -616,7 +638,8 @@ std::string disk_reads_lines(const SweepReport& r) {
     const bool same_prompt = p && p->prefill_tokens == r.prompt_tokens;
     out += "  " + config_label(r.grid[i], r.n_experts) + ": decode " +
            format_fixed(decode_tokens > 0 ? decode_misses / decode_tokens : 0, 2) + " per token" +
-           (p ? " (predicted " + format_fixed(p->decode_disk_reads, 2) + ")" : "") + ", prefill " +
+           (p ? " (predicted " + format_fixed(p->decode_disk_reads, 2) + ")" : "") +
+           reads_at_depths(r.depths, depth_misses, depth_tokens, p) + ", prefill " +
            format_fixed(passes > 0 ? prefill_misses / passes : 0, 1) + " per pass" +
            (same_prompt ? " (predicted " + format_fixed(p->prefill_disk_reads, 1) + ")" : "") +
            read_time(decode_read_s, decode_misses, prefill_read_s, prefill_misses, p) + "\n" + read_round_line(r, i);
@@ -647,7 +670,9 @@ std::string sweep_table(const SweepReport& r) {
   std::snprintf(line, sizeof line, "%4s  %-44s %11s %7s %9s %12s %7s %9s %8s  %s", "rank", "configuration", "decode tok/s",
                 "spread", "predicted", "prefill tok/s", "spread", "predicted", "hit rate", "kernel");
   std::string out = line;
-  for (int depth : r.depths) out += "  tg@d" + std::to_string(depth);
+  // Each depth's decode, and with predictions its error (the planner prices each depth apart).
+  const bool predicted_depths = !r.predictions.empty();
+  for (int depth : r.depths) out += "  tg@d" + std::to_string(depth) + (predicted_depths ? " predicted" : "");
   out += "\n";
   int rank = 0;
   for (std::size_t i : order_by(r.summaries, Metric::decode)) {
@@ -668,6 +693,10 @@ std::string sweep_table(const SweepReport& r) {
     for (std::size_t d = 0; d < s.decode_at_depth.size(); ++d) {
       std::snprintf(line, sizeof line, "  %*.2f", static_cast<int>(4 + std::to_string(d < r.depths.size() ? r.depths[d] : 0).size()),
                     s.decode_at_depth[d].median);
+      out += line;
+      if (!predicted_depths) continue;
+      const bool predicted = p && d < p->decode_tok_s_at_depth.size();
+      std::snprintf(line, sizeof line, " %9s", predicted ? error(p->decode_tok_s_at_depth[d], s.decode_at_depth[d].median).c_str() : "-");
       out += line;
     }
     out += "\n";

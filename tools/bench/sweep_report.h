@@ -28,7 +28,9 @@ namespace coli::bench {
 // 11: the compute thread's wake-ups after its rounds' last landing, per run (decode_wakes, prefill_wakes)
 // 12: --max-minutes: workload.repeats (those run) beside workload.repeats_asked, and stopped_early (why, or "")
 // 13: machine_changes: the repeats that ran on a machine of another class than the profile's
-inline constexpr int kSweepSchemaVersion = 13;
+// 14: configs[].predicted: the band (decode_band_tok_s, prefill_band_tok_s) and each depth's decode
+//     priced apart (decode_tok_s_at_depth, decode_disk_reads_per_token_at_depth)
+inline constexpr int kSweepSchemaVersion = 14;
 
 // The expert-read rounds of `reads` records each in a timed step: how many,
 // and their seconds in all from submission to the last read landing
@@ -144,11 +146,14 @@ struct ConfigPrediction {
   bool available = false;
   std::string unavailable;  // why not (the profile lacks a measurement)
   double decode_tok_s = 0, prefill_tok_s = 0;
-  double decode_disk_reads = 0;   // expert records read from disk per decode token
+  double decode_disk_reads = 0;   // expert records read from disk per decode token (the mean over the depths)
   double prefill_disk_reads = 0;  // per prefill pass (the planner's prompt of prefill_tokens)
   int prefill_tokens = 0;
   double disk_read_seconds = 0;   // one record read alone by a reading thread (the profile's bare figure)
   planner::SpeedBand band;  // the same on the probe's slowest and fastest rounds (planner/speed_band.h)
+  // Per depth of the tests: decode tok/s and reads a token (a run at depth
+  // 0 starts a fresh context, a deeper one follows its own prompt).
+  std::vector<double> decode_tok_s_at_depth, decode_disk_reads_at_depth;
 };
 
 // Predicted against measured over the configurations that have both: the

@@ -7,6 +7,7 @@
 // is priced by the cache it will run with, not by a model of one.
 #pragma once
 
+#include <cstddef>
 #include <optional>
 #include <string>
 #include <vector>
@@ -14,6 +15,42 @@
 #include "coli/experts/usage_history.h"
 
 namespace coli::planner {
+
+// Decode runs `tokens` tokens (kTracedDecodeRun: the trace's own runs, what
+// a plan's one decode figure assumes).
+inline constexpr int kTracedDecodeRun = -1;
+// Where a decode run begins: at a fresh context's first position (llama-
+// bench's tg at depth 0), after tokens of its own context (a reply after its
+// prompt, tg at depth d), or either (the trace's runs pooled: a plan's one
+// figure). Their reads differ: a run after its own prompt reuses the experts
+// the prompt leased, a fresh one leaves the previous sequence's.
+enum class DecodeStart { any, fresh, in_context };
+struct DecodeRun {
+  int tokens = kTracedDecodeRun;
+  DecodeStart start = DecodeStart::any;
+};
+
+// A replay's misses by place (index 0: a prompt's first round, a decode
+// run's first token): over all layers and passes, and the tokens there
+// (counted once, not per layer).
+struct PlaceCounts {
+  std::vector<double> misses, tokens;
+  void add_misses(std::size_t place, double count);
+  void add_tokens(std::size_t place, double count);
+  bool seen(std::size_t place) const { return place < tokens.size() && tokens[place] > 0; }
+  double total_tokens() const;
+  // Misses a token at `place` makes at one layer (seen places only).
+  double per_layer_token(std::size_t place, int layers) const { return misses[place] / (tokens[place] * layers); }
+  bool operator==(const PlaceCounts&) const = default;
+};
+
+// One kind of decode run's tokens: misses by place in the run, and
+// layer-rounds by how many experts they missed together (index m).
+struct DecodeCounts {
+  PlaceCounts places;
+  std::vector<double> rounds_missing;
+  bool operator==(const DecodeCounts&) const = default;
+};
 
 struct CacheReplay {
   int layers = 0;
@@ -26,32 +63,42 @@ struct CacheReplay {
   // token whose routing moved misses several experts of a layer together),
   // which a binomial spread of the mean miss rate does not show, and a
   // batch of reads costs the disk less than as many reads one by one.
-  std::vector<double> decode_rounds_missing, prompt_rounds_missing;
+  // (The decode tokens' are kept by kind of run in DecodeCounts::rounds_missing.)
+  std::vector<double> prompt_rounds_missing;
   // How many of the full prompt rounds' distinct experts (over all layers)
   // carried r of the round's rows (index r): an expert with one row streams
   // its record at about twice the GB/s of one with two, and rounds with pins
   // (fewer tokens) have more of them.
   std::vector<double> prompt_expert_rows;
   // Per round of a prompt pass by its place (index 0: the pass's first
-  // round): misses over all layers and passes, and tokens over the passes
-  // that reached it. A prompt's opening rounds meet the cache the passes
-  // before it left; its later rounds, the experts its own rounds leased.
-  std::vector<double> prompt_round_misses, prompt_round_tokens;
-  // Per decode token by its place in its run of single-token passes (index
-  // 0: the first after a prompt, or the trace's start): misses over all
-  // layers, and tokens. The first tokens leave the prompt's experts for the
-  // decode's own; later ones reuse what the run before them read.
-  std::vector<double> decode_place_misses, decode_place_tokens;
+  // round). A prompt's opening rounds meet the cache the passes before it
+  // left; its later rounds, the experts its own rounds leased.
+  PlaceCounts prompt_rounds;
+  // Decode tokens by their place in their run (single-token passes at
+  // consecutive positions; index 0: the run's first) and their rounds by
+  // misses: every run's, the runs' that start a fresh context (first
+  // position 0) and those that go on their own context. Runs of a trace
+  // without first positions (histories before version 8) are in the first
+  // only. The first tokens leave the prompt's experts for the decode's own;
+  // later ones reuse what the run before them read.
+  DecodeCounts decode_runs, fresh_decode_runs, in_context_decode_runs;
 
-  // Expert reads a decode token makes at one layer, when the trace has decode tokens.
-  std::optional<double> decode_misses_per_layer_token() const;
-  // The mean over a run of `tokens` decode tokens, each at the rate of the
-  // trace's decode tokens at its place; places past the trace's longest run
-  // at the rate of the later half of its places (the runs settled). `tokens`
-  // < 1 (kTracedDecodeRun): the trace's own runs, the mean above. The
-  // Qwen3 shape's grid trace (16-token runs) read 0.1-0.8 experts a layer
-  // at places 0-6 and 0.02-0.07 from place 7 on.
-  std::optional<double> decode_misses_per_layer_token(int tokens) const;
+  // Expert reads a decode token of `run` makes at one layer, when the trace
+  // has decode tokens: each token at the rate of the trace's decode tokens
+  // of runs that start as `run` does (all runs where it has none of them)
+  // at its place; places past the trace's longest run at the rate of the
+  // later half of its places (the runs settled). run.tokens < 1
+  // (kTracedDecodeRun): the mean over the trace's runs. The Qwen3 shape's
+  // grid trace (16-token runs) read 0.1-0.8 experts a layer at places 0-6
+  // and 0.02-0.07 from place 7 on.
+  std::optional<double> decode_misses_per_layer_token(DecodeRun run = {}) const;
+  // The shares of `run`'s decode layer-rounds that miss m experts together
+  // (index m): the clustering of the trace's runs that start as it does
+  // (all runs where none do), scaled to the run's own misses (above), so a
+  // run's reads are priced in the batches they come in. Where the run
+  // misses more often than that clustering allows, every round misses,
+  // clustered alike. Empty without decode tokens.
+  std::vector<double> decode_batches(DecodeRun run = {}) const;
   // Expert reads a prompt token makes at one layer, when the trace has prompts.
   std::optional<double> prompt_misses_per_layer_token() const;
   // The same for a prompt of `tokens`: each of its rounds at the rate of the
@@ -68,6 +115,12 @@ struct CacheReplay {
   std::vector<double> expert_rows_shares() const { return shares(prompt_expert_rows); }
   // "the routing trace (N tokens: P prompt, D decode) replayed through the engine's cache ..."
   std::string describe(int cap, int pins) const;
+  // Which of the trace's decode runs price a run that starts at `start`:
+  // "" for any, else "; ... runs that start a fresh context" or why all do.
+  std::string decode_runs_text(DecodeStart start) const;
+
+ private:
+  const DecodeCounts& decode_runs_of(DecodeStart start) const;
 };
 
 // The trace replayed twice through each MoE layer's cache: once to warm it

@@ -19,6 +19,6 @@ SpeedPrediction predict_expert_parallel(const DeviceProfile& profile, const Mode
 // (An expert-parallel plan's prefill is per batch of its exchange: `prompt_tokens` does not change it.)
 SpeedPrediction predict_plan_speed(const DeviceProfile& profile, const ModelFootprint& footprint, const Plan& plan,
                                    const experts::UsageHistory* history = nullptr, int decode_depth = kPlanMeanDepth,
-                                   int prompt_tokens = kPlanPrompt, int decode_tokens = kTracedDecodeRun);
+                                   int prompt_tokens = kPlanPrompt, DecodeRun decode_run = {});
 
 }  // namespace coli::planner

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "coli/experts/usage_history.h"
+#include "coli/planner/cache_replay.h"
 #include "coli/planner/footprint.h"
 #include "coli/planner/plan.h"
 #include "coli/probe/device_profile.h"
@@ -91,14 +92,13 @@ inline constexpr int kPlanMeanDepth = -1;
 // decoder's batch holds at most that many); kPlanPrompt: llama-bench's
 // pp512, at most the context, what a plan's one prefill figure assumes.
 inline constexpr int kPlanPrompt = -1;
-// Decode runs `decode_tokens` tokens after the prompt (a replayed trace
-// prices each by its place in the run: the first ones leave the prompt's
-// experts); kTracedDecodeRun: the trace's own runs, what a plan's one decode
-// figure assumes.
-inline constexpr int kTracedDecodeRun = -1;
+// Decode runs `decode_run` (cache_replay.h): its tokens, each priced by its
+// place in the run (the first ones leave the prompt's experts), and where
+// it starts (a fresh context or after its own prompt); by default the
+// trace's own runs, what a plan's one decode figure assumes.
 SpeedPrediction predict_speed(const DeviceProfile& profile, const ModelFootprint& footprint, const Plan& plan,
                               const experts::UsageHistory* history = nullptr, int decode_depth = kPlanMeanDepth,
-                              int prompt_tokens = kPlanPrompt, int decode_tokens = kTracedDecodeRun);
+                              int prompt_tokens = kPlanPrompt, DecodeRun decode_run = {});
 
 // llama.cpp's split of experts over a GPU (`-ngl 99 --n-cpu-moe N`): whole
 // MoE layers' experts in VRAM, the first N layers' on the CPU. The split of

@@ -28,6 +28,6 @@ DeviceProfile at_sample_bound(DeviceProfile profile, SampleBound bound);
 SpeedPrediction predict_plan_speed_with_band(const DeviceProfile& profile, const ModelFootprint& footprint,
                                              const Plan& plan, const experts::UsageHistory* history = nullptr,
                                              int decode_depth = kPlanMeanDepth, int prompt_tokens = kPlanPrompt,
-                                             int decode_tokens = kTracedDecodeRun);
+                                             DecodeRun decode_run = {});
 
 }  // namespace coli::planner
