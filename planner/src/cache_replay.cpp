@@ -1,5 +1,6 @@
 #include "coli/planner/cache_replay.h"
 
+#include <cmath>
 #include <map>
 #include <mutex>
 #include <numeric>
@@ -228,17 +229,28 @@ std::optional<double> CacheReplay::decode_misses_per_layer_token(DecodeRun run) 
   return misses / run.tokens;
 }
 
-std::vector<double> CacheReplay::decode_batches(DecodeRun run) const {
-  std::vector<double> out = shares(decode_runs_of(run.start).rounds_missing);
-  const auto misses = decode_misses_per_layer_token(run);
-  double mean = 0, missing = 0;  // of the kind's rounds: misses, and the share that missed any
+std::vector<double> CacheReplay::scaled_to(std::vector<double> out, double misses) {
+  double mean = 0, missing = 0;  // misses a round, and the share of rounds that missed any
   for (std::size_t m = 1; m < out.size(); ++m) mean += static_cast<double>(m) * out[m], missing += out[m];
-  if (!misses || mean <= 0) return out;
-  // Scaled to the run's misses; where that needs more than every round, every round misses.
-  const double scale = std::min(*misses / mean, 1.0 / missing);
+  if (mean <= 0) return out;
+  const double scale = std::min(misses / mean, 1.0 / missing);
   for (std::size_t m = 1; m < out.size(); ++m) out[m] *= scale;
   out[0] = std::max(0.0, 1.0 - missing * scale);
   return out;
+}
+
+std::vector<double> CacheReplay::decode_batches(DecodeRun run) const {
+  std::vector<double> out = shares(decode_runs_of(run.start).rounds_missing);
+  const auto misses = decode_misses_per_layer_token(run);
+  return misses ? scaled_to(std::move(out), *misses) : out;
+}
+
+std::vector<double> CacheReplay::prompt_batches(int tokens) const {
+  std::vector<double> out = shares(prompt_rounds_missing);
+  const auto misses = prompt_misses_per_layer_token(tokens);
+  if (!misses || tokens <= 0 || round_tokens <= 0) return out;
+  const double rounds = std::ceil(static_cast<double>(tokens) / round_tokens);
+  return scaled_to(std::move(out), *misses * tokens / rounds);
 }
 
 std::optional<double> CacheReplay::prompt_misses_per_layer_token() const {

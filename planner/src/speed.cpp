@@ -897,7 +897,7 @@ void replay_cache(const ModelFootprint& fp, const Plan& plan, const experts::Usa
   rates.round_expert_rows = replay->expert_rows_shares();
   if (cap >= fp.n_experts) return;  // every expert resident: the hit rates are 1 already
   rates.decode_batches = replay->decode_batches(run.decode);
-  rates.prompt_batches = CacheReplay::shares(replay->prompt_rounds_missing);
+  rates.prompt_batches = replay->prompt_batches(planned_prompt(plan, run.prompt_tokens));
   if (const auto misses = replay->decode_misses_per_layer_token(run.decode)) {
     s.hit_rate = std::clamp(1.0 - *misses / fp.top_k, 0.0, 1.0);
     s.hit_rate_inputs = replay->describe(cap, plan.pins) + ": " + format_fixed(*misses, 3) + " reads a decode token and layer" +

@@ -147,6 +147,13 @@ TEST(CacheReplay, AShortPromptIsPricedByThePromptsOpeningRounds) {
   EXPECT_DOUBLE_EQ(*replay->prompt_misses_per_layer_token(2), 0.5);
   EXPECT_DOUBLE_EQ(*replay->prompt_misses_per_layer_token(6), 2.0 / 12);
   EXPECT_DOUBLE_EQ(*replay->prompt_misses_per_layer_token(12), (1 + 6 * (2.0 / 12)) / 12);
+  // Its rounds' batches: the full rounds' (2 of 12 missed one) scaled to its misses a round.
+  EXPECT_EQ(CacheReplay::shares(replay->prompt_rounds_missing), (std::vector<double>{10.0 / 12, 2.0 / 12}));
+  const auto one = replay->prompt_batches(1), two = replay->prompt_batches(2), six = replay->prompt_batches(6);
+  EXPECT_NEAR(one[0], 0.0, 1e-12);
+  EXPECT_NEAR(one[1], 1.0, 1e-12);
+  EXPECT_NEAR(two[1], 0.5, 1e-12);
+  EXPECT_NEAR(six[1], 2.0 / 12, 1e-12);
 }
 
 // Prompt 0 0 then decode 1 1 1, twice over, through one slot: each run's
@@ -224,7 +231,8 @@ TEST(CacheReplay, NothingToReplayOrACacheThatCannotRunGivesNothing) {
 // 3}, through 2 slots (rounds of one token): each prompt reads its two
 // experts in its first round and none after. A one-token prompt is priced
 // at its opening round's 2 reads a layer, not at an eighth of them (the
-// 8-token mean), and the 8-token prompt at the same 2.
+// 8-token mean), and the 8-token prompt at the same 2; each waits for them
+// once.
 TEST(PlanSpeed, AShortPromptReadsWhatThePromptsFirstRoundsRead) {
   const ModelFootprint fp = demo_model();
   const std::vector<std::vector<int>> a(8, {0, 1}), b(8, {2, 3});
@@ -237,6 +245,13 @@ TEST(PlanSpeed, AShortPromptReadsWhatThePromptsFirstRoundsRead) {
   EXPECT_DOUBLE_EQ(one.prefill_disk_reads, 2 * layers);
   const SpeedPrediction eight = predict_speed(measured_profile(10), fp, plan, &history, kPlanMeanDepth, 8);
   EXPECT_NEAR(eight.prefill_disk_reads, 2 * layers, 1e-9);
+  // And waits for them: the one-token prompt's round reads both at every
+  // layer, where the full rounds' clustering alone (one round in eight
+  // reading two) priced an eighth of that wait.
+  const double one_wait = term_seconds(one.prefill_terms, "memory: experts from disk");
+  const double eight_wait = term_seconds(eight.prefill_terms, "memory: experts from disk") * 8;
+  EXPECT_GT(one_wait, 0.0);
+  EXPECT_NEAR(one_wait, eight_wait, 0.25 * eight_wait) << "the same reads, waited for once";
 }
 
 // Prompts routed to {0, 1}, each followed by 3 decode tokens routed to

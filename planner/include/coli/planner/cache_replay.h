@@ -94,10 +94,9 @@ struct CacheReplay {
   std::optional<double> decode_misses_per_layer_token(DecodeRun run = {}) const;
   // The shares of `run`'s decode layer-rounds that miss m experts together
   // (index m): the clustering of the trace's runs that start as it does
-  // (all runs where none do), scaled to the run's own misses (above), so a
-  // run's reads are priced in the batches they come in. Where the run
-  // misses more often than that clustering allows, every round misses,
-  // clustered alike. Empty without decode tokens.
+  // (all runs where none do), scaled_to the run's own misses (above), so a
+  // run's reads are priced in the batches they come in. Empty without
+  // decode tokens.
   std::vector<double> decode_batches(DecodeRun run = {}) const;
   // Expert reads a prompt token makes at one layer, when the trace has prompts.
   std::optional<double> prompt_misses_per_layer_token() const;
@@ -111,6 +110,16 @@ struct CacheReplay {
   // The share of layer-rounds that missed m experts together (index m), or
   // empty when the trace has none of that kind.
   static std::vector<double> shares(const std::vector<double>& rounds_missing);
+  // `shares` scaled to a mean of `misses` a round: the clustering kept, the
+  // share of rounds that miss anything moved. Where `misses` needs more
+  // than every round, every round misses, clustered alike.
+  static std::vector<double> scaled_to(std::vector<double> shares, double misses);
+  // The shares of a `tokens`-token prompt's layer-rounds that miss m experts
+  // together: the full rounds' clustering scaled to that prompt's misses a
+  // round (prompt_misses_per_layer_token(tokens)): a short prompt's rounds
+  // meet the cache the pass before it left and miss more. tokens < 1: the
+  // full rounds' own.
+  std::vector<double> prompt_batches(int tokens) const;
   // The shares of prompt_expert_rows (index r: a round's experts with r rows), empty without full rounds.
   std::vector<double> expert_rows_shares() const { return shares(prompt_expert_rows); }
   // "the routing trace (N tokens: P prompt, D decode) replayed through the engine's cache ..."
