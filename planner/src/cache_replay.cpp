@@ -208,8 +208,9 @@ void PlaceCounts::add_tokens(std::size_t place, double count) {
 double PlaceCounts::total_tokens() const { return std::accumulate(tokens.begin(), tokens.end(), 0.0); }
 
 const DecodeCounts& CacheReplay::decode_runs_of(DecodeStart start) const {
+  if (start == DecodeStart::any) return decode_runs;
   const DecodeCounts& own = start == DecodeStart::fresh ? fresh_decode_runs : in_context_decode_runs;
-  return start != DecodeStart::any && own.places.total_tokens() > 0 ? own : decode_runs;
+  return own.places.total_tokens() > 0 ? own : decode_runs;
 }
 
 std::optional<double> CacheReplay::decode_misses_per_layer_token(DecodeRun run) const {
@@ -294,9 +295,11 @@ std::string CacheReplay::describe(int cap, int pins) const {
 std::string CacheReplay::decode_runs_text(DecodeStart start) const {
   if (start == DecodeStart::any) return {};
   const std::string kind = start == DecodeStart::fresh ? "that start a fresh context" : "that follow their own context";
-  const PlaceCounts& own = (start == DecodeStart::fresh ? fresh_decode_runs : in_context_decode_runs).places;
-  if (own.total_tokens() > 0) return "; priced by the trace's decode runs " + kind + " (" + format_fixed(own.total_tokens(), 0) + " tokens)";
-  return "; the trace has no decode runs " + kind + " (a history recorded before format 8 keeps no positions): priced by all its runs";
+  const DecodeCounts& used = decode_runs_of(start);
+  if (&used != &decode_runs) return "; priced by the trace's decode runs " + kind + " (" + format_fixed(used.places.total_tokens(), 0) + " tokens)";
+  const bool positions = fresh_decode_runs.places.total_tokens() + in_context_decode_runs.places.total_tokens() > 0;
+  return "; the trace has no decode runs " + kind +
+         (positions ? "" : " (it keeps no positions: a history before format 8)") + ": priced by all its runs";
 }
 
 std::optional<CacheReplay> replay_expert_cache(const experts::UsageHistory& history, int cap, int pins,

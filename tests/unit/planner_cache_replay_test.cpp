@@ -200,7 +200,8 @@ TEST(CacheReplay, ADecodeAfterItsOwnPromptIsPricedApartFromAFreshOne) {
   const auto unknown = replay_expert_cache(traced(4, passes), 1, 0, 512);
   EXPECT_DOUBLE_EQ(*unknown->decode_misses_per_layer_token({1, DecodeStart::in_context}), 0.5);
   EXPECT_TRUE(unknown->in_context_decode_runs.places.tokens.empty());
-  EXPECT_NE(unknown->decode_runs_text(DecodeStart::in_context).find("no decode runs that follow their own context"),
+  EXPECT_NE(unknown->decode_runs_text(DecodeStart::in_context)
+                .find("no decode runs that follow their own context (it keeps no positions"),
             std::string::npos);
 }
 
@@ -213,6 +214,9 @@ TEST(CacheReplay, ADecodeRunEndsWhereItsPositionsStartAgain) {
   ASSERT_TRUE(replay.has_value());
   EXPECT_EQ(replay->fresh_decode_runs.places.tokens, (std::vector<double>{2, 2}));
   EXPECT_EQ(replay->fresh_decode_runs.places.misses, (std::vector<double>{2, 0}));
+  EXPECT_NE(replay->decode_runs_text(DecodeStart::in_context).find("no decode runs that follow their own context: priced by all"),
+            std::string::npos)
+      << "positions kept, none of that kind";
   EXPECT_EQ(replay_expert_cache(traced(4, passes), 1, 0, 512)->decode_runs.places.tokens, (std::vector<double>{1, 1, 1, 1}));
 }
 
