@@ -255,6 +255,7 @@ TEST(UsageHistory, TraceRoundTripsAndVersion3FilesLoadWithout) {
 
 // Version 8 adds each pass's first KV position (the 2-token prompt at 0,
 // the generated token after it at 2); version 7 files load with none known.
+// (A bad trace_starts line: ContentErrorsBehindAValidChecksumAreReported.)
 TEST(UsageHistory, TraceStartsRoundTripAndVersion7FilesLoadWithout) {
   const UsageHistory history = sample_history();
   EXPECT_NE(history.serialize().find("\ntrace_passes 2 2 1\ntrace_starts 2 0 2\n"), std::string::npos) << history.serialize();
@@ -267,15 +268,6 @@ TEST(UsageHistory, TraceStartsRoundTripAndVersion7FilesLoadWithout) {
   const auto unknown = version7->trace().pass_starts();
   EXPECT_EQ(std::vector<int>(unknown.begin(), unknown.end()), (std::vector<int>{kUnknownStart, kUnknownStart}));
   EXPECT_EQ(version7->trace().tokens(), 3);
-  const std::string file = body_of(history.serialize());
-  auto edit = [&](const std::string& from, const std::string& to) {
-    std::string text = file;
-    text.replace(text.find(from), from.size(), to);
-    return with_checksum(text);
-  };
-  expect_refused(edit("trace_starts 2 0 2", "trace_starts 1 0"), "trace_starts line: 1 first positions for 2 passes");
-  expect_refused(edit("trace_starts 2 0 2", "trace_starts 2 0 -2"), "trace_starts line: value 2 is not an integer in -1..");
-  expect_refused(edit("trace_starts 2 0 2", "trace_starts 3 0 2"), "trace_starts line: the first value must count");
 }
 
 // Merging appends the newer run's trace (decay 0: it alone), within the window.
@@ -387,6 +379,9 @@ TEST(UsageHistory, ContentErrorsBehindAValidChecksumAreReported) {
   expect_refused(edit("trace_passes 2 2 1", "trace_passes 3 2 1"), "trace_passes line: the first value must count the values");
   expect_refused(edit("trace_passes 2 2 1", "trace_passes 2 2 0"), "a pass of 0 tokens");
   expect_refused(edit("trace_passes 2 2 1", "trace_passes 2 2 9999"), "trace_passes line: value 2");
+  expect_refused(edit("trace_starts 2 0 2", "trace_starts 1 0"), "trace_starts line: 1 first positions for 2 passes");
+  expect_refused(edit("trace_starts 2 0 2", "trace_starts 2 0 -2"), "trace_starts line: value 2 is not an integer in -1..");
+  expect_refused(edit("trace_starts 2 0 2", "trace_starts 3 0 2"), "trace_starts line: the first value must count");
   expect_refused(edit("read_rounds 2 8192 4 3", "read_rounds 2 8192 4 4"), "read_rounds line is malformed");
   expect_refused(edit("read_rounds 2 8192 4 3", "read_rounds 2 8192 4 65"), "read_rounds line is malformed");
   expect_refused(edit("read_rounds 2 8192", "read_rounds 2 -1"), "read_rounds line is malformed");
