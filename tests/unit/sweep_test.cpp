@@ -645,7 +645,14 @@ TEST(SweepPrediction, EachDepthsDecodeStandsBesideItsOwnPrediction) {
                        "prefill"),
             std::string::npos)
       << table;
+  EXPECT_NE(table.find("decode at d0: worst error -12.2% (2t k0 | cap 16 | pins 4 | avx2), mean |error| 12.2% over 1 "
+                       "configurations\ndecode at d512: worst error 10.0%"),
+            std::string::npos)
+      << table;
   const auto json = nlohmann::json::parse(sweep_json(r));
+  ASSERT_EQ(json["prediction"]["decode_at_depth"].size(), 2u);
+  EXPECT_EQ(json["prediction"]["decode_at_depth"][1]["depth"], 512);
+  EXPECT_NEAR(json["prediction"]["decode_at_depth"][1]["worst_error"].get<double>(), 0.1, 1e-12);
   EXPECT_EQ(json["configs"][1]["predicted"]["decode_tok_s_at_depth"], nlohmann::json({18.0, 11.0}));
   EXPECT_EQ(json["configs"][1]["predicted"]["decode_disk_reads_per_token_at_depth"], nlohmann::json({0.9, 0.1}));
 }

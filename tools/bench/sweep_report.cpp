@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <numeric>
 #include <utility>
@@ -78,6 +79,21 @@ std::string prediction_line(const SweepReport& r, const std::vector<ConfigPredic
              format_fixed(metric_median(r.summaries[i], metric), 1) + " against " + format_fixed(slowest, 1) + "-" +
              format_fixed(fastest, 1);
     }
+  }
+  return out;
+}
+
+// "decode at d0: worst error +13.1% (label), mean |error| 7.0% over N
+// configurations", a line per depth, where the sweep has several.
+std::string depth_prediction_lines(const SweepReport& r) {
+  if (r.depths.size() < 2) return {};
+  std::string out;
+  for (std::size_t d = 0; d < r.depths.size(); ++d) {
+    const PredictionQuality q = depth_prediction_quality(r.summaries, r.predictions, d);
+    if (q.points == 0) continue;
+    out += "decode at d" + std::to_string(r.depths[d]) + ": worst error " + format_fixed(100 * q.worst_error, 1) + "% (" +
+           config_label(r.grid[q.worst], r.n_experts) + "), mean |error| " + format_fixed(100 * q.mean_abs_error, 1) +
+           "% over " + std::to_string(q.points) + " configurations\n";
   }
   return out;
 }
@@ -310,14 +326,16 @@ std::vector<ConfigPrediction> retimed_predictions(const SweepReport& report) {
   return out;
 }
 
-PredictionQuality prediction_quality(const std::vector<ConfigSummary>& summaries,
-                                     const std::vector<ConfigPrediction>& predictions, Metric metric) {
+namespace {
+
+// Predicted against measured over the configurations i < n where
+// `figures(i)` gives both (predicted, measured), each > 0.
+PredictionQuality quality_over(std::size_t n, const std::function<std::pair<double, double>(std::size_t)>& figures) {
   PredictionQuality q;
   std::vector<double> predicted, measured;
-  for (std::size_t i = 0; i < summaries.size() && i < predictions.size(); ++i) {
-    const double p = metric == Metric::decode ? predictions[i].decode_tok_s : predictions[i].prefill_tok_s;
-    const double m = metric_median(summaries[i], metric);
-    if (!predictions[i].available || p <= 0 || m <= 0) continue;
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto [p, m] = figures(i);
+    if (p <= 0 || m <= 0) continue;
     const double error = p / m - 1;
     if (q.points == 0 || std::abs(error) > std::abs(q.worst_error)) q.worst_error = error, q.worst = i;
     q.mean_abs_error += std::abs(error);
@@ -328,6 +346,27 @@ PredictionQuality prediction_quality(const std::vector<ConfigSummary>& summaries
   if (q.points > 0) q.mean_abs_error /= q.points;
   q.rank_correlation = spearman_rank_correlation(predicted, measured);
   return q;
+}
+
+}  // namespace
+
+PredictionQuality prediction_quality(const std::vector<ConfigSummary>& summaries,
+                                     const std::vector<ConfigPrediction>& predictions, Metric metric) {
+  return quality_over(std::min(summaries.size(), predictions.size()), [&](std::size_t i) {
+    const ConfigPrediction& p = predictions[i];
+    if (!p.available) return std::pair{0.0, 0.0};
+    return std::pair{metric == Metric::decode ? p.decode_tok_s : p.prefill_tok_s, metric_median(summaries[i], metric)};
+  });
+}
+
+PredictionQuality depth_prediction_quality(const std::vector<ConfigSummary>& summaries,
+                                           const std::vector<ConfigPrediction>& predictions, std::size_t depth) {
+  return quality_over(std::min(summaries.size(), predictions.size()), [&](std::size_t i) {
+    const ConfigPrediction& p = predictions[i];
+    const auto& measured = summaries[i].decode_at_depth;
+    if (!p.available || depth >= p.decode_tok_s_at_depth.size() || depth >= measured.size()) return std::pair{0.0, 0.0};
+    return std::pair{p.decode_tok_s_at_depth[depth], measured[depth].median};
+  });
 }
 
 BandStanding band_standing(const std::vector<ConfigSummary>& summaries, const std::vector<ConfigPrediction>& predictions,
@@ -378,7 +417,16 @@ nlohmann::ordered_json quality_json(const SweepReport& r, const std::vector<Conf
 }
 
 nlohmann::ordered_json prediction_quality_json(const SweepReport& r, const std::vector<ConfigPrediction>& predictions) {
-  return {{"decode", quality_json(r, predictions, Metric::decode)}, {"prefill", quality_json(r, predictions, Metric::prefill)}};
+  nlohmann::ordered_json at_depth = nlohmann::ordered_json::array();
+  for (std::size_t d = 0; d < r.depths.size(); ++d) {
+    const PredictionQuality q = depth_prediction_quality(r.summaries, predictions, d);
+    if (q.points == 0) continue;
+    at_depth.push_back({{"depth", r.depths[d]}, {"points", q.points}, {"worst_error", q.worst_error},
+                        {"worst_config", q.worst}, {"mean_abs_error", q.mean_abs_error}});
+  }
+  return {{"decode", quality_json(r, predictions, Metric::decode)},
+          {"prefill", quality_json(r, predictions, Metric::prefill)},
+          {"decode_at_depth", std::move(at_depth)}};
 }
 
 // --retime: each configuration's re-timed prediction (the repeats' median,
@@ -716,6 +764,7 @@ std::string sweep_table(const SweepReport& r) {
   if (!r.predictions.empty()) {
     out += "decode:  " + prediction_line(r, r.predictions, Metric::decode) + "\n";
     out += "prefill: " + prediction_line(r, r.predictions, Metric::prefill) + "\n";
+    out += depth_prediction_lines(r);
   }
   if (!r.retimed.empty()) {
     out += "--retime: the profile's kernel points, OpenMP costs and reads beside compute timed again before each repeat (re-timed / profile GB/s):\n";

@@ -29,7 +29,7 @@ namespace coli::bench {
 // 12: --max-minutes: workload.repeats (those run) beside workload.repeats_asked, and stopped_early (why, or "")
 // 13: machine_changes: the repeats that ran on a machine of another class than the profile's
 // 14: configs[].predicted: the band (decode_band_tok_s, prefill_band_tok_s) and each depth's decode
-//     priced apart (decode_tok_s_at_depth, decode_disk_reads_per_token_at_depth)
+//     priced apart (decode_tok_s_at_depth, decode_disk_reads_per_token_at_depth); prediction.decode_at_depth
 inline constexpr int kSweepSchemaVersion = 14;
 
 // The expert-read rounds of `reads` records each in a timed step: how many,
@@ -170,6 +170,10 @@ struct PredictionQuality {
 };
 PredictionQuality prediction_quality(const std::vector<ConfigSummary>& summaries,
                                      const std::vector<ConfigPrediction>& predictions, Metric metric);
+// The same for decode at the sweep's `depth`-th depth: each configuration's
+// prediction for that depth against its median there.
+PredictionQuality depth_prediction_quality(const std::vector<ConfigSummary>& summaries,
+                                           const std::vector<ConfigPrediction>& predictions, std::size_t depth);
 
 // How many measured medians lie inside their configuration's band (the
 // prediction on the probe's slowest to fastest rounds), of those with one
