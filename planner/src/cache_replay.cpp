@@ -65,24 +65,29 @@ class DecodeRunTracker {
                          (start == experts::kUnknownStart || previous_start_ == experts::kUnknownStart ||
                           start == previous_start_ + 1);
     place_ = follows ? place_ + 1 : 0;
-    if (tokens == 1 && !follows)
+    if (tokens == 1 && !follows) {
       kind_ = start == experts::kUnknownStart ? DecodeStart::any : start == 0 ? DecodeStart::fresh : DecodeStart::in_context;
+      context_ = start;
+    }
     previous_tokens_ = tokens, previous_start_ = start;
   }
   std::size_t place() const { return place_; }
   DecodeStart kind() const { return kind_; }
+  int context() const { return context_; }  // the tokens before the run (its first position)
 
  private:
-  int previous_tokens_ = 0, previous_start_ = experts::kUnknownStart;
+  int previous_tokens_ = 0, previous_start_ = experts::kUnknownStart, context_ = experts::kUnknownStart;
   std::size_t place_ = 0;
   DecodeStart kind_ = DecodeStart::any;
 };
 
 // A decode token's misses at one layer into every kind of run it belongs to.
 void count_decode(CacheReplay& out, const DecodeRunTracker& run, std::size_t misses, bool first_layer) {
+  const bool in_context = run.kind() == DecodeStart::in_context;
   for (DecodeCounts* counts : {&out.decode_runs, run.kind() == DecodeStart::fresh ? &out.fresh_decode_runs
-                                                 : run.kind() == DecodeStart::in_context ? &out.in_context_decode_runs
-                                                                                         : nullptr}) {
+                                                 : in_context                     ? &out.in_context_decode_runs
+                                                                                  : nullptr,
+                               in_context ? &out.in_context_runs_after[run.context()] : nullptr}) {
     if (counts == nullptr) continue;
     counts->places.add_misses(run.place(), static_cast<double>(misses));
     if (first_layer) counts->places.add_tokens(run.place(), 1.0);
@@ -207,15 +212,32 @@ void PlaceCounts::add_tokens(std::size_t place, double count) {
 
 double PlaceCounts::total_tokens() const { return std::accumulate(tokens.begin(), tokens.end(), 0.0); }
 
-const DecodeCounts& CacheReplay::decode_runs_of(DecodeStart start) const {
-  if (start == DecodeStart::any) return decode_runs;
-  const DecodeCounts& own = start == DecodeStart::fresh ? fresh_decode_runs : in_context_decode_runs;
+namespace {
+
+// The in-context runs after the context nearest `context` by ratio (ties: the longer), or nullptr.
+const DecodeCounts* nearest_context(const std::map<int, DecodeCounts>& runs_after, int context) {
+  const DecodeCounts* best = nullptr;
+  double best_distance = 0;
+  for (const auto& [tokens, counts] : runs_after) {
+    const double distance = std::abs(std::log(static_cast<double>(tokens) / context));
+    if (best == nullptr || distance <= best_distance) best = &counts, best_distance = distance;
+  }
+  return best;
+}
+
+}  // namespace
+
+const DecodeCounts& CacheReplay::decode_runs_of(DecodeRun run) const {
+  if (run.start == DecodeStart::any) return decode_runs;
+  if (run.start == DecodeStart::in_context && run.context > 0)
+    if (const DecodeCounts* nearest = nearest_context(in_context_runs_after, run.context)) return *nearest;
+  const DecodeCounts& own = run.start == DecodeStart::fresh ? fresh_decode_runs : in_context_decode_runs;
   return own.places.total_tokens() > 0 ? own : decode_runs;
 }
 
 std::optional<double> CacheReplay::decode_misses_per_layer_token(DecodeRun run) const {
   if (decode_tokens <= 0 || layers <= 0) return std::nullopt;
-  const PlaceCounts& places = decode_runs_of(run.start).places;
+  const PlaceCounts& places = decode_runs_of(run).places;
   const double traced = places.total_tokens();
   const double mean = std::accumulate(places.misses.begin(), places.misses.end(), 0.0) / (traced * layers);
   if (run.tokens <= 0) return mean;
@@ -241,7 +263,7 @@ std::vector<double> CacheReplay::scaled_to(std::vector<double> out, double misse
 }
 
 std::vector<double> CacheReplay::decode_batches(DecodeRun run) const {
-  std::vector<double> out = shares(decode_runs_of(run.start).rounds_missing);
+  std::vector<double> out = shares(decode_runs_of(run).rounds_missing);
   const auto misses = decode_misses_per_layer_token(run);
   return misses ? scaled_to(std::move(out), *misses) : out;
 }
@@ -292,11 +314,15 @@ std::string CacheReplay::describe(int cap, int pins) const {
          " pins, rounds of " + std::to_string(round_tokens) + " tokens) after a warming pass";
 }
 
-std::string CacheReplay::decode_runs_text(DecodeStart start) const {
-  if (start == DecodeStart::any) return {};
-  const std::string kind = start == DecodeStart::fresh ? "that start a fresh context" : "that follow their own context";
-  const DecodeCounts& used = decode_runs_of(start);
-  if (&used != &decode_runs) return "; priced by the trace's decode runs " + kind + " (" + format_fixed(used.places.total_tokens(), 0) + " tokens)";
+std::string CacheReplay::decode_runs_text(DecodeRun run) const {
+  if (run.start == DecodeStart::any) return {};
+  const std::string kind = run.start == DecodeStart::fresh ? "that start a fresh context" : "that follow their own context";
+  const DecodeCounts& used = decode_runs_of(run);
+  std::string of;  // the context length the runs followed, where they were chosen by it
+  for (const auto& [tokens, counts] : in_context_runs_after)
+    if (&counts == &used) of = " of " + std::to_string(tokens) + " tokens (nearest this run's " + std::to_string(run.context) + ")";
+  if (&used != &decode_runs)
+    return "; priced by the trace's decode runs " + kind + of + " (" + format_fixed(used.places.total_tokens(), 0) + " tokens)";
   const bool positions = fresh_decode_runs.places.total_tokens() + in_context_decode_runs.places.total_tokens() > 0;
   return "; the trace has no decode runs " + kind +
          (positions ? "" : " (it keeps no positions: a history before format 8)") + ": priced by all its runs";

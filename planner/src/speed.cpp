@@ -901,7 +901,7 @@ void replay_cache(const ModelFootprint& fp, const Plan& plan, const experts::Usa
   if (const auto misses = replay->decode_misses_per_layer_token(run.decode)) {
     s.hit_rate = std::clamp(1.0 - *misses / fp.top_k, 0.0, 1.0);
     s.hit_rate_inputs = replay->describe(cap, plan.pins) + ": " + format_fixed(*misses, 3) + " reads a decode token and layer" +
-                        replay->decode_runs_text(run.decode.start);
+                        replay->decode_runs_text(run.decode);
   }
   if (const auto misses = replay->prompt_misses_per_layer_token(planned_prompt(plan, run.prompt_tokens)))
     s.prefill_hit_rate = std::clamp(1.0 - *misses / fp.top_k, 0.0, 1.0);

@@ -187,7 +187,7 @@ TEST(CacheReplay, ADecodeAfterItsOwnPromptIsPricedApartFromAFreshOne) {
   EXPECT_DOUBLE_EQ(*replay->decode_misses_per_layer_token({1, DecodeStart::fresh}), 1.0);
   EXPECT_DOUBLE_EQ(*replay->decode_misses_per_layer_token({1, DecodeStart::any}), 0.5);
   EXPECT_DOUBLE_EQ(*replay->decode_misses_per_layer_token({kTracedDecodeRun, DecodeStart::fresh}), 1.0 / 3);
-  EXPECT_NE(replay->decode_runs_text(DecodeStart::fresh).find("runs that start a fresh context (3 tokens)"), std::string::npos);
+  EXPECT_NE(replay->decode_runs_text({kTracedDecodeRun, DecodeStart::fresh}).find("runs that start a fresh context (3 tokens)"), std::string::npos);
   // Their misses come in the batches of their own kind's rounds, scaled to the run's misses.
   auto expect_shares = [](const std::vector<double>& shares, const std::vector<double>& want) {
     ASSERT_EQ(shares.size(), want.size());
@@ -200,9 +200,30 @@ TEST(CacheReplay, ADecodeAfterItsOwnPromptIsPricedApartFromAFreshOne) {
   const auto unknown = replay_expert_cache(traced(4, passes), 1, 0, 512);
   EXPECT_DOUBLE_EQ(*unknown->decode_misses_per_layer_token({1, DecodeStart::in_context}), 0.5);
   EXPECT_TRUE(unknown->in_context_decode_runs.places.tokens.empty());
-  EXPECT_NE(unknown->decode_runs_text(DecodeStart::in_context)
+  EXPECT_NE(unknown->decode_runs_text({kTracedDecodeRun, DecodeStart::in_context})
                 .find("no decode runs that follow their own context (it keeps no positions"),
             std::string::npos);
+}
+
+// Through one slot: a reply after a 2-token prompt of expert 0 reads
+// nothing (0 0 at positions 2-3), one after an 8-token prompt of expert 1
+// reads its own expert 2 once (2 2 at positions 8-9). A reply is priced by
+// the runs after the context nearest its own by ratio: after 3 tokens the
+// first, after 6 the second; with no context given, by both.
+TEST(CacheReplay, AReplyIsPricedByTheRunsAfterTheNearestContext) {
+  const std::vector<std::vector<int>> passes = {{0, 0}, {0}, {0}, std::vector<int>(8, 1), {2}, {2}};
+  const auto replay = replay_expert_cache(traced(4, passes, 1, {0, 2, 3, 0, 8, 9}), 1, 0, 512);
+  ASSERT_TRUE(replay.has_value());
+  ASSERT_EQ(replay->in_context_runs_after.size(), 2u);
+  EXPECT_EQ(replay->in_context_runs_after.at(2).places.misses, (std::vector<double>{0, 0}));
+  EXPECT_EQ(replay->in_context_runs_after.at(8).places.misses, (std::vector<double>{1, 0}));
+  EXPECT_DOUBLE_EQ(*replay->decode_misses_per_layer_token({1, DecodeStart::in_context, 3}), 0.0);
+  EXPECT_DOUBLE_EQ(*replay->decode_misses_per_layer_token({1, DecodeStart::in_context, 6}), 1.0);
+  EXPECT_DOUBLE_EQ(*replay->decode_misses_per_layer_token({1, DecodeStart::in_context}), 0.5);
+  EXPECT_NE(replay->decode_runs_text({1, DecodeStart::in_context, 6})
+                .find("runs that follow their own context of 8 tokens (nearest this run's 6) (2 tokens)"),
+            std::string::npos)
+      << replay->decode_runs_text({1, DecodeStart::in_context, 6});
 }
 
 // Two fresh decode runs back to back (positions 0 1, then 0 1 again: a new
@@ -214,7 +235,7 @@ TEST(CacheReplay, ADecodeRunEndsWhereItsPositionsStartAgain) {
   ASSERT_TRUE(replay.has_value());
   EXPECT_EQ(replay->fresh_decode_runs.places.tokens, (std::vector<double>{2, 2}));
   EXPECT_EQ(replay->fresh_decode_runs.places.misses, (std::vector<double>{2, 0}));
-  EXPECT_NE(replay->decode_runs_text(DecodeStart::in_context).find("no decode runs that follow their own context: priced by all"),
+  EXPECT_NE(replay->decode_runs_text({kTracedDecodeRun, DecodeStart::in_context}).find("no decode runs that follow their own context: priced by all"),
             std::string::npos)
       << "positions kept, none of that kind";
   EXPECT_EQ(replay_expert_cache(traced(4, passes), 1, 0, 512)->decode_runs.places.tokens, (std::vector<double>{1, 1, 1, 1}));

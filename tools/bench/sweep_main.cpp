@@ -108,7 +108,8 @@ ConfigPrediction predict_config(const Setup& s, const DeviceProfile& profile, co
   ConfigPrediction out;
   double seconds = 0;
   for (int depth : tests.depths) {
-    const planner::DecodeRun run{tests.decode_tokens, depth > 0 ? planner::DecodeStart::in_context : planner::DecodeStart::fresh};
+    const planner::DecodeRun run{tests.decode_tokens, depth > 0 ? planner::DecodeStart::in_context : planner::DecodeStart::fresh,
+                                 depth};
     const planner::SpeedPrediction p = planner::predict_speed(profile, s.footprint, plan, history, depth + tests.decode_tokens / 2,
                                                               tests.prefill_tokens, run);
     if (!p.available) {

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstddef>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -25,9 +26,16 @@ inline constexpr int kTracedDecodeRun = -1;
 // figure). Their reads differ: a run after its own prompt reuses the experts
 // the prompt leased, a fresh one leaves the previous sequence's.
 enum class DecodeStart { any, fresh, in_context };
+// How long a run's context is where it is not known (a plan's one figure).
+inline constexpr int kAnyContext = -1;
 struct DecodeRun {
   int tokens = kTracedDecodeRun;
   DecodeStart start = DecodeStart::any;
+  // in_context: the tokens before the run (a reply's prompt, tg's depth).
+  // The traced runs after the context nearest it (by ratio) price it: a
+  // 16-token prompt leases fewer experts than a 512-token one, and its
+  // reply reads more of its own. kAnyContext: all in-context runs.
+  int context = kAnyContext;
 };
 
 // A replay's misses by place (index 0: a prompt's first round, a decode
@@ -82,6 +90,8 @@ struct CacheReplay {
   // only. The first tokens leave the prompt's experts for the decode's own;
   // later ones reuse what the run before them read.
   DecodeCounts decode_runs, fresh_decode_runs, in_context_decode_runs;
+  // The in-context runs by the tokens before them (their first position).
+  std::map<int, DecodeCounts> in_context_runs_after;
 
   // Expert reads a decode token of `run` makes at one layer, when the trace
   // has decode tokens: each token at the rate of the trace's decode tokens
@@ -124,12 +134,13 @@ struct CacheReplay {
   std::vector<double> expert_rows_shares() const { return shares(prompt_expert_rows); }
   // "the routing trace (N tokens: P prompt, D decode) replayed through the engine's cache ..."
   std::string describe(int cap, int pins) const;
-  // Which of the trace's decode runs price a run that starts at `start`:
-  // "" for any, else "; ... runs that start a fresh context" or why all do.
-  std::string decode_runs_text(DecodeStart start) const;
+  // Which of the trace's decode runs price `run`: "" for any, else "; ...
+  // runs that start a fresh context" (or follow a context of N tokens), or
+  // why all do.
+  std::string decode_runs_text(DecodeRun run) const;
 
  private:
-  const DecodeCounts& decode_runs_of(DecodeStart start) const;
+  const DecodeCounts& decode_runs_of(DecodeRun run) const;
 };
 
 // The trace replayed twice through each MoE layer's cache: once to warm it
