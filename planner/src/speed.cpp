@@ -886,7 +886,6 @@ struct ReplayedRun {
 // A CPU plan's hit rates and round sizes from the engine's cache replayed
 // over the usage history's routing trace, where it has one (else the
 // reuse distances or routing shares stand, as expected_hit_rate says).
-
 void replay_cache(const ModelFootprint& fp, const Plan& plan, const experts::UsageHistory* history, ReplayedRun run,
                   SpeedPrediction& s, PlanRates& rates) {
   if (!history_fits(fp, history)) return;
@@ -896,14 +895,15 @@ void replay_cache(const ModelFootprint& fp, const Plan& plan, const experts::Usa
   rates.round_distinct = replay->distinct_per_round();
   rates.round_expert_rows = replay->expert_rows_shares();
   if (cap >= fp.n_experts) return;  // every expert resident: the hit rates are 1 already
+  const int prompt = planned_prompt(plan, run.prompt_tokens);
   rates.decode_batches = replay->decode_batches(run.decode);
-  rates.prompt_batches = replay->prompt_batches(planned_prompt(plan, run.prompt_tokens));
+  rates.prompt_batches = replay->prompt_batches(prompt);
   if (const auto misses = replay->decode_misses_per_layer_token(run.decode)) {
     s.hit_rate = std::clamp(1.0 - *misses / fp.top_k, 0.0, 1.0);
     s.hit_rate_inputs = replay->describe(cap, plan.pins) + ": " + format_fixed(*misses, 3) + " reads a decode token and layer" +
                         replay->decode_runs_text(run.decode);
   }
-  if (const auto misses = replay->prompt_misses_per_layer_token(planned_prompt(plan, run.prompt_tokens)))
+  if (const auto misses = replay->prompt_misses_per_layer_token(prompt))
     s.prefill_hit_rate = std::clamp(1.0 - *misses / fp.top_k, 0.0, 1.0);
 }
 

@@ -2,8 +2,8 @@
 // that turns every kind of bad file into an Error.
 #include <algorithm>
 #include <charconv>
-#include <limits>
 #include <cmath>
+#include <limits>
 #include <optional>
 #include <span>
 #include <string>
