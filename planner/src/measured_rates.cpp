@@ -602,14 +602,23 @@ std::optional<RoutingCost> routing_cost(const DeviceProfile& profile, const Team
 }
 
 double StreamCost::seconds_per_byte(double rows) const {
-  if (points.empty()) return 0.0;
-  if (rows <= points.front().first) return points.front().second;
-  for (std::size_t i = 1; i < points.size(); ++i) {
-    const auto [r0, s0] = points[i - 1];
-    const auto [r1, s1] = points[i];
+  const bool below_switch = kernel_switch_rows > 0 && rows < kernel_switch_rows;
+  std::vector<std::pair<double, double>> own;  // the points of the kernel a record of `rows` rows runs
+  for (const auto& point : points)
+    if (kernel_switch_rows == 0 || (point.first < kernel_switch_rows) == below_switch) own.push_back(point);
+  if (own.empty()) own = points;  // the profile timed no row count of that kernel: the nearest it has
+  if (own.empty()) return 0.0;
+  if (rows <= own.front().first) return own.front().second;
+  for (std::size_t i = 1; i < own.size(); ++i) {
+    const auto [r0, s0] = own[i - 1];
+    const auto [r1, s1] = own[i];
     if (rows <= r1) return s0 + (s1 - s0) * (rows - r0) / (r1 - r0);
   }
-  return points.back().second;
+  // Below the switch past its last point (3 rows from amx's vnni points at 1
+  // and 2): the GEMM is bound by its rows there (the 2-core VM's vnni ran 4
+  // rows at 2.0x its 2-row seconds per byte), so the cost grows with them.
+  const auto [last_rows, last_s] = own.back();
+  return below_switch ? last_s * rows / last_rows : last_s;
 }
 
 std::optional<StreamCost> prefill_stream_cost(const DeviceProfile& profile, WeightFormat experts, const Team& team) {
@@ -633,6 +642,10 @@ std::optional<StreamCost> prefill_stream_cost(const DeviceProfile& profile, Weig
   if (cost.points.empty()) return std::nullopt;
   cost.text = rates + " GB/s at " + rows + (cost.points.size() == 1 && cost.points[0].first == 1 ? " row" : " rows") +
               " on each expert (" + names + ", measured at " + std::to_string(threads) + " threads)";
+  if (tuned_on_amx(profile)) {
+    cost.kernel_switch_rows = kernels::cpu::kAmxMinTokens;
+    cost.text += "; amx from " + std::to_string(cost.kernel_switch_rows) + " rows, fewer on avx512vnni's GEMM: each priced by its own kernel's points";
+  }
   return cost;
 }
 

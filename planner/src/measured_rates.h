@@ -285,8 +285,15 @@ std::optional<RoutingCost> routing_cost(const DeviceProfile& profile, const Team
 struct StreamCost {
   std::vector<std::pair<double, double>> points;  // (rows per expert, seconds per byte of a record), by rows
   std::string text;
-  // A record with `rows` rows: linear between the timed rows, held beyond
-  // them (past four rows the GEMM term prices the rows).
+  // Rows from which the engine runs another kernel (amx: kAmxMinTokens; below
+  // it avx512vnni's GEMM); 0: one kernel at every row count.
+  int kernel_switch_rows = 0;
+  // A record with `rows` rows: linear between the timed rows of its own
+  // kernel; past its last point, in proportion to the rows below the switch
+  // (a GEMM bound by its rows), held otherwise (an amx tile's 16 rows cost
+  // alike; past four rows the GEMM term prices the rows). Never
+  // interpolated across the switch: the amx profile's 4-row point pads its
+  // rows to a tile of 16, which a 3-row expert's vnni GEMM does not.
   double seconds_per_byte(double rows) const;
 };
 // nullopt where the profile has none of those points; a profile of one

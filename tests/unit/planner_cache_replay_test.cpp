@@ -361,15 +361,17 @@ TEST(PlanSpeed, MissesThatComeTogetherAreReadTogether) {
       << paired.decode_inputs;
 }
 
-// The tuning phase's stream points on 8 threads: `gbs` at each rows per expert (0: none).
-DeviceProfile streaming_profile(double one_row_gbs, double two_row_gbs) {
+// The tuning phase's stream points on 8 threads of `cpu_kernel`: `gbs` at each rows per expert (0: none).
+DeviceProfile streaming_profile(double one_row_gbs, double two_row_gbs, double four_row_gbs = 0,
+                                const char* cpu_kernel = "avx512vnni") {
   DeviceProfile profile = measured_profile(10);
-  KernelTuning tuning{"avx512vnni", 1ull << 30, 1, "", {}};
+  KernelTuning tuning{cpu_kernel, 1ull << 30, 1, "", {}};
   auto add = [&](const char* kernel, int rows, double gbs) {
     if (gbs > 0) tuning.points.push_back(point_on_8_threads(kernel, 1024, 24 * rows, 3 * 24 * rows, {3, gbs, gbs, gbs, 0}, {3, 1e3, 1e3, 1e3, 0}));
   };
   add("expert_q4_prefill_stream1", 1, one_row_gbs);
   add("expert_q4_prefill_stream", 2, two_row_gbs);
+  add("expert_q4_prefill_stream4", 4, four_row_gbs);
   profile.measurements.kernel_tuning = tuning;
   return profile;
 }
@@ -404,6 +406,37 @@ TEST(PlanSpeed, APromptRoundsRecordsStreamAtTheirExpertsRows) {
   EXPECT_GT(at_10, at_20);
   EXPECT_NEAR(ram_term(mixed), at_10 - 2 * (at_10 - at_20) / 3, 1e-12) << "the experts' share at 15 GB/s: 2/3 of it at 10";
   EXPECT_NEAR(ram_term(predicted(20, 0)), at_20, 1e-12) << "one point prices every round";
+}
+
+// amx computes an expert of four rows or more in tiles of 16 (its 4-row
+// point pays a whole tile) and one of fewer on avx512vnni's GEMM, whose
+// cost grows with its rows. The demo model at cap 6 runs rounds of 3
+// tokens; routed {0,1} {0,2} {0,3}, each round has expert 0 with three rows
+// and three experts with one. At 20 / 10 / 2 GB/s for 1 / 2 / 4 rows, an
+// amx profile prices the 3-row record from the vnni points (1.5x the 2-row
+// seconds per byte: 6.67 GB/s), so the records stream at 1 / (3/4 / 20 +
+// 1/4 / 6.67) = 13.3 GB/s; a vnni profile, one kernel throughout, between
+// its 2- and 4-row points (3.33 GB/s): 8.9 GB/s.
+TEST(PlanSpeed, AnAmxRoundsSmallExpertsArePricedByTheKernelTheyRun) {
+  const ModelFootprint fp = demo_model();
+  std::vector<std::vector<int>> routes;
+  for (int round = 0; round < 32; ++round) routes.push_back({0, 1}), routes.push_back({0, 2}), routes.push_back({0, 3});
+  const auto history = recorded(demo_key(fp), {routes});
+  const Plan plan = cpu_plan(fp, 6);
+  ASSERT_EQ(plan.prefill_round_tokens, 3);
+  auto inputs = [&](const char* cpu_kernel) {
+    const SpeedPrediction s = predict_speed(streaming_profile(20, 10, 2, cpu_kernel), fp, plan, &history);
+    EXPECT_TRUE(s.available) << s.unavailable;
+    return s.prefill_inputs;
+  };
+  const std::string amx = inputs("amx"), vnni = inputs("avx512vnni");
+  EXPECT_NE(amx.find("amx from 4 rows, fewer on avx512vnni's GEMM: each priced by its own kernel's points (the replay's "
+                     "rows per expert: 75% with one, 1.5 on average; 13.3 GB/s over them)"),
+            std::string::npos)
+      << amx;
+  EXPECT_NE(vnni.find("measured at 8 threads) (the replay's rows per expert: 75% with one, 1.5 on average; 8.9 GB/s over them)"),
+            std::string::npos)
+      << vnni;
 }
 
 }  // namespace
