@@ -574,6 +574,14 @@ TEST(SweepRetime, ReadRoundDriftComparesOneReadRoundsOfTheSameSetting) {
   EXPECT_EQ(read_round_drift(before, std::vector<experts::ReadRounds>{rounds(8, 0, 0)}), "") << "no one-read round now";
 }
 
+// The planned configuration's predictions from the profile and re-timed, side by side.
+TEST(SweepRetime, ThePlannedConfigurationsPredictionsSayWhatTheRetimingMoved) {
+  EXPECT_EQ(planned_prediction_drift({51.5, 358.7}, {55.9, 354.0}),
+            "; the planned configuration re-timed: decode 55.9 tok/s (profile 51.5, +8.5%), prefill 354.0 tok/s (profile 358.7, -1.3%)");
+  EXPECT_EQ(planned_prediction_drift({0, 358.7}, {55.9, 354.0}), "") << "no decode figure from the profile";
+  EXPECT_EQ(planned_prediction_drift({51.5, 358.7}, {55.9, 0}), "") << "no prefill figure re-timed";
+}
+
 // The sets a re-timing plan chooses between (probe/measure/retime.h): the
 // probe's candidates of the profile's CPU that its kernel points cover, in
 // the probe's order; every candidate where it has none (a quick profile);

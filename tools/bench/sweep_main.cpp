@@ -311,8 +311,14 @@ Result<RetimedRepeat> retime_repeat(const Args& args, const Setup& s, const plan
     out.drift += read_round_drift(before, now.history->read_round_sets());
   }
   out.seconds = seconds_since(start);
-  for (const SweepConfig& config : grid)
+  for (const SweepConfig& config : grid) {
     out.predictions.push_back(predict_config(now, now.profile, plan_of_config(plan, config), args.tests));
+    if (!config.planned) continue;
+    const ConfigPrediction before = predict_config(s, s.profile, plan_of_config(plan, config), args.tests);
+    const ConfigPrediction& after = out.predictions.back();
+    if (before.available && after.available)
+      out.drift += planned_prediction_drift({before.decode_tok_s, before.prefill_tok_s}, {after.decode_tok_s, after.prefill_tok_s});
+  }
   return out;
 }
 

@@ -44,4 +44,16 @@ std::string read_round_drift(std::span<const experts::ReadRounds> before, std::s
   return out;
 }
 
+std::string planned_prediction_drift(PredictedSpeeds profile, PredictedSpeeds retimed) {
+  if (!(profile.decode_tok_s > 0 && profile.prefill_tok_s > 0 && retimed.decode_tok_s > 0 && retimed.prefill_tok_s > 0))
+    return "";
+  auto moved = [](double now, double was) {
+    const double change = 100.0 * (now / was - 1.0);
+    return format_fixed(now, 1) + " tok/s (profile " + format_fixed(was, 1) + ", " + (change >= 0 ? "+" : "") +
+           format_fixed(change, 1) + "%)";
+  };
+  return "; the planned configuration re-timed: decode " + moved(retimed.decode_tok_s, profile.decode_tok_s) + ", prefill " +
+         moved(retimed.prefill_tok_s, profile.prefill_tok_s);
+}
+
 }  // namespace coli::bench

@@ -33,4 +33,15 @@ std::vector<probe::ThreadCandidate> retime_candidates(const CpuFacts& cpu, const
 // 0.22 ms (were 0.10)", or "" where no setting is in both.
 std::string read_round_drift(std::span<const experts::ReadRounds> before, std::span<const experts::ReadRounds> now);
 
+// The planned configuration's predicted speeds, from the profile and from
+// the re-timed figures: what the re-timing moved where it matters (the
+// kernels' median ratio in drift_text can stay at 0.98x while the decode
+// kernels the plan leans on moved 9%). "; the planned configuration
+// re-timed: decode 55.9 tok/s (profile 51.5, +8.5%), prefill 354.0 tok/s
+// (profile 358.7, -1.3%)", or "" where either prediction has no figure.
+struct PredictedSpeeds {
+  double decode_tok_s = 0, prefill_tok_s = 0;
+};
+std::string planned_prediction_drift(PredictedSpeeds profile, PredictedSpeeds retimed);
+
 }  // namespace coli::bench
