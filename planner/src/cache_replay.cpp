@@ -1,6 +1,8 @@
 #include "coli/planner/cache_replay.h"
 
+#include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <numeric>
@@ -214,42 +216,63 @@ double PlaceCounts::total_tokens() const { return std::accumulate(tokens.begin()
 
 namespace {
 
-// The in-context runs after the context nearest `context` by ratio (ties: the longer), or nullptr.
-const DecodeCounts* nearest_context(const std::map<int, DecodeCounts>& runs_after, int context) {
-  const DecodeCounts* best = nullptr;
-  double best_distance = 0;
-  for (const auto& [tokens, counts] : runs_after) {
-    const double distance = std::abs(std::log(static_cast<double>(tokens) / context));
-    if (best == nullptr || distance <= best_distance) best = &counts, best_distance = distance;
-  }
-  return best;
-}
-
-}  // namespace
-
-const DecodeCounts& CacheReplay::decode_runs_of(DecodeRun run) const {
-  if (run.start == DecodeStart::any) return decode_runs;
-  if (run.start == DecodeStart::in_context && run.context > 0)
-    if (const DecodeCounts* nearest = nearest_context(in_context_runs_after, run.context)) return *nearest;
-  const DecodeCounts& own = run.start == DecodeStart::fresh ? fresh_decode_runs : in_context_decode_runs;
-  return own.places.total_tokens() > 0 ? own : decode_runs;
-}
-
-std::optional<double> CacheReplay::decode_misses_per_layer_token(DecodeRun run) const {
-  if (decode_tokens <= 0 || layers <= 0) return std::nullopt;
-  const PlaceCounts& places = decode_runs_of(run).places;
+// Misses a decode token of a `tokens`-token run makes at one layer, from
+// one group of traced runs: each token at its place's rate, places past the
+// group's longest run at the rate of the later half of its places (the
+// runs settled); tokens < 1: the group's mean.
+double run_misses_per_layer_token(const PlaceCounts& places, int layers, int tokens) {
   const double traced = places.total_tokens();
   const double mean = std::accumulate(places.misses.begin(), places.misses.end(), 0.0) / (traced * layers);
-  if (run.tokens <= 0) return mean;
-  // The settled rate: the later half of the places the trace saw (at least those after the first), else the mean.
+  if (tokens <= 0) return mean;
   double later_misses = 0, later_tokens = 0;
   for (std::size_t place = std::max<std::size_t>(1, places.tokens.size() / 2); place < places.tokens.size(); ++place)
     later_misses += places.misses[place], later_tokens += places.tokens[place];
   const double settled = later_tokens > 0 ? later_misses / (later_tokens * layers) : mean;
   double misses = 0;
-  for (std::size_t place = 0; place < static_cast<std::size_t>(run.tokens); ++place)
+  for (std::size_t place = 0; place < static_cast<std::size_t>(tokens); ++place)
     misses += places.seen(place) ? places.per_layer_token(place, layers) : settled;
-  return misses / run.tokens;
+  return misses / tokens;
+}
+
+}  // namespace
+
+double CacheReplay::PricedRuns::tokens() const {
+  double sum = 0;
+  for (const auto& [counts, weight] : groups) sum += counts->places.total_tokens();
+  return sum;
+}
+
+CacheReplay::PricedRuns CacheReplay::decode_runs_of(DecodeRun run) const {
+  if (run.start == DecodeStart::any) return {{{&decode_runs, 1.0}}, true, ""};
+  if (run.start == DecodeStart::in_context && run.context > 0 && !in_context_runs_after.empty()) {
+    const auto above = in_context_runs_after.lower_bound(run.context);  // the first context >= the run's
+    const std::string own = std::to_string(run.context);
+    if (above != in_context_runs_after.end() && above->first == run.context)
+      return {{{&above->second, 1.0}}, false, " of " + own + " tokens, as this run's"};
+    if (above != in_context_runs_after.begin() && above != in_context_runs_after.end()) {
+      const auto below = std::prev(above);
+      const double w_above = std::log(static_cast<double>(run.context) / below->first) /
+                             std::log(static_cast<double>(above->first) / below->first);
+      return {{{&below->second, 1.0 - w_above}, {&above->second, w_above}},
+              false,
+              " of " + std::to_string(below->first) + " and " + std::to_string(above->first) + " tokens (this run's " + own +
+                  " between them, weighted " + format_fixed(1.0 - w_above, 2) + " and " + format_fixed(w_above, 2) +
+                  " by log ratio)"};
+    }
+    const auto nearest = above == in_context_runs_after.end() ? std::prev(above) : above;
+    return {{{&nearest->second, 1.0}}, false, " of " + std::to_string(nearest->first) + " tokens (nearest this run's " + own + ")"};
+  }
+  const DecodeCounts& own = run.start == DecodeStart::fresh ? fresh_decode_runs : in_context_decode_runs;
+  if (own.places.total_tokens() > 0) return {{{&own, 1.0}}, false, ""};
+  return {{{&decode_runs, 1.0}}, true, ""};
+}
+
+std::optional<double> CacheReplay::decode_misses_per_layer_token(DecodeRun run) const {
+  if (decode_tokens <= 0 || layers <= 0) return std::nullopt;
+  double misses = 0;  // each group's own prediction for the run, weighted
+  for (const auto& [counts, weight] : decode_runs_of(run).groups)
+    misses += weight * run_misses_per_layer_token(counts->places, layers, run.tokens);
+  return misses;
 }
 
 std::vector<double> CacheReplay::scaled_to(std::vector<double> out, double misses) {
@@ -263,7 +286,12 @@ std::vector<double> CacheReplay::scaled_to(std::vector<double> out, double misse
 }
 
 std::vector<double> CacheReplay::decode_batches(DecodeRun run) const {
-  std::vector<double> out = shares(decode_runs_of(run).rounds_missing);
+  std::vector<double> out;  // the groups' clusterings, weighted
+  for (const auto& [counts, weight] : decode_runs_of(run).groups) {
+    const std::vector<double> own = shares(counts->rounds_missing);
+    if (out.size() < own.size()) out.resize(own.size(), 0.0);
+    for (std::size_t m = 0; m < own.size(); ++m) out[m] += weight * own[m];
+  }
   const auto misses = decode_misses_per_layer_token(run);
   return misses ? scaled_to(std::move(out), *misses) : out;
 }
@@ -317,12 +345,9 @@ std::string CacheReplay::describe(int cap, int pins) const {
 std::string CacheReplay::decode_runs_text(DecodeRun run) const {
   if (run.start == DecodeStart::any) return {};
   const std::string kind = run.start == DecodeStart::fresh ? "that start a fresh context" : "that follow their own context";
-  const DecodeCounts& used = decode_runs_of(run);
-  std::string of;  // the context length the runs followed, where they were chosen by it
-  for (const auto& [tokens, counts] : in_context_runs_after)
-    if (&counts == &used) of = " of " + std::to_string(tokens) + " tokens (nearest this run's " + std::to_string(run.context) + ")";
-  if (&used != &decode_runs)
-    return "; priced by the trace's decode runs " + kind + of + " (" + format_fixed(used.places.total_tokens(), 0) + " tokens)";
+  const PricedRuns used = decode_runs_of(run);
+  if (!used.all_runs)
+    return "; priced by the trace's decode runs " + kind + used.of + " (" + format_fixed(used.tokens(), 0) + " tokens)";
   const bool positions = fresh_decode_runs.places.total_tokens() + in_context_decode_runs.places.total_tokens() > 0;
   return "; the trace has no decode runs " + kind +
          (positions ? "" : " (it keeps no positions: a history before format 8)") + ": priced by all its runs";

@@ -3,6 +3,7 @@
 // and the speed prediction reading them.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <vector>
 
@@ -208,22 +209,39 @@ TEST(CacheReplay, ADecodeAfterItsOwnPromptIsPricedApartFromAFreshOne) {
 // Through one slot: a reply after a 2-token prompt of expert 0 reads
 // nothing (0 0 at positions 2-3), one after an 8-token prompt of expert 1
 // reads its own expert 2 once (2 2 at positions 8-9). A reply is priced by
-// the runs after the context nearest its own by ratio: after 3 tokens the
-// first, after 6 the second; with no context given, by both.
-TEST(CacheReplay, AReplyIsPricedByTheRunsAfterTheNearestContext) {
+// the runs after its own context where the trace has it, between the two
+// that bracket it by log ratio (after 3 tokens: log(3/2) / log(8/2) = 0.29
+// of the way from 2 to 8, so its first token misses 0.29), outside them by
+// the nearest; with no context given, by all of them.
+TEST(CacheReplay, AReplyIsPricedByTheRunsAfterTheContextsAroundItsOwn) {
   const std::vector<std::vector<int>> passes = {{0, 0}, {0}, {0}, std::vector<int>(8, 1), {2}, {2}};
   const auto replay = replay_expert_cache(traced(4, passes, 1, {0, 2, 3, 0, 8, 9}), 1, 0, 512);
   ASSERT_TRUE(replay.has_value());
   ASSERT_EQ(replay->in_context_runs_after.size(), 2u);
   EXPECT_EQ(replay->in_context_runs_after.at(2).places.misses, (std::vector<double>{0, 0}));
   EXPECT_EQ(replay->in_context_runs_after.at(8).places.misses, (std::vector<double>{1, 0}));
-  EXPECT_DOUBLE_EQ(*replay->decode_misses_per_layer_token({1, DecodeStart::in_context, 3}), 0.0);
-  EXPECT_DOUBLE_EQ(*replay->decode_misses_per_layer_token({1, DecodeStart::in_context, 6}), 1.0);
+  auto first_token = [&](int context) { return *replay->decode_misses_per_layer_token({1, DecodeStart::in_context, context}); };
+  EXPECT_DOUBLE_EQ(first_token(2), 0.0);
+  EXPECT_DOUBLE_EQ(first_token(8), 1.0);
+  EXPECT_NEAR(first_token(3), std::log(1.5) / std::log(4.0), 1e-12);
+  EXPECT_NEAR(first_token(6), std::log(3.0) / std::log(4.0), 1e-12);
+  EXPECT_DOUBLE_EQ(first_token(1), 0.0) << "below every traced context: the nearest";
+  EXPECT_DOUBLE_EQ(first_token(64), 1.0) << "above every traced context: the nearest";
+  EXPECT_DOUBLE_EQ(*replay->decode_misses_per_layer_token({2, DecodeStart::in_context, 6}), std::log(3.0) / std::log(4.0) / 2)
+      << "its second token reads nothing after either";
   EXPECT_DOUBLE_EQ(*replay->decode_misses_per_layer_token({1, DecodeStart::in_context}), 0.5);
   EXPECT_NE(replay->decode_runs_text({1, DecodeStart::in_context, 6})
-                .find("runs that follow their own context of 8 tokens (nearest this run's 6) (2 tokens)"),
+                .find("runs that follow their own context of 2 and 8 tokens (this run's 6 between them, weighted 0.21 and "
+                      "0.79 by log ratio) (4 tokens)"),
             std::string::npos)
       << replay->decode_runs_text({1, DecodeStart::in_context, 6});
+  EXPECT_NE(replay->decode_runs_text({1, DecodeStart::in_context, 64}).find("of 8 tokens (nearest this run's 64) (2 tokens)"),
+            std::string::npos)
+      << replay->decode_runs_text({1, DecodeStart::in_context, 64});
+  // The clustering blends alike: after 8 tokens half the layer-rounds miss one expert, after 2 none do.
+  const std::vector<double> batches = replay->decode_batches({1, DecodeStart::in_context, 6});
+  ASSERT_GE(batches.size(), 2u);
+  EXPECT_NEAR(batches[1], first_token(6), 1e-12) << "its one miss a token comes in rounds of one";
 }
 
 // Two fresh decode runs back to back (positions 0 1, then 0 1 again: a new

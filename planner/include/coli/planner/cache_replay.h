@@ -91,13 +91,17 @@ struct CacheReplay {
   // later ones reuse what the run before them read.
   DecodeCounts decode_runs, fresh_decode_runs, in_context_decode_runs;
   // The in-context runs by the tokens before them (their first position).
+  // A reply after a context the trace has not seen is priced by the two
+  // nearest that bracket it, weighted by log ratio (a context of 100
+  // between 16 and 512: 0.47 and 0.53), outside them by the nearest.
   std::map<int, DecodeCounts> in_context_runs_after;
 
   // Expert reads a decode token of `run` makes at one layer, when the trace
   // has decode tokens: each token at the rate of the trace's decode tokens
   // of runs that start as `run` does (all runs where it has none of them)
   // at its place; places past the trace's longest run at the rate of the
-  // later half of its places (the runs settled). run.tokens < 1
+  // later half of its places (the runs settled); a reply between two
+  // traced contexts, each group's figure so, weighted. run.tokens < 1
   // (kTracedDecodeRun): the mean over the trace's runs. The Qwen3 shape's
   // grid trace (16-token runs) read 0.1-0.8 experts a layer at places 0-6
   // and 0.02-0.07 from place 7 on.
@@ -140,7 +144,16 @@ struct CacheReplay {
   std::string decode_runs_text(DecodeRun run) const;
 
  private:
-  const DecodeCounts& decode_runs_of(DecodeRun run) const;
+  // The trace's runs that price `run`: its kind's, or all where the trace
+  // has none of its kind; a reply's by its context (one group of runs, or
+  // two weighted by log ratio); `of` says which.
+  struct PricedRuns {
+    std::vector<std::pair<const DecodeCounts*, double>> groups;  // each with its weight (summing to 1)
+    bool all_runs = false;
+    std::string of;
+    double tokens() const;  // the groups' traced tokens
+  };
+  PricedRuns decode_runs_of(DecodeRun run) const;
 };
 
 // The trace replayed twice through each MoE layer's cache: once to warm it
