@@ -32,9 +32,10 @@ struct DecodeRun {
   int tokens = kTracedDecodeRun;
   DecodeStart start = DecodeStart::any;
   // in_context: the tokens before the run (a reply's prompt, tg's depth).
-  // The traced runs after the context nearest it (by ratio) price it: a
-  // 16-token prompt leases fewer experts than a 512-token one, and its
-  // reply reads more of its own. kAnyContext: all in-context runs.
+  // The traced runs after that context price it, or after the two that
+  // bracket it (CacheReplay::in_context_runs_after): a 16-token prompt
+  // leases fewer experts than a 512-token one, and its reply reads more of
+  // its own. kAnyContext: all in-context runs.
   int context = kAnyContext;
 };
 
