@@ -135,7 +135,6 @@ bool replay_layer(const experts::RoutingTrace& trace, int n_experts, int layer, 
       policy.end_round();
       if (!count) continue;
       if (pass == 1) {
-        out.decode_misses += static_cast<double>(plan->loads.size());
         count_decode(out, run, plan->loads.size(), layer == 0);
       } else {
         count_prompt_round(out, round_ids, *plan, first, tokens, layer == 0, rows_of_expert);
@@ -267,12 +266,15 @@ CacheReplay::PricedRuns CacheReplay::decode_runs_of(DecodeRun run) const {
   return {{{&decode_runs, 1.0}}, true, ""};
 }
 
+double CacheReplay::misses_of(const PricedRuns& priced, int tokens) const {
+  double misses = 0;  // each group's own prediction for the run, weighted
+  for (const auto& [counts, weight] : priced.groups) misses += weight * run_misses_per_layer_token(counts->places, layers, tokens);
+  return misses;
+}
+
 std::optional<double> CacheReplay::decode_misses_per_layer_token(DecodeRun run) const {
   if (decode_tokens <= 0 || layers <= 0) return std::nullopt;
-  double misses = 0;  // each group's own prediction for the run, weighted
-  for (const auto& [counts, weight] : decode_runs_of(run).groups)
-    misses += weight * run_misses_per_layer_token(counts->places, layers, run.tokens);
-  return misses;
+  return misses_of(decode_runs_of(run), run.tokens);
 }
 
 std::vector<double> CacheReplay::scaled_to(std::vector<double> out, double misses) {
@@ -286,14 +288,15 @@ std::vector<double> CacheReplay::scaled_to(std::vector<double> out, double misse
 }
 
 std::vector<double> CacheReplay::decode_batches(DecodeRun run) const {
+  const PricedRuns priced = decode_runs_of(run);
   std::vector<double> out;  // the groups' clusterings, weighted
-  for (const auto& [counts, weight] : decode_runs_of(run).groups) {
+  for (const auto& [counts, weight] : priced.groups) {
     const std::vector<double> own = shares(counts->rounds_missing);
     if (out.size() < own.size()) out.resize(own.size(), 0.0);
     for (std::size_t m = 0; m < own.size(); ++m) out[m] += weight * own[m];
   }
-  const auto misses = decode_misses_per_layer_token(run);
-  return misses ? scaled_to(std::move(out), *misses) : out;
+  if (decode_tokens <= 0 || layers <= 0) return out;
+  return scaled_to(std::move(out), misses_of(priced, run.tokens));
 }
 
 std::vector<double> CacheReplay::prompt_batches(int tokens) const {

@@ -64,7 +64,7 @@ struct DecodeCounts {
 struct CacheReplay {
   int layers = 0;
   int round_tokens = 0;     // the round the engine runs (RoundPlanner::tokens_per_round)
-  double decode_tokens = 0, decode_misses = 0;  // single-token passes; misses over all layers
+  double decode_tokens = 0;                     // single-token passes (their misses: decode_runs)
   double prompt_tokens = 0, prompt_misses = 0;  // passes of several tokens; misses over all layers
   double full_rounds = 0, full_round_distinct = 0;  // prompt rounds of round_tokens tokens, over all layers
   // How many layer-rounds missed m experts at once (index m): a decode
@@ -155,6 +155,8 @@ struct CacheReplay {
     double tokens() const;  // the groups' traced tokens
   };
   PricedRuns decode_runs_of(DecodeRun run) const;
+  // A run's misses a token and layer from the groups that price it (decode_misses_per_layer_token).
+  double misses_of(const PricedRuns& priced, int tokens) const;
 };
 
 // The trace replayed twice through each MoE layer's cache: once to warm it
