@@ -290,9 +290,11 @@ Result<std::vector<GpuPlacement>> gpu_placements(const Args& args, const Setup& 
 // again now (a disk moves as the kernels do: on the H200 machine the tiny
 // model's cap-4 prompts ran at 2,945 and 7,400 tok/s twenty minutes apart,
 // priced by rounds recorded in the slower spell), and every configuration
-// predicted from both.
+// predicted from both; the planned one's beside `from_profile`'s (the
+// table's predictions, one per grid entry).
 Result<RetimedRepeat> retime_repeat(const Args& args, const Setup& s, const planner::Plan& plan,
-                                    const std::vector<SweepConfig>& grid, int repeat) {
+                                    const std::vector<SweepConfig>& grid, const std::vector<ConfigPrediction>& from_profile,
+                                    int repeat) {
   const auto start = std::chrono::steady_clock::now();
   auto measured = probe::retime_measurements(s.profile, retime_candidates(s.profile.cpu, grid_thread_sets(grid)),
                                              args.retime_seconds);
@@ -311,11 +313,10 @@ Result<RetimedRepeat> retime_repeat(const Args& args, const Setup& s, const plan
     out.drift += read_round_drift(before, now.history->read_round_sets());
   }
   out.seconds = seconds_since(start);
-  for (const SweepConfig& config : grid) {
-    out.predictions.push_back(predict_config(now, now.profile, plan_of_config(plan, config), args.tests));
-    if (!config.planned) continue;
-    const ConfigPrediction before = predict_config(s, s.profile, plan_of_config(plan, config), args.tests);
-    const ConfigPrediction& after = out.predictions.back();
+  for (std::size_t c = 0; c < grid.size(); ++c) {
+    out.predictions.push_back(predict_config(now, now.profile, plan_of_config(plan, grid[c]), args.tests));
+    if (!grid[c].planned || c >= from_profile.size()) continue;
+    const ConfigPrediction &before = from_profile[c], &after = out.predictions.back();
     if (before.available && after.available)
       out.drift += planned_prediction_drift({before.decode_tok_s, before.prefill_tok_s}, {after.decode_tok_s, after.prefill_tok_s});
   }
@@ -397,7 +398,7 @@ Status run_repeat(const Args& args, const Setup& s, const planner::Plan& plan, i
     report.machine_changes.push_back({repeat, std::move(*mismatch)});
   }
   if (args.retime) {
-    auto retimed = retime_repeat(args, s, plan, report.grid, repeat);
+    auto retimed = retime_repeat(args, s, plan, report.grid, report.predictions, repeat);
     if (!retimed) return make_error("--retime: " + retimed.error().message);
     std::fprintf(stderr, "  repeat %d/%d  re-timed in %.1f s: %s\n", repeat + 1, args.tests.repeats, retimed->seconds,
                  retimed->drift.c_str());
