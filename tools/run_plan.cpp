@@ -306,8 +306,8 @@ RunPrediction prediction_for_run(const PlannedKnobs& knobs, const MeasuredSpeed&
   const planner::PlanFile& file = knobs.plan;
   if (knobs.predict_for && measured.prompt_tokens > 0) {
     const int depth = static_cast<int>(std::lround(measured.decode_mean_depth));
-    // The run's decode follows its own prompt: priced by the trace's runs that did the same, after the
-    // prompt nearest this one's length, where it has them.
+    // The run's decode follows its own prompt: priced by the trace's runs that did the same, after a
+    // prompt of this one's length or the two that bracket it, where it has them.
     const planner::DecodeRun decode{measured.decode_tokens > 0 ? measured.decode_tokens : planner::kTracedDecodeRun,
                                     planner::DecodeStart::in_context, measured.prompt_tokens};
     return {knobs.predict_for(measured.prompt_tokens, depth, decode), true, measured.prompt_tokens, depth};
