@@ -4,7 +4,9 @@
 // only which categories received time and how the table is shaped.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "coli/runtime/op_timing.h"
 #include "engine_test_support.h"
@@ -40,6 +42,59 @@ TEST(OpTimes, TableHasOneRowPerCategoryInMsPerToken) {
     EXPECT_NE(table.find(std::string(runtime::op_name(static_cast<Op>(i)))), std::string::npos) << i;
   }
   EXPECT_NE(table.find("| lm_head                        |       1.0000 |   50.0% |"), std::string::npos) << table;
+}
+
+TEST(OpTimes, BatchLogHasAVersionedHeaderAndOneLineABatch) {
+  OpTimes times;
+  times.add_batch({0, 0.5, {{7, 1}}});
+  EXPECT_FALSE(times.batches().empty());
+  times.keep_batches(true);
+  times.clear();  // forgets the batches, keeps keeping them
+  EXPECT_TRUE(times.batches().empty());
+  EXPECT_TRUE(times.keeps_batches());
+  times.add_batch({3, 0.00125, {{12, 2}, {5, 1}}});
+  times.add_batch({4, 0.002, {{1, 6}}});
+  const std::string log = runtime::expert_batch_log(times, 3342336);
+  EXPECT_EQ(log, "# coli expert batch log, schema " + std::to_string(runtime::kExpertBatchLogSchema) +
+                     "\n# record_bytes 3342336\n# moe_layer seconds expert:rows ...\n"
+                     "3 0.001250000 12:2 5:1\n4 0.002000000 1:6\n");
+}
+
+// Every (token, expert) routing of a prompt is one row of one kept batch, at
+// its MoE layer; batches are kept only when asked.
+TEST(OpTiming, KeptBatchesHoldEveryRoutedRowOfThePass) {
+  const Reference ref = load_reference(fs::path(COLI_FIXTURES_DIR) / "models" / "qwen2_moe", "reference");
+  const fs::path container = converted_fixture("qwen2_moe", WeightFormat::q8_row);
+  runtime::ModelOptions options;
+  options.max_context = 64;
+  options.op_timing = true;
+  auto model = runtime::MoeModel::load(container, options);
+  ASSERT_TRUE(model.ok()) << model.error().message;
+  const runtime::ModelShape shape = model->shape();
+  std::vector<float> logits(static_cast<std::size_t>(model->vocab_size()));
+  ASSERT_TRUE(model->forward(ref.prompt, 0, logits).ok());
+  EXPECT_TRUE(model->op_times()->batches().empty());
+
+  model->reset();
+  model->op_times()->keep_batches(true);
+  ASSERT_TRUE(model->forward(ref.prompt, 0, logits).ok());
+  std::vector<int> rows_per_layer(static_cast<std::size_t>(shape.moe_layers), 0);
+  for (const runtime::ExpertBatchTiming& batch : model->op_times()->batches()) {
+    ASSERT_GE(batch.moe_layer, 0);
+    ASSERT_LT(batch.moe_layer, shape.moe_layers);
+    EXPECT_GE(batch.seconds, 0);
+    std::vector<int> seen;
+    for (const auto& [expert, rows] : batch.expert_rows) {
+      EXPECT_GE(expert, 0);
+      EXPECT_LT(expert, shape.experts);
+      EXPECT_GE(rows, 1);
+      EXPECT_LE(rows, static_cast<int>(ref.prompt.size()));
+      EXPECT_EQ(std::count(seen.begin(), seen.end(), expert), 0) << "an expert twice in one batch";
+      seen.push_back(expert);
+      rows_per_layer[static_cast<std::size_t>(batch.moe_layer)] += rows;
+    }
+  }
+  for (int rows : rows_per_layer) EXPECT_EQ(rows, static_cast<int>(ref.prompt.size()) * shape.top_k);
 }
 
 TEST(OpTiming, EngineMarksEveryCategoryItRunsAndKeepsTheTokens) {

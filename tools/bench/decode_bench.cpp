@@ -37,6 +37,7 @@
 #include "coli/base/text.h"
 #include "coli/container/container.h"
 #include "coli/probe/profile_io.h"
+#include "coli/base/files.h"
 #include "coli/planner/plan.h"
 #include "coli/runtime/moe_model.h"
 #include "coli/runtime/plan_options.h"
@@ -54,6 +55,7 @@ struct Args {
   int op_depth = 4096;
   int op_tokens = 16;  // decode tokens averaged per --op-times table
   int op_prefills = 1;  // prefill passes averaged in the --op-times prefill table
+  std::string batch_log;  // --op-times' prefill passes, each expert batch (op_timing.h's expert_batch_log)
   std::string speculative_prefetch = "off";  // ModelOptions::speculative_prefetch
   int pins = 0;       // pinned experts per layer, the most used of --usage (as a plan's pins)
   std::string usage;  // usage history the pins come from
@@ -124,9 +126,10 @@ coli::Result<Run> run_once(const Args& args, const Config& config, const coli::r
 }
 
 // The op-level breakdown of `config`: per-token tables of --op-tokens decode
-// tokens from depth 0 and from --op-depth, and of --op-prefills prefill passes.
+// tokens from depth 0 and from --op-depth, and of --op-prefills prefill
+// passes, whose expert batches go to --batch-log (records of record_bytes).
 coli::Status print_op_times(const Args& args, const Config& config, const coli::runtime::ModelShape& shape,
-                            const coli::bench::BenchTokens& tokens) {
+                            const coli::bench::BenchTokens& tokens, std::uint64_t record_bytes) {
   auto options = options_of(args, config, shape);
   if (!options) return options.error();
   options->op_timing = true;
@@ -152,11 +155,15 @@ coli::Status print_op_times(const Args& args, const Config& config, const coli::
                                                                   std::to_string(depth + args.op_tokens - 1)).c_str());
   }
   times.clear();
+  times.keep_batches(!args.batch_log.empty());
   for (int pass = 0; pass < args.op_prefills; ++pass) {
     if (auto prefill = coli::bench::time_prefill(*model, tokens.prompt); !prefill) return prefill.error();
   }
   const std::string passes = args.op_prefills == 1 ? "one prefill pass" : std::to_string(args.op_prefills) + " prefill passes";
   std::printf("\n%s", coli::runtime::op_times_table(times, passes + " of " + std::to_string(args.tests.prefill_tokens) + " tokens").c_str());
+  if (args.batch_log.empty()) return coli::Ok{};
+  if (coli::Status s = coli::write_file_atomically(args.batch_log, coli::runtime::expert_batch_log(times, record_bytes)); !s) return s;
+  std::printf("\n%zu expert batches of the prefill passes written to %s\n", times.batches().size(), args.batch_log.c_str());
   return coli::Ok{};
 }
 
@@ -183,6 +190,7 @@ std::string mib(double bytes) {
 struct ContainerFacts {
   std::vector<coli::bench::TokenTraffic> traffic;  // per depth
   coli::runtime::ModelShape shape;
+  std::uint64_t record_bytes = 0;  // one expert's record
 };
 
 // Prints what the container is and what one decode step touches at each depth.
@@ -191,6 +199,7 @@ coli::Result<ContainerFacts> describe_container(const Args& args) {
   if (!reader) return reader.error();
   ContainerFacts facts;
   const auto& experts = reader->index().experts;
+  facts.record_bytes = experts.record_bytes;
   std::printf("model %s: %s on disk, %s, experts %s (%u layers x %u, record %s)\n", args.model.c_str(),
               coli::format_bytes(std::filesystem::file_size(args.model)).c_str(), reader->index().source.c_str(),
               std::string(coli::name_of(experts.format)).c_str(), experts.layers, experts.experts, coli::format_bytes(experts.record_bytes).c_str());
@@ -316,7 +325,7 @@ int run_bench(Args args) {
   }
   print_results(args, *facts, profile, configs, runs);
   if (args.op_times) {
-    if (coli::Status s = print_op_times(args, configs.front(), facts->shape, tokens); !s) return fail(s.error().message);
+    if (coli::Status s = print_op_times(args, configs.front(), facts->shape, tokens, facts->record_bytes); !s) return fail(s.error().message);
   }
   return 0;
 }
@@ -355,6 +364,10 @@ int main(int argc, char** argv) {
                  "Prefill passes averaged in the --op-times prefill table (a small model's pass takes milliseconds)")
       ->check(CLI::Range(1, 1000))
       ->capture_default_str();
+  app.add_option("--batch-log", args.batch_log,
+                 "With --op-times: write each expert batch of the prefill passes (MoE layer, seconds, each expert's rows) "
+                 "to this file, for tools/bench/expert_batch_rates.py")
+      ->needs(app.get_option("--op-times"));
   coli::cli::add_version_flag(app, "coli-decode-bench");
   if (const auto done = coli::cli::parse(app, argc, argv)) return *done;
   return run_bench(args);

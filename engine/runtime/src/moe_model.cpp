@@ -102,6 +102,8 @@ struct MoeModel::State {
   Status mlp_step(std::size_t l, std::span<float> xs, int count);
   Status forward_cpu(std::span<const std::int32_t> tokens, int start_position, std::span<float> logits);
   std::vector<forward::Routing> route_tokens(const LayerWeights& w, int count, bool with_shared_gate_up);
+  void expert_batch(int moe_layer, std::span<const ExpertStore::FfnTask> tasks,
+                    std::span<const backend::WeightedOutput> sums = {}, std::span<float> sum_into = {});
   Status moe_round(const LayerWeights& w, std::span<float> xs, int first, int last,
                    const std::vector<forward::Routing>& routings, bool shared_gate_up_done);
   void dense_mlp(const LayerWeights& w, std::span<const float> in, int count, std::span<float> out);
@@ -392,6 +394,24 @@ std::vector<forward::Routing> MoeModel::State::route_tokens(const LayerWeights& 
   return routings;
 }
 
+// One expert batch of a round (normed rows in, expert_rows out), kept with
+// its wall time and each expert's rows where the op times keep batches.
+void MoeModel::State::expert_batch(int moe_layer, std::span<const ExpertStore::FfnTask> tasks,
+                                   std::span<const backend::WeightedOutput> sums, std::span<float> sum_into) {
+  if (!op_times || !op_times->keeps_batches() || tasks.empty()) {
+    experts.ffn_batch(moe_layer, normed, expert_rows, tasks, sums, sum_into);
+    return;
+  }
+  const auto start = OpPhase::Clock::now();
+  experts.ffn_batch(moe_layer, normed, expert_rows, tasks, sums, sum_into);
+  ExpertBatchTiming batch{moe_layer, std::chrono::duration<double>(OpPhase::Clock::now() - start).count(), {}};
+  for (const ExpertStore::FfnTask& task : tasks) {  // the store's order: an expert's tasks are adjacent
+    if (batch.expert_rows.empty() || batch.expert_rows.back().first != task.expert) batch.expert_rows.emplace_back(task.expert, 0);
+    ++batch.expert_rows.back().second;
+  }
+  op_times->add_batch(std::move(batch));
+}
+
 // Tokens [first, last) of an MoE layer: lease their experts, run the FFNs
 // (resident experts while the misses are read, then the misses), the shared
 // expert, and add each token's sum to xs.
@@ -428,7 +448,7 @@ Status MoeModel::State::moe_round(const LayerWeights& w, std::span<float> xs, in
   for (int t = first; t < last && sums_in_batch; ++t) {
     for (std::size_t i = 0; i < routings[t].experts.size(); ++i) sums.push_back({t, row_index(t, i), routings[t].weights[i]});
   }
-  experts.ffn_batch(w.moe_index, normed, expert_rows, resident, sums, xs);
+  expert_batch(w.moe_index, resident, sums, xs);
   if (sums_in_batch) {
     experts.end(w.moe_index);
     return Ok{};
@@ -438,7 +458,7 @@ Status MoeModel::State::moe_round(const LayerWeights& w, std::span<float> xs, in
     if (Status s = experts.wait(w.moe_index, e); !s) return s;
   }
   phase.to(Op::experts);
-  experts.ffn_batch(w.moe_index, normed, expert_rows, missed);
+  expert_batch(w.moe_index, missed);
   const int round_count = last - first;
   if (w.has_shared) {
     phase.to(Op::dense_mlp);

@@ -53,4 +53,20 @@ std::string op_times_table(const OpTimes& times, std::string_view title) {
   return out;
 }
 
+std::string expert_batch_log(const OpTimes& times, std::uint64_t record_bytes) {
+  std::string out = "# coli expert batch log, schema " + std::to_string(kExpertBatchLogSchema) + "\n# record_bytes " +
+                    std::to_string(record_bytes) + "\n# moe_layer seconds expert:rows ...\n";
+  char field[48];
+  for (const ExpertBatchTiming& batch : times.batches()) {
+    std::snprintf(field, sizeof field, "%d %.9f", batch.moe_layer, batch.seconds);
+    out += field;
+    for (const auto& [expert, rows] : batch.expert_rows) {
+      std::snprintf(field, sizeof field, " %d:%d", expert, rows);
+      out += field;
+    }
+    out += '\n';
+  }
+  return out;
+}
+
 }  // namespace coli::runtime

@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace coli::runtime {
 
@@ -30,6 +32,17 @@ inline constexpr std::size_t kOpCount = static_cast<std::size_t>(Op::other) + 1;
 
 std::string_view op_name(Op op);
 
+// One expert batch of a CPU pass (ExpertStore::ffn_batch): its MoE layer,
+// wall time, and the (expert, rows) of every expert it ran, in the order it
+// ran them. A prompt's batches priced one by one show what the pass's
+// records cost by their rows and by how recently their layer read them,
+// beside the probe's stream points (coli-decode-bench --batch-log).
+struct ExpertBatchTiming {
+  int moe_layer = 0;
+  double seconds = 0;
+  std::vector<std::pair<int, int>> expert_rows;
+};
+
 class OpTimes {
  public:
   void add(Op op, double seconds) { seconds_[static_cast<std::size_t>(op)] += seconds; }
@@ -40,12 +53,25 @@ class OpTimes {
   double pass_seconds() const { return pass_seconds_; }
   std::int64_t tokens() const { return tokens_; }
   std::int64_t passes() const { return passes_; }
-  void clear() { *this = OpTimes{}; }
+  // Expert batches are kept only when asked (one entry per batch: a 512-token
+  // prompt of a 16-layer model in 6-token rounds keeps ~1400).
+  void keep_batches(bool keep) { keep_batches_ = keep; }
+  bool keeps_batches() const { return keep_batches_; }
+  void add_batch(ExpertBatchTiming batch) { batches_.push_back(std::move(batch)); }
+  const std::vector<ExpertBatchTiming>& batches() const { return batches_; }
+  // Forgets every time and batch; keeping batches stays as it was.
+  void clear() {
+    const bool keep = keep_batches_;
+    *this = OpTimes{};
+    keep_batches_ = keep;
+  }
 
  private:
   std::array<double, kOpCount> seconds_{};
   double pass_seconds_ = 0;
   std::int64_t tokens_ = 0, passes_ = 0;
+  bool keep_batches_ = false;
+  std::vector<ExpertBatchTiming> batches_;
 };
 
 // The current phase of a function: to(op) closes the running phase and
@@ -97,5 +123,11 @@ class OpPass {
 
 // A table of `times` (ms per token and share of the passes), headed by `title`.
 std::string op_times_table(const OpTimes& times, std::string_view title);
+
+// The kept batches as text, one line a batch under a versioned header:
+// "moe_layer seconds expert:rows ..." (tools/bench/expert_batch_rates.py
+// reads it). `record_bytes`: one expert's record, for the reader's GB/s.
+inline constexpr int kExpertBatchLogSchema = 1;
+std::string expert_batch_log(const OpTimes& times, std::uint64_t record_bytes);
 
 }  // namespace coli::runtime
