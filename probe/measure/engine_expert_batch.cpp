@@ -35,7 +35,7 @@ struct EngineExpertBatch::State {
   std::unique_ptr<backend::CpuBackend> backend;
   container::ExpertLayout layout;
   std::unique_ptr<PoolSlots> slots;
-  std::size_t next_slot = 0;
+  std::size_t next_slot = 0, kept = 0;  // slots [0, kept) belong to experts 0..kept-1 of every call
   int hidden = 0, width = 0;
   std::vector<int> slot_of_expert;
   std::vector<backend::ExpertRow> rows;
@@ -84,9 +84,13 @@ std::uint64_t EngineExpertBatch::record_bytes() const { return state_->layout.re
 void EngineExpertBatch::run(std::span<const std::pair<int, int>> tasks, int experts, std::span<const float> xs, int tokens) {
   State& s = *state_;
   s.slot_of_expert.resize(static_cast<std::size_t>(experts));
-  for (int& slot : s.slot_of_expert) {
-    slot = static_cast<int>(s.next_slot);
-    s.next_slot = (s.next_slot + 1) % s.slots->slot_count();
+  for (std::size_t e = 0; e < s.slot_of_expert.size(); ++e) {
+    if (e < s.kept) {
+      s.slot_of_expert[e] = static_cast<int>(e);
+      continue;
+    }
+    s.slot_of_expert[e] = static_cast<int>(s.kept + s.next_slot);
+    s.next_slot = (s.next_slot + 1) % (s.slots->slot_count() - s.kept);
   }
   // Each token's outputs in rows of their own (token-major, in the order
   // its experts come), summed per token in the batch as the engine does.
@@ -108,6 +112,12 @@ void EngineExpertBatch::run(std::span<const std::pair<int, int>> tasks, int expe
   s.sum_into.assign(static_cast<std::size_t>(tokens) * hidden, 0.0f);
   s.backend->expert_ffn_batch({s.slots.get(), &s.layout, xs.first(static_cast<std::size_t>(tokens) * hidden), s.out, s.rows,
                                s.sums, s.sum_into});
+}
+
+void EngineExpertBatch::keep_first(int kept) {
+  State& s = *state_;
+  s.kept = std::min(static_cast<std::size_t>(std::max(0, kept)), s.slots->slot_count() - 1);
+  s.next_slot = 0;
 }
 
 std::span<const float> EngineExpertBatch::sums() const { return state_->sum_into; }

@@ -58,6 +58,11 @@ class EngineExpertBatch {
   // call takes the next `experts` slots of the pool. Every token's outputs
   // are summed in the batch as the engine's resident pass does.
   void run(std::span<const std::pair<int, int>> tasks, int experts, std::span<const float> xs, int tokens);
+  // From now on experts 0..kept-1 of every call read the pool's first
+  // `kept` slots, the same records call after call (a prompt's popular
+  // experts, re-read round after round at one layer), and the others cycle
+  // through the slots after them. At most slots() - 1 (0: none kept).
+  void keep_first(int kept);
   // The last call's per-token sums (tokens x hidden): each token's experts'
   // outputs, each weighted 1/top_k.
   std::span<const float> sums() const;

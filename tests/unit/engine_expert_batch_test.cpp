@@ -109,6 +109,28 @@ TEST(EngineExpertBatch, CallsCycleThroughThePoolsSlots) {
   EXPECT_EQ(outputs[0], outputs[3]);  // three slots: the fourth call is the first's record again
 }
 
+// The warm stream points: the kept experts read the same records every
+// call, the others cycle through the slots after them.
+TEST(EngineExpertBatch, KeptExpertsReadTheirSlotsEveryCallAndTheOthersCycleBehindThem) {
+  Pool pool = make_pool(4);
+  auto batch = EngineExpertBatch::create(WeightFormat::q8_row, kHidden, kWidth, "scalar", 1, pool.bytes);
+  ASSERT_TRUE(batch) << batch.error().message;
+  batch->keep_first(1);
+  std::vector<float> x(2 * kHidden, 0.25f);
+  const std::vector<std::pair<int, int>> tasks = {{0, 0}, {1, 1}};  // token 0 on kept expert 0, token 1 on expert 1
+  std::vector<std::vector<float>> kept, cycled;
+  for (int call = 0; call < 4; ++call) {
+    batch->run(tasks, 2, x, 2);
+    kept.emplace_back(batch->sums().begin(), batch->sums().begin() + kHidden);
+    cycled.emplace_back(batch->sums().begin() + kHidden, batch->sums().end());
+  }
+  for (int call = 1; call < 4; ++call) EXPECT_EQ(kept[static_cast<std::size_t>(call)], kept[0]) << call;
+  EXPECT_NE(cycled[0], cycled[1]);  // slots 1, 2, 3, then 1 again
+  EXPECT_NE(cycled[1], cycled[2]);
+  EXPECT_EQ(cycled[0], cycled[3]);
+  EXPECT_NE(cycled[0], kept[0]);
+}
+
 TEST(EngineExpertBatch, RefusesAPoolWithoutOneRecordAndAnUnknownKernel) {
   std::vector<std::byte> small(1024);
   auto tiny = EngineExpertBatch::create(WeightFormat::q8_row, kHidden, kWidth, "scalar", 1, small);

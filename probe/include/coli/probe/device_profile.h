@@ -394,6 +394,16 @@ struct GpuKernelResult {
   bool operator==(const GpuKernelResult&) const = default;
 };
 
+// The stream points (expert_q4_prefill_stream1, _stream, _stream4; _q8_
+// the same): each call streams the records of kStreamPointExperts
+// OLMoE-wide experts with 1, 2 or 4 rows each, fresh from the tuning pool.
+// The warm ones (_stream_warm1, _stream_warm, _stream_warm4) keep the first
+// kWarmStreamExperts of them the same every call: each re-read after the
+// call's other kStreamPointExperts - 1 records, as a prompt's popular
+// expert is re-read round after round at one layer (its GB/s is over all
+// the call's records; the speed model takes the fresh ones' share out).
+inline constexpr int kStreamPointExperts = 24, kWarmStreamExperts = 12;
+
 // One engine kernel (kernels/cpu, the calls decode and prefill make) timed on
 // one candidate thread set by the tuning phase (probe/measure/kernel_tuning.h).
 struct KernelThroughputPoint {
