@@ -49,6 +49,45 @@ void count_expert_rows(std::span<const int> round_ids, std::vector<int>& rows_of
   }
 }
 
+// A layer's experts by when the current pass last ran them, for their LRU
+// stack distance: the other experts run since (n_experts: not yet this pass).
+class PassRecency {
+ public:
+  explicit PassRecency(int n_experts) : last_(at(n_experts), kNever) {}
+  void new_pass() { std::fill(last_.begin(), last_.end(), kNever), clock_ = 0; }
+  std::size_t experts() const { return last_.size(); }
+  // The distance of `expert` now, which it then resets (it runs).
+  std::size_t run(int expert) {
+    std::int64_t& last = last_[at(expert)];
+    std::size_t distance = last_.size();
+    if (last != kNever) distance = static_cast<std::size_t>(std::count_if(last_.begin(), last_.end(), [&](std::int64_t t) { return t > last; }));
+    last = clock_++;
+    return distance;
+  }
+
+ private:
+  static constexpr std::int64_t kNever = -1;
+  std::vector<std::int64_t> last_;
+  std::int64_t clock_ = 0;
+};
+
+// A full round's distinct experts, in id order, at their rows and distance.
+void count_expert_reuse(std::span<const int> round_ids, PassRecency& recency, std::vector<int>& rows_of_expert,
+                        std::vector<std::vector<double>>& reuse) {
+  std::vector<int> distinct(round_ids.begin(), round_ids.end());
+  std::sort(distinct.begin(), distinct.end());
+  distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+  for (const int id : round_ids) ++rows_of_expert[at(id)];
+  for (const int id : distinct) {
+    const auto rows = at(rows_of_expert[at(id)]);
+    rows_of_expert[at(id)] = 0;
+    if (reuse.size() <= rows) reuse.resize(rows + 1);
+    std::vector<double>& by_distance = reuse[rows];
+    by_distance.resize(recency.experts() + 1, 0.0);  // distances 0..n-1, then first uses
+    by_distance[recency.run(id)] += 1;
+  }
+}
+
 // values[place] += value, growing the list with zeros.
 void add_at(std::vector<double>& values, std::size_t place, double value) {
   if (values.size() <= place) values.resize(place + 1, 0.0);
@@ -97,9 +136,9 @@ void count_decode(CacheReplay& out, const DecodeRunTracker& run, std::size_t mis
   }
 }
 
-// A prompt round's misses: by its place, and, for a full round, its batch and expert rows.
+// A prompt round's misses: by its place, and, for a full round, its batch, expert rows and their reuse.
 void count_prompt_round(CacheReplay& out, std::span<const int> round_ids, const experts::RoundPlan& plan, int first,
-                        int tokens, bool first_layer, std::vector<int>& rows_of_expert) {
+                        int tokens, bool first_layer, std::vector<int>& rows_of_expert, PassRecency& recency) {
   const std::size_t loads = plan.loads.size();
   out.prompt_misses += static_cast<double>(loads);
   const auto place = at(first / out.round_tokens);
@@ -110,6 +149,7 @@ void count_prompt_round(CacheReplay& out, std::span<const int> round_ids, const 
   out.full_round_distinct += plan.distinct;
   count_round(out.prompt_rounds_missing, loads);
   count_expert_rows(round_ids, rows_of_expert, out.prompt_expert_rows);
+  count_expert_reuse(round_ids, recency, rows_of_expert, out.prompt_expert_reuse);
 }
 
 // One pass through `policy`: each single-token pass a round, each longer
@@ -122,11 +162,13 @@ bool replay_layer(const experts::RoutingTrace& trace, int n_experts, int layer, 
   const auto starts = trace.pass_starts();
   const int round = out.round_tokens;
   std::vector<int> rows_of_expert(at(n_experts), 0);
+  PassRecency recency(n_experts);
   std::size_t token = 0;
   DecodeRunTracker run;
   for (std::size_t i = 0; i < passes.size(); ++i) {
     const int pass = passes[i];
     run.next_pass(pass, starts[i]);
+    recency.new_pass();  // between two passes at a layer the rest of the model ran
     for (int first = 0; first < pass; first += round) {
       const int tokens = std::min(round, pass - first);
       const auto round_ids = ids.subspan((token + at(first)) * k, at(tokens) * k);
@@ -137,7 +179,7 @@ bool replay_layer(const experts::RoutingTrace& trace, int n_experts, int layer, 
       if (pass == 1) {
         count_decode(out, run, plan->loads.size(), layer == 0);
       } else {
-        count_prompt_round(out, round_ids, *plan, first, tokens, layer == 0, rows_of_expert);
+        count_prompt_round(out, round_ids, *plan, first, tokens, layer == 0, rows_of_expert, recency);
       }
     }
     if (count && layer == 0) (pass == 1 ? out.decode_tokens : out.prompt_tokens) += pass;
@@ -328,6 +370,16 @@ std::optional<double> CacheReplay::prompt_misses_per_layer_token(int tokens) con
 std::optional<double> CacheReplay::distinct_per_round() const {
   if (full_rounds <= 0) return std::nullopt;
   return full_round_distinct / full_rounds;
+}
+
+double CacheReplay::reused_share(const std::vector<std::vector<double>>& reuse, int rows, double within) {
+  if (rows < 0 || at(rows) >= reuse.size()) return 0.0;
+  const std::vector<double>& by_distance = reuse[at(rows)];
+  const double all = std::accumulate(by_distance.begin(), by_distance.end(), 0.0);
+  double reused = 0;
+  // The last place holds first uses (distance n_experts), never within.
+  for (std::size_t d = 0; d + 1 < by_distance.size() && static_cast<double>(d) <= within; ++d) reused += by_distance[d];
+  return all > 0 ? reused / all : 0.0;
 }
 
 std::vector<double> CacheReplay::shares(const std::vector<double>& rounds_missing) {

@@ -601,12 +601,13 @@ std::optional<RoutingCost> routing_cost(const DeviceProfile& profile, const Team
                                     " x " + std::to_string(one->cols) + ")"};
 }
 
-double StreamCost::seconds_per_byte(double rows) const {
+double StreamCost::seconds_per_byte(double rows, bool warm) const {
+  const std::vector<std::pair<double, double>>& timed = warm && !warm_points.empty() ? warm_points : points;
   const bool below_switch = kernel_switch_rows > 0 && rows < kernel_switch_rows;
   std::vector<std::pair<double, double>> own;  // the points of the kernel a record of `rows` rows runs
-  for (const auto& point : points)
+  for (const auto& point : timed)
     if (kernel_switch_rows == 0 || (point.first < kernel_switch_rows) == below_switch) own.push_back(point);
-  if (own.empty()) own = points;  // the profile timed no row count of that kernel: the nearest it has
+  if (own.empty()) own = timed;  // the profile timed no row count of that kernel: the nearest it has
   if (own.empty()) return 0.0;
   if (rows <= own.front().first) return own.front().second;
   for (std::size_t i = 1; i < own.size(); ++i) {
@@ -620,6 +621,40 @@ double StreamCost::seconds_per_byte(double rows) const {
   const auto [last_rows, last_s] = own.back();
   return below_switch ? last_s * rows / last_rows : last_s;
 }
+
+namespace {
+// The warm stream points beside cost's fresh ones (`kernel`_warm1, _warm,
+// _warm4): each call's kWarmStreamExperts re-read records take the call's
+// time less its fresh records' at the fresh point's rate. A derived rate
+// that is not positive (noise between two points) drops them all; a re-read
+// slower than a fresh read is taken as fresh.
+void add_warm_points(const DeviceProfile& profile, const std::string& kernel, WeightFormat format, const Team& team,
+                     StreamCost& cost) {
+  const std::pair<const char*, int> by_rows[] = {{"1", 1}, {"", 2}, {"4", 4}};
+  constexpr double all = kStreamPointExperts, kept = kWarmStreamExperts;
+  std::string rates;
+  for (const auto& [suffix, row_count] : by_rows) {
+    const KernelThroughputPoint* point = prefill_point(profile, kernel + "_warm" + suffix, team);
+    const auto fresh = std::find_if(cost.points.begin(), cost.points.end(), [&](const auto& p) { return p.first == row_count; });
+    if (!point || !(point->gb_per_s.median > 0) || fresh == cost.points.end()) continue;
+    const double call = all / (point->gb_per_s.median * 1e9);  // seconds per byte of one record, times the call's records
+    const double warm = (call - (all - kept) * fresh->second) / kept;
+    if (!(warm > 0)) {
+      cost.warm_points.clear();
+      cost.text += "; its warm points left out (" + kernel + "_warm" + suffix + " ran faster than its fresh records alone allow)";
+      return;
+    }
+    cost.warm_points.emplace_back(row_count, std::min(warm, fresh->second));
+    rates += (rates.empty() ? "" : " / ") + format_fixed(1e-9 / cost.warm_points.back().second, 1);
+    const std::uint64_t record = 3 * traits(format).matrix_bytes(static_cast<std::uint64_t>(point->rows),
+                                                                                    static_cast<std::uint64_t>(point->cols));
+    cost.warm_distance_bytes = (all - 1) * static_cast<double>(record);
+  }
+  if (cost.warm_points.empty()) return;
+  cost.text += "; a record its layer read within the last " + format_bytes(static_cast<std::uint64_t>(cost.warm_distance_bytes)) +
+               " of records: " + rates + " GB/s (" + kernel + "_warm1, _warm, _warm4, their fresh records' share out)";
+}
+}  // namespace
 
 std::optional<StreamCost> prefill_stream_cost(const DeviceProfile& profile, WeightFormat experts, const Team& team) {
   if (!profile.measurements.kernel_tuning) return std::nullopt;
@@ -642,6 +677,7 @@ std::optional<StreamCost> prefill_stream_cost(const DeviceProfile& profile, Weig
   if (cost.points.empty()) return std::nullopt;
   cost.text = rates + " GB/s at " + rows + (cost.points.size() == 1 && cost.points[0].first == 1 ? " row" : " rows") +
               " on each expert (" + names + ", measured at " + std::to_string(threads) + " threads)";
+  add_warm_points(profile, kernel, experts, team, cost);
   if (tuned_on_amx(profile)) {
     cost.kernel_switch_rows = kernels::cpu::kAmxMinTokens;
     cost.text += "; amx from " + std::to_string(cost.kernel_switch_rows) + " rows, fewer on avx512vnni's GEMM: each priced by its own kernel's points";

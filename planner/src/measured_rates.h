@@ -284,6 +284,11 @@ std::optional<RoutingCost> routing_cost(const DeviceProfile& profile, const Team
 // _stream4; _q8_ the same), at the team nearest the plan's.
 struct StreamCost {
   std::vector<std::pair<double, double>> points;  // (rows per expert, seconds per byte of a record), by rows
+  // The same for a record its layer read again within warm_distance_bytes
+  // of other records (the warm stream points, their fresh records' share
+  // taken out); empty, and the distance 0, where the profile has none.
+  std::vector<std::pair<double, double>> warm_points;
+  double warm_distance_bytes = 0;
   std::string text;
   // Rows from which the engine runs another kernel (amx: kAmxMinTokens; below
   // it avx512vnni's GEMM); 0: one kernel at every row count.
@@ -294,7 +299,7 @@ struct StreamCost {
   // alike; past four rows the GEMM term prices the rows). Never
   // interpolated across the switch: the amx profile's 4-row point pads its
   // rows to a tile of 16, which a 3-row expert's vnni GEMM does not.
-  double seconds_per_byte(double rows) const;
+  double seconds_per_byte(double rows, bool warm = false) const;
 };
 // nullopt where the profile has none of those points; a profile of one
 // point (older probes timed two rows alone) prices every round by it.

@@ -252,6 +252,7 @@ struct PlanRates {
   double vram_share = 0;  // share of expert reads served from VRAM
   std::optional<double> round_distinct;  // a prompt round's distinct experts a layer, from the cache replay
   std::vector<double> round_expert_rows;  // shares of a full round's distinct experts with r rows (index r), from the replay
+  std::vector<std::vector<double>> round_expert_reuse;  // the same by rows and reuse distance (CacheReplay::prompt_expert_reuse)
   // Shares of layer-rounds that missed m experts together (index m), from
   // the cache replay: decode tokens' and full prompt rounds'; empty: the
   // binomial spread of the miss rate.
@@ -740,15 +741,23 @@ StreamedRecords streamed_records(const DeviceProfile& profile, const ModelFootpr
     return {stream->seconds_per_byte(mean_rows),
             " streamed at " + stream->text + " (" + format_fixed(mean_rows, 1) + " rows per distinct expert on average)"};
   }
-  double per_byte = 0, mean = 0;
+  // A record its layer read within the warm points' distance (in this model's records) at their rate.
+  const bool warm = stream->warm_distance_bytes > 0 && !r.round_expert_reuse.empty();
+  const double within = warm ? stream->warm_distance_bytes / static_cast<double>(fp.expert().record_bytes) : 0.0;
+  double per_byte = 0, mean = 0, reused = 0;
   for (std::size_t rows = 1; rows < shares.size(); ++rows) {
-    per_byte += shares[rows] * stream->seconds_per_byte(static_cast<double>(rows));
+    const double again = warm ? CacheReplay::reused_share(r.round_expert_reuse, static_cast<int>(rows), within) : 0.0;
+    per_byte += shares[rows] * (again * stream->seconds_per_byte(static_cast<double>(rows), true) +
+                                (1 - again) * stream->seconds_per_byte(static_cast<double>(rows)));
     mean += shares[rows] * static_cast<double>(rows);
+    reused += shares[rows] * again;
   }
   const double one_row = shares.size() > 1 ? shares[1] : 0.0;
+  const std::string reuse_text = warm ? ", " + format_fixed(reused * 100, 0) + "% read again within " + format_fixed(within, 1) +
+                                            " of their layer's records" : "";
   return {per_byte, " streamed at " + stream->text + " (the replay's rows per expert: " + format_fixed(one_row * 100, 0) +
-                        "% with one, " + format_fixed(mean, 1) + " on average; " + format_fixed(1e-9 / per_byte, 1) +
-                        " GB/s over them)"};
+                        "% with one, " + format_fixed(mean, 1) + " on average" + reuse_text + "; " +
+                        format_fixed(1e-9 / per_byte, 1) + " GB/s over them)"};
 }
 
 // A prompt's parts, priced (predict_prefill), with what prefill_inputs_text names.
@@ -894,6 +903,7 @@ void replay_cache(const ModelFootprint& fp, const Plan& plan, const experts::Usa
   if (!replay) return;
   rates.round_distinct = replay->distinct_per_round();
   rates.round_expert_rows = replay->expert_rows_shares();
+  rates.round_expert_reuse = replay->prompt_expert_reuse;
   if (cap >= fp.n_experts) return;  // every expert resident: the hit rates are 1 already
   const int prompt = planned_prompt(plan, run.prompt_tokens);
   rates.decode_batches = replay->decode_batches(run.decode);

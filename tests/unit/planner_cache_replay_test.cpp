@@ -132,6 +132,29 @@ TEST(CacheReplay, PromptRoundsCountTheRowsOfEachExpert) {
   EXPECT_TRUE(replay_expert_cache(traced(4, {{0}, {1}}), 2, 0, 512)->expert_rows_shares().empty()) << "no prompt, no rounds";
 }
 
+// Rounds of 2 tokens (cap 4, top_k 1) over 0 1 | 0 2 | 3 3 | 1 0, each
+// round's experts in id order: 0 and 1 are first uses; then 0 a round
+// later, after 1 (distance 1), and 2 a first use; 3 (two rows) a first
+// use; then 0 after 2 and 3 (distance 2), and 1 after 2, 3 and this
+// round's 0 (distance 3). The last place (4 experts) counts first uses. A
+// second prompt starts over: its layer ran the whole model in between.
+TEST(CacheReplay, PromptRoundsCountHowRecentlyTheirLayerRanEachExpert) {
+  const auto history = traced(4, {{0, 1, 0, 2, 3, 3, 1, 0}, {1, 0}});
+  const auto replay = replay_expert_cache(history, 4, 0, 2);
+  ASSERT_TRUE(replay.has_value());
+  ASSERT_EQ(replay->round_tokens, 2);
+  ASSERT_EQ(replay->prompt_expert_reuse.size(), 3u);
+  EXPECT_EQ(replay->prompt_expert_reuse[1], (std::vector<double>{0, 1, 1, 1, 5})) << "the second prompt's 0 and 1 are first uses";
+  EXPECT_EQ(replay->prompt_expert_reuse[2], (std::vector<double>{0, 0, 0, 0, 1}));
+  const auto& reuse = replay->prompt_expert_reuse;
+  EXPECT_DOUBLE_EQ(CacheReplay::reused_share(reuse, 1, 0.5), 0.0);
+  EXPECT_DOUBLE_EQ(CacheReplay::reused_share(reuse, 1, 1.0), 1.0 / 8);
+  EXPECT_DOUBLE_EQ(CacheReplay::reused_share(reuse, 1, 3.0), 3.0 / 8);
+  EXPECT_DOUBLE_EQ(CacheReplay::reused_share(reuse, 1, 100.0), 3.0 / 8) << "a first use is never within";
+  EXPECT_DOUBLE_EQ(CacheReplay::reused_share(reuse, 2, 100.0), 0.0);
+  EXPECT_DOUBLE_EQ(CacheReplay::reused_share(reuse, 5, 100.0), 0.0) << "no expert of five rows";
+}
+
 // Prompts 0 0 0 0 0 0 | 1 1 1 1 1 1 through one slot (rounds of one token):
 // each prompt's first round misses (the slot holds the other prompt's
 // expert), the rest hit. A prompt's own rate is its rounds' by place: 1
@@ -424,6 +447,51 @@ TEST(PlanSpeed, APromptRoundsRecordsStreamAtTheirExpertsRows) {
   EXPECT_GT(at_10, at_20);
   EXPECT_NEAR(ram_term(mixed), at_10 - 2 * (at_10 - at_20) / 3, 1e-12) << "the experts' share at 15 GB/s: 2/3 of it at 10";
   EXPECT_NEAR(ram_term(predicted(20, 0)), at_20, 1e-12) << "one point prices every round";
+}
+
+// A prompt round's records that their layer read a round before stream at
+// the warm points' rate. The demo model at cap 4 runs rounds of 2 tokens;
+// routed {0,1} {0,2} every round, each round has expert 0 with two rows
+// and experts 1 and 2 with one, each read again after the round's other
+// two (far within 23 of the probe's 3.2 MiB records: 73.3 MiB) but in the
+// first round. The warm points' calls, half their records re-read at 40 /
+// 20 GB/s and half fresh at 20 / 10, ran 26.67 / 13.33 GB/s: the RAM term
+// is 31/32 of the term at 40 / 20 fresh and 1/32 of the term at 20 / 10.
+TEST(PlanSpeed, ARecordItsLayerReadARoundBeforeStreamsAtTheWarmRate) {
+  const ModelFootprint fp = demo_model();
+  std::vector<std::vector<int>> routes;
+  for (int round = 0; round < 32; ++round) routes.push_back({0, 1}), routes.push_back({0, 2});
+  const auto history = recorded(demo_key(fp), {routes});
+  const Plan plan = cpu_plan(fp, 4);
+  auto ram_term = [&](const DeviceProfile& profile, std::string* inputs = nullptr) {
+    const SpeedPrediction s = predict_speed(profile, fp, plan, &history);
+    EXPECT_TRUE(s.available) << s.unavailable;
+    if (inputs) *inputs = s.prefill_inputs;
+    return term_seconds(s.prefill_terms, "memory: weights from RAM");
+  };
+  DeviceProfile warm = streaming_profile(20, 10);
+  auto add_warm = [&](const char* kernel, int rows, double gbs) {
+    warm.measurements.kernel_tuning->points.push_back(
+        point_on_8_threads(kernel, 1024, 24 * rows, 3 * 24 * rows, {3, gbs, gbs, gbs, 0}, {3, 1e3, 1e3, 1e3, 0}));
+  };
+  add_warm("expert_q4_prefill_stream_warm1", 1, 2.0 / (1.0 / 40 + 1.0 / 20));
+  add_warm("expert_q4_prefill_stream_warm", 2, 2.0 / (1.0 / 20 + 1.0 / 10));
+  std::string inputs;
+  const double at_warm = ram_term(warm, &inputs), fresh = ram_term(streaming_profile(20, 10)),
+               fast = ram_term(streaming_profile(40, 20));
+  EXPECT_NEAR(at_warm, 31.0 / 32 * fast + 1.0 / 32 * fresh, 1e-9 * fresh);
+  EXPECT_NE(inputs.find("; a record its layer read within the last 73.3 MiB of records: 40.0 / 20.0 GB/s "
+                        "(expert_q4_prefill_stream_warm1, _warm, _warm4, their fresh records' share out)"),
+            std::string::npos)
+      << inputs;
+  EXPECT_NE(inputs.find("97% read again within"), std::string::npos) << inputs;
+
+  // A warm point faster than its fresh half allows (noise) leaves the warm points out.
+  DeviceProfile noisy = streaming_profile(20, 10);
+  noisy.measurements.kernel_tuning->points.push_back(
+      point_on_8_threads("expert_q4_prefill_stream_warm1", 1024, 24, 72, {3, 50, 50, 50, 0}, {3, 1e3, 1e3, 1e3, 0}));
+  EXPECT_NEAR(ram_term(noisy, &inputs), fresh, 1e-12 * fresh);
+  EXPECT_NE(inputs.find("its warm points left out"), std::string::npos) << inputs;
 }
 
 // amx computes an expert of four rows or more in tiles of 16 (its 4-row

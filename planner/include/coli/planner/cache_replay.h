@@ -79,6 +79,17 @@ struct CacheReplay {
   // its record at about twice the GB/s of one with two, and rounds with pins
   // (fewer tokens) have more of them.
   std::vector<double> prompt_expert_rows;
+  // The same experts by rows (first index) and by how recently their layer
+  // ran them in the same pass (second index: the other experts the layer
+  // ran since, its LRU stack distance; the last place, n_experts, a first
+  // use in the pass). A prompt's rounds at one layer run back to back, so a
+  // popular expert's record is read again a round later, partly from the
+  // cache (the warm stream points price it). Experts of a round in id order,
+  // as a resident layer's slots run.
+  std::vector<std::vector<double>> prompt_expert_reuse;
+  // Of `reuse`'s experts (prompt_expert_reuse) with `rows` rows, the share
+  // the layer ran within the last `within` other experts (0 without such experts).
+  static double reused_share(const std::vector<std::vector<double>>& reuse, int rows, double within);
   // Per round of a prompt pass by its place (index 0: the pass's first
   // round). A prompt's opening rounds meet the cache the passes before it
   // left; its later rounds, the experts its own rounds leased.
