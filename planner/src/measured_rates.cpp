@@ -601,58 +601,63 @@ std::optional<RoutingCost> routing_cost(const DeviceProfile& profile, const Team
                                     " x " + std::to_string(one->cols) + ")"};
 }
 
-double StreamCost::seconds_per_byte(double rows, bool warm) const {
-  const std::vector<std::pair<double, double>>& timed = warm && !warm_points.empty() ? warm_points : points;
-  const bool below_switch = kernel_switch_rows > 0 && rows < kernel_switch_rows;
-  std::vector<std::pair<double, double>> own;  // the points of the kernel a record of `rows` rows runs
+namespace {
+// (rows, value) points of the kernel a record of `rows` rows runs (all of
+// them where that kernel has none): linear between them, held before the
+// first; past the last, `past` says.
+template <class Past>
+double along_own_kernel(const std::vector<std::pair<double, double>>& timed, int switch_rows, double rows, Past past) {
+  const bool below_switch = switch_rows > 0 && rows < switch_rows;
+  std::vector<std::pair<double, double>> own;
   for (const auto& point : timed)
-    if (kernel_switch_rows == 0 || (point.first < kernel_switch_rows) == below_switch) own.push_back(point);
+    if (switch_rows == 0 || (point.first < switch_rows) == below_switch) own.push_back(point);
   if (own.empty()) own = timed;  // the profile timed no row count of that kernel: the nearest it has
   if (own.empty()) return 0.0;
   if (rows <= own.front().first) return own.front().second;
   for (std::size_t i = 1; i < own.size(); ++i) {
-    const auto [r0, s0] = own[i - 1];
-    const auto [r1, s1] = own[i];
-    if (rows <= r1) return s0 + (s1 - s0) * (rows - r0) / (r1 - r0);
+    const auto [r0, v0] = own[i - 1];
+    const auto [r1, v1] = own[i];
+    if (rows <= r1) return v0 + (v1 - v0) * (rows - r0) / (r1 - r0);
   }
+  return past(own.back(), below_switch);
+}
+}  // namespace
+
+double StreamCost::seconds_per_byte(double rows, bool warm) const {
   // Below the switch past its last point (3 rows from amx's vnni points at 1
   // and 2): the GEMM is bound by its rows there (the 2-core VM's vnni ran 4
   // rows at 2.0x its 2-row seconds per byte), so the cost grows with them.
-  const auto [last_rows, last_s] = own.back();
-  return below_switch ? last_s * rows / last_rows : last_s;
+  const double fresh = along_own_kernel(points, kernel_switch_rows, rows, [&](std::pair<double, double> last, bool below) {
+    return below ? last.second * rows / last.first : last.second;
+  });
+  if (!warm || warm_ratios.empty()) return fresh;
+  return fresh * along_own_kernel(warm_ratios, kernel_switch_rows, rows, [](std::pair<double, double> last, bool) { return last.second; });
 }
 
 namespace {
 // The warm stream points beside cost's fresh ones (`kernel`_warm1, _warm,
-// _warm4): each call's kWarmStreamExperts re-read records take the call's
-// time less its fresh records' at the fresh point's rate. A derived rate
-// that is not positive (noise between two points) drops them all; a re-read
-// slower than a fresh read is taken as fresh.
+// _warm4): the GB/s of records re-read after kStreamPointExperts - 1
+// others, kept as a ratio to the fresh point's seconds per byte at the same
+// rows (a row count whose warm point is missing takes its neighbour's
+// ratio). A re-read slower than the fresh point (noise) is taken as fresh.
 void add_warm_points(const DeviceProfile& profile, const std::string& kernel, WeightFormat format, const Team& team,
                      StreamCost& cost) {
   const std::pair<const char*, int> by_rows[] = {{"1", 1}, {"", 2}, {"4", 4}};
-  constexpr double all = kStreamPointExperts, kept = kWarmStreamExperts;
   std::string rates;
   for (const auto& [suffix, row_count] : by_rows) {
     const KernelThroughputPoint* point = prefill_point(profile, kernel + "_warm" + suffix, team);
     const auto fresh = std::find_if(cost.points.begin(), cost.points.end(), [&](const auto& p) { return p.first == row_count; });
     if (!point || !(point->gb_per_s.median > 0) || fresh == cost.points.end()) continue;
-    const double call = all / (point->gb_per_s.median * 1e9);  // seconds per byte of one record, times the call's records
-    const double warm = (call - (all - kept) * fresh->second) / kept;
-    if (!(warm > 0)) {
-      cost.warm_points.clear();
-      cost.text += "; its warm points left out (" + kernel + "_warm" + suffix + " ran faster than its fresh records alone allow)";
-      return;
-    }
-    cost.warm_points.emplace_back(row_count, std::min(warm, fresh->second));
-    rates += (rates.empty() ? "" : " / ") + format_fixed(1e-9 / cost.warm_points.back().second, 1);
+    const double ratio = std::min(1.0, 1.0 / (point->gb_per_s.median * 1e9) / fresh->second);
+    cost.warm_ratios.emplace_back(row_count, ratio);
+    rates += (rates.empty() ? "" : " / ") + format_fixed(1e-9 / (ratio * fresh->second), 1);
     const std::uint64_t record = 3 * traits(format).matrix_bytes(static_cast<std::uint64_t>(point->rows),
-                                                                                    static_cast<std::uint64_t>(point->cols));
-    cost.warm_distance_bytes = (all - 1) * static_cast<double>(record);
+                                                                 static_cast<std::uint64_t>(point->cols));
+    cost.warm_distance_bytes = (kStreamPointExperts - 1) * static_cast<double>(record);
   }
-  if (cost.warm_points.empty()) return;
+  if (cost.warm_ratios.empty()) return;
   cost.text += "; a record its layer read within the last " + format_bytes(static_cast<std::uint64_t>(cost.warm_distance_bytes)) +
-               " of records: " + rates + " GB/s (" + kernel + "_warm1, _warm, _warm4, their fresh records' share out)";
+               " of records: " + rates + " GB/s (" + kernel + "_warm1, _warm, _warm4)";
 }
 }  // namespace
 

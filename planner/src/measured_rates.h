@@ -284,10 +284,11 @@ std::optional<RoutingCost> routing_cost(const DeviceProfile& profile, const Team
 // _stream4; _q8_ the same), at the team nearest the plan's.
 struct StreamCost {
   std::vector<std::pair<double, double>> points;  // (rows per expert, seconds per byte of a record), by rows
-  // The same for a record its layer read again within warm_distance_bytes
-  // of other records (the warm stream points, their fresh records' share
-  // taken out); empty, and the distance 0, where the profile has none.
-  std::vector<std::pair<double, double>> warm_points;
+  // A record its layer read again within warm_distance_bytes of other
+  // records (the warm stream points): (rows, its seconds per byte over the
+  // fresh point's, at most 1), by rows; empty, and the distance 0, where
+  // the profile has none.
+  std::vector<std::pair<double, double>> warm_ratios;
   double warm_distance_bytes = 0;
   std::string text;
   // Rows from which the engine runs another kernel (amx: kAmxMinTokens; below
@@ -299,6 +300,8 @@ struct StreamCost {
   // alike; past four rows the GEMM term prices the rows). Never
   // interpolated across the switch: the amx profile's 4-row point pads its
   // rows to a tile of 16, which a 3-row expert's vnni GEMM does not.
+  // `warm`: times the warm ratio at `rows`, interpolated as the points are
+  // (its own kernel's; held past them).
   double seconds_per_byte(double rows, bool warm = false) const;
 };
 // nullopt where the profile has none of those points; a profile of one

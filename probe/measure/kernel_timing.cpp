@@ -224,10 +224,19 @@ class KernelRunner {
       if (spec.prefill && spec.stream_experts > 0) {
         // Each expert's rows kept where the pool holds fewer records than the point's experts.
         const int rows = spec.call_tokens / spec.stream_experts;
-        point_.batch = rows * distinct_;
-        for (int e = 0; e < distinct_; ++e)
-          for (int row = 0; row < rows; ++row) routing_.emplace_back(e + row * distinct_, e);
-        if (spec.stream_kept > 0) experts_->keep_first(spec.stream_kept);
+        // A warm point times its kept experts' call alone, after an untimed
+        // call of the others (fresh records between two reads of a kept one).
+        const int kept = std::min(spec.stream_kept, distinct_ - 1), timed = kept > 0 ? kept : distinct_;
+        point_.batch = rows * timed;
+        for (int e = 0; e < timed; ++e)
+          for (int row = 0; row < rows; ++row) routing_.emplace_back(e + row * timed, e);
+        if (kept > 0) {
+          for (int e = kept; e < distinct_; ++e)
+            for (int row = 0; row < rows; ++row) fresh_routing_.emplace_back(e - kept + row * (distinct_ - kept), e);
+          experts_->keep_first(kept);
+          fresh_experts_ = distinct_, fresh_tokens_ = rows * (distinct_ - kept);
+          distinct_ = kept;
+        }
       } else if (spec.prefill) {
         for (auto [token, expert] : prefill_routing(tokens, routed)) routing_.emplace_back(token, expert % distinct_);
       } else {
@@ -239,6 +248,7 @@ class KernelRunner {
   }
 
   double run() {
+    if (fresh_experts_ > 0) experts_->run(fresh_routing_, fresh_experts_, xs_, fresh_tokens_);
     const auto start = Clock::now();
     if (spec_.routing) {
       route_all();
@@ -359,6 +369,10 @@ class KernelRunner {
   std::optional<EngineExpertBatch> experts_;
   std::optional<EngineProjections> projections_;
   std::vector<std::pair<int, int>> routing_;  // (token, expert) of one call
+  // A warm stream point's untimed call before each timed one: the experts
+  // after the kept ones (numbered up to fresh_experts_), fresh records.
+  std::vector<std::pair<int, int>> fresh_routing_;
+  int fresh_experts_ = 0, fresh_tokens_ = 0;
   forward::KvCache cache_;                 // attention_prefill, token_ops
   std::optional<forward::Rope> rope_;      // token_ops
   std::vector<float> token_x_, token_q_, token_k_, token_v_, token_o_, norm_weight_, normed_;  // token_ops
@@ -403,7 +417,8 @@ void add_note(KernelTuning& tuning, const std::string& note) {
 // (int4 or int8), named expert_q4_prefill_stream, _stream1, _stream4 (the
 // speed model reads the rows from the name); two rows weigh as much as the
 // others together. `warm`: _stream_warm, _stream_warm1, _stream_warm4, with
-// kWarmStreamExperts of the experts read again every call, at half the weight.
+// kWarmStreamExperts of the experts read again every call and timed alone,
+// at half the weight.
 KernelSpec stream_spec(WeightFormat format, int rows, bool warm = false) {
   const std::string name = std::string("expert_") + (format == WeightFormat::q4_g64 ? "q4" : "q8") + "_prefill_stream" +
                            (warm ? "_warm" : "") + (rows == 2 ? "" : std::to_string(rows));

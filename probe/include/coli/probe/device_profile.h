@@ -398,10 +398,10 @@ struct GpuKernelResult {
 // the same): each call streams the records of kStreamPointExperts
 // OLMoE-wide experts with 1, 2 or 4 rows each, fresh from the tuning pool.
 // The warm ones (_stream_warm1, _stream_warm, _stream_warm4) keep the first
-// kWarmStreamExperts of them the same every call: each re-read after the
-// call's other kStreamPointExperts - 1 records, as a prompt's popular
-// expert is re-read round after round at one layer (its GB/s is over all
-// the call's records; the speed model takes the fresh ones' share out).
+// kWarmStreamExperts of them the same every call and time those alone,
+// after an untimed call of the others' fresh records: each kept record is
+// re-read after kStreamPointExperts - 1 other records, as a prompt's
+// popular expert is re-read round after round at one layer.
 inline constexpr int kStreamPointExperts = 24, kWarmStreamExperts = 12;
 
 // One engine kernel (kernels/cpu, the calls decode and prefill make) timed on
