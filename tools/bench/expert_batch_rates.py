@@ -11,7 +11,8 @@ layer run back to back, so a popular expert is re-read a round or two after
 its last use, possibly still in the cache). Prints each class's records,
 ms per record and GB/s, beside what the profile's stream points price
 (--profile, --threads: the probe's 1-, 2- and 4-row points, each timed on
-records fresh from a pool larger than the cache).
+records fresh from a pool larger than the cache, and its warm points, on
+records re-read after 23 others).
 
 Usage: expert_batch_rates.py LOG [--near N] [--profile PROFILE.toml --threads T]
 """
@@ -89,12 +90,13 @@ def least_squares(rows, targets):
     return out
 
 
-def stream_points(profile_path, threads):
-    """{rows: GB/s} of the profile's q4 stream points nearest `threads`."""
+def stream_points(profile_path, threads, warm=False):
+    """{rows: GB/s} of the profile's q4 stream points (warm: _stream_warm) nearest `threads`."""
     with open(profile_path, "rb") as f:
         profile = tomllib.load(f)
     points = profile.get("measurements", {}).get("kernel_tuning", {}).get("points", [])
-    names = {"expert_q4_prefill_stream1": 1, "expert_q4_prefill_stream": 2, "expert_q4_prefill_stream4": 4}
+    stem = "expert_q4_prefill_stream" + ("_warm" if warm else "")
+    names = {stem + "1": 1, stem: 2, stem + "4": 4}
     mine = [p for p in points if p.get("kernel") in names]
     if not mine:
         return {}
@@ -116,20 +118,25 @@ def main():
     seconds = [b[1] for b in batches]
     per_record = least_squares(counts, seconds)
     points = stream_points(args.profile, args.threads) if args.profile else {}
+    warm_points = stream_points(args.profile, args.threads, warm=True) if args.profile else {}
     total = [sum(c[j] for c in counts) for j in range(2 * MAX_ROWS)]
     print(f"{len(batches)} batches, {int(sum(total))} records of {record_bytes} bytes, {sum(seconds):.3f} s "
           f"({sum(total) * record_bytes / sum(seconds) / 1e9:.1f} GB/s over all)")
-    print(f"rows | records re-read within {args.near} | ms | GB/s | other records | ms | GB/s | stream point GB/s")
+    print(f"rows | records re-read within {args.near} | ms | GB/s | other records | ms | GB/s | stream point GB/s "
+          "| warm point GB/s")
     for rows in range(1, MAX_ROWS + 1):
         cells = []
         for warm in (1, 0):
             j = (rows - 1) * 2 + warm
-            ms = per_record[j] * 1e3
-            rate = record_bytes / per_record[j] / 1e9 if per_record[j] > 0 else float("nan")
-            cells.append(f"{int(total[j])} | {ms:.3f} | {rate:.1f}" if total[j] else "0 | - | -")
+            if not total[j]:
+                cells.append("0 | - | -")
+            elif per_record[j] <= 0:  # the fit gives this class no time of its own: its batches do not tell it apart
+                cells.append(f"{int(total[j])} | not separable | -")
+            else:
+                cells.append(f"{int(total[j])} | {per_record[j] * 1e3:.3f} | {record_bytes / per_record[j] / 1e9:.1f}")
         label = f"{rows}+" if rows == MAX_ROWS else str(rows)
-        point = points.get(rows)
-        print(f"{label} | {cells[0]} | {cells[1]} | {point:.1f}" if point else f"{label} | {cells[0]} | {cells[1]} | -")
+        fresh, warm = (f"{p[rows]:.1f}" if rows in p else "-" for p in (points, warm_points))
+        print(f"{label} | {cells[0]} | {cells[1]} | {fresh} | {warm}")
 
 
 if __name__ == "__main__":
