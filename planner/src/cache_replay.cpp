@@ -39,15 +39,6 @@ void count_round(std::vector<double>& rounds_missing, std::size_t misses) {
   rounds_missing[misses] += 1;
 }
 
-// Each distinct expert of a round's routings counted at its rows.
-void count_expert_rows(std::span<const int> round_ids, std::vector<int>& rows_of_expert, std::vector<double>& expert_rows) {
-  for (const int id : round_ids) ++rows_of_expert[at(id)];
-  for (const int id : round_ids) {
-    int& rows = rows_of_expert[at(id)];
-    if (rows > 0) count_round(expert_rows, at(rows));
-    rows = 0;
-  }
-}
 
 // A layer's experts by when the current pass last ran them, for their LRU
 // stack distance: the other experts run since (n_experts: not yet this pass).
@@ -59,10 +50,10 @@ class PassRecency {
   // The distance of `expert` now, which it then resets (it runs).
   std::size_t run(int expert) {
     std::int64_t& last = last_[at(expert)];
-    std::size_t distance = last_.size();
-    if (last != kNever) distance = static_cast<std::size_t>(std::count_if(last_.begin(), last_.end(), [&](std::int64_t t) { return t > last; }));
+    const std::int64_t before = last;
     last = clock_++;
-    return distance;
+    if (before == kNever) return last_.size();
+    return static_cast<std::size_t>(std::count_if(last_.begin(), last_.end(), [&](std::int64_t t) { return t > before; })) - 1;
   }
 
  private:
@@ -71,9 +62,11 @@ class PassRecency {
   std::int64_t clock_ = 0;
 };
 
-// A full round's distinct experts, in id order, at their rows and distance.
-void count_expert_reuse(std::span<const int> round_ids, PassRecency& recency, std::vector<int>& rows_of_expert,
-                        std::vector<std::vector<double>>& reuse) {
+// Each distinct expert of a full round's routings, in id order (as a
+// resident layer's slots run), counted at its rows, and at its rows and
+// stack distance.
+void count_expert_rows(std::span<const int> round_ids, PassRecency& recency, std::vector<int>& rows_of_expert,
+                       std::vector<double>& expert_rows, std::vector<std::vector<double>>& reuse) {
   std::vector<int> distinct(round_ids.begin(), round_ids.end());
   std::sort(distinct.begin(), distinct.end());
   distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
@@ -81,6 +74,7 @@ void count_expert_reuse(std::span<const int> round_ids, PassRecency& recency, st
   for (const int id : distinct) {
     const auto rows = at(rows_of_expert[at(id)]);
     rows_of_expert[at(id)] = 0;
+    count_round(expert_rows, rows);
     if (reuse.size() <= rows) reuse.resize(rows + 1);
     std::vector<double>& by_distance = reuse[rows];
     by_distance.resize(recency.experts() + 1, 0.0);  // distances 0..n-1, then first uses
@@ -148,8 +142,7 @@ void count_prompt_round(CacheReplay& out, std::span<const int> round_ids, const 
   out.full_rounds += 1;
   out.full_round_distinct += plan.distinct;
   count_round(out.prompt_rounds_missing, loads);
-  count_expert_rows(round_ids, rows_of_expert, out.prompt_expert_rows);
-  count_expert_reuse(round_ids, recency, rows_of_expert, out.prompt_expert_reuse);
+  count_expert_rows(round_ids, recency, rows_of_expert, out.prompt_expert_rows, out.prompt_expert_reuse);
 }
 
 // One pass through `policy`: each single-token pass a round, each longer

@@ -742,7 +742,7 @@ StreamedRecords streamed_records(const DeviceProfile& profile, const ModelFootpr
             " streamed at " + stream->text + " (" + format_fixed(mean_rows, 1) + " rows per distinct expert on average)"};
   }
   // A record its layer read within the warm points' distance (in this model's records) at their rate.
-  const bool warm = stream->warm_distance_bytes > 0 && !r.round_expert_reuse.empty();
+  const bool warm = stream->warm_distance_bytes > 0 && !r.round_expert_reuse.empty() && fp.expert().record_bytes > 0;
   const double within = warm ? stream->warm_distance_bytes / static_cast<double>(fp.expert().record_bytes) : 0.0;
   double per_byte = 0, mean = 0, reused = 0;
   for (std::size_t rows = 1; rows < shares.size(); ++rows) {
