@@ -646,7 +646,8 @@ void add_warm_points(const DeviceProfile& profile, const std::string& kernel, We
   std::string rates;
   for (const auto& [suffix, row_count] : by_rows) {
     const KernelThroughputPoint* point = prefill_point(profile, kernel + "_warm" + suffix, team);
-    const auto fresh = std::find_if(cost.points.begin(), cost.points.end(), [&](const auto& p) { return p.first == row_count; });
+    const double rows = row_count;  // a structured binding a lambda may capture (C++20 compilers before clang 16 refuse one)
+    const auto fresh = std::find_if(cost.points.begin(), cost.points.end(), [rows](const auto& p) { return p.first == rows; });
     if (!point || !(point->gb_per_s.median > 0) || fresh == cost.points.end()) continue;
     const double ratio = std::min(1.0, 1.0 / (point->gb_per_s.median * 1e9) / fresh->second);
     cost.warm_ratios.emplace_back(row_count, ratio);
