@@ -14,7 +14,7 @@ ms per record and GB/s, beside what the profile's stream points price
 records fresh from a pool larger than the cache, and its warm points, on
 records re-read after 23 others).
 
-Usage: expert_batch_rates.py LOG [--near N] [--profile PROFILE.toml --threads T]
+Usage: expert_batch_rates.py LOG [--near N] [--profile PROFILE.toml --threads T] [--by-distance 23,40,63]
 """
 import argparse
 import sys
@@ -66,6 +66,41 @@ def classes(batches, near):
     return counts
 
 
+def by_distance(batches, edges):
+    """Per batch, its records counted by rows class (1, 2, 3, 4+) and stack distance bucket (<= each edge, then past them or first uses)."""
+    buckets = len(edges) + 1
+    lru = {}
+    counts = []
+    for layer, _, records in batches:
+        order = lru.setdefault(layer, [])
+        row = [0.0] * (4 * buckets)
+        for expert, rows in records:
+            distance = len(order) - 1 - order.index(expert) if expert in order else None
+            if expert in order:
+                order.remove(expert)
+            order.append(expert)
+            bucket = next((i for i, edge in enumerate(edges) if distance is not None and distance <= edge), buckets - 1)
+            row[(min(rows, 4) - 1) * buckets + bucket] += 1
+        counts.append(row)
+    return counts
+
+
+def print_by_distance(batches, record_bytes, edges):
+    counts = by_distance(batches, edges)
+    per_record = least_squares(counts, [b[1] for b in batches])
+    buckets = len(edges) + 1
+    labels = [f"<= {edge}" for edge in edges] + ["further or first"]
+    print("\nGB/s (records) by stack distance at the layer: rows | " + " | ".join(labels))
+    for rows in range(4):
+        cells = []
+        for b in range(buckets):
+            j = rows * buckets + b
+            n = int(sum(c[j] for c in counts))
+            cells.append("-" if not n else f"not separable ({n})" if per_record[j] <= 0
+                         else f"{record_bytes / per_record[j] / 1e9:.1f} ({n})")
+        print(f"{rows + 1 if rows < 3 else '4+'} | " + " | ".join(cells))
+
+
 def least_squares(rows, targets):
     """The x minimising |A x - b| (normal equations; columns no batch uses give 0)."""
     used = [j for j in range(len(rows[0])) if any(r[j] for r in rows)]
@@ -110,6 +145,7 @@ def main():
     parser.add_argument("--near", type=int, default=24, help="re-read within this many of the layer's records (default 24)")
     parser.add_argument("--profile", help="device profile whose stream points to print beside")
     parser.add_argument("--threads", type=int, default=0, help="the run's threads (the profile's points nearest)")
+    parser.add_argument("--by-distance", help="also fit by stack distance buckets, e.g. 23,40,63 (records)")
     args = parser.parse_args()
     record_bytes, batches = read_log(args.log)
     if not batches:
@@ -137,6 +173,12 @@ def main():
         label = f"{rows}+" if rows == MAX_ROWS else str(rows)
         fresh, warm = (f"{p[rows]:.1f}" if rows in p else "-" for p in (points, warm_points))
         print(f"{label} | {cells[0]} | {cells[1]} | {fresh} | {warm}")
+    if args.by_distance:
+        try:
+            edges = sorted(int(v) for v in args.by_distance.split(","))
+        except ValueError:
+            sys.exit(f"--by-distance {args.by_distance}: not comma-separated record counts")
+        print_by_distance(batches, record_bytes, edges)
 
 
 if __name__ == "__main__":
