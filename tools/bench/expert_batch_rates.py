@@ -48,45 +48,28 @@ def read_log(path):
     return record_bytes, batches
 
 
-def classes(batches, near):
-    """Per batch, its records counted by class (rows - 1) * 2 + (1 if re-read within `near`)."""
+def record_classes(batches, max_rows, edges):
+    """Per batch, its records counted by class (min(rows, max_rows) - 1) * buckets + bucket, the bucket
+    the first edge its LRU stack distance at its layer is at most (len(edges): further, or a first use)."""
+    buckets = len(edges) + 1
     lru = {}  # per layer: experts, most recent last
     counts = []
     for layer, _, records in batches:
         order = lru.setdefault(layer, [])
-        row = [0.0] * (2 * MAX_ROWS)
-        for expert, rows in records:
-            distance = len(order) - 1 - order.index(expert) if expert in order else None
-            if expert in order:
-                order.remove(expert)
-            order.append(expert)
-            warm = distance is not None and distance < near
-            row[(min(rows, MAX_ROWS) - 1) * 2 + (1 if warm else 0)] += 1
-        counts.append(row)
-    return counts
-
-
-def by_distance(batches, edges):
-    """Per batch, its records counted by rows class (1, 2, 3, 4+) and stack distance bucket (<= each edge, then past them or first uses)."""
-    buckets = len(edges) + 1
-    lru = {}
-    counts = []
-    for layer, _, records in batches:
-        order = lru.setdefault(layer, [])
-        row = [0.0] * (4 * buckets)
+        row = [0.0] * (max_rows * buckets)
         for expert, rows in records:
             distance = len(order) - 1 - order.index(expert) if expert in order else None
             if expert in order:
                 order.remove(expert)
             order.append(expert)
             bucket = next((i for i, edge in enumerate(edges) if distance is not None and distance <= edge), buckets - 1)
-            row[(min(rows, 4) - 1) * buckets + bucket] += 1
+            row[(min(rows, max_rows) - 1) * buckets + bucket] += 1
         counts.append(row)
     return counts
 
 
 def print_by_distance(batches, record_bytes, edges):
-    counts = by_distance(batches, edges)
+    counts = record_classes(batches, 4, edges)
     per_record = least_squares(counts, [b[1] for b in batches])
     buckets = len(edges) + 1
     labels = [f"<= {edge}" for edge in edges] + ["further or first"]
@@ -150,7 +133,7 @@ def main():
     record_bytes, batches = read_log(args.log)
     if not batches:
         sys.exit(f"{args.log}: no batches")
-    counts = classes(batches, args.near)
+    counts = record_classes(batches, MAX_ROWS, [args.near - 1])  # bucket 0: re-read within --near records
     seconds = [b[1] for b in batches]
     per_record = least_squares(counts, seconds)
     points = stream_points(args.profile, args.threads) if args.profile else {}
@@ -162,8 +145,8 @@ def main():
           "| warm point GB/s")
     for rows in range(1, MAX_ROWS + 1):
         cells = []
-        for warm in (1, 0):
-            j = (rows - 1) * 2 + warm
+        for bucket in (0, 1):
+            j = (rows - 1) * 2 + bucket
             if not total[j]:
                 cells.append("0 | - | -")
             elif per_record[j] <= 0:  # the fit gives this class no time of its own: its batches do not tell it apart
