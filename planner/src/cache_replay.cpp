@@ -39,7 +39,6 @@ void count_round(std::vector<double>& rounds_missing, std::size_t misses) {
   rounds_missing[misses] += 1;
 }
 
-
 // A layer's experts by when the current pass last ran them, for their LRU
 // stack distance: the other experts run since (n_experts: not yet this pass).
 class PassRecency {

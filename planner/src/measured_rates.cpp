@@ -635,6 +635,10 @@ double StreamCost::seconds_per_byte(double rows, bool warm) const {
 }
 
 namespace {
+// The probe's stream points by the rows each of their experts carries:
+// the name's suffix (kernel_timing.cpp's stream_spec) and the rows.
+constexpr std::pair<const char*, int> kStreamPointRows[] = {{"1", 1}, {"", 2}, {"4", 4}};
+
 // The warm stream points beside cost's fresh ones (`kernel`_warm1, _warm,
 // _warm4): the GB/s of records re-read after kStreamPointExperts - 1
 // others, kept as a ratio to the fresh point's seconds per byte at the same
@@ -642,9 +646,8 @@ namespace {
 // ratio). A re-read slower than the fresh point (noise) is taken as fresh.
 void add_warm_points(const DeviceProfile& profile, const std::string& kernel, WeightFormat format, const Team& team,
                      StreamCost& cost) {
-  const std::pair<const char*, int> by_rows[] = {{"1", 1}, {"", 2}, {"4", 4}};
   std::string rates;
-  for (const auto& [suffix, row_count] : by_rows) {
+  for (const auto& [suffix, row_count] : kStreamPointRows) {
     const KernelThroughputPoint* point = prefill_point(profile, kernel + "_warm" + suffix, team);
     const double rows = row_count;  // a structured binding a lambda may capture (C++20 compilers before clang 16 refuse one)
     const auto fresh = std::find_if(cost.points.begin(), cost.points.end(), [rows](const auto& p) { return p.first == rows; });
@@ -665,12 +668,10 @@ void add_warm_points(const DeviceProfile& profile, const std::string& kernel, We
 std::optional<StreamCost> prefill_stream_cost(const DeviceProfile& profile, WeightFormat experts, const Team& team) {
   if (!profile.measurements.kernel_tuning) return std::nullopt;
   const std::string kernel = experts == WeightFormat::q4_g64 ? "expert_q4_prefill_stream" : "expert_q8_prefill_stream";
-  // The probe's stream points by the rows each of their experts carries (kernel_timing.cpp).
-  const std::pair<const char*, int> by_rows[] = {{"1", 1}, {"", 2}, {"4", 4}};
   StreamCost cost;
   std::string rates, rows, names;
   int threads = 0;
-  for (const auto& [suffix, row_count] : by_rows) {
+  for (const auto& [suffix, row_count] : kStreamPointRows) {
     const KernelThroughputPoint* point = prefill_point(profile, kernel + suffix, team);
     if (!point || !(point->gb_per_s.median > 0)) continue;
     cost.points.emplace_back(row_count, 1.0 / (point->gb_per_s.median * 1e9));

@@ -112,12 +112,11 @@ struct KernelSpec {
 // interpolates at a model's own tokens per expert. 64 tokens on 8 experts
 // are the pass's per-expert shape at an eighth of its cost.
 constexpr int kWideTokensPerExpert = 64;
-// The stream points' experts per call (kStreamPointExperts): a streaming
-// prompt round's dozen or two (OLMoE's cap-48 rounds lease 15-21 a layer).
-// At 16 threads on the H200, 8 experts of two rows streamed 10-12% slower
-// than 24 (the team's gate/up and down steps split over fewer jobs); at 8
-// threads and on the 2-core VM the two were equal.
-constexpr int kStreamExperts = kStreamPointExperts;
+// The stream points' experts per call, kStreamPointExperts (device_profile.h),
+// are a streaming prompt round's dozen or two (OLMoE's cap-48 rounds lease
+// 15-21 a layer). At 16 threads on the H200, 8 experts of two rows streamed
+// 10-12% slower than 24 (the team's gate/up and down steps split over fewer
+// jobs); at 8 threads and on the 2-core VM the two were equal.
 constexpr int kWarmStreamWarmups = 5;  // untimed calls of a warm stream point before each slice (time_slice)
 constexpr int kNarrowRows = 32768, kNarrowCols = 64;  // 4 MiB of bf16
 constexpr int kCachedRows = 1024;  // of kHidden columns: 4 MiB of bf16, as the narrow matrix
@@ -413,7 +412,7 @@ void add_note(KernelTuning& tuning, const std::string& note) {
   tuning.note += (tuning.note.empty() ? "" : "; ") + note;
 }
 
-// A stream point: `rows` rows on each of kStreamExperts experts in `format`
+// A stream point: `rows` rows on each of kStreamPointExperts experts in `format`
 // (int4 or int8), named expert_q4_prefill_stream, _stream1, _stream4 (the
 // speed model reads the rows from the name); two rows weigh as much as the
 // others together. `warm`: _stream_warm, _stream_warm1, _stream_warm4, with
@@ -423,7 +422,7 @@ KernelSpec stream_spec(WeightFormat format, int rows, bool warm = false) {
   const std::string name = std::string("expert_") + (format == WeightFormat::q4_g64 ? "q4" : "q8") + "_prefill_stream" +
                            (warm ? "_warm" : "") + (rows == 2 ? "" : std::to_string(rows));
   return {.name = name, .format = format, .prefill = true, .weight = (rows == 2 ? 0.5 : 0.25) * (warm ? 0.5 : 1.0),
-          .call_tokens = rows * kStreamExperts, .stream_experts = kStreamExperts, .stream_kept = warm ? kWarmStreamExperts : 0};
+          .call_tokens = rows * kStreamPointExperts, .stream_experts = kStreamPointExperts, .stream_kept = warm ? kWarmStreamExperts : 0};
 }
 
 // The kernels the tuning phase times, each with its share of a set's time.
