@@ -5,6 +5,7 @@
 #include <array>
 #include <chrono>
 #include <cmath>
+#include <memory>
 #include <optional>
 #include <random>
 
@@ -56,7 +57,10 @@ struct KernelSpec {
   WeightFormat format = WeightFormat::q4_g64;
   bool prefill = false, dense = false;
   double weight = 1;  // share of the budget relative to a decode kernel
-  bool attention = false;  // the engine's causal attention over a prompt (no weights)
+  bool attention = false;  // the engine's causal attention over a prompt (no weights); with !prefill, one decoded token's
+  // A decode attention point's query heads per KV head (its KV heads are
+  // OLMoE's 16): the heads of a GQA group share each K and V row load.
+  int attention_group = 1;
   // Tokens of one prefill call (0: the probe's prefill tokens). An expert
   // kernel given them routes every token to the same top_k experts (the
   // per-expert shape of a whole pass), else the probe's tokens over all 64.
@@ -134,6 +138,28 @@ constexpr int kTokenOpsTokens = 128;
 // f16 KV cache (the CPU's default), OLMoE's 16 heads of 128.
 constexpr int kAttentionTokens = 512, kHeads = 16, kHeadDim = 128;
 
+// Decode attention: one token at position kDecodeAttentionDepth
+// (device_profile.h) over OLMoE's 16 KV heads of 128 in f16, each call a
+// layer of its own from a pool of layers half the test weights' size, so its
+// K and V stream from RAM as a decoded token's do (the weights of a token's
+// other layers pass between two reads of one layer's). The 2-core VM's
+// OLMoE token took 3.6 ms more at depth 512 than at 0 at 2 threads and
+// 6.8 ms at 1, where its KV bytes at the RAM rate said 1.9 and 3.9.
+std::shared_ptr<forward::KvCache> decode_attention_pool(const WeightPool& pool) {
+  const std::uint64_t layer = kv_cache_bytes(1, kHeads, kHeadDim, kDecodeAttentionDepth + 1, KvType::f16);
+  const int layers = static_cast<int>(std::clamp<std::uint64_t>(pool.size() / 2 / layer, 2, 4096));
+  auto cache = std::make_shared<forward::KvCache>(layers, kHeads, kHeadDim, kDecodeAttentionDepth + 1, KvType::f16);
+  // Values drawn once and stored at every (layer, position): the timing does not depend on them.
+  std::mt19937 random(5);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  std::vector<float> k(static_cast<std::size_t>(kHeads) * kHeadDim), v(k.size());
+  for (float& x : k) x = uniform(random);
+  for (float& x : v) x = uniform(random);
+  for (int l = 0; l < layers; ++l)
+    for (int position = 0; position <= kDecodeAttentionDepth; ++position) cache->store(l, position, k, v);
+  return cache;
+}
+
 // Tokens routed top-8 over 64 experts (fixed seed: every run times the same
 // work), as tasks in expert-major order like the expert store's round order.
 std::vector<std::pair<int, int>> prefill_routing(int tokens, int n_experts) {
@@ -164,12 +190,14 @@ class KernelRunner {
  public:
   // `experts`: the engine's expert batch for an expert kernel, else empty;
   // `projections`: the engine's projections for a quantised dense prefill kernel, else empty.
+  // `kv_pool`: a decode attention kernel's layers (decode_attention_pool), else null.
   KernelRunner(const KernelSpec& spec, const ThreadCandidate& set, cpu::CpuKernelVariant variant, WeightPool& pool,
-               int prefill_tokens, std::optional<EngineExpertBatch> experts, std::optional<EngineProjections> projections)
+               int prefill_tokens, std::optional<EngineExpertBatch> experts, std::optional<EngineProjections> projections,
+               std::shared_ptr<const forward::KvCache> kv_pool)
       : spec_(spec), variant_(variant), pool_(pool), threads_(set.pus.size()),
         xs_(static_cast<std::size_t>(std::max({prefill_tokens, spec.call_tokens, 1})) * kHidden),
         y_(static_cast<std::size_t>(std::max(kHidden, spec.dense_rows))),
-        experts_(std::move(experts)), projections_(std::move(projections)),
+        experts_(std::move(experts)), projections_(std::move(projections)), kv_pool_(std::move(kv_pool)),
         dense_bytes_(matrix_bytes(spec.dense ? spec.format : WeightFormat::q8_row, spec.dense_rows, spec.dense_cols)) {
     std::mt19937 random(3);
     std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
@@ -193,6 +221,14 @@ class KernelRunner {
       logits_.resize(kSampledVocab);
       for (float& v : logits_) v = uniform(random);
       bytes_ = 4.0 * kSampledVocab;
+    } else if (spec.attention && !spec.prefill) {
+      // rows x cols: query heads x head_dim; matrices: KV heads; bytes: the K and V one token reads.
+      const int kv_heads = kv_pool_->kv_heads(), heads = kv_heads * spec.attention_group, positions = kDecodeAttentionDepth + 1;
+      point_.rows = heads, point_.cols = kv_pool_->head_dim(), point_.batch = 1, point_.matrices = kv_heads;
+      q_.resize(static_cast<std::size_t>(heads) * point_.cols);
+      for (float& v : q_) v = uniform(random);
+      attention_out_.resize(q_.size());
+      bytes_ = 2.0 * positions * static_cast<double>(kv_heads * kv_pool_->row_bytes());
     } else if (spec.attention) {
       // rows x cols: heads x head_dim; batch: the prompt's tokens; bytes: the K and V it reads.
       const int head_dim = spec.head_dim;
@@ -255,6 +291,9 @@ class KernelRunner {
       token_ops_all();
     } else if (spec_.sampling) {
       picked_ = forward::greedy_token(logits_);
+    } else if (kv_pool_) {
+      next_layer_ = (next_layer_ + 1) % kv_pool_->layers();
+      forward::attention(*kv_pool_, next_layer_, q_, 1, kDecodeAttentionDepth, point_.rows, attention_out_, threads_);
     } else if (spec_.attention) {
       forward::attention(cache_, 0, q_, kAttentionTokens, 0, kHeads, attention_out_, threads_);
     } else if (projections_) {
@@ -373,6 +412,8 @@ class KernelRunner {
   std::vector<std::pair<int, int>> fresh_routing_;
   int fresh_experts_ = 0, fresh_tokens_ = 0;
   forward::KvCache cache_;                 // attention_prefill, token_ops
+  std::shared_ptr<const forward::KvCache> kv_pool_;  // attention_decode: a layer a call
+  int next_layer_ = 0;
   std::optional<forward::Rope> rope_;      // token_ops
   std::vector<float> token_x_, token_q_, token_k_, token_v_, token_o_, norm_weight_, normed_;  // token_ops
   std::vector<float> q_, attention_out_;
@@ -475,6 +516,12 @@ std::vector<KernelSpec> tuning_specs() {
       // at half its rate on the H200's 16 cores).
       {.name = "dense_q4_prefill", .format = F::q4_g64, .prefill = true, .dense = true, .weight = 0.5, .call_tokens = kPassSlice},
       {.name = "dense_q8_prefill", .format = F::q8_row, .prefill = true, .dense = true, .weight = 0.5, .call_tokens = kPassSlice},
+      // A decoded token's attention at depth kDecodeAttentionDepth, its K and
+      // V from RAM: one query head per KV head, and a GQA group of 8 (Qwen3's
+      // 32 over 4): the speed model fits a cost per (KV head, position) and
+      // one per query head through both.
+      {.name = "attention_decode", .format = F::f32, .weight = 0.5, .attention = true},
+      {.name = "attention_decode_grouped", .format = F::f32, .weight = 0.5, .attention = true, .attention_group = 8},
       // A prompt's attention over narrow heads (a small model's cost per position pair).
       {.name = "attention_prefill_narrow", .format = F::f32, .prefill = true, .weight = 0.5, .attention = true,
        .head_dim = kNarrowHeadDim},
@@ -554,6 +601,7 @@ void time_slice(Work& w, double unit) {
 Result<std::vector<Work>> make_work(const std::vector<ThreadCandidate>& sets, const std::vector<KernelSpec>& specs,
                                     cpu::CpuKernelVariant variant, const std::string& cpu_kernel, WeightPool& pool, int prefill_tokens) {
   std::vector<Work> work;
+  std::shared_ptr<const forward::KvCache> decode_kv;  // one pool for every decode attention runner
   for (std::size_t i = 0; i < sets.size(); ++i)
     for (const KernelSpec& spec : specs) {
       if (spec.serial() && i > 0) continue;
@@ -570,7 +618,13 @@ Result<std::vector<Work>> make_work(const std::vector<ThreadCandidate>& sets, co
         if (!engine) return engine.error();
         projections = std::move(*engine);
       }
-      work.push_back({i, KernelRunner(spec, sets[i], variant, pool, prefill_tokens, std::move(experts), std::move(projections)),
+      std::shared_ptr<const forward::KvCache> kv_pool;
+      if (spec.attention && !spec.prefill) {
+        if (!decode_kv) decode_kv = decode_attention_pool(pool);
+        kv_pool = decode_kv;
+      }
+      work.push_back({i, KernelRunner(spec, sets[i], variant, pool, prefill_tokens, std::move(experts), std::move(projections),
+                                      std::move(kv_pool)),
                       {}});
     }
   return work;

@@ -337,6 +337,17 @@ TEST(KernelTuning, ShortRealRunOnThisMachine) {
     EXPECT_EQ(p.threads, p.pus.size());
     EXPECT_TRUE(p.pus.intersect(profile->cpu.usable.pus) == p.pus);
   }
+  // The decode attention points' shapes, as the speed model reads them:
+  // rows query heads over `matrices` KV heads, one token.
+  int decode_attention_points = 0;
+  for (const auto& p : tuning->points) {
+    if (p.kernel != "attention_decode" && p.kernel != "attention_decode_grouped") continue;
+    ++decode_attention_points;
+    EXPECT_EQ(p.rows, p.matrices * (p.kernel == "attention_decode" ? 1 : 8)) << p.kernel;
+    EXPECT_EQ(p.cols, 128);
+    EXPECT_EQ(p.batch, 1);
+  }
+  EXPECT_GE(decode_attention_points, 2) << "both timed on the first set at least";
   EXPECT_TRUE(Contains(tuning->note, " rounds")) << tuning->note;  // how many rounds, and why it stopped
   // A busy machine may not separate its sets: then an error that says so.
   auto threads = recommend_from_measurements(tuning->points);

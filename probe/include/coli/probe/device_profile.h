@@ -404,6 +404,11 @@ struct GpuKernelResult {
 // popular expert is re-read round after round at one layer.
 inline constexpr int kStreamPointExperts = 24, kWarmStreamExperts = 12;
 
+// The decode attention points (attention_decode, _grouped): one token at
+// this position (so depth + 1 positions) over a layer's f16 K and V read
+// from RAM; rows: query heads, cols: head_dim, matrices: KV heads.
+inline constexpr int kDecodeAttentionDepth = 512;
+
 // One engine kernel (kernels/cpu, the calls decode and prefill make) timed on
 // one candidate thread set by the tuning phase (probe/measure/kernel_tuning.h).
 struct KernelThroughputPoint {
