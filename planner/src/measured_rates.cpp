@@ -7,6 +7,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "coli/forward/attention.h"  // kAttentionTile
+
 namespace coli::planner::measured {
 
 // The "read" kernel (decode streams weights, it does not write them) at the
@@ -527,6 +529,43 @@ std::optional<AttentionCost> prefill_attention_cost(const DeviceProfile& profile
                        format_fixed(fit->fixed * 1e9, 2) + " ns per head and position pair + " + format_fixed(1e-9 / fit->per_unit, 1) +
                            " GMAC/s (attention_prefill fitted at head_dim " + std::to_string(wide->cols) + " and " +
                            std::to_string(narrow->cols) + ", measured at " + std::to_string(wide->threads) + " threads)"};
+}
+
+double decode_attention_units(double kv_heads, int depth, int threads) {
+  const double positions = depth + 1.0, team = std::max(1, threads);
+  const double tiles = std::floor(depth / static_cast<double>(forward::kAttentionTile)) + 1;
+  const double busiest = std::ceil(kv_heads * tiles / team) * std::min<double>(forward::kAttentionTile, positions);
+  return std::max(kv_heads * positions, busiest * team);
+}
+
+std::optional<DecodeAttentionCost> decode_attention_cost(const DeviceProfile& profile, const Team& team) {
+  if (!profile.measurements.kernel_tuning) return std::nullopt;
+  auto point = [&](const char* kernel) {
+    return nearest_team(profile.measurements.kernel_tuning->points, team, [&](const KernelThroughputPoint& p) {
+      return p.kernel == kernel && p.rows > 0 && p.cols > 0 && p.matrices > 0 && p.rows % p.matrices == 0 &&
+             p.tokens_per_s.median > 0;
+    });
+  };
+  const KernelThroughputPoint* single = point("attention_decode");
+  const KernelThroughputPoint* grouped = point("attention_decode_grouped");
+  if (!single || !grouped || grouped->cols != single->cols || grouped->rows / grouped->matrices <= single->rows / single->matrices)
+    return std::nullopt;
+  // (group, wall seconds per unit) of each point.
+  auto unit = [](const KernelThroughputPoint& p) {
+    return std::pair{static_cast<double>(p.rows / p.matrices),
+                     1 / p.tokens_per_s.median / decode_attention_units(p.matrices, kDecodeAttentionDepth, p.threads)};
+  };
+  const auto [g1, w1] = unit(*single);
+  const auto [g8, w8] = unit(*grouped);
+  // A cost per query head, and the rest per (KV head, position); neither below zero.
+  const double per_query = std::max(0.0, (w8 - w1) / (g8 - g1));
+  const double per_kv = std::max(0.0, w1 - per_query * g1);
+  return DecodeAttentionCost{per_kv, per_query, single->cols,
+                             format_fixed(per_kv * 1e9, 2) + " ns per (KV head, position) + " + format_fixed(per_query * 1e9, 2) +
+                                 " ns per query head of its group (attention_decode and _grouped at depth " +
+                                 std::to_string(kDecodeAttentionDepth) + ", groups of " + format_fixed(g1, 0) + " and " +
+                                 format_fixed(g8, 0) + ", head_dim " + std::to_string(single->cols) + ", f16 from RAM, measured at " +
+                                 std::to_string(single->threads) + " threads)"};
 }
 
 // The engine's float projections over a prompt (dense_bf16_prefill: every

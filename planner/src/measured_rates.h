@@ -261,6 +261,30 @@ struct AttentionCost {
   }
 };
 std::optional<AttentionCost> prefill_attention_cost(const DeviceProfile& profile, const Team& team);
+// forward::attention's decode path hands (KV head x kAttentionTile-position
+// tile) items to the team statically: a layer's units of work at `depth`,
+// the longer of its (KV head, position) pairs shared evenly and its busiest
+// thread's items, times the team (Qwen3's 4 KV heads make 36 items at depth
+// 512, 5 of 64 positions on the busiest of 8 threads: 2560 units where
+// 4 x 513 shared evenly would be 2052).
+double decode_attention_units(double kv_heads, int depth, int threads);
+// A decoded token's attention as the tuning phase timed it (attention_decode
+// and _grouped: one token at depth kDecodeAttentionDepth over a layer's f16 K
+// and V read from RAM, 1 and 8 query heads a KV head): wall seconds at the
+// team per unit (above), a cost per (KV head, position) (its K and V rows'
+// reads and widening) plus one per query head of the group (a dot, an exp,
+// a weighted sum), fitted through both points.
+struct DecodeAttentionCost {
+  double per_kv_position = 0, per_query_head = 0;  // at the points' head_dim, f16
+  int head_dim = 0;
+  std::string text;
+  // A unit's seconds for a model's group and head_dim (both costs scale
+  // with head_dim) and KV element bytes (the reads scale with them).
+  double unit_seconds(double group, double model_head_dim, double kv_element_bytes) const {
+    return (per_kv_position * kv_element_bytes / 2 + per_query_head * group) * model_head_dim / head_dim;
+  }
+};
+std::optional<DecodeAttentionCost> decode_attention_cost(const DeviceProfile& profile, const Team& team);
 // Greedy sampling's scan of the logits after every decoded token
 // (greedy_sample: the tuning phase's scan of a vocabulary, one thread).
 struct SamplingCost {

@@ -741,6 +741,46 @@ TEST(PlanSpeed, DecodeAttentionTakesItsBusiestThreadWhereThatOutlastsTheKvReads)
   EXPECT_GT(48 * 20480 * 512 / 2000.0 / (16.0 * 512 * 513 / 2), reads) << "the slow made-up attention must outlast the reads";
 }
 
+// With the decode attention points (one token at depth 512 over OLMoE's 16
+// KV heads of 128 in f16 from RAM, groups of 1 and 8) the KV term is their
+// fitted cost with its reads in it: made-up points from 20 ns per (KV head,
+// position) unit + 3 ns per query head of its group, at 8 threads. Qwen3's 4
+// KV heads of 8 at depth 512 are 2560 units a layer (5 of 36 items of 64
+// positions on the busiest thread); f32 KV doubles the reads' part. The
+// reads at the RAM rate no longer stand beside it, even where longer.
+TEST(PlanSpeed, DecodeAttentionIsPricedFromTheDecodePointsWithTheirReads) {
+  const ModelFootprint fp = qwen3();  // 48 layers, 32 heads of 128, 4 KV heads
+  Plan plan = resident_qwen3_plan(8);
+  plan.compute_pus = {};  // a team of 8
+  plan.kv_type = KvType::f16;
+  DeviceProfile profile = measured_profile(0.001);  // RAM so slow the KV bytes alone would take longer
+  profile.measurements.kernel_tuning = tuned_on_8_threads("expert_q4_prefill", 1024, 32, 768, {}, {3, 100, 100, 100, 0});
+  const double reads = term_seconds(predict_speed(profile, fp, plan, nullptr, 512).decode_terms, "KV cache");
+  for (const int group : {1, 8}) {
+    KernelThroughputPoint point = profile.measurements.kernel_tuning->points[0];
+    point.kernel = group == 1 ? "attention_decode" : "attention_decode_grouped";
+    point.rows = 16 * group, point.cols = 128, point.batch = 1, point.matrices = 16;
+    const double units = std::max(16.0 * 513, std::ceil(16.0 * 9 / 8) * 64 * 8);  // 18 of 144 items on the busiest
+    const double call = units * (20e-9 + 3e-9 * group);
+    point.tokens_per_s = {3, 1 / call, 1 / call, 1 / call, 0};
+    profile.measurements.kernel_tuning->points.push_back(point);
+  }
+  for (const KvType kv_type : {KvType::f16, KvType::f32}) {
+    plan.kv_type = kv_type;
+    const SpeedPrediction s = predict_speed(profile, fp, plan, nullptr, 512);
+    ASSERT_TRUE(s.available);
+    const double unit = (kv_type == KvType::f32 ? 40e-9 : 20e-9) + 3e-9 * 8;
+    EXPECT_NEAR(term_seconds(s.decode_terms, "KV cache"), 48 * 2560 * unit, 1e-12) << kv_type_name(kv_type);
+    EXPECT_NE(s.decode_inputs.find("20.00 ns per (KV head, position) + 3.00 ns per query head"), std::string::npos)
+        << s.decode_inputs;
+  }
+  EXPECT_GT(reads, 48 * 2560 * 64e-9) << "the made-up RAM must be slow enough that the reads alone would outlast the points' cost";
+  // Without the grouped point there is no fit: the prompt-fit attention and the reads, as before.
+  profile.measurements.kernel_tuning->points.pop_back();
+  EXPECT_NEAR(term_seconds(predict_speed(profile, fp, plan, nullptr, 512).decode_terms, "KV cache"), reads * 2, 1e-9)
+      << "f32 KV: twice the f16 bytes at the RAM rate";
+}
+
 // Narrow heads cost more per multiply-add: with the tuning phase's point
 // at head_dim 16 beside the one at 128, attention is a fixed cost per head
 // and (query, key) pair plus 2 x head_dim multiply-adds, fitted through
