@@ -140,14 +140,18 @@ constexpr int kAttentionTokens = 512, kHeads = 16, kHeadDim = 128;
 
 // Decode attention: one token at position kDecodeAttentionDepth
 // (device_profile.h) over OLMoE's 16 KV heads of 128 in f16, each call a
-// layer of its own from a pool of layers half the test weights' size, so its
-// K and V stream from RAM as a decoded token's do (the weights of a token's
-// other layers pass between two reads of one layer's). The 2-core VM's
-// OLMoE token took 3.6 ms more at depth 512 than at 0 at 2 threads and
-// 6.8 ms at 1, where its KV bytes at the RAM rate said 1.9 and 3.9.
-std::shared_ptr<forward::KvCache> decode_attention_pool(const WeightPool& pool) {
+// layer of its own from a pool of layers twice the last-level cache (at
+// most half the test weights), so its K and V stream from RAM as a decoded
+// token's do (the weights of a token's other layers pass between two reads
+// of one layer's). The 2-core VM's OLMoE token took 3.6 ms more at depth
+// 512 than at 0 at 2 threads and 6.8 ms at 1, where its KV bytes at the RAM
+// rate said 1.9 and 3.9. Filling 1.2 GiB took 0.7 s there.
+std::uint64_t decode_attention_pool_bytes(const CpuFacts& facts, const WeightPool& pool) {
+  return std::min(pool.size() / 2, 2 * last_level_cache_bytes(facts.caches, facts.cores));
+}
+std::shared_ptr<forward::KvCache> decode_attention_pool(std::uint64_t bytes) {
   const std::uint64_t layer = kv_cache_bytes(1, kHeads, kHeadDim, kDecodeAttentionDepth + 1, KvType::f16);
-  const int layers = static_cast<int>(std::clamp<std::uint64_t>(pool.size() / 2 / layer, 2, 4096));
+  const int layers = static_cast<int>(std::clamp<std::uint64_t>(bytes / layer, 2, 4096));
   auto cache = std::make_shared<forward::KvCache>(layers, kHeads, kHeadDim, kDecodeAttentionDepth + 1, KvType::f16);
   // Values drawn once and stored at every (layer, position): the timing does not depend on them.
   std::mt19937 random(5);
@@ -520,8 +524,8 @@ std::vector<KernelSpec> tuning_specs() {
       // V from RAM: one query head per KV head, and a GQA group of 8 (Qwen3's
       // 32 over 4): the speed model fits a cost per (KV head, position) and
       // one per query head through both.
-      {.name = "attention_decode", .format = F::f32, .weight = 0.5, .attention = true},
-      {.name = "attention_decode_grouped", .format = F::f32, .weight = 0.5, .attention = true, .attention_group = 8},
+      {.name = "attention_decode", .format = F::f32, .weight = 0.25, .attention = true},
+      {.name = "attention_decode_grouped", .format = F::f32, .weight = 0.25, .attention = true, .attention_group = 8},
       // A prompt's attention over narrow heads (a small model's cost per position pair).
       {.name = "attention_prefill_narrow", .format = F::f32, .prefill = true, .weight = 0.5, .attention = true,
        .head_dim = kNarrowHeadDim},
@@ -597,9 +601,11 @@ void time_slice(Work& w, double unit) {
   w.round_medians.push_back(summarize(std::move(samples)).median);
 }
 
-// A runner for every (set, kernel), the calling thread's kernels on the first set only.
+// A runner for every (set, kernel), the calling thread's kernels on the first set only; the
+// decode attention kernels share one pool of `decode_kv_bytes` of layers.
 Result<std::vector<Work>> make_work(const std::vector<ThreadCandidate>& sets, const std::vector<KernelSpec>& specs,
-                                    cpu::CpuKernelVariant variant, const std::string& cpu_kernel, WeightPool& pool, int prefill_tokens) {
+                                    cpu::CpuKernelVariant variant, const std::string& cpu_kernel, WeightPool& pool, int prefill_tokens,
+                                    std::uint64_t decode_kv_bytes) {
   std::vector<Work> work;
   std::shared_ptr<const forward::KvCache> decode_kv;  // one pool for every decode attention runner
   for (std::size_t i = 0; i < sets.size(); ++i)
@@ -620,7 +626,7 @@ Result<std::vector<Work>> make_work(const std::vector<ThreadCandidate>& sets, co
       }
       std::shared_ptr<const forward::KvCache> kv_pool;
       if (spec.attention && !spec.prefill) {
-        if (!decode_kv) decode_kv = decode_attention_pool(pool);
+        if (!decode_kv) decode_kv = decode_attention_pool(decode_kv_bytes);
         kv_pool = decode_kv;
       }
       work.push_back({i, KernelRunner(spec, sets[i], variant, pool, prefill_tokens, std::move(experts), std::move(projections),
@@ -742,7 +748,8 @@ Result<KernelTuning> measure_kernel_tuning(const CpuFacts& facts, const MemoryFa
                   " candidate sets (budget)";
     sets.resize(affordable);
   }
-  auto work = make_work(sets, specs, *variant, tuning.cpu_kernel, pool, options.prefill_tokens);
+  auto work = make_work(sets, specs, *variant, tuning.cpu_kernel, pool, options.prefill_tokens,
+                        decode_attention_pool_bytes(facts, pool));
   if (!work) return work.error();
   std::vector<bool> pinnable(sets.size(), true);
   cpu::TeamRelease release;
