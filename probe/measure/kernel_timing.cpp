@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <memory>
+#include <new>
 #include <optional>
 #include <random>
 
@@ -626,7 +627,12 @@ Result<std::vector<Work>> make_work(const std::vector<ThreadCandidate>& sets, co
       }
       std::shared_ptr<const forward::KvCache> kv_pool;
       if (spec.attention && !spec.prefill) {
-        if (!decode_kv) decode_kv = decode_attention_pool(decode_kv_bytes);
+        try {
+          if (!decode_kv) decode_kv = decode_attention_pool(decode_kv_bytes);
+        } catch (const std::bad_alloc&) {
+          return make_error("kernel tuning: could not allocate " + format_bytes(decode_kv_bytes) +
+                            " of KV cache for the decode attention points (free memory, or pass a smaller --tuning-pool)");
+        }
         kv_pool = decode_kv;
       }
       work.push_back({i, KernelRunner(spec, sets[i], variant, pool, prefill_tokens, std::move(experts), std::move(projections),
