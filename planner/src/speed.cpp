@@ -346,55 +346,47 @@ std::optional<TokenOpsTerm> token_ops_per_token(const DeviceProfile& profile, co
                                                             " layers x " + format_fixed(elements, 0) + " elements at " + cost->text};
 }
 
-// A decoded token's attention over `depth` positions as forward::attention's
-// decode path runs it (decode_attention_units), each item on one thread for
-// the KV head's group of query heads, at the wall time of a (head, position)
-// pair at the team from the prompt's attention fit: what a profile without
-// the decode attention points prices, the longer of it and the KV bytes at
-// the RAM rate. Qwen3 at depth 512 on the H200's 16 threads: a token took
-// 1.1 ms more than at depth 0, where its KV bytes at the RAM rate said 0.22
-// and these items say 1.24.
-double prompt_fit_decode_attention_seconds(const AttentionCost& cost, const model::ModelConfig& c, int depth, int threads) {
-  const double kv_heads = static_cast<double>(std::max<std::uint64_t>(1, c.num_key_value_heads));
-  const double group = std::max(1.0, static_cast<double>(c.num_attention_heads) / kv_heads);
-  const double per_pair = cost.seconds(1, 1, static_cast<double>(c.head_dim));  // wall time of a pair at the team
-  return static_cast<double>(c.num_hidden_layers) * decode_attention_units(kv_heads, depth, threads) * group * per_pair;
-}
-
-// The KV cache's term of a decoded token: its attention at the decode
-// points' measured cost, their K and V reads from RAM in it (the 2-core
-// VM's OLMoE token took 3.6 ms more at depth 512 than at 0 at 2 threads, 6.8
-// at 1, where its KV bytes at the RAM rate said 1.9 and 3.9: the reads do
-// not stream at the GEMV's rate); else the longer of the KV bytes at the RAM
-// rate and the prompt-fit attention.
+// The KV cache's term of a decoded token. Its attention runs as
+// forward::attention's decode path shares it (decode_attention_units), each
+// (KV head, tile) item on one thread for the KV head's group of query
+// heads. With the decode attention points, at their measured cost, their K
+// and V reads from RAM in it (the 2-core VM's OLMoE token took 3.6 ms more
+// at depth 512 than at 0 at 2 threads, 6.8 at 1, where its KV bytes at the
+// RAM rate said 1.9 and 3.9: the reads do not stream at the GEMV's rate).
+// Without them, the longer of the KV bytes at the RAM rate and the items at
+// the wall time of a (head, position) pair from the prompt's attention fit
+// (Qwen3 at depth 512 on the H200's 16 threads: a token took 1.1 ms more
+// than at depth 0, where its KV bytes at the RAM rate said 0.22 and these
+// items say 1.24).
 struct DecodeKvTerm {
-  double seconds = 0, kv_read_s = 0;
+  double seconds = 0;
   std::string text;  // what the attention adds to the inputs ("" where the reads stand)
 };
 DecodeKvTerm decode_kv_term(const DeviceProfile& profile, const ModelFootprint& fp, const Team& team, int depth, KvType kv_type,
                             u64 kv_bytes, const Bandwidth& ram) {
   const model::ModelConfig& c = fp.config;
-  DecodeKvTerm out{0, static_cast<double>(kv_bytes) / (ram.gb_per_s * 1e9), ""};
+  const double layers = static_cast<double>(c.num_hidden_layers);
   const double kv_heads = static_cast<double>(std::max<std::uint64_t>(1, c.num_key_value_heads));
   const double group = std::max(1.0, static_cast<double>(c.num_attention_heads) / kv_heads);
+  const double units = decode_attention_units(kv_heads, depth, team.size());
   if (const auto measured = decode_attention_cost(profile, team)) {
-    const double units = decode_attention_units(kv_heads, depth, team.size());
     const double unit_s = measured->unit_seconds(group, static_cast<double>(c.head_dim), static_cast<double>(kv_element_bytes(kv_type)));
-    out.seconds = static_cast<double>(c.num_hidden_layers) * units * unit_s;
-    out.text = " + the KV cache's attention " + format_fixed(out.seconds * 1e3, 3) + " ms/token with its reads (" +
-               std::to_string(c.num_hidden_layers) + " layers x " + format_fixed(units, 0) + " (KV head, position) units at depth " +
-               std::to_string(depth) + " x " + format_fixed(unit_s * 1e9, 2) + " ns for groups of " + format_fixed(group, 0) +
-               ", head_dim " + std::to_string(c.head_dim) + ", " + std::string(kv_type_name(kv_type)) + ": " + measured->text + ")";
-    return out;
+    const double seconds = layers * units * unit_s;
+    return {seconds, " + the KV cache's attention " + format_fixed(seconds * 1e3, 3) + " ms/token with its reads (" +
+                         std::to_string(c.num_hidden_layers) + " layers x " + format_fixed(units, 0) +
+                         " (KV head, position) units at depth " + std::to_string(depth) + " x " + format_fixed(unit_s * 1e9, 2) +
+                         " ns for groups of " + format_fixed(group, 0) + ", head_dim " + std::to_string(c.head_dim) + ", " +
+                         std::string(kv_type_name(kv_type)) + ": " + measured->text + ")"};
   }
+  const double reads_s = static_cast<double>(kv_bytes) / (ram.gb_per_s * 1e9);
   const auto fitted = prefill_attention_cost(profile, team);
-  const double attention_s = fitted ? prompt_fit_decode_attention_seconds(*fitted, c, depth, team.size()) : 0.0;
-  out.seconds = std::max(out.kv_read_s, attention_s);
-  if (attention_s > out.kv_read_s)
-    out.text = " + the KV cache's attention " + format_fixed(attention_s * 1e3, 3) + " ms/token, longer than its reads' " +
-               format_fixed(out.kv_read_s * 1e3, 3) + " ms (KV head x " + std::to_string(forward::kAttentionTile) +
-               "-position items over the team, at " + fitted->text + "; no decode attention points in this profile: re-probe)";
-  return out;
+  // A (head, position) pair's wall time at the team, times the group's heads of each unit.
+  const double attention_s = fitted ? layers * units * group * fitted->seconds(1, 1, static_cast<double>(c.head_dim)) : 0.0;
+  if (attention_s <= reads_s) return {reads_s, ""};
+  return {attention_s, " + the KV cache's attention " + format_fixed(attention_s * 1e3, 3) + " ms/token, longer than its reads' " +
+                           format_fixed(reads_s * 1e3, 3) + " ms (KV head x " + std::to_string(forward::kAttentionTile) +
+                           "-position items over the team, at " + fitted->text +
+                           "; no decode attention points in this profile: re-probe)"};
 }
 
 // A profile whose kernels cycled fewer test weights than 16 last-level
@@ -510,8 +502,8 @@ void predict_decode(const DeviceProfile& profile, const ModelFootprint& fp, cons
   const double disk_wait_s = layers * d.layer_reads.wait;
   const double beside_reads_s = d.interference ? layers * d.layer_reads.overlapped * d.interference->slowdown : 0.0;
   s.decode_disk_reads = layers * top_k * r.miss;
-  // The KV cache's attention with its reads (a GPU decoder's attention is in its own terms).
-  d.kv_term = r.vram ? DecodeKvTerm{0, static_cast<double>(d.kv) / (r.ram.gb_per_s * 1e9), ""}
+  // The KV cache's attention with its reads; with a VRAM tier its bytes at the RAM rate, as before the decode points.
+  d.kv_term = r.vram ? DecodeKvTerm{static_cast<double>(d.kv) / (r.ram.gb_per_s * 1e9), ""}
                      : decode_kv_term(profile, fp, team, d.depth, plan.kv_type, d.kv, r.ram);
   s.decode_terms = {
       {"dense weights", d.dense_gemvs.seconds},

@@ -177,6 +177,20 @@ TEST(PlannerCudaTier, GpuBatchIsANamedOverrideThePlanCarriesToTheEngine) {
   EXPECT_NE(refused.error().message.find("--gpu-batch 0 is outside 1..65536"), std::string::npos) << refused.error().message;
 }
 
+// A CUDA plan's decode still pays its KV cache: its bytes at the depth at
+// the RAM rate, linear in the depth (the decode attention points price the
+// CPU's attention only; session 44 had left the term at 0 here).
+TEST(PlannerCudaTier, DecodeKvCacheTermIsItsBytesAtTheDepth) {
+  const DeviceProfile profile = h200_with_cuda_selftest();
+  const ModelFootprint fp = qwen3();
+  auto plan = make_plan(profile, fp, cuda_request("0"));
+  ASSERT_TRUE(plan.ok()) << plan.error().message;
+  const double at_512 = term_seconds(predict_speed(profile, fp, *plan, nullptr, 512).decode_terms, "KV cache");
+  const double at_1024 = term_seconds(predict_speed(profile, fp, *plan, nullptr, 1024).decode_terms, "KV cache");
+  EXPECT_GT(at_512, 0);
+  EXPECT_NEAR(at_1024, 2 * at_512, 1e-12);
+}
+
 // The prefill prediction of a CUDA plan follows what the decoder does: an
 // all-VRAM plan's batches read the dense weights and each distinct expert
 // once from VRAM (an upper bound, said so: no GPU GEMM is timed yet); a
