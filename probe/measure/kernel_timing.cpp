@@ -109,6 +109,8 @@ struct KernelSpec {
   bool experts() const { return !dense && !attention && !serial(); }
   // A quantised dense prefill kernel runs the engine's projections of a prompt slice (EngineProjections).
   bool projections() const { return dense && prefill && traits(format).quantized; }
+  // A decoded token's attention reads the shared pool of KV layers (decode_attention_pool).
+  bool decode_attention() const { return attention && !prefill; }
 };
 
 // The engine's 512-token prefill pass over OLMoE's 64 experts gives each
@@ -226,7 +228,7 @@ class KernelRunner {
       logits_.resize(kSampledVocab);
       for (float& v : logits_) v = uniform(random);
       bytes_ = 4.0 * kSampledVocab;
-    } else if (spec.attention && !spec.prefill) {
+    } else if (spec.decode_attention()) {
       // rows x cols: query heads x head_dim; matrices: KV heads; bytes: the K and V one token reads.
       const int kv_heads = kv_pool_->kv_heads(), heads = kv_heads * spec.attention_group, positions = kDecodeAttentionDepth + 1;
       point_.rows = heads, point_.cols = kv_pool_->head_dim(), point_.batch = 1, point_.matrices = kv_heads;
@@ -626,7 +628,7 @@ Result<std::vector<Work>> make_work(const std::vector<ThreadCandidate>& sets, co
         projections = std::move(*engine);
       }
       std::shared_ptr<const forward::KvCache> kv_pool;
-      if (spec.attention && !spec.prefill) {
+      if (spec.decode_attention()) {
         try {
           if (!decode_kv) decode_kv = decode_attention_pool(decode_kv_bytes);
         } catch (const std::bad_alloc&) {
