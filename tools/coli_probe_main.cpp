@@ -56,13 +56,19 @@ void print_disk(const coli::DiskBandwidth& disk) {
               disk.direct_io ? "O_DIRECT" : "buffered", disk.note.empty() ? "" : ("; " + disk.note).c_str());
   std::map<std::pair<std::string, std::uint64_t>, std::string> rows;
   for (const auto& point : disk.points) {
-    char cell[48];
-    std::snprintf(cell, sizeof cell, "qd%d %.2f", point.queue_depth, point.gb_per_s.median);
+    char cell[64];
+    if (point.idle_us > 0 && point.gb_per_s.median > 0)  // engine_pool_idle: the read's time after the pool's idle time
+      std::snprintf(cell, sizeof cell, "%.2f ms idle: %.1f us", point.idle_us / 1e3,
+                    static_cast<double>(point.block_bytes) / point.gb_per_s.median / 1e3);
+    else
+      std::snprintf(cell, sizeof cell, "qd%d %.2f", point.queue_depth, point.gb_per_s.median);
     auto& row = rows[{point.pattern, point.block_bytes}];
     row += (row.empty() ? "" : ", ") + std::string(cell);
   }
   for (const auto& [key, row] : rows) {
-    std::printf("  %-10s %8s GB/s: %s\n", key.first.c_str(), coli::format_bytes(key.second).c_str(), row.c_str());
+    const bool idle = key.first == coli::kEnginePoolIdlePattern;
+    std::printf("  %-10s %8s %s: %s\n", key.first.c_str(), coli::format_bytes(key.second).c_str(), idle ? "read" : "GB/s",
+                row.c_str());
   }
 }
 

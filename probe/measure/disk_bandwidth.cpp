@@ -48,6 +48,14 @@ constexpr std::uint64_t kLargestBlock = kTestFileChunk;
 // The engine's read path: a layer's misses submitted to its I/O pool
 // together and waited for (small records, an OLMoE-sized and a larger one).
 constexpr std::array<std::uint64_t, 3> kEnginePoolBlocks{kLatencyBlock, 1 * kMiB, 4 * kMiB};
+// One small read through the pool after it sat idle this long (the caller
+// spinning, as a decode computes): a decoded token's misses come
+// milliseconds apart, and the pool's threads and the device wake from idle
+// (the 2-core VM: 111 us back to back, 177 after 0.3 ms, 284 after 3 ms,
+// 417 after 10; a job that reads nothing 15, 71, 116, 151 us).
+constexpr std::array<double, 3> kEnginePoolIdleSeconds{0.25e-3, 1e-3, 4e-3};
+// Reads averaged in each sample of an idle point, at least (single reads vary 2x).
+constexpr int kIdleReadsPerSample = 4;
 constexpr std::uint64_t kMinFileBytes = kMinTestFileBytes;
 constexpr std::uint64_t kMinDerivedFileBytes = 256 * kMiB;
 constexpr std::uint64_t kMaxDerivedFileBytes = 1024 * kMiB;
@@ -113,6 +121,7 @@ struct PointSetup {
   std::uint64_t block = 0;
   int queue_depth = 1;
   bool engine_pool = false;  // batches through the engine's I/O pool (kEnginePoolPattern)
+  double idle_s = 0;         // with engine_pool: one read after the pool sat idle this long (kEnginePoolIdlePattern)
 };
 
 // One aligned buffer of the point's block per read in flight.
@@ -195,6 +204,39 @@ Result<SampleStats> measure_engine_pool_point(int fd, std::uint64_t file_bytes, 
   return stats;
 }
 
+// Single random reads through the engine's I/O pool, each after the
+// calling thread spun `setup.idle_s` with the pool idle; GB/s of the reads
+// alone (the idle time is not counted), as many per sample as a quarter of
+// the point's time holds at kLatencyBlockSeconds a read (kIdleReadsPerSample at least).
+Result<SampleStats> measure_engine_pool_idle_point(int fd, std::uint64_t file_bytes, const PointSetup& setup,
+                                                   runtime::IoPool& pool, double seconds) {
+  const int reads = std::max(kIdleReadsPerSample, static_cast<int>(seconds / 4 / (setup.idle_s + kLatencyBlockSeconds)));
+  AlignedBuffer buffer = aligned_buffer(setup.block);
+  if (!buffer) return make_error("disk bandwidth: out of memory for read buffers");
+  const std::uint64_t blocks_in_file = file_bytes / setup.block;
+  std::mt19937_64 rng(0x1D1E + setup.block);
+  const auto idle = std::chrono::duration<double>(setup.idle_s);
+  std::string failure;
+  auto run_once = [&] {
+    double reading = 0;
+    for (int i = 0; i < reads && failure.empty(); ++i) {
+      for (const auto idle_end = Clock::now() + idle; Clock::now() < idle_end;) {
+      }
+      const std::uint64_t offset = rng() % blocks_in_file * setup.block;
+      const auto start = Clock::now();
+      Status done = pool.submit([fd, offset, data = std::span<std::byte>(buffer.get(), setup.block)] {
+                          return runtime::pread_full(fd, offset, data, data.size(), "the test file");
+                        }).get();
+      reading += coli::seconds_since(start);
+      if (!done) failure = done.error().message;
+    }
+    return static_cast<double>(setup.block) * reads / reading / 1e9;
+  };
+  const SampleStats stats = measure_repeatedly(run_once, point_policy(seconds));
+  if (!failure.empty()) return make_error(failure);
+  return stats;
+}
+
 std::uint64_t choose_file_bytes(const DiskBandwidthOptions& options, std::uint64_t free_bytes) {
   const auto derived = static_cast<std::uint64_t>(options.budget_seconds * static_cast<double>(kDerivedFileBytesPerSecond));
   std::uint64_t bytes = options.file_bytes > 0 ? options.file_bytes
@@ -255,26 +297,32 @@ Result<DiskBandwidth> measure_disk_bandwidth(const std::filesystem::path& direct
   for (int depth : kQueueDepths) setups.push_back({true, kLatencyBlock, depth});
   for (auto block : kEnginePoolBlocks)
     for (int depth : kQueueDepths) setups.push_back({true, block, depth, true});
+  for (double idle : kEnginePoolIdleSeconds) setups.push_back({true, kLatencyBlock, 1, true, idle});
   runtime::IoPool pool(kDefaultIoThreads);
   result.engine_io_threads = kDefaultIoThreads;
   for (std::size_t i = 0; i < setups.size(); ++i) {
     const PointSetup& setup = setups[i];
-    const std::string pattern = setup.engine_pool ? kEnginePoolPattern : setup.random ? "random" : "sequential";
+    const std::string pattern = setup.idle_s > 0 ? kEnginePoolIdlePattern
+                                : setup.engine_pool ? kEnginePoolPattern
+                                : setup.random      ? "random"
+                                                    : "sequential";
     if (progress)
       progress("disk bandwidth: " + pattern + " " + format_bytes(setup.block) + " reads, queue depth " +
-               std::to_string(setup.queue_depth));
+               std::to_string(setup.queue_depth) +
+               (setup.idle_s > 0 ? ", each after " + format_fixed(setup.idle_s * 1e3, 2) + " ms idle" : ""));
     // What is left of the budget, shared among the points still to run.
     const double left = std::chrono::duration<double>(deadline - Clock::now()).count();
     const double seconds = std::max(0.02, left / static_cast<double>(setups.size() - i));
     const double expected = setup.block == kLatencyBlock
                                 ? std::min(expected_gb_per_s, setup.queue_depth * kLatencyBlock / kLatencyBlockSeconds / 1e9)
                                 : expected_gb_per_s;
-    auto stats = setup.engine_pool
+    auto stats = setup.idle_s > 0 ? measure_engine_pool_idle_point(file.reader(), result.file_bytes, setup, pool, seconds)
+                 : setup.engine_pool
                      ? measure_engine_pool_point(file.reader(), result.file_bytes, setup, pool, seconds, expected)
                      : measure_point(file.reader(), result.file_bytes, setup, seconds, expected);
     if (!stats) return make_error("disk bandwidth: " + stats.error().message + where(directory));
     if (stats->median > 0 && setup.block != kLatencyBlock && !setup.engine_pool) expected_gb_per_s = stats->median;
-    result.points.push_back({pattern, setup.block, setup.queue_depth, *stats});
+    result.points.push_back({pattern, setup.block, setup.queue_depth, *stats, setup.idle_s * 1e6});
   }
   return result;
 }

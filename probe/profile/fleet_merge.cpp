@@ -13,6 +13,7 @@
 #include <map>
 #include <optional>
 
+#include "coli/base/text.h"
 #include "coli/probe/fleet.h"
 
 namespace coli::fleet {
@@ -32,7 +33,8 @@ std::string memory_key(const MemoryBandwidthPoint& p) {
   return "memory_bandwidth " + p.kernel + " kind " + std::to_string(p.kind_rank) + " " + std::to_string(p.threads) + "t";
 }
 std::string disk_key(const DiskBandwidthPoint& p) {
-  return "disk " + p.pattern + " " + std::to_string(p.block_bytes) + " B qd" + std::to_string(p.queue_depth);
+  return "disk " + p.pattern + " " + std::to_string(p.block_bytes) + " B qd" + std::to_string(p.queue_depth) +
+         (p.idle_us > 0 ? " idle " + format_fixed(p.idle_us, 0) + " us" : "");
 }
 std::string gpu_key(const GpuKernelResult& k) {
   return "gpu_kernels " + k.device + " " + k.variant + " " + std::to_string(k.rows) + "x" + std::to_string(k.cols);

@@ -94,8 +94,10 @@ Measurements read_measurements(const Reader& r, const CpuFacts& cpu) {
     DiskBandwidth disk{d.text("directory"), d.text("filesystem"), d.boolean("direct_io"), d.text("note"),
                        d.bytes("file_bytes"), {}};
     for (const Reader& p : d.tables("points")) {
+      // Optional: only engine_pool_idle points have it; an hour idle is a broken file.
       disk.points.push_back(DiskBandwidthPoint{p.text("pattern"), p.bytes("block_bytes"),
-                                               p.small_int("queue_depth", 1, 4096), read_stats(p)});
+                                               p.small_int("queue_depth", 1, 4096), read_stats(p),
+                                               p.has("idle_us") ? p.real("idle_us", 0, 3.6e9) : 0.0});
     }
     // Optional: profiles before the engine-pool points have none.
     disk.engine_io_threads = d.has("engine_io_threads") ? d.small_int("engine_io_threads", 1, 1024) : 0;

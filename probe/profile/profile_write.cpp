@@ -274,6 +274,7 @@ toml::table measurements_table(const Measurements& measurements) {
     for (const auto& point : disk.points) {
       toml::table row{
           {"pattern", point.pattern}, {"block_bytes", as_int(point.block_bytes)}, {"queue_depth", point.queue_depth}};
+      if (point.idle_us > 0) row.insert("idle_us", point.idle_us);  // engine_pool_idle points
       put_stats(row, point.gb_per_s);
       points.push_back(std::move(row));
     }

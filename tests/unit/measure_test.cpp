@@ -242,9 +242,19 @@ class ScratchDirectory {
 };
 
 void expect_all_points(const DiskBandwidth& disk) {
-  // Both patterns x 3 blocks x 4 depths, random 16 KiB at 4 depths, and the
-  // engine's I/O pool at 16 KiB, 1 and 4 MiB in batches of 1..8.
-  EXPECT_EQ(disk.points.size(), 2u * 3 * 4 + 4 + 3 * 4);
+  // Both patterns x 3 blocks x 4 depths, random 16 KiB at 4 depths, the
+  // engine's I/O pool at 16 KiB, 1 and 4 MiB in batches of 1..8, and one
+  // 16 KiB read through it after 0.25, 1 and 4 ms idle.
+  EXPECT_EQ(disk.points.size(), 2u * 3 * 4 + 4 + 3 * 4 + 3);
+  std::vector<double> idle;
+  for (const DiskBandwidthPoint& p : disk.points) {
+    if (p.pattern != kEnginePoolIdlePattern) continue;
+    EXPECT_EQ(p.block_bytes, 16u * 1024);
+    EXPECT_EQ(p.queue_depth, 1);
+    EXPECT_GT(p.gb_per_s.median, 0.0);
+    idle.push_back(p.idle_us);
+  }
+  EXPECT_EQ(idle, (std::vector<double>{250, 1000, 4000}));
   EXPECT_EQ(disk.engine_io_threads, kDefaultIoThreads);
   for (const char* pattern : {"sequential", "random", kEnginePoolPattern})
     for (std::uint64_t block : {16 * kMiB / 1024, 1 * kMiB, 4 * kMiB, 16 * kMiB})

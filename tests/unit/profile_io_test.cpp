@@ -53,7 +53,8 @@ DeviceProfile sample_profile() {
                                            MemoryBandwidthPoint{"triad", 1, 2, CpuSet({0, 2}), stats(60, 61.1, 62.3, 4)}}};
   p.measurements.disk = DiskBandwidth{"/data", "ext4", true, "", 512ull << 20,
                                       {DiskBandwidthPoint{"random", 4u << 20, 8, stats(1.0, 1.1, 1.2, 3)},
-                                       DiskBandwidthPoint{kEnginePoolPattern, 16384, 2, stats(0.2, 0.3, 0.4, 3)}},
+                                       DiskBandwidthPoint{kEnginePoolPattern, 16384, 2, stats(0.2, 0.3, 0.4, 3)},
+                                       DiskBandwidthPoint{kEnginePoolIdlePattern, 16384, 1, stats(0.05, 0.06, 0.07, 3), 1000}},
                                       4};
   VulkanDevice gpu;
   gpu.name = "Made-up GPU";

@@ -350,10 +350,13 @@ struct DiskBandwidthPoint {
   // kEnginePoolPattern: random reads in batches of queue_depth, submitted
   // to the engine's own I/O pool and waited for together, as a layer's
   // misses are (hand-offs to and from the pool's threads included).
+  // kEnginePoolIdlePattern: one such read after the pool sat idle for
+  // `idle_us` (a decoded token's misses come that far apart).
   std::string pattern;
   std::uint64_t block_bytes = 0;   // one read, sized like an expert (1-20 MB)
   int queue_depth = 1;             // reads in flight at once (engine_pool: the batch)
   SampleStats gb_per_s;
+  double idle_us = 0;              // kEnginePoolIdlePattern: the pool's idle time before each read
   bool operator==(const DiskBandwidthPoint&) const = default;
 };
 
@@ -362,6 +365,7 @@ struct DiskBandwidthPoint {
 inline constexpr const char* kDiskNotMeasured = "not measured: ";
 
 inline constexpr const char* kEnginePoolPattern = "engine_pool";
+inline constexpr const char* kEnginePoolIdlePattern = "engine_pool_idle";
 
 struct DiskBandwidth {
   std::string directory;           // where the test file lived (the model's filesystem)
