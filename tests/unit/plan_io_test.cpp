@@ -1476,6 +1476,24 @@ TEST(PlanSpeed, SmallRecordsReadAtTheDisksFittedLatency) {
               missed * (per_read / stride - 1 / (1.5 * qd1(1 << 20) * 1e9)), 1e-9);
 }
 
+// The made-up engine pool of the two tests below: a batch of k reads of b
+// bytes takes 60 us + 20 us per further read + k b / 1 GB/s; bare one-deep
+// reads 100 us + b / 2 GB/s (x4 at depth 8).
+double pool_batch_s(int k, double bytes) { return 60e-6 + 20e-6 * (k - 1) + k * bytes / 1e9; }
+double bare_one_deep_gbs(double block) { return block / (100e-6 + block / 2e9) / 1e9; }
+DeviceProfile engine_pool_profile(double ram_gbs) {
+  DeviceProfile profile = measured_profile(ram_gbs);
+  profile.measurements.disk->points = {disk(16384, 1, bare_one_deep_gbs(16384)), disk(1 << 20, 1, bare_one_deep_gbs(1 << 20)),
+                                       disk(16384, 8, 4 * bare_one_deep_gbs(16384))};
+  for (const double block : {16384.0, 1048576.0})
+    for (const int k : {1, 2, 4, 8}) {
+      const double gbs = k * block / pool_batch_s(k, block) / 1e9;
+      profile.measurements.disk->points.push_back({kEnginePoolPattern, static_cast<std::uint64_t>(block), k, {1, gbs, gbs, gbs, 0}});
+    }
+  profile.measurements.disk->engine_io_threads = 4;
+  return profile;
+}
+
 // Issue 15: a layer's misses wait for the engine's own read path, submitted
 // to its I/O pool together: a hand-off to a pool thread and back per batch,
 // and as many reads in flight as the pool has threads. Bare reads missed
@@ -1486,17 +1504,8 @@ TEST(PlanSpeed, MissesWaitForTheEnginePoolsMeasuredBatches) {
   auto fp = read_footprint(std::filesystem::path(COLI_FIXTURES_DIR) / "models" / "tiny-demo", WeightFormat::q4_g64,
                            DenseFormat::source);
   ASSERT_TRUE(fp.ok()) << fp.error().message;
-  const auto batch_s = [](int k, double bytes) { return 60e-6 + 20e-6 * (k - 1) + k * bytes / 1e9; };
-  DeviceProfile profile = measured_profile(1e6);  // RAM so fast that no resident compute overlaps the reads
-  auto qd1 = [](double block) { return block / (100e-6 + block / 2e9) / 1e9; };
-  profile.measurements.disk->points = {disk(16384, 1, qd1(16384)), disk(1 << 20, 1, qd1(1 << 20)),
-                                       disk(16384, 8, 4 * qd1(16384))};
-  for (const double block : {16384.0, 1048576.0})
-    for (const int k : {1, 2, 4, 8}) {
-      const double gbs = k * block / batch_s(k, block) / 1e9;
-      profile.measurements.disk->points.push_back({kEnginePoolPattern, static_cast<std::uint64_t>(block), k, {1, gbs, gbs, gbs, 0}});
-    }
-  profile.measurements.disk->engine_io_threads = 4;
+  const auto batch_s = pool_batch_s;
+  DeviceProfile profile = engine_pool_profile(1e6);  // RAM so fast that no resident compute overlaps the reads
   PlanRequest request;
   request.cap = 4;
   auto plan = make_plan(profile, *fp, request);
@@ -1535,7 +1544,7 @@ TEST(PlanSpeed, DecodeReadRoundsPayWhatAReadAfterTheIdlePoolCosts) {
   auto fp = read_footprint(std::filesystem::path(COLI_FIXTURES_DIR) / "models" / "tiny-demo", WeightFormat::q4_g64,
                            DenseFormat::source);
   ASSERT_TRUE(fp.ok()) << fp.error().message;
-  const auto batch_s = [](int k, double bytes) { return 60e-6 + 20e-6 * (k - 1) + k * bytes / 1e9; };
+  const auto batch_s = pool_batch_s;
   const auto idle_extra = [](double gap) {  // the made-up points' line, its last point beyond them
     return gap >= 4e-3 ? 200e-6 : gap >= 1e-3 ? 100e-6 + 100e-6 * (gap - 1e-3) / 3e-3 : gap >= 0.25e-3
                                                                                       ? 20e-6 + 80e-6 * (gap - 0.25e-3) / 0.75e-3
@@ -1543,17 +1552,7 @@ TEST(PlanSpeed, DecodeReadRoundsPayWhatAReadAfterTheIdlePoolCosts) {
   };
   // RAM at 1 GB/s: a token of ~7 ms, rounds past the last point; at 8 GB/s, between two.
   for (const double ram_gbs : {1.0, 8.0}) {
-    DeviceProfile profile = measured_profile(ram_gbs);
-    auto qd1 = [](double block) { return block / (100e-6 + block / 2e9) / 1e9; };
-    profile.measurements.disk->points = {disk(16384, 1, qd1(16384)), disk(1 << 20, 1, qd1(1 << 20)),
-                                         disk(16384, 8, 4 * qd1(16384))};
-    for (const double block : {16384.0, 1048576.0})
-      for (const int k : {1, 2, 4, 8}) {
-        const double gbs = k * block / batch_s(k, block) / 1e9;
-        profile.measurements.disk->points.push_back(
-            {kEnginePoolPattern, static_cast<std::uint64_t>(block), k, {1, gbs, gbs, gbs, 0}});
-      }
-    profile.measurements.disk->engine_io_threads = 4;
+    DeviceProfile profile = engine_pool_profile(ram_gbs);
     PlanRequest request;
     request.gpu = "none";  // the CPU engine's rounds
     request.cap = 4;
