@@ -134,12 +134,6 @@ double DiskReads::seconds(double reads) const {
   return std::max(one_read_s, reads * static_cast<double>(record_bytes) / (gb_per_s * 1e9));
 }
 
-double DiskReads::idle_read_extra(double idle_s) const {
-  if (idle_extra.size() < 2 || idle_s <= 0) return 0;
-  if (idle_s >= idle_extra.back().first) return idle_extra.back().second;
-  return along_points(idle_extra, idle_s).value;
-}
-
 namespace {
 
 // Seconds of a batch of `depth` reads of `bytes` through the engine's I/O
@@ -180,32 +174,6 @@ std::string batch_curve_text(const std::vector<std::pair<double, double>>& curve
   for (const auto& [reads, seconds] : curve)
     text += " " + format_fixed(reads, 0) + (reads == 1 ? " read " : " reads ") + format_fixed(seconds * 1e6, 1) + " us" +
             (reads == curve.back().first ? "" : ",");
-  return text;
-}
-
-// The idle curve (DiskReads::idle_extra): each engine_pool_idle point's
-// read less the back-to-back engine_pool read of its block, from (0, 0);
-// empty without both.
-std::vector<std::pair<double, double>> engine_idle_curve(const DiskBandwidth& disk) {
-  std::vector<std::pair<double, double>> curve;
-  for (const DiskBandwidthPoint& idle : disk.points) {
-    if (idle.pattern != kEnginePoolIdlePattern || idle.idle_us <= 0 || idle.gb_per_s.median <= 0) continue;
-    const auto back_to_back = engine_batch_time(disk, 1, idle.block_bytes);
-    if (!back_to_back) continue;
-    const double read_s = static_cast<double>(idle.block_bytes) / (idle.gb_per_s.median * 1e9);
-    curve.emplace_back(idle.idle_us * 1e-6, std::max(0.0, read_s - *back_to_back));
-  }
-  if (curve.empty()) return {};
-  std::sort(curve.begin(), curve.end());
-  curve.insert(curve.begin(), {0.0, 0.0});
-  return curve;
-}
-
-std::string idle_curve_text(const std::vector<std::pair<double, double>>& curve) {
-  std::string text = "; a read after the pool sat idle (engine_pool_idle points, less a read back to back):";
-  for (std::size_t i = 1; i < curve.size(); ++i)
-    text += " " + format_fixed(curve[i].first * 1e3, 2) + " ms idle +" + format_fixed(curve[i].second * 1e6, 1) + " us" +
-            (i + 1 == curve.size() ? "" : ",");
   return text;
 }
 
@@ -346,8 +314,6 @@ std::optional<DiskReads> disk_reads(const DeviceProfile& profile, u64 record_str
   if (!reads->batch_seconds.empty()) {
     reads->one_read_s = reads->batch_seconds.front().second;
     reads->text += batch_curve_text(reads->batch_seconds, io_threads);
-    reads->idle_extra = engine_idle_curve(disk);
-    if (!reads->idle_extra.empty()) reads->text += idle_curve_text(reads->idle_extra);
   } else if (disk.engine_io_threads > 0 && disk.engine_io_threads != io_threads) {
     reads->text += "; the probe timed the engine's I/O pool at " + std::to_string(disk.engine_io_threads) +
                    " threads, not the plan's " + std::to_string(io_threads) + ": bare reads";

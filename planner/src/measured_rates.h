@@ -115,17 +115,6 @@ struct DiskReads {
   // thread running again, where it was still waiting (0 without them, or
   // fewer than 3 such rounds). A layer that waits for its reads pays it.
   double wake_s = 0;
-  // What a read round pays beyond its batch time when the engine's I/O pool
-  // sat idle before it, by idle seconds (the probe's engine_pool_idle points
-  // less its back-to-back engine_pool read of the same block), from (0, 0);
-  // empty without them or where the plan's pool is not the probe's. The
-  // pool's threads and the device wake from idle: a decoded token's misses
-  // come milliseconds apart (the 2-core VM: 111 us a read back to back, 284
-  // after 3 ms).
-  std::vector<std::pair<double, double>> idle_extra;
-  // Along idle_extra at `idle_s` (linear between its points, its last
-  // beyond them: no extrapolation past what the probe waited).
-  double idle_read_extra(double idle_s) const;
   // Expected seconds for `reads` records requested together and all waited
   // for (a layer's or a prefill round's misses): below one read, that share
   // of a lone read; else the measured batches interpolated (beyond the

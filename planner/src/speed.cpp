@@ -270,7 +270,6 @@ struct PlanRates {
 struct ReadsBesideCompute {
   double wait = 0;        // seconds the layer waits for its reads
   double overlapped = 0;  // seconds of its compute with a read in flight
-  double rounds = 0;      // read rounds: the share of layers (rounds) that read at all
 };
 
 // Each of the `needed` experts misses with probability `miss`
@@ -282,15 +281,13 @@ struct ReadsBesideCompute {
 // expected distinct experts) interpolates between its neighbours. The reads
 // get `progress` of their own speed while the team computes (the probe's
 // read_interference: 1 where a core is free for the I/O threads), so
-// compute C hides progress x C of them (read_progress below). Each round
-// takes `round_extra` longer than its batch (a pool idle before it).
+// compute C hides progress x C of them (read_progress below).
 ReadsBesideCompute expected_reads(const PlanRates& r, double needed, double miss, const std::function<double(int)>& overlap,
-                                  const std::vector<double>& batches = {}, double progress = 1.0, double round_extra = 0) {
+                                  const std::vector<double>& batches = {}, double progress = 1.0) {
   if (miss <= 0 || !r.disk || needed <= 0) return {};
   ReadsBesideCompute out;
   auto add = [&](double share, int misses) {
-    out.rounds += share;
-    const double read = r.disk_seconds(misses) + round_extra, compute = overlap(misses);
+    const double read = r.disk_seconds(misses), compute = overlap(misses);
     const double outlasts = read - progress * compute;
     // A layer still waiting when its reads land runs again after a wake-up (the engine's rounds measured it).
     out.wait += share * (outlasts > 0 ? outlasts + r.disk->wake_s : 0.0);
@@ -327,11 +324,10 @@ std::string rounds_note(const PlanRates& r) {
 
 // A decode layer's reads: its top_k routings, the resident ones (not in
 // VRAM, not missed) computed on the CPU while the misses are read.
-ReadsBesideCompute layer_disk_reads(const PlanRates& r, int top_k, double expert_compute_s, double progress,
-                                    double round_extra = 0) {
+ReadsBesideCompute layer_disk_reads(const PlanRates& r, int top_k, double expert_compute_s, double progress) {
   return expected_reads(
       r, top_k, r.miss, [&](int m) { return std::max(0.0, top_k * (1.0 - r.vram_share) - m) * expert_compute_s; },
-      r.decode_batches, progress, round_extra);
+      r.decode_batches, progress);
 }
 
 // Decode: seconds per token as planner/README.md's formula says, and its inputs.
@@ -423,7 +419,6 @@ struct DecodeParts {
   std::optional<TokenOpsTerm> token_ops;
   std::optional<ReadInterferenceCost> interference;
   ReadsBesideCompute layer_reads;
-  double idle_gap_s = 0, idle_extra_s = 0;  // the pool's idle time before a read round, and what it adds (price_idle_pool)
   double resident_compute_s = 0;
   DecodeKvTerm kv_term;
 };
@@ -444,12 +439,7 @@ std::string decode_inputs_text(const DeviceProfile& profile, const ModelFootprin
                              (d.interference ? " + " + format_fixed(d.layers * d.layer_reads.overlapped * 1e3, 3) +
                                                    " ms/token of that compute beside reads x " + d.interference->text +
                                                    rounds_note(r)
-                                             : std::string("")) +
-                             (d.idle_extra_s > 0 ? " + a read round every " + format_fixed(d.idle_gap_s * 1e3, 2) +
-                                                       " ms idle (" + format_fixed(d.layers * d.layer_reads.rounds, 2) +
-                                                       " rounds a token): +" + format_fixed(d.idle_extra_s * 1e6, 1) +
-                                                       " us a round, along the idle reads above"
-                                                 : std::string(""))
+                                             : std::string(""))
                        : "") +
          (r.vram ? " + VRAM " + format_bytes(static_cast<u64>(d.in_vram)) + "/token (share " + format_fixed(r.vram_share, 3) +
                        ") / " + r.vram->text
@@ -465,32 +455,6 @@ std::string decode_inputs_text(const DeviceProfile& profile, const ModelFootprin
                    : " (OpenMP step costs not in this profile: re-probe to price " + std::to_string(d.steps.regions) +
                          " parallel steps per token)") +
          (r.vram ? "" : small_tuning_pool_note(profile));
-}
-
-double term_seconds(const std::vector<SpeedTerm>& terms) {
-  double seconds = 0;
-  for (const SpeedTerm& term : terms) seconds += term.seconds;
-  return seconds;
-}
-
-// A decoded token's read rounds come the token's time over their count
-// apart, the engine's I/O pool idle in between, and each pays what the
-// probe measured a read after that long idle costs (DiskReads::idle_extra;
-// the 2-core VM's demo model at cap 4: a read round every 2-3 ms, 0.16-0.32
-// ms a one-read round where back to back took 0.12). One refinement: the
-// gap from the token without it.
-void price_idle_pool(const PlanRates& r, int top_k, double expert_s, double progress, DecodeParts& d, SpeedPrediction& s) {
-  const double rounds = d.layers * d.layer_reads.rounds;
-  if (!r.disk || r.disk->idle_extra.empty() || rounds <= 0) return;
-  d.idle_gap_s = std::max(0.0, term_seconds(s.decode_terms) / rounds - r.disk->one_read_s);
-  d.idle_extra_s = r.disk->idle_read_extra(d.idle_gap_s);
-  if (d.idle_extra_s <= 0) return;
-  d.layer_reads = layer_disk_reads(r, top_k, expert_s, progress, d.idle_extra_s);
-  for (SpeedTerm& term : s.decode_terms) {
-    if (term.name == "experts from disk") term.seconds = d.layers * d.layer_reads.wait;
-    if (term.name == "compute beside reads" && d.interference)
-      term.seconds = d.layers * d.layer_reads.overlapped * d.interference->slowdown;
-  }
 }
 
 void predict_decode(const DeviceProfile& profile, const ModelFootprint& fp, const Plan& plan, const PlanRates& r,
@@ -552,8 +516,9 @@ void predict_decode(const DeviceProfile& profile, const ModelFootprint& fp, cons
       {"sampling", sampling_s},
       {"routing", routing_s},
       {"norms, rope, KV store", d.token_ops ? d.token_ops->seconds : 0.0}};
-  price_idle_pool(r, fp.top_k, expert_s, read_progress(r, d.interference), d, s);
-  s.decode_tok_per_s = 1.0 / term_seconds(s.decode_terms);
+  double seconds = 0;
+  for (const SpeedTerm& term : s.decode_terms) seconds += term.seconds;
+  s.decode_tok_per_s = 1.0 / seconds;
   s.decode_inputs = decode_inputs_text(profile, fp, r, decode_depth, d);
 }
 

@@ -1476,7 +1476,7 @@ TEST(PlanSpeed, SmallRecordsReadAtTheDisksFittedLatency) {
               missed * (per_read / stride - 1 / (1.5 * qd1(1 << 20) * 1e9)), 1e-9);
 }
 
-// The made-up engine pool of the two tests below: a batch of k reads of b
+// The made-up engine pool of the test below: a batch of k reads of b
 // bytes takes 60 us + 20 us per further read + k b / 1 GB/s; bare one-deep
 // reads 100 us + b / 2 GB/s (x4 at depth 8).
 double pool_batch_s(int k, double bytes) { return 60e-6 + 20e-6 * (k - 1) + k * bytes / 1e9; }
@@ -1533,57 +1533,6 @@ TEST(PlanSpeed, MissesWaitForTheEnginePoolsMeasuredBatches) {
   const SpeedPrediction serial = predict_speed(profile, *fp, *plan);
   const double one = 100e-6 + stride / 2e9;
   EXPECT_NEAR(term_seconds(serial.decode_terms, "experts from disk"), layers * (0.5 * one + 0.25 * 2 * one), 1e-9);
-}
-
-// A decoded token's read rounds come milliseconds apart, and a read after
-// the I/O pool sat idle takes longer than one back to back (the 2-core VM:
-// 111 us back to back, 284 after 3 ms): each round pays the probe's
-// engine_pool_idle extra at the gap the token gives it. Made-up: the pool's
-// 16 KiB read takes 20 / 100 / 200 us longer after 0.25 / 1 / 4 ms idle.
-TEST(PlanSpeed, DecodeReadRoundsPayWhatAReadAfterTheIdlePoolCosts) {
-  auto fp = read_footprint(std::filesystem::path(COLI_FIXTURES_DIR) / "models" / "tiny-demo", WeightFormat::q4_g64,
-                           DenseFormat::source);
-  ASSERT_TRUE(fp.ok()) << fp.error().message;
-  const auto batch_s = pool_batch_s;
-  const auto idle_extra = [](double gap) {  // the made-up points' line, its last point beyond them
-    return gap >= 4e-3 ? 200e-6 : gap >= 1e-3 ? 100e-6 + 100e-6 * (gap - 1e-3) / 3e-3 : gap >= 0.25e-3
-                                                                                      ? 20e-6 + 80e-6 * (gap - 0.25e-3) / 0.75e-3
-                                                                                      : 20e-6 * gap / 0.25e-3;
-  };
-  // RAM at 1 GB/s: a token of ~7 ms, rounds past the last point; at 8 GB/s, between two.
-  for (const double ram_gbs : {1.0, 8.0}) {
-    DeviceProfile profile = engine_pool_profile(ram_gbs);
-    PlanRequest request;
-    request.gpu = "none";  // the CPU engine's rounds
-    request.cap = 4;
-    auto plan = make_plan(profile, *fp, request);
-    ASSERT_TRUE(plan.ok()) << plan.error().message;
-    const double stride = static_cast<double>(fp->expert().record_stride), layers = fp->moe_layer_count();
-    const SpeedPrediction without = predict_speed(profile, *fp, *plan);
-    ASSERT_TRUE(without.available) << without.unavailable;
-    for (const auto& [idle_us, more] : std::vector<std::pair<double, double>>{{250, 20e-6}, {1000, 100e-6}, {4000, 200e-6}}) {
-      const double gbs = 16384 / (batch_s(1, 16384) + more) / 1e9;
-      profile.measurements.disk->points.push_back({kEnginePoolIdlePattern, 16384, 1, {1, gbs, gbs, gbs, 0}, idle_us});
-    }
-    const SpeedPrediction with = predict_speed(profile, *fp, *plan);
-    // Uniform routing, 4 of 8: half the layers read one record, a quarter
-    // two; the gap from the token without the extra, less a round's read.
-    const double rounds = layers * 0.75;
-    const double gap = 1.0 / without.decode_tok_per_s / rounds - batch_s(1, stride);
-    EXPECT_TRUE(ram_gbs == 1 ? gap > 4e-3 : gap > 0.25e-3 && gap < 4e-3) << gap;
-    // Every round waits for its reads at these RAM rates (the resident expert's compute is shorter).
-    EXPECT_NEAR(term_seconds(with.decode_terms, "experts from disk") - term_seconds(without.decode_terms, "experts from disk"),
-                rounds * idle_extra(gap), 1e-9)
-        << ram_gbs;
-    EXPECT_NE(with.decode_inputs.find("a read after the pool sat idle (engine_pool_idle points, less a read back to back): "
-                                      "0.25 ms idle +20.0 us, 1.00 ms idle +100.0 us, 4.00 ms idle +200.0 us"),
-              std::string::npos)
-        << with.decode_inputs;
-    EXPECT_NE(with.decode_inputs.find("us a round, along the idle reads above"), std::string::npos) << with.decode_inputs;
-    // Another pool size than the probe's: no engine_pool figures, no idle extra either.
-    plan->io_threads = 2;
-    EXPECT_EQ(predict_speed(profile, *fp, *plan).decode_inputs.find("idle"), std::string::npos);
-  }
 }
 
 // Where a usage history carries the engine's own read rounds (records of
