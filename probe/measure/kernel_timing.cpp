@@ -198,10 +198,9 @@ class KernelRunner {
   // `experts`: the engine's expert batch for an expert kernel, else empty;
   // `projections`: the engine's projections for a quantised dense prefill kernel, else empty.
   // `kv_pool`: a decode attention kernel's layers (decode_attention_pool), else null.
-  // `resident_copies`: a cache-resident dense kernel's copies of its weights (cache_resident_copies).
   KernelRunner(const KernelSpec& spec, const ThreadCandidate& set, cpu::CpuKernelVariant variant, WeightPool& pool,
                int prefill_tokens, std::optional<EngineExpertBatch> experts, std::optional<EngineProjections> projections,
-               std::shared_ptr<const forward::KvCache> kv_pool, int resident_copies = 1)
+               std::shared_ptr<const forward::KvCache> kv_pool)
       : spec_(spec), variant_(variant), pool_(pool), threads_(set.pus.size()),
         xs_(static_cast<std::size_t>(std::max({prefill_tokens, spec.call_tokens, 1})) * kHidden),
         y_(static_cast<std::size_t>(std::max(kHidden, spec.dense_rows))),
@@ -254,11 +253,8 @@ class KernelRunner {
     } else if (spec.dense) {
       point_.matrices = spec.dense_matrices;
       bytes_ = static_cast<double>(static_cast<std::uint64_t>(spec.dense_matrices) * dense_bytes_);
-      if (spec.cache_resident) {
-        resident_copies_ = std::max(1, resident_copies);
-        resident_ = pool.take(static_cast<std::uint64_t>(resident_copies_) * spec.dense_matrices *
-                              WeightPool::taken_bytes(dense_bytes_));
-      }
+      if (spec.cache_resident)
+        resident_ = pool.take(static_cast<std::uint64_t>(spec.dense_matrices) * WeightPool::taken_bytes(dense_bytes_));
       // A prompt's float projections (Linear over many rows): every matrix
       // times `tokens` rows of x in one region, as CpuBackend::matmul_rows.
       if (spec.prefill && !projections_) y_.assign(static_cast<std::size_t>(tokens) * spec.dense_rows * spec.dense_matrices, 0.0f);
@@ -329,12 +325,9 @@ class KernelRunner {
       const int rows = spec_.dense_rows, cols = spec_.dense_cols;
       const std::span<const float> x = std::span<const float>(xs_).first(static_cast<std::size_t>(cols));
       const std::span<float> y = std::span<float>(y_).first(static_cast<std::size_t>(rows));
-      next_copy_ = (next_copy_ + 1) % resident_copies_;
-      const std::size_t first = static_cast<std::size_t>(next_copy_) * static_cast<std::size_t>(spec_.dense_matrices);
       for (int m = 0; m < spec_.dense_matrices; ++m) {
         const std::byte* weights =
-            resident_ ? resident_ + (first + static_cast<std::size_t>(m)) * WeightPool::taken_bytes(dense_bytes_)
-                      : pool_.take(dense_bytes_);
+            resident_ ? resident_ + static_cast<std::size_t>(m) * WeightPool::taken_bytes(dense_bytes_) : pool_.take(dense_bytes_);
         if (spec_.format == WeightFormat::q4_g64) {
           cpu::gemv(view_at<cpu::Q4G64View>(weights, rows, cols), x, y, {variant_, threads_});
         } else if (spec_.format == WeightFormat::q8_row) {
@@ -364,7 +357,6 @@ class KernelRunner {
     return out;
   }
   const KernelSpec& spec() const { return spec_; }
-  int resident_copies() const { return resident_copies_; }
 
  private:
   // rows: hidden; cols: head_dim; matrices: heads; batch: tokens per call;
@@ -437,8 +429,7 @@ class KernelRunner {
   std::vector<forward::Routing> routings_;
   int picked_ = -1;
   std::uint64_t dense_bytes_;
-  const std::byte* resident_ = nullptr;  // a cache-resident dense kernel's weights, resident_copies_ of them
-  int resident_copies_ = 1, next_copy_ = 0;
+  const std::byte* resident_ = nullptr;  // a cache-resident dense kernel's weights
   int distinct_ = 0;
   double bytes_ = 0;
   KernelThroughputPoint point_;
@@ -604,8 +595,6 @@ void time_slice(Work& w, double unit) {
   const KernelSpec& spec = w.runner.spec();
   if (spec.stream_kept > 0) {
     for (int call = 0; call < kWarmStreamWarmups; ++call) w.runner.run();
-  } else if (spec.cache_resident) {
-    for (int call = 0; call < w.runner.resident_copies(); ++call) w.runner.run();  // every copy into the cache
   } else if (!spec.prefill || spec.attention) {
     w.runner.run();
   }
@@ -619,7 +608,7 @@ void time_slice(Work& w, double unit) {
 // decode attention kernels share one pool of `decode_kv_bytes` of layers.
 Result<std::vector<Work>> make_work(const std::vector<ThreadCandidate>& sets, const std::vector<KernelSpec>& specs,
                                     cpu::CpuKernelVariant variant, const std::string& cpu_kernel, WeightPool& pool, int prefill_tokens,
-                                    std::uint64_t decode_kv_bytes, const std::vector<CacheInfo>& caches) {
+                                    std::uint64_t decode_kv_bytes) {
   std::vector<Work> work;
   std::shared_ptr<const forward::KvCache> decode_kv;  // one pool for every decode attention runner
   for (std::size_t i = 0; i < sets.size(); ++i)
@@ -648,13 +637,8 @@ Result<std::vector<Work>> make_work(const std::vector<ThreadCandidate>& sets, co
         }
         kv_pool = decode_kv;
       }
-      const int copies = spec.cache_resident
-                             ? cache_resident_copies(caches, static_cast<int>(sets[i].pus.size()),
-                                                     spec.dense_matrices * matrix_bytes(spec.format, spec.dense_rows, spec.dense_cols),
-                                                     pool.size())
-                             : 1;
       work.push_back({i, KernelRunner(spec, sets[i], variant, pool, prefill_tokens, std::move(experts), std::move(projections),
-                                      std::move(kv_pool), copies),
+                                      std::move(kv_pool)),
                       {}});
     }
   return work;
@@ -727,17 +711,6 @@ Status finish_tuning(KernelTuning& tuning, const std::vector<Work>& work, const 
 
 }  // namespace
 
-// kernel_tuning.h says why.
-int cache_resident_copies(const std::vector<CacheInfo>& caches, int threads, std::uint64_t weights, std::uint64_t pool_bytes) {
-  int last_level = 0;
-  for (const CacheInfo& c : caches) last_level = std::max(last_level, c.level);
-  weights = std::max<std::uint64_t>(1, WeightPool::taken_bytes(weights));
-  const std::uint64_t private_bytes = last_level > 1 ? cache_level_bytes(caches, last_level - 1, threads) : 0;
-  const std::uint64_t wanted = (2 * private_bytes + weights - 1) / weights;
-  const std::uint64_t room = std::min(last_level_cache_bytes(caches, threads) / 2, pool_bytes / 4) / weights;
-  return static_cast<int>(std::clamp<std::uint64_t>(std::min(wanted, room), 1, 1024));
-}
-
 std::vector<std::string> tuned_kernel_names(const CpuFacts& cpu, std::string* note) {
   std::string left_out;
   std::vector<std::string> names;
@@ -784,7 +757,7 @@ Result<KernelTuning> measure_kernel_tuning(const CpuFacts& facts, const MemoryFa
     sets.resize(affordable);
   }
   auto work = make_work(sets, specs, *variant, tuning.cpu_kernel, pool, options.prefill_tokens,
-                        decode_attention_pool_bytes(facts, pool), facts.caches);
+                        decode_attention_pool_bytes(facts, pool));
   if (!work) return work.error();
   std::vector<bool> pinnable(sets.size(), true);
   cpu::TeamRelease release;

@@ -119,19 +119,6 @@ struct KernelTuningOptions {
   std::vector<ThreadCandidate> candidates;  // empty = tuning_candidates(cpu)
 };
 
-// Copies of a cache-resident point's weights its calls take in turn: as
-// many as span twice the second-to-last cache level the team reaches (its
-// cores' L2), within half the last level. A token's dense weights come
-// back from the last-level cache, not from a core's L2, once the other
-// layers' weights pass between two reads of them: the tiny model's 6.4 MB
-// lm_head took 0.25 ms at 8 threads on the H100 box (26 GB/s, 800 KiB a
-// thread in a 2 MiB L2) where one 4 MiB matrix read over and over timed 26
-// or 54 GB/s from lease to lease (its 512 KiB a thread fit an L2 or not).
-// On the 2-core VM, whose narrow GEMV is bound by compute, the point did
-// not move (18.6 GB/s at 2 threads with 2 copies, 17.8-18.1 with one).
-// At most a quarter of the test weights (`pool_bytes`).
-int cache_resident_copies(const std::vector<CacheInfo>& caches, int threads, std::uint64_t weights, std::uint64_t pool_bytes);
-
 // The kernels the tuning phase times on `cpu`: every one, but the
 // cache-resident points (dense_bf16_decode_cached, _narrow_cached) only
 // where the last-level cache holds twice their weights; `note` says when

@@ -300,28 +300,6 @@ TEST(KernelTuning, CacheResidentPointsOnlyWhereTheCacheHoldsThem) {
   EXPECT_EQ(note, "cache-resident points not timed: the last-level cache (4.0 MiB) holds less than twice their weights");
 }
 
-// A cache-resident point cycles copies of its 4 MiB spanning twice the L2s
-// its team reaches, so its weights come from the last-level cache as a
-// token's do (one matrix read over and over stayed in each core's L2 on
-// some leases): the H100 box's 2 MiB L2s and 300 MiB L3.
-TEST(KernelTuning, CacheResidentCopiesSpanTwiceTheTeamsL2) {
-  std::vector<CacheInfo> box = {{1, "data", 0, 48ull << 10, 64, 1, 16},
-                                {1, "instruction", 0, 32ull << 10, 64, 1, 16},
-                                {2, "unified", 0, 2ull << 20, 64, 1, 16},
-                                {3, "unified", 0, 300ull << 20, 64, 16, 1}};
-  const std::uint64_t matrix = 4ull << 20, pool = 4ull << 30;
-  EXPECT_EQ(cache_resident_copies(box, 1, matrix, pool), 1);
-  EXPECT_EQ(cache_resident_copies(box, 8, matrix, pool), 8);
-  EXPECT_EQ(cache_resident_copies(box, 16, matrix, pool), 16);
-  EXPECT_EQ(cache_resident_copies(box, 64, matrix, pool), 16) << "no more L2s than the box has";
-  EXPECT_EQ(cache_resident_copies(box, 16, matrix, 32ull << 20), 2) << "a quarter of the test weights at most";
-  box[3].size_bytes = 40ull << 20;
-  EXPECT_EQ(cache_resident_copies(box, 16, matrix, pool), 5) << "half the last level at most";
-  EXPECT_EQ(cache_resident_copies({{3, "unified", 0, 32ull << 20, 64, 16, 1}}, 16, matrix, pool), 1) << "no L2 facts";
-  EXPECT_EQ(cache_resident_copies({}, 16, matrix, pool), 1);
-  EXPECT_EQ(cache_level_bytes(box, 2, 9), 18ull << 20);
-}
-
 // The bytes of the last cache level a team reaches: the instances it spans
 // at fewest (an EPYC's 32 MiB per 8-core CCD), the largest kind's.
 TEST(KernelTuning, LastLevelCacheATeamReaches) {

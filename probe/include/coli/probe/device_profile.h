@@ -66,25 +66,21 @@ struct CacheInfo {
   bool operator==(const CacheInfo&) const = default;
 };
 
-// The bytes of cache level `level` (its data or unified caches) a team of
-// `threads` threads on distinct cores reaches: per kind, its instances the
-// team spans at fewest (ceil(threads / cores sharing one)); the largest
-// over kinds (a hybrid CPU's kinds report one shared L3 each). 0 without
-// cache facts. last_level_cache_bytes: the last level's.
-inline std::uint64_t cache_level_bytes(const std::vector<CacheInfo>& caches, int level, int threads) {
+// The last cache level's bytes a team of `threads` threads on distinct
+// cores reaches: per kind, its instances the team spans at fewest
+// (ceil(threads / cores sharing one)); the largest over kinds (a hybrid
+// CPU's kinds report one shared L3 each). 0 without cache facts.
+inline std::uint64_t last_level_cache_bytes(const std::vector<CacheInfo>& caches, int threads) {
+  int last_level = 0;
+  for (const CacheInfo& c : caches) last_level = std::max(last_level, c.level);
   std::uint64_t best = 0;
   for (const CacheInfo& c : caches) {
-    if (c.level != level || c.type == "instruction") continue;
+    if (c.level != last_level) continue;
     const int sharing = std::max(1, c.cores_sharing), team = std::max(1, threads);
     const int reached = team / sharing + (team % sharing != 0 ? 1 : 0);  // no overflow at INT_MAX
     best = std::max(best, c.size_bytes * static_cast<std::uint64_t>(std::clamp(reached, 1, std::max(1, c.instances))));
   }
   return best;
-}
-inline std::uint64_t last_level_cache_bytes(const std::vector<CacheInfo>& caches, int threads) {
-  int last_level = 0;
-  for (const CacheInfo& c : caches) last_level = std::max(last_level, c.level);
-  return cache_level_bytes(caches, last_level, threads);
 }
 
 // What a buffer the probe reads round and round must span to stream from
