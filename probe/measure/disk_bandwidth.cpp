@@ -14,9 +14,11 @@
 #include <cstdlib>
 #include <cstdio>
 #include <cstring>
+#include <future>
 #include <latch>
 #include <memory>
 #include <random>
+#include <span>
 #include <string>
 #include <system_error>
 #include <utility>
@@ -169,6 +171,12 @@ Result<SampleStats> measure_point(int fd, std::uint64_t file_bytes, const PointS
   return stats;
 }
 
+// One read of `data` at `offset` of the test file through the engine's I/O
+// pool (pread_full, as ExpertStore reads a miss).
+std::future<Status> pool_read(runtime::IoPool& pool, int fd, std::uint64_t offset, std::span<std::byte> data) {
+  return pool.submit([fd, offset, data] { return runtime::pread_full(fd, offset, data, data.size(), "the test file"); });
+}
+
 // Batches of `setup.queue_depth` random reads through the engine's I/O
 // pool (runtime::IoPool, pread_full, as ExpertStore reads a miss), each
 // batch waited for before the next is submitted; GB/s of the batches.
@@ -188,9 +196,7 @@ Result<SampleStats> measure_engine_pool_point(int fd, std::uint64_t file_bytes, 
       reads.clear();
       for (AlignedBuffer& buffer : *buffers) {
         const std::uint64_t offset = rng() % blocks_in_file * setup.block;
-        reads.push_back(pool.submit([fd, offset, data = std::span<std::byte>(buffer.get(), setup.block)] {
-          return runtime::pread_full(fd, offset, data, data.size(), "the test file");
-        }));
+        reads.push_back(pool_read(pool, fd, offset, std::span<std::byte>(buffer.get(), setup.block)));
       }
       for (auto& read : reads) {
         if (Status done = read.get(); !done && failure.empty()) failure = done.error().message;
@@ -224,9 +230,7 @@ Result<SampleStats> measure_engine_pool_idle_point(int fd, std::uint64_t file_by
       }
       const std::uint64_t offset = rng() % blocks_in_file * setup.block;
       const auto start = Clock::now();
-      Status done = pool.submit([fd, offset, data = std::span<std::byte>(buffer.get(), setup.block)] {
-                          return runtime::pread_full(fd, offset, data, data.size(), "the test file");
-                        }).get();
+      Status done = pool_read(pool, fd, offset, std::span<std::byte>(buffer.get(), setup.block)).get();
       reading += coli::seconds_since(start);
       if (!done) failure = done.error().message;
     }
