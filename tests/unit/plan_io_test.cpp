@@ -1476,24 +1476,6 @@ TEST(PlanSpeed, SmallRecordsReadAtTheDisksFittedLatency) {
               missed * (per_read / stride - 1 / (1.5 * qd1(1 << 20) * 1e9)), 1e-9);
 }
 
-// The made-up engine pool of the test below: a batch of k reads of b
-// bytes takes 60 us + 20 us per further read + k b / 1 GB/s; bare one-deep
-// reads 100 us + b / 2 GB/s (x4 at depth 8).
-double pool_batch_s(int k, double bytes) { return 60e-6 + 20e-6 * (k - 1) + k * bytes / 1e9; }
-double bare_one_deep_gbs(double block) { return block / (100e-6 + block / 2e9) / 1e9; }
-DeviceProfile engine_pool_profile(double ram_gbs) {
-  DeviceProfile profile = measured_profile(ram_gbs);
-  profile.measurements.disk->points = {disk(16384, 1, bare_one_deep_gbs(16384)), disk(1 << 20, 1, bare_one_deep_gbs(1 << 20)),
-                                       disk(16384, 8, 4 * bare_one_deep_gbs(16384))};
-  for (const double block : {16384.0, 1048576.0})
-    for (const int k : {1, 2, 4, 8}) {
-      const double gbs = k * block / pool_batch_s(k, block) / 1e9;
-      profile.measurements.disk->points.push_back({kEnginePoolPattern, static_cast<std::uint64_t>(block), k, {1, gbs, gbs, gbs, 0}});
-    }
-  profile.measurements.disk->engine_io_threads = 4;
-  return profile;
-}
-
 // Issue 15: a layer's misses wait for the engine's own read path, submitted
 // to its I/O pool together: a hand-off to a pool thread and back per batch,
 // and as many reads in flight as the pool has threads. Bare reads missed
@@ -1504,8 +1486,17 @@ TEST(PlanSpeed, MissesWaitForTheEnginePoolsMeasuredBatches) {
   auto fp = read_footprint(std::filesystem::path(COLI_FIXTURES_DIR) / "models" / "tiny-demo", WeightFormat::q4_g64,
                            DenseFormat::source);
   ASSERT_TRUE(fp.ok()) << fp.error().message;
-  const auto batch_s = pool_batch_s;
-  DeviceProfile profile = engine_pool_profile(1e6);  // RAM so fast that no resident compute overlaps the reads
+  const auto batch_s = [](int k, double bytes) { return 60e-6 + 20e-6 * (k - 1) + k * bytes / 1e9; };
+  DeviceProfile profile = measured_profile(1e6);  // RAM so fast that no resident compute overlaps the reads
+  auto qd1 = [](double block) { return block / (100e-6 + block / 2e9) / 1e9; };
+  profile.measurements.disk->points = {disk(16384, 1, qd1(16384)), disk(1 << 20, 1, qd1(1 << 20)),
+                                       disk(16384, 8, 4 * qd1(16384))};
+  for (const double block : {16384.0, 1048576.0})
+    for (const int k : {1, 2, 4, 8}) {
+      const double gbs = k * block / batch_s(k, block) / 1e9;
+      profile.measurements.disk->points.push_back({kEnginePoolPattern, static_cast<std::uint64_t>(block), k, {1, gbs, gbs, gbs, 0}});
+    }
+  profile.measurements.disk->engine_io_threads = 4;
   PlanRequest request;
   request.cap = 4;
   auto plan = make_plan(profile, *fp, request);
