@@ -197,7 +197,7 @@ SpeedPrediction predict_expert_parallel(const DeviceProfile& profile, const Mode
   r.disk = disk_reads(profile, fp.expert().record_stride, plan.io_threads,
                       history && history->key().n_experts == fp.n_experts ? history->read_round_sets()
                                                                           : std::span<const experts::ReadRounds>(),
-                      plan.threads);
+                      plan.threads, ReadPhase::both);  // one figure prices both phases' misses here
   if (r.miss > 0 && !r.disk) {
     s.unavailable = missing_disk_bandwidth(profile);
     return s;

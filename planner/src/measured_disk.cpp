@@ -245,8 +245,8 @@ std::vector<std::pair<double, double>> measured_batch_curve(const experts::ReadR
 }
 
 std::string measured_curve_text(const experts::ReadRounds& measured, const std::vector<std::pair<double, double>>& curve,
-                                double probed_one_read_s) {
-  std::string text = "; the engine's own read rounds on this model's file (usage history, beside " +
+                                double probed_one_read_s, const std::string& phase_text) {
+  std::string text = "; the engine's own " + phase_text + " on this model's file (usage history, beside " +
                      (measured.compute_threads > 0 ? std::to_string(measured.compute_threads) + " compute threads"
                                                    : std::string("a compute team it did not record")) +
                      "; submission to last landing):";
@@ -286,6 +286,45 @@ ChosenRounds choose_measured_rounds(std::span<const experts::ReadRounds> measure
   return chosen;
 }
 
+// The rounds that price `phase` (ChosenRounds), what they are, and a time
+// each round adds: the phase's own rounds where they make a curve; else
+// both phases' together, each batch moved by what the phase's one-read
+// rounds took beyond theirs where it has enough of those (a decode test of
+// a few tokens gives one-read rounds alone, and a round after a token's
+// compute finds the pool idle, which costs a round the same whatever its
+// reads: the 2-core VM's one-read rounds took 0.18 ms in decode, 0.14 in
+// all); else both phases' as they are (a history before version 9).
+struct PhaseRounds {
+  std::vector<experts::ReadRounds> of_phase;  // what chosen.rounds may point into (a moved vector keeps its elements)
+  ChosenRounds chosen;
+  std::string text;
+  double offset_s = 0;
+  std::string offset_text;
+};
+PhaseRounds phase_rounds(std::span<const experts::ReadRounds> measured, u64 record_stride, int io_threads,
+                         int compute_threads, ReadPhase phase) {
+  PhaseRounds out;
+  const bool decode = phase == ReadPhase::decode;
+  if (phase != ReadPhase::both) {
+    for (const experts::ReadRounds& rounds : measured) out.of_phase.push_back(rounds.phase(decode));
+    out.chosen = choose_measured_rounds(out.of_phase, record_stride, io_threads, compute_threads);
+    out.text = decode ? "decode read rounds" : "prompt read rounds";
+    if (out.chosen.rounds) return out;
+  }
+  out.chosen = choose_measured_rounds(measured, record_stride, io_threads, compute_threads);
+  out.text = "read rounds (prompt and decode together)";
+  if (!out.chosen.rounds || phase == ReadPhase::both) return out;
+  const experts::ReadRounds own = out.chosen.rounds->phase(decode);
+  if (own.rounds[1] < kMinMeasuredRounds) return out;
+  const double own_one = own.seconds[1] / static_cast<double>(own.rounds[1]), all_one = out.chosen.curve.front().second;
+  out.offset_s = own_one - all_one;
+  out.offset_text = "; the " + std::string(decode ? "generated tokens'" : "prompts'") + " own one-read rounds took " +
+                    format_fixed(own_one * 1e3, 3) + " ms (" + std::to_string(own.rounds[1]) + " rounds) against " +
+                    format_fixed(all_one * 1e3, 3) + ": each batch priced " + format_fixed(out.offset_s * 1e3, 3) +
+                    " ms " + (out.offset_s >= 0 ? "longer" : "shorter") + " (too few of their larger rounds for a curve)";
+  return out;
+}
+
 std::string other_teams_text(const std::vector<int>& teams, int compute_threads) {
   std::string list;
   for (const int team : teams) list += (list.empty() ? "" : ", ") + std::to_string(team);
@@ -296,7 +335,7 @@ std::string other_teams_text(const std::vector<int>& teams, int compute_threads)
 }  // namespace
 
 std::optional<DiskReads> disk_reads(const DeviceProfile& profile, u64 record_stride, int io_threads,
-                                    std::span<const experts::ReadRounds> measured, int compute_threads) {
+                                    std::span<const experts::ReadRounds> measured, int compute_threads, ReadPhase phase) {
   if (!profile.measurements.disk) return std::nullopt;
   const DiskBandwidth& disk = *profile.measurements.disk;
   auto reads = bare_disk_reads(disk, record_stride);
@@ -319,9 +358,11 @@ std::optional<DiskReads> disk_reads(const DeviceProfile& profile, u64 record_str
                    " threads, not the plan's " + std::to_string(io_threads) + ": bare reads";
   }
   // The engine's own rounds, where a run measured them beside this team, over the probe's test file.
-  ChosenRounds chosen = choose_measured_rounds(measured, record_stride, io_threads, compute_threads);
+  PhaseRounds priced = phase_rounds(measured, record_stride, io_threads, compute_threads, phase);
+  ChosenRounds& chosen = priced.chosen;
   if (chosen.rounds) {
-    reads->text += measured_curve_text(*chosen.rounds, chosen.curve, reads->one_read_s);
+    reads->text += measured_curve_text(*chosen.rounds, chosen.curve, reads->one_read_s, priced.text) + priced.offset_text;
+    for (auto& [m, seconds] : chosen.curve) seconds += priced.offset_s;
     reads->batch_seconds = std::move(chosen.curve);
     reads->beside_the_team = true;
     reads->one_read_s = reads->batch_seconds.front().second;

@@ -130,8 +130,13 @@ struct DiskReads {
 // the disk as the engine meets it (the H200 machine's virtual disk read the
 // model's records in 1.9-2.3 ms a round of one where the probe's test file
 // took 2.75).
+// `phase`: whose rounds price it, a prompt's or a generated token's
+// (ReadRounds::phase), where the history has enough of them; else both
+// phases' together, as `both` always does.
+enum class ReadPhase { prompt, decode, both };
 std::optional<DiskReads> disk_reads(const DeviceProfile& profile, u64 record_stride, int io_threads,
-                                    std::span<const experts::ReadRounds> measured = {}, int compute_threads = 0);
+                                    std::span<const experts::ReadRounds> measured = {}, int compute_threads = 0,
+                                    ReadPhase phase = ReadPhase::prompt);
 std::string missing_disk_bandwidth(const DeviceProfile& profile);  // why there is none, and what to run
 std::optional<Bandwidth> vram_bandwidth(const DeviceProfile& profile, const ModelFootprint& fp, const GpuTier& tier);
 std::optional<Bandwidth> upload_bandwidth(const DeviceProfile& profile, const GpuTier& tier, double bytes);

@@ -244,7 +244,9 @@ namespace {
 // expert cache's expected behaviour.
 struct PlanRates {
   Bandwidth ram;
-  std::optional<DiskReads> disk;
+  // The disk as a prompt's rounds and a generated token's meet it (each
+  // priced by the engine's rounds of that phase where a history has them).
+  std::optional<DiskReads> disk, decode_disk;
   std::optional<Bandwidth> vram;
   std::optional<Bandwidth> upload;  // host to the plan's GPU (a CUDA hybrid batch copies the host's experts up)
   double miss = 0;        // share of a decode token's expert reads that go to disk
@@ -261,8 +263,6 @@ struct PlanRates {
   // where the decode working set fits (decide_dense_from); the text says why.
   WeightsFrom dense_from = WeightsFrom::ram;
   std::string dense_from_text;
-  // Seconds for `reads` expert records requested together and waited for (0 when nothing misses).
-  double disk_seconds(double reads) const { return disk ? disk->seconds(reads) : 0.0; }
 };
 
 // One layer's (or prefill round's) expert reads, expected: the wait for
@@ -282,15 +282,16 @@ struct ReadsBesideCompute {
 // get `progress` of their own speed while the team computes (the probe's
 // read_interference: 1 where a core is free for the I/O threads), so
 // compute C hides progress x C of them (read_progress below).
-ReadsBesideCompute expected_reads(const PlanRates& r, double needed, double miss, const std::function<double(int)>& overlap,
-                                  const std::vector<double>& batches = {}, double progress = 1.0) {
-  if (miss <= 0 || !r.disk || needed <= 0) return {};
+ReadsBesideCompute expected_reads(const std::optional<DiskReads>& disk, double needed, double miss,
+                                  const std::function<double(int)>& overlap, const std::vector<double>& batches = {},
+                                  double progress = 1.0) {
+  if (miss <= 0 || !disk || needed <= 0) return {};
   ReadsBesideCompute out;
   auto add = [&](double share, int misses) {
-    const double read = r.disk_seconds(misses), compute = overlap(misses);
+    const double read = disk->seconds(misses), compute = overlap(misses);
     const double outlasts = read - progress * compute;
     // A layer still waiting when its reads land runs again after a wake-up (the engine's rounds measured it).
-    out.wait += share * (outlasts > 0 ? outlasts + r.disk->wake_s : 0.0);
+    out.wait += share * (outlasts > 0 ? outlasts + disk->wake_s : 0.0);
     out.overlapped += share * (progress > 0 ? std::min(compute, read / progress) : compute);
   };
   if (!batches.empty()) {  // the replay's own rounds: how often m misses came together
@@ -314,19 +315,19 @@ ReadsBesideCompute expected_reads(const PlanRates& r, double needed, double miss
 // How far reads get beside the team's compute: the probe's figure for reads
 // it timed beside nothing (its engine_pool points), 1 for the engine's own
 // rounds timed beside this team, which are as slow as the team left them.
-double read_progress(const PlanRates& r, const std::optional<ReadInterferenceCost>& interference) {
-  return interference && r.disk && !r.disk->beside_the_team ? interference->read_progress : 1.0;
+double read_progress(const std::optional<DiskReads>& disk, const std::optional<ReadInterferenceCost>& interference) {
+  return interference && disk && !disk->beside_the_team ? interference->read_progress : 1.0;
 }
 
-std::string rounds_note(const PlanRates& r) {
-  return r.disk && r.disk->beside_the_team ? " (the reads' own speed: the engine's rounds were timed beside this team)" : "";
+std::string rounds_note(const std::optional<DiskReads>& disk) {
+  return disk && disk->beside_the_team ? " (the reads' own speed: the engine's rounds were timed beside this team)" : "";
 }
 
 // A decode layer's reads: its top_k routings, the resident ones (not in
 // VRAM, not missed) computed on the CPU while the misses are read.
 ReadsBesideCompute layer_disk_reads(const PlanRates& r, int top_k, double expert_compute_s, double progress) {
   return expected_reads(
-      r, top_k, r.miss, [&](int m) { return std::max(0.0, top_k * (1.0 - r.vram_share) - m) * expert_compute_s; },
+      r.decode_disk, top_k, r.miss, [&](int m) { return std::max(0.0, top_k * (1.0 - r.vram_share) - m) * expert_compute_s; },
       r.decode_batches, progress);
 }
 
@@ -431,14 +432,14 @@ std::string decode_inputs_text(const DeviceProfile& profile, const ModelFootprin
          " + " + format_fixed(d.layers, 0) + " layers x top_k " + format_fixed(d.top_k, 0) + " x " + format_bytes(d.record) +
          (r.vram ? " x RAM share " + format_fixed(1.0 - r.vram_share, 3) : "") + ") / " + r.ram.text + " + missed " +
          format_bytes(static_cast<u64>(d.missed)) + "/token (miss rate " + format_fixed(r.miss, 3) + ")" +
-         (r.disk ? " / " + r.disk->text : "") +
+         (r.decode_disk ? " / " + r.decode_disk->text : "") +
          (d.missed > 0 ? " less the resident experts' compute it overlaps, per layer for its own misses (" +
                              (r.decode_batches.empty() ? std::string("binomially")
                                                        : std::string("as many at once as the replay's tokens missed")) +
                              "; " + format_fixed(d.resident_compute_s * 1e3, 2) + " ms/token in all)" +
                              (d.interference ? " + " + format_fixed(d.layers * d.layer_reads.overlapped * 1e3, 3) +
                                                    " ms/token of that compute beside reads x " + d.interference->text +
-                                                   rounds_note(r)
+                                                   rounds_note(r.decode_disk)
                                              : std::string(""))
                        : "") +
          (r.vram ? " + VRAM " + format_bytes(static_cast<u64>(d.in_vram)) + "/token (share " + format_fixed(r.vram_share, 3) +
@@ -498,7 +499,7 @@ void predict_decode(const DeviceProfile& profile, const ModelFootprint& fp, cons
   d.resident_compute_s = layers * top_k * std::max(0.0, 1.0 - r.vram_share - r.miss) * expert_s;
   // The compute a read overlaps runs slower, and hides less of the read, by what the probe measured beside reads.
   d.interference = r.vram ? std::nullopt : read_interference_cost(profile, team);
-  d.layer_reads = layer_disk_reads(r, fp.top_k, expert_s, read_progress(r, d.interference));
+  d.layer_reads = layer_disk_reads(r, fp.top_k, expert_s, read_progress(r.decode_disk, d.interference));
   const double disk_wait_s = layers * d.layer_reads.wait;
   const double beside_reads_s = d.interference ? layers * d.layer_reads.overlapped * d.interference->slowdown : 0.0;
   s.decode_disk_reads = layers * top_k * r.miss;
@@ -810,7 +811,7 @@ std::string prefill_inputs_text(const ModelFootprint& fp, const PlanRates& r, co
                           (r.prompt_batches.empty() ? "binomially" : "as many at once as the replay's rounds missed") +
                           ", less its resident experts' time: their GEMMs or, longer, their streaming" +
                           (p.interference ? "; " + format_fixed(p.rounds * p.layers * p.round_reads.overlapped * 1e3, 2) +
-                                                " ms of that time beside reads x " + p.interference->text + rounds_note(r)
+                                                " ms of that time beside reads x " + p.interference->text + rounds_note(r.disk)
                                           : std::string()) +
                           ")"
                     : std::string());
@@ -864,8 +865,8 @@ void predict_prefill(const DeviceProfile& profile, const ModelFootprint& fp, con
   const double per_expert_s = std::max(compute.expert_phase_s(), expert_ram_s) / (rounds * layers * distinct);
   const double distinct_miss = distinct > 0 ? p.reads_per_round / distinct : 0.0;
   p.interference = r.vram ? std::nullopt : read_interference_cost(profile, team);
-  p.round_reads = expected_reads(r, distinct, distinct_miss, [&](int m) { return std::max(0.0, distinct - m) * per_expert_s; },
-                                 r.prompt_batches, read_progress(r, p.interference));
+  p.round_reads = expected_reads(r.disk, distinct, distinct_miss, [&](int m) { return std::max(0.0, distinct - m) * per_expert_s; },
+                                 r.prompt_batches, read_progress(r.disk, p.interference));
   p.disk_s = rounds * layers * p.round_reads.wait;
   const double beside_reads_s = p.interference ? rounds * layers * p.round_reads.overlapped * p.interference->slowdown : 0.0;
   p.steps = r.vram ? ExpertBatchSteps{} : prefill_expert_steps(profile, fp, team, rounds * layers, round, distinct, distinct_miss);
@@ -989,9 +990,11 @@ SpeedPrediction predict_speed(const DeviceProfile& profile, const ModelFootprint
     }
   }
   const auto ram = ram_bandwidth(profile, plan.threads);
-  rates.disk = disk_reads(profile, fp.expert().record_stride, plan.io_threads,
-                         history_fits(fp, history) ? history->read_round_sets() : std::span<const experts::ReadRounds>(),
-                         plan.threads);
+  const auto measured_rounds =
+      history_fits(fp, history) ? history->read_round_sets() : std::span<const experts::ReadRounds>();
+  rates.disk = disk_reads(profile, fp.expert().record_stride, plan.io_threads, measured_rounds, plan.threads, ReadPhase::prompt);
+  rates.decode_disk =
+      disk_reads(profile, fp.expert().record_stride, plan.io_threads, measured_rounds, plan.threads, ReadPhase::decode);
   // A plan that streams needs the disk figure; one that holds every expert does not.
   if (!ram) {
     s.unavailable = kNoMeasuredBandwidth;

@@ -110,12 +110,16 @@ def usage_history(layers, experts, top_k, version=1):
             body += "%s %d %s\n" % (tag, layer, " ".join(str(d % 3) for d in range(experts + 1)))
     if version >= 4:  # a 2-token prompt and one generated token
         body += "trace_passes 2 2 1\n"
+        if version >= 8:  # the prompt began the context, the generated token followed it
+            body += "trace_starts 2 0 2\n"
         for layer in range(layers):
             body += "trace %d %s\n" % (layer, " ".join(str((layer + i) % experts) for i in range(3 * top_k)))
     if version == 5:  # read rounds: 3 of one read, one of three
         body += "read_rounds 8192 4 3 3 0.006 0 0 1 0.0045\n"
-    if version >= 6:  # the same beside 2 compute threads, and one read beside 1
+    if version == 6:  # the same beside 2 compute threads, and one read beside 1
         body += "read_rounds 2 8192 4 3 3 0.006 0 0 1 0.0045\nread_rounds 1 8192 4 1 3 0.0018\n"
+    if version >= 9:  # and two that waited, and a generated token's one-read round apart
+        body += "read_rounds 2 8192 4 3 3 0.006 0 0 1 0.0045 2 5e-05 1 1 0.001\nread_rounds 1 8192 4 1 3 0.0018 0 0 0\n"
     digest = 0xCBF29CE484222325
     for byte in body.encode():
         digest = ((digest ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
@@ -167,6 +171,7 @@ def main():
     put("usage_history_fuzz", "3x4-v4.coli_usage", usage_history(3, 4, 2, 4))
     put("usage_history_fuzz", "3x4-v5.coli_usage", usage_history(3, 4, 2, 5))
     put("usage_history_fuzz", "3x4-v6.coli_usage", usage_history(3, 4, 2, 6))
+    put("usage_history_fuzz", "3x4-v9.coli_usage", usage_history(3, 4, 2, 9))
 
 
 if __name__ == "__main__":

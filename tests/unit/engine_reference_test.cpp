@@ -445,4 +445,39 @@ TEST(EngineReadRounds, EveryRoundThatReadIsFiledByItsReadCount) {
   EXPECT_EQ(none.waited, 0u);
 }
 
+// The reads a set of rounds made: m for each round of m reads.
+std::uint64_t reads_in(const std::vector<std::uint64_t>& rounds) {
+  std::uint64_t reads = 0;
+  for (std::size_t m = 0; m < rounds.size(); ++m) reads += m * rounds[m];
+  return reads;
+}
+
+// A generated token's rounds are filed apart too (the planner prices decode
+// by them): exactly the misses of the single-token passes, none of a
+// prompt's, and counted among all rounds as well.
+TEST(EngineReadRounds, AGeneratedTokensRoundsAreFiledApart) {
+  const auto [ref, container] = olmoe_q4();
+  runtime::ModelOptions streaming;
+  streaming.cache_capacity = 3;
+  auto model = runtime::MoeModel::load(container, streaming);
+  ASSERT_TRUE(model.ok()) << model.error().message;
+  std::vector<float> logits(static_cast<std::size_t>(model->vocab_size()));
+  ASSERT_TRUE(model->forward(ref.prompt, 0, logits).ok());
+  const runtime::ModelStats prompt = model->stats();
+  EXPECT_GT(prompt.expert_misses, 0u);
+  EXPECT_EQ(reads_in(prompt.expert_read_rounds.decode_rounds), 0u) << "a prompt's rounds are not a generated token's";
+  int position = static_cast<int>(ref.prompt.size());
+  for (int step = 0; step < 6; ++step) {
+    const std::int32_t next = argmax(logits);
+    ASSERT_TRUE(model->forward(std::span(&next, 1), position++, logits).ok());
+  }
+  const runtime::ModelStats after = model->stats();
+  const experts::ReadRounds& rounds = after.expert_read_rounds;
+  EXPECT_GT(after.expert_misses, prompt.expert_misses) << "cap 3 of 8: the generated tokens miss too";
+  EXPECT_EQ(reads_in(rounds.decode_rounds), after.expert_misses - prompt.expert_misses);
+  EXPECT_EQ(reads_in(rounds.phase(false).rounds), prompt.expert_misses);
+  EXPECT_EQ(reads_in(rounds.rounds), after.expert_misses);
+  for (std::size_t m = 0; m < rounds.rounds.size(); ++m) EXPECT_LE(rounds.decode_seconds[m], rounds.seconds[m]) << m;
+}
+
 }  // namespace coli

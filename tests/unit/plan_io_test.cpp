@@ -1579,11 +1579,43 @@ TEST(PlanSpeed, TheEnginesMeasuredReadRoundsPriceTheDiskWhereTheyFit) {
                                                      {2, 0.8e-3}, {2, 0.8e-3}, {3, 5e-3},   {3, 5e-3}};
   const SpeedPrediction own = with_rounds(static_cast<std::uint64_t>(stride), 4, measured);
   EXPECT_NEAR(disk_term(own), layers * (0.5 * 0.5e-3 + 0.25 * 0.8e-3), 1e-9);
-  EXPECT_NE(own.decode_inputs.find("the engine's own read rounds on this model's file (usage history, beside " +
+  EXPECT_NE(own.decode_inputs.find("the engine's own read rounds (prompt and decode together) on this model's file "
+                                   "(usage history, beside " +
                                    std::to_string(team) + " compute threads; submission to last landing): 1 read 0.50 ms "
                                    "(3 rounds), 2 reads 0.80 ms (3 rounds), where the probe's test file gave"),
             std::string::npos)
       << own.decode_inputs;
+  // A history that kept the generated tokens' rounds apart (version 9):
+  // decode is priced by those, a prompt by the rest.
+  experts::ReadRounds phases;
+  phases.record_bytes = static_cast<std::uint64_t>(stride), phases.io_threads = 4, phases.compute_threads = team;
+  for (const auto& [m, seconds] : measured) phases.add(static_cast<std::size_t>(m), seconds);
+  for (const auto& [m, seconds] : measured) phases.add(static_cast<std::size_t>(m), 3 * seconds, true);
+  experts::UsageHistory phased = *history;
+  ASSERT_TRUE(phased.set_read_rounds(phases).ok());
+  const SpeedPrediction split = predict_speed(profile, *fp, *plan, &phased);
+  EXPECT_NEAR(disk_term(split), 3 * disk_term(own), 1e-9) << split.decode_inputs;
+  EXPECT_NE(split.decode_inputs.find("the engine's own decode read rounds on this model's file"), std::string::npos);
+  EXPECT_NE(split.prefill_inputs.find("the engine's own prompt read rounds on this model's file"), std::string::npos)
+      << split.prefill_inputs;
+  // A decode of a few tokens gives one-read rounds alone: every batch of
+  // both phases' curve moves by what those took beyond its one-read rounds
+  // (0.9 ms against the six rounds' 0.7: 0.2 ms longer).
+  experts::ReadRounds few;
+  few.record_bytes = phases.record_bytes, few.io_threads = phases.io_threads, few.compute_threads = team;
+  for (const auto& [m, seconds] : measured) few.add(static_cast<std::size_t>(m), seconds);
+  for (int i = 0; i < 3; ++i) few.add(1, 0.9e-3, true);
+  experts::UsageHistory short_decode = *history;
+  ASSERT_TRUE(short_decode.set_read_rounds(few).ok());
+  const SpeedPrediction moved = predict_speed(profile, *fp, *plan, &short_decode);
+  EXPECT_NEAR(disk_term(moved), layers * (0.5 * 0.9e-3 + 0.25 * 1.0e-3), 1e-9) << moved.decode_inputs;
+  EXPECT_NE(moved.decode_inputs.find("the generated tokens' own one-read rounds took 0.900 ms (3 rounds) against 0.700: "
+                                     "each batch priced 0.200 ms longer"),
+            std::string::npos)
+      << moved.decode_inputs;
+  EXPECT_GT(term_seconds(own.prefill_terms, "memory: experts from disk"), 0.0);
+  EXPECT_NEAR(term_seconds(split.prefill_terms, "memory: experts from disk"),
+              term_seconds(own.prefill_terms, "memory: experts from disk"), 1e-12);
   const SpeedPrediction unrecorded_team = with_rounds(static_cast<std::uint64_t>(stride), 4, measured, 0);
   EXPECT_NEAR(disk_term(unrecorded_team), disk_term(own), 1e-12) << "a version-5 history's rounds, team not recorded";
   EXPECT_NE(unrecorded_team.decode_inputs.find("beside a compute team it did not record"), std::string::npos);

@@ -40,10 +40,11 @@ UsageHistory sample_history() {
   trace->begin_pass(1, 2);
   for (int layer = 0; layer < kKey.n_layers; ++layer) trace->record(layer, std::vector<int>{0, layer});
   EXPECT_TRUE(history->add_trace(*trace).ok());
-  // The run's read rounds: three of one read (6 ms in all), one of three.
+  // The run's read rounds: three of one read (6 ms in all; the 1 ms one a
+  // generated token's), one of three.
   ReadRounds rounds;
   rounds.record_bytes = 8192, rounds.io_threads = 4, rounds.compute_threads = 2;
-  rounds.add(1, 0.001), rounds.add(1, 0.002), rounds.add(1, 0.003), rounds.add(3, 0.0045);
+  rounds.add(1, 0.001, true), rounds.add(1, 0.002), rounds.add(1, 0.003), rounds.add(3, 0.0045);
   rounds.add_wake(0.25e-4), rounds.add_wake(0.25e-4);  // two waited for their last read: 50 us of wake-ups
   EXPECT_TRUE(history->set_read_rounds(rounds).ok());
   return std::move(history).value();
@@ -392,12 +393,18 @@ TEST(UsageHistory, ContentErrorsBehindAValidChecksumAreReported) {
   expect_refused(edit("read_rounds 2 8192 4 3 3 0.006", "read_rounds 2 8192 4 3 3 -0.006"), "rounds of 1 reads need");
   expect_refused(edit("0.0045 2 5e-05", "0.0045 2 -5e-05"), "the waited rounds need");
   expect_refused(edit("0.0045 2 5e-05", "0.0045 x 5e-05"), "the waited rounds need");
-  expect_refused(edit("0.0045 2 5e-05", "0.0045 2"), "read_rounds line is malformed");
+  expect_refused(edit("0.0045 2 5e-05 1 1 0.001", "0.0045 2"), "read_rounds line is malformed");
+  expect_refused(edit("5e-05 1 1 0.001", "5e-05"), "read_rounds line is malformed");
+  expect_refused(edit("5e-05 1 1 0.001", "5e-05 2 1 0.001"), "read_rounds line is malformed");
+  expect_refused(edit("5e-05 1 1 0.001", "5e-05 1 x 0.001"), "decode rounds of 1 reads need");
+  expect_refused(edit("5e-05 1 1 0.001", "5e-05 1 4 0.001"), "4 decode rounds of 1 reads");
+  expect_refused(edit("5e-05 1 1 0.001", "5e-05 1 1 0.007"), "exceed the 3 rounds of that count");
 }
 
 // Version 5 added the latest run's read rounds (record size, I/O threads,
 // rounds and seconds by read count), version 6 one set per compute team,
-// version 7 the rounds that waited for their last read and the wake-ups;
+// version 7 the rounds that waited for their last read and the wake-ups,
+// version 9 the generated tokens' rounds apart (version 8's load without);
 // version 4 files (without them) still load, with none, and version 5's one
 // set loads with its team unrecorded (0). A merge takes the newer run's
 // rounds where it read any, and a run that read nothing leaves the ones
@@ -417,8 +424,19 @@ TEST(UsageHistory, ReadRoundsRoundTripAndTheNewerRunsReplaceTheOlder) {
   EXPECT_EQ(r.rounds[3], 1u);
   EXPECT_EQ(r.waited, 2u);
   EXPECT_DOUBLE_EQ(r.wake_seconds, 0.5e-4);
-  EXPECT_NE(history.serialize().find("\nread_rounds 2 8192 4 3 3 0.006 0 0 1 0.0045 2 5e-05\n"), std::string::npos)
+  EXPECT_EQ(r.decode_rounds[1], 1u);
+  EXPECT_DOUBLE_EQ(r.decode_seconds[1], 0.001);
+  EXPECT_EQ(r.decode_rounds[3], 0u);
+  EXPECT_NE(history.serialize().find("\nread_rounds 2 8192 4 3 3 0.006 0 0 1 0.0045 2 5e-05 1 1 0.001\n"), std::string::npos)
       << history.serialize();
+  // Version 8 kept no decode rounds apart: none, the rounds as they were.
+  const std::string version8 =
+      body_of(as_version(history, 8, "read_rounds")) + "read_rounds 2 8192 4 3 3 0.006 0 0 1 0.0045 2 5e-05\n";
+  auto loaded8 = UsageHistory::parse(with_checksum(version8), kKey);
+  ASSERT_TRUE(loaded8.ok()) << loaded8.error().message;
+  EXPECT_EQ(loaded8->read_round_sets()[0].rounds[1], 3u);
+  EXPECT_EQ(loaded8->read_round_sets()[0].waited, 2u);
+  EXPECT_EQ(loaded8->read_round_sets()[0].decode_rounds[1], 0u);
   // Version 6 recorded no wake-ups: none.
   const std::string version6 = body_of(as_version(history, 6, "read_rounds")) + "read_rounds 2 8192 4 3 3 0.006 0 0 1 0.0045\n";
   auto loaded6 = UsageHistory::parse(with_checksum(version6), kKey);

@@ -94,6 +94,23 @@ Status UsageHistory::add_decode_reuse(const std::vector<std::vector<std::uint64_
 
 Status UsageHistory::add_trace(const RoutingTrace& trace) { return trace_.append(trace); }
 
+namespace {
+// The decode rounds are a subset of the rounds: as many read counts, none
+// above the rounds of its count, seconds finite and (to rounding) within theirs.
+Status check_decode_rounds(const ReadRounds& r) {
+  const bool sized = r.decode_rounds.size() == r.rounds.size() && r.decode_seconds.size() == r.rounds.size();
+  for (std::size_t m = 0; sized && m < r.rounds.size(); ++m) {
+    const double d = r.decode_seconds[m];
+    if (r.decode_rounds[m] > r.rounds[m] || !std::isfinite(d) || d < 0.0 || d > r.seconds[m] * (1 + 1e-9) + 1e-12)
+      return make_error("usage history: " + std::to_string(r.decode_rounds[m]) + " decode rounds of " + std::to_string(m) +
+                        " reads (" + std::to_string(d) + " s) exceed the " + std::to_string(r.rounds[m]) +
+                        " rounds of that count (" + std::to_string(r.seconds[m]) + " s) they are part of");
+  }
+  if (!sized) return make_error("usage history: decode rounds need " + std::to_string(r.rounds.size()) + " read counts");
+  return Ok{};
+}
+}  // namespace
+
 Status UsageHistory::set_read_rounds(const ReadRounds& rounds) {
   if (rounds.empty()) return Ok{};
   const bool sized = rounds.rounds.size() == ReadRounds::kLargest + 1 && rounds.seconds.size() == rounds.rounds.size();
@@ -102,6 +119,7 @@ Status UsageHistory::set_read_rounds(const ReadRounds& rounds) {
       !std::isfinite(rounds.wake_seconds) || rounds.wake_seconds < 0.0)
     return make_error("usage history: read rounds need a record size, an I/O thread count >= 0 and " +
                       std::to_string(ReadRounds::kLargest + 1) + " finite seconds >= 0, and wake-ups >= 0");
+  if (Status s = check_decode_rounds(rounds); !s) return s;
   std::erase_if(read_round_sets_, [&](const ReadRounds& kept) { return kept.same_setting(rounds); });
   read_round_sets_.push_back(rounds);
   if (read_round_sets_.size() > kMaxReadRoundSets) read_round_sets_.erase(read_round_sets_.begin());

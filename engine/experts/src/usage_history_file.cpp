@@ -147,8 +147,10 @@ Status parse_trace(std::span<const std::string_view> lines, const UsageHistoryKe
 }
 
 // "read_rounds <compute_threads> <record_bytes> <io_threads> <n> <rounds_1>
-// <seconds_1> ... <rounds_n> <seconds_n> <waited> <wake_seconds>": n the
-// largest read count with a round (0: none).
+// <seconds_1> ... <rounds_n> <seconds_n> <waited> <wake_seconds> <d>
+// <decode_rounds_1> <decode_seconds_1> ... <decode_rounds_d>
+// <decode_seconds_d>": n (d) the largest read count with a round (a decode
+// round; 0: none).
 void append_read_rounds(std::string& out, const ReadRounds& r) {
   std::size_t n = 0;
   for (std::size_t m = 1; m < r.rounds.size(); ++m) n = r.rounds[m] > 0 ? m : n;
@@ -160,11 +162,42 @@ void append_read_rounds(std::string& out, const ReadRounds& r) {
   }
   out += " " + std::to_string(r.waited) + " ";
   append_number(out, r.wake_seconds);
+  std::size_t d = 0;
+  for (std::size_t m = 1; m < r.decode_rounds.size(); ++m) d = r.decode_rounds[m] > 0 ? m : d;
+  out += " " + std::to_string(d);
+  for (std::size_t m = 1; m <= d; ++m) {
+    out += " " + std::to_string(r.decode_rounds[m]) + " ";
+    append_number(out, r.decode_seconds[m]);
+  }
   out += "\n";
 }
 
+// `count` pairs of a round count and its seconds from parts[at] on into
+// `rounds` and `seconds` (index 1 up); the error names the read count of
+// the first pair that does not parse, and `what` rounds they are.
+Status parse_round_pairs(std::span<const std::string_view> parts, std::size_t at, std::size_t count,
+                         std::vector<std::uint64_t>& rounds, std::vector<double>& seconds, const std::string& what) {
+  for (std::size_t m = 1; m <= count; ++m) {
+    const auto n = parse_int(parts[at + 2 * (m - 1)]);
+    const auto s = parse_count(parts[at + 2 * (m - 1) + 1]);
+    if (!n || *n < 0 || *n > (std::int64_t{1} << 50) || !s)
+      return make_error("read_rounds line: " + what + " of " + std::to_string(m) +
+                        " reads need a whole count and seconds >= 0");
+    rounds[m] = static_cast<std::uint64_t>(*n), seconds[m] = *s;
+  }
+  return Ok{};
+}
+
+std::string read_rounds_format(std::int64_t version) {
+  return std::string("read_rounds line is malformed (want 'read_rounds ") + (version >= 6 ? "<compute_threads> " : "") +
+         "<record_bytes> <io_threads> <n>' and n pairs of a round count and seconds, n at most " +
+         std::to_string(ReadRounds::kLargest) + (version >= 7 ? ", then <waited> <wake_seconds>" : "") +
+         (version >= 9 ? ", then <d> and d such pairs of the decode rounds" : "") + ")";
+}
+
 // A read_rounds line into `rounds` (version 5's has no compute_threads,
-// version 6's no waited and wake_seconds); the error names the line.
+// version 6's no waited and wake_seconds, version 8's no decode pairs); the
+// error names the line.
 Status parse_read_rounds(std::string_view line, std::int64_t version, ReadRounds& rounds) {
   const std::vector<std::string_view> parts = split(line, ' ');
   const std::size_t first = version >= 6 ? 2 : 1;  // index of record_bytes
@@ -176,29 +209,28 @@ Status parse_read_rounds(std::string_view line, std::int64_t version, ReadRounds
   const auto bytes = whole(first, 0, std::int64_t{1} << 40), threads = whole(first + 1, 0, 4096);
   const auto n = whole(first + 2, 0, static_cast<std::int64_t>(ReadRounds::kLargest));
   const std::size_t wakes = version >= 7 ? 2 : 0;  // waited, wake_seconds
-  if (parts.empty() || parts[0] != "read_rounds" || !team || !bytes || !threads || !n ||
-      parts.size() != first + 3 + 2 * static_cast<std::size_t>(*n) + wakes)
-    return make_error(std::string("read_rounds line is malformed (want 'read_rounds ") +
-                      (version >= 6 ? "<compute_threads> " : "") +
-                      "<record_bytes> <io_threads> <n>' and n pairs of a round count and seconds, n at most " +
-                      std::to_string(ReadRounds::kLargest) + (wakes ? ", then <waited> <wake_seconds>" : "") + ")");
+  const std::size_t after_pairs = n ? first + 3 + 2 * static_cast<std::size_t>(*n) : 0;
+  const auto d = version >= 9 ? whole(after_pairs + wakes, 0, static_cast<std::int64_t>(ReadRounds::kLargest))
+                              : std::optional<std::int64_t>(0);
+  const std::size_t decode_fields = version >= 9 && d ? 1 + 2 * static_cast<std::size_t>(*d) : 0;
+  if (parts.empty() || parts[0] != "read_rounds" || !team || !bytes || !threads || !n || !d ||
+      parts.size() != after_pairs + wakes + decode_fields)
+    return make_error(read_rounds_format(version));
   ReadRounds out;
   out.compute_threads = static_cast<int>(*team);
   out.record_bytes = static_cast<std::uint64_t>(*bytes), out.io_threads = static_cast<int>(*threads);
-  for (std::size_t m = 1; m <= static_cast<std::size_t>(*n); ++m) {
-    const auto count = whole(first + 1 + 2 * m, 0, std::int64_t{1} << 50);
-    const auto seconds = parse_count(parts[first + 2 + 2 * m]);
-    if (!count || !seconds)
-      return make_error("read_rounds line: rounds of " + std::to_string(m) + " reads need a whole count and seconds >= 0");
-    out.rounds[m] = static_cast<std::uint64_t>(*count), out.seconds[m] = *seconds;
-  }
+  if (Status s = parse_round_pairs(parts, first + 3, static_cast<std::size_t>(*n), out.rounds, out.seconds, "rounds"); !s)
+    return s;
   if (wakes) {
-    const std::size_t at = first + 3 + 2 * static_cast<std::size_t>(*n);
-    const auto waited = whole(at, 0, std::int64_t{1} << 50);
-    const auto wake = parse_count(parts[at + 1]);
+    const auto waited = whole(after_pairs, 0, std::int64_t{1} << 50);
+    const auto wake = parse_count(parts[after_pairs + 1]);
     if (!waited || !wake) return make_error("read_rounds line: the waited rounds need a whole count and seconds >= 0");
     out.waited = static_cast<std::uint64_t>(*waited), out.wake_seconds = *wake;
   }
+  if (Status s = parse_round_pairs(parts, after_pairs + wakes + 1, static_cast<std::size_t>(*d), out.decode_rounds,
+                                   out.decode_seconds, "decode rounds");
+      !s)
+    return s;
   if (!out.empty() && out.record_bytes == 0) return make_error("read_rounds line: rounds without a record size");
   rounds = std::move(out);
   return Ok{};

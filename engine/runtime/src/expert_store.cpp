@@ -213,7 +213,7 @@ std::optional<Error> ExpertStore::drain(Round& round, bool failed) {
   if (!round.reads.empty() && !first && !failed) {
     const std::chrono::nanoseconds landed(round.landed->load());
     const auto elapsed = std::chrono::steady_clock::time_point(landed) - round.submitted;
-    read_rounds_.add(round.reads.size(), std::max(0.0, std::chrono::duration<double>(elapsed).count()));
+    read_rounds_.add(round.reads.size(), std::max(0.0, std::chrono::duration<double>(elapsed).count()), decode_pass_);
     // Still waiting when the last read landed: the time until it ran again.
     if (round.resumed >= std::chrono::steady_clock::time_point(landed))
       read_rounds_.add_wake(std::chrono::duration<double>(round.resumed - std::chrono::steady_clock::time_point(landed)).count());

@@ -693,6 +693,7 @@ Status MoeModel::forward(std::span<const std::int32_t> tokens, int start_positio
       return make_error("token id " + std::to_string(token) + " is outside the vocabulary");
     }
   }
+  s.experts.set_decode_pass(count == 1);  // a generated token's read rounds are priced apart from a prompt's
   const Status computed = s.gpu ? s.gpu->forward(tokens, start_position, logits, s.routing_counts)
                                 : s.forward_cpu(tokens, start_position, logits);
   if (!computed) return computed;

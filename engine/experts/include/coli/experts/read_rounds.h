@@ -3,7 +3,12 @@
 // to the last read landing: the disk as the engine meets it, on the model's
 // own file in its own pattern. The engine counts them (ExpertStore), a usage
 // history keeps the latest run's, and the planner prices a batch of m reads
-// by them where they were measured (measured_rates.h, DiskReads).
+// by them where they were measured (measured_rates.h, DiskReads). A
+// generated token's rounds are also counted apart (decode_rounds): they
+// follow a token's compute with the pool idle, a prompt's follow the round
+// before, and the two take different times (the 2-core VM's one-read
+// rounds: 0.16-0.39 ms in decode, 0.12 back to back), so each phase is
+// priced by its own where a run gave enough of them.
 #pragma once
 
 #include <algorithm>
@@ -20,6 +25,10 @@ struct ReadRounds {
   int compute_threads = 0;         // the compute team they ran beside; 0 = not recorded (a version-5 history)
   std::vector<std::uint64_t> rounds = std::vector<std::uint64_t>(kLargest + 1, 0);  // index: reads in the round
   std::vector<double> seconds = std::vector<double>(kLargest + 1, 0.0);             // summed over those rounds
+  // The same for the rounds of single-token passes alone (generated
+  // tokens), counted above too; zero in histories before version 9.
+  std::vector<std::uint64_t> decode_rounds = std::vector<std::uint64_t>(kLargest + 1, 0);
+  std::vector<double> decode_seconds = std::vector<double>(kLargest + 1, 0.0);
   // Rounds whose compute thread was still waiting when their last read
   // landed, and the seconds summed from that landing to the thread running
   // again: its wake-up, which a round's own time leaves out (the 2-core VM:
@@ -27,10 +36,12 @@ struct ReadRounds {
   std::uint64_t waited = 0;
   double wake_seconds = 0;
 
-  void add(std::size_t reads, double elapsed) {
+  // `decode`: a single-token pass's round.
+  void add(std::size_t reads, double elapsed, bool decode = false) {
     const std::size_t m = std::min(reads, kLargest);
     ++rounds[m];
     seconds[m] += elapsed;
+    if (decode) ++decode_rounds[m], decode_seconds[m] += elapsed;
   }
   // Rounds of the same reads, pool and team: one replaces the other in a history.
   bool same_setting(const ReadRounds& other) const {
@@ -44,7 +55,10 @@ struct ReadRounds {
     return std::all_of(rounds.begin(), rounds.end(), [](std::uint64_t n) { return n == 0; });
   }
   ReadRounds& operator+=(const ReadRounds& other) {
-    for (std::size_t m = 0; m <= kLargest; ++m) rounds[m] += other.rounds[m], seconds[m] += other.seconds[m];
+    for (std::size_t m = 0; m <= kLargest; ++m) {
+      rounds[m] += other.rounds[m], seconds[m] += other.seconds[m];
+      decode_rounds[m] += other.decode_rounds[m], decode_seconds[m] += other.decode_seconds[m];
+    }
     waited += other.waited, wake_seconds += other.wake_seconds;
     return *this;
   }
@@ -54,8 +68,22 @@ struct ReadRounds {
     for (std::size_t m = 0; m <= kLargest; ++m) {
       out.rounds[m] -= before.rounds[m];
       out.seconds[m] -= before.seconds[m];
+      out.decode_rounds[m] -= before.decode_rounds[m];
+      out.decode_seconds[m] -= before.decode_seconds[m];
     }
     out.waited -= before.waited, out.wake_seconds -= before.wake_seconds;
+    return out;
+  }
+  // The rounds of one phase alone, with this setting and wake-ups: the
+  // decode rounds (`decode`), or the rest (a prompt's).
+  ReadRounds phase(bool decode) const {
+    ReadRounds out = *this;
+    for (std::size_t m = 0; m <= kLargest; ++m) {
+      out.rounds[m] = decode ? decode_rounds[m] : rounds[m] - decode_rounds[m];
+      out.seconds[m] = decode ? decode_seconds[m] : std::max(0.0, seconds[m] - decode_seconds[m]);
+      out.decode_rounds[m] = decode ? decode_rounds[m] : 0;
+      out.decode_seconds[m] = decode ? decode_seconds[m] : 0.0;
+    }
     return out;
   }
 };

@@ -3,7 +3,7 @@
 //
 // File format (text, one record per line, version kUsageHistoryVersion):
 //   coli-usage-history
-//   format_version 8
+//   format_version 9
 //   n_layers <int>  n_experts <int>  top_k <int>     (one per line)
 //   model <identity, no whitespace>
 //   total_tokens <double>
@@ -14,9 +14,11 @@
 //   trace_starts <n> <first_0> ... <first_{n-1}>         (version 8; each pass's first KV position, -1 unknown)
 //   trace <i> <expert ids, top_k a token, pass by pass>  (version 4; i = 0..n_layers-1)
 //   read_rounds <compute_threads> <record_bytes> <io_threads> <n> <rounds_1> <seconds_1> ... <rounds_n> <seconds_n>
-//               <waited> <wake_seconds>                  (version 6: 0 to kMaxReadRoundSets lines, one per team,
-//                                                         without <waited> <wake_seconds>; version 5: exactly
-//                                                         one, without <compute_threads> either)
+//               <waited> <wake_seconds> <d> <decode_rounds_1> <decode_seconds_1> ... <decode_rounds_d> <decode_seconds_d>
+//                                                        (version 8: without <d> and its pairs; version 6: 0 to
+//                                                         kMaxReadRoundSets lines, one per team, without <waited>
+//                                                         <wake_seconds> either; version 5: exactly one, without
+//                                                         <compute_threads> either)
 //   checksum fnv1a64:<16 hex digits of every byte before this line>
 // reuse: how many routings found their expert at LRU stack distance d (d
 // other experts of the layer were used more recently; a token's choices are
@@ -37,11 +39,14 @@
 // which the planner prefers to the probe's test file. Rounds depend on the
 // team where compute and I/O threads share cores, so each team keeps its own.
 // waited / wake_seconds: the rounds whose compute thread was still waiting
-// at their last landing, and its wake-ups summed (ReadRounds).
+// at their last landing, and its wake-ups summed (ReadRounds). The decode
+// pairs: the rounds of single-token passes alone (counted in the pairs
+// before too), which the planner prices decode by.
 // Version 1 files (no reuse lines), version 2 (no decode_reuse lines),
 // version 3 (no trace), version 4 (no read_rounds), version 5 (one
 // read_rounds line, its team not recorded: compute_threads 0), version 6
-// (no wake-ups: waited 0) and version 7 (no trace_starts: each -1) still load.
+// (no wake-ups: waited 0), version 7 (no trace_starts: each -1) and
+// version 8 (no decode rounds apart) still load.
 // Counts are doubles because merging applies exponential decay. Loading never
 // crashes: a missing, empty, foreign, truncated, corrupt, version-mismatched
 // or other-model file is an Error the engine reports before ignoring it.
@@ -61,7 +66,7 @@
 
 namespace coli::experts {
 
-inline constexpr int kUsageHistoryVersion = 8;
+inline constexpr int kUsageHistoryVersion = 9;
 
 // Which model (and routing shape) a history belongs to.
 struct UsageHistoryKey {
@@ -105,7 +110,8 @@ class UsageHistory {
   // replace the rounds of the same setting (ReadRounds::same_setting) and
   // keep the others; beyond kMaxReadRoundSets the oldest setting goes. A run
   // that read nothing leaves the ones recorded before. Errors: a round count
-  // or seconds that is not finite and >= 0, rounds without a record size.
+  // or seconds that is not finite and >= 0, rounds without a record size,
+  // more decode rounds (or seconds) of a read count than rounds of it.
   Status set_read_rounds(const ReadRounds& rounds);
   // Tokens the recorded routings came from (for rates and decay).
   void add_tokens(std::uint64_t tokens) { total_tokens_ += static_cast<double>(tokens); }
