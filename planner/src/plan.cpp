@@ -5,6 +5,7 @@
 
 #include "coli/base/text.h"
 #include "coli/planner/expert_parallel_speed.h"
+#include "coli/planner/speed_band.h"
 #include "coli/planner/thread_choice.h"
 
 namespace coli::planner {
@@ -348,7 +349,7 @@ Result<Plan> plan_by_prediction(const DeviceProfile& profile, const ModelFootpri
     Refusal ignored;
     auto plan = plan_on_set(profile, fp, request, &set, ignored);
     if (!plan) continue;  // its memory does not fit: not a candidate
-    SpeedPrediction speed = predict_plan_speed(profile, fp, *plan, request.history);
+    SpeedPrediction speed = predict_plan_speed_with_band(profile, fp, *plan, request.history);  // the band weighs a lead
     if (!speed.available) return base;
     predicted.push_back({set, std::move(speed)});
     plans.push_back(std::move(*plan));

@@ -171,5 +171,40 @@ TEST(ThreadChoice, TiesGoToTheRecommendedSetElseToFewerThreads) {
   EXPECT_FALSE(pick_fastest_set({{{"kind0:1c", 1, first_pus(1)}, unavailable}}, SpeedMetric::decode, CpuSet{}));
 }
 
+// A lead inside the leader's own band (another set predicted above the
+// leader's figure on the probe's slowest rounds) is the probe's
+// unsteadiness: the set that holds most on its slowest rounds wins then;
+// a lead beyond the band, or no band, ranks by the prediction as before.
+TEST(ThreadChoice, ALeadInsideTheLeadersOwnBandGoesToTheSteadierSet) {
+  SpeedPrediction unsteady, steady, slow;
+  unsteady.available = steady.available = slow.available = true;
+  unsteady.decode_tok_per_s = 4350, steady.decode_tok_per_s = 3620, slow.decode_tok_per_s = 1000;
+  unsteady.prefill_tok_per_s = 100, steady.prefill_tok_per_s = 90, slow.prefill_tok_per_s = 10;
+  unsteady.band = {2980, 4670, 95, 105}, steady.band = {3270, 4050, 85, 95}, slow.band = {990, 1010, 9, 11};
+  const std::vector<SetPrediction> sets = {{{"kind0:8c", 8, first_pus(8)}, unsteady},
+                                           {{"kind0:16c", 16, first_pus(16)}, steady},
+                                           {{"kind0:1c", 1, first_pus(1)}, slow}};
+  auto pick = pick_fastest_set(sets, SpeedMetric::decode, first_pus(8));
+  ASSERT_TRUE(pick);
+  EXPECT_EQ(pick->chosen, 1u) << pick->reason;
+  EXPECT_EQ(pick->runner_up, 0u);
+  EXPECT_NE(pick->reason.find("predicted decode 3620.0 tok/s on kind0:16c and 3270.0 on the probe's slowest rounds, the "
+                              "most of 3 measured sets there: kind0:8c's lead (4350.0 tok/s) lies inside its own band "
+                              "(2980.0 on its slowest rounds)"),
+            std::string::npos)
+      << pick->reason;
+  std::vector<SetPrediction> apart = sets;
+  apart[0].speed.band.decode_slowest = 3700;  // the lead holds on the leader's slowest rounds
+  EXPECT_EQ(pick_fastest_set(apart, SpeedMetric::decode, CpuSet{})->chosen, 0u);
+  std::vector<SetPrediction> shaky = sets;
+  shaky[1].speed.band.decode_slowest = 2900;  // inside the band, but holds less
+  EXPECT_EQ(pick_fastest_set(shaky, SpeedMetric::decode, CpuSet{})->chosen, 0u);
+  std::vector<SetPrediction> no_band = sets;
+  for (SetPrediction& s : no_band) s.speed.band = {};
+  EXPECT_EQ(pick_fastest_set(no_band, SpeedMetric::decode, CpuSet{})->chosen, 0u);
+  // Prefill reads its own ends of the band: there the 8-thread lead holds.
+  EXPECT_EQ(pick_fastest_set(sets, SpeedMetric::prefill, CpuSet{})->chosen, 0u);
+}
+
 }  // namespace
 }  // namespace coli::planner
