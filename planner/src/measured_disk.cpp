@@ -264,7 +264,7 @@ std::string measured_curve_text(const experts::ReadRounds& measured, const std::
 // threads share cores a round's time depends on the team (a 2-core VM's
 // took 0.14 ms beside 2 compute threads, 0.06 beside one).
 struct ChosenRounds {
-  const experts::ReadRounds* rounds = nullptr;
+  std::optional<experts::ReadRounds> rounds;  // a copy: a phase's rounds are made for the choice
   std::vector<std::pair<double, double>> curve;
   std::vector<int> other_teams;  // teams whose rounds would have fit but for the team
 };
@@ -276,7 +276,7 @@ ChosenRounds choose_measured_rounds(std::span<const experts::ReadRounds> measure
       if (rounds.compute_threads != wanted) continue;
       auto curve = measured_batch_curve(rounds, record_stride, io_threads);
       if (curve.empty()) continue;
-      chosen.rounds = &rounds, chosen.curve = std::move(curve);
+      chosen.rounds = rounds, chosen.curve = std::move(curve);
       return chosen;
     }
   }
@@ -295,7 +295,6 @@ ChosenRounds choose_measured_rounds(std::span<const experts::ReadRounds> measure
 // reads: the 2-core VM's one-read rounds took 0.18 ms in decode, 0.14 in
 // all); else both phases' as they are (a history before version 9).
 struct PhaseRounds {
-  std::vector<experts::ReadRounds> of_phase;  // what chosen.rounds may point into (a moved vector keeps its elements)
   ChosenRounds chosen;
   std::string text;
   double offset_s = 0;
@@ -306,8 +305,9 @@ PhaseRounds phase_rounds(std::span<const experts::ReadRounds> measured, u64 reco
   PhaseRounds out;
   const bool decode = phase == ReadPhase::decode;
   if (phase != ReadPhase::both) {
-    for (const experts::ReadRounds& rounds : measured) out.of_phase.push_back(rounds.phase(decode));
-    out.chosen = choose_measured_rounds(out.of_phase, record_stride, io_threads, compute_threads);
+    std::vector<experts::ReadRounds> of_phase;
+    for (const experts::ReadRounds& rounds : measured) of_phase.push_back(rounds.phase(decode));
+    out.chosen = choose_measured_rounds(of_phase, record_stride, io_threads, compute_threads);
     out.text = decode ? "decode read rounds" : "prompt read rounds";
     if (out.chosen.rounds) return out;
   }

@@ -122,6 +122,8 @@ struct DiskReads {
   // of a lone read and the stream.
   double seconds(double reads) const;
 };
+// Whose read rounds price a disk figure (disk_reads).
+enum class ReadPhase { prompt, decode, both };
 // `io_threads`: the plan's; the engine_pool points count only when the
 // probe's pool had as many threads. `measured`: the engine's own read rounds
 // on this model's file (a usage history's sets), which replace the probe's
@@ -133,7 +135,6 @@ struct DiskReads {
 // `phase`: whose rounds price it, a prompt's or a generated token's
 // (ReadRounds::phase), where the history has enough of them; else both
 // phases' together, as `both` always does.
-enum class ReadPhase { prompt, decode, both };
 std::optional<DiskReads> disk_reads(const DeviceProfile& profile, u64 record_stride, int io_threads,
                                     std::span<const experts::ReadRounds> measured = {}, int compute_threads = 0,
                                     ReadPhase phase = ReadPhase::prompt);

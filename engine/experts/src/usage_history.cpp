@@ -98,15 +98,15 @@ namespace {
 // The decode rounds are a subset of the rounds: as many read counts, none
 // above the rounds of its count, seconds finite and (to rounding) within theirs.
 Status check_decode_rounds(const ReadRounds& r) {
-  const bool sized = r.decode_rounds.size() == r.rounds.size() && r.decode_seconds.size() == r.rounds.size();
-  for (std::size_t m = 0; sized && m < r.rounds.size(); ++m) {
+  if (r.decode_rounds.size() != r.rounds.size() || r.decode_seconds.size() != r.rounds.size())
+    return make_error("usage history: decode rounds need " + std::to_string(r.rounds.size()) + " read counts");
+  for (std::size_t m = 0; m < r.rounds.size(); ++m) {
     const double d = r.decode_seconds[m];
     if (r.decode_rounds[m] > r.rounds[m] || !std::isfinite(d) || d < 0.0 || d > r.seconds[m] * (1 + 1e-9) + 1e-12)
       return make_error("usage history: " + std::to_string(r.decode_rounds[m]) + " decode rounds of " + std::to_string(m) +
                         " reads (" + std::to_string(d) + " s) exceed the " + std::to_string(r.rounds[m]) +
                         " rounds of that count (" + std::to_string(r.seconds[m]) + " s) they are part of");
   }
-  if (!sized) return make_error("usage history: decode rounds need " + std::to_string(r.rounds.size()) + " read counts");
   return Ok{};
 }
 }  // namespace
