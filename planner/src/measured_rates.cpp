@@ -257,13 +257,19 @@ PerExpert per_expert(const NetCall& call, const KernelThroughputPoint& p) {
   return {call.streaming_s / experts, 2.0 * p.rows + p.cols, call.bytes / experts};
 }
 
-// The cost per expert E, per row c and per byte 1 / R through three
-// points, t = E + rows c + bytes / R (Cramer's rule), or nullopt where they
-// do not describe costs (E or c below 0, R not positive, or collinear).
+// The cost per expert E, per row c and per byte 1 / R of three points,
+// t = E + rows c + bytes / R: the plane through all three (Cramer's rule),
+// or, where its cost per row comes out below zero, the least-squares fit of
+// E and R alone (c = 0). A few percent of noise on a wide point tips a
+// small c below zero: on the 2-core VM the plane did so at 2 threads, and
+// the line through the wide points alone then priced a 64-wide expert at a
+// sixth of its measured call. nullopt where neither describes costs (E or c
+// below 0, R not positive, or degenerate points).
 struct ExpertCost {
   double per_expert = 0, per_row = 0, per_byte = 0;
+  bool rows_left_out = false;  // the c = 0 fit
 };
-std::optional<ExpertCost> plane_through(const std::array<PerExpert, 3>& p) {
+std::optional<ExpertCost> exact_plane(const std::array<PerExpert, 3>& p) {
   const auto det = [](const std::array<std::array<double, 3>, 3>& m) {
     return m[0][0] * (m[1][1] * m[2][2] - m[1][2] * m[2][1]) - m[0][1] * (m[1][0] * m[2][2] - m[1][2] * m[2][0]) +
            m[0][2] * (m[1][0] * m[2][1] - m[1][1] * m[2][0]);
@@ -278,8 +284,28 @@ std::optional<ExpertCost> plane_through(const std::array<PerExpert, 3>& p) {
     for (std::size_t i = 0; i < 3; ++i) m[i][column] = p[i].seconds;
     x[column] = det(m) / d;
   }
-  if (x[0] < 0 || x[1] < 0 || !(x[2] > 0)) return std::nullopt;
   return ExpertCost{x[0], x[1], x[2]};
+}
+// Least squares of t = E + bytes / R over the points, each residual
+// relative to its point's time (the 64-wide call is a hundredth of the wide
+// one's: absolute residuals would let the wide point's noise set E).
+std::optional<ExpertCost> fit_without_rows(const std::array<PerExpert, 3>& p) {
+  double n = 0, b = 0, bb = 0, t = 0, bt = 0;
+  for (const PerExpert& q : p) {
+    if (!(q.seconds > 0)) return std::nullopt;
+    const double w = 1 / (q.seconds * q.seconds);
+    n += w, b += w * q.bytes, bb += w * q.bytes * q.bytes, t += w * q.seconds, bt += w * q.bytes * q.seconds;
+  }
+  const double d = n * bb - b * b;
+  if (!(d > 1e-12 * n * bb)) return std::nullopt;
+  return ExpertCost{(t * bb - b * bt) / d, 0, (n * bt - b * t) / d, true};
+}
+std::optional<ExpertCost> plane_through(const std::array<PerExpert, 3>& p) {
+  std::optional<ExpertCost> cost = exact_plane(p);
+  if (cost && cost->per_row < 0) cost = fit_without_rows(p);
+  if (!cost || cost->per_expert < 0 || cost->per_row < 0 || !(cost->per_byte > 0)) return std::nullopt;
+  cost->per_row = std::max(0.0, cost->per_row);  // no "-0.00 ns per row"
+  return cost;
 }
 
 }  // namespace
@@ -316,7 +342,9 @@ std::optional<RowCost> expert_gemv_row_cost(const DeviceProfile& profile, Weight
                          format_fixed(cost->per_row * 1e9, 2) + " ns per row + " + format_fixed(gbs, 1) + " GB/s (fitted from " +
                          std::to_string(wide->rows) + "- and " + std::to_string(narrow->rows) + "-wide experts of " +
                          std::to_string(wide->cols) + " and expert_q4_prefill_single's one token on " +
-                         std::to_string(single->rows) + "-wide experts of " + std::to_string(single->cols) + measured,
+                         std::to_string(single->rows) + "-wide experts of " + std::to_string(single->cols) +
+                         (cost->rows_left_out ? ", without a cost per row: the plane through the three had a negative one" : "") +
+                         measured,
                      cost->per_expert};
     }
   }
@@ -610,8 +638,10 @@ std::optional<SamplingCost> sampling_cost(const DeviceProfile& profile, const Te
   });
   if (!best) return std::nullopt;
   const double per_entry = 1 / (best->tokens_per_s.median * best->rows);
+  // Profiles before the per-team point timed one scan on the first set.
   return SamplingCost{per_entry, "greedy sampling " + format_fixed(per_entry * 1e9, 2) + " ns per vocabulary entry (greedy_sample over " +
-                                     std::to_string(best->rows) + " logits)"};
+                                     std::to_string(best->rows) + " logits the team of " + std::to_string(best->threads) +
+                                     " wrote, measured at " + std::to_string(best->threads) + " threads)"};
 }
 
 std::optional<RoutingCost> routing_cost(const DeviceProfile& profile, const Team& team, int n_experts, int top_k) {

@@ -141,6 +141,38 @@ TEST(PlanSpeed, ExpertDecodeCostsPerExpertWithTheSingleTokenBatch) {
   EXPECT_DOUBLE_EQ(q.experts_in_ram_s(), two_points);
 }
 
+// Where the plane through the three points gives a cost per row below zero
+// (here the wide point timed 3% slow, around 3 us per expert, no cost per
+// row and 20 GB/s: the plane has -0.9 ns a row), E and R are fitted alone
+// over the three: the cost per expert stays. The 2-core VM's 2-thread
+// points did this, and the line through the wide points alone priced the
+// demo model's 64-wide experts at 0.4 us where the engine took 2.
+TEST(PlanSpeed, APlaneWithANegativeRowCostIsFittedWithoutRows) {
+  ResidentQwen3 q;
+  constexpr double kPerExpert = 3e-6;
+  auto point = [](const char* kernel, int width, int hidden, double slow) {
+    const double bytes = 3.0 * width * hidden * 0.53, call_s = 8 * (kPerExpert + bytes / kBytesPerSecond) * slow;
+    const double gbs = 8 * bytes / call_s / 1e9;
+    KernelThroughputPoint p = point_on_8_threads(kernel, width, 1, 24, {3, gbs, gbs, gbs, 0}, {3, 1 / call_s, 1 / call_s, 1 / call_s, 0});
+    p.cols = hidden;
+    return p;
+  };
+  q.profile.measurements.kernel_tuning->points = {point("expert_q4_decode", 1024, 2048, 1.03),
+                                                  point("expert_q4_decode_narrow", 256, 2048, 1.0),
+                                                  point("expert_q4_prefill_single", 64, 64, 1.0)};
+  const std::string inputs = q.decode_inputs();
+  const auto at = inputs.find("experts 3584 rows each at expert_q4_decode ");
+  ASSERT_NE(at, std::string::npos) << inputs;
+  EXPECT_NE(inputs.find("0.00 ns per row", at), std::string::npos) << inputs;
+  EXPECT_NE(inputs.find("without a cost per row: the plane through the three had a negative one", at), std::string::npos) << inputs;
+  const double per_expert = std::stod(inputs.substr(at + std::string("experts 3584 rows each at expert_q4_decode ").size()));
+  EXPECT_NEAR(per_expert, 3.0, 0.3);  // us: the least-squares fit moves it by the wide point's 3%
+  // The single point as timed (no noise): the plane holds, with no cost per row.
+  q.profile.measurements.kernel_tuning->points[0] = point("expert_q4_decode", 1024, 2048, 1.0);
+  EXPECT_NE(q.decode_inputs().find("3.00 us per expert + 0.00 ns per row + 20.0 GB/s"), std::string::npos) << q.decode_inputs();
+  EXPECT_EQ(q.decode_inputs().find("without a cost per row"), std::string::npos);
+}
+
 // The int8 experts fit their own pair (expert_q8_decode and _narrow), never the int4 one.
 TEST(PlanSpeed, Int8ExpertsFitTheirOwnNarrowPoint) {
   ResidentQwen3 q;
