@@ -291,8 +291,9 @@ struct DecodeAttentionCost {
   }
 };
 std::optional<DecodeAttentionCost> decode_attention_cost(const DeviceProfile& profile, const Team& team);
-// Greedy sampling's scan of the logits after every decoded token
-// (greedy_sample: the tuning phase's scan of a vocabulary, one thread).
+// Greedy sampling's scan of the logits after every decoded token, on the
+// calling thread (greedy_sample: the tuning phase's scan of a vocabulary
+// its team wrote as the lm_head does, at the team nearest the plan's).
 struct SamplingCost {
   double seconds_per_entry = 0;  // per vocabulary entry
   std::string text;

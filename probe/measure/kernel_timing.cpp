@@ -87,6 +87,11 @@ struct KernelSpec {
   int expert_hidden = kHidden, expert_width = kWidth;
   // Greedy sampling's scan of a vocabulary's logits (forward::greedy_token,
   // on the calling thread): what every decoded token costs after its pass.
+  // Untimed before each scan the set's team writes the logits as the
+  // lm_head's GEMV does, each member a contiguous share, so the scan reads
+  // the other members' shares from their caches: timed on every set (the
+  // 2-core VM's 2-thread tokens took 20 us more after the pass than one
+  // thread's scan of its own logits).
   bool sampling = false;
   // A token's routing as MoeModel::route_tokens does it for a decode token
   // on the calling thread, per MoE layer: top-k of the router's logits
@@ -103,8 +108,10 @@ struct KernelSpec {
   // splits its tokens evenly over the team: the speed model divides).
   bool token_ops = false;
   int token_hidden = kHidden, token_heads = 16;
-  // The calling thread's kernels alone: they do not depend on the team.
+  // The calling thread's kernels alone.
   bool serial() const { return sampling || routing || token_ops; }
+  // Those that do not depend on the team either: timed once, on the first set.
+  bool team_independent() const { return routing || token_ops; }
   // Every other kernel that is neither dense nor attention runs the engine's expert batch.
   bool experts() const { return !dense && !attention && !serial(); }
   // A quantised dense prefill kernel runs the engine's projections of a prompt slice (EngineProjections).
@@ -291,6 +298,7 @@ class KernelRunner {
 
   double run() {
     if (fresh_experts_ > 0) experts_->run(fresh_routing_, fresh_experts_, xs_, fresh_tokens_);
+    if (spec_.sampling) write_logits();
     const auto start = Clock::now();
     if (spec_.routing) {
       route_all();
@@ -395,6 +403,16 @@ class KernelRunner {
     }
   }
 
+  // The team writes the logits (greedy_sample), as the lm_head's GEMV
+  // splits its rows; the values move every call so no scan sees the last
+  // one's.
+  void write_logits() {
+    ++writes_;
+    cpu::parallel_for(logits_.size(), threads_, threads_ > 1, [&](std::size_t i) {
+      logits_[i] = static_cast<float>((i * 2654435761u + writes_) % 1000003u) * 1e-6f;
+    });
+  }
+
   void route_all() {
     const auto n = static_cast<std::size_t>(spec_.route_experts);
     routings_.clear();
@@ -428,6 +446,7 @@ class KernelRunner {
   std::optional<experts::ReuseDistances> reuse_;  // route_tokens
   std::vector<forward::Routing> routings_;
   int picked_ = -1;
+  std::uint64_t writes_ = 0;  // greedy_sample: the team's writes of the logits
   std::uint64_t dense_bytes_;
   const std::byte* resident_ = nullptr;  // a cache-resident dense kernel's weights
   int distinct_ = 0;
@@ -604,7 +623,7 @@ void time_slice(Work& w, double unit) {
   w.round_medians.push_back(summarize(std::move(samples)).median);
 }
 
-// A runner for every (set, kernel), the calling thread's kernels on the first set only; the
+// A runner for every (set, kernel), the team-independent ones on the first set only; the
 // decode attention kernels share one pool of `decode_kv_bytes` of layers.
 Result<std::vector<Work>> make_work(const std::vector<ThreadCandidate>& sets, const std::vector<KernelSpec>& specs,
                                     cpu::CpuKernelVariant variant, const std::string& cpu_kernel, WeightPool& pool, int prefill_tokens,
@@ -613,7 +632,7 @@ Result<std::vector<Work>> make_work(const std::vector<ThreadCandidate>& sets, co
   std::shared_ptr<const forward::KvCache> decode_kv;  // one pool for every decode attention runner
   for (std::size_t i = 0; i < sets.size(); ++i)
     for (const KernelSpec& spec : specs) {
-      if (spec.serial() && i > 0) continue;
+      if (spec.team_independent() && i > 0) continue;
       std::optional<EngineExpertBatch> experts;
       if (spec.experts()) {
         auto batch = EngineExpertBatch::create(spec.format, spec.expert_hidden, spec.expert_width, cpu_kernel,
@@ -744,10 +763,10 @@ Result<KernelTuning> measure_kernel_tuning(const CpuFacts& facts, const MemoryFa
   std::string left_out;
   const std::vector<KernelSpec> specs = affordable_specs(facts, left_out);
   if (!left_out.empty()) add_note(tuning, left_out);
-  // The calling thread's kernels (greedy sampling, routing) do not depend on
-  // the team: timed once, on the first set; the others on every set.
+  // The calling thread's kernels that do not depend on the team (routing,
+  // token ops): timed once, on the first set; the others on every set.
   double units_per_set = 0, serial_units = 0;
-  for (const auto& spec : specs) (spec.serial() ? serial_units : units_per_set) += spec.weight;
+  for (const auto& spec : specs) (spec.team_independent() ? serial_units : units_per_set) += spec.weight;
   // Keep the sets the budget can time (priority order), at least one.
   const auto affordable = static_cast<std::size_t>(
       std::max(1.0, (left() / (kMinTuningRounds * kMinUnitSeconds) - serial_units) / units_per_set));

@@ -871,19 +871,28 @@ TEST(PlanSpeed, QuantizedDenseProjectionsOfAPromptTakeTheEnginesSliceRate) {
 }
 
 // Every decoded token ends with the greedy pick, a serial scan of the
-// logits: the tuning phase times it (greedy_sample) and decode adds vocab x
-// its time per entry, at any thread count. Made-up: 131072 logits in 65.536 us.
+// logits its team wrote: the tuning phase times it per team (greedy_sample)
+// and decode adds vocab x the plan's team's time per entry. Made-up: 131072
+// logits in 65.536 us on 8 threads, in 26.2 us on one (its own writes).
 TEST(PlanSpeed, DecodeAddsTheGreedyScanOfTheVocabulary) {
   const ModelFootprint fp = qwen3();  // vocabulary 151936
-  const Plan plan = resident_qwen3_plan(8);
+  Plan plan = resident_qwen3_plan(8);
   DeviceProfile profile = measured_profile(10);
   profile.measurements.kernel_tuning = tuned_on_8_threads("greedy_sample", 131072, 1, 0, {}, {3, 1 / 65.536e-6, 1 / 65.536e-6, 1 / 65.536e-6, 0});
-  profile.measurements.kernel_tuning->points[0].cols = 1;
+  KernelThroughputPoint one = profile.measurements.kernel_tuning->points[0];
+  one.thread_set = "kind0:1c", one.threads = 1, one.pus = CpuSet::parse("0").value();
+  one.tokens_per_s = {3, 1 / 26.2144e-6, 1 / 26.2144e-6, 1 / 26.2144e-6, 0};
+  profile.measurements.kernel_tuning->points.push_back(one);
+  for (auto& p : profile.measurements.kernel_tuning->points) p.cols = 1;
   const SpeedPrediction s = predict_speed(profile, fp, plan);
   ASSERT_TRUE(s.available);
   EXPECT_NEAR(term_seconds(s.decode_terms, "sampling"), 151936 * 0.5e-9, 1e-12);
-  EXPECT_NE(s.decode_inputs.find("vocabulary 151936 x greedy sampling 0.50 ns per vocabulary entry"), std::string::npos)
+  EXPECT_NE(s.decode_inputs.find("vocabulary 151936 x greedy sampling 0.50 ns per vocabulary entry (greedy_sample over 131072 "
+                                 "logits the team of 8 wrote, measured at 8 threads)"),
+            std::string::npos)
       << s.decode_inputs;
+  plan.threads = 1, plan.compute_pus = CpuSet::parse("0").value();
+  EXPECT_NEAR(term_seconds(predict_speed(profile, fp, plan).decode_terms, "sampling"), 151936 * 0.2e-9, 1e-12);
   profile.measurements.kernel_tuning->points.clear();
   EXPECT_EQ(term_seconds(predict_speed(profile, fp, plan).decode_terms, "sampling"), 0.0);  // not timed: left out
 }
