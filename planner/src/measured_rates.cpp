@@ -250,11 +250,27 @@ namespace {
 struct PerExpert {
   double seconds = 0, rows = 0, bytes = 0;
 };
-PerExpert per_expert(const NetCall& call, const KernelThroughputPoint& p) {
+// `batch_s`: the call's own cost apart from its experts (expert_batch_call_seconds), taken out first.
+PerExpert per_expert(const NetCall& call, const KernelThroughputPoint& p, double batch_s) {
   // An expert point's rows are its width, its columns the hidden size:
   // each of its matrices / 3 experts walks 2 x width + hidden rows.
   const double experts = p.matrices / 3.0;
-  return {call.streaming_s / experts, 2.0 * p.rows + p.cols, call.bytes / experts};
+  return {std::max(call.streaming_s - batch_s, call.streaming_s / 2) / experts, 2.0 * p.rows + p.cols, call.bytes / experts};
+}
+
+// A batch call's own cost F apart from its experts (grouping the rows,
+// setting up its steps, quantising the token), from one token on 8 and on 2
+// of the same 64-wide experts (expert_q4_prefill_single and _single_pair,
+// each net of its fork/joins): t(n) = F + n e through both. 0 where the pair
+// was not timed at the team (profiles before it) or the two give no F.
+double expert_batch_call_seconds(const DeviceProfile& profile, const Team& team, const KernelThroughputPoint& eight,
+                                 const KernelThroughputPoint* pair) {
+  if (!pair || pair->threads != eight.threads) return 0.0;
+  const double n8 = eight.matrices / 3.0, n2 = pair->matrices / 3.0;
+  if (!(n8 > n2)) return 0.0;
+  const double t8 = net_call(profile, team, eight).streaming_s, t2 = net_call(profile, team, *pair).streaming_s;
+  const double per_expert = (t8 - t2) / (n8 - n2);
+  return per_expert > 0 ? std::max(0.0, t2 - n2 * per_expert) : 0.0;
 }
 
 // The cost per expert E, per row c and per byte 1 / R of three points,
@@ -329,23 +345,29 @@ std::optional<RowCost> expert_gemv_row_cost(const DeviceProfile& profile, Weight
   const KernelThroughputPoint* narrow = point(narrow_kernel);
   if (!wide || !narrow || wide->threads != narrow->threads || wide->rows == narrow->rows) return std::nullopt;
   const NetCall wide_call = net_call(profile, team, *wide);
-  const PerExpert w = per_expert(wide_call, *wide), n = per_expert(net_call(profile, team, *narrow), *narrow);
   const std::string measured = ", measured at " + std::to_string(wide->threads) + " threads" +
                                (wide_call.steps.empty() ? "" : ", less each call's " + wide_call.steps + ", priced as parallel steps") + ")";
   const KernelThroughputPoint* single = experts == WeightFormat::q4_g64 ? point("expert_q4_prefill_single") : nullptr;
+  const double batch_s =
+      single && single->threads == wide->threads ? expert_batch_call_seconds(profile, team, *single, point("expert_q4_prefill_single_pair")) : 0.0;
+  const PerExpert w = per_expert(wide_call, *wide, batch_s), n = per_expert(net_call(profile, team, *narrow), *narrow, batch_s);
   if (single && single->threads == wide->threads) {
-    const PerExpert one = per_expert(net_call(profile, team, *single), *single);
+    const PerExpert one = per_expert(net_call(profile, team, *single), *single, batch_s);
     if (const auto cost = plane_through({w, n, one})) {
       const double gbs = 1e-9 / cost->per_byte;
       return RowCost{cost->per_row, gbs,
-                     wide_kernel + " " + format_fixed(cost->per_expert * 1e6, 2) + " us per expert + " +
-                         format_fixed(cost->per_row * 1e9, 2) + " ns per row + " + format_fixed(gbs, 1) + " GB/s (fitted from " +
-                         std::to_string(wide->rows) + "- and " + std::to_string(narrow->rows) + "-wide experts of " +
-                         std::to_string(wide->cols) + " and expert_q4_prefill_single's one token on " +
-                         std::to_string(single->rows) + "-wide experts of " + std::to_string(single->cols) +
+                     wide_kernel + " " +
+                         (batch_s > 0 ? format_fixed(batch_s * 1e6, 2) + " us per batch call (its own, apart from its experts: "
+                                                                          "expert_q4_prefill_single on 8 and _pair on 2 of them) + "
+                                      : "") +
+                         format_fixed(cost->per_expert * 1e6, 2) + " us per expert + " + format_fixed(cost->per_row * 1e9, 2) +
+                         " ns per row + " + format_fixed(gbs, 1) + " GB/s (fitted from " + std::to_string(wide->rows) + "- and " +
+                         std::to_string(narrow->rows) + "-wide experts of " + std::to_string(wide->cols) +
+                         " and expert_q4_prefill_single's one token on " + std::to_string(single->rows) + "-wide experts of " +
+                         std::to_string(single->cols) +
                          (cost->rows_left_out ? ", without a cost per row: the plane through the three had a negative one" : "") +
                          measured,
-                     cost->per_expert};
+                     cost->per_expert, batch_s};
     }
   }
   // Seconds per row against bytes per row.

@@ -180,6 +180,7 @@ struct RowCost {
   double gb_per_s = 0;
   std::string text;
   double seconds_per_call = 0;  // beside rows and bytes (an expert's dispatch in its batch)
+  double seconds_per_batch = 0;  // an expert batch call's own, beside its experts' (per MoE layer and call)
 };
 // `from` cache: the same fit through the points timed on weights warm in
 // the caches (dense_bf16_decode_cached, _narrow_cached), for a model whose
@@ -196,8 +197,12 @@ std::optional<RowCost> float_gemv_row_cost(const DeviceProfile& profile, const T
 // 64-wide experts (expert_q4_prefill_single, the decode path) a cost per
 // expert beside them, through all three: on the H100 box the demo model's
 // two 64-wide experts a layer took 21 us a layer at 16 threads where rows
-// and bytes gave 11 (int8 experts: the two points). nullopt without both
-// points at one team (profiles before them) or when they do not fit.
+// and bytes gave 11 (int8 experts: the two points). With the same token on
+// 2 of those experts (expert_q4_prefill_single_pair) the batch call's own
+// cost comes apart from its experts' (seconds_per_batch), which a top-2
+// model pays for 2 experts where the 8-expert points spread it over 8.
+// nullopt without both decode points at one team (profiles before them) or
+// when they do not fit.
 std::optional<RowCost> expert_gemv_row_cost(const DeviceProfile& profile, WeightFormat experts, const Team& team);
 
 // A decode GEMV as the tuning phase timed it at the team: a fitted cost per
@@ -210,6 +215,8 @@ struct DecodeGemv {
     if (rows) return rows->seconds_per_call + bytes / (rows->gb_per_s * 1e9) + row_count * rows->seconds_per_row;
     return bytes / ((kernel ? kernel->gb_per_s : ram.gb_per_s) * 1e9);
   }
+  // A batch call's own cost beside its experts (0 where not measured).
+  double batch_seconds() const { return rows ? rows->seconds_per_batch : 0.0; }
   // For a prediction's inputs: "; <by_rows> at <the fit>" ("experts 3584
   // rows each"), else "; <streaming> at <the rate>" ("experts stream"), else
   // "" (RAM's rate, in the inputs already).

@@ -165,6 +165,10 @@ u64 dense_bytes_per_token(const ModelFootprint& fp) { return dense_work(fp, fp.d
 
 std::uint64_t dense_rows_per_token(const ModelFootprint& fp) { return dense_work(fp, fp.dense).rows; }
 
+double expert_batch_calls(double top_k, double resident, double miss) {
+  return (1.0 - std::pow(1.0 - resident, top_k)) + (1.0 - std::pow(1.0 - miss, top_k));
+}
+
 // Whether the usage history speaks for this model: its expert count and
 // some recorded tokens (the hit rate and the rounds' distinct experts read
 // it only then, and say so).
@@ -421,8 +425,10 @@ struct DecodeParts {
   std::optional<ReadInterferenceCost> interference;
   ReadsBesideCompute layer_reads;
   double resident_compute_s = 0;
+  double batch_calls = 0;  // expert batch calls a MoE layer makes on the CPU (expert_batch_calls)
   DecodeKvTerm kv_term;
 };
+
 
 // The decode prediction's inputs as coli-plan prints them: every term's figures and where they come from.
 std::string decode_inputs_text(const DeviceProfile& profile, const ModelFootprint& fp, const PlanRates& r, int decode_depth,
@@ -446,6 +452,7 @@ std::string decode_inputs_text(const DeviceProfile& profile, const ModelFootprin
                        ") / " + r.vram->text
                  : "") +
          d.expert_kernel.inputs("experts stream", "experts " + std::to_string(fp.expert_matrix_rows()) + " rows each") +
+         (d.expert_kernel.batch_seconds() > 0 ? " (" + format_fixed(d.batch_calls, 2) + " batch calls a layer)" : "") +
          d.gemv.inputs("dense streams", "dense " + std::to_string(dense_rows_per_token(fp)) + " rows") + d.dense_gemvs.text +
          r.dense_from_text + (d.sampling ? " + vocabulary " + std::to_string(fp.config.vocab_size) + " x " + d.sampling->text : "") +
          (d.routing ? " + routing " + format_fixed(d.layers, 0) + " layers x " + d.routing->text : "") +
@@ -497,6 +504,7 @@ void predict_decode(const DeviceProfile& profile, const ModelFootprint& fp, cons
   // (top_k x miss rate per layer, requested together) cost only what
   // outlasts the resident experts' compute.
   d.resident_compute_s = layers * top_k * std::max(0.0, 1.0 - r.vram_share - r.miss) * expert_s;
+  d.batch_calls = expert_batch_calls(top_k, std::max(0.0, 1.0 - r.vram_share - r.miss), r.miss);
   // The compute a read overlaps runs slower, and hides less of the read, by what the probe measured beside reads.
   d.interference = r.vram ? std::nullopt : read_interference_cost(profile, team);
   d.layer_reads = layer_disk_reads(r, fp.top_k, expert_s, read_progress(r.decode_disk, d.interference));
@@ -509,7 +517,7 @@ void predict_decode(const DeviceProfile& profile, const ModelFootprint& fp, cons
   s.decode_terms = {
       {"dense weights", d.dense_gemvs.seconds},
       {"KV cache", d.kv_term.seconds},
-      {"experts in RAM", layers * top_k * (1.0 - r.vram_share) * expert_s},
+      {"experts in RAM", layers * (top_k * (1.0 - r.vram_share) * expert_s + d.batch_calls * d.expert_kernel.batch_seconds())},
       {"experts from disk", disk_wait_s},
       {"compute beside reads", beside_reads_s},
       {"experts in VRAM", r.vram ? d.in_vram / (r.vram->gb_per_s * 1e9) : 0.0},

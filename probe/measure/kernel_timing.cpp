@@ -66,6 +66,8 @@ struct KernelSpec {
   // kernel given them routes every token to the same top_k experts (the
   // per-expert shape of a whole pass), else the probe's tokens over all 64.
   int call_tokens = 0;
+  // A call_tokens point's experts (0: top_k, OLMoE's 8).
+  int call_experts = 0;
   // A stream point's experts (0: none): each token routed to one of them
   // (token t to expert t mod stream_experts), so each carries call_tokens /
   // stream_experts rows of tokens of its own, as a prompt round's experts do.
@@ -183,7 +185,7 @@ std::vector<std::pair<int, int>> prefill_routing(int tokens, int n_experts) {
   for (auto& token : chosen) {
     for (int e = 0; e < n_experts; ++e) experts[static_cast<std::size_t>(e)] = e;
     std::shuffle(experts.begin(), experts.end(), random);
-    token.assign(experts.begin(), experts.begin() + kTopK);
+    token.assign(experts.begin(), experts.begin() + std::min(kTopK, n_experts));  // a call of fewer experts: all of them
   }
   std::vector<std::pair<int, int>> tasks;  // (token, expert)
   for (int e = 0; e < n_experts; ++e)
@@ -268,7 +270,9 @@ class KernelRunner {
     } else {
       // Decode: one token on top_k experts; prefill: the routed tokens, each
       // expert's record a distinct one while the pool holds them.
-      const int routed = spec.stream_experts > 0 ? spec.stream_experts : spec.call_tokens > 0 ? kTopK : kExperts;
+      const int routed = spec.stream_experts > 0   ? spec.stream_experts
+                         : spec.call_tokens > 0    ? (spec.call_experts > 0 ? spec.call_experts : kTopK)
+                                                   : kExperts;
       distinct_ = static_cast<int>(std::min<std::size_t>(spec.prefill ? routed : kTopK, experts_->slots()));
       if (spec.prefill && spec.stream_experts > 0) {
         // Each expert's rows kept where the pool holds fewer records than the point's experts.
@@ -565,6 +569,13 @@ std::vector<KernelSpec> tuning_specs() {
       // a few tokens on each of their experts, hundreds of rounds a prompt).
       {.name = "expert_q4_prefill_single", .format = F::q4_g64, .prefill = true, .weight = 0.25, .call_tokens = 1,
        .expert_hidden = kNarrowExpert, .expert_width = kNarrowExpert},
+      // The same token on two of them: beside the eight, what the batch's
+      // call costs apart from its experts (grouping, its steps' set-up, the
+      // token's quantisation), which a top-2 model's decode pays per layer
+      // for 2 experts where OLMoE's pays it for 8 (the 2-core VM's 64-wide
+      // layers took 4 us a call beside 1.8 an expert at 2 threads).
+      {.name = "expert_q4_prefill_single_pair", .format = F::q4_g64, .prefill = true, .weight = 0.25, .call_tokens = 1,
+       .call_experts = 2, .expert_hidden = kNarrowExpert, .expert_width = kNarrowExpert},
       // The expert decode batch over narrow experts: beside the OLMoE-wide
       // point, what a row costs apart from its bytes (its reduction and
       // store; the speed model fits both from the two points).

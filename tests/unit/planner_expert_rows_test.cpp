@@ -141,6 +141,54 @@ TEST(PlanSpeed, ExpertDecodeCostsPerExpertWithTheSingleTokenBatch) {
   EXPECT_DOUBLE_EQ(q.experts_in_ram_s(), two_points);
 }
 
+// With the same token on 2 of the 64-wide experts (expert_q4_prefill_single_pair)
+// beside the 8, the batch call's own cost F comes apart from its experts':
+// made-up calls of F = 4 us + 3 us an expert + 2 ns a row + 20 GB/s. Qwen3's
+// layer then costs F once beside its 8 experts, where the points without the
+// pair spread F over 8 experts (the same total at top 8). The 2-core VM's
+// 64-wide top-2 layers took 4 us a call beside 1.8 an expert at 2 threads.
+TEST(PlanSpeed, ThePairPointSeparatesTheBatchCallsOwnCost) {
+  ResidentQwen3 q;
+  constexpr double kPerCall = 4e-6, kPerExpert = 3e-6;
+  auto point = [](const char* kernel, int width, int hidden, int experts) {
+    const double rows = 2.0 * width + hidden, bytes = 3.0 * width * hidden * 0.53;
+    const double call_s = kPerCall + experts * (kPerExpert + bytes / kBytesPerSecond + rows * kRowSeconds);
+    const double gbs = experts * bytes / call_s / 1e9;
+    KernelThroughputPoint p =
+        point_on_8_threads(kernel, width, 1, 3 * experts, {3, gbs, gbs, gbs, 0}, {3, 1 / call_s, 1 / call_s, 1 / call_s, 0});
+    p.cols = hidden;
+    return p;
+  };
+  auto& points = q.profile.measurements.kernel_tuning->points;
+  points = {point("expert_q4_decode", 1024, 2048, 8), point("expert_q4_decode_narrow", 256, 2048, 8),
+            point("expert_q4_prefill_single", 64, 64, 8)};
+  const double without_pair = q.experts_in_ram_s();
+  points.push_back(point("expert_q4_prefill_single_pair", 64, 64, 2));
+  const double record = static_cast<double>(q.fp.expert().record_bytes), rows = static_cast<double>(q.fp.expert_matrix_rows());
+  const double layers = static_cast<double>(q.fp.moe_layer_count());
+  const double expected = q.per_token_experts() * (kPerExpert + record / kBytesPerSecond + rows * kRowSeconds) + layers * kPerCall;
+  EXPECT_NEAR(q.experts_in_ram_s(), expected, expected * 1e-6);
+  EXPECT_NEAR(without_pair, expected, expected * 1e-6);  // top 8: F spread over the 8 was the same
+  EXPECT_NE(q.decode_inputs().find("expert_q4_decode 4.00 us per batch call (its own, apart from its experts: "
+                                   "expert_q4_prefill_single on 8 and _pair on 2 of them) + 3.00 us per expert + 2.00 ns per row"),
+            std::string::npos)
+      << q.decode_inputs();
+  EXPECT_NE(q.decode_inputs().find("(1.00 batch calls a layer)"), std::string::npos) << q.decode_inputs();
+  // A pair timed slower per expert than the eight gives no F: the points as before.
+  points.back() = point("expert_q4_prefill_single", 64, 64, 8);
+  points.back().kernel = "expert_q4_prefill_single_pair", points.back().matrices = 6;
+  EXPECT_EQ(q.decode_inputs().find("per batch call"), std::string::npos) << q.decode_inputs();
+}
+
+// The expected batch calls of a MoE layer: one for its resident picks where
+// it has any, one for its misses where it has any.
+TEST(PlanSpeed, ALayerMakesABatchCallForItsHitsAndOneForItsMisses) {
+  EXPECT_DOUBLE_EQ(expert_batch_calls(8, 1.0, 0.0), 1.0);
+  EXPECT_DOUBLE_EQ(expert_batch_calls(8, 0.0, 1.0), 1.0);
+  EXPECT_DOUBLE_EQ(expert_batch_calls(2, 0.5, 0.5), 2 * (1 - 0.25));
+  EXPECT_DOUBLE_EQ(expert_batch_calls(1, 0.9, 0.1), 1.0);
+}
+
 // Where the plane through the three points gives a cost per row below zero
 // (here the wide point timed 3% slow, around 3 us per expert, no cost per
 // row and 20 GB/s: the plane has -0.9 ns a row), E and R are fitted alone

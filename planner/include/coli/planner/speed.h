@@ -84,6 +84,12 @@ std::uint64_t dense_bytes_per_token(const ModelFootprint& footprint);
 // tensor but the embedding table, which counts only when it is the lm_head.
 std::uint64_t dense_rows_per_token(const ModelFootprint& footprint);
 
+// The expected expert batch calls of a decoded token's MoE layer on the
+// CPU: one for the experts it holds, where its top_k picks any, and one
+// more for its misses once read, where any missed (MoeModel::moe_round),
+// each pick resident with probability `resident` and missed with `miss`.
+double expert_batch_calls(double top_k, double resident, double miss);
+
 // Decode reads the KV cache of `decode_depth` positions (a context that
 // deep before the token); kPlanMeanDepth: the mean over a full context of
 // the plan (ctx / 2), what a plan's one decode figure assumes.
