@@ -211,7 +211,7 @@ std::optional<LinearCost> line_through(double x_a, double t_a, double x_b, doubl
 
 std::optional<RowCost> float_gemv_row_cost(const DeviceProfile& profile, const Team& team, WeightsFrom from) {
   if (!profile.measurements.kernel_tuning) return std::nullopt;
-  const std::string suffix = from == WeightsFrom::cache ? "_cached" : "";
+  const std::string suffix = from == WeightsFrom::cache ? "_cached" : from == WeightsFrom::last_level ? "_llc" : "";
   const std::string wide_kernel = "dense_bf16_decode" + suffix, narrow_kernel = "dense_bf16_decode_narrow" + suffix;
   auto point = [&](const std::string& kernel) {
     return nearest_team(profile.measurements.kernel_tuning->points, team, [&](const KernelThroughputPoint& p) {
@@ -239,7 +239,10 @@ std::optional<RowCost> float_gemv_row_cost(const DeviceProfile& profile, const T
   return RowCost{row, gbs,
                  wide_kernel + " " + format_fixed(row * 1e9, 2) + " ns per row + " + format_fixed(gbs, 1) + " GB/s (fitted from " +
                      std::to_string(wide->cols) + "- and " + std::to_string(narrow->cols) + "-wide rows" +
-                     (from == WeightsFrom::cache ? " warm in the caches" : "") + ", measured at " +
+                     (from == WeightsFrom::cache        ? " warm in the caches"
+                      : from == WeightsFrom::last_level ? " warm in the last-level cache, each thread's share twice its core's own"
+                                                        : "") +
+                     ", measured at " +
                      std::to_string(wide->threads) + " threads" +
                      (steps.empty() ? "" : ", less each call's regions, priced as parallel steps") + ")"};
 }

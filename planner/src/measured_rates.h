@@ -183,9 +183,13 @@ struct RowCost {
   double seconds_per_batch = 0;  // an expert batch call's own, beside its experts' (per MoE layer and call)
 };
 // `from` cache: the same fit through the points timed on weights warm in
-// the caches (dense_bf16_decode_cached, _narrow_cached), for a model whose
-// decode working set fits the last-level cache.
-enum class WeightsFrom { ram, cache };
+// the caches (dense_bf16_decode_cached, _narrow_cached: 4 MiB, each
+// thread's share within its core's own cache from 2 threads), for a model
+// whose decode working set fits the last-level cache; last_level: through
+// the points whose thread shares are twice the core's own cache
+// (dense_bf16_decode_llc, _narrow_llc), for one whose dense share per
+// thread does not fit half that cache.
+enum class WeightsFrom { ram, cache, last_level };
 std::optional<RowCost> float_gemv_row_cost(const DeviceProfile& profile, const Team& team, WeightsFrom from);
 // The engine's expert decode batch the same way: a cost per row (a row's
 // reduction and store beside its bytes) plus a rate per byte, fitted from

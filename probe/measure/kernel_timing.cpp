@@ -83,6 +83,11 @@ struct KernelSpec {
   // cache decodes from there (the tiny model's 6 MiB lm_head on the H100 box
   // ran 1.5x faster than the points streaming from RAM said).
   bool cache_resident = false;
+  // With cache_resident: sized for each set, each thread's share of the
+  // rows twice the core's own cache (core_cache_bytes), so they come from
+  // the last level (the fixed 4 MiB fit the 2-core VM's two L2s, where the
+  // demo model's 6 MiB lm_head ran 10-14% slower than they said).
+  bool spills_core_cache = false;
   int head_dim = 128;  // attention: OLMoE's heads, or narrow ones (a small model's cost per position)
   // An expert kernel's experts: hidden x width (OLMoE's, or narrow ones: a
   // small model's cost per routed row beside its multiply-adds).
@@ -538,6 +543,12 @@ std::vector<KernelSpec> tuning_specs() {
        .dense_matrices = 1, .cache_resident = true},
       {.name = "dense_bf16_decode_narrow_cached", .format = F::bf16, .dense = true, .weight = 0.25, .dense_rows = kNarrowRows,
        .dense_cols = kNarrowCols, .dense_matrices = 1, .cache_resident = true},
+      // Both again with each thread's share twice its core's own cache: a
+      // model whose dense weights fit the last level but not the cores'.
+      {.name = "dense_bf16_decode_llc", .format = F::bf16, .dense = true, .weight = 0.25, .dense_rows = kCachedRows,
+       .dense_matrices = 1, .cache_resident = true, .spills_core_cache = true},
+      {.name = "dense_bf16_decode_narrow_llc", .format = F::bf16, .dense = true, .weight = 0.25, .dense_rows = kNarrowRows,
+       .dense_cols = kNarrowCols, .dense_matrices = 1, .cache_resident = true, .spills_core_cache = true},
       // A prompt's bf16 projections (64 tokens through q, k, v and o): the speed model's prefill term.
       {.name = "dense_bf16_prefill", .format = F::bf16, .prefill = true, .dense = true, .call_tokens = kWideTokensPerExpert},
       // A prompt slice's quantised projections (`--dense q4_g64` / q8_row):
@@ -635,15 +646,34 @@ void time_slice(Work& w, double unit) {
 }
 
 // A runner for every (set, kernel), the team-independent ones on the first set only; the
-// decode attention kernels share one pool of `decode_kv_bytes` of layers.
+// decode attention kernels share one pool of `decode_kv_bytes` of layers; the
+// points that spill the cores' caches sized for each set (left out where the
+// last level cannot hold them).
+// A spills_core_cache spec for a team of `threads`: its rows grown until
+// each thread's share is twice the core's own cache; nullopt where the last
+// level would not hold twice that (or the facts have no such caches).
+std::optional<KernelSpec> sized_for_team(const KernelSpec& spec, int threads, const CpuFacts& facts) {
+  if (!spec.spills_core_cache) return spec;
+  const std::uint64_t core = core_cache_bytes(facts.caches), llc = last_level_cache_bytes(facts.caches, threads);
+  const std::uint64_t row = matrix_bytes(spec.format, 1, spec.dense_cols);
+  if (core == 0 || row == 0) return std::nullopt;
+  KernelSpec sized = spec;
+  sized.dense_rows = std::max<int>(spec.dense_rows, static_cast<int>(2 * core * static_cast<std::uint64_t>(threads) / row));
+  if (2 * WeightPool::taken_bytes(matrix_bytes(sized.format, sized.dense_rows, sized.dense_cols)) > llc) return std::nullopt;
+  return sized;
+}
+
 Result<std::vector<Work>> make_work(const std::vector<ThreadCandidate>& sets, const std::vector<KernelSpec>& specs,
                                     cpu::CpuKernelVariant variant, const std::string& cpu_kernel, WeightPool& pool, int prefill_tokens,
-                                    std::uint64_t decode_kv_bytes) {
+                                    std::uint64_t decode_kv_bytes, const CpuFacts& facts) {
   std::vector<Work> work;
   std::shared_ptr<const forward::KvCache> decode_kv;  // one pool for every decode attention runner
   for (std::size_t i = 0; i < sets.size(); ++i)
-    for (const KernelSpec& spec : specs) {
-      if (spec.team_independent() && i > 0) continue;
+    for (const KernelSpec& team_spec : specs) {
+      if (team_spec.team_independent() && i > 0) continue;
+      const std::optional<KernelSpec> sized = sized_for_team(team_spec, sets[i].pus.size(), facts);
+      if (!sized) continue;
+      const KernelSpec& spec = *sized;
       std::optional<EngineExpertBatch> experts;
       if (spec.experts()) {
         auto batch = EngineExpertBatch::create(spec.format, spec.expert_hidden, spec.expert_width, cpu_kernel,
@@ -787,7 +817,7 @@ Result<KernelTuning> measure_kernel_tuning(const CpuFacts& facts, const MemoryFa
     sets.resize(affordable);
   }
   auto work = make_work(sets, specs, *variant, tuning.cpu_kernel, pool, options.prefill_tokens,
-                        decode_attention_pool_bytes(facts, pool));
+                        decode_attention_pool_bytes(facts, pool), facts);
   if (!work) return work.error();
   std::vector<bool> pinnable(sets.size(), true);
   cpu::TeamRelease release;

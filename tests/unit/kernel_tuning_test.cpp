@@ -312,6 +312,20 @@ TEST(KernelTuning, LastLevelCacheATeamReaches) {
   EXPECT_EQ(last_level_cache_bytes({}, 4), 0u);
 }
 
+// A core's own cache: the largest data or unified level below the last that
+// one core alone uses (the EPYC's 1 MiB L2; none where the L2 is shared by a
+// cluster, or without cache facts).
+TEST(KernelTuning, TheCoresOwnCache) {
+  const std::vector<CacheInfo> epyc = {{1, "data", 0, 32ull << 10, 64, 1, 64},
+                                       {1, "instruction", 0, 32ull << 10, 64, 1, 64},
+                                       {2, "unified", 0, 1ull << 20, 64, 1, 64},
+                                       {3, "unified", 0, 32ull << 20, 64, 8, 8}};
+  EXPECT_EQ(core_cache_bytes(epyc), 1ull << 20);
+  const std::vector<CacheInfo> cluster = {{1, "data", 0, 64ull << 10, 64, 1, 8}, {2, "unified", 0, 4ull << 20, 64, 4, 2}};
+  EXPECT_EQ(core_cache_bytes(cluster), 64ull << 10);  // the shared L2 is the last level: the L1 is the core's own
+  EXPECT_EQ(core_cache_bytes({}), 0u);
+}
+
 TEST(KernelTuning, ShortRealRunOnThisMachine) {
   ProbeOptions options;
   options.quick = true;

@@ -1346,6 +1346,44 @@ TEST(PlanSpeed, AWorkingSetInTheLastLevelCacheReadsDenseWarm) {
               lm_head_bytes / 20e9 + lm_head_rows * 0.5e-9, 1e-9);
 }
 
+// Warm in the caches, where each thread's share of the dense weights is
+// over half its core's own cache, the float GEMV's fit is the one through
+// the points whose shares spill it (dense_bf16_decode_llc, _narrow_llc);
+// without them, the cached points as before, saying so. Made-up: cached 0.5
+// ns a row + 20 GB/s, spilled 0.8 ns + 10 GB/s; Qwen3's 2.3 GiB of dense
+// over 8 threads against 2 MiB L2s, then against 1 GiB ones.
+TEST(PlanSpeed, ADenseShareOverTheCoresOwnCacheReadsFromTheLastLevel) {
+  const ModelFootprint fp = qwen3();
+  const Plan plan = resident_qwen3_plan(8);
+  DeviceProfile profile = measured_profile(10);
+  profile.measurements.kernel_tuning = KernelTuning{"avx512vnni", 1ull << 30, 1, "", {}};
+  auto& points = profile.measurements.kernel_tuning->points;
+  points = {made_up_dense_bf16_point("dense_bf16_decode", 2048, 2048, 4, 1e-9, 5e9),
+            made_up_dense_bf16_point("dense_bf16_decode_narrow", 32768, 64, 1, 1e-9, 5e9),
+            made_up_dense_bf16_point("dense_bf16_decode_cached", 1024, 2048, 1, 0.5e-9, 20e9),
+            made_up_dense_bf16_point("dense_bf16_decode_narrow_cached", 32768, 64, 1, 0.5e-9, 20e9)};
+  points.push_back(point_on_8_threads("expert_q4_prefill", 1024, 32, 768, {}, {3, 100, 100, 100, 0}));
+  profile.cpu.caches = {{2, "unified", 0, 2ull << 20, 64, 1, 8}, {3, "unified", 0, 64ull << 30, 64, 8, 1}};
+  const auto bytes = static_cast<double>(dense_bytes_per_token(fp)), rows = static_cast<double>(dense_rows_per_token(fp));
+  const SpeedPrediction no_llc_points = predict_speed(profile, fp, plan);
+  EXPECT_NEAR(term_seconds(no_llc_points.decode_terms, "dense weights"), bytes / 20e9 + rows * 0.5e-9, 1e-9);
+  EXPECT_NE(no_llc_points.decode_inputs.find("of the dense weights is over half its core's own 2.0 MiB cache: dense priced warm "
+                                             "in the last-level cache by the cached points (the profile has no last-level "
+                                             "points: re-probe)"),
+            std::string::npos)
+      << no_llc_points.decode_inputs;
+  points.push_back(made_up_dense_bf16_point("dense_bf16_decode_llc", 8192, 2048, 1, 0.8e-9, 10e9));
+  points.push_back(made_up_dense_bf16_point("dense_bf16_decode_narrow_llc", 262144, 64, 1, 0.8e-9, 10e9));
+  const SpeedPrediction spilled = predict_speed(profile, fp, plan);
+  EXPECT_NEAR(term_seconds(spilled.decode_terms, "dense weights"), bytes / 10e9 + rows * 0.8e-9, 1e-9);
+  EXPECT_NE(spilled.decode_inputs.find("dense_bf16_decode_llc 0.80 ns per row + 10.0 GB/s (fitted from 2048- and 64-wide rows "
+                                       "warm in the last-level cache, each thread's share twice its core's own"),
+            std::string::npos)
+      << spilled.decode_inputs;
+  profile.cpu.caches[0].size_bytes = 1ull << 30;  // each thread's 290 MiB within half its core's cache
+  EXPECT_NEAR(term_seconds(predict_speed(profile, fp, plan).decode_terms, "dense weights"), bytes / 20e9 + rows * 0.5e-9, 1e-9);
+}
+
 // With quantised dense the engine keeps the router in the checkpoint's bf16
 // (convert's quantisable_dense), and multiplies it with the float GEMV:
 // Qwen3's 48 routers of 128 x 2048 are 24 MiB a token, priced by the float

@@ -83,6 +83,20 @@ inline std::uint64_t last_level_cache_bytes(const std::vector<CacheInfo>& caches
   return best;
 }
 
+// A core's own cache: the largest data or unified cache below the last
+// level that serves one core alone (L2 on most x86 cores; 0 without cache
+// facts). A GEMV thread's share of weights read token after token stays
+// there where it fits; a larger share comes from the last level.
+inline std::uint64_t core_cache_bytes(const std::vector<CacheInfo>& caches) {
+  int last_level = 0;
+  for (const CacheInfo& c : caches) last_level = std::max(last_level, c.level);
+  std::uint64_t best = 0;
+  for (const CacheInfo& c : caches) {
+    if (c.level < last_level && c.cores_sharing == 1 && c.type != "instruction") best = std::max(best, c.size_bytes);
+  }
+  return best;
+}
+
 // What a buffer the probe reads round and round must span to stream from
 // RAM: 16 last-level caches (every instance, a hybrid CPU's shared L3
 // once), of which a cache that resists streaming keeps at most a sixteenth
