@@ -8,10 +8,17 @@
 #include <thread>
 #include <vector>
 #include <algorithm>
+#include <fcntl.h>
+#include <unistd.h>
+#include <cstring>
 using Clock = std::chrono::steady_clock;
 int main(int argc, char** argv) {
   const std::size_t bytes = std::atol(argv[1]);
   const int sleep_us = std::atoi(argv[2]);
+  const char* file = argc > 3 ? argv[3] : nullptr;
+  int fd = file ? open(file, O_RDONLY | O_DIRECT) : -1;
+  void* rb = nullptr; posix_memalign(&rb, 4096, 8192);
+  off_t size = fd >= 0 ? lseek(fd, 0, SEEK_END) : 0; unsigned seed = 1;
   std::vector<float> buf(bytes / 4, 1.0f);
   std::mutex m; std::condition_variable cv; bool go = false, req = false, quit = false;
   std::thread io([&] {
@@ -20,7 +27,8 @@ int main(int argc, char** argv) {
       cv.wait(l, [&] { return req || quit; });
       if (quit) return;
       req = false; l.unlock();
-      std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
+      if (fd >= 0) { seed = seed * 1103515245u + 12345u; off_t at = (off_t)((seed >> 8) % (size / 8192 - 1)) * 8192; if (pread(fd, rb, 8192, at) != 8192) std::printf("read failed\n"); }
+      else std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
       l.lock(); go = true; cv.notify_all();
     }
   });
