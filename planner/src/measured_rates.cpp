@@ -266,12 +266,13 @@ PerExpert per_expert(const NetCall& call, const KernelThroughputPoint& p, double
 // of the same 64-wide experts (expert_q4_prefill_single and _single_pair,
 // each net of its fork/joins): t(n) = F + n e through both. 0 where the pair
 // was not timed at the team (profiles before it) or the two give no F.
+// `eight_call`: the 8-expert point's net call, which the caller has made.
 double expert_batch_call_seconds(const DeviceProfile& profile, const Team& team, const KernelThroughputPoint& eight,
-                                 const KernelThroughputPoint* pair) {
+                                 const NetCall& eight_call, const KernelThroughputPoint* pair) {
   if (!pair || pair->threads != eight.threads) return 0.0;
   const double n8 = eight.matrices / 3.0, n2 = pair->matrices / 3.0;
   if (!(n8 > n2)) return 0.0;
-  const double t8 = net_call(profile, team, eight).streaming_s, t2 = net_call(profile, team, *pair).streaming_s;
+  const double t8 = eight_call.streaming_s, t2 = net_call(profile, team, *pair).streaming_s;
   const double per_expert = (t8 - t2) / (n8 - n2);
   return per_expert > 0 ? std::max(0.0, t2 - n2 * per_expert) : 0.0;
 }
@@ -350,12 +351,15 @@ std::optional<RowCost> expert_gemv_row_cost(const DeviceProfile& profile, Weight
   const NetCall wide_call = net_call(profile, team, *wide);
   const std::string measured = ", measured at " + std::to_string(wide->threads) + " threads" +
                                (wide_call.steps.empty() ? "" : ", less each call's " + wide_call.steps + ", priced as parallel steps") + ")";
+  // The single-token point joins the wide pair only from their team.
   const KernelThroughputPoint* single = experts == WeightFormat::q4_g64 ? point("expert_q4_prefill_single") : nullptr;
+  if (single && single->threads != wide->threads) single = nullptr;
+  const NetCall single_call = single ? net_call(profile, team, *single) : NetCall{};
   const double batch_s =
-      single && single->threads == wide->threads ? expert_batch_call_seconds(profile, team, *single, point("expert_q4_prefill_single_pair")) : 0.0;
+      single ? expert_batch_call_seconds(profile, team, *single, single_call, point("expert_q4_prefill_single_pair")) : 0.0;
   const PerExpert w = per_expert(wide_call, *wide, batch_s), n = per_expert(net_call(profile, team, *narrow), *narrow, batch_s);
-  if (single && single->threads == wide->threads) {
-    const PerExpert one = per_expert(net_call(profile, team, *single), *single, batch_s);
+  if (single) {
+    const PerExpert one = per_expert(single_call, *single, batch_s);
     if (const auto cost = plane_through({w, n, one})) {
       const double gbs = 1e-9 / cost->per_byte;
       return RowCost{cost->per_row, gbs,
