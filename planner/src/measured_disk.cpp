@@ -325,6 +325,23 @@ PhaseRounds phase_rounds(std::span<const experts::ReadRounds> measured, u64 reco
   return out;
 }
 
+// What a waited round costs the token's compute after it (DiskReads::resume_s):
+// the mean compute of the tokens that waited less that of those that did
+// not, over their mean waited rounds.
+void add_resume_cost(const experts::ReadRounds& rounds, DiskReads& reads) {
+  if (!rounds.prices_resume()) return;
+  const double calm = rounds.calm_seconds / static_cast<double>(rounds.calm_tokens);
+  const double waiting = rounds.waiting_seconds / static_cast<double>(rounds.waiting_tokens);
+  const double per_token = static_cast<double>(rounds.waiting_rounds) / static_cast<double>(rounds.waiting_tokens);
+  const double resume = (waiting - calm) / per_token;
+  reads.resume_s = std::max(0.0, resume);
+  reads.text += "; after a round it waited for, a generated token computed " + format_fixed(resume * 1e6, 1) +
+                " us longer a waited round (" + std::to_string(rounds.waiting_tokens) + " tokens that waited, " +
+                format_fixed(per_token, 2) + " rounds each, against " + std::to_string(rounds.calm_tokens) +
+                " that did not: their passes less their waits, " + format_fixed(waiting * 1e3, 3) + " / " +
+                format_fixed(calm * 1e3, 3) + " ms; " + (resume < 0 ? "faster: noise, counted 0)" : "priced per waited round)");
+}
+
 std::string other_teams_text(const std::vector<int>& teams, int compute_threads) {
   std::string list;
   for (const int team : teams) list += (list.empty() ? "" : ", ") + std::to_string(team);
@@ -372,6 +389,7 @@ std::optional<DiskReads> disk_reads(const DeviceProfile& profile, u64 record_str
                      " us after a round's last read landed (mean of " + std::to_string(chosen.rounds->waited) +
                      " rounds that waited for it)";
     }
+    if (phase == ReadPhase::decode) add_resume_cost(*chosen.rounds, *reads);
   } else if (!chosen.other_teams.empty()) {
     reads->text += other_teams_text(chosen.other_teams, compute_threads);
   }

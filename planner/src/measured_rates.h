@@ -115,6 +115,13 @@ struct DiskReads {
   // thread running again, where it was still waiting (0 without them, or
   // fewer than 3 such rounds). A layer that waits for its reads pays it.
   double wake_s = 0;
+  // A generated token's compute after a round it waited for, beyond a token
+  // that never waited, per waited round (the engine's tokens in those
+  // rounds' history, ReadRounds::add_token; 0 without enough of them, for a
+  // prompt's reads, or where it came out below zero). A decode layer that
+  // waits pays it: the 2-core VM's one-miss token ran its lm_head 17%
+  // slower after the thread slept on the read.
+  double resume_s = 0;
   // Expected seconds for `reads` records requested together and all waited
   // for (a layer's or a prefill round's misses): below one read, that share
   // of a lone read; else the measured batches interpolated (beyond the

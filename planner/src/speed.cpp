@@ -299,8 +299,9 @@ ReadsBesideCompute expected_reads(const std::optional<DiskReads>& disk, double n
   auto add = [&](double share, int misses) {
     const double read = disk->seconds(misses), compute = overlap(misses);
     const double outlasts = read - progress * compute;
-    // A layer still waiting when its reads land runs again after a wake-up (the engine's rounds measured it).
-    out.wait += share * (outlasts > 0 ? outlasts + disk->wake_s : 0.0);
+    // A layer still waiting when its reads land runs again after a wake-up,
+    // and its token computes slower after (the engine's rounds and tokens measured both).
+    out.wait += share * (outlasts > 0 ? outlasts + disk->wake_s + disk->resume_s : 0.0);
     out.overlapped += share * (progress > 0 ? std::min(compute, read / progress) : compute);
   };
   if (!batches.empty()) {  // the replay's own rounds: how often m misses came together

@@ -440,6 +440,12 @@ TEST(EngineReadRounds, EveryRoundThatReadIsFiledByItsReadCount) {
   // Rounds whose compute thread was still waiting at their last landing: some of them, each woken once.
   EXPECT_LE(batches.waited, rounds);
   EXPECT_GE(batches.wake_seconds, 0.0);
+  // Every generated token after the first is filed once, by whether its rounds waited; a waiting one waited for one
+  // round or more.
+  EXPECT_EQ(batches.calm_tokens + batches.waiting_tokens, run.tokens.size() - 1);  // all but the first after the prompt
+  EXPECT_LE(batches.waiting_tokens, batches.waiting_rounds);
+  EXPECT_LE(batches.waiting_rounds, batches.waited);
+  EXPECT_GT(batches.calm_seconds + batches.waiting_seconds, 0.0);
   const experts::ReadRounds none = experts::ReadRounds::between(batches, batches);
   EXPECT_EQ(std::accumulate(none.rounds.begin(), none.rounds.end(), std::uint64_t{0}), 0u);
   EXPECT_EQ(none.waited, 0u);

@@ -161,6 +161,54 @@ TEST(PlanSpeed, ReadRoundsTimedBesideTheTeamCarryTheirOwnProgress) {
             std::string::npos) << woken.decode_inputs;
 }
 
+// A generated token that waited for a round computes slower after it (the
+// 2-core VM's lm_head ran 17% slower after a one-miss token's thread slept):
+// the engine files its tokens by the rounds they waited for, and each
+// decode layer that waits pays what a waiting token computed beyond a calm
+// one, per waited round. A prompt's rounds do not; fewer than 5 tokens on
+// either side price nothing, nor does a waiting token measured faster.
+TEST(PlanSpeed, AWaitedRoundsSlowerComputeIsPricedPerWaitedRound) {
+  const double ram_gbs = 0.3;
+  StreamingPlan s = streaming_setup(ram_gbs);
+  const double layers = s.fp.moe_layer_count();
+  const double compute_s = static_cast<double>(s.fp.expert().record_bytes) / (ram_gbs * 1e9);
+  auto history = experts::UsageHistory::create({static_cast<int>(layers), s.fp.n_experts, s.fp.top_k, "tiny-test"});
+  ASSERT_TRUE(history.ok());
+  std::vector<std::vector<std::uint64_t>> uniform(static_cast<std::size_t>(layers),
+                                                  std::vector<std::uint64_t>(static_cast<std::size_t>(s.fp.n_experts), 10));
+  ASSERT_TRUE(history->add_counts(uniform, 40).ok());
+  experts::ReadRounds rounds;
+  rounds.record_bytes = s.fp.expert().record_stride, rounds.io_threads = 4, rounds.compute_threads = s.plan.threads;
+  for (int i = 0; i < 3; ++i) rounds.add(1, 0.5e-3), rounds.add(2, 0.8e-3);
+  for (int i = 0; i < 10; ++i) rounds.add_wake(0);
+  // 5 calm tokens of 1 ms, 4 waiting ones of 1.3 ms with 2 waited rounds each: too few.
+  for (int i = 0; i < 5; ++i) rounds.add_token(1e-3, 0);
+  for (int i = 0; i < 4; ++i) rounds.add_token(1.3e-3, 2);
+  ASSERT_TRUE(history->set_read_rounds(rounds).ok());
+  const SpeedPrediction few = predict_speed(s.profile, s.fp, s.plan, &*history);
+  const double bare = layers * (0.5 * (0.5e-3 - compute_s) + 0.25 * 0.8e-3);
+  EXPECT_NEAR(term_seconds(few.decode_terms, "experts from disk"), bare, 1e-12);
+  EXPECT_EQ(few.decode_inputs.find("after a round it waited for"), std::string::npos) << few.decode_inputs;
+  // A fifth waiting token: 0.3 ms over 2 rounds, 150 us a waited round.
+  rounds.add_token(1.3e-3, 2);
+  ASSERT_TRUE(history->set_read_rounds(rounds).ok());
+  const SpeedPrediction priced = predict_speed(s.profile, s.fp, s.plan, &*history);
+  EXPECT_NEAR(term_seconds(priced.decode_terms, "experts from disk"),
+              layers * (0.5 * (0.5e-3 - compute_s + 150e-6) + 0.25 * (0.8e-3 + 150e-6)), 1e-12);
+  EXPECT_NE(priced.decode_inputs.find("a generated token computed 150.0 us longer a waited round (5 tokens that waited, "
+                                      "2.00 rounds each, against 5 that did not"),
+            std::string::npos) << priced.decode_inputs;
+  EXPECT_NEAR(term_seconds(priced.prefill_terms, "experts from disk"), term_seconds(few.prefill_terms, "experts from disk"),
+              1e-15) << "a prompt's rounds pay no token's resume";
+  // Waiting tokens measured faster: noise, nothing priced.
+  experts::ReadRounds faster = rounds;
+  faster.waiting_seconds = 5 * 0.9e-3;
+  ASSERT_TRUE(history->set_read_rounds(faster).ok());
+  const SpeedPrediction noise = predict_speed(s.profile, s.fp, s.plan, &*history);
+  EXPECT_NEAR(term_seconds(noise.decode_terms, "experts from disk"), bare, 1e-12);
+  EXPECT_NE(noise.decode_inputs.find("faster: noise, counted 0"), std::string::npos) << noise.decode_inputs;
+}
+
 // A kernel the probe timed faster beside reads is noise: no term, and the
 // plan says so; nor does a plan whose experts all stay resident pay any.
 TEST(PlanSpeed, ReadInterferenceBelowZeroOrWithoutReadsCostsNothing) {

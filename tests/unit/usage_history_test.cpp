@@ -46,6 +46,8 @@ UsageHistory sample_history() {
   rounds.record_bytes = 8192, rounds.io_threads = 4, rounds.compute_threads = 2;
   rounds.add(1, 0.001, true), rounds.add(1, 0.002), rounds.add(1, 0.003), rounds.add(3, 0.0045);
   rounds.add_wake(0.25e-4), rounds.add_wake(0.25e-4);  // two waited for their last read: 50 us of wake-ups
+  // Generated tokens: two that never waited (1 ms in all), one that waited for one round (0.75 ms less its wait).
+  rounds.add_token(1e-3, 0), rounds.add_token(0, 0), rounds.add_token(0.75e-3, 1);
   EXPECT_TRUE(history->set_read_rounds(rounds).ok());
   return std::move(history).value();
 }
@@ -399,12 +401,17 @@ TEST(UsageHistory, ContentErrorsBehindAValidChecksumAreReported) {
   expect_refused(edit("5e-05 1 1 0.001", "5e-05 1 x 0.001"), "decode rounds of 1 reads need");
   expect_refused(edit("5e-05 1 1 0.001", "5e-05 1 4 0.001"), "4 decode rounds of 1 reads");
   expect_refused(edit("5e-05 1 1 0.001", "5e-05 1 1 0.007"), "exceed the 3 rounds of that count");
+  expect_refused(edit("0.001 2 0.001 1 1 0.00075", "0.001 2 0.001 1 1"), "read_rounds line is malformed");
+  expect_refused(edit("0.001 2 0.001 1 1 0.00075", "0.001 2 0.001 1 0 0.00075"), "the generated tokens need");
+  expect_refused(edit("0.001 2 0.001 1 1 0.00075", "0.001 2 0.001 1 3 0.00075"), "the generated tokens need");
+  expect_refused(edit("0.001 2 0.001 1 1 0.00075", "0.001 2 -0.001 1 1 0.00075"), "the generated tokens need");
 }
 
 // Version 5 added the latest run's read rounds (record size, I/O threads,
 // rounds and seconds by read count), version 6 one set per compute team,
 // version 7 the rounds that waited for their last read and the wake-ups,
-// version 9 the generated tokens' rounds apart (version 8's load without);
+// version 9 the generated tokens' rounds apart (version 8's load without),
+// version 10 the generated tokens by the rounds they waited for;
 // version 4 files (without them) still load, with none, and version 5's one
 // set loads with its team unrecorded (0). A merge takes the newer run's
 // rounds where it read any, and a run that read nothing leaves the ones
@@ -427,8 +434,21 @@ TEST(UsageHistory, ReadRoundsRoundTripAndTheNewerRunsReplaceTheOlder) {
   EXPECT_EQ(r.decode_rounds[1], 1u);
   EXPECT_DOUBLE_EQ(r.decode_seconds[1], 0.001);
   EXPECT_EQ(r.decode_rounds[3], 0u);
-  EXPECT_NE(history.serialize().find("\nread_rounds 2 8192 4 3 3 0.006 0 0 1 0.0045 2 5e-05 1 1 0.001\n"), std::string::npos)
+  EXPECT_EQ(r.calm_tokens, 2u);
+  EXPECT_DOUBLE_EQ(r.calm_seconds, 1e-3);
+  EXPECT_EQ(r.waiting_tokens, 1u);
+  EXPECT_EQ(r.waiting_rounds, 1u);
+  EXPECT_DOUBLE_EQ(r.waiting_seconds, 0.75e-3);
+  EXPECT_NE(history.serialize().find("\nread_rounds 2 8192 4 3 3 0.006 0 0 1 0.0045 2 5e-05 1 1 0.001 2 0.001 1 1 0.00075\n"),
+            std::string::npos)
       << history.serialize();
+  // Version 9 kept no generated tokens: none, the rounds as they were.
+  const std::string version9 =
+      body_of(as_version(history, 9, "read_rounds")) + "read_rounds 2 8192 4 3 3 0.006 0 0 1 0.0045 2 5e-05 1 1 0.001\n";
+  auto loaded9 = UsageHistory::parse(with_checksum(version9), kKey);
+  ASSERT_TRUE(loaded9.ok()) << loaded9.error().message;
+  EXPECT_EQ(loaded9->read_round_sets()[0].decode_rounds[1], 1u);
+  EXPECT_EQ(loaded9->read_round_sets()[0].calm_tokens + loaded9->read_round_sets()[0].waiting_tokens, 0u);
   // Version 8 kept no decode rounds apart: none, the rounds as they were.
   const std::string version8 =
       body_of(as_version(history, 8, "read_rounds")) + "read_rounds 2 8192 4 3 3 0.006 0 0 1 0.0045 2 5e-05\n";

@@ -31,7 +31,8 @@ std::optional<RunEstimate> estimate_run(const SpeedTests& tests, double min_time
 
 // An untimed recording (a usage history, or a team's read rounds) is two
 // of the workload's passes in one load: a first, then the one it keeps
-// (sweep_run.h).
+// (sweep_run.h), which goes on for up to three more passes where too few
+// generated tokens waited; the estimate counts the two.
 inline constexpr int kPassesPerRecording = 2;
 
 // One repeat of the grid (every configuration once) by its predictions.

@@ -209,8 +209,10 @@ Result<std::vector<std::size_t>> record_team_rounds(const Args& args, const Setu
   for (std::size_t c : round_recorders(plan, grid)) {
     const planner::Plan run_plan = plan_of_config(plan, grid[c]);
     const auto sets = history.read_round_sets();
+    // A set without generated tokens (a history before version 10) cannot price resuming after a wait.
     const bool have = std::any_of(sets.begin(), sets.end(), [&](const experts::ReadRounds& r) {
-      return r.compute_threads == grid[c].threads.threads() && r.io_threads == run_plan.io_threads;
+      return r.compute_threads == grid[c].threads.threads() && r.io_threads == run_plan.io_threads &&
+             r.calm_tokens + r.waiting_tokens > 0;
     });
     if (have && only_missing) continue;
     auto options = runtime::options_from_plan(run_plan, s.shape, &history);
@@ -232,8 +234,15 @@ Status add_team_read_rounds(const Args& args, Setup& s, const planner::Plan& pla
   auto recorded = record_team_rounds(args, s, plan, grid, *s.history, true);
   if (!recorded) return recorded.error();
   for (std::size_t c : *recorded) {
-    std::printf("read rounds beside %d compute threads: recorded from an untimed pass (the second of one load) of %s\n",
-                grid[c].threads.threads(), config_label(grid[c], s.footprint.n_experts).c_str());
+    const auto sets = s.history->read_round_sets();
+    const auto team = std::find_if(sets.begin(), sets.end(), [&](const experts::ReadRounds& r) {
+      return r.compute_threads == grid[c].threads.threads();
+    });
+    const std::string tokens = team == sets.end() ? std::string()
+                                                  : "; generated tokens: " + std::to_string(team->waiting_tokens) +
+                                                        " waited, " + std::to_string(team->calm_tokens) + " did not";
+    std::printf("read rounds beside %d compute threads: recorded from untimed passes (the second of one load on) of %s%s\n",
+                grid[c].threads.threads(), config_label(grid[c], s.footprint.n_experts).c_str(), tokens.c_str());
   }
   if (!s.recorded_history.empty()) return s.history->save(s.recorded_history);
   return Ok{};

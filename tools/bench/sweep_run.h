@@ -57,9 +57,11 @@ Result<experts::UsageHistory> record_usage(const std::filesystem::path& model, r
                                            const Workload& workload);
 
 // The read rounds of an untimed pass of the workload after its warm-up
-// prompt (the second in one load, as record_usage's), with `options` as
-// given (a grid configuration's): the disk as that configuration's compute
-// team and I/O pool meet it.
+// prompt (the second in one load, as record_usage's; up to three more where
+// too few generated tokens waited to price resuming after a wait,
+// ReadRounds::prices_resume), with `options` as given (a grid
+// configuration's): the disk as that configuration's compute team and I/O
+// pool meet it.
 Result<experts::ReadRounds> record_read_rounds(const std::filesystem::path& model, const runtime::ModelOptions& options,
                                                const Workload& workload);
 

@@ -149,8 +149,9 @@ Status parse_trace(std::span<const std::string_view> lines, const UsageHistoryKe
 // "read_rounds <compute_threads> <record_bytes> <io_threads> <n> <rounds_1>
 // <seconds_1> ... <rounds_n> <seconds_n> <waited> <wake_seconds> <d>
 // <decode_rounds_1> <decode_seconds_1> ... <decode_rounds_d>
-// <decode_seconds_d>": n (d) the largest read count with a round (a decode
-// round; 0: none).
+// <decode_seconds_d> <calm_tokens> <calm_seconds> <waiting_tokens>
+// <waiting_rounds> <waiting_seconds>": n (d) the largest read count with a
+// round (a decode round; 0: none).
 void append_read_rounds(std::string& out, const ReadRounds& r) {
   std::size_t n = 0;
   for (std::size_t m = 1; m < r.rounds.size(); ++m) n = r.rounds[m] > 0 ? m : n;
@@ -169,6 +170,10 @@ void append_read_rounds(std::string& out, const ReadRounds& r) {
     out += " " + std::to_string(r.decode_rounds[m]) + " ";
     append_number(out, r.decode_seconds[m]);
   }
+  out += " " + std::to_string(r.calm_tokens) + " ";
+  append_number(out, r.calm_seconds);
+  out += " " + std::to_string(r.waiting_tokens) + " " + std::to_string(r.waiting_rounds) + " ";
+  append_number(out, r.waiting_seconds);
   out += "\n";
 }
 
@@ -192,12 +197,14 @@ std::string read_rounds_format(std::int64_t version) {
   return std::string("read_rounds line is malformed (want 'read_rounds ") + (version >= 6 ? "<compute_threads> " : "") +
          "<record_bytes> <io_threads> <n>' and n pairs of a round count and seconds, n at most " +
          std::to_string(ReadRounds::kLargest) + (version >= 7 ? ", then <waited> <wake_seconds>" : "") +
-         (version >= 9 ? ", then <d> and d such pairs of the decode rounds" : "") + ")";
+         (version >= 9 ? ", then <d> and d such pairs of the decode rounds" : "") +
+         (version >= 10 ? ", then <calm_tokens> <calm_seconds> <waiting_tokens> <waiting_rounds> <waiting_seconds>" : "") +
+         ")";
 }
 
 // A read_rounds line into `rounds` (version 5's has no compute_threads,
-// version 6's no waited and wake_seconds, version 8's no decode pairs); the
-// error names the line.
+// version 6's no waited and wake_seconds, version 8's no decode pairs,
+// version 9's no generated tokens); the error names the line.
 Status parse_read_rounds(std::string_view line, std::int64_t version, ReadRounds& rounds) {
   const std::vector<std::string_view> parts = split(line, ' ');
   const std::size_t first = version >= 6 ? 2 : 1;  // index of record_bytes
@@ -213,8 +220,9 @@ Status parse_read_rounds(std::string_view line, std::int64_t version, ReadRounds
   const auto d = version >= 9 ? whole(after_pairs + wakes, 0, static_cast<std::int64_t>(ReadRounds::kLargest))
                               : std::optional<std::int64_t>(0);
   const std::size_t decode_fields = version >= 9 && d ? 1 + 2 * static_cast<std::size_t>(*d) : 0;
+  const std::size_t tokens_at = after_pairs + wakes + decode_fields, token_fields = version >= 10 ? 5 : 0;
   if (parts.empty() || parts[0] != "read_rounds" || !team || !bytes || !threads || !n || !d ||
-      parts.size() != after_pairs + wakes + decode_fields)
+      parts.size() != tokens_at + token_fields)
     return make_error(read_rounds_format(version));
   ReadRounds out;
   out.compute_threads = static_cast<int>(*team);
@@ -231,6 +239,18 @@ Status parse_read_rounds(std::string_view line, std::int64_t version, ReadRounds
                                    out.decode_seconds, "decode rounds");
       !s)
     return s;
+  if (token_fields) {
+    const auto calm = whole(tokens_at, 0, std::int64_t{1} << 50), waiting = whole(tokens_at + 2, 0, std::int64_t{1} << 50);
+    const auto token_rounds = whole(tokens_at + 3, 0, std::int64_t{1} << 50);
+    const auto calm_s = parse_count(parts[tokens_at + 1]), waiting_s = parse_count(parts[tokens_at + 4]);
+    if (!calm || !waiting || !token_rounds || !calm_s || !waiting_s || (*waiting > 0) != (*token_rounds > 0) ||
+        *token_rounds < *waiting || static_cast<std::uint64_t>(*token_rounds) > out.waited)
+      return make_error("read_rounds line: the generated tokens need whole counts, each waiting token at least one "
+                        "waited round and those rounds among <waited>, and seconds >= 0");
+    out.calm_tokens = static_cast<std::uint64_t>(*calm), out.calm_seconds = *calm_s;
+    out.waiting_tokens = static_cast<std::uint64_t>(*waiting), out.waiting_rounds = static_cast<std::uint64_t>(*token_rounds);
+    out.waiting_seconds = *waiting_s;
+  }
   if (!out.empty() && out.record_bytes == 0) return make_error("read_rounds line: rounds without a record size");
   rounds = std::move(out);
   return Ok{};

@@ -138,9 +138,13 @@ class ExpertStore {
   // its last read landing (each read stamps when it landed, so a compute
   // thread busy elsewhere does not lengthen the figure); not the preload's.
   const experts::ReadRounds& read_rounds() const { return read_rounds_; }
-  // Whether the rounds from now on belong to a single-token pass (a
-  // generated token): read_rounds() counts those apart too (decode_rounds).
-  void set_decode_pass(bool decode) { decode_pass_ = decode; }
+  // A forward pass begins: whether its rounds belong to a single-token
+  // pass (a generated token), which read_rounds() counts apart too
+  // (decode_rounds). end_pass(its seconds) files a streaming generated
+  // token that followed another by its rounds that blocked
+  // (ReadRounds::add_token).
+  void begin_pass(bool single_token);
+  void end_pass(double seconds);
   // "O_DIRECT, 4 I/O threads", "buffered, ... (why)", "synchronous ...".
   const std::string& io_mode() const { return io_mode_; }
 
@@ -194,7 +198,11 @@ class ExpertStore {
   };
   std::shared_ptr<ReadClock> read_clock_ = std::make_shared<ReadClock>();
   experts::ReadRounds read_rounds_;
-  bool decode_pass_ = false;  // see set_decode_pass()
+  bool decode_pass_ = false;        // see begin_pass()
+  bool after_decode_pass_ = false;  // the pass before this one was a single token's too
+  // This pass's time blocked in wait() and its rounds that blocked.
+  std::chrono::steady_clock::duration pass_blocked_{};
+  std::uint64_t pass_waited_rounds_ = 0;
   std::uint64_t prefetched_ = 0, prefetch_used_ = 0;
   std::uint64_t uncounted_hits_ = 0, uncounted_misses_ = 0;  // speculative rounds' and the preload's lookups
   bool experts_stream_ = false;  // see experts_stream()

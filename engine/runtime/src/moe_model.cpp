@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 
@@ -693,10 +694,12 @@ Status MoeModel::forward(std::span<const std::int32_t> tokens, int start_positio
       return make_error("token id " + std::to_string(token) + " is outside the vocabulary");
     }
   }
-  s.experts.set_decode_pass(count == 1);  // a generated token's read rounds are priced apart from a prompt's
+  s.experts.begin_pass(count == 1);  // a generated token's read rounds are priced apart from a prompt's
+  const auto pass_start = std::chrono::steady_clock::now();
   const Status computed = s.gpu ? s.gpu->forward(tokens, start_position, logits, s.routing_counts)
                                 : s.forward_cpu(tokens, start_position, logits);
   if (!computed) return computed;
+  if (!s.gpu) s.experts.end_pass(std::chrono::duration<double>(std::chrono::steady_clock::now() - pass_start).count());
   // A prompt's batches change what the decoder reports (a hybrid prefill's placements and costs).
   if (s.gpu && count > 1) s.stats.gpu.kernels = s.gpu->memory().kernels;
   s.stats.tokens += static_cast<std::uint64_t>(count);

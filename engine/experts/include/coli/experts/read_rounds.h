@@ -20,6 +20,10 @@ namespace coli::experts {
 
 struct ReadRounds {
   static constexpr std::size_t kLargest = 64;  // rounds of more reads are filed here
+  // Generated tokens needed on each side (calm, waiting) before their
+  // difference prices resuming after a wait: a token's time moves by more
+  // than the cost between them.
+  static constexpr std::uint64_t kResumeTokens = 5;
   std::uint64_t record_bytes = 0;  // what one read transfers (the record stride under O_DIRECT)
   int io_threads = 0;              // the pool that read them
   int compute_threads = 0;         // the compute team they ran beside; 0 = not recorded (a version-5 history)
@@ -36,6 +40,16 @@ struct ReadRounds {
   std::uint64_t waited = 0;
   double wake_seconds = 0;
 
+  // Generated tokens after the first of a generation, by whether any of
+  // their rounds waited, each timed as its pass less the time it blocked
+  // on reads: tokens that never waited
+  // (calm), and those that did with their waited rounds. What a waiting
+  // token's compute takes beyond a calm one's, per waited round, is the
+  // cost of resuming after the wait, which neither the round nor the
+  // wake-up holds (the 2-core VM: a one-miss token's lm_head ran 17% slower
+  // after its thread slept on the read). Version 10 histories.
+  std::uint64_t calm_tokens = 0, waiting_tokens = 0, waiting_rounds = 0;
+  double calm_seconds = 0, waiting_seconds = 0;
   // `decode`: a single-token pass's round.
   void add(std::size_t reads, double elapsed, bool decode = false) {
     const std::size_t m = std::min(reads, kLargest);
@@ -51,6 +65,15 @@ struct ReadRounds {
     ++waited;
     wake_seconds += elapsed;
   }
+  // A generated token's pass: `compute_seconds` its time less its blocked waits, `waited` its rounds that blocked.
+  void add_token(double compute_seconds, std::uint64_t waited_rounds) {
+    if (waited_rounds == 0) {
+      ++calm_tokens, calm_seconds += compute_seconds;
+    } else {
+      ++waiting_tokens, waiting_rounds += waited_rounds, waiting_seconds += compute_seconds;
+    }
+  }
+  bool prices_resume() const { return calm_tokens >= kResumeTokens && waiting_tokens >= kResumeTokens; }
   bool empty() const {
     return std::all_of(rounds.begin(), rounds.end(), [](std::uint64_t n) { return n == 0; });
   }
@@ -60,6 +83,9 @@ struct ReadRounds {
       decode_rounds[m] += other.decode_rounds[m], decode_seconds[m] += other.decode_seconds[m];
     }
     waited += other.waited, wake_seconds += other.wake_seconds;
+    calm_tokens += other.calm_tokens, calm_seconds += other.calm_seconds;
+    waiting_tokens += other.waiting_tokens, waiting_rounds += other.waiting_rounds;
+    waiting_seconds += other.waiting_seconds;
     return *this;
   }
   // `after`'s rounds less `before`'s (a timed step's), with after's record size, pool and team.
@@ -72,10 +98,14 @@ struct ReadRounds {
       out.decode_seconds[m] -= before.decode_seconds[m];
     }
     out.waited -= before.waited, out.wake_seconds -= before.wake_seconds;
+    out.calm_tokens -= before.calm_tokens, out.calm_seconds -= before.calm_seconds;
+    out.waiting_tokens -= before.waiting_tokens, out.waiting_rounds -= before.waiting_rounds;
+    out.waiting_seconds -= before.waiting_seconds;
     return out;
   }
   // The rounds of one phase alone, with this setting and wake-ups: the
-  // decode rounds (`decode`), or the rest (a prompt's).
+  // decode rounds (`decode`, with the generated tokens), or the rest (a
+  // prompt's, without them).
   ReadRounds phase(bool decode) const {
     ReadRounds out = *this;
     for (std::size_t m = 0; m <= kLargest; ++m) {
@@ -84,6 +114,7 @@ struct ReadRounds {
       out.decode_rounds[m] = decode ? decode_rounds[m] : 0;
       out.decode_seconds[m] = decode ? decode_seconds[m] : 0.0;
     }
+    if (!decode) out.calm_tokens = out.waiting_tokens = out.waiting_rounds = 0, out.calm_seconds = out.waiting_seconds = 0;
     return out;
   }
 };

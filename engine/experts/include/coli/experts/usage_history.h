@@ -3,7 +3,7 @@
 //
 // File format (text, one record per line, version kUsageHistoryVersion):
 //   coli-usage-history
-//   format_version 9
+//   format_version 10
 //   n_layers <int>  n_experts <int>  top_k <int>     (one per line)
 //   model <identity, no whitespace>
 //   total_tokens <double>
@@ -15,7 +15,9 @@
 //   trace <i> <expert ids, top_k a token, pass by pass>  (version 4; i = 0..n_layers-1)
 //   read_rounds <compute_threads> <record_bytes> <io_threads> <n> <rounds_1> <seconds_1> ... <rounds_n> <seconds_n>
 //               <waited> <wake_seconds> <d> <decode_rounds_1> <decode_seconds_1> ... <decode_rounds_d> <decode_seconds_d>
-//                                                        (version 8: without <d> and its pairs; version 6: 0 to
+//               <calm_tokens> <calm_seconds> <waiting_tokens> <waiting_rounds> <waiting_seconds>
+//                                                        (version 9: without the five token fields;
+//                                                         version 8: without <d> and its pairs either; version 6: 0 to
 //                                                         kMaxReadRoundSets lines, one per team, without <waited>
 //                                                         <wake_seconds> either; version 5: exactly one, without
 //                                                         <compute_threads> either)
@@ -66,7 +68,7 @@
 
 namespace coli::experts {
 
-inline constexpr int kUsageHistoryVersion = 9;
+inline constexpr int kUsageHistoryVersion = 10;
 
 // Which model (and routing shape) a history belongs to.
 struct UsageHistoryKey {
