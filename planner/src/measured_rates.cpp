@@ -240,7 +240,7 @@ std::optional<RowCost> float_gemv_row_cost(const DeviceProfile& profile, const T
                  wide_kernel + " " + format_fixed(row * 1e9, 2) + " ns per row + " + format_fixed(gbs, 1) + " GB/s (fitted from " +
                      std::to_string(wide->cols) + "- and " + std::to_string(narrow->cols) + "-wide rows" +
                      (from == WeightsFrom::cache        ? " warm in the caches"
-                      : from == WeightsFrom::last_level ? " warm in the last-level cache, each thread's share twice its core's own"
+                      : from == WeightsFrom::last_level ? " warm in the last-level cache, each thread's share 4x its core's own"
                                                         : "") +
                      ", measured at " +
                      std::to_string(wide->threads) + " threads" +

@@ -193,7 +193,7 @@ struct RowCost {
 // the caches (dense_bf16_decode_cached, _narrow_cached: 4 MiB, each
 // thread's share within its core's own cache from 2 threads), for a model
 // whose decode working set fits the last-level cache; last_level: through
-// the points whose thread shares are twice the core's own cache
+// the points whose thread shares are 4x the core's own cache
 // (dense_bf16_decode_llc, _narrow_llc), for one whose dense share per
 // thread does not fit half that cache.
 enum class WeightsFrom { ram, cache, last_level };

@@ -84,9 +84,10 @@ struct KernelSpec {
   // ran 1.5x faster than the points streaming from RAM said).
   bool cache_resident = false;
   // With cache_resident: sized for each set, each thread's share of the
-  // rows twice the core's own cache (core_cache_bytes), so they come from
-  // the last level (the fixed 4 MiB fit the 2-core VM's two L2s, where the
-  // demo model's 6 MiB lm_head ran 10-14% slower than they said).
+  // rows kCoreCacheSpill times the core's own cache (core_cache_bytes), so
+  // they come from the last level (the fixed 4 MiB fit the 2-core VM's two
+  // L2s, where the demo model's 6 MiB lm_head ran 10-14% slower than they
+  // said).
   bool spills_core_cache = false;
   int head_dim = 128;  // attention: OLMoE's heads, or narrow ones (a small model's cost per position)
   // An expert kernel's experts: hidden x width (OLMoE's, or narrow ones: a
@@ -543,8 +544,8 @@ std::vector<KernelSpec> tuning_specs() {
        .dense_matrices = 1, .cache_resident = true},
       {.name = "dense_bf16_decode_narrow_cached", .format = F::bf16, .dense = true, .weight = 0.25, .dense_rows = kNarrowRows,
        .dense_cols = kNarrowCols, .dense_matrices = 1, .cache_resident = true},
-      // Both again with each thread's share twice its core's own cache: a
-      // model whose dense weights fit the last level but not the cores'.
+      // Both again with each thread's share kCoreCacheSpill times its core's
+      // own cache: a model whose dense weights fit the last level but not the cores'.
       {.name = "dense_bf16_decode_llc", .format = F::bf16, .dense = true, .weight = 0.25, .dense_rows = kCachedRows,
        .dense_matrices = 1, .cache_resident = true, .spills_core_cache = true},
       {.name = "dense_bf16_decode_narrow_llc", .format = F::bf16, .dense = true, .weight = 0.25, .dense_rows = kNarrowRows,
@@ -649,16 +650,23 @@ void time_slice(Work& w, double unit) {
 // decode attention kernels share one pool of `decode_kv_bytes` of layers; the
 // points that spill the cores' caches sized for each set (left out where the
 // last level cannot hold them).
+// A spills_core_cache point's share per thread, in core caches. Twice left
+// part of it in the core's cache: on the 2-core VM the narrow pair at one
+// thread ran 9.3 GB/s at 4 MiB and 8.9 at 8 MiB, where the demo model's
+// 6.1 MiB lm_head ran 8.5.
+constexpr std::uint64_t kCoreCacheSpill = 4;
+
 // A spills_core_cache spec for a team of `threads`: its rows grown until
-// each thread's share is twice the core's own cache; nullopt where the last
-// level would not hold twice that (or the facts have no such caches).
+// each thread's share is kCoreCacheSpill times the core's own cache;
+// nullopt where the last level would not hold twice that (or the facts have
+// no such caches).
 std::optional<KernelSpec> sized_for_team(const KernelSpec& spec, int threads, const CpuFacts& facts) {
   if (!spec.spills_core_cache) return spec;
   const std::uint64_t core = core_cache_bytes(facts.caches), llc = last_level_cache_bytes(facts.caches, threads);
   const std::uint64_t row = matrix_bytes(spec.format, 1, spec.dense_cols);
   if (core == 0 || row == 0) return std::nullopt;
   KernelSpec sized = spec;
-  sized.dense_rows = std::max<int>(spec.dense_rows, static_cast<int>(2 * core * static_cast<std::uint64_t>(threads) / row));
+  sized.dense_rows = std::max<int>(spec.dense_rows, static_cast<int>(kCoreCacheSpill * core * static_cast<std::uint64_t>(threads) / row));
   if (2 * WeightPool::taken_bytes(matrix_bytes(sized.format, sized.dense_rows, sized.dense_cols)) > llc) return std::nullopt;
   return sized;
 }

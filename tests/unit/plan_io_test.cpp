@@ -1377,7 +1377,7 @@ TEST(PlanSpeed, ADenseShareOverTheCoresOwnCacheReadsFromTheLastLevel) {
   const SpeedPrediction spilled = predict_speed(profile, fp, plan);
   EXPECT_NEAR(term_seconds(spilled.decode_terms, "dense weights"), bytes / 10e9 + rows * 0.8e-9, 1e-9);
   EXPECT_NE(spilled.decode_inputs.find("dense_bf16_decode_llc 0.80 ns per row + 10.0 GB/s (fitted from 2048- and 64-wide rows "
-                                       "warm in the last-level cache, each thread's share twice its core's own"),
+                                       "warm in the last-level cache, each thread's share 4x its core's own"),
             std::string::npos)
       << spilled.decode_inputs;
   profile.cpu.caches[0].size_bytes = 1ull << 30;  // each thread's 290 MiB within half its core's cache
