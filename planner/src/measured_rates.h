@@ -119,7 +119,7 @@ struct DiskReads {
   // that never waited, per waited round (the engine's tokens in those
   // rounds' history, ReadRounds::add_token; 0 without enough of them, for a
   // prompt's reads, or where it came out below zero). A decode layer that
-  // waits pays it: the 2-core VM's one-miss token ran its lm_head 17%
+  // waits pays it: the 2-core VM's one-miss token ran its lm_head 10-25%
   // slower after the thread slept on the read.
   double resume_s = 0;
   // Expected seconds for `reads` records requested together and all waited

@@ -124,6 +124,25 @@ TEST(PlanSpeed, ReadsSlowedBesideComputeHideLessOfTheirTime) {
   EXPECT_NE(faster.decode_inputs.find("the reads faster beside it: noise, counted 100%"), std::string::npos);
 }
 
+// A usage history of `s`'s model whose routing is uniform (a hit rate of cap / n).
+Result<experts::UsageHistory> uniform_history(const StreamingPlan& s) {
+  const auto layers = static_cast<int>(s.fp.moe_layer_count());
+  auto history = experts::UsageHistory::create({layers, s.fp.n_experts, s.fp.top_k, "tiny-test"});
+  if (!history) return history.error();
+  std::vector<std::vector<std::uint64_t>> uniform(static_cast<std::size_t>(layers),
+                                                  std::vector<std::uint64_t>(static_cast<std::size_t>(s.fp.n_experts), 10));
+  if (Status added = history->add_counts(uniform, 40); !added) return added.error();
+  return history;
+}
+
+// The engine's rounds beside `s`'s team: three of one read (0.5 ms) and three of two (0.8 ms).
+experts::ReadRounds three_rounds_each(const StreamingPlan& s) {
+  experts::ReadRounds rounds;
+  rounds.record_bytes = s.fp.expert().record_stride, rounds.io_threads = 4, rounds.compute_threads = s.plan.threads;
+  for (int i = 0; i < 3; ++i) rounds.add(1, 0.5e-3), rounds.add(2, 0.8e-3);
+  return rounds;
+}
+
 // The engine's own read rounds, timed while this team computed beside them
 // (a usage history's), are as slow as the team left them: the reads'
 // progress beside compute is already in them and is not applied again;
@@ -135,14 +154,9 @@ TEST(PlanSpeed, ReadRoundsTimedBesideTheTeamCarryTheirOwnProgress) {
   s.profile.measurements.read_interference = interference(0.2, 0.5);
   const double layers = s.fp.moe_layer_count();
   const double compute_s = static_cast<double>(s.fp.expert().record_bytes) / (ram_gbs * 1e9);
-  auto history = experts::UsageHistory::create({static_cast<int>(layers), s.fp.n_experts, s.fp.top_k, "tiny-test"});
-  ASSERT_TRUE(history.ok());
-  std::vector<std::vector<std::uint64_t>> uniform(static_cast<std::size_t>(layers),
-                                                  std::vector<std::uint64_t>(static_cast<std::size_t>(s.fp.n_experts), 10));
-  ASSERT_TRUE(history->add_counts(uniform, 40).ok());
-  experts::ReadRounds rounds;
-  rounds.record_bytes = s.fp.expert().record_stride, rounds.io_threads = 4, rounds.compute_threads = s.plan.threads;
-  for (int i = 0; i < 3; ++i) rounds.add(1, 0.5e-3), rounds.add(2, 0.8e-3);
+  auto history = uniform_history(s);
+  ASSERT_TRUE(history.ok()) << history.error().message;
+  experts::ReadRounds rounds = three_rounds_each(s);
   rounds.add_wake(10e-6), rounds.add_wake(10e-6);  // too few to price
   ASSERT_TRUE(history->set_read_rounds(rounds).ok());
   const SpeedPrediction p = predict_speed(s.profile, s.fp, s.plan, &*history);
@@ -162,7 +176,7 @@ TEST(PlanSpeed, ReadRoundsTimedBesideTheTeamCarryTheirOwnProgress) {
 }
 
 // A generated token that waited for a round computes slower after it (the
-// 2-core VM's lm_head ran 17% slower after a one-miss token's thread slept):
+// 2-core VM's lm_head ran 10-25% slower after a one-miss token's thread slept):
 // the engine files its tokens by the rounds they waited for, and each
 // decode layer that waits pays what a waiting token computed beyond a calm
 // one, per waited round. A prompt's rounds do not; fewer than 5 tokens on
@@ -172,14 +186,9 @@ TEST(PlanSpeed, AWaitedRoundsSlowerComputeIsPricedPerWaitedRound) {
   StreamingPlan s = streaming_setup(ram_gbs);
   const double layers = s.fp.moe_layer_count();
   const double compute_s = static_cast<double>(s.fp.expert().record_bytes) / (ram_gbs * 1e9);
-  auto history = experts::UsageHistory::create({static_cast<int>(layers), s.fp.n_experts, s.fp.top_k, "tiny-test"});
-  ASSERT_TRUE(history.ok());
-  std::vector<std::vector<std::uint64_t>> uniform(static_cast<std::size_t>(layers),
-                                                  std::vector<std::uint64_t>(static_cast<std::size_t>(s.fp.n_experts), 10));
-  ASSERT_TRUE(history->add_counts(uniform, 40).ok());
-  experts::ReadRounds rounds;
-  rounds.record_bytes = s.fp.expert().record_stride, rounds.io_threads = 4, rounds.compute_threads = s.plan.threads;
-  for (int i = 0; i < 3; ++i) rounds.add(1, 0.5e-3), rounds.add(2, 0.8e-3);
+  auto history = uniform_history(s);
+  ASSERT_TRUE(history.ok()) << history.error().message;
+  experts::ReadRounds rounds = three_rounds_each(s);
   for (int i = 0; i < 10; ++i) rounds.add_wake(0);
   // 5 calm tokens of 1 ms, 4 waiting ones of 1.3 ms with 2 waited rounds each: too few.
   for (int i = 0; i < 5; ++i) rounds.add_token(1e-3, 0);

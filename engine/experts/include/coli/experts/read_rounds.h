@@ -42,12 +42,12 @@ struct ReadRounds {
 
   // Generated tokens after the first of a generation, by whether any of
   // their rounds waited, each timed as its pass less the time it blocked
-  // on reads: tokens that never waited
-  // (calm), and those that did with their waited rounds. What a waiting
-  // token's compute takes beyond a calm one's, per waited round, is the
-  // cost of resuming after the wait, which neither the round nor the
-  // wake-up holds (the 2-core VM: a one-miss token's lm_head ran 17% slower
-  // after its thread slept on the read). Version 10 histories.
+  // on reads: tokens that never waited (calm), and those that did with
+  // their waited rounds. What a waiting token's compute takes beyond a
+  // calm one's, per waited round, is the cost of resuming after the wait,
+  // which neither the round nor the wake-up holds (the 2-core VM: a
+  // one-miss token's lm_head ran 10-25% slower after its thread slept on
+  // the read). Version 10 histories.
   std::uint64_t calm_tokens = 0, waiting_tokens = 0, waiting_rounds = 0;
   double calm_seconds = 0, waiting_seconds = 0;
   // `decode`: a single-token pass's round.
