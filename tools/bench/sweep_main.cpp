@@ -181,6 +181,15 @@ Result<experts::UsageHistory> record_history(const Args& args, Setup& s, int rec
   return std::move(*recorded);
 }
 
+// The history's read rounds beside `compute_threads` with `io_threads` I/O threads; null where none.
+const experts::ReadRounds* team_rounds(const experts::UsageHistory& history, int compute_threads, int io_threads) {
+  const auto sets = history.read_round_sets();
+  const auto found = std::find_if(sets.begin(), sets.end(), [&](const experts::ReadRounds& r) {
+    return r.compute_threads == compute_threads && r.io_threads == io_threads;
+  });
+  return found == sets.end() ? nullptr : &*found;
+}
+
 // The first streaming configuration of each (team, I/O pool) of the grid: the ones whose passes record read rounds.
 std::vector<std::size_t> round_recorders(const planner::Plan& plan, const std::vector<SweepConfig>& grid) {
   std::vector<std::size_t> out;
@@ -208,13 +217,9 @@ Result<std::vector<std::size_t>> record_team_rounds(const Args& args, const Setu
   std::vector<std::size_t> recorded;
   for (std::size_t c : round_recorders(plan, grid)) {
     const planner::Plan run_plan = plan_of_config(plan, grid[c]);
-    const auto sets = history.read_round_sets();
     // A set without generated tokens (a history before version 10) cannot price resuming after a wait.
-    const bool have = std::any_of(sets.begin(), sets.end(), [&](const experts::ReadRounds& r) {
-      return r.compute_threads == grid[c].threads.threads() && r.io_threads == run_plan.io_threads &&
-             r.calm_tokens + r.waiting_tokens > 0;
-    });
-    if (have && only_missing) continue;
+    const experts::ReadRounds* existing = team_rounds(history, grid[c].threads.threads(), run_plan.io_threads);
+    if (existing && existing->calm_tokens + existing->waiting_tokens > 0 && only_missing) continue;
     auto options = runtime::options_from_plan(run_plan, s.shape, &history);
     if (!options) return options.error();
     options->rss_limit_bytes = 0;
@@ -234,13 +239,11 @@ Status add_team_read_rounds(const Args& args, Setup& s, const planner::Plan& pla
   auto recorded = record_team_rounds(args, s, plan, grid, *s.history, true);
   if (!recorded) return recorded.error();
   for (std::size_t c : *recorded) {
-    const auto sets = s.history->read_round_sets();
-    const auto team = std::find_if(sets.begin(), sets.end(), [&](const experts::ReadRounds& r) {
-      return r.compute_threads == grid[c].threads.threads();
-    });
-    const std::string tokens = team == sets.end() ? std::string()
-                                                  : "; generated tokens: " + std::to_string(team->waiting_tokens) +
-                                                        " waited, " + std::to_string(team->calm_tokens) + " did not";
+    const experts::ReadRounds* team =
+        team_rounds(*s.history, grid[c].threads.threads(), plan_of_config(plan, grid[c]).io_threads);
+    const std::string tokens = !team ? std::string()
+                                     : "; generated tokens: " + std::to_string(team->waiting_tokens) + " waited, " +
+                                           std::to_string(team->calm_tokens) + " did not";
     std::printf("read rounds beside %d compute threads: recorded from untimed passes (the second of one load on) of %s%s\n",
                 grid[c].threads.threads(), config_label(grid[c], s.footprint.n_experts).c_str(), tokens.c_str());
   }
