@@ -156,12 +156,17 @@ DenseSeconds dense_gemv_seconds(const DeviceProfile& profile, const ModelFootpri
 }
 
 // A prompt's last token projected to the vocabulary, as a decode token's
-// lm_head (the whole matrix streamed once for one row of x).
+// lm_head (the whole matrix streamed once for one row of x), its weights
+// from RAM whatever a decode token finds in the caches: a prompt's pass
+// runs every layer between two lm_heads. The 2-core VM's demo-shaped
+// models, vocabulary 50257 against 256: a 512-token prompt took 1.57 ms
+// more at 1 thread and 0.83 at 2, where the RAM fit says 1.2 and 0.87 and
+// the last-level one (decode's) 0.72 and 0.38 (docs/benchmarks.md, session 49).
 double last_token_lm_head_seconds(const DeviceProfile& profile, const ModelFootprint& fp, const Team& team,
-                                  const Bandwidth& ram, WeightsFrom from) {
+                                  const Bandwidth& ram) {
   const DenseComponent* projection = vocabulary_projection(fp);
   if (!projection) return 0.0;
-  return dense_gemv_seconds(profile, fp, team, from, ram, dense_work(fp, std::span(projection, 1))).seconds;
+  return dense_gemv_seconds(profile, fp, team, WeightsFrom::ram, ram, dense_work(fp, std::span(projection, 1))).seconds;
 }
 
 }  // namespace
@@ -674,7 +679,7 @@ PromptCompute prompt_compute(const DeviceProfile& profile, const ModelFootprint&
   out.dense_s = prompt * (float_rate ? dense_rate->seconds(int_rows, int_macs) +
                                            float_rate->seconds(projections.float_rows, projections.float_macs)
                                      : dense_rate->seconds(projections.rows, dense_macs));
-  out.lm_head_s = last_token_lm_head_seconds(profile, fp, team, r.ram, r.dense_from);
+  out.lm_head_s = last_token_lm_head_seconds(profile, fp, team, r.ram);
   // Every token's norms, RoPE, KV store and residual adds at every layer,
   // the tokens shared over the team (MoeModel's for_tokens, from kParallelTokens).
   const auto token_ops = token_ops_per_token(profile, fp, team);
@@ -692,7 +697,7 @@ PromptCompute prompt_compute(const DeviceProfile& profile, const ModelFootprint&
              (attention ? " + attention " + format_fixed(prompt_attention_macs(fp, prompt) / 1e9, 2) + " GMAC per prompt at " +
                               attention->text
                         : " (the prompt's attention not timed in this profile: re-probe to price it)") +
-             " + the last token's lm_head " + format_fixed(out.lm_head_s * 1e3, 3) + " ms as one decode token's (dense rate above)" +
+             " + the last token's lm_head " + format_fixed(out.lm_head_s * 1e3, 3) + " ms as one decode token's from RAM (the pass ran every layer since the last)" +
              (out.dispatch_s > 0 ? " + " + format_fixed(layer_rounds, 0) + " layer rounds x " +
                                        format_fixed(distinct, 1) + " distinct experts x " + compute->dispatch_text
                                  : std::string()) +
