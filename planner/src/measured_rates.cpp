@@ -673,15 +673,16 @@ std::optional<SamplingCost> sampling_cost(const DeviceProfile& profile, const Te
                                      " wrote, measured at " + std::to_string(best->threads) + " threads)"};
 }
 
-std::optional<RoutingCost> routing_cost(const DeviceProfile& profile, const Team& team, int n_experts, int top_k) {
+std::optional<RoutingCost> routing_cost(const DeviceProfile& profile, const Team& team, int n_experts, int top_k,
+                                        const std::string& kernel) {
   if (!profile.measurements.kernel_tuning) return std::nullopt;
-  auto point = [&](const char* kernel) {
+  auto point = [&](const std::string& name) {
     return nearest_team(profile.measurements.kernel_tuning->points, team, [&](const KernelThroughputPoint& p) {
-      return p.kernel == kernel && p.rows > 0 && p.cols > 0 && p.tokens_per_s.median > 0;
+      return p.kernel == name && p.rows > 0 && p.cols > 0 && p.tokens_per_s.median > 0;
     });
   };
-  const KernelThroughputPoint* wide = point("route_tokens");
-  const KernelThroughputPoint* narrow = point("route_tokens_narrow");
+  const KernelThroughputPoint* wide = point(kernel);
+  const KernelThroughputPoint* narrow = point(kernel + "_narrow");
   if (!wide && !narrow) return std::nullopt;
   const double x = static_cast<double>(n_experts) * top_k;
   auto size = [](const KernelThroughputPoint* p) { return static_cast<double>(p->rows) * p->cols; };
@@ -691,7 +692,7 @@ std::optional<RoutingCost> routing_cost(const DeviceProfile& profile, const Team
                            : std::nullopt) {
     return RoutingCost{fit->fixed + fit->per_unit * x, format_fixed(fit->fixed * 1e9, 0) + " ns + " +
                                                            format_fixed(fit->per_unit * 1e9, 2) +
-                                                           " ns per expert x top_k (route_tokens fitted at 64 x 8 and 8 x 2)"};
+                                                           " ns per expert x top_k (" + kernel + " fitted at 64 x 8 and 8 x 2)"};
   }
   const KernelThroughputPoint* one = wide && (!narrow || std::abs(std::log(x / size(wide))) <= std::abs(std::log(x / size(narrow))))
                                          ? wide : narrow;

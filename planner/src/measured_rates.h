@@ -325,7 +325,11 @@ struct RoutingCost {
   double seconds = 0;  // one token at one MoE layer
   std::string text;
 };
-std::optional<RoutingCost> routing_cost(const DeviceProfile& profile, const Team& team, int n_experts, int top_k);
+// `kernel`: route_tokens (top-k and records, as a decode token's routing
+// runs), or route_records (the records alone: a prompt's stay on the calling
+// thread); each fitted through its point and its _narrow one.
+std::optional<RoutingCost> routing_cost(const DeviceProfile& profile, const Team& team, int n_experts, int top_k,
+                                        const std::string& kernel = "route_tokens");
 // A prompt's small rounds (a token or a few per expert) stream each
 // distinct expert's record through the batch's GEMM path, slower the more
 // rows the expert has: the tuning phase's GB/s at one, two and four rows on

@@ -810,7 +810,7 @@ struct PrefillParts {
   ExpertBatchSteps steps;
   ParallelSteps pass_steps;
   std::optional<StepCost> pass_step;
-  std::optional<RoutingCost> routing;
+  std::optional<RoutingCost> routing, routing_records;  // the records: on the calling thread
   double routing_sharing = 1;
 };
 
@@ -844,7 +844,11 @@ std::string prefill_inputs_text(const ModelFootprint& fp, const PlanRates& r, co
          "compute: " +
          p.compute.text + (p.steps.text.empty() ? "" : " + " + p.steps.text) + pass_text +
          (p.routing ? " + routing each token at " + format_fixed(p.layers, 0) + " layers x " + p.routing->text +
-                          (p.routing_sharing > 1 ? ", the tokens over " + format_fixed(p.routing_sharing, 0) + " threads" : "")
+                          (p.routing_sharing > 1 ? ", the tokens over " + format_fixed(p.routing_sharing, 0) + " threads" +
+                                                       (p.routing_records ? " but their records, " + p.routing_records->text +
+                                                                                ", on the calling thread"
+                                                                          : std::string())
+                                                 : "")
                     : "") +
          "; reads: " + memory_text;
 }
@@ -894,12 +898,15 @@ void predict_prefill(const DeviceProfile& profile, const ModelFootprint& fp, con
                     ? std::nullopt
                     : parallel_step_cost(profile, team, p.pass_steps, static_cast<double>(fp.config.hidden_size));
   const double pass_steps_s = p.pass_step ? p.pass_steps.regions * p.pass_step->seconds : 0.0;
-  // Every prompt token is routed at every MoE layer, the tokens shared over
-  // the team from kParallelTokens (MoeModel::route_tokens; its records stay
-  // on the calling thread, a quarter of the timed call at 128 experts).
+  // Every prompt token is routed at every MoE layer, the tokens' top-k
+  // shared over the team from kParallelTokens, their records after, in
+  // token order, on the calling thread (MoeModel::route_tokens; the profile's
+  // route_records, else shared too, as profiles before it priced them).
   p.routing = r.vram ? std::nullopt : routing_cost(profile, team, fp.n_experts, fp.top_k);
   p.routing_sharing = prompt_token_sharing(prompt, team);
-  const double routing_s = p.routing ? prompt * layers * p.routing->seconds / p.routing_sharing : 0.0;
+  if (p.routing && p.routing_sharing > 1) p.routing_records = routing_cost(profile, team, fp.n_experts, fp.top_k, "route_records");
+  const double records = p.routing_records ? std::clamp(p.routing_records->seconds, 0.0, p.routing->seconds) : 0.0;
+  const double routing_s = p.routing ? prompt * layers * ((p.routing->seconds - records) / p.routing_sharing + records) : 0.0;
   s.prefill_disk_reads = rounds * layers * p.reads_per_round;
   s.prefill_prompt_tokens = static_cast<int>(prompt);
   s.prefill_terms = {{"compute: expert GEMMs", compute.expert_s / prompt},

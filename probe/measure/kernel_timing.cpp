@@ -107,6 +107,10 @@ struct KernelSpec {
   // `route_experts` experts, top `route_top_k` (a prompt's tokens share the
   // top-k over the team: the planner divides it there).
   bool routing = false;
+  // The bookkeeping alone (route_records): the reuse distances and counts a
+  // prompt's tokens record on the calling thread after the team's top-k, in
+  // token order (the planner keeps this part off the team's share).
+  bool route_records = false;
   int route_experts = kExperts, route_top_k = kTopK;
   // A token's element-wise work per layer as MoeModel's pass does it
   // (token_ops_prefill): the input and post-attention RMS norms, RoPE of q
@@ -234,6 +238,7 @@ class KernelRunner {
       logits_.resize(static_cast<std::size_t>(kAttentionTokens) * spec.route_experts);
       for (float& v : logits_) v = uniform(random);
       reuse_.emplace(1, spec.route_experts);
+      if (spec.route_records) route_all();  // the routings it records, chosen once
       bytes_ = 4.0 * static_cast<double>(logits_.size());
     } else if (spec.token_ops) {
       init_token_ops(random);
@@ -311,7 +316,7 @@ class KernelRunner {
     if (spec_.sampling) write_logits();
     const auto start = Clock::now();
     if (spec_.routing) {
-      route_all();
+      spec_.route_records ? record_all() : route_all();
     } else if (spec_.token_ops) {
       token_ops_all();
     } else if (spec_.sampling) {
@@ -434,6 +439,16 @@ class KernelRunner {
     picked_ = routings_.back().experts.front();
   }
 
+  // route_all's bookkeeping alone, as MoeModel::route_tokens records a prompt's routings.
+  void record_all() {
+    routed_counts_.resize(static_cast<std::size_t>(spec_.route_experts));
+    for (const forward::Routing& routing : routings_) {
+      for (int expert : routing.experts) ++routed_counts_[static_cast<std::size_t>(expert)];
+      reuse_->record(0, routing.experts, false);
+    }
+    picked_ = static_cast<int>(routed_counts_.front() % 7);
+  }
+
   KernelSpec spec_;
   cpu::CpuKernelVariant variant_;
   WeightPool& pool_;
@@ -455,6 +470,7 @@ class KernelRunner {
   std::vector<float> logits_;              // greedy_sample, route_tokens
   std::optional<experts::ReuseDistances> reuse_;  // route_tokens
   std::vector<forward::Routing> routings_;
+  std::vector<std::uint64_t> routed_counts_;  // route_records
   int picked_ = -1;
   std::uint64_t writes_ = 0;  // greedy_sample: the team's writes of the logits
   std::uint64_t dense_bytes_;
@@ -599,6 +615,10 @@ std::vector<KernelSpec> tuning_specs() {
       // one per (expert x top_k).
       {.name = "route_tokens", .format = F::f32, .weight = 0.25, .routing = true},
       {.name = "route_tokens_narrow", .format = F::f32, .weight = 0.25, .routing = true, .route_experts = 8, .route_top_k = 2},
+      // Their records alone: what stays on the calling thread of a prompt's routing.
+      {.name = "route_records", .format = F::f32, .weight = 0.25, .routing = true, .route_records = true},
+      {.name = "route_records_narrow", .format = F::f32, .weight = 0.25, .routing = true, .route_records = true,
+       .route_experts = 8, .route_top_k = 2},
       // A token's norms, RoPE, KV store and residual adds per layer, OLMoE's
       // shape and a 64-wide one: the speed model fits a cost per token and
       // layer plus one per element through both.

@@ -926,6 +926,48 @@ TEST(PlanSpeed, EveryTokenPaysItsRoutingAtEveryMoeLayer) {
   EXPECT_EQ(term_seconds(without.decode_terms, "routing"), 0.0) << "not timed: left out";
 }
 
+// A prompt's routings are recorded after the team's top-k, in token order,
+// on the calling thread: with the records timed alone (route_records and
+// _narrow) that part is not shared over the team; a decode token pays the
+// whole call as before. Made up beside the test above: the records take
+// 0.4 ms and 0.1 ms of the 512 tokens at 64 x 8 and 8 x 2.
+TEST(PlanSpeed, APromptsRoutingRecordsStayOnTheCallingThread) {
+  const ModelFootprint fp = qwen3();
+  Plan plan = resident_qwen3_plan(8);
+  plan.compute_pus = {};  // a team of the 8 threads
+  DeviceProfile profile = measured_profile(10);
+  profile.measurements.kernel_tuning = tuned_on_8_threads("route_tokens", 64, 512, 0, {}, {3, 512 / 1e-3, 512 / 1e-3, 512 / 1e-3, 0});
+  auto& points = profile.measurements.kernel_tuning->points;
+  points[0].cols = 8;
+  auto add = [&](const char* kernel, int experts, int top_k, double seconds) {
+    KernelThroughputPoint p = points[0];
+    p.kernel = kernel, p.rows = experts, p.cols = top_k, p.tokens_per_s = {3, 512 / seconds, 512 / seconds, 512 / seconds, 0};
+    points.push_back(p);
+  };
+  add("route_tokens_narrow", 8, 2, 0.3e-3);
+  // A timed expert GEMM, so the prefill inputs say what they priced.
+  points.push_back(tuned_on_8_threads("expert_q4_prefill", 1024, 32, 768, {}, {3, 100, 100, 100, 0}).points[0]);
+  const SpeedPrediction shared = predict_speed(profile, fp, plan);
+  add("route_records", 64, 8, 0.4e-3);
+  add("route_records_narrow", 8, 2, 0.1e-3);
+  const SpeedPrediction s = predict_speed(profile, fp, plan);
+  ASSERT_TRUE(s.available && shared.available);
+  auto fitted = [](double wide, double narrow) {
+    const double per_unit = (wide - narrow) / 512 / (512 - 16), fixed = narrow / 512 - 16 * per_unit;
+    return fixed + 128 * 8 * per_unit;
+  };
+  const double one = fitted(1e-3, 0.3e-3), records = fitted(0.4e-3, 0.1e-3);
+  EXPECT_NEAR(term_seconds(s.prefill_terms, "compute: routing"), 48 * ((one - records) / 8 + records), 1e-12);
+  EXPECT_NEAR(term_seconds(shared.prefill_terms, "compute: routing"), 48 * one / 8, 1e-12);
+  EXPECT_NEAR(term_seconds(s.decode_terms, "routing"), 48 * one, 1e-12);
+  EXPECT_NE(s.prefill_inputs.find("but their records, "), std::string::npos) << s.prefill_inputs;
+  EXPECT_NE(s.prefill_inputs.find("(route_records fitted at 64 x 8 and 8 x 2), on the calling thread"), std::string::npos)
+      << s.prefill_inputs;
+  // Records timed slower than the whole call (a disturbed point) count as the whole call, on the calling thread.
+  points[3].tokens_per_s = points[4].tokens_per_s = {3, 512 / 5e-3, 512 / 5e-3, 512 / 5e-3, 0};
+  EXPECT_NEAR(term_seconds(predict_speed(profile, fp, plan).prefill_terms, "compute: routing"), 48 * one, 1e-12);
+}
+
 // Every token pays its element-wise ops at every layer (two RMS norms, q/k
 // norms, RoPE of q and k, the KV store, two residual adds): the tuning phase
 // times them on one thread at OLMoE's shape (token_ops_prefill: hidden 2048,
