@@ -17,6 +17,7 @@
 // (q4: nibble - 8), so C[t][i] = S of token t and row i, with no correction.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "cpu/amx_tiles.h"
@@ -164,14 +165,20 @@ struct GemmScratch {
   }
 };
 
+// Lanes a token's blocks reach (block b adds to lane b % 16): a narrow
+// matrix (one 64-column block) zeroes and sums one lane a token, not 16,
+// and its 64-token block's lanes stay in L1 (16 lanes are 64 KiB).
+inline int used_lanes(int blocks) { return std::min(blocks, 16); }
+
 // `tokens` tokens from t0 through one panel. block_scale(t, b) is c_b of
 // the definition for token t0 + t (a vector over the 16 rows); a_row(b) the
 // A row of token t0, block b. Returns the lanes; the caller takes the tree.
 template <class ARow, class BlockScale>
 void panel_block(int blocks, int tokens, std::size_t stride, const GemmScratch& scratch, const ARow& a_row,
                  const BlockScale& block_scale) {
-  const int tiles = ceil_div(tokens, kTileTokens);
-  for (int i = 0; i < tokens * 16; ++i) scratch.lanes[i] = _mm512_setzero_ps();
+  const int tiles = ceil_div(tokens, kTileTokens), used = used_lanes(blocks);
+  for (int t = 0; t < tokens; ++t)
+    for (int j = 0; j < used; ++j) scratch.lanes[t * 16 + j] = _mm512_setzero_ps();
   for (int b = 0; b < blocks; ++b) {
     const std::byte* b_tile = scratch.panel + static_cast<std::size_t>(b) * kTileBytes;
     switch (tiles) {
@@ -188,10 +195,15 @@ void panel_block(int blocks, int tokens, std::size_t stride, const GemmScratch& 
   }
 }
 
-// The definition's tree over token t's 16 lanes (16 rows at once).
-inline __m512 lanes_tree(__m512* v) {
-  for (int width = 8; width >= 1; width /= 2)
-    for (int j = 0; j < width; ++j) v[j] = _mm512_add_ps(v[j], v[j + width]);
+// The definition's tree over token t's 16 lanes (16 rows at once). Lanes
+// from `used` on hold +0 (no block reaches them), so their additions are
+// skipped: the lanes are never -0 (they start at +0 and x + 0 = x), so the
+// bits are the full tree's.
+inline __m512 lanes_tree(__m512* v, int used) {
+  for (int width = 8; width >= 1; width /= 2) {
+    for (int j = 0; j < width && j + width < used; ++j) v[j] = _mm512_add_ps(v[j], v[j + width]);
+    used = std::min(used, width);
+  }
   return v[0];
 }
 
@@ -217,7 +229,7 @@ void q8_rows_amx(const Q8RowView& w, const std::byte* packed, std::size_t stride
       panel_block(blocks, tokens, stride, scratch, a_row, d);
       for (int t = 0; t < tokens; ++t)
         _mm512_mask_storeu_ps(y + static_cast<std::size_t>(t0 + t) * w.rows + rows.first, rows.valid,
-                              _mm512_mul_ps(lanes_tree(scratch.lanes + t * 16), row_scales));
+                              _mm512_mul_ps(lanes_tree(scratch.lanes + t * 16, used_lanes(blocks)), row_scales));
     }
   }
 }
@@ -244,7 +256,7 @@ void q4_rows_amx(const Q4G64View& w, const std::byte* packed, std::size_t stride
       panel_block(groups, tokens, stride, scratch, a_row, scale);
       for (int t = 0; t < tokens; ++t)
         _mm512_mask_storeu_ps(y + static_cast<std::size_t>(t0 + t) * w.rows + rows.first, rows.valid,
-                              lanes_tree(scratch.lanes + t * 16));
+                              lanes_tree(scratch.lanes + t * 16, used_lanes(groups)));
     }
   }
 }

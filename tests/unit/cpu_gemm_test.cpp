@@ -154,6 +154,8 @@ TEST(CpuGemm, AmxQ4EqualsExactBlockSumDefinition) {
   expect_kernels_equal_model(quantize_q4_g64(random_values(37 * 640, 4), 37, 640), 14, CpuKernelVariant::amx);
   expect_kernels_equal_model(quantize_q4_g64(random_values(21 * 192, 5), 21, 192), 15, CpuKernelVariant::amx);
   expect_kernels_equal_model(quantize_q4_g64(random_values(40 * 2112, 6), 40, 2112), 16, CpuKernelVariant::amx);
+  // One group: the lanes tree sums one lane, not 16 (a small model's experts).
+  expect_kernels_equal_model(quantize_q4_g64(random_values(24 * 64, 7), 24, 64), 17, CpuKernelVariant::amx);
 }
 
 // Where AMX is missing the variant is refused by name, with what it needs.
