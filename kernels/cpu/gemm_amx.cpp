@@ -1,7 +1,12 @@
 // The amx variant: the avx512vnni variant's arithmetic (the "exact block
 // sum" definition of gemv_cpu.h) with the int32 block sums of 4+ tokens
 // computed on AMX tiles: one TDPBSSD multiplies 16 tokens by 16 weight rows
-// over one 64-column block. Fewer tokens (decode) run the avx512vnni kernels.
+// over one 64-column block. A panel of 16 rows takes its tokens one tile of
+// 16 at a time: their float lanes (1 KiB a token) then stay in L1. Passes
+// of 4 tiles, which load each weight tile once for 64 tokens, ran the
+// OLMoE-shaped prompt 16-19% slower on a Sapphire Rapids-class VM (1 and 2
+// threads): their 64 KiB of lanes spilled past the 48 KiB L1. Fewer
+// tokens (decode) run the avx512vnni kernels.
 // Every S_b is exact either way and the float steps are the definition's, so
 // the results equal avx512vnni's bit for bit.
 //
@@ -35,8 +40,7 @@ namespace coli::kernels::cpu::detail {
 namespace {
 
 constexpr int kTileTokens = kAmxTileTokens;
-constexpr int kMaxTokenTiles = 4;  // C tiles tmm0-3; B in tmm4; A in tmm5-7
-constexpr int kBlockTokens = kTileTokens * kMaxTokenTiles;
+constexpr int kBlockTokens = kTileTokens;  // C in tmm0, B in tmm4, A in tmm5
 constexpr std::size_t kTileBytes = 1024;
 // kAmxMinTokens (amx_tiles.h): from that many tokens on the tiles beat the avx512vnni GEMM (its threshold).
 
@@ -114,36 +118,15 @@ void q4_pack_amx_panel(const Q4G64View& w, const RowVector& rows, std::byte* pan
 
 // ------------------------------------------------------------- the GEMM
 
-// One block (or group) of up to 4 token tiles through the panel's B tile:
-// C tile i = tokens t0 + 16i.. times the 16 rows, stored to sums[i].
-template <int kTiles>
+// One block (or group) of 16 tokens' A rows through the panel's B tile:
+// C = those tokens times the 16 rows, stored to sums (16 x 16 int32).
 void block_sums(const std::byte* b_tile, const std::byte* a_rows, std::size_t stride, std::int32_t* sums) {
-  static_assert(kTiles >= 1 && kTiles <= kMaxTokenTiles);
-  const std::size_t tile_stride = stride * kTileTokens;
   compiler_fence();
   _tile_loadd(4, b_tile, 64);
   _tile_zero(0);
   _tile_loadd(5, a_rows, stride);
   _tile_dpbssd(0, 5, 4);
-  if constexpr (kTiles > 1) {
-    _tile_zero(1);
-    _tile_loadd(6, a_rows + tile_stride, stride);
-    _tile_dpbssd(1, 6, 4);
-  }
-  if constexpr (kTiles > 2) {
-    _tile_zero(2);
-    _tile_loadd(7, a_rows + 2 * tile_stride, stride);
-    _tile_dpbssd(2, 7, 4);
-  }
-  if constexpr (kTiles > 3) {
-    _tile_zero(3);
-    _tile_loadd(5, a_rows + 3 * tile_stride, stride);
-    _tile_dpbssd(3, 5, 4);
-  }
   _tile_stored(0, sums, 64);
-  if constexpr (kTiles > 1) _tile_stored(1, sums + 256, 64);
-  if constexpr (kTiles > 2) _tile_stored(2, sums + 512, 64);
-  if constexpr (kTiles > 3) _tile_stored(3, sums + 768, 64);
   compiler_fence();
 }
 
@@ -152,11 +135,11 @@ void block_sums(const std::byte* b_tile, const std::byte* a_rows, std::size_t st
 struct GemmScratch {
   std::byte* panel;
   float* row_scales;
-  std::int32_t* sums;  // kMaxTokenTiles x 16 tokens x 16 rows
+  std::int32_t* sums;  // 16 tokens x 16 rows
   __m512* lanes;       // kBlockTokens x 16
   explicit GemmScratch(int blocks) {
     const std::size_t panel_bytes = static_cast<std::size_t>(blocks) * kTileBytes, scales_bytes = static_cast<std::size_t>(blocks) * 64;
-    const std::size_t sums_bytes = kMaxTokenTiles * kTileBytes, lanes_bytes = kBlockTokens * 16 * sizeof(__m512);
+    const std::size_t sums_bytes = kTileBytes, lanes_bytes = kBlockTokens * 16 * sizeof(__m512);
     std::byte* base = thread_scratch(panel_bytes + scales_bytes + sums_bytes + lanes_bytes);
     panel = base;
     row_scales = reinterpret_cast<float*>(base + panel_bytes);
@@ -166,27 +149,21 @@ struct GemmScratch {
 };
 
 // Lanes a token's blocks reach (block b adds to lane b % 16): a narrow
-// matrix (one 64-column block) zeroes and sums one lane a token, not 16,
-// and its 64-token block's lanes stay in L1 (16 lanes are 64 KiB).
+// matrix (one 64-column block) zeroes and sums one lane a token, not 16.
 inline int used_lanes(int blocks) { return std::min(blocks, 16); }
 
-// `tokens` tokens from t0 through one panel. block_scale(t, b) is c_b of
+// `tokens` (up to 16) tokens from t0 through one panel. block_scale(t, b) is c_b of
 // the definition for token t0 + t (a vector over the 16 rows); a_row(b) the
 // A row of token t0, block b. Returns the lanes; the caller takes the tree.
 template <class ARow, class BlockScale>
 void panel_block(int blocks, int tokens, std::size_t stride, const GemmScratch& scratch, const ARow& a_row,
                  const BlockScale& block_scale) {
-  const int tiles = ceil_div(tokens, kTileTokens), used = used_lanes(blocks);
+  const int used = used_lanes(blocks);
   for (int t = 0; t < tokens; ++t)
     for (int j = 0; j < used; ++j) scratch.lanes[t * 16 + j] = _mm512_setzero_ps();
   for (int b = 0; b < blocks; ++b) {
     const std::byte* b_tile = scratch.panel + static_cast<std::size_t>(b) * kTileBytes;
-    switch (tiles) {
-      case 1: block_sums<1>(b_tile, a_row(b), stride, scratch.sums); break;
-      case 2: block_sums<2>(b_tile, a_row(b), stride, scratch.sums); break;
-      case 3: block_sums<3>(b_tile, a_row(b), stride, scratch.sums); break;
-      default: block_sums<4>(b_tile, a_row(b), stride, scratch.sums); break;
-    }
+    block_sums(b_tile, a_row(b), stride, scratch.sums);
     for (int t = 0; t < tokens; ++t) {
       __m512& lane = scratch.lanes[t * 16 + b % 16];
       const __m512 sum = _mm512_cvtepi32_ps(_mm512_load_si512(scratch.sums + t * 16));

@@ -140,8 +140,8 @@ TEST(CpuGemm, VnniQ4EqualsExactBlockSumDefinition) {
 }
 
 // The amx variant computes the same definition on AMX tiles (16 tokens x 16
-// rows per tdpbssd, up to 4 token tiles per pass): every count above covers
-// whole and partial tiles and passes of 64 tokens; the same shapes as VNNI.
+// rows per tdpbssd, one token tile at a time): every count above covers
+// whole and partial tiles; the same shapes as VNNI.
 TEST(CpuGemm, AmxQ8EqualsExactBlockSumDefinition) {
   if (!variant_supported(CpuKernelVariant::amx)) GTEST_SKIP() << "this CPU (or its OS) offers no AMX-INT8 tiles";
   expect_kernels_equal_model(quantize_q8_row(random_values(37 * 333, 1), 37, 333), 11, CpuKernelVariant::amx);
