@@ -654,10 +654,14 @@ void time_slice(Work& w, double unit) {
   // keeps a re-read record only after a few re-reads (the 2-core VM's
   // one-row calls ran at 21, 28, 32, 34 and then 36 GB/s), as a prompt's
   // popular experts are re-read round after round.
+  // A prefill point's calls are long, so it warms up only in its first
+  // round: that call first-touches its buffers and its threads' scratch (the
+  // 2-core VM's first rounds of the AMX prefill points ran below half their
+  // best and were left out, which left two rounds one).
   const KernelSpec& spec = w.runner.spec();
   if (spec.stream_kept > 0) {
     for (int call = 0; call < kWarmStreamWarmups; ++call) w.runner.run();
-  } else if (!spec.prefill || spec.attention) {
+  } else if (!spec.prefill || spec.attention || w.round_medians.empty()) {
     w.runner.run();
   }
   std::vector<double> samples;
@@ -797,6 +801,21 @@ Status finish_tuning(KernelTuning& tuning, const std::vector<Work>& work, const 
   return Ok{};
 }
 
+// Seconds the deadline moves so that kMinTuningRounds rounds fit, each as
+// long as the last (a round the budget sized short still takes each point's
+// warm-up and at least one call: the 2-core VM's 86 points took 2.7 s a
+// round at the shortest slices, after the pool's fill and the runners' set-up
+// had spent 4.6 of its 8.75 s, so one or two rounds fitted). Only where
+// allowed: a --budget the user gave bounds everything.
+double stretch_for_min_rounds(const KernelTuningOptions& options, int rounds, double round_s, Clock::time_point& deadline) {
+  if (!options.stretch_for_min_rounds || rounds >= kMinTuningRounds) return 0;
+  const double needed = 1.1 * round_s * (kMinTuningRounds - rounds);
+  const double left = std::chrono::duration<double>(deadline - Clock::now()).count();
+  if (left >= needed) return 0;
+  deadline += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(needed - left));
+  return needed - left;
+}
+
 }  // namespace
 
 std::vector<std::string> tuned_kernel_names(const CpuFacts& cpu, std::string* note) {
@@ -810,8 +829,12 @@ std::vector<std::string> tuned_kernel_names(const CpuFacts& cpu, std::string* no
 Result<KernelTuning> measure_kernel_tuning(const CpuFacts& facts, const MemoryFacts& memory,
                                            const KernelTuningOptions& options, const ProgressFn& progress) {
   const auto start = Clock::now();
-  const auto deadline = start + std::chrono::duration<double>(options.budget_seconds);
-  const auto left = [&] { return std::chrono::duration<double>(deadline - Clock::now()).count(); };
+  const auto deadline = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options.budget_seconds));
+  // Until kMinTuningRounds rounds are done the deadline may stretch
+  // (stretch_for_min_rounds); later rounds keep to the budget's.
+  auto stretched = deadline;
+  int rounds = 0;
+  const auto left = [&] { return std::chrono::duration<double>((rounds < kMinTuningRounds ? stretched : deadline) - Clock::now()).count(); };
   if (options.prefill_tokens < 1 || options.prefill_tokens > 512)
     return make_error("kernel tuning: prefill tokens must be within 1..512, not " + std::to_string(options.prefill_tokens));
   auto variant = cpu::selected_variant();
@@ -853,12 +876,15 @@ Result<KernelTuning> measure_kernel_tuning(const CpuFacts& facts, const MemoryFa
   // drift then touch every set alike instead of whichever ran at a bad moment.
   // Sized so the most rounds fit the budget (a slice never below
   // kMinUnitSeconds); stop_note says when to stop, or the budget does.
-  int rounds = 0;
-  for (int round = 0; round < kMaxTuningRounds && left() > 0; ++round) {
+  double stretched_s = 0;  // allowed past the budget
+  const auto more_time = [&] { return left() > 0 || (options.stretch_for_min_rounds && rounds < kMinTuningRounds); };
+  for (int round = 0; round < kMaxTuningRounds && more_time(); ++round) {
     const double unit = std::max(kMinUnitSeconds, left() / ((kMaxTuningRounds - round) *
                                                               (units_per_set * static_cast<double>(sets.size()) + serial_units)));
+    const auto round_start = Clock::now();
     time_round(*work, sets, pinnable, unit, round == 0 ? progress : ProgressFn(), tuning);
     rounds = round + 1;
+    stretched_s += stretch_for_min_rounds(options, rounds, coli::seconds_since(round_start), stretched);
     auto stop = stop_note(*work, rounds);
     if (!stop) return stop.error();
     if (*stop) {
@@ -866,7 +892,11 @@ Result<KernelTuning> measure_kernel_tuning(const CpuFacts& facts, const MemoryFa
       break;
     }
   }
-  if (Status s = finish_tuning(tuning, *work, sets, rounds, -left(), progress); !s) return s.error();
+  if (const double past = std::chrono::duration<double>(Clock::now() - deadline).count(); stretched_s > 0 && past > 0)
+    add_note(tuning, std::to_string(kMinTuningRounds) + " rounds ran " + format_fixed(past, 1) +
+                         " s past the budget (the default budget may stretch for them; --budget bounds it)");
+  const double overrun = std::chrono::duration<double>(Clock::now() - std::max(stretched, deadline)).count();
+  if (Status s = finish_tuning(tuning, *work, sets, rounds, overrun, progress); !s) return s.error();
   tuning.seconds = coli::seconds_since(start);
   return tuning;
 }

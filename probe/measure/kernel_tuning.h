@@ -111,6 +111,10 @@ double tuning_budget_seconds(double probe_budget_seconds, bool budget_given, std
 
 struct KernelTuningOptions {
   double budget_seconds = 7.5;         // the whole phase, buffer fill included
+  // Past the budget where its rounds could not reach kMinTuningRounds at
+  // the shortest slices (the default budget; a --budget the user gave bounds
+  // everything): the tuning note says by how much.
+  bool stretch_for_min_rounds = true;
   std::uint64_t pool_bytes = 0;        // weights to cycle through; 0 = tuning_pool_bytes' default
   // Tokens of the prefill round timed: 128 tokens top-8 over 64 experts give
   // each expert 16 on average, so the kernels run their many-token GEMM as

@@ -278,6 +278,7 @@ Status measure(const ProbeOptions& options, DeviceProfile& profile) {
   tuning_options.pool_bytes = options.tuning_pool_bytes;
   const std::size_t sets = probe::tuning_candidates(profile.cpu).size();
   tuning_options.budget_seconds = probe::tuning_budget_seconds(options.budget_seconds, options.budget_given, sets);
+  tuning_options.stretch_for_min_rounds = !options.budget_given;
   if (tuning_options.budget_seconds > probe::kTuningShareOfBudget * options.budget_seconds) {
     report(options, "kernel tuning: " + format_fixed(tuning_options.budget_seconds, 1) + " s for " + std::to_string(sets) +
                         " candidate thread sets (" + format_fixed(probe::kTuningSecondsPerSet, 1) +

@@ -333,6 +333,7 @@ TEST(KernelTuning, ShortRealRunOnThisMachine) {
   ASSERT_TRUE(profile) << profile.error().message;
   KernelTuningOptions tuning_options;
   tuning_options.budget_seconds = 2.5;
+  tuning_options.stretch_for_min_rounds = false;  // as with --budget: the budget bounds the phase
   tuning_options.pool_bytes = 64ull << 20;
   tuning_options.prefill_tokens = 8;
   const CpuSet before = kernels::cpu::current_thread_affinity();
@@ -371,6 +372,27 @@ TEST(KernelTuning, ShortRealRunOnThisMachine) {
   }
   EXPECT_GE(threads->decode_threads, 1);
   EXPECT_TRUE(threads->decode_pus.intersect(profile->cpu.usable.pus) == threads->decode_pus);
+}
+
+// The default budget stretches until kMinTuningRounds rounds are done, however
+// short it is: a budget of a tenth of a second still gives each point its
+// rounds (the fewest a spread says anything from), and the note says so.
+TEST(KernelTuning, TheDefaultBudgetStretchesToTheFewestRounds) {
+  ProbeOptions options;
+  options.quick = true;
+  auto profile = run_probe(options);
+  ASSERT_TRUE(profile) << profile.error().message;
+  KernelTuningOptions tuning_options;
+  tuning_options.budget_seconds = 0.1;
+  tuning_options.pool_bytes = 64ull << 20;
+  tuning_options.prefill_tokens = 8;
+  tuning_options.candidates = {tuning_candidates(profile->cpu).front()};
+  auto tuning = measure_kernel_tuning(profile->cpu, profile->memory, tuning_options, {});
+  ASSERT_TRUE(tuning) << tuning.error().message;
+  int most_rounds = 0;
+  for (const auto& p : tuning->points) most_rounds = std::max(most_rounds, p.gb_per_s.samples);
+  EXPECT_GE(most_rounds, kMinTuningRounds) << tuning->note;
+  EXPECT_TRUE(Contains(tuning->note, "s past the budget")) << tuning->note;
 }
 
 }  // namespace
