@@ -326,16 +326,27 @@ TEST(KernelTuning, TheCoresOwnCache) {
   EXPECT_EQ(core_cache_bytes({}), 0u);
 }
 
-TEST(KernelTuning, ShortRealRunOnThisMachine) {
+// This machine's quick profile (facts, no measurements).
+Result<DeviceProfile> quick_profile() {
   ProbeOptions options;
   options.quick = true;
-  auto profile = run_probe(options);
+  return run_probe(options);
+}
+
+// A real tuning run small enough for a test: 64 MiB of test weights, 8 prompt tokens.
+KernelTuningOptions short_tuning(double budget_seconds) {
+  KernelTuningOptions options;
+  options.budget_seconds = budget_seconds;
+  options.pool_bytes = 64ull << 20;
+  options.prefill_tokens = 8;
+  return options;
+}
+
+TEST(KernelTuning, ShortRealRunOnThisMachine) {
+  auto profile = quick_profile();
   ASSERT_TRUE(profile) << profile.error().message;
-  KernelTuningOptions tuning_options;
-  tuning_options.budget_seconds = 2.5;
+  KernelTuningOptions tuning_options = short_tuning(2.5);
   tuning_options.stretch_for_min_rounds = false;  // as with --budget: the budget bounds the phase
-  tuning_options.pool_bytes = 64ull << 20;
-  tuning_options.prefill_tokens = 8;
   const CpuSet before = kernels::cpu::current_thread_affinity();
   auto tuning = measure_kernel_tuning(profile->cpu, profile->memory, tuning_options, {});
   ASSERT_TRUE(tuning) << tuning.error().message;
@@ -378,14 +389,9 @@ TEST(KernelTuning, ShortRealRunOnThisMachine) {
 // short it is: a budget of a tenth of a second still gives each point its
 // rounds (the fewest a spread says anything from), and the note says so.
 TEST(KernelTuning, TheDefaultBudgetStretchesToTheFewestRounds) {
-  ProbeOptions options;
-  options.quick = true;
-  auto profile = run_probe(options);
+  auto profile = quick_profile();
   ASSERT_TRUE(profile) << profile.error().message;
-  KernelTuningOptions tuning_options;
-  tuning_options.budget_seconds = 0.1;
-  tuning_options.pool_bytes = 64ull << 20;
-  tuning_options.prefill_tokens = 8;
+  KernelTuningOptions tuning_options = short_tuning(0.1);
   tuning_options.candidates = {tuning_candidates(profile->cpu).front()};
   auto tuning = measure_kernel_tuning(profile->cpu, profile->memory, tuning_options, {});
   ASSERT_TRUE(tuning) << tuning.error().message;
