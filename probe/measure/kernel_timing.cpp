@@ -801,19 +801,17 @@ Status finish_tuning(KernelTuning& tuning, const std::vector<Work>& work, const 
   return Ok{};
 }
 
-// Seconds the deadline moves so that kMinTuningRounds rounds fit, each as
+// Moves the deadline so that kMinTuningRounds rounds fit, each as
 // long as the last (a round the budget sized short still takes each point's
 // warm-up and at least one call: the 2-core VM's 86 points took 2.7 s a
 // round at the shortest slices, after the pool's fill and the runners' set-up
 // had spent 4.6 of its 8.75 s, so one or two rounds fitted). Only where
 // allowed: a --budget the user gave bounds everything.
-double stretch_for_min_rounds(const KernelTuningOptions& options, int rounds, double round_s, Clock::time_point& deadline) {
-  if (!options.stretch_for_min_rounds || rounds >= kMinTuningRounds) return 0;
+void stretch_for_min_rounds(const KernelTuningOptions& options, int rounds, double round_s, Clock::time_point& deadline) {
+  if (!options.stretch_for_min_rounds || rounds >= kMinTuningRounds) return;
   const double needed = 1.1 * round_s * (kMinTuningRounds - rounds);
   const double left = std::chrono::duration<double>(deadline - Clock::now()).count();
-  if (left >= needed) return 0;
-  deadline += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(needed - left));
-  return needed - left;
+  if (left < needed) deadline += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(needed - left));
 }
 
 }  // namespace
@@ -876,7 +874,6 @@ Result<KernelTuning> measure_kernel_tuning(const CpuFacts& facts, const MemoryFa
   // drift then touch every set alike instead of whichever ran at a bad moment.
   // Sized so the most rounds fit the budget (a slice never below
   // kMinUnitSeconds); stop_note says when to stop, or the budget does.
-  double stretched_s = 0;  // allowed past the budget
   const auto more_time = [&] { return left() > 0 || (options.stretch_for_min_rounds && rounds < kMinTuningRounds); };
   for (int round = 0; round < kMaxTuningRounds && more_time(); ++round) {
     const double unit = std::max(kMinUnitSeconds, left() / ((kMaxTuningRounds - round) *
@@ -884,7 +881,7 @@ Result<KernelTuning> measure_kernel_tuning(const CpuFacts& facts, const MemoryFa
     const auto round_start = Clock::now();
     time_round(*work, sets, pinnable, unit, round == 0 ? progress : ProgressFn(), tuning);
     rounds = round + 1;
-    stretched_s += stretch_for_min_rounds(options, rounds, coli::seconds_since(round_start), stretched);
+    stretch_for_min_rounds(options, rounds, coli::seconds_since(round_start), stretched);
     auto stop = stop_note(*work, rounds);
     if (!stop) return stop.error();
     if (*stop) {
@@ -892,7 +889,7 @@ Result<KernelTuning> measure_kernel_tuning(const CpuFacts& facts, const MemoryFa
       break;
     }
   }
-  if (const double past = std::chrono::duration<double>(Clock::now() - deadline).count(); stretched_s > 0 && past > 0)
+  if (const double past = std::chrono::duration<double>(Clock::now() - deadline).count(); stretched > deadline && past > 0)
     add_note(tuning, std::to_string(kMinTuningRounds) + " rounds ran " + format_fixed(past, 1) +
                          " s past the budget (the default budget may stretch for them; --budget bounds it)");
   const double overrun = std::chrono::duration<double>(Clock::now() - std::max(stretched, deadline)).count();
