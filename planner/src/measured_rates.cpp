@@ -7,7 +7,8 @@
 #include <cmath>
 #include <cstdio>
 
-#include "coli/forward/attention.h"  // kAttentionTile
+#include "coli/base/pass_shape.h"    // kPassSlice
+#include "coli/forward/attention.h"  // kAttentionTile, kAttentionRowsPerBlock
 
 namespace coli::planner::measured {
 
@@ -555,11 +556,12 @@ std::optional<ComputeRate> prefill_compute_rate(const DeviceProfile& profile, We
 }
 
 // The engine's prefill attention as the tuning phase timed it
-// (attention_prefill: `batch` causal positions of `rows` heads x `cols`
-// head_dim over an f16 KV cache): per head and causal (query, key) pair a
-// fixed cost plus 2 x head_dim multiply-adds (a dot with K, a weighted sum
-// of V), fitted through the OLMoE-shaped point and the narrow-head one
-// (attention_prefill_narrow); with one point, no fixed cost.
+// (attention_prefill: a prompt of `batch` positions over an f16 KV cache in
+// the pass's slices, `rows` heads x `cols` head_dim): per unit of
+// prompt_attention_units a fixed cost plus 2 x head_dim multiply-adds (a dot
+// with K, a weighted sum of V), fitted through the OLMoE-shaped point and
+// the narrow one (attention_prefill_narrow: a small model's few narrow
+// heads); with one point, no fixed cost.
 std::optional<AttentionCost> prefill_attention_cost(const DeviceProfile& profile, const Team& team) {
   if (!profile.measurements.kernel_tuning) return std::nullopt;
   auto point = [&](const char* kernel) {
@@ -567,25 +569,40 @@ std::optional<AttentionCost> prefill_attention_cost(const DeviceProfile& profile
       return p.kernel == kernel && p.batch >= 1 && p.rows > 0 && p.cols > 0 && p.tokens_per_s.median > 0;
     });
   };
-  // Seconds per head and pair at a point's head_dim.
-  auto per_pair = [](const KernelThroughputPoint& p) {
-    const double b = p.batch, pairs = b * (b + 1) / 2;
-    return b / p.tokens_per_s.median / (static_cast<double>(p.rows) * pairs);
+  // Wall seconds per unit at a point's head_dim, its heads and threads.
+  auto per_unit = [](const KernelThroughputPoint& p) {
+    const double heads = static_cast<double>(p.rows);
+    return p.batch / p.tokens_per_s.median / prompt_attention_units(heads, heads, static_cast<int>(p.batch), p.threads);
   };
   const KernelThroughputPoint* wide = point("attention_prefill");
   if (!wide) return std::nullopt;
-  const double rate = 2.0 * wide->cols / per_pair(*wide);
+  const double rate = 2.0 * wide->cols / per_unit(*wide);
   AttentionCost cost{0, rate, format_fixed(rate / 1e9, 1) + " GMAC/s (attention_prefill, " + std::to_string(wide->batch) +
                                   " positions, measured at " + std::to_string(wide->threads) + " threads)"};
   const KernelThroughputPoint* narrow = point("attention_prefill_narrow");
   if (!narrow || narrow->cols >= wide->cols) return cost;
-  // Seconds per pair against its multiply-adds (2 x head_dim).
-  const auto fit = line_through(2.0 * wide->cols, per_pair(*wide), 2.0 * narrow->cols, per_pair(*narrow));
+  // Seconds per unit against its multiply-adds (2 x head_dim).
+  const auto fit = line_through(2.0 * wide->cols, per_unit(*wide), 2.0 * narrow->cols, per_unit(*narrow));
   if (!fit) return cost;
   return AttentionCost{fit->fixed, 1 / fit->per_unit,
                        format_fixed(fit->fixed * 1e9, 2) + " ns per head and position pair + " + format_fixed(1e-9 / fit->per_unit, 1) +
-                           " GMAC/s (attention_prefill fitted at head_dim " + std::to_string(wide->cols) + " and " +
-                           std::to_string(narrow->cols) + ", measured at " + std::to_string(wide->threads) + " threads)"};
+                           " GMAC/s (attention_prefill fitted at " + std::to_string(wide->rows) + " heads of " +
+                           std::to_string(wide->cols) + " and " + std::to_string(narrow->rows) + " of " +
+                           std::to_string(narrow->cols) + ", in the pass's slices, measured at " + std::to_string(wide->threads) +
+                           " threads)"};
+}
+
+double prompt_attention_units(double heads, double kv_heads, int prompt, int threads) {
+  const double group = std::max(1.0, heads / std::max(1.0, kv_heads));
+  const int per_block = std::max(1, forward::kAttentionRowsPerBlock / static_cast<int>(group));
+  double units = 0;
+  for (int first = 0; first < prompt; first += kPassSlice) {
+    const double n = std::min(kPassSlice, prompt - first), lb = std::min<double>(per_block, n);
+    const double pairs = heads * (n * first + n * (n + 1) / 2);  // each query attends its positions up to its own
+    const double largest = group * (lb * (first + n) - lb * (lb - 1) / 2);
+    units += std::max(pairs, largest * std::max(1, threads));
+  }
+  return units;
 }
 
 double decode_attention_units(double kv_heads, int depth, int threads) {

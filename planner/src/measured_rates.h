@@ -274,15 +274,21 @@ struct ExpertDispatchCost {
   std::string text;
 };
 std::optional<ExpertDispatchCost> expert_dispatch_cost(const DeviceProfile& profile, const Team& team);
-// A prompt's attention: per head and causal (query, key) pair a fixed cost
-// plus 2 x head_dim multiply-adds.
+// A prompt of `prompt` tokens' attention as the engine's pass runs it, in
+// units of one (head, query, key) pair's wall time at the team: slice by
+// slice of kPassSlice tokens, each a team region over (KV head x block of
+// kAttentionRowsPerBlock query rows) items handed out largest first, taking
+// the longer of its pairs shared evenly and its largest item, the last
+// block, on one thread (the demo model's 4 heads give 16 items a slice:
+// 16 threads wait on the last block, 1.2x the even share over 512 tokens).
+double prompt_attention_units(double heads, double kv_heads, int prompt, int threads);
+// A prompt's attention: wall seconds at the team per unit (above), a fixed
+// cost plus 2 x head_dim multiply-adds.
 struct AttentionCost {
-  double seconds_per_pair = 0;
+  double seconds_per_unit = 0;
   double macs_per_s = 0;
   std::string text;
-  double seconds(double heads, double pairs, double head_dim) const {
-    return heads * pairs * (seconds_per_pair + 2 * head_dim / macs_per_s);
-  }
+  double seconds(double units, double head_dim) const { return units * (seconds_per_unit + 2 * head_dim / macs_per_s); }
 };
 std::optional<AttentionCost> prefill_attention_cost(const DeviceProfile& profile, const Team& team);
 // forward::attention's decode path hands (KV head x kAttentionTile-position

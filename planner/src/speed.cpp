@@ -397,7 +397,7 @@ DecodeKvTerm decode_kv_term(const DeviceProfile& profile, const ModelFootprint& 
   const double reads_s = static_cast<double>(kv_bytes) / (ram.gb_per_s * 1e9);
   const auto fitted = prefill_attention_cost(profile, team);
   // A (head, position) pair's wall time at the team, times the group's heads of each unit.
-  const double attention_s = fitted ? layers * units * group * fitted->seconds(1, 1, static_cast<double>(c.head_dim)) : 0.0;
+  const double attention_s = fitted ? layers * fitted->seconds(units * group, static_cast<double>(c.head_dim)) : 0.0;
   if (attention_s <= reads_s) return {reads_s, ""};
   return {attention_s, " + the KV cache's attention " + format_fixed(attention_s * 1e3, 3) + " ms/token, longer than its reads' " +
                            format_fixed(reads_s * 1e3, 3) + " ms (KV head x " + std::to_string(forward::kAttentionTile) +
@@ -625,26 +625,12 @@ struct PromptCompute {
   double expert_phase_s() const { return expert_s + dispatch_s; }
   double rest_s() const { return dense_s + attention_s + lm_head_s + token_ops_s; }
 };
-// A prompt's attention as the engine runs it: slice by slice of kPassSlice
-// tokens, each a team region over (KV head x block of
-// kAttentionRowsPerBlock query rows) items handed out largest first. A
-// slice takes the longer of its (head, query, key) pairs shared evenly over
-// the team and its largest item, the last block, on one thread: the tuning
-// point's 16 heads x 16 blocks kept 16 threads busy, the demo model's 4
-// heads give 16 items a slice (1.2x the even share over 512 tokens).
+// A prompt's attention over every layer, in prompt_attention_units at the
+// measured cost of one.
 double prompt_attention_seconds(const AttentionCost& cost, const model::ModelConfig& c, int prompt, int threads) {
-  const double heads = static_cast<double>(c.num_attention_heads);
-  const double group = std::max(1.0, heads / static_cast<double>(std::max<std::uint64_t>(1, c.num_key_value_heads)));
-  const int per_block = std::max(1, forward::kAttentionRowsPerBlock / static_cast<int>(group));
-  const double per_pair = cost.seconds(1, 1, static_cast<double>(c.head_dim));  // wall time of a pair at the team
-  double seconds = 0;
-  for (int first = 0; first < prompt; first += kPassSlice) {
-    const double n = std::min(kPassSlice, prompt - first), lb = std::min<double>(per_block, n);
-    const double pairs = heads * (n * first + n * (n + 1) / 2);  // each query attends its positions up to its own
-    const double largest = group * (lb * (first + n) - lb * (lb - 1) / 2);
-    seconds += std::max(pairs, largest * std::max(1, threads)) * per_pair;
-  }
-  return static_cast<double>(c.num_hidden_layers) * seconds;
+  const double units = prompt_attention_units(static_cast<double>(c.num_attention_heads),
+                                              static_cast<double>(c.num_key_value_heads), prompt, threads);
+  return static_cast<double>(c.num_hidden_layers) * cost.seconds(units, static_cast<double>(c.head_dim));
 }
 
 // `distinct`: the experts each round of a layer touches (each dispatched once, in one of its batches).

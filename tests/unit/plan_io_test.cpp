@@ -9,6 +9,7 @@
 #include <functional>
 #include <regex>
 #include <string>
+#include <tuple>
 
 #include "coli/base/text.h"
 #include "coli/planner/speed_band.h"
@@ -684,6 +685,40 @@ TEST(PlanSpeed, PromptAttentionWaitsForItsLargestItemWhenItemsAreFew) {
   }
   ASSERT_GT(seconds, 8.0 * 512 * 513 / 2 * per_pair * 1.05) << "the made-up shape must leave threads idle";
   EXPECT_NEAR(term_seconds(predict_speed(profile, fp, plan).prefill_terms, term) * 512, 48 * seconds, 1e-9);
+}
+
+// The tuning phase times its prompt attention points in the pass's
+// 128-token slices, the narrow one at a small model's 4 heads of 16, and
+// each point's units are counted as the model's are. At 16 threads those 4
+// heads give 16 items a slice, and each slice waits on its last block: a
+// model of that very shape is priced at the narrow point's measured time a
+// layer (read as one 512-token call's even share of pairs, it came out
+// 1.19x that).
+TEST(PlanSpeed, APromptOfTheNarrowAttentionPointsShapeTakesItsMeasuredTime) {
+  ModelFootprint fp = qwen3();
+  fp.config.num_attention_heads = 4, fp.config.num_key_value_heads = 4, fp.config.head_dim = 16;
+  Plan plan = resident_qwen3_plan(16);
+  plan.compute_pus = {};
+  DeviceProfile profile = measured_profile(10);
+  profile.measurements.kernel_tuning = tuned_on_8_threads("expert_q4_prefill", 1024, 32, 768, {}, {3, 100, 100, 100, 0});
+  for (const auto& [kernel, heads, head_dim, tokens_per_s] :
+       {std::tuple{"attention_prefill", 16, 128, 2000.0}, std::tuple{"attention_prefill_narrow", 4, 16, 30000.0}}) {
+    KernelThroughputPoint attention = profile.measurements.kernel_tuning->points[0];
+    attention.kernel = kernel, attention.threads = 16;
+    attention.rows = heads, attention.cols = head_dim, attention.batch = 512, attention.matrices = 0;
+    attention.tokens_per_s = {3, tokens_per_s, tokens_per_s, tokens_per_s, 0};
+    profile.measurements.kernel_tuning->points.push_back(attention);
+  }
+  double slices = 0;  // the units of the 4-head shape at 16 threads: each slice's last block x 16
+  for (int first = 0; first < 512; first += 128)
+    slices += std::max(4.0 * (128.0 * first + 128.0 * 129 / 2), (32.0 * (first + 128) - 32.0 * 31 / 2) * 16);
+  ASSERT_GT(slices, 4.0 * 512 * 513 / 2 * 1.15) << "the made-up shape must leave threads idle";
+  const SpeedPrediction s = predict_speed(profile, fp, plan);
+  ASSERT_TRUE(s.available);
+  EXPECT_NEAR(term_seconds(s.prefill_terms, "compute: attention") * 512, 48 * 512 / 30000.0, 1e-9);
+  EXPECT_NE(s.prefill_inputs.find("fitted at 16 heads of 128 and 4 of 16, in the pass's slices, measured at 16 threads"),
+            std::string::npos)
+      << s.prefill_inputs;
 }
 
 // coli run sets its own prompt beside its measured prefill: the prompt's
