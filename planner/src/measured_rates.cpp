@@ -634,12 +634,23 @@ std::optional<DecodeAttentionCost> decode_attention_cost(const DeviceProfile& pr
   // A cost per query head, and the rest per (KV head, position); neither below zero.
   const double per_query = std::max(0.0, (w8 - w1) / (g8 - g1));
   const double per_kv = std::max(0.0, w1 - per_query * g1);
-  return DecodeAttentionCost{per_kv, per_query, single->cols,
-                             format_fixed(per_kv * 1e9, 2) + " ns per (KV head, position) + " + format_fixed(per_query * 1e9, 2) +
-                                 " ns per query head of its group (attention_decode and _grouped at depth " +
-                                 std::to_string(kDecodeAttentionDepth) + ", groups of " + format_fixed(g1, 0) + " and " +
-                                 format_fixed(g8, 0) + ", head_dim " + std::to_string(single->cols) + ", f16 from RAM, measured at " +
-                                 std::to_string(single->threads) + " threads)"};
+  DecodeAttentionCost cost{per_kv, per_query, single->cols, 0, 0,
+                           format_fixed(per_kv * 1e9, 2) + " ns per (KV head, position) + " + format_fixed(per_query * 1e9, 2) +
+                               " ns per query head of its group (attention_decode and _grouped at depth " +
+                               std::to_string(kDecodeAttentionDepth) + ", groups of " + format_fixed(g1, 0) + " and " +
+                               format_fixed(g8, 0) + ", head_dim " + std::to_string(single->cols) + ", f16 from RAM, measured at " +
+                               std::to_string(single->threads) + " threads"};
+  // The grouped point again over narrower heads: how a unit's cost follows head_dim.
+  const KernelThroughputPoint* narrow = point("attention_decode_grouped_narrow");
+  if (narrow && narrow->cols < single->cols && narrow->rows / narrow->matrices == grouped->rows / grouped->matrices && w8 > 0) {
+    cost.narrow_head_dim = narrow->cols;
+    cost.narrow_ratio = unit(*narrow).second / w8;
+    cost.text += "; at head_dim " + std::to_string(narrow->cols) + " a unit costs " + format_fixed(cost.narrow_ratio, 2) +
+                 "x (attention_decode_grouped_narrow), in proportion " +
+                 format_fixed(static_cast<double>(narrow->cols) / single->cols, 2) + "x";
+  }
+  cost.text += ")";
+  return cost;
 }
 
 // The engine's float projections over a prompt (dense_bf16_prefill: every

@@ -5,6 +5,7 @@
 // nullopt where the profile has no such measurement.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <optional>
@@ -307,11 +308,24 @@ double decode_attention_units(double kv_heads, int depth, int threads);
 struct DecodeAttentionCost {
   double per_kv_position = 0, per_query_head = 0;  // at the points' head_dim, f16
   int head_dim = 0;
+  // attention_decode_grouped_narrow: its unit's cost over the grouped
+  // point's, at narrow_head_dim (0: no such point).
+  int narrow_head_dim = 0;
+  double narrow_ratio = 0;
   std::string text;
-  // A unit's seconds for a model's group and head_dim (both costs scale
-  // with head_dim) and KV element bytes (the reads scale with them).
+  // A model's head_dim against the points': a line through (narrow_head_dim,
+  // narrow_ratio) and (head_dim, 1), the fixed part of a unit that does not
+  // shrink with its head (below the narrow point, at least its share per
+  // element); without the narrow point, in proportion.
+  double width_scale(double model_head_dim) const {
+    if (narrow_head_dim <= 0 || narrow_head_dim >= head_dim || narrow_ratio <= 0) return model_head_dim / head_dim;
+    const double line = 1 + (model_head_dim - head_dim) * (1 - narrow_ratio) / (head_dim - narrow_head_dim);
+    return model_head_dim >= narrow_head_dim ? line : std::max(line, narrow_ratio * model_head_dim / narrow_head_dim);
+  }
+  // A unit's seconds for a model's group and head_dim and KV element bytes
+  // (the reads scale with them).
   double unit_seconds(double group, double model_head_dim, double kv_element_bytes) const {
-    return (per_kv_position * kv_element_bytes / 2 + per_query_head * group) * model_head_dim / head_dim;
+    return (per_kv_position * kv_element_bytes / 2 + per_query_head * group) * width_scale(model_head_dim);
   }
 };
 std::optional<DecodeAttentionCost> decode_attention_cost(const DeviceProfile& profile, const Team& team);

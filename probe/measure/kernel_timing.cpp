@@ -5,6 +5,7 @@
 #include <array>
 #include <chrono>
 #include <cmath>
+#include <map>
 #include <memory>
 #include <new>
 #include <optional>
@@ -41,6 +42,9 @@ constexpr double kMinUnitSeconds = 0.03; // per round: a slice below this is mos
 // H100 box its slices ran 1.33x the cost per pair of 16 such heads at 8
 // threads, 16 (KV head, block) items a slice against 64).
 constexpr int kAttentionTokens = 512, kHeads = 16, kHeadDim = 128, kNarrowHeads = 4, kNarrowHeadDim = 16;
+// The narrow decode attention point's heads: a common narrower width (16
+// would read half a cache line a K or V row of a head).
+constexpr int kDecodeNarrowHeadDim = 64;
 
 std::uint64_t matrix_bytes(WeightFormat format, int rows, int cols) {
   return traits(format).matrix_bytes(static_cast<std::uint64_t>(rows), static_cast<std::uint64_t>(cols));
@@ -165,7 +169,8 @@ constexpr int kTokenOpsTokens = 128;
 
 
 // Decode attention: one token at position kDecodeAttentionDepth
-// (device_profile.h) over OLMoE's 16 KV heads of 128 in f16, each call a
+// (device_profile.h) over OLMoE's 16 KV heads of 128 in f16 (the narrow
+// point's of kDecodeNarrowHeadDim), each call a
 // layer of its own from a pool of layers twice the last-level cache (at
 // most half the test weights), so its K and V stream from RAM as a decoded
 // token's do (the weights of a token's other layers pass between two reads
@@ -175,14 +180,14 @@ constexpr int kTokenOpsTokens = 128;
 std::uint64_t decode_attention_pool_bytes(const CpuFacts& facts, const WeightPool& pool) {
   return std::min(pool.size() / 2, 2 * last_level_cache_bytes(facts.caches, facts.cores));
 }
-std::shared_ptr<forward::KvCache> decode_attention_pool(std::uint64_t bytes) {
-  const std::uint64_t layer = kv_cache_bytes(1, kHeads, kHeadDim, kDecodeAttentionDepth + 1, KvType::f16);
+std::shared_ptr<forward::KvCache> decode_attention_pool(std::uint64_t bytes, int head_dim) {
+  const std::uint64_t layer = kv_cache_bytes(1, kHeads, head_dim, kDecodeAttentionDepth + 1, KvType::f16);
   const int layers = static_cast<int>(std::clamp<std::uint64_t>(bytes / layer, 2, 4096));
-  auto cache = std::make_shared<forward::KvCache>(layers, kHeads, kHeadDim, kDecodeAttentionDepth + 1, KvType::f16);
+  auto cache = std::make_shared<forward::KvCache>(layers, kHeads, head_dim, kDecodeAttentionDepth + 1, KvType::f16);
   // Values drawn once and stored at every (layer, position): the timing does not depend on them.
   std::mt19937 random(5);
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-  std::vector<float> k(static_cast<std::size_t>(kHeads) * kHeadDim), v(k.size());
+  std::vector<float> k(static_cast<std::size_t>(kHeads) * head_dim), v(k.size());
   for (float& x : k) x = uniform(random);
   for (float& x : v) x = uniform(random);
   for (int l = 0; l < layers; ++l)
@@ -610,6 +615,12 @@ std::vector<KernelSpec> tuning_specs() {
       // one per query head through both.
       {.name = "attention_decode", .format = F::f32, .weight = 0.25, .attention = true},
       {.name = "attention_decode_grouped", .format = F::f32, .weight = 0.25, .attention = true, .attention_group = 8},
+      // The grouped one over narrower heads of 64: what a (KV head, position)
+      // costs beside its head_dim (the H100 box's Qwen3 shape, 4 KV heads of
+      // 64, added 1.4-1.7x what halving head_dim 128's cost said from depth
+      // 0 to 512).
+      {.name = "attention_decode_grouped_narrow", .format = F::f32, .weight = 0.25, .attention = true, .attention_group = 8,
+       .head_dim = kDecodeNarrowHeadDim},
       // A prompt's attention over a small model's few narrow heads (its cost per position pair).
       {.name = "attention_prefill_narrow", .format = F::f32, .prefill = true, .weight = 0.5, .attention = true,
        .attention_heads = kNarrowHeads, .head_dim = kNarrowHeadDim},
@@ -701,7 +712,7 @@ void time_slice(Work& w, double unit) {
 }
 
 // A runner for every (set, kernel), the team-independent ones on the first set only; the
-// decode attention kernels share one pool of `decode_kv_bytes` of layers; the
+// decode attention kernels of a head_dim share one pool of `decode_kv_bytes` of layers; the
 // points that spill the cores' caches sized for each set (left out where the
 // last level cannot hold them).
 // A spills_core_cache point's share per thread, in core caches. Twice left
@@ -729,7 +740,7 @@ Result<std::vector<Work>> make_work(const std::vector<ThreadCandidate>& sets, co
                                     cpu::CpuKernelVariant variant, const std::string& cpu_kernel, WeightPool& pool, int prefill_tokens,
                                     std::uint64_t decode_kv_bytes, const CpuFacts& facts) {
   std::vector<Work> work;
-  std::shared_ptr<const forward::KvCache> decode_kv;  // one pool for every decode attention runner
+  std::map<int, std::shared_ptr<const forward::KvCache>> decode_kv;  // a pool per head_dim for the decode attention runners
   for (std::size_t i = 0; i < sets.size(); ++i)
     for (const KernelSpec& team_spec : specs) {
       if (team_spec.team_independent() && i > 0) continue;
@@ -751,13 +762,14 @@ Result<std::vector<Work>> make_work(const std::vector<ThreadCandidate>& sets, co
       }
       std::shared_ptr<const forward::KvCache> kv_pool;
       if (spec.decode_attention()) {
+        std::shared_ptr<const forward::KvCache>& shared = decode_kv[spec.head_dim];
         try {
-          if (!decode_kv) decode_kv = decode_attention_pool(decode_kv_bytes);
+          if (!shared) shared = decode_attention_pool(decode_kv_bytes, spec.head_dim);
         } catch (const std::bad_alloc&) {
           return make_error("kernel tuning: could not allocate " + format_bytes(decode_kv_bytes) +
                             " of KV cache for the decode attention points (free memory, or pass a smaller --tuning-pool)");
         }
-        kv_pool = decode_kv;
+        kv_pool = shared;
       }
       work.push_back({i, KernelRunner(spec, sets[i], variant, pool, prefill_tokens, std::move(experts), std::move(projections),
                                       std::move(kv_pool)),

@@ -364,16 +364,23 @@ TEST(KernelTuning, ShortRealRunOnThisMachine) {
     EXPECT_TRUE(p.pus.intersect(profile->cpu.usable.pus) == p.pus);
   }
   // The decode attention points' shapes, as the speed model reads them:
-  // rows query heads over `matrices` KV heads, one token.
+  // rows query heads over `matrices` KV heads, one token, cols head_dim.
   int decode_attention_points = 0;
   for (const auto& p : tuning->points) {
-    if (p.kernel != "attention_decode" && p.kernel != "attention_decode_grouped") continue;
+    if (!p.kernel.starts_with("attention_decode")) continue;
     ++decode_attention_points;
     EXPECT_EQ(p.rows, p.matrices * (p.kernel == "attention_decode" ? 1 : 8)) << p.kernel;
-    EXPECT_EQ(p.cols, 128);
+    EXPECT_EQ(p.cols, p.kernel == "attention_decode_grouped_narrow" ? 64 : 128) << p.kernel;
     EXPECT_EQ(p.batch, 1);
   }
-  EXPECT_GE(decode_attention_points, 2) << "both timed on the first set at least";
+  EXPECT_GE(decode_attention_points, 3) << "all three timed on the first set at least";
+  // The prompt attention points: heads x head_dim over 512 positions (the narrow one a small model's 4 of 16).
+  for (const auto& p : tuning->points) {
+    if (!p.kernel.starts_with("attention_prefill")) continue;
+    EXPECT_EQ(p.rows, p.kernel == "attention_prefill" ? 16 : 4) << p.kernel;
+    EXPECT_EQ(p.cols, p.kernel == "attention_prefill" ? 128 : 16) << p.kernel;
+    EXPECT_EQ(p.batch, 512) << p.kernel;
+  }
   EXPECT_TRUE(Contains(tuning->note, " rounds")) << tuning->note;  // how many rounds, and why it stopped
   // A busy machine may not separate its sets: then an error that says so.
   auto threads = recommend_from_measurements(tuning->points);

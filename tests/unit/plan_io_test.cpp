@@ -816,6 +816,44 @@ TEST(PlanSpeed, DecodeAttentionIsPricedFromTheDecodePointsWithTheirReads) {
       << "f32 KV: twice the f16 bytes at the RAM rate";
 }
 
+// A decode attention unit does not shrink in proportion to its head: with
+// the grouped point again at head_dim 64 (attention_decode_grouped_narrow),
+// a model's head_dim prices its units on the line through the two grouped
+// points' costs. Made-up: 20 ns per (KV head, position) + 3 ns per query
+// head at 128, the narrow grouped unit 0.75x the wide one's (not 0.5x).
+// Qwen3's shape with heads of 64 then costs 0.75x, of 96 0.875x and of 256
+// 1.5x; without the narrow point 0.5x, 0.75x and 2x.
+TEST(PlanSpeed, DecodeAttentionFollowsHeadDimOnTheLineThroughTheNarrowPoint) {
+  ModelFootprint fp = qwen3();  // 48 layers, 4 KV heads of 8 query heads
+  Plan plan = resident_qwen3_plan(8);
+  plan.compute_pus = {};  // a team of 8
+  plan.kv_type = KvType::f16;
+  DeviceProfile profile = measured_profile(1000);  // RAM so fast the points' cost stands
+  profile.measurements.kernel_tuning = tuned_on_8_threads("expert_q4_prefill", 1024, 32, 768, {}, {3, 100, 100, 100, 0});
+  const double units = std::max(16.0 * 513, std::ceil(16.0 * 9 / 8) * 64 * 8);  // 18 of 144 items on the busiest
+  for (const auto& [kernel, group, head_dim, scale] : {std::tuple{"attention_decode", 1, 128, 1.0},
+                                                      std::tuple{"attention_decode_grouped", 8, 128, 1.0},
+                                                      std::tuple{"attention_decode_grouped_narrow", 8, 64, 0.75}}) {
+    KernelThroughputPoint point = profile.measurements.kernel_tuning->points[0];
+    point.kernel = kernel, point.rows = 16 * group, point.cols = head_dim, point.batch = 1, point.matrices = 16;
+    const double call = units * (20e-9 + 3e-9 * group) * scale;
+    point.tokens_per_s = {3, 1 / call, 1 / call, 1 / call, 0};
+    profile.measurements.kernel_tuning->points.push_back(point);
+  }
+  const double wide_unit = 20e-9 + 3e-9 * 8;
+  auto kv_term = [&](int head_dim) {
+    fp.config.head_dim = head_dim;
+    return term_seconds(predict_speed(profile, fp, plan, nullptr, 512).decode_terms, "KV cache");
+  };
+  for (const auto& [head_dim, scale] : {std::pair{128, 1.0}, std::pair{64, 0.75}, std::pair{96, 0.875}, std::pair{256, 1.5}})
+    EXPECT_NEAR(kv_term(head_dim), 48 * 2560 * wide_unit * scale, 1e-12) << "head_dim " << head_dim;
+  fp.config.head_dim = 64;
+  EXPECT_NE(predict_speed(profile, fp, plan, nullptr, 512).decode_inputs.find("at head_dim 64 a unit costs 0.75x"), std::string::npos);
+  profile.measurements.kernel_tuning->points.pop_back();  // without the narrow point: in proportion
+  for (const auto& [head_dim, scale] : {std::pair{64, 0.5}, std::pair{96, 0.75}, std::pair{256, 2.0}})
+    EXPECT_NEAR(kv_term(head_dim), 48 * 2560 * wide_unit * scale, 1e-12) << "head_dim " << head_dim;
+}
+
 // Narrow heads cost more per multiply-add: with the tuning phase's point
 // at head_dim 16 beside the one at 128, attention is a fixed cost per head
 // and (query, key) pair plus 2 x head_dim multiply-adds, fitted through
