@@ -167,7 +167,6 @@ constexpr int kSampledVocab = 131072;  // logits scanned per greedy pick (512 Ki
 // Tokens per token_ops call: positions 0..kTokenOpsTokens-1, each a new RoPE angle.
 constexpr int kTokenOpsTokens = 128;
 
-
 // Decode attention: one token at position kDecodeAttentionDepth
 // (device_profile.h) over OLMoE's 16 KV heads of 128 in f16 (the narrow
 // point's of kDecodeNarrowHeadDim), each call a
