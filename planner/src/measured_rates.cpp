@@ -640,14 +640,17 @@ std::optional<DecodeAttentionCost> decode_attention_cost(const DeviceProfile& pr
                                std::to_string(kDecodeAttentionDepth) + ", groups of " + format_fixed(g1, 0) + " and " +
                                format_fixed(g8, 0) + ", head_dim " + std::to_string(single->cols) + ", f16 from RAM, measured at " +
                                std::to_string(single->threads) + " threads"};
-  // The grouped point again over narrower heads: how a unit's cost follows head_dim.
+  // The grouped point again over narrower heads: how a unit's cost follows
+  // head_dim. A narrower unit that cost as much as the wide one or more is
+  // the machine's noise, not a price: then in proportion, and said.
   const KernelThroughputPoint* narrow = point("attention_decode_grouped_narrow");
   if (narrow && narrow->cols < single->cols && narrow->rows / narrow->matrices == grouped->rows / grouped->matrices && w8 > 0) {
-    cost.narrow_head_dim = narrow->cols;
-    cost.narrow_ratio = unit(*narrow).second / w8;
-    cost.text += "; at head_dim " + std::to_string(narrow->cols) + " a unit costs " + format_fixed(cost.narrow_ratio, 2) +
+    const double ratio = unit(*narrow).second / w8;
+    cost.text += "; at head_dim " + std::to_string(narrow->cols) + " a unit costs " + format_fixed(ratio, 2) +
                  "x (attention_decode_grouped_narrow), in proportion " +
                  format_fixed(static_cast<double>(narrow->cols) / single->cols, 2) + "x";
+    if (ratio < 1) cost.narrow_head_dim = narrow->cols, cost.narrow_ratio = ratio;
+    else cost.text += ": not used, other head_dims priced in proportion";
   }
   cost.text += ")";
   return cost;

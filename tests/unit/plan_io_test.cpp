@@ -849,6 +849,12 @@ TEST(PlanSpeed, DecodeAttentionFollowsHeadDimOnTheLineThroughTheNarrowPoint) {
     EXPECT_NEAR(kv_term(head_dim), 48 * 2560 * wide_unit * scale, 1e-12) << "head_dim " << head_dim;
   fp.config.head_dim = 64;
   EXPECT_NE(predict_speed(profile, fp, plan, nullptr, 512).decode_inputs.find("at head_dim 64 a unit costs 0.75x"), std::string::npos);
+  // A narrow unit as dear as the wide one (noise) prices nothing: in proportion, as without the point.
+  const double dear = profile.measurements.kernel_tuning->points.back().tokens_per_s.median / 1.5;  // 1.125x the wide unit
+  profile.measurements.kernel_tuning->points.back().tokens_per_s = {3, dear, dear, dear, 0};
+  EXPECT_NEAR(kv_term(64), 48 * 2560 * wide_unit * 0.5, 1e-12);
+  const std::string inputs = predict_speed(profile, fp, plan, nullptr, 512).decode_inputs;
+  EXPECT_NE(inputs.find("x (attention_decode_grouped_narrow), in proportion 0.50x: not used"), std::string::npos) << inputs;
   profile.measurements.kernel_tuning->points.pop_back();  // without the narrow point: in proportion
   for (const auto& [head_dim, scale] : {std::pair{64, 0.5}, std::pair{96, 0.75}, std::pair{256, 2.0}})
     EXPECT_NEAR(kv_term(head_dim), 48 * 2560 * wide_unit * scale, 1e-12) << "head_dim " << head_dim;
