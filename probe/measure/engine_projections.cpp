@@ -22,9 +22,6 @@ EngineProjections& EngineProjections::operator=(EngineProjections&&) noexcept = 
 EngineProjections::~EngineProjections() = default;
 
 Result<EngineProjections> EngineProjections::create(WeightFormat format, int hidden, const std::string& cpu_kernel, int threads) {
-  if (!traits(format).quantized)
-    return make_error("kernel tuning: the engine's projections are timed for quantised weights, not " +
-                      std::string(traits(format).name));
   auto cpu = tuning_cpu_backend(cpu_kernel, threads);
   if (!cpu) return cpu.error();
   auto state = std::make_unique<State>();
@@ -37,8 +34,11 @@ Result<EngineProjections> EngineProjections::create(WeightFormat format, int hid
 void EngineProjections::run(std::span<const std::byte* const, 4> weights, std::span<const float> xs, int tokens) {
   State& s = *state_;
   const auto n = static_cast<std::size_t>(tokens) * static_cast<std::size_t>(s.hidden);
-  const auto scales = traits(s.format).scales_offset(static_cast<std::uint64_t>(s.hidden), static_cast<std::uint64_t>(s.hidden));
-  const auto view = [&](const std::byte* w) { return backend::WeightView{w, w + scales, s.format, s.hidden, s.hidden}; };
+  const auto& format = traits(s.format);
+  const auto scales = format.scales_offset(static_cast<std::uint64_t>(s.hidden), static_cast<std::uint64_t>(s.hidden));
+  const auto view = [&](const std::byte* w) {
+    return backend::WeightView{w, format.quantized ? w + scales : nullptr, s.format, s.hidden, s.hidden};
+  };
   for (auto* out : {&s.q, &s.k, &s.v, &s.o}) out->resize(n);
   const backend::MatmulOutput qkv[] = {{view(weights[0]), s.q, {}}, {view(weights[1]), s.k, {}}, {view(weights[2]), s.v, {}}};
   s.backend->matmul_rows(xs.first(n), tokens, qkv);

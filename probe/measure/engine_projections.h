@@ -1,7 +1,8 @@
 // The engine's own CPU projections of a prompt slice (backend::CpuBackend::
-// matmul_rows, the code MoeModel's attention pass runs for quantised dense
-// weights: the slice's rows quantised once, q, k and v in one region, o in
-// another) for the tuning phase. A prompt's projections run kPassSlice rows
+// matmul_rows, the code MoeModel's attention pass runs for its dense
+// weights: q, k and v in one region, o in another; quantised weights with
+// the slice's rows quantised once, float ones through the float GEMM) for
+// the tuning phase. A prompt's projections run kPassSlice rows
 // through each matrix, where an expert of the pass sees a few dozen: the
 // GEMM's rate at that shape is its own figure (the H200's 16 cores ran
 // OLMoE's q4 projections at twice the expert points' rate).
@@ -22,9 +23,9 @@ namespace coli::probe {
 
 class EngineProjections {
  public:
-  // Square matrices of `hidden` in a quantised `format`, computed by a CPU
-  // backend of `threads` running `cpu_kernel` (a variant name). Errors: the
-  // backend's (an unknown or unsupported variant), a float format.
+  // Square matrices of `hidden` in `format`, computed by a CPU backend of
+  // `threads` running `cpu_kernel` (a variant name). Errors: the backend's
+  // (an unknown or unsupported variant).
   static Result<EngineProjections> create(WeightFormat format, int hidden, const std::string& cpu_kernel, int threads);
   EngineProjections(EngineProjections&&) noexcept;
   EngineProjections& operator=(EngineProjections&&) noexcept;

@@ -138,8 +138,8 @@ struct KernelSpec {
   bool team_independent() const { return routing || token_ops; }
   // Every other kernel that is neither dense nor attention runs the engine's expert batch.
   bool experts() const { return !dense && !attention && !serial(); }
-  // A quantised dense prefill kernel runs the engine's projections of a prompt slice (EngineProjections).
-  bool projections() const { return dense && prefill && traits(format).quantized; }
+  // A dense prefill kernel runs the engine's projections of a prompt slice (EngineProjections).
+  bool projections() const { return dense && prefill; }
   // A decoded token's attention reads the shared pool of KV layers (decode_attention_pool).
   bool decode_attention() const { return attention && !prefill; }
 };
@@ -223,7 +223,7 @@ SampleStats scaled(SampleStats stats, double factor) {
 class KernelRunner {
  public:
   // `experts`: the engine's expert batch for an expert kernel, else empty;
-  // `projections`: the engine's projections for a quantised dense prefill kernel, else empty.
+  // `projections`: the engine's projections for a dense prefill kernel, else empty.
   // `kv_pool`: a decode attention kernel's layers (decode_attention_pool), else null.
   KernelRunner(const KernelSpec& spec, const ThreadCandidate& set, cpu::CpuKernelVariant variant, WeightPool& pool,
                int prefill_tokens, std::optional<EngineExpertBatch> experts, std::optional<EngineProjections> projections,
@@ -283,9 +283,6 @@ class KernelRunner {
       bytes_ = static_cast<double>(static_cast<std::uint64_t>(spec.dense_matrices) * dense_bytes_);
       if (spec.cache_resident)
         resident_ = pool.take(static_cast<std::uint64_t>(spec.dense_matrices) * WeightPool::taken_bytes(dense_bytes_));
-      // A prompt's float projections (Linear over many rows): every matrix
-      // times `tokens` rows of x in one region, as CpuBackend::matmul_rows.
-      if (spec.prefill && !projections_) y_.assign(static_cast<std::size_t>(tokens) * spec.dense_rows * spec.dense_matrices, 0.0f);
     } else {
       // Decode: one token on top_k experts; prefill: the routed tokens, each
       // expert's record a distinct one while the pool holds them.
@@ -338,8 +335,6 @@ class KernelRunner {
       std::array<const std::byte*, 4> weights{};
       for (const std::byte*& w : weights) w = pool_.take(dense_bytes_);
       projections_->run(weights, xs_, point_.batch);
-    } else if (spec_.dense && spec_.prefill) {
-      float_projections();
     } else if (spec_.dense) {
       // Separate gemv calls, as Linear::apply makes them: the int8 kernel
       // for quantised matrices, the engine's float GEMV for the others.
@@ -380,23 +375,6 @@ class KernelRunner {
   const KernelSpec& spec() const { return spec_; }
 
  private:
-  // A prompt slice's float projections as the attention pass runs them
-  // (CpuBackend::matmul_rows, each call one region): q, k and v in one call,
-  // then o; other counts of matrices in one call.
-  void float_projections() {
-    const int rows = spec_.dense_rows, cols = spec_.dense_cols, tokens = point_.batch, matrices = spec_.dense_matrices;
-    std::vector<forward::DenseProduct> products;
-    for (int m = 0; m < matrices; ++m) {
-      products.push_back({{spec_.format, rows, cols, pool_.take(dense_bytes_)},
-                          std::span<float>(y_).subspan(static_cast<std::size_t>(m) * tokens * rows, static_cast<std::size_t>(tokens) * rows),
-                          {}});
-    }
-    const std::span<const float> x = std::span<const float>(xs_).first(static_cast<std::size_t>(tokens) * cols);
-    const std::size_t first_call = matrices == kAttentionMatrices ? 3 : products.size();
-    forward::gemv_dense_many(std::span(products).first(first_call), x, tokens, threads_);
-    if (first_call < products.size()) forward::gemv_dense_many(std::span(products).subspan(first_call), x, tokens, threads_);
-  }
-
   // A prompt's attention as the engine's pass runs it (attention_pass):
   // slice by slice of kPassSlice tokens, each a call over the positions
   // before it and its own (on the H100 box the demo model's four slices
@@ -755,7 +733,7 @@ Result<std::vector<Work>> make_work(const std::vector<ThreadCandidate>& sets, co
       }
       std::optional<EngineProjections> projections;
       if (spec.projections()) {
-        auto engine = EngineProjections::create(spec.format, kHidden, cpu_kernel, sets[i].pus.size());
+        auto engine = EngineProjections::create(spec.format, spec.dense_cols, cpu_kernel, sets[i].pus.size());
         if (!engine) return engine.error();
         projections = std::move(*engine);
       }
