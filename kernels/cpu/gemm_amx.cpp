@@ -39,8 +39,7 @@
 namespace coli::kernels::cpu::detail {
 namespace {
 
-constexpr int kTileTokens = kAmxTileTokens;
-constexpr int kBlockTokens = kTileTokens;  // C in tmm0, B in tmm4, A in tmm5
+constexpr int kTileTokens = kAmxTileTokens;  // tokens a pass takes through a panel (block_sums)
 constexpr std::size_t kTileBytes = 1024;
 // kAmxMinTokens (amx_tiles.h): from that many tokens on the tiles beat the avx512vnni GEMM (its threshold).
 
@@ -119,7 +118,8 @@ void q4_pack_amx_panel(const Q4G64View& w, const RowVector& rows, std::byte* pan
 // ------------------------------------------------------------- the GEMM
 
 // One block (or group) of 16 tokens' A rows through the panel's B tile:
-// C = those tokens times the 16 rows, stored to sums (16 x 16 int32).
+// C = those tokens times the 16 rows, stored to sums (16 x 16 int32). C in
+// tmm0, B in tmm4, A in tmm5.
 void block_sums(const std::byte* b_tile, const std::byte* a_rows, std::size_t stride, std::int32_t* sums) {
   compiler_fence();
   _tile_loadd(4, b_tile, 64);
@@ -136,10 +136,10 @@ struct GemmScratch {
   std::byte* panel;
   float* row_scales;
   std::int32_t* sums;  // 16 tokens x 16 rows
-  __m512* lanes;       // kBlockTokens x 16
+  __m512* lanes;       // kTileTokens x 16
   explicit GemmScratch(int blocks) {
     const std::size_t panel_bytes = static_cast<std::size_t>(blocks) * kTileBytes, scales_bytes = static_cast<std::size_t>(blocks) * 64;
-    const std::size_t sums_bytes = kTileBytes, lanes_bytes = kBlockTokens * 16 * sizeof(__m512);
+    const std::size_t sums_bytes = kTileBytes, lanes_bytes = kTileTokens * 16 * sizeof(__m512);
     std::byte* base = thread_scratch(panel_bytes + scales_bytes + sums_bytes + lanes_bytes);
     panel = base;
     row_scales = reinterpret_cast<float*>(base + panel_bytes);
@@ -196,8 +196,8 @@ void q8_rows_amx(const Q8RowView& w, const std::byte* packed, std::size_t stride
     q8_pack_amx_panel(w, rows, scratch.panel);
     prefetch_next_panel(w, r, row_end);
     const __m512 row_scales = _mm512_maskz_loadu_ps(rows.valid, w.scales + rows.first);
-    for (int t0 = 0; t0 < count; t0 += kBlockTokens) {
-      const int tokens = std::min(kBlockTokens, count - t0);
+    for (int t0 = 0; t0 < count; t0 += kTileTokens) {
+      const int tokens = std::min(kTileTokens, count - t0);
       const std::byte* first = packed + static_cast<std::size_t>(t0) * stride;
       auto a_row = [&](int b) { return first + static_cast<std::size_t>(b) * kActivationBlock; };
       auto d = [&](int t, int b) {
@@ -222,8 +222,8 @@ void q4_rows_amx(const Q4G64View& w, const std::byte* packed, std::size_t stride
     const RowVector rows(r, row_end);
     q4_pack_amx_panel(w, rows, scratch.panel, scratch.row_scales);
     prefetch_next_panel(w, r, row_end);
-    for (int t0 = 0; t0 < count; t0 += kBlockTokens) {
-      const int tokens = std::min(kBlockTokens, count - t0);
+    for (int t0 = 0; t0 < count; t0 += kTileTokens) {
+      const int tokens = std::min(kTileTokens, count - t0);
       const std::byte* first = packed + static_cast<std::size_t>(t0) * stride;
       auto a_row = [&](int g) { return first + a_rows_offset + static_cast<std::size_t>(g) * kActivationBlock; };
       auto scale = [&](int t, int g) {  // d_g * weight scale, one float product as in avx512vnni
