@@ -148,10 +148,6 @@ struct GemmScratch {
   }
 };
 
-// Lanes a token's blocks reach (block b adds to lane b % 16): a narrow
-// matrix (one 64-column block) zeroes and sums one lane a token, not 16.
-inline int used_lanes(int blocks) { return std::min(blocks, 16); }
-
 // `tokens` (up to 16) tokens from t0 through one panel. block_scale(t, b) is c_b of
 // the definition for token t0 + t (a vector over the 16 rows); a_row(b) the
 // A row of token t0, block b. Returns the lanes; the caller takes the tree.
@@ -170,18 +166,6 @@ void panel_block(int blocks, int tokens, std::size_t stride, const GemmScratch& 
       lane = _mm512_fmadd_ps(sum, block_scale(t, b), lane);
     }
   }
-}
-
-// The definition's tree over token t's 16 lanes (16 rows at once). Lanes
-// from `used` on hold +0 (no block reaches them), so their additions are
-// skipped: the lanes are never -0 (they start at +0 and x + 0 = x), so the
-// bits are the full tree's.
-inline __m512 lanes_tree(__m512* v, int used) {
-  for (int width = 8; width >= 1; width /= 2) {
-    for (int j = 0; j < width && j + width < used; ++j) v[j] = _mm512_add_ps(v[j], v[j + width]);
-    used = std::min(used, width);
-  }
-  return v[0];
 }
 
 void q8_rows_amx(const Q8RowView& w, const std::byte* packed, std::size_t stride, int count, int row_begin, int row_end,

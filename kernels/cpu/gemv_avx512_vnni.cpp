@@ -263,24 +263,23 @@ inline __m512i broadcast_dword(const std::byte* address) {
 }
 
 // The definition's 16 float lanes of kTokens tokens for 16 rows: lane j of
-// token t is lanes[t][j] (row i in vector lane i).
+// token t is lanes[t][j] (row i in vector lane i). Only the lanes `blocks`
+// reach are zeroed and summed (used_lanes, lanes_tree): a 64-column
+// matrix's panel zeroed and summed 128 vectors on the stack for 8 tokens'
+// 16 dot products, the most of a 64-wide expert's GEMM.
 template <int kTokens>
 struct PanelLanes {
   __m512 lanes[kTokens][16];
-  PanelLanes() {
+  int used;
+  explicit PanelLanes(int blocks) : used(used_lanes(blocks)) {
     for (auto& token : lanes)
-      for (__m512& lane : token) lane = _mm512_setzero_ps();
+      for (int j = 0; j < used; ++j) token[j] = _mm512_setzero_ps();
   }
   void add(int t, int block, __m512i sums, __m512 scale) {
     __m512& lane = lanes[t][block % 16];
     lane = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), scale, lane);
   }
-  __m512 tree(int t) {  // the same pairs as sum_lanes_tree, 16 rows at once
-    __m512* v = lanes[t];
-    for (int width = 8; width >= 1; width /= 2)
-      for (int j = 0; j < width; ++j) v[j] = _mm512_add_ps(v[j], v[j + width]);
-    return v[0];
-  }
+  __m512 tree(int t) { return lanes_tree(lanes[t], used); }  // sum_lanes_tree's pairs, 16 rows at once
 };
 
 // kTokens tokens (from t0) through one q8 panel.
@@ -291,7 +290,7 @@ void q8_panel_tokens(const Q8RowView& w, const RowVector& rows, const std::byte*
   const std::size_t scales_offset = static_cast<std::size_t>(blocks) * kActivationBlock;
   const std::byte* x[kTokens];
   for (int t = 0; t < kTokens; ++t) x[t] = packed + static_cast<std::size_t>(t0 + t) * stride;
-  PanelLanes<kTokens> lanes;
+  PanelLanes<kTokens> lanes(blocks);
   for (int b = 0; b < blocks; ++b) {
     __m512i sums[kTokens];
     for (int t = 0; t < kTokens; ++t)
@@ -316,7 +315,7 @@ void q4_panel_tokens(const Q4G64View& w, const RowVector& rows, const std::byte*
   const int groups = w.cols / kQ4GroupSize;
   const std::byte* x[kTokens];
   for (int t = 0; t < kTokens; ++t) x[t] = packed + static_cast<std::size_t>(t0 + t) * stride;
-  PanelLanes<kTokens> lanes;
+  PanelLanes<kTokens> lanes(groups);
   const std::size_t scales_offset = q4_scales_offset(w.cols), correction_offset = q4_correction_offset(w.cols);
   for (int g = 0; g < groups; ++g) {
     const int p = g / 2, half = g % 2;

@@ -141,5 +141,22 @@ inline void q4_panel_scales(const Q4G64View& w, const RowVector& rows, float* sc
   }
 }
 
+// The exact block sum definition's lanes (gemv_avx512_vnni.cpp's header):
+// block b adds to lane b % 16, so a matrix of fewer than 16 blocks reaches
+// only its first ones (a 64-column one: one lane a token, not 16).
+inline int used_lanes(int blocks) { return std::min(blocks, 16); }
+
+// The definition's tree over one token's 16 lanes (16 rows at once). Lanes
+// from `used` on hold +0 (no block reaches them), so their additions are
+// skipped: the lanes are never -0 (they start at +0 and x + 0 = x), so the
+// bits are the full tree's.
+inline __m512 lanes_tree(__m512* v, int used) {
+  for (int width = 8; width >= 1; width /= 2) {
+    for (int j = 0; j < width && j + width < used; ++j) v[j] = _mm512_add_ps(v[j], v[j + width]);
+    used = std::min(used, width);
+  }
+  return v[0];
+}
+
 }  // namespace
 }  // namespace coli::kernels::cpu::detail

@@ -133,10 +133,12 @@ TEST(CpuGemm, VnniQ8EqualsExactBlockSumDefinition) {
 
 TEST(CpuGemm, VnniQ4EqualsExactBlockSumDefinition) {
   if (!variant_supported(CpuKernelVariant::avx512_vnni)) GTEST_SKIP() << "this CPU has no AVX-512 VNNI";
-  // 10 groups (5 pairs); 3 groups (a half pair); 33 groups (lanes reused, a half pair).
+  // 10 groups (5 pairs); 3 groups (a half pair); 33 groups (lanes reused, a half pair); 1 group (one
+  // lane a token: the tree over the lanes in use only).
   expect_kernels_equal_model(quantize_q4_g64(random_values(37 * 640, 4), 37, 640), 14);
   expect_kernels_equal_model(quantize_q4_g64(random_values(21 * 192, 5), 21, 192), 15);
   expect_kernels_equal_model(quantize_q4_g64(random_values(40 * 2112, 6), 40, 2112), 16);
+  expect_kernels_equal_model(quantize_q4_g64(random_values(24 * 64, 7), 24, 64), 17);
 }
 
 // The amx variant computes the same definition on AMX tiles (16 tokens x 16
