@@ -23,13 +23,13 @@ lscpu | grep -E "Model name|MHz|L3" > $out/lscpu.txt
 [[ -f /tmp/olmoe-predict.coli ]] || $B/tools/bench/coli-make-synthetic --out /tmp/olmoe-predict.coli --experts q4_g64 --dense q4_g64 >/dev/null 2>&1
 [[ -f /tmp/tiny-demo.coli ]] || $B/tools/coli convert --model tests/fixtures/models/tiny-demo --out /tmp/tiny-demo.coli --experts q4_g64 >/dev/null 2>&1
 echo "containers at $(( $(date +%s) - t0 )) s"
-{ for t in 16 8; do S52_FTZ_AB=1 timeout 30 $B/tools/bench/s52-pass-tail /tmp/tiny-demo.coli $t 600; done
+{ for t in 16 8; do S52_FTZ_AB=1 timeout 25 $B/tools/bench/s52-pass-tail /tmp/tiny-demo.coli $t 600; done
   S52_FTZ_AB=1 timeout 40 $B/tools/bench/s52-pass-tail /tmp/olmoe-predict.coli 16 24; } >$out/ftz-ab.txt 2>&1
 grep -E "^threads|pass us|logits" $out/ftz-ab.txt
 echo "FTZ A/B at $(( $(date +%s) - t0 )) s"
 sync; sleep 20
 PREDICT_MODELS=olmoe OLMOE_RECORD=1 OLMOE_THREADS=8,16 OLMOE_CAPS=all,48 PREDICT_PINS=off,on PREDICT_REPEATS=2 \
-  PREDICT_TIMEOUT=${GRID_TIMEOUT:-270} SWEEP_ARGS=--retime \
+  PREDICT_TIMEOUT=${GRID_TIMEOUT:-250} SWEEP_ARGS=--retime \
   bash tools/fixtures/gpu_machine_session.sh $out/olmoe predict 2>&1 | grep -E "worst|planned|takes|refus|stopped" | tail -14
 echo "probe and OLMoE grid at $(( $(date +%s) - t0 )) s"
 left=$(( limit - ($(date +%s) - t0) ))
