@@ -2,7 +2,8 @@
 // barrier, and the extra of a region whose threads all read floats the
 // calling thread has just written (the hidden state between decode steps:
 // 8 KiB and 256 B).
-// Medians of many repetitions; well under a second in all.
+// Medians of many repetitions (a region: of 64-region blocks' means, as a
+// pass pays them); well under a second in all.
 #pragma once
 
 #include <vector>

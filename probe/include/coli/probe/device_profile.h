@@ -342,7 +342,7 @@ inline constexpr int kBroadcastFloats = 2048, kBroadcastNarrowFloats = 64;
 
 struct ParallelOverheadPoint {
   int threads = 0;
-  double region_us = 0;     // fork and join of an empty parallel region
+  double region_us = 0;     // fork and join of an empty parallel region, as a run of them pays it (the mean)
   double barrier_us = 0;    // one barrier inside a region
   // What a region costs more when all threads read floats the calling thread
   // just wrote (the hidden state between steps): kBroadcastFloats of them,
