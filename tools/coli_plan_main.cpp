@@ -285,8 +285,8 @@ void add_options(CLI::App& app, PlanArgs& a) {
   auto* offline =
       app.add_flag("--offline", a.offline, "Plan for the machine the profile describes, not this one (no live re-validation)");
   app.add_flag("--retime", a.retime,
-               "Time the profile's kernel points (the thread sets the plan chooses between; --threads: that one) and "
-               "OpenMP's fixed costs again on this machine and predict from them: a machine's speed moves after its "
+               "Time the profile's kernel points (the thread sets the plan chooses between; --threads: that one), "
+               "RAM bandwidth and OpenMP's fixed costs again on this machine and predict from them: a machine's speed moves after its "
                "probe (14-49% within minutes on the shared machines measured, docs/benchmarks.md)")
       ->excludes(offline);
   app.add_option("--retime-seconds", a.retime_seconds,
@@ -377,7 +377,7 @@ coli::Result<std::string> retime_profile(const PlanArgs& a, coli::DeviceProfile&
     drift += " (" + std::to_string(timed.size()) + " of " + std::to_string(sets.size()) +
              " sets in --retime-seconds; raise it to time the others)";
   }
-  drift += coli::probe::interference_drift_text(profile, *measured);
+  drift += coli::probe::interference_drift_text(profile, *measured) + coli::probe::memory_drift_text(profile, *measured);
   profile = coli::probe::with_retimed(profile, *measured);
   std::fprintf(stderr, "coli-plan: --retime: %zu thread set%s timed again in %.1f s: %s\n", sets.size(),
                sets.size() == 1 ? "" : "s", retime_ms / 1e3, drift.c_str());

@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "coli/base/text.h"
+#include "measure/memory_bandwidth.h"
 #include "measure/parallel_overhead.h"
 #include "measure/read_interference.h"
 #include "measure/stats.h"
@@ -29,7 +30,22 @@ void retime_interference(const DeviceProfile& profile, const std::vector<ThreadC
   else out.interference_note = "reads beside compute not timed again: " + measured.error().message;
 }
 
+// The profile's RAM bandwidth timed again with its buffer size.
+void retime_memory(const DeviceProfile& profile, RetimedMeasurements& out) {
+  const auto& before = profile.measurements.memory;
+  if (!before || before->points.empty()) return;
+  const MemoryBandwidthOptions options{retime_memory_seconds(profile), before->buffer_bytes};
+  auto measured = measure_memory_bandwidth(profile.cpu, profile.memory, options, {});
+  if (measured) out.memory = std::move(*measured);
+  else out.memory_note = "RAM bandwidth not timed again: " + measured.error().message;
+}
+
 }  // namespace
+
+double retime_memory_seconds(const DeviceProfile& profile) {
+  const std::size_t points = profile.measurements.memory ? profile.measurements.memory->points.size() / 2 : 0;  // read and triad
+  return std::clamp(0.75 * static_cast<double>(points), 4.0, 8.0);
+}
 
 Result<RetimedMeasurements> retime_measurements(const DeviceProfile& profile, const std::vector<ThreadCandidate>& sets,
                                                 double seconds_per_set) {
@@ -48,6 +64,7 @@ Result<RetimedMeasurements> retime_measurements(const DeviceProfile& profile, co
   if (!kernels) return make_error("timing the kernels again: " + kernels.error().message);
   RetimedMeasurements out{std::move(*kernels), measure_parallel_overhead(teams, kParallelOverheadRepetitions), {}, ""};
   retime_interference(profile, sets, out);
+  retime_memory(profile, out);
   return out;
 }
 
@@ -88,6 +105,12 @@ DeviceProfile with_retimed(const DeviceProfile& profile, const RetimedMeasuremen
     if (!out.measurements.read_interference) out.measurements.read_interference = *retimed.interference;
     replace_points(out.measurements.read_interference->points, retimed.interference->points,
                    [](const ReadInterferencePoint& a, const ReadInterferencePoint& b) { return a.pus == b.pus; });
+  }
+  if (retimed.memory && !retimed.memory->points.empty()) {
+    if (!out.measurements.memory) out.measurements.memory = *retimed.memory;
+    replace_points(out.measurements.memory->points, retimed.memory->points, [](const MemoryBandwidthPoint& a, const MemoryBandwidthPoint& b) {
+      return a.kernel == b.kernel && a.kind_rank == b.kind_rank && a.threads == b.threads;
+    });
   }
   if (!retimed.parallel.points.empty()) {
     if (!out.measurements.parallel_overhead) out.measurements.parallel_overhead = ParallelOverhead{retimed.parallel.repetitions, {}};
@@ -141,6 +164,28 @@ std::string interference_drift_text(const DeviceProfile& profile, const RetimedM
     auto old = std::find_if(before->points.begin(), before->points.end(), [&](const ReadInterferencePoint& q) { return q.pus == p.pus; });
     out += (out.empty() ? "; beside reads " : ", ") + p.thread_set + " " + format_fixed(100 * p.slowdown, 0) + "%" +
            (old != before->points.end() ? " (was " + format_fixed(100 * old->slowdown, 0) + "%)" : "");
+  }
+  return out;
+}
+
+}  // namespace coli::probe
+
+namespace coli::probe {
+
+std::string memory_drift_text(const DeviceProfile& profile, const RetimedMeasurements& retimed) {
+  const auto& before = profile.measurements.memory;
+  if (!before) return "";
+  if (!retimed.memory) return retimed.memory_note.empty() ? "" : "; " + retimed.memory_note;
+  std::string out;
+  for (const MemoryBandwidthPoint& p : retimed.memory->points) {
+    if (p.kernel != "read") continue;
+    auto old = std::find_if(before->points.begin(), before->points.end(), [&](const MemoryBandwidthPoint& q) {
+      return q.kernel == p.kernel && q.kind_rank == p.kind_rank && q.threads == p.threads;
+    });
+    out += (out.empty() ? "; RAM read " : ", ") + std::to_string(p.threads) + "t" +
+           (p.kind_rank >= 0 ? " kind" + std::to_string(p.kind_rank) : std::string()) + " " + format_fixed(p.gb_per_s.median, 1) +
+           (out.empty() ? " GB/s" : "") +
+           (old != before->points.end() ? " (was " + format_fixed(old->gb_per_s.median, 1) + ")" : "");
   }
   return out;
 }

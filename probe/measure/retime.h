@@ -1,6 +1,6 @@
 // A profile's CPU figures timed again on this machine: the tuning phase's
-// kernel points for some thread sets and OpenMP's fixed costs for their team
-// sizes, put in place of the profile's own. A machine's speed moves after its
+// kernel points for some thread sets, OpenMP's fixed costs for their team
+// sizes, and RAM bandwidth, put in place of the profile's own. A machine's speed moves after its
 // probe (the H200 machine ran its kernels 14-18% away from the probe's
 // figures minutes later, either way; the 2-core VM 22-29%), and a prediction
 // from stale points carries that whole (docs/benchmarks.md, session 27).
@@ -24,12 +24,25 @@ struct RetimedMeasurements {
   // disk directory is here; `interference_note` says why not otherwise.
   std::optional<ReadInterference> interference;
   std::string interference_note;
+  // RAM bandwidth timed again with the profile's buffer size, where the
+  // profile measured it; `memory_note` says why not otherwise.
+  std::optional<MemoryBandwidth> memory;
+  std::string memory_note;
 };
+
+// The seconds memory bandwidth is timed again in: 0.75 s a point the profile
+// has (the probe's least), at least 4 (the first touch of buffers larger
+// than a big last-level cache) and at most 8.
+double retime_memory_seconds(const DeviceProfile& profile);
 
 // The tuning phase over `sets` (seconds_per_set each, as the probe gives each
 // set 4), OpenMP's fixed costs for their team sizes and, where the profile
 // has them, the sets' slowdown beside reads (in the profile's disk
-// directory). An error when `sets` is empty or the tuning fails.
+// directory) and RAM bandwidth (the H100 box's probe right after a 3.8 GB
+// container was written read 71.0 GB/s at 8 threads where the machine's
+// earlier probes read 80.5, and the kernels re-timed did not carry that to
+// the terms priced by RAM reads). An error when `sets` is empty or the
+// tuning fails.
 Result<RetimedMeasurements> retime_measurements(const DeviceProfile& profile, const std::vector<ThreadCandidate>& sets,
                                                 double seconds_per_set);
 
@@ -58,5 +71,8 @@ std::string drift_text(const std::vector<SetDrift>& drift);  // "kind0:1c 0.78x 
 // "; beside reads kind0:1c +12% (was +10%), kind0:2c +30% (was +34%)", or
 // why they were not timed again; "" where the profile had none.
 std::string interference_drift_text(const DeviceProfile& profile, const RetimedMeasurements& retimed);
+// "; RAM read 1t 30.1 GB/s (was 34.5), 2t 41.0 (was 40.2)", or why it was
+// not timed again; "" where the profile had none.
+std::string memory_drift_text(const DeviceProfile& profile, const RetimedMeasurements& retimed);
 
 }  // namespace coli::probe

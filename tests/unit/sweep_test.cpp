@@ -535,6 +535,37 @@ TEST(SweepRetime, RetimedPointsReplaceTheirOwnAndTheDriftIsTheirMedianRatio) {
   EXPECT_EQ(probe::drift_text({}), "no kernel point of the profile was timed again");
 }
 
+// RAM bandwidth timed again replaces the profile's points of the same
+// kernel, kind and thread count (the planner's ram_bandwidth reads them), and
+// the drift names each read point against the profile's.
+TEST(SweepRetime, RamBandwidthTimedAgainReplacesItsPointsAndSaysHowItMoved) {
+  const auto point = [](const char* kernel, int kind, int threads, double gb_per_s) {
+    MemoryBandwidthPoint p{kernel, kind, threads, {}, {}};
+    p.gb_per_s.median = gb_per_s;
+    return p;
+  };
+  DeviceProfile profile;
+  probe::RetimedMeasurements now;
+  EXPECT_EQ(probe::memory_drift_text(profile, now), "") << "the profile measured none";
+  EXPECT_DOUBLE_EQ(probe::retime_memory_seconds(profile), 4.0);
+  profile.measurements.memory = MemoryBandwidth{1 << 30, {point("read", -1, 1, 30), point("triad", -1, 1, 20),
+                                                          point("read", -1, 8, 71), point("triad", -1, 8, 50)}};
+  EXPECT_DOUBLE_EQ(probe::retime_memory_seconds(profile), 4.0) << "two points: the least";
+  now.memory_note = "RAM bandwidth not timed again: memory bandwidth: memory headroom is unknown";
+  EXPECT_EQ(probe::memory_drift_text(profile, now), "; " + now.memory_note);
+  now.memory = MemoryBandwidth{1 << 30, {point("read", -1, 8, 80.5), point("triad", -1, 8, 55), point("read", -1, 16, 90)}};
+  EXPECT_EQ(probe::memory_drift_text(profile, now), "; RAM read 8t 80.5 GB/s (was 71.0), 16t 90.0");
+  const DeviceProfile retimed = probe::with_retimed(profile, now);
+  const auto& points = retimed.measurements.memory->points;
+  ASSERT_EQ(points.size(), 5u);  // four kept or replaced, one added
+  EXPECT_DOUBLE_EQ(points[0].gb_per_s.median, 30) << "1 thread was not timed again";
+  EXPECT_DOUBLE_EQ(points[2].gb_per_s.median, 80.5);
+  EXPECT_DOUBLE_EQ(points[3].gb_per_s.median, 55);
+  EXPECT_EQ(points[4].threads, 16);
+  for (int n = 0; n < 40; ++n) profile.measurements.memory->points.push_back(point("read", -1, 2 + n, 40));
+  EXPECT_DOUBLE_EQ(probe::retime_memory_seconds(profile), 8.0) << "at most 8 s";
+}
+
 // Reads beside compute timed again replace the point of their PUs, and the
 // drift says where each stands now against the profile.
 TEST(SweepRetime, ReadInterferenceTimedAgainReplacesItsSetAndSaysHowItMoved) {

@@ -316,7 +316,7 @@ Result<RetimedRepeat> retime_repeat(const Args& args, const Setup& s, const plan
   RetimedRepeat out;
   out.repeat = repeat;
   out.drift = probe::drift_text(probe::kernel_drift(s.profile, measured->kernels));
-  out.drift += probe::interference_drift_text(s.profile, *measured);
+  out.drift += probe::interference_drift_text(s.profile, *measured) + probe::memory_drift_text(s.profile, *measured);
   if (now.history) {
     const auto sets = now.history->read_round_sets();
     const std::vector<experts::ReadRounds> before(sets.begin(), sets.end());
@@ -743,7 +743,7 @@ int main(int argc, char** argv) {
                  "predictions, later ones by the last repeat's time) and the repeats done are reported; 0: no limit")
       ->check(CLI::Range(0.0, 10080.0))->capture_default_str();
   app.add_flag("--retime", args.retime,
-               "Before each repeat, time the profile's kernel points and OpenMP costs again for the grid's thread sets "
+               "Before each repeat, time the profile's kernel points, RAM bandwidth and OpenMP costs again for the grid's thread sets "
                "and predict that repeat's runs from them too: prints how far the machine moved since the probe and the "
                "prediction's error apart from that drift (the stored profile's prediction is kept beside it)");
   app.add_option("--retime-seconds", args.retime_seconds, "Seconds of --retime per thread set (the probe gives each 4)")
