@@ -10,3 +10,8 @@ sweep $out/tiny --model /tmp/tiny-demo.coli --retime --threads 1,2 --caps all,4 
 [[ ${OLMOE:-1} == 0 ]] && exit 0
 sweep $out/olmoe-rec --model /tmp/olmoe-predict.coli --threads 2 --caps all --pins off,on -r 1
 sweep $out/olmoe --model /tmp/olmoe-predict.coli --retime --threads 1,2 --caps all,48 --pins off,on -r 2 --usage $out/olmoe-rec/sweep.usage
+# Qwen3 streaming (run apart, after the two grids above): --ram 16G, 2t x all/64, one repeat, the recorded routing.
+if [[ ${QWEN:-0} == 1 ]]; then
+  gunzip -c tools/fixtures/predict/qwen3-synthetic-sweep.usage.gz >/tmp/qwen3-recorded.usage
+  sweep $out/qwen --model /tmp/qwen3-30b-q4.coli --retime --threads 2 --ram 16G --caps all,64 --pins off -r 1 --usage /tmp/qwen3-recorded.usage
+fi
