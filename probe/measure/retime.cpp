@@ -44,7 +44,7 @@ void retime_memory(const DeviceProfile& profile, RetimedMeasurements& out) {
 
 double retime_memory_seconds(const DeviceProfile& profile) {
   const std::size_t points = profile.measurements.memory ? profile.measurements.memory->points.size() / 2 : 0;  // read and triad
-  return std::clamp(0.75 * static_cast<double>(points), 4.0, 8.0);
+  return points == 0 ? 0.0 : std::clamp(0.75 * static_cast<double>(points), 4.0, 8.0);
 }
 
 Result<RetimedMeasurements> retime_measurements(const DeviceProfile& profile, const std::vector<ThreadCandidate>& sets,
@@ -167,10 +167,6 @@ std::string interference_drift_text(const DeviceProfile& profile, const RetimedM
   }
   return out;
 }
-
-}  // namespace coli::probe
-
-namespace coli::probe {
 
 std::string memory_drift_text(const DeviceProfile& profile, const RetimedMeasurements& retimed) {
   const auto& before = profile.measurements.memory;

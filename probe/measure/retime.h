@@ -1,7 +1,7 @@
 // A profile's CPU figures timed again on this machine: the tuning phase's
 // kernel points for some thread sets, OpenMP's fixed costs for their team
-// sizes, and RAM bandwidth, put in place of the profile's own. A machine's speed moves after its
-// probe (the H200 machine ran its kernels 14-18% away from the probe's
+// sizes, and RAM bandwidth, put in place of the profile's own. A machine's
+// speed moves after its probe (the H200 machine ran its kernels 14-18% away from the probe's
 // figures minutes later, either way; the 2-core VM 22-29%), and a prediction
 // from stale points carries that whole (docs/benchmarks.md, session 27).
 // coli-plan --retime and coli-sweep --retime both use it.
@@ -30,9 +30,9 @@ struct RetimedMeasurements {
   std::string memory_note;
 };
 
-// The seconds memory bandwidth is timed again in: 0.75 s a point the profile
+// The seconds RAM bandwidth is timed again in: 0.75 s a point the profile
 // has (the probe's least), at least 4 (the first touch of buffers larger
-// than a big last-level cache) and at most 8.
+// than a big last-level cache) and at most 8; 0 where it has none.
 double retime_memory_seconds(const DeviceProfile& profile);
 
 // The tuning phase over `sets` (seconds_per_set each, as the probe gives each

@@ -64,11 +64,12 @@ TEST(SweepDuration, ARepeatSumsItsRunsNamesTheLongestAndLeavesOutUnpredictedOnes
   EXPECT_NE(text.find("1 configuration(s) without a prediction"), std::string::npos) << text;
 }
 
-TEST(SweepDuration, ReTimingAddsEachSetsTimeAndEachRecordersTwoPasses) {
+TEST(SweepDuration, ReTimingAddsEachSetsTimeRamBandwidthsAndEachRecordersTwoPasses) {
   // Passes of 8 s (pp 256 tok/s, tg 16 tok/s) and 16 s (128, 8); an unpredicted recorder adds nothing.
   const std::vector<ConfigPrediction> recorders{predicted(256, 16), ConfigPrediction{}, predicted(128, 8)};
-  EXPECT_DOUBLE_EQ(estimate_retime(pp512_tg16_at_0_and_512(), 4.0, 2, recorders), 2 * 4.0 + 2 * 8.0 + 2 * 16.0);
-  EXPECT_DOUBLE_EQ(estimate_retime(pp512_tg16_at_0_and_512(), 4.0, 3, {}), 12.0);
+  EXPECT_DOUBLE_EQ(estimate_retime(pp512_tg16_at_0_and_512(), 4.0, 2, 0.0, recorders), 2 * 4.0 + 2 * 8.0 + 2 * 16.0);
+  EXPECT_DOUBLE_EQ(estimate_retime(pp512_tg16_at_0_and_512(), 4.0, 3, 0.0, {}), 12.0);
+  EXPECT_DOUBLE_EQ(estimate_retime(pp512_tg16_at_0_and_512(), 4.0, 3, 6.0, {}), 18.0) << "RAM bandwidth's seconds on top";
   RepeatEstimate repeat = estimate_repeat(pp512_tg16_at_0_and_512(), 0.5, {predicted(256, 16), predicted(128, 8)});
   repeat.retime_seconds = 56;
   EXPECT_DOUBLE_EQ(repeat.total(), 80.0);

@@ -36,9 +36,9 @@ RepeatEstimate estimate_repeat(const SpeedTests& tests, double min_timed_seconds
   return repeat;
 }
 
-double estimate_retime(const SpeedTests& tests, double seconds_per_set, int thread_sets,
+double estimate_retime(const SpeedTests& tests, double seconds_per_set, int thread_sets, double memory_seconds,
                        const std::vector<ConfigPrediction>& recorders) {
-  double seconds = seconds_per_set * std::max(0, thread_sets);
+  double seconds = seconds_per_set * std::max(0, thread_sets) + std::max(0.0, memory_seconds);
   for (const ConfigPrediction& p : recorders) {
     if (auto run = estimate_run(tests, 0, p)) seconds += kPassesPerRecording * run->pass_seconds;
   }

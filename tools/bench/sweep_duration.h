@@ -48,11 +48,12 @@ RepeatEstimate estimate_repeat(const SpeedTests& tests, double min_timed_seconds
                                const std::vector<ConfigPrediction>& predictions);
 
 // --retime before each repeat: the kernel points timed again for
-// `thread_sets` sets at `seconds_per_set` each, then each streaming team's
+// `thread_sets` sets at `seconds_per_set` each, RAM bandwidth in
+// `memory_seconds` (probe::retime_memory_seconds), then each streaming team's
 // read rounds recorded again, priced by the prediction of the configuration
 // that records them (`recorders`). On the VM the OLMoE shape's two teams at
 // cap 48 took 114 s of it, the repeat's runs 1.9 min.
-double estimate_retime(const SpeedTests& tests, double seconds_per_set, int thread_sets,
+double estimate_retime(const SpeedTests& tests, double seconds_per_set, int thread_sets, double memory_seconds,
                        const std::vector<ConfigPrediction>& recorders);
 
 // "6.9 s", "2.3 min", "1.5 h"

@@ -645,8 +645,8 @@ std::optional<Stop> run_repeats(const Args& args, const Sweep& w, SweepReport& r
     std::vector<ConfigPrediction> recorders;  // a history's read rounds are recorded again (retime_repeat)
     if (w.s.history)
       for (std::size_t c : round_recorders(*w.plan, report.grid)) recorders.push_back(report.predictions[c]);
-    estimate.retime_seconds = estimate_retime(args.tests, args.retime_seconds,
-                                              static_cast<int>(grid_thread_sets(report.grid).size()), recorders);
+    estimate.retime_seconds = estimate_retime(args.tests, args.retime_seconds, static_cast<int>(grid_thread_sets(report.grid).size()),
+                                              probe::retime_memory_seconds(w.s.profile), recorders);
   }
   std::vector<std::string> labels;
   for (const SweepConfig& config : report.grid) labels.push_back(config_label(config, report.n_experts));
