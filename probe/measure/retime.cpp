@@ -30,6 +30,11 @@ void retime_interference(const DeviceProfile& profile, const std::vector<ThreadC
   else out.interference_note = "reads beside compute not timed again: " + measured.error().message;
 }
 
+// A RAM bandwidth point re-timed stands for the profile's of the same kernel, kind and thread count.
+bool same_memory_point(const MemoryBandwidthPoint& a, const MemoryBandwidthPoint& b) {
+  return a.kernel == b.kernel && a.kind_rank == b.kind_rank && a.threads == b.threads;
+}
+
 // The profile's RAM bandwidth timed again with its buffer size.
 void retime_memory(const DeviceProfile& profile, RetimedMeasurements& out) {
   const auto& before = profile.measurements.memory;
@@ -108,9 +113,7 @@ DeviceProfile with_retimed(const DeviceProfile& profile, const RetimedMeasuremen
   }
   if (retimed.memory && !retimed.memory->points.empty()) {
     if (!out.measurements.memory) out.measurements.memory = *retimed.memory;
-    replace_points(out.measurements.memory->points, retimed.memory->points, [](const MemoryBandwidthPoint& a, const MemoryBandwidthPoint& b) {
-      return a.kernel == b.kernel && a.kind_rank == b.kind_rank && a.threads == b.threads;
-    });
+    replace_points(out.measurements.memory->points, retimed.memory->points, same_memory_point);
   }
   if (!retimed.parallel.points.empty()) {
     if (!out.measurements.parallel_overhead) out.measurements.parallel_overhead = ParallelOverhead{retimed.parallel.repetitions, {}};
@@ -175,9 +178,7 @@ std::string memory_drift_text(const DeviceProfile& profile, const RetimedMeasure
   std::string out;
   for (const MemoryBandwidthPoint& p : retimed.memory->points) {
     if (p.kernel != "read") continue;
-    auto old = std::find_if(before->points.begin(), before->points.end(), [&](const MemoryBandwidthPoint& q) {
-      return q.kernel == p.kernel && q.kind_rank == p.kind_rank && q.threads == p.threads;
-    });
+    auto old = std::find_if(before->points.begin(), before->points.end(), [&](const MemoryBandwidthPoint& q) { return same_memory_point(q, p); });
     out += (out.empty() ? "; RAM read " : ", ") + std::to_string(p.threads) + "t" +
            (p.kind_rank >= 0 ? " kind" + std::to_string(p.kind_rank) : std::string()) + " " + format_fixed(p.gb_per_s.median, 1) +
            (out.empty() ? " GB/s" : "") +
