@@ -377,7 +377,7 @@ coli::Result<std::string> retime_profile(const PlanArgs& a, coli::DeviceProfile&
     drift += " (" + std::to_string(timed.size()) + " of " + std::to_string(sets.size()) +
              " sets in --retime-seconds; raise it to time the others)";
   }
-  drift += coli::probe::interference_drift_text(profile, *measured) + coli::probe::memory_drift_text(profile, *measured);
+  drift += coli::probe::measurements_drift_text(profile, *measured);
   profile = coli::probe::with_retimed(profile, *measured);
   std::fprintf(stderr, "coli-plan: --retime: %zu thread set%s timed again in %.1f s: %s\n", sets.size(),
                sets.size() == 1 ? "" : "s", retime_ms / 1e3, drift.c_str());

@@ -187,4 +187,8 @@ std::string memory_drift_text(const DeviceProfile& profile, const RetimedMeasure
   return out;
 }
 
+std::string measurements_drift_text(const DeviceProfile& profile, const RetimedMeasurements& retimed) {
+  return interference_drift_text(profile, retimed) + memory_drift_text(profile, retimed);
+}
+
 }  // namespace coli::probe

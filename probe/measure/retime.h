@@ -74,5 +74,8 @@ std::string interference_drift_text(const DeviceProfile& profile, const RetimedM
 // "; RAM read 1t 30.1 GB/s (was 34.5), 2t 41.0 (was 40.2)", or why it was
 // not timed again; "" where the profile had none.
 std::string memory_drift_text(const DeviceProfile& profile, const RetimedMeasurements& retimed);
+// What moved besides the kernel points, as coli-plan and coli-sweep print it
+// after their kernel drift: the reads beside compute, then RAM (the two above).
+std::string measurements_drift_text(const DeviceProfile& profile, const RetimedMeasurements& retimed);
 
 }  // namespace coli::probe

@@ -555,6 +555,8 @@ TEST(SweepRetime, RamBandwidthTimedAgainReplacesItsPointsAndSaysHowItMoved) {
   EXPECT_EQ(probe::memory_drift_text(profile, now), "; " + now.memory_note);
   now.memory = MemoryBandwidth{1 << 30, {point("read", -1, 8, 80.5), point("triad", -1, 8, 55), point("read", -1, 16, 90)}};
   EXPECT_EQ(probe::memory_drift_text(profile, now), "; RAM read 8t 80.5 GB/s (was 71.0), 16t 90.0");
+  EXPECT_EQ(probe::measurements_drift_text(profile, now), "; RAM read 8t 80.5 GB/s (was 71.0), 16t 90.0")
+      << "no reads beside compute in the profile: RAM's line alone";
   const DeviceProfile retimed = probe::with_retimed(profile, now);
   const auto& points = retimed.measurements.memory->points;
   ASSERT_EQ(points.size(), 5u);  // four kept or replaced, one added
@@ -582,6 +584,7 @@ TEST(SweepRetime, ReadInterferenceTimedAgainReplacesItsSetAndSaysHowItMoved) {
   EXPECT_EQ(probe::interference_drift_text(profile, now), "; " + now.interference_note);
   now.interference = ReadInterference{"expert_q4_decode", 1 << 20, 4, true, "", {point("kind0:2c", "0-1", 0.20)}};
   EXPECT_EQ(probe::interference_drift_text(profile, now), "; beside reads kind0:2c 20% (was 34%)");
+  EXPECT_EQ(probe::measurements_drift_text(profile, now), "; beside reads kind0:2c 20% (was 34%)") << "no RAM points in the profile";
   const DeviceProfile retimed = probe::with_retimed(profile, now);
   const auto& points = retimed.measurements.read_interference->points;
   ASSERT_EQ(points.size(), 2u);

@@ -316,7 +316,7 @@ Result<RetimedRepeat> retime_repeat(const Args& args, const Setup& s, const plan
   RetimedRepeat out;
   out.repeat = repeat;
   out.drift = probe::drift_text(probe::kernel_drift(s.profile, measured->kernels));
-  out.drift += probe::interference_drift_text(s.profile, *measured) + probe::memory_drift_text(s.profile, *measured);
+  out.drift += probe::measurements_drift_text(s.profile, *measured);
   if (now.history) {
     const auto sets = now.history->read_round_sets();
     const std::vector<experts::ReadRounds> before(sets.begin(), sets.end());
