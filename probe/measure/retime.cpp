@@ -35,11 +35,11 @@ bool same_memory_point(const MemoryBandwidthPoint& a, const MemoryBandwidthPoint
   return a.kernel == b.kernel && a.kind_rank == b.kind_rank && a.threads == b.threads;
 }
 
-// The profile's RAM bandwidth timed again with its buffer size.
+// The profile's RAM bandwidth timed again with its buffer size, where it has read points (the planner's).
 void retime_memory(const DeviceProfile& profile, RetimedMeasurements& out) {
-  const auto& before = profile.measurements.memory;
-  if (!before || before->points.empty()) return;
-  const MemoryBandwidthOptions options{retime_memory_seconds(profile), before->buffer_bytes};
+  const double seconds = retime_memory_seconds(profile);
+  if (seconds <= 0) return;
+  const MemoryBandwidthOptions options{seconds, profile.measurements.memory->buffer_bytes};
   auto measured = measure_memory_bandwidth(profile.cpu, profile.memory, options, {});
   if (measured) out.memory = std::move(*measured);
   else out.memory_note = "RAM bandwidth not timed again: " + measured.error().message;
@@ -48,8 +48,10 @@ void retime_memory(const DeviceProfile& profile, RetimedMeasurements& out) {
 }  // namespace
 
 double retime_memory_seconds(const DeviceProfile& profile) {
-  const std::size_t points = profile.measurements.memory ? profile.measurements.memory->points.size() / 2 : 0;  // read and triad
-  return points == 0 ? 0.0 : std::clamp(0.75 * static_cast<double>(points), 4.0, 8.0);
+  if (!profile.measurements.memory) return 0.0;
+  const auto& points = profile.measurements.memory->points;  // each a read and a triad kernel
+  const auto reads = std::count_if(points.begin(), points.end(), [](const MemoryBandwidthPoint& p) { return p.kernel == "read"; });
+  return reads == 0 ? 0.0 : std::clamp(0.75 * static_cast<double>(reads), 4.0, 8.0);
 }
 
 Result<RetimedMeasurements> retime_measurements(const DeviceProfile& profile, const std::vector<ThreadCandidate>& sets,

@@ -30,9 +30,10 @@ struct RetimedMeasurements {
   std::string memory_note;
 };
 
-// The seconds RAM bandwidth is timed again in: 0.75 s a point the profile
+// The seconds RAM bandwidth is timed again in: 0.75 s a read point the profile
 // has (the probe's least), at least 4 (the first touch of buffers larger
-// than a big last-level cache) and at most 8; 0 where it has none.
+// than a big last-level cache) and at most 8; 0 where it has no read
+// point (then it is not timed again).
 double retime_memory_seconds(const DeviceProfile& profile);
 
 // The tuning phase over `sets` (seconds_per_set each, as the probe gives each
