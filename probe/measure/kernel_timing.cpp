@@ -132,6 +132,9 @@ struct KernelSpec {
   // splits its tokens evenly over the team: the speed model divides).
   bool token_ops = false;
   int token_hidden = kHidden, token_heads = 16;
+  // Milliseconds the team spins on registers before each timed call (an
+  // idle copy, kIdleGapsMs): the caches age the call's buffers that long.
+  int idle_ms = 0;
   // The calling thread's kernels alone.
   bool serial() const { return sampling || routing || token_ops; }
   // Those that do not depend on the team either: timed once, on the first set.
@@ -319,6 +322,7 @@ class KernelRunner {
   double run() {
     if (fresh_experts_ > 0) experts_->run(fresh_routing_, fresh_experts_, xs_, fresh_tokens_);
     if (spec_.sampling) write_logits();
+    if (spec_.idle_ms > 0) idle_team(spec_.idle_ms);
     const auto start = Clock::now();
     if (spec_.routing) {
       spec_.route_records ? record_all() : route_all();
@@ -424,6 +428,17 @@ class KernelRunner {
       forward::rms_norm(x, norm_weight_, 1e-6f, normed_);    // the post-attention norm
       for (std::size_t i = 0; i < hidden; ++i) x[i] += o[i];  // the MoE output's
     }
+  }
+
+  // Every member of the team spins on registers for `ms`, touching no
+  // memory; none sleeps (a pass's members are busy between two batches, and
+  // waking a sleeping thread is not what the batch pays).
+  void idle_team(int ms) const {
+    const auto until = Clock::now() + std::chrono::milliseconds(ms);
+    cpu::parallel_for(static_cast<std::size_t>(threads_), threads_, threads_ > 1, [&](std::size_t) {
+      while (Clock::now() < until) {
+      }
+    });
   }
 
   // The team writes the logits (greedy_sample), as the lm_head's GEMV
@@ -607,6 +622,15 @@ std::vector<KernelSpec> tuning_specs() {
       // model's prefill is mostly that).
       {.name = "expert_q4_prefill_narrow", .format = F::q4_g64, .prefill = true, .weight = 0.5,
        .call_tokens = kWideTokensPerExpert, .expert_hidden = kNarrowExpert, .expert_width = kNarrowExpert},
+      // The same after each gap of kIdleGapsMs: what the batch costs a layer
+      // after its last call, its buffers aged in the caches (the speed model
+      // prices a pass's narrow batches at their gap between layers).
+      {.name = idle_point_name("expert_q4_prefill_narrow", kIdleGapsMs[0]), .format = F::q4_g64, .prefill = true,
+       .weight = 0.5, .call_tokens = kWideTokensPerExpert, .expert_hidden = kNarrowExpert, .expert_width = kNarrowExpert,
+       .idle_ms = kIdleGapsMs[0]},
+      {.name = idle_point_name("expert_q4_prefill_narrow", kIdleGapsMs[1]), .format = F::q4_g64, .prefill = true,
+       .weight = 0.5, .call_tokens = kWideTokensPerExpert, .expert_hidden = kNarrowExpert, .expert_width = kNarrowExpert,
+       .idle_ms = kIdleGapsMs[1]},
       {.name = "dense_bf16_prefill_narrow", .format = F::bf16, .prefill = true, .dense = true, .weight = 0.5,
        .call_tokens = kPassSlice, .dense_rows = kNarrowExpert, .dense_cols = kNarrowExpert},
       // The narrow experts with one token each: beside the narrow point's

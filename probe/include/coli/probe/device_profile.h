@@ -6,6 +6,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -421,6 +422,18 @@ struct GpuKernelResult {
 // re-read after kStreamPointExperts - 1 other records, as a prompt's
 // popular expert is re-read round after round at one layer.
 inline constexpr int kStreamPointExperts = 24, kWarmStreamExperts = 12;
+
+// The narrow expert batch's idle copies (expert_q4_prefill_narrow_idle1ms,
+// _idle4ms; idle_point_name): before each call the team spins on registers
+// for the gap, so the buffers the batch reuses have aged that long in the
+// caches, as a pass's batch finds them a layer later. Other tenants of a
+// shared last-level cache evict them meanwhile (the 2-core VM kept 2 MiB
+// 0.95 after 2 ms and 0.69 after 5; the H100 box 4 MiB whole after 5 ms),
+// and the demo model's batch cost 1.4x its back-to-back figure in a VM pass.
+inline constexpr std::array<int, 2> kIdleGapsMs = {1, 4};
+inline std::string idle_point_name(const std::string& kernel, int gap_ms) {
+  return kernel + "_idle" + std::to_string(gap_ms) + "ms";
+}
 
 // The decode attention points (attention_decode, _grouped): one token at
 // this position (so depth + 1 positions) over a layer's f16 K and V read
