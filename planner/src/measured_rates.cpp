@@ -476,6 +476,8 @@ std::optional<LinearCost> expert_row_cost(const DeviceProfile& profile, const Te
   return line_through(w.macs, w.seconds, n.macs, n.seconds);
 }
 
+double call_seconds(const KernelThroughputPoint& p) { return p.batch / p.tokens_per_s.median; }
+
 }  // namespace
 
 std::optional<ExpertDispatchCost> expert_dispatch_cost(const DeviceProfile& profile, const Team& team) {
@@ -505,6 +507,34 @@ std::optional<ExpertDispatchCost> expert_dispatch_cost(const DeviceProfile& prof
                                 std::to_string(single->threads) + " threads, each call less its fork/joins)"};
 }
 
+InPassFactor narrow_batch_in_pass(const DeviceProfile& profile, const Team& team, double gap_s) {
+  if (!profile.measurements.kernel_tuning) return {};
+  const std::string kernel = "expert_q4_prefill_narrow";
+  const KernelThroughputPoint* back_to_back = prefill_point(profile, kernel, team);
+  if (!back_to_back) return {};
+  std::vector<std::pair<double, double>> curve{{0.0, call_seconds(*back_to_back)}};  // (gap, a call's seconds)
+  std::string figures;
+  for (const int ms : kIdleGapsMs) {
+    const KernelThroughputPoint* idle = prefill_point(profile, idle_point_name(kernel, ms), team);
+    if (!idle || idle->threads != back_to_back->threads) return {};
+    curve.emplace_back(ms * 1e-3, call_seconds(*idle));
+    figures += ", after " + std::to_string(ms) + " ms " + format_fixed(curve.back().second * 1e6, 0);
+  }
+  double at = curve.back().second;
+  for (std::size_t i = 1; i < curve.size(); ++i) {
+    if (gap_s > curve[i].first) continue;
+    const auto [g0, s0] = curve[i - 1];
+    const auto [g1, s1] = curve[i];
+    at = s0 + (s1 - s0) * (std::max(gap_s, 0.0) - g0) / (g1 - g0);
+    break;
+  }
+  const double factor = std::max(1.0, at / curve.front().second);
+  return {factor, "x " + format_fixed(factor, 2) + " in the pass: its buffers idle " + format_fixed(gap_s * 1e3, 2) +
+                      " ms between two layers' batches (" + kernel + " back to back " +
+                      format_fixed(curve.front().second * 1e6, 0) + " us a call" + figures + ", measured at " +
+                      std::to_string(back_to_back->threads) + " threads)"};
+}
+
 // The engine's expert GEMM as the probe's tuning phase timed it, at the
 // team size nearest the plan's: a GEMM's rate grows with the tokens each
 // expert multiplies, so at `tokens_per_expert` it is interpolated (in log
@@ -513,7 +543,7 @@ std::optional<ExpertDispatchCost> expert_dispatch_cost(const DeviceProfile& prof
 // With the narrow expert point, a routed row's fixed cost is split off
 // (expert_row_cost) and the rate scaled to what is left.
 std::optional<ComputeRate> prefill_compute_rate(const DeviceProfile& profile, WeightFormat experts, const Team& team,
-                                                double tokens_per_expert, bool row_cost) {
+                                                double tokens_per_expert, bool row_cost, double narrow_factor) {
   if (!profile.measurements.kernel_tuning) return std::nullopt;
   const std::string kernel = experts == WeightFormat::q4_g64 ? "expert_q4_prefill" : "expert_q8_prefill";
   const auto narrow = gemm_point(profile, kernel, team, false);
@@ -545,6 +575,9 @@ std::optional<ComputeRate> prefill_compute_rate(const DeviceProfile& profile, We
       if ((split = expert_dispatch_cost(profile, team))) row_s = std::max(0.0, row_s - split->seconds / split->fitted_tokens);
     }
   }
+  // A pass's batches handle their rows and experts in buffers the caches
+  // aged since the last layer's: those costs scaled (the caller says why),
+  // the multiply-adds not.
   return ComputeRate{rate,
                      format_fixed(rate / 1e9, 1) + " GMAC/s (" + how + ", measured at " +
                          std::to_string((narrow ? narrow : wide)->point->threads) + " threads)" +
@@ -552,7 +585,7 @@ std::optional<ComputeRate> prefill_compute_rate(const DeviceProfile& profile, We
                                           " ns per routed row (fitted from 2048- and 64-wide experts, expert_q4_prefill_wide and _narrow" +
                                           (split ? std::string(", less its share of its expert's dispatch)") : std::string(")"))
                                     : std::string()),
-                     row_s, split ? split->seconds : 0.0, split ? split->text : std::string()};
+                     row_s * narrow_factor, split ? split->seconds * narrow_factor : 0.0, split ? split->text : std::string()};
 }
 
 // The engine's prefill attention as the tuning phase timed it

@@ -261,8 +261,10 @@ bool tuned_on_amx(const DeviceProfile& profile);
 // expert (expert_q4_prefill_wide, expert_q4_prefill_narrow) where both are
 // timed; `row_cost` false leaves the row cost out (quantised dense
 // projections, which run no expert batch).
+// `narrow_factor` (narrow_batch_in_pass) scales the routed row's and the
+// distinct expert's costs, the buffer handling, not the multiply-adds.
 std::optional<ComputeRate> prefill_compute_rate(const DeviceProfile& profile, WeightFormat experts, const Team& team,
-                                                double tokens_per_expert, bool row_cost = true);
+                                                double tokens_per_expert, bool row_cost = true, double narrow_factor = 1.0);
 // What each distinct expert of an expert batch costs apart from its routed
 // rows (its slot and tiles, its share of the batch's gather and scatter),
 // from the narrow expert point and the single-token one (the same 8 64-wide
@@ -275,6 +277,17 @@ struct ExpertDispatchCost {
   std::string text;
 };
 std::optional<ExpertDispatchCost> expert_dispatch_cost(const DeviceProfile& profile, const Team& team);
+// How much dearer a pass's narrow expert batch runs than back to back, its
+// buffers left idle `gap_s` since the last layer's batch: the call's time
+// interpolated over the gap between expert_q4_prefill_narrow (a gap of
+// none) and its idle copies (kIdleGapsMs), held at the longest beyond
+// them, never below 1 (idling makes no call faster: a faster idle copy is
+// noise). 1 and no text without the idle copies (profiles before them).
+struct InPassFactor {
+  double factor = 1;
+  std::string text;
+};
+InPassFactor narrow_batch_in_pass(const DeviceProfile& profile, const Team& team, double gap_s);
 // A prompt of `prompt` tokens' attention as the engine's pass runs it, in
 // units of one (head, query, key) pair's wall time at the team: slice by
 // slice of kPassSlice tokens, each a team region over (KV head x block of

@@ -633,13 +633,28 @@ double prompt_attention_seconds(const AttentionCost& cost, const model::ModelCon
   return static_cast<double>(c.num_hidden_layers) * cost.seconds(units, static_cast<double>(c.head_dim));
 }
 
+// The expert batches' cost in the pass beside back to back
+// (narrow_batch_in_pass): a layer's first round finds its buffers idle since
+// the last layer's batches, for the layer's other ops (its dense
+// projections, attention and token ops, computed before this in `so_far`);
+// the rounds after it, back to back, find them warm: the factor spread over
+// the layer's rounds.
+InPassFactor experts_in_pass(const DeviceProfile& profile, const Team& team, const PromptCompute& so_far, double layers,
+                             double layer_rounds) {
+  if (layers <= 0 || layer_rounds <= 0) return {};
+  const double gap_s = (so_far.dense_s + so_far.attention_s + so_far.token_ops_s) / layers;
+  InPassFactor first = narrow_batch_in_pass(profile, team, gap_s);
+  const double spread = layers / std::max(layers, layer_rounds);
+  return {1.0 + (first.factor - 1.0) * spread,
+          first.text + (spread < 1 ? "; a layer's first of " + format_fixed(layer_rounds / layers, 1) + " rounds" : std::string())};
+}
+
 // `distinct`: the experts each round of a layer touches (each dispatched once, in one of its batches).
 PromptCompute prompt_compute(const DeviceProfile& profile, const ModelFootprint& fp, const Team& team, double prompt,
                              double round, double distinct, const PlanRates& r) {
   const double layers = static_cast<double>(fp.moe_layer_count()), top_k = fp.top_k, n = fp.n_experts;
-  const auto compute = prefill_compute_rate(profile, fp.expert_format, team, round * top_k / n);
   PromptCompute out;
-  if (!compute) return out;
+  if (!prefill_compute_rate(profile, fp.expert_format, team, round * top_k / n)) return out;
   out.timed = true;
   // The dense projections run over the whole pass in slices: float ones at
   // the float GEMM's timed rate, quantised ones at the engine's projections
@@ -651,13 +666,6 @@ PromptCompute prompt_compute(const DeviceProfile& profile, const ModelFootprint&
   auto dense_rate = quantized_dense ? quantized_dense_prefill_rate(profile, *quantized_dense, team) : dense_prefill_rate(profile, team);
   if (quantized_dense && !dense_rate) dense_rate = prefill_compute_rate(profile, *quantized_dense, team, prompt, false);
   if (!dense_rate) dense_rate = prefill_compute_rate(profile, fp.expert_format, team, round * top_k / n, false);
-  const auto attention = prefill_attention_cost(profile, team);
-  out.attention_s = attention ? prompt_attention_seconds(*attention, fp.config, static_cast<int>(prompt), team.size()) : 0.0;
-  // amx computes each expert's rows padded to whole tiles (rounds of `round` tokens, uniform routing).
-  const double padding = tuned_on_amx(profile) ? amx_tile_padding(round, top_k / n) : 1.0;
-  out.expert_s = prompt * compute->seconds(layers * top_k, expert_macs * padding);
-  const double layer_rounds = std::ceil(prompt / round) * layers;
-  out.dispatch_s = layer_rounds * distinct * compute->seconds_per_expert;
   // The router stays in bf16 beside quantised projections: the float GEMM's rate.
   const PromptProjections projections = prompt_projections(fp);
   const auto float_rate = projections.float_macs > 0 ? dense_prefill_rate(profile, team) : std::nullopt;
@@ -665,12 +673,21 @@ PromptCompute prompt_compute(const DeviceProfile& profile, const ModelFootprint&
   out.dense_s = prompt * (float_rate ? dense_rate->seconds(int_rows, int_macs) +
                                            float_rate->seconds(projections.float_rows, projections.float_macs)
                                      : dense_rate->seconds(projections.rows, dense_macs));
-  out.lm_head_s = last_token_lm_head_seconds(profile, fp, team, r.ram);
+  const auto attention = prefill_attention_cost(profile, team);
+  out.attention_s = attention ? prompt_attention_seconds(*attention, fp.config, static_cast<int>(prompt), team.size()) : 0.0;
   // Every token's norms, RoPE, KV store and residual adds at every layer,
   // the tokens shared over the team (MoeModel's for_tokens, from kParallelTokens).
   const auto token_ops = token_ops_per_token(profile, fp, team);
   const double sharing = prompt_token_sharing(prompt, team);
   out.token_ops_s = token_ops ? prompt * token_ops->seconds / sharing : 0.0;
+  const double layer_rounds = std::ceil(prompt / round) * layers;
+  const InPassFactor in_pass = experts_in_pass(profile, team, out, layers, layer_rounds);
+  const auto compute = prefill_compute_rate(profile, fp.expert_format, team, round * top_k / n, true, in_pass.factor);
+  // amx computes each expert's rows padded to whole tiles (rounds of `round` tokens, uniform routing).
+  const double padding = tuned_on_amx(profile) ? amx_tile_padding(round, top_k / n) : 1.0;
+  out.expert_s = prompt * compute->seconds(layers * top_k, expert_macs * padding);
+  out.dispatch_s = layer_rounds * distinct * compute->seconds_per_expert;
+  out.lm_head_s = last_token_lm_head_seconds(profile, fp, team, r.ram);
   out.text = "experts " + format_fixed(expert_macs / 1e9, 2) + " GMAC per token" +
              (padding > 1 ? " x " + format_fixed(padding, 3) + " (amx tiles of " + std::to_string(kernels::cpu::kAmxTileTokens) +
                                 " rows: an expert's rows of a " + format_fixed(round, 0) + "-token round padded)"
@@ -687,6 +704,7 @@ PromptCompute prompt_compute(const DeviceProfile& profile, const ModelFootprint&
              (out.dispatch_s > 0 ? " + " + format_fixed(layer_rounds, 0) + " layer rounds x " +
                                        format_fixed(distinct, 1) + " distinct experts x " + compute->dispatch_text
                                  : std::string()) +
+             (in_pass.factor > 1 ? "; the batches' row and dispatch costs " + in_pass.text : std::string()) +
              (token_ops ? " + " + token_ops->text +
                               (sharing > 1 ? ", the tokens over " + std::to_string(team.size()) + " threads" : std::string())
                         : std::string());
