@@ -14,6 +14,7 @@
 #include "sweep_report.h"
 #include "measure/retime.h"
 #include "sweep_retime.h"
+#include "read_round_settle.h"
 
 namespace coli::bench {
 namespace {
@@ -606,6 +607,23 @@ TEST(SweepRetime, ReadRoundDriftComparesOneReadRoundsOfTheSameSetting) {
       << "the 2-thread setting is new, the 16-thread one gone";
   EXPECT_EQ(read_round_drift({}, now), "");
   EXPECT_EQ(read_round_drift(before, std::vector<experts::ReadRounds>{rounds(8, 0, 0)}), "") << "no one-read round now";
+}
+
+// The recording's passes go on while a pass's mean round moved more than
+// kSettledShare from the one before it (a virtual disk's host cache
+// warming: the H200 box's demo model read 0.24 ms rounds first, 0.08-0.11
+// in the grid's later runs).
+TEST(SweepRun, ReadRoundsSettleWhenAPassIsWithinItsShareOfTheLast) {
+  EXPECT_FALSE(rounds_settled(0, 1e-4)) << "a first pass has none before it";
+  EXPECT_FALSE(rounds_settled(2.4e-4, 1.4e-4));
+  EXPECT_TRUE(rounds_settled(1.1e-4, 1.0e-4));
+  EXPECT_TRUE(rounds_settled(1.0e-4, 1.0e-4 * (1 + kSettledShare)));
+  EXPECT_FALSE(rounds_settled(1.0e-4, 1.0e-4 * (1 + 2 * kSettledShare))) << "slower again moves too";
+  EXPECT_FALSE(rounds_settled(1e-4, 0)) << "a pass without rounds settles nothing";
+  experts::ReadRounds r;
+  EXPECT_EQ(mean_round_seconds(r), 0.0);
+  r.add(1, 1e-4), r.add(1, 3e-4), r.add(3, 5e-4, true);
+  EXPECT_NEAR(mean_round_seconds(r), 3e-4, 1e-12) << "every round, of any reads, decode ones counted once";
 }
 
 // The planned configuration's predictions from the profile and re-timed, side by side.

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 
 #include "coli/base/clock.h"
+#include "read_round_settle.h"
 
 namespace coli::bench {
 namespace {
@@ -108,25 +110,30 @@ Result<RecordedPass> run_workload_once(const std::filesystem::path& model_path, 
   return RecordedPass{std::move(*model), cold};
 }
 
-// The workload's warm-up and pass once more on `model` (as a run's next
-// pass), and the read rounds of that pass alone. The first pass over a
-// model's records read them up to 3.5x slower than any run of the grid
-// then did: both machines' virtual disks serve blocks read before from
-// their host's cache (the 2-core VM's Qwen3-shaped one-read rounds 2.8 ms
-// in the first pass, 0.7-0.8 in every run; the H200's tiny model 0.09
-// against 0.05, OLMoE 13% slower), and no run meets the cold file again.
-// Passes again, up to kMaxRoundPasses in all, while the generated tokens
-// are too few to price resuming after a wait (ReadRounds::prices_resume):
-// a 16-token decode test of the tiny model at cap 4 waited in 3-6 of them.
+// The workload's warm-up, then its passes on `model` (as a run's next),
+// until their read rounds settle (rounds_settled), and the rounds of those
+// passes alone. The first pass over a model's records read them up to 3.5x
+// slower than any run of the grid then did (the 2-core VM's Qwen3-shaped
+// one-read rounds 2.8 ms in the first pass, 0.7-0.8 in every run), and a
+// virtual disk's host cache may take more passes than one to warm. Passes
+// go on while the generated tokens are too few to price resuming after a
+// wait (ReadRounds::prices_resume): a 16-token decode test of the tiny model
+// at cap 4 waited in 3-6 of them.
 Result<experts::ReadRounds> rounds_of_next_pass(runtime::MoeModel& model, const Workload& workload) {
-  constexpr int kMaxRoundPasses = 4;
   if (auto warm = time_prefill(model, workload.tokens.warmup); !warm) return warm.error();
-  const experts::ReadRounds before = model.stats().expert_read_rounds;
-  experts::ReadRounds rounds;
-  for (int pass = 0; pass < kMaxRoundPasses && !rounds.prices_resume(); ++pass) {
+  const auto start = Clock::now();
+  experts::ReadRounds kept_from = model.stats().expert_read_rounds, rounds;
+  double previous_s = 0;
+  for (int pass = 0; pass < kMaxRoundPasses; ++pass) {
+    const experts::ReadRounds before = model.stats().expert_read_rounds;
     if (auto measured = measure_pass(model, workload.tests, workload.tokens); !measured) return measured.error();
-    rounds = experts::ReadRounds::between(before, model.stats().expert_read_rounds);
-    if (rounds.empty()) break;  // nothing streams: no token waits
+    const double round_s = mean_round_seconds(experts::ReadRounds::between(before, model.stats().expert_read_rounds));
+    if (round_s <= 0) break;  // nothing streams: no token waits
+    const bool settled = rounds_settled(previous_s, round_s);
+    if (!settled && previous_s > 0) kept_from = before;  // still moving: the passes before this one left out
+    previous_s = round_s;
+    rounds = experts::ReadRounds::between(kept_from, model.stats().expert_read_rounds);
+    if ((settled && rounds.prices_resume()) || seconds_since(start) > kMaxRoundSeconds) break;
   }
   return rounds;
 }

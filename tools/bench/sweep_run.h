@@ -56,14 +56,13 @@ Result<RunOutput> run_config(const std::filesystem::path& model, const runtime::
 Result<experts::UsageHistory> record_usage(const std::filesystem::path& model, runtime::ModelOptions options,
                                            const Workload& workload);
 
-// The read rounds of an untimed pass of the workload after its warm-up
-// prompt (the second in one load, as record_usage's; up to three more where
-// too few generated tokens waited to price resuming after a wait,
-// ReadRounds::prices_resume), with `options` as given (a grid
-// configuration's): the disk as that configuration's compute team and I/O
-// pool meet it.
+// The read rounds of untimed passes of the workload after its warm-up
+// prompt (from the second in one load, as record_usage's), with `options`
+// as given (a grid configuration's): the disk as that configuration's
+// compute team and I/O pool meet it once its rounds settled (rounds_settled).
 Result<experts::ReadRounds> record_read_rounds(const std::filesystem::path& model, const runtime::ModelOptions& options,
                                                const Workload& workload);
+
 
 // The engine's compute threads: one per PU of `pus`, pinned there.
 void place_threads(runtime::ModelOptions& options, const CpuSet& pus);
