@@ -451,8 +451,11 @@ namespace {
 struct PerRow {
   double seconds = 0, macs = 0;
 };
+// Seconds of one call of a timed point.
+double call_seconds(const KernelThroughputPoint& p) { return p.batch / p.tokens_per_s.median; }
+
 PerRow per_row(const KernelThroughputPoint& p, bool expert) {
-  const double call_s = p.batch / p.tokens_per_s.median;
+  const double call_s = call_seconds(p);
   if (expert) return {call_s / (p.matrices / 3.0), 3.0 * p.rows * p.cols};
   return {call_s / (static_cast<double>(p.batch) * p.matrices * p.rows), static_cast<double>(p.cols)};
 }
@@ -475,8 +478,6 @@ std::optional<LinearCost> expert_row_cost(const DeviceProfile& profile, const Te
   const PerRow w = per_row(*wide, true), n = per_row(*narrow, true);
   return line_through(w.macs, w.seconds, n.macs, n.seconds);
 }
-
-double call_seconds(const KernelThroughputPoint& p) { return p.batch / p.tokens_per_s.median; }
 
 }  // namespace
 
@@ -543,7 +544,7 @@ InPassFactor narrow_batch_in_pass(const DeviceProfile& profile, const Team& team
 // With the narrow expert point, a routed row's fixed cost is split off
 // (expert_row_cost) and the rate scaled to what is left.
 std::optional<ComputeRate> prefill_compute_rate(const DeviceProfile& profile, WeightFormat experts, const Team& team,
-                                                double tokens_per_expert, bool row_cost, double narrow_factor) {
+                                                double tokens_per_expert, bool row_cost) {
   if (!profile.measurements.kernel_tuning) return std::nullopt;
   const std::string kernel = experts == WeightFormat::q4_g64 ? "expert_q4_prefill" : "expert_q8_prefill";
   const auto narrow = gemm_point(profile, kernel, team, false);
@@ -575,9 +576,6 @@ std::optional<ComputeRate> prefill_compute_rate(const DeviceProfile& profile, We
       if ((split = expert_dispatch_cost(profile, team))) row_s = std::max(0.0, row_s - split->seconds / split->fitted_tokens);
     }
   }
-  // A pass's batches handle their rows and experts in buffers the caches
-  // aged since the last layer's: those costs scaled (the caller says why),
-  // the multiply-adds not.
   return ComputeRate{rate,
                      format_fixed(rate / 1e9, 1) + " GMAC/s (" + how + ", measured at " +
                          std::to_string((narrow ? narrow : wide)->point->threads) + " threads)" +
@@ -585,7 +583,7 @@ std::optional<ComputeRate> prefill_compute_rate(const DeviceProfile& profile, We
                                           " ns per routed row (fitted from 2048- and 64-wide experts, expert_q4_prefill_wide and _narrow" +
                                           (split ? std::string(", less its share of its expert's dispatch)") : std::string(")"))
                                     : std::string()),
-                     row_s * narrow_factor, split ? split->seconds * narrow_factor : 0.0, split ? split->text : std::string()};
+                     row_s, split ? split->seconds : 0.0, split ? split->text : std::string()};
 }
 
 // The engine's prefill attention as the tuning phase timed it

@@ -261,10 +261,8 @@ bool tuned_on_amx(const DeviceProfile& profile);
 // expert (expert_q4_prefill_wide, expert_q4_prefill_narrow) where both are
 // timed; `row_cost` false leaves the row cost out (quantised dense
 // projections, which run no expert batch).
-// `narrow_factor` (narrow_batch_in_pass) scales the routed row's and the
-// distinct expert's costs, the buffer handling, not the multiply-adds.
 std::optional<ComputeRate> prefill_compute_rate(const DeviceProfile& profile, WeightFormat experts, const Team& team,
-                                                double tokens_per_expert, bool row_cost = true, double narrow_factor = 1.0);
+                                                double tokens_per_expert, bool row_cost = true);
 // What each distinct expert of an expert batch costs apart from its routed
 // rows (its slot and tiles, its share of the batch's gather and scatter),
 // from the narrow expert point and the single-token one (the same 8 64-wide

@@ -653,8 +653,9 @@ InPassFactor experts_in_pass(const DeviceProfile& profile, const Team& team, con
 PromptCompute prompt_compute(const DeviceProfile& profile, const ModelFootprint& fp, const Team& team, double prompt,
                              double round, double distinct, const PlanRates& r) {
   const double layers = static_cast<double>(fp.moe_layer_count()), top_k = fp.top_k, n = fp.n_experts;
+  auto compute = prefill_compute_rate(profile, fp.expert_format, team, round * top_k / n);
   PromptCompute out;
-  if (!prefill_compute_rate(profile, fp.expert_format, team, round * top_k / n)) return out;
+  if (!compute) return out;
   out.timed = true;
   // The dense projections run over the whole pass in slices: float ones at
   // the float GEMM's timed rate, quantised ones at the engine's projections
@@ -681,8 +682,11 @@ PromptCompute prompt_compute(const DeviceProfile& profile, const ModelFootprint&
   const double sharing = prompt_token_sharing(prompt, team);
   out.token_ops_s = token_ops ? prompt * token_ops->seconds / sharing : 0.0;
   const double layer_rounds = std::ceil(prompt / round) * layers;
+  // A pass's batches handle their rows and experts in buffers the caches
+  // aged since the last layer's: those costs scaled, the multiply-adds not.
   const InPassFactor in_pass = experts_in_pass(profile, team, out, layers, layer_rounds);
-  const auto compute = prefill_compute_rate(profile, fp.expert_format, team, round * top_k / n, true, in_pass.factor);
+  compute->seconds_per_row *= in_pass.factor;
+  compute->seconds_per_expert *= in_pass.factor;
   // amx computes each expert's rows padded to whole tiles (rounds of `round` tokens, uniform routing).
   const double padding = tuned_on_amx(profile) ? amx_tile_padding(round, top_k / n) : 1.0;
   out.expert_s = prompt * compute->seconds(layers * top_k, expert_macs * padding);

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 
 #include "coli/base/clock.h"
 #include "read_round_settle.h"
@@ -127,12 +126,13 @@ Result<experts::ReadRounds> rounds_of_next_pass(runtime::MoeModel& model, const 
   for (int pass = 0; pass < kMaxRoundPasses; ++pass) {
     const experts::ReadRounds before = model.stats().expert_read_rounds;
     if (auto measured = measure_pass(model, workload.tests, workload.tokens); !measured) return measured.error();
-    const double round_s = mean_round_seconds(experts::ReadRounds::between(before, model.stats().expert_read_rounds));
+    const experts::ReadRounds after = model.stats().expert_read_rounds;
+    const double round_s = mean_round_seconds(experts::ReadRounds::between(before, after));
     if (round_s <= 0) break;  // nothing streams: no token waits
     const bool settled = rounds_settled(previous_s, round_s);
     if (!settled && previous_s > 0) kept_from = before;  // still moving: the passes before this one left out
     previous_s = round_s;
-    rounds = experts::ReadRounds::between(kept_from, model.stats().expert_read_rounds);
+    rounds = experts::ReadRounds::between(kept_from, after);
     if ((settled && rounds.prices_resume()) || seconds_since(start) > kMaxRoundSeconds) break;
   }
   return rounds;

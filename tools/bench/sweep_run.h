@@ -63,7 +63,6 @@ Result<experts::UsageHistory> record_usage(const std::filesystem::path& model, r
 Result<experts::ReadRounds> record_read_rounds(const std::filesystem::path& model, const runtime::ModelOptions& options,
                                                const Workload& workload);
 
-
 // The engine's compute threads: one per PU of `pus`, pinned there.
 void place_threads(runtime::ModelOptions& options, const CpuSet& pus);
 
