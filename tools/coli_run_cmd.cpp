@@ -313,7 +313,8 @@ RunCommand::RunCommand(CLI::App& app) {
   CLI::App& cmd = *command_;
   add_engine_options(cmd, a.engine);
   auto* prompt = cmd.add_option("--prompt", a.prompt, "Prompt text");
-  auto* ids = cmd.add_option("--prompt-ids", a.prompt_ids, "Prompt as token ids (no tokenizer needed)");
+  auto* ids = cmd.add_option("--prompt-ids", a.prompt_ids, "Prompt as token ids, space- or comma-separated (no tokenizer needed)")
+                  ->delimiter(',');
   prompt->excludes(ids);
   cmd.add_option("--prompt-file", a.prompt_file, "Prompt text from this file, as is (\"-\": stdin)")->excludes(prompt)->excludes(ids);
   cmd.add_option("--max-tokens", a.max_tokens,

@@ -55,6 +55,8 @@ check "run prints peak RSS" contains "$work/r.out" "peak RSS"
 "$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 12 >"$work/a.out" 2>"$work/a.err"
 check "stdout holds the generated text only" lacks "$work/a.out" "TTFT\|hit rate\|peak RSS\|^---"
 check "the statistics go to stderr" contains "$work/a.err" "TTFT"
+"$coli" run --model "$work/demo.coli" --prompt-ids 1,2,3 --max-tokens 12 >"$work/comma.out" 2>/dev/null
+check "--prompt-ids takes comma-separated ids as space-separated ones" cmp -s "$work/a.out" "$work/comma.out"
 # Generation ends at the end-of-sequence token (--eos-id here: the demo's
 # random weights never pick the GPT-2 vocabulary's own), which is not printed.
 first=$(awk '{ print $1 }' "$work/a.out")
