@@ -93,6 +93,7 @@ MeasuredSpeed measured_speed(const GenerationResult& result) {
   if (result.decode_passes > 0)
     measured.decode_reads_per_token = static_cast<double>(result.decode_misses) / static_cast<double>(result.decode_passes);
   measured.decode_tokens = static_cast<int>(result.decode_passes);
+  measured.prompt_page_faults = result.prompt_page_faults;
   return measured;
 }
 
@@ -108,7 +109,7 @@ void print_json_stats(const GenerationResult& result, const LoadedEngine& engine
       {"expert_bytes_read", stats.expert_bytes_read}, {"expert_read_s", stats.expert_read_seconds},
       {"expert_reads_timed", stats.expert_reads_timed}, {"preloaded_experts", stats.preloaded_experts},
       {"prompt_expert_misses", result.prompt_misses}, {"decode_expert_misses", result.decode_misses},
-      {"kernel", stats.cpu_kernel},
+      {"prompt_page_faults", result.prompt_page_faults}, {"kernel", stats.cpu_kernel},
       {"prefill_threads", stats.prefill_thread_set}, {"decode_threads", stats.decode_thread_set}, {"io", stats.io_mode},
       {"peak_rss_bytes", process_peak_resident_bytes()}};
   if (engine.planned) {

@@ -60,6 +60,10 @@ struct GenerationResult {
   std::optional<std::int32_t> end_token;  // the one that stopped it
   std::optional<std::string> stop_string;
   double prefill_seconds = 0;  // the prompt's forward pass (time to the first token's logits)
+  // Minor page faults during that pass: memory the process touched for the
+  // first time (a first pass's prompt-sized buffers), which warm passes and
+  // the speed prediction do not pay.
+  std::uint64_t prompt_page_faults = 0;
   double decode_seconds = 0;   // from the first pick to the end
   // Expert cache misses (records read from disk) of the prompt's pass and of
   // the decode passes after it, and how many decode passes ran: plan vs

@@ -365,6 +365,10 @@ void print_speed_vs_plan(const RunPrediction& predicted, const MeasuredSpeed& me
   row("decode", speed.decode_tok_per_s, measured.decode_tok_s,
       depths + band(speed.band.decode_slowest, speed.band.decode_fastest, measured.decode_tok_s));
   print_reads_vs_plan(speed, measured);
+  std::fprintf(stderr, "  the prompt's pass took %llu page faults (memory this process touched for the first time: its "
+                       "prompt-sized buffers), which the prediction does not price; warm passes (coli serve's later "
+                       "prompts, coli-sweep's runs) do not take them\n",
+               static_cast<unsigned long long>(measured.prompt_page_faults));
   if (measured.cold_cache) {
     std::fprintf(stderr, "  the expert cache started empty (--no-preload, or no usage history yet): this run's first pass "
                          "read every expert it used, where the prediction prices the history's warm cache\n");

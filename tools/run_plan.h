@@ -82,6 +82,7 @@ struct MeasuredSpeed {
   // decode pass; negative where the run has none to count.
   double prompt_reads = -1, decode_reads_per_token = -1;
   int decode_tokens = 0;  // decode passes (forward passes after the prompt's)
+  std::uint64_t prompt_page_faults = 0;  // GenerationResult::prompt_page_faults
 };
 // The prediction to set beside a run: for its own prompt and mean decode
 // depth where the knobs can predict (--profile), else the plan's (a 512-token

@@ -85,6 +85,7 @@ import json, sys
 d = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
 assert d["schema_version"] == 1 and d["prompt_tokens"] == 2 and d["generated_tokens"] <= 6, d
 assert d["stop"] in ("eos", "max_tokens") and d["decode_tok_s"] >= 0 and d["peak_rss_bytes"] > 0, d
+assert isinstance(d["prompt_page_faults"], int) and d["prompt_page_faults"] >= 0, d
 ' "$work/json.err"
 check "and no summary lines beside it" lacks "$work/json.err" "^load .* TTFT"
 # --chat: the prompt as the user's message in the model's chat format.
@@ -173,6 +174,7 @@ check "run --profile with rates exits 0" test $? -eq 0
 check "its speed is predicted for this run" contains "$work/p3.out" "predicted from the profile for this run's prompt and depth"
 check "the prefill for its 3-token prompt" contains "$work/p3.out" "measured pp3, planned pp3"
 check "the decode at its mean depth" contains "$work/p3.out" "planned at KV depth 5, measured at 4.5 on average"
+check "and the page faults of the prompt's pass, which it does not price" contains "$work/p3.out" "the prompt's pass took [0-9][0-9]* page faults"
 # A plan file predicts again from the profile it names while that is unchanged; without it, the plan's own figures.
 "$(dirname "$coli")/coli-plan" --profile "$work/full-profile.toml" --model "$work/demo.coli" --out "$work/full.plan" >/dev/null 2>&1
 "$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 4 --ignore-eos --plan "$work/full.plan" >"$work/p4.out" 2>&1
