@@ -1,23 +1,14 @@
 #include "generation.h"
 
-#include <sys/resource.h>
-
 #include <algorithm>
 #include <chrono>
 
 #include "coli/base/clock.h"
+#include "coli/base/process_memory.h"
 
 namespace coli::tools {
 
 namespace {
-
-// The process's minor page faults so far (every thread's): pages it touched
-// for the first time, each a trip into the kernel (10.7 us a 4 KiB page on
-// the 2-core VM of docs/benchmarks.md, session 55).
-std::uint64_t minor_page_faults() {
-  rusage usage{};
-  return ::getrusage(RUSAGE_SELF, &usage) == 0 ? static_cast<std::uint64_t>(usage.ru_minflt) : 0;
-}
 
 using Clock = std::chrono::steady_clock;
 
@@ -106,13 +97,13 @@ Result<GenerationResult> Generator::generate(std::span<const std::int32_t> promp
   GenerationResult result;
   result.prompt_tokens = static_cast<int>(prompt.size());
   const std::uint64_t misses_before = model_.stats().expert_misses;
-  const std::uint64_t faults_before = minor_page_faults();
+  const std::uint64_t faults_before = process_minor_page_faults();
   const auto prefill_start = Clock::now();
   auto reused = run_prompt(prompt);
   if (!reused) return reused.error();
   result.reused_tokens = *reused;
   result.prefill_seconds = seconds_since(prefill_start);
-  result.prompt_page_faults = minor_page_faults() - faults_before;
+  result.prompt_page_faults = process_minor_page_faults() - faults_before;
   const std::uint64_t misses_after_prompt = model_.stats().expert_misses, tokens_after_prompt = model_.stats().tokens;
   result.prompt_misses = misses_after_prompt - misses_before;
   if (after_prefill) after_prefill();

@@ -22,4 +22,9 @@ std::uint64_t process_peak_resident_bytes() {
   return static_cast<std::uint64_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
 }
 
+std::uint64_t process_minor_page_faults() {
+  rusage usage{};
+  return getrusage(RUSAGE_SELF, &usage) == 0 ? static_cast<std::uint64_t>(usage.ru_minflt) : 0;
+}
+
 }  // namespace coli

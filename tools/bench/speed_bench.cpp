@@ -7,8 +7,6 @@
 // below 1 the GPU holds that share of each layer's experts and the CPU
 // computes the rest (a hybrid plan); decode is also set against the memory
 // bound: bytes one step reads / --bandwidth GB/s.
-#include <sys/resource.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -25,6 +23,7 @@
 
 #include "bytes_per_token.h"
 #include "coli/base/files.h"
+#include "coli/base/process_memory.h"
 #include "speed_measure.h"
 #include "coli/base/text.h"
 #include "coli/container/container.h"
@@ -223,8 +222,6 @@ int main(int argc, char** argv) {
   if (!args.json.empty()) {
     if (coli::Status s = coli::write_file_atomically(args.json, figures_json(args, *reader, configs)); !s) return fail(s.error().message);
   }
-  struct rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-  std::printf("peak RSS %s\n", coli::format_bytes(static_cast<std::uint64_t>(usage.ru_maxrss) * 1024).c_str());
+  std::printf("peak RSS %s\n", coli::format_bytes(coli::process_peak_resident_bytes()).c_str());
   return 0;
 }

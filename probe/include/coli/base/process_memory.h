@@ -12,5 +12,10 @@ namespace coli {
 std::uint64_t process_resident_bytes();
 // The largest resident set the process has had (getrusage's ru_maxrss).
 std::uint64_t process_peak_resident_bytes();
+// The process's minor page faults so far, every thread's (getrusage's
+// ru_minflt): pages it touched for the first time, each a trip into the
+// kernel (10.7 us a 4 KiB page on the 2-core VM of docs/benchmarks.md,
+// session 55).
+std::uint64_t process_minor_page_faults();
 
 }  // namespace coli
