@@ -541,6 +541,16 @@ KernelSpec stream_spec(WeightFormat format, int rows, bool warm = false) {
           .call_tokens = rows * kStreamPointExperts, .stream_experts = kStreamPointExperts, .stream_kept = warm ? kWarmStreamExperts : 0};
 }
 
+// expert_q4_prefill_narrow: the wide expert call's shape on 64-wide experts;
+// with `idle_ms`, its idle copy (idle_point_name), the team spinning that
+// long before each timed call.
+KernelSpec narrow_expert_spec(int idle_ms) {
+  const std::string name = "expert_q4_prefill_narrow";
+  return {.name = idle_ms > 0 ? idle_point_name(name, idle_ms) : name, .format = WeightFormat::q4_g64, .prefill = true,
+          .weight = 0.5, .call_tokens = kWideTokensPerExpert, .expert_hidden = kNarrowExpert, .expert_width = kNarrowExpert,
+          .idle_ms = idle_ms};
+}
+
 // The kernels the tuning phase times, each with its share of a set's time.
 std::vector<KernelSpec> tuning_specs() {
   using F = WeightFormat;
@@ -620,17 +630,12 @@ std::vector<KernelSpec> tuning_specs() {
       // routed row and a projected row cost beside their multiply-adds
       // (gathering, quantising, SwiGLU, scattering, summing; a small
       // model's prefill is mostly that).
-      {.name = "expert_q4_prefill_narrow", .format = F::q4_g64, .prefill = true, .weight = 0.5,
-       .call_tokens = kWideTokensPerExpert, .expert_hidden = kNarrowExpert, .expert_width = kNarrowExpert},
+      narrow_expert_spec(0),
       // The same after each gap of kIdleGapsMs: what the batch costs a layer
       // after its last call, its buffers aged in the caches (the speed model
       // prices a pass's narrow batches at their gap between layers).
-      {.name = idle_point_name("expert_q4_prefill_narrow", kIdleGapsMs[0]), .format = F::q4_g64, .prefill = true,
-       .weight = 0.5, .call_tokens = kWideTokensPerExpert, .expert_hidden = kNarrowExpert, .expert_width = kNarrowExpert,
-       .idle_ms = kIdleGapsMs[0]},
-      {.name = idle_point_name("expert_q4_prefill_narrow", kIdleGapsMs[1]), .format = F::q4_g64, .prefill = true,
-       .weight = 0.5, .call_tokens = kWideTokensPerExpert, .expert_hidden = kNarrowExpert, .expert_width = kNarrowExpert,
-       .idle_ms = kIdleGapsMs[1]},
+      narrow_expert_spec(kIdleGapsMs[0]),
+      narrow_expert_spec(kIdleGapsMs[1]),
       {.name = "dense_bf16_prefill_narrow", .format = F::bf16, .prefill = true, .dense = true, .weight = 0.5,
        .call_tokens = kPassSlice, .dense_rows = kNarrowExpert, .dense_cols = kNarrowExpert},
       // The narrow experts with one token each: beside the narrow point's
