@@ -130,9 +130,17 @@ void median_fields(std::vector<Point>& points, const std::vector<DeviceProfile>&
   }
 }
 
-// OpenMP's step costs (lower is better, not scored) and the reads beside
-// compute: each figure the kept machines' median, point by point.
+// A fresh page's first touch, OpenMP's step costs (lower is better, not
+// scored) and the reads beside compute: each figure the kept machines'
+// median, point by point.
 void merge_unscored(Measurements& merged, const std::vector<DeviceProfile>& profiles, const std::vector<std::size_t>& kept) {
+  if (merged.memory) {
+    const auto fresh_page = kept_median(profiles, kept, [](const Measurements& m) -> std::optional<double> {
+      if (!m.memory || m.memory->fresh_page_us <= 0) return std::nullopt;
+      return m.memory->fresh_page_us;
+    });
+    if (fresh_page) merged.memory->fresh_page_us = *fresh_page;
+  }
   if (merged.parallel_overhead) {
     median_fields(
         merged.parallel_overhead->points, profiles, kept,

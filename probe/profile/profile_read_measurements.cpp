@@ -66,6 +66,8 @@ Measurements read_measurements(const Reader& r, const CpuFacts& cpu) {
     const Reader mb = r.table("memory_bandwidth");
     MemoryBandwidth bandwidth;
     bandwidth.buffer_bytes = mb.bytes("buffer_bytes");
+    // A page that took a second to fault in is a broken file, not a machine.
+    if (mb.has("fresh_page_us")) bandwidth.fresh_page_us = mb.real("fresh_page_us", 0, 1e6);
     for (const Reader& p : mb.tables("points")) {
       bandwidth.points.push_back(MemoryBandwidthPoint{p.text("kernel"), p.small_int("kind_rank", -1, 63),
                                                       p.small_int("threads", 1, kMaxCpus), p.cpus("pus"),

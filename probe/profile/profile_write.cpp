@@ -253,8 +253,9 @@ toml::table measurements_table(const Measurements& measurements) {
       put_stats(row, point.gb_per_s);
       points.push_back(std::move(row));
     }
-    table.insert("memory_bandwidth",
-                 toml::table{{"buffer_bytes", as_int(measurements.memory->buffer_bytes)}, {"points", std::move(points)}});
+    toml::table memory{{"buffer_bytes", as_int(measurements.memory->buffer_bytes)}, {"points", std::move(points)}};
+    if (measurements.memory->fresh_page_us > 0) memory.insert("fresh_page_us", measurements.memory->fresh_page_us);
+    table.insert("memory_bandwidth", std::move(memory));
   }
   if (measurements.parallel_overhead) {
     toml::array points;

@@ -327,6 +327,7 @@ void set_tuning(DeviceProfile& p, double factor) {
   ReadInterference reads;
   reads.points.push_back({.thread_set = "kind0:16c", .threads = 16, .pus = pus, .pairs = 4, .slowdown = 0.1 / factor, .read_progress = factor});
   p.measurements.read_interference = reads;
+  if (p.measurements.memory) p.measurements.memory->fresh_page_us = 0.3 / factor;
 }
 
 TEST(Fleet, MergeScoresAndCombinesTheTuningPhase) {
@@ -352,6 +353,8 @@ TEST(Fleet, MergeScoresAndCombinesTheTuningPhase) {
   EXPECT_DOUBLE_EQ(m.parallel_overhead->points[0].broadcast_narrow_us, 0.25);
   EXPECT_DOUBLE_EQ(m.read_interference->points[0].read_progress, 1.0);
   EXPECT_DOUBLE_EQ(m.read_interference->points[0].slowdown, 0.1);
+  ASSERT_TRUE(m.memory);
+  EXPECT_DOUBLE_EQ(m.memory->fresh_page_us, 0.3);
   auto verified = verify_shared_profile(export_profile(merged->merged, {}), "merged.toml");
   EXPECT_TRUE(verified.ok()) << verified.error().message;
 }

@@ -386,6 +386,25 @@ TEST(ProfileIo, V4FilesWithoutTopologyReadAsUnknown) {
   EXPECT_EQ(parsed->gpus.topology_status, "");
 }
 
+// Schema 7: a fresh page's first touch beside the bandwidth points; files
+// before it read as not measured (0), and a broken figure names its field.
+TEST(ProfileIo, FreshPageCostRoundTripsAndOlderFilesReadAsNotMeasured) {
+  DeviceProfile original = sample_profile();
+  original.measurements.memory->fresh_page_us = 14.5;
+  const std::string text = profile_to_toml(original);
+  auto parsed = parse_profile(text, "fresh.toml");
+  ASSERT_TRUE(parsed.ok()) << parsed.error().message;
+  EXPECT_EQ(*parsed, original);
+  auto older = parse_profile(profile_to_toml(sample_profile()), "older.toml");
+  ASSERT_TRUE(older.ok()) << older.error().message;
+  EXPECT_EQ(older->measurements.memory->fresh_page_us, 0);
+  EXPECT_EQ(profile_to_toml(sample_profile()).find("fresh_page_us"), std::string::npos) << "not measured: not written";
+  int line = 0;
+  auto bad = parse_profile(with_field(text, "[measurements.memory_bandwidth]", "fresh_page_us", "-1", &line), "bad.toml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("'measurements.memory_bandwidth.fresh_page_us'"), std::string::npos) << bad.error().message;
+}
+
 // Profiles written before the engine-pool disk points: none, and no pool size.
 TEST(ProfileIo, DiskWithoutEnginePoolPointsReadsAsNoneMeasured) {
   const std::string text = with_field(profile_to_toml(sample_profile()), "[measurements.disk]", "engine_io_threads", "");

@@ -32,7 +32,9 @@ namespace coli {
 // v6: [measurements.read_interference] (the expert decode batch timed with
 //     the engine's I/O pool reading beside it, per thread set); optional,
 //     so v1-v5 files read as before.
-inline constexpr int kDeviceProfileSchemaVersion = 6;
+// v7: [measurements.memory_bandwidth].fresh_page_us (the first touch of a
+//     fresh page); optional, so v1-v6 files read as before.
+inline constexpr int kDeviceProfileSchemaVersion = 7;
 
 // ---------------------------------------------------------------- CPU facts
 
@@ -331,6 +333,13 @@ struct MemoryBandwidthPoint {
 struct MemoryBandwidth {
   std::uint64_t buffer_bytes = 0;  // per array; chosen larger than the last-level cache
   std::vector<MemoryBandwidthPoint> points;
+  // Microseconds to touch one 4 KiB page of fresh anonymous memory for the
+  // first time (the fault and the zeroing; in a VM the host's fault too), as
+  // a process's first prompt pays for its prompt-sized buffers. The median
+  // of a few fresh mappings, under the machine's transparent huge page
+  // setting as the engine's allocations get it. 0: not measured (schema 6
+  // and older).
+  double fresh_page_us = 0;
   bool operator==(const MemoryBandwidth&) const = default;
 };
 
