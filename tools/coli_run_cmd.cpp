@@ -116,7 +116,10 @@ void print_json_stats(const GenerationResult& result, const LoadedEngine& engine
     const RunPrediction predicted = prediction_for_run(*engine.planned, measured_speed(result));
     if (predicted.speed.available) {
       json["predicted"] = {{"decode_tok_s", predicted.speed.decode_tok_per_s},
-                           {"prefill_tok_s", predicted.speed.prefill_tok_per_s},
+                           {"prefill_tok_s", predicted.prefill_tok_s()},  // as its process's first pass, where priced
+                           {"prefill_warm_tok_s", predicted.speed.prefill_tok_per_s},
+                           {"first_pass_s", predicted.first_pass.seconds},
+                           {"first_pass_fresh_bytes", predicted.first_pass.fresh_bytes},
                            {"disk_read_s", predicted.speed.disk_read_seconds},
                            {"prompt_disk_reads", predicted.speed.prefill_disk_reads},
                            {"decode_disk_reads_per_token", predicted.speed.decode_disk_reads},
@@ -125,7 +128,9 @@ void print_json_stats(const GenerationResult& result, const LoadedEngine& engine
                            {"decode_depth", predicted.decode_depth}};
       if (const planner::SpeedBand& band = predicted.speed.band; band.made()) {  // the probe's slowest and fastest rounds
         json["predicted"]["decode_band_tok_s"] = {band.decode_slowest, band.decode_fastest};
-        json["predicted"]["prefill_band_tok_s"] = {band.prefill_slowest, band.prefill_fastest};
+        json["predicted"]["prefill_band_tok_s"] = {
+            planner::first_pass_tok_per_s(band.prefill_slowest, predicted.prompt_tokens, predicted.first_pass),
+            planner::first_pass_tok_per_s(band.prefill_fastest, predicted.prompt_tokens, predicted.first_pass)};
       }
     }
   }

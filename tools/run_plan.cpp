@@ -116,8 +116,9 @@ RunPredictor predictor(PredictionInputs inputs) {
   auto kept = std::make_shared<const PredictionInputs>(std::move(inputs));
   return [kept](int prompt_tokens, int decode_depth, planner::DecodeRun decode) {
     const experts::UsageHistory* history = kept->history ? &*kept->history : nullptr;
-    return planner::predict_plan_speed_with_band(kept->profile, kept->footprint, kept->plan, history, decode_depth,
-                                                 prompt_tokens, decode);
+    return RunForecast{planner::predict_plan_speed_with_band(kept->profile, kept->footprint, kept->plan, history,
+                                                             decode_depth, prompt_tokens, decode),
+                       planner::first_pass_cost(kept->profile, kept->footprint, kept->plan, prompt_tokens)};
   };
 }
 
@@ -310,9 +311,12 @@ RunPrediction prediction_for_run(const PlannedKnobs& knobs, const MeasuredSpeed&
     // prompt of this one's length or the two that bracket it, where it has them.
     const planner::DecodeRun decode{measured.decode_tokens > 0 ? measured.decode_tokens : planner::kTracedDecodeRun,
                                     planner::DecodeStart::in_context, measured.prompt_tokens};
-    return {knobs.predict_for(measured.prompt_tokens, depth, decode), true, measured.prompt_tokens, depth};
+    RunForecast forecast = knobs.predict_for(measured.prompt_tokens, depth, decode);
+    return {std::move(forecast.speed), std::move(forecast.first_pass), true, measured.prompt_tokens, depth};
   }
-  return {file.speed, false, file.speed.prefill_prompt_tokens, file.plan.ctx / 2};
+  planner::FirstPassCost unpriced;
+  unpriced.inputs = "not priced: the plan's own figures (its profile is not at hand to price this run's prompt)";
+  return {file.speed, unpriced, false, file.speed.prefill_prompt_tokens, file.plan.ctx / 2};
 }
 
 namespace {
@@ -329,6 +333,20 @@ void print_reads_vs_plan(const planner::SpeedPrediction& speed, const MeasuredSp
     std::fprintf(stderr, "  %-28s planned %8.2f        measured %8.2f\n", "expert reads a decode token",
                  speed.decode_disk_reads, measured.decode_reads_per_token);
   }
+}
+
+// The prompt's pass as its process's first: the fresh pages it faulted in, measured beside those priced.
+void print_first_pass(const RunPrediction& predicted, const MeasuredSpeed& measured) {
+  const planner::FirstPassCost& first = predicted.first_pass;
+  const auto faults = static_cast<unsigned long long>(measured.prompt_page_faults);
+  if (!first.priced) {
+    std::fprintf(stderr, "  the prompt's pass took %llu page faults (memory this process touched for the first time: its "
+                         "prompt-sized buffers), which the prediction does not price (%s)\n", faults, first.inputs.c_str());
+    return;
+  }
+  std::fprintf(stderr, "  the prompt's pass took %llu page faults; as the process's first it was priced %s ms more than a "
+                       "warm pass for %s; warm passes (coli serve's later prompts, coli-sweep's runs) take neither\n",
+               faults, format_fixed(first.seconds * 1e3, 2).c_str(), first.inputs.c_str());
 }
 
 }  // namespace
@@ -356,19 +374,19 @@ void print_speed_vs_plan(const RunPrediction& predicted, const MeasuredSpeed& me
                predicted.for_this_run ? "predicted from the profile for this run's prompt and depth"
                                       : "the plan's figures, for its own prompt and depth");
   const std::string planned_prompt = predicted.prompt_tokens > 0 ? "pp" + std::to_string(predicted.prompt_tokens) : "the plan's prompt";
-  row("prefill", speed.prefill_tok_per_s, measured.prefill_tok_s,
+  // The band's ends pay the same first pass as the figure between them.
+  auto first_pass = [&](double warm) { return planner::first_pass_tok_per_s(warm, predicted.prompt_tokens, predicted.first_pass); };
+  row("prefill", predicted.prefill_tok_s(), measured.prefill_tok_s,
       "  measured pp" + std::to_string(measured.prompt_tokens) + ", planned " + planned_prompt + " in rounds of the plan" +
-          band(speed.band.prefill_slowest, speed.band.prefill_fastest, measured.prefill_tok_s));
+          (predicted.first_pass.priced ? " as a first pass" : "") +
+          band(first_pass(speed.band.prefill_slowest), first_pass(speed.band.prefill_fastest), measured.prefill_tok_s));
   char depths[128];
   std::snprintf(depths, sizeof depths, "  planned at KV depth %d%s, measured at %.1f on average", predicted.decode_depth,
                 predicted.for_this_run ? "" : " (ctx/2)", measured.decode_mean_depth);
   row("decode", speed.decode_tok_per_s, measured.decode_tok_s,
       depths + band(speed.band.decode_slowest, speed.band.decode_fastest, measured.decode_tok_s));
   print_reads_vs_plan(speed, measured);
-  std::fprintf(stderr, "  the prompt's pass took %llu page faults (memory this process touched for the first time: its "
-                       "prompt-sized buffers), which the prediction does not price; warm passes (coli serve's later "
-                       "prompts, coli-sweep's runs) do not take them\n",
-               static_cast<unsigned long long>(measured.prompt_page_faults));
+  print_first_pass(predicted, measured);
   if (measured.cold_cache) {
     std::fprintf(stderr, "  the expert cache started empty (--no-preload, or no usage history yet): this run's first pass "
                          "read every expert it used, where the prediction prices the history's warm cache\n");

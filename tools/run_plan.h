@@ -11,13 +11,19 @@
 
 #include "coli/base/result.h"
 #include "coli/experts/usage_history.h"
+#include "coli/planner/first_pass.h"
 #include "coli/planner/plan_io.h"
 #include "coli/runtime/moe_model.h"
 
 namespace coli::tools {
 
-// The speed model for a run's own prompt, mean decode depth and decode run (planner::predict_plan_speed).
-using RunPredictor = std::function<planner::SpeedPrediction(int prompt_tokens, int decode_depth, planner::DecodeRun decode)>;
+// The speed model for a run's own prompt, mean decode depth and decode run (planner::predict_plan_speed),
+// and what the prompt pays as its process's first pass (planner::first_pass_cost).
+struct RunForecast {
+  planner::SpeedPrediction speed;
+  planner::FirstPassCost first_pass;
+};
+using RunPredictor = std::function<RunForecast(int prompt_tokens, int decode_depth, planner::DecodeRun decode)>;
 
 struct PlannedKnobs {
   runtime::ModelOptions options;  // runtime::options_from_plan, pins included
@@ -88,10 +94,15 @@ struct MeasuredSpeed {
 // depth where the knobs can predict (--profile), else the plan's (a 512-token
 // prompt at most the context, decode at ctx / 2), each saying which.
 struct RunPrediction {
-  planner::SpeedPrediction speed;
+  planner::SpeedPrediction speed;  // warm passes, as coli-plan and coli-sweep predict them
+  // The prompt's pass is the process's first (for_this_run only; else not priced):
+  // prefill_tok_s() sets it beside the measured figure.
+  planner::FirstPassCost first_pass;
   bool for_this_run = false;
   int prompt_tokens = 0;  // the prefill figure's prompt
   int decode_depth = 0;   // the decode figure's KV depth
+  // The prefill figure for this run: the warm one slowed by the first pass where it is priced.
+  double prefill_tok_s() const { return planner::first_pass_tok_per_s(speed.prefill_tok_per_s, prompt_tokens, first_pass); }
 };
 RunPrediction prediction_for_run(const PlannedKnobs& knobs, const MeasuredSpeed& measured);
 void print_speed_vs_plan(const RunPrediction& predicted, const MeasuredSpeed& measured);

@@ -174,7 +174,16 @@ check "run --profile with rates exits 0" test $? -eq 0
 check "its speed is predicted for this run" contains "$work/p3.out" "predicted from the profile for this run's prompt and depth"
 check "the prefill for its 3-token prompt" contains "$work/p3.out" "measured pp3, planned pp3"
 check "the decode at its mean depth" contains "$work/p3.out" "planned at KV depth 5, measured at 4.5 on average"
-check "and the page faults of the prompt's pass, which it does not price" contains "$work/p3.out" "the prompt's pass took [0-9][0-9]* page faults"
+check "and the page faults of the prompt's pass" contains "$work/p3.out" "the prompt's pass took [0-9][0-9]* page faults"
+check "beside the fresh pages it priced for them (the probe's first touch)" contains "$work/p3.out" "as the process's first it was priced [0-9.]* ms more than a warm pass for .* fresh pages x [0-9.]* us"
+check "the prefill figure as a first pass" contains "$work/p3.out" "planned pp3 in rounds of the plan as a first pass"
+"$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 4 --ignore-eos --profile "$work/full-profile.toml" --json >/dev/null 2>"$work/p3.json"
+check "--json's prediction: the first pass beside the warm prefill figure" python3 -c '
+import json, sys
+p = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])["predicted"]
+assert p["first_pass_s"] > 0 and p["first_pass_fresh_bytes"] > 0, p
+assert abs(3 / p["prefill_tok_s"] - (3 / p["prefill_warm_tok_s"] + p["first_pass_s"])) < 1e-9, p
+' "$work/p3.json"
 # A plan file predicts again from the profile it names while that is unchanged; without it, the plan's own figures.
 "$(dirname "$coli")/coli-plan" --profile "$work/full-profile.toml" --model "$work/demo.coli" --out "$work/full.plan" >/dev/null 2>&1
 "$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 4 --ignore-eos --plan "$work/full.plan" >"$work/p4.out" 2>&1
@@ -183,6 +192,7 @@ mv "$work/full-profile.toml" "$work/full-profile.moved"
 "$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 4 --ignore-eos --plan "$work/full.plan" >"$work/p5.out" 2>&1
 check "without its profile the plan's own figures, saying so" contains "$work/p5.out" "the plan's figures, for its own prompt and depth"
 check "and which prompt they are for" contains "$work/p5.out" "measured pp3, planned pp512"
+check "whose first pass is not priced, saying why" contains "$work/p5.out" "which the prediction does not price (not priced: the plan's own figures"
 check "the plan file carries the band" contains "$work/full.plan" "^decode_slowest_tok_per_s = [0-9]"
 mv "$work/full-profile.moved" "$work/full-profile.toml"
 "$(dirname "$coli")/coli-plan" --profile "$work/full-profile.toml" --model "$work/demo.coli" >"$work/band.out" 2>&1
