@@ -25,6 +25,7 @@
 #include "coli/experts/usage_history.h"
 #include "coli/model/model_desc.h"
 #include "coli/planner/expert_parallel_speed.h"
+#include "coli/planner/first_pass.h"
 #include "coli/planner/speed_band.h"
 #include "coli/planner/plan_io.h"
 #include "coli/planner/quality.h"
@@ -384,14 +385,28 @@ coli::Result<std::string> retime_profile(const PlanArgs& a, coli::DeviceProfile&
   return drift;
 }
 
+// The prefill figure above is a warm pass's (coli-sweep's, coli serve's later prompts); a process's first
+// prompt (coli run's) also faults in its prompt-sized buffers (planner/first_pass.h).
+void print_first_pass(const planner::SpeedPrediction& s, const planner::FirstPassCost& first) {
+  if (!s.available || s.prefill_tok_per_s <= 0) return;
+  if (!first.priced) {
+    std::printf("  first pass not priced: %s\n", first.inputs.c_str());
+    return;
+  }
+  std::printf("  first pass %.1f tok/s  a process's first prompt (coli run's): the warm figure above plus %s ms for %s\n",
+              planner::first_pass_tok_per_s(s.prefill_tok_per_s, s.prefill_prompt_tokens, first),
+              coli::format_fixed(first.seconds * 1e3, 2).c_str(), first.inputs.c_str());
+}
+
 void print_plan(const PlanArgs& a, const planner::PlanFile& file, const LoadedModel& model, double live_probe_ms,
-                const std::optional<planner::WholeLayerSplit>& whole_layers) {
+                const std::optional<planner::WholeLayerSplit>& whole_layers, const planner::FirstPassCost& first_pass) {
   if (a.json) {
     std::fputs(planner::plan_to_json(file).c_str(), stdout);
   } else if (a.toml) {
     std::fputs(planner::plan_to_toml(file).c_str(), stdout);
   } else {
     print_human(file, model.footprint, model.source, whole_layers);
+    if (!file.plan.expert_parallel.active()) print_first_pass(file.speed, first_pass);
     const std::string probe_note =
         a.offline ? "" : "; the live re-validation probe took " + std::to_string(static_cast<int>(live_probe_ms + 0.5)) + " ms more";
     std::printf("\nplanned in %.1f ms (profile, model headers, plan, speed%s)%s\n", file.planning_ms, probe_note.c_str(),
@@ -525,7 +540,9 @@ int plan(PlanArgs& a) {
   const auto whole_layers = file.plan.expert_parallel.active()
                                 ? std::nullopt
                                 : planner::whole_layer_split(*profile, model->footprint, file.plan, history ? &*history : nullptr);
-  print_plan(a, file, *model, live_probe_ms, whole_layers);
+  const planner::FirstPassCost first_pass =
+      planner::first_pass_cost(*profile, model->footprint, file.plan, file.speed.prefill_prompt_tokens);
+  print_plan(a, file, *model, live_probe_ms, whole_layers, first_pass);
   if (quality && !a.json && !a.toml) print_quality(a, *quality, *profile, file, *model);
   return coli::cli::kExitOk;
 }

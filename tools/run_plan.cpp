@@ -315,7 +315,7 @@ RunPrediction prediction_for_run(const PlannedKnobs& knobs, const MeasuredSpeed&
     return {std::move(forecast.speed), std::move(forecast.first_pass), true, measured.prompt_tokens, depth};
   }
   planner::FirstPassCost unpriced;
-  unpriced.inputs = "not priced: the plan's own figures (its profile is not at hand to price this run's prompt)";
+  unpriced.inputs = "the plan's own figures stand: its profile is not at hand to price this run's prompt";
   return {file.speed, unpriced, false, file.speed.prefill_prompt_tokens, file.plan.ctx / 2};
 }
 

@@ -37,7 +37,7 @@ FirstPassCost first_pass_cost(const DeviceProfile& profile, const ModelFootprint
   FirstPassCost cost;
   const auto& memory = profile.measurements.memory;
   if (!memory || memory->fresh_page_us <= 0) {
-    cost.inputs = "not priced: the profile has no fresh-page figure (measurements.memory_bandwidth.fresh_page_us, "
+    cost.inputs = "the profile has no fresh-page figure (measurements.memory_bandwidth.fresh_page_us, "
                   "coli-probe from schema 7 on)";
     return cost;
   }

@@ -185,14 +185,15 @@ assert p["first_pass_s"] > 0 and p["first_pass_fresh_bytes"] > 0, p
 assert abs(3 / p["prefill_tok_s"] - (3 / p["prefill_warm_tok_s"] + p["first_pass_s"])) < 1e-9, p
 ' "$work/p3.json"
 # A plan file predicts again from the profile it names while that is unchanged; without it, the plan's own figures.
-"$(dirname "$coli")/coli-plan" --profile "$work/full-profile.toml" --model "$work/demo.coli" --out "$work/full.plan" >/dev/null 2>&1
+"$(dirname "$coli")/coli-plan" --profile "$work/full-profile.toml" --model "$work/demo.coli" --out "$work/full.plan" >"$work/full-plan.out" 2>&1
+check "coli-plan sets a process's first prompt beside the warm prefill" contains "$work/full-plan.out" "first pass [0-9.]* tok/s  a process's first prompt (coli run's): the warm figure above plus [0-9.]* ms for .* fresh pages"
 "$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 4 --ignore-eos --plan "$work/full.plan" >"$work/p4.out" 2>&1
 check "run --plan predicts for this run from the plan's profile" contains "$work/p4.out" "predicted from the profile for this run's prompt and depth"
 mv "$work/full-profile.toml" "$work/full-profile.moved"
 "$coli" run --model "$work/demo.coli" --prompt-ids 1 2 3 --max-tokens 4 --ignore-eos --plan "$work/full.plan" >"$work/p5.out" 2>&1
 check "without its profile the plan's own figures, saying so" contains "$work/p5.out" "the plan's figures, for its own prompt and depth"
 check "and which prompt they are for" contains "$work/p5.out" "measured pp3, planned pp512"
-check "whose first pass is not priced, saying why" contains "$work/p5.out" "which the prediction does not price (not priced: the plan's own figures"
+check "whose first pass is not priced, saying why" contains "$work/p5.out" "which the prediction does not price (the plan's own figures stand"
 check "the plan file carries the band" contains "$work/full.plan" "^decode_slowest_tok_per_s = [0-9]"
 mv "$work/full-profile.moved" "$work/full-profile.toml"
 "$(dirname "$coli")/coli-plan" --profile "$work/full-profile.toml" --model "$work/demo.coli" >"$work/band.out" 2>&1
