@@ -94,6 +94,7 @@ MeasuredSpeed measured_speed(const GenerationResult& result) {
     measured.decode_reads_per_token = static_cast<double>(result.decode_misses) / static_cast<double>(result.decode_passes);
   measured.decode_tokens = static_cast<int>(result.decode_passes);
   measured.prompt_page_faults = result.prompt_page_faults;
+  measured.first_pass = result.first_pass;
   return measured;
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <utility>
 
 #include "coli/base/clock.h"
 #include "coli/base/process_memory.h"
@@ -104,6 +105,7 @@ Result<GenerationResult> Generator::generate(std::span<const std::int32_t> promp
   result.reused_tokens = *reused;
   result.prefill_seconds = seconds_since(prefill_start);
   result.prompt_page_faults = process_minor_page_faults() - faults_before;
+  result.first_pass = !std::exchange(generated_before_, true);
   const std::uint64_t misses_after_prompt = model_.stats().expert_misses, tokens_after_prompt = model_.stats().tokens;
   result.prompt_misses = misses_after_prompt - misses_before;
   if (after_prefill) after_prefill();

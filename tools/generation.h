@@ -61,9 +61,10 @@ struct GenerationResult {
   std::optional<std::string> stop_string;
   double prefill_seconds = 0;  // the prompt's forward pass (time to the first token's logits)
   // Minor page faults during that pass: memory the process touched for the
-  // first time (a first pass's prompt-sized buffers), which warm passes and
-  // the speed prediction do not pay.
+  // first time (a first pass's prompt-sized buffers), which warm passes do
+  // not pay.
   std::uint64_t prompt_page_faults = 0;
+  bool first_pass = false;  // the generator's first prompt (its model's buffers fresh, as coli run's one prompt)
   double decode_seconds = 0;   // from the first pick to the end
   // Expert cache misses (records read from disk) of the prompt's pass and of
   // the decode passes after it, and how many decode passes ran: plan vs
@@ -102,6 +103,7 @@ class Generator {
   const Tokenizer* tokenizer_;
   std::vector<std::int32_t> cached_;
   std::vector<float> logits_;
+  bool generated_before_ = false;
 };
 
 }  // namespace coli::tools

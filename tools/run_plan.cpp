@@ -312,6 +312,7 @@ RunPrediction prediction_for_run(const PlannedKnobs& knobs, const MeasuredSpeed&
     const planner::DecodeRun decode{measured.decode_tokens > 0 ? measured.decode_tokens : planner::kTracedDecodeRun,
                                     planner::DecodeStart::in_context, measured.prompt_tokens};
     RunForecast forecast = knobs.predict_for(measured.prompt_tokens, depth, decode);
+    if (!measured.first_pass) forecast.first_pass = {.inputs = "a later prompt of this process: its buffers are warm"};
     return {std::move(forecast.speed), std::move(forecast.first_pass), true, measured.prompt_tokens, depth};
   }
   planner::FirstPassCost unpriced;

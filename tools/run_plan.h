@@ -89,6 +89,7 @@ struct MeasuredSpeed {
   double prompt_reads = -1, decode_reads_per_token = -1;
   int decode_tokens = 0;  // decode passes (forward passes after the prompt's)
   std::uint64_t prompt_page_faults = 0;  // GenerationResult::prompt_page_faults
+  bool first_pass = true;                // GenerationResult::first_pass: priced as the process's first
 };
 // The prediction to set beside a run: for its own prompt and mean decode
 // depth where the knobs can predict (--profile), else the plan's (a 512-token

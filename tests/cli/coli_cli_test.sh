@@ -184,6 +184,14 @@ p = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])["predicted"]
 assert p["first_pass_s"] > 0 and p["first_pass_fresh_bytes"] > 0, p
 assert abs(3 / p["prefill_tok_s"] - (3 / p["prefill_warm_tok_s"] + p["first_pass_s"])) < 1e-9, p
 ' "$work/p3.json"
+printf 'Hello\nHow are you\n/exit\n' | "$coli" run --model "$work/demo.coli" --tokenizer "$vocab" --chat-template chatml \
+  --max-tokens 3 --profile "$work/full-profile.toml" --json >/dev/null 2>"$work/conv-json.err"
+check "a conversation prices only its first turn as the process's first pass" python3 -c '
+import json, sys
+turns = [json.loads(l)["predicted"] for l in open(sys.argv[1]) if l.startswith("{")]
+assert len(turns) == 2 and turns[0]["first_pass_s"] > 0 and turns[1]["first_pass_s"] == 0, turns
+assert turns[1]["prefill_tok_s"] == turns[1]["prefill_warm_tok_s"], turns[1]
+' "$work/conv-json.err"
 # A plan file predicts again from the profile it names while that is unchanged; without it, the plan's own figures.
 "$(dirname "$coli")/coli-plan" --profile "$work/full-profile.toml" --model "$work/demo.coli" --out "$work/full.plan" >"$work/full-plan.out" 2>&1
 check "coli-plan sets a process's first prompt beside the warm prefill" contains "$work/full-plan.out" "first pass [0-9.]* tok/s  a process's first prompt (coli run's): the warm figure above plus [0-9.]* ms for .* fresh pages"
