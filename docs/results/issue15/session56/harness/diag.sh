@@ -15,12 +15,6 @@ PREDICT_MODELS=tiny TINY_THREADS=8,16 PREDICT_PINS=off PREDICT_REPEATS=3 PREDICT
 echo "probe and grid at $(( $(date +%s) - t0 )) s"
 source tools/fixtures/device_env.sh
 [[ -f $out/o/tiny/sweep-tiny.json ]] && python3 tools/bench/sweep_prediction_table.py $out/o/tiny/sweep-tiny.json > $out/o/tiny/sweep-tiny-table.md 2>&1
-ids=$(python3 -c "import random; random.seed(1); print(','.join(str(random.randrange(3,1000)) for _ in range(512)))")
-for i in 1 2 3; do
-  timeout 20 $B/tools/coli run --model /tmp/tiny-demo.coli --profile /tmp/predict-profile.toml --prompt-ids $ids --max-tokens 32 \
-    --ignore-eos 2>&1 >/dev/null | grep -E "^  prefill|^  decode|page faults|^load"
-done > $out/o/coli-run-first-pass.txt 2>&1
-grep fresh_page_us /tmp/predict-profile.toml >> $out/o/coli-run-first-pass.txt
-cut -c1-220 $out/o/coli-run-first-pass.txt
+B=$B bash "$(dirname "$0")/first-pass-runs.sh" /tmp/predict-profile.toml $out/o/coli-run-first-pass.txt
 grep -E "^ *(prefill|decode|expert|attention|wait|read)" $out/o/tiny/op-times-tiny-*t.txt | head -40
 echo "done at $(( $(date +%s) - t0 )) s"

@@ -24,11 +24,5 @@ PREDICT_MODELS=qwen QWEN_USAGE=1 QWEN_THREADS=8,16 QWEN_CAPS=all,64 PREDICT_PINS
   PREDICT_TIMEOUT=$(( left - 60 )) bash tools/fixtures/gpu_machine_session.sh $out/o/qwen predict 2>&1 \
   | grep -E "worst|planned:|takes|refus|stopped" | tail -10
 [[ -f $out/o/qwen/sweep-qwen.json ]] && python3 tools/bench/sweep_prediction_table.py $out/o/qwen/sweep-qwen.json > $out/o/qwen/sweep-qwen-table.md 2>&1
-ids=$(python3 -c "import random; random.seed(1); print(','.join(str(random.randrange(3,1000)) for _ in range(512)))")
-for i in 1 2 3; do
-  timeout 20 $B/tools/coli run --model /tmp/tiny-demo.coli --profile /tmp/predict-profile.toml --prompt-ids $ids --max-tokens 32 \
-    --ignore-eos 2>&1 >/dev/null | grep -E "^  prefill|^  decode|page faults|^load"
-done > $out/o/coli-run-first-pass.txt 2>&1
-grep fresh_page_us /tmp/predict-profile.toml >> $out/o/coli-run-first-pass.txt
-cat $out/o/coli-run-first-pass.txt | cut -c1-200
+B=$B bash "$(dirname "$0")/first-pass-runs.sh" /tmp/predict-profile.toml $out/o/coli-run-first-pass.txt
 echo "done at $(( $(date +%s) - t0 )) s"
