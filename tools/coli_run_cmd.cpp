@@ -129,9 +129,8 @@ void print_json_stats(const GenerationResult& result, const LoadedEngine& engine
                            {"decode_depth", predicted.decode_depth}};
       if (const planner::SpeedBand& band = predicted.speed.band; band.made()) {  // the probe's slowest and fastest rounds
         json["predicted"]["decode_band_tok_s"] = {band.decode_slowest, band.decode_fastest};
-        json["predicted"]["prefill_band_tok_s"] = {
-            planner::first_pass_tok_per_s(band.prefill_slowest, predicted.prompt_tokens, predicted.first_pass),
-            planner::first_pass_tok_per_s(band.prefill_fastest, predicted.prompt_tokens, predicted.first_pass)};
+        json["predicted"]["prefill_band_tok_s"] = {predicted.as_first_pass(band.prefill_slowest),
+                                                   predicted.as_first_pass(band.prefill_fastest)};
       }
     }
   }

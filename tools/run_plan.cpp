@@ -375,12 +375,11 @@ void print_speed_vs_plan(const RunPrediction& predicted, const MeasuredSpeed& me
                predicted.for_this_run ? "predicted from the profile for this run's prompt and depth"
                                       : "the plan's figures, for its own prompt and depth");
   const std::string planned_prompt = predicted.prompt_tokens > 0 ? "pp" + std::to_string(predicted.prompt_tokens) : "the plan's prompt";
-  // The band's ends pay the same first pass as the figure between them.
-  auto first_pass = [&](double warm) { return planner::first_pass_tok_per_s(warm, predicted.prompt_tokens, predicted.first_pass); };
   row("prefill", predicted.prefill_tok_s(), measured.prefill_tok_s,
       "  measured pp" + std::to_string(measured.prompt_tokens) + ", planned " + planned_prompt + " in rounds of the plan" +
           (predicted.first_pass.priced ? " as a first pass" : "") +
-          band(first_pass(speed.band.prefill_slowest), first_pass(speed.band.prefill_fastest), measured.prefill_tok_s));
+          band(predicted.as_first_pass(speed.band.prefill_slowest), predicted.as_first_pass(speed.band.prefill_fastest),
+               measured.prefill_tok_s));
   char depths[128];
   std::snprintf(depths, sizeof depths, "  planned at KV depth %d%s, measured at %.1f on average", predicted.decode_depth,
                 predicted.for_this_run ? "" : " (ctx/2)", measured.decode_mean_depth);

@@ -102,8 +102,9 @@ struct RunPrediction {
   bool for_this_run = false;
   int prompt_tokens = 0;  // the prefill figure's prompt
   int decode_depth = 0;   // the decode figure's KV depth
-  // The prefill figure for this run: the warm one slowed by the first pass where it is priced.
-  double prefill_tok_s() const { return planner::first_pass_tok_per_s(speed.prefill_tok_per_s, prompt_tokens, first_pass); }
+  // A warm prefill figure (the prediction's or a band end) for this run: slowed by the first pass where it is priced.
+  double as_first_pass(double warm_tok_s) const { return planner::first_pass_tok_per_s(warm_tok_s, prompt_tokens, first_pass); }
+  double prefill_tok_s() const { return as_first_pass(speed.prefill_tok_per_s); }
 };
 RunPrediction prediction_for_run(const PlannedKnobs& knobs, const MeasuredSpeed& measured);
 void print_speed_vs_plan(const RunPrediction& predicted, const MeasuredSpeed& measured);

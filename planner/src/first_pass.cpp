@@ -21,8 +21,7 @@ MemoryKnobs knobs_for_prompt(const Plan& plan, int prompt_tokens) {
   knobs.threads = plan.threads;
   knobs.io_threads = plan.io_threads;
   knobs.amx_tiles = plan.cpu_kernel == "amx";
-  knobs.gpu_decoder = plan.gpu.whole_decoder && plan.gpu.device.gpu.chosen();
-  knobs.host_experts = !knobs.gpu_decoder || !plan.gpu.all_experts_in_vram(plan.n_experts);
+  plan.gpu.set_host_holders(knobs, plan.n_experts);
   return knobs;
 }
 

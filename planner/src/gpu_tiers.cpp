@@ -254,6 +254,11 @@ bool GpuTier::all_experts_in_vram(int n_experts) const {
          std::all_of(vram_experts.begin(), vram_experts.end(), [&](int count) { return count >= n_experts; });
 }
 
+void GpuTier::set_host_holders(MemoryKnobs& knobs, int n_experts) const {
+  knobs.gpu_decoder = whole_decoder && device.gpu.chosen();
+  knobs.host_experts = !knobs.gpu_decoder || !all_experts_in_vram(n_experts);
+}
+
 std::vector<std::vector<int>> vram_expert_ids(const std::vector<int>& vram_experts, int n_experts,
                                               const experts::UsageHistory* history) {
   std::vector<std::vector<int>> out;

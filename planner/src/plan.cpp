@@ -201,8 +201,7 @@ GpuTierRequest gpu_tier_request(const PlanRequest& request, int ctx) {
 // The cache request beside a GPU tier: a whole-decoder backend leaves the host the embedding table,
 // and an expert cache only for the experts outside VRAM, whose RAM slots serve those experts alone.
 void use_tier(CacheRequest& cache, const ModelFootprint& fp, const GpuTier& t) {
-  cache.knobs.gpu_decoder = t.whole_decoder && t.device.gpu.chosen();
-  cache.knobs.host_experts = !cache.knobs.gpu_decoder || !t.all_experts_in_vram(fp.n_experts);
+  t.set_host_holders(cache.knobs, fp.n_experts);
   cache.extra_lines = t.lines;
   cache.load_phase_bytes = t.load_buffer_bytes;
   cache.useful_cap = t.vram_slots() == 0

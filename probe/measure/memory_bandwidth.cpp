@@ -190,9 +190,7 @@ double measure_fresh_page_us() {
     per_page.push_back(seconds_since(start) * 1e6 / static_cast<double>(kBytes / kPage));
     munmap(address, kBytes);
   }
-  if (per_page.empty()) return 0;
-  std::nth_element(per_page.begin(), per_page.begin() + per_page.size() / 2, per_page.end());
-  return per_page[per_page.size() / 2];
+  return per_page.empty() ? 0 : summarize(std::move(per_page)).median;
 }
 
 // ------------------------------------------------------------- threads

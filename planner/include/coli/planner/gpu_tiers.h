@@ -61,6 +61,10 @@ struct GpuTier {
   std::uint32_t vendor_id = 0;              // VulkanDevice::vendor_id (0x10de NVIDIA, ...)
   // Every expert of every layer in VRAM: the host keeps no expert cache.
   bool all_experts_in_vram(int n_experts) const;
+  // What the host holds beside this tier (MemoryKnobs::gpu_decoder and host_experts): a whole-decoder
+  // backend on a chosen GPU leaves it the embedding table, and an expert cache only for the experts
+  // outside VRAM.
+  void set_host_holders(MemoryKnobs& knobs, int n_experts) const;
   double vram_share = 0;                    // expected share of expert reads served from VRAM
   std::string share_inputs;
   std::vector<MemoryLine> lines;            // VRAM lines and the RAM the backend adds
